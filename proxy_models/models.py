@@ -36,6 +36,7 @@ __all__ = [
     "CifarResNet",
     "WideResNet",
     "build_model",
+    "check_model_name",
     "count_parameters",
 ]
 
@@ -240,6 +241,38 @@ _WRN_RE = re.compile(r"wrn-(\d+)-(\d+)")
 _RESNET_RE = re.compile(r"resnet-(\d+)")
 
 
+def _parse(name: object) -> tuple[str, int, int]:
+    """``name`` -> (family, depth, widen_factor), validating without building anything."""
+    if not isinstance(name, str):
+        raise ValueError(f"model name must be a string, got {name!r}")
+    key = name.strip().lower()
+    if m := _WRN_RE.fullmatch(key):
+        depth, widen = int(m[1]), int(m[2])
+        if depth < 10 or (depth - 4) % 6 != 0:
+            raise ValueError(f"WideResNet depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, 40...), got {depth}")
+        if widen < 1:
+            raise ValueError(f"WideResNet widen_factor must be a positive integer, got {widen}")
+        return "wrn", depth, widen
+    if m := _RESNET_RE.fullmatch(key):
+        depth = int(m[1])
+        if depth < 8 or (depth - 2) % 6 != 0:
+            raise ValueError(f"CIFAR ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 44, 56...), got {depth}")
+        return "resnet", depth, 1
+    raise ValueError(
+        f"unknown model {name!r}: expected one of {', '.join(sorted(MODELS))}, "
+        "or any 'wrn-D-K' (D = 6n + 4) or 'resnet-D' (D = 6n + 2)"
+    )
+
+
+def check_model_name(name: str) -> str:
+    """Validate a model name without building the model; returns its canonical (lower-case) form.
+
+    Raises the same ``ValueError`` as :func:`build_model` for an unknown or malformed name.
+    """
+    _parse(name)
+    return name.strip().lower()
+
+
 def build_model(name: str, num_classes: int = 10, in_channels: int = 3) -> nn.Module:
     """Build a freshly initialised model by name (see :data:`MODELS`).
 
@@ -247,20 +280,11 @@ def build_model(name: str, num_classes: int = 10, in_channels: int = 3) -> nn.Mo
     non-positive ``num_classes`` / ``in_channels``. Weights are drawn from torch's global RNG, so
     seed it (``torch.manual_seed``) for a reproducible initialisation.
     """
-    if not isinstance(name, str):
-        raise ValueError(f"model name must be a string, got {name!r}")
-    key = name.strip().lower()
+    family, depth, widen = _parse(name)
     _check_head(num_classes, in_channels)
-    if key in MODELS:
-        return MODELS[key](num_classes=num_classes, in_channels=in_channels)
-    if m := _WRN_RE.fullmatch(key):
-        return WideResNet(int(m[1]), int(m[2]), num_classes=num_classes, in_channels=in_channels)
-    if m := _RESNET_RE.fullmatch(key):
-        return CifarResNet(int(m[1]), num_classes=num_classes, in_channels=in_channels)
-    raise ValueError(
-        f"unknown model {name!r}: expected one of {', '.join(sorted(MODELS))}, "
-        "or any 'wrn-D-K' (D = 6n + 4) or 'resnet-D' (D = 6n + 2)"
-    )
+    if family == "wrn":
+        return WideResNet(depth, widen, num_classes=num_classes, in_channels=in_channels)
+    return CifarResNet(depth, num_classes=num_classes, in_channels=in_channels)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

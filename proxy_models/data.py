@@ -1,0 +1,511 @@
+"""Image classification datasets, validation of their contents, and AutoAugment's reduced splits.
+
+One interface, :class:`ImageDataset`, over three sources:
+
+* a Parquet file, or a folder of Parquet files, with an encoded-image column (JPEG/PNG bytes) and an
+  integer label column (names configurable). Any path or URI ``pyarrow`` reaches works
+  (``s3://...``). A folder holding ``train.parquet``/``test.parquet`` picks the file for ``split``.
+* an ImageFolder tree ``root/<class_name>/*.jpg|png|...`` (class index = sorted folder order, as in
+  torchvision's ``ImageFolder``);
+* CIFAR-10 in torchvision's format, ``cifar10:ROOT`` (downloaded by torchvision when online).
+
+Every dataset yields uint8 HWC RGB images (grayscale and RGBA converted), integer labels and class
+names. Bad input (a missing path or column, an empty dataset, a label outside the class range, an
+undecodable or truncated image) raises :class:`DatasetError` naming the file/row and the problem,
+before any training starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used as given (the message names the file/row and the problem)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Encoded image checks and decoding
+# ----------------------------------------------------------------------------------------------
+
+def check_encoded(data: bytes) -> str | None:
+    """Cheap structural check of encoded image bytes; returns a problem description or None.
+
+    Detects empty payloads, unknown formats and truncated JPEG/PNG files (missing end-of-image
+    marker / IEND chunk) without decoding, so the DALI decoding path can reject bad rows before
+    training starts. Full decoding (:func:`decode_image`) catches everything else.
+    """
+    if not data:
+        return "empty image bytes"
+    if data[:3] == b"\xff\xd8\xff":
+        # A JPEG ends with the EOI marker; some encoders append padding after it.
+        if b"\xff\xd9" not in data[-64:]:
+            return "truncated JPEG (no end-of-image marker)"
+        return None
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        if b"IEND" not in data[-16:]:
+            return "truncated PNG (no IEND chunk)"
+        return None
+    if data[:2] == b"BM" or data[:4] in (b"RIFF",) or data[:4] in (b"II*\x00", b"MM\x00*") or data[:2] in (b"P5", b"P6"):
+        return None
+    return f"unrecognised image format (first bytes {data[:8]!r}; expected JPEG, PNG, BMP, WebP, TIFF or PNM)"
+
+
+def decode_image(data: bytes, size: int | None = None) -> np.ndarray:
+    """Decode encoded bytes to uint8 HWC RGB; optionally resize (shorter side) + center-crop to
+    ``size`` x ``size``. Raises ``ValueError`` with PIL's reason for corrupt data."""
+    from PIL import Image, ImageOps
+
+    problem = check_encoded(data)
+    if problem:
+        raise ValueError(problem)
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            rgb = img.convert("RGB")
+    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError... for bad data
+        raise ValueError(f"cannot decode image: {exc}") from None
+    if size is not None and rgb.size != (size, size):
+        rgb = ImageOps.fit(rgb, (size, size), method=Image.BILINEAR)
+    return np.asarray(rgb, dtype=np.uint8)
+
+
+def _to_rgb_array(array: np.ndarray, size: int | None) -> np.ndarray:
+    from PIL import Image, ImageOps
+
+    if array.ndim == 3 and array.shape[2] == 3 and (size is None or array.shape[:2] == (size, size)):
+        return np.ascontiguousarray(array, dtype=np.uint8)
+    img = Image.fromarray(array).convert("RGB")
+    if size is not None and img.size != (size, size):
+        img = ImageOps.fit(img, (size, size), method=Image.BILINEAR)
+    return np.asarray(img, dtype=np.uint8)
+
+
+# ----------------------------------------------------------------------------------------------
+# The dataset interface
+# ----------------------------------------------------------------------------------------------
+
+_DECODE_CACHE: "OrderedDict[tuple, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+_DECODE_CACHE_LOCK = threading.Lock()
+_DECODE_CACHE_MAX_BYTES = int(os.environ.get("AUTOAUG_DECODE_CACHE_MB", "2048")) * 2**20
+
+
+class ImageDataset:
+    """Images with integer labels and class names. Subclasses implement :meth:`encoded` and
+    optionally :meth:`_decoded_array` (sources that already hold pixels)."""
+
+    source: str
+    classes: tuple[str, ...]
+    labels: np.ndarray  # int64, one per row
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def describe_row(self, index: int) -> str:
+        """Human-readable location of a row, for error messages."""
+        return f"{self.source} row {index}"
+
+    def encoded(self, index: int) -> bytes:
+        """The encoded image bytes of one row (JPEG, PNG, ...)."""
+        raise NotImplementedError
+
+    def _decoded_array(self, index: int) -> np.ndarray | None:
+        return None
+
+    def image(self, index: int, size: int | None = None) -> np.ndarray:
+        """One image as uint8 HWC RGB (resized + center-cropped to ``size`` when given)."""
+        arr = self._decoded_array(index)
+        if arr is not None:
+            return _to_rgb_array(arr, size)
+        try:
+            return decode_image(self.encoded(index), size)
+        except ValueError as exc:
+            raise DatasetError(f"{self.describe_row(index)}: {exc}") from None
+
+    def images(self, indices: Sequence[int] | np.ndarray, size: int | None = None, *,
+               skip_corrupt: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Decode ``indices`` into one uint8 NHWC array (all images must share a size, or pass
+        ``size``). Returns ``(images, kept_indices)``; ``kept_indices`` differs from ``indices`` only
+        with ``skip_corrupt=True``, in which case the skipped rows are counted in
+        ``self.skipped_rows``. Decoded arrays are cached per process (``AUTOAUG_DECODE_CACHE_MB``),
+        so trials reusing one worker decode their split once."""
+        idx = np.asarray(indices, dtype=np.int64)
+        key = (self.cache_key(), hashlib.sha1(idx.tobytes()).hexdigest(), size, skip_corrupt)
+        with _DECODE_CACHE_LOCK:
+            hit = _DECODE_CACHE.get(key)
+            if hit is not None:
+                _DECODE_CACHE.move_to_end(key)
+        if hit is not None:
+            return hit
+        out: list[np.ndarray] = []
+        kept_list: list[int] = []
+        skipped: list[str] = []
+        for i in idx.tolist():
+            try:
+                out.append(self.image(i, size))
+                kept_list.append(i)
+            except DatasetError as exc:
+                if not skip_corrupt:
+                    raise
+                skipped.append(str(exc))
+        if not out:
+            raise DatasetError(f"{self.source}: no decodable images among {len(idx)} requested rows")
+        shapes = {a.shape for a in out}
+        if len(shapes) > 1:
+            raise DatasetError(
+                f"{self.source}: images have different sizes {sorted(shapes)[:4]}...; "
+                "pass an image size (e.g. --image-size 32) so they are resized to one size")
+        batch = np.stack(out)
+        kept = np.asarray(kept_list, dtype=np.int64)
+        self.skipped_rows = getattr(self, "skipped_rows", []) + skipped
+        with _DECODE_CACHE_LOCK:
+            _DECODE_CACHE[key] = (batch, kept)
+            while sum(b.nbytes for b, _ in _DECODE_CACHE.values()) > _DECODE_CACHE_MAX_BYTES and len(_DECODE_CACHE) > 1:
+                _DECODE_CACHE.popitem(last=False)
+        return batch, kept
+
+    def validate_encoded(self, indices: Sequence[int] | np.ndarray, *, skip_corrupt: bool = False) -> np.ndarray:
+        """Structural check (:func:`check_encoded`) of the rows DALI will decode. Raises
+        :class:`DatasetError` for the first bad row, or (``skip_corrupt``) returns the good ones."""
+        good = []
+        for i in np.asarray(indices, dtype=np.int64).tolist():
+            problem = check_encoded(self.encoded(i))
+            if problem is None:
+                good.append(i)
+            elif skip_corrupt:
+                self.skipped_rows = getattr(self, "skipped_rows", []) + [f"{self.describe_row(i)}: {problem}"]
+            else:
+                raise DatasetError(f"{self.describe_row(i)}: {problem}")
+        return np.asarray(good, dtype=np.int64)
+
+    def cache_key(self) -> tuple:
+        return (type(self).__name__, self.source, len(self))
+
+    def fingerprint(self) -> str:
+        """sha256 identifying the dataset's content (labels and image bytes), stable across
+        machines; cached on the object."""
+        cached = getattr(self, "_fingerprint", None)
+        if cached is None:
+            h = hashlib.sha256()
+            h.update(",".join(self.classes).encode())
+            h.update(self.labels.astype("<i8").tobytes())
+            self._update_content_hash(h)
+            cached = self._fingerprint = h.hexdigest()
+        return cached
+
+    def _update_content_hash(self, h) -> None:
+        for i in range(len(self)):
+            data = self.encoded(i)
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
+
+    def _check_labels(self) -> None:
+        if len(self) == 0:
+            raise DatasetError(f"{self.source}: the dataset is empty (0 images)")
+        bad = np.flatnonzero((self.labels < 0) | (self.labels >= len(self.classes)))
+        if bad.size:
+            i = int(bad[0])
+            raise DatasetError(
+                f"{self.describe_row(i)}: label {int(self.labels[i])} is outside the class range "
+                f"0..{len(self.classes) - 1} ({len(self.classes)} classes); {bad.size} row(s) affected")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.source!r}, {len(self)} images, {len(self.classes)} classes)"
+
+
+class ParquetDataset(ImageDataset):
+    """Encoded images + labels in Parquet (one file, or every ``*.parquet`` of a folder)."""
+
+    def __init__(self, source: str, *, image_column: str = "image", label_column: str = "label",
+                 classes: Sequence[str] | None = None, split: str = "train"):
+        import pyarrow as pa
+        import pyarrow.dataset as pads
+        import pyarrow.fs as pafs
+
+        try:
+            fs, path = pafs.FileSystem.from_uri(source)
+        except (pa.ArrowInvalid, ValueError):
+            fs, path = pafs.LocalFileSystem(), os.path.abspath(source)
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise DatasetError(f"dataset not found: {source} (expected a Parquet file, a folder of Parquet files, "
+                               "an ImageFolder tree or cifar10:ROOT)")
+        if info.type == pafs.FileType.Directory:
+            split_file = f"{path.rstrip('/')}/{split}.parquet"
+            if fs.get_file_info(split_file).type == pafs.FileType.File:
+                path = split_file
+                source = source.rstrip("/") + f"/{split}.parquet"
+        self.source = source
+        try:
+            dataset = pads.dataset(path, filesystem=fs, format="parquet")
+            schema = dataset.schema
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DatasetError(f"{source}: not readable as Parquet: {exc}") from None
+        missing = [c for c in (image_column, label_column) if c not in schema.names]
+        if missing:
+            raise DatasetError(f"{source}: missing column(s) {missing}; the file has columns {schema.names} "
+                               f"(choose them with image_column=/label_column=, CLI --image-column/--label-column)")
+        if not (pa.types.is_binary(schema.field(image_column).type) or pa.types.is_large_binary(schema.field(image_column).type)):
+            raise DatasetError(f"{source}: column {image_column!r} has type {schema.field(image_column).type}, "
+                               "expected binary (encoded JPEG/PNG bytes)")
+        if not pa.types.is_integer(schema.field(label_column).type):
+            raise DatasetError(f"{source}: column {label_column!r} has type {schema.field(label_column).type}, "
+                               "expected an integer class index")
+        extra = ["source_path"] if "source_path" in schema.names else []
+        table = dataset.to_table(columns=[image_column, label_column, *extra])
+        self._images = table.column(image_column).combine_chunks()
+        # Zero-copy views of the binary column: offsets (absolute positions into the data buffer).
+        _, offsets_buf, data_buf = self._images.buffers()
+        offset_type = np.int64 if pa.types.is_large_binary(self._images.type) else np.int32
+        self._offsets = np.frombuffer(offsets_buf, dtype=offset_type)[
+            self._images.offset: self._images.offset + len(self._images) + 1]
+        self._data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+        labels = table.column(label_column)
+        if labels.null_count:
+            first = int(np.flatnonzero(labels.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DatasetError(f"{source} row {first}: label is null")
+        self.labels = labels.to_numpy().astype(np.int64)
+        self._paths = table.column("source_path").to_pylist() if extra else None
+        if classes is None:
+            meta = schema.metadata or {}
+            if b"classes" in meta:
+                classes = meta[b"classes"].decode().split(",")
+            else:
+                n = int(self.labels.max()) + 1 if len(self.labels) else 0
+                classes = [str(i) for i in range(n)]
+        self.classes = tuple(classes)
+        self._check_labels()
+
+    def describe_row(self, index: int) -> str:
+        where = f" ({self._paths[index]})" if self._paths else ""
+        return f"{self.source} row {index}{where}"
+
+    def encoded(self, index: int) -> bytes:
+        value = self._images[index].as_py()
+        if value is None:
+            raise DatasetError(f"{self.describe_row(index)}: image is null")
+        return value
+
+    def encoded_numpy(self, index: int) -> np.ndarray:
+        """Zero-copy uint8 view of one row's bytes (what DALI's decoder is fed)."""
+        if self._images.null_count and not self._images[index].is_valid:
+            raise DatasetError(f"{self.describe_row(index)}: image is null")
+        start, end = int(self._offsets[index]), int(self._offsets[index + 1])
+        return self._data[start:end]
+
+    def _update_content_hash(self, h) -> None:
+        h.update((self._offsets - self._offsets[0]).astype("<i8").tobytes())
+        h.update(self._data[int(self._offsets[0]): int(self._offsets[-1])].tobytes())
+
+
+class ImageFolderDataset(ImageDataset):
+    """``root/<class_name>/<image files>``, classes in sorted folder order."""
+
+    def __init__(self, root: str | os.PathLike):
+        root = Path(root)
+        if not root.is_dir():
+            raise DatasetError(f"dataset not found: {root} is not a directory")
+        self.source = str(root)
+        class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if not class_dirs:
+            raise DatasetError(f"{root}: no class folders (expected ImageFolder layout root/<class_name>/<image>)")
+        files: list[Path] = []
+        labels: list[int] = []
+        for label, d in enumerate(class_dirs):
+            for f in sorted(d.rglob("*")):
+                if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS:
+                    files.append(f)
+                    labels.append(label)
+        self.classes = tuple(d.name for d in class_dirs)
+        self._files = files
+        self.labels = np.asarray(labels, dtype=np.int64)
+        if not files:
+            raise DatasetError(f"{root}: the dataset is empty (no files ending in {', '.join(IMAGE_EXTENSIONS)} "
+                               f"under {len(class_dirs)} class folders)")
+        self._check_labels()
+
+    def describe_row(self, index: int) -> str:
+        return str(self._files[index])
+
+    def encoded(self, index: int) -> bytes:
+        return self._files[index].read_bytes()
+
+    def _update_content_hash(self, h) -> None:
+        # Relative paths and sizes: cheap for large trees (content is not re-read).
+        root = Path(self.source)
+        for f in self._files:
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.stat().st_size.to_bytes(8, "little"))
+
+
+class TorchvisionCIFAR10(ImageDataset):
+    """CIFAR-10 in torchvision's format (``cifar-10-batches-py`` under ``root``)."""
+
+    def __init__(self, root: str | os.PathLike, *, split: str = "train", download: bool = True):
+        from torchvision.datasets import CIFAR10
+
+        root = Path(root).expanduser()
+        self.source = f"cifar10:{root}"
+        try:
+            ds = CIFAR10(str(root), train=(split == "train"), download=False)
+        except RuntimeError:
+            if not download:
+                raise DatasetError(f"CIFAR-10 not found or corrupted under {root} (expected torchvision's "
+                                   f"{root}/cifar-10-batches-py)") from None
+            try:
+                ds = CIFAR10(str(root), train=(split == "train"), download=True)
+            except Exception as exc:  # URLError, socket errors, HTTP errors...
+                raise DatasetError(
+                    f"CIFAR-10 is not under {root} and downloading it failed ({type(exc).__name__}: {exc}). "
+                    "Offline? Point --data at local data instead: a Parquet file/folder with image bytes "
+                    "and labels (e.g. AUTOAUG_CIFAR10=/path/cifar10-jpeg), an ImageFolder tree, or a folder "
+                    "holding cifar-10-batches-py") from None
+        self._data = ds.data  # N x 32 x 32 x 3 uint8
+        self.labels = np.asarray(ds.targets, dtype=np.int64)
+        self.classes = tuple(ds.classes)
+        self._check_labels()
+
+    def _decoded_array(self, index: int) -> np.ndarray:
+        return self._data[index]
+
+    def encoded(self, index: int) -> bytes:
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.fromarray(self._data[index]).save(buf, format="PNG")
+        return buf.getvalue()
+
+    def _update_content_hash(self, h) -> None:
+        h.update(np.ascontiguousarray(self._data).tobytes())
+
+
+def open_dataset(source: str | os.PathLike, split: str = "train", *, image_column: str = "image",
+                 label_column: str = "label", classes: Sequence[str] | None = None,
+                 download: bool = True) -> ImageDataset:
+    """Open a dataset from a path or URI.
+
+    - ``cifar10:ROOT`` (or ``cifar10`` for ``~/.cache/autoaug/cifar10``), or a folder containing
+      ``cifar-10-batches-py``: torchvision's CIFAR-10;
+    - a ``.parquet`` file, a folder of Parquet files, a folder with ``<split>.parquet``, or a URI
+      pyarrow reaches (``s3://bucket/data/``): :class:`ParquetDataset`;
+    - any other folder: an ImageFolder tree.
+    """
+    text = os.fspath(source)
+    if text == "cifar10" or text.startswith("cifar10:"):
+        root = text.partition(":")[2] or os.path.join(Path.home(), ".cache", "autoaug", "cifar10")
+        return TorchvisionCIFAR10(root, split=split, download=download)
+    if "://" in text and not text.startswith("file://"):
+        return ParquetDataset(text, image_column=image_column, label_column=label_column, classes=classes, split=split)
+    path = Path(text.removeprefix("file://")).expanduser()
+    if not path.exists():
+        raise DatasetError(f"dataset not found: {text} (expected a Parquet file, a folder of Parquet files, an "
+                           "ImageFolder tree, or cifar10:ROOT)")
+    if path.is_file():
+        if path.suffix != ".parquet":
+            raise DatasetError(f"{path}: unsupported file type {path.suffix!r}; expected a .parquet file or a folder")
+        return ParquetDataset(str(path), image_column=image_column, label_column=label_column, classes=classes, split=split)
+    if (path / "cifar-10-batches-py").is_dir():
+        return TorchvisionCIFAR10(path, split=split, download=False)
+    if (path / f"{split}.parquet").is_file() or any(path.glob("*.parquet")):
+        return ParquetDataset(str(path), image_column=image_column, label_column=label_column, classes=classes, split=split)
+    return ImageFolderDataset(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reduced splits
+# ----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Disjoint, stratified, seeded train/validation indices into one dataset."""
+
+    train: np.ndarray
+    val: np.ndarray
+    seed: int
+    dataset_fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 over the indices (and the dataset fingerprint when known): what a search result
+        records to say exactly what it trained and validated on."""
+        h = hashlib.sha256()
+        h.update(np.asarray(self.train, dtype="<i8").tobytes())
+        h.update(b"|")
+        h.update(np.asarray(self.val, dtype="<i8").tobytes())
+        if self.dataset_fingerprint:
+            h.update(self.dataset_fingerprint.encode())
+        return h.hexdigest()
+
+    def to_dict(self, include_indices: bool = False) -> dict:
+        d = {"seed": self.seed, "train_size": int(len(self.train)), "val_size": int(len(self.val)),
+             "fingerprint": self.fingerprint, "dataset_fingerprint": self.dataset_fingerprint}
+        if include_indices:
+            d["train_indices"] = self.train.tolist()
+            d["val_indices"] = self.val.tolist()
+        return d
+
+
+def _stratified_counts(class_sizes: np.ndarray, total: int) -> np.ndarray:
+    """Per-class counts summing to ``total``, proportional to class sizes (largest remainder)."""
+    exact = class_sizes / class_sizes.sum() * total
+    counts = np.floor(exact).astype(np.int64)
+    short = total - counts.sum()
+    order = np.lexsort((np.arange(len(exact)), -(exact - counts)))  # ties broken by class index
+    counts[order[:short]] += 1
+    return counts
+
+
+def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4000,
+                  val_size: int | None = None, seed: int = 0, *,
+                  dataset_fingerprint: str | None = None) -> Split:
+    """AutoAugment's reduced split: a stratified, seeded subset of ``train_size`` images (4,000 =
+    400 per class on CIFAR-10) and a disjoint stratified validation subset of ``val_size`` images
+    (``None``: every remaining image, as in the paper). ``train_size`` ``None``/0 takes every image
+    not used for validation. Same labels + seed -> same indices on any machine (numpy PCG64)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    n = len(labels)
+    if n == 0:
+        raise DatasetError("cannot split an empty dataset")
+    classes, inverse = np.unique(labels, return_inverse=True)
+    sizes = np.bincount(inverse)
+    for name, value in (("train_size", train_size), ("val_size", val_size)):
+        if value is not None and (not isinstance(value, (int, np.integer)) or value < 0):
+            raise DatasetError(f"{name} must be a non-negative integer or None, got {value!r}")
+    want_train = train_size or 0
+    want_val = val_size if val_size is not None else n - (want_train or 0)
+    if not train_size:
+        want_train = n - want_val
+    if want_train + want_val > n:
+        raise DatasetError(f"train_size {want_train} + val_size {want_val} exceeds the dataset's {n} images")
+    if want_train <= 0:
+        raise DatasetError(f"the split leaves no training images (dataset of {n}, val_size {want_val})")
+    rng = np.random.default_rng(seed)
+    train_counts = _stratified_counts(sizes, want_train)
+    val_counts = _stratified_counts(sizes, want_val)
+    train_parts, val_parts = [], []
+    for c in range(len(classes)):
+        members = np.flatnonzero(inverse == c)
+        if train_counts[c] + val_counts[c] > len(members):
+            raise DatasetError(
+                f"class {classes[c]} has {len(members)} images, fewer than the {train_counts[c]} train + "
+                f"{val_counts[c]} validation images a stratified split needs")
+        perm = rng.permutation(members)
+        train_parts.append(perm[: train_counts[c]])
+        val_parts.append(perm[train_counts[c]: train_counts[c] + val_counts[c]])
+    train = np.sort(np.concatenate(train_parts))
+    val = np.sort(np.concatenate(val_parts))
+    return Split(train=train, val=val, seed=seed, dataset_fingerprint=dataset_fingerprint)

@@ -1,0 +1,261 @@
+"""Datasets (Parquet, ImageFolder, torchvision CIFAR-10), reduced splits and bad-input errors."""
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from proxy_models.data import (DatasetError, ImageFolderDataset, ParquetDataset, TorchvisionCIFAR10,
+                               open_dataset, reduced_split)
+
+CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+def _png(array: np.ndarray, mode: str | None = None) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array, mode=mode).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _write_parquet(path: Path, images: list[bytes], labels: list[int], *, classes=None, image_col="image",
+                   label_col="label") -> Path:
+    table = pa.table({image_col: pa.array(images, pa.binary()), label_col: pa.array(labels, pa.int16())})
+    if classes:
+        table = table.replace_schema_metadata({"classes": ",".join(classes)})
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cifar(cifar_dir):
+    return open_dataset(cifar_dir)
+
+
+# ------------------------------------------------------------------------------------------------
+# Real CIFAR-10 Parquet
+# ------------------------------------------------------------------------------------------------
+
+def test_parquet_folder_picks_split_file_and_reads_classes(cifar_dir, cifar):
+    assert cifar.source.endswith("train.parquet")
+    assert len(cifar) == 50_000
+    assert cifar.classes == CIFAR_CLASSES
+    assert cifar.labels.dtype == np.int64
+    assert np.array_equal(np.bincount(cifar.labels), [5000] * 10)
+    test = open_dataset(cifar_dir, split="test")
+    assert len(test) == 10_000 and test.source.endswith("test.parquet")
+
+
+def test_images_are_uint8_hwc_rgb_and_match_pil(cifar, cifar_sample):
+    img = cifar.image(0)
+    assert img.dtype == np.uint8 and img.shape == (32, 32, 3)
+    batch, kept = cifar.images([0, 1, 2])
+    assert batch.shape == (3, 32, 32, 3) and list(kept) == [0, 1, 2]
+    ref = np.asarray(Image.open(io.BytesIO(cifar.encoded(2))).convert("RGB"))
+    assert np.array_equal(batch[2], ref)
+
+
+def test_reduced_split_is_stratified_disjoint_and_reproducible(cifar):
+    a = reduced_split(cifar.labels, train_size=4000, val_size=1000, seed=0)
+    b = reduced_split(cifar.labels, train_size=4000, val_size=1000, seed=0)
+    assert np.array_equal(np.bincount(cifar.labels[a.train], minlength=10), [400] * 10)
+    assert np.array_equal(np.bincount(cifar.labels[a.val], minlength=10), [100] * 10)
+    assert len(np.intersect1d(a.train, a.val)) == 0
+    assert np.array_equal(a.train, b.train) and np.array_equal(a.val, b.val)
+    assert a.fingerprint == b.fingerprint
+    # Pinned: the same seed must give the same indices on every machine (numpy PCG64 streams are
+    # platform independent). If this changes, every recorded search result loses its meaning.
+    assert a.fingerprint == "399f7275bdd86ec6fe021ae12e33dbe8e7222509fff6a90e6e67bb8cfefbb53d"
+    c = reduced_split(cifar.labels, train_size=4000, val_size=1000, seed=1)
+    assert not np.array_equal(a.train, c.train) and c.fingerprint != a.fingerprint
+
+
+def test_reduced_split_default_validation_is_the_rest(cifar):
+    s = reduced_split(cifar.labels, train_size=4000, seed=0)
+    assert len(s.train) == 4000 and len(s.val) == 46_000
+    assert len(np.union1d(s.train, s.val)) == 50_000
+
+
+def test_split_records_dataset_fingerprint(cifar):
+    s = reduced_split(cifar.labels, 4000, 1000, seed=0, dataset_fingerprint=cifar.fingerprint())
+    d = s.to_dict(include_indices=True)
+    assert d["dataset_fingerprint"] == cifar.fingerprint() and len(d["train_indices"]) == 4000
+    assert s.fingerprint != reduced_split(cifar.labels, 4000, 1000, seed=0).fingerprint
+
+
+def test_reduced_split_unbalanced_classes_are_proportional():
+    labels = np.array([0] * 600 + [1] * 300 + [2] * 100)
+    s = reduced_split(labels, train_size=100, val_size=50, seed=3)
+    assert list(np.bincount(labels[s.train])) == [60, 30, 10]
+    assert list(np.bincount(labels[s.val])) == [30, 15, 5]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"train_size": 900, "val_size": 200}, "exceeds the dataset's 1000 images"),
+    ({"train_size": -5}, "train_size must be a non-negative integer"),
+])
+def test_reduced_split_rejects_impossible_sizes(kwargs, match):
+    with pytest.raises(DatasetError, match=match):
+        reduced_split(np.arange(1000) % 10, **kwargs)
+
+
+def test_reduced_split_rejects_class_too_small():
+    # Largest-remainder rounding gives the only image of class 0 to both subsets.
+    with pytest.raises(DatasetError, match="class 0 has 1 images, fewer than the 1 train"):
+        reduced_split(np.array([0, 1]), train_size=1, val_size=1, seed=0)
+
+
+def test_file_uri_goes_through_pyarrow(cifar_test):
+    ds = open_dataset(f"file://{cifar_test}")
+    assert isinstance(ds, ParquetDataset) and len(ds) == 10_000
+
+
+def test_fingerprint_is_stable_and_content_sensitive(tmp_path, cifar):
+    rows = [cifar.encoded(i) for i in range(20)]
+    labels = cifar.labels[:20].tolist()
+    a = ParquetDataset(str(_write_parquet(tmp_path / "a.parquet", rows, labels)))
+    b = ParquetDataset(str(_write_parquet(tmp_path / "b.parquet", rows, labels)))
+    c = ParquetDataset(str(_write_parquet(tmp_path / "c.parquet", rows[:-1] + [rows[0]], labels)))
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+# ------------------------------------------------------------------------------------------------
+# ImageFolder and torchvision CIFAR-10
+# ------------------------------------------------------------------------------------------------
+
+def test_imagefolder_tree_loads_with_same_labels(tmp_path, cifar):
+    idx = np.concatenate([np.flatnonzero(cifar.labels == c)[:3] for c in range(10)])
+    root = tmp_path / "tree"
+    for i in idx:
+        d = root / cifar.classes[cifar.labels[i]]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{i:05d}.jpg").write_bytes(cifar.encoded(int(i)))
+    (root / "cat" / "notes.txt").write_text("not an image")
+    ds = open_dataset(root)
+    assert isinstance(ds, ImageFolderDataset)
+    assert ds.classes == cifar.classes
+    assert np.array_equal(ds.labels, cifar.labels[idx])
+    images, _ = ds.images(range(len(ds)))
+    ref, _ = cifar.images(idx)
+    assert np.array_equal(images, ref)
+
+
+def test_grayscale_rgba_and_mixed_sizes_become_rgb_of_one_size(tmp_path):
+    rng = np.random.default_rng(0)
+    gray = _png(rng.integers(0, 255, (40, 30), dtype=np.uint8))
+    rgba = _png(rng.integers(0, 255, (32, 32, 4), dtype=np.uint8))
+    rgb = _png(rng.integers(0, 255, (64, 48, 3), dtype=np.uint8))
+    ds = ParquetDataset(str(_write_parquet(tmp_path / "m.parquet", [gray, rgba, rgb], [0, 1, 1])))
+    assert ds.classes == ("0", "1")
+    assert ds.image(0).shape == (40, 30, 3) and ds.image(1).shape == (32, 32, 3)
+    gray_rgb = ds.image(0)
+    assert np.array_equal(gray_rgb[..., 0], gray_rgb[..., 1])
+    with pytest.raises(DatasetError, match="different sizes.*image size"):
+        ds.images([0, 1, 2])
+    batch, _ = ds.images([0, 1, 2], size=32)
+    assert batch.shape == (3, 32, 32, 3) and batch.dtype == np.uint8
+
+
+def _fake_cifar_batches(root: Path, n_train: int = 20, n_test: int = 10) -> np.ndarray:
+    """torchvision's on-disk CIFAR-10 format (pickled dicts of flat CHW rows)."""
+    base = root / "cifar-10-batches-py"
+    base.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 255, (n_train, 3 * 32 * 32), dtype=np.uint8)
+    labels = (np.arange(n_train) % 10).tolist()
+    for k in range(1, 6):
+        part = slice((k - 1) * n_train // 5, k * n_train // 5)
+        with open(base / f"data_batch_{k}", "wb") as f:
+            pickle.dump({"data": data[part], "labels": labels[part]}, f)
+    with open(base / "test_batch", "wb") as f:
+        pickle.dump({"data": data[:n_test], "labels": labels[:n_test]}, f)
+    with open(base / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": list(CIFAR_CLASSES)}, f)
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+
+
+def test_torchvision_cifar10_layout(tmp_path, monkeypatch):
+    import torchvision.datasets.cifar as tv_cifar
+
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda *a, **k: True)  # our files have other md5s
+    pixels = _fake_cifar_batches(tmp_path)
+    ds = open_dataset(tmp_path)
+    assert isinstance(ds, TorchvisionCIFAR10)
+    assert ds.classes == CIFAR_CLASSES and len(ds) == 20
+    assert np.array_equal(ds.image(3), pixels[3])
+    assert open_dataset(f"cifar10:{tmp_path}", split="test").labels.shape == (10,)
+    # PNG round trip is lossless, so the DALI decode path sees the same pixels.
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(ds.encoded(3)))), pixels[3])
+
+
+def test_torchvision_cifar10_offline_says_how_to_point_at_local_data(tmp_path, monkeypatch):
+    from urllib.error import URLError
+
+    from torchvision.datasets import CIFAR10
+
+    def offline(self):
+        raise URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(CIFAR10, "download", offline)
+    with pytest.raises(DatasetError, match=r"downloading it failed.*Offline\? Point --data at local data"):
+        open_dataset(f"cifar10:{tmp_path}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input
+# ------------------------------------------------------------------------------------------------
+
+def test_missing_path():
+    with pytest.raises(DatasetError, match="dataset not found: /nonexistent/data"):
+        open_dataset("/nonexistent/data")
+
+
+def test_missing_column_lists_the_columns(tmp_path, cifar):
+    path = _write_parquet(tmp_path / "cols.parquet", [cifar.encoded(0)], [0], image_col="jpeg")
+    with pytest.raises(DatasetError, match=r"missing column\(s\) \['image'\].*columns \['jpeg', 'label'\]"):
+        open_dataset(path)
+    ds = open_dataset(path, image_column="jpeg")
+    assert len(ds) == 1
+
+
+def test_label_outside_class_range_names_the_row(tmp_path, cifar):
+    rows = [cifar.encoded(i) for i in range(4)]
+    path = _write_parquet(tmp_path / "labels.parquet", rows, [0, 1, 12, 2], classes=CIFAR_CLASSES)
+    with pytest.raises(DatasetError, match=r"labels.parquet row 2: label 12 is outside the class range 0..9"):
+        open_dataset(path)
+    neg = _write_parquet(tmp_path / "neg.parquet", rows, [0, -1, 1, 2], classes=CIFAR_CLASSES)
+    with pytest.raises(DatasetError, match="row 1: label -1"):
+        open_dataset(neg)
+
+
+def test_empty_dataset(tmp_path):
+    path = _write_parquet(tmp_path / "empty.parquet", [], [])
+    with pytest.raises(DatasetError, match="the dataset is empty"):
+        open_dataset(path)
+    (tmp_path / "tree" / "cat").mkdir(parents=True)
+    with pytest.raises(DatasetError, match="the dataset is empty"):
+        open_dataset(tmp_path / "tree")
+
+
+def test_truncated_jpeg_names_the_row_and_skip_corrupt_counts(tmp_path, cifar):
+    rows = [cifar.encoded(i) for i in range(6)]
+    rows[4] = rows[4][: len(rows[4]) // 2]
+    ds = open_dataset(_write_parquet(tmp_path / "trunc.parquet", rows, [0] * 6, classes=CIFAR_CLASSES))
+    with pytest.raises(DatasetError, match=r"trunc.parquet row 4: truncated JPEG"):
+        ds.images(range(6))
+    with pytest.raises(DatasetError, match=r"row 4: truncated JPEG"):
+        ds.validate_encoded(range(6))
+    images, kept = ds.images(range(6), skip_corrupt=True)
+    assert images.shape[0] == 5 and 4 not in kept
+    assert len(ds.skipped_rows) == 1 and "row 4" in ds.skipped_rows[0]
+
+
+def test_garbage_bytes_are_reported(tmp_path):
+    ds = ParquetDataset(str(_write_parquet(tmp_path / "junk.parquet", [b"not an image at all"], [0])))
+    with pytest.raises(DatasetError, match="row 0: unrecognised image format"):
+        ds.image(0)

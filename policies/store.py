@@ -1,0 +1,1014 @@
+"""Versioned, immutable policy artifacts on any filesystem pyarrow reaches.
+
+A :class:`PolicyStore` keeps every saved :class:`~policies.policy.Policy` as one Parquet file per
+version::
+
+    <root>/<name>/v000001.parquet
+    <root>/<name>/v000002.parquet
+    <root>/<name>/_evaluations/v000002/<attached-at>-<token>.json   (results attached later)
+    <root>/<name>/.claims/...                                       (version claims, transient)
+
+Files and folders whose name starts with ``.`` or ``_`` are skipped by ``pyarrow.dataset``'s
+discovery, so ``pyarrow.dataset.dataset(root, format="parquet")`` reads the whole store as one
+table (one row per version) and never sees temporary files, claims or evaluations.
+
+All I/O goes through :mod:`pyarrow.fs`: a local folder (the default, ``$AUTOAUG_STORE`` or
+``~/.autoaug/policies``), ``file://``, ``s3://``, ``gs://``, ``hdfs://`` URIs, or any
+``pyarrow.fs.FileSystem`` instance (for example a ``SubTreeFileSystem``) or ``(filesystem, path)``
+pair. Loading reads Parquet columns and JSON only: nothing is unpickled or evaluated.
+
+Guarantees
+----------
+* **Immutable versions.** A version file is written once under a temporary name in the same
+  folder and then moved to its final name; readers see either no file or the complete file. Its
+  policy content hash is stored next to it and re-checked on every load, so a tampered or truncated
+  artifact is rejected with :class:`CorruptArtifactError` naming the file.
+* **Race-free version numbers.** Before writing, a saver *claims* its version number:
+
+  - Local filesystems (``LocalFileSystem``, or a ``SubTreeFileSystem`` over one): the claim is an
+    atomic ``rename(2)`` of a private, non-empty folder onto ``.claims/vNNNNNN``, which POSIX
+    refuses (``ENOTEMPTY``/``EEXIST``) when another saver got there first. Any number of processes
+    on one machine (or on one NFS export with atomic rename) can save under one name at the same
+    time; each gets a distinct version.
+  - Every other filesystem (S3, GCS, HDFS, in-memory...): pyarrow exposes no conditional write
+    there, so a saver *announces* ``.claims/vNNNNNN.<token>``, lists the claims, and keeps the
+    number only if its claim is the only one (otherwise it withdraws and retries after a random
+    back-off). This is safe on stores with read-after-write and list-after-write consistency
+    (S3 since December 2020, GCS, HDFS); an eventually consistent object store would need a
+    different scheme (conditional ``If-None-Match`` puts or an external lock service).
+
+  Versions increase monotonically per name. A saver killed after claiming leaves its number
+  unused, so numbers can have gaps, never duplicates.
+* **De-duplication.** Saving a policy whose content hash equals the latest version's returns that
+  version instead of writing a new one (unless ``force=True``). Two processes saving the same new
+  content at the same moment may both write it (the check is not part of the claim).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import socket
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Union
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from policies import ops as _ops
+from policies.policy import Op, Policy
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "AmbiguousReferenceError",
+    "CorruptArtifactError",
+    "Evaluation",
+    "InvalidNameError",
+    "PolicyDiff",
+    "PolicyNotFoundError",
+    "PolicyStore",
+    "PolicySummary",
+    "StoreError",
+    "StoredPolicy",
+    "SubPolicyChange",
+    "default_store_uri",
+    "diff_policies",
+    "validate_name",
+]
+
+#: Version of the on-disk layout of one version file. Bumped on incompatible changes; readers
+#: refuse files written with a newer one.
+SCHEMA_VERSION = 1
+SCHEMA_VERSION_KEY = b"autoaug.store.schema_version"
+
+OP_TYPE = pa.struct(
+    [
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("probability", pa.float64(), nullable=False),
+        pa.field("magnitude_bin", pa.int32(), nullable=False),
+    ]
+)
+
+#: Explicit Arrow schema of a version file (one row per file).
+SCHEMA = pa.schema(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("version", pa.int32(), nullable=False),
+        pa.field("content_hash", pa.string(), nullable=False),
+        pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("policy_name", pa.string(), nullable=False),
+        pa.field("num_magnitude_bins", pa.int32(), nullable=False),
+        pa.field("base", pa.string(), nullable=False),
+        pa.field("ranges", pa.string(), nullable=False),
+        pa.field(
+            "sub_policies",
+            pa.list_(pa.field("sub_policy", pa.list_(pa.field("op", OP_TYPE, nullable=False)), nullable=False)),
+            nullable=False,
+        ),
+        pa.field("provenance_json", pa.string(), nullable=False),
+        pa.field("schema_version", pa.int32(), nullable=False),
+    ],
+    metadata={
+        SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(),
+        b"autoaug.store.format": b"one row per policy version; see policies/store.py",
+    },
+)
+
+ENV_VAR = "AUTOAUG_STORE"
+DEFAULT_LOCAL_STORE = os.path.join("~", ".autoaug", "policies")
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+_NAME_RULE = (
+    "1-128 characters from letters, digits, '.', '_', '+', '-', starting with a letter or digit "
+    "(no path separators, '@', ':' or spaces)"
+)
+_VERSION_FILE_RE = re.compile(r"v(\d+)\.parquet")
+_CLAIM_RE = re.compile(r"v(\d+)(?:\.([0-9a-f]{32}))?")
+_HEX_RE = re.compile(r"[0-9a-f]{6,64}")
+_MIN_HASH_PREFIX = 6
+_CLAIMS = ".claims"
+_EVALUATIONS = "_evaluations"
+_MAX_CLAIM_ATTEMPTS = 200
+_MAX_LISTED = 20
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors
+
+
+class StoreError(Exception):
+    """Base class of the policy store's errors."""
+
+
+class PolicyNotFoundError(StoreError, LookupError):
+    """A reference names no stored policy (the message lists what exists)."""
+
+
+class AmbiguousReferenceError(StoreError, LookupError):
+    """A content-hash prefix matches more than one stored policy (the message lists them)."""
+
+
+class CorruptArtifactError(StoreError, ValueError):
+    """A stored file cannot be read, is truncated, or its content does not match its hash."""
+
+
+class InvalidNameError(StoreError, ValueError):
+    """A policy name that cannot be used in the store."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Results attached to a stored version after it was saved (e.g. test accuracy per seed)."""
+
+    attached_at: str
+    results: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredPolicy:
+    """One stored version: the policy and everything recorded with it."""
+
+    name: str
+    version: int
+    policy: Policy
+    content_hash: str
+    created_at: str  # UTC, ISO 8601 (``2026-05-09T07:35:25.123456Z``)
+    provenance: dict[str, Any]
+    evaluations: tuple[Evaluation, ...] = ()
+    location: str = field(default="", compare=False)
+
+    @property
+    def ref(self) -> str:
+        """The exact reference of this version, ``name@version``."""
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    """One row of :meth:`PolicyStore.list`."""
+
+    name: str
+    latest_version: int
+    num_versions: int
+    created_at: str  # creation time of the first stored version
+    updated_at: str  # creation time of the latest version
+    content_hash: str  # of the latest version
+
+
+# ----------------------------------------------------------------------------------------------
+# Diff
+
+
+def _fmt_op(op: Op) -> str:
+    return str(op)  # e.g. "Rotate(p=0.7 m2)"
+
+
+def _fmt_sub(sub: Sequence[Op]) -> str:
+    return "  ->  ".join(_fmt_op(op) for op in sub) if sub else "(identity)"
+
+
+@dataclass(frozen=True)
+class SubPolicyChange:
+    """A sub-policy with the same ops in the same order but other probabilities or bins."""
+
+    index_a: int
+    index_b: int
+    before: tuple[Op, ...]
+    after: tuple[Op, ...]
+
+    def __str__(self) -> str:
+        parts = []
+        for a, b in zip(self.before, self.after):
+            if a == b:
+                parts.append(_fmt_op(a))
+                continue
+            p = f"{a.probability:g}"
+            if a.probability != b.probability:
+                p = f"{p}->{b.probability:g}"
+            m = ""
+            if a.magnitude_bin != b.magnitude_bin:
+                m = f" m{a.magnitude_bin}->{b.magnitude_bin}"
+            elif _ops.REGISTRY[a.op].has_magnitude:
+                m = f" m{a.magnitude_bin}"
+            parts.append(f"{a.op}(p={p}{m})")
+        return "  ->  ".join(parts)
+
+
+@dataclass(frozen=True)
+class PolicyDiff:
+    """Differences between two policies, sub-policy by sub-policy.
+
+    Sub-policies are matched as a multiset (a policy draws one uniformly, so their order does not
+    change what it does): identical ones are ``unchanged``; the rest are paired as ``changed``
+    when they apply the same ops in the same order, else reported as ``removed`` (only in *a*) or
+    ``added`` (only in *b*). Indices refer to the position in the respective policy.
+    """
+
+    label_a: str
+    label_b: str
+    fields: tuple[tuple[str, Any, Any], ...]
+    added: tuple[tuple[int, tuple[Op, ...]], ...]
+    removed: tuple[tuple[int, tuple[Op, ...]], ...]
+    changed: tuple[SubPolicyChange, ...]
+    unchanged: int
+    reordered: bool
+
+    @property
+    def same_content(self) -> bool:
+        """True when both policies apply the same sub-policies with the same settings (names may differ)."""
+        return (
+            not self.added
+            and not self.removed
+            and not self.changed
+            and all(name == "name" for name, _, _ in self.fields)
+        )
+
+    def __str__(self) -> str:
+        lines = [f"--- {self.label_a}", f"+++ {self.label_b}"]
+        for name, a, b in self.fields:
+            lines.append(f"  {name}: {a} -> {b}")
+        for change in self.changed:
+            lines.append(f"~ [{change.index_a}]->[{change.index_b}] {change}")
+        for index, sub in self.removed:
+            lines.append(f"- [{index}] {_fmt_sub(sub)}")
+        for index, sub in self.added:
+            lines.append(f"+ [{index}] {_fmt_sub(sub)}")
+        summary = (
+            f"{len(self.added)} added, {len(self.removed)} removed, {len(self.changed)} changed, "
+            f"{self.unchanged} unchanged sub-policies"
+        )
+        if self.same_content:
+            summary += " (same content" + (", different order)" if self.reordered else ")")
+        lines.append(summary)
+        return "\n".join(lines)
+
+
+def diff_policies(a: Policy, b: Policy, label_a: str | None = None, label_b: str | None = None) -> PolicyDiff:
+    """Compare two policies (see :class:`PolicyDiff` for how sub-policies are matched)."""
+    for what, p in (("a", a), ("b", b)):
+        if not isinstance(p, Policy):
+            raise TypeError(f"diff_policies: {what} must be a policies.Policy, got {type(p).__name__}")
+    fields = tuple(
+        (name, getattr(a, name), getattr(b, name))
+        for name in ("name", "num_magnitude_bins", "base", "ranges")
+        if getattr(a, name) != getattr(b, name)
+    )
+    subs_a = [tuple(s) for s in a.sub_policies]
+    subs_b = [tuple(s) for s in b.sub_policies]
+
+    exact: dict[tuple[Op, ...], list[int]] = {}
+    for i, sub in enumerate(subs_a):
+        exact.setdefault(sub, []).append(i)
+    unchanged = 0
+    rest_b: list[int] = []
+    for j, sub in enumerate(subs_b):
+        if exact.get(sub):
+            exact[sub].pop(0)
+            unchanged += 1
+        else:
+            rest_b.append(j)
+    rest_a = sorted(i for indices in exact.values() for i in indices)
+
+    by_ops: dict[tuple[str, ...], list[int]] = {}
+    for i in rest_a:
+        by_ops.setdefault(tuple(op.op for op in subs_a[i]), []).append(i)
+    changed: list[SubPolicyChange] = []
+    added: list[tuple[int, tuple[Op, ...]]] = []
+    for j in rest_b:
+        candidates = by_ops.get(tuple(op.op for op in subs_b[j]))
+        if candidates:
+            i = candidates.pop(0)
+            changed.append(SubPolicyChange(i, j, subs_a[i], subs_b[j]))
+        else:
+            added.append((j, subs_b[j]))
+    removed = sorted((i, subs_a[i]) for indices in by_ops.values() for i in indices)
+    changed.sort(key=lambda c: c.index_a)
+    reordered = not added and not removed and not changed and subs_a != subs_b
+    return PolicyDiff(
+        label_a=label_a if label_a is not None else a.name,
+        label_b=label_b if label_b is not None else b.name,
+        fields=fields,
+        added=tuple(added),
+        removed=tuple(removed),
+        changed=tuple(changed),
+        unchanged=unchanged,
+        reordered=reordered,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+
+
+def validate_name(name: Any) -> str:
+    """Return ``name`` if it can name a stored policy, else raise :class:`InvalidNameError`."""
+    if not isinstance(name, str):
+        raise InvalidNameError(f"policy name must be a string, got {type(name).__name__} {name!r}")
+    if not _NAME_RE.fullmatch(name):
+        raise InvalidNameError(f"invalid policy name {name!r}: expected {_NAME_RULE}")
+    return name
+
+
+def default_store_uri() -> str:
+    """``$AUTOAUG_STORE`` if set and non-empty, else ``~/.autoaug/policies``."""
+    return os.environ.get(ENV_VAR) or DEFAULT_LOCAL_STORE
+
+
+def _iso(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _json_value(obj: Any, where: str) -> Any:
+    """``obj`` as plain JSON values (numpy scalars and arrays converted exactly), else raise."""
+    if obj is None or isinstance(obj, (str, bool)):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise ValueError(
+                f"{where} is {obj!r}: stored JSON must be standard JSON, which has no NaN or "
+                "infinity; store None (null) or a string instead"
+            )
+        return float(obj)
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; JSON object keys must be strings")
+            out[key] = _json_value(value, f"{where}[{key!r}]")
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    # numpy scalars and arrays, without importing numpy
+    if hasattr(obj, "dtype") and hasattr(obj, "tolist"):
+        return _json_value(obj.tolist(), where)
+    raise TypeError(
+        f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}, which is not JSON-serializable; "
+        "expected dict, list, str, int, float, bool or None"
+    )
+
+
+def _dumps(obj: Any, where: str) -> str:
+    if obj is None:
+        obj = {}
+    if not isinstance(obj, Mapping):
+        raise TypeError(f"{where} must be a dict (a JSON object), got {type(obj).__name__}")
+    return json.dumps(_json_value(obj, where), sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def _listing(names: Iterable[str]) -> str:
+    names = list(names)
+    if not names:
+        return "(none)"
+    shown = ", ".join(names[:_MAX_LISTED])
+    if len(names) > _MAX_LISTED:
+        shown += f", ... ({len(names) - _MAX_LISTED} more)"
+    return shown
+
+
+def _is_local(fs: pafs.FileSystem) -> bool:
+    if isinstance(fs, pafs.SubTreeFileSystem):
+        return _is_local(fs.base_fs)
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+StoreLocation = Union[str, "os.PathLike[str]", pafs.FileSystem, "tuple[pafs.FileSystem, str]", None]
+
+
+# ----------------------------------------------------------------------------------------------
+# The store
+
+
+class PolicyStore:
+    """Versioned policy artifacts under one root folder of a pyarrow filesystem.
+
+    Args:
+        uri: where the store lives. ``None`` uses ``$AUTOAUG_STORE`` or ``~/.autoaug/policies``.
+            A local path, or a URI pyarrow understands (``file:///...``, ``s3://bucket/prefix``,
+            ``gs://...``, ``hdfs://...``); a ``pyarrow.fs.FileSystem`` (its root is the store,
+            e.g. a ``SubTreeFileSystem``); or a ``(filesystem, path)`` pair.
+        claim: how version numbers are claimed: ``"auto"`` (``"rename"`` on local filesystems,
+            ``"announce"`` elsewhere), ``"rename"`` (atomic folder rename, local POSIX only) or
+            ``"announce"`` (announce-then-list, for consistent object stores). See the module
+            documentation for the guarantees.
+
+    Example::
+
+        store = PolicyStore("s3://my-bucket/autoaug/policies")
+        version = store.save(policy, "cifar10-wrn", metadata={"search": {...}})
+        policy = store.load("cifar10-wrn@latest")
+    """
+
+    def __init__(self, uri: StoreLocation = None, *, claim: str = "auto") -> None:
+        self._scheme: str | None = None
+        if uri is None:
+            uri = default_store_uri()
+        if isinstance(uri, tuple):
+            if len(uri) != 2 or not isinstance(uri[0], pafs.FileSystem) or not isinstance(uri[1], str):
+                raise TypeError("PolicyStore: a tuple location must be (pyarrow.fs.FileSystem, path: str)")
+            fs, root = uri
+            root = root.rstrip("/") or ("/" if root.startswith("/") else "")
+            self._uri = f"{fs.type_name}:{root}"
+        elif isinstance(uri, pafs.FileSystem):
+            fs, root = uri, ""
+            self._uri = f"{fs.type_name}:/"
+        elif isinstance(uri, (str, os.PathLike)):
+            text = os.fspath(uri)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"PolicyStore: empty store location {uri!r}")
+            match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", text)
+            if match:
+                try:
+                    fs, root = pafs.FileSystem.from_uri(text)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
+                    raise ValueError(f"PolicyStore: cannot open store {text!r}: {exc}") from exc
+                self._scheme = match.group(1).lower()
+                root = root.rstrip("/") or ("/" if root.startswith("/") else "")
+                self._uri = text
+            else:
+                root = os.path.abspath(os.path.expanduser(text))
+                fs = pafs.LocalFileSystem()
+                self._uri = root
+        else:
+            raise TypeError(
+                "PolicyStore: uri must be a path or URI string, a pyarrow.fs.FileSystem or a "
+                f"(filesystem, path) pair, got {type(uri).__name__}"
+            )
+        if claim == "auto":
+            claim = "rename" if _is_local(fs) else "announce"
+        if claim not in ("rename", "announce"):
+            raise ValueError(f"PolicyStore: claim must be 'auto', 'rename' or 'announce', got {claim!r}")
+        if claim == "rename" and not _is_local(fs):
+            raise ValueError(
+                f"PolicyStore: claim='rename' relies on POSIX rename semantics and needs a local "
+                f"filesystem, got {fs.type_name}"
+            )
+        self._fs = fs
+        self._root = root
+        self._claim = claim
+        self._hash_cache: dict[str, str] = {}
+
+    # -- basic properties -----------------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        """The store location as given (local paths made absolute)."""
+        return self._uri
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        return self._fs
+
+    @property
+    def root(self) -> str:
+        """The store's root folder on :attr:`filesystem`."""
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"PolicyStore({self._uri!r})"
+
+    def _path(self, *parts: str) -> str:
+        rel = "/".join(parts)
+        if not self._root:
+            return rel
+        if self._root.endswith("/"):
+            return self._root + rel
+        return f"{self._root}/{rel}"
+
+    def _location(self, path: str) -> str:
+        """A path as the user can find it (for messages)."""
+        if self._scheme and self._scheme != "file":
+            return f"{self._scheme}://{path}"
+        if isinstance(self._fs, pafs.SubTreeFileSystem):
+            return self._fs.base_path.rstrip("/") + "/" + path.lstrip("/")
+        return path
+
+    def _version_path(self, name: str, version: int) -> str:
+        return self._path(name, f"v{version:06d}.parquet")
+
+    def _ls(self, path: str) -> list[pafs.FileInfo]:
+        return self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=False))
+
+    # -- listing --------------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """Names with at least one complete version, sorted."""
+        out = []
+        for info in self._ls(self._root):
+            if info.type == pafs.FileType.Directory and _NAME_RE.fullmatch(info.base_name):
+                if self.versions(info.base_name):
+                    out.append(info.base_name)
+        return sorted(out)
+
+    def versions(self, name: str) -> list[int]:
+        """Complete versions stored under ``name`` (ascending; empty if the name is unknown)."""
+        validate_name(name)
+        found = []
+        for info in self._ls(self._path(name)):
+            match = _VERSION_FILE_RE.fullmatch(info.base_name)
+            if match and info.type == pafs.FileType.File:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def _claimed(self, name: str) -> list[int]:
+        found = []
+        for info in self._ls(self._path(name, _CLAIMS)):
+            match = _CLAIM_RE.fullmatch(info.base_name)
+            if match:
+                found.append(int(match.group(1)))
+        return found
+
+    def list(self) -> list[PolicySummary]:
+        """One summary per stored name: latest version, number of versions, creation times."""
+        out = []
+        for name in self.names():
+            versions = self.versions(name)
+            first = self._read(name, versions[0], evaluations=False)
+            last = first if len(versions) == 1 else self._read(name, versions[-1], evaluations=False)
+            out.append(
+                PolicySummary(
+                    name=name,
+                    latest_version=versions[-1],
+                    num_versions=len(versions),
+                    created_at=first.created_at,
+                    updated_at=last.created_at,
+                    content_hash=last.content_hash,
+                )
+            )
+        return out
+
+    def history(self, name: str) -> list[StoredPolicy]:
+        """Every version of ``name``, oldest first, with provenance and evaluations."""
+        validate_name(name)
+        versions = self.versions(name)
+        if not versions:
+            raise PolicyNotFoundError(
+                f"no policy named {name!r} in store {self._uri}; stored names: {_listing(self.names())}"
+            )
+        return [self._read(name, v, evaluations=True) for v in versions]
+
+    def to_table(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """The whole store as one Arrow table (one row per version), read with ``pyarrow.dataset``."""
+        import pyarrow.dataset as ds
+
+        if not self.names():
+            return SCHEMA.empty_table() if columns is None else SCHEMA.empty_table().select(list(columns))
+        dataset = ds.dataset(self._root, filesystem=self._fs, format="parquet", schema=SCHEMA)
+        return dataset.to_table(columns=list(columns) if columns is not None else None)
+
+    # -- references -----------------------------------------------------------------------------
+
+    def resolve(self, ref: str) -> tuple[str, int]:
+        """``(name, version)`` for a reference: ``name``, ``name@latest``, ``name@3`` or a hash prefix.
+
+        A bare reference that is a stored name means its latest version; otherwise a string of
+        at least 6 hex digits is looked up as a content-hash prefix (if several versions hold the
+        same content, the newest one is used). Raises :class:`PolicyNotFoundError` listing what
+        exists, or :class:`AmbiguousReferenceError` listing the matches.
+        """
+        if not isinstance(ref, str) or not ref.strip():
+            raise PolicyNotFoundError(
+                f"empty policy reference {ref!r}: expected NAME, NAME@latest, NAME@VERSION or a content-hash prefix"
+            )
+        ref = ref.strip()
+        if "@" in ref:
+            name, _, tag = ref.partition("@")
+            validate_name(name)
+            versions = self.versions(name)
+            if not versions:
+                raise PolicyNotFoundError(
+                    f"no policy named {name!r} in store {self._uri}; stored names: {_listing(self.names())}"
+                )
+            if tag == "latest":
+                return name, versions[-1]
+            if not tag.isdigit() or int(tag) < 1:
+                raise PolicyNotFoundError(
+                    f"invalid version {tag!r} in reference {ref!r}: expected 'latest' or a positive integer"
+                )
+            version = int(tag)
+            if version not in versions:
+                raise PolicyNotFoundError(
+                    f"policy {name!r} has no version {version} in store {self._uri}; stored versions: "
+                    f"{_listing(str(v) for v in versions)}"
+                )
+            return name, version
+        if _NAME_RE.fullmatch(ref):
+            versions = self.versions(ref)
+            if versions:
+                return ref, versions[-1]
+        if _HEX_RE.fullmatch(ref.lower()):
+            return self._resolve_hash(ref.lower())
+        if len(ref) < _MIN_HASH_PREFIX and all(c in "0123456789abcdefABCDEF" for c in ref):
+            hint = f" (content-hash prefixes need at least {_MIN_HASH_PREFIX} hex digits)"
+        else:
+            hint = ""
+        raise PolicyNotFoundError(
+            f"no stored policy matches {ref!r} in store {self._uri}{hint}; stored names: {_listing(self.names())}"
+        )
+
+    def _resolve_hash(self, prefix: str) -> tuple[str, int]:
+        matches: list[tuple[str, int, str]] = []
+        for name in self.names():
+            for version in self.versions(name):
+                content_hash = self._content_hash(name, version)
+                if content_hash.startswith(prefix):
+                    matches.append((name, version, content_hash))
+        if not matches:
+            raise PolicyNotFoundError(
+                f"no stored policy is named {prefix!r} or has a content hash starting with {prefix!r} "
+                f"in store {self._uri}; stored names: {_listing(self.names())}"
+            )
+        hashes = sorted({h for _, _, h in matches})
+        if len(hashes) > 1:
+            listed = [f"{n}@{v} ({h[:12]})" for n, v, h in matches]
+            raise AmbiguousReferenceError(
+                f"content-hash prefix {prefix!r} is ambiguous, it matches {len(hashes)} different "
+                f"policies: {_listing(listed)}; give more hex digits or NAME@VERSION"
+            )
+        if len(matches) == 1:
+            return matches[0][0], matches[0][1]
+        # The same content stored several times: take the newest record.
+        records = [self._read(n, v, evaluations=False) for n, v, _ in matches]
+        newest = max(records, key=lambda r: (r.created_at, r.name, r.version))
+        return newest.name, newest.version
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def load(self, ref: str) -> Policy:
+        """The policy a reference points to (its content hash verified)."""
+        name, version = self.resolve(ref)
+        return self._read(name, version, evaluations=False).policy
+
+    def get(self, ref: str) -> StoredPolicy:
+        """The full record of a version: policy, hash, creation time, provenance, evaluations."""
+        name, version = self.resolve(ref)
+        return self._read(name, version, evaluations=True)
+
+    def diff(self, ref_a: str, ref_b: str) -> PolicyDiff:
+        """Sub-policies added, removed and changed from ``ref_a`` to ``ref_b`` (see :class:`PolicyDiff`)."""
+        a, b = self.resolve(ref_a), self.resolve(ref_b)
+        return diff_policies(
+            self._read(*a, evaluations=False).policy,
+            self._read(*b, evaluations=False).policy,
+            label_a=f"{a[0]}@{a[1]}",
+            label_b=f"{b[0]}@{b[1]}",
+        )
+
+    def export_json(self, ref: str) -> str:
+        """The canonical JSON of a stored policy (``Policy.to_json()``)."""
+        return self.load(ref).to_json()
+
+    def _read_table(self, path: str) -> pa.Table:
+        where = self._location(path)
+        with self._fs.open_input_file(path) as f:  # FileNotFoundError / permission errors propagate
+            try:
+                return pq.ParquetFile(f, page_checksum_verification=True).read()
+            except (pa.ArrowException, OSError) as exc:
+                raise CorruptArtifactError(
+                    f"cannot read policy artifact {where}: truncated, corrupt or not a Parquet file ({exc})"
+                ) from exc
+
+    def _content_hash(self, name: str, version: int) -> str:
+        path = self._version_path(name, version)
+        cached = self._hash_cache.get(path)
+        if cached is None:
+            cached = self._read(name, version, evaluations=False).content_hash
+        return cached
+
+    def _read(self, name: str, version: int, *, evaluations: bool) -> StoredPolicy:
+        path = self._version_path(name, version)
+        where = self._location(path)
+        try:
+            table = self._read_table(path)
+        except FileNotFoundError as exc:
+            raise PolicyNotFoundError(f"policy {name}@{version} not found at {where}") from exc
+        meta = table.schema.metadata or {}
+        if SCHEMA_VERSION_KEY not in meta:
+            raise CorruptArtifactError(
+                f"{where} is not a policy store artifact: its schema has no "
+                f"{SCHEMA_VERSION_KEY.decode()!r} metadata"
+            )
+        try:
+            file_schema_version = int(meta[SCHEMA_VERSION_KEY])
+        except ValueError as exc:
+            raise CorruptArtifactError(f"{where}: invalid schema version {meta[SCHEMA_VERSION_KEY]!r}") from exc
+        if file_schema_version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{where} was written with store schema version {file_schema_version}; this version "
+                f"of autoaug reads up to {SCHEMA_VERSION}: upgrade autoaug to read it"
+            )
+        missing = [f.name for f in SCHEMA if f.name not in table.column_names]
+        if missing:
+            raise CorruptArtifactError(f"{where} is missing the column(s) {', '.join(missing)}")
+        if table.num_rows != 1:
+            raise CorruptArtifactError(f"{where} holds {table.num_rows} rows, expected exactly 1")
+        row = table.select([f.name for f in SCHEMA]).to_pylist()[0]
+        if row["name"] != name or row["version"] != version:
+            raise CorruptArtifactError(
+                f"{where} records {row['name']}@{row['version']} but is stored as {name}@{version}"
+            )
+        data: dict[str, Any] = {
+            "name": row["policy_name"],
+            "num_magnitude_bins": row["num_magnitude_bins"],
+            "sub_policies": row["sub_policies"],
+            "base": row["base"],
+            "ranges": row["ranges"],
+        }
+        try:
+            policy = Policy.from_dict(data)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CorruptArtifactError(f"{where} holds an invalid policy: {exc}") from exc
+        stored_hash = row["content_hash"]
+        if policy.content_hash != stored_hash:
+            raise CorruptArtifactError(
+                f"content hash mismatch in {where}: recorded {stored_hash[:16]}..., the stored policy "
+                f"hashes to {policy.content_hash[:16]}...; the file was modified after it was saved"
+            )
+        try:
+            provenance = json.loads(row["provenance_json"])
+        except json.JSONDecodeError as exc:
+            raise CorruptArtifactError(f"{where}: provenance_json is not valid JSON ({exc})") from exc
+        self._hash_cache[path] = stored_hash
+        return StoredPolicy(
+            name=name,
+            version=version,
+            policy=policy,
+            content_hash=stored_hash,
+            created_at=_iso(row["created_at"]),
+            provenance=provenance,
+            evaluations=self._read_evaluations(name, version, stored_hash) if evaluations else (),
+            location=where,
+        )
+
+    def _read_evaluations(self, name: str, version: int, content_hash: str) -> tuple[Evaluation, ...]:
+        folder = self._path(name, _EVALUATIONS, f"v{version:06d}")
+        infos = sorted(
+            (i for i in self._ls(folder) if i.type == pafs.FileType.File and i.base_name.endswith(".json")
+             and not i.base_name.startswith(".")),
+            key=lambda i: i.base_name,
+        )
+        out = []
+        for info in infos:
+            where = self._location(info.path)
+            with self._fs.open_input_stream(info.path) as f:
+                raw = f.read()
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise CorruptArtifactError(f"evaluation file {where} is not valid JSON ({exc})") from exc
+            if not isinstance(record, dict) or not {"attached_at", "content_hash", "results"} <= record.keys():
+                raise CorruptArtifactError(
+                    f"evaluation file {where} lacks attached_at/content_hash/results"
+                )
+            if record["content_hash"] != content_hash:
+                raise CorruptArtifactError(
+                    f"evaluation file {where} belongs to content hash {str(record['content_hash'])[:16]}..., "
+                    f"not to {name}@{version} ({content_hash[:16]}...)"
+                )
+            out.append(Evaluation(attached_at=record["attached_at"], results=record["results"]))
+        return tuple(out)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def save(
+        self,
+        policy: Policy,
+        name: str,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        force: bool = False,
+    ) -> int:
+        """Store ``policy`` as the next version of ``name`` and return that version number.
+
+        ``metadata`` is the provenance (search config, dataset fingerprint, trial scores, library
+        versions...): any JSON-serializable dict, stored as canonical JSON. When the latest
+        version of ``name`` holds the same content (same :attr:`Policy.content_hash`), nothing is
+        written and that version is returned, unless ``force=True``.
+        """
+        if not isinstance(policy, Policy):
+            raise TypeError(f"PolicyStore.save: policy must be a policies.Policy, got {type(policy).__name__}")
+        validate_name(name)
+        provenance_json = _dumps(metadata, "metadata")
+        content_hash = policy.content_hash
+        if not force:
+            versions = self.versions(name)
+            if versions and self._content_hash(name, versions[-1]) == content_hash:
+                return versions[-1]
+        data = policy.to_dict()
+        row = {
+            "name": name,
+            "version": 0,  # set once claimed
+            "content_hash": content_hash,
+            "created_at": None,
+            "policy_name": policy.name,
+            "num_magnitude_bins": policy.num_magnitude_bins,
+            "base": policy.base,
+            "ranges": policy.ranges,
+            "sub_policies": [
+                [{"op": op["op"], "probability": op["probability"], "magnitude_bin": op["magnitude_bin"]} for op in sub]
+                for sub in data["sub_policies"]
+            ],
+            "provenance_json": provenance_json,
+            "schema_version": SCHEMA_VERSION,
+        }
+        self._fs.create_dir(self._path(name, _CLAIMS), recursive=True)
+        version, claim = self._claim_version(name)
+        final = self._version_path(name, version)
+        tmp = self._path(name, f".v{version:06d}.parquet.tmp-{uuid.uuid4().hex}")
+        try:
+            row["version"] = version
+            row["created_at"] = _utcnow()
+            table = pa.Table.from_pylist([row], schema=SCHEMA)
+            with self._fs.open_output_stream(tmp) as sink:
+                pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+            self._publish(tmp, final)
+        except BaseException:
+            self._delete_quietly(tmp)
+            self._release(claim)
+            raise
+        self._release(claim)
+        self._hash_cache[final] = content_hash
+        return version
+
+    def import_json(
+        self,
+        text: str,
+        name: str,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        force: bool = False,
+    ) -> int:
+        """Save a policy given as JSON (``Policy.to_json()`` output); returns the version."""
+        return self.save(Policy.from_json(text), name, metadata, force=force)
+
+    def attach_evaluation(self, ref: str, evaluation: Mapping[str, Any]) -> Evaluation:
+        """Attach results to a stored version (appended; the version itself stays unchanged).
+
+        ``evaluation`` is any JSON-serializable dict, e.g. ``{"model": "wrn-40-2", "seeds": [0, 1],
+        "test_accuracy": [0.962, 0.965]}``. Returns the stored :class:`Evaluation`; ``get(ref)``
+        lists every evaluation of a version in the order they were attached.
+        """
+        name, version = self.resolve(ref)
+        content_hash = self._content_hash(name, version)
+        results_json = _dumps(evaluation, "evaluation")
+        now = _utcnow()
+        record = {
+            "attached_at": _iso(now),
+            "name": name,
+            "version": version,
+            "content_hash": content_hash,
+            "results": json.loads(results_json),
+        }
+        folder = self._path(name, _EVALUATIONS, f"v{version:06d}")
+        self._fs.create_dir(folder, recursive=True)
+        token = uuid.uuid4().hex
+        stem = f"{now.strftime('%Y%m%dT%H%M%S%fZ')}-{token[:12]}.json"
+        tmp = self._path(name, _EVALUATIONS, f"v{version:06d}", f".{stem}.tmp")
+        try:
+            with self._fs.open_output_stream(tmp) as sink:
+                sink.write(json.dumps(record, sort_keys=True, ensure_ascii=False, indent=1).encode("utf-8"))
+            self._publish(tmp, self._path(name, _EVALUATIONS, f"v{version:06d}", stem))
+        except BaseException:
+            self._delete_quietly(tmp)
+            raise
+        return Evaluation(attached_at=record["attached_at"], results=record["results"])
+
+    # -- claims ---------------------------------------------------------------------------------
+
+    def _publish(self, tmp: str, final: str) -> None:
+        """Make a fully written temporary file visible under its final name."""
+        self._fs.move(tmp, final)
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            info = self._fs.get_file_info(path)
+            if info.type == pafs.FileType.File:
+                self._fs.delete_file(path)
+            elif info.type == pafs.FileType.Directory:
+                self._fs.delete_dir(path)
+        except OSError:
+            pass
+
+    def _release(self, claim: str) -> None:
+        # Claims only matter until the version file exists; a leftover claim merely burns a number.
+        self._delete_quietly(claim)
+
+    def _next_version(self, name: str) -> int:
+        return max(self.versions(name) + self._claimed(name), default=0) + 1
+
+    def _claim_version(self, name: str) -> tuple[int, str]:
+        """Claim an unused version number of ``name``; returns it and the claim's path."""
+        token = uuid.uuid4().hex
+        owner = json.dumps(
+            {"host": socket.gethostname(), "pid": os.getpid(), "token": token, "at": _iso(_utcnow())}
+        ).encode()
+        rng = random.Random(token)
+        for attempt in range(_MAX_CLAIM_ATTEMPTS):
+            version = self._next_version(name)
+            if self._claim == "rename":
+                claim = self._claim_by_rename(name, version, token, owner)
+            else:
+                claim = self._claim_by_announce(name, version, token, owner)
+            if claim is not None:
+                # Another saver may have committed this number and released its claim between
+                # our listing and our claim: the version file then already exists.
+                if self._fs.get_file_info(self._version_path(name, version)).type == pafs.FileType.NotFound:
+                    return version, claim
+                self._release(claim)
+            elif self._claim == "announce":
+                time.sleep(rng.uniform(0, 0.005 * 2 ** min(attempt, 6)))
+        raise StoreError(
+            f"could not claim a new version of {name!r} in store {self._uri} after "
+            f"{_MAX_CLAIM_ATTEMPTS} attempts (too many concurrent savers?)"
+        )
+
+    def _claim_by_rename(self, name: str, version: int, token: str, owner: bytes) -> str | None:
+        target = self._path(name, _CLAIMS, f"v{version:06d}")
+        staging = self._path(name, _CLAIMS, f".staging-{token}")
+        self._fs.create_dir(staging, recursive=False)
+        with self._fs.open_output_stream(f"{staging}/owner.json") as f:
+            f.write(owner)  # non-empty: rename(2) refuses to replace a non-empty folder
+        try:
+            self._fs.move(staging, target)
+        except OSError:
+            if self._fs.get_file_info(target).type == pafs.FileType.NotFound:
+                self._delete_quietly(staging)
+                raise
+            self._delete_quietly(staging)
+            return None
+        return target
+
+    def _claim_by_announce(self, name: str, version: int, token: str, owner: bytes) -> str | None:
+        mine = f"v{version:06d}.{token}"
+        path = self._path(name, _CLAIMS, mine)
+        with self._fs.open_output_stream(path) as f:
+            f.write(owner)
+        rivals = [
+            info.base_name
+            for info in self._ls(self._path(name, _CLAIMS))
+            if info.base_name != mine
+            and (m := _CLAIM_RE.fullmatch(info.base_name)) is not None
+            and int(m.group(1)) == version
+        ]
+        if rivals:
+            self._delete_quietly(path)
+            return None
+        return path
+

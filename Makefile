@@ -1,0 +1,36 @@
+# Two commands: `make demo` (the main job: a smoke-preset policy search) and `make test`.
+# Both create .venv when missing and (re)install the project into it when pyproject.toml changed.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+# The real CIFAR-10 Parquet: an environment variable, or the shared copy next to this checkout.
+DATA    ?= $(or $(AUTOAUG_CIFAR10),$(abspath ../shared/data/cifar10-jpeg))
+DEMO_DIR ?= $(abspath runs/demo)
+PYTEST_ARGS ?=
+
+.PHONY: install demo test bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[dev]'
+	$(PY) -c "import torch, torchvision, ray, optuna, pyarrow, nvidia.dali; print('installed: torch', torch.__version__, 'torchvision', torchvision.__version__, 'ray', ray.__version__, 'optuna', optuna.__version__, 'dali', nvidia.dali.__version__)"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/autoaug search --preset smoke --data "$(DATA)" --name demo \
+	    --storage "$(DEMO_DIR)/runs" --store "$(DEMO_DIR)/store"
+	$(VENV)/bin/autoaug policies show demo@latest --store "$(DEMO_DIR)/store"
+
+test: install
+	AUTOAUG_CIFAR10="$(DATA)" $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: install
+	AUTOAUG_CIFAR10="$(DATA)" $(PY) benchmarks/input_pipeline.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

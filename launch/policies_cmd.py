@@ -1,0 +1,395 @@
+"""``autoaug policies``: inspect and move policies in a policy store.
+
+Sub-commands::
+
+    autoaug policies list [NAME]                       names (or the versions of NAME)
+    autoaug policies show REF                          sub-policies, provenance, evaluations
+    autoaug policies export REF [--format json] [--out FILE]
+    autoaug policies import FILE --name NAME [--metadata JSON] [--force]
+    autoaug policies diff A B
+    autoaug policies preview REF --data PATH --out grid.png [--num-images 8]
+
+``--store URI`` selects the store (default ``$AUTOAUG_STORE``, else ``~/.autoaug/policies``).
+A REF is a stored reference (``name``, ``name@latest``, ``name@3``, a content-hash prefix), a
+preset (``preset:autoaugment-cifar10``, ``preset:randaugment:n=2,m=9``...; not stored), or a path
+to a policy JSON file. A bare preset name (``trivialaugment``) also works when no stored policy
+has that name.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from launch.errors import UserError
+
+_REF_HELP = (
+    "policy reference: NAME, NAME@latest, NAME@VERSION, a content-hash prefix (>= 6 hex digits), "
+    "preset:NAME, or a path to a policy JSON file"
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _open_store(args: argparse.Namespace):
+    from policies.store import PolicyStore
+
+    try:
+        return PolicyStore(args.store)
+    except (TypeError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def _looks_like_path(ref: str) -> bool:
+    return "/" in ref or os.sep in ref or ref.lower().endswith(".json") or Path(ref).is_file()
+
+
+def _resolve(ref: str, args: argparse.Namespace):
+    """``(policy, record or None, label)`` for a REF (see the module documentation)."""
+    from policies import presets
+    from policies.policy import Policy
+    from policies.store import PolicyNotFoundError
+
+    if ref.startswith(presets.PREFIX):
+        return presets.resolve(ref), None, ref
+    if _looks_like_path(ref):
+        path = Path(ref).expanduser()
+        if not path.is_file():
+            raise UserError(f"policy file {ref!r} does not exist")
+        try:
+            policy = Policy.from_json(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UserError(f"policy file {ref!r} is not a valid policy JSON: {exc}") from None
+        return policy, None, str(path)
+    store = _open_store(args)
+    try:
+        record = store.get(ref)
+    except PolicyNotFoundError:
+        if presets.is_preset(ref):
+            return presets.resolve(ref), None, f"preset:{ref}"
+        raise
+    return record.policy, record, record.ref
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _short_time(iso: str) -> str:
+    # 2026-05-09T07:35:25.123456Z -> 2026-05-09 07:35:25Z
+    return iso.replace("T", " ").split(".")[0] + "Z" if "." in iso else iso.replace("T", " ")
+
+
+def _sub_policy_table(policy) -> str:
+    if not policy.sub_policies:
+        return "  (no sub-policies: the identity policy)"
+    width = policy.max_ops_per_sub_policy
+    header = ["#"]
+    for k in range(1, width + 1):
+        header += [f"op {k}", "p", "bin"]
+    rows = []
+    for i, sub in enumerate(policy.sub_policies):
+        row = [str(i)]
+        for op in sub:
+            row += [op.op, f"{op.probability:g}", str(op.magnitude_bin)]
+        row += [""] * (len(header) - len(row))
+        rows.append(row)
+    return "\n".join("  " + line for line in _table(rows, header).splitlines())
+
+
+def _policy_line(policy) -> str:
+    return (
+        f"{policy.name!r}: {len(policy.sub_policies)} sub-policies, {policy.num_magnitude_bins} "
+        f"magnitude bins, base={policy.base}, ranges={policy.ranges}"
+    )
+
+
+def _record_dict(record) -> dict[str, Any]:
+    return {
+        "ref": record.ref,
+        "name": record.name,
+        "version": record.version,
+        "content_hash": record.content_hash,
+        "created_at": record.created_at,
+        "location": record.location,
+        "policy": record.policy.to_dict(),
+        "provenance": record.provenance,
+        "evaluations": [asdict(e) for e in record.evaluations],
+    }
+
+
+def _write_text(text: str, out: str | None) -> None:
+    if out is None or out == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(out).expanduser()
+    if not path.parent.is_dir():
+        raise UserError(f"cannot write {out!r}: folder {str(path.parent)!r} does not exist")
+    path.write_text(text, encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------------------------
+# Sub-commands
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    if args.name:
+        records = store.history(args.name)
+        if args.json:
+            print(json.dumps([_record_dict(r) for r in records], indent=2))
+            return 0
+        rows = [
+            [
+                f"@{r.version}",
+                _short_time(r.created_at),
+                r.content_hash[:12],
+                str(len(r.policy.sub_policies)),
+                str(len(r.evaluations)),
+            ]
+            for r in records
+        ]
+        print(f"{args.name} in {store.uri}")
+        print(_table(rows, ["VERSION", "CREATED", "HASH", "SUB-POLICIES", "EVALUATIONS"]))
+        return 0
+    summaries = store.list()
+    if args.json:
+        print(json.dumps([asdict(s) for s in summaries], indent=2))
+        return 0
+    if not summaries:
+        print(f"no policies in {store.uri}")
+        return 0
+    rows = [
+        [s.name, f"@{s.latest_version}", str(s.num_versions), _short_time(s.created_at),
+         _short_time(s.updated_at), s.content_hash[:12]]
+        for s in summaries
+    ]
+    print(f"{len(summaries)} polic{'y' if len(summaries) == 1 else 'ies'} in {store.uri}")
+    print(_table(rows, ["NAME", "LATEST", "VERSIONS", "CREATED", "UPDATED", "HASH"]))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    policy, record, label = _resolve(args.ref, args)
+    if args.json:
+        if record is not None:
+            out = _record_dict(record)
+        else:
+            out = {"ref": label, "content_hash": policy.content_hash, "policy": policy.to_dict()}
+        print(json.dumps(out, indent=2))
+        return 0
+    print(label if record is not None else f"{label} (not stored)")
+    fields = [("content hash", policy.content_hash)]
+    if record is not None:
+        fields += [("created", record.created_at), ("location", record.location)]
+    fields.append(("policy", _policy_line(policy)))
+    for key, value in fields:
+        print(f"  {key:<13} {value}")
+    print()
+    print(_sub_policy_table(policy))
+    if record is not None:
+        print()
+        if record.provenance:
+            print("provenance")
+            for line in json.dumps(record.provenance, indent=2, sort_keys=True).splitlines():
+                print("  " + line)
+        else:
+            print("provenance    (none recorded)")
+        print()
+        if record.evaluations:
+            print(f"evaluations ({len(record.evaluations)})")
+            for ev in record.evaluations:
+                print(f"  {ev.attached_at}  {json.dumps(ev.results, sort_keys=True)}")
+        else:
+            print("evaluations   (none attached)")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    policy, _, label = _resolve(args.ref, args)
+    _write_text(policy.to_json() + "\n", args.out)
+    if args.out not in (None, "-"):
+        print(f"exported {label} to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from policies.policy import Policy
+    from policies.store import validate_name
+
+    validate_name(args.name)
+    if args.file == "-":
+        text, source = sys.stdin.read(), "<stdin>"
+    else:
+        path = Path(args.file).expanduser()
+        if not path.is_file():
+            raise UserError(f"policy file {args.file!r} does not exist")
+        text, source = path.read_text(encoding="utf-8"), str(path.resolve())
+    try:
+        policy = Policy.from_json(text)
+    except ValueError as exc:
+        raise UserError(f"{source} is not a valid policy JSON: {exc}") from None
+    metadata: dict[str, Any] = {}
+    if args.metadata:
+        try:
+            metadata = json.loads(args.metadata)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--metadata is not valid JSON: {exc}") from None
+        if not isinstance(metadata, dict):
+            raise UserError(f"--metadata must be a JSON object, got {type(metadata).__name__}")
+    metadata.setdefault("imported_from", source)
+    store = _open_store(args)
+    before = store.versions(args.name)
+    version = store.save(policy, args.name, metadata, force=args.force)
+    if before and version == before[-1]:
+        print(f"{args.name}@{version} already holds this policy (hash {policy.content_hash[:12]}); nothing written")
+    else:
+        print(f"saved {args.name}@{version} (hash {policy.content_hash[:12]}) to {store.uri}")
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from policies.store import diff_policies
+
+    a, _, label_a = _resolve(args.a, args)
+    b, _, label_b = _resolve(args.b, args)
+    print(diff_policies(a, b, label_a=label_a, label_b=label_b))
+    return 0
+
+
+def _preview_images(data: str, num_images: int, image_size: int | None, seed: int | None):
+    import numpy as np
+
+    try:
+        from proxy_models.data import open_dataset
+    except ImportError:  # pragma: no cover - proxy_models is part of this project
+        open_dataset = None
+    if open_dataset is None:  # pragma: no cover
+        raise UserError("preview needs proxy_models.data.open_dataset, which is not available")
+    dataset = open_dataset(data)
+    n = len(dataset)
+    if n == 0:
+        raise UserError(f"dataset {data!r} has no images")
+    count = min(num_images, n)
+    if seed is None:  # spread over the dataset (rows are often sorted by class)
+        indices = np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))
+    else:
+        indices = np.sort(np.random.default_rng(seed).choice(n, size=count, replace=False))
+    images, _ = dataset.images(indices, size=image_size)
+    return images
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    if args.num_images < 1:
+        raise UserError(f"--num-images must be >= 1, got {args.num_images}")
+    policy, _, label = _resolve(args.ref, args)
+    out = Path(args.out).expanduser()
+    if not out.parent.is_dir():
+        raise UserError(f"cannot write {args.out!r}: folder {str(out.parent)!r} does not exist")
+    images = _preview_images(args.data, args.num_images, args.image_size, args.seed)
+    from policies.preview import render_grid
+
+    kwargs: dict[str, Any] = {}
+    if args.samples is not None:
+        kwargs["num_samples"] = args.samples
+    render_grid(policy, images, str(out), **kwargs)
+    print(f"wrote {out} ({len(images)} images, policy {label})")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Registration
+
+
+def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn the store's and the policy's errors about user input into :class:`UserError`."""
+
+    def run(args: argparse.Namespace) -> int:
+        from policies.store import StoreError
+
+        try:
+            return func(args)
+        except UserError:
+            raise
+        except (StoreError, ValueError) as exc:
+            raise UserError(str(exc)) from None
+        except FileNotFoundError as exc:
+            raise UserError(str(exc)) from None
+        except PermissionError as exc:
+            raise UserError(str(exc)) from None
+
+    run.__name__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``autoaug policies`` and its sub-commands."""
+    parser = subparsers.add_parser(
+        "policies",
+        help="list, show, export, import, diff and preview stored policies",
+        description=(
+            "Inspect the versioned policy store. A REF is NAME, NAME@latest, NAME@VERSION, a "
+            "content-hash prefix, preset:NAME, or a path to a policy JSON file."
+        ),
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        metavar="URI",
+        help="policy store: a local folder or a pyarrow URI (s3://, gs://, hdfs://, file://); "
+        "default $AUTOAUG_STORE, else ~/.autoaug/policies",
+    )
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+    sub = parser.add_subparsers(dest="policies_command", metavar="SUBCOMMAND")
+
+    # --store is accepted after the sub-command too; SUPPRESS keeps the value given before it.
+    store_opt = argparse.ArgumentParser(add_help=False)
+    store_opt.add_argument("--store", default=argparse.SUPPRESS, metavar="URI", help="policy store (see above)")
+
+    p = sub.add_parser("list", parents=[store_opt], help="stored names, or the versions of one name")
+    p.add_argument("name", nargs="?", help="show every version of this name")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guard(cmd_list))
+
+    p = sub.add_parser("show", parents=[store_opt], help="sub-policies, provenance and evaluations of a policy")
+    p.add_argument("ref", metavar="REF", help=_REF_HELP)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guard(cmd_show))
+
+    p = sub.add_parser("export", parents=[store_opt], help="write a policy's canonical JSON")
+    p.add_argument("ref", metavar="REF", help=_REF_HELP)
+    p.add_argument("--format", choices=["json"], default="json", help="output format (default json)")
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    p.set_defaults(func=_guard(cmd_export))
+
+    p = sub.add_parser("import", parents=[store_opt], help="store a policy JSON file as the next version of NAME")
+    p.add_argument("file", metavar="FILE", help="policy JSON file ('-' for stdin)")
+    p.add_argument("--name", required=True, help="name to store it under")
+    p.add_argument("--metadata", metavar="JSON", help="provenance to record, a JSON object")
+    p.add_argument("--force", action="store_true", help="write a new version even if the latest one is identical")
+    p.set_defaults(func=_guard(cmd_import))
+
+    p = sub.add_parser("diff", parents=[store_opt], help="sub-policies added, removed and changed from A to B")
+    p.add_argument("a", metavar="A", help=_REF_HELP)
+    p.add_argument("b", metavar="B", help=_REF_HELP)
+    p.set_defaults(func=_guard(cmd_diff))
+
+    p = sub.add_parser("preview", parents=[store_opt], help="render a grid of images augmented by a policy")
+    p.add_argument("ref", metavar="REF", help=_REF_HELP)
+    p.add_argument("--data", required=True, metavar="PATH", help="dataset: a Parquet file or folder, an ImageFolder tree, or cifar10:ROOT")
+    p.add_argument("--out", required=True, metavar="FILE", help="PNG file to write")
+    p.add_argument("--num-images", type=int, default=8, help="number of source images (rows of the grid; default 8)")
+    p.add_argument("--samples", type=int, default=None, help="augmented samples per image (columns; default: render_grid's)")
+    p.add_argument("--image-size", type=int, default=None, help="resize images to this size (needed when they differ)")
+    p.add_argument("--seed", type=int, default=None, help="pick images at random with this seed (default: evenly spaced)")
+    p.set_defaults(func=_guard(cmd_preview))

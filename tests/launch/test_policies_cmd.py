@@ -1,0 +1,218 @@
+"""``autoaug policies``: every sub-command on a store made here, in-process and as a real process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.cli import main
+from policies import presets
+from policies.policy import Policy
+from policies.store import PolicyStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+V1 = Policy("found", 10, [[("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)], [("Invert", 0.1, 0), ("Contrast", 0.2, 6)]])
+V2 = Policy("found", 10, [[("Rotate", 0.8, 2), ("TranslateX", 0.3, 9)], [("Invert", 0.1, 0), ("Contrast", 0.2, 6)],
+                          [("Color", 0.9, 9), ("Brightness", 0.1, 3)]])
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> PolicyStore:
+    monkeypatch.delenv("AUTOAUG_STORE", raising=False)
+    s = PolicyStore(str(tmp_path / "store"))
+    s.save(V1, "cifar10-wrn", metadata={"search": {"trials": 32}, "dataset_fingerprint": "abc"})
+    s.save(V2, "cifar10-wrn", metadata={"search": {"trials": 64}})
+    s.save(presets.resolve("autoaugment-svhn"), "svhn")
+    s.attach_evaluation("cifar10-wrn@2", {"model": "wrn-40-2", "test_accuracy": [0.961, 0.963]})
+    return s
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_list(store, capsys):
+    code, out, err = run(capsys, "policies", "list", "--store", store.uri)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == f"2 policies in {store.uri}"
+    assert lines[1].split() == ["NAME", "LATEST", "VERSIONS", "CREATED", "UPDATED", "HASH"]
+    assert lines[2].split()[:3] == ["cifar10-wrn", "@2", "2"] and lines[2].split()[-1] == V2.content_hash[:12]
+    assert lines[3].split()[:3] == ["svhn", "@1", "1"]
+    # --store before the sub-command works too
+    assert run(capsys, "policies", "--store", store.uri, "list")[1] == out
+
+
+def test_list_name_and_json(store, capsys):
+    code, out, _ = run(capsys, "policies", "list", "cifar10-wrn", "--store", store.uri)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["@1", "@2"]
+    assert rows[1][-3:] == [V2.content_hash[:12], "3", "1"]  # hash, sub-policies, evaluations
+    code, out, _ = run(capsys, "policies", "list", "--json", "--store", store.uri)
+    data = json.loads(out)
+    assert [(d["name"], d["latest_version"], d["num_versions"]) for d in data] == [("cifar10-wrn", 2, 2), ("svhn", 1, 1)]
+    code, out, _ = run(capsys, "policies", "list", "cifar10-wrn", "--json", "--store", store.uri)
+    data = json.loads(out)
+    assert [d["ref"] for d in data] == ["cifar10-wrn@1", "cifar10-wrn@2"]
+    assert Policy.from_dict(data[0]["policy"]) == V1
+
+
+def test_list_empty_store_and_default_store(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("AUTOAUG_STORE", str(tmp_path / "empty"))
+    code, out, _ = run(capsys, "policies", "list")
+    assert code == 0 and out.strip() == f"no policies in {tmp_path / 'empty'}"
+
+
+def test_show_stored(store, capsys):
+    code, out, err = run(capsys, "policies", "show", "cifar10-wrn", "--store", store.uri)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == "cifar10-wrn@2"
+    assert f"content hash  {V2.content_hash}" in out
+    assert "location      " + os.path.join(store.uri, "cifar10-wrn", "v000002.parquet") in out
+    assert "'found': 3 sub-policies, 10 magnitude bins, base=standard, ranges=autoaugment" in out
+    start = lines.index("") + 1
+    table = [line.split() for line in lines[start:lines.index("", start)]]
+    assert table[0] == ["#", "op", "1", "p", "bin", "op", "2", "p", "bin"]
+    assert table[1:] == [
+        ["0", "Rotate", "0.8", "2", "TranslateX", "0.3", "9"],
+        ["1", "Invert", "0.1", "0", "Contrast", "0.2", "6"],
+        ["2", "Color", "0.9", "9", "Brightness", "0.1", "3"],
+    ]
+    assert '"trials": 64' in out
+    assert "evaluations (1)" in out and '"test_accuracy": [0.961, 0.963]' in out
+
+
+def test_show_by_version_hash_preset_and_file(store, capsys, tmp_path):
+    code, out, _ = run(capsys, "policies", "show", "cifar10-wrn@1", "--store", store.uri)
+    assert code == 0 and out.startswith("cifar10-wrn@1\n") and '"dataset_fingerprint": "abc"' in out
+    assert "evaluations   (none attached)" in out
+    code, out, _ = run(capsys, "policies", "show", V1.content_hash[:8], "--store", store.uri)
+    assert out.startswith("cifar10-wrn@1\n")
+    code, out, _ = run(capsys, "policies", "show", "preset:autoaugment-cifar10", "--store", store.uri)
+    assert code == 0 and out.startswith("preset:autoaugment-cifar10 (not stored)")
+    assert "25 sub-policies" in out and "provenance" not in out
+    path = tmp_path / "mine.json"
+    path.write_text(V1.to_json())
+    code, out, _ = run(capsys, "policies", "show", str(path), "--store", store.uri)
+    assert code == 0 and out.startswith(f"{path} (not stored)") and V1.content_hash in out
+    code, out, _ = run(capsys, "policies", "show", "cifar10-wrn@2", "--json", "--store", store.uri)
+    data = json.loads(out)
+    assert data["ref"] == "cifar10-wrn@2" and data["evaluations"][0]["results"]["model"] == "wrn-40-2"
+    assert Policy.from_dict(data["policy"]) == V2
+
+
+def test_export(store, capsys, tmp_path):
+    code, out, _ = run(capsys, "policies", "export", "cifar10-wrn@1", "--store", store.uri)
+    assert code == 0 and out == V1.to_json() + "\n"
+    assert Policy.from_json(out) == V1
+    target = tmp_path / "out.json"
+    code, out, err = run(capsys, "policies", "export", "svhn", "--format", "json", "--out", str(target), "--store", store.uri)
+    assert code == 0 and out == "" and str(target) in err
+    assert Policy.from_json(target.read_text()) == presets.resolve("autoaugment-svhn")
+    code, out, _ = run(capsys, "policies", "export", "preset:randaugment:n=1,m=5")
+    assert Policy.from_json(out) == presets.resolve("randaugment:n=1,m=5")
+
+
+def test_import(store, capsys, tmp_path):
+    path = tmp_path / "p.json"
+    policy = presets.resolve("autoaugment-imagenet")
+    path.write_text(policy.to_json())
+    code, out, _ = run(capsys, "policies", "import", str(path), "--name", "imagenet", "--store", store.uri,
+                       "--metadata", '{"note": "from the paper"}')
+    assert code == 0 and out.startswith(f"saved imagenet@1 (hash {policy.content_hash[:12]})")
+    record = store.get("imagenet")
+    assert record.policy == policy
+    assert record.provenance == {"note": "from the paper", "imported_from": str(path)}
+    code, out, _ = run(capsys, "policies", "import", str(path), "--name", "imagenet", "--store", store.uri)
+    assert code == 0 and out.startswith("imagenet@1 already holds this policy")
+    code, out, _ = run(capsys, "policies", "import", str(path), "--name", "imagenet", "--force", "--store", store.uri)
+    assert out.startswith("saved imagenet@2")
+    assert store.versions("imagenet") == [1, 2]
+
+
+def test_diff(store, capsys):
+    code, out, err = run(capsys, "policies", "diff", "cifar10-wrn@1", "cifar10-wrn@2", "--store", store.uri)
+    assert code == 0 and err == ""
+    assert out.splitlines() == [
+        "--- cifar10-wrn@1",
+        "+++ cifar10-wrn@2",
+        "~ [0]->[0] Rotate(p=0.7->0.8 m2)  ->  TranslateX(p=0.3 m9)",
+        "+ [2] Color(p=0.9 m9)  ->  Brightness(p=0.1 m3)",
+        "1 added, 0 removed, 1 changed, 1 unchanged sub-policies",
+    ]
+    code, out, _ = run(capsys, "policies", "diff", "svhn", "preset:autoaugment-svhn", "--store", store.uri)
+    assert code == 0 and out.splitlines()[-1] == "0 added, 0 removed, 0 changed, 25 unchanged sub-policies (same content)"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["show", "nope"], "no stored policy matches 'nope' in store {uri}; stored names: cifar10-wrn, svhn"),
+        (["show", "cifar10-wrn@7"], "policy 'cifar10-wrn' has no version 7 in store {uri}; stored versions: 1, 2"),
+        (["show", "cifar10-wrn@newest"], "invalid version 'newest' in reference 'cifar10-wrn@newest'"),
+        (["export", "preset:nonesuch"], "unknown preset 'preset:nonesuch'; known presets:"),
+        (["diff", "svhn", "missing.json"], "policy file 'missing.json' does not exist"),
+        (["import", "missing.json", "--name", "x"], "policy file 'missing.json' does not exist"),
+        (["import", "{bad}", "--name", "a/b"], "invalid policy name 'a/b'"),
+        (["import", "{bad}", "--name", "x"], "is not a valid policy JSON"),
+        (["import", "{good}", "--name", "x", "--metadata", "[1]"], "--metadata must be a JSON object"),
+        (["export", "svhn", "--out", "/nonexistent/dir/x.json"], "folder '/nonexistent/dir' does not exist"),
+        (["list", "nobody"], "no policy named 'nobody'"),
+        (["preview", "svhn", "--data", "/nonexistent.parquet", "--out", "{tmp}/g.png"], "dataset not found"),
+        (["preview", "svhn", "--data", "x", "--out", "g.png", "--num-images", "0"], "--num-images must be >= 1"),
+    ],
+)
+def test_errors_are_one_line_exit_2(store, capsys, tmp_path, argv, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "x", "num_magnitude_bins": 10, "sub_policies": [[["Nope", 0.5, 1]]]}')
+    good = tmp_path / "good.json"
+    good.write_text(V1.to_json())
+    argv = [a.format(bad=bad, good=good, tmp=tmp_path) for a in argv]
+    code, out, err = run(capsys, "policies", *argv, "--store", store.uri)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("autoaug: error: ")
+    assert message.format(uri=store.uri) in err
+
+
+def test_corrupt_store_file_is_reported(store, capsys):
+    path = os.path.join(store.uri, "svhn", "v000001.parquet")
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    code, _, err = run(capsys, "policies", "show", "svhn", "--store", store.uri)
+    assert code == 2 and f"cannot read policy artifact {path}" in err and err.count("\n") == 1
+
+
+def test_bad_store_uri(capsys):
+    code, _, err = run(capsys, "policies", "list", "--store", "nosuchscheme://bucket")
+    assert code == 2 and "cannot open store 'nosuchscheme://bucket'" in err
+
+
+def test_policies_without_subcommand_prints_help(capsys):
+    code, out, _ = run(capsys, "policies")
+    assert code == 2 and "SUBCOMMAND" in out and "preview" in out
+
+
+def test_real_process(store):
+    exe = REPO / ".venv" / "bin" / "autoaug"
+    assert exe.is_file(), f"{exe} missing: install the project into .venv"
+    env = {**os.environ, "AUTOAUG_STORE": store.uri}
+    proc = subprocess.run([str(exe), "policies", "list"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"2 policies in {store.uri}"
+    proc = subprocess.run([str(exe), "policies", "show", "ghost"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"autoaug: error: no stored policy matches 'ghost' in store {store.uri}; stored names: cifar10-wrn, svhn"
+    )

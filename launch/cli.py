@@ -17,6 +17,7 @@ from launch.errors import UserError
 # Sub-command modules, in the order they appear in ``autoaug --help``.
 COMMAND_MODULES: list[str] = [
     "launch.policies_cmd",
+    "launch.train_cmd",
 ]
 
 

@@ -1,0 +1,712 @@
+"""The short training loop every trial runs (and the long one that evaluates a found policy).
+
+>>> from proxy_models.train import TrainConfig, train
+>>> cfg = TrainConfig.from_preset("smoke", data="path/to/train.parquet", epochs=2)
+>>> result = train(cfg, policy, report=print, checkpoint_dir="runs/x")
+>>> result.val_accuracy, result.history[-1]["train_loss"]
+
+Recipe (AutoAugment's CIFAR training, per step): SGD with Nesterov momentum, weight decay on every
+parameter, linear learning-rate warm-up then cosine decay to zero, optional label smoothing. Data
+come from :class:`proxy_models.pipeline.DaliLoader` (decode -> base crop/flip -> policy ->
+normalize, on the CPU or the GPU); the model from :func:`proxy_models.models.build_model`.
+
+Reproducibility: the model is initialised from ``seed`` and the loader's data order and
+augmentation draws come from ``seed`` (split membership from ``split_seed``), so two runs of one
+config give identical metrics on one machine (CPU; see :class:`TrainConfig` ``deterministic`` for
+the GPU). A run resumed from a checkpoint ends with exactly the metrics of an uninterrupted run.
+Global torch state touched by training (RNG, thread count, deterministic-algorithm flags) is
+restored on return.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import os
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable, Mapping
+
+import torch
+from torch import nn
+
+from proxy_models.models import build_model, check_model_name
+
+__all__ = [
+    "PRESETS",
+    "CHECKPOINT_NAME",
+    "TrainConfig",
+    "TrainResult",
+    "WarmupCosine",
+    "load_checkpoint",
+    "train",
+    "write_history_csv",
+]
+
+CHECKPOINT_NAME = "checkpoint.pt"
+_CHECKPOINT_FORMAT = 1
+
+# Config fields that may differ between a checkpoint and the run resuming it: they do not change
+# what is computed (where the data lives, where it runs, how often validation is reported).
+_RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "eval_every"})
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run depends on (frozen, JSON-able through :meth:`to_dict`).
+
+    Data and split
+        ``data``: training source as :func:`proxy_models.data.open_dataset` accepts it (Parquet
+        file or folder, ImageFolder root, ``cifar10:ROOT``); ``test_data``: optional source of a
+        test set (a folder holding ``train.parquet``/``test.parquet`` may be given for both: the
+        test set is opened with ``split="test"``). ``train_size``: images in the reduced training
+        split (``None``/0: every image not used for validation); ``val_size``: images held out for
+        validation (``None``: every image not in the training split, as in AutoAugment; 0: no
+        validation, ``val_accuracy`` is then ``None``); both stratified by class and drawn with
+        ``split_seed``. ``image_size``: images are resized/cropped to this square size.
+
+    Optimisation
+        ``epochs``, ``batch_size``, ``lr`` (peak, reached after ``warmup_epochs`` of linear
+        warm-up, then cosine decay to 0 at the last step), ``momentum``, ``nesterov``,
+        ``weight_decay`` (on all parameters), ``label_smoothing``.
+
+    Execution
+        ``seed``: model initialisation, data order and augmentation draws. ``device``: ``"cpu"``,
+        ``"cuda"`` (or ``"cuda:N"``), or ``"auto"`` (CUDA when available). ``amp``: mixed
+        precision (float16 autocast + gradient scaling on CUDA, bfloat16 autocast on CPU);
+        ``None`` = on for CUDA, off for CPU. ``channels_last``: ``None`` = on for CUDA.
+        ``num_threads``: torch intra-op threads and DALI worker threads (``None``: torch's
+        current setting). ``eval_every``: validate every N epochs (and always after the last);
+        other epochs report ``val_accuracy``/``val_loss`` as ``None``. ``deterministic``:
+        ``torch.use_deterministic_algorithms`` (+ cuDNN deterministic kernels, no autotuning) for
+        the run; on the CPU this costs nothing and is on in every preset; on the GPU the ``paper``
+        and ``final`` presets turn it off for speed, so GPU runs of one seed agree only
+        statistically (atomics in cuDNN/cuBLAS backward kernels reorder float sums).
+    """
+
+    model: str = "resnet-8"
+    data: str | None = None
+    test_data: str | None = None
+    train_size: int | None = 4000
+    val_size: int | None = 1000
+    split_seed: int = 0
+    seed: int = 0
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 0.0
+    label_smoothing: float = 0.0
+    image_size: int = 32
+    num_threads: int | None = None
+    device: str = "auto"
+    amp: bool | None = None
+    channels_last: bool | None = None
+    eval_every: int = 1
+    deterministic: bool = True
+
+    PRESETS: ClassVar[Mapping[str, "TrainConfig"]]
+
+    def __post_init__(self) -> None:
+        for name in ("data", "test_data"):
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
+            elif value is not None and not isinstance(value, str):
+                raise ValueError(f"TrainConfig.{name} must be a path or URI string, got {value!r}")
+            if value == "":
+                object.__setattr__(self, name, None)
+        check_model_name(self.model)
+        object.__setattr__(self, "model", self.model.strip().lower())
+
+        def bad(name: str, expected: str) -> ValueError:
+            return ValueError(f"TrainConfig.{name} must be {expected}, got {getattr(self, name)!r}")
+
+        for name in ("train_size", "val_size"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 0):
+                raise bad(name, "a non-negative integer or None")
+        for name in ("split_seed", "seed"):
+            v = getattr(self, name)
+            if not _is_int(v) or not 0 <= v < 2**31:
+                raise bad(name, "an integer in [0, 2**31)")
+        for name in ("epochs", "batch_size", "image_size", "eval_every"):
+            v = getattr(self, name)
+            if not _is_int(v) or v < 1:
+                raise bad(name, "a positive integer")
+        if self.num_threads is not None and (not _is_int(self.num_threads) or self.num_threads < 1):
+            raise bad("num_threads", "a positive integer or None")
+        if not _is_number(self.lr) or self.lr <= 0:
+            raise bad("lr", "a positive number")
+        if not _is_number(self.momentum) or not 0 <= self.momentum < 1:
+            raise bad("momentum", "a number in [0, 1)")
+        if not _is_number(self.weight_decay) or self.weight_decay < 0:
+            raise bad("weight_decay", "a non-negative number")
+        if not _is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
+            raise bad("label_smoothing", "a number in [0, 1)")
+        if not _is_number(self.warmup_epochs) or not 0 <= self.warmup_epochs <= self.epochs:
+            raise bad("warmup_epochs", f"a number in [0, epochs={self.epochs}]")
+        for name in ("nesterov", "deterministic"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "true or false")
+        for name in ("amp", "channels_last"):
+            if getattr(self, name) not in (None, True, False):
+                raise bad(name, "true, false or None (automatic: on for CUDA)")
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("TrainConfig.nesterov=True needs momentum > 0 (got momentum=0); set nesterov=False")
+        if not isinstance(self.device, str) or not (
+            self.device in ("cpu", "cuda", "auto") or (self.device.startswith("cuda:") and self.device[5:].isdigit())
+        ):
+            raise bad("device", "'cpu', 'cuda', 'cuda:N' or 'auto'")
+        if self.train_size == 0 and self.val_size is None:
+            raise ValueError(
+                "TrainConfig.train_size=0 (all images not used for validation) and val_size=None (all images not "
+                "used for training) leave the split undefined; set one of them to a number"
+            )
+        # Floats given as ints (JSON, YAML, CLI) are normalised so that to_dict() round-trips.
+        for name in ("lr", "momentum", "weight_decay", "warmup_epochs", "label_smoothing"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "TrainConfig":
+        """The preset ``name`` (see :data:`PRESETS`) with ``overrides`` applied."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown training preset {name!r}: expected one of {', '.join(PRESETS)}")
+        _check_field_names(overrides, f"override for preset {name!r}")
+        return dataclasses.replace(PRESETS[name], **overrides)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; missing keys take the field defaults."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"TrainConfig.from_dict expects a mapping, got {type(data).__name__}")
+        _check_field_names(data, "TrainConfig key")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # -- derived ------------------------------------------------------------------------------
+    def resolve_device(self) -> torch.device:
+        """The torch device this config runs on (``auto`` resolved); raises if CUDA is missing."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device(self.device)
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError(
+                    f"TrainConfig.device={self.device!r} but CUDA is not available on this machine "
+                    "(use device='cpu' or 'auto')"
+                )
+            if device.index is not None and device.index >= torch.cuda.device_count():
+                raise ValueError(
+                    f"TrainConfig.device={self.device!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
+                )
+        return device
+
+
+def _check_field_names(keys: Iterable[str], what: str) -> None:
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))}: expected one of {', '.join(sorted(known))}")
+
+
+#: Named starting points; see docs/training.md for how each was sized.
+PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
+    {
+        # A few seconds on 2 CPU cores; for tests and trying the plumbing. Reaches 0.25-0.29
+        # validation accuracy on CIFAR-10 over seeds 0-3 (chance: 0.10).
+        "smoke": TrainConfig(
+            model="resnet-8", train_size=1024, val_size=256, epochs=2, batch_size=32, lr=0.1,
+            warmup_epochs=0.0, device="cpu",
+        ),
+        # One proxy trial of about a minute on 2 CPU cores (measured; docs/training.md).
+        "cpu": TrainConfig(
+            model="resnet-8", train_size=4000, val_size=1000, epochs=8, batch_size=64, lr=0.05,
+            warmup_epochs=1.0, device="cpu",
+        ),
+        # AutoAugment's proxy task: WRN-40-2 on reduced CIFAR-10 (4,000 images; the rest of the
+        # training set validates), 120 epochs, batch 128, lr 0.1, weight decay 5e-4, cosine.
+        "paper": TrainConfig(
+            model="wrn-40-2", train_size=4000, val_size=None, epochs=120, batch_size=128, lr=0.1,
+            weight_decay=5e-4, device="cuda", deterministic=False,
+        ),
+        # Final evaluation: WRN-28-10 on the whole training set, 200 epochs (pass test_data).
+        "final": TrainConfig(
+            model="wrn-28-10", train_size=None, val_size=0, epochs=200, batch_size=128, lr=0.1,
+            weight_decay=5e-4, device="cuda", deterministic=False,
+        ),
+    }
+)
+TrainConfig.PRESETS = PRESETS
+
+
+# --------------------------------------------------------------------------------------------
+# Learning-rate schedule
+# --------------------------------------------------------------------------------------------
+class WarmupCosine:
+    """LR multiplier per optimizer step: linear warm-up to 1 over ``warmup_steps``, then cosine
+    decay to 0 at ``total_steps`` (a picklable object, so ``LambdaLR.state_dict`` saves it)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int) -> None:
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        span = max(1, self.total_steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# --------------------------------------------------------------------------------------------
+# Result
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` returns."""
+
+    history: list[dict[str, Any]]
+    val_accuracy: float | None
+    test_accuracy: float | None
+    split_fingerprint: str
+    dataset_fingerprint: str
+    train_time_s: float
+    model: nn.Module
+    config: TrainConfig | None = None
+    test_loss: float | None = None
+    checkpoint_path: str | None = None
+
+    @property
+    def val_loss(self) -> float | None:
+        return self.history[-1].get("val_loss") if self.history else None
+
+
+def write_history_csv(history: list[Mapping[str, Any]], path: str | os.PathLike) -> None:
+    """Write per-epoch metrics as a CSV table (one row per epoch, columns in first-seen order)."""
+    columns: list[str] = []
+    for row in history:
+        columns += [k for k in row if k not in columns]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in history:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
+    _atomic_write_bytes(Path(path), buf.getvalue().encode())
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    _atomic_write_bytes(path, buf.getvalue())
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a trainer checkpoint (a directory holding ``checkpoint.pt``, or the file itself).
+
+    Raises ``FileNotFoundError`` when it is missing and ``ValueError`` when the file is not a
+    checkpoint written by :func:`train`.
+    """
+    p = Path(path)
+    file = p / CHECKPOINT_NAME if p.is_dir() else p
+    if not file.is_file():
+        raise FileNotFoundError(f"no trainer checkpoint at {file} (expected a directory holding {CHECKPOINT_NAME})")
+    try:
+        state = torch.load(file, map_location=map_location, weights_only=True)
+    except Exception as exc:  # pickle / zip errors from a truncated or foreign file
+        raise ValueError(f"{file} is not a readable trainer checkpoint: {exc}") from None
+    if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
+        raise ValueError(f"{file} is not a trainer checkpoint of format {_CHECKPOINT_FORMAT}")
+    return state
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+class _TorchState:
+    """Set torch's process-wide knobs for a run and put them back afterwards."""
+
+    def __init__(self, config: TrainConfig, device: torch.device) -> None:
+        self.config, self.device = config, device
+
+    def __enter__(self) -> "_TorchState":
+        self.saved = (
+            torch.get_num_threads(),
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark,
+        )
+        if self.config.num_threads is not None:
+            torch.set_num_threads(self.config.num_threads)
+        # warn_only: an op without a deterministic kernel warns instead of failing the run.
+        torch.use_deterministic_algorithms(self.config.deterministic, warn_only=True)
+        if self.device.type == "cuda":
+            torch.backends.cudnn.deterministic = self.config.deterministic
+            torch.backends.cudnn.benchmark = not self.config.deterministic
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        threads, det, warn_only, cudnn_det, cudnn_bench = self.saved
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(det, warn_only=warn_only)
+        torch.backends.cudnn.deterministic = cudnn_det
+        torch.backends.cudnn.benchmark = cudnn_bench
+
+
+def _resolve_policy(policy: Any) -> Any:
+    import policies
+
+    if isinstance(policy, policies.Policy):
+        return policy
+    if isinstance(policy, str):
+        return policies.resolve_policy(policy)
+    raise ValueError(
+        f"policy must be a policies.Policy or a preset name / policy JSON path, got {type(policy).__name__}"
+    )
+
+
+def _open(source: str, split: str) -> Any:
+    from proxy_models.data import open_dataset
+
+    return open_dataset(source, split=split)
+
+
+def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.device, *, policy: Any,
+                 train: bool, num_threads: int) -> Any:
+    from proxy_models.pipeline import DaliLoader
+
+    return DaliLoader(
+        ds, indices, batch_size=config.batch_size, policy=policy, train=train, seed=config.seed,
+        image_size=config.image_size, num_threads=num_threads,
+        device="gpu" if device.type == "cuda" else "cpu",
+    )
+
+
+def _evaluate(model: nn.Module, loader: Any, device: torch.device, amp: bool, amp_dtype: torch.dtype,
+              channels_last: bool) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy without label smoothing) over one pass of ``loader``."""
+    model.eval()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    seen = 0
+    with torch.inference_mode():
+        for images, labels in loader:
+            images, labels = _to_device(images, labels, device, channels_last)
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp):
+                logits = model(images)
+            loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").double()
+            correct += (logits.argmax(1) == labels).sum()
+            seen += labels.shape[0]
+    if seen == 0:
+        raise ValueError("the evaluation loader yielded no images")
+    return correct.item() / seen, loss_sum.item() / seen
+
+
+def _images_per_sec(seen: int, first_n: int, t_first: float, t_train: float) -> float:
+    """Steady-state training throughput of one epoch: the images after the first batch over the
+    time after it arrived, so pipeline construction and prefetch warm-up do not count; falls back
+    to the whole epoch when it had a single batch."""
+    if seen > first_n and t_train > t_first:
+        return (seen - first_n) / (t_train - t_first)
+    return seen / t_train if t_train > 0 else float("inf")
+
+
+def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device,
+               channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    images = images.to(device, non_blocking=True)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    labels = labels.to(device, non_blocking=True).long().view(-1)
+    return images, labels
+
+
+def train(
+    config: TrainConfig,
+    policy: Any,
+    report: Callable[[dict[str, Any]], Any] | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    resume_from: str | os.PathLike | None = None,
+) -> TrainResult:
+    """Train ``config.model`` on ``config.data`` augmented by ``policy``; see the module docs.
+
+    ``policy``: a :class:`policies.Policy` (or a preset name / policy JSON path, resolved with
+    :func:`policies.resolve_policy`). ``report(metrics)`` is called once after each epoch with
+    ``epoch`` (1-based), ``train_loss``, ``train_accuracy``, ``val_loss``, ``val_accuracy``,
+    ``lr``, ``images_per_sec`` (training images per second this epoch, after the first batch so
+    that pipeline start-up does not count), ``epoch_time_s`` (wall time of the epoch: training +
+    validation), ``time_total_s``; after the last epoch also ``test_accuracy``/``test_loss`` when
+    ``config.test_data`` is set. With ``checkpoint_dir`` the trainer first writes
+    ``checkpoint_dir/checkpoint.pt`` atomically and adds ``metrics["checkpoint_dir"]``.
+    ``resume_from``: a directory holding ``checkpoint.pt``; training continues after its epoch.
+
+    Bad config, data, policy or checkpoint raise (``ValueError``, ``FileNotFoundError``) before the
+    first epoch.
+    """
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if config.data is None:
+        raise ValueError("TrainConfig.data is not set: give the training data source (e.g. a Parquet file)")
+    if report is not None and not callable(report):
+        raise ValueError(f"report must be callable, got {report!r}")
+    policy = _resolve_policy(policy)
+    device = config.resolve_device()
+    checkpoint = None
+    if resume_from is not None:
+        checkpoint = load_checkpoint(resume_from)
+        _check_resumable(checkpoint, config, policy)
+
+    with _TorchState(config, device), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return _train(config, policy, device, report, checkpoint_dir, checkpoint)
+
+
+def _check_resumable(checkpoint: dict[str, Any], config: TrainConfig, policy: Any) -> None:
+    saved = checkpoint["config"]
+    current = config.to_dict()
+    differ = [k for k in current if k not in _RESUMABLE_CHANGES and saved.get(k) != current[k]]
+    if differ:
+        details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current[k]!r}" for k in differ)
+        raise ValueError(f"cannot resume: the config differs from the checkpoint's ({details})")
+    if checkpoint["policy_hash"] != policy.content_hash:
+        raise ValueError(
+            f"cannot resume: the checkpoint was trained with policy {checkpoint['policy'].get('name')!r} "
+            f"(hash {checkpoint['policy_hash'][:12]}), not {policy.name!r} (hash {policy.content_hash[:12]})"
+        )
+
+
+def _train(
+    config: TrainConfig,
+    policy: Any,
+    device: torch.device,
+    report: Callable[[dict[str, Any]], Any] | None,
+    checkpoint_dir: str | os.PathLike | None,
+    checkpoint: dict[str, Any] | None,
+) -> TrainResult:
+    from proxy_models.data import reduced_split
+
+    torch.manual_seed(config.seed)
+    num_threads = config.num_threads or torch.get_num_threads()
+    use_amp = device.type == "cuda" if config.amp is None else config.amp
+    amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    channels_last = device.type == "cuda" if config.channels_last is None else config.channels_last
+
+    # ---- data (every check that can fail happens here, before the first epoch) -------------
+    ds = _open(config.data, "train")
+    dataset_fp = ds.fingerprint()
+    split = reduced_split(
+        ds.labels, train_size=config.train_size or None, val_size=config.val_size,
+        seed=config.split_seed, dataset_fingerprint=dataset_fp,
+    )
+    if checkpoint is not None:
+        if checkpoint["dataset_fingerprint"] != dataset_fp:
+            raise ValueError(
+                f"cannot resume: {config.data} is not the dataset the checkpoint was trained on "
+                f"(fingerprint {dataset_fp[:12]} vs {checkpoint['dataset_fingerprint'][:12]})"
+            )
+        if checkpoint["split_fingerprint"] != split.fingerprint:
+            raise ValueError("cannot resume: the train/validation split differs from the checkpoint's")
+    test_ds = None
+    if config.test_data is not None:
+        test_ds = _open(config.test_data, "test")
+        if tuple(test_ds.classes) != tuple(ds.classes):
+            raise ValueError(
+                f"test data {config.test_data} has classes {list(test_ds.classes)[:10]}, "
+                f"but the training data has {list(ds.classes)[:10]}"
+            )
+    train_loader = _make_loader(ds, split.train, config, device, policy=policy, train=True, num_threads=num_threads)
+    val_loader = None
+    if len(split.val):
+        val_loader = _make_loader(ds, split.val, config, device, policy=None, train=False, num_threads=num_threads)
+    test_loader = None
+    if test_ds is not None:
+        import numpy as np
+
+        test_loader = _make_loader(test_ds, np.arange(len(test_ds), dtype=np.int64), config, device,
+                                   policy=None, train=False, num_threads=num_threads)
+    steps_per_epoch = len(train_loader)
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"the training split of {len(split.train)} images gives no batch of {config.batch_size}"
+        )
+
+    # ---- model and optimisation -------------------------------------------------------------
+    model = build_model(config.model, num_classes=ds.num_classes).to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
+        weight_decay=config.weight_decay,
+    )
+    total_steps = steps_per_epoch * config.epochs
+    warmup_steps = round(config.warmup_epochs * steps_per_epoch)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(warmup_steps, total_steps))
+    scaler = torch.amp.GradScaler(device.type, enabled=use_amp and amp_dtype == torch.float16)
+    criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+
+    history: list[dict[str, Any]] = []
+    start_epoch = 0
+    train_time = 0.0
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        scaler.load_state_dict(checkpoint["scaler"])
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        if device.type == "cuda" and checkpoint["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(checkpoint["rng"]["cuda"], device)
+        train_loader.load_state_dict(checkpoint["loader"])
+        history = [dict(row) for row in checkpoint["history"]]
+        start_epoch = int(checkpoint["epoch"])
+        train_time = float(checkpoint["train_time_s"])
+
+    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    ckpt_path = ckpt_dir / CHECKPOINT_NAME if ckpt_dir is not None else None
+    test_accuracy = test_loss = None
+
+    for epoch in range(start_epoch, config.epochs):
+        # ---- train one epoch ----
+        model.train()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        seen = 0
+        t0 = time.perf_counter()
+        t_first = None  # when the first batch arrived (pipeline build / warm-up excluded from img/s)
+        first_n = 0
+        for images, labels in train_loader:
+            if t_first is None:
+                t_first, first_n = time.perf_counter(), labels.shape[0]
+            images, labels = _to_device(images, labels, device, channels_last)
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
+                logits = model(images)
+                loss = criterion(logits, labels)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            n = labels.shape[0]
+            loss_sum += loss.detach().double() * n
+            correct += (logits.detach().argmax(1) == labels).sum()
+            seen += n
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t_train = time.perf_counter() - t0
+        if seen == 0:
+            raise RuntimeError(f"epoch {epoch + 1}: the training loader yielded no batches")
+        train_loss = loss_sum.item() / seen
+        if not math.isfinite(train_loss):
+            raise FloatingPointError(
+                f"training diverged in epoch {epoch + 1}: mean training loss is {train_loss} "
+                f"(lr={config.lr}; try a lower lr or more warm-up epochs)"
+            )
+        metrics: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            "train_accuracy": correct.item() / seen,
+            "val_loss": None,
+            "val_accuracy": None,
+            "lr": optimizer.param_groups[0]["lr"],
+        }
+        # ---- validate ----
+        last = epoch + 1 == config.epochs
+        if val_loader is not None and ((epoch + 1) % config.eval_every == 0 or last):
+            metrics["val_accuracy"], metrics["val_loss"] = _evaluate(
+                model, val_loader, device, use_amp, amp_dtype, channels_last
+            )
+        if last and test_loader is not None:
+            test_accuracy, test_loss = _evaluate(model, test_loader, device, use_amp, amp_dtype, channels_last)
+            metrics["test_accuracy"], metrics["test_loss"] = test_accuracy, test_loss
+        epoch_time = time.perf_counter() - t0
+        train_time += epoch_time
+        metrics.update(
+            images_per_sec=_images_per_sec(seen, first_n, t_first - t0, t_train),
+            epoch_time_s=epoch_time,
+            time_total_s=train_time,
+        )
+        if ckpt_path is not None:
+            metrics["checkpoint_dir"] = str(ckpt_dir)
+        history.append(metrics)
+        if ckpt_path is not None:
+            _save_checkpoint(
+                ckpt_path,
+                {
+                    "format": _CHECKPOINT_FORMAT,
+                    "epoch": epoch + 1,
+                    "config": config.to_dict(),
+                    "policy": policy.to_dict(),
+                    "policy_hash": policy.content_hash,
+                    "dataset_fingerprint": dataset_fp,
+                    "split_fingerprint": split.fingerprint,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict(),
+                    # Epoch counter + DALI's own checkpoint of its random operators, so a resumed
+                    # run sees the data order and augmentation draws of the uninterrupted one.
+                    "loader": train_loader.state_dict(),
+                    "rng": {
+                        "torch": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                    },
+                    "history": history,
+                    "train_time_s": train_time,
+                },
+            )
+        if report is not None:
+            report(dict(metrics))
+
+    if test_loader is not None and test_accuracy is None:
+        # Resumed from a checkpoint written after the last epoch: only the test pass is left.
+        test_accuracy, test_loss = _evaluate(model, test_loader, device, use_amp, amp_dtype, channels_last)
+    final = history[-1] if history else {}
+    return TrainResult(
+        history=history,
+        val_accuracy=final.get("val_accuracy"),
+        test_accuracy=test_accuracy,
+        split_fingerprint=split.fingerprint,
+        dataset_fingerprint=dataset_fp,
+        train_time_s=train_time,
+        model=model,
+        config=config,
+        test_loss=test_loss,
+        checkpoint_path=str(ckpt_path) if ckpt_path is not None else None,
+    )

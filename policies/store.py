@@ -534,8 +534,9 @@ class PolicyStore:
 
     def _location(self, path: str) -> str:
         """A path as the user can find it (for messages)."""
-        if self._scheme and self._scheme != "file":
-            return f"{self._scheme}://{path}"
+        if self._scheme and self._root and path.startswith(self._root):
+            rel = path[len(self._root):].lstrip("/")
+            return f"{self._uri.rstrip('/')}/{rel}"
         if isinstance(self._fs, pafs.SubTreeFileSystem):
             return self._fs.base_path.rstrip("/") + "/" + path.lstrip("/")
         return path

@@ -86,6 +86,7 @@ def test_round_trip_file_uri(tmp_path):
     assert store.uri.startswith("file://")
     _round_trip(store)
     assert PolicyStore(str(tmp_path / "s")).versions("cifar10-wrn") == [1, 2]
+    assert store.get("cifar10-wrn@2").location == (tmp_path / "s").as_uri() + "/cifar10-wrn/v000002.parquet"
 
 
 def test_round_trip_in_memory_filesystem():

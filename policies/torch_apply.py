@@ -1,0 +1,288 @@
+"""Apply a :class:`~policies.Policy` with torchvision (``Policy.to_torchvision()``).
+
+:class:`PolicyTransform` is a ``torchvision.transforms.v2.Transform`` doing what
+:func:`policies.dali_apply.apply_policy` does in DALI: per image, one sub-policy drawn uniformly,
+each of its operations applied in order with its probability, at the magnitude of its bin (the
+ranges of :mod:`policies.ops`), signed operations negated with probability 1/2. Randomness comes
+from torch's global RNG (``torch.manual_seed``; ``DataLoader`` seeds each worker).
+
+Inputs: a uint8 ``CHW`` tensor (or ``tv_tensors.Image``), a batched uint8 ``NCHW`` tensor (each
+image gets its own draw) or a PIL image; optionally inside a tuple/dict with other entries (labels
+...) that pass through unchanged, as with torchvision's ``AutoAugment``.
+
+SamplePairing: a per-sample transform sees one image at a time, so it blends the image with the
+**previous image this transform instance saw** (its input, before augmentation; resized to the
+current size if they differ); on the very first image there is no partner and SamplePairing is
+the identity. Given a batched tensor it blends image ``i`` with image ``i - 1`` of the batch
+(``batch.roll(1, 0)``). In a ``DataLoader`` each worker holds its own copy of the transform and so
+its own "previous image".
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import PIL.Image
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as F
+
+from policies import ops as _ops
+from policies.policy import Policy
+
+__all__ = ["PolicyTransform", "RandomPadCrop", "to_torchvision", "TORCH_OPS", "apply_op"]
+
+_INTERP = {"nearest": v2.InterpolationMode.NEAREST, "bilinear": v2.InterpolationMode.BILINEAR}
+
+
+# --------------------------------------------------------------------------- operations
+# fn(img uint8 [..., C, H, W], param, *, fill, interpolation, other, generator) -> img
+def _identity(img, param, **_):
+    return img
+
+
+def _shear_x(img, m, *, fill, interpolation, **_):
+    # torchvision's shear is an angle: the AutoAugment/PIL coefficient m is tan(angle).
+    return F.affine(img, angle=0.0, translate=[0.0, 0.0], scale=1.0,
+                    shear=[math.degrees(math.atan(m)), 0.0], interpolation=interpolation,
+                    fill=fill, center=[0.0, 0.0])  # fmt: skip
+
+
+def _shear_y(img, m, *, fill, interpolation, **_):
+    return F.affine(img, angle=0.0, translate=[0.0, 0.0], scale=1.0,
+                    shear=[0.0, math.degrees(math.atan(m))], interpolation=interpolation,
+                    fill=fill, center=[0.0, 0.0])  # fmt: skip
+
+
+def _translate_x(img, px, *, fill, interpolation, **_):
+    return F.affine(img, angle=0.0, translate=[float(px), 0.0], scale=1.0, shear=[0.0, 0.0],
+                    interpolation=interpolation, fill=fill)  # fmt: skip
+
+
+def _translate_y(img, px, *, fill, interpolation, **_):
+    return F.affine(img, angle=0.0, translate=[0.0, float(px)], scale=1.0, shear=[0.0, 0.0],
+                    interpolation=interpolation, fill=fill)  # fmt: skip
+
+
+def _rotate(img, deg, *, fill, interpolation, **_):
+    return F.rotate(img, angle=float(deg), interpolation=interpolation, fill=fill)
+
+
+def _solarize(img, threshold, **_):
+    # threshold 256 (bin 0) inverts nothing; torchvision rejects thresholds above 255.
+    if threshold > 255:
+        return img
+    return F.solarize(img, threshold=float(threshold))
+
+
+def _cutout(img, side, *, fill, generator=None, **_):
+    side = int(side)
+    if side <= 0:
+        return img
+    h, w = img.shape[-2:]
+    cy = int(torch.randint(h, (), generator=generator))
+    cx = int(torch.randint(w, (), generator=generator))
+    top, left = max(cy - side // 2, 0), max(cx - side // 2, 0)
+    bottom, right = min(cy - side // 2 + side, h), min(cx - side // 2 + side, w)
+    if bottom <= top or right <= left:
+        return img
+    value = torch.tensor(fill, dtype=img.dtype).view(-1, 1, 1)
+    return F.erase(img, top, left, bottom - top, right - left, value)
+
+
+def _sample_pairing(img, weight, *, other=None, **_):
+    if other is None or weight == 0:
+        return img
+    if other.shape[-2:] != img.shape[-2:]:
+        other = F.resize(other, list(img.shape[-2:]), antialias=True)
+    out = img.float() * (1.0 - weight) + other.float() * weight
+    return out.round_().clamp_(0, 255).to(img.dtype)
+
+
+#: Registry name -> torchvision implementation ``fn(img, param, **ctx)``.
+TORCH_OPS: dict[str, Callable[..., torch.Tensor]] = {
+    "Identity": _identity,
+    "ShearX": _shear_x,
+    "ShearY": _shear_y,
+    "TranslateX": _translate_x,
+    "TranslateY": _translate_y,
+    "Rotate": _rotate,
+    "AutoContrast": lambda img, _, **__: F.autocontrast(img),
+    "Invert": lambda img, _, **__: F.invert(img),
+    "Equalize": lambda img, _, **__: F.equalize(img),
+    "Solarize": _solarize,
+    "Posterize": lambda img, bits, **_: F.posterize(img, bits=int(bits)),
+    "Contrast": lambda img, f, **_: F.adjust_contrast(img, contrast_factor=float(f)),
+    "Color": lambda img, f, **_: F.adjust_saturation(img, saturation_factor=float(f)),
+    "Brightness": lambda img, f, **_: F.adjust_brightness(img, brightness_factor=float(f)),
+    "Sharpness": lambda img, f, **_: F.adjust_sharpness(img, sharpness_factor=float(f)),
+    "Cutout": _cutout,
+    "SamplePairing": _sample_pairing,
+}
+assert set(TORCH_OPS) == set(_ops.OP_NAMES)
+
+
+def apply_op(
+    img: torch.Tensor,
+    name: str,
+    magnitude_bin: int,
+    num_magnitude_bins: int,
+    ranges: str = "autoaugment",
+    *,
+    negate: bool = False,
+    interpolation: str = "nearest",
+    fill: int = 128,
+    other: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Apply one registry operation (always, with the given sign) to a uint8 ``CHW`` tensor."""
+    spec = _ops.get(name)
+    h, w = img.shape[-2:]
+    param = spec.param(magnitude_bin, num_magnitude_bins, ranges, image_size=(h, w), negate=negate)
+    channels = img.shape[-3]
+    return TORCH_OPS[name](
+        img, param, fill=[float(fill)] * channels, interpolation=_INTERP[interpolation],
+        other=other, generator=generator,
+    )  # fmt: skip
+
+
+class PolicyTransform(v2.Transform):
+    """torchvision v2 transform applying a :class:`~policies.Policy` (policy only, no crop/flip).
+
+    Args:
+        policy: the policy.
+        interpolation: ``"nearest"`` (default) or ``"bilinear"`` for shear / translate / rotate.
+        fill: grey level of uncovered pixels and of the Cutout square (default 128).
+    """
+
+    def __init__(self, policy: Policy, *, interpolation: str = "nearest", fill: int = 128):
+        super().__init__()
+        if not isinstance(policy, Policy):
+            raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
+        if interpolation not in _INTERP:
+            raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
+        if not (isinstance(fill, int) and 0 <= fill <= 255):
+            raise ValueError(f"fill={fill!r}; expected an int in [0, 255]")
+        self.policy = policy
+        self.interpolation = interpolation
+        self.fill = fill
+        self._previous: torch.Tensor | None = None
+        #: Sub-policy index and fired ops of the last image transformed (used by the preview).
+        self.last_applied: list[tuple[int, list[str]]] = []
+
+    def extra_repr(self) -> str:
+        return (f"policy={self.policy.name!r} ({len(self.policy)} sub-policies), "
+                f"interpolation={self.interpolation!r}, fill={self.fill}")  # fmt: skip
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_previous"] = None
+        state["last_applied"] = []
+        return state
+
+    # -- one sample ----------------------------------------------------------------------
+    def _apply_one(self, img: torch.Tensor, other: torch.Tensor | None):
+        policy = self.policy
+        if policy.is_identity:
+            return img, (-1, [])
+        k = int(torch.randint(len(policy), ()))
+        fired = []
+        for op in policy.sub_policies[k]:
+            if op.op == _ops.IDENTITY or float(torch.rand(())) >= op.probability:
+                continue
+            spec = _ops.REGISTRY[op.op]
+            negate = spec.signed and bool(torch.randint(2, ()))
+            img = apply_op(img, op.op, op.magnitude_bin, policy.num_magnitude_bins,
+                           policy.ranges, negate=negate, interpolation=self.interpolation,
+                           fill=self.fill, other=other)  # fmt: skip
+            fired.append(("-" if negate else "") + op.op)
+        return img, (k, fired)
+
+    def _apply_tensor(self, img: torch.Tensor) -> torch.Tensor:
+        if img.dtype != torch.uint8:
+            raise ValueError(f"{type(self).__name__} expects uint8 images, got dtype {img.dtype}")
+        if img.ndim not in (3, 4) or img.shape[-3] not in (1, 3):
+            raise ValueError(
+                f"{type(self).__name__} expects a uint8 tensor of shape [C, H, W] or "
+                f"[N, C, H, W] with C in (1, 3), got shape {tuple(img.shape)}"
+            )
+        if img.ndim == 3:
+            previous, self._previous = self._previous, img.detach().clone()
+            if previous is not None and previous.shape[-3] != img.shape[-3]:
+                previous = None
+            out, info = self._apply_one(img, previous)
+            self.last_applied = [info]
+            return out
+        others = img.roll(1, 0) if img.shape[0] > 1 else [None] * len(img)
+        results = [self._apply_one(x, o) for x, o in zip(img, others)]
+        self.last_applied = [info for _, info in results]
+        if len(img):
+            self._previous = img[-1].detach().clone()
+        return torch.stack([r for r, _ in results]) if results else img
+
+    def _apply_image(self, image: Any) -> Any:
+        if isinstance(image, PIL.Image.Image):
+            if image.mode not in ("RGB", "L"):
+                raise ValueError(f"PIL images must be mode RGB or L, got {image.mode!r}")
+            out = self._apply_tensor(F.pil_to_tensor(image))
+            return F.to_pil_image(out, mode=image.mode)
+        out = self._apply_tensor(image.as_subclass(torch.Tensor))
+        if isinstance(image, tv_tensors.Image):
+            return tv_tensors.wrap(out, like=image)
+        return out
+
+    def forward(self, *inputs: Any) -> Any:
+        flat, spec = tree_flatten(inputs if len(inputs) > 1 else inputs[0])
+        found = [
+            i for i, x in enumerate(flat)
+            if isinstance(x, (PIL.Image.Image, tv_tensors.Image))
+            or (type(x) is torch.Tensor)
+        ]  # fmt: skip
+        if not found:
+            raise ValueError(
+                f"{type(self).__name__} found no image in its input (expected a uint8 tensor, "
+                f"tv_tensors.Image or PIL image); got {[type(x).__name__ for x in flat]}"
+            )
+        if len(found) > 1:
+            raise ValueError(
+                f"{type(self).__name__} applies one policy draw to a single image, but found "
+                f"{len(found)} image-like inputs"
+            )
+        flat[found[0]] = self._apply_image(flat[found[0]])
+        return tree_unflatten(flat, spec)
+
+
+class RandomPadCrop(v2.Transform):
+    """Zero-pad by ``padding`` px on each side, then randomly crop back to the input size
+    (the CIFAR "pad-4 random crop" of AutoAugment's base recipe), for any image size."""
+
+    def __init__(self, padding: int = 4, fill: int = 0):
+        super().__init__()
+        self.padding = padding
+        self.fill = fill
+
+    def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
+        p = self.padding
+        return {"top": int(torch.randint(2 * p + 1, ())), "left": int(torch.randint(2 * p + 1, ()))}
+
+    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
+        if not isinstance(inpt, (PIL.Image.Image, torch.Tensor)) or isinstance(
+            inpt, (tv_tensors.Mask,)
+        ):
+            return inpt
+        h, w = F.get_size(inpt)
+        padded = F.pad(inpt, [self.padding], fill=self.fill)
+        return F.crop(padded, params["top"], params["left"], h, w)
+
+
+def to_torchvision(
+    policy: Policy, *, base: bool = False, interpolation: str = "nearest", fill: int = 128
+) -> v2.Transform:
+    """The torchvision transform for ``policy``; with ``base=True`` and ``policy.base ==
+    "standard"``, preceded by :class:`RandomPadCrop` (4 px) and ``v2.RandomHorizontalFlip``."""
+    transform = PolicyTransform(policy, interpolation=interpolation, fill=fill)
+    if base and policy.base == "standard":
+        return v2.Compose([RandomPadCrop(4), v2.RandomHorizontalFlip(), transform])
+    return transform

@@ -47,30 +47,43 @@ def _open_store(args: argparse.Namespace):
 
 
 def _looks_like_path(ref: str) -> bool:
-    return "/" in ref or os.sep in ref or ref.lower().endswith(".json") or Path(ref).is_file()
+    return "/" in ref or os.sep in ref or ref.lower().endswith(".json")
+
+
+def _read_policy_file(ref: str):
+    from policies.policy import Policy
+
+    path = Path(ref).expanduser()
+    if not path.is_file():
+        raise UserError(f"policy file {ref!r} does not exist")
+    try:
+        return Policy.from_json(path.read_text(encoding="utf-8")), str(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"policy file {ref!r} is not a valid policy JSON: {exc}") from None
 
 
 def _resolve(ref: str, args: argparse.Namespace):
-    """``(policy, record or None, label)`` for a REF (see the module documentation)."""
+    """``(policy, record or None, label)`` for a REF.
+
+    ``preset:NAME`` is a preset; a ref with a path separator or ending in ``.json`` is a file;
+    anything else is looked up in the store first, then as an existing file, then as a bare
+    preset name.
+    """
     from policies import presets
-    from policies.policy import Policy
     from policies.store import PolicyNotFoundError
 
     if ref.startswith(presets.PREFIX):
         return presets.resolve(ref), None, ref
     if _looks_like_path(ref):
-        path = Path(ref).expanduser()
-        if not path.is_file():
-            raise UserError(f"policy file {ref!r} does not exist")
-        try:
-            policy = Policy.from_json(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise UserError(f"policy file {ref!r} is not a valid policy JSON: {exc}") from None
-        return policy, None, str(path)
+        policy, label = _read_policy_file(ref)
+        return policy, None, label
     store = _open_store(args)
     try:
         record = store.get(ref)
     except PolicyNotFoundError:
+        if Path(ref).is_file():
+            policy, label = _read_policy_file(ref)
+            return policy, None, label
         if presets.is_preset(ref):
             return presets.resolve(ref), None, f"preset:{ref}"
         raise
@@ -296,7 +309,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():
         raise UserError(f"cannot write {args.out!r}: folder {str(out.parent)!r} does not exist")
     images = _preview_images(args.data, args.num_images, args.image_size, args.seed)
-    from policies.preview import render_grid
+    try:
+        from policies.preview import render_grid
+    except ImportError as exc:
+        raise UserError(f"preview is not available: {exc}") from None
 
     kwargs: dict[str, Any] = {}
     if args.samples is not None:

@@ -113,6 +113,20 @@ def test_show_by_version_hash_preset_and_file(store, capsys, tmp_path):
     assert Policy.from_dict(data["policy"]) == V2
 
 
+def test_reference_precedence(store, capsys, tmp_path, monkeypatch):
+    # a bare preset name works when no stored policy has that name...
+    code, out, _ = run(capsys, "policies", "show", "trivialaugment", "--store", store.uri)
+    assert code == 0 and out.startswith("preset:trivialaugment (not stored)")
+    # ...but a stored name wins over a preset and over a file of the same name in the cwd
+    store.save(V1, "standard")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "svhn").write_text(V1.to_json())
+    assert run(capsys, "policies", "show", "standard", "--store", store.uri)[1].startswith("standard@1\n")
+    assert run(capsys, "policies", "show", "svhn", "--store", store.uri)[1].startswith("svhn@1\n")
+    (tmp_path / "loose").write_text(V2.to_json())
+    assert run(capsys, "policies", "show", "loose", "--store", store.uri)[1].startswith("loose (not stored)")
+
+
 def test_export(store, capsys, tmp_path):
     code, out, _ = run(capsys, "policies", "export", "cifar10-wrn@1", "--store", store.uri)
     assert code == 0 and out == V1.to_json() + "\n"

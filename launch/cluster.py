@@ -1,0 +1,518 @@
+"""Connecting to Ray: an embedded local instance or an existing cluster, and the Ray Jobs client.
+
+Three ways a command reaches Ray:
+
+* **embedded** (no address): :func:`local` starts a private Ray instance in this process
+  (``ray.init()`` without an address, no dashboard by default) and uses this machine's CPUs/GPUs;
+* **an existing cluster** (``--address``): :func:`connect` joins it, either as a driver on one of
+  the cluster's machines (GCS address ``HOST:6379``, or ``auto`` for the cluster started on this
+  machine) or from anywhere through Ray Client (``ray://HOST:10001``). The project's packages are
+  shipped to the workers in the connection's ``runtime_env`` (:func:`project_runtime_env`), so
+  the nodes need the dependencies (torch, DALI, ...) but not this checkout;
+* **a Ray Job** (``autoaug launch``, see :mod:`launch.launch_cmd`): the command runs as the job's
+  driver on the cluster; inside it ``RAY_ADDRESS`` is set and :func:`connect` with no address joins
+  that cluster.
+
+Every failure a user can fix (unreachable head, a dashboard URL where a GCS address is expected,
+token authentication without a token, ...) raises :class:`ClusterError`, a
+:class:`launch.errors.UserError` the CLI prints as one line.
+
+Example::
+
+    from launch import cluster
+
+    with cluster.ray_session(args.address, num_cpus=args.num_cpus) as info:
+        print(info.describe())          # "Ray cluster at 10.0.0.5:6379: 3 nodes, 48 CPUs, 4 GPUs"
+        ...                             # ray.tune.Tuner(...).fit()
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from launch.errors import UserError
+
+__all__ = [
+    "AUTH_HELP",
+    "DEFAULT_EXCLUDES",
+    "PROJECT_PACKAGES",
+    "ClusterError",
+    "ClusterInfo",
+    "check_reachable",
+    "connect",
+    "dashboard_url",
+    "in_ray_job",
+    "job_client",
+    "local",
+    "parse_address",
+    "project_root",
+    "project_runtime_env",
+    "ray_session",
+]
+
+#: The packages that make up the project; shipped to the cluster as ``runtime_env["py_modules"]``.
+PROJECT_PACKAGES: tuple[str, ...] = ("policies", "proxy_models", "search", "launch")
+
+#: Never uploaded to the cluster (gitignore-style patterns, as ``runtime_env["excludes"]`` takes).
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    ".venv",
+    "venv",
+    ".git",
+    "runs",
+    "__pycache__",
+    "*.pyc",
+    "*.egg-info",
+    ".pytest_cache",
+    ".mypy_cache",
+    "benchmarks/results",
+)
+
+AUTH_HELP = (
+    "clusters started with `ray start` use token authentication: give this process the "
+    "cluster's token with RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<token> (or RAY_AUTH_TOKEN_PATH=<file>; "
+    "`ray get-auth-token` prints it on the head node); see docs/cluster.md"
+)
+
+_DEFAULT_GCS_PORT = 6379
+_DEFAULT_CLIENT_PORT = 10001
+_DEFAULT_DASHBOARD_PORT = 8265
+_HOST_PORT_RE = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>\d{1,5}))?$")
+
+
+class ClusterError(UserError):
+    """The Ray cluster cannot be used as asked (unreachable, wrong kind of address, no token...)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Addresses
+
+
+@dataclasses.dataclass(frozen=True)
+class Address:
+    """A parsed cluster address.
+
+    ``kind`` is ``"gcs"`` (``HOST:PORT``: join as a driver), ``"client"`` (``ray://HOST:PORT``:
+    Ray Client), ``"dashboard"`` (``http(s)://HOST:PORT``: the job server), or ``"auto"`` (the
+    cluster started with ``ray start`` on this machine).
+    """
+
+    kind: str
+    text: str
+    host: str | None = None
+    port: int | None = None
+
+    @property
+    def url(self) -> str:
+        if self.kind == "dashboard":
+            return self.text.rstrip("/")
+        return self.text
+
+
+def parse_address(address: str, *, default_kind: str = "gcs") -> Address:
+    """Parse ``HOST[:PORT]``, ``ray://HOST[:PORT]``, ``http(s)://HOST[:PORT]`` or ``auto``.
+
+    ``default_kind`` says what a bare ``HOST:PORT`` is: ``"gcs"`` (for :func:`connect`) or
+    ``"dashboard"`` (for :func:`job_client`). Raises :class:`ClusterError` for anything else.
+    """
+    if not isinstance(address, str) or not address.strip():
+        raise ClusterError(f"empty Ray cluster address {address!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT")
+    text = address.strip()
+    if text == "auto":
+        return Address("auto", "auto")
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        kinds = {"ray": "client", "http": "dashboard", "https": "dashboard"}
+        kind = kinds.get(scheme.lower())
+        if kind is None:
+            raise ClusterError(
+                f"unsupported scheme {scheme + '://'!r} in Ray cluster address {text!r}: expected "
+                "ray://HOST:PORT (Ray Client), http(s)://HOST:PORT (dashboard / job server) or HOST:PORT (GCS)"
+            )
+        hostport = rest.rstrip("/")
+        if "/" in hostport and kind == "dashboard":  # a dashboard behind a path prefix (proxy)
+            hostport = hostport.split("/", 1)[0]
+        default_port = _DEFAULT_CLIENT_PORT if kind == "client" else (443 if scheme.lower() == "https" else 80)
+    else:
+        kind, hostport = default_kind, text
+        default_port = _DEFAULT_GCS_PORT if kind == "gcs" else _DEFAULT_DASHBOARD_PORT
+    match = _HOST_PORT_RE.match(hostport)
+    if not match:
+        raise ClusterError(f"malformed Ray cluster address {text!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT")
+    port = int(match.group("port")) if match.group("port") else default_port
+    if not 0 < port < 65536:
+        raise ClusterError(f"port {port} in Ray cluster address {text!r} is out of range 1-65535")
+    host = match.group("host").strip("[]")
+    if kind == "dashboard" and not sep:
+        text = f"http://{hostport}"
+    return Address(kind, text, host, port)
+
+
+def check_reachable(host: str, port: int, *, timeout: float = 5.0, what: str = "Ray cluster") -> None:
+    """Raise :class:`ClusterError` unless a TCP connection to ``host:port`` opens within ``timeout``.
+
+    Ray itself retries an unreachable GCS for tens of seconds and then reports a generic error;
+    this check fails fast and names the address.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        if isinstance(exc, socket.timeout):
+            reason = f"no answer within {timeout:g} s"
+        raise ClusterError(
+            f"cannot reach the {what} at {host}:{port} ({reason}); is it running and reachable from "
+            "here? Start one with `ray start --head` (docs/cluster.md)"
+        ) from None
+
+
+def in_ray_job() -> bool:
+    """True inside the driver of a Ray Job (``RAY_ADDRESS`` and the job's config are set by Ray)."""
+    return bool(os.environ.get("RAY_ADDRESS")) and "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
+def _token_mode() -> bool:
+    return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
+
+
+# ----------------------------------------------------------------------------------------------
+# What gets shipped
+
+
+def project_root() -> Path:
+    """The folder holding the project's packages (a source checkout or ``site-packages``)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def project_runtime_env(
+    *,
+    working_dir: str | os.PathLike | None = None,
+    env_vars: Mapping[str, str] | None = None,
+    excludes: Sequence[str] = (),
+    base: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A Ray ``runtime_env`` that carries this project to every worker of a job or connection.
+
+    ``py_modules`` lists the four packages (:data:`PROJECT_PACKAGES`) from this installation, so
+    workers import exactly the code that submitted the work (nodes need the third-party
+    dependencies installed, not the project). ``working_dir`` (optional) is uploaded too and
+    becomes the current directory of the job's driver and workers. ``excludes`` adds patterns to
+    :data:`DEFAULT_EXCLUDES`. ``env_vars`` are set in every process. ``base`` is another
+    ``runtime_env`` to extend (its ``py_modules``, ``excludes`` and ``env_vars`` are kept).
+    """
+    env: dict[str, Any] = dict(base or {})
+    root = project_root()
+    modules = list(env.get("py_modules", []))
+    for name in PROJECT_PACKAGES:
+        path = root / name
+        if not (path / "__init__.py").is_file():
+            raise ClusterError(f"cannot ship package {name!r}: {path} is not a Python package folder")
+        if str(path) not in modules:
+            modules.append(str(path))
+    env["py_modules"] = modules
+    patterns = list(env.get("excludes", []))
+    patterns += [p for p in (*DEFAULT_EXCLUDES, *excludes) if p not in patterns]
+    env["excludes"] = patterns
+    if working_dir is not None:
+        wd = Path(working_dir).expanduser()
+        if not wd.is_dir():
+            raise ClusterError(f"working directory {str(working_dir)!r} does not exist or is not a folder")
+        env["working_dir"] = str(wd.resolve())
+    if env_vars:
+        merged = dict(env.get("env_vars", {}))
+        for key, value in env_vars.items():
+            if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ClusterError(f"invalid environment variable name {key!r}: expected letters, digits and '_'")
+            if not isinstance(value, str):
+                raise ClusterError(f"environment variable {key} must be a string, got {type(value).__name__}")
+            merged[key] = value
+        env["env_vars"] = merged
+    return env
+
+
+# ----------------------------------------------------------------------------------------------
+# Connecting
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """What :func:`connect` / :func:`local` joined."""
+
+    address: str | None  # as given ("127.0.0.1:6379", "ray://...", "auto"), None when embedded
+    embedded: bool  # True: a private Ray instance started by this process
+    num_nodes: int
+    resources: dict[str, float]
+    dashboard_url: str | None = None
+
+    @property
+    def num_cpus(self) -> float:
+        return float(self.resources.get("CPU", 0.0))
+
+    @property
+    def num_gpus(self) -> float:
+        return float(self.resources.get("GPU", 0.0))
+
+    def describe(self) -> str:
+        where = "local Ray (embedded)" if self.embedded else f"Ray cluster at {self.address}"
+        nodes = f"{self.num_nodes} node{'s' if self.num_nodes != 1 else ''}"
+        text = f"{where}: {nodes}, {self.num_cpus:g} CPUs, {self.num_gpus:g} GPUs"
+        if self.dashboard_url:
+            text += f", dashboard {self.dashboard_url}"
+        return text
+
+
+def _info(address: str | None, embedded: bool, context: Any = None) -> ClusterInfo:
+    import ray
+
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    url = getattr(context, "dashboard_url", None) or None  # what ray.init returned, if we called it
+    if url and "://" not in url:
+        url = f"http://{url}"
+    return ClusterInfo(
+        address=address,
+        embedded=embedded,
+        num_nodes=len(alive),
+        resources={k: float(v) for k, v in ray.cluster_resources().items()},
+        dashboard_url=url,
+    )
+
+
+def local(
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    *,
+    include_dashboard: bool = False,
+    runtime_env: Mapping[str, Any] | None = None,
+    **init_kwargs: Any,
+) -> ClusterInfo:
+    """Start an embedded Ray instance on this machine (or reuse the one this process started).
+
+    ``num_cpus``/``num_gpus`` cap what Ray schedules on (default: all of the machine's).
+    ``RAY_ADDRESS`` is ignored here: this always starts a private instance (``address="local"``).
+    """
+    import ray
+
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ClusterError(f"{name} must be a non-negative integer, got {value!r}")
+    if ray.is_initialized():
+        return _info(None, embedded=True)
+    kwargs: dict[str, Any] = dict(init_kwargs)
+    kwargs.setdefault("log_to_driver", True)
+    if runtime_env:
+        kwargs["runtime_env"] = dict(runtime_env)
+    context = ray.init(
+        address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard, **kwargs
+    )
+    return _info(None, embedded=True, context=context)
+
+
+def connect(
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+    ship_project: bool = True,
+    include_dashboard: bool = False,
+    timeout: float = 5.0,
+    **init_kwargs: Any,
+) -> ClusterInfo:
+    """Initialise Ray for this process: join ``address``, or run locally when it is ``None``.
+
+    Args:
+        address: ``None`` (the default) starts an embedded instance (:func:`local`), except inside
+            a Ray Job, where the job's cluster is joined. ``"auto"`` joins the cluster started with
+            ``ray start`` on this machine; ``HOST:PORT`` joins the cluster whose GCS listens there
+            (this process becomes a driver on the local node, so it must run on a cluster
+            machine); ``ray://HOST:PORT`` connects through Ray Client from anywhere.
+            ``http(s)://`` addresses are the job server's and are refused here (use
+            ``autoaug launch``).
+        num_cpus, num_gpus: resources of an embedded instance; refused when joining a cluster
+            (the cluster's nodes declare their own).
+        runtime_env: extra ``runtime_env`` for the connection (merged with the project's).
+        ship_project: when joining a cluster, upload the project's packages to the workers
+            (:func:`project_runtime_env`). Inside a Ray Job the job already carries them.
+        timeout: seconds to wait for the head's port to answer before failing.
+        init_kwargs: passed on to ``ray.init``.
+
+    Returns:
+        A :class:`ClusterInfo` (nodes and resources seen after connecting).
+
+    Raises:
+        ClusterError: unreachable head, wrong kind of address, missing or rejected token.
+    """
+    import ray
+
+    if address is None or (isinstance(address, str) and not address.strip()):
+        if os.environ.get("RAY_ADDRESS"):
+            # A Ray Job's driver (or a user who exported RAY_ADDRESS): join that cluster as is.
+            env = dict(runtime_env) if runtime_env else None
+            if ship_project and not in_ray_job():
+                env = project_runtime_env(base=runtime_env)
+            return _join(os.environ["RAY_ADDRESS"], env, num_cpus, num_gpus, timeout, init_kwargs)
+        return local(num_cpus, num_gpus, include_dashboard=include_dashboard, runtime_env=runtime_env, **init_kwargs)
+    env = project_runtime_env(base=runtime_env) if ship_project else (dict(runtime_env) if runtime_env else None)
+    return _join(address, env, num_cpus, num_gpus, timeout, init_kwargs)
+
+
+def _join(
+    address: str,
+    runtime_env: Mapping[str, Any] | None,
+    num_cpus: int | None,
+    num_gpus: int | None,
+    timeout: float,
+    init_kwargs: Mapping[str, Any],
+) -> ClusterInfo:
+    import ray
+
+    parsed = parse_address(address, default_kind="gcs")
+    if parsed.kind == "dashboard":
+        raise ClusterError(
+            f"{address!r} is a Ray dashboard / job server address; to run a driver against the cluster "
+            f"give its GCS address (HOST:{_DEFAULT_GCS_PORT}, on a cluster machine) or its Ray Client "
+            f"address (ray://HOST:{_DEFAULT_CLIENT_PORT}), or submit the command as a Ray Job with "
+            f"`autoaug launch --address {parsed.url} -- ...`"
+        )
+    if num_cpus is not None or num_gpus is not None:
+        raise ClusterError(
+            f"cannot set num_cpus/num_gpus when joining the Ray cluster at {address}: its nodes declare "
+            "their own resources (`ray start --num-cpus/--num-gpus`); use per-trial resources instead"
+        )
+    if ray.is_initialized():
+        return _info(address, embedded=False)
+    if parsed.kind != "auto":
+        check_reachable(parsed.host, parsed.port, timeout=timeout)
+    kwargs: dict[str, Any] = dict(init_kwargs)
+    kwargs.setdefault("log_to_driver", True)
+    if runtime_env:
+        kwargs["runtime_env"] = dict(runtime_env)
+    try:
+        context = ray.init(address=parsed.text, **kwargs)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, AuthenticationError...
+        raise _connection_error(address, exc) from None
+    return _info(address, embedded=False, context=context)
+
+
+def _connection_error(address: str, exc: BaseException) -> ClusterError:
+    name = type(exc).__name__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else name
+    if name == "AuthenticationError" or "auth" in str(exc).lower():
+        return ClusterError(f"the Ray cluster at {address} rejected this process ({first}); {AUTH_HELP}")
+    if isinstance(exc, ConnectionError) or "connect" in str(exc).lower():
+        hint = (
+            "if the cluster was started with `ray start`, it probably requires a token this process "
+            f"does not have ({AUTH_HELP})"
+            if not _token_mode()
+            else "the token in RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH may not be this cluster's, or the "
+            "address is not the cluster's GCS port (`ray start --head --port`)"
+        )
+        return ClusterError(f"could not connect to the Ray cluster at {address}: {first}; {hint}")
+    return ClusterError(f"could not connect to the Ray cluster at {address}: {name}: {first}")
+
+
+def shutdown() -> None:
+    """Disconnect from Ray (stops an embedded instance; a cluster keeps running)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, **kwargs: Any) -> Iterator[ClusterInfo]:
+    """:func:`connect` for the duration of a ``with`` block, then disconnect.
+
+    If Ray was already initialised in this process the existing connection is used and left
+    open.
+    """
+    import ray
+
+    owned = not ray.is_initialized()
+    info = connect(address, **kwargs)
+    try:
+        yield info
+    finally:
+        if owned:
+            shutdown()
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray Jobs
+
+
+_ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+
+
+def dashboard_url(address: str | None) -> str:
+    """The job server URL for ``address`` (default: ``$RAY_API_SERVER_ADDRESS``, then an http(s)
+    ``$RAY_ADDRESS``). ``HOST:PORT`` means ``http://HOST:PORT``; ``ray://HOST:PORT`` and GCS
+    addresses are refused with the hint to give the dashboard address."""
+    if address is None or not address.strip():
+        for var in _ADDRESS_ENV_VARS:
+            value = os.environ.get(var, "").strip()
+            if value and (var == "RAY_API_SERVER_ADDRESS" or value.startswith(("http://", "https://"))):
+                address = value
+                break
+        else:
+            raise ClusterError(
+                "no Ray job server address: give --address http://HEAD:8265 (the head's dashboard) or set "
+                "RAY_API_SERVER_ADDRESS"
+            )
+    parsed = parse_address(address, default_kind="dashboard")
+    if parsed.kind != "dashboard":
+        raise ClusterError(
+            f"{address!r} is not a Ray job server address: Ray Jobs are submitted to the head's dashboard, "
+            f"http://HEAD:{_DEFAULT_DASHBOARD_PORT} (`ray start --head --dashboard-port`)"
+        )
+    return parsed.url
+
+
+@contextlib.contextmanager
+def _explicit_address() -> Iterator[None]:
+    # JobSubmissionClient lets $RAY_API_SERVER_ADDRESS / $RAY_ADDRESS override its address
+    # argument; an explicitly given address must win, so hide them while it is constructed.
+    saved = {var: os.environ.pop(var) for var in _ADDRESS_ENV_VARS if var in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def job_client(address: str | None = None, *, timeout: float = 5.0):
+    """A ``ray.job_submission.JobSubmissionClient`` for the job server at ``address``.
+
+    Checks that the server answers and that this process is allowed in (token authentication),
+    turning Ray's errors into :class:`ClusterError`.
+    """
+    url = dashboard_url(address)
+    parsed = parse_address(url, default_kind="dashboard")
+    try:
+        from ray.job_submission import JobSubmissionClient
+    except ImportError as exc:  # pragma: no cover - ray[default] is a dependency
+        raise ClusterError(f"Ray Jobs need the ray[default] extra (`pip install 'ray[default]'`): {exc}") from None
+    check_reachable(parsed.host, parsed.port, timeout=timeout, what="Ray job server (dashboard)")
+    try:
+        with _explicit_address():
+            return JobSubmissionClient(url)
+    except Exception as exc:
+        raise job_error(url, exc) from None
+
+
+def job_error(url: str, exc: BaseException, job_id: str | None = None) -> ClusterError:
+    """A :class:`ClusterError` for an exception raised by the job client."""
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())
+    if name == "AuthenticationError":
+        first = str(exc).strip().splitlines()[0]
+        return ClusterError(f"the Ray job server at {url} refused the request ({first}); {AUTH_HELP}")
+    if job_id is not None and ("does not exist" in text or "404" in text):
+        return ClusterError(f"no job {job_id!r} on the Ray cluster at {url} (see `autoaug launch list --address {url}`)")
+    if isinstance(exc, ConnectionError):
+        return ClusterError(f"cannot talk to the Ray job server at {url}: {text}")
+    return ClusterError(f"Ray job server at {url}: {name}: {text[:500]}")

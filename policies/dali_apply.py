@@ -2,199 +2,278 @@
 
 :func:`apply_policy` is the policy step of a ``pipeline_def(enable_conditionals=True)`` pipeline.
 Per sample it draws one sub-policy uniformly and applies each of its operations, in order, with
-the operation's probability. It runs on CPU or GPU ``DataNode`` s with the same code and draws its
-randomness from DALI random operators, so it is seeded by the pipeline ``seed``.
+the operation's probability. It runs on CPU or GPU ``DataNode`` s with the same code and draws all
+its randomness from DALI random operators, so it is seeded by the pipeline ``seed``.
 
 Design: a table-driven graph of fixed size
 ------------------------------------------
-DALI's own ``apply_auto_augment`` also looks parameters up per sample, but builds one selection
-per (stage, op) of every sub-policy; this module builds a graph whose size depends only on the
-*number of operation kinds* used at each stage, not on the number of sub-policies, so that
-RandAugment (196 sub-policies) or TrivialAugment (434) cost the same as a 5-sub-policy policy:
+The graph does not grow with the number of sub-policies, only with the number of *kinds* of
+operation at each stage, so RandAugment (196 sub-policies) and TrivialAugment (434) cost about
+the same as a 25-sub-policy AutoAugment policy:
 
-1. ``k = fn.random.uniform(values=range(K))`` -- the sub-policy index of each sample;
-2. for each stage ``s`` (0 .. longest sub-policy - 1): ``fn.lookup_table(k, ...)`` gives the
-   sample's operation (as an index into the stage's list of operation kinds, Identity = 0),
-   probability and magnitude bin; ``fn.random.coin_flip(probability=<per-sample node>)``
-   decides whether the operation is applied (not applied -> Identity);
-3. one conditional selection over the stage's operation kinds (``nvidia.dali.auto_aug.core.select``,
-   a binary tree of ``if``), where each branch receives only the samples that drew it and looks
-   up its per-sample parameter from its magnitude bin and random sign (``@augmentation``).
+1. ``k = fn.random.uniform(values=range(K))``: the sub-policy of each sample (drawn once);
+2. per stage ``s`` (0 .. longest sub-policy - 1), with ``sign`` a fair coin when the stage has a
+   signed operation, ``idx = 2 * k + sign`` keys a set of ``fn.lookup_table`` tables built from
+   the policy in Python: the operation kind, its probability (``fn.random.coin_flip(probability=
+   <per-sample node>)`` decides whether it is applied; not applied -> Identity) and its
+   parameter, already converted by :mod:`policies.ops` (enhance factor, solarize threshold,
+   posterize mask, blend weight...). Geometric operations look up a whole 2x3 affine matrix
+   (``types.Constant(table)[idx]``), Sharpness a 3x3 kernel;
+3. one conditional selection over the stage's kinds (``nvidia.dali.auto_aug.core.select``, a
+   binary tree of ``if``): each branch receives only the samples that drew it, together with their
+   share of the parameter nodes.
 
-The operations are ``nvidia.dali.auto_aug`` ``@augmentation`` objects: DALI's own augmentations
-(shear, translate, rotate, brightness, contrast, color, posterize, solarize, invert,
-auto_contrast, identity) reconfigured with the ranges of :mod:`policies.ops` (``.augmentation(
-mag_range=..., randomly_negate=..., mag_to_param=...)``), equalize and sharpness re-declared on
-the non-deprecated ``fn.equalize`` / ``fn.filter``, and Cutout and SamplePairing written here.
+All parameters are computed before branching, once per stage, so a branch holds only the operator
+itself. ShearX/ShearY/TranslateX/TranslateY/Rotate share one ``fn.warp_affine`` branch (their
+matrices differ only in the table) and Invert is Solarize with threshold 0; this keeps the number
+of conditional splits low, which is what dominates on small images (see docs/policies.md for the
+measurements against DALI's ``apply_auto_augment``).
+
+The operations are ``@augmentation`` objects (``nvidia.dali.auto_aug``), declared without a
+magnitude range because their parameters arrive pre-computed as named arguments; Brightness,
+Color, Contrast, AutoContrast and Posterize call the operator functions of DALI's own
+``auto_aug.augmentations`` (``.op``), Equalize and Sharpness the non-deprecated ``fn.equalize`` /
+``fn.filter``, and Cutout / SamplePairing are written here (neither DALI nor torchvision has them).
 
 SamplePairing blends each image with another image of the same batch: ``fn.permute_batch`` with a
-``fn.batch_permutation(no_fixed_points=True)``, computed once before any branching (so the partner
-is the partner's *input* image, before this policy's operations).
+``fn.batch_permutation(no_fixed_points=True)`` computed once before any branching (the partner
+enters as it was *before* this policy step).
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import augmentations as _a
-from nvidia.dali.auto_aug.core import augmentation, select, signed_bin
+from nvidia.dali.auto_aug.core import augmentation, select
 from nvidia.dali.auto_aug.core import _Augmentation as Augmentation
 from nvidia.dali.data_node import DataNode
 
 from policies import ops as _ops
 from policies.policy import Policy
 
-__all__ = ["apply_policy", "DALI_OPS", "configured_augmentation", "graph_size"]
+__all__ = ["apply_policy", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms"]
 
 _INTERP = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}
+_GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 
 
 # --------------------------------------------------------------------------- operations
-# Each is an ``Augmentation``: ``aug(data, magnitude_bin=..., num_magnitude_bins=..., **kwargs)``
-# calls ``op(data, mag_to_param(signed magnitude), **accepted kwargs)``. The ranges attached here
-# are placeholders; ``configured_augmentation`` attaches the registry's magnitudes per policy.
+# Each takes the (partial) batch and named per-sample parameter nodes computed before branching:
+# ``param`` (float scalar), ``matrix`` (2x3), ``kernel`` (3x3), ``paired``, ``cutout_center``,
+# ``min_side``, plus the constants ``fill_value`` / ``interp_type``.
+
+
+@augmentation
+def _identity(data, _):
+    return data
+
+
+@augmentation
+def _warp(data, _, matrix, fill_value=128, interp_type=None):
+    """ShearX/ShearY/TranslateX/TranslateY/Rotate: one affine warp with a per-sample matrix
+    (source -> destination, pixel units; identical to DALI's shear/translate/rotate ops)."""
+    return fn.warp_affine(
+        data, matrix=matrix, fill_value=fill_value, interp_type=interp_type, inverse_map=False
+    )
+
+
+@augmentation
+def _solarize(data, _, param):
+    """Inverts pixels >= ``param`` (Invert is threshold 0): ``x ^ 255`` where ``x >= t``."""
+    return data ^ ((data >= param) * np.uint8(255))
+
+
+@augmentation
+def _posterize(data, _, param):
+    """Keeps the top bits: ``param`` is the uint8 mask (as float), DALI's ``posterize`` op."""
+    return _a.posterize.op(data, fn.cast(param, dtype=types.UINT8))
+
+
+@augmentation
+def _brightness(data, _, param):
+    return _a.brightness.op(data, param)
+
+
+@augmentation
+def _color(data, _, param):
+    return _a.color.op(data, param)
+
+
+@augmentation
+def _contrast(data, _, param):
+    return _a.contrast.op(data, param)
+
+
+@augmentation
+def _auto_contrast(data, _):
+    return _a.auto_contrast.op(data, None)
 
 
 @augmentation
 def _equalize(data, _):
-    """Per-channel histogram equalization (``fn.equalize``, OpenCV's formula)."""
+    """Per-channel histogram equalization, ``fn.equalize`` (OpenCV's formula)."""
     return fn.equalize(data)
 
 
-@augmentation(mag_range=(0, 0.9), randomly_negate=True, param_device="auto")
-def _sharpness(data, kernel):
-    """PIL's Sharpness as one 3x3 convolution (DALI's auto_aug kernel) on ``fn.filter``.
-
-    Border pixels are filtered with reflect-101 padding (PIL/torchvision leave them as is).
-    """
+@augmentation
+def _sharpness(data, _, kernel):
+    """PIL's Sharpness as one 3x3 convolution (DALI auto_aug's kernel) with ``fn.filter``.
+    Border pixels are filtered with reflect-101 padding (PIL / torchvision leave them as is)."""
     return fn.filter(data, kernel)
 
 
-@augmentation(mag_range=(0, 60 / 331))
-def _cutout(data, side, min_side, cutout_center, shape, fill_value=128):
-    """Fill a ``side * min(H, W)`` px square, centred on a random pixel, with ``fill_value``.
-
-    ``cutout_center`` is a per-sample uniform [0, 1) pair drawn before branching; the square is
-    clipped at the image border by ``fn.erase``.
-    """
-    size = dmath.floor(side * min_side + 0.5)
-    hw = fn.stack(shape[0], shape[1]) if isinstance(shape, DataNode) else np.float32(shape[:2])
-    center = dmath.floor(cutout_center * hw)
-    anchor = center - dmath.floor(size * 0.5)
+@augmentation
+def _cutout(data, _, param, min_side, cutout_center, hw, fill_value=128):
+    """Fills a square of side ``round(param * min_side)`` px centred on a random pixel
+    (``cutout_center`` is a uniform [0, 1) pair), clipped at the border by ``fn.erase``."""
+    side = dmath.floor(param * min_side + 0.5)
+    anchor = dmath.floor(cutout_center * hw) - dmath.floor(side * 0.5)
     return fn.erase(
         data,
-        anchor=fn.cast(anchor, dtype=types.FLOAT),
-        shape=fn.cast(fn.stack(size, size), dtype=types.FLOAT),
+        anchor=anchor,
+        shape=fn.stack(side, side),
         axis_names="HW",
         fill_value=fill_value,
     )
 
 
-@augmentation(mag_range=(0, 0.4))
-def _sample_pairing(data, weight, paired):
-    """``(1 - w) * image + w * paired`` rounded to uint8; ``paired`` is another image of the batch."""
-    return fn.cast_like(data * (1.0 - weight) + paired * weight, data)
+@augmentation
+def _sample_pairing(data, _, param, paired):
+    """``(1 - w) * image + w * paired``, rounded; ``paired`` is another image of the batch."""
+    return fn.cast_like(data * (1.0 - param) + paired * param, data)
 
 
-#: Registry name -> base ``Augmentation`` (ranges attached per policy by ``configured_augmentation``).
+#: Registry name -> DALI implementation (several names share one: see :data:`KIND_OF`).
 DALI_OPS: dict[str, Augmentation] = {
-    "Identity": _a.identity,
-    "ShearX": _a.shear_x,
-    "ShearY": _a.shear_y,
-    "TranslateX": _a.translate_x,
-    "TranslateY": _a.translate_y,
-    "Rotate": _a.rotate,
-    "AutoContrast": _a.auto_contrast,
-    "Invert": _a.invert,
+    "Identity": _identity,
+    "ShearX": _warp,
+    "ShearY": _warp,
+    "TranslateX": _warp,
+    "TranslateY": _warp,
+    "Rotate": _warp,
+    "AutoContrast": _auto_contrast,
+    "Invert": _solarize,
     "Equalize": _equalize,
-    "Solarize": _a.solarize,
-    "Posterize": _a.posterize,
-    "Contrast": _a.contrast,
-    "Color": _a.color,
-    "Brightness": _a.brightness,
+    "Solarize": _solarize,
+    "Posterize": _posterize,
+    "Contrast": _contrast,
+    "Color": _color,
+    "Brightness": _brightness,
     "Sharpness": _sharpness,
     "Cutout": _cutout,
     "SamplePairing": _sample_pairing,
 }
 assert set(DALI_OPS) == set(_ops.OP_NAMES)
-
-
-def _vec_x(m):
-    return np.array([m, 0.0], dtype=np.float32)
-
-
-def _vec_y(m):
-    return np.array([0.0, m], dtype=np.float32)
-
-
-def _f32(m):
-    return np.float32(m)
-
-
-def _posterize_mask(m):
-    bits = _ops.REGISTRY["Posterize"].to_param(m)
-    return np.uint8(0xFF ^ ((1 << (8 - bits)) - 1))
-
-
-def _sharpness_kernel(m):
-    # PIL: out = blurred + f * (img - blurred), f = 1 + m  ->  kernel (1 + m) * ident - m * blur
-    return np.asarray(_a.sharpness_kernel(m), dtype=np.float32)
-
-
-_MAG_TO_PARAM = {
-    "ShearX": _vec_x,
-    "ShearY": _vec_y,
-    "TranslateX": _vec_x,  # relative offset; the op multiplies by the sample's width
-    "TranslateY": _vec_y,  # ... by the sample's height
-    "Rotate": _f32,
-    "Solarize": _f32,
-    "Posterize": _posterize_mask,
-    "Contrast": lambda m: np.float32(_ops.REGISTRY["Contrast"].to_param(m)),
-    "Color": lambda m: np.float32(_ops.REGISTRY["Color"].to_param(m)),
-    "Brightness": lambda m: np.float32(_ops.REGISTRY["Brightness"].to_param(m)),
-    "Sharpness": _sharpness_kernel,
-    "Cutout": _f32,  # fraction of min(H, W); the op multiplies and rounds
-    "SamplePairing": _f32,
+#: Registry name -> branch kind (the branch a sample goes to).
+KIND_OF: dict[str, str] = {
+    name: ("Warp" if name in _GEOMETRIC else "Solarize" if name == "Invert" else name)
+    for name in _ops.OP_NAMES
 }
+_KIND_ORDER = list(dict.fromkeys(KIND_OF[n] for n in _ops.OP_NAMES))  # Identity first
 
 
-def configured_augmentation(name: str, num_magnitude_bins: int, ranges: str) -> Augmentation:
-    """The ``Augmentation`` for registry op ``name`` with the registry's magnitudes attached."""
-    spec = _ops.get(name)
-    base = DALI_OPS[name]
-    if not spec.has_magnitude:
-        return base
-    mags = np.asarray(spec.magnitudes(num_magnitude_bins, ranges), dtype=np.float64)
-    return base.augmentation(
-        mag_range=mags, randomly_negate=spec.signed, mag_to_param=_MAG_TO_PARAM[name]
-    )
+# --------------------------------------------------------------------------- parameters
+def affine_terms(name: str, param: float) -> np.ndarray:
+    """Forward (source -> destination) affine matrix of a geometric op as ``A + W*B + H*C``.
+
+    Returns ``[A, B, C]`` (shape 3x2x3) for an image of width ``W`` and height ``H`` in pixels;
+    ``param`` is the op's signed parameter with translation as a fraction of the size.
+    Shear is about the top-left corner (PIL/torchvision AutoAugment), rotation about the centre,
+    counter-clockwise for positive angles (as ``fn.rotate`` and ``torchvision`` ``F.rotate``).
+    """
+    terms = np.zeros((3, 2, 3), dtype=np.float64)
+    lin = np.eye(2)
+    if name == "ShearX":
+        lin = np.array([[1.0, param], [0.0, 1.0]])
+    elif name == "ShearY":
+        lin = np.array([[1.0, 0.0], [param, 1.0]])
+    elif name == "TranslateX":
+        terms[1, 0, 2] = param
+    elif name == "TranslateY":
+        terms[2, 1, 2] = param
+    elif name == "Rotate":
+        # y points down, so a counter-clockwise turn on screen is (x, y) -> R(-a) (x, y)
+        a = math.radians(param)
+        lin = np.array([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]])
+        # about the centre c = (W/2, H/2): offset (I - L) c
+        q = (np.eye(2) - lin) / 2.0
+        terms[1, :, 2] = q[:, 0]
+        terms[2, :, 2] = q[:, 1]
+    elif name not in _GEOMETRIC:
+        raise ValueError(f"{name} is not a geometric op; expected one of {list(_GEOMETRIC)}")
+    terms[0, :, :2] = lin
+    return terms
 
 
-# --------------------------------------------------------------------------- policy step
-def _stage_tables(policy: Policy, stage: int):
-    """Operation kinds of one stage (Identity first) and the per-sub-policy lookup tables."""
-    kinds = [_ops.IDENTITY]
-    used = {sub[stage].op for sub in policy.sub_policies if stage < len(sub)}
-    kinds += [n for n in _ops.OP_NAMES if n in used and n != _ops.IDENTITY]
-    local, probs, bins = [], [], []
-    for sub in policy.sub_policies:
-        if stage < len(sub):
-            op = sub[stage]
-            local.append(kinds.index(op.op))
-            probs.append(op.probability if op.op != _ops.IDENTITY else 0.0)
-            bins.append(op.magnitude_bin)
-        else:
-            local.append(0)
-            probs.append(0.0)
-            bins.append(0)
-    return kinds, local, probs, bins
+_SHARP_BLUR = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float64) / 13.0
+_SHARP_IDENT = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=np.float64)
 
 
-def _lookup(k, values, dtype):
+def _scalar_param(name: str, value) -> float:
+    if name == "Invert":
+        return 0.0
+    if name == "Posterize":
+        bits = int(value)
+        return float(0xFF ^ ((1 << (8 - bits)) - 1))
+    if value is None:
+        return 0.0
+    return float(value)
+
+
+def stage_tables(policy: Policy, stage: int) -> dict:
+    """The lookup tables of one stage, keyed by ``2 * sub_policy + sign`` (sign 1 = negated).
+
+    Keys of the returned dict: ``kinds`` (branch kinds, Identity first), ``kind`` (index into
+    ``kinds``), ``prob``, ``param`` (float scalar), ``affine`` (``[2K, 3, 2, 3]``, see
+    :func:`affine_terms`), ``kernel`` (``[2K, 3, 3]``), ``signed`` (any signed op at the stage),
+    ``all_certain`` (every present op has probability 1). Size-relative parameters (translate,
+    cutout) are fractions of the image size.
+    """
+    subs = policy.sub_policies
+    used = {KIND_OF[s[stage].op] for s in subs if stage < len(s) and s[stage].op != "Identity"}
+    kinds = ["Identity"] + [k for k in _KIND_ORDER if k in used]
+    n = 2 * len(subs)
+    kind = np.zeros(n, dtype=np.int64)
+    prob = np.zeros(n)
+    param = np.zeros(n)
+    affine = np.tile(affine_terms("ShearX", 0.0), (n, 1, 1, 1))
+    kernel = np.tile(_SHARP_IDENT, (n, 1, 1))
+    signed = all_certain = False
+    all_certain = True
+    for k, sub in enumerate(subs):
+        if stage >= len(sub) or sub[stage].op == "Identity":
+            continue
+        op = sub[stage]
+        spec = _ops.REGISTRY[op.op]
+        signed |= spec.signed
+        all_certain &= op.probability >= 1.0
+        for sign in (0, 1):
+            i = 2 * k + sign
+            kind[i] = kinds.index(KIND_OF[op.op])
+            prob[i] = op.probability
+            value = policy.magnitude(op, image_size=(1, 1), negate=bool(sign))
+            if op.op in _GEOMETRIC:
+                affine[i] = affine_terms(op.op, value)
+            elif op.op == "Sharpness":
+                m = value - 1.0  # factor 1 + m: (1 + m) * identity - m * blur
+                kernel[i] = (1.0 + m) * _SHARP_IDENT - m * _SHARP_BLUR
+            elif op.op == "Cutout":
+                param[i] = spec.magnitude(op.magnitude_bin, policy.num_magnitude_bins, policy.ranges)
+            else:
+                param[i] = _scalar_param(op.op, value)
+    return {
+        "kinds": kinds, "kind": kind, "prob": prob, "param": param, "affine": affine,
+        "kernel": kernel, "signed": signed, "all_certain": all_certain,
+    }  # fmt: skip
+
+
+def _lookup(idx, values, dtype):
     return fn.lookup_table(
-        k, keys=list(range(len(values))), values=[float(v) for v in values], dtype=dtype,
+        idx, keys=list(range(len(values))), values=[float(v) for v in values], dtype=dtype,
         default_value=0.0,
     )  # fmt: skip
 
@@ -221,23 +300,23 @@ def apply_policy(
     interpolation: str = "nearest",
     fill_value: int = 128,
 ) -> DataNode:
-    """Apply ``policy`` to a batch of uint8 HWC images inside a DALI pipeline.
+    """Apply ``policy`` to a batch of uint8 HWC RGB images inside a DALI pipeline.
 
     Must be called inside ``@pipeline_def(enable_conditionals=True)``. Works for CPU and GPU
-    ``images``; randomness comes from the pipeline seed.
+    ``images``; the randomness comes from the pipeline seed.
 
     Args:
-        policy: the policy (a policy with no sub-policies returns ``images`` unchanged).
-        images: uint8 ``HWC`` DataNode (3 channels).
-        image_size: ``(height, width)`` or an int, when all images have that size; size-relative
-            magnitudes (translate, cutout) then use constants. ``None`` (default) reads each
-            sample's shape, so images of any size work.
+        policy: the policy (one with no sub-policies returns ``images`` unchanged).
+        images: uint8 ``HWC`` DataNode with 3 channels.
+        image_size: ``(height, width)`` or an int when every image has that size: the
+            size-dependent parameters (translate, rotation centre, cutout side) are then
+            pre-computed. ``None`` (default) reads each sample's shape, so any sizes work.
         interpolation: ``"nearest"`` (default, as torchvision's AutoAugment and the paper's PIL
-            code) or ``"bilinear"``, for shear / translate / rotate.
-        fill_value: grey level of pixels uncovered by geometric ops and of the Cutout square.
+            code) or ``"bilinear"``, for the geometric operations.
+        fill_value: grey level of uncovered pixels and of the Cutout square (default 128).
 
     Returns:
-        the augmented uint8 HWC DataNode.
+        the augmented uint8 HWC DataNode (same device as ``images``).
     """
     if not isinstance(policy, Policy):
         raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
@@ -246,10 +325,8 @@ def apply_policy(
             f"images must be a DALI DataNode (inside a pipeline_def), got {type(images).__name__}"
         )
     if interpolation not in _INTERP:
-        raise ValueError(
-            f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}"
-        )
-    if not (isinstance(fill_value, int) and 0 <= fill_value <= 255):
+        raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
+    if isinstance(fill_value, bool) or not isinstance(fill_value, int) or not 0 <= fill_value <= 255:
         raise ValueError(f"fill_value={fill_value!r}; expected an int in [0, 255]")
     size = _normalize_size(image_size)
     if policy.is_identity:
@@ -257,44 +334,58 @@ def apply_policy(
 
     used = set(policy.ops_used)
     kwargs: dict = {"fill_value": fill_value, "interp_type": _INTERP[interpolation]}
-    if used & {"TranslateX", "TranslateY", "Cutout"}:
-        kwargs["shape"] = size if size is not None else images.shape(device="cpu")
+    height = width = None
+    if used & {*_GEOMETRIC, "Cutout"}:
+        if size is not None:
+            height, width = float(size[0]), float(size[1])
+        else:
+            shape = images.shape(device="cpu")
+            height = fn.cast(shape[0], dtype=types.FLOAT)
+            width = fn.cast(shape[1], dtype=types.FLOAT)
     if "Cutout" in used:
         if size is not None:
             kwargs["min_side"] = float(min(size))
+            kwargs["hw"] = np.array(size, dtype=np.float32)
         else:
-            shape = kwargs["shape"]
-            kwargs["min_side"] = fn.cast(dmath.min(shape[0], shape[1]), dtype=types.FLOAT)
+            kwargs["min_side"] = dmath.min(height, width)
+            kwargs["hw"] = fn.stack(height, width)
         kwargs["cutout_center"] = fn.random.uniform(range=[0.0, 1.0], shape=[2])
     if "SamplePairing" in used:
         kwargs["paired"] = fn.permute_batch(
             images, indices=fn.batch_permutation(no_fixed_points=True)
         )
 
-    num_sub = len(policy)
-    k = fn.random.uniform(values=list(range(num_sub)), dtype=types.INT32)
-    bins_n = policy.num_magnitude_bins
+    k2 = fn.random.uniform(values=list(range(len(policy))), dtype=types.INT32) * 2
     for stage in range(policy.max_ops_per_sub_policy):
-        kinds, local, probs, bins = _stage_tables(policy, stage)
+        t = stage_tables(policy, stage)
+        kinds = t["kinds"]
         if len(kinds) == 1:  # only Identity at this stage
             continue
-        selected = _lookup(k, local, types.INT32)
-        if any(p < 1.0 for p, i in zip(probs, local) if i != 0):
-            prob = _lookup(k, probs, types.FLOAT)
-            selected = selected * fn.random.coin_flip(probability=prob, dtype=types.INT32)
-        mag_bin = _lookup(k, bins, types.INT32)
-        if any(_ops.REGISTRY[n].signed for n in kinds):
-            mag_bin = signed_bin(mag_bin)
-        augs = [configured_augmentation(n, bins_n, policy.ranges) for n in kinds]
-        images = select(
-            augs, selected, data=images, magnitude_bin=mag_bin, num_magnitude_bins=bins_n,
-            **kwargs,
-        )  # fmt: skip
+        idx = k2 + fn.random.coin_flip(dtype=types.INT32) if t["signed"] else k2
+        selected = _lookup(idx, t["kind"], types.INT32)
+        if not t["all_certain"]:
+            applied = fn.random.coin_flip(probability=_lookup(idx, t["prob"], types.FLOAT),
+                                          dtype=types.INT32)  # fmt: skip
+            selected = selected * applied
+        stage_kwargs = dict(kwargs)
+        if set(kinds) & {"Solarize", "Posterize", "Brightness", "Color", "Contrast", "Cutout",
+                         "SamplePairing"}:  # fmt: skip
+            stage_kwargs["param"] = _lookup(idx, t["param"], types.FLOAT)
+        if "Warp" in kinds:
+            terms = t["affine"]
+            if size is not None:
+                mats = terms[:, 0] + width * terms[:, 1] + height * terms[:, 2]
+                stage_kwargs["matrix"] = types.Constant(mats.astype(np.float32))[idx]
+            else:
+                per_sample = types.Constant(terms.astype(np.float32))[idx]
+                stage_kwargs["matrix"] = (
+                    per_sample[0] + width * per_sample[1] + height * per_sample[2]
+                )
+        if "Sharpness" in kinds:
+            stage_kwargs["kernel"] = types.Constant(t["kernel"].astype(np.float32))[idx]
+        images = select([DALI_OPS_BY_KIND[kind] for kind in kinds], selected, data=images,
+                        **stage_kwargs)  # fmt: skip
     return images
 
 
-def graph_size(pipe) -> int:
-    """Number of operators in a built DALI pipeline (for comparing graph sizes)."""
-    import json
-
-    return len(json.loads(pipe.serialize(serialize_as="json")).get("operators", ()))  # noqa
+DALI_OPS_BY_KIND: dict[str, Augmentation] = {KIND_OF[n]: DALI_OPS[n] for n in _ops.OP_NAMES}

@@ -16,8 +16,10 @@ from launch.errors import UserError
 
 # Sub-command modules, in the order they appear in ``autoaug --help``.
 COMMAND_MODULES: list[str] = [
+    "launch.search_cmd",
     "launch.policies_cmd",
     "launch.train_cmd",
+    "launch.launch_cmd",
 ]
 
 

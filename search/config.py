@@ -1,0 +1,318 @@
+"""Configuration of a policy search: :class:`SearchConfig` and the named presets.
+
+A search configuration is a frozen dataclass holding the proxy training configuration
+(:class:`proxy_models.train.TrainConfig`, shared by every trial), the :class:`SearchSpace` and
+the tuner's settings. :meth:`SearchConfig.from_dict` accepts the nested form used by YAML files
+and by ``search_config.json`` in a run directory::
+
+    preset: cpu                 # optional: start from SEARCH_PRESETS["cpu"]
+    name: cifar10-resnet8
+    data: /data/cifar10/train.parquet   # shortcut for train.data
+    num_trials: 32
+    train: {preset: cpu, epochs: 6}     # TrainConfig preset + overrides (or a full TrainConfig)
+    space: {exclude_ops: [SamplePairing]}
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+import math
+import numbers
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+from search.space import SearchSpace
+
+__all__ = [
+    "SearchConfig",
+    "SEARCH_PRESETS",
+    "SAMPLERS",
+    "METRIC",
+    "MODE",
+    "default_runs_root",
+    "default_search_name",
+]
+
+#: The score every trial reports after each epoch and the search maximizes.
+METRIC = "val_accuracy"
+MODE = "max"
+
+#: Optuna samplers selectable by name, with the extra module each needs (None: none).
+SAMPLERS: Mapping[str, str | None] = {
+    "tpe": None,  # TPESampler(multivariate=True, constant_liar=True): the default
+    "random": None,  # RandomSampler
+    "qmc": "scipy",  # QMCSampler (Sobol)
+    "cmaes": "cmaes",  # CmaEsSampler (categorical parameters fall back to random sampling)
+    "gp": "scipy",  # GPSampler (Bayesian optimisation with a Gaussian process)
+}
+
+RUNS_ENV_VAR = "AUTOAUG_RUNS"
+
+# Store names (policies.store) are the strictest names involved: a search name must be one.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+#: Named starting points; YAML files and flags override them field by field.
+SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
+    # Plumbing check in about a minute on 2 CPU cores: 4 trials of the trainer's smoke preset.
+    "smoke": {
+        "train": {"preset": "smoke"},
+        "num_trials": 4, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
+        "grace_period": 1, "reduction_factor": 2,
+    },
+    # A real, small search on a CPU machine: ResNet-8 on 4,000 images for 8 epochs per trial.
+    "cpu": {
+        "train": {"preset": "cpu"},
+        "num_trials": 16, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
+        "grace_period": 2, "reduction_factor": 3,
+    },
+    # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU
+    # as PBA did; ASHA cuts the weak candidates at epochs 15 and 45.
+    "paper": {
+        "train": {"preset": "paper"},
+        "num_trials": 200, "concurrency": 8, "cpus_per_trial": 2, "gpus_per_trial": 0.25,
+        "grace_period": 15, "reduction_factor": 3,
+    },
+}  # fmt: skip
+
+
+def default_runs_root() -> str:
+    """``$AUTOAUG_RUNS`` if set, else ``~/.autoaug/runs`` (expanded)."""
+    return os.environ.get(RUNS_ENV_VAR) or os.path.join(os.path.expanduser("~"), ".autoaug", "runs")
+
+
+def default_search_name() -> str:
+    return datetime.now().strftime("search-%Y%m%d-%H%M%S")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _train_config(value: Any) -> Any:
+    from proxy_models.train import TrainConfig
+
+    if isinstance(value, TrainConfig):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"SearchConfig.train must be a TrainConfig or a mapping (optionally with 'preset'), "
+            f"got {type(value).__name__}"
+        )
+    overrides = dict(value)
+    preset = overrides.pop("preset", None)
+    if preset is None:
+        return TrainConfig.from_dict(overrides)
+    return TrainConfig.from_preset(preset, **overrides)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Everything that defines a search (saved as ``search_config.json`` in its run directory).
+
+    Args:
+        name: run name: the run directory ``{storage}/{name}``, the Optuna study and the stored
+            policy's name (letters, digits, ``.``, ``_``, ``+``, ``-``).
+        train: the proxy training configuration shared by every trial (same split, model-init
+            seed and data order: common random numbers).
+        space: the policy search space.
+        num_trials: trials (candidate policies) to run.
+        concurrency: trials running at once (``ConcurrencyLimiter``); None: as many as the
+            cluster's resources allow.
+        cpus_per_trial / gpus_per_trial: Ray resources of one trial (fractions of a GPU allowed).
+        sampler: Optuna sampler, one of :data:`SAMPLERS`.
+        seed: seed of the sampler.
+        early_stopping: stop weak trials with ASHA on the validation accuracy per epoch.
+        grace_period / reduction_factor: ASHA's first rung (epochs) and its reduction factor.
+        max_failures: retries of a trial that raises before it is marked failed.
+        top_n: best trials whose sub-policies make the final policy.
+        storage: root of run directories: a local folder or a URI (``s3://bucket/runs``).
+        optuna_storage: Optuna storage URL (``sqlite:///...``, ``postgresql://...``); None: an
+            SQLite file ``optuna.db`` in the run directory (local storage only).
+        store: policy store URI for the result; None: ``$AUTOAUG_STORE`` or ``~/.autoaug/policies``.
+        reuse_actors: keep trial processes alive between trials (DALI pipelines build faster).
+        verbose: 0 silent, 1 one line per finished trial, 2 also Ray Tune's status table and
+            the trials' own output.
+    """
+
+    name: str
+    train: Any  # proxy_models.train.TrainConfig (imported lazily: it pulls in torch)
+    space: SearchSpace = field(default_factory=SearchSpace)
+    num_trials: int = 16
+    concurrency: int | None = 2
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    sampler: str = "tpe"
+    seed: int = 0
+    early_stopping: bool = True
+    grace_period: int = 1
+    reduction_factor: float = 3.0
+    max_failures: int = 1
+    top_n: int = 5
+    storage: str = field(default_factory=default_runs_root)
+    optuna_storage: str | None = None
+    store: str | None = None
+    reuse_actors: bool = True
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ValueError:
+            return ValueError(f"SearchConfig.{name}: {getattr(self, name)!r} is invalid; expected {expected}")
+
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
+            raise bad("name", "1-128 characters from letters, digits, '.', '_', '+', '-', starting "
+                      "with a letter or digit")  # fmt: skip
+        object.__setattr__(self, "train", _train_config(self.train))
+        if isinstance(self.space, Mapping):
+            object.__setattr__(self, "space", SearchSpace.from_dict(self.space))
+        if not isinstance(self.space, SearchSpace):
+            raise bad("space", "a SearchSpace or a mapping of its fields")
+        for name in ("num_trials", "grace_period", "top_n"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise bad(name, "an integer >= 1")
+        if self.concurrency is not None and (not _is_int(self.concurrency) or self.concurrency < 1):
+            raise bad("concurrency", "an integer >= 1, or None (as many as resources allow)")
+        if not _is_number(self.cpus_per_trial) or self.cpus_per_trial <= 0:
+            raise bad("cpus_per_trial", "a number > 0")
+        if not _is_number(self.gpus_per_trial) or self.gpus_per_trial < 0:
+            raise bad("gpus_per_trial", "a number >= 0 (fractions such as 0.25 share a GPU)")
+        if self.gpus_per_trial > 1 and self.gpus_per_trial != int(self.gpus_per_trial):
+            raise bad("gpus_per_trial", "a fraction <= 1 or a whole number of GPUs")
+        if self.sampler not in SAMPLERS:
+            raise bad("sampler", f"one of {list(SAMPLERS)}")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**32:
+            raise bad("seed", "an integer in [0, 2**32)")
+        if not isinstance(self.early_stopping, bool):
+            raise bad("early_stopping", "true or false")
+        if not _is_number(self.reduction_factor) or self.reduction_factor <= 1:
+            raise bad("reduction_factor", "a number > 1")
+        if not _is_int(self.max_failures) or self.max_failures < 0:
+            raise bad("max_failures", "an integer >= 0")
+        if not isinstance(self.storage, str) or not self.storage.strip():
+            raise bad("storage", "a folder or a URI")
+        if self.optuna_storage is not None and (
+            not isinstance(self.optuna_storage, str) or "://" not in self.optuna_storage
+        ):
+            raise bad("optuna_storage", "an Optuna storage URL such as sqlite:////abs/path.db or "
+                      "postgresql://user@host/db, or None")  # fmt: skip
+        if self.store is not None and (not isinstance(self.store, str) or not self.store.strip()):
+            raise bad("store", "a policy store folder or URI, or None")
+        if not isinstance(self.reuse_actors, bool):
+            raise bad("reuse_actors", "true or false")
+        if self.verbose not in (0, 1, 2):
+            raise bad("verbose", "0, 1 or 2")
+        object.__setattr__(self, "cpus_per_trial", float(self.cpus_per_trial))
+        object.__setattr__(self, "gpus_per_trial", float(self.gpus_per_trial))
+        object.__setattr__(self, "reduction_factor", float(self.reduction_factor))
+        if "://" not in self.storage:
+            object.__setattr__(self, "storage", os.path.abspath(os.path.expanduser(self.storage)))
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SearchConfig":
+        """Build from the nested form (see the module documentation).
+
+        ``preset`` starts from :data:`SEARCH_PRESETS` (the other keys override it), ``data`` is
+        a shortcut for ``train.data``, ``train`` may name a trainer preset, ``name`` defaults to
+        a timestamped one.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"search config must be a mapping, got {type(data).__name__}")
+        data = dict(data)
+        preset = data.pop("preset", None)
+        if preset is not None:
+            if preset not in SEARCH_PRESETS:
+                raise ValueError(f"unknown search preset {preset!r}; expected one of {list(SEARCH_PRESETS)}")
+            data = _deep_merge(SEARCH_PRESETS[preset], data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known - {"data"})
+        if unknown:
+            raise ValueError(
+                f"unknown search config key(s) {unknown}; expected some of {sorted(known | {'data', 'preset'})}"
+            )
+        if "data" in data:
+            source = data.pop("data")
+            train = data.get("train", {})
+            if isinstance(train, Mapping):
+                data["train"] = {**train, "data": source}
+            else:
+                data["train"] = dataclasses.replace(train, data=source)
+        data.setdefault("name", default_search_name())
+        if "train" not in data:
+            raise ValueError("search config has no 'train' section and no preset to take it from")
+        return cls(**data)
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> "SearchConfig":
+        """``SearchConfig.from_dict({"preset": preset, **overrides})``."""
+        return cls.from_dict({"preset": preset, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able nested dict; ``SearchConfig.from_dict(c.to_dict()) == c``."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["train"] = self.train.to_dict()
+        d["space"] = self.space.to_dict()
+        return d
+
+    def replace(self, **changes: Any) -> "SearchConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ---------------------------------------------------------------- checks
+    @property
+    def epochs(self) -> int:
+        return self.train.epochs
+
+    @property
+    def storage_is_local(self) -> bool:
+        return "://" not in self.storage or self.storage.startswith("file://")
+
+    def check_runnable(self) -> None:
+        """Checks that need the whole configuration; raises ``ValueError`` naming the problem."""
+        if self.train.data is None:
+            raise ValueError("no training data: give --data PATH (or 'data:' in the config file)")
+        if self.train.val_size == 0:
+            raise ValueError(
+                "train.val_size is 0: the search scores candidates on the validation split; "
+                "give a validation size (None = every image not used for training)"
+            )
+        if self.train.eval_every != 1:
+            raise ValueError(
+                f"train.eval_every is {self.train.eval_every}: the search reports the validation "
+                "accuracy to Optuna and ASHA after every epoch; set eval_every to 1"
+            )
+        if self.early_stopping:
+            if self.grace_period > self.train.epochs:
+                raise ValueError(
+                    f"grace_period {self.grace_period} exceeds train.epochs {self.train.epochs}: ASHA "
+                    "could never stop a trial; lower the grace period or disable early stopping"
+                )
+        module = SAMPLERS[self.sampler]
+        if module is not None and importlib.util.find_spec(module) is None:
+            raise ValueError(
+                f"sampler {self.sampler!r} needs the Python package {module!r}, which is not "
+                f"installed (pip install {module}); or choose one of "
+                f"{[s for s, m in SAMPLERS.items() if m is None]}"
+            )
+        if self.optuna_storage is None and not self.storage_is_local:
+            raise ValueError(
+                f"run storage {self.storage!r} is remote: the default SQLite study file needs a local "
+                "folder; give an Optuna storage URL reachable from here (--optuna-storage "
+                "postgresql://... or sqlite:////shared/path/study.db)"
+            )

@@ -1,0 +1,56 @@
+"""What one Ray Tune trial runs: decode the candidate policy, train the proxy model, report.
+
+Kept in its own small module so that Ray workers import only this, the search space and the
+trainer (Tune pickles :func:`run_trial` by reference).
+"""
+from __future__ import annotations
+
+import tempfile
+from typing import Any, Mapping
+
+from search.space import SearchSpace
+
+__all__ = ["run_trial", "trial_policy", "REPORT_RENAMES"]
+
+#: Trainer metric names that would collide with Ray Tune's automatic ones.
+REPORT_RENAMES = {"time_total_s": "train_time_s"}
+#: Trainer metrics that mean nothing outside the trial process.
+_DROPPED = ("checkpoint_dir",)
+
+
+def trial_policy(config: Mapping[str, Any], space: SearchSpace, name: str):
+    """The :class:`policies.Policy` a trial trains with (its Tune ``config`` decoded)."""
+    return space.to_policy(config, name=name)
+
+
+def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str) -> None:
+    """Ray Tune function trainable: one candidate policy, one proxy training run.
+
+    Every trial of a search gets the same ``train_config`` -- the same split, model-init seed and
+    data order (common random numbers) -- so scores differ only through the policy. After each
+    epoch the trainer writes ``checkpoint.pt`` into a scratch folder, which is handed to
+    ``ray.tune.report`` with the epoch's metrics; a trial restarted by Tune (after a failure or
+    a driver restart) resumes from its latest checkpoint and ends with the metrics of an
+    uninterrupted run.
+    """
+    from ray import tune
+
+    from proxy_models.train import TrainConfig, train
+
+    search_space = SearchSpace.from_dict(space)
+    cfg = TrainConfig.from_dict(train_config)
+    trial_id = tune.get_context().get_trial_id() or "local"
+    policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
+
+    with tempfile.TemporaryDirectory(prefix="autoaug-trial-") as scratch:
+
+        def report(metrics: dict[str, Any]) -> None:
+            out = {REPORT_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
+            tune.report(out, checkpoint=tune.Checkpoint.from_directory(scratch))
+
+        checkpoint = tune.get_checkpoint()
+        if checkpoint is None:
+            train(cfg, policy, report=report, checkpoint_dir=scratch)
+        else:
+            with checkpoint.as_directory() as resume_from:
+                train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)

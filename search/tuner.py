@@ -1,0 +1,954 @@
+"""Run a policy search with Ray Tune + Optuna, resume it, and turn it into a stored policy.
+
+::
+
+    from search.config import SearchConfig
+    from search.tuner import run_search, resume_search
+
+    config = SearchConfig.from_preset("cpu", name="cifar10-r8", data="train.parquet")
+    outcome = run_search(config)                     # embedded local Ray, or address="ray://..."
+    print(outcome.policy.table(), outcome.reference)  # e.g. cifar10-r8@1
+    outcome = resume_search("cifar10-r8")            # after the driver was killed or interrupted
+
+How the pieces fit (``ray.tune.Tuner``):
+
+* **Search algorithm**: ``OptunaSearch`` over :meth:`SearchSpace.distributions` (TPE by default:
+  multivariate, constant liar, seeded), wrapped in ``ConcurrencyLimiter``. The Optuna study lives
+  in an Optuna storage -- ``optuna.db`` (SQLite) in the run directory unless ``optuna_storage``
+  names another -- so ``optuna.load_study(study_name=NAME, storage=URL)`` can inspect it. Each
+  Optuna trial carries the user attribute ``tune_trial_id``.
+* **Scheduler**: ``ASHAScheduler`` on ``val_accuracy`` with ``time_attr="training_iteration"``
+  (one iteration = one epoch), or FIFO when early stopping is off.
+* **Trials**: :func:`search.trial.run_trial` under ``tune.with_resources`` (CPUs, fractional
+  GPUs) and ``tune.with_parameters`` (the shared training configuration: common random
+  numbers); ``reuse_actors`` keeps trial processes alive between trials. Each epoch is reported
+  with ``ray.tune.report(metrics, checkpoint=...)``; ``FailureConfig(max_failures)`` retries a
+  trial that raises from its last checkpoint before marking it failed.
+* **Run directory** ``{storage}/{name}`` (Tune's ``storage_path``/``name``, a local folder or a
+  URI) holds Tune's experiment state, trial checkpoints, ``search_config.json``, the SQLite
+  study and, at the end, ``result.json``. :func:`resume_search` restores it with
+  ``tune.Tuner.restore``.
+
+Consistency between Tune and Optuna across a driver crash
+--------------------------------------------------------
+Tune snapshots its experiment state (trials + searcher) periodically and after every trial
+checkpoint; Optuna writes to its storage immediately. After ``kill -9`` the study can therefore
+be slightly *ahead* of the snapshot. On restore, :class:`StudySearch` reconciles the two:
+
+* an Optuna trial that Tune still considers running but that the study already finished (the
+  driver died between the two writes) is not told twice; the resumed Tune trial ends with the same
+  result (the trainer resumes exactly from its checkpoint);
+* an Optuna trial asked for a Tune trial that the snapshot never recorded (an *orphan*) is handed
+  to the next new Tune trial, so no sampled candidate is lost and no RUNNING trial is left
+  behind; an orphan whose parameters were not all written is marked FAIL with the user attribute
+  ``autoaug_orphaned``.
+
+:func:`check_study` verifies the result: one finished Optuna trial per finished Tune trial, same
+parameters, same score, nothing left running.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import optuna
+import pyarrow.fs as pafs
+from ray import tune
+from ray.tune.search import ConcurrencyLimiter
+from ray.tune.search.optuna import OptunaSearch
+
+from search.assemble import (
+    AssembledPolicy,
+    TrialRecord,
+    assemble_policy,
+    build_provenance,
+    utc_now,
+)
+from search.config import METRIC, MODE, SearchConfig
+from search.space import SearchSpace
+from search.trial import run_trial
+
+__all__ = [
+    "run_search",
+    "resume_search",
+    "SearchOutcome",
+    "SearchError",
+    "SearchFailedError",
+    "SearchInterruptedError",
+    "RunExistsError",
+    "StudySearch",
+    "RunDir",
+    "make_sampler",
+    "open_study",
+    "check_study",
+    "describe_data",
+    "study_url",
+    "TUNE_TRIAL_ATTR",
+    "ORPHAN_ATTR",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Optuna user attribute holding the Ray Tune trial id of each Optuna trial.
+TUNE_TRIAL_ATTR = "tune_trial_id"
+#: Optuna user attribute of trials asked by a driver that died before Tune recorded them.
+ORPHAN_ATTR = "autoaug_orphaned"
+
+CONFIG_FILE = "search_config.json"
+RESULT_FILE = "result.json"
+STUDY_FILE = "optuna.db"
+_TRIAL_DIR_PREFIX = "trial_"
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors and the outcome
+
+
+class SearchError(RuntimeError):
+    """A search could not produce a policy."""
+
+
+class SearchFailedError(SearchError):
+    """Every trial failed; the message shows the first error."""
+
+
+class SearchInterruptedError(SearchError):
+    """The search stopped before all trials finished (Ctrl-C, or the cluster went away)."""
+
+
+class RunExistsError(SearchError, ValueError):
+    """A run directory with this name already exists."""
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a finished search produced."""
+
+    policy: Any  # policies.Policy
+    score: float
+    best_trial: TrialRecord
+    trials: tuple[TrialRecord, ...]
+    assembled: AssembledPolicy
+    store_uri: str
+    version: int
+    run_dir: str
+    provenance: Mapping[str, Any]
+    study_problems: tuple[str, ...] = ()
+
+    @property
+    def reference(self) -> str:
+        """``name@version`` in the policy store."""
+        return f"{self.policy.name}@{self.version}"
+
+    def summary(self) -> str:
+        counts = self.provenance["counts"]
+        lines = [
+            self.policy.table(),
+            "",
+            f"best trial {self.best_trial.trial_id}: {METRIC} {self.score:.4f} "
+            f"({self.best_trial.epochs} epoch{'' if self.best_trial.epochs == 1 else 's'})",
+            f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
+            f"{counts['failed']} failed; final policy = best {len(self.assembled.selected)} "
+            f"trials, {len(self.policy.sub_policies)} sub-policies "
+            f"({self.assembled.duplicates_removed} duplicates removed)",
+            f"stored as {self.reference} in {self.store_uri}",
+            f"run directory: {self.run_dir}",
+        ]
+        if self.study_problems:
+            lines.append(f"WARNING: Optuna study inconsistent with Tune: {'; '.join(self.study_problems)}")
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# The run directory
+
+
+class RunDir:
+    """``{storage}/{name}``: a local folder or a URI, read and written through ``pyarrow.fs``."""
+
+    def __init__(self, storage: str, name: str):
+        self.storage = storage
+        self.name = name
+        if "://" in storage and not storage.startswith("file://"):
+            self.fs, root = pafs.FileSystem.from_uri(storage)
+            self.path = f"{root.rstrip('/')}/{name}"
+            self.uri = f"{storage.rstrip('/')}/{name}"
+            self.local_path: str | None = None
+        else:
+            root = os.path.abspath(os.path.expanduser(storage.removeprefix("file://")))
+            self.fs = pafs.LocalFileSystem()
+            self.path = self.uri = self.local_path = os.path.join(root, name)
+
+    def __repr__(self) -> str:
+        return f"RunDir({self.uri!r})"
+
+    def _file(self, filename: str) -> str:
+        return f"{self.path}/{filename}"
+
+    def exists(self, filename: str | None = None) -> bool:
+        path = self.path if filename is None else self._file(filename)
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def read_json(self, filename: str) -> Any:
+        with self.fs.open_input_stream(self._file(filename)) as f:
+            return json.loads(f.read().decode("utf-8"))
+
+    def write_json(self, filename: str, obj: Any) -> None:
+        self.fs.create_dir(self.path, recursive=True)
+        data = json.dumps(obj, indent=2, sort_keys=False, default=_json_default).encode("utf-8")
+        tmp = self._file(f".{filename}.tmp-{os.getpid()}")
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(data)
+        self.fs.move(tmp, self._file(filename))
+
+    def delete(self) -> None:
+        if self.exists():
+            self.fs.delete_dir(self.path)
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+# ----------------------------------------------------------------------------------------------
+# Optuna
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler called ``name`` (see :data:`search.config.SAMPLERS`), seeded."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if name == "tpe":
+            # multivariate: models the joint distribution of the 30 parameters; constant_liar:
+            # concurrent trials do not all get the same proposal.
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+        if name == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if name == "qmc":
+            return optuna.samplers.QMCSampler(seed=seed, scramble=True)
+        if name == "cmaes":
+            return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+        if name == "gp":
+            return optuna.samplers.GPSampler(seed=seed)
+    raise ValueError(f"unknown sampler {name!r}; expected one of tpe, random, qmc, cmaes, gp")
+
+
+def _make_storage(url: str) -> optuna.storages.BaseStorage:
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:"):
+        # Several writers (the driver, a user inspecting the study) may hold the file.
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    try:
+        return optuna.storages.RDBStorage(url, **kwargs)
+    except Exception as exc:  # sqlalchemy / driver errors: show them as one line
+        raise ValueError(f"cannot open Optuna storage {_redact(url)}: {type(exc).__name__}: {exc}") from None
+
+
+def _redact(url: str) -> str:
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def open_study(name: str, storage: str | None = None, *, runs_root: str | None = None) -> optuna.Study:
+    """Load the Optuna study of search ``name`` (read it while the search runs, or after).
+
+    ``storage``: the Optuna storage URL; default: ``optuna.db`` in the run directory
+    ``{runs_root}/{name}``.
+    """
+    from search.config import default_runs_root
+
+    if storage is None:
+        run = RunDir(runs_root or default_runs_root(), name)
+        if run.local_path is None:
+            raise ValueError("the run directory is remote: pass the Optuna storage URL explicitly")
+        storage = "sqlite:///" + os.path.join(run.local_path, STUDY_FILE)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+class StudySearch(OptunaSearch):
+    """``OptunaSearch`` that tags each Optuna trial with its Tune trial id and reconciles the
+    study with Tune's restored state after a driver crash (see the module documentation)."""
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if trial_id not in self._ot_trials:
+            adopted = self._adopt_orphan()
+            if adopted is not None:
+                self._ot_trials[trial_id] = adopted
+        config = super().suggest(trial_id)
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is not None and ot_trial.user_attrs.get(TUNE_TRIAL_ATTR) != trial_id:
+            ot_trial.set_user_attr(TUNE_TRIAL_ATTR, trial_id)
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self._finished_in_study():
+            return  # the study already holds this trial's final value
+        super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id in self._finished_in_study():
+            told = self._ot_study._storage.get_trial(self._ot_trials[trial_id]._trial_id)
+            value = (result or {}).get(self.metric)
+            if told.value is not None and value is not None and not math.isclose(told.value, value, rel_tol=1e-9):
+                logger.warning(
+                    "trial %s finished again after the restore with %s=%s; the study keeps %s",
+                    trial_id, self.metric, value, told.value,
+                )  # fmt: skip
+            self._completed_trials.add(trial_id)
+            self._already_told.discard(trial_id)
+            return
+        super().on_trial_complete(trial_id, result=result, error=error)
+
+    # -- restore-time reconciliation -----------------------------------------------------------
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        storage = self._ot_study._storage
+        study_id = self._ot_study._study_id
+        known = {t._trial_id for t in self._ot_trials.values()}
+        self._already_told = {
+            tid
+            for tid, t in self._ot_trials.items()
+            if tid not in self._completed_trials and storage.get_trial(t._trial_id).state.is_finished()
+        }
+        orphans = []
+        for frozen in storage.get_all_trials(study_id, deepcopy=False):
+            if frozen._trial_id in known or frozen.state.is_finished():
+                continue
+            if set(frozen.params) == set(self._space) and frozen.state == optuna.trial.TrialState.RUNNING:
+                orphans.append(frozen._trial_id)
+            else:
+                storage.set_trial_user_attr(frozen._trial_id, ORPHAN_ATTR, True)
+                storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
+        self._orphans = sorted(orphans)
+        if self._orphans or self._already_told:
+            logger.info(
+                "restored study: %d orphaned Optuna trial(s) to re-use, %d trial(s) already told",
+                len(self._orphans), len(self._already_told),
+            )  # fmt: skip
+
+    def _finished_in_study(self) -> set:
+        return getattr(self, "_already_told", set())
+
+    def _adopt_orphan(self) -> optuna.Trial | None:
+        orphans = getattr(self, "_orphans", [])
+        while orphans:
+            trial_id = orphans.pop(0)
+            frozen = self._ot_study._storage.get_trial(trial_id)
+            if frozen.state == optuna.trial.TrialState.RUNNING:
+                return optuna.Trial(self._ot_study, trial_id)
+        return None
+
+
+def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: SearchSpace) -> list[str]:
+    """Problems between the Optuna study and Tune's trials (empty list: consistent).
+
+    Consistent means: every finished Tune trial has exactly one Optuna trial (matched through
+    ``tune_trial_id``) with the same parameters; a scored trial is COMPLETE with the same value,
+    a failed one FAIL; no Optuna trial is left RUNNING/WAITING; every other Optuna trial is an
+    orphan marked ``autoaug_orphaned``.
+    """
+    problems: list[str] = []
+    by_tune: dict[str, optuna.trial.FrozenTrial] = {}
+    for ft in study.get_trials(deepcopy=False):
+        tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
+        if ft.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING):
+            problems.append(f"Optuna trial {ft.number} is still {ft.state.name}")
+        if tid is None:
+            if not ft.user_attrs.get(ORPHAN_ATTR):
+                problems.append(f"Optuna trial {ft.number} belongs to no Tune trial")
+            continue
+        if tid in by_tune:
+            problems.append(f"Tune trial {tid} has two Optuna trials ({by_tune[tid].number}, {ft.number})")
+        by_tune[tid] = ft
+    known = set()
+    for rec in trials:
+        known.add(rec.trial_id)
+        ft = by_tune.get(rec.trial_id)
+        if ft is None:
+            if rec.finished:
+                problems.append(f"Tune trial {rec.trial_id} has no Optuna trial")
+            continue
+        try:
+            same = space.to_policy(ft.params).content_hash == (rec.policy and rec.policy.content_hash)
+        except ValueError:
+            same = False
+        if not same:
+            problems.append(f"Tune trial {rec.trial_id} and Optuna trial {ft.number} have different parameters")
+        if rec.succeeded:
+            if ft.state != optuna.trial.TrialState.COMPLETE:
+                problems.append(f"Tune trial {rec.trial_id} finished but Optuna trial {ft.number} is {ft.state.name}")
+            elif not math.isclose(ft.value, rec.score, rel_tol=1e-9, abs_tol=1e-12):
+                problems.append(
+                    f"Tune trial {rec.trial_id} scored {rec.score} but Optuna trial {ft.number} holds {ft.value}"
+                )
+        elif rec.status == "failed" and ft.state != optuna.trial.TrialState.FAIL:
+            problems.append(f"Tune trial {rec.trial_id} failed but Optuna trial {ft.number} is {ft.state.name}")
+    for tid, ft in by_tune.items():
+        if tid not in known:
+            problems.append(f"Optuna trial {ft.number} names Tune trial {tid}, which does not exist")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# Live status
+
+
+class ProgressCallback(tune.Callback):
+    """Prints one line per finished trial: score, epochs, time and the best score so far."""
+
+    def __init__(self, num_trials: int, epochs: int, stream: str = "stdout"):
+        self.num_trials = num_trials
+        self.epochs = epochs
+        self.stream = stream
+
+    def _print(self, text: str) -> None:
+        out = sys.stdout if self.stream == "stdout" else sys.stderr
+        print(text, file=out, flush=True)
+
+    def _report(self, trials: list, trial: Any, failed: bool) -> None:
+        finished = {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")} | {trial.trial_id}
+        best = None
+        for t in trials:
+            if t.status == "TERMINATED" or (t is trial and not failed):
+                score = t.last_result.get(METRIC)
+                if score is not None and (best is None or score > best[0]):
+                    best = (score, t.trial_id)
+        head = f"[{len(finished):>{len(str(self.num_trials))}}/{self.num_trials}] trial {trial.trial_id}"
+        if failed:
+            what = f"FAILED: {_trial_error(trial)}"
+        else:
+            result = trial.last_result
+            epochs = result.get("epoch", result.get("training_iteration", 0))
+            stopped = " (stopped early)" if epochs < self.epochs else ""
+            score = result.get(METRIC)
+            score_text = "n/a" if score is None else f"{score:.4f}"
+            what = (
+                f"{METRIC} {score_text} after {epochs}/{self.epochs} epochs{stopped}, "
+                f"{result.get('time_total_s', 0.0):.0f} s"
+            )
+        tail = "" if best is None else f" | best {best[0]:.4f} ({best[1]})"
+        self._print(f"{head} {what}{tail}")
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._report(trials, trial, failed=False)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._report(trials, trial, failed=True)
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._print(f"trial {trial.trial_id} raised ({_trial_error(trial)}); retrying from its last checkpoint")
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            exc = cause
+            continue
+        if exc.__cause__ is not None:
+            exc = exc.__cause__
+            continue
+        break
+    return exc
+
+
+def _one_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def _format_exception(exc: BaseException) -> str:
+    """``Type: message`` of the innermost cause (Ray wraps trial exceptions in RayTaskError)."""
+    root = _root_cause(exc)
+    message = str(root).strip()
+    if type(root).__name__ in ("RayTaskError", "TuneError") or "Traceback" in message:
+        return _one_line(message) or type(root).__name__
+    message = " ".join(message.split())
+    return f"{type(root).__name__}: {message}" if message else type(root).__name__
+
+
+def _trial_error(trial: Any) -> str:
+    """One line: the exception a trial raised (``ValueError: bad thing``)."""
+    try:
+        exc = trial.get_pickled_error()
+    except Exception:
+        exc = None
+    if exc is not None:
+        return _format_exception(exc)
+    try:
+        err = trial.get_error()
+    except Exception:
+        err = None
+    if err is not None:
+        return _one_line(str(err)) or type(err).__name__
+    return "unknown error (see the trial's error.txt)"
+
+
+# ----------------------------------------------------------------------------------------------
+# Data description (also validates the data before Ray starts)
+
+
+def describe_data(train_config: Any) -> dict[str, Any]:
+    """Dataset and split fingerprints of the trainer's reduced split, computed the way the
+    trainer computes them. Raises ``ValueError`` (``DatasetError``) for unreadable data."""
+    from proxy_models.data import open_dataset, reduced_split
+
+    ds = open_dataset(train_config.data, split="train")
+    fingerprint = ds.fingerprint()
+    split = reduced_split(
+        ds.labels, train_size=train_config.train_size or None, val_size=train_config.val_size,
+        seed=train_config.split_seed, dataset_fingerprint=fingerprint,
+    )  # fmt: skip
+    return {
+        "dataset": {
+            "source": str(train_config.data),
+            "fingerprint": fingerprint,
+            "num_images": len(ds),
+            "classes": list(ds.classes),
+        },
+        "split": {
+            "fingerprint": split.fingerprint,
+            "seed": int(split.seed),
+            "train_size": int(len(split.train)),
+            "val_size": int(len(split.val)),
+        },
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray
+
+
+@contextmanager
+def ray_session(address: str | None = None, *, verbose: int = 1) -> Iterator[None]:
+    """Connect to the Ray cluster at ``address``, or start an embedded local Ray without the
+    dashboard; shut it down afterwards (unless Ray was already initialized by the caller)."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    kwargs: dict[str, Any] = {
+        "log_to_driver": verbose >= 2,
+        "logging_level": logging.INFO if verbose >= 2 else logging.WARNING,
+    }
+    if address is None:
+        kwargs["include_dashboard"] = False
+    try:
+        ray.init(address=address, **kwargs)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        where = address or "a local Ray instance"
+        raise SearchError(f"cannot connect to {where}: {type(exc).__name__}: {exc}") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _trainable(config: SearchConfig, trainable: Callable | None = None) -> Any:
+    fn = trainable if trainable is not None else run_trial
+    fn = tune.with_parameters(
+        fn, train_config=config.train.to_dict(), space=config.space.to_dict(), policy_prefix=config.name
+    )
+    resources = {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial}
+    return tune.with_resources(fn, resources)
+
+
+def _trial_dirname(trial: Any) -> str:
+    return f"{_TRIAL_DIR_PREFIX}{trial.trial_id}"
+
+
+def _trial_name(trial: Any) -> str:
+    return f"{_TRIAL_DIR_PREFIX}{trial.trial_id}"
+
+
+def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: Callable | None) -> tune.Tuner:
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    storage = _make_storage(study_url)
+    searcher = StudySearch(
+        space=config.space.distributions(),
+        metric=METRIC,
+        mode=MODE,
+        sampler=make_sampler(config.sampler, config.seed),
+        study_name=config.name,
+        storage=storage,
+    )
+    study = searcher._ot_study
+    study.set_user_attr("autoaug_search", {"name": config.name, "run_dir": run.uri, "space": config.space.to_dict()})
+    search_alg = ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
+    if config.early_stopping:
+        scheduler = ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=config.epochs,
+            grace_period=config.grace_period,
+            reduction_factor=config.reduction_factor,
+        )
+    else:
+        scheduler = FIFOScheduler()
+    callbacks = [ProgressCallback(config.num_trials, config.epochs)] if config.verbose >= 1 else []
+    return tune.Tuner(
+        _trainable(config, trainable),
+        tune_config=tune.TuneConfig(
+            metric=METRIC,
+            mode=MODE,
+            search_alg=search_alg,
+            scheduler=scheduler,
+            num_samples=config.num_trials,
+            reuse_actors=config.reuse_actors,
+            trial_name_creator=_trial_name,
+            trial_dirname_creator=_trial_dirname,
+        ),
+        run_config=tune.RunConfig(
+            name=config.name,
+            storage_path=config.storage,
+            callbacks=callbacks,
+            verbose=1 if config.verbose >= 2 else 0,
+            failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
+            # Keep only the latest checkpoint; Tune also snapshots the experiment state each time.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        ),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Running and resuming
+
+
+def _study_url(config: SearchConfig, run: RunDir) -> str:
+    if config.optuna_storage:
+        return config.optuna_storage
+    if run.local_path is None:  # check_runnable() refuses this earlier
+        raise ValueError("a remote run directory needs an explicit Optuna storage URL")
+    return "sqlite:///" + os.path.join(run.local_path, STUDY_FILE)
+
+
+def study_url(config: SearchConfig, *, redact: bool = True) -> str:
+    """The Optuna storage URL of ``config``'s study (password hidden unless ``redact=False``)."""
+    url = _study_url(config, RunDir(config.storage, config.name))
+    return _redact(url) if redact else url
+
+
+def run_search(
+    config: SearchConfig,
+    *,
+    address: str | None = None,
+    overwrite: bool = False,
+    trainable: Callable | None = None,
+) -> SearchOutcome:
+    """Run the search ``config`` to completion and store the assembled policy.
+
+    Args:
+        config: the search.
+        address: Ray cluster to connect to (``ray://host:10001``, ``auto``); None starts an
+            embedded local Ray (no dashboard).
+        overwrite: delete an existing run directory (and its study) of the same name first.
+        trainable: replaces :func:`search.trial.run_trial` (same signature), e.g. for another
+            trainer.
+
+    Raises:
+        ValueError: bad configuration or data (before Ray starts).
+        RunExistsError: the run directory exists and ``overwrite`` is false.
+        SearchFailedError: every trial failed (the message shows the first error).
+        SearchInterruptedError: interrupted before all trials finished (resume it).
+    """
+    started = time.time()
+    config.check_runnable()
+    run = RunDir(config.storage, config.name)
+    _check_store(config)
+    if run.exists():
+        if not overwrite:
+            state = "finished" if run.exists(RESULT_FILE) else "unfinished"
+            hint = "" if state == "finished" else f"resume it with --resume {config.name}, or "
+            raise RunExistsError(
+                f"a search named {config.name!r} already exists in {config.storage} ({state}); "
+                f"{hint}choose another --name, or pass --overwrite to start it again"
+            )
+        _delete_run(config, run)
+    data = describe_data(config.train)
+    study_url = _study_url(config, run)
+    if config.optuna_storage:  # the default SQLite file lives in the (new) run directory
+        _check_no_study(config.name, study_url)
+    state = {
+        "config": config.to_dict(),
+        "data": data,
+        "optuna": {"storage": study_url, "study_name": config.name},
+        "started_at": utc_now(),
+        "started_ts": started,
+        "sessions": [{"started_at": utc_now(), "kind": "start", "address": address}],
+    }
+    run.write_json(CONFIG_FILE, state)
+    _quiet_tune()
+    with ray_session(address, verbose=config.verbose):
+        tuner = _build_tuner(config, run, study_url, trainable)
+        _fit(tuner, config)
+    return _finish(config, run, state, session_started=started)
+
+
+def resume_search(
+    name: str,
+    storage: str | None = None,
+    *,
+    address: str | None = None,
+    store: str | None = None,
+    resume_errored: bool = False,
+    trainable: Callable | None = None,
+) -> SearchOutcome:
+    """Continue the search ``name`` in ``storage`` (default runs root) after its driver stopped.
+
+    Unfinished trials continue from their latest checkpoints, the remaining trials are run, and
+    the result is assembled and stored as in :func:`run_search`. A search that already finished
+    is not run again: its stored outcome is returned. ``resume_errored`` also retries trials
+    that had failed. ``store`` overrides the policy store of the original configuration.
+    """
+    from search.config import default_runs_root
+
+    started = time.time()
+    run = RunDir(storage or default_runs_root(), name)
+    if not run.exists(CONFIG_FILE):
+        raise ValueError(
+            f"no search named {name!r} in {run.storage} (no {CONFIG_FILE} in {run.uri}); "
+            "check --name/--resume and --storage"
+        )
+    state = run.read_json(CONFIG_FILE)
+    config = SearchConfig.from_dict(state["config"])
+    if store is not None:
+        config = config.replace(store=store)
+    _check_store(config)
+    if run.exists(RESULT_FILE):
+        return _outcome_from_result(run.read_json(RESULT_FILE), config, run)
+    if not tune.Tuner.can_restore(run.uri):
+        raise SearchError(
+            f"the search {name!r} stopped before Ray Tune saved any state in {run.uri}; nothing to "
+            f"resume: start it again with --overwrite"
+        )
+    state.setdefault("sessions", []).append({"started_at": utc_now(), "kind": "resume", "address": address})
+    run.write_json(CONFIG_FILE, state)
+    _quiet_tune()
+    with ray_session(address, verbose=config.verbose):
+        tuner = tune.Tuner.restore(
+            run.uri,
+            trainable=_trainable(config, trainable),
+            resume_unfinished=True,
+            resume_errored=resume_errored,
+        )
+        _fit(tuner, config)
+    return _finish(config, run, state, session_started=started)
+
+
+def _quiet_tune() -> None:
+    # CheckpointConfig(num_to_keep=1) makes Tune snapshot the experiment state after every trial
+    # checkpoint (each epoch) on purpose -- it keeps a restored run close to where the driver
+    # stopped -- so its "snapshotting triggered multiple times" warning is expected noise.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+
+def _fit(tuner: tune.Tuner, config: SearchConfig) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        tuner.fit()
+
+
+def _check_store(config: SearchConfig) -> None:
+    from policies.store import PolicyStore, validate_name
+
+    try:
+        validate_name(config.name)
+        PolicyStore(config.store)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_no_study(name: str, url: str) -> None:
+    storage = _make_storage(url)
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    if name in names:
+        raise RunExistsError(
+            f"the Optuna storage {_redact(url)} already holds a study named {name!r}; choose another "
+            "--name, or delete that study (optuna.delete_study) first"
+        )
+
+
+def _delete_run(config: SearchConfig, run: RunDir) -> None:
+    if config.optuna_storage:
+        storage = _make_storage(config.optuna_storage)
+        try:
+            optuna.delete_study(study_name=config.name, storage=storage)
+        except KeyError:
+            pass
+    run.delete()
+
+
+def _records(config: SearchConfig, run: RunDir, study: optuna.Study) -> list[TrialRecord]:
+    from ray.tune import ExperimentAnalysis
+
+    analysis = ExperimentAnalysis(run.uri, default_metric=METRIC, default_mode=MODE)
+    numbers = {
+        ft.user_attrs.get(TUNE_TRIAL_ATTR): ft.number
+        for ft in study.get_trials(deepcopy=False)
+        if ft.user_attrs.get(TUNE_TRIAL_ATTR)
+    }
+    records = []
+    trials = sorted(analysis.trials, key=lambda t: (_trial_index(t.trial_id), t.trial_id))
+    for index, trial in enumerate(trials):
+        params = {k: v for k, v in (trial.config or {}).items() if k in set(config.space.param_names())}
+        try:
+            policy = config.space.to_policy(params, name=f"{config.name}-{trial.trial_id}")
+        except ValueError:
+            policy = None
+        last = trial.last_result or {}
+        epochs = int(last.get("epoch") or 0)
+        error = None
+        if trial.status == "ERROR":
+            status = "failed"
+            error = _trial_error(trial)
+        elif trial.status == "TERMINATED":
+            status = "completed" if epochs >= config.epochs else "early_stopped"
+        elif trial.status == "RUNNING":
+            status = "running"
+        else:
+            status = "pending"
+        score = last.get(METRIC)
+        records.append(
+            TrialRecord(
+                trial_id=trial.trial_id,
+                index=index,
+                status=status,
+                params=params,
+                policy=policy,
+                score=None if score is None else float(score),
+                epochs=epochs,
+                train_time_s=last.get("train_time_s"),
+                error=error,
+                optuna_number=numbers.get(trial.trial_id),
+                num_failures=int(getattr(trial, "num_failures", 0) or 0),
+            )
+        )
+    return records
+
+
+def _trial_index(trial_id: str) -> int:
+    tail = trial_id.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _finish(config: SearchConfig, run: RunDir, state: dict, *, session_started: float) -> SearchOutcome:
+    from policies.store import PolicyStore
+
+    study_url = state["optuna"]["storage"]
+    study = optuna.load_study(study_name=config.name, storage=_make_storage(study_url))
+    trials = _records(config, run, study)
+    finished = [t for t in trials if t.finished]
+    if len(finished) < config.num_trials:
+        raise SearchInterruptedError(
+            f"search {config.name!r} stopped with {len(finished)} of {config.num_trials} trials finished; "
+            f"resume it with: autoaug search --resume {config.name} --storage {config.storage}"
+        )
+    if not any(t.succeeded for t in trials):
+        failed = [t for t in trials if t.status == "failed"]
+        first = failed[0] if failed else trials[0]
+        raise SearchFailedError(
+            f"all {len(trials)} trials of search {config.name!r} failed; first error "
+            f"(trial {first.trial_id}): {first.error or 'no score reported'}"
+        )
+    problems = check_study(study, trials, config.space)
+    for problem in problems:
+        logger.warning("Optuna study %s: %s", config.name, problem)
+    assembled = assemble_policy(
+        trials,
+        name=config.name,
+        top_n=config.top_n,
+        num_magnitude_bins=config.space.num_magnitude_bins,
+        base=config.space.base,
+        ranges=config.space.ranges,
+    )
+    now = time.time()
+    timing = {
+        "started_at": state.get("started_at"),
+        "finished_at": utc_now(),
+        "elapsed_s": now - float(state.get("started_ts", session_started)),
+        "last_session_s": now - session_started,
+        "sessions": state.get("sessions", []),
+        "trial_train_time_s": sum(t.train_time_s or 0.0 for t in trials),
+    }
+    optuna_info = {
+        "storage": _redact(study_url),
+        "study_name": config.name,
+        "num_trials": len(study.trials),
+        "consistent_with_tune": not problems,
+        "problems": problems,
+    }
+    provenance = build_provenance(
+        search_config=config.to_dict(),
+        data=state["data"],
+        trials=trials,
+        assembled=assembled,
+        metric=METRIC,
+        mode=MODE,
+        run_dir=run.uri,
+        optuna=optuna_info,
+        timing=timing,
+    )
+    store = PolicyStore(config.store)
+    version = store.save(assembled.policy, config.name, metadata=provenance)
+    result = {
+        "policy": assembled.policy.to_dict(),
+        "policy_hash": assembled.policy.content_hash,
+        "stored": {"name": config.name, "version": version, "ref": f"{config.name}@{version}", "store": store.uri},
+        "provenance": provenance,
+    }
+    run.write_json(RESULT_FILE, result)
+    return _outcome_from_result(result, config, run)
+
+
+def _outcome_from_result(result: Mapping[str, Any], config: SearchConfig, run: RunDir) -> SearchOutcome:
+    from policies import Policy
+
+    prov = result["provenance"]
+    trials = []
+    for t in prov["trials"]:
+        policy = None if t["policy"] is None else Policy.from_dict(t["policy"])
+        trials.append(
+            TrialRecord(
+                trial_id=t["trial_id"], index=t["index"], status=t["status"], params=t["params"],
+                policy=policy, score=t["score"], epochs=t["epochs"], train_time_s=t["train_time_s"],
+                error=t["error"], optuna_number=t["optuna_number"], num_failures=t["num_failures"],
+            )
+        )  # fmt: skip
+    by_id = {t.trial_id: t for t in trials}
+    assembly = prov["assembly"]
+    selected = tuple(by_id[i] for i in assembly["selected_trials"])
+    policy = Policy.from_dict(result["policy"])
+    assembled = AssembledPolicy(
+        policy, selected, assembly["duplicates_removed"], tuple(assembly["sub_policy_sources"])
+    )
+    return SearchOutcome(
+        policy=policy,
+        score=selected[0].score,
+        best_trial=selected[0],
+        trials=tuple(trials),
+        assembled=assembled,
+        store_uri=result["stored"]["store"],
+        version=result["stored"]["version"],
+        run_dir=run.uri,
+        provenance=prov,
+        study_problems=tuple(prov["optuna"]["problems"]),
+    )

@@ -55,7 +55,7 @@ from nvidia.dali.data_node import DataNode
 from policies import ops as _ops
 from policies.policy import Policy
 
-__all__ = ["apply_policy", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms"]
+__all__ = ["apply_policy", "decode_trace", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms"]
 
 _INTERP = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}
 _GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
@@ -299,7 +299,8 @@ def apply_policy(
     image_size: int | tuple[int, int] | None = None,
     interpolation: str = "nearest",
     fill_value: int = 128,
-) -> DataNode:
+    return_trace: bool = False,
+):
     """Apply ``policy`` to a batch of uint8 HWC RGB images inside a DALI pipeline.
 
     Must be called inside ``@pipeline_def(enable_conditionals=True)``. Works for CPU and GPU
@@ -314,9 +315,12 @@ def apply_policy(
         interpolation: ``"nearest"`` (default, as torchvision's AutoAugment and the paper's PIL
             code) or ``"bilinear"``, for the geometric operations.
         fill_value: grey level of uncovered pixels and of the Cutout square (default 128).
+        return_trace: also return a per-sample int32 vector ``[k, fired_0, negated_0, fired_1,
+            negated_1, ...]`` (sub-policy index, and per stage whether its operation was applied
+            and with a negated magnitude); :func:`decode_trace` turns it into op names.
 
     Returns:
-        the augmented uint8 HWC DataNode (same device as ``images``).
+        the augmented uint8 HWC DataNode (same device as ``images``), or ``(images, trace)``.
     """
     if not isinstance(policy, Policy):
         raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
@@ -330,6 +334,8 @@ def apply_policy(
         raise ValueError(f"fill_value={fill_value!r}; expected an int in [0, 255]")
     size = _normalize_size(image_size)
     if policy.is_identity:
+        if return_trace:
+            return images, fn.random.uniform(values=[-1], dtype=types.INT32, shape=[1])
         return images
 
     used = set(policy.ops_used)
@@ -355,13 +361,18 @@ def apply_policy(
             images, indices=fn.batch_permutation(no_fixed_points=True)
         )
 
-    k2 = fn.random.uniform(values=list(range(len(policy))), dtype=types.INT32) * 2
+    k = fn.random.uniform(values=list(range(len(policy))), dtype=types.INT32)
+    k2 = k * 2
+    trace = [k]
     for stage in range(policy.max_ops_per_sub_policy):
         t = stage_tables(policy, stage)
         kinds = t["kinds"]
         if len(kinds) == 1:  # only Identity at this stage
+            if return_trace:
+                trace += [k * 0, k * 0]
             continue
-        idx = k2 + fn.random.coin_flip(dtype=types.INT32) if t["signed"] else k2
+        sign = fn.random.coin_flip(dtype=types.INT32) if t["signed"] else None
+        idx = k2 + sign if sign is not None else k2
         selected = _lookup(idx, t["kind"], types.INT32)
         if not t["all_certain"]:
             applied = fn.random.coin_flip(probability=_lookup(idx, t["prob"], types.FLOAT),
@@ -385,7 +396,29 @@ def apply_policy(
             stage_kwargs["kernel"] = types.Constant(t["kernel"].astype(np.float32))[idx]
         images = select([DALI_OPS_BY_KIND[kind] for kind in kinds], selected, data=images,
                         **stage_kwargs)  # fmt: skip
+        if return_trace:
+            trace += [fn.cast(selected > 0, dtype=types.INT32), sign if sign is not None else k * 0]
+    if return_trace:
+        return images, fn.stack(*trace)
     return images
+
+
+def decode_trace(policy: Policy, trace) -> list[tuple[int, list[str]]]:
+    """``[(sub_policy_index, ["Rotate", "-TranslateX", ...]), ...]`` from the trace vectors of
+    :func:`apply_policy` (``-`` marks a negated magnitude); ``(-1, [])`` for an identity policy."""
+    out = []
+    for row in np.asarray(trace).reshape(len(trace), -1):
+        k = int(row[0])
+        if k < 0:
+            out.append((-1, []))
+            continue
+        fired = []
+        for stage, op in enumerate(policy.sub_policies[k]):
+            if row[1 + 2 * stage]:
+                neg = bool(row[2 + 2 * stage]) and _ops.REGISTRY[op.op].signed
+                fired.append(("-" if neg else "") + op.op)
+        out.append((k, fired))
+    return out
 
 
 DALI_OPS_BY_KIND: dict[str, Augmentation] = {KIND_OF[n]: DALI_OPS[n] for n in _ops.OP_NAMES}

@@ -40,6 +40,8 @@ __all__ = [
     "CHECKPOINT_NAME",
     "TrainConfig",
     "TrainResult",
+    "EpochStats",
+    "Learner",
     "WarmupCosine",
     "load_checkpoint",
     "train",
@@ -422,42 +424,130 @@ def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.devic
     )
 
 
-def _evaluate(model: nn.Module, loader: Any, device: torch.device, amp: bool, amp_dtype: torch.dtype,
-              channels_last: bool) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy without label smoothing) over one pass of ``loader``."""
-    model.eval()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    seen = 0
-    with torch.inference_mode():
-        for images, labels in loader:
-            images, labels = _to_device(images, labels, device, channels_last)
-            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp):
+@dataclasses.dataclass(frozen=True)
+class EpochStats:
+    """Training statistics of one pass (see :meth:`Learner.train_epoch`)."""
+
+    loss: float
+    accuracy: float
+    seen: int
+    images_per_sec: float
+
+
+class Learner:
+    """The model and its optimisation for one :class:`TrainConfig`: SGD (Nesterov) + weight decay,
+    per-step warm-up + cosine schedule, autocast/gradient scaling and channels-last as configured.
+
+    :func:`train` drives it; benchmarks use it to time the very same step on synthetic batches.
+    The model is initialised from torch's global RNG (``train`` seeds it with ``config.seed``).
+    """
+
+    def __init__(self, config: TrainConfig, *, num_classes: int, steps_per_epoch: int,
+                 device: torch.device | str = "cpu") -> None:
+        self.config = config
+        self.device = device = torch.device(device)
+        self.amp = device.type == "cuda" if config.amp is None else config.amp
+        # float16 + loss scaling on CUDA; bfloat16 (no scaling needed) where CPUs support it.
+        self.amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+        self.channels_last = device.type == "cuda" if config.channels_last is None else config.channels_last
+        model = build_model(config.model, num_classes=num_classes).to(device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+        self.optimizer = torch.optim.SGD(
+            model.parameters(), lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
+            weight_decay=config.weight_decay,
+        )
+        total_steps = steps_per_epoch * config.epochs
+        warmup_steps = round(config.warmup_epochs * steps_per_epoch)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, WarmupCosine(warmup_steps, total_steps))
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp and self.amp_dtype == torch.float16)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def _to_device(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        images = images.to(self.device, non_blocking=True)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images, labels.to(self.device, non_blocking=True).long().view(-1)
+
+    def train_epoch(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> EpochStats:
+        """One optimisation step per ``(images, labels)`` batch; one scheduler step per batch.
+
+        ``images_per_sec`` is the steady-state rate: images after the first batch over the time
+        after it arrived, so pipeline construction and prefetch warm-up do not count (a single
+        batch falls back to the whole pass).
+        """
+        model, device = self.model, self.device
+        model.train()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        seen = first_n = 0
+        t0 = time.perf_counter()
+        t_first: float | None = None
+        for images, labels in batches:
+            if t_first is None:
+                t_first, first_n = time.perf_counter(), int(labels.shape[0])
+            images, labels = self._to_device(images, labels)
+            with torch.autocast(device_type=device.type, dtype=self.amp_dtype, enabled=self.amp):
                 logits = model(images)
-            loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").double()
-            correct += (logits.argmax(1) == labels).sum()
-            seen += labels.shape[0]
-    if seen == 0:
-        raise ValueError("the evaluation loader yielded no images")
-    return correct.item() / seen, loss_sum.item() / seen
+                loss = self.criterion(logits, labels)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+            n = labels.shape[0]
+            loss_sum += loss.detach().double() * n
+            correct += (logits.detach().argmax(1) == labels).sum()
+            seen += n
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t_end = time.perf_counter()
+        if seen > first_n and t_first is not None and t_end > t_first:
+            rate = (seen - first_n) / (t_end - t_first)
+        else:
+            rate = seen / (t_end - t0) if t_end > t0 else float("inf")
+        if seen == 0:
+            return EpochStats(loss=float("nan"), accuracy=float("nan"), seen=0, images_per_sec=0.0)
+        return EpochStats(loss=loss_sum.item() / seen, accuracy=correct.item() / seen, seen=seen,
+                          images_per_sec=rate)
 
+    def evaluate(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
+        """(accuracy, mean cross-entropy without label smoothing) over one pass of ``batches``."""
+        model, device = self.model, self.device
+        model.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        seen = 0
+        with torch.inference_mode():
+            for images, labels in batches:
+                images, labels = self._to_device(images, labels)
+                with torch.autocast(device_type=device.type, dtype=self.amp_dtype, enabled=self.amp):
+                    logits = model(images)
+                loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").double()
+                correct += (logits.argmax(1) == labels).sum()
+                seen += labels.shape[0]
+        if seen == 0:
+            raise ValueError("the evaluation loader yielded no images")
+        return correct.item() / seen, loss_sum.item() / seen
 
-def _images_per_sec(seen: int, first_n: int, t_first: float, t_train: float) -> float:
-    """Steady-state training throughput of one epoch: the images after the first batch over the
-    time after it arrived, so pipeline construction and prefetch warm-up do not count; falls back
-    to the whole epoch when it had a single batch."""
-    if seen > first_n and t_train > t_first:
-        return (seen - first_n) / (t_train - t_first)
-    return seen / t_train if t_train > 0 else float("inf")
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
 
-
-def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device,
-               channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    images = images.to(device, non_blocking=True)
-    if channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
-    labels = labels.to(device, non_blocking=True).long().view(-1)
-    return images, labels
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
 
 
 def train(
@@ -523,11 +613,7 @@ def _train(
 ) -> TrainResult:
     from proxy_models.data import reduced_split
 
-    torch.manual_seed(config.seed)
     num_threads = config.num_threads or torch.get_num_threads()
-    use_amp = device.type == "cuda" if config.amp is None else config.amp
-    amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-    channels_last = device.type == "cuda" if config.channels_last is None else config.channels_last
 
     # ---- data (every check that can fail happens here, before the first epoch) -------------
     ds = _open(config.data, "train")
@@ -569,27 +655,14 @@ def _train(
         )
 
     # ---- model and optimisation -------------------------------------------------------------
-    model = build_model(config.model, num_classes=ds.num_classes).to(device)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
-        weight_decay=config.weight_decay,
-    )
-    total_steps = steps_per_epoch * config.epochs
-    warmup_steps = round(config.warmup_epochs * steps_per_epoch)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(warmup_steps, total_steps))
-    scaler = torch.amp.GradScaler(device.type, enabled=use_amp and amp_dtype == torch.float16)
-    criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+    torch.manual_seed(config.seed)  # model initialisation (the loaders are seeded separately)
+    learner = Learner(config, num_classes=ds.num_classes, steps_per_epoch=steps_per_epoch, device=device)
 
     history: list[dict[str, Any]] = []
     start_epoch = 0
     train_time = 0.0
     if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        scaler.load_state_dict(checkpoint["scaler"])
+        learner.load_state_dict(checkpoint)
         torch.set_rng_state(checkpoint["rng"]["torch"])
         if device.type == "cuda" and checkpoint["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state(checkpoint["rng"]["cuda"], device)
@@ -604,35 +677,11 @@ def _train(
 
     for epoch in range(start_epoch, config.epochs):
         # ---- train one epoch ----
-        model.train()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        correct = torch.zeros((), dtype=torch.int64, device=device)
-        seen = 0
         t0 = time.perf_counter()
-        t_first = None  # when the first batch arrived (pipeline build / warm-up excluded from img/s)
-        first_n = 0
-        for images, labels in train_loader:
-            if t_first is None:
-                t_first, first_n = time.perf_counter(), labels.shape[0]
-            images, labels = _to_device(images, labels, device, channels_last)
-            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
-                logits = model(images)
-                loss = criterion(logits, labels)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            n = labels.shape[0]
-            loss_sum += loss.detach().double() * n
-            correct += (logits.detach().argmax(1) == labels).sum()
-            seen += n
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t_train = time.perf_counter() - t0
-        if seen == 0:
+        stats = learner.train_epoch(train_loader)
+        if stats.seen == 0:
             raise RuntimeError(f"epoch {epoch + 1}: the training loader yielded no batches")
-        train_loss = loss_sum.item() / seen
+        train_loss = stats.loss
         if not math.isfinite(train_loss):
             raise FloatingPointError(
                 f"training diverged in epoch {epoch + 1}: mean training loss is {train_loss} "
@@ -641,24 +690,22 @@ def _train(
         metrics: dict[str, Any] = {
             "epoch": epoch + 1,
             "train_loss": train_loss,
-            "train_accuracy": correct.item() / seen,
+            "train_accuracy": stats.accuracy,
             "val_loss": None,
             "val_accuracy": None,
-            "lr": optimizer.param_groups[0]["lr"],
+            "lr": learner.lr,
         }
         # ---- validate ----
         last = epoch + 1 == config.epochs
         if val_loader is not None and ((epoch + 1) % config.eval_every == 0 or last):
-            metrics["val_accuracy"], metrics["val_loss"] = _evaluate(
-                model, val_loader, device, use_amp, amp_dtype, channels_last
-            )
+            metrics["val_accuracy"], metrics["val_loss"] = learner.evaluate(val_loader)
         if last and test_loader is not None:
-            test_accuracy, test_loss = _evaluate(model, test_loader, device, use_amp, amp_dtype, channels_last)
+            test_accuracy, test_loss = learner.evaluate(test_loader)
             metrics["test_accuracy"], metrics["test_loss"] = test_accuracy, test_loss
         epoch_time = time.perf_counter() - t0
         train_time += epoch_time
         metrics.update(
-            images_per_sec=_images_per_sec(seen, first_n, t_first - t0, t_train),
+            images_per_sec=stats.images_per_sec,
             epoch_time_s=epoch_time,
             time_total_s=train_time,
         )
@@ -676,10 +723,7 @@ def _train(
                     "policy_hash": policy.content_hash,
                     "dataset_fingerprint": dataset_fp,
                     "split_fingerprint": split.fingerprint,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(),
+                    **learner.state_dict(),
                     # Epoch counter + DALI's own checkpoint of its random operators, so a resumed
                     # run sees the data order and augmentation draws of the uninterrupted one.
                     "loader": train_loader.state_dict(),
@@ -696,7 +740,7 @@ def _train(
 
     if test_loader is not None and test_accuracy is None:
         # Resumed from a checkpoint written after the last epoch: only the test pass is left.
-        test_accuracy, test_loss = _evaluate(model, test_loader, device, use_amp, amp_dtype, channels_last)
+        test_accuracy, test_loss = learner.evaluate(test_loader)
     final = history[-1] if history else {}
     return TrainResult(
         history=history,
@@ -705,7 +749,7 @@ def _train(
         split_fingerprint=split.fingerprint,
         dataset_fingerprint=dataset_fp,
         train_time_s=train_time,
-        model=model,
+        model=learner.model,
         config=config,
         test_loss=test_loss,
         checkpoint_path=str(ckpt_path) if ckpt_path is not None else None,

@@ -1,0 +1,303 @@
+"""The trainer: config validation, presets, schedule, and real smoke runs on CIFAR-10 (seeded,
+reported per epoch, checkpointed, resumed to the same metrics)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from policies import presets
+from proxy_models.train import (
+    CHECKPOINT_NAME,
+    PRESETS,
+    Learner,
+    TrainConfig,
+    TrainResult,
+    WarmupCosine,
+    load_checkpoint,
+    train,
+    write_history_csv,
+)
+
+# What must agree between two runs of one seed (timings may not).
+METRIC_KEYS = ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr")
+REPORTED_KEYS = {"epoch", "train_loss", "train_accuracy", "val_accuracy", "val_loss", "images_per_sec", "epoch_time_s"}
+
+
+def metrics_of(history):
+    return [{k: row[k] for k in METRIC_KEYS} for row in history]
+
+
+# ------------------------------------------------------------------------------------------------
+# TrainConfig and presets (no data)
+# ------------------------------------------------------------------------------------------------
+def test_presets_are_the_documented_ones():
+    assert set(PRESETS) == {"smoke", "cpu", "paper", "final"}
+    assert TrainConfig.PRESETS is PRESETS
+    paper = TrainConfig.from_preset("paper")
+    assert (paper.model, paper.train_size, paper.epochs, paper.batch_size, paper.lr, paper.weight_decay) == (
+        "wrn-40-2", 4000, 120, 128, 0.1, 5e-4)
+    assert paper.device == "cuda" and paper.val_size is None  # the rest of the training set validates
+    final = TrainConfig.from_preset("final")
+    assert (final.model, final.train_size, final.val_size, final.epochs) == ("wrn-28-10", None, 0, 200)
+    for name in ("smoke", "cpu"):
+        cfg = TrainConfig.from_preset(name)
+        assert cfg.device == "cpu" and cfg.model == "resnet-8" and cfg.deterministic
+    assert TrainConfig.from_preset("cpu").train_size == 4000
+    for cfg in PRESETS.values():
+        assert cfg.momentum == 0.9 and cfg.nesterov
+
+
+def test_from_preset_applies_overrides_and_replace_keeps_validation(tmp_path):
+    cfg = TrainConfig.from_preset("smoke", data=tmp_path / "train.parquet", epochs=1)
+    assert cfg.epochs == 1 and cfg.data == str(tmp_path / "train.parquet")  # PathLike -> str
+    assert PRESETS["smoke"].data is None  # the preset itself is untouched
+    assert dataclasses.replace(cfg, seed=1).seed == 1
+    with pytest.raises(ValueError, match=r"TrainConfig.seed must be an integer in \[0, 2\*\*31\), got -1"):
+        dataclasses.replace(cfg, seed=-1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.epochs = 3  # type: ignore[misc]
+
+
+def test_from_preset_rejects_unknown_names_and_fields():
+    with pytest.raises(ValueError, match=r"unknown training preset 'fast': expected one of smoke, cpu, paper, final"):
+        TrainConfig.from_preset("fast")
+    with pytest.raises(ValueError, match=r"unknown override for preset 'smoke' 'epoch': expected one of"):
+        TrainConfig.from_preset("smoke", epoch=3)
+
+
+def test_to_dict_is_json_and_round_trips():
+    cfg = TrainConfig.from_preset("cpu", data="cifar10:/data", seed=4, amp=False, warmup_epochs=2)
+    d = json.loads(json.dumps(cfg.to_dict()))
+    assert d["warmup_epochs"] == 2.0 and isinstance(d["lr"], float)
+    assert TrainConfig.from_dict(d) == cfg
+    with pytest.raises(ValueError, match=r"unknown TrainConfig key 'colour'"):
+        TrainConfig.from_dict({**d, "colour": "red"})
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"model": "vgg-11"}, r"unknown model 'vgg-11'"),
+        ({"epochs": 0}, r"TrainConfig.epochs must be a positive integer, got 0"),
+        ({"batch_size": 2.5}, r"TrainConfig.batch_size must be a positive integer, got 2.5"),
+        ({"lr": 0}, r"TrainConfig.lr must be a positive number, got 0"),
+        ({"lr": float("nan")}, r"TrainConfig.lr must be a positive number, got nan"),
+        ({"momentum": 1.0}, r"TrainConfig.momentum must be a number in \[0, 1\), got 1.0"),
+        ({"momentum": 0.0}, r"nesterov=True needs momentum > 0"),
+        ({"weight_decay": -1e-4}, r"TrainConfig.weight_decay must be a non-negative number"),
+        ({"label_smoothing": 1.0}, r"TrainConfig.label_smoothing must be a number in \[0, 1\)"),
+        ({"warmup_epochs": 5, "epochs": 2}, r"TrainConfig.warmup_epochs must be a number in \[0, epochs=2\], got 5"),
+        ({"train_size": -5}, r"TrainConfig.train_size must be a non-negative integer or None, got -5"),
+        ({"train_size": 0, "val_size": None}, r"leave the split undefined"),
+        ({"device": "tpu"}, r"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got 'tpu'"),
+        ({"num_threads": 0}, r"TrainConfig.num_threads must be a positive integer or None, got 0"),
+        ({"amp": "yes"}, r"TrainConfig.amp must be true, false or None"),
+        ({"nesterov": 1}, r"TrainConfig.nesterov must be true or false, got 1"),
+        ({"eval_every": 0}, r"TrainConfig.eval_every must be a positive integer"),
+        ({"data": 3}, r"TrainConfig.data must be a path or URI string, got 3"),
+    ],
+)
+def test_bad_config_values_raise_naming_field_and_value(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig.from_preset("smoke", **overrides)
+
+
+def test_warmup_cosine_schedule():
+    f = WarmupCosine(warmup_steps=10, total_steps=110)
+    assert [f(s) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])  # linear warm-up, per step
+    assert f(10) == pytest.approx(1.0)
+    assert f(60) == pytest.approx(0.5)  # half-way through the cosine
+    assert f(109) == pytest.approx(0.5 * (1 + math.cos(math.pi * 99 / 100)))
+    values = [f(s) for s in range(10, 110)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert WarmupCosine(0, 100)(0) == 1.0
+
+
+def test_learner_schedules_per_step_and_is_seeded():
+    cfg = TrainConfig.from_preset("smoke", epochs=2, warmup_epochs=1, lr=0.2)
+    torch.manual_seed(0)
+    a = Learner(cfg, num_classes=3, steps_per_epoch=4)
+    torch.manual_seed(0)
+    b = Learner(cfg, num_classes=3, steps_per_epoch=4)
+    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+    assert a.optimizer.param_groups[0]["nesterov"] and a.optimizer.param_groups[0]["weight_decay"] == 5e-4
+    g = torch.Generator().manual_seed(0)
+    batch = (torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 3, (8,), generator=g))
+    lrs = []
+    for _ in range(8):
+        lrs.append(a.lr)
+        a.train_epoch([batch])
+    assert lrs[:4] == pytest.approx([0.05, 0.1, 0.15, 0.2])  # warm-up over the first epoch's 4 steps
+    assert lrs[4] == pytest.approx(0.2) and lrs[7] < lrs[5] < lrs[4]
+    assert a.lr == pytest.approx(0.0, abs=1e-12)  # cosine reaches 0 after the last step
+    stats = b.train_epoch([batch, batch])
+    assert stats.seen == 16 and 0 <= stats.accuracy <= 1 and stats.loss > 0
+
+
+def test_result_history_csv(tmp_path):
+    history = [{"epoch": 1, "val_accuracy": None, "lr": 0.1}, {"epoch": 2, "val_accuracy": 0.5, "lr": 0.0, "test_accuracy": 0.4}]
+    write_history_csv(history, tmp_path / "m.csv")
+    assert (tmp_path / "m.csv").read_text().splitlines() == [
+        "epoch,val_accuracy,lr,test_accuracy", "1,,0.1,", "2,0.5,0.0,0.4"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors before the first epoch
+# ------------------------------------------------------------------------------------------------
+def _never(metrics):
+    raise AssertionError(f"report called although the run should not start: {metrics}")
+
+
+def test_missing_data_source_is_an_error():
+    with pytest.raises(ValueError, match=r"TrainConfig.data is not set"):
+        train(TrainConfig.from_preset("smoke"), presets.resolve("standard"), report=_never)
+
+
+def test_nonexistent_data_path_raises_before_training(tmp_path):
+    cfg = TrainConfig.from_preset("smoke", data=str(tmp_path / "nope.parquet"))
+    with pytest.raises(ValueError, match=r"dataset not found: .*nope.parquet"):
+        train(cfg, presets.resolve("standard"), report=_never)
+
+
+def test_bad_policy_is_an_error(cifar_train):
+    cfg = TrainConfig.from_preset("smoke", data=str(cifar_train))
+    with pytest.raises(ValueError, match=r"policy must be a policies.Policy"):
+        train(cfg, 42, report=_never)
+    with pytest.raises(ValueError, match=r"no-such-policy"):
+        train(cfg, "no-such-policy", report=_never)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_device_without_cuda_is_an_error(cifar_train):
+    cfg = TrainConfig.from_preset("smoke", data=str(cifar_train), device="cuda")
+    with pytest.raises(ValueError, match=r"device='cuda' but CUDA is not available"):
+        train(cfg, "standard", report=_never)
+
+
+def test_split_too_large_for_the_dataset(cifar_test):
+    cfg = TrainConfig.from_preset("smoke", data=str(cifar_test), train_size=9000, val_size=2000)
+    with pytest.raises(ValueError, match=r"train_size 9000 \+ val_size 2000 exceeds the dataset's 10000 images"):
+        train(cfg, "standard", report=_never)
+
+
+def test_missing_checkpoint_to_resume_from(cifar_train, tmp_path):
+    cfg = TrainConfig.from_preset("smoke", data=str(cifar_train))
+    with pytest.raises(FileNotFoundError, match=r"no trainer checkpoint at .*checkpoint.pt"):
+        train(cfg, "standard", report=_never, resume_from=tmp_path)
+    (tmp_path / CHECKPOINT_NAME).write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"is not a readable trainer checkpoint"):
+        train(cfg, "standard", report=_never, resume_from=tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Real smoke runs (shared by the tests below to keep the suite short)
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smoke_config(cifar_train, cifar_test):
+    # 3 epochs so that resuming after epoch 1 still has two epochs (and a scheduler) to get right.
+    return TrainConfig.from_preset("smoke", data=str(cifar_train), test_data=str(cifar_test), epochs=3,
+                                   num_threads=2)
+
+
+@pytest.fixture(scope="module")
+def aa_policy():
+    return presets.resolve("autoaugment-cifar10")
+
+
+@pytest.fixture(scope="module")
+def full_run(smoke_config, aa_policy, tmp_path_factory):
+    reports = []
+    ckpt = tmp_path_factory.mktemp("full")
+    threads_before = torch.get_num_threads()
+    rng_before = torch.get_rng_state()
+    result = train(smoke_config, aa_policy, report=reports.append, checkpoint_dir=ckpt)
+    return {"result": result, "reports": reports, "ckpt": ckpt, "threads_before": threads_before,
+            "rng_before": rng_before}
+
+
+@pytest.mark.slow
+def test_smoke_run_learns_above_chance(full_run):
+    result: TrainResult = full_run["result"]
+    assert result.val_accuracy > 0.15  # 10 classes: chance is 0.10
+    assert result.test_accuracy > 0.15
+    assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    assert isinstance(result.model, torch.nn.Module) and not result.model.training
+    assert len(result.split_fingerprint) == 64 and len(result.dataset_fingerprint) == 64
+    assert result.train_time_s > 0
+
+
+@pytest.mark.slow
+def test_reports_once_per_epoch_after_writing_the_checkpoint(full_run):
+    reports = full_run["reports"]
+    assert [m["epoch"] for m in reports] == [1, 2, 3]
+    for m in reports:
+        assert REPORTED_KEYS <= set(m)
+        assert 0 <= m["train_accuracy"] <= 1 and 0 <= m["val_accuracy"] <= 1
+        assert m["images_per_sec"] > 0 and m["epoch_time_s"] > 0
+        assert m["checkpoint_dir"] == str(full_run["ckpt"])
+    assert "test_accuracy" in reports[-1] and "test_accuracy" not in reports[0]
+    assert reports == full_run["result"].history
+    state = load_checkpoint(full_run["ckpt"])
+    assert state["epoch"] == 3
+    assert {"model", "optimizer", "scheduler", "loader", "rng", "config", "history"} <= set(state)
+    assert TrainConfig.from_dict(state["config"]) == full_run["result"].config
+
+
+@pytest.mark.slow
+def test_global_torch_state_is_restored(full_run):
+    assert torch.get_num_threads() == full_run["threads_before"]
+    assert torch.equal(torch.get_rng_state(), full_run["rng_before"])
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+@pytest.mark.slow
+def test_same_seed_gives_identical_metrics(full_run, smoke_config, aa_policy):
+    again = train(smoke_config, aa_policy)
+    assert metrics_of(again.history) == metrics_of(full_run["result"].history)
+    assert again.test_accuracy == full_run["result"].test_accuracy
+    first = full_run["result"].model.state_dict()
+    assert all(torch.equal(first[k], v) for k, v in again.model.state_dict().items())
+
+
+@pytest.mark.slow
+def test_resume_from_checkpoint_ends_with_the_uninterrupted_metrics(full_run, smoke_config, aa_policy, tmp_path):
+    class Interrupt(Exception):
+        pass
+
+    def stop_after_first(metrics):
+        if metrics["epoch"] == 1:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        train(smoke_config, aa_policy, report=stop_after_first, checkpoint_dir=tmp_path)
+    assert load_checkpoint(tmp_path)["epoch"] == 1
+
+    reports = []
+    resumed = train(smoke_config, aa_policy, report=reports.append, checkpoint_dir=tmp_path, resume_from=tmp_path)
+    assert [m["epoch"] for m in reports] == [2, 3]  # only the remaining epochs run
+    assert metrics_of(resumed.history) == metrics_of(full_run["result"].history)
+    assert resumed.val_accuracy == full_run["result"].val_accuracy
+    assert resumed.test_accuracy == full_run["result"].test_accuracy
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_different_config_or_policy(full_run, smoke_config, aa_policy):
+    with pytest.raises(ValueError, match=r"cannot resume: the config differs .*lr: checkpoint 0.1 vs now 0.2"):
+        train(dataclasses.replace(smoke_config, lr=0.2), aa_policy, report=_never, resume_from=full_run["ckpt"])
+    with pytest.raises(ValueError, match=r"cannot resume: the checkpoint was trained with policy 'autoaugment-cifar10'"):
+        train(smoke_config, presets.resolve("standard"), report=_never, resume_from=full_run["ckpt"])
+
+
+@pytest.mark.slow
+def test_seed_changes_the_run_and_eval_every_skips_validation(smoke_config, full_run):
+    cfg = dataclasses.replace(smoke_config, seed=1, test_data=None, eval_every=2)
+    result = train(cfg, "standard")
+    assert [m["val_accuracy"] is None for m in result.history] == [True, False, False]  # epoch 2, and the last
+    assert result.test_accuracy is None
+    assert result.history[0]["train_loss"] != full_run["result"].history[0]["train_loss"]
+    # The split depends on split_seed only, so trials with different seeds stay comparable.
+    assert result.split_fingerprint == full_run["result"].split_fingerprint

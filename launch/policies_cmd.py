@@ -7,7 +7,7 @@ Sub-commands::
     autoaug policies export REF [--format json] [--out FILE]
     autoaug policies import FILE --name NAME [--metadata JSON] [--force]
     autoaug policies diff A B
-    autoaug policies preview REF --data PATH --out grid.png [--num-images 8]
+    autoaug policies preview REF --data PATH --out grid.png [--num-images 8] [--columns 8]
 
 ``--store URI`` selects the store (default ``$AUTOAUG_STORE``, else ``~/.autoaug/policies``).
 A REF is a stored reference (``name``, ``name@latest``, ``name@3``, a content-hash prefix), a
@@ -279,24 +279,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _preview_images(data: str, num_images: int, image_size: int | None, seed: int | None):
+def _preview_images(data: str, num_images: int, image_size: int | None):
+    """``num_images`` images spread evenly over the dataset (rows are often sorted by class)."""
     import numpy as np
+    from proxy_models.data import open_dataset
 
-    try:
-        from proxy_models.data import open_dataset
-    except ImportError:  # pragma: no cover - proxy_models is part of this project
-        open_dataset = None
-    if open_dataset is None:  # pragma: no cover
-        raise UserError("preview needs proxy_models.data.open_dataset, which is not available")
     dataset = open_dataset(data)
     n = len(dataset)
     if n == 0:
         raise UserError(f"dataset {data!r} has no images")
-    count = min(num_images, n)
-    if seed is None:  # spread over the dataset (rows are often sorted by class)
-        indices = np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))
-    else:
-        indices = np.sort(np.random.default_rng(seed).choice(n, size=count, replace=False))
+    indices = np.unique(np.linspace(0, n - 1, min(num_images, n)).round().astype(np.int64))
     images, _ = dataset.images(indices, size=image_size)
     return images
 
@@ -304,21 +296,17 @@ def _preview_images(data: str, num_images: int, image_size: int | None, seed: in
 def cmd_preview(args: argparse.Namespace) -> int:
     if args.num_images < 1:
         raise UserError(f"--num-images must be >= 1, got {args.num_images}")
+    if args.columns < 1:
+        raise UserError(f"--columns must be >= 1, got {args.columns}")
     policy, _, label = _resolve(args.ref, args)
-    out = Path(args.out).expanduser()
-    if not out.parent.is_dir():
-        raise UserError(f"cannot write {args.out!r}: folder {str(out.parent)!r} does not exist")
-    images = _preview_images(args.data, args.num_images, args.image_size, args.seed)
+    images = _preview_images(args.data, args.num_images, args.image_size)
     try:
         from policies.preview import render_grid
     except ImportError as exc:
         raise UserError(f"preview is not available: {exc}") from None
-
-    kwargs: dict[str, Any] = {}
-    if args.samples is not None:
-        kwargs["num_samples"] = args.samples
-    render_grid(policy, images, str(out), **kwargs)
-    print(f"wrote {out} ({len(images)} images, policy {label})")
+    path = render_grid(policy, images, Path(args.out).expanduser(), columns=args.columns, seed=args.seed,
+                       backend=args.backend)
+    print(f"wrote {path}: {len(images)} images x {args.columns} draws of {label} ({args.backend})")
     return 0
 
 
@@ -404,8 +392,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
     p.add_argument("--data", required=True, metavar="PATH", help="dataset: a Parquet file or folder, an ImageFolder tree, or cifar10:ROOT")
     p.add_argument("--out", required=True, metavar="FILE", help="PNG file to write")
-    p.add_argument("--num-images", type=int, default=8, help="number of source images (rows of the grid; default 8)")
-    p.add_argument("--samples", type=int, default=None, help="augmented samples per image (columns; default: render_grid's)")
+    p.add_argument("--num-images", type=int, default=8, help="source images, spread over the dataset (rows; default 8)")
+    p.add_argument("--columns", type=int, default=8, help="independent draws per image (default 8)")
     p.add_argument("--image-size", type=int, default=None, help="resize images to this size (needed when they differ)")
-    p.add_argument("--seed", type=int, default=None, help="pick images at random with this seed (default: evenly spaced)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the draws (default 0)")
+    p.add_argument("--backend", choices=["dali", "torchvision"], default="dali", help="implementation that applies the policy (default dali)")
     p.set_defaults(func=_guard(cmd_preview))

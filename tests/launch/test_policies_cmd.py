@@ -170,6 +170,37 @@ def test_diff(store, capsys):
     assert code == 0 and out.splitlines()[-1] == "0 added, 0 removed, 0 changed, 25 unchanged sub-policies (same content)"
 
 
+def test_preview(store, capsys, tmp_path, cifar_train):
+    from PIL import Image
+
+    def preview(out, *extra):
+        code, stdout, err = run(capsys, "policies", "preview", "cifar10-wrn@2", "--data", str(cifar_train),
+                                "--out", str(out), "--num-images", "3", "--columns", "2",
+                                "--backend", "torchvision", "--store", store.uri, *extra)
+        assert code == 0, err
+        return stdout
+
+    out = tmp_path / "grids" / "a.png"
+    assert preview(out) == f"wrote {out}: 3 images x 2 draws of cifar10-wrn@2 (torchvision)\n"
+    with Image.open(out) as image:
+        assert image.format == "PNG" and image.mode == "RGB" and image.height > image.width
+    preview(tmp_path / "b.png")
+    preview(tmp_path / "c.png", "--seed", "1")
+    assert out.read_bytes() == (tmp_path / "b.png").read_bytes()  # same seed, same grid
+    assert out.read_bytes() != (tmp_path / "c.png").read_bytes()
+
+
+@pytest.mark.slow
+def test_preview_dali_of_a_preset(capsys, tmp_path, cifar_test):
+    out = tmp_path / "grid.png"
+    code, stdout, err = run(capsys, "policies", "preview", "preset:autoaugment-cifar10", "--data", str(cifar_test),
+                            "--out", str(out), "--num-images", "2", "--columns", "3",
+                            "--store", str(tmp_path / "unused"))
+    assert code == 0, err
+    assert stdout == f"wrote {out}: 2 images x 3 draws of preset:autoaugment-cifar10 (dali)\n"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -186,6 +217,8 @@ def test_diff(store, capsys):
         (["list", "nobody"], "no policy named 'nobody'"),
         (["preview", "svhn", "--data", "/nonexistent.parquet", "--out", "{tmp}/g.png"], "dataset not found"),
         (["preview", "svhn", "--data", "x", "--out", "g.png", "--num-images", "0"], "--num-images must be >= 1"),
+        (["preview", "svhn", "--data", "x", "--out", "g.png", "--columns", "0"], "--columns must be >= 1"),
+        (["preview", "nope", "--data", "x", "--out", "g.png"], "no stored policy matches 'nope'"),
     ],
 )
 def test_errors_are_one_line_exit_2(store, capsys, tmp_path, argv, message):

@@ -95,9 +95,27 @@ def _describe(config, address: str | None) -> str:
             f"  space: {config.space.describe()}",
             f"  run directory: {RunDir(config.storage, config.name).uri}",
             f"  Optuna study: {config.name} in {study_url(config)}",
-            f"  Ray: {address or 'embedded local instance'}",
         ]
     )
+
+
+def _session_factory(address: str | None, verbose: int):
+    """Connect through :mod:`launch.cluster` (embedded Ray, ``--address``, or the Ray Job's
+    cluster; the project's packages are shipped to remote workers)."""
+    import contextlib
+
+    from launch import cluster
+
+    @contextlib.contextmanager
+    def session():
+        with cluster.ray_session(
+            address, log_to_driver=verbose >= 2, logging_level=logging.INFO if verbose >= 2 else logging.WARNING
+        ) as info:
+            if verbose >= 1:
+                _print(f"  Ray: {info.describe()}")
+            yield info
+
+    return session
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,12 +147,16 @@ def _search(config, args: argparse.Namespace) -> int:
 
     try:
         config.check_runnable()
+        tuner.describe_data(config.train)  # unreadable data: one line, before anything starts
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(" ".join(str(exc).split())) from None
     _configure_logging(config.verbose)
     if config.verbose >= 1:
         _print(_describe(config, args.address))
-    return _execute(lambda: tuner.run_search(config, address=args.address, overwrite=args.overwrite), config.verbose)
+    session = _session_factory(args.address, config.verbose)
+    return _execute(
+        lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite)), config.verbose
+    )
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -144,10 +166,10 @@ def _resume(args: argparse.Namespace) -> int:
     _configure_logging(verbose)
     if verbose >= 1:
         _print(f"resuming search {args.resume} from {tuner.RunDir(_storage(args), args.resume).uri}")
+    session = _session_factory(args.address, verbose)
     return _execute(
         lambda: tuner.resume_search(
-            args.resume, _storage(args), address=args.address, store=args.store,
-            resume_errored=args.resume_errored,
+            args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
         ),  # fmt: skip
         verbose,
     )

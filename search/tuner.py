@@ -651,6 +651,7 @@ def run_search(
     config: SearchConfig,
     *,
     address: str | None = None,
+    session: Callable[[], Any] | None = None,
     overwrite: bool = False,
     trainable: Callable | None = None,
 ) -> SearchOutcome:
@@ -659,7 +660,10 @@ def run_search(
     Args:
         config: the search.
         address: Ray cluster to connect to (``ray://host:10001``, ``auto``); None starts an
-            embedded local Ray (no dashboard).
+            embedded local Ray (no dashboard). Ignored when Ray is already initialized.
+        session: a function returning a context manager that connects Ray for the search (used
+            instead of the plain ``ray.init`` session, e.g. ``launch.cluster.ray_session``); it
+            is entered only after the configuration and the data were checked.
         overwrite: delete an existing run directory (and its study) of the same name first.
         trainable: replaces :func:`search.trial.run_trial` (same signature), e.g. for another
             trainer.
@@ -697,7 +701,7 @@ def run_search(
     }
     run.write_json(CONFIG_FILE, state)
     _quiet_tune()
-    with ray_session(address, verbose=config.verbose):
+    with _session(session, address, config.verbose):
         tuner = _build_tuner(config, run, study_url, trainable)
         _fit(tuner, config)
     return _finish(config, run, state, session_started=started)
@@ -710,6 +714,7 @@ def resume_search(
     address: str | None = None,
     store: str | None = None,
     resume_errored: bool = False,
+    session: Callable[[], Any] | None = None,
     trainable: Callable | None = None,
 ) -> SearchOutcome:
     """Continue the search ``name`` in ``storage`` (default runs root) after its driver stopped.
@@ -717,7 +722,8 @@ def resume_search(
     Unfinished trials continue from their latest checkpoints, the remaining trials are run, and
     the result is assembled and stored as in :func:`run_search`. A search that already finished
     is not run again: its stored outcome is returned. ``resume_errored`` also retries trials
-    that had failed. ``store`` overrides the policy store of the original configuration.
+    that had failed. ``store`` overrides the policy store of the original configuration;
+    ``address``/``session`` as in :func:`run_search`.
     """
     from search.config import default_runs_root
 
@@ -743,7 +749,7 @@ def resume_search(
     state.setdefault("sessions", []).append({"started_at": utc_now(), "kind": "resume", "address": address})
     run.write_json(CONFIG_FILE, state)
     _quiet_tune()
-    with ray_session(address, verbose=config.verbose):
+    with _session(session, address, config.verbose):
         tuner = tune.Tuner.restore(
             run.uri,
             trainable=_trainable(config, trainable),
@@ -752,6 +758,10 @@ def resume_search(
         )
         _fit(tuner, config)
     return _finish(config, run, state, session_started=started)
+
+
+def _session(session: Callable[[], Any] | None, address: str | None, verbose: int) -> Any:
+    return session() if session is not None else ray_session(address, verbose=verbose)
 
 
 def _quiet_tune() -> None:
@@ -807,7 +817,7 @@ def _records(config: SearchConfig, run: RunDir, study: optuna.Study) -> list[Tri
         if ft.user_attrs.get(TUNE_TRIAL_ATTR)
     }
     records = []
-    trials = sorted(analysis.trials, key=lambda t: (_trial_index(t.trial_id), t.trial_id))
+    trials = sorted(analysis.trials, key=lambda t: (_creation_index(t), t.trial_id))
     for index, trial in enumerate(trials):
         params = {k: v for k, v in (trial.config or {}).items() if k in set(config.space.param_names())}
         try:
@@ -845,9 +855,10 @@ def _records(config: SearchConfig, run: RunDir, study: optuna.Study) -> list[Tri
     return records
 
 
-def _trial_index(trial_id: str) -> int:
-    tail = trial_id.rsplit("_", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+def _creation_index(trial: Any) -> int:
+    # Tune's experiment tag starts with the trial counter: "3_sp0_op0_mag=9,...".
+    head = str(getattr(trial, "experiment_tag", "") or "").split("_", 1)[0]
+    return int(head) if head.isdigit() else sys.maxsize
 
 
 def _finish(config: SearchConfig, run: RunDir, state: dict, *, session_started: float) -> SearchOutcome:

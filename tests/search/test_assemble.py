@@ -1,0 +1,102 @@
+"""Assembly of the final policy from the best trials, and the provenance pieces."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from policies import Policy
+from search.assemble import (
+    TrialRecord,
+    assemble_policy,
+    build_provenance,
+    git_info,
+    library_versions,
+    rank_trials,
+)
+
+
+def _trial(i, score, subs, *, status="completed", epochs=2, bins=10):
+    policy = None if subs is None else Policy(f"t{i}", bins, subs)
+    return TrialRecord(trial_id=f"t{i}", index=i, status=status, params={}, policy=policy,
+                       score=score, epochs=epochs)
+
+
+A = [("Rotate", 0.5, 3), ("Color", 0.2, 7)]
+B = [("Invert", 0.1, 0), ("Contrast", 0.9, 2)]
+C = [("ShearX", 1.0, 9), ("Equalize", 0.4, 1)]
+D = [("Cutout", 0.6, 4), ("Solarize", 0.3, 5)]
+
+
+def test_best_n_concatenated_in_rank_order():
+    trials = [_trial(0, 0.30, [A, B]), _trial(1, 0.50, [C]), _trial(2, 0.40, [D]), _trial(3, 0.10, [A])]
+    out = assemble_policy(trials, name="final", top_n=2)
+    assert [t.trial_id for t in out.selected] == ["t1", "t2"]
+    assert out.policy == Policy("final", 10, [C, D])
+    assert out.sources == ("t1", "t2")
+    assert out.duplicates_removed == 0
+
+
+def test_duplicate_sub_policies_are_removed_keeping_the_better_trials_copy():
+    # B' differs from B only in the bin of Invert, which has no magnitude: the same augmentation.
+    b_prime = [("Invert", 0.1, 8), ("Contrast", 0.9, 2)]
+    trials = [_trial(0, 0.9, [A, B]), _trial(1, 0.8, [b_prime, C]), _trial(2, 0.7, [A, A])]
+    out = assemble_policy(trials, name="final", top_n=3)
+    assert out.policy.sub_policies == Policy("x", 10, [A, B, C]).sub_policies
+    assert out.duplicates_removed == 3
+    assert out.sources == ("t0", "t0", "t1")
+
+
+def test_ranking_prefers_full_length_trials_over_early_stopped_ones():
+    trials = [
+        _trial(0, 0.70, [A], status="early_stopped", epochs=1),  # high score, but after 1 epoch
+        _trial(1, 0.40, [B]),
+        _trial(2, 0.60, [C]),
+        _trial(3, None, None, status="failed", epochs=0),
+        _trial(4, 0.80, [D], status="running", epochs=1),  # unfinished: not ranked
+    ]
+    assert [t.trial_id for t in rank_trials(trials)] == ["t2", "t1", "t0"]
+    assert assemble_policy(trials, name="f", top_n=5).policy.sub_policies == Policy("x", 10, [C, B, A]).sub_policies
+
+
+def test_ties_are_broken_by_creation_order():
+    trials = [_trial(2, 0.5, [C]), _trial(0, 0.5, [A]), _trial(1, 0.5, [B])]
+    assert [t.trial_id for t in rank_trials(trials)] == ["t0", "t1", "t2"]
+
+
+def test_nothing_to_assemble_and_bad_arguments():
+    with pytest.raises(ValueError, match="no trial finished with a score"):
+        assemble_policy([_trial(0, None, None, status="failed")], name="f")
+    with pytest.raises(ValueError, match="top_n must be an integer >= 1"):
+        assemble_policy([_trial(0, 0.5, [A])], name="f", top_n=0)
+    with pytest.raises(ValueError, match="num_magnitude_bins=31"):
+        assemble_policy([_trial(0, 0.5, [A]), _trial(1, 0.4, [B], bins=31)], name="f")
+
+
+def test_provenance_is_json_and_complete():
+    trials = [_trial(0, 0.5, [A]), _trial(1, None, None, status="failed", epochs=0)]
+    trials[1] = TrialRecord(**{**trials[1].__dict__, "error": "ValueError: boom"})
+    assembled = assemble_policy(trials, name="final")
+    prov = build_provenance(
+        search_config={"name": "final", "num_trials": 2},
+        data={"dataset": {"fingerprint": "d" * 64}, "split": {"fingerprint": "s" * 64}},
+        trials=trials, assembled=assembled, metric="val_accuracy", mode="max",
+        run_dir="/runs/final", optuna={"storage": "sqlite:///x"}, timing={"elapsed_s": 1.0},
+    )
+    json.dumps(prov)  # stored as canonical JSON: must serialize
+    assert prov["dataset"]["fingerprint"] == "d" * 64 and prov["split"]["fingerprint"] == "s" * 64
+    assert prov["counts"] == {"trials": 2, "completed": 1, "early_stopped": 0, "failed": 1}
+    assert prov["trials"][1]["error"] == "ValueError: boom" and prov["trials"][1]["policy"] is None
+    assert prov["trials"][0]["policy"]["sub_policies"][0][0]["op"] == "Rotate"
+    assert prov["best"]["trial_id"] == "t0"
+    for lib in ("torch", "torchvision", "ray", "optuna", "pyarrow", "nvidia-dali"):
+        assert prov["versions"][lib], lib
+
+
+def test_library_versions_and_git_info(tmp_path):
+    versions = library_versions()
+    assert versions["ray"].startswith("2.") and versions["optuna"]
+    assert git_info(tmp_path) is None  # not a checkout
+    info = git_info()
+    if info is not None:  # running from a git checkout
+        assert len(info["commit"]) == 40 and isinstance(info["dirty"], bool)

@@ -1,0 +1,185 @@
+"""Tuner pieces that need no Ray cluster: the Optuna searcher's crash reconciliation, the study
+consistency check, samplers, the run directory, error formatting."""
+from __future__ import annotations
+
+import pickle
+
+import optuna
+import pytest
+
+from search.assemble import TrialRecord
+from search.config import METRIC
+from search.space import SearchSpace
+from search.tuner import (
+    ORPHAN_ATTR,
+    TUNE_TRIAL_ATTR,
+    RunDir,
+    StudySearch,
+    _format_exception,
+    check_study,
+    make_sampler,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+SPACE = SearchSpace(num_sub_policies=2)
+
+
+def _searcher(url: str) -> StudySearch:
+    return StudySearch(
+        space=SPACE.distributions(), metric=METRIC, mode="max",
+        sampler=make_sampler("tpe", 0), study_name="s", storage=optuna.storages.RDBStorage(url),
+    )  # fmt: skip
+
+
+def _result(value: float, step: int) -> dict:
+    return {METRIC: value, "training_iteration": step}
+
+
+def _record(search: StudySearch, trial_id: str, config: dict, score, status="completed") -> TrialRecord:
+    return TrialRecord(trial_id=trial_id, index=0, status=status, params=config,
+                       policy=SPACE.to_policy(config), score=score, epochs=2)
+
+
+def test_driver_crash_between_snapshot_and_study_writes_is_reconciled(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    first = _searcher(url)
+    c1, c2 = first.suggest("t1"), first.suggest("t2")
+    first.on_trial_result("t1", _result(0.3, 1))
+    first.on_trial_complete("t1", _result(0.5, 2))
+    snapshot = tmp_path / "searcher.pkl"
+    first.save(str(snapshot))  # what Tune's experiment snapshot holds: t1 done, t2 running
+    # After the snapshot, before the kill: t2 finishes (the study is told), t3 is asked.
+    first.on_trial_result("t2", _result(0.4, 1))
+    first.on_trial_complete("t2", _result(0.6, 2))
+    c3 = first.suggest("t3")
+    study = optuna.load_study(study_name="s", storage=url)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "RUNNING"]
+    del first  # kill -9
+
+    # Restore as Tune does: a searcher object, then restore() from the snapshot.
+    second = _searcher(url)
+    second.restore(str(snapshot))
+    # Tune resumes t2 from its last checkpoint; it reports and completes again: not told twice.
+    second.on_trial_result("t2", _result(0.6, 2))
+    second.on_trial_complete("t2", _result(0.6, 2))
+    # Tune creates new trials for the rest: the orphaned Optuna trial of t3 is re-used.
+    c4 = second.suggest("t4")
+    assert c4 == c3
+    second.on_trial_result("t4", _result(0.7, 1))
+    second.on_trial_complete("t4", _result(0.8, 2))
+    c5 = second.suggest("t5")
+    second.on_trial_complete("t5", _result(0.1, 2))
+
+    study = optuna.load_study(study_name="s", storage=url)
+    states = [(t.number, t.state.name, t.value, t.user_attrs.get(TUNE_TRIAL_ATTR)) for t in study.trials]
+    assert states == [
+        (0, "COMPLETE", 0.5, "t1"),
+        (1, "COMPLETE", 0.6, "t2"),
+        (2, "COMPLETE", 0.8, "t4"),  # asked for t3 (lost with the driver), run as t4
+        (3, "COMPLETE", 0.1, "t5"),
+    ]
+    records = [
+        _record(second, "t1", c1, 0.5), _record(second, "t2", c2, 0.6),
+        _record(second, "t4", c4, 0.8), _record(second, "t5", c5, 0.1),
+    ]  # fmt: skip
+    assert check_study(study, records, SPACE) == []
+
+
+def test_orphan_with_incomplete_parameters_is_marked_failed(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    first = _searcher(url)
+    first.suggest("t1")
+    snapshot = tmp_path / "searcher.pkl"
+    first.save(str(snapshot))
+    # The driver died inside ask(): a trial exists with only some of its parameters.
+    partial = first._ot_study.ask()
+    partial.suggest_int("sp0_op0_mag", 0, 9)
+    second = _searcher(url)
+    second.restore(str(snapshot))
+    study = optuna.load_study(study_name="s", storage=url)
+    frozen = study.trials[partial.number]
+    assert frozen.state.name == "FAIL" and frozen.user_attrs[ORPHAN_ATTR] is True
+    fresh = second.suggest("t2")  # a new proposal, not the broken orphan
+    assert set(fresh) == set(SPACE.param_names())
+    assert study.trials[0].user_attrs[TUNE_TRIAL_ATTR] == "t1"
+
+
+def test_searcher_state_pickles_with_its_sqlite_study(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    search = _searcher(url)
+    search.suggest("t1")
+    clone = pickle.loads(pickle.dumps(search))
+    assert clone._ot_study.trials[0].user_attrs[TUNE_TRIAL_ATTR] == "t1"
+
+
+def test_check_study_reports_each_kind_of_mismatch(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    search = _searcher(url)
+    configs = {tid: search.suggest(tid) for tid in ("a", "b", "c", "d")}
+    search.on_trial_complete("a", _result(0.5, 2))
+    search.on_trial_complete("b", _result(0.4, 2))
+    search.on_trial_complete("c", None, error=True)
+    # "d" is left RUNNING
+    study = optuna.load_study(study_name="s", storage=url)
+    other = dict(configs["a"], sp0_op0_mag=(configs["a"]["sp0_op0_mag"] + 1) % 10)
+    records = [
+        _record(search, "a", configs["a"], 0.5),
+        _record(search, "b", configs["b"], 0.45),  # Tune and Optuna disagree on the score
+        _record(search, "c", other, 0.2),  # Tune says completed, Optuna FAIL; params differ too
+        _record(search, "e", configs["a"], 0.3),  # no Optuna trial
+    ]
+    problems = check_study(study, records, SPACE)
+    text = "\n".join(problems)
+    assert "Tune trial b scored 0.45 but Optuna trial 1 holds 0.4" in text
+    assert "Tune trial c finished but Optuna trial 2 is FAIL" in text
+    assert "Tune trial c and Optuna trial 2 have different parameters" in text
+    assert "Tune trial e has no Optuna trial" in text
+    assert "Optuna trial 3 is still RUNNING" in text
+    assert "names Tune trial d, which does not exist" in text
+    assert not any("trial a" in p for p in problems)
+
+
+@pytest.mark.parametrize("name, cls", [("tpe", "TPESampler"), ("random", "RandomSampler")])
+def test_samplers_by_name_are_seeded(name, cls):
+    a, b = make_sampler(name, 7), make_sampler(name, 7)
+    assert type(a).__name__ == cls
+    sa = optuna.create_study(sampler=a)
+    sb = optuna.create_study(sampler=b)
+    ta = sa.ask(SPACE.distributions())
+    tb = sb.ask(SPACE.distributions())
+    assert ta.params == tb.params
+
+
+def test_tpe_is_multivariate_with_constant_liar():
+    sampler = make_sampler("tpe", 0)
+    assert sampler._multivariate and sampler._constant_liar
+
+
+def test_unknown_sampler():
+    with pytest.raises(ValueError, match="unknown sampler 'hyperband'"):
+        make_sampler("hyperband", 0)
+
+
+def test_run_dir_json_round_trip_and_uri_forms(tmp_path):
+    run = RunDir(str(tmp_path / "runs"), "exp")
+    assert not run.exists()
+    run.write_json("state.json", {"a": 1, "t": (1, 2)})
+    assert run.exists() and run.exists("state.json") and not run.exists("nope.json")
+    assert run.read_json("state.json") == {"a": 1, "t": [1, 2]}
+    assert run.local_path == str(tmp_path / "runs" / "exp")
+    same = RunDir(f"file://{tmp_path}/runs", "exp")
+    assert same.read_json("state.json") == {"a": 1, "t": [1, 2]}
+    mem = RunDir("mock://bucket/runs", "exp")
+    assert mem.local_path is None and mem.uri == "mock://bucket/runs/exp"
+    run.delete()
+    assert not run.exists()
+
+
+def test_exceptions_are_shown_as_one_line_root_cause():
+    try:
+        try:
+            raise ValueError("bad\n  value")
+        except ValueError as inner:
+            raise RuntimeError("wrapper") from inner
+    except RuntimeError as exc:
+        assert _format_exception(exc) == "ValueError: bad value"

@@ -668,7 +668,7 @@ class PolicyStore:
         matches: list[tuple[str, int, str]] = []
         for name in self.names():
             for version in self.versions(name):
-                content_hash = self._content_hash(name, version)
+                content_hash = self._recorded_hash(name, version)
                 if content_hash.startswith(prefix):
                     matches.append((name, version, content_hash))
         if not matches:
@@ -716,21 +716,34 @@ class PolicyStore:
         """The canonical JSON of a stored policy (``Policy.to_json()``)."""
         return self.load(ref).to_json()
 
-    def _read_table(self, path: str) -> pa.Table:
+    def _read_table(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
         where = self._location(path)
         with self._fs.open_input_file(path) as f:  # FileNotFoundError / permission errors propagate
             try:
-                return pq.ParquetFile(f, page_checksum_verification=True).read()
+                return pq.ParquetFile(f, page_checksum_verification=True).read(columns=columns)
             except (pa.ArrowException, OSError) as exc:
                 raise CorruptArtifactError(
                     f"cannot read policy artifact {where}: truncated, corrupt or not a Parquet file ({exc})"
                 ) from exc
 
     def _content_hash(self, name: str, version: int) -> str:
+        """The verified content hash of a version (cached: versions are immutable)."""
         path = self._version_path(name, version)
         cached = self._hash_cache.get(path)
         if cached is None:
             cached = self._read(name, version, evaluations=False).content_hash
+        return cached
+
+    def _recorded_hash(self, name: str, version: int) -> str:
+        """The content hash recorded in a version file, reading only that column (for look-ups;
+        the version finally chosen is verified when it is read)."""
+        path = self._version_path(name, version)
+        cached = self._hash_cache.get(path)
+        if cached is None:
+            table = self._read_table(path, columns=["content_hash"])
+            if table.num_rows != 1:
+                raise CorruptArtifactError(f"{self._location(path)} holds {table.num_rows} rows, expected exactly 1")
+            cached = table.column("content_hash")[0].as_py()
         return cached
 
     def _read(self, name: str, version: int, *, evaluations: bool) -> StoredPolicy:

@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "launch.policies_cmd",
     "launch.train_cmd",
     "launch.launch_cmd",
+    "launch.compare_cmd",
 ]
 
 

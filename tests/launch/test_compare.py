@@ -1,0 +1,358 @@
+"""Tests of launch.compare: statistics, configuration, outputs, resume and store evaluations.
+
+The unit tests build run records by hand; the ``slow`` test trains real runs on CIFAR-10.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+
+def _use_real_packages() -> None:
+    """Workaround: pytest's default ``prepend`` import mode puts ``tests/`` on ``sys.path``, where
+    ``tests/policies`` and ``tests/launch`` (no ``__init__.py``) turn ``import policies`` into a
+    namespace package without ``Policy`` (Ray workers inherit this ``sys.path``). Put the
+    repository root first. The proper fix is ``pythonpath = ["."]`` in pyproject's pytest options."""
+    import importlib
+    import sys
+
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    for name in ("policies", "launch", "proxy_models", "search"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "__file__", None) is None:
+            del sys.modules[name]
+            importlib.import_module(name)
+
+
+_use_real_packages()
+
+from launch import compare  # noqa: E402
+from launch.compare import CompareError, parse_baselines, student_t_ppf  # noqa: E402
+
+
+# ----------------------------------------------------------------------------------------------
+# Statistics
+
+
+@pytest.mark.parametrize(
+    "q, df, expected",
+    [
+        # Reference values of Student's t quantiles (e.g. scipy.stats.t.ppf, NIST tables).
+        (0.975, 1, 12.706204736),
+        (0.975, 2, 4.302652730),
+        (0.975, 4, 2.776445105),
+        (0.975, 9, 2.262157163),
+        (0.975, 30, 2.042272456),
+        (0.995, 5, 4.032142984),
+        (0.95, 3, 2.353363435),
+        (0.975, 1000, 1.962339081),  # Cornish-Fisher: z + (z**3 + z) / 4000 + ...
+    ],
+)
+def test_student_t_ppf_matches_tables(q, df, expected):
+    assert student_t_ppf(q, df) == pytest.approx(expected, rel=1e-7)
+    assert student_t_ppf(1 - q, df) == pytest.approx(-expected, rel=1e-7)
+
+
+def test_student_t_ppf_rejects_bad_input():
+    with pytest.raises(ValueError, match="q must be in"):
+        student_t_ppf(1.0, 3)
+    with pytest.raises(ValueError, match="df must be > 0"):
+        student_t_ppf(0.9, 0)
+
+
+def test_mean_ci():
+    mean, std, lo, hi = compare.mean_ci([0.5, 0.6, 0.7])
+    assert mean == pytest.approx(0.6)
+    assert std == pytest.approx(0.1)
+    half = 4.302652730 * 0.1 / math.sqrt(3)
+    assert (lo, hi) == (pytest.approx(0.6 - half), pytest.approx(0.6 + half))
+    one = compare.mean_ci([0.42])
+    assert one[0] == 0.42 and all(math.isnan(v) for v in one[1:])
+    assert all(math.isnan(v) for v in compare.mean_ci([]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration
+
+
+def test_parse_baselines_keeps_preset_parameters_together():
+    assert parse_baselines("none,standard,randaugment:n=2,m=9,trivialaugment,autoaugment-cifar10") == compare.DEFAULT_BASELINES
+    assert parse_baselines("randaugment:n=1,m=5, standard") == ("randaugment:n=1,m=5", "standard")
+    assert parse_baselines("") == ()
+    assert parse_baselines(None) == compare.DEFAULT_BASELINES
+    assert parse_baselines(["standard", " none "]) == ("standard", "none")
+
+
+def _parquet_pair(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("train.parquet", "test.parquet"):
+        (folder / name).write_bytes(b"PAR1")
+    return folder
+
+
+def test_default_test_data(tmp_path):
+    both = _parquet_pair(tmp_path / "both")
+    assert compare.default_test_data(str(both / "train.parquet")) == str(both / "test.parquet")
+    assert compare.default_test_data(str(both)) == str(both)
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "train.parquet").write_bytes(b"PAR1")
+    assert compare.default_test_data(str(only / "train.parquet")) is None
+    assert compare.default_test_data(str(only)) is None
+    assert compare.default_test_data("cifar10:/data/c10") == "cifar10:/data/c10"
+    # Any pyarrow filesystem URI: the sibling test.parquet is looked up there.
+    assert compare.default_test_data(f"file://{both}/train.parquet") == str(both / "test.parquet")
+
+
+def test_config_from_dict(tmp_path):
+    data = _parquet_pair(tmp_path / "d")
+    cfg = compare.config_from_dict(
+        {"data": str(data / "train.parquet"), "preset": "smoke", "seeds": 2, "first_seed": 5,
+         "policies": "mine@1", "baselines": "standard", "train": {"epochs": 1}, "out": str(tmp_path / "o")}
+    )
+    assert cfg.seeds == (5, 6)
+    assert cfg.policies == ("mine@1",) and cfg.baselines == ("standard",)
+    assert cfg.train.epochs == 1 and cfg.train.test_data == str(data / "test.parquet")
+    assert cfg.gpus_per_run == 0.0  # the smoke preset trains on the CPU
+    run = cfg.run_config(6)
+    assert run.seed == 6 and run.num_threads == cfg.cpus_per_run == 1
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        ({"bogus": 1}, "unknown compare setting"),
+        ({"train": {"seed": 3}}, "use --seeds"),
+        ({"train": {"epochs": 0}}, "epochs must be a positive integer"),
+        ({"seeds": 0}, "--seeds must be >= 1"),
+        ({"seeds": [1, 1]}, "distinct"),
+        ({"preset": "huge"}, "unknown training preset 'huge'"),
+        ({"cpus_per_run": 0}, "cpus_per_run must be a positive integer"),
+    ],
+)
+def test_config_from_dict_rejects_bad_settings(tmp_path, extra, fragment):
+    data = _parquet_pair(tmp_path / "d")
+    with pytest.raises(CompareError, match=fragment):
+        compare.config_from_dict({"data": str(data / "train.parquet"), **extra})
+
+
+def test_config_needs_a_test_split(tmp_path):
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "train.parquet").write_bytes(b"PAR1")
+    with pytest.raises(CompareError, match="no test split found.*--test-data"):
+        compare.config_from_dict({"data": str(only / "train.parquet")})
+
+
+# ----------------------------------------------------------------------------------------------
+# Candidates
+
+
+@pytest.fixture()
+def store(tmp_path):
+    from policies import presets
+    from policies.store import PolicyStore
+
+    s = PolicyStore(tmp_path / "store")
+    s.save(presets.resolve("autoaugment-cifar10").with_name("found"), "found", {"note": "test"})
+    return s
+
+
+def test_resolve_candidates_kinds_and_labels(tmp_path, store):
+    from policies import presets
+
+    path = tmp_path / "mine.json"
+    path.write_text(presets.resolve("autoaugment-svhn").with_name("mine").to_json())
+    cands = compare.resolve_candidates(["found@latest", str(path), "preset:trivialaugment"],
+                                       ["none", "randaugment:n=2,m=9"], store)
+    assert [(c.label, c.kind, c.store_ref) for c in cands] == [
+        ("found@1", "policy", "found@1"),
+        ("mine.json", "policy", None),
+        ("trivialaugment", "policy", None),
+        ("none", "baseline", None),
+        ("randaugment:n=2,m=9", "baseline", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "policies, baselines, fragment",
+    [
+        (["nothere@1"], [], "--policy 'nothere@1'.*no policy named 'nothere'"),
+        (["missing.json"], [], "policy file 'missing.json' does not exist"),
+        ([], ["found@1"], "baseline 'found@1' is not a preset"),
+        (["standard"], ["standard"], "given twice"),
+        (["found@1"], ["autoaugment-cifar10"], "same policy"),
+        ([], [], "nothing to compare"),
+    ],
+)
+def test_resolve_candidates_errors(store, policies, baselines, fragment):
+    with pytest.raises(CompareError, match=fragment):
+        compare.resolve_candidates(policies, baselines, store)
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs from hand-made runs
+
+
+def _fake_comparison(tmp_path, store, accuracies):
+    data = _parquet_pair(tmp_path / "d")
+    cfg = compare.config_from_dict(
+        {"data": str(data / "train.parquet"), "preset": "smoke", "seeds": len(next(iter(accuracies.values()))),
+         "policies": ["found@1"], "baselines": "standard", "out": str(tmp_path / "out"), "store": store.uri}
+    )
+    cands = compare.resolve_candidates(cfg.policies, cfg.baselines, store)
+    runs = []
+    for c in cands:
+        for seed, acc in zip(cfg.seeds, accuracies[c.label]):
+            outcome = {
+                "test_accuracy": acc, "test_loss": 1.0, "val_accuracy": acc - 0.01, "train_time_s": 10.0 + seed,
+                "history": [{"epoch": e, "val_accuracy": acc * e / 2} for e in (1, 2)],
+                "dataset_fingerprint": "f" * 64, "split_fingerprint": "s" * 64,
+                "node_id": "n" * 56, "hostname": "h", "pid": 1,
+            }
+            runs.append(compare._record(c, seed, cfg.run_config(seed), outcome))
+    return compare.Comparison(config=cfg, candidates=cands, runs=runs,
+                              summaries=compare.summarize(cands, runs), dataset_fingerprint="f" * 64)
+
+
+def test_outputs_have_one_row_per_policy_and_run(tmp_path, store):
+    comparison = _fake_comparison(tmp_path, store, {"found@1": [0.80, 0.82, 0.84], "standard": [0.70, 0.71, 0.72]})
+    files = compare.write_outputs(comparison)
+    with open(files["results_csv"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["policy"] for r in rows] == ["found@1", "standard"]
+    assert float(rows[0]["mean"]) == pytest.approx(0.82)
+    assert float(rows[0]["std"]) == pytest.approx(0.02)
+    half = 4.302652730 * 0.02 / math.sqrt(3)
+    assert float(rows[0]["ci95_low"]) == pytest.approx(0.82 - half)
+    assert float(rows[0]["mean_train_time_s"]) == pytest.approx(11.0)
+    table = pq.read_table(files["results_parquet"]).to_pylist()
+    assert [r["n"] for r in table] == [3, 3]
+    assert table[1]["test_accuracies"] == [0.70, 0.71, 0.72]
+    with open(files["runs_csv"], newline="") as f:
+        runs = list(csv.DictReader(f))
+    assert len(runs) == 6 and {r["seed"] for r in runs} == {"0", "1", "2"}
+    md = Path(files["results_md"]).read_text()
+    assert "| found@1 * | policy | 3 | 82.00 | 2.00 |" in md
+    png = Path(files["plot"]).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    text = comparison.table()
+    assert "found@1 *" in text and "[77.03, 86.97]" in text
+
+
+def test_attach_evaluation_once_per_result(tmp_path, store):
+    comparison = _fake_comparison(tmp_path, store, {"found@1": [0.80, 0.82], "standard": [0.70, 0.71]})
+    assert compare.attach_evaluations(comparison) == ["found@1"]
+    assert compare.attach_evaluations(comparison) == []  # same results: not attached twice
+    (evaluation,) = store.get("found@1").evaluations
+    results = evaluation.results
+    assert results["metric"] == "test_accuracy" and results["n"] == 2
+    assert results["test_accuracy"] == [0.80, 0.82]
+    assert results["rank"] == 1
+    assert results["compared_with"]["standard"]["mean"] == pytest.approx(0.705)
+
+
+def test_stale_run_records_are_refused(tmp_path, store):
+    comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8], "standard": [0.7]})
+    cand, seed = comparison.candidates[0], 0
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(comparison.runs[0]))
+    cfg = comparison.config.run_config(seed)
+    assert compare._load_run(path, cand, seed, cfg, "f" * 64)["test_accuracy"] == 0.8
+    import dataclasses
+
+    with pytest.raises(CompareError, match="another comparison.*epochs: 2 vs 5"):
+        compare._load_run(path, cand, seed, dataclasses.replace(cfg, epochs=5), "f" * 64)
+    with pytest.raises(CompareError, match="training data differ"):
+        compare._load_run(path, cand, seed, cfg, "0" * 64)
+    # Where the data live and how many threads ran it do not matter.
+    moved = dataclasses.replace(cfg, data="/elsewhere/train.parquet", num_threads=4)
+    assert compare._load_run(path, cand, seed, moved, "f" * 64) is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# Real runs
+
+
+@pytest.fixture(scope="module")
+def small_test_split(cifar_test, tmp_path_factory):
+    """1,000 real CIFAR-10 test images (every 10th row), to keep the test pass short."""
+    table = pq.read_table(cifar_test)
+    path = tmp_path_factory.mktemp("cifar-test") / "test.parquet"
+    pq.write_table(table.take(list(range(0, table.num_rows, 10))), path)
+    return path
+
+
+@pytest.mark.slow
+def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_test_split, store, capsys):
+    from launch.cli import main
+
+    out = tmp_path / "cmp"
+    argv = [
+        "compare", "--policy", "found@1", "--baselines", "standard", "--seeds", "2", "--preset", "smoke",
+        "--data", str(cifar_train), "--test-data", str(small_test_split), "--store", store.uri,
+        "--out", str(out), "--set", "train.train_size=512", "--set", "train.val_size=256",
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("trained ") >= 4 and "[4/4]" in printed
+    assert "found@1" in printed and "95% CI" in printed
+
+    run_files = sorted((out / "runs").glob("*.json"))
+    assert len(run_files) == 4
+    records = [json.loads(p.read_text()) for p in run_files]
+    assert {(r["policy"], r["seed"]) for r in records} == {("found@1", 0), ("found@1", 1), ("standard", 0), ("standard", 1)}
+    for r in records:
+        assert 0.0 < r["test_accuracy"] <= 1.0
+        assert [h["epoch"] for h in r["history"]] == [1, 2]
+    # Different seeds give different models.
+    assert len({r["test_accuracy"] for r in records if r["policy"] == "standard"} |
+               {r["history"][0]["train_loss"] for r in records if r["policy"] == "standard"}) > 1
+
+    results = pq.read_table(out / "results.parquet").to_pylist()
+    assert [(r["policy"], r["n"]) for r in results] == [("found@1", 2), ("standard", 2)]
+    for r in results:
+        accs = sorted(x["test_accuracy"] for x in records if x["policy"] == r["policy"])
+        assert sorted(r["test_accuracies"]) == accs
+        assert r["mean"] == pytest.approx(sum(accs) / 2)
+    with open(out / "results.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 2
+    with open(out / "runs.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 4
+    assert (out / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| found@1" in (out / "results.md").read_text()
+
+    # The stored policy carries the evaluation, and `autoaug policies show` displays it.
+    (evaluation,) = store.get("found@1").evaluations
+    assert sorted(evaluation.results["test_accuracy"]) == sorted(
+        x["test_accuracy"] for x in records if x["policy"] == "found@1")
+    assert main(["policies", "show", "found@1", "--store", store.uri]) == 0
+    shown = capsys.readouterr().out
+    assert "evaluations (1)" in shown and "autoaug compare" in shown
+
+    # Re-running reuses every finished run: nothing is trained, nothing rewritten, not attached twice.
+    stamps = {p.name: p.stat().st_mtime_ns for p in run_files}
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "trained 0 run(s), reused 4" in printed and printed.count("reused  ") == 4
+    assert {p.name: p.stat().st_mtime_ns for p in sorted((out / "runs").glob("*.json"))} == stamps
+    assert len(store.get("found@1").evaluations) == 1
+
+    # An interrupted comparison (one run missing) trains only that run.
+    missing = run_files[0]
+    missing.unlink()
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "trained 1 run(s), reused 3" in printed
+    assert missing.exists()
+    again = json.loads(missing.read_text())
+    before = next(r for r in records if r["run_id"] == again["run_id"])
+    assert again["test_accuracy"] == before["test_accuracy"]  # deterministic on the CPU

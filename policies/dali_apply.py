@@ -182,15 +182,18 @@ def affine_terms(name: str, param: float) -> np.ndarray:
 
     Returns ``[A, B, C]`` (shape 3x2x3) for an image of width ``W`` and height ``H`` in pixels;
     ``param`` is the op's signed parameter with translation as a fraction of the size.
-    Shear is about the top-left corner (PIL/torchvision AutoAugment), rotation about the centre,
+    Shear is about the top-left corner with PIL's sign (output(x, y) = input(x + m*y, y), as
+    torchvision's AutoAugment), translation moves the content by +param*size, rotation is about the centre,
     counter-clockwise for positive angles (as ``fn.rotate`` and ``torchvision`` ``F.rotate``).
     """
     terms = np.zeros((3, 2, 3), dtype=np.float64)
     lin = np.eye(2)
+    # PIL's AutoAugment shear is the inverse map (1, m, 0, 0, 1, 0): out(x, y) = in(x + m*y, y),
+    # as torchvision's F.affine(shear=atan(m)); the forward matrix is its inverse.
     if name == "ShearX":
-        lin = np.array([[1.0, param], [0.0, 1.0]])
+        lin = np.array([[1.0, -param], [0.0, 1.0]])
     elif name == "ShearY":
-        lin = np.array([[1.0, 0.0], [param, 1.0]])
+        lin = np.array([[1.0, 0.0], [-param, 1.0]])
     elif name == "TranslateX":
         terms[1, 0, 2] = param
     elif name == "TranslateY":

@@ -227,7 +227,7 @@ _SPECS = [
         True,
         "fn.transforms.shear + fn.warp_affine",
         "F.affine(shear=degrees(atan(m)), center=[0, 0])",
-        "shears along x: x' = x + m*y about the top-left corner",
+        "shears along x about the top-left corner: out(x, y) = in(x + m*y, y) (PIL's affine)",
     ),
     OpSpec(
         "ShearY",
@@ -238,7 +238,7 @@ _SPECS = [
         True,
         "fn.transforms.shear + fn.warp_affine",
         "F.affine(shear=[0, degrees(atan(m))], center=[0, 0])",
-        "shears along y: y' = y + m*x about the top-left corner",
+        "shears along y about the top-left corner: out(x, y) = in(x, y + m*x) (PIL's affine)",
     ),
     # Translate: paper +-150 px on 331 px images -> +-(150/331)*width (torchvision's AutoAugment
     # uses the same 150/331 scaling); TA-wide 32 px on 32 px CIFAR images -> +-1.0*width.

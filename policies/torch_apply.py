@@ -8,7 +8,8 @@ from torch's global RNG (``torch.manual_seed``; ``DataLoader`` seeds each worker
 
 Inputs: a uint8 ``CHW`` tensor (or ``tv_tensors.Image``), a batched uint8 ``NCHW`` tensor (each
 image gets its own draw) or a PIL image; optionally inside a tuple/dict with other entries (labels
-...) that pass through unchanged, as with torchvision's ``AutoAugment``.
+...) that pass through unchanged. As in torchvision v2, the image is the ``tv_tensors.Image`` or PIL
+input, or else the first plain tensor.
 
 SamplePairing: a per-sample transform sees one image at a time, so it blends the image with the
 **previous image this transform instance saw** (its input, before augmentation; resized to the
@@ -235,11 +236,11 @@ class PolicyTransform(v2.Transform):
 
     def forward(self, *inputs: Any) -> Any:
         flat, spec = tree_flatten(inputs if len(inputs) > 1 else inputs[0])
-        found = [
-            i for i, x in enumerate(flat)
-            if isinstance(x, (PIL.Image.Image, tv_tensors.Image))
-            or (type(x) is torch.Tensor)
-        ]  # fmt: skip
+        # torchvision v2's rule: images are the tv_tensors.Image / PIL inputs; when there are
+        # none, the first plain tensor is the image and other plain tensors (labels) pass through.
+        found = [i for i, x in enumerate(flat) if isinstance(x, (PIL.Image.Image, tv_tensors.Image))]
+        if not found:
+            found = [i for i, x in enumerate(flat) if type(x) is torch.Tensor][:1]
         if not found:
             raise ValueError(
                 f"{type(self).__name__} found no image in its input (expected a uint8 tensor, "

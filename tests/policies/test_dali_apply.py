@@ -1,0 +1,124 @@
+"""The DALI policy step: determinism, fixed graph size, presets, trace, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from nvidia.dali import fn, pipeline_def
+
+from policies import Policy, presets
+from policies.dali_apply import apply_policy, decode_trace, stage_tables
+from policies.torch_apply import apply_op
+
+
+def build(policy, images, **kwargs):
+    batch = list(images)
+
+    @pipeline_def(batch_size=len(batch), num_threads=1, device_id=None, seed=0,
+                  enable_conditionals=True)  # fmt: skip
+    def pipe():
+        x = fn.external_source(source=lambda: batch, batch=True, layout="HWC")
+        return apply_policy(policy, x, **kwargs)
+
+    p = pipe()
+    p.build()
+    return p
+
+
+def test_same_seed_same_output_different_seed_different(images64, dali_run):
+    policy = presets.resolve("autoaugment-cifar10")
+    a1, a2 = dali_run(policy, images64, seed=42, iterations=2)
+    b1, b2 = dali_run(policy, images64, seed=42, iterations=2, num_threads=1)
+    c1, _ = dali_run(policy, images64, seed=43, iterations=2)
+    assert np.array_equal(a1, b1) and np.array_equal(a2, b2)  # any thread count
+    assert not np.array_equal(a1, a2)  # successive batches get new draws
+    assert not np.array_equal(a1, c1)
+    assert (np.abs(a1.astype(int) - images64).mean(axis=(1, 2, 3)) > 0).mean() > 0.3
+
+
+def test_graph_size_does_not_grow_with_the_number_of_sub_policies(images64):
+    kinds = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
+             "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast",
+             "Equalize"]  # fmt: skip
+    small = Policy("small", 31, [[(k, 1.0, 30)] for k in kinds], ranges="wide")
+    trivial = presets.resolve("trivialaugment")  # 434 sub-policies, the same 14 kinds
+    assert len(build(small, images64[:4])._ops) == len(build(trivial, images64[:4])._ops)
+    ra1, ra2 = presets.resolve("randaugment:n=1"), presets.resolve("randaugment:n=2")
+    # 14 vs 196 sub-policies: each stage adds the same constant number of operators
+    one, two = len(build(ra1, images64[:4])._ops), len(build(ra2, images64[:4])._ops)
+    assert two - one < one
+
+
+@pytest.mark.parametrize("ref", ["randaugment:n=2,m=9", "trivialaugment", "autoaugment-svhn",
+                                 "autoaugment-imagenet"])  # fmt: skip
+def test_presets_run(ref, images64, dali_run):
+    policy = presets.resolve(ref)
+    [(out, trace)] = dali_run(policy, images64, seed=1, return_trace=True)
+    assert out.shape == images64.shape and out.dtype == np.uint8
+    decoded = decode_trace(policy, trace)
+    assert all(0 <= k < len(policy) for k, _ in decoded)
+    assert len({k for k, _ in decoded}) > 10  # many different sub-policies drawn
+    unchanged = np.all(out == images64, axis=(1, 2, 3))
+    fired = np.array([bool(f) for _, f in decoded])
+    # an image no op fired on is untouched
+    assert np.all(unchanged[~fired])
+
+
+def test_trace_matches_the_images(images64, dali_run):
+    # deterministic exact ops: the output must be what the trace says was applied
+    policy = Policy("exact", 10, [[("Invert", 0.5, 0), ("Posterize", 0.5, 9)],
+                                  [("Solarize", 0.5, 5)]])  # fmt: skip
+    [(out, trace)] = dali_run(policy, images64, seed=3, return_trace=True)
+    import torch
+
+    for img, src, (k, fired) in zip(out, images64, decode_trace(policy, trace)):
+        x = torch.from_numpy(src).permute(2, 0, 1)
+        for name in fired:
+            op = next(o for o in policy.sub_policies[k] if o.op == name)
+            x = apply_op(x, name, op.magnitude_bin, 10)
+        assert np.array_equal(img, x.permute(1, 2, 0).numpy())
+
+
+def test_identity_policies_return_the_input(images64, dali_run):
+    for ref in ("none", "standard"):
+        [out] = dali_run(presets.resolve(ref), images64)
+        assert np.array_equal(out, images64)
+    never = Policy("never", 10, [[("Invert", 0.0, 0), ("Rotate", 0.0, 9)]])
+    [out] = dali_run(never, images64)
+    assert np.array_equal(out, images64)
+
+
+def test_any_image_size(cifar_sample, dali_run):
+    images = np.ascontiguousarray(np.repeat(np.repeat(cifar_sample[0][:8], 2, 1), 3, 2))  # 64x96
+    policy = presets.resolve("autoaugment-cifar10")
+    [out] = dali_run(policy, images, seed=4)
+    [sized] = dali_run(policy, images, seed=4, image_size=(64, 96))
+    assert out.shape == images.shape and np.array_equal(out, sized)
+    cut = Policy("cut", 10, [[("Cutout", 1.0, 9), ("SamplePairing", 1.0, 3)]])
+    [out] = dali_run(cut, images, seed=4)
+    [sized] = dali_run(cut, images, seed=4, image_size=(64, 96))
+    assert np.array_equal(out, sized)
+
+
+def test_stage_tables_fold_kinds():
+    t = stage_tables(Policy("p", 10, [[("ShearX", 0.5, 3)], [("Rotate", 1.0, 9)],
+                                      [("Invert", 0.2, 0)], [("Solarize", 1.0, 9)]]), 0)
+    assert t["kinds"] == ["Identity", "Warp", "Solarize"]  # 4 ops, 2 branches
+    assert list(t["kind"]) == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert list(t["prob"]) == [0.5, 0.5, 1.0, 1.0, 0.2, 0.2, 1.0, 1.0]
+    assert t["signed"] and not t["all_certain"]
+    assert list(t["param"][4:]) == [0.0, 0.0, 0.0, 0.0]  # invert = solarize at threshold 0
+
+
+def test_errors(images64):
+    policy = presets.resolve("autoaugment-cifar10")
+    with pytest.raises(ValueError, match="policy must be a policies.Policy, got str"):
+        apply_policy("autoaugment-cifar10", None)
+    with pytest.raises(ValueError, match="images must be a DALI DataNode .* got ndarray"):
+        apply_policy(policy, images64)
+    with pytest.raises(ValueError, match=r"interpolation='cubic'; expected one of "
+                                         r"\['bilinear', 'nearest'\]"):  # fmt: skip
+        build(policy, images64[:2], interpolation="cubic")
+    with pytest.raises(ValueError, match=r"image_size=\(32, 0\); expected positive integers"):
+        build(policy, images64[:2], image_size=(32, 0))
+    with pytest.raises(ValueError, match=r"fill_value=300; expected an int in \[0, 255\]"):
+        build(policy, images64[:2], fill_value=300)

@@ -76,11 +76,16 @@ class _LazyStore:
         self.uri = uri
 
     def load(self, ref: str) -> Any:
+        from policies import presets
+        from policies.store import PolicyStore, StoreError
+
         try:
-            from policies.store import PolicyStore
-        except ImportError as exc:  # pragma: no cover - the store ships with the package
-            raise UserError(f"cannot look up stored policy {ref!r}: the policy store is unavailable ({exc})") from None
-        return PolicyStore(self.uri).load(ref)
+            return PolicyStore(self.uri).load(ref)
+        except (StoreError, ValueError, LookupError, OSError) as exc:
+            raise UserError(
+                f"--policy {ref!r}: not a preset ({', '.join(presets.names())}), not a policy JSON file, "
+                f"and not in the policy store: {exc}"
+            ) from None
 
 
 def _resolve_policy(ref: str, store_uri: str | None) -> Any:
@@ -88,9 +93,8 @@ def _resolve_policy(ref: str, store_uri: str | None) -> Any:
 
     try:
         return resolve_policy(ref, store=_LazyStore(store_uri))
-    except (ValueError, KeyError, FileNotFoundError, LookupError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise UserError(f"--policy {ref!r}: {msg}") from None
+    except (ValueError, LookupError, OSError) as exc:
+        raise UserError(f"--policy {ref!r}: {exc}") from None
 
 
 def _build_config(args: argparse.Namespace) -> Any:

@@ -413,12 +413,19 @@ def _open(source: str, split: str) -> Any:
     return open_dataset(source, split=split)
 
 
+#: Evaluation batches are at least this large (no gradients are kept, and small batches waste
+#: most of a CPU's time in per-call overhead); batch norm runs in eval mode, so the batch size does
+#: not change what is computed.
+EVAL_BATCH_SIZE = 256
+
+
 def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.device, *, policy: Any,
                  train: bool, num_threads: int) -> Any:
     from proxy_models.pipeline import DaliLoader
 
+    batch_size = config.batch_size if train else max(config.batch_size, EVAL_BATCH_SIZE)
     return DaliLoader(
-        ds, indices, batch_size=config.batch_size, policy=policy, train=train, seed=config.seed,
+        ds, indices, batch_size=batch_size, policy=policy, train=train, seed=config.seed,
         image_size=config.image_size, num_threads=num_threads,
         device="gpu" if device.type == "cuda" else "cpu",
     )

@@ -196,10 +196,23 @@ def test_missing_checkpoint_to_resume_from(cifar_train, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # Real smoke runs (shared by the tests below to keep the suite short)
 # ------------------------------------------------------------------------------------------------
+def small_test_set(cifar_test, folder, n=500):
+    """The first ``n`` rows of every 20 of the real CIFAR-10 test Parquet (all classes; the file is
+    sorted by class), so that test evaluation stays quick."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(cifar_test)
+    subset = table.take(list(range(0, table.num_rows, table.num_rows // n))[:n])
+    path = folder / "test-small.parquet"
+    pq.write_table(subset.replace_schema_metadata(table.schema.metadata), path)
+    return path
+
+
 @pytest.fixture(scope="module")
-def smoke_config(cifar_train, cifar_test):
+def smoke_config(cifar_train, cifar_test, tmp_path_factory):
     # 3 epochs so that resuming after epoch 1 still has two epochs (and a scheduler) to get right.
-    return TrainConfig.from_preset("smoke", data=str(cifar_train), test_data=str(cifar_test), epochs=3,
+    test_data = small_test_set(cifar_test, tmp_path_factory.mktemp("test-data"))
+    return TrainConfig.from_preset("smoke", data=str(cifar_train), test_data=str(test_data), epochs=3,
                                    num_threads=2)
 
 

@@ -1,0 +1,131 @@
+"""``autoaug train`` end to end on the smoke preset, and its one-line errors."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launch.cli import main
+from policies import presets
+
+
+def run_cli(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def small_cifar_test(cifar_test, tmp_path):
+    """500 rows of the real CIFAR-10 test Parquet, all classes (the file is sorted by class)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(cifar_test)
+    path = tmp_path / "test-small.parquet"
+    pq.write_table(table.take(list(range(0, table.num_rows, 20))), path)
+    return path
+
+
+@pytest.mark.slow
+def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys):
+    cifar_test = small_cifar_test
+    out_dir = tmp_path / "run"
+    policy_file = tmp_path / "mine.json"
+    policy_file.write_text(presets.resolve("autoaugment-cifar10").to_json())
+    code, out, err = run_cli(
+        ["train", "--data", str(cifar_train), "--test-data", str(cifar_test), "--preset", "smoke",
+         "--policy", str(policy_file), "--epochs", "2", "--seed", "3", "--num-threads", "2", "--out", str(out_dir)],
+        capsys,
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    epoch_lines = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split()[1] for line in epoch_lines] == ["1/2", "2/2"]
+    assert "val_acc" in epoch_lines[0] and "img/s" in epoch_lines[0]
+    assert any(line.startswith("done in") and "test_acc" in line for line in lines)
+
+    metrics = json.loads((out_dir / "metrics.json").read_text())
+    assert metrics["status"] == "finished"
+    assert metrics["config"]["seed"] == 3 and metrics["config"]["epochs"] == 2
+    assert metrics["config"]["model"] == "resnet-8" and metrics["config"]["test_data"] == str(cifar_test)
+    assert metrics["policy"]["sub_policies"] == presets.resolve("autoaugment-cifar10").to_dict()["sub_policies"]
+    assert [row["epoch"] for row in metrics["history"]] == [1, 2]
+    final = metrics["final"]
+    assert final["val_accuracy"] == metrics["history"][-1]["val_accuracy"] > 0.15
+    assert final["test_accuracy"] > 0.15
+    assert f"test_acc {final['test_accuracy']:.4f}" in out
+    assert len(final["split_fingerprint"]) == 64
+
+    with open(out_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == [1, 2]
+    assert float(rows[-1]["val_accuracy"]) == pytest.approx(final["val_accuracy"])
+    assert (out_dir / "checkpoint.pt").is_file()
+
+    # A second run into the same directory must not overwrite it silently ...
+    code, _, err = run_cli(["train", "--data", str(cifar_train), "--preset", "smoke", "--out", str(out_dir)], capsys)
+    assert code == 2 and "already holds a training run; pass --resume" in err
+    # ... and --resume of a finished run only re-reads it.
+    code, out, err = run_cli(
+        ["train", "--data", str(cifar_train), "--test-data", str(cifar_test), "--preset", "smoke",
+         "--policy", str(policy_file), "--epochs", "2", "--seed", "3", "--out", str(out_dir), "--resume"],
+        capsys,
+    )
+    assert code == 0, err
+    assert "resuming" in out and not [line for line in out.splitlines() if line.startswith("epoch ")]
+    assert json.loads((out_dir / "metrics.json").read_text())["final"]["test_accuracy"] == final["test_accuracy"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--policy", "no-such-policy"], "--policy 'no-such-policy': not a preset (autoaugment-cifar10"),
+        (["--policy", "missing.json"], "--policy 'missing.json': policy file 'missing.json' does not exist"),
+        (["--epochs", "0"], "TrainConfig.epochs must be a positive integer, got 0"),
+        (["--model", "vgg-11"], "unknown model 'vgg-11'"),
+        (["--resume"], "--resume: no checkpoint at"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_code_2(extra, message, cifar_train, tmp_path, capsys):
+    code, out, err = run_cli(
+        ["train", "--data", str(cifar_train), "--preset", "smoke", "--out", str(tmp_path / "o"),
+         "--store", str(tmp_path / "store"), *extra], capsys
+    )
+    assert code == 2
+    assert err.startswith("autoaug: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_policy_from_the_store(cifar_train, tmp_path, capsys):
+    from policies.store import PolicyStore
+
+    store = PolicyStore(str(tmp_path / "store"))
+    store.save(presets.resolve("autoaugment-cifar10"), "mine")
+    code, out, err = run_cli(
+        ["train", "--data", str(cifar_train), "--preset", "smoke", "--epochs", "1", "--policy", "mine@latest",
+         "--store", str(tmp_path / "store"), "--out", str(tmp_path / "o")], capsys
+    )
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert metrics["policy_hash"] == presets.resolve("autoaugment-cifar10").content_hash
+
+
+def test_missing_dataset_is_a_user_error(tmp_path, capsys):
+    code, _, err = run_cli(["train", "--data", str(tmp_path / "none.parquet"), "--preset", "smoke",
+                            "--out", str(tmp_path / "o")], capsys)
+    assert code == 2
+    assert "dataset not found" in err and len(err.strip().splitlines()) == 1
+
+
+def test_help_lists_the_flags():
+    result = subprocess.run([sys.executable, "-m", "launch.cli", "train", "--help"], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == 0
+    for flag in ("--policy", "--store", "--data", "--test-data", "--model", "--epochs", "--preset", "--seed",
+                 "--out", "--device", "--resume"):
+        assert flag in result.stdout

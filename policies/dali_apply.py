@@ -81,16 +81,21 @@ def _warp(data, _, matrix, fill_value=128, interp_type=None):
     )
 
 
+def _like(node, data):
+    """``node`` on the device of ``data`` (DALI auto_aug's ``param_device="auto"``)."""
+    return node.gpu() if data.device == "gpu" else node
+
+
 @augmentation
 def _solarize(data, _, param):
     """Inverts pixels >= ``param`` (Invert is threshold 0): ``x ^ 255`` where ``x >= t``."""
-    return data ^ ((data >= param) * np.uint8(255))
+    return data ^ ((data >= _like(param, data)) * np.uint8(255))
 
 
 @augmentation
 def _posterize(data, _, param):
     """Keeps the top bits: ``param`` is the uint8 mask (as float), DALI's ``posterize`` op."""
-    return _a.posterize.op(data, fn.cast(param, dtype=types.UINT8))
+    return _a.posterize.op(data, _like(fn.cast(param, dtype=types.UINT8), data))
 
 
 @augmentation
@@ -123,7 +128,7 @@ def _equalize(data, _):
 def _sharpness(data, _, kernel):
     """PIL's Sharpness as one 3x3 convolution (DALI auto_aug's kernel) with ``fn.filter``.
     Border pixels are filtered with reflect-101 padding (PIL / torchvision leave them as is)."""
-    return fn.filter(data, kernel)
+    return fn.filter(data, _like(kernel, data))
 
 
 @augmentation

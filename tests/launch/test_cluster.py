@@ -126,3 +126,163 @@ def test_cluster_info_describe():
     assert info.describe() == "Ray cluster at 10.0.0.5:6379: 3 nodes, 48 CPUs, 4 GPUs"
     local = cluster.ClusterInfo(address=None, embedded=True, num_nodes=1, resources={"CPU": 2.0})
     assert local.describe() == "local Ray (embedded): 1 node, 2 CPUs, 0 GPUs"
+
+
+# ----------------------------------------------------------------------------------------------
+# autoaug launch without a cluster: path rewriting and the submit/follow flow on a fake client
+
+
+from launch import launch_cmd  # noqa: E402
+from launch.cli import main  # noqa: E402
+
+
+def test_prepare_command_ships_small_files_and_absolutises_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg.yaml").write_text("num_trials: 2\n")
+    (tmp_path / "data").mkdir()
+    big = tmp_path / "big.parquet"
+    big.write_bytes(b"0" * (launch_cmd.MAX_SHIPPED_FILE_BYTES + 1))
+    args = ["search", "--config", "cfg.yaml", "--data", "data", "--storage", "runs", "--name", "demo",
+            "--store=s3://bucket/policies", "--set", "train.epochs=2", "--test-data", str(big),
+            "--policy", "randaugment:n=2,m=9", "--extra=cfg.yaml"]
+    prepared = launch_cmd.prepare_command(args)
+    try:
+        shipped = "_autoaug_files/0/cfg.yaml"
+        assert prepared.args == [
+            "search", "--config", shipped, "--data", str(tmp_path / "data"), "--storage", str(tmp_path / "runs"),
+            "--name", "demo", "--store=s3://bucket/policies", "--set", "train.epochs=2", "--test-data", str(big),
+            "--policy", "randaugment:n=2,m=9", f"--extra={shipped}",
+        ]
+        assert prepared.working_dir == prepared.staged_dir
+        assert (Path(prepared.working_dir) / shipped).read_text() == "num_trials: 2\n"
+        notes = "\n".join(prepared.notes)
+        assert "shipping cfg.yaml" in notes and "data is a local folder" in notes and "runs is a local path" in notes
+    finally:
+        prepared.cleanup()
+    assert not Path(prepared.working_dir).exists()
+
+
+def test_prepare_command_with_working_dir_and_keep_paths(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "configs").mkdir(parents=True)
+    (project / "configs" / "s.yaml").write_text("{}\n")
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    monkeypatch.chdir(project)
+    prepared = launch_cmd.prepare_command(["search", "--config", "configs/s.yaml", "--policy", str(outside)],
+                                          working_dir=project)
+    assert prepared.args == ["search", "--config", "configs/s.yaml", "--policy", str(outside)]
+    assert prepared.working_dir == str(project) and prepared.staged_dir is None
+    assert any("outside --working-dir" in n for n in prepared.notes)
+    kept = launch_cmd.prepare_command(["search", "--storage", "runs"], keep_paths=True)
+    assert kept.args == ["search", "--storage", "runs"] and kept.working_dir is None
+
+
+class _Status:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Info:
+    def __init__(self, job_id, status, entrypoint=""):
+        self.submission_id, self.job_id, self.status = job_id, "02000000", _Status(status)
+        self.message = f"Job {status.lower()}"
+        self.entrypoint, self.start_time, self.end_time = entrypoint, 1_700_000_000_000, None
+        self.driver_exit_code, self.metadata = None, {}
+
+
+class FakeJobClient:
+    """Stands in for ``JobSubmissionClient``: records submissions, replays a job's life."""
+
+    def __init__(self, final_status="SUCCEEDED", lines=("epoch 1\n", "done\n")):
+        self.final_status, self.lines, self.submitted, self.stopped = final_status, lines, [], []
+
+    def get_address(self):
+        return "http://fake:8265"
+
+    def submit_job(self, **kwargs):
+        self.submitted.append(kwargs)
+        return kwargs["submission_id"]
+
+    async def tail_job_logs(self, job_id):
+        for line in self.lines:
+            yield line
+
+    def get_job_info(self, job_id):
+        if job_id == "nope":
+            raise RuntimeError("Request failed with status code 404: Job nope does not exist.")
+        entry = self.submitted[-1]["entrypoint"] if self.submitted else ""
+        return _Info(job_id, "STOPPED" if job_id in self.stopped else self.final_status, entry)
+
+    def get_job_logs(self, job_id):
+        return "".join(self.lines)
+
+    def stop_job(self, job_id):
+        self.stopped.append(job_id)
+        return True
+
+
+@pytest.fixture()
+def fake_client(monkeypatch):
+    holder = {}
+
+    def make(address=None, **kwargs):
+        holder["address"] = cluster.dashboard_url(address)
+        return holder["client"]
+
+    monkeypatch.setattr(cluster, "job_client", make)
+    return holder
+
+
+@pytest.mark.parametrize("final, code", [("SUCCEEDED", 0), ("FAILED", 1), ("STOPPED", 1)])
+def test_launch_streams_logs_and_exits_with_the_job_status(fake_client, capsys, final, code):
+    fake_client["client"] = client = FakeJobClient(final)
+    rc = main(["launch", "--address", "http://head:8265", "--env", "A=1", "--job-id", "j1", "--",
+               "policies", "list", "--store", "s3://bucket/p"])
+    assert rc == code
+    out, err = capsys.readouterr()
+    assert out == "epoch 1\ndone\n"
+    assert f"job j1 {final}" in err
+    (sub,) = client.submitted
+    assert sub["entrypoint"] == "python -m launch.cli policies list --store s3://bucket/p"
+    assert sub["submission_id"] == "j1" and sub["metadata"]["autoaug_command"] == "policies"
+    env = sub["runtime_env"]
+    assert sorted(Path(p).name for p in env["py_modules"]) == sorted(cluster.PROJECT_PACKAGES)
+    assert env["env_vars"] == {"PYTHONUNBUFFERED": "1", "A": "1"}
+    assert ".venv" in env["excludes"] and "working_dir" not in env
+    assert fake_client["address"] == "http://head:8265"
+
+
+def test_launch_no_wait_prints_the_job_id(fake_client, capsys):
+    fake_client["client"] = client = FakeJobClient()
+    assert main(["launch", "--address", "head:8265", "--no-wait", "--", "policies", "list"]) == 0
+    out, err = capsys.readouterr()
+    job_id = out.strip()
+    assert job_id.startswith("autoaug-policies-") and client.submitted[0]["submission_id"] == job_id
+    assert f"autoaug launch logs {job_id} --follow" in err
+    assert fake_client["address"] == "http://head:8265"
+
+
+def test_launch_job_actions(fake_client, capsys):
+    fake_client["client"] = client = FakeJobClient("RUNNING")
+    client.submitted.append({"entrypoint": "python -m launch.cli search"})
+    assert main(["launch", "status", "j2", "--address", "http://head:8265"]) == 0
+    assert "RUNNING" in capsys.readouterr().out
+    assert main(["launch", "--address", "http://head:8265", "stop", "j2"]) == 0
+    assert client.stopped == ["j2"] and "job j2 STOPPED" in capsys.readouterr().out
+    assert main(["launch", "logs", "j2", "--address", "http://head:8265"]) == 0
+    assert capsys.readouterr().out == "epoch 1\ndone\n"
+    assert main(["launch", "status", "nope", "--address", "http://head:8265"]) == 2
+    assert "no job 'nope'" in capsys.readouterr().err
+
+
+def test_launch_refuses_bad_commands_before_submitting(fake_client, capsys):
+    fake_client["client"] = client = FakeJobClient()
+    assert main(["launch", "--address", "http://head:8265", "--", "launch", "list"]) == 2
+    assert "cannot launch 'launch'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # argparse rejects the command's own flags locally
+        main(["launch", "--address", "http://head:8265", "--", "policies", "--bogus"])
+    assert exc.value.code == 2
+    assert main(["launch", "--address", "http://head:8265", "--env", "NOEQUALS", "--", "policies", "list"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert client.submitted == []

@@ -250,8 +250,7 @@ def stage_tables(policy: Policy, stage: int) -> dict:
     param = np.zeros(n)
     affine = np.tile(affine_terms("ShearX", 0.0), (n, 1, 1, 1))
     kernel = np.tile(_SHARP_IDENT, (n, 1, 1))
-    signed = all_certain = False
-    all_certain = True
+    signed, all_certain = False, True
     for k, sub in enumerate(subs):
         if stage >= len(sub) or sub[stage].op == "Identity":
             continue

@@ -269,10 +269,6 @@ class RandomPadCrop(v2.Transform):
         return {"top": int(torch.randint(2 * p + 1, ())), "left": int(torch.randint(2 * p + 1, ()))}
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
-        if not isinstance(inpt, (PIL.Image.Image, torch.Tensor)) or isinstance(
-            inpt, (tv_tensors.Mask,)
-        ):
-            return inpt
         h, w = F.get_size(inpt)
         padded = F.pad(inpt, [self.padding], fill=self.fill)
         return F.crop(padded, params["top"], params["left"], h, w)

@@ -444,6 +444,12 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     if not source:
         raise CompareError("no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)")
     source = os.fspath(source)
+    is_local = "://" not in source and not (source == "cifar10" or source.startswith("cifar10:"))
+    if is_local and not Path(source).expanduser().exists():
+        raise CompareError(
+            f"training data {source!r} does not exist (expected a Parquet file or folder, an ImageFolder root, "
+            "cifar10:ROOT or a URI)"
+        )
     test_data = data.get("test_data")
     if test_data in (None, ""):
         test_data = default_test_data(source)

@@ -106,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="train with found policies and the baselines over several seeds; table and plot",
         description=(
             "Train the same model with each policy (--policy, and the --baselines) for every seed, in "
-            "parallel on Ray, evaluate on the test split, and report mean, standard deviation and 95%% "
+            "parallel on Ray, evaluate on the test split, and report mean, standard deviation and 95% "
             "confidence interval of the test accuracy per policy. Settings come from the training "
             "--preset, then --config FILE, then --set KEY=VALUE, then the flags."
         ),

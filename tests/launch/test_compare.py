@@ -356,3 +356,8 @@ def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_
     again = json.loads(missing.read_text())
     before = next(r for r in records if r["run_id"] == again["run_id"])
     assert again["test_accuracy"] == before["test_accuracy"]  # deterministic on the CPU
+
+
+def test_config_names_missing_training_data(tmp_path):
+    with pytest.raises(CompareError, match="training data '.*nothere' does not exist"):
+        compare.config_from_dict({"data": str(tmp_path / "nothere")})

@@ -45,6 +45,7 @@ Guarantees
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -545,7 +546,21 @@ class PolicyStore:
         return self._path(name, f"v{version:06d}.parquet")
 
     def _ls(self, path: str) -> list[pafs.FileInfo]:
-        return self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=False))
+        """Entries of a folder ([] if it does not exist).
+
+        pyarrow's ``LocalFileSystem`` raises ``FileNotFoundError`` despite ``allow_not_found``
+        when another process creates the folder at the same moment (seen with pyarrow 26 when
+        concurrent first saves create ``<name>/``), so that error is retried.
+        """
+        selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
+        for attempt in range(20):
+            try:
+                return self._fs.get_file_info(selector)
+            except FileNotFoundError:
+                if self._fs.get_file_info(path).type == pafs.FileType.NotFound:
+                    return []
+                time.sleep(0.001 * (attempt + 1))
+        return self._fs.get_file_info(selector)
 
     # -- listing --------------------------------------------------------------------------------
 
@@ -962,6 +977,15 @@ class PolicyStore:
 
     def _release(self, claim: str) -> None:
         # Claims only matter until the version file exists; a leftover claim merely burns a number.
+        if self._claim == "rename":
+            # Rename the claim folder away first (atomic), so that no other saver ever sees it
+            # half-deleted (empty folders can be renamed over), then delete it at leisure.
+            released = f"{claim.rsplit('/', 1)[0]}/.released-{uuid.uuid4().hex}"
+            try:
+                self._fs.move(claim, released)
+            except OSError:
+                return
+            claim = released
         self._delete_quietly(claim)
 
     def _next_version(self, name: str) -> int:
@@ -1001,12 +1025,12 @@ class PolicyStore:
             f.write(owner)  # non-empty: rename(2) refuses to replace a non-empty folder
         try:
             self._fs.move(staging, target)
-        except OSError:
-            if self._fs.get_file_info(target).type == pafs.FileType.NotFound:
-                self._delete_quietly(staging)
-                raise
+        except OSError as exc:
             self._delete_quietly(staging)
-            return None
+            taken = getattr(exc, "errno", None) in (errno.ENOTEMPTY, errno.EEXIST)
+            if taken or self._fs.get_file_info(target).type != pafs.FileType.NotFound:
+                return None  # another saver holds this number
+            raise
         return target
 
     def _claim_by_announce(self, name: str, version: int, token: str, owner: bytes) -> str | None:

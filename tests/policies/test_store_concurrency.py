@@ -12,29 +12,48 @@ from policies.policy import Policy
 from policies.store import PolicyStore
 
 NUM_PROCS = 8
+SAVES_PER_PROC = 3
 
 
 def make_policy(i: int) -> Policy:
-    return Policy(f"p{i}", 10, [[("Rotate", round(0.1 * (i % 10), 1), i % 10), ("Equalize", 0.5, 0)]])
+    return Policy(f"p{i}", 10, [[("Rotate", round(0.01 * (i % 100), 2), i % 10), ("Equalize", 0.5, 0)]])
 
 
-def _save_worker(root: str, claim: str, i: int, barrier, results) -> None:
-    store = PolicyStore(root, claim=claim)
-    barrier.wait(timeout=120)
-    results.put((i, store.save(make_policy(i), "shared", metadata={"worker": i, "pid": os.getpid()})))
+def _save_worker(root: str, claim: str, worker: int, barrier, results) -> None:
+    try:
+        store = PolicyStore(root, claim=claim)
+        barrier.wait(timeout=600)
+        for k in range(SAVES_PER_PROC):
+            i = worker * SAVES_PER_PROC + k
+            results.put(("ok", i, store.save(make_policy(i), "shared", metadata={"item": i, "pid": os.getpid()})))
+    except BaseException:  # report it to the test instead of dying silently
+        import traceback
+
+        results.put(("error", worker, traceback.format_exc()))
 
 
 def _run_concurrent_saves(root: str, claim: str) -> dict[int, int]:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(NUM_PROCS)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_save_worker, args=(root, claim, i, barrier, results)) for i in range(NUM_PROCS)]
+    procs = [ctx.Process(target=_save_worker, args=(root, claim, w, barrier, results)) for w in range(NUM_PROCS)]
     for p in procs:
         p.start()
-    out = dict(results.get(timeout=180) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    out, errors = {}, []
+    try:
+        for _ in range(NUM_PROCS * SAVES_PER_PROC):
+            status, i, value = results.get(timeout=900)
+            if status == "error":
+                errors.append(f"worker {i}:\n{value}")
+                break
+            out[i] = value
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    assert not errors, "\n".join(errors)
+    assert [p.exitcode for p in procs] == [0] * NUM_PROCS
     return out
 
 
@@ -42,17 +61,20 @@ def _run_concurrent_saves(root: str, claim: str) -> dict[int, int]:
 def test_concurrent_saves_get_distinct_versions(tmp_path, claim):
     root = str(tmp_path / "store")
     versions = _run_concurrent_saves(root, claim)
-    assert len(versions) == NUM_PROCS
-    assert len(set(versions.values())) == NUM_PROCS, versions
+    total = NUM_PROCS * SAVES_PER_PROC
+    assert len(versions) == total
+    assert len(set(versions.values())) == total, versions
     store = PolicyStore(root)
     assert store.versions("shared") == sorted(versions.values())
     if claim == "rename":  # nobody crashed, so no number was burnt
-        assert sorted(versions.values()) == list(range(1, NUM_PROCS + 1))
+        assert sorted(versions.values()) == list(range(1, total + 1))
     for i, version in versions.items():
         record = store.get(f"shared@{version}")
         assert record.policy == make_policy(i)
-        assert record.provenance["worker"] == i
-    assert ds.dataset(root, format="parquet").to_table().num_rows == NUM_PROCS
+        assert record.provenance["item"] == i
+    assert ds.dataset(root, format="parquet").to_table().num_rows == total
+    # no claim is left behind by a save that completed
+    assert os.listdir(os.path.join(root, "shared", ".claims")) == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ __all__ = [
     "CompareConfig",
     "CompareError",
     "Comparison",
+    "OutputDir",
     "PolicySummary",
     "RunFailedError",
     "config_from_dict",
@@ -575,6 +576,67 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _filesystem_from_uri(uri: str) -> tuple[Any, str]:
+    import pyarrow.fs as pafs
+
+    return pafs.FileSystem.from_uri(uri)
+
+
+class OutputDir:
+    """The comparison's output folder: a local path, or a URI of any filesystem pyarrow reaches
+    (``s3://bucket/compare``, ``gs://...``, ``file:///shared/compare``), so the driver of a Ray Job
+    can write where you read.
+
+    Local files are written to a temporary name, synced and renamed (atomic); object stores
+    publish a whole object at once, so they are written in place.
+    """
+
+    def __init__(self, location: str | os.PathLike) -> None:
+        import pyarrow.fs as pafs
+
+        text = os.fspath(location)
+        if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text):
+            try:
+                fs, root = _filesystem_from_uri(text)
+            except Exception as exc:  # ArrowInvalid, OSError, ... from pyarrow
+                raise CompareError(f"cannot use --out {text!r}: {exc}") from None
+            self.uri = text.rstrip("/")
+        else:
+            fs, root = pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(text))
+            self.uri = root
+        self.fs = fs
+        self.root = root.rstrip("/") or "/"
+        self.local = isinstance(fs, pafs.LocalFileSystem)
+
+    def path(self, rel: str = "") -> str:
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def location(self, rel: str = "") -> str:
+        """Where ``rel`` is, for messages: a local path or a URI."""
+        return f"{self.uri}/{rel}" if rel else self.uri
+
+    def makedirs(self, rel: str = "") -> None:
+        self.fs.create_dir(self.path(rel), recursive=True)
+
+    def write(self, rel: str, data: bytes) -> None:
+        if self.local:
+            _atomic_write(Path(self.path(rel)), data)
+            return
+        parent = self.path(rel).rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        with self.fs.open_output_stream(self.path(rel)) as sink:
+            sink.write(data)
+
+    def read(self, rel: str) -> bytes | None:
+        """The file's bytes, or None if it does not exist."""
+        import pyarrow.fs as pafs
+
+        if self.fs.get_file_info(self.path(rel)).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(self.path(rel)) as source:
+            return source.read()
+
+
 def _record(candidate: Candidate, seed: int, config: Any, outcome: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "format": _RUN_FORMAT,
@@ -592,13 +654,16 @@ def _record(candidate: Candidate, seed: int, config: Any, outcome: Mapping[str, 
     }
 
 
-def _load_run(path: Path, candidate: Candidate, seed: int, config: Any, dataset_fp: str) -> dict[str, Any] | None:
-    """The stored record of a finished run if it matches; raises if it is stale."""
-    if not path.is_file():
+def _load_run(
+    data: bytes | None, path: str, candidate: Candidate, seed: int, config: Any, dataset_fp: str
+) -> dict[str, Any] | None:
+    """The stored record (``data``, read from ``path``) of a finished run if it matches this
+    comparison; None when there is none; raises :class:`CompareError` if it is stale."""
+    if data is None:
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        record = json.loads(data.decode("utf-8"))
+    except ValueError as exc:
         raise CompareError(f"{path} is not a readable run record ({exc}); delete it to train that run again") from None
     if record.get("format") != _RUN_FORMAT or record.get("test_accuracy") is None:
         raise CompareError(f"{path} is not a finished run record of this version; delete it to train that run again")
@@ -817,9 +882,9 @@ def _parquet_bytes(summaries: Sequence[PolicySummary]) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def plot(comparison: Comparison, path: str | os.PathLike) -> None:
-    """``comparison.png``: test accuracy per policy (mean, 95% CI, seeds) and validation accuracy
-    per epoch (mean over seeds)."""
+def plot(comparison: Comparison) -> bytes:
+    """``comparison.png`` (PNG bytes): test accuracy per policy (mean, 95% CI, seeds) and
+    validation accuracy per epoch (mean over seeds)."""
     import matplotlib
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
     from matplotlib.ticker import MaxNLocator
@@ -874,26 +939,26 @@ def plot(comparison: Comparison, path: str | os.PathLike) -> None:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
-    _atomic_write(Path(path), buf.getvalue())
+    return buf.getvalue()
 
 
 def write_outputs(comparison: Comparison) -> dict[str, str]:
-    """Write runs.csv, results.{md,csv,parquet} and comparison.png into ``config.out``."""
-    out = Path(comparison.config.out)
-    files = {
-        "runs_csv": out / "runs.csv",
-        "results_md": out / "results.md",
-        "results_csv": out / "results.csv",
-        "results_parquet": out / "results.parquet",
-        "plot": out / "comparison.png",
+    """Write runs.csv, results.{md,csv,parquet} and comparison.png into ``config.out``; returns
+    their locations (also kept in ``comparison.files``)."""
+    out = OutputDir(comparison.config.out)
+    contents = {
+        "runs_csv": ("runs.csv", _csv_bytes([_run_row(r) for r in comparison.runs], _RUN_COLUMNS)),
+        "results_md": ("results.md", comparison.markdown().encode("utf-8")),
+        "results_csv": ("results.csv", _csv_bytes([s.to_dict() for s in comparison.summaries], _RESULT_COLUMNS)),
+        "results_parquet": ("results.parquet", _parquet_bytes(comparison.summaries)),
+        "plot": ("comparison.png", plot(comparison)),
     }
-    _atomic_write(files["runs_csv"], _csv_bytes([_run_row(r) for r in comparison.runs], _RUN_COLUMNS))
-    _atomic_write(files["results_md"], comparison.markdown().encode("utf-8"))
-    _atomic_write(files["results_csv"], _csv_bytes([s.to_dict() for s in comparison.summaries], _RESULT_COLUMNS))
-    _atomic_write(files["results_parquet"], _parquet_bytes(comparison.summaries))
-    plot(comparison, files["plot"])
-    comparison.files = {k: str(v) for k, v in files.items()}
-    return comparison.files
+    files = {}
+    for key, (rel, data) in contents.items():
+        out.write(rel, data)
+        files[key] = out.location(rel)
+    comparison.files = files
+    return files
 
 
 def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any]:
@@ -919,7 +984,7 @@ def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any
         },
         "train_config": train,
         "dataset_fingerprint": comparison.dataset_fingerprint,
-        "out": str(Path(cfg.out).resolve()),
+        "out": OutputDir(cfg.out).uri,
     }
 
 
@@ -933,10 +998,10 @@ def attach_evaluations(comparison: Comparison, store: Any = None) -> list[str]:
     if not stored:
         return []
     store = _open_store(comparison.config.store if store is None else store)
-    ledger_path = Path(comparison.config.out) / "evaluations.json"
+    out = OutputDir(comparison.config.out)
     try:
-        ledger = json.loads(ledger_path.read_text(encoding="utf-8")) if ledger_path.is_file() else {}
-    except (OSError, ValueError):
+        ledger = json.loads((out.read("evaluations.json") or b"{}").decode("utf-8"))
+    except ValueError:
         ledger = {}
     attached = []
     for summary in stored:
@@ -948,7 +1013,7 @@ def attach_evaluations(comparison: Comparison, store: Any = None) -> list[str]:
         store.attach_evaluation(summary.store_ref, evaluation)
         ledger[key] = digest
         attached.append(summary.store_ref)
-        _atomic_write(ledger_path, json.dumps(ledger, indent=1, sort_keys=True).encode("utf-8"))
+        out.write("evaluations.json", json.dumps(ledger, indent=1, sort_keys=True).encode("utf-8"))
     comparison.attached = attached
     return attached
 
@@ -995,31 +1060,34 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
     say = progress or (lambda line: None)
     candidates = resolve_candidates(config.policies, config.baselines, config.store)
     dataset_fp = _dataset_fingerprint(config)
-    out = Path(config.out)
-    runs_dir = out / "runs"
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "compare.json", json.dumps(_config_dict(config, candidates), indent=2).encode("utf-8"))
+    out = OutputDir(config.out)
+    try:
+        out.makedirs("runs")
+        out.write("compare.json", json.dumps(_config_dict(config, candidates), indent=2).encode("utf-8"))
+    except OSError as exc:
+        raise CompareError(f"cannot write to --out {out.uri}: {exc}") from None
 
     jobs = [(c, seed) for c in candidates for seed in config.seeds]
     total = len(jobs)
     done: dict[tuple[str, int], dict[str, Any]] = {}
     todo: list[tuple[Candidate, int]] = []
     for c, seed in jobs:
-        record = _load_run(runs_dir / f"{run_id(c, seed)}.json", c, seed, config.run_config(seed), dataset_fp)
+        rel = f"runs/{run_id(c, seed)}.json"
+        record = _load_run(out.read(rel), out.location(rel), c, seed, config.run_config(seed), dataset_fp)
         if record is None:
             todo.append((c, seed))
         else:
             done[(c.policy_hash, seed)] = record
     say(
         f"compare: {len(candidates)} policies x {len(config.seeds)} seeds = {total} runs"
-        + (f" ({len(done)} finished earlier, reused from {runs_dir})" if done else "")
+        + (f" ({len(done)} finished earlier, reused from {out.location('runs')})" if done else "")
     )
     for i, record in enumerate(done.values(), 1):
         say(f"[{i}/{total}] reused  {_describe_run(record)}")
 
     trained = 0
     if todo:
-        trained = _run_all(config, todo, done, runs_dir, total, say)
+        trained = _run_all(config, todo, done, out, total, say)
 
     runs = [done[(c.policy_hash, seed)] for c, seed in jobs]
     comparison = Comparison(
@@ -1052,7 +1120,7 @@ def _run_all(
     config: CompareConfig,
     todo: Sequence[tuple[Candidate, int]],
     done: dict[tuple[str, int], dict[str, Any]],
-    runs_dir: Path,
+    out: OutputDir,
     total: int,
     say: Callable[[str], Any],
 ) -> int:
@@ -1067,10 +1135,19 @@ def _run_all(
         init_kwargs["logging_level"] = logging.WARNING
     with cluster.ray_session(config.address, **init_kwargs) as info:
         say(f"compare: {len(todo)} runs to train on {info.describe()}; {config.cpus_per_run} CPU(s) per run")
-        if info.num_cpus < config.cpus_per_run:
+        # A task asking for more than any single node has would wait forever: refuse it here.
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        most_cpus = max((float(r.get("CPU", 0)) for r in nodes), default=0.0)
+        most_gpus = max((float(r.get("GPU", 0)) for r in nodes), default=0.0)
+        if most_cpus < config.cpus_per_run:
             raise CompareError(
-                f"each run needs {config.cpus_per_run} CPU(s) but {info.describe()} has {info.num_cpus:g}; "
-                "lower --cpus-per-run"
+                f"each run needs {config.cpus_per_run} CPU(s) but the largest node of {info.describe()} has "
+                f"{most_cpus:g}; lower --cpus-per-run"
+            )
+        if config.gpus_per_run > most_gpus:
+            raise CompareError(
+                f"each run needs {config.gpus_per_run:g} GPU(s) but the largest node of {info.describe()} has "
+                f"{most_gpus:g}; use --gpus-per-run 0 with a CPU preset (--preset cpu) or run on GPU machines"
             )
         task = ray.remote(_train_one)
         pending: dict[Any, tuple[Candidate, int, Any]] = {}
@@ -1096,10 +1173,10 @@ def _run_all(
                         cause = getattr(exc, "cause", None) or exc
                         raise RunFailedError(
                             f"run {c.label} seed {seed} failed: {type(cause).__name__}: {cause}".splitlines()[0]
-                            + f" ({len(done)} finished runs are saved in {runs_dir}; re-run to resume)"
+                            + f" ({len(done)} finished runs are saved in {out.location('runs')}; re-run to resume)"
                         ) from None
                     record = _record(c, seed, run_cfg, outcome)
-                    _atomic_write(runs_dir / f"{record['run_id']}.json", json.dumps(record, indent=1).encode("utf-8"))
+                    out.write(f"runs/{record['run_id']}.json", json.dumps(record, indent=1).encode("utf-8"))
                     done[(c.policy_hash, seed)] = record
                     trained += 1
                     say(f"[{len(done)}/{total}] trained {_describe_run(record)}")

@@ -261,21 +261,49 @@ def test_attach_evaluation_once_per_result(tmp_path, store):
 
 
 def test_stale_run_records_are_refused(tmp_path, store):
-    comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8], "standard": [0.7]})
-    cand, seed = comparison.candidates[0], 0
-    path = tmp_path / "r.json"
-    path.write_text(json.dumps(comparison.runs[0]))
-    cfg = comparison.config.run_config(seed)
-    assert compare._load_run(path, cand, seed, cfg, "f" * 64)["test_accuracy"] == 0.8
     import dataclasses
 
-    with pytest.raises(CompareError, match="another comparison.*epochs: 2 vs 5"):
-        compare._load_run(path, cand, seed, dataclasses.replace(cfg, epochs=5), "f" * 64)
+    comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8], "standard": [0.7]})
+    cand, seed = comparison.candidates[0], 0
+    data = json.dumps(comparison.runs[0]).encode()
+    cfg = comparison.config.run_config(seed)
+    assert compare._load_run(data, "r.json", cand, seed, cfg, "f" * 64)["test_accuracy"] == 0.8
+    assert compare._load_run(None, "r.json", cand, seed, cfg, "f" * 64) is None
+    with pytest.raises(CompareError, match="r.json holds a run of another comparison.*epochs: 2 vs 5"):
+        compare._load_run(data, "r.json", cand, seed, dataclasses.replace(cfg, epochs=5), "f" * 64)
     with pytest.raises(CompareError, match="training data differ"):
-        compare._load_run(path, cand, seed, cfg, "0" * 64)
+        compare._load_run(data, "r.json", cand, seed, cfg, "0" * 64)
+    with pytest.raises(CompareError, match="not a readable run record"):
+        compare._load_run(b"{trunc", "r.json", cand, seed, cfg, "f" * 64)
     # Where the data live and how many threads ran it do not matter.
     moved = dataclasses.replace(cfg, data="/elsewhere/train.parquet", num_threads=4)
-    assert compare._load_run(path, cand, seed, moved, "f" * 64) is not None
+    assert compare._load_run(data, "r.json", cand, seed, moved, "f" * 64) is not None
+
+
+def test_outputs_to_a_filesystem_uri(tmp_path, store, monkeypatch):
+    """--out may be any pyarrow filesystem URI (s3://..., gs://...); here an in-memory one."""
+    import pyarrow.fs as pafs
+
+    mock, _ = pafs.FileSystem.from_uri("mock:///")  # one in-memory filesystem for every open
+    monkeypatch.setattr(compare, "_filesystem_from_uri", lambda uri: (mock, uri.split("://", 1)[1].lstrip("/")))
+    comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8, 0.9], "standard": [0.7, 0.75]})
+    comparison.config = dataclasses_replace(comparison.config, out="mock:///bucket/cmp")
+    files = compare.write_outputs(comparison)
+    assert files["results_csv"] == "mock:///bucket/cmp/results.csv"
+    out = compare.OutputDir("mock:///bucket/cmp")
+    assert not out.local
+    assert out.read("results.md").decode().startswith("# Policy comparison")
+    assert out.read("comparison.png")[:4] == b"\x89PNG"
+    assert out.read("missing.json") is None
+    assert compare.attach_evaluations(comparison) == ["found@1"]
+    assert json.loads(out.read("evaluations.json"))
+    assert store.get("found@1").evaluations[0].results["out"] == "mock:///bucket/cmp"
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ import pytest
 
 from launch.cluster import PROJECT_PACKAGES
 
-REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from pathlib import Path
 
 import pyarrow.parquet as pq

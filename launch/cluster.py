@@ -327,7 +327,7 @@ def connect(
 
     Args:
         address: ``None`` (the default) starts an embedded instance (:func:`local`), except inside
-            a Ray Job, where the job's cluster is joined. ``"auto"`` joins the cluster started with
+            a Ray Job, where the job's cluster is joined; ``"local"`` always starts one. ``"auto"`` joins the cluster started with
             ``ray start`` on this machine; ``HOST:PORT`` joins the cluster whose GCS listens there
             (this process becomes a driver on the local node, so it must run on a cluster
             machine); ``ray://HOST:PORT`` connects through Ray Client from anywhere.
@@ -356,6 +356,8 @@ def connect(
             if ship_project and not in_ray_job():
                 env = project_runtime_env(base=runtime_env)
             return _join(os.environ["RAY_ADDRESS"], env, num_cpus, num_gpus, timeout, init_kwargs)
+        return local(num_cpus, num_gpus, include_dashboard=include_dashboard, runtime_env=runtime_env, **init_kwargs)
+    if address.strip() == "local":  # Ray's own spelling of "start a new local instance"
         return local(num_cpus, num_gpus, include_dashboard=include_dashboard, runtime_env=runtime_env, **init_kwargs)
     env = project_runtime_env(base=runtime_env) if ship_project else (dict(runtime_env) if runtime_env else None)
     return _join(address, env, num_cpus, num_gpus, timeout, init_kwargs)

@@ -180,6 +180,8 @@ def main(argv=None) -> int:
     n = len(images) // bs
     batches = [list(images[i * bs:(i + 1) * bs]) for i in range(n)]
     h, w = images.shape[1:3]
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+          "(figures are only comparable on an otherwise idle machine)")
     print(f"policy {policy.name}: {len(policy)} sub-policies, {policy.max_ops_per_sub_policy} "
           f"ops each; {n} batches of {bs} real {h}x{w} CIFAR-10 images from {args.data}")
     print(f"decode (excluded below): PIL {len(images) / pil_s:,.0f} img/s (1 process), "
@@ -221,6 +223,7 @@ def main(argv=None) -> int:
     if "dali-autoaug-cpu" in med:
         print(f"ratio dali-cpu / dali-autoaug-cpu: {med['dali-cpu'] / med['dali-autoaug-cpu']:.2f}")
 
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     if gpu_available():
         gpu = dali_pipeline(batches, lambda x: apply_policy(policy, x, image_size=(h, w)),
                             batch_size=bs, threads=args.threads, device="gpu")  # fmt: skip

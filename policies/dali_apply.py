@@ -75,7 +75,7 @@ def _identity(data, _):
 @augmentation
 def _warp(data, _, matrix, fill_value=128, interp_type=None):
     """ShearX/ShearY/TranslateX/TranslateY/Rotate: one affine warp with a per-sample matrix
-    (source -> destination, pixel units; identical to DALI's shear/translate/rotate ops)."""
+    (source -> destination, pixels) looked up from the policy table (see :func:`affine_terms`)."""
     return fn.warp_affine(
         data, matrix=matrix, fill_value=fill_value, interp_type=interp_type, inverse_map=False
     )
@@ -187,9 +187,9 @@ def affine_terms(name: str, param: float) -> np.ndarray:
 
     Returns ``[A, B, C]`` (shape 3x2x3) for an image of width ``W`` and height ``H`` in pixels;
     ``param`` is the op's signed parameter with translation as a fraction of the size.
-    Shear is about the top-left corner with PIL's sign (output(x, y) = input(x + m*y, y), as
-    torchvision's AutoAugment), translation moves the content by +param*size, rotation is about the centre,
-    counter-clockwise for positive angles (as ``fn.rotate`` and ``torchvision`` ``F.rotate``).
+    Shear is about the top-left corner with PIL's sign (``out(x, y) = in(x + m*y, y)``, as
+    torchvision's AutoAugment), translation moves the content by ``+param * size``, rotation is
+    about the centre, counter-clockwise for positive angles (as ``fn.rotate`` and ``F.rotate``).
     """
     terms = np.zeros((3, 2, 3), dtype=np.float64)
     lin = np.eye(2)

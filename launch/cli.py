@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None else 2
     try:
         return int(func(args) or 0)
-    except UserError as exc:
+    except (UserError, ValueError) as exc:
+        # ValueError: validation errors for bad input (Policy, datasets, configs) carry a message
+        # written for the user; anything else is a bug and keeps its traceback.
         print(f"autoaug: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

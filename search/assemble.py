@@ -62,6 +62,7 @@ class TrialRecord:
         error: one-line error of a failed trial.
         optuna_number: the matching trial number in the Optuna study.
         num_failures: attempts that raised.
+        note: how the record was reconciled after a driver restart, if it was.
     """
 
     trial_id: str
@@ -75,6 +76,7 @@ class TrialRecord:
     error: str | None = None
     optuna_number: int | None = None
     num_failures: int = 0
+    note: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -95,6 +97,7 @@ class TrialRecord:
             "train_time_s": self.train_time_s,
             "num_failures": self.num_failures,
             "error": self.error,
+            "note": self.note,
             "policy": None if self.policy is None else self.policy.to_dict(),
             "policy_hash": None if self.policy is None else self.policy.content_hash,
             "params": dict(self.params),

@@ -31,17 +31,19 @@ How the pieces fit (``ray.tune.Tuner``):
 
 Consistency between Tune and Optuna across a driver crash
 --------------------------------------------------------
-Tune snapshots its experiment state (trials + searcher) periodically and after every trial
-checkpoint; Optuna writes to its storage immediately. After ``kill -9`` the study can therefore
-be slightly *ahead* of the snapshot. On restore, :class:`StudySearch` reconciles the two:
+Tune snapshots its experiment state (trials + searcher) periodically and after trial
+checkpoints; Optuna writes to its storage immediately. After ``kill -9`` the study can therefore
+be slightly *ahead* of the snapshot. On restore the two are reconciled, the study being the record
+of which trials ended:
 
-* an Optuna trial that Tune still considers running but that the study already finished (the
-  driver died between the two writes) is not told twice; the resumed Tune trial ends with the same
-  result (the trainer resumes exactly from its checkpoint);
-* an Optuna trial asked for a Tune trial that the snapshot never recorded (an *orphan*) is handed
-  to the next new Tune trial, so no sampled candidate is lost and no RUNNING trial is left
-  behind; an orphan whose parameters were not all written is marked FAIL with the user attribute
-  ``autoaug_orphaned``.
+* :class:`StudyGuard` (mixed into the ASHA/FIFO scheduler) stops, before they start, the restored
+  trials whose Optuna trial is finished, so a finished trial is never trained again; their result
+  is the study's (:func:`_records`);
+* :class:`StudySearch` does not tell the study twice, hands an Optuna trial asked for a Tune
+  trial that the snapshot never recorded (an *orphan*) to the next new Tune trial -- no proposal
+  is lost and nothing is left RUNNING -- and marks an orphan whose parameters were not all
+  written FAIL with the user attribute ``autoaug_orphaned``; a failed trial retried with
+  ``resume_errored`` that succeeds becomes a new Optuna trial linked by ``autoaug_retry_of``.
 
 :func:`check_study` verifies the result: one finished Optuna trial per finished Tune trial, same
 parameters, same score, nothing left running.
@@ -62,6 +64,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import optuna
 import pyarrow.fs as pafs
 from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search import ConcurrencyLimiter
 from ray.tune.search.optuna import OptunaSearch
 
@@ -85,6 +88,10 @@ __all__ = [
     "SearchInterruptedError",
     "RunExistsError",
     "StudySearch",
+    "StudyGuard",
+    "GuardedASHAScheduler",
+    "GuardedFIFOScheduler",
+    "study_trials_by_tune_id",
     "RunDir",
     "make_sampler",
     "open_study",
@@ -101,6 +108,10 @@ logger = logging.getLogger(__name__)
 TUNE_TRIAL_ATTR = "tune_trial_id"
 #: Optuna user attribute of trials asked by a driver that died before Tune recorded them.
 ORPHAN_ATTR = "autoaug_orphaned"
+#: Optuna user attribute: the ``training_iteration`` (epoch) of the trial's final result.
+FINAL_STEP_ATTR = "training_iteration"
+#: Optuna user attribute (the failed attempt's number) of a retried failure's new trial.
+RETRY_ATTR = "autoaug_retry_of"
 
 CONFIG_FILE = "search_config.json"
 RESULT_FILE = "result.json"
@@ -298,22 +309,42 @@ class StudySearch(OptunaSearch):
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self._finished_in_study():
-            return  # the study already holds this trial's final value
+            return  # the study already holds this trial's final state
         super().on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        if trial_id in self._finished_in_study():
-            told = self._ot_study._storage.get_trial(self._ot_trials[trial_id]._trial_id)
-            value = (result or {}).get(self.metric)
-            if told.value is not None and value is not None and not math.isclose(told.value, value, rel_tol=1e-9):
-                logger.warning(
-                    "trial %s finished again after the restore with %s=%s; the study keeps %s",
-                    trial_id, self.metric, value, told.value,
-                )  # fmt: skip
-            self._completed_trials.add(trial_id)
-            self._already_told.discard(trial_id)
+        if trial_id not in self._finished_in_study():
+            ot_trial = self._ot_trials.get(trial_id)
+            step = (result or {}).get("training_iteration")
+            if ot_trial is not None and step is not None and trial_id not in self._completed_trials:
+                # The final result goes to tell(), not report(): keep its step with the trial.
+                ot_trial.set_user_attr(FINAL_STEP_ATTR, int(step))
+            super().on_trial_complete(trial_id, result=result, error=error)
             return
-        super().on_trial_complete(trial_id, result=result, error=error)
+        # Told before the driver stopped, after Tune's last snapshot (see StudyGuard).
+        self._completed_trials.add(trial_id)
+        self._already_told.discard(trial_id)
+        told = self._ot_study._storage.get_trial(self._ot_trials[trial_id]._trial_id)
+        value = (result or {}).get(self.metric)
+        if told.state == optuna.trial.TrialState.FAIL and value is not None and not error:
+            # A failed trial retried with --resume-errored succeeded: record the success as a new
+            # Optuna trial (a finished one cannot change), linked to the failed attempt.
+            self._ot_study.add_trial(
+                optuna.trial.create_trial(
+                    params=told.params,
+                    distributions=told.distributions,
+                    value=value,
+                    intermediate_values={},
+                    user_attrs={TUNE_TRIAL_ATTR: trial_id, RETRY_ATTR: told.number},
+                )
+            )
+        elif told.state == optuna.trial.TrialState.COMPLETE and value is not None and (
+            told.value is None or not math.isclose(told.value, value, rel_tol=1e-9)
+        ):
+            logger.warning(
+                "trial %s finished again after the restore with %s=%s; the study keeps %s",
+                trial_id, self.metric, value, told.value,
+            )  # fmt: skip
 
     # -- restore-time reconciliation -----------------------------------------------------------
     def restore(self, checkpoint_path: str) -> None:
@@ -321,11 +352,16 @@ class StudySearch(OptunaSearch):
         storage = self._ot_study._storage
         study_id = self._ot_study._study_id
         known = {t._trial_id for t in self._ot_trials.values()}
-        self._already_told = {
-            tid
-            for tid, t in self._ot_trials.items()
-            if tid not in self._completed_trials and storage.get_trial(t._trial_id).state.is_finished()
-        }
+        # Trials the study finished but Tune may run (again): ends told after Tune's snapshot,
+        # and failures that ``resume_errored`` retries.
+        self._already_told = set()
+        for tid, t in self._ot_trials.items():
+            state = storage.get_trial(t._trial_id).state
+            if tid not in self._completed_trials and state.is_finished():
+                self._already_told.add(tid)
+            elif tid in self._completed_trials and state == optuna.trial.TrialState.FAIL:
+                self._already_told.add(tid)
+                self._completed_trials.discard(tid)
         orphans = []
         for frozen in storage.get_all_trials(study_id, deepcopy=False):
             if frozen._trial_id in known or frozen.state.is_finished():
@@ -336,11 +372,29 @@ class StudySearch(OptunaSearch):
                 storage.set_trial_user_attr(frozen._trial_id, ORPHAN_ATTR, True)
                 storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
         self._orphans = sorted(orphans)
+        self._reseed_sampler(len(storage.get_all_trials(study_id, deepcopy=False)))
         if self._orphans or self._already_told:
             logger.info(
                 "restored study: %d orphaned Optuna trial(s) to re-use, %d trial(s) already told",
                 len(self._orphans), len(self._already_told),
             )  # fmt: skip
+
+    def set_sampler_spec(self, name: str, seed: int) -> None:
+        """Remember how the sampler was made (:func:`make_sampler`), to reseed it on restore."""
+        self._sampler_spec = (name, seed)
+
+    def _reseed_sampler(self, num_trials: int) -> None:
+        # The sampler's random state comes back from the snapshot, which may predate proposals
+        # already made (the orphans): replaying it would propose the same policies again. A fresh
+        # sampler seeded from (seed, trials in the study) proposes new ones, reproducibly.
+        spec = getattr(self, "_sampler_spec", None)
+        if spec is None:
+            self._ot_study.sampler.reseed_rng()
+            return
+        name, seed = spec
+        sampler = make_sampler(name, (seed + 1_000_003 * num_trials) % 2**32)
+        self._sampler = sampler
+        self._ot_study.sampler = sampler
 
     def _finished_in_study(self) -> set:
         return getattr(self, "_already_told", set())
@@ -355,16 +409,121 @@ class StudySearch(OptunaSearch):
         return None
 
 
+def _final_step(frozen: optuna.trial.FrozenTrial) -> int:
+    """Last ``training_iteration`` (epoch) the study recorded for a trial (0 if none)."""
+    step = frozen.user_attrs.get(FINAL_STEP_ATTR)
+    return int(step) if step is not None else max(frozen.intermediate_values, default=0)
+
+
+def study_trials_by_tune_id(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
+    """``{tune_trial_id: the latest Optuna trial for it}`` (a retried failure has two)."""
+    out: dict[str, optuna.trial.FrozenTrial] = {}
+    for ft in study.get_trials(deepcopy=False):
+        tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
+        if tid is not None and (tid not in out or ft.number > out[tid].number):
+            out[tid] = ft
+    return out
+
+
+#: Trials StudyGuard stopped in this driver process (the progress line says so).
+_GUARD_STOPPED: set[str] = set()
+
+
+class StudyGuard:
+    """Mixin for Tune schedulers: after a restore, trials the Optuna study already finished are
+    stopped before they run again.
+
+    Tune snapshots its experiment state a little after the study is told that a trial finished;
+    a driver killed in between leaves Tune believing the trial is still running. On the first
+    scheduling decision of a driver session, every pending trial whose Optuna trial is finished
+    is stopped through ``tune_controller.stop_trial`` (the canonical path, which also informs
+    the searcher and the concurrency limiter); the study's value and step are its result (see
+    :func:`_records`). A trial that Tune marked ERROR and that is resumed on purpose
+    (``resume_errored``) runs again.
+    """
+
+    def _setup_guard(self, study_url: str, study_name: str, max_failures: int) -> None:
+        self._guard_study_url = study_url
+        self._guard_study_name = study_name
+        self._guard_max_failures = max_failures
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_guard_done", None)
+        return state
+
+    def choose_trial_to_run(self, tune_controller: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_guard_done", False):
+            self._guard_done = True
+            self._stop_trials_finished_in_study(tune_controller)
+        return super().choose_trial_to_run(tune_controller, *args, **kwargs)
+
+    def _stop_trials_finished_in_study(self, tune_controller: Any) -> None:
+        pending = [t for t in tune_controller.get_trials() if t.status in ("PENDING", "PAUSED")]
+        if not pending:
+            return
+        try:
+            study = optuna.load_study(
+                study_name=self._guard_study_name, storage=_make_storage(self._guard_study_url)
+            )
+        except Exception as exc:  # the search itself will fail with a clearer error
+            logger.warning("cannot read the Optuna study to reconcile restored trials: %s", exc)
+            return
+        finished = study_trials_by_tune_id(study)
+        for trial in pending:
+            frozen = finished.get(trial.trial_id)
+            if frozen is None or not frozen.state.is_finished():
+                continue
+            resumed_on_purpose = (
+                frozen.state == optuna.trial.TrialState.FAIL
+                and trial.num_failures > self._guard_max_failures
+            )
+            if resumed_on_purpose:
+                continue
+            logger.info(
+                "trial %s finished (%s) before the driver stopped; not running it again",
+                trial.trial_id, frozen.state.name,
+            )  # fmt: skip
+            _GUARD_STOPPED.add(trial.trial_id)
+            try:
+                tune_controller.stop_trial(trial)
+            except Exception as exc:  # then it runs again; _records still takes the study's result
+                logger.warning("could not stop restored trial %s: %s", trial.trial_id, exc)
+
+
+class GuardedASHAScheduler(StudyGuard, ASHAScheduler):
+    """``ASHAScheduler`` with :class:`StudyGuard`."""
+
+
+class GuardedFIFOScheduler(StudyGuard, FIFOScheduler):
+    """``FIFOScheduler`` with :class:`StudyGuard`."""
+
+
+def _make_scheduler(config: SearchConfig, study_url: str) -> Any:
+    if config.early_stopping:
+        scheduler = GuardedASHAScheduler(
+            time_attr="training_iteration",
+            max_t=config.epochs,
+            grace_period=config.grace_period,
+            reduction_factor=config.reduction_factor,
+        )
+    else:
+        scheduler = GuardedFIFOScheduler()
+    scheduler._setup_guard(study_url, config.name, config.max_failures)
+    return scheduler
+
+
 def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: SearchSpace) -> list[str]:
     """Problems between the Optuna study and Tune's trials (empty list: consistent).
 
-    Consistent means: every finished Tune trial has exactly one Optuna trial (matched through
-    ``tune_trial_id``) with the same parameters; a scored trial is COMPLETE with the same value,
-    a failed one FAIL; no Optuna trial is left RUNNING/WAITING; every other Optuna trial is an
-    orphan marked ``autoaug_orphaned``.
+    Consistent means: every finished Tune trial has an Optuna trial (matched through
+    ``tune_trial_id``; for a failure retried with ``resume_errored``, the latest one) with the same
+    parameters; a scored trial is COMPLETE with the same value, a failed one FAIL; no Optuna trial
+    is left RUNNING/WAITING; every other Optuna trial is an orphan marked ``autoaug_orphaned`` or a
+    failed attempt followed by a retry.
     """
     problems: list[str] = []
-    by_tune: dict[str, optuna.trial.FrozenTrial] = {}
+    latest = study_trials_by_tune_id(study)
     for ft in study.get_trials(deepcopy=False):
         tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
         if ft.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING):
@@ -373,13 +532,15 @@ def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: Searc
             if not ft.user_attrs.get(ORPHAN_ATTR):
                 problems.append(f"Optuna trial {ft.number} belongs to no Tune trial")
             continue
-        if tid in by_tune:
-            problems.append(f"Tune trial {tid} has two Optuna trials ({by_tune[tid].number}, {ft.number})")
-        by_tune[tid] = ft
+        last = latest[tid]
+        if last.number != ft.number and not (
+            ft.state == optuna.trial.TrialState.FAIL and last.user_attrs.get(RETRY_ATTR) == ft.number
+        ):
+            problems.append(f"Tune trial {tid} has two Optuna trials ({ft.number}, {last.number})")
     known = set()
     for rec in trials:
         known.add(rec.trial_id)
-        ft = by_tune.get(rec.trial_id)
+        ft = latest.get(rec.trial_id)
         if ft is None:
             if rec.finished:
                 problems.append(f"Tune trial {rec.trial_id} has no Optuna trial")
@@ -399,7 +560,7 @@ def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: Searc
                 )
         elif rec.status == "failed" and ft.state != optuna.trial.TrialState.FAIL:
             problems.append(f"Tune trial {rec.trial_id} failed but Optuna trial {ft.number} is {ft.state.name}")
-    for tid, ft in by_tune.items():
+    for tid, ft in latest.items():
         if tid not in known:
             problems.append(f"Optuna trial {ft.number} names Tune trial {tid}, which does not exist")
     return problems
@@ -425,6 +586,8 @@ class ProgressCallback(tune.Callback):
         finished = {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")} | {trial.trial_id}
         best = None
         for t in trials:
+            if t.trial_id in _GUARD_STOPPED:
+                continue  # Tune's numbers for it are stale; the study holds its result
             if t.status == "TERMINATED" or (t is trial and not failed):
                 score = t.last_result.get(METRIC)
                 if score is not None and (best is None or score > best[0]):
@@ -437,11 +600,13 @@ class ProgressCallback(tune.Callback):
             epochs = result.get("epoch", result.get("training_iteration", 0))
             stopped = " (stopped early)" if epochs < self.epochs else ""
             score = result.get(METRIC)
-            score_text = "n/a" if score is None else f"{score:.4f}"
-            what = (
-                f"{METRIC} {score_text} after {epochs}/{self.epochs} epochs{stopped}, "
-                f"{result.get('time_total_s', 0.0):.0f} s"
-            )
+            if trial.trial_id in _GUARD_STOPPED:
+                what = "had finished before the driver stopped (its result is in the Optuna study)"
+            else:
+                what = (
+                    f"{METRIC} {score:.4f} after {epochs}/{self.epochs} epochs{stopped}, "
+                    f"{result.get('time_total_s', 0.0):.0f} s"
+                )
         tail = "" if best is None else f" | best {best[0]:.4f} ({best[1]})"
         self._print(f"{head} {what}{tail}")
 
@@ -487,10 +652,26 @@ def _format_exception(exc: BaseException) -> str:
 
 def _trial_error(trial: Any) -> str:
     """One line: the exception a trial raised (``ValueError: bad thing``)."""
+    exc = None
+    # While the experiment runs the error is in the driver's staging folder (``pickled_error_file``);
+    # after it, in the run directory (``get_pickled_error``).
     try:
-        exc = trial.get_pickled_error()
+        local = trial.pickled_error_file  # needs Ray to be initialized
     except Exception:
-        exc = None
+        local = None
+    if local and os.path.isfile(local):
+        try:
+            from ray import cloudpickle
+
+            with open(local, "rb") as f:
+                exc = cloudpickle.load(f)
+        except Exception:
+            exc = None
+    if exc is None:
+        try:
+            exc = trial.get_pickled_error()
+        except Exception:
+            exc = None
     if exc is not None:
         return _format_exception(exc)
     try:
@@ -581,8 +762,6 @@ def _trial_name(trial: Any) -> str:
 
 
 def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: Callable | None) -> tune.Tuner:
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
     storage = _make_storage(study_url)
     searcher = StudySearch(
         space=config.space.distributions(),
@@ -592,18 +771,11 @@ def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: C
         study_name=config.name,
         storage=storage,
     )
+    searcher.set_sampler_spec(config.sampler, config.seed)
     study = searcher._ot_study
     study.set_user_attr("autoaug_search", {"name": config.name, "run_dir": run.uri, "space": config.space.to_dict()})
     search_alg = ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
-    if config.early_stopping:
-        scheduler = ASHAScheduler(
-            time_attr="training_iteration",
-            max_t=config.epochs,
-            grace_period=config.grace_period,
-            reduction_factor=config.reduction_factor,
-        )
-    else:
-        scheduler = FIFOScheduler()
+    scheduler = _make_scheduler(config, study_url)
     callbacks = [ProgressCallback(config.num_trials, config.epochs)] if config.verbose >= 1 else []
     return tune.Tuner(
         _trainable(config, trainable),
@@ -623,8 +795,10 @@ def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: C
             callbacks=callbacks,
             verbose=1 if config.verbose >= 2 else 0,
             failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
-            # Keep only the latest checkpoint; Tune also snapshots the experiment state each time.
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            # The latest two checkpoints: Tune's experiment snapshot can lag one report behind
+            # (it is forced every num_to_keep checkpoints and every >= 10 s), and a restored
+            # trial needs the checkpoint that snapshot names.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )
 
@@ -700,7 +874,7 @@ def run_search(
         "sessions": [{"started_at": utc_now(), "kind": "start", "address": address}],
     }
     run.write_json(CONFIG_FILE, state)
-    _quiet_tune()
+    _quiet_tune(config.verbose)
     with _session(session, address, config.verbose):
         tuner = _build_tuner(config, run, study_url, trainable)
         _fit(tuner, config)
@@ -748,7 +922,7 @@ def resume_search(
         )
     state.setdefault("sessions", []).append({"started_at": utc_now(), "kind": "resume", "address": address})
     run.write_json(CONFIG_FILE, state)
-    _quiet_tune()
+    _quiet_tune(config.verbose)
     with _session(session, address, config.verbose):
         tuner = tune.Tuner.restore(
             run.uri,
@@ -764,11 +938,15 @@ def _session(session: Callable[[], Any] | None, address: str | None, verbose: in
     return session() if session is not None else ray_session(address, verbose=verbose)
 
 
-def _quiet_tune() -> None:
+def _quiet_tune(verbose: int) -> None:
     # CheckpointConfig(num_to_keep=1) makes Tune snapshot the experiment state after every trial
     # checkpoint (each epoch) on purpose -- it keeps a restored run close to where the driver
     # stopped -- so its "snapshotting triggered multiple times" warning is expected noise.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    if verbose < 2:
+        # The progress line already shows each failure in one line (and Tune names the trial's
+        # error.txt); full tracebacks only when verbose.
+        os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
 
 
 def _fit(tuner: tune.Tuner, config: SearchConfig) -> None:
@@ -808,25 +986,30 @@ def _delete_run(config: SearchConfig, run: RunDir) -> None:
 
 
 def _records(config: SearchConfig, run: RunDir, study: optuna.Study) -> list[TrialRecord]:
+    """One :class:`TrialRecord` per Tune trial, in creation order.
+
+    Tune's final experiment state gives status, last metrics and errors. For a trial that the
+    Optuna study recorded as finished while Tune's snapshot was older (the driver died in
+    between, and :class:`StudyGuard` did not run it again), the study's value and step are the
+    result.
+    """
     from ray.tune import ExperimentAnalysis
 
     analysis = ExperimentAnalysis(run.uri, default_metric=METRIC, default_mode=MODE)
-    numbers = {
-        ft.user_attrs.get(TUNE_TRIAL_ATTR): ft.number
-        for ft in study.get_trials(deepcopy=False)
-        if ft.user_attrs.get(TUNE_TRIAL_ATTR)
-    }
+    latest = study_trials_by_tune_id(study)
+    names = set(config.space.param_names())
     records = []
     trials = sorted(analysis.trials, key=lambda t: (_creation_index(t), t.trial_id))
     for index, trial in enumerate(trials):
-        params = {k: v for k, v in (trial.config or {}).items() if k in set(config.space.param_names())}
+        params = {k: v for k, v in (trial.config or {}).items() if k in names}
         try:
             policy = config.space.to_policy(params, name=f"{config.name}-{trial.trial_id}")
         except ValueError:
             policy = None
         last = trial.last_result or {}
         epochs = int(last.get("epoch") or 0)
-        error = None
+        score = last.get(METRIC)
+        error = note = None
         if trial.status == "ERROR":
             status = "failed"
             error = _trial_error(trial)
@@ -836,7 +1019,21 @@ def _records(config: SearchConfig, run: RunDir, study: optuna.Study) -> list[Tri
             status = "running"
         else:
             status = "pending"
-        score = last.get(METRIC)
+        frozen = latest.get(trial.trial_id)
+        if frozen is not None and frozen.state.is_finished() and status in ("completed", "early_stopped"):
+            # The study records a trial's first end, Tune's snapshot can be older (driver killed
+            # in between): the study's result is the trial's result.
+            step = _final_step(frozen)
+            if frozen.state == optuna.trial.TrialState.COMPLETE and (
+                int(last.get("training_iteration") or 0) != step or score is None
+                or not math.isclose(float(score), frozen.value, rel_tol=1e-9)
+            ):  # fmt: skip
+                score, epochs = frozen.value, step
+                status = "completed" if step >= config.epochs else "early_stopped"
+                note = "result from the Optuna study: the trial ended after Tune's last snapshot"
+            elif frozen.state == optuna.trial.TrialState.FAIL:
+                status, score = "failed", None
+                error = "failed before the driver stopped (the error was recorded in the Optuna study only)"
         records.append(
             TrialRecord(
                 trial_id=trial.trial_id,
@@ -848,8 +1045,9 @@ def _records(config: SearchConfig, run: RunDir, study: optuna.Study) -> list[Tri
                 epochs=epochs,
                 train_time_s=last.get("train_time_s"),
                 error=error,
-                optuna_number=numbers.get(trial.trial_id),
+                optuna_number=None if frozen is None else frozen.number,
                 num_failures=int(getattr(trial, "num_failures", 0) or 0),
+                note=note,
             )
         )
     return records
@@ -942,6 +1140,7 @@ def _outcome_from_result(result: Mapping[str, Any], config: SearchConfig, run: R
                 trial_id=t["trial_id"], index=t["index"], status=t["status"], params=t["params"],
                 policy=policy, score=t["score"], epochs=t["epochs"], train_time_s=t["train_time_s"],
                 error=t["error"], optuna_number=t["optuna_number"], num_failures=t["num_failures"],
+                note=t.get("note"),
             )
         )  # fmt: skip
     by_id = {t.trial_id: t for t in trials}

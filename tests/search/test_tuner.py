@@ -25,10 +25,12 @@ SPACE = SearchSpace(num_sub_policies=2)
 
 
 def _searcher(url: str) -> StudySearch:
-    return StudySearch(
+    search = StudySearch(
         space=SPACE.distributions(), metric=METRIC, mode="max",
         sampler=make_sampler("tpe", 0), study_name="s", storage=optuna.storages.RDBStorage(url),
     )  # fmt: skip
+    search.set_sampler_spec("tpe", 0)
+    return search
 
 
 def _result(value: float, step: int) -> dict:
@@ -68,6 +70,9 @@ def test_driver_crash_between_snapshot_and_study_writes_is_reconciled(tmp_path):
     second.on_trial_result("t4", _result(0.7, 1))
     second.on_trial_complete("t4", _result(0.8, 2))
     c5 = second.suggest("t5")
+    # The sampler's random state came back from the snapshot; it must not replay the proposal
+    # made after it (t3's, now t4's): no candidate is trained twice.
+    assert c5 not in (c1, c2, c3)
     second.on_trial_complete("t5", _result(0.1, 2))
 
     study = optuna.load_study(study_name="s", storage=url)
@@ -183,3 +188,104 @@ def test_exceptions_are_shown_as_one_line_root_cause():
             raise RuntimeError("wrapper") from inner
     except RuntimeError as exc:
         assert _format_exception(exc) == "ValueError: bad value"
+
+
+# ----------------------------------------------------------------------------------------------
+# StudyGuard: restored trials the study already finished are stopped, not run again
+
+
+class _FakeTrial:
+    def __init__(self, trial_id, status="PENDING", num_failures=0):
+        self.trial_id, self.status, self.num_failures = trial_id, status, num_failures
+
+
+class _FakeController:
+    def __init__(self, trials):
+        self.trials, self.stopped = trials, []
+
+    def get_trials(self):
+        return self.trials
+
+    def stop_trial(self, trial):
+        self.stopped.append(trial.trial_id)
+        trial.status = "TERMINATED"
+
+
+def test_guard_stops_pending_trials_that_the_study_finished(tmp_path):
+    from search.tuner import GuardedFIFOScheduler
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    search = _searcher(url)
+    for tid in ("done", "failed", "retry", "running"):
+        search.suggest(tid)
+    search.on_trial_complete("done", _result(0.5, 2))
+    search.on_trial_complete("failed", None, error=True)
+    search.on_trial_complete("retry", None, error=True)
+    guard = GuardedFIFOScheduler()
+    guard._setup_guard(url, "s", max_failures=1)
+    trials = [
+        _FakeTrial("done"),  # Tune's snapshot predates its end
+        _FakeTrial("failed"),  # same, for a failure
+        _FakeTrial("retry", num_failures=2),  # ERROR in Tune, resumed on purpose (resume_errored)
+        _FakeTrial("running"),  # really unfinished: resumes
+        _FakeTrial("new"),  # created after the restore
+    ]
+    controller = _FakeController(trials)
+    chosen = guard.choose_trial_to_run(controller)
+    assert controller.stopped == ["done", "failed"]
+    assert chosen.trial_id == "retry"
+    guard.choose_trial_to_run(controller)  # the study is read once per driver session
+    assert controller.stopped == ["done", "failed"]
+    assert "_guard_done" not in pickle.loads(pickle.dumps(guard)).__dict__
+
+
+def test_final_step_is_kept_with_the_trial(tmp_path):
+    from search.tuner import FINAL_STEP_ATTR
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    search = _searcher(url)
+    search.suggest("t1")
+    search.on_trial_result("t1", _result(0.2, 1))
+    search.on_trial_complete("t1", _result(0.4, 3))  # e.g. ASHA's last rung: told, not reported
+    frozen = optuna.load_study(study_name="s", storage=url).trials[0]
+    assert frozen.user_attrs[FINAL_STEP_ATTR] == 3 and frozen.intermediate_values == {1: 0.2}
+
+
+def test_a_failure_retried_after_restore_is_recorded_as_a_linked_new_trial(tmp_path):
+    from search.tuner import RETRY_ATTR
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    first = _searcher(url)
+    config = first.suggest("t1")
+    first.on_trial_complete("t1", None, error=True)
+    snapshot = tmp_path / "searcher.pkl"
+    first.save(str(snapshot))
+    # Restored with resume_errored: Tune runs t1 again and it succeeds this time.
+    second = _searcher(url)
+    second.restore(str(snapshot))
+    second.on_trial_result("t1", _result(0.5, 1))
+    second.on_trial_complete("t1", _result(0.7, 2))
+    study = optuna.load_study(study_name="s", storage=url)
+    assert [(t.state.name, t.value) for t in study.trials] == [("FAIL", None), ("COMPLETE", 0.7)]
+    assert study.trials[1].user_attrs == {TUNE_TRIAL_ATTR: "t1", RETRY_ATTR: 0}
+    record = _record(second, "t1", config, 0.7)
+    assert check_study(study, [record], SPACE) == []
+
+
+def test_proposals_after_a_restore_are_reproducible(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    first = _searcher(url)
+    first.suggest("t1")
+    snapshot = tmp_path / "searcher.pkl"
+    first.save(str(snapshot))
+    first.suggest("t2")  # orphaned by the crash
+    crashed = (tmp_path / "study.db").read_bytes()
+    proposals = []
+    for _ in range(2):
+        (tmp_path / "study.db").write_bytes(crashed)
+        again = _searcher(url)
+        again.restore(str(snapshot))
+        again._orphans = []  # look at the sampler only
+        proposals.append(again.suggest(f"new{len(proposals)}"))
+    assert proposals[0] == proposals[1]
+    assert proposals[0] != first._ot_trials["t2"].params

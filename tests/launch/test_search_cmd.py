@@ -1,0 +1,254 @@
+"""``autoaug search``: configuration layering, user errors, and (slow) real searches on CIFAR-10:
+a smoke search, a search whose trials all fail, and a driver killed with SIGKILL then resumed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from launch.cli import build_parser, main
+from launch.errors import UserError
+from launch.search_cmd import build_search_config
+from proxy_models.train import TrainConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A few hundred real images, one epoch: seconds per trial on a CPU.
+TINY = ["--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.val_size=128"]
+
+
+def _config(argv):
+    return build_search_config(build_parser().parse_args(["search", *argv]))
+
+
+def _dirs(tmp_path):
+    return ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration layering
+
+
+def test_preset_file_set_and_flags_layer_in_that_order(tmp_path):
+    path = tmp_path / "search.yaml"
+    path.write_text(
+        "preset: smoke\nname: from-file\nnum_trials: 7\nsampler: random\n"
+        "train: {epochs: 3, lr: 0.2}\nspace: {num_sub_policies: 3}\n"
+    )
+    config = _config(["--config", str(path), "--set", "train.epochs=4", "--set", "num_trials=9",
+                      "--num-trials", "11", "--data", "d.parquet", "--seed", "5"])
+    assert config.name == "from-file" and config.sampler == "random"
+    assert config.num_trials == 11  # flag > --set > file
+    assert config.train == TrainConfig.from_preset("smoke", epochs=4, lr=0.2, data="d.parquet", seed=5)
+    assert config.seed == 5  # --seed seeds the sampler and the trials' shared model init
+    assert config.space.num_sub_policies == 3
+    assert config.concurrency == 2  # from the smoke preset
+
+
+def test_flags_map_onto_the_config(tmp_path):
+    config = _config(["--preset", "cpu", "--concurrency", "0", "--cpus-per-trial", "0.5",
+                      "--gpus-per-trial", "0.25", "--no-early-stopping", "--grace-period", "3",
+                      "--reduction-factor", "4", "--max-failures", "2", "--top-n", "3",
+                      "--exclude-ops", "SamplePairing, Invert", "--sub-policies", "4",
+                      "--sampler", "random", "--optuna-storage", "sqlite:////tmp/x.db", "--name", "n",
+                      *_dirs(tmp_path)])
+    assert config.concurrency is None and config.cpus_per_trial == 0.5 and config.gpus_per_trial == 0.25
+    assert not config.early_stopping and config.grace_period == 3 and config.reduction_factor == 4
+    assert config.max_failures == 2 and config.top_n == 3 and config.sampler == "random"
+    assert config.space.exclude_ops == ("SamplePairing", "Invert") and config.space.num_sub_policies == 4
+    assert config.optuna_storage == "sqlite:////tmp/x.db"
+    assert config.storage == str(tmp_path / "runs") and config.store == str(tmp_path / "store")
+    assert config.train == TrainConfig.from_preset("cpu")
+
+
+def test_default_preset_is_cpu():
+    assert _config(["--name", "n"]).train == TrainConfig.from_preset("cpu")
+
+
+def test_invalid_values_become_one_line_user_errors(tmp_path):
+    with pytest.raises(UserError, match="invalid search config: SearchConfig.num_trials: 0 is invalid"):
+        _config(["--num-trials", "0"])
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: huge\n")
+    with pytest.raises(UserError, match="unknown preset 'huge'"):
+        _config(["--config", str(path)])
+    with pytest.raises(UserError, match=r"unknown op 'Rotat' \(did you mean 'Rotate'\?\)"):
+        _config(["--exclude-ops", "Rotat"])
+
+
+# ----------------------------------------------------------------------------------------------
+# User errors: exit status 2 and one line, before Ray starts
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--name", "x"], "no training data: give --data"),
+        (["--data", "/nonexistent/train.parquet", "--name", "x"], "dataset not found: /nonexistent/train.parquet"),
+        (["--resume", "x", "--num-trials", "3"], "cannot be combined with --num-trials"),
+        (["--resume", "nothing-here"], "no search named 'nothing-here'"),
+    ],
+)
+def test_user_errors_exit_2(tmp_path, capsys, argv, message):
+    assert main(["search", *argv, *_dirs(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autoaug: error: ") and message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_train):
+    run = tmp_path / "runs" / "taken"
+    run.mkdir(parents=True)
+    (run / "search_config.json").write_text("{}")
+    assert main(["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "taken", *_dirs(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "a search named 'taken' already exists" in err and "--resume taken" in err and "--overwrite" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# Real searches (Ray + the real trainer on the real CIFAR-10 Parquet)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsys, cifar_train):
+    from policies.store import PolicyStore
+    from proxy_models.data import open_dataset, reduced_split
+
+    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "smoke", "--num-trials", "3",
+            *TINY, *_dirs(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("] trial ") >= 3 and "best " in out  # a progress line per finished trial
+    assert "stored as smoke@1 in " + str(tmp_path / "store") in out
+
+    stored = PolicyStore(str(tmp_path / "store")).get("smoke@1")
+    policy, prov = stored.policy, stored.provenance
+    # 3 trials x 5 sub-policies of 2 ops, duplicates removed
+    assert 5 <= len(policy.sub_policies) <= 15 and all(len(s) == 2 for s in policy.sub_policies)
+    assert policy.num_magnitude_bins == 10
+    trials = prov["trials"]
+    assert len(trials) == 3 and len({t["trial_id"] for t in trials}) == 3
+    for t in trials:
+        assert t["status"] in ("completed", "early_stopped") and 0.0 <= t["score"] <= 1.0
+        assert len(t["policy"]["sub_policies"]) == 5 and t["epochs"] == 1
+    # the final policy starts with the best trial's sub-policies
+    best = max(trials, key=lambda t: t["score"])
+    assert prov["best"]["score"] == best["score"]
+    first = [(o["op"], o["probability"], o["magnitude_bin"]) for o in best["policy"]["sub_policies"][0]]
+    assert [(o.op, o.probability, o.magnitude_bin) for o in policy.sub_policies[0]] == first
+    # fingerprints are those of the split every trial trained on
+    ds = open_dataset(str(cifar_train))
+    split = reduced_split(ds.labels, train_size=256, val_size=128, seed=0, dataset_fingerprint=ds.fingerprint())
+    assert prov["dataset"]["fingerprint"] == ds.fingerprint()
+    assert prov["split"]["fingerprint"] == split.fingerprint
+    assert prov["search"]["config"]["num_trials"] == 3 and prov["search"]["config"]["train"]["epochs"] == 1
+    for lib in ("torch", "torchvision", "ray", "optuna", "nvidia-dali", "pyarrow"):
+        assert prov["versions"][lib]
+    assert prov["time"]["elapsed_s"] > 0 and "git" in prov
+    assert prov["optuna"]["consistent_with_tune"] is True
+    # result.json in the run directory, and the Optuna study readable with optuna.load_study
+    result = json.loads((tmp_path / "runs" / "smoke" / "result.json").read_text())
+    assert result["stored"]["ref"] == "smoke@1" and result["policy_hash"] == policy.content_hash
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{tmp_path}/runs/smoke/optuna.db")
+    assert sorted(t.user_attrs["tune_trial_id"] for t in study.trials) == sorted(t["trial_id"] for t in trials)
+    assert all(t.state.name == "COMPLETE" for t in study.trials)
+    # finished search: --resume just reports it
+    assert main(["search", "--resume", "smoke", *_dirs(tmp_path)]) == 0
+    assert "stored as smoke@1" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_path, capsys, cifar_train, monkeypatch):
+    import search.tuner
+
+    def exploding_trial(config, *, train_config, space, policy_prefix):
+        raise ValueError(f"proxy training exploded for {policy_prefix}")
+
+    monkeypatch.setattr(search.tuner, "run_trial", exploding_trial)
+    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "doomed", "--num-trials", "2",
+            "--max-failures", "0", *TINY, *_dirs(tmp_path)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "autoaug: error: all 2 trials of search 'doomed' failed; first error (trial " in captured.err
+    assert "ValueError: proxy training exploded for doomed" in captured.err
+    assert captured.out.count("FAILED: ValueError: proxy training exploded") == 2
+    assert not (tmp_path / "runs" / "doomed" / "result.json").exists()
+    assert not (tmp_path / "store" / "doomed").exists()
+
+
+def _read_lines(stream, lines, finished, k):
+    for line in stream:
+        lines.append(line)
+        if line.startswith("[") and "] trial " in line and "FAILED" not in line:
+            finished.append(line)
+            if len(finished) >= k:
+                return
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_train):
+    num_trials, kill_after = 5, 2
+    base = [sys.executable, "-m", "launch.cli", "search"]
+    dirs = _dirs(tmp_path)
+    argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", "--num-trials",
+            str(num_trials), "--set", "train.epochs=2", "--set", "train.train_size=256",
+            "--set", "train.val_size=128", *dirs]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Own session: after killing the driver, the embedded Ray it started is killed by group id.
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines, finished = [], []
+    reader = threading.Thread(target=_read_lines, args=(proc.stdout, lines, finished, kill_after), daemon=True)
+    reader.start()
+    reader.join(timeout=400)
+    try:
+        assert len(finished) >= kill_after, "".join(lines[-40:])
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == -signal.SIGKILL
+    before = {line.split("trial ")[1].split()[0]: line for line in finished}
+    run = tmp_path / "runs" / "crash"
+    assert not (run / "result.json").exists()
+
+    time.sleep(1)
+    resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=400, start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stored as crash@1" in resumed.stdout
+
+    result = json.loads((run / "result.json").read_text())
+    trials = result["provenance"]["trials"]
+    ids = [t["trial_id"] for t in trials]
+    assert len(ids) == num_trials and len(set(ids)) == num_trials  # exactly the requested, no duplicates
+    assert all(t["status"] in ("completed", "early_stopped") for t in trials)
+    hashes = [t["policy_hash"] for t in trials]
+    assert len(set(hashes)) == num_trials  # no candidate trained twice under another id
+    for trial_id in before:  # the trials finished before the kill are kept
+        assert trial_id in ids
+    # The Optuna study agrees with Tune: one finished Optuna trial per Tune trial, same score,
+    # nothing left RUNNING, every Optuna trial accounted for.
+    assert result["provenance"]["optuna"]["problems"] == []
+    study = optuna.load_study(study_name="crash", storage=f"sqlite:///{run}/optuna.db")
+    tagged = [t for t in study.trials if "tune_trial_id" in t.user_attrs]
+    assert sorted(t.user_attrs["tune_trial_id"] for t in tagged) == sorted(ids)
+    assert all(t.state.name == "COMPLETE" for t in tagged)
+    scores = {t["trial_id"]: t["score"] for t in trials}
+    assert all(t.value == pytest.approx(scores[t.user_attrs["tune_trial_id"]]) for t in tagged)
+    others = [t for t in study.trials if "tune_trial_id" not in t.user_attrs]
+    assert all(t.state.name == "FAIL" and t.user_attrs.get("autoaug_orphaned") for t in others)

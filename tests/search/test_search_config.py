@@ -1,0 +1,102 @@
+"""SearchConfig: presets, the nested dict form, validation."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from proxy_models.train import TrainConfig
+from search.config import SEARCH_PRESETS, SearchConfig
+from search.space import SearchSpace
+
+
+def test_presets_pick_the_trainer_preset_and_search_settings():
+    smoke = SearchConfig.from_preset("smoke", name="s")
+    assert smoke.train == TrainConfig.from_preset("smoke")
+    assert (smoke.num_trials, smoke.concurrency, smoke.cpus_per_trial) == (4, 2, 1.0)
+    paper = SearchConfig.from_preset("paper", name="p")
+    assert paper.train.model == "wrn-40-2" and paper.train.epochs == 120
+    assert paper.gpus_per_trial == 0.25
+    assert set(SEARCH_PRESETS) == {"smoke", "cpu", "paper"}
+
+
+def test_nested_form_overrides_the_preset_and_round_trips_through_json(tmp_path):
+    config = SearchConfig.from_dict({
+        "preset": "cpu", "name": "exp.1", "data": "/d/train.parquet", "num_trials": 32,
+        "train": {"epochs": 3, "lr": 0.1}, "space": {"exclude_ops": ["SamplePairing"]},
+        "storage": str(tmp_path), "concurrency": None,
+    })  # fmt: skip
+    assert config.train == TrainConfig.from_preset("cpu", epochs=3, lr=0.1, data="/d/train.parquet")
+    assert config.space == SearchSpace(exclude_ops=("SamplePairing",))
+    assert config.num_trials == 32 and config.concurrency is None
+    assert config.grace_period == SEARCH_PRESETS["cpu"]["grace_period"]
+    again = SearchConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again == config
+
+
+def test_a_default_name_is_generated():
+    assert SearchConfig.from_preset("smoke").name.startswith("search-")
+
+
+def test_local_storage_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert SearchConfig.from_preset("smoke", name="n", storage="runs").storage == str(tmp_path / "runs")
+    assert SearchConfig.from_preset("smoke", name="n", storage="s3://b/runs").storage == "s3://b/runs"
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"name": "bad name"}, "SearchConfig.name: 'bad name' is invalid"),
+        ({"name": "a@b"}, "SearchConfig.name"),
+        ({"num_trials": 0}, "num_trials: 0 is invalid; expected an integer >= 1"),
+        ({"concurrency": 0}, "concurrency: 0 is invalid"),
+        ({"cpus_per_trial": 0}, "cpus_per_trial"),
+        ({"gpus_per_trial": 1.5}, "gpus_per_trial: 1.5"),
+        ({"sampler": "grid"}, r"sampler: 'grid' is invalid; expected one of \['tpe'"),
+        ({"reduction_factor": 1}, "reduction_factor"),
+        ({"optuna_storage": "study.db"}, "optuna_storage"),
+        ({"verbose": 5}, "verbose"),
+        ({"colour": "red"}, r"unknown search config key\(s\) \['colour'\]"),
+        ({"train": {"epochz": 2}}, "epochz"),
+        ({"space": {"num_sub_policies": 0}}, "SearchSpace.num_sub_policies"),
+    ],
+)
+def test_invalid_settings_are_named(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        SearchConfig.from_dict({"preset": "smoke", "name": "n", **overrides})
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match=r"unknown search preset 'gpu'; expected one of \['smoke', 'cpu', 'paper'\]"):
+        SearchConfig.from_preset("gpu")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({}, "no training data: give --data"),
+        ({"data": "x", "train": {"val_size": 0}}, "val_size is 0"),
+        ({"data": "x", "train": {"eval_every": 2}}, "eval_every is 2"),
+        ({"data": "x", "grace_period": 5, "train": {"epochs": 2}}, "grace_period 5 exceeds train.epochs 2"),
+        ({"data": "x", "storage": "s3://bucket/runs"}, "remote: the default SQLite study file needs a local folder"),
+    ],
+)
+def test_check_runnable(overrides, message):
+    config = SearchConfig.from_dict({"preset": "smoke", "name": "n", **overrides})
+    with pytest.raises(ValueError, match=message):
+        config.check_runnable()
+
+
+def test_grace_period_is_not_checked_without_early_stopping():
+    SearchConfig.from_preset(
+        "smoke", name="n", data="x", grace_period=5, early_stopping=False, train={"epochs": 2}
+    ).check_runnable()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("scipy") is not None, reason="scipy is installed")
+def test_sampler_with_a_missing_dependency_is_refused_up_front():
+    config = SearchConfig.from_preset("smoke", name="n", data="x", sampler="qmc")
+    with pytest.raises(ValueError, match="sampler 'qmc' needs the Python package 'scipy'"):
+        config.check_runnable()

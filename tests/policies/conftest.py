@@ -2,32 +2,9 @@
 transform on real CIFAR-10 images."""
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-
-
-def _use_real_policies_package() -> None:
-    """Workaround: with pytest's default ``prepend`` import mode the root ``tests/conftest.py``
-    puts ``tests/`` on ``sys.path``, where the folder ``tests/policies`` (no ``__init__.py``)
-    makes ``import policies`` a *namespace* package without ``Policy``, ``resolve_policy``...
-    Put the repository root on ``sys.path`` (a regular package wins over a namespace portion)
-    and replace a namespace ``policies`` imported earlier in the session by the real package.
-    The proper fix is ``pythonpath = ["."]`` in pyproject's ``[tool.pytest.ini_options]``."""
-    root = str(Path(__file__).resolve().parents[2])
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    mod = sys.modules.get("policies")
-    if mod is not None and getattr(mod, "__file__", None) is None:
-        del sys.modules["policies"]
-        importlib.import_module("policies")
-
-
-_use_real_policies_package()
 
 
 def run_dali(policy, images, *, seed=0, iterations=1, image_size=None, return_trace=False,

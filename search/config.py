@@ -63,7 +63,7 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "num_trials": 4, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
         "grace_period": 1, "reduction_factor": 2,
     },
-    # A real, small search on a CPU machine: ResNet-8 on 4,000 images for 8 epochs per trial.
+    # A real, small search on a CPU machine: the trainer's cpu preset (ResNet-8 on 4,000 images).
     "cpu": {
         "train": {"preset": "cpu"},
         "num_trials": 16, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,

@@ -303,6 +303,18 @@ class SearchConfig:
                     f"grace_period {self.grace_period} exceeds train.epochs {self.train.epochs}: ASHA "
                     "could never stop a trial; lower the grace period or disable early stopping"
                 )
+        device = self.train.device
+        if device.startswith("cuda") and self.gpus_per_trial == 0:
+            raise ValueError(
+                f"train.device is {device!r} but gpus_per_trial is 0: Ray hides the GPUs from trials that "
+                "reserve none; give --gpus-per-trial (0.25 shares a GPU among 4 trials), or "
+                "--set train.device=cpu (or auto)"
+            )
+        if device == "cpu" and self.gpus_per_trial > 0:
+            raise ValueError(
+                f"gpus_per_trial is {self.gpus_per_trial:g} but train.device is 'cpu': the reserved GPUs would "
+                "sit idle; --set train.device=cuda (or auto), or --gpus-per-trial 0"
+            )
         module = SAMPLERS[self.sampler]
         if module is not None and importlib.util.find_spec(module) is None:
             raise ValueError(

@@ -81,6 +81,8 @@ def test_unknown_preset():
         ({"data": "x", "train": {"eval_every": 2}}, "eval_every is 2"),
         ({"data": "x", "grace_period": 5, "train": {"epochs": 2}}, "grace_period 5 exceeds train.epochs 2"),
         ({"data": "x", "storage": "s3://bucket/runs"}, "remote: the default SQLite study file needs a local folder"),
+        ({"data": "x", "train": {"device": "cuda"}}, "train.device is 'cuda' but gpus_per_trial is 0"),
+        ({"data": "x", "gpus_per_trial": 0.5}, "gpus_per_trial is 0.5 but train.device is 'cpu'"),
     ],
 )
 def test_check_runnable(overrides, message):

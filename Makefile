@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 demo: install
-	$(VENV)/bin/autoaug search --preset smoke --data "$(DATA)" --name demo \
+	$(VENV)/bin/autoaug search --preset smoke --data "$(DATA)" --name demo --overwrite \
 	    --storage "$(DEMO_DIR)/runs" --store "$(DEMO_DIR)/store"
 	$(VENV)/bin/autoaug policies show demo@latest --store "$(DEMO_DIR)/store"
 

@@ -144,7 +144,8 @@ def test_check_study_reports_each_kind_of_mismatch(tmp_path):
     assert not any("trial a" in p for p in problems)
 
 
-@pytest.mark.parametrize("name, cls", [("tpe", "TPESampler"), ("random", "RandomSampler")])
+@pytest.mark.parametrize("name, cls", [("tpe", "TPESampler"), ("random", "RandomSampler"), ("qmc", "QMCSampler"),
+                                       ("cmaes", "CmaEsSampler"), ("gp", "GPSampler")])
 def test_samplers_by_name_are_seeded(name, cls):
     a, b = make_sampler(name, 7), make_sampler(name, 7)
     assert type(a).__name__ == cls

@@ -52,14 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--harmful", action="store_true", help="add a deliberately destructive policy")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds")
     parser.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
+    parser.add_argument("--train-size", type=int, default=None, help="override the preset's train_size")
+    parser.add_argument("--lr", type=float, default=None, help="override the preset's lr")
     parser.add_argument("--json", default=None, help="also write the per-run rows to this JSON file")
     args = parser.parse_args(argv)
     if not args.data:
         parser.error("--data is required (or set AUTOAUG_CIFAR10)")
 
     overrides = {"data": args.data}
-    if args.epochs:
-        overrides["epochs"] = args.epochs
+    for field in ("epochs", "train_size", "lr"):
+        if getattr(args, field) is not None:
+            overrides[field] = getattr(args, field)
     base = TrainConfig.from_preset(args.preset, **overrides)
     policies = [resolve_policy(ref.strip()) for ref in args.policies.split(",") if ref.strip()]
     if args.harmful:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -143,7 +144,7 @@ def format_epoch(m: dict[str, Any], epochs: int) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and value != value:  # NaN is not valid JSON
+    if isinstance(value, float) and not math.isfinite(value):  # NaN/inf are not valid JSON
         return None
     return value
 

@@ -242,7 +242,7 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
         ),
         # One proxy trial of about a minute on 2 CPU cores (measured; docs/training.md).
         "cpu": TrainConfig(
-            model="resnet-8", train_size=4000, val_size=1000, epochs=8, batch_size=64, lr=0.05,
+            model="resnet-8", train_size=4000, val_size=1000, epochs=15, batch_size=64, lr=0.2,
             warmup_epochs=1.0, device="cpu",
         ),
         # AutoAugment's proxy task: WRN-40-2 on reduced CIFAR-10 (4,000 images; the rest of the

@@ -42,7 +42,6 @@ import math
 import os
 import re
 import socket
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -559,23 +558,6 @@ def _jsonable(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _filesystem_from_uri(uri: str) -> tuple[Any, str]:
     import pyarrow.fs as pafs
 
@@ -620,7 +602,9 @@ class OutputDir:
 
     def write(self, rel: str, data: bytes) -> None:
         if self.local:
-            _atomic_write(Path(self.path(rel)), data)
+            from proxy_models.train import atomic_write_bytes
+
+            atomic_write_bytes(Path(self.path(rel)), data)
             return
         parent = self.path(rel).rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)

@@ -313,13 +313,14 @@ def write_history_csv(history: list[Mapping[str, Any]], path: str | os.PathLike)
     writer.writeheader()
     for row in history:
         writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
-    _atomic_write_bytes(Path(path), buf.getvalue().encode())
+    atomic_write_bytes(Path(path), buf.getvalue().encode())
 
 
 # --------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to the local ``path`` atomically (temp file in the same folder, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -339,7 +340,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     buf = io.BytesIO()
     torch.save(state, buf)
-    _atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:

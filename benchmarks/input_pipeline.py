@@ -22,12 +22,8 @@ import numpy as np
 import torch
 
 
-def dali_rate(ds, indices, batch, threads, repeats, device):
-    from proxy_models.pipeline import DaliLoader
-
-    standard = SimpleNamespace(sub_policies=(), base="standard")
-    loader = DaliLoader(ds, indices, batch_size=batch, policy=standard, train=True, seed=0,
-                        decode="dali", image_size=32, num_threads=threads, device=device)
+def median_rate(loader, repeats: int) -> float:
+    """Median images/s over ``repeats`` epochs of ``loader``, after one warm-up epoch."""
     rates = []
     for epoch in range(repeats + 1):
         t = time.perf_counter()
@@ -35,6 +31,15 @@ def dali_rate(ds, indices, batch, threads, repeats, device):
         if epoch:
             rates.append(n / (time.perf_counter() - t))
     return statistics.median(rates)
+
+
+def dali_rate(ds, indices, batch, threads, repeats, device):
+    from proxy_models.pipeline import DaliLoader
+
+    standard = SimpleNamespace(sub_policies=(), base="standard")
+    loader = DaliLoader(ds, indices, batch_size=batch, policy=standard, train=True, seed=0,
+                        decode="dali", image_size=32, num_threads=threads, device=device)
+    return median_rate(loader, repeats)
 
 
 class _TorchvisionSet(torch.utils.data.Dataset):
@@ -60,13 +65,7 @@ class _TorchvisionSet(torch.utils.data.Dataset):
 def torchvision_rate(ds, indices, batch, workers, repeats):
     loader = torch.utils.data.DataLoader(_TorchvisionSet(ds, indices), batch_size=batch, shuffle=True,
                                          num_workers=workers, drop_last=True, persistent_workers=workers > 0)
-    rates = []
-    for epoch in range(repeats + 1):
-        t = time.perf_counter()
-        n = sum(len(y) for _, y in loader)
-        if epoch:
-            rates.append(n / (time.perf_counter() - t))
-    return statistics.median(rates)
+    return median_rate(loader, repeats)
 
 
 def main() -> None:

@@ -234,13 +234,15 @@ def _check_field_names(keys: Iterable[str], what: str) -> None:
 #: Named starting points; see docs/training.md for how each was sized.
 PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
     {
-        # A few seconds on 2 CPU cores; for tests and trying the plumbing. Reaches 0.25-0.29
-        # validation accuracy on CIFAR-10 over seeds 0-3 (chance: 0.10).
+        # A few seconds on 2 CPU cores; for tests and trying the plumbing. Reaches 0.21-0.29
+        # validation accuracy on CIFAR-10 with `standard` or `autoaugment-cifar10` over seeds 0-3
+        # (chance: 0.10).
         "smoke": TrainConfig(
             model="resnet-8", train_size=1024, val_size=256, epochs=2, batch_size=32, lr=0.1,
             warmup_epochs=0.0, device="cpu",
         ),
-        # One proxy trial of about a minute on 2 CPU cores (measured; docs/training.md).
+        # One proxy trial of 45-60 s on 2 idle CPU cores (measured; docs/training.md). The high
+        # peak lr makes the 15 epochs reach the regime where crop+flip beats no augmentation.
         "cpu": TrainConfig(
             model="resnet-8", train_size=4000, val_size=1000, epochs=15, batch_size=64, lr=0.2,
             warmup_epochs=1.0, device="cpu",

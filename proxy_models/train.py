@@ -43,6 +43,7 @@ __all__ = [
     "EpochStats",
     "Learner",
     "WarmupCosine",
+    "atomic_write_bytes",
     "load_checkpoint",
     "train",
     "write_history_csv",

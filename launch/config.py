@@ -18,11 +18,11 @@ and finally turned into the command's frozen dataclass (for example
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from launch.errors import UserError
+from search.config import deep_merge
 
 __all__ = [
     "load_yaml",
@@ -69,18 +69,6 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
             f"got a {type(data).__name__}"
         )
     return dict(data)
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` updated with ``override``: nested mappings merged recursively, other values
-    replaced. Neither input is modified."""
-    out = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def set_dotted(target: dict[str, Any], key: str, value: Any) -> dict[str, Any]:

@@ -96,11 +96,13 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated with ``override``: nested mappings merged recursively, other values
+    replaced. Neither input is modified. (Also the layering rule of :mod:`launch.config`.)"""
     out = copy.deepcopy(dict(base))
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -240,7 +242,7 @@ class SearchConfig:
         if preset is not None:
             if preset not in SEARCH_PRESETS:
                 raise ValueError(f"unknown search preset {preset!r}; expected one of {list(SEARCH_PRESETS)}")
-            data = _deep_merge(SEARCH_PRESETS[preset], data)
+            data = deep_merge(SEARCH_PRESETS[preset], data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known - {"data"})
         if unknown:

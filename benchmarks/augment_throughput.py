@@ -5,7 +5,7 @@ Real CIFAR-10 training images (32x32) are decoded once into memory (decode is ex
 augmentation figures and reported on its own line), then augmented in batches of 256:
 
 * ``dali-cpu``: a DALI CPU pipeline (``--threads`` threads, default 2) fed from memory by
-  ``fn.external_source``, running ``policies.dali_apply.apply_policy``;
+  ``fn.external_source``, running ``autoaug.policies.dali_apply.apply_policy``;
 * ``dali-autoaug-cpu``: the same pipeline with DALI's ``auto_augment(.., "reduced_cifar10")``
   (DALI's transcription and magnitudes of the same published policy; for reference);
 * ``torchvision``: ``Policy.to_torchvision()`` applied per image in a ``DataLoader`` with
@@ -23,15 +23,12 @@ import argparse
 import io
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 
 def load_images(data_dir: Path, count: int) -> tuple[np.ndarray, list[bytes], float]:
@@ -171,8 +168,8 @@ def main(argv=None) -> int:
 
     from nvidia.dali.auto_aug import auto_augment
 
-    from policies import resolve_policy
-    from policies.dali_apply import apply_policy
+    from autoaug.policies import resolve_policy
+    from autoaug.policies.dali_apply import apply_policy
 
     policy = resolve_policy(args.policy)
     bs = args.batch_size

@@ -32,10 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run as a script from a checkout
-    sys.path.insert(0, str(REPO))
 
-from launch.compare import DEFAULT_BASELINES, CompareError, config_from_dict, run_compare  # noqa: E402
+from autoaug.launch.compare import DEFAULT_BASELINES, CompareError, config_from_dict, run_compare  # noqa: E402
 
 
 def _git_commit() -> str | None:

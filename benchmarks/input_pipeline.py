@@ -34,7 +34,7 @@ def median_rate(loader, repeats: int) -> float:
 
 
 def dali_rate(ds, indices, batch, threads, repeats, device):
-    from proxy_models.pipeline import DaliLoader
+    from autoaug.proxy_models.pipeline import DaliLoader
 
     standard = SimpleNamespace(sub_policies=(), base="standard")
     loader = DaliLoader(ds, indices, batch_size=batch, policy=standard, train=True, seed=0,
@@ -80,7 +80,7 @@ def main() -> None:
     if not args.data:
         parser.error("--data (or AUTOAUG_CIFAR10) is required")
 
-    from proxy_models.data import open_dataset, reduced_split
+    from autoaug.proxy_models.data import open_dataset, reduced_split
 
     torch.set_num_threads(1)
     ds = open_dataset(args.data)

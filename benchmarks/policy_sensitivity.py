@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from policies import Policy, resolve_policy
-from proxy_models.train import TrainConfig, train
+from autoaug.policies import Policy, resolve_policy
+from autoaug.proxy_models.train import TrainConfig, train
 
 HARMFUL = Policy(
     name="harmful",

@@ -2,7 +2,7 @@
 
 Runs a real search (``cpu`` preset by default: ResNet-8 on 4,000 CIFAR-10 images, 8 epochs per
 trial, ASHA, 2 trials at a time on 1 CPU each) of ``--trials`` trials (default 8) through
-:func:`search.tuner.run_search` -- embedded Ray start, Tune + Optuna, DALI pipelines, checkpoints,
+:func:`autoaug.search.tuner.run_search` -- embedded Ray start, Tune + Optuna, DALI pipelines, checkpoints,
 assembly and the policy store -- and reports:
 
 * **overhead**: ``1 - sum(trial training time) / (wall time x concurrency)``, the fraction of the
@@ -38,7 +38,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 
 def _timed_trial(spans_file: str):
@@ -47,7 +46,7 @@ def _timed_trial(spans_file: str):
     def timed_trial(config, **kwargs):
         from ray import tune
 
-        from search.trial import run_trial
+        from autoaug.search.trial import run_trial
 
         start = time.time()
         try:
@@ -101,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.data:
         parser.error("give --data (or set AUTOAUG_CIFAR10)")
 
-    from search.config import SearchConfig
-    from search.tuner import ray_session, run_search
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.tuner import ray_session, run_search
 
     timings: dict[str, float] = {}
 

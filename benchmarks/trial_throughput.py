@@ -2,9 +2,9 @@
 upper bound.
 
 For the model and batch size of a training preset (default ``cpu``) this measures, in one process
-and with the trainer's own optimisation step (:class:`proxy_models.train.Learner`):
+and with the trainer's own optimisation step (:class:`autoaug.proxy_models.train.Learner`):
 
-(a) **real**: the reduced CIFAR-10 split through :class:`proxy_models.pipeline.DaliLoader` with the
+(a) **real**: the reduced CIFAR-10 split through :class:`autoaug.proxy_models.pipeline.DaliLoader` with the
     policy (default AutoAugment-CIFAR-10, after the standard crop + flip), as ``train`` runs it;
 (b) **synthetic**: one batch of the same shape, already in memory, repeated (no input pipeline at
     all: the upper bound);
@@ -31,10 +31,10 @@ from pathlib import Path
 
 import torch
 
-from policies import resolve_policy
-from proxy_models.data import open_dataset, reduced_split
-from proxy_models.pipeline import DaliLoader
-from proxy_models.train import Learner, TrainConfig
+from autoaug.policies import resolve_policy
+from autoaug.proxy_models.data import open_dataset, reduced_split
+from autoaug.proxy_models.pipeline import DaliLoader
+from autoaug.proxy_models.train import Learner, TrainConfig
 
 
 def default_data() -> str | None:

@@ -2,7 +2,7 @@
 
 Each sub-command lives in its own module exposing ``register(subparsers)``, which adds a parser
 and sets ``func`` (a callable taking the parsed args and returning an exit code) with
-``set_defaults``. ``main`` turns :class:`launch.errors.UserError` and ``ValueError`` raised for bad
+``set_defaults``. ``main`` turns :class:`autoaug.launch.errors.UserError` and ``ValueError`` raised for bad
 input into one readable line on stderr and exit status 2.
 """
 from __future__ import annotations
@@ -12,15 +12,15 @@ import importlib
 import sys
 from importlib import metadata
 
-from launch.errors import UserError
+from autoaug.launch.errors import UserError
 
 # Sub-command modules, in the order they appear in ``autoaug --help``.
 COMMAND_MODULES: list[str] = [
-    "launch.search_cmd",
-    "launch.policies_cmd",
-    "launch.train_cmd",
-    "launch.launch_cmd",
-    "launch.compare_cmd",
+    "autoaug.launch.search_cmd",
+    "autoaug.launch.policies_cmd",
+    "autoaug.launch.train_cmd",
+    "autoaug.launch.launch_cmd",
+    "autoaug.launch.compare_cmd",
 ]
 
 

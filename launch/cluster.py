@@ -9,17 +9,17 @@ Three ways a command reaches Ray:
   machine) or from anywhere through Ray Client (``ray://HOST:10001``). The project's packages are
   shipped to the workers in the connection's ``runtime_env`` (:func:`project_runtime_env`), so
   the nodes need the dependencies (torch, DALI, ...) but not this checkout;
-* **a Ray Job** (``autoaug launch``, see :mod:`launch.launch_cmd`): the command runs as the job's
+* **a Ray Job** (``autoaug launch``, see :mod:`autoaug.launch.launch_cmd`): the command runs as the job's
   driver on the cluster; inside it ``RAY_ADDRESS`` is set and :func:`connect` with no address joins
   that cluster.
 
 Every failure a user can fix (unreachable head, a dashboard URL where a GCS address is expected,
 token authentication without a token, ...) raises :class:`ClusterError`, a
-:class:`launch.errors.UserError` the CLI prints as one line.
+:class:`autoaug.launch.errors.UserError` the CLI prints as one line.
 
 Example::
 
-    from launch import cluster
+    from autoaug.launch import cluster
 
     with cluster.ray_session(args.address, num_cpus=args.num_cpus) as info:
         print(info.describe())          # "Ray cluster at 10.0.0.5:6379: 3 nodes, 48 CPUs, 4 GPUs"
@@ -35,7 +35,7 @@ import socket
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from launch.errors import UserError
+from autoaug.launch.errors import UserError
 
 __all__ = [
     "AUTH_HELP",

@@ -2,8 +2,8 @@
 
 ::
 
-    from launch.compare import CompareConfig, run_compare
-    from proxy_models.train import TrainConfig
+    from autoaug.launch.compare import CompareConfig, run_compare
+    from autoaug.proxy_models.train import TrainConfig
 
     train = TrainConfig.from_preset("cpu", data="cifar10/train.parquet", test_data="cifar10/test.parquet")
     config = CompareConfig(train=train, policies=("cifar10-r8@latest",), seeds=(0, 1, 2),
@@ -11,11 +11,11 @@
     comparison = run_compare(config, progress=print)
     print(comparison.table())
 
-Every (policy, seed) pair is one run of :func:`proxy_models.train.train` with the training
+Every (policy, seed) pair is one run of :func:`autoaug.proxy_models.train.train` with the training
 configuration's ``seed`` replaced, everything else (model, data, reduced split, epochs...) shared.
 Runs execute in parallel as Ray tasks, each holding ``cpus_per_run`` CPUs (and the trainer's
 ``num_threads`` set to match) and ``gpus_per_run`` GPUs, on an embedded local Ray or the cluster
-at ``address`` (:func:`launch.cluster.connect`).
+at ``address`` (:func:`autoaug.launch.cluster.connect`).
 
 Output folder ``out``:
 
@@ -29,7 +29,7 @@ Output folder ``out``:
 * ``comparison.png`` -- test accuracy per policy (mean, 95% CI, every seed) and mean validation
   accuracy per epoch;
 * ``compare.json`` -- the settings of the comparison; ``evaluations.json`` -- which stored
-  policies got the results attached (:meth:`policies.store.PolicyStore.attach_evaluation`).
+  policies got the results attached (:meth:`autoaug.policies.store.PolicyStore.attach_evaluation`).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from launch.errors import UserError
+from autoaug.launch.errors import UserError
 
 __all__ = [
     "DEFAULT_BASELINES",
@@ -228,7 +228,7 @@ def parse_baselines(text: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _open_store(store: Any) -> Any:
-    from policies.store import PolicyStore
+    from autoaug.policies.store import PolicyStore
 
     if store is not None and not isinstance(store, (str, os.PathLike)):
         return store  # already a PolicyStore (or compatible)
@@ -247,8 +247,8 @@ def resolve_candidates(
     a name stored in the policy store (``name``, ``name@3``, ``name@latest``, hash prefix); a bare
     preset name. Baselines must be presets. Raises :class:`CompareError` naming the reference.
     """
-    from policies import presets
-    from policies.policy import Policy
+    from autoaug.policies import presets
+    from autoaug.policies.policy import Policy
 
     candidates: list[Candidate] = []
     opened: list[Any] = []
@@ -275,7 +275,7 @@ def resolve_candidates(
                 raise CompareError(f"policy file {ref!r} is not a valid policy JSON: {exc}") from None
             candidates.append(Candidate(path.name, ref, policy, "policy"))
             continue
-        from policies.store import StoreError
+        from autoaug.policies.store import StoreError
 
         try:
             record = get_store().get(ref)
@@ -312,7 +312,7 @@ def resolve_candidates(
 
 
 def _preset(ref: str) -> Any:
-    from policies import presets
+    from autoaug.policies import presets
 
     try:
         return presets.resolve(ref)
@@ -366,7 +366,7 @@ def default_test_data(data: str) -> str | None:
 class CompareConfig:
     """Everything a comparison depends on.
 
-    ``train`` is the shared training configuration (a :class:`proxy_models.train.TrainConfig`
+    ``train`` is the shared training configuration (a :class:`autoaug.proxy_models.train.TrainConfig`
     with ``data`` and ``test_data`` set); each run replaces its ``seed`` with one of ``seeds`` and
     its ``num_threads`` with ``cpus_per_run``.
     """
@@ -384,7 +384,7 @@ class CompareConfig:
     verbose: bool = False  # show the runs' own output (Ray worker logs)
 
     def __post_init__(self) -> None:
-        from proxy_models.train import TrainConfig
+        from autoaug.proxy_models.train import TrainConfig
 
         if not isinstance(self.train, TrainConfig):
             raise CompareError(f"CompareConfig.train must be a TrainConfig, got {type(self.train).__name__}")
@@ -433,7 +433,7 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     ``out``, ``store``, ``address``, ``cpus_per_run``, ``gpus_per_run`` (default 1 when the
     training device is CUDA, else 0), ``attach``, ``verbose``.
     """
-    from proxy_models.train import TrainConfig
+    from autoaug.proxy_models.train import TrainConfig
 
     if not isinstance(data, Mapping):
         raise CompareError(f"compare configuration must be a mapping, got {type(data).__name__}")
@@ -524,8 +524,8 @@ def _train_one(train_config: dict[str, Any], policy: dict[str, Any]) -> dict[str
     """Body of one run (a Ray task): train, evaluate on the test split, return the record."""
     import ray
 
-    from policies.policy import Policy
-    from proxy_models.train import TrainConfig, train
+    from autoaug.policies.policy import Policy
+    from autoaug.proxy_models.train import TrainConfig, train
 
     config = TrainConfig.from_dict(train_config)
     result = train(config, Policy.from_dict(policy))
@@ -602,7 +602,7 @@ class OutputDir:
 
     def write(self, rel: str, data: bytes) -> None:
         if self.local:
-            from proxy_models.train import atomic_write_bytes
+            from autoaug.proxy_models.train import atomic_write_bytes
 
             atomic_write_bytes(Path(self.path(rel)), data)
             return
@@ -1007,7 +1007,7 @@ def attach_evaluations(comparison: Comparison, store: Any = None) -> list[str]:
 
 
 def _dataset_fingerprint(config: CompareConfig) -> str:
-    from proxy_models.data import open_dataset
+    from autoaug.proxy_models.data import open_dataset
 
     t = config.train
     try:
@@ -1112,7 +1112,7 @@ def _run_all(
 
     import ray
 
-    from launch import cluster
+    from autoaug.launch import cluster
 
     init_kwargs: dict[str, Any] = {"log_to_driver": config.verbose}
     if not config.verbose:

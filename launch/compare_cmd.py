@@ -23,8 +23,8 @@ import argparse
 import sys
 from typing import Any
 
-from launch.config import flag_overrides, layered_config
-from launch.errors import UserError
+from autoaug.launch.config import flag_overrides, layered_config
+from autoaug.launch.errors import UserError
 
 __all__ = ["register", "run", "build_compare_config"]
 
@@ -50,15 +50,15 @@ _FLAG_KEYS: dict[str, Any] = {
 
 
 def build_compare_config(args: argparse.Namespace):
-    """The :class:`launch.compare.CompareConfig` for parsed arguments (config file, --set, flags)."""
-    from launch.compare import config_from_dict
+    """The :class:`autoaug.launch.compare.CompareConfig` for parsed arguments (config file, --set, flags)."""
+    from autoaug.launch.compare import config_from_dict
 
     merged = layered_config(file=args.config, assignments=args.assignments, flags=flag_overrides(args, _FLAG_KEYS))
     return config_from_dict(merged)
 
 
 def run(args: argparse.Namespace) -> int:
-    from launch.compare import RunFailedError, run_compare
+    from autoaug.launch.compare import RunFailedError, run_compare
 
     config = build_compare_config(args)
     quiet = bool(args.quiet)

@@ -6,8 +6,8 @@ A command's configuration is a nested mapping built in layers, later layers winn
     defaults / preset  <-  YAML file (--config FILE)  <-  --set KEY=VALUE  <-  dedicated flags
 
 and finally turned into the command's frozen dataclass (for example
-:meth:`search.config.SearchConfig.from_dict`), whose validation errors become one-line
-:class:`launch.errors.UserError` messages.
+:meth:`autoaug.search.config.SearchConfig.from_dict`), whose validation errors become one-line
+:class:`autoaug.launch.errors.UserError` messages.
 
 >>> merged = deep_merge({"train": {"preset": "cpu", "epochs": 8}}, {"train": {"epochs": 2}})
 >>> merged
@@ -21,8 +21,8 @@ import argparse
 import os
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from launch.errors import UserError
-from search.config import deep_merge
+from autoaug.launch.errors import UserError
+from autoaug.search.config import deep_merge
 
 __all__ = [
     "load_yaml",

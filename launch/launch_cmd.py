@@ -10,8 +10,8 @@
     autoaug launch list          --address http://HEAD:8265
 
 The command after ``--`` is submitted through ``ray.job_submission.JobSubmissionClient`` with the
-entrypoint ``python -m launch.cli COMMAND ARGS...``. Its ``runtime_env`` carries the project's
-four packages (``py_modules``, see :func:`launch.cluster.project_runtime_env`), the variables
+entrypoint ``python -m autoaug.launch.cli COMMAND ARGS...``. Its ``runtime_env`` carries the project's
+four packages (``py_modules``, see :func:`autoaug.launch.cluster.project_runtime_env`), the variables
 given with ``--env``, and a working directory: ``--working-dir DIR`` if given, else a small
 folder holding copies of the local files the command names (a ``--config`` YAML, a policy
 JSON). Paths are rewritten so the job finds them:
@@ -47,9 +47,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from launch import cluster
-from launch.cluster import ClusterError
-from launch.errors import UserError
+from autoaug.launch import cluster
+from autoaug.launch.cluster import ClusterError
+from autoaug.launch.errors import UserError
 
 __all__ = [
     "JOB_ACTIONS",
@@ -195,7 +195,7 @@ def _looks_negative_number(token: str) -> bool:
 
 
 def _known_commands() -> dict[str, argparse.ArgumentParser]:
-    from launch import cli
+    from autoaug.launch import cli
 
     parser = cli.build_parser()
     for action in parser._actions:  # argparse keeps sub-parsers here; there is no public accessor
@@ -254,7 +254,7 @@ def submit(
     runtime_env = cluster.project_runtime_env(
         working_dir=working_dir, env_vars={"PYTHONUNBUFFERED": "1", **(env_vars or {})}
     )
-    entrypoint = shlex.join([python, "-m", "launch.cli", *command])
+    entrypoint = shlex.join([python, "-m", "autoaug.launch.cli", *command])
     submission_id = job_id or _job_id(command[0])
     metadata = {
         "autoaug_command": command[0],
@@ -554,7 +554,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--env", action="append", metavar="K=V", help="environment variable for the job (repeatable)")
     parser.add_argument("--job-id", default=None, help="submission id (default: autoaug-COMMAND-TIME-RANDOM)")
     parser.add_argument("--python", default="python", metavar="EXE",
-                        help="Python executable on the cluster that runs `-m launch.cli` (default: python)")
+                        help="Python executable on the cluster that runs `-m autoaug.launch.cli` (default: python)")
     parser.add_argument("--entrypoint-num-cpus", type=float, default=None, metavar="N",
                         help="CPUs reserved for the job's driver process (default 0)")
     parser.add_argument("--keep-paths", action="store_true",

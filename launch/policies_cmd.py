@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from launch.errors import UserError
+from autoaug.launch.errors import UserError
 
 _REF_HELP = (
     "policy reference: NAME, NAME@latest, NAME@VERSION, a content-hash prefix (>= 6 hex digits), "
@@ -38,7 +38,7 @@ _REF_HELP = (
 
 
 def _open_store(args: argparse.Namespace):
-    from policies.store import PolicyStore
+    from autoaug.policies.store import PolicyStore
 
     try:
         return PolicyStore(args.store)
@@ -51,7 +51,7 @@ def _looks_like_path(ref: str) -> bool:
 
 
 def _read_policy_file(ref: str):
-    from policies.policy import Policy
+    from autoaug.policies.policy import Policy
 
     path = Path(ref).expanduser()
     if not path.is_file():
@@ -69,8 +69,8 @@ def _resolve(ref: str, args: argparse.Namespace):
     anything else is looked up in the store first, then as an existing file, then as a bare
     preset name.
     """
-    from policies import presets
-    from policies.store import PolicyNotFoundError
+    from autoaug.policies import presets
+    from autoaug.policies.store import PolicyNotFoundError
 
     if ref.startswith(presets.PREFIX):
         return presets.resolve(ref), None, ref
@@ -236,8 +236,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from policies.policy import Policy
-    from policies.store import validate_name
+    from autoaug.policies.policy import Policy
+    from autoaug.policies.store import validate_name
 
     validate_name(args.name)
     if args.file == "-":
@@ -271,7 +271,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from policies.store import diff_policies
+    from autoaug.policies.store import diff_policies
 
     a, _, label_a = _resolve(args.a, args)
     b, _, label_b = _resolve(args.b, args)
@@ -282,7 +282,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def _preview_images(data: str, num_images: int, image_size: int | None):
     """``num_images`` images spread evenly over the dataset (rows are often sorted by class)."""
     import numpy as np
-    from proxy_models.data import open_dataset
+    from autoaug.proxy_models.data import open_dataset
 
     dataset = open_dataset(data)
     n = len(dataset)
@@ -301,7 +301,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     policy, _, label = _resolve(args.ref, args)
     images = _preview_images(args.data, args.num_images, args.image_size)
     try:
-        from policies.preview import render_grid
+        from autoaug.policies.preview import render_grid
     except ImportError as exc:
         raise UserError(f"preview is not available: {exc}") from None
     path = render_grid(policy, images, Path(args.out).expanduser(), columns=args.columns, seed=args.seed,
@@ -318,7 +318,7 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     """Turn the store's and the policy's errors about user input into :class:`UserError`."""
 
     def run(args: argparse.Namespace) -> int:
-        from policies.store import StoreError
+        from autoaug.policies.store import StoreError
 
         try:
             return func(args)

@@ -20,8 +20,8 @@ import logging
 import sys
 from typing import Any
 
-from launch.config import build_config, flag_overrides, layered_config
-from launch.errors import UserError
+from autoaug.launch.config import build_config, flag_overrides, layered_config
+from autoaug.launch.errors import UserError
 
 __all__ = ["register", "run", "build_search_config"]
 
@@ -60,8 +60,8 @@ _DEFINING = (
 
 
 def build_search_config(args: argparse.Namespace):
-    """The :class:`search.config.SearchConfig` the flags, the YAML file and the preset describe."""
-    from search.config import SEARCH_PRESETS, SearchConfig
+    """The :class:`autoaug.search.config.SearchConfig` the flags, the YAML file and the preset describe."""
+    from autoaug.search.config import SEARCH_PRESETS, SearchConfig
 
     flags = flag_overrides(args, _FLAG_KEYS)
     merged = layered_config(file=args.config, assignments=args.assignments, flags=flags)
@@ -77,7 +77,7 @@ def _print(text: str = "") -> None:
 
 
 def _describe(config, address: str | None) -> str:
-    from search.tuner import RunDir, study_url
+    from autoaug.search.tuner import RunDir, study_url
 
     t = config.train
     concurrency = config.concurrency or "as resources allow"
@@ -100,11 +100,11 @@ def _describe(config, address: str | None) -> str:
 
 
 def _session_factory(address: str | None, verbose: int):
-    """Connect through :mod:`launch.cluster` (embedded Ray, ``--address``, or the Ray Job's
+    """Connect through :mod:`autoaug.launch.cluster` (embedded Ray, ``--address``, or the Ray Job's
     cluster; the project's packages are shipped to remote workers)."""
     import contextlib
 
-    from launch import cluster
+    from autoaug.launch import cluster
 
     @contextlib.contextmanager
     def session():
@@ -143,7 +143,7 @@ def _configure_logging(verbose: int) -> None:
 
 
 def _search(config, args: argparse.Namespace) -> int:
-    from search import tuner
+    from autoaug.search import tuner
 
     try:
         config.check_runnable()
@@ -160,7 +160,7 @@ def _search(config, args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from search import tuner
+    from autoaug.search import tuner
 
     verbose = 1 if args.verbose is None else args.verbose
     _configure_logging(verbose)
@@ -176,13 +176,13 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _storage(args: argparse.Namespace) -> str:
-    from search.config import default_runs_root
+    from autoaug.search.config import default_runs_root
 
     return args.storage or default_runs_root()
 
 
 def _execute(call, verbose: int) -> int:
-    from search import tuner
+    from autoaug.search import tuner
 
     try:
         outcome = call()

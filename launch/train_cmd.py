@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launch.errors import UserError
+from autoaug.launch.errors import UserError
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from proxy_models.train import PRESETS
+    from autoaug.proxy_models.train import PRESETS
 
     p = subparsers.add_parser(
         "train",
@@ -77,8 +77,8 @@ class _LazyStore:
         self.uri = uri
 
     def load(self, ref: str) -> Any:
-        from policies import presets
-        from policies.store import PolicyStore, StoreError
+        from autoaug.policies import presets
+        from autoaug.policies.store import PolicyStore, StoreError
 
         try:
             return PolicyStore(self.uri).load(ref)
@@ -90,7 +90,7 @@ class _LazyStore:
 
 
 def _resolve_policy(ref: str, store_uri: str | None) -> Any:
-    from policies import resolve_policy
+    from autoaug.policies import resolve_policy
 
     try:
         return resolve_policy(ref, store=_LazyStore(store_uri))
@@ -99,7 +99,7 @@ def _resolve_policy(ref: str, store_uri: str | None) -> Any:
 
 
 def _build_config(args: argparse.Namespace) -> Any:
-    from proxy_models.train import TrainConfig
+    from autoaug.proxy_models.train import TrainConfig
 
     overrides = {
         "data": args.data,
@@ -156,7 +156,7 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
+    from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
 
     config = _build_config(args)
     policy = _resolve_policy(args.policy, args.store)
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
     if resume_from is not None:
         # The checkpoint carries the history of the epochs already done.
-        from proxy_models.train import load_checkpoint
+        from autoaug.proxy_models.train import load_checkpoint
 
         try:
             history.extend({k: _jsonable(v) for k, v in row.items() if k != "checkpoint_dir"}

@@ -1,13 +1,13 @@
 """Augmentation policies: what a policy is, how it is applied, where it is kept.
 
-* :class:`Policy`, :class:`Op` -- the immutable, validated value object (``policies.policy``).
-* :data:`policies.ops.REGISTRY` -- the 16 AutoAugment operations + Identity, with magnitude
+* :class:`Policy`, :class:`Op` -- the immutable, validated value object (``autoaug.policies.policy``).
+* :data:`autoaug.policies.ops.REGISTRY` -- the 16 AutoAugment operations + Identity, with magnitude
   ranges and their DALI and torchvision implementations.
-* :func:`policies.presets.resolve` -- published AutoAugment policies, RandAugment, TrivialAugment,
+* :func:`autoaug.policies.presets.resolve` -- published AutoAugment policies, RandAugment, TrivialAugment,
   ``none`` and ``standard``.
-* :func:`policies.dali_apply.apply_policy` -- the DALI pipeline step;
+* :func:`autoaug.policies.dali_apply.apply_policy` -- the DALI pipeline step;
   :meth:`Policy.to_torchvision` -- the torchvision v2 transform.
-* :func:`policies.preview.render_grid` -- a PNG grid of augmented images.
+* :func:`autoaug.policies.preview.render_grid` -- a PNG grid of augmented images.
 * :func:`resolve_policy` -- a preset name, a policy JSON file or a store reference to a Policy.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from policies import ops
-from policies.policy import Op, Policy
+from autoaug.policies import ops
+from autoaug.policies.policy import Op, Policy
 
 __all__ = ["Op", "Policy", "ops", "resolve_policy"]
 
@@ -29,16 +29,16 @@ def resolve_policy(ref: "str | os.PathLike | Policy", store: Any = None) -> Poli
 
     1. a :class:`Policy` is returned as is;
     2. a preset (``autoaugment-cifar10``, ``randaugment:n=2,m=9``, ``preset:trivialaugment``...,
-       see :func:`policies.presets.resolve`);
+       see :func:`autoaug.policies.presets.resolve`);
     3. a path to an existing policy JSON file (as written by :meth:`Policy.to_json`);
     4. when ``store`` is given (any object with ``.load(ref)``, e.g.
-       :class:`policies.store.PolicyStore`), a store reference such as ``name@3``,
+       :class:`autoaug.policies.store.PolicyStore`), a store reference such as ``name@3``,
        ``name@latest`` or a hash prefix.
 
     Raises:
         ValueError: if nothing matches, saying what was tried.
     """
-    from policies import presets
+    from autoaug.policies import presets
 
     if isinstance(ref, Policy):
         return ref

@@ -16,7 +16,7 @@ the same as a 25-sub-policy AutoAugment policy:
    signed operation, ``idx = 2 * k + sign`` keys a set of ``fn.lookup_table`` tables built from
    the policy in Python: the operation kind, its probability (``fn.random.coin_flip(probability=
    <per-sample node>)`` decides whether it is applied; not applied -> Identity) and its
-   parameter, already converted by :mod:`policies.ops` (enhance factor, solarize threshold,
+   parameter, already converted by :mod:`autoaug.policies.ops` (enhance factor, solarize threshold,
    posterize mask, blend weight...). Geometric operations look up a whole 2x3 affine matrix
    (``types.Constant(table)[idx]``), Sharpness a 3x3 kernel;
 3. one conditional selection over the stage's kinds (``nvidia.dali.auto_aug.core.select``, a
@@ -52,8 +52,8 @@ from nvidia.dali.auto_aug.core import augmentation, select
 from nvidia.dali.auto_aug.core import _Augmentation as Augmentation
 from nvidia.dali.data_node import DataNode
 
-from policies import ops as _ops
-from policies.policy import Policy
+from autoaug.policies import ops as _ops
+from autoaug.policies.policy import Policy
 
 __all__ = ["apply_policy", "decode_trace", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms"]
 

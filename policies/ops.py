@@ -10,8 +10,8 @@ in :data:`REGISTRY` holding
 * its DALI implementation (``spec.dali``, an ``nvidia.dali.auto_aug`` ``Augmentation``) and its
   torchvision implementation (``spec.torch``, a function of a uint8 CHW tensor).
 
-The two implementations are resolved lazily (``policies.dali_apply`` and
-``policies.torch_apply`` define them), so importing this module imports neither DALI nor torch.
+The two implementations are resolved lazily (``autoaug.policies.dali_apply`` and
+``autoaug.policies.torch_apply`` define them), so importing this module imports neither DALI nor torch.
 
 Magnitude bins
 --------------
@@ -184,14 +184,14 @@ class OpSpec:
     @property
     def dali(self):
         """The DALI implementation (an ``nvidia.dali.auto_aug.core.Augmentation``)."""
-        from policies import dali_apply
+        from autoaug.policies import dali_apply
 
         return dali_apply.DALI_OPS[self.name]
 
     @property
     def torch(self) -> Callable:
         """The torchvision implementation: ``fn(img_uint8_chw, param, **ctx) -> img``."""
-        from policies import torch_apply
+        from autoaug.policies import torch_apply
 
         return torch_apply.TORCH_OPS[self.name]
 

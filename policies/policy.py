@@ -3,7 +3,7 @@
 A policy is a list of sub-policies; a sub-policy is a list of operations applied in order; an
 operation is ``(op, probability, magnitude_bin)``. When a policy is applied, one sub-policy is
 drawn uniformly per image and each of its operations is applied with its probability, at the
-magnitude of its bin (see :mod:`policies.ops` for the magnitude ranges).
+magnitude of its bin (see :mod:`autoaug.policies.ops` for the magnitude ranges).
 
 >>> p = Policy("mine", 10, [[("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)],
 ...                         [("Invert", 0.1, 0), ("Contrast", 0.2, 6)]])
@@ -22,13 +22,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from policies import ops as _ops
+from autoaug.policies import ops as _ops
 
 __all__ = ["Op", "Policy", "BASES", "RANGES", "HASH_DECIMALS"]
 
 #: What is applied before the policy in training: pad-4 random crop + horizontal flip, or nothing.
 BASES = ("standard", "none")
-#: Magnitude-range conventions (see :mod:`policies.ops`).
+#: Magnitude-range conventions (see :mod:`autoaug.policies.ops`).
 RANGES = _ops.RANGE_CONVENTIONS
 #: Probabilities are rounded to this many decimals in the canonical JSON used for hashing.
 HASH_DECIMALS = 6
@@ -285,9 +285,9 @@ class Policy:
 
     def to_torchvision(self, *, base: bool = False, **kwargs):
         """A ``torchvision.transforms.v2.Transform`` applying this policy (see
-        :class:`policies.torch_apply.PolicyTransform`). ``base=True`` prepends the pad-4 random
+        :class:`autoaug.policies.torch_apply.PolicyTransform`). ``base=True`` prepends the pad-4 random
         crop + horizontal flip when ``self.base == "standard"``."""
-        from policies.torch_apply import to_torchvision
+        from autoaug.policies.torch_apply import to_torchvision
 
         return to_torchvision(self, base=base, **kwargs)
 

@@ -25,8 +25,8 @@ import itertools
 import re
 from typing import Callable
 
-from policies.ops import RANDAUGMENT_OPS
-from policies.policy import Policy
+from autoaug.policies.ops import RANDAUGMENT_OPS
+from autoaug.policies.policy import Policy
 
 __all__ = [
     "resolve",

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from policies.policy import Policy
+from autoaug.policies.policy import Policy
 
 __all__ = ["render_grid", "augment_with_labels"]
 
@@ -37,7 +37,7 @@ def _check_images(images) -> np.ndarray:
 def _augment_dali(policy: Policy, images: np.ndarray, columns: int, seed: int):
     from nvidia.dali import fn, pipeline_def
 
-    from policies.dali_apply import apply_policy, decode_trace
+    from autoaug.policies.dali_apply import apply_policy, decode_trace
 
     batch = np.repeat(images, columns, axis=0)  # row-major: image r, draws 0..columns-1
 
@@ -58,7 +58,7 @@ def _augment_dali(policy: Policy, images: np.ndarray, columns: int, seed: int):
 def _augment_torchvision(policy: Policy, images: np.ndarray, columns: int, seed: int):
     import torch
 
-    from policies.torch_apply import PolicyTransform
+    from autoaug.policies.torch_apply import PolicyTransform
 
     transform = PolicyTransform(policy)
     augmented, labels = [], []

@@ -63,8 +63,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from policies import ops as _ops
-from policies.policy import Op, Policy
+from autoaug.policies import ops as _ops
+from autoaug.policies.policy import Op, Policy
 
 __all__ = [
     "SCHEMA",

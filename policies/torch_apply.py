@@ -1,9 +1,9 @@
 """Apply a :class:`~policies.Policy` with torchvision (``Policy.to_torchvision()``).
 
 :class:`PolicyTransform` is a ``torchvision.transforms.v2.Transform`` doing what
-:func:`policies.dali_apply.apply_policy` does in DALI: per image, one sub-policy drawn uniformly,
+:func:`autoaug.policies.dali_apply.apply_policy` does in DALI: per image, one sub-policy drawn uniformly,
 each of its operations applied in order with its probability, at the magnitude of its bin (the
-ranges of :mod:`policies.ops`), signed operations negated with probability 1/2. Randomness comes
+ranges of :mod:`autoaug.policies.ops`), signed operations negated with probability 1/2. Randomness comes
 from torch's global RNG (``torch.manual_seed``; ``DataLoader`` seeds each worker).
 
 Inputs: a uint8 ``CHW`` tensor (or ``tv_tensors.Image``), a batched uint8 ``NCHW`` tensor (each
@@ -30,8 +30,8 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from policies import ops as _ops
-from policies.policy import Policy
+from autoaug.policies import ops as _ops
+from autoaug.policies.policy import Policy
 
 __all__ = ["PolicyTransform", "RandomPadCrop", "to_torchvision", "TORCH_OPS", "apply_op"]
 

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from proxy_models.data import DatasetError, ImageDataset, ParquetDataset
+from autoaug.proxy_models.data import DatasetError, ImageDataset, ParquetDataset
 
 # Per-channel statistics of the CIFAR-10 training set (0-255 scale).
 CIFAR10_MEAN = (125.31, 122.95, 113.87)
@@ -168,7 +168,7 @@ class DaliLoader:
         h, w = self.image_shape
         apply_policy = None
         if self.train and self.policy is not None and len(self.policy.sub_policies) > 0:
-            from policies.dali_apply import apply_policy
+            from autoaug.policies.dali_apply import apply_policy
 
         @pipeline_def(enable_conditionals=apply_policy is not None)
         def graph():

@@ -7,8 +7,8 @@
 
 Recipe (AutoAugment's CIFAR training, per step): SGD with Nesterov momentum, weight decay on every
 parameter, linear learning-rate warm-up then cosine decay to zero, optional label smoothing. Data
-come from :class:`proxy_models.pipeline.DaliLoader` (decode -> base crop/flip -> policy ->
-normalize, on the CPU or the GPU); the model from :func:`proxy_models.models.build_model`.
+come from :class:`autoaug.proxy_models.pipeline.DaliLoader` (decode -> base crop/flip -> policy ->
+normalize, on the CPU or the GPU); the model from :func:`autoaug.proxy_models.models.build_model`.
 
 Reproducibility: the model is initialised from ``seed`` and the loader's data order and
 augmentation draws come from ``seed`` (split membership from ``split_seed``), so two runs of one
@@ -33,7 +33,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 import torch
 from torch import nn
 
-from proxy_models.models import build_model, check_model_name
+from autoaug.proxy_models.models import build_model, check_model_name
 
 __all__ = [
     "PRESETS",
@@ -73,7 +73,7 @@ class TrainConfig:
     """Everything one training run depends on (frozen, JSON-able through :meth:`to_dict`).
 
     Data and split
-        ``data``: training source as :func:`proxy_models.data.open_dataset` accepts it (Parquet
+        ``data``: training source as :func:`autoaug.proxy_models.data.open_dataset` accepts it (Parquet
         file or folder, ImageFolder root, ``cifar10:ROOT``); ``test_data``: optional source of a
         test set (a folder holding ``train.parquet``/``test.parquet`` may be given for both: the
         test set is opened with ``split="test"``). ``train_size``: images in the reduced training
@@ -400,7 +400,7 @@ class _TorchState:
 
 
 def _resolve_policy(policy: Any) -> Any:
-    import policies
+    from autoaug import policies
 
     if isinstance(policy, policies.Policy):
         return policy
@@ -412,7 +412,7 @@ def _resolve_policy(policy: Any) -> Any:
 
 
 def _open(source: str, split: str) -> Any:
-    from proxy_models.data import open_dataset
+    from autoaug.proxy_models.data import open_dataset
 
     return open_dataset(source, split=split)
 
@@ -425,7 +425,7 @@ EVAL_BATCH_SIZE = 256
 
 def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.device, *, policy: Any,
                  train: bool, num_threads: int) -> Any:
-    from proxy_models.pipeline import DaliLoader
+    from autoaug.proxy_models.pipeline import DaliLoader
 
     batch_size = config.batch_size if train else max(config.batch_size, EVAL_BATCH_SIZE)
     return DaliLoader(
@@ -622,7 +622,7 @@ def _train(
     checkpoint_dir: str | os.PathLike | None,
     checkpoint: dict[str, Any] | None,
 ) -> TrainResult:
-    from proxy_models.data import reduced_split
+    from autoaug.proxy_models.data import reduced_split
 
     num_threads = config.num_threads or torch.get_num_threads()
 

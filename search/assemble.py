@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from policies import Op, Policy, ops as _ops
+from autoaug.policies import Op, Policy, ops as _ops
 
 __all__ = [
     "TrialRecord",

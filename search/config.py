@@ -1,7 +1,7 @@
 """Configuration of a policy search: :class:`SearchConfig` and the named presets.
 
 A search configuration is a frozen dataclass holding the proxy training configuration
-(:class:`proxy_models.train.TrainConfig`, shared by every trial), the :class:`SearchSpace` and
+(:class:`autoaug.proxy_models.train.TrainConfig`, shared by every trial), the :class:`SearchSpace` and
 the tuner's settings. :meth:`SearchConfig.from_dict` accepts the nested form used by YAML files
 and by ``search_config.json`` in a run directory::
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-from search.space import SearchSpace
+from autoaug.search.space import SearchSpace
 
 __all__ = [
     "SearchConfig",
@@ -98,7 +98,7 @@ def _is_number(x: Any) -> bool:
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """``base`` updated with ``override``: nested mappings merged recursively, other values
-    replaced. Neither input is modified. (Also the layering rule of :mod:`launch.config`.)"""
+    replaced. Neither input is modified. (Also the layering rule of :mod:`autoaug.launch.config`.)"""
     out = copy.deepcopy(dict(base))
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
@@ -109,7 +109,7 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def _train_config(value: Any) -> Any:
-    from proxy_models.train import TrainConfig
+    from autoaug.proxy_models.train import TrainConfig
 
     if isinstance(value, TrainConfig):
         return value

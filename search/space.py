@@ -4,7 +4,7 @@ A candidate policy (Cubuk et al., CVPR 2019) is ``K`` sub-policies (default 5) o
 each operation has three parameters:
 
 * ``sp{i}_op{j}_type`` -- categorical over the candidate operations (default the 16 AutoAugment
-  operations of :data:`policies.ops.AUTOAUGMENT_OPS`, minus ``exclude_ops``);
+  operations of :data:`autoaug.policies.ops.AUTOAUGMENT_OPS`, minus ``exclude_ops``);
 * ``sp{i}_op{j}_prob`` -- the probability, a stepped float over the 11 values 0, 0.1, ..., 1
   (``FloatDistribution(0, 1, step=0.1)``: ordinal, and only those values can be sampled);
 * ``sp{i}_op{j}_mag`` -- the magnitude bin, an integer in ``0 .. num_magnitude_bins - 1``.
@@ -32,8 +32,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from policies import Policy, ops as _ops
-from policies.policy import BASES, RANGES
+from autoaug.policies import Policy, ops as _ops
+from autoaug.policies.policy import BASES, RANGES
 
 __all__ = ["SearchSpace", "PARAM_FIELDS"]
 
@@ -68,7 +68,7 @@ class SearchSpace:
     Args:
         num_sub_policies: sub-policies per candidate policy (``K``; the paper uses 5).
         ops_per_sub_policy: operations per sub-policy (the paper uses 2).
-        ops: candidate operation types (names of :data:`policies.ops.REGISTRY`).
+        ops: candidate operation types (names of :data:`autoaug.policies.ops.REGISTRY`).
         exclude_ops: operations removed from ``ops`` (e.g. ``["SamplePairing"]``).
         num_magnitude_bins: magnitude bins ``B``; bins are ``0 .. B-1`` (the paper uses 10).
         num_probabilities: probability values, evenly spaced over [0, 1] (11: 0, 0.1, ..., 1).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any, Mapping
 
-from search.space import SearchSpace
+from autoaug.search.space import SearchSpace
 
 __all__ = ["run_trial", "trial_policy", "REPORT_RENAMES"]
 
@@ -35,7 +35,7 @@ def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: s
     """
     from ray import tune
 
-    from proxy_models.train import TrainConfig, train
+    from autoaug.proxy_models.train import TrainConfig, train
 
     search_space = SearchSpace.from_dict(space)
     cfg = TrainConfig.from_dict(train_config)

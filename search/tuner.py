@@ -2,8 +2,8 @@
 
 ::
 
-    from search.config import SearchConfig
-    from search.tuner import run_search, resume_search
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.tuner import run_search, resume_search
 
     config = SearchConfig.from_preset("cpu", name="cifar10-r8", data="train.parquet")
     outcome = run_search(config)                     # embedded local Ray, or address="ray://..."
@@ -19,7 +19,7 @@ How the pieces fit (``ray.tune.Tuner``):
   Optuna trial carries the user attribute ``tune_trial_id``.
 * **Scheduler**: ``ASHAScheduler`` on ``val_accuracy`` with ``time_attr="training_iteration"``
   (one iteration = one epoch), or FIFO when early stopping is off.
-* **Trials**: :func:`search.trial.run_trial` under ``tune.with_resources`` (CPUs, fractional
+* **Trials**: :func:`autoaug.search.trial.run_trial` under ``tune.with_resources`` (CPUs, fractional
   GPUs) and ``tune.with_parameters`` (the shared training configuration: common random
   numbers); ``reuse_actors`` keeps trial processes alive between trials. Each epoch is reported
   with ``ray.tune.report(metrics, checkpoint=...)``; ``FailureConfig(max_failures)`` retries a
@@ -68,16 +68,16 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search import ConcurrencyLimiter
 from ray.tune.search.optuna import OptunaSearch
 
-from search.assemble import (
+from autoaug.search.assemble import (
     AssembledPolicy,
     TrialRecord,
     assemble_policy,
     build_provenance,
     utc_now,
 )
-from search.config import METRIC, MODE, SearchConfig
-from search.space import SearchSpace
-from search.trial import run_trial
+from autoaug.search.config import METRIC, MODE, SearchConfig
+from autoaug.search.space import SearchSpace
+from autoaug.search.trial import run_trial
 
 __all__ = [
     "run_search",
@@ -238,7 +238,7 @@ def _json_default(obj: Any) -> Any:
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    """The Optuna sampler called ``name`` (see :data:`search.config.SAMPLERS`), seeded."""
+    """The Optuna sampler called ``name`` (see :data:`autoaug.search.config.SAMPLERS`), seeded."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if name == "tpe":
@@ -282,7 +282,7 @@ def open_study(name: str, storage: str | None = None, *, runs_root: str | None =
     ``storage``: the Optuna storage URL; default: ``optuna.db`` in the run directory
     ``{runs_root}/{name}``.
     """
-    from search.config import default_runs_root
+    from autoaug.search.config import default_runs_root
 
     if storage is None:
         run = RunDir(runs_root or default_runs_root(), name)
@@ -690,7 +690,7 @@ def _trial_error(trial: Any) -> str:
 def describe_data(train_config: Any) -> dict[str, Any]:
     """Dataset and split fingerprints of the trainer's reduced split, computed the way the
     trainer computes them. Raises ``ValueError`` (``DatasetError``) for unreadable data."""
-    from proxy_models.data import open_dataset, reduced_split
+    from autoaug.proxy_models.data import open_dataset, reduced_split
 
     ds = open_dataset(train_config.data, split="train")
     fingerprint = ds.fingerprint()
@@ -836,10 +836,10 @@ def run_search(
         address: Ray cluster to connect to (``ray://host:10001``, ``auto``); None starts an
             embedded local Ray (no dashboard). Ignored when Ray is already initialized.
         session: a function returning a context manager that connects Ray for the search (used
-            instead of the plain ``ray.init`` session, e.g. ``launch.cluster.ray_session``); it
+            instead of the plain ``ray.init`` session, e.g. ``autoaug.launch.cluster.ray_session``); it
             is entered only after the configuration and the data were checked.
         overwrite: delete an existing run directory (and its study) of the same name first.
-        trainable: replaces :func:`search.trial.run_trial` (same signature), e.g. for another
+        trainable: replaces :func:`autoaug.search.trial.run_trial` (same signature), e.g. for another
             trainer.
 
     Raises:
@@ -899,7 +899,7 @@ def resume_search(
     that had failed. ``store`` overrides the policy store of the original configuration;
     ``address``/``session`` as in :func:`run_search`.
     """
-    from search.config import default_runs_root
+    from autoaug.search.config import default_runs_root
 
     started = time.time()
     run = RunDir(storage or default_runs_root(), name)
@@ -956,7 +956,7 @@ def _fit(tuner: tune.Tuner, config: SearchConfig) -> None:
 
 
 def _check_store(config: SearchConfig) -> None:
-    from policies.store import PolicyStore, validate_name
+    from autoaug.policies.store import PolicyStore, validate_name
 
     try:
         validate_name(config.name)
@@ -1060,7 +1060,7 @@ def _creation_index(trial: Any) -> int:
 
 
 def _finish(config: SearchConfig, run: RunDir, state: dict, *, session_started: float) -> SearchOutcome:
-    from policies.store import PolicyStore
+    from autoaug.policies.store import PolicyStore
 
     study_url = state["optuna"]["storage"]
     study = optuna.load_study(study_name=config.name, storage=_make_storage(study_url))
@@ -1129,7 +1129,7 @@ def _finish(config: SearchConfig, run: RunDir, state: dict, *, session_started: 
 
 
 def _outcome_from_result(result: Mapping[str, Any], config: SearchConfig, run: RunDir) -> SearchOutcome:
-    from policies import Policy
+    from autoaug.policies import Policy
 
     prov = result["provenance"]
     trials = []

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from launch import cluster
-from launch.cluster import ClusterError, parse_address
-from launch.errors import UserError
+from autoaug.launch import cluster
+from autoaug.launch.cluster import ClusterError, parse_address
+from autoaug.launch.errors import UserError
 
 
 def _closed_port() -> int:
@@ -132,8 +132,8 @@ def test_cluster_info_describe():
 # autoaug launch without a cluster: path rewriting and the submit/follow flow on a fake client
 
 
-from launch import launch_cmd  # noqa: E402
-from launch.cli import main  # noqa: E402
+from autoaug.launch import launch_cmd  # noqa: E402
+from autoaug.launch.cli import main  # noqa: E402
 
 
 def test_prepare_command_ships_small_files_and_absolutises_paths(tmp_path, monkeypatch):
@@ -244,7 +244,7 @@ def test_launch_streams_logs_and_exits_with_the_job_status(fake_client, capsys, 
     assert out == "epoch 1\ndone\n"
     assert f"job j1 {final}" in err
     (sub,) = client.submitted
-    assert sub["entrypoint"] == "python -m launch.cli policies list --store s3://bucket/p"
+    assert sub["entrypoint"] == "python -m autoaug.launch.cli policies list --store s3://bucket/p"
     assert sub["submission_id"] == "j1" and sub["metadata"]["autoaug_command"] == "policies"
     env = sub["runtime_env"]
     assert sorted(Path(p).name for p in env["py_modules"]) == sorted(cluster.PROJECT_PACKAGES)
@@ -265,7 +265,7 @@ def test_launch_no_wait_prints_the_job_id(fake_client, capsys):
 
 def test_launch_job_actions(fake_client, capsys):
     fake_client["client"] = client = FakeJobClient("RUNNING")
-    client.submitted.append({"entrypoint": "python -m launch.cli search"})
+    client.submitted.append({"entrypoint": "python -m autoaug.launch.cli search"})
     assert main(["launch", "status", "j2", "--address", "http://head:8265"]) == 0
     assert "RUNNING" in capsys.readouterr().out
     assert main(["launch", "--address", "http://head:8265", "stop", "j2"]) == 0

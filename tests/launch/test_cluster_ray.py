@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.cluster import PROJECT_PACKAGES
+from autoaug.launch.cluster import PROJECT_PACKAGES
 
 BIN = Path(sys.executable).parent
 
@@ -197,7 +197,7 @@ def test_two_node_cluster_is_up(ray_cluster):
 
 @pytest.mark.slow
 def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_train, tmp_path):
-    from policies.store import PolicyStore
+    from autoaug.policies.store import PolicyStore
 
     autoaug = str(BIN / "autoaug")
     job_id = f"autoaug-test-{secrets.token_hex(4)}"
@@ -210,9 +210,9 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_trai
     record = PolicyStore(str(tmp_path / "store")).get("jobsearch@latest")
     assert record.version == 1 and len(record.policy.sub_policies) > 0
 
-    # Ray's records: the job ran `python -m launch.cli search` on the cluster and succeeded...
+    # Ray's records: the job ran `python -m autoaug.launch.cli search` on the cluster and succeeded...
     job = ray_cluster.api(f"/api/jobs/{job_id}")
-    assert job["status"] == "SUCCEEDED" and "-m launch.cli search" in job["entrypoint"]
+    assert job["status"] == "SUCCEEDED" and "-m autoaug.launch.cli search" in job["entrypoint"]
     assert len(job["runtime_env"]["py_modules"]) == len(PROJECT_PACKAGES)  # the project, shipped
     # ... and its Tune trial actors ran on both nodes.
     nodes = _trial_nodes(ray_cluster, job["job_id"])
@@ -225,7 +225,7 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_trai
 
 @pytest.mark.slow
 def test_search_with_address_uses_both_nodes(ray_cluster, cifar_train, tmp_path):
-    from policies.store import PolicyStore
+    from autoaug.policies.store import PolicyStore
 
     proc = ray_cluster.run(str(BIN / "autoaug"), *_search_args(cifar_train, tmp_path, "addrsearch"),
                            "--address", ray_cluster.gcs_address)
@@ -236,7 +236,7 @@ def test_search_with_address_uses_both_nodes(ray_cluster, cifar_train, tmp_path)
     # The driver was an ordinary process here: find its Ray job by its entrypoint.
     drivers = [j for j in ray_cluster.api("/api/jobs/")
                if j["type"] == "DRIVER" and "addrsearch" in (j.get("entrypoint") or "")
-               and "launch.cli" not in j["entrypoint"]]
+               and "autoaug.launch.cli" not in j["entrypoint"]]
     assert len(drivers) == 1, drivers
     nodes = _trial_nodes(ray_cluster, drivers[0]["job_id"])
     assert len(nodes) >= 2, nodes
@@ -245,7 +245,7 @@ def test_search_with_address_uses_both_nodes(ray_cluster, cifar_train, tmp_path)
 
 @pytest.mark.slow
 def test_no_wait_logs_list_and_stop(ray_cluster, cifar_train, tmp_path):
-    from policies import presets
+    from autoaug.policies import presets
 
     autoaug = str(BIN / "autoaug")
     url = ray_cluster.dashboard_url

@@ -13,28 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 
-def _use_real_packages() -> None:
-    """Workaround: pytest's default ``prepend`` import mode puts ``tests/`` on ``sys.path``, where
-    ``tests/policies`` and ``tests/launch`` (no ``__init__.py``) turn ``import policies`` into a
-    namespace package without ``Policy`` (Ray workers inherit this ``sys.path``). Put the
-    repository root first. The proper fix is ``pythonpath = ["."]`` in pyproject's pytest options."""
-    import importlib
-    import sys
-
-    root = str(Path(__file__).resolve().parents[2])
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    for name in ("policies", "launch", "proxy_models", "search"):
-        mod = sys.modules.get(name)
-        if mod is not None and getattr(mod, "__file__", None) is None:
-            del sys.modules[name]
-            importlib.import_module(name)
-
-
-_use_real_packages()
-
-from launch import compare  # noqa: E402
-from launch.compare import CompareError, parse_baselines, student_t_ppf  # noqa: E402
+from autoaug.launch import compare
+from autoaug.launch.compare import CompareError, parse_baselines, student_t_ppf
 
 
 # ----------------------------------------------------------------------------------------------
@@ -157,8 +137,8 @@ def test_config_needs_a_test_split(tmp_path):
 
 @pytest.fixture()
 def store(tmp_path):
-    from policies import presets
-    from policies.store import PolicyStore
+    from autoaug.policies import presets
+    from autoaug.policies.store import PolicyStore
 
     s = PolicyStore(tmp_path / "store")
     s.save(presets.resolve("autoaugment-cifar10").with_name("found"), "found", {"note": "test"})
@@ -166,7 +146,7 @@ def store(tmp_path):
 
 
 def test_resolve_candidates_kinds_and_labels(tmp_path, store):
-    from policies import presets
+    from autoaug.policies import presets
 
     path = tmp_path / "mine.json"
     path.write_text(presets.resolve("autoaugment-svhn").with_name("mine").to_json())
@@ -320,7 +300,7 @@ def small_test_split(cifar_test, tmp_path_factory):
 
 @pytest.mark.slow
 def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_test_split, store, capsys):
-    from launch.cli import main
+    from autoaug.launch.cli import main
 
     out = tmp_path / "cmp"
     argv = [

@@ -1,11 +1,11 @@
-"""launch.config: YAML files, --set assignments, flag overrides, layering."""
+"""autoaug.launch.config: YAML files, --set assignments, flag overrides, layering."""
 from __future__ import annotations
 
 import argparse
 
 import pytest
 
-from launch.config import (
+from autoaug.launch.config import (
     build_config,
     deep_merge,
     flag_overrides,
@@ -14,7 +14,7 @@ from launch.config import (
     parse_assignments,
     set_dotted,
 )
-from launch.errors import UserError
+from autoaug.launch.errors import UserError
 
 
 def test_load_yaml(tmp_path):

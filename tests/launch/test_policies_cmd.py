@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from launch.cli import main
-from policies import presets
-from policies.policy import Policy
-from policies.store import PolicyStore
+from autoaug.launch.cli import main
+from autoaug.policies import presets
+from autoaug.policies.policy import Policy
+from autoaug.policies.store import PolicyStore
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from launch.cli import build_parser, main
-from launch.errors import UserError
-from launch.search_cmd import build_search_config
-from proxy_models.train import TrainConfig
+from autoaug.launch.cli import build_parser, main
+from autoaug.launch.errors import UserError
+from autoaug.launch.search_cmd import build_search_config
+from autoaug.proxy_models.train import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,8 +120,8 @@ def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_train):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsys, cifar_train):
-    from policies.store import PolicyStore
-    from proxy_models.data import open_dataset, reduced_split
+    from autoaug.policies.store import PolicyStore
+    from autoaug.proxy_models.data import open_dataset, reduced_split
 
     argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "smoke", "--num-trials", "3",
             *TINY, *_dirs(tmp_path)]
@@ -169,12 +169,12 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_path, capsys, cifar_train, monkeypatch):
-    import search.tuner
+    from autoaug.search import tuner
 
     def exploding_trial(config, *, train_config, space, policy_prefix):
         raise ValueError(f"proxy training exploded for {policy_prefix}")
 
-    monkeypatch.setattr(search.tuner, "run_trial", exploding_trial)
+    monkeypatch.setattr(tuner, "run_trial", exploding_trial)
     argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "doomed", "--num-trials", "2",
             "--max-failures", "0", *TINY, *_dirs(tmp_path)]
     assert main(argv) == 1
@@ -199,7 +199,7 @@ def _read_lines(stream, lines, finished, k):
 @pytest.mark.timeout(600)
 def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_train):
     num_trials, kill_after = 5, 2
-    base = [sys.executable, "-m", "launch.cli", "search"]
+    base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
     argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", "--num-trials",
             str(num_trials), "--set", "train.epochs=2", "--set", "train.train_size=256",

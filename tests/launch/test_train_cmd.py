@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from launch.cli import main
-from policies import presets
+from autoaug.launch.cli import main
+from autoaug.policies import presets
 
 
 def run_cli(argv, capsys):
@@ -102,7 +102,7 @@ def test_user_errors_are_one_line_with_exit_code_2(extra, message, cifar_train, 
 
 @pytest.mark.slow
 def test_policy_from_the_store(cifar_train, tmp_path, capsys):
-    from policies.store import PolicyStore
+    from autoaug.policies.store import PolicyStore
 
     store = PolicyStore(str(tmp_path / "store"))
     store.save(presets.resolve("autoaugment-cifar10"), "mine")
@@ -123,7 +123,7 @@ def test_missing_dataset_is_a_user_error(tmp_path, capsys):
 
 
 def test_help_lists_the_flags():
-    result = subprocess.run([sys.executable, "-m", "launch.cli", "train", "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "autoaug.launch.cli", "train", "--help"], capture_output=True, text=True,
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert result.returncode == 0
     for flag in ("--policy", "--store", "--data", "--test-data", "--model", "--epochs", "--preset", "--seed",

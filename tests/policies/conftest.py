@@ -16,7 +16,7 @@ def run_dali(policy, images, *, seed=0, iterations=1, image_size=None, return_tr
     """
     from nvidia.dali import fn, pipeline_def
 
-    from policies.dali_apply import apply_policy
+    from autoaug.policies.dali_apply import apply_policy
 
     batch = [np.ascontiguousarray(x) for x in images]
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from nvidia.dali import fn, pipeline_def
 
-from policies import Policy, presets
-from policies.dali_apply import apply_policy, decode_trace, stage_tables
-from policies.torch_apply import apply_op
+from autoaug.policies import Policy, presets
+from autoaug.policies.dali_apply import apply_policy, decode_trace, stage_tables
+from autoaug.policies.torch_apply import apply_op
 
 
 def build(policy, images, **kwargs):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from policies import Policy, ops
-from policies.dali_apply import decode_trace
-from policies.torch_apply import PolicyTransform, apply_op
+from autoaug.policies import Policy, ops
+from autoaug.policies.dali_apply import decode_trace
+from autoaug.policies.torch_apply import PolicyTransform, apply_op
 
 # Mean absolute difference (grey levels, per image, averaged over the images) allowed between
 # the DALI and torchvision outputs of one op at the highest bin, with the same sign.

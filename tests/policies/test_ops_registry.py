@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies import ops
+from autoaug.policies import ops
 
 AUTOAUGMENT_16 = {
     "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "AutoContrast", "Invert",

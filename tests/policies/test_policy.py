@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from policies import Op, Policy, presets
+from autoaug.policies import Op, Policy, presets
 
 SUBS = [[("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)], [("Invert", 0.1, 0), ("Contrast", 0.2, 6)]]
 

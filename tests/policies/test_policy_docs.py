@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from policies import ops
+from autoaug.policies import ops
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "policies.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)

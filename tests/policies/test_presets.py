@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-import policies
-from policies import Policy, presets
-from policies.ops import RANDAUGMENT_OPS
+from autoaug import policies
+from autoaug.policies import Policy, presets
+from autoaug.policies.ops import RANDAUGMENT_OPS
 
 
 @pytest.mark.parametrize("dataset", ["cifar10", "svhn", "imagenet"])

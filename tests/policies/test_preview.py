@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from policies import presets
-from policies.preview import augment_with_labels, render_grid
+from autoaug.policies import presets
+from autoaug.policies.preview import augment_with_labels, render_grid
 
 
 @pytest.mark.parametrize("backend", ["dali", "torchvision"])

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from policies import Policy
-from policies.torch_apply import PolicyTransform, apply_op
+from autoaug.policies import Policy
+from autoaug.policies.torch_apply import PolicyTransform, apply_op
 
 CHI2_CRITICAL = {
     3: 16.266,  # df = 3, alpha = 0.001

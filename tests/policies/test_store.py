@@ -11,9 +11,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from policies import presets
-from policies.policy import Policy
-from policies.store import (
+from autoaug.policies import presets
+from autoaug.policies.policy import Policy
+from autoaug.policies.store import (
     SCHEMA,
     SCHEMA_VERSION,
     AmbiguousReferenceError,

@@ -8,8 +8,8 @@ import signal
 import pyarrow.dataset as ds
 import pytest
 
-from policies.policy import Policy
-from policies.store import PolicyStore
+from autoaug.policies.policy import Policy
+from autoaug.policies.store import PolicyStore
 
 NUM_PROCS = 8
 SAVES_PER_PROC = 3
@@ -83,7 +83,7 @@ def test_concurrent_saves_get_distinct_versions(tmp_path, claim):
 
 def _killed_after_write(root: str) -> None:
     """Write the temporary version file completely, then die before the rename."""
-    import policies.store as store_module
+    import autoaug.policies.store as store_module
 
     def die(self, tmp, final):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from policies import presets
-from policies.store import PolicyStore
+from autoaug.policies import presets
+from autoaug.policies.store import PolicyStore
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "store.md"
 

@@ -10,8 +10,8 @@ from PIL import Image
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from policies import Policy, presets
-from policies.torch_apply import PolicyTransform, RandomPadCrop
+from autoaug.policies import Policy, presets
+from autoaug.policies.torch_apply import PolicyTransform, RandomPadCrop
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from proxy_models.data import (DatasetError, ImageFolderDataset, ParquetDataset, TorchvisionCIFAR10,
+from autoaug.proxy_models.data import (DatasetError, ImageFolderDataset, ParquetDataset, TorchvisionCIFAR10,
                                open_dataset, reduced_split)
 
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from proxy_models.models import (
+from autoaug.proxy_models.models import (
     MODELS,
     PUBLISHED_PARAMS,
     CifarResNet,

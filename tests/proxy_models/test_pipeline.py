@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from proxy_models.data import DatasetError, open_dataset, reduced_split
-from proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
+from autoaug.proxy_models.data import DatasetError, open_dataset, reduced_split
+from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
 
 # A policy with no sub-policies but the standard base: exercises the crop/flip step alone,
 # independently of the policies package.

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from policies import presets
-from proxy_models.train import (
+from autoaug.policies import presets
+from autoaug.proxy_models.train import (
     CHECKPOINT_NAME,
     PRESETS,
     Learner,

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from policies import Policy
-from search.assemble import (
+from autoaug.policies import Policy
+from autoaug.search.assemble import (
     TrialRecord,
     assemble_policy,
     build_provenance,

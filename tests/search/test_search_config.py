@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from proxy_models.train import TrainConfig
-from search.config import SEARCH_PRESETS, SearchConfig
-from search.space import SearchSpace
+from autoaug.proxy_models.train import TrainConfig
+from autoaug.search.config import SEARCH_PRESETS, SearchConfig
+from autoaug.search.space import SearchSpace
 
 
 def test_presets_pick_the_trainer_preset_and_search_settings():

@@ -4,9 +4,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from policies import Policy, ops
-from policies.presets import resolve
-from search.space import SearchSpace
+from autoaug.policies import Policy, ops
+from autoaug.policies.presets import resolve
+from autoaug.search.space import SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -7,10 +7,10 @@ import pickle
 import optuna
 import pytest
 
-from search.assemble import TrialRecord
-from search.config import METRIC
-from search.space import SearchSpace
-from search.tuner import (
+from autoaug.search.assemble import TrialRecord
+from autoaug.search.config import METRIC
+from autoaug.search.space import SearchSpace
+from autoaug.search.tuner import (
     ORPHAN_ATTR,
     TUNE_TRIAL_ATTR,
     RunDir,
@@ -213,7 +213,7 @@ class _FakeController:
 
 
 def test_guard_stops_pending_trials_that_the_study_finished(tmp_path):
-    from search.tuner import GuardedFIFOScheduler
+    from autoaug.search.tuner import GuardedFIFOScheduler
 
     url = f"sqlite:///{tmp_path}/study.db"
     search = _searcher(url)
@@ -241,7 +241,7 @@ def test_guard_stops_pending_trials_that_the_study_finished(tmp_path):
 
 
 def test_final_step_is_kept_with_the_trial(tmp_path):
-    from search.tuner import FINAL_STEP_ATTR
+    from autoaug.search.tuner import FINAL_STEP_ATTR
 
     url = f"sqlite:///{tmp_path}/study.db"
     search = _searcher(url)
@@ -253,7 +253,7 @@ def test_final_step_is_kept_with_the_trial(tmp_path):
 
 
 def test_a_failure_retried_after_restore_is_recorded_as_a_linked_new_trial(tmp_path):
-    from search.tuner import RETRY_ATTR
+    from autoaug.search.tuner import RETRY_ATTR
 
     url = f"sqlite:///{tmp_path}/study.db"
     first = _searcher(url)

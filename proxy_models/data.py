@@ -34,6 +34,37 @@ class DatasetError(ValueError):
     """A dataset that cannot be used as given (the message names the file/row and the problem)."""
 
 
+#: Longest error message (one line) a dataset problem produces; values quoted in messages are
+#: shortened (middle elided) so that hostile input cannot make a huge or multi-line message.
+MAX_MESSAGE_CHARS = 1000
+
+
+def _short(value: object, limit: int = 80) -> str:
+    """``repr(value)`` on one line, at most ``limit`` characters (middle elided), safe for any value
+    (deeply nested containers, huge integers, objects whose ``repr`` raises)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 6, 6, 4, 6
+    r.maxstring = r.maxother = r.maxlong = limit
+    if isinstance(value, int) and value.bit_length() > 4 * limit:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    try:
+        text = r.repr(value)
+    except Exception:  # e.g. a broken __repr__
+        text = f"<{type(value).__name__}>"
+    return _clip(text, limit)
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters (middle elided)."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    if len(text) <= limit:
+        return text
+    keep = limit - 3
+    return text[: keep - keep // 3] + "..." + text[len(text) - keep // 3:]
+
+
 # ----------------------------------------------------------------------------------------------
 # Encoded image checks and decoding
 # ----------------------------------------------------------------------------------------------
@@ -459,14 +490,81 @@ class Split:
         return d
 
 
-def _stratified_counts(class_sizes: np.ndarray, total: int) -> np.ndarray:
-    """Per-class counts summing to ``total``, proportional to class sizes (largest remainder)."""
-    exact = class_sizes / class_sizes.sum() * total
-    counts = np.floor(exact).astype(np.int64)
-    short = total - counts.sum()
-    order = np.lexsort((np.arange(len(exact)), -(exact - counts)))  # ties broken by class index
-    counts[order[:short]] += 1
-    return counts
+def _joint_counts(class_sizes: Sequence[int], train_total: int, val_total: int) -> tuple[list[int], list[int]]:
+    """Per-class train and validation counts, allocated jointly.
+
+    Class ``c`` of ``n_c`` images (``N`` in all) gets ``t_c`` train and ``v_c`` validation images
+    with ``t_c`` the floor or the ceiling of its proportional share ``train_total * n_c / N``
+    (likewise ``v_c``), the totals exact, and ``t_c + v_c <= n_c``. Such an allocation exists
+    whenever ``train_total + val_total <= N`` (rounding the table of shares ``(train, val, rest)``
+    per class preserving its integer row and column sums, Bacharach 1966), so no request that
+    fits the data is refused.
+
+    Largest remainder on both at once: every class starts at its floors; the round-ups ("units":
+    a class's train or validation share rounded up) are taken in order of decreasing remainder
+    (ties: train before validation, then lower class index), each one only when the rest of the
+    allocation can still be completed. Completion is decided exactly and in O(1): the round-ups
+    still needed form a bipartite b-matching with two sinks (train, validation), and a class
+    that can take one more unit of either but not both competes for it. When rounding train and
+    validation independently (the earlier behaviour) fits every class, it is what this returns,
+    so those splits and their fingerprints are unchanged.
+
+    Integer arithmetic throughout: the same counts on every machine.
+    """
+    sizes = [int(x) for x in class_sizes]
+    n = sum(sizes)
+    t_floor = [x * train_total // n for x in sizes]
+    v_floor = [x * val_total // n for x in sizes]
+    t_rem = [x * train_total % n for x in sizes]   # remainders as numerators over n
+    v_rem = [x * val_total % n for x in sizes]
+    need = [train_total - sum(t_floor), val_total - sum(v_floor)]
+    cap = [x - t - v for x, t, v in zip(sizes, t_floor, v_floor)]  # round-ups class c can still take
+    open_ = [[r > 0 for r in t_rem], [r > 0 for r in v_rem]]      # share not yet rounded up
+
+    def kind(c: int) -> tuple[int, int, int]:
+        """(train-only, validation-only, competing) contribution of class ``c``."""
+        t_ok = open_[0][c] and cap[c] >= 1
+        v_ok = open_[1][c] and cap[c] >= 1
+        competing = t_ok and v_ok and cap[c] == 1
+        return (int(t_ok and not competing), int(v_ok and not competing), int(competing))
+
+    kinds = [kind(c) for c in range(len(sizes))]
+    avail = [sum(k[0] for k in kinds), sum(k[1] for k in kinds), sum(k[2] for k in kinds)]
+
+    def completable(need_t: int, need_v: int, a_t: int, a_v: int, shared: int) -> bool:
+        return need_t <= a_t + shared and need_v <= a_v + shared and need_t + need_v <= a_t + a_v + shared
+
+    # Order of the round-ups: the remainder as the earlier independent rounding computed it (float64,
+    # the same on every machine), so that exact ties are broken as they were and splits that
+    # worked before keep their indices; the integers above decide which round-ups exist.
+    def remainders(total: int) -> list[float]:
+        exact = np.asarray(sizes, dtype=np.int64) / n * total
+        return (exact - np.floor(exact)).tolist()
+
+    t_key, v_key = remainders(train_total), remainders(val_total)
+    units = [(-t_key[c], 0, c) for c in range(len(sizes)) if t_rem[c]]
+    units += [(-v_key[c], 1, c) for c in range(len(sizes)) if v_rem[c]]
+    units.sort()
+    for _, col, c in units:
+        if need[col] == 0 or cap[c] == 0:
+            continue
+        old = kinds[c]
+        open_[col][c] = False
+        cap[c] -= 1
+        new = kind(c)
+        trial = [avail[i] - old[i] + new[i] for i in range(3)]
+        left = [need[0] - (col == 0), need[1] - (col == 1)]
+        if completable(left[0], left[1], *trial):
+            kinds[c], avail, need = new, trial, left
+        else:
+            open_[col][c] = True
+            cap[c] += 1
+    if need != [0, 0]:  # impossible when train_total + val_total <= n (see above)
+        raise AssertionError(f"joint split allocation failed for sizes {sizes[:10]}..., "
+                             f"train {train_total}, val {val_total}")
+    train_counts = [f + (not o and r > 0) for f, o, r in zip(t_floor, open_[0], t_rem)]
+    val_counts = [f + (not o and r > 0) for f, o, r in zip(v_floor, open_[1], v_rem)]
+    return train_counts, val_counts
 
 
 def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4000,
@@ -475,7 +573,12 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
     """AutoAugment's reduced split: a stratified, seeded subset of ``train_size`` images (4,000 =
     400 per class on CIFAR-10) and a disjoint stratified validation subset of ``val_size`` images
     (``None``: every remaining image, as in the paper). ``train_size`` ``None``/0 takes every image
-    not used for validation. Same labels + seed -> same indices on any machine (numpy PCG64)."""
+    not used for validation. Same labels + seed -> same indices on any machine (numpy PCG64).
+
+    Train and validation counts are allocated per class jointly (:func:`_joint_counts`): each is
+    the floor or the ceiling of the class's proportional share and no class gives more images than
+    it has, so every request with ``train_size + val_size <= len(labels)`` that leaves at least one
+    training image is accepted."""
     labels = np.asarray(labels, dtype=np.int64)
     n = len(labels)
     if n == 0:
@@ -484,25 +587,21 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
     sizes = np.bincount(inverse)
     for name, value in (("train_size", train_size), ("val_size", val_size)):
         if value is not None and (not isinstance(value, (int, np.integer)) or value < 0):
-            raise DatasetError(f"{name} must be a non-negative integer or None, got {value!r}")
-    want_train = train_size or 0
-    want_val = val_size if val_size is not None else n - (want_train or 0)
-    if not train_size:
+            raise DatasetError(f"{name} must be a non-negative integer or None, got {_short(value)}")
+    want_train = int(train_size or 0)
+    if want_train + int(val_size or 0) > n:
+        asked = f"train_size {want_train}" + (f" + val_size {val_size}" if val_size else "")
+        raise DatasetError(f"{asked} exceeds the dataset's {n} images")
+    want_val = int(val_size) if val_size is not None else n - want_train
+    if not want_train:
         want_train = n - want_val
-    if want_train + want_val > n:
-        raise DatasetError(f"train_size {want_train} + val_size {want_val} exceeds the dataset's {n} images")
     if want_train <= 0:
         raise DatasetError(f"the split leaves no training images (dataset of {n}, val_size {want_val})")
     rng = np.random.default_rng(seed)
-    train_counts = _stratified_counts(sizes, want_train)
-    val_counts = _stratified_counts(sizes, want_val)
+    train_counts, val_counts = _joint_counts(sizes, want_train, want_val)
     train_parts, val_parts = [], []
     for c in range(len(classes)):
         members = np.flatnonzero(inverse == c)
-        if train_counts[c] + val_counts[c] > len(members):
-            raise DatasetError(
-                f"class {classes[c]} has {len(members)} images, fewer than the {train_counts[c]} train + "
-                f"{val_counts[c]} validation images a stratified split needs")
         perm = rng.permutation(members)
         train_parts.append(perm[: train_counts[c]])
         val_parts.append(perm[train_counts[c]: train_counts[c] + val_counts[c]])

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from autoaug.proxy_models.data import (DatasetError, ImageFolderDataset, ParquetDataset, TorchvisionCIFAR10,
-                               open_dataset, reduced_split)
+                                       _joint_counts, open_dataset, reduced_split)
 
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
@@ -104,10 +104,43 @@ def test_reduced_split_rejects_impossible_sizes(kwargs, match):
         reduced_split(np.arange(1000) % 10, **kwargs)
 
 
-def test_reduced_split_rejects_class_too_small():
-    # Largest-remainder rounding gives the only image of class 0 to both subsets.
-    with pytest.raises(DatasetError, match="class 0 has 1 images, fewer than the 1 train"):
-        reduced_split(np.array([0, 1]), train_size=1, val_size=1, seed=0)
+def test_reduced_split_allocates_train_and_val_jointly():
+    # Rounding each subset on its own gave the only image of class 0 to both subsets (refused).
+    s = reduced_split(np.array([0, 1]), train_size=1, val_size=1, seed=0)
+    assert sorted([*s.train, *s.val]) == [0, 1]
+    # Rounding each on its own wanted 900 train + 101 val images from a class of 1,000.
+    labels = np.arange(9999) % 10
+    s = reduced_split(labels, train_size=0, val_size=1001, seed=0)
+    assert len(s.val) == 1001 and len(s.train) == 9999 - 1001
+    assert len(np.intersect1d(s.train, s.val)) == 0
+    shares = np.bincount(labels) / len(labels)
+    assert np.all(np.abs(np.bincount(labels[s.val], minlength=10) - shares * 1001) < 1)
+    assert np.all(np.abs(np.bincount(labels[s.train], minlength=10) - shares * 8998) < 1)
+    # Three images a class, half of the six for training, the rest (default) for validation.
+    s = reduced_split(np.array([0, 0, 0, 1, 1, 1]), train_size=3, seed=0)
+    assert len(s.train) == 3 and len(s.val) == 3
+
+
+def test_reduced_split_accepts_every_pair_that_fits_a_181_image_set():
+    labels = np.repeat(np.arange(10), [19] * 9 + [10])
+    sizes = np.bincount(labels)
+    for train in range(1, 182):
+        for val in range(0, 182 - train):
+            t, v = _joint_counts(sizes, train, val)
+            assert sum(t) == train and sum(v) == val
+            assert all(a + b <= n for a, b, n in zip(t, v, sizes))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"train_size": 2000}, "train_size 2000 exceeds the dataset's 1000 images"),
+    ({"train_size": 0, "val_size": 1000}, "the split leaves no training images"),
+    ({"train_size": 0, "val_size": 1001}, "val_size 1001 exceeds the dataset's 1000 images"),
+    ({"val_size": "x" * 10_000}, "val_size must be a non-negative integer or None, got 'xxx"),
+])
+def test_reduced_split_refuses_only_what_does_not_fit(kwargs, match):
+    with pytest.raises(DatasetError, match=match) as info:
+        reduced_split(np.arange(1000) % 10, **kwargs)
+    assert len(str(info.value)) < 300
 
 
 def test_file_uri_goes_through_pyarrow(cifar_test):

@@ -13,6 +13,12 @@ Every dataset yields uint8 HWC RGB images (grayscale and RGBA converted), intege
 names. Bad input (a missing path or column, an empty dataset, a label outside the class range, an
 undecodable or truncated image) raises :class:`DatasetError` naming the file/row and the problem,
 before any training starts.
+
+Classes: the class names come from the caller (``classes=`` / ``num_classes=``), from the data
+(Parquet schema metadata ``classes``, ImageFolder folder names, CIFAR-10), or, for a Parquet file
+without names, from the labels, which must then be ``0..K-1`` with every class present: a stray
+label 17 (or 10^9) is reported, listing the labels without rows, instead of silently making an
+18-class (or 10^9-class) model.
 """
 from __future__ import annotations
 
@@ -120,6 +126,96 @@ def _to_rgb_array(array: np.ndarray, size: int | None) -> np.ndarray:
     if size is not None and img.size != (size, size):
         img = ImageOps.fit(img, (size, size), method=Image.BILINEAR)
     return np.asarray(img, dtype=np.uint8)
+
+
+#: Most classes a dataset may have (class names from the data or the caller, ``num_classes``).
+MAX_CLASSES = 100_000
+_LISTED = 10  # values listed in an error message before "..."
+
+
+def _list_values(values: Sequence[int], total: int) -> str:
+    """``1, 5, 7`` or ``1, 5, 7, ... (1,000 in all)``: at most :data:`_LISTED` values."""
+    shown = ", ".join(str(v) for v in list(values)[:_LISTED])
+    return shown if total <= _LISTED else f"{shown}, ... ({total:,} in all)"
+
+
+def _missing_labels(present: np.ndarray, k: int) -> list[int]:
+    """The first :data:`_LISTED` labels of ``0..k-1`` not in sorted unique ``present``, without
+    materialising ``0..k-1`` (``k`` may be 10^18)."""
+    out: list[int] = []
+    expected = 0
+    for value in present.tolist() + [k]:
+        while expected < value and len(out) < _LISTED:
+            out.append(expected)
+            expected += 1
+        if len(out) >= _LISTED:
+            break
+        expected = value + 1
+    return out
+
+
+def _check_class_names(names: Sequence[object], source: str, origin: str) -> tuple[str, ...]:
+    """Class names as a tuple of strings: 1..MAX_CLASSES non-empty, distinct strings."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+        raise DatasetError(f"{source}: class names ({origin}) must be a sequence of strings, got "
+                           f"{type(names).__name__} {_short(names)}")
+    if not 1 <= len(names) <= MAX_CLASSES:
+        raise DatasetError(f"{source}: {len(names):,} class names ({origin}); expected 1 to {MAX_CLASSES:,}")
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise DatasetError(f"{source}: class name {i} ({origin}) is {_short(name)}; "
+                               "expected a non-empty string")
+        if name in seen:
+            raise DatasetError(f"{source}: class name {_short(name)} ({origin}) appears twice "
+                               f"(classes {seen[name]} and {i}); expected distinct names")
+        seen[name] = i
+    return tuple(names)
+
+
+def _resolve_classes(labels: np.ndarray, source: str, classes: Sequence[str] | None,
+                     num_classes: int | None, meta_classes: bytes | None) -> tuple[str, ...]:
+    """The class names of a dataset whose rows carry integer ``labels``.
+
+    In order: the caller's ``classes``; the caller's ``num_classes`` (names ``"0"..``); the names
+    stored with the data (``meta_classes``, comma-separated UTF-8); otherwise the labels must be
+    ``0..K-1`` with every class present (a label of 17 alone must not make an 18-class model).
+    Labels outside the classes are reported by :meth:`ImageDataset._check_labels`.
+    """
+    if num_classes is not None:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or not (
+                1 <= num_classes <= MAX_CLASSES):
+            raise DatasetError(f"num_classes {_short(num_classes)} is invalid; expected an integer "
+                               f"from 1 to {MAX_CLASSES:,}")
+        if classes is not None and len(classes) != num_classes:
+            raise DatasetError(f"{source}: {len(classes)} class names given but num_classes={num_classes}")
+    if classes is not None:
+        return _check_class_names(classes, source, "given by the caller")
+    if num_classes is not None:
+        return tuple(str(i) for i in range(int(num_classes)))
+    if meta_classes is not None:
+        try:
+            text = meta_classes.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DatasetError(f"{source}: the schema metadata 'classes' is not UTF-8 text ({exc.reason} "
+                               f"at byte {exc.start}); expected comma-separated class names") from None
+        return _check_class_names(text.split(","), source, "schema metadata 'classes'")
+    if len(labels) == 0:
+        return ()
+    if labels.min() < 0:
+        i = int(np.argmin(labels))
+        raise DatasetError(f"{source} row {i}: label {int(labels[i])} is negative; expected class "
+                           "labels 0..K-1")
+    present = np.unique(labels)
+    k = int(present[-1]) + 1
+    if present.size != k:
+        missing = _missing_labels(present, k)
+        raise DatasetError(
+            f"{source}: the data has no class names, so its labels must be 0..K-1 with every class "
+            f"present, but the labels run 0..{k - 1} and {k - present.size:,} of these {k:,} labels have "
+            f"no rows: {_list_values(missing, k - present.size)}; store the class names (schema "
+            "metadata 'classes', comma-separated) or pass classes=/num_classes= to open_dataset")
+    return tuple(str(i) for i in range(k))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,13 +342,16 @@ class ImageDataset:
 
     def _check_labels(self) -> None:
         if len(self) == 0:
-            raise DatasetError(f"{self.source}: the dataset is empty (0 images)")
-        bad = np.flatnonzero((self.labels < 0) | (self.labels >= len(self.classes)))
+            raise DatasetError(f"{_clip(self.source)}: the dataset is empty (0 images)")
+        k = len(self.classes)
+        bad = np.flatnonzero((self.labels < 0) | (self.labels >= k))
         if bad.size:
             i = int(bad[0])
+            values = np.unique(self.labels[bad])
             raise DatasetError(
                 f"{self.describe_row(i)}: label {int(self.labels[i])} is outside the class range "
-                f"0..{len(self.classes) - 1} ({len(self.classes)} classes); {bad.size} row(s) affected")
+                f"0..{k - 1} ({k} classes); {bad.size} row(s) affected, with label(s) "
+                f"{_list_values(values.tolist(), values.size)}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.source!r}, {len(self)} images, {len(self.classes)} classes)"
@@ -262,7 +361,8 @@ class ParquetDataset(ImageDataset):
     """Encoded images + labels in Parquet (one file, or every ``*.parquet`` of a folder)."""
 
     def __init__(self, source: str, *, image_column: str = "image", label_column: str = "label",
-                 classes: Sequence[str] | None = None, split: str = "train"):
+                 classes: Sequence[str] | None = None, num_classes: int | None = None,
+                 split: str = "train"):
         import pyarrow as pa
         import pyarrow.dataset as pads
         import pyarrow.fs as pafs
@@ -309,16 +409,15 @@ class ParquetDataset(ImageDataset):
         if labels.null_count:
             first = int(np.flatnonzero(labels.is_null().to_numpy(zero_copy_only=False))[0])
             raise DatasetError(f"{source} row {first}: label is null")
-        self.labels = labels.to_numpy().astype(np.int64)
+        raw = labels.to_numpy()
+        if raw.dtype == np.uint64 and raw.size and raw.max() > np.iinfo(np.int64).max:
+            i = int(np.argmax(raw))
+            raise DatasetError(f"{source} row {i}: label {int(raw[i])} is outside any class range "
+                               "(expected class labels 0..K-1)")
+        self.labels = raw.astype(np.int64)
         self._paths = table.column("source_path").to_pylist() if extra else None
-        if classes is None:
-            meta = schema.metadata or {}
-            if b"classes" in meta:
-                classes = meta[b"classes"].decode().split(",")
-            else:
-                n = int(self.labels.max()) + 1 if len(self.labels) else 0
-                classes = [str(i) for i in range(n)]
-        self.classes = tuple(classes)
+        self.classes = _resolve_classes(self.labels, source, classes, num_classes,
+                                        (schema.metadata or {}).get(b"classes"))
         self._check_labels()
 
     def describe_row(self, index: int) -> str:
@@ -426,7 +525,7 @@ class TorchvisionCIFAR10(ImageDataset):
 
 def open_dataset(source: str | os.PathLike, split: str = "train", *, image_column: str = "image",
                  label_column: str = "label", classes: Sequence[str] | None = None,
-                 download: bool = True) -> ImageDataset:
+                 num_classes: int | None = None, download: bool = True) -> ImageDataset:
     """Open a dataset from a path or URI.
 
     - ``cifar10:ROOT`` (or ``cifar10`` for ``~/.cache/autoaug/cifar10``), or a folder containing
@@ -434,26 +533,56 @@ def open_dataset(source: str | os.PathLike, split: str = "train", *, image_colum
     - a ``.parquet`` file, a folder of Parquet files, a folder with ``<split>.parquet``, or a URI
       pyarrow reaches (``s3://bucket/data/``): :class:`ParquetDataset`;
     - any other folder: an ImageFolder tree.
+
+    Classes: ``classes`` (names, in label order) or ``num_classes`` name the classes of a Parquet
+    dataset; without them its schema metadata ``classes`` does, and without that its labels must
+    be ``0..K-1`` with every class present. ImageFolder trees and CIFAR-10 name their own classes;
+    ``classes``/``num_classes``, when given, must agree with them. Every problem raises
+    :class:`DatasetError` (one line naming the file/row, the bad value and what was expected).
     """
-    text = os.fspath(source)
+    try:
+        text = os.fspath(source)
+    except TypeError:
+        raise DatasetError(f"dataset source {_short(source)} is a {type(source).__name__}; expected a "
+                           "path or URI string") from None
+    if isinstance(text, bytes) or "\0" in text:
+        raise DatasetError(f"dataset source {_short(text)} is not a valid path (bytes or a NUL character)")
     if text == "cifar10" or text.startswith("cifar10:"):
         root = text.partition(":")[2] or os.path.join(Path.home(), ".cache", "autoaug", "cifar10")
-        return TorchvisionCIFAR10(root, split=split, download=download)
+        return _agree(TorchvisionCIFAR10(root, split=split, download=download), classes, num_classes)
+    parquet = dict(image_column=image_column, label_column=label_column, classes=classes,
+                   num_classes=num_classes, split=split)
     if "://" in text and not text.startswith("file://"):
-        return ParquetDataset(text, image_column=image_column, label_column=label_column, classes=classes, split=split)
+        return ParquetDataset(text, **parquet)
     path = Path(text.removeprefix("file://")).expanduser()
-    if not path.exists():
-        raise DatasetError(f"dataset not found: {text} (expected a Parquet file, a folder of Parquet files, an "
-                           "ImageFolder tree, or cifar10:ROOT)")
-    if path.is_file():
+    try:
+        exists, is_file = path.exists(), path.is_file()
+    except OSError as exc:  # e.g. a name longer than the filesystem allows
+        raise DatasetError(f"dataset {_clip(text)} cannot be opened: {_clip(exc.strerror or str(exc))}") from None
+    if not exists:
+        raise DatasetError(f"dataset not found: {_clip(text)} (expected a Parquet file, a folder of Parquet "
+                           "files, an ImageFolder tree, or cifar10:ROOT)")
+    if is_file:
         if path.suffix != ".parquet":
-            raise DatasetError(f"{path}: unsupported file type {path.suffix!r}; expected a .parquet file or a folder")
-        return ParquetDataset(str(path), image_column=image_column, label_column=label_column, classes=classes, split=split)
+            raise DatasetError(f"{_clip(str(path))}: unsupported file type {_short(path.suffix)}; expected a "
+                               ".parquet file or a folder")
+        return ParquetDataset(str(path), **parquet)
     if (path / "cifar-10-batches-py").is_dir():
-        return TorchvisionCIFAR10(path, split=split, download=False)
+        return _agree(TorchvisionCIFAR10(path, split=split, download=False), classes, num_classes)
     if (path / f"{split}.parquet").is_file() or any(path.glob("*.parquet")):
-        return ParquetDataset(str(path), image_column=image_column, label_column=label_column, classes=classes, split=split)
-    return ImageFolderDataset(path)
+        return ParquetDataset(str(path), **parquet)
+    return _agree(ImageFolderDataset(path), classes, num_classes)
+
+
+def _agree(ds: ImageDataset, classes: Sequence[str] | None, num_classes: int | None) -> ImageDataset:
+    """``ds`` when the caller's ``classes``/``num_classes`` (if any) match the classes it names itself."""
+    if num_classes is not None and num_classes != ds.num_classes:
+        raise DatasetError(f"{_clip(ds.source)}: has {ds.num_classes} classes, but num_classes="
+                           f"{_short(num_classes)} was given")
+    if classes is not None and tuple(classes) != ds.classes:
+        raise DatasetError(f"{_clip(ds.source)}: its classes {_short(list(ds.classes))} differ from the "
+                           f"class names given, {_short(list(classes))}")
+    return ds
 
 
 # ----------------------------------------------------------------------------------------------

@@ -292,3 +292,103 @@ def test_garbage_bytes_are_reported(tmp_path):
     ds = ParquetDataset(str(_write_parquet(tmp_path / "junk.parquet", [b"not an image at all"], [0])))
     with pytest.raises(DatasetError, match="row 0: unrecognised image format"):
         ds.image(0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Labels and class names
+# ------------------------------------------------------------------------------------------------
+
+def _tiny_png() -> bytes:
+    return _png(np.zeros((4, 4, 3), np.uint8))
+
+
+def _labels_parquet(path: Path, labels, *, classes_meta: bytes | None = None, type_=pa.int64()) -> Path:
+    table = pa.table({"image": pa.array([_tiny_png()] * len(labels), pa.binary()),
+                      "label": pa.array(labels, type_)})
+    if classes_meta is not None:
+        table = table.replace_schema_metadata({b"classes": classes_meta})
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize("label, k", [(17, "18"), (1_000_000, "1,000,001"), (10**9, "1,000,000,001"),
+                                      (2**63 - 1, "9,223,372,036,854,775,808")])
+def test_labels_without_class_names_must_be_0_to_k_minus_1(tmp_path, label, k):
+    # Before: 17 trained an 18-class model, 10^6 a 1,000,001-class one, 10^9 ran out of memory.
+    path = _labels_parquet(tmp_path / "l.parquet", [0, 1, 1, label])
+    with pytest.raises(DatasetError) as info:
+        open_dataset(path)
+    msg = str(info.value)
+    assert f"labels run 0..{label} and" in msg and f"of these {k} labels have no rows: 2, 3, 4" in msg
+    assert "... (" in msg and "pass classes=/num_classes= to open_dataset" in msg
+    assert "\n" not in msg and len(msg) < 500
+
+
+def test_labels_without_class_names_all_present_name_the_classes(tmp_path):
+    ds = open_dataset(_labels_parquet(tmp_path / "l.parquet", [2, 0, 1, 1]))
+    assert ds.classes == ("0", "1", "2") and ds.num_classes == 3
+    with pytest.raises(DatasetError, match=r"run 0..4 and 2 of these 5 labels have no rows: 1, 3;"):
+        open_dataset(_labels_parquet(tmp_path / "gap.parquet", [0, 2, 4]))
+    with pytest.raises(DatasetError, match=r"row 1: label -3 is negative; expected class labels 0..K-1"):
+        open_dataset(_labels_parquet(tmp_path / "neg.parquet", [0, -3, 1]))
+    with pytest.raises(DatasetError, match=r"row 1: label 18446744073709551615 is outside any class range"):
+        open_dataset(_labels_parquet(tmp_path / "u64.parquet", [0, 2**64 - 1], type_=pa.uint64()))
+
+
+def test_num_classes_and_class_names_from_the_caller(tmp_path):
+    path = _labels_parquet(tmp_path / "l.parquet", [0, 1, 17])
+    ds = open_dataset(path, num_classes=20)  # classes without rows are fine when the caller says so
+    assert ds.num_classes == 20 and ds.classes[17] == "17"
+    with pytest.raises(DatasetError, match=r"row 2: label 17 is outside the class range 0..9 \(10 classes\); "
+                                           r"1 row\(s\) affected, with label\(s\) 17$"):
+        open_dataset(path, num_classes=10)
+    names = [f"c{i}" for i in range(18)]
+    assert open_dataset(path, classes=names).classes == tuple(names)
+    with pytest.raises(DatasetError, match="3 class names given but num_classes=18"):
+        open_dataset(path, classes=["a", "b", "c"], num_classes=18)
+    with pytest.raises(DatasetError, match=r"num_classes 1000000000000000000000000000000 is invalid; "
+                                           r"expected an integer from 1 to 100,000"):
+        open_dataset(path, num_classes=10**30)
+    with pytest.raises(DatasetError, match=r"class name 1 \(given by the caller\) is ''"):
+        open_dataset(path, classes=["a", ""] + names[2:])
+
+
+def test_labels_outside_the_stored_class_names_are_listed(tmp_path):
+    path = _labels_parquet(tmp_path / "l.parquet", [0, 1, 12, 15, 12], classes_meta=b"a,b,c")
+    with pytest.raises(DatasetError, match=r"l.parquet row 2: label 12 is outside the class range 0..2 "
+                                           r"\(3 classes\); 3 row\(s\) affected, with label\(s\) 12, 15$"):
+        open_dataset(path)
+    many = _labels_parquet(tmp_path / "many.parquet", list(range(3, 40)), classes_meta=b"a,b,c")
+    with pytest.raises(DatasetError, match=r"label\(s\) 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, \.\.\. \(37 in all\)$"):
+        open_dataset(many)
+
+
+@pytest.mark.parametrize("meta, match", [
+    (b"a,,b", r"class name 1 \(schema metadata 'classes'\) is ''; expected a non-empty string"),
+    (b"a,b,a", r"class name 'a' \(schema metadata 'classes'\) appears twice \(classes 0 and 2\)"),
+    (b"\xff\xfe,b", r"the schema metadata 'classes' is not UTF-8 text \(invalid start byte at byte 0\)"),
+    (b",".join(b"c%d" % i for i in range(100_001)), r"100,001 class names \(schema metadata 'classes'\); "
+                                                   r"expected 1 to 100,000"),
+])
+def test_bad_class_names_in_the_metadata(tmp_path, meta, match):
+    with pytest.raises(DatasetError, match=match) as info:
+        open_dataset(_labels_parquet(tmp_path / "m.parquet", [0, 1], classes_meta=meta))
+    assert str(info.value).startswith(str(tmp_path / "m.parquet")) and len(str(info.value)) < 300
+
+
+def test_long_class_name_gives_a_short_message(tmp_path):
+    name = "x" * 100_000
+    with pytest.raises(DatasetError) as info:
+        open_dataset(_labels_parquet(tmp_path / "m.parquet", [0, 1], classes_meta=f"{name},{name}".encode()))
+    assert "appears twice" in str(info.value) and len(str(info.value)) < 400
+
+
+def test_caller_classes_must_agree_with_an_imagefolder_tree(tmp_path):
+    for cls in ("cat", "dog"):
+        (tmp_path / "tree" / cls).mkdir(parents=True)
+        (tmp_path / "tree" / cls / "a.png").write_bytes(_tiny_png())
+    assert open_dataset(tmp_path / "tree", num_classes=2).classes == ("cat", "dog")
+    with pytest.raises(DatasetError, match="has 2 classes, but num_classes=3 was given"):
+        open_dataset(tmp_path / "tree", num_classes=3)
+    with pytest.raises(DatasetError, match=r"its classes \['cat', 'dog'\] differ from the class names given"):
+        open_dataset(tmp_path / "tree", classes=["dog", "cat"])

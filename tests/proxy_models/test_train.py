@@ -35,7 +35,7 @@ def metrics_of(history):
 # TrainConfig and presets (no data)
 # ------------------------------------------------------------------------------------------------
 def test_presets_are_the_documented_ones():
-    assert set(PRESETS) == {"smoke", "cpu", "paper", "final"}
+    assert set(PRESETS) == {"smoke", "cpu", "proxy-cpu", "eval-cpu", "paper", "final"}
     assert TrainConfig.PRESETS is PRESETS
     paper = TrainConfig.from_preset("paper")
     assert (paper.model, paper.train_size, paper.epochs, paper.batch_size, paper.lr, paper.weight_decay) == (
@@ -43,10 +43,14 @@ def test_presets_are_the_documented_ones():
     assert paper.device == "cuda" and paper.val_size is None  # the rest of the training set validates
     final = TrainConfig.from_preset("final")
     assert (final.model, final.train_size, final.val_size, final.epochs) == ("wrn-28-10", None, 0, 200)
-    for name in ("smoke", "cpu"):
+    for name in ("smoke", "cpu", "proxy-cpu", "eval-cpu"):
         cfg = TrainConfig.from_preset(name)
         assert cfg.device == "cpu" and cfg.model == "resnet-8" and cfg.deterministic
     assert TrainConfig.from_preset("cpu").train_size == 4000
+    # The evaluation regime trains the proxy's recipe on another split, without validation.
+    proxy, evaluation = TrainConfig.from_preset("proxy-cpu"), TrainConfig.from_preset("eval-cpu")
+    assert proxy.val_size and not evaluation.val_size and proxy.split_seed != evaluation.split_seed
+    assert (proxy.model, proxy.epochs, proxy.lr) == (evaluation.model, evaluation.epochs, evaluation.lr)
     for cfg in PRESETS.values():
         assert cfg.momentum == 0.9 and cfg.nesterov
 

@@ -1,0 +1,64 @@
+"""Warm-starting a search with known sub-policies (published AutoAugment policies, stored ones).
+
+A search proposes candidates of ``K`` sub-policies (:class:`~autoaug.search.space.SearchSpace`).
+A known policy of ``M`` sub-policies becomes ``ceil(M / K)`` candidates: its sub-policies in
+their published order, ``K`` at a time; a last, shorter chunk is filled up with the policy's
+first sub-policies (so every sub-policy is tried once and every candidate has ``K``). Each
+candidate is encoded with :meth:`SearchSpace.to_params` and enqueued in the Optuna study
+(``study.enqueue_trial``), so the sampler's first proposals are exactly these candidates and TPE
+learns from them like from any other trial.
+
+>>> space = SearchSpace()                                    # 5 sub-policies x 2 ops
+>>> points = warm_start_points(["autoaugment-cifar10"], space)
+>>> len(points)                                              # 25 published sub-policies
+5
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from autoaug.policies import Policy, resolve_policy
+from autoaug.search.space import SearchSpace
+
+__all__ = ["warm_start_policies", "warm_start_points"]
+
+
+def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = None) -> list[Policy]:
+    """The candidate policies (each of ``space.num_sub_policies`` sub-policies) made from ``refs``.
+
+    ``refs``: policy references as :func:`autoaug.policies.resolve_policy` takes them (presets
+    such as ``autoaugment-cifar10``, policy JSON files, store references with ``store``).
+
+    Raises:
+        ValueError: naming the reference when it cannot be resolved, is empty, or does not fit
+            the space (operations per sub-policy, candidate operations, magnitude bins, base,
+            ranges, probabilities off the grid).
+    """
+    k = space.num_sub_policies
+    out: list[Policy] = []
+    for ref in refs:
+        try:
+            policy = resolve_policy(ref, store=store)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"warm start {ref!r}: {exc}") from None
+        subs = list(policy.sub_policies)
+        if not subs:
+            raise ValueError(f"warm start {ref!r}: the policy has no sub-policies to start from")
+        for start in range(0, len(subs), k):
+            chunk = subs[start:start + k]
+            chunk += subs[: k - len(chunk)]  # fill a short last chunk from the beginning
+            while len(chunk) < k:  # a policy with fewer than K sub-policies: repeat them
+                chunk += subs[: k - len(chunk)]
+            name = f"warm-{policy.name}-{start // k}"
+            candidate = Policy(name, policy.num_magnitude_bins, chunk, base=policy.base, ranges=policy.ranges)
+            try:
+                space.to_params(candidate)
+            except ValueError as exc:
+                raise ValueError(f"warm start {ref!r} does not fit the search space: {exc}") from None
+            out.append(candidate)
+    return out
+
+
+def warm_start_points(refs: Sequence[Any], space: SearchSpace, store: Any = None) -> list[dict[str, Any]]:
+    """:func:`warm_start_policies` encoded as parameter dicts (what ``study.enqueue_trial`` takes)."""
+    return [space.to_params(p) for p in warm_start_policies(refs, space, store=store)]

@@ -1,0 +1,51 @@
+"""Warm start: known policies become the first candidates of a search, exactly as published."""
+from __future__ import annotations
+
+import pytest
+
+from autoaug.policies import Policy
+from autoaug.policies.presets import resolve
+from autoaug.search.space import SearchSpace
+from autoaug.search.warm_start import warm_start_points, warm_start_policies
+
+
+def test_published_policy_becomes_chunks_of_its_sub_policies_in_order():
+    space = SearchSpace()
+    published = resolve("autoaugment-cifar10")
+    points = warm_start_points(["autoaugment-cifar10"], space)
+    assert len(points) == 5
+    decoded = [sub for p in points for sub in space.to_policy(p).sub_policies]
+    assert decoded == list(published.sub_policies)
+
+
+def test_a_short_last_chunk_is_filled_from_the_start_and_every_sub_policy_is_used():
+    space = SearchSpace(num_sub_policies=4)
+    published = resolve("autoaugment-cifar10")  # 25 = 6 x 4 + 1
+    policies = warm_start_policies(["autoaugment-cifar10"], space)
+    assert len(policies) == 7
+    assert policies[-1].sub_policies == (published.sub_policies[24], *published.sub_policies[:3])
+    used = {sub for p in policies for sub in p.sub_policies}
+    assert used == set(published.sub_policies)
+
+
+def test_several_references_and_a_policy_file(tmp_path):
+    space = SearchSpace(num_sub_policies=2)
+    mine = Policy("mine", 10, [[("Rotate", 0.7, 2), ("Invert", 0.1, 0)], [("Color", 0.4, 9), ("Equalize", 1.0, 3)]])
+    path = tmp_path / "mine.json"
+    path.write_text(mine.to_json())
+    points = warm_start_points([str(path), "autoaugment-svhn"], space)
+    assert len(points) == 1 + 13
+    assert space.to_policy(points[0]).sub_policies == mine.sub_policies
+
+
+@pytest.mark.parametrize(
+    "ref, message",
+    [
+        ("randaugment:n=2,m=9", "does not fit the search space: .*num_magnitude_bins=31"),
+        ("standard", "has no sub-policies"),
+        ("no-such-preset", "warm start 'no-such-preset'"),
+    ],
+)
+def test_a_reference_that_cannot_warm_start_is_named(ref, message):
+    with pytest.raises(ValueError, match=message):
+        warm_start_points([ref], SearchSpace())

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import platform
 import sys
@@ -101,14 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --data (or set AUTOAUG_CIFAR10)")
 
     from autoaug.search.config import SearchConfig
-    from autoaug.search.tuner import ray_session, run_search
+    from autoaug.core.ray_session import ray_session
+    from autoaug.search.tuner import run_search
 
     timings: dict[str, float] = {}
 
     @contextlib.contextmanager
     def timed_session():
         t0 = time.perf_counter()
-        with ray_session(None, verbose=1):
+        with ray_session(None, log_to_driver=False, logging_level=logging.WARNING):
             timings["ray_start_s"] = time.perf_counter() - t0
             timings["fit_start"] = time.time()
             t1 = time.perf_counter()

@@ -1,4 +1,7 @@
-"""Connecting to Ray: an embedded local instance or an existing cluster, and the Ray Jobs client.
+"""The one Ray session module: connecting this process to Ray (an embedded local instance or an
+existing cluster), what is shipped to the workers, and the Ray Jobs client. ``autoaug search``,
+``autoaug compare``, ``autoaug launch``, the Python API (:func:`autoaug.search.tuner.run_search`)
+and ``benchmarks/search_overhead.py`` all connect through :func:`ray_session`.
 
 Three ways a command reaches Ray:
 
@@ -14,14 +17,14 @@ Three ways a command reaches Ray:
   that cluster.
 
 Every failure a user can fix (unreachable head, a dashboard URL where a GCS address is expected,
-token authentication without a token, ...) raises :class:`ClusterError`, a
-:class:`autoaug.launch.errors.UserError` the CLI prints as one line.
+token authentication without a token, ...) raises :class:`autoaug.core.errors.ClusterError`,
+which the CLI prints as one line (exit status 1).
 
 Example::
 
-    from autoaug.launch import cluster
+    from autoaug.core import ray_session
 
-    with cluster.ray_session(args.address, num_cpus=args.num_cpus) as info:
+    with ray_session.ray_session(args.address, num_cpus=args.num_cpus) as info:
         print(info.describe())          # "Ray cluster at 10.0.0.5:6379: 3 nodes, 48 CPUs, 4 GPUs"
         ...                             # ray.tune.Tuner(...).fit()
 """
@@ -35,13 +38,12 @@ import socket
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import ClusterError, ClusterInputError
 
 __all__ = [
     "AUTH_HELP",
     "DEFAULT_EXCLUDES",
     "PROJECT_PACKAGES",
-    "ClusterError",
     "ClusterInfo",
     "check_reachable",
     "connect",
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 #: The packages that make up the project; shipped to the cluster as ``runtime_env["py_modules"]``.
-PROJECT_PACKAGES: tuple[str, ...] = ("policies", "proxy_models", "search", "launch")
+PROJECT_PACKAGES: tuple[str, ...] = ("core", "policies", "proxy_models", "search", "launch")
 
 #: Never uploaded to the cluster (gitignore-style patterns, as ``runtime_env["excludes"]`` takes).
 DEFAULT_EXCLUDES: tuple[str, ...] = (
@@ -82,10 +84,6 @@ _DEFAULT_GCS_PORT = 6379
 _DEFAULT_CLIENT_PORT = 10001
 _DEFAULT_DASHBOARD_PORT = 8265
 _HOST_PORT_RE = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>\d{1,5}))?$")
-
-
-class ClusterError(UserError):
-    """The Ray cluster cannot be used as asked (unreachable, wrong kind of address, no token...)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -120,7 +118,7 @@ def parse_address(address: str, *, default_kind: str = "gcs") -> Address:
     ``"dashboard"`` (for :func:`job_client`). Raises :class:`ClusterError` for anything else.
     """
     if not isinstance(address, str) or not address.strip():
-        raise ClusterError(f"empty Ray cluster address {address!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT")
+        raise ClusterInputError(f"empty Ray cluster address {address!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT")
     text = address.strip()
     if text == "auto":
         return Address("auto", "auto")
@@ -129,7 +127,7 @@ def parse_address(address: str, *, default_kind: str = "gcs") -> Address:
         kinds = {"ray": "client", "http": "dashboard", "https": "dashboard"}
         kind = kinds.get(scheme.lower())
         if kind is None:
-            raise ClusterError(
+            raise ClusterInputError(
                 f"unsupported scheme {scheme + '://'!r} in Ray cluster address {text!r}: expected "
                 "ray://HOST:PORT (Ray Client), http(s)://HOST:PORT (dashboard / job server) or HOST:PORT (GCS)"
             )
@@ -142,10 +140,10 @@ def parse_address(address: str, *, default_kind: str = "gcs") -> Address:
         default_port = _DEFAULT_GCS_PORT if kind == "gcs" else _DEFAULT_DASHBOARD_PORT
     match = _HOST_PORT_RE.match(hostport)
     if not match:
-        raise ClusterError(f"malformed Ray cluster address {text!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT")
+        raise ClusterInputError(f"malformed Ray cluster address {text!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT")
     port = int(match.group("port")) if match.group("port") else default_port
     if not 0 < port < 65536:
-        raise ClusterError(f"port {port} in Ray cluster address {text!r} is out of range 1-65535")
+        raise ClusterInputError(f"port {port} in Ray cluster address {text!r} is out of range 1-65535")
     host = match.group("host").strip("[]")
     if kind == "dashboard" and not sep:
         text = f"http://{hostport}"
@@ -198,7 +196,7 @@ def project_runtime_env(
 ) -> dict[str, Any]:
     """A Ray ``runtime_env`` that carries this project to every worker of a job or connection.
 
-    ``py_modules`` lists the four packages (:data:`PROJECT_PACKAGES`) from this installation, so
+    ``py_modules`` lists the project's packages (:data:`PROJECT_PACKAGES`) from this installation, so
     workers import exactly the code that submitted the work (nodes need the third-party
     dependencies installed, not the project). ``working_dir`` (optional) is uploaded too and
     becomes the current directory of the job's driver and workers. ``excludes`` adds patterns to
@@ -221,15 +219,15 @@ def project_runtime_env(
     if working_dir is not None:
         wd = Path(working_dir).expanduser()
         if not wd.is_dir():
-            raise ClusterError(f"working directory {str(working_dir)!r} does not exist or is not a folder")
+            raise ClusterInputError(f"working directory {str(working_dir)!r} does not exist or is not a folder")
         env["working_dir"] = str(wd.resolve())
     if env_vars:
         merged = dict(env.get("env_vars", {}))
         for key, value in env_vars.items():
             if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise ClusterError(f"invalid environment variable name {key!r}: expected letters, digits and '_'")
+                raise ClusterInputError(f"invalid environment variable name {key!r}: expected letters, digits and '_'")
             if not isinstance(value, str):
-                raise ClusterError(f"environment variable {key} must be a string, got {type(value).__name__}")
+                raise ClusterInputError(f"environment variable {key} must be a string, got {type(value).__name__}")
             merged[key] = value
         env["env_vars"] = merged
     return env
@@ -299,7 +297,7 @@ def local(
 
     for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ClusterError(f"{name} must be a non-negative integer, got {value!r}")
+            raise ClusterInputError(f"{name} must be a non-negative integer, got {value!r}")
     if ray.is_initialized():
         return _info(None, embedded=True)
     kwargs: dict[str, Any] = dict(init_kwargs)
@@ -375,14 +373,14 @@ def _join(
 
     parsed = parse_address(address, default_kind="gcs")
     if parsed.kind == "dashboard":
-        raise ClusterError(
+        raise ClusterInputError(
             f"{address!r} is a Ray dashboard / job server address; to run a driver against the cluster "
             f"give its GCS address (HOST:{_DEFAULT_GCS_PORT}, on a cluster machine) or its Ray Client "
             f"address (ray://HOST:{_DEFAULT_CLIENT_PORT}), or submit the command as a Ray Job with "
             f"`autoaug launch --address {parsed.url} -- ...`"
         )
     if num_cpus is not None or num_gpus is not None:
-        raise ClusterError(
+        raise ClusterInputError(
             f"cannot set num_cpus/num_gpus when joining the Ray cluster at {address}: its nodes declare "
             "their own resources (`ray start --num-cpus/--num-gpus`); use per-trial resources instead"
         )
@@ -462,13 +460,13 @@ def dashboard_url(address: str | None) -> str:
                 address = value
                 break
         else:
-            raise ClusterError(
+            raise ClusterInputError(
                 "no Ray job server address: give --address http://HEAD:8265 (the head's dashboard) or set "
                 "RAY_API_SERVER_ADDRESS"
             )
     parsed = parse_address(address, default_kind="dashboard")
     if parsed.kind != "dashboard":
-        raise ClusterError(
+        raise ClusterInputError(
             f"{address!r} is not a Ray job server address: Ray Jobs are submitted to the head's dashboard, "
             f"http://HEAD:{_DEFAULT_DASHBOARD_PORT} (`ray start --head --dashboard-port`)"
         )
@@ -514,7 +512,7 @@ def job_error(url: str, exc: BaseException, job_id: str | None = None) -> Cluste
         first = str(exc).strip().splitlines()[0]
         return ClusterError(f"the Ray job server at {url} refused the request ({first}); {AUTH_HELP}")
     if job_id is not None and ("does not exist" in text or "404" in text):
-        return ClusterError(f"no job {job_id!r} on the Ray cluster at {url} (see `autoaug launch list --address {url}`)")
+        return ClusterInputError(f"no job {job_id!r} on the Ray cluster at {url} (see `autoaug launch list --address {url}`)")
     if isinstance(exc, ConnectionError):
         return ClusterError(f"cannot talk to the Ray job server at {url}: {text}")
     return ClusterError(f"Ray job server at {url}: {name}: {text[:500]}")

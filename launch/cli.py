@@ -2,8 +2,9 @@
 
 Each sub-command lives in its own module exposing ``register(subparsers)``, which adds a parser
 and sets ``func`` (a callable taking the parsed args and returning an exit code) with
-``set_defaults``. ``main`` turns :class:`autoaug.launch.errors.UserError` and ``ValueError`` raised for bad
-input into one readable line on stderr and exit status 2.
+``set_defaults``. ``main`` is the one place where errors become exit statuses
+(:data:`EXIT_CODES`): every :class:`autoaug.core.errors.AutoaugError` is printed as one line on
+stderr, without a traceback.
 """
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ import importlib
 import sys
 from importlib import metadata
 
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import (
+    AutoaugError,
+    ClusterError,
+    DataError,
+    RunExistsError,
+    SearchError,
+    SearchInterruptedError,
+    StoreError,
+    UserInputError,
+)
 
 # Sub-command modules, in the order they appear in ``autoaug --help``.
 COMMAND_MODULES: list[str] = [
@@ -22,6 +32,31 @@ COMMAND_MODULES: list[str] = [
     "autoaug.launch.launch_cmd",
     "autoaug.launch.compare_cmd",
 ]
+
+
+#: Exit status of each kind of error, the first matching class winning (docs/search.md,
+#: docs/cluster.md, docs/store.md document these).
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (SearchInterruptedError, 130),  # resumable: the message says how
+    (RunExistsError, 2),
+    (UserInputError, 2),
+    (DataError, 2),
+    (StoreError, 2),
+    (SearchError, 1),
+    (ClusterError, 1),
+    (AutoaugError, 1),
+    # Validation errors of the value objects (Policy, configs) carry a message written for the
+    # user; anything else is a bug and keeps its traceback.
+    (ValueError, 2),
+)
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit status for ``exc`` (None: not an error ``autoaug`` reports in one line)."""
+    for cls, code in EXIT_CODES:
+        if isinstance(exc, cls):
+            return code
+    return None
 
 
 def version() -> str:
@@ -55,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None else 2
     try:
         return int(func(args) or 0)
-    except (UserError, ValueError) as exc:
-        # ValueError: validation errors for bad input (Policy, datasets, configs) carry a message
-        # written for the user; anything else is a bug and keeps its traceback.
-        print(f"autoaug: error: {exc}", file=sys.stderr)
-        return 2
+    except (AutoaugError, ValueError) as exc:
+        code = exit_code(exc)
+        prefix = "autoaug: " if isinstance(exc, SearchInterruptedError) else "autoaug: error: "
+        print(f"{prefix}{exc}", file=sys.stderr)
+        return code if code is not None else 1
     except KeyboardInterrupt:
         print("autoaug: interrupted", file=sys.stderr)
         return 130

@@ -15,7 +15,7 @@ Every (policy, seed) pair is one run of :func:`autoaug.proxy_models.train.train`
 configuration's ``seed`` replaced, everything else (model, data, reduced split, epochs...) shared.
 Runs execute in parallel as Ray tasks, each holding ``cpus_per_run`` CPUs (and the trainer's
 ``num_threads`` set to match) and ``gpus_per_run`` GPUs, on an embedded local Ray or the cluster
-at ``address`` (:func:`autoaug.launch.cluster.connect`).
+at ``address`` (:func:`autoaug.core.ray_session.connect`).
 
 Output folder ``out``:
 
@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import UserInputError
 
 __all__ = [
     "DEFAULT_BASELINES",
@@ -82,7 +82,7 @@ _REUSABLE_CHANGES = frozenset({"data", "test_data", "num_threads", "device"})
 _RUN_FORMAT = 1
 
 
-class CompareError(UserError):
+class CompareError(UserInputError):
     """A comparison cannot run as configured (bad policy reference, stale results...)."""
 
 
@@ -1112,7 +1112,7 @@ def _run_all(
 
     import ray
 
-    from autoaug.launch import cluster
+    from autoaug.core import ray_session as cluster
 
     init_kwargs: dict[str, Any] = {"log_to_driver": config.verbose}
     if not config.verbose:

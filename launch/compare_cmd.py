@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from autoaug.launch.config import flag_overrides, layered_config
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import UserInputError
 
 __all__ = ["register", "run", "build_compare_config"]
 
@@ -93,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
 def _guard(args: argparse.Namespace) -> int:
     try:
         return run(args)
-    except UserError:
+    except UserInputError:
         raise
     except (ValueError, FileNotFoundError, PermissionError) as exc:
-        raise UserError(str(exc)) from None
+        raise UserInputError(str(exc)) from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

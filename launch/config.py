@@ -7,7 +7,7 @@ A command's configuration is a nested mapping built in layers, later layers winn
 
 and finally turned into the command's frozen dataclass (for example
 :meth:`autoaug.search.config.SearchConfig.from_dict`), whose validation errors become one-line
-:class:`autoaug.launch.errors.UserError` messages.
+:class:`autoaug.core.errors.UserInputError` messages.
 
 >>> merged = deep_merge({"train": {"preset": "cpu", "epochs": 8}}, {"train": {"epochs": 2}})
 >>> merged
@@ -21,7 +21,7 @@ import argparse
 import os
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import UserInputError
 from autoaug.search.config import deep_merge
 
 __all__ = [
@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a YAML mapping from ``path``; :class:`UserError` naming the file and the problem.
+    """Read a YAML mapping from ``path``; :class:`UserInputError` naming the file and the problem.
 
     An empty file is an empty mapping.
     """
@@ -49,22 +49,22 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         with open(text_path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except FileNotFoundError:
-        raise UserError(f"config file {text_path!r} does not exist") from None
+        raise UserInputError(f"config file {text_path!r} does not exist") from None
     except IsADirectoryError:
-        raise UserError(f"config file {text_path!r} is a directory, expected a YAML file") from None
+        raise UserInputError(f"config file {text_path!r} is a directory, expected a YAML file") from None
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)
         if mark is not None:
             where = f" (line {mark.line + 1}, column {mark.column + 1})"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"config file {text_path!r} is not valid YAML{where}: {problem}") from None
+        raise UserInputError(f"config file {text_path!r} is not valid YAML{where}: {problem}") from None
     except OSError as exc:
-        raise UserError(f"cannot read config file {text_path!r}: {exc.strerror or exc}") from None
+        raise UserInputError(f"cannot read config file {text_path!r}: {exc.strerror or exc}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
-        raise UserError(
+        raise UserInputError(
             f"config file {text_path!r} must hold a mapping of keys to values at the top level, "
             f"got a {type(data).__name__}"
         )
@@ -75,14 +75,14 @@ def set_dotted(target: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     """Set ``target["a"]["b"] = value`` for ``key="a.b"`` (creating the mappings); returns target."""
     parts = key.split(".")
     if not key or any(not p for p in parts):
-        raise UserError(f"invalid config key {key!r}: expected names separated by dots, e.g. train.epochs")
+        raise UserInputError(f"invalid config key {key!r}: expected names separated by dots, e.g. train.epochs")
     node = target
     for part in parts[:-1]:
         child = node.get(part)
         if child is None:
             child = node[part] = {}
         elif not isinstance(child, dict):
-            raise UserError(f"config key {key!r}: {part!r} holds a value, not a section")
+            raise UserInputError(f"config key {key!r}: {part!r} holds a value, not a section")
         node = child
     node[parts[-1]] = value
     return target
@@ -97,7 +97,7 @@ def parse_assignments(assignments: Iterable[str] | None) -> dict[str, Any]:
     for item in assignments or ():
         key, sep, raw = item.partition("=")
         if not sep:
-            raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.epochs=2")
+            raise UserInputError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.epochs=2")
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
@@ -140,9 +140,9 @@ def layered_config(
 
 
 def build_config(factory: Callable[[Mapping[str, Any]], T], data: Mapping[str, Any], *, what: str = "config") -> T:
-    """``factory(data)``, with ``ValueError``/``TypeError`` turned into a one-line UserError."""
+    """``factory(data)``, with ``ValueError``/``TypeError`` turned into a one-line UserInputError."""
     try:
         return factory(data)
     except (ValueError, TypeError) as exc:
         message = " ".join(str(exc).split())
-        raise UserError(f"invalid {what}: {message}") from None
+        raise UserInputError(f"invalid {what}: {message}") from None

@@ -11,7 +11,7 @@
 
 The command after ``--`` is submitted through ``ray.job_submission.JobSubmissionClient`` with the
 entrypoint ``python -m autoaug.launch.cli COMMAND ARGS...``. Its ``runtime_env`` carries the project's
-four packages (``py_modules``, see :func:`autoaug.launch.cluster.project_runtime_env`), the variables
+four packages (``py_modules``, see :func:`autoaug.core.ray_session.project_runtime_env`), the variables
 given with ``--env``, and a working directory: ``--working-dir DIR`` if given, else a small
 folder holding copies of the local files the command names (a ``--config`` YAML, a policy
 JSON). Paths are rewritten so the job finds them:
@@ -47,9 +47,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from autoaug.launch import cluster
-from autoaug.launch.cluster import ClusterError
-from autoaug.launch.errors import UserError
+from autoaug.core import ray_session as cluster
+from autoaug.core.errors import ClusterError
+from autoaug.core.errors import UserInputError
 
 __all__ = [
     "JOB_ACTIONS",
@@ -131,7 +131,7 @@ def prepare_command(
     args = [str(a) for a in args]
     wd = Path(working_dir).expanduser().resolve() if working_dir is not None else None
     if wd is not None and not wd.is_dir():
-        raise UserError(f"--working-dir {str(working_dir)!r} does not exist or is not a folder")
+        raise UserInputError(f"--working-dir {str(working_dir)!r} does not exist or is not a folder")
     prepared = PreparedCommand(args=list(args), working_dir=str(wd) if wd else None)
     if keep_paths:
         return prepared
@@ -206,14 +206,14 @@ def _known_commands() -> dict[str, argparse.ArgumentParser]:
 
 def _check_command(command: Sequence[str]) -> None:
     if not command:
-        raise UserError(
+        raise UserInputError(
             "nothing to launch: give the autoaug command after '--', e.g. "
             "`autoaug launch --address http://HEAD:8265 -- search --preset smoke --data ...`"
         )
     commands = _known_commands()
     name = command[0]
     if name not in commands:
-        raise UserError(
+        raise UserInputError(
             f"cannot launch {name!r}: expected an autoaug command ({', '.join(sorted(commands))}) after '--'"
         )
     # Check the arguments here, before anything reaches the cluster (argparse prints the error
@@ -230,7 +230,7 @@ def _parse_env(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise UserError(f"--env {item!r}: expected KEY=VALUE")
+            raise UserInputError(f"--env {item!r}: expected KEY=VALUE")
         env[key] = value
     return env
 
@@ -501,19 +501,19 @@ def run(args: argparse.Namespace) -> int:
         sub = _job_parser(action).parse_args(rest[1:], namespace=argparse.Namespace(address=args.address))
         return {"status": cmd_status, "logs": cmd_logs, "stop": cmd_stop, "list": cmd_list}[action](sub)
     if args.entrypoint_num_cpus is not None and args.entrypoint_num_cpus < 0:
-        raise UserError(f"--entrypoint-num-cpus must be >= 0, got {args.entrypoint_num_cpus}")
+        raise UserInputError(f"--entrypoint-num-cpus must be >= 0, got {args.entrypoint_num_cpus}")
     return cmd_submit(args, rest)
 
 
 def _guard(args: argparse.Namespace) -> int:
     try:
         return run(args)
-    except (UserError, KeyboardInterrupt):
+    except (UserInputError, KeyboardInterrupt):
         raise
     except ClusterError:
         raise
     except (ValueError, FileNotFoundError, PermissionError) as exc:
-        raise UserError(str(exc)) from None
+        raise UserInputError(str(exc)) from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

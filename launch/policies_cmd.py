@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import UserInputError
 
 _REF_HELP = (
     "policy reference: NAME, NAME@latest, NAME@VERSION, a content-hash prefix (>= 6 hex digits), "
@@ -43,7 +43,7 @@ def _open_store(args: argparse.Namespace):
     try:
         return PolicyStore(args.store)
     except (TypeError, ValueError) as exc:
-        raise UserError(str(exc)) from None
+        raise UserInputError(str(exc)) from None
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -55,11 +55,11 @@ def _read_policy_file(ref: str):
 
     path = Path(ref).expanduser()
     if not path.is_file():
-        raise UserError(f"policy file {ref!r} does not exist")
+        raise UserInputError(f"policy file {ref!r} does not exist")
     try:
         return Policy.from_json(path.read_text(encoding="utf-8")), str(path)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"policy file {ref!r} is not a valid policy JSON: {exc}") from None
+        raise UserInputError(f"policy file {ref!r} is not a valid policy JSON: {exc}") from None
 
 
 def _resolve(ref: str, args: argparse.Namespace):
@@ -146,7 +146,7 @@ def _write_text(text: str, out: str | None) -> None:
         return
     path = Path(out).expanduser()
     if not path.parent.is_dir():
-        raise UserError(f"cannot write {out!r}: folder {str(path.parent)!r} does not exist")
+        raise UserInputError(f"cannot write {out!r}: folder {str(path.parent)!r} does not exist")
     path.write_text(text, encoding="utf-8")
 
 
@@ -245,20 +245,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     else:
         path = Path(args.file).expanduser()
         if not path.is_file():
-            raise UserError(f"policy file {args.file!r} does not exist")
+            raise UserInputError(f"policy file {args.file!r} does not exist")
         text, source = path.read_text(encoding="utf-8"), str(path.resolve())
     try:
         policy = Policy.from_json(text)
     except ValueError as exc:
-        raise UserError(f"{source} is not a valid policy JSON: {exc}") from None
+        raise UserInputError(f"{source} is not a valid policy JSON: {exc}") from None
     metadata: dict[str, Any] = {}
     if args.metadata:
         try:
             metadata = json.loads(args.metadata)
         except json.JSONDecodeError as exc:
-            raise UserError(f"--metadata is not valid JSON: {exc}") from None
+            raise UserInputError(f"--metadata is not valid JSON: {exc}") from None
         if not isinstance(metadata, dict):
-            raise UserError(f"--metadata must be a JSON object, got {type(metadata).__name__}")
+            raise UserInputError(f"--metadata must be a JSON object, got {type(metadata).__name__}")
     metadata.setdefault("imported_from", source)
     store = _open_store(args)
     before = store.versions(args.name)
@@ -287,7 +287,7 @@ def _preview_images(data: str, num_images: int, image_size: int | None):
     dataset = open_dataset(data)
     n = len(dataset)
     if n == 0:
-        raise UserError(f"dataset {data!r} has no images")
+        raise UserInputError(f"dataset {data!r} has no images")
     indices = np.unique(np.linspace(0, n - 1, min(num_images, n)).round().astype(np.int64))
     images, _ = dataset.images(indices, size=image_size)
     return images
@@ -295,15 +295,15 @@ def _preview_images(data: str, num_images: int, image_size: int | None):
 
 def cmd_preview(args: argparse.Namespace) -> int:
     if args.num_images < 1:
-        raise UserError(f"--num-images must be >= 1, got {args.num_images}")
+        raise UserInputError(f"--num-images must be >= 1, got {args.num_images}")
     if args.columns < 1:
-        raise UserError(f"--columns must be >= 1, got {args.columns}")
+        raise UserInputError(f"--columns must be >= 1, got {args.columns}")
     policy, _, label = _resolve(args.ref, args)
     images = _preview_images(args.data, args.num_images, args.image_size)
     try:
         from autoaug.policies.preview import render_grid
     except ImportError as exc:
-        raise UserError(f"preview is not available: {exc}") from None
+        raise UserInputError(f"preview is not available: {exc}") from None
     path = render_grid(policy, images, Path(args.out).expanduser(), columns=args.columns, seed=args.seed,
                        backend=args.backend)
     print(f"wrote {path}: {len(images)} images x {args.columns} draws of {label} ({args.backend})")
@@ -315,21 +315,21 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn the store's and the policy's errors about user input into :class:`UserError`."""
+    """Turn the store's and the policy's errors about user input into :class:`UserInputError`."""
 
     def run(args: argparse.Namespace) -> int:
         from autoaug.policies.store import StoreError
 
         try:
             return func(args)
-        except UserError:
+        except UserInputError:
             raise
         except (StoreError, ValueError) as exc:
-            raise UserError(str(exc)) from None
+            raise UserInputError(str(exc)) from None
         except FileNotFoundError as exc:
-            raise UserError(str(exc)) from None
+            raise UserInputError(str(exc)) from None
         except PermissionError as exc:
-            raise UserError(str(exc)) from None
+            raise UserInputError(str(exc)) from None
 
     run.__name__ = func.__name__
     run.__doc__ = func.__doc__

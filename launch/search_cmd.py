@@ -21,12 +21,11 @@ import sys
 from typing import Any
 
 from autoaug.launch.config import build_config, flag_overrides, layered_config
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import UserInputError
 
 __all__ = ["register", "run", "build_search_config"]
 
 PRESETS = ("smoke", "cpu", "paper")
-SAMPLER_NAMES = ("tpe", "random", "qmc", "cmaes", "gp")
 DEFAULT_PRESET = "cpu"
 
 # argparse dest -> key of the nested search configuration (see search.config.SearchConfig)
@@ -68,7 +67,7 @@ def build_search_config(args: argparse.Namespace):
     preset = args.preset or merged.pop("preset", None) or DEFAULT_PRESET
     merged.pop("preset", None)
     if preset not in SEARCH_PRESETS:
-        raise UserError(f"unknown preset {preset!r}; expected one of {', '.join(SEARCH_PRESETS)}")
+        raise UserInputError(f"unknown preset {preset!r}; expected one of {', '.join(SEARCH_PRESETS)}")
     return build_config(lambda d: SearchConfig.from_dict({"preset": preset, **d}), merged, what="search config")
 
 
@@ -77,7 +76,8 @@ def _print(text: str = "") -> None:
 
 
 def _describe(config, address: str | None) -> str:
-    from autoaug.search.tuner import RunDir, study_url
+    from autoaug.search.run_dir import RunDir
+    from autoaug.search.study import study_url
 
     t = config.train
     concurrency = config.concurrency or "as resources allow"
@@ -100,15 +100,15 @@ def _describe(config, address: str | None) -> str:
 
 
 def _session_factory(address: str | None, verbose: int):
-    """Connect through :mod:`autoaug.launch.cluster` (embedded Ray, ``--address``, or the Ray Job's
+    """Connect through :mod:`autoaug.core.ray_session` (embedded Ray, ``--address``, or the Ray Job's
     cluster; the project's packages are shipped to remote workers)."""
     import contextlib
 
-    from autoaug.launch import cluster
+    from autoaug.core.ray_session import ray_session
 
     @contextlib.contextmanager
     def session():
-        with cluster.ray_session(
+        with ray_session(
             address, log_to_driver=verbose >= 2, logging_level=logging.INFO if verbose >= 2 else logging.WARNING
         ) as info:
             if verbose >= 1:
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         given = [d for d in _DEFINING if getattr(args, d, None) not in (None, False, [])]
         if given:
             flags = ", ".join("--" + d.replace("_", "-").replace("assignments", "set") for d in given)
-            raise UserError(
+            raise UserInputError(
                 f"--resume continues the saved search as it was defined; it cannot be combined with {flags} "
                 "(allowed: --storage, --store, --address, --resume-errored)"
             )
@@ -144,12 +144,13 @@ def _configure_logging(verbose: int) -> None:
 
 def _search(config, args: argparse.Namespace) -> int:
     from autoaug.search import tuner
+    from autoaug.search.records import describe_data
 
     try:
         config.check_runnable()
-        tuner.describe_data(config.train)  # unreadable data: one line, before anything starts
+        describe_data(config.train)  # unreadable data: one line, before anything starts
     except ValueError as exc:
-        raise UserError(" ".join(str(exc).split())) from None
+        raise UserInputError(" ".join(str(exc).split())) from None
     _configure_logging(config.verbose)
     if config.verbose >= 1:
         _print(_describe(config, args.address))
@@ -165,7 +166,9 @@ def _resume(args: argparse.Namespace) -> int:
     verbose = 1 if args.verbose is None else args.verbose
     _configure_logging(verbose)
     if verbose >= 1:
-        _print(f"resuming search {args.resume} from {tuner.RunDir(_storage(args), args.resume).uri}")
+        from autoaug.search.run_dir import RunDir
+
+        _print(f"resuming search {args.resume} from {RunDir(_storage(args), args.resume).uri}")
     session = _session_factory(args.address, verbose)
     return _execute(
         lambda: tuner.resume_search(
@@ -182,20 +185,14 @@ def _storage(args: argparse.Namespace) -> str:
 
 
 def _execute(call, verbose: int) -> int:
-    from autoaug.search import tuner
+    from autoaug.core.errors import AutoaugError
 
     try:
         outcome = call()
-    except tuner.RunExistsError as exc:
-        raise UserError(str(exc)) from None
-    except tuner.SearchInterruptedError as exc:
-        print(f"autoaug: {exc}", file=sys.stderr)
-        return 130
-    except tuner.SearchError as exc:
-        print(f"autoaug: error: {exc}", file=sys.stderr)
-        return 1
+    except AutoaugError:
+        raise  # autoaug.launch.cli.main prints it and picks the exit status
     except (ValueError, FileNotFoundError) as exc:
-        raise UserError(" ".join(str(exc).split())) from None
+        raise UserInputError(" ".join(str(exc).split())) from None
     if verbose >= 0:
         _print()
         _print(outcome.summary())
@@ -222,7 +219,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--name", help="run name: run directory, Optuna study and stored policy name (default: search-DATE-TIME)")
     what.add_argument("--num-trials", type=int, metavar="N", help="number of candidate policies to train")
     what.add_argument("--seed", type=int, help="seed of the sampler and of every trial's model init / data order")
-    what.add_argument("--sampler", choices=SAMPLER_NAMES, help="Optuna sampler (default tpe: multivariate TPE)")
+    from autoaug.search.study import SAMPLERS
+
+    what.add_argument("--sampler", choices=list(SAMPLERS), help="Optuna sampler (default tpe: multivariate TPE)")
     what.add_argument("--exclude-ops", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert")
     what.add_argument("--sub-policies", type=int, metavar="K", help="sub-policies per candidate (default 5)")
     what.add_argument("--top-n", type=int, metavar="N", help="best trials concatenated into the final policy (default 5)")

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import UserInputError
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
@@ -83,7 +83,7 @@ class _LazyStore:
         try:
             return PolicyStore(self.uri).load(ref)
         except (StoreError, ValueError, LookupError, OSError) as exc:
-            raise UserError(
+            raise UserInputError(
                 f"--policy {ref!r}: not a preset ({', '.join(presets.names())}), not a policy JSON file, "
                 f"and not in the policy store: {exc}"
             ) from None
@@ -95,7 +95,7 @@ def _resolve_policy(ref: str, store_uri: str | None) -> Any:
     try:
         return resolve_policy(ref, store=_LazyStore(store_uri))
     except (ValueError, LookupError, OSError) as exc:
-        raise UserError(f"--policy {ref!r}: {exc}") from None
+        raise UserInputError(f"--policy {ref!r}: {exc}") from None
 
 
 def _build_config(args: argparse.Namespace) -> Any:
@@ -120,7 +120,7 @@ def _build_config(args: argparse.Namespace) -> Any:
     try:
         return TrainConfig.from_preset(args.preset, **overrides)
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise UserInputError(str(exc)) from None
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -164,14 +164,14 @@ def run(args: argparse.Namespace) -> int:
     resume_from = None
     if args.resume:
         if not (out / CHECKPOINT_NAME).is_file():
-            raise UserError(f"--resume: no checkpoint at {out / CHECKPOINT_NAME}")
+            raise UserInputError(f"--resume: no checkpoint at {out / CHECKPOINT_NAME}")
         resume_from = out
     elif (out / CHECKPOINT_NAME).is_file():
-        raise UserError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
+        raise UserInputError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"--out {str(out)!r}: cannot create the directory ({exc.strerror})") from None
+        raise UserInputError(f"--out {str(out)!r}: cannot create the directory ({exc.strerror})") from None
 
     base = {
         "status": "running",
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             history.extend({k: _jsonable(v) for k, v in row.items() if k != "checkpoint_dir"}
                            for row in load_checkpoint(resume_from)["history"])
         except (ValueError, FileNotFoundError) as exc:
-            raise UserError(f"--resume: {exc}") from None
+            raise UserInputError(f"--resume: {exc}") from None
         print(f"resuming {out} after epoch {len(history)}/{config.epochs}", flush=True)
     print(
         f"training {config.model} on {config.data} with policy {policy.name!r} "
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = train(config, policy, report=report, checkpoint_dir=out, resume_from=resume_from)
     except (ValueError, FileNotFoundError, FloatingPointError) as exc:
-        raise UserError(str(exc)) from None
+        raise UserInputError(str(exc)) from None
 
     final = {
         "val_accuracy": result.val_accuracy,

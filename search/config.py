@@ -30,7 +30,6 @@ from autoaug.search.space import SearchSpace
 __all__ = [
     "SearchConfig",
     "SEARCH_PRESETS",
-    "SAMPLERS",
     "METRIC",
     "MODE",
     "default_runs_root",
@@ -42,14 +41,6 @@ METRIC = "val_accuracy"
 MODE = "max"
 
 #: Optuna samplers selectable by name, with the extra module each needs (None: none).
-SAMPLERS: Mapping[str, str | None] = {
-    "tpe": None,  # TPESampler(multivariate=True, constant_liar=True): the default
-    "random": None,  # RandomSampler
-    "qmc": "scipy",  # QMCSampler (Sobol)
-    "cmaes": "cmaes",  # CmaEsSampler (categorical parameters fall back to random sampling)
-    "gp": "scipy",  # GPSampler (Bayesian optimisation with a Gaussian process)
-}
-
 RUNS_ENV_VAR = "AUTOAUG_RUNS"
 
 # Store names (policies.store) are the strictest names involved: a search name must be one.
@@ -139,7 +130,7 @@ class SearchConfig:
         concurrency: trials running at once (``ConcurrencyLimiter``); None: as many as the
             cluster's resources allow.
         cpus_per_trial / gpus_per_trial: Ray resources of one trial (fractions of a GPU allowed).
-        sampler: Optuna sampler, one of :data:`SAMPLERS`.
+        sampler: Optuna sampler, one of :data:`autoaug.search.study.SAMPLERS`.
         seed: seed of the sampler.
         early_stopping: stop weak trials with ASHA on the validation accuracy per epoch.
         grace_period / reduction_factor: ASHA's first rung (epochs) and its reduction factor.
@@ -197,6 +188,8 @@ class SearchConfig:
             raise bad("gpus_per_trial", "a number >= 0 (fractions such as 0.25 share a GPU)")
         if self.gpus_per_trial > 1 and self.gpus_per_trial != int(self.gpus_per_trial):
             raise bad("gpus_per_trial", "a fraction <= 1 or a whole number of GPUs")
+        from autoaug.search.study import SAMPLERS
+
         if self.sampler not in SAMPLERS:
             raise bad("sampler", f"one of {list(SAMPLERS)}")
         if not _is_int(self.seed) or not 0 <= self.seed < 2**32:
@@ -317,12 +310,14 @@ class SearchConfig:
                 f"gpus_per_trial is {self.gpus_per_trial:g} but train.device is 'cpu': the reserved GPUs would "
                 "sit idle; --set train.device=cuda (or auto), or --gpus-per-trial 0"
             )
-        module = SAMPLERS[self.sampler]
+        from autoaug.search.study import SAMPLERS
+
+        module = SAMPLERS[self.sampler].requires
         if module is not None and importlib.util.find_spec(module) is None:
             raise ValueError(
                 f"sampler {self.sampler!r} needs the Python package {module!r}, which is not "
                 f"installed (pip install {module}); or choose one of "
-                f"{[s for s, m in SAMPLERS.items() if m is None]}"
+                f"{[name for name, s in SAMPLERS.items() if s.requires is None]}"
             )
         if self.optuna_storage is None and not self.storage_is_local:
             raise ValueError(

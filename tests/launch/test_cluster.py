@@ -1,4 +1,4 @@
-"""Unit tests of launch.cluster (no Ray cluster needed; see test_cluster_ray.py for the real one)."""
+"""Unit tests of core.ray_session (no Ray cluster needed; see test_cluster_ray.py for the real one)."""
 from __future__ import annotations
 
 import socket
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from autoaug.launch import cluster
-from autoaug.launch.cluster import ClusterError, parse_address
-from autoaug.launch.errors import UserError
+from autoaug.core import ray_session as cluster
+from autoaug.core.errors import ClusterError
+from autoaug.core.ray_session import parse_address
 
 
 def _closed_port() -> int:
@@ -44,10 +44,6 @@ def test_parse_address_bare_host_port_is_a_dashboard_for_jobs():
 def test_parse_address_rejects_bad_input(text, fragment):
     with pytest.raises(ClusterError, match=fragment):
         parse_address(text)
-
-
-def test_cluster_error_is_a_user_error():
-    assert issubclass(ClusterError, UserError)
 
 
 def test_check_reachable_names_the_address():

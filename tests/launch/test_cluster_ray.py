@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from autoaug.launch.cluster import PROJECT_PACKAGES
+from autoaug.core.ray_session import PROJECT_PACKAGES
 
 BIN = Path(sys.executable).parent
 

@@ -14,7 +14,7 @@ from autoaug.launch.config import (
     parse_assignments,
     set_dotted,
 )
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import UserInputError
 
 
 def test_load_yaml(tmp_path):
@@ -35,12 +35,12 @@ def test_load_yaml(tmp_path):
 def test_bad_yaml_is_one_line(tmp_path, content, message):
     path = tmp_path / "c.yaml"
     path.write_text(content)
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserInputError, match=message):
         load_yaml(path)
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(UserError, match="config file .*nope.yaml' does not exist"):
+    with pytest.raises(UserInputError, match="config file .*nope.yaml' does not exist"):
         load_yaml(tmp_path / "nope.yaml")
 
 
@@ -56,14 +56,14 @@ def test_assignments_parse_yaml_values():
                              "early_stopping=false", "concurrency=null", "name="])
     assert out == {"train": {"epochs": 2}, "space": {"exclude_ops": ["Invert", "Rotate"]},
                    "store": "s3://b/p", "early_stopping": False, "concurrency": None, "name": None}
-    with pytest.raises(UserError, match="expected KEY=VALUE"):
+    with pytest.raises(UserInputError, match="expected KEY=VALUE"):
         parse_assignments(["train.epochs"])
-    with pytest.raises(UserError, match="invalid config key 'a..b'"):
+    with pytest.raises(UserInputError, match="invalid config key 'a..b'"):
         parse_assignments(["a..b=1"])
 
 
 def test_set_dotted_refuses_to_descend_into_a_value():
-    with pytest.raises(UserError, match="'train' holds a value, not a section"):
+    with pytest.raises(UserInputError, match="'train' holds a value, not a section"):
         set_dotted({"train": 3}, "train.epochs", 2)
 
 
@@ -86,5 +86,5 @@ def test_build_config_turns_validation_errors_into_user_errors():
     def factory(d):
         raise ValueError("SearchConfig.num_trials: 0 is invalid;\n expected >= 1")
 
-    with pytest.raises(UserError, match=r"^invalid search config: SearchConfig.num_trials: 0 is invalid; expected >= 1$"):
+    with pytest.raises(UserInputError, match=r"^invalid search config: SearchConfig.num_trials: 0 is invalid; expected >= 1$"):
         build_config(factory, {}, what="search config")

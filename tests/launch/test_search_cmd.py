@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from autoaug.launch.cli import build_parser, main
-from autoaug.launch.errors import UserError
+from autoaug.core.errors import UserInputError
 from autoaug.launch.search_cmd import build_search_config
 from autoaug.proxy_models.train import TrainConfig
 
@@ -74,13 +74,13 @@ def test_default_preset_is_cpu():
 
 
 def test_invalid_values_become_one_line_user_errors(tmp_path):
-    with pytest.raises(UserError, match="invalid search config: SearchConfig.num_trials: 0 is invalid"):
+    with pytest.raises(UserInputError, match="invalid search config: SearchConfig.num_trials: 0 is invalid"):
         _config(["--num-trials", "0"])
     path = tmp_path / "c.yaml"
     path.write_text("preset: huge\n")
-    with pytest.raises(UserError, match="unknown preset 'huge'"):
+    with pytest.raises(UserInputError, match="unknown preset 'huge'"):
         _config(["--config", str(path)])
-    with pytest.raises(UserError, match=r"unknown op 'Rotat' \(did you mean 'Rotate'\?\)"):
+    with pytest.raises(UserInputError, match=r"unknown op 'Rotat' \(did you mean 'Rotate'\?\)"):
         _config(["--exclude-ops", "Rotat"])
 
 

@@ -10,15 +10,10 @@ import pytest
 from autoaug.search.assemble import TrialRecord
 from autoaug.search.config import METRIC
 from autoaug.search.space import SearchSpace
-from autoaug.search.tuner import (
-    ORPHAN_ATTR,
-    TUNE_TRIAL_ATTR,
-    RunDir,
-    StudySearch,
-    _format_exception,
-    check_study,
-    make_sampler,
-)
+from autoaug.search.progress import format_exception
+from autoaug.search.reconcile import GuardedFIFOScheduler, StudySearch
+from autoaug.search.run_dir import RunDir
+from autoaug.search.study import FINAL_STEP_ATTR, ORPHAN_ATTR, RETRY_ATTR, TUNE_TRIAL_ATTR, check_study, make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SPACE = SearchSpace(num_sub_policies=2)
@@ -188,7 +183,7 @@ def test_exceptions_are_shown_as_one_line_root_cause():
         except ValueError as inner:
             raise RuntimeError("wrapper") from inner
     except RuntimeError as exc:
-        assert _format_exception(exc) == "ValueError: bad value"
+        assert format_exception(exc) == "ValueError: bad value"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,8 +208,6 @@ class _FakeController:
 
 
 def test_guard_stops_pending_trials_that_the_study_finished(tmp_path):
-    from autoaug.search.tuner import GuardedFIFOScheduler
-
     url = f"sqlite:///{tmp_path}/study.db"
     search = _searcher(url)
     for tid in ("done", "failed", "retry", "running"):
@@ -241,8 +234,6 @@ def test_guard_stops_pending_trials_that_the_study_finished(tmp_path):
 
 
 def test_final_step_is_kept_with_the_trial(tmp_path):
-    from autoaug.search.tuner import FINAL_STEP_ATTR
-
     url = f"sqlite:///{tmp_path}/study.db"
     search = _searcher(url)
     search.suggest("t1")
@@ -253,8 +244,6 @@ def test_final_step_is_kept_with_the_trial(tmp_path):
 
 
 def test_a_failure_retried_after_restore_is_recorded_as_a_linked_new_trial(tmp_path):
-    from autoaug.search.tuner import RETRY_ATTR
-
     url = f"sqlite:///{tmp_path}/study.db"
     first = _searcher(url)
     config = first.suggest("t1")

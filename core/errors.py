@@ -1,0 +1,73 @@
+"""The one error hierarchy of ``autoaug``.
+
+Every error the project raises on purpose derives from :class:`AutoaugError`; the branch says
+whose fault it is and therefore how ``autoaug`` exits (the mapping lives in
+:func:`autoaug.launch.cli.main`, nowhere else):
+
+* :class:`UserInputError` -- a flag, a config file, a reference, a name the user gave: **2**
+* :class:`DataError` -- a dataset that cannot be read or used: **2**
+* :class:`StoreError` -- the policy store (missing policy, corrupt artifact...): **2**
+* :class:`SearchError` -- a search could not produce a policy (all trials failed): **1**;
+  :class:`SearchInterruptedError` -- it stopped early and can be resumed: **130**;
+  :class:`RunExistsError` -- the run name is taken: **2**
+* :class:`ClusterError` -- Ray could not be reached or used: **1**;
+  :class:`ClusterInputError` -- bad input about the cluster (address, job id, ...): **2**
+
+The input-like branches also derive from ``ValueError`` (and the store's lookups from
+``LookupError``), so code that catches the built-in types keeps working.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "AutoaugError",
+    "UserInputError",
+    "DataError",
+    "StoreError",
+    "SearchError",
+    "SearchFailedError",
+    "SearchInterruptedError",
+    "RunExistsError",
+    "ClusterError",
+    "ClusterInputError",
+]
+
+
+class AutoaugError(Exception):
+    """Base of every error ``autoaug`` raises on purpose; its message is written for the user."""
+
+
+class UserInputError(AutoaugError, ValueError):
+    """Something the user gave is wrong (a flag, a config value, a reference, a name)."""
+
+
+class DataError(AutoaugError, ValueError):
+    """A dataset cannot be read or used (missing file, corrupt image, bad label...)."""
+
+
+class StoreError(AutoaugError):
+    """The policy store cannot do what was asked (see :mod:`autoaug.policies.store`)."""
+
+
+class SearchError(AutoaugError, RuntimeError):
+    """A search could not produce a policy."""
+
+
+class SearchFailedError(SearchError):
+    """Every trial failed; the message shows the first error."""
+
+
+class SearchInterruptedError(SearchError):
+    """The search stopped before all trials finished (Ctrl-C, or the cluster went away)."""
+
+
+class RunExistsError(SearchError, UserInputError):
+    """A run directory (or Optuna study) with this name already exists."""
+
+
+class ClusterError(AutoaugError):
+    """The Ray cluster cannot be used as asked (unreachable, wrong kind of address, no token...)."""
+
+
+class ClusterInputError(ClusterError, UserInputError):
+    """Bad input about the cluster (a malformed address or one of the wrong kind, an unknown job
+    id, an invalid environment variable or resource count): exit status 2, not a failure."""

@@ -1,0 +1,199 @@
+"""A place where ``autoaug`` reads or writes files: a local path or a URI, one way.
+
+::
+
+    from autoaug.core.location import Location
+    loc = Location.parse("s3://bucket/runs")          # or "~/runs", "runs", "file:///tmp/runs"
+    run = loc / "cifar10-r8"
+    run.write_json("result.json", {...})              # atomic: temp file + rename
+    run.read_json("result.json"); run.list(); run.exists("result.json"); run.delete()
+
+Parsing rules (the only ones in the project):
+
+* no ``://`` -> a local path, ``~`` expanded, made absolute;
+* ``file://...`` -> the same local path (``file:///tmp/x`` is ``/tmp/x``);
+* any other ``SCHEME://...`` -> a URI opened with ``pyarrow.fs.FileSystem.from_uri`` (s3, gs,
+  hdfs, ...).
+
+Local locations are written with a temp file in the same folder, ``fsync`` and ``os.replace``;
+remote ones with a temp object and a move (atomic where the filesystem's move is).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pyarrow.fs as pafs
+
+from autoaug.core.errors import UserInputError
+
+__all__ = ["Location", "atomic_write_local", "is_uri"]
+
+
+def is_uri(text: str) -> bool:
+    """True for ``SCHEME://...`` other than ``file://`` (which is a local path)."""
+    return "://" in text and not text.startswith("file://")
+
+
+def atomic_write_local(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to the local file ``path`` atomically (temp file in the same folder, fsync,
+    rename); creates the folder."""
+    path = os.fspath(path)
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+@dataclass(frozen=True)
+class Location:
+    """A folder or file, local or behind a URI.
+
+    ``uri`` is what users see (the local absolute path, or the URI); ``fs`` and ``path`` are the
+    ``pyarrow.fs`` filesystem and the path inside it; ``local_path`` is the local path or None.
+    """
+
+    uri: str
+    path: str
+    local: bool
+
+    @classmethod
+    def parse(cls, text: str | os.PathLike, *, what: str = "location") -> "Location":
+        """A location from a local path or a URI (see the module documentation)."""
+        if isinstance(text, Location):
+            return text
+        if not isinstance(text, (str, os.PathLike)) or not os.fspath(text).strip():
+            raise UserInputError(f"{what} {text!r} is not a path or URI: expected a folder path or SCHEME://...")
+        raw = os.fspath(text).strip()
+        if not is_uri(raw):
+            local = os.path.abspath(os.path.expanduser(raw.removeprefix("file://")))
+            return cls(uri=local, path=local, local=True)
+        try:
+            _, path = pafs.FileSystem.from_uri(raw)
+        except Exception as exc:  # pyarrow: ArrowInvalid, unknown scheme, missing credentials
+            raise UserInputError(f"{what} {raw!r} is not a URI pyarrow can open: {exc}") from None
+        return cls(uri=raw.rstrip("/"), path=path.rstrip("/") or "/", local=False)
+
+    # -- the filesystem --------------------------------------------------------------------------
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self.local:
+            return pafs.LocalFileSystem()
+        return pafs.FileSystem.from_uri(self.uri)[0]
+
+    @property
+    def local_path(self) -> str | None:
+        return self.path if self.local else None
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def __truediv__(self, name: str) -> "Location":
+        return self.child(name)
+
+    def child(self, *names: str) -> "Location":
+        """The location ``self/name/...``."""
+        uri, path = self.uri, self.path
+        for name in names:
+            name = str(name).strip("/")
+            if self.local:
+                uri = path = os.path.join(path, name)
+            else:
+                uri, path = f"{uri}/{name}", f"{path.rstrip('/')}/{name}"
+        return Location(uri=uri, path=path, local=self.local)
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    def _target(self, filename: str | None) -> "Location":
+        return self if filename is None else self.child(filename)
+
+    # -- queries ---------------------------------------------------------------------------------
+    def exists(self, filename: str | None = None) -> bool:
+        target = self._target(filename)
+        return target.fs.get_file_info(target.path).type != pafs.FileType.NotFound
+
+    def is_dir(self) -> bool:
+        return self.fs.get_file_info(self.path).type == pafs.FileType.Directory
+
+    def list(self) -> list[str]:
+        """Names directly inside this folder, sorted (empty when it does not exist)."""
+        if self.local:
+            try:
+                return sorted(os.listdir(self.path))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        return sorted(i.base_name for i in infos)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read_bytes(self, filename: str | None = None) -> bytes:
+        target = self._target(filename)
+        if target.local:
+            with open(target.path, "rb") as f:
+                return f.read()
+        with target.fs.open_input_stream(target.path) as f:
+            return f.read()
+
+    def read_text(self, filename: str | None = None) -> str:
+        return self.read_bytes(filename).decode("utf-8")
+
+    def read_json(self, filename: str | None = None) -> Any:
+        return json.loads(self.read_text(filename))
+
+    # -- writing ---------------------------------------------------------------------------------
+    def mkdir(self) -> None:
+        if self.local:
+            os.makedirs(self.path, exist_ok=True)
+        else:
+            self.fs.create_dir(self.path, recursive=True)
+
+    def write_bytes(self, data: bytes, filename: str | None = None) -> None:
+        """Write ``data`` atomically (readers see the old file or the new one, never a part)."""
+        target = self._target(filename)
+        if target.local:
+            atomic_write_local(target.path, data)
+            return
+        fs = target.fs
+        parent = target.path.rsplit("/", 1)[0]
+        fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/.{target.name}.tmp-{uuid.uuid4().hex[:12]}"
+        with fs.open_output_stream(tmp) as f:
+            f.write(data)
+        fs.move(tmp, target.path)
+
+    def write_text(self, text: str, filename: str | None = None) -> None:
+        self.write_bytes(text.encode("utf-8"), filename)
+
+    def write_json(
+        self, obj: Any, filename: str | None = None, *, default: Callable[[Any], Any] | None = None, indent: int = 2
+    ) -> None:
+        self.write_text(json.dumps(obj, indent=indent, default=default), filename)
+
+    def delete(self, filename: str | None = None) -> None:
+        """Delete this file or folder (recursively); nothing happens when it does not exist."""
+        target = self._target(filename)
+        info = target.fs.get_file_info(target.path)
+        if info.type == pafs.FileType.Directory:
+            target.fs.delete_dir(target.path)
+        elif info.type != pafs.FileType.NotFound:
+            target.fs.delete_file(target.path)

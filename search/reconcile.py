@@ -1,0 +1,324 @@
+"""Keeping the Optuna study and Ray Tune's restored state consistent across a driver crash.
+
+This is the only module that touches private attributes of Ray Tune's ``OptunaSearch``
+(``_ot_study``, ``_ot_trials``, ``_completed_trials``, ``_space``, ``_sampler``) and of Optuna
+(``Study._storage``, ``Study._study_id``, ``FrozenTrial._trial_id``). They were written against
+the versions in :data:`WRITTEN_AGAINST`; ``pyproject.toml`` pins those as upper bounds, and
+``tests/search/test_reconcile.py`` fails with a clear message on any other installed version
+(:func:`check_versions`), so an upgrade is a deliberate act: read the new ``OptunaSearch``,
+adjust this module, widen the range.
+
+Tune snapshots its experiment state (trials + searcher) periodically and after trial
+checkpoints; Optuna writes to its storage immediately. After ``kill -9`` the study can therefore
+be slightly *ahead* of the snapshot. On restore the two are reconciled, the study being the record
+of which trials ended:
+
+* :class:`StudyGuard` (mixed into the ASHA/FIFO scheduler) stops, before they start, the restored
+  trials whose Optuna trial is finished, so a finished trial is never trained again; their result
+  is the study's (:func:`autoaug.search.records.trial_records`);
+* :class:`StudySearch` does not tell the study twice, hands an Optuna trial asked for a Tune
+  trial that the snapshot never recorded (an *orphan*) to the next new Tune trial -- no proposal
+  is lost and nothing is left RUNNING -- and marks an orphan whose parameters were not all
+  written FAIL with the user attribute ``autoaug_orphaned``; a failed trial retried with
+  ``resume_errored`` that succeeds becomes a new Optuna trial linked by ``autoaug_retry_of``.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from importlib import metadata
+from typing import Any
+
+import optuna
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.search.optuna import OptunaSearch
+
+from autoaug.core.errors import SearchError
+from autoaug.search.study import (
+    FINAL_STEP_ATTR,
+    ORPHAN_ATTR,
+    RETRY_ATTR,
+    TUNE_TRIAL_ATTR,
+    make_sampler,
+    make_storage,
+    study_trials_by_tune_id,
+)
+
+__all__ = [
+    "WRITTEN_AGAINST",
+    "check_versions",
+    "StoppedTrials",
+    "StudySearch",
+    "StudyGuard",
+    "GuardedASHAScheduler",
+    "GuardedFIFOScheduler",
+    "make_scheduler",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``{distribution: (oldest, newest) "MAJOR.MINOR"}`` this module was written and tested against.
+WRITTEN_AGAINST: dict[str, tuple[str, str]] = {
+    "ray": ("2.40", "2.60"),
+    "optuna": ("4.0", "5.0"),
+}
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def check_versions(installed: dict[str, str] | None = None) -> None:
+    """Raise :class:`SearchError` if Ray or Optuna is outside :data:`WRITTEN_AGAINST`.
+
+    ``installed``: ``{distribution: version}`` to check instead of the installed ones.
+    """
+    problems = []
+    for dist, (oldest, newest) in WRITTEN_AGAINST.items():
+        version = (installed or {}).get(dist) or metadata.version(dist)
+        if not _major_minor(oldest) <= _major_minor(version) <= _major_minor(newest):
+            problems.append(f"{dist} {version} (known: {oldest} to {newest}.x)")
+    if problems:
+        raise SearchError(
+            "autoaug.search.reconcile uses private attributes of Ray Tune's OptunaSearch and of Optuna and "
+            f"was written against other versions: {'; '.join(problems)}. Check StudySearch/StudyGuard against "
+            "the new versions, then widen WRITTEN_AGAINST and the upper bounds in pyproject.toml"
+        )
+
+
+class StoppedTrials:
+    """The trials :class:`StudyGuard` stopped in this driver session (their result is the
+    study's); shared by the scheduler and the progress printer of one search."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+
+    def add(self, trial_id: str) -> None:
+        self._ids.add(trial_id)
+
+    def __contains__(self, trial_id: object) -> bool:
+        return trial_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getstate__(self) -> dict:
+        return {"_ids": set()}  # a new driver session starts with none stopped
+
+
+class StudySearch(OptunaSearch):
+    """``OptunaSearch`` that tags each Optuna trial with its Tune trial id and reconciles the
+    study with Tune's restored state after a driver crash (see the module documentation)."""
+
+    @property
+    def study(self) -> optuna.Study:
+        """The Optuna study the searcher asks and tells."""
+        return self._ot_study
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if trial_id not in self._ot_trials:
+            adopted = self._adopt_orphan()
+            if adopted is not None:
+                self._ot_trials[trial_id] = adopted
+        config = super().suggest(trial_id)
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is not None and ot_trial.user_attrs.get(TUNE_TRIAL_ATTR) != trial_id:
+            ot_trial.set_user_attr(TUNE_TRIAL_ATTR, trial_id)
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self._finished_in_study():
+            return  # the study already holds this trial's final state
+        super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id not in self._finished_in_study():
+            ot_trial = self._ot_trials.get(trial_id)
+            step = (result or {}).get("training_iteration")
+            if ot_trial is not None and step is not None and trial_id not in self._completed_trials:
+                # The final result goes to tell(), not report(): keep its step with the trial.
+                ot_trial.set_user_attr(FINAL_STEP_ATTR, int(step))
+            super().on_trial_complete(trial_id, result=result, error=error)
+            return
+        # Told before the driver stopped, after Tune's last snapshot (see StudyGuard).
+        self._completed_trials.add(trial_id)
+        self._already_told.discard(trial_id)
+        told = self._ot_study._storage.get_trial(self._ot_trials[trial_id]._trial_id)
+        value = (result or {}).get(self.metric)
+        if told.state == optuna.trial.TrialState.FAIL and value is not None and not error:
+            # A failed trial retried with --resume-errored succeeded: record the success as a new
+            # Optuna trial (a finished one cannot change), linked to the failed attempt.
+            self._ot_study.add_trial(
+                optuna.trial.create_trial(
+                    params=told.params,
+                    distributions=told.distributions,
+                    value=value,
+                    intermediate_values={},
+                    user_attrs={TUNE_TRIAL_ATTR: trial_id, RETRY_ATTR: told.number},
+                )
+            )
+        elif told.state == optuna.trial.TrialState.COMPLETE and value is not None and (
+            told.value is None or not math.isclose(told.value, value, rel_tol=1e-9)
+        ):
+            logger.warning(
+                "trial %s finished again after the restore with %s=%s; the study keeps %s",
+                trial_id, self.metric, value, told.value,
+            )  # fmt: skip
+
+    # -- restore-time reconciliation -----------------------------------------------------------
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        storage = self._ot_study._storage
+        study_id = self._ot_study._study_id
+        known = {t._trial_id for t in self._ot_trials.values()}
+        # Trials the study finished but Tune may run (again): ends told after Tune's snapshot,
+        # and failures that ``resume_errored`` retries.
+        self._already_told = set()
+        for tid, t in self._ot_trials.items():
+            state = storage.get_trial(t._trial_id).state
+            if tid not in self._completed_trials and state.is_finished():
+                self._already_told.add(tid)
+            elif tid in self._completed_trials and state == optuna.trial.TrialState.FAIL:
+                self._already_told.add(tid)
+                self._completed_trials.discard(tid)
+        orphans = []
+        for frozen in storage.get_all_trials(study_id, deepcopy=False):
+            if frozen._trial_id in known or frozen.state.is_finished():
+                continue
+            if set(frozen.params) == set(self._space) and frozen.state == optuna.trial.TrialState.RUNNING:
+                orphans.append(frozen._trial_id)
+            else:
+                storage.set_trial_user_attr(frozen._trial_id, ORPHAN_ATTR, True)
+                storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
+        self._orphans = sorted(orphans)
+        self._reseed_sampler(len(storage.get_all_trials(study_id, deepcopy=False)))
+        if self._orphans or self._already_told:
+            logger.info(
+                "restored study: %d orphaned Optuna trial(s) to re-use, %d trial(s) already told",
+                len(self._orphans), len(self._already_told),
+            )  # fmt: skip
+
+    def set_sampler_spec(self, name: str, seed: int) -> None:
+        """Remember how the sampler was made (:func:`make_sampler`), to reseed it on restore."""
+        self._sampler_spec = (name, seed)
+
+    def _reseed_sampler(self, num_trials: int) -> None:
+        # The sampler's random state comes back from the snapshot, which may predate proposals
+        # already made (the orphans): replaying it would propose the same policies again. A fresh
+        # sampler seeded from (seed, trials in the study) proposes new ones, reproducibly.
+        spec = getattr(self, "_sampler_spec", None)
+        if spec is None:
+            self._ot_study.sampler.reseed_rng()
+            return
+        name, seed = spec
+        sampler = make_sampler(name, (seed + 1_000_003 * num_trials) % 2**32)
+        self._sampler = sampler
+        self._ot_study.sampler = sampler
+
+    def _finished_in_study(self) -> set:
+        return getattr(self, "_already_told", set())
+
+    def _adopt_orphan(self) -> optuna.Trial | None:
+        orphans = getattr(self, "_orphans", [])
+        while orphans:
+            trial_id = orphans.pop(0)
+            frozen = self._ot_study._storage.get_trial(trial_id)
+            if frozen.state == optuna.trial.TrialState.RUNNING:
+                return optuna.Trial(self._ot_study, trial_id)
+        return None
+
+
+class StudyGuard:
+    """Mixin for Tune schedulers: after a restore, trials the Optuna study already finished are
+    stopped before they run again.
+
+    Tune snapshots its experiment state a little after the study is told that a trial finished;
+    a driver killed in between leaves Tune believing the trial is still running. On the first
+    scheduling decision of a driver session, every pending trial whose Optuna trial is finished
+    is stopped through ``tune_controller.stop_trial`` (the canonical path, which also informs
+    the searcher and the concurrency limiter) and added to :class:`StoppedTrials`; the study's
+    value and step are its result. A trial that Tune marked ERROR and that is resumed on purpose
+    (``resume_errored``) runs again.
+    """
+
+    def _setup_guard(
+        self, study_url: str, study_name: str, max_failures: int, stopped: StoppedTrials | None = None
+    ) -> None:
+        self._guard_study_url = study_url
+        self._guard_study_name = study_name
+        self._guard_max_failures = max_failures
+        self._guard_stopped = stopped if stopped is not None else StoppedTrials()
+
+    @property
+    def stopped_trials(self) -> StoppedTrials:
+        return self._guard_stopped
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_guard_done", None)
+        return state
+
+    def choose_trial_to_run(self, tune_controller: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_guard_done", False):
+            self._guard_done = True
+            self._stop_trials_finished_in_study(tune_controller)
+        return super().choose_trial_to_run(tune_controller, *args, **kwargs)
+
+    def _stop_trials_finished_in_study(self, tune_controller: Any) -> None:
+        pending = [t for t in tune_controller.get_trials() if t.status in ("PENDING", "PAUSED")]
+        if not pending:
+            return
+        try:
+            study = optuna.load_study(
+                study_name=self._guard_study_name, storage=make_storage(self._guard_study_url)
+            )
+        except Exception as exc:  # the search itself will fail with a clearer error
+            logger.warning("cannot read the Optuna study to reconcile restored trials: %s", exc)
+            return
+        finished = study_trials_by_tune_id(study)
+        for trial in pending:
+            frozen = finished.get(trial.trial_id)
+            if frozen is None or not frozen.state.is_finished():
+                continue
+            resumed_on_purpose = (
+                frozen.state == optuna.trial.TrialState.FAIL
+                and trial.num_failures > self._guard_max_failures
+            )
+            if resumed_on_purpose:
+                continue
+            logger.info(
+                "trial %s finished (%s) before the driver stopped; not running it again",
+                trial.trial_id, frozen.state.name,
+            )  # fmt: skip
+            self._guard_stopped.add(trial.trial_id)
+            try:
+                tune_controller.stop_trial(trial)
+            except Exception as exc:  # then it runs again; the records still take the study's result
+                logger.warning("could not stop restored trial %s: %s", trial.trial_id, exc)
+
+
+class GuardedASHAScheduler(StudyGuard, ASHAScheduler):
+    """``ASHAScheduler`` with :class:`StudyGuard`."""
+
+
+class GuardedFIFOScheduler(StudyGuard, FIFOScheduler):
+    """``FIFOScheduler`` with :class:`StudyGuard`."""
+
+
+def make_scheduler(config: Any, study_url: str, stopped: StoppedTrials) -> StudyGuard:
+    """ASHA (or FIFO without early stopping) with :class:`StudyGuard` on ``config``'s study."""
+    if config.early_stopping:
+        scheduler: StudyGuard = GuardedASHAScheduler(
+            time_attr="training_iteration",
+            max_t=config.epochs,
+            grace_period=config.grace_period,
+            reduction_factor=config.reduction_factor,
+        )
+    else:
+        scheduler = GuardedFIFOScheduler()
+    scheduler._setup_guard(study_url, config.name, config.max_failures, stopped)
+    return scheduler

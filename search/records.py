@@ -1,0 +1,196 @@
+"""What a search records: the data it ran on, one :class:`TrialRecord` per Tune trial, and the
+:class:`SearchOutcome` (rebuilt from ``result.json`` for a finished search)."""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import optuna
+
+from autoaug.search.assemble import AssembledPolicy, TrialRecord
+from autoaug.search.config import METRIC, MODE, SearchConfig
+from autoaug.search.progress import trial_error
+from autoaug.search.run_dir import RunDir
+from autoaug.search.study import final_step, study_trials_by_tune_id
+
+__all__ = ["SearchOutcome", "describe_data", "trial_records", "outcome_from_result"]
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a finished search produced."""
+
+    policy: Any  # policies.Policy
+    score: float
+    best_trial: TrialRecord
+    trials: tuple[TrialRecord, ...]
+    assembled: AssembledPolicy
+    store_uri: str
+    version: int
+    run_dir: str
+    provenance: Mapping[str, Any]
+    study_problems: tuple[str, ...] = ()
+
+    @property
+    def reference(self) -> str:
+        """``name@version`` in the policy store."""
+        return f"{self.policy.name}@{self.version}"
+
+    def summary(self) -> str:
+        counts = self.provenance["counts"]
+        lines = [
+            self.policy.table(),
+            "",
+            f"best trial {self.best_trial.trial_id}: {METRIC} {self.score:.4f} "
+            f"({self.best_trial.epochs} epoch{'' if self.best_trial.epochs == 1 else 's'})",
+            f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
+            f"{counts['failed']} failed; final policy = best {len(self.assembled.selected)} "
+            f"trials, {len(self.policy.sub_policies)} sub-policies "
+            f"({self.assembled.duplicates_removed} duplicates removed)",
+            f"stored as {self.reference} in {self.store_uri}",
+            f"run directory: {self.run_dir}",
+        ]
+        if self.study_problems:
+            lines.append(f"WARNING: Optuna study inconsistent with Tune: {'; '.join(self.study_problems)}")
+        return "\n".join(lines)
+
+
+def describe_data(train_config: Any) -> dict[str, Any]:
+    """Dataset and split fingerprints of the trainer's reduced split, computed the way the
+    trainer computes them (this also validates the data before Ray starts). Raises
+    ``ValueError`` (``DatasetError``) for unreadable data."""
+    from autoaug.proxy_models.data import open_dataset, reduced_split
+
+    ds = open_dataset(train_config.data, split="train")
+    fingerprint = ds.fingerprint()
+    split = reduced_split(
+        ds.labels, train_size=train_config.train_size or None, val_size=train_config.val_size,
+        seed=train_config.split_seed, dataset_fingerprint=fingerprint,
+    )  # fmt: skip
+    return {
+        "dataset": {
+            "source": str(train_config.data),
+            "fingerprint": fingerprint,
+            "num_images": len(ds),
+            "classes": list(ds.classes),
+        },
+        "split": {
+            "fingerprint": split.fingerprint,
+            "seed": int(split.seed),
+            "train_size": int(len(split.train)),
+            "val_size": int(len(split.val)),
+        },
+    }
+
+
+def trial_records(config: SearchConfig, run: RunDir, study: optuna.Study) -> list[TrialRecord]:
+    """One :class:`TrialRecord` per Tune trial, in creation order.
+
+    Tune's final experiment state gives status, last metrics and errors. For a trial that the
+    Optuna study recorded as finished while Tune's snapshot was older (the driver died in
+    between, and the study guard did not run it again), the study's value and step are the
+    result.
+    """
+    from ray.tune import ExperimentAnalysis
+
+    analysis = ExperimentAnalysis(run.uri, default_metric=METRIC, default_mode=MODE)
+    latest = study_trials_by_tune_id(study)
+    names = set(config.space.param_names())
+    records = []
+    trials = sorted(analysis.trials, key=lambda t: (_creation_index(t), t.trial_id))
+    for index, trial in enumerate(trials):
+        params = {k: v for k, v in (trial.config or {}).items() if k in names}
+        try:
+            policy = config.space.to_policy(params, name=f"{config.name}-{trial.trial_id}")
+        except ValueError:
+            policy = None
+        last = trial.last_result or {}
+        epochs = int(last.get("epoch") or 0)
+        score = last.get(METRIC)
+        error = note = None
+        if trial.status == "ERROR":
+            status = "failed"
+            error = trial_error(trial)
+        elif trial.status == "TERMINATED":
+            status = "completed" if epochs >= config.epochs else "early_stopped"
+        elif trial.status == "RUNNING":
+            status = "running"
+        else:
+            status = "pending"
+        frozen = latest.get(trial.trial_id)
+        if frozen is not None and frozen.state.is_finished() and status in ("completed", "early_stopped"):
+            # The study records a trial's first end, Tune's snapshot can be older (driver killed
+            # in between): the study's result is the trial's result.
+            step = final_step(frozen)
+            if frozen.state == optuna.trial.TrialState.COMPLETE and (
+                int(last.get("training_iteration") or 0) != step or score is None
+                or not math.isclose(float(score), frozen.value, rel_tol=1e-9)
+            ):  # fmt: skip
+                score, epochs = frozen.value, step
+                status = "completed" if step >= config.epochs else "early_stopped"
+                note = "result from the Optuna study: the trial ended after Tune's last snapshot"
+            elif frozen.state == optuna.trial.TrialState.FAIL:
+                status, score = "failed", None
+                error = "failed before the driver stopped (the error was recorded in the Optuna study only)"
+        records.append(
+            TrialRecord(
+                trial_id=trial.trial_id,
+                index=index,
+                status=status,
+                params=params,
+                policy=policy,
+                score=None if score is None else float(score),
+                epochs=epochs,
+                train_time_s=last.get("train_time_s"),
+                error=error,
+                optuna_number=None if frozen is None else frozen.number,
+                num_failures=int(getattr(trial, "num_failures", 0) or 0),
+                note=note,
+            )
+        )
+    return records
+
+
+def _creation_index(trial: Any) -> int:
+    # Tune's experiment tag starts with the trial counter: "3_sp0_op0_mag=9,...".
+    head = str(getattr(trial, "experiment_tag", "") or "").split("_", 1)[0]
+    return int(head) if head.isdigit() else sys.maxsize
+
+
+def outcome_from_result(result: Mapping[str, Any], run: RunDir) -> SearchOutcome:
+    """The :class:`SearchOutcome` a ``result.json`` describes."""
+    from autoaug.policies import Policy
+
+    prov = result["provenance"]
+    trials = []
+    for t in prov["trials"]:
+        policy = None if t["policy"] is None else Policy.from_dict(t["policy"])
+        trials.append(
+            TrialRecord(
+                trial_id=t["trial_id"], index=t["index"], status=t["status"], params=t["params"],
+                policy=policy, score=t["score"], epochs=t["epochs"], train_time_s=t["train_time_s"],
+                error=t["error"], optuna_number=t["optuna_number"], num_failures=t["num_failures"],
+                note=t.get("note"),
+            )
+        )  # fmt: skip
+    by_id = {t.trial_id: t for t in trials}
+    assembly = prov["assembly"]
+    selected = tuple(by_id[i] for i in assembly["selected_trials"])
+    policy = Policy.from_dict(result["policy"])
+    assembled = AssembledPolicy(
+        policy, selected, assembly["duplicates_removed"], tuple(assembly["sub_policy_sources"])
+    )
+    return SearchOutcome(
+        policy=policy,
+        score=selected[0].score,
+        best_trial=selected[0],
+        trials=tuple(trials),
+        assembled=assembled,
+        store_uri=result["stored"]["store"],
+        version=result["stored"]["version"],
+        run_dir=run.uri,
+        provenance=prov,
+        study_problems=tuple(prov["optuna"]["problems"]),
+    )

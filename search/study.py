@@ -1,0 +1,235 @@
+"""The Optuna side of a search: samplers (one table), storages, the study and its consistency
+with Ray Tune's trials.
+
+Every Optuna trial of a search carries the user attribute :data:`TUNE_TRIAL_ATTR` (its Ray Tune
+trial id); the other attributes below are written by :mod:`autoaug.search.reconcile` after a
+driver crash.
+"""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import optuna
+
+from autoaug.core.errors import RunExistsError, UserInputError
+from autoaug.search.assemble import TrialRecord
+from autoaug.search.run_dir import STUDY_FILE, RunDir
+from autoaug.search.space import SearchSpace
+
+__all__ = [
+    "SAMPLERS",
+    "Sampler",
+    "make_sampler",
+    "make_storage",
+    "redact",
+    "open_study",
+    "study_url",
+    "run_study_url",
+    "check_no_study",
+    "delete_study",
+    "study_trials_by_tune_id",
+    "final_step",
+    "check_study",
+    "TUNE_TRIAL_ATTR",
+    "ORPHAN_ATTR",
+    "FINAL_STEP_ATTR",
+    "RETRY_ATTR",
+]
+
+#: Optuna user attribute holding the Ray Tune trial id of each Optuna trial.
+TUNE_TRIAL_ATTR = "tune_trial_id"
+#: Optuna user attribute of trials asked by a driver that died before Tune recorded them.
+ORPHAN_ATTR = "autoaug_orphaned"
+#: Optuna user attribute: the ``training_iteration`` (epoch) of the trial's final result.
+FINAL_STEP_ATTR = "training_iteration"
+#: Optuna user attribute (the failed attempt's number) of a retried failure's new trial.
+RETRY_ATTR = "autoaug_retry_of"
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """One sampler ``autoaug search --sampler`` offers."""
+
+    description: str
+    requires: str | None  # a Python package it needs besides Optuna
+    build: Callable[[int], optuna.samplers.BaseSampler]  # seed -> sampler
+
+
+#: The samplers, by the name ``--sampler`` / ``sampler:`` takes (the first is the default).
+SAMPLERS: Mapping[str, Sampler] = {
+    # multivariate: models the joint distribution of the parameters; constant_liar: concurrent
+    # trials do not all get the same proposal.
+    "tpe": Sampler(
+        "multivariate TPE with constant liar", None,
+        lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True),
+    ),
+    "random": Sampler("uniform random", None, lambda seed: optuna.samplers.RandomSampler(seed=seed)),
+    "qmc": Sampler("scrambled Sobol sequence", "scipy", lambda seed: optuna.samplers.QMCSampler(seed=seed, scramble=True)),
+    "cmaes": Sampler(
+        "CMA-ES (categorical parameters fall back to random sampling)", "cmaes",
+        lambda seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+    ),
+    "gp": Sampler("Gaussian-process Bayesian optimisation", "scipy", lambda seed: optuna.samplers.GPSampler(seed=seed)),
+}  # fmt: skip
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler called ``name`` (see :data:`SAMPLERS`), seeded."""
+    if name not in SAMPLERS:
+        raise UserInputError(f"unknown sampler {name!r}; expected one of {', '.join(SAMPLERS)}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return SAMPLERS[name].build(seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# Storages
+
+
+def make_storage(url: str) -> optuna.storages.BaseStorage:
+    """The Optuna RDB storage at ``url``; errors become one :class:`UserInputError` line."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:"):
+        # Several writers (the driver, a user inspecting the study) may hold the file.
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    try:
+        return optuna.storages.RDBStorage(url, **kwargs)
+    except Exception as exc:  # sqlalchemy / driver errors: show them as one line
+        raise UserInputError(f"cannot open Optuna storage {redact(url)}: {type(exc).__name__}: {exc}") from None
+
+
+def redact(url: str) -> str:
+    """``url`` with its password hidden."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def run_study_url(config: Any, run: RunDir) -> str:
+    """The Optuna storage URL of ``config``'s study in the run directory ``run``."""
+    if config.optuna_storage:
+        return config.optuna_storage
+    if run.local_path is None:  # check_runnable() refuses this earlier
+        raise UserInputError("a remote run directory needs an explicit Optuna storage URL")
+    return "sqlite:///" + os.path.join(run.local_path, STUDY_FILE)
+
+
+def study_url(config: Any, *, hide_password: bool = True) -> str:
+    """The Optuna storage URL of ``config``'s study (password hidden unless ``hide_password=False``)."""
+    url = run_study_url(config, RunDir(config.storage, config.name))
+    return redact(url) if hide_password else url
+
+
+def open_study(name: str, storage: str | None = None, *, runs_root: str | None = None) -> optuna.Study:
+    """Load the Optuna study of search ``name`` (read it while the search runs, or after).
+
+    ``storage``: the Optuna storage URL; default: ``optuna.db`` in the run directory
+    ``{runs_root}/{name}``.
+    """
+    from autoaug.search.config import default_runs_root
+
+    if storage is None:
+        run = RunDir(runs_root or default_runs_root(), name)
+        if run.local_path is None:
+            raise UserInputError("the run directory is remote: pass the Optuna storage URL explicitly")
+        storage = "sqlite:///" + os.path.join(run.local_path, STUDY_FILE)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def check_no_study(name: str, url: str) -> None:
+    """Raise :class:`RunExistsError` if the storage at ``url`` already holds a study ``name``."""
+    storage = make_storage(url)
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    if name in names:
+        raise RunExistsError(
+            f"the Optuna storage {redact(url)} already holds a study named {name!r}; choose another "
+            "--name, or delete that study (optuna.delete_study) first"
+        )
+
+
+def delete_study(name: str, url: str) -> None:
+    """Delete the study ``name`` from the storage at ``url`` (nothing if it is not there)."""
+    try:
+        optuna.delete_study(study_name=name, storage=make_storage(url))
+    except KeyError:
+        pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the study
+
+
+def final_step(frozen: optuna.trial.FrozenTrial) -> int:
+    """Last ``training_iteration`` (epoch) the study recorded for a trial (0 if none)."""
+    step = frozen.user_attrs.get(FINAL_STEP_ATTR)
+    return int(step) if step is not None else max(frozen.intermediate_values, default=0)
+
+
+def study_trials_by_tune_id(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
+    """``{tune_trial_id: the latest Optuna trial for it}`` (a retried failure has two)."""
+    out: dict[str, optuna.trial.FrozenTrial] = {}
+    for ft in study.get_trials(deepcopy=False):
+        tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
+        if tid is not None and (tid not in out or ft.number > out[tid].number):
+            out[tid] = ft
+    return out
+
+
+def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: SearchSpace) -> list[str]:
+    """Problems between the Optuna study and Tune's trials (empty list: consistent).
+
+    Consistent means: every finished Tune trial has an Optuna trial (matched through
+    ``tune_trial_id``; for a failure retried with ``resume_errored``, the latest one) with the same
+    parameters; a scored trial is COMPLETE with the same value, a failed one FAIL; no Optuna trial
+    is left RUNNING/WAITING; every other Optuna trial is an orphan marked ``autoaug_orphaned`` or a
+    failed attempt followed by a retry.
+    """
+    problems: list[str] = []
+    latest = study_trials_by_tune_id(study)
+    for ft in study.get_trials(deepcopy=False):
+        tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
+        if ft.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING):
+            problems.append(f"Optuna trial {ft.number} is still {ft.state.name}")
+        if tid is None:
+            if not ft.user_attrs.get(ORPHAN_ATTR):
+                problems.append(f"Optuna trial {ft.number} belongs to no Tune trial")
+            continue
+        last = latest[tid]
+        if last.number != ft.number and not (
+            ft.state == optuna.trial.TrialState.FAIL and last.user_attrs.get(RETRY_ATTR) == ft.number
+        ):
+            problems.append(f"Tune trial {tid} has two Optuna trials ({ft.number}, {last.number})")
+    known = set()
+    for rec in trials:
+        known.add(rec.trial_id)
+        ft = latest.get(rec.trial_id)
+        if ft is None:
+            if rec.finished:
+                problems.append(f"Tune trial {rec.trial_id} has no Optuna trial")
+            continue
+        try:
+            same = space.to_policy(ft.params).content_hash == (rec.policy and rec.policy.content_hash)
+        except ValueError:
+            same = False
+        if not same:
+            problems.append(f"Tune trial {rec.trial_id} and Optuna trial {ft.number} have different parameters")
+        if rec.succeeded:
+            if ft.state != optuna.trial.TrialState.COMPLETE:
+                problems.append(f"Tune trial {rec.trial_id} finished but Optuna trial {ft.number} is {ft.state.name}")
+            elif not math.isclose(ft.value, rec.score, rel_tol=1e-9, abs_tol=1e-12):
+                problems.append(
+                    f"Tune trial {rec.trial_id} scored {rec.score} but Optuna trial {ft.number} holds {ft.value}"
+                )
+        elif rec.status == "failed" and ft.state != optuna.trial.TrialState.FAIL:
+            problems.append(f"Tune trial {rec.trial_id} failed but Optuna trial {ft.number} is {ft.state.name}")
+    for tid, ft in latest.items():
+        if tid not in known:
+            problems.append(f"Optuna trial {ft.number} names Tune trial {tid}, which does not exist")
+    return problems

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from typing import Any
 
 from autoaug.launch.config import build_config, flag_overrides, layered_config
@@ -46,6 +45,8 @@ _FLAG_KEYS: dict[str, Any] = {
     "reduction_factor": "reduction_factor",
     "max_failures": "max_failures",
     "top_n": "top_n",
+    "warm_start": lambda v: {"warm_start": [s.strip() for s in v.split(",") if s.strip()]},
+    "rescore": "rescore",
     "exclude_ops": lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
     "sub_policies": "space.num_sub_policies",
     "verbose": "verbose",
@@ -54,7 +55,7 @@ _FLAG_KEYS: dict[str, Any] = {
 _DEFINING = (
     "data", "name", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage",
     "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
-    "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
+    "warm_start", "rescore", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
 )  # fmt: skip
 
 
@@ -225,6 +226,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--exclude-ops", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert")
     what.add_argument("--sub-policies", type=int, metavar="K", help="sub-policies per candidate (default 5)")
     what.add_argument("--top-n", type=int, metavar="N", help="best trials concatenated into the final policy (default 5)")
+    what.add_argument("--warm-start", metavar="REF,REF",
+                      help="policies whose sub-policies are the first candidates (cpu preset: autoaugment-cifar10; "
+                      "'' for none): presets, policy JSON files, stored versions")
+    what.add_argument("--rescore", dest="rescore", action="store_const", const=True,
+                      help="re-score the assembled policy against the best trial under the proxy and store the "
+                      "better one (cpu preset: on)")
+    what.add_argument("--no-rescore", dest="rescore", action="store_const", const=False,
+                      help="store the assembled policy without re-scoring it")
 
     how = p.add_argument_group("how to run it")
     how.add_argument("--concurrency", type=int, metavar="N", help="trials at once (0: as many as resources allow)")

@@ -135,13 +135,34 @@ class StudySearch(OptunaSearch):
             return  # the study already holds this trial's final state
         super().on_trial_result(trial_id, result)
 
+    def set_max_steps(self, max_steps: int) -> None:
+        """Epochs of a full trial: a trial that ends earlier without an error was stopped by the
+        scheduler (ASHA) and is recorded ``PRUNED``, not ``COMPLETE``."""
+        self._max_steps = int(max_steps)
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self._finished_in_study():
             ot_trial = self._ot_trials.get(trial_id)
             step = (result or {}).get("training_iteration")
+            value = (result or {}).get(self.metric)
             if ot_trial is not None and step is not None and trial_id not in self._completed_trials:
-                # The final result goes to tell(), not report(): keep its step with the trial.
+                # Tune hands the last result to on_trial_complete only (not on_trial_result):
+                # report it too, so the study holds every epoch's score, the last included.
                 ot_trial.set_user_attr(FINAL_STEP_ATTR, int(step))
+                reported = self._ot_study._storage.get_trial(ot_trial._trial_id).intermediate_values
+                if value is not None and not error and int(step) not in reported:
+                    ot_trial.report(float(value), int(step))
+                max_steps = getattr(self, "_max_steps", None)
+                if not error and value is not None and max_steps is not None and int(step) < max_steps:
+                    # Stopped early by the scheduler: PRUNED (Optuna keeps the last intermediate
+                    # value as the trial's value; TPE ranks pruned trials below complete ones
+                    # by the step they reached, then by that value).
+                    try:
+                        self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
+                    except Exception as exc:  # pragma: no cover - e.g. a NaN score
+                        logger.warning("could not record trial %s as pruned: %s", trial_id, exc)
+                    self._completed_trials.add(trial_id)
+                    return
             super().on_trial_complete(trial_id, result=result, error=error)
             return
         # Told before the driver stopped, after Tune's last snapshot (see StudyGuard).

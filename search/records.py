@@ -124,7 +124,7 @@ def trial_records(config: SearchConfig, run: RunDir, study: optuna.Study) -> lis
             # The study records a trial's first end, Tune's snapshot can be older (driver killed
             # in between): the study's result is the trial's result.
             step = final_step(frozen)
-            if frozen.state == optuna.trial.TrialState.COMPLETE and (
+            if frozen.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) and (
                 int(last.get("training_iteration") or 0) != step or score is None
                 or not math.isclose(float(score), frozen.value, rel_tol=1e-9)
             ):  # fmt: skip

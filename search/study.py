@@ -187,7 +187,8 @@ def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: Searc
 
     Consistent means: every finished Tune trial has an Optuna trial (matched through
     ``tune_trial_id``; for a failure retried with ``resume_errored``, the latest one) with the same
-    parameters; a scored trial is COMPLETE with the same value, a failed one FAIL; no Optuna trial
+    parameters; a trial that ran all epochs is COMPLETE and one stopped early by ASHA is PRUNED, with
+    the same value (a pruned trial's value is its last intermediate value), a failed one FAIL; no Optuna trial
     is left RUNNING/WAITING; every other Optuna trial is an orphan marked ``autoaug_orphaned`` or a
     failed attempt followed by a retry.
     """
@@ -221,8 +222,12 @@ def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: Searc
         if not same:
             problems.append(f"Tune trial {rec.trial_id} and Optuna trial {ft.number} have different parameters")
         if rec.succeeded:
-            if ft.state != optuna.trial.TrialState.COMPLETE:
-                problems.append(f"Tune trial {rec.trial_id} finished but Optuna trial {ft.number} is {ft.state.name}")
+            want = optuna.trial.TrialState.COMPLETE if rec.status == "completed" else optuna.trial.TrialState.PRUNED
+            if ft.state != want:
+                problems.append(
+                    f"Tune trial {rec.trial_id} {rec.status.replace('_', ' ')} but Optuna trial {ft.number} is "
+                    f"{ft.state.name} (expected {want.name})"
+                )
             elif not math.isclose(ft.value, rec.score, rel_tol=1e-9, abs_tol=1e-12):
                 problems.append(
                     f"Tune trial {rec.trial_id} scored {rec.score} but Optuna trial {ft.number} holds {ft.value}"

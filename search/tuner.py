@@ -74,6 +74,7 @@ from autoaug.core.errors import (
     SearchInterruptedError,
     UserInputError,
 )
+from autoaug.policies import Policy
 from autoaug.search.assemble import assemble_policy, build_provenance, utc_now
 from autoaug.search.config import METRIC, MODE, SearchConfig
 from autoaug.search.progress import ProgressCallback
@@ -89,7 +90,9 @@ from autoaug.search.study import (
     redact,
     run_study_url,
 )
+from autoaug.search.rescore import RESCORE_FILE, Candidate, choose, rescore_candidates
 from autoaug.search.trial import run_trial
+from autoaug.search.warm_start import warm_start_points
 
 __all__ = ["run_search", "resume_search", "SearchOutcome"]
 
@@ -158,6 +161,7 @@ def run_search(
     with _session(session, address, config.verbose):
         tuner = _build_tuner(config, run, study_url, trainable)
         _fit(tuner, config)
+        _rescore(config, run, study_url)
     return _finish(config, run, state, session_started=started)
 
 
@@ -211,6 +215,7 @@ def resume_search(
             resume_errored=resume_errored,
         )
         _fit(tuner, config)
+        _rescore(config, run, state["optuna"]["storage"])
     return _finish(config, run, state, session_started=started)
 
 
@@ -314,16 +319,68 @@ def _finish(config: SearchConfig, run: RunDir, state: dict, *, session_started: 
         optuna=optuna_info,
         timing=timing,
     )
+    final = assembled.policy
+    if config.rescore:
+        candidates = _final_candidates(config, trials, assembled)
+        scores = run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {}
+        if len(candidates) > 1 and not all(c.key in scores for c in candidates):
+            raise SearchInterruptedError(
+                f"search {config.name!r} stopped before its final policy was re-scored; resume it with: "
+                f"autoaug search --resume {config.name} --storage {config.storage}"
+            )
+        chosen, provenance["selection"] = choose(candidates, scores)
+        final = chosen.policy
     store = PolicyStore(config.store)
-    version = store.save(assembled.policy, config.name, metadata=provenance)
+    version = store.save(final, config.name, metadata=provenance)
     result = {
-        "policy": assembled.policy.to_dict(),
-        "policy_hash": assembled.policy.content_hash,
+        "policy": final.to_dict(),
+        "policy_hash": final.content_hash,
         "stored": {"name": config.name, "version": version, "ref": f"{config.name}@{version}", "store": store.uri},
         "provenance": provenance,
     }
     run.write_json(RESULT_FILE, result)
     return outcome_from_result(result, run)
+
+
+def _final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list[Candidate]:
+    """The assembled policy and the best single trial (one candidate when they are the same)."""
+    best = assembled.selected[0]
+    single = Policy(config.name, best.policy.num_magnitude_bins, best.policy.sub_policies,
+                    base=best.policy.base, ranges=best.policy.ranges)
+    out = [Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)]
+    if single.content_hash != assembled.policy.content_hash:
+        out.append(Candidate("best_trial", single, (best.trial_id,), best.score))
+    return out
+
+
+def _rescore(config: SearchConfig, run: RunDir, study_url: str) -> None:
+    """With ``config.rescore``: train the final candidates under the proxy (fresh seed) once,
+    saving their scores in the run directory (:mod:`autoaug.search.rescore`)."""
+    if not config.rescore:
+        return
+    study = optuna.load_study(study_name=config.name, storage=make_storage(study_url))
+    trials = trial_records(config, run, study)
+    if sum(t.finished for t in trials) < config.num_trials or not any(t.succeeded for t in trials):
+        return  # _finish says what is missing
+    assembled = assemble_policy(
+        trials, name=config.name, top_n=config.top_n, num_magnitude_bins=config.space.num_magnitude_bins,
+        base=config.space.base, ranges=config.space.ranges,
+    )
+    candidates = _final_candidates(config, trials, assembled)
+    if len(candidates) < 2:
+        return
+    cached = run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {}
+    if config.verbose >= 1 and any(c.key not in cached for c in candidates):
+        print(f"re-scoring the assembled policy ({len(assembled.policy.sub_policies)} sub-policies) against the "
+              f"best trial {assembled.selected[0].trial_id} under the proxy ({config.epochs} epochs, fresh seed)",
+              flush=True)
+    scores = rescore_candidates(
+        candidates, config.train, cpus=config.cpus_per_trial, gpus=config.gpus_per_trial, cached=cached,
+        save=lambda results: run.write_json(RESCORE_FILE, results),
+    )
+    if config.verbose >= 1:
+        line = ", ".join(f"{c.kind} {scores[c.key]['val_accuracy']:.4f}" for c in candidates)
+        print(f"re-scored ({METRIC}): {line}", flush=True)
 
 
 def _trainable(config: SearchConfig, trainable: Callable | None = None) -> Any:
@@ -354,6 +411,12 @@ def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: C
         storage=storage,
     )
     searcher.set_sampler_spec(config.sampler, config.seed)
+    searcher.set_max_steps(config.epochs)
+    if config.warm_start:
+        # The first proposals are the known sub-policies (a fresh study only: a resumed search
+        # restores its study, enqueued trials included).
+        for params in warm_start_points(config.warm_start, config.space, store=config.store):
+            searcher.study.enqueue_trial(params, skip_if_exists=True)
     searcher.study.set_user_attr(
         "autoaug_search", {"name": config.name, "run_dir": run.uri, "space": config.space.to_dict()}
     )

@@ -23,23 +23,38 @@ from autoaug.search.space import SearchSpace
 __all__ = ["warm_start_policies", "warm_start_points"]
 
 
+class _LazyStore:
+    """Opens the policy store at ``uri`` only when a reference needs it (presets and files don't)."""
+
+    def __init__(self, uri: str | None) -> None:
+        self.uri = uri
+
+    def load(self, ref: str) -> Policy:
+        from autoaug.policies.store import PolicyStore
+
+        return PolicyStore(self.uri).load(ref)
+
+
 def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = None) -> list[Policy]:
     """The candidate policies (each of ``space.num_sub_policies`` sub-policies) made from ``refs``.
 
     ``refs``: policy references as :func:`autoaug.policies.resolve_policy` takes them (presets
-    such as ``autoaugment-cifar10``, policy JSON files, store references with ``store``).
+    such as ``autoaugment-cifar10``, policy JSON files, store references with ``store``: a
+    :class:`~autoaug.policies.store.PolicyStore`, or its URI, opened only if a reference needs it).
 
     Raises:
         ValueError: naming the reference when it cannot be resolved, is empty, or does not fit
             the space (operations per sub-policy, candidate operations, magnitude bins, base,
             ranges, probabilities off the grid).
     """
+    if store is None or isinstance(store, str):
+        store = _LazyStore(store)
     k = space.num_sub_policies
     out: list[Policy] = []
     for ref in refs:
         try:
             policy = resolve_policy(ref, store=store)
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, LookupError) as exc:
             raise ValueError(f"warm start {ref!r}: {exc}") from None
         subs = list(policy.sub_policies)
         if not subs:

@@ -66,11 +66,11 @@ def test_flags_map_onto_the_config(tmp_path):
     assert config.space.exclude_ops == ("SamplePairing", "Invert") and config.space.num_sub_policies == 4
     assert config.optuna_storage == "sqlite:////tmp/x.db"
     assert config.storage == str(tmp_path / "runs") and config.store == str(tmp_path / "store")
-    assert config.train == TrainConfig.from_preset("cpu")
+    assert config.train == TrainConfig.from_preset("proxy-cpu")
 
 
 def test_default_preset_is_cpu():
-    assert _config(["--name", "n"]).train == TrainConfig.from_preset("cpu")
+    assert _config(["--name", "n"]).train == TrainConfig.from_preset("proxy-cpu")
 
 
 def test_invalid_values_become_one_line_user_errors(tmp_path):

@@ -131,7 +131,7 @@ def test_check_study_reports_each_kind_of_mismatch(tmp_path):
     problems = check_study(study, records, SPACE)
     text = "\n".join(problems)
     assert "Tune trial b scored 0.45 but Optuna trial 1 holds 0.4" in text
-    assert "Tune trial c finished but Optuna trial 2 is FAIL" in text
+    assert "Tune trial c completed but Optuna trial 2 is FAIL (expected COMPLETE)" in text
     assert "Tune trial c and Optuna trial 2 have different parameters" in text
     assert "Tune trial e has no Optuna trial" in text
     assert "Optuna trial 3 is still RUNNING" in text
@@ -238,9 +238,33 @@ def test_final_step_is_kept_with_the_trial(tmp_path):
     search = _searcher(url)
     search.suggest("t1")
     search.on_trial_result("t1", _result(0.2, 1))
-    search.on_trial_complete("t1", _result(0.4, 3))  # e.g. ASHA's last rung: told, not reported
+    search.on_trial_complete("t1", _result(0.4, 3))  # Tune hands the last result to on_trial_complete only
     frozen = optuna.load_study(study_name="s", storage=url).trials[0]
-    assert frozen.user_attrs[FINAL_STEP_ATTR] == 3 and frozen.intermediate_values == {1: 0.2}
+    assert frozen.user_attrs[FINAL_STEP_ATTR] == 3 and frozen.intermediate_values == {1: 0.2, 3: 0.4}
+
+
+def test_every_epoch_is_an_intermediate_value_and_early_stopped_trials_are_pruned(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    search = _searcher(url)
+    search.set_max_steps(3)
+    for tid in ("full", "stopped", "broken"):
+        search.suggest(tid)
+    for step, value in ((1, 0.2), (2, 0.3)):
+        search.on_trial_result("full", _result(value, step))
+    search.on_trial_complete("full", _result(0.5, 3))
+    search.on_trial_complete("stopped", _result(0.25, 1))  # ASHA stopped it at its first rung
+    search.on_trial_complete("broken", None, error=True)
+    study = optuna.load_study(study_name="s", storage=url)
+    full, stopped, broken = study.trials
+    assert (full.state.name, full.value, full.intermediate_values) == ("COMPLETE", 0.5, {1: 0.2, 2: 0.3, 3: 0.5})
+    assert (stopped.state.name, stopped.value, stopped.intermediate_values) == ("PRUNED", 0.25, {1: 0.25})
+    assert broken.state.name == "FAIL"
+    # The study is what optuna.visualization / optuna-dashboard read: learning curves and states.
+    assert [t.number for t in study.get_trials(states=[optuna.trial.TrialState.PRUNED])] == [stopped.number]
+    rec_full = _record(search, "full", full.params, 0.5)
+    rec_stopped = _record(search, "stopped", stopped.params, 0.25, status="early_stopped")
+    rec_broken = _record(search, "broken", broken.params, None, status="failed")
+    assert check_study(study, [rec_full, rec_stopped, rec_broken], SPACE) == []
 
 
 def test_a_failure_retried_after_restore_is_recorded_as_a_linked_new_trial(tmp_path):

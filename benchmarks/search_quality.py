@@ -1,0 +1,412 @@
+"""Search quality: does a searched policy beat the hand-made baselines on a fair protocol?
+
+One command, four resumable stages (re-running the same command reuses every finished stage and
+every finished training run; each stage's wall time is recorded in ``timings.json``):
+
+1. **search** -- ``autoaug search`` with the search preset (default ``cpu``) on the search split
+   (split seed 0, validation held out), storing the found policy as ``<name>@N`` in a scratch store.
+2. **eval** -- ``autoaug compare`` of the found policy and every default baseline (``none``,
+   ``standard``, ``randaugment:n=2,m=9``, ``trivialaugment``, ``autoaugment-cifar10``) in the
+   *evaluation regime* (default training preset ``eval-cpu``: another training split (split seed
+   1), more epochs, no validation), ``--seeds`` seeds, scored on the test split.
+3. **fidelity** (``--fidelity K``, K > 0) -- how well proxies rank policies the way the evaluation
+   regime does: ``K`` random policies of the search space (seeded) are added to the evaluation,
+   and every policy (baselines, found, random) is also trained under each proxy (``--proxy``;
+   default: the search preset's proxy and the old 15-epoch ``cpu`` proxy); Spearman's rank
+   correlation between the proxy's validation accuracy and the evaluation regime's test accuracy.
+4. **report** -- ``results.md`` (mean, std, 95% CI, rank; the found policy's paired difference to
+   each baseline, paired by seed, with its 95% CI), ``quality.png``, ``quality.json``, the search's
+   provenance (``search_result.json``), the found policy (``found_policy.json``) and the
+   commands, in ``--out`` (default ``benchmarks/results/search-quality-<name>/``).
+
+::
+
+    python benchmarks/search_quality.py --data ../shared/data/cifar10-jpeg             # 2 CPU cores
+    python benchmarks/search_quality.py --data ... --fidelity 5                         # + proxy fidelity
+    python benchmarks/search_quality.py --data ... --search-preset paper --eval-preset final \\
+        --address ray://head:10001 --name gpu                                           # a GPU cluster
+    python benchmarks/search_quality.py --data ... --smoke                              # plumbing, minutes
+
+Scratch (Ray run directories, the study, the store, checkpoints and run records) goes to
+``--work`` (default ``runs/search-quality/<name>``); only the small result files go to ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINES = ("none", "standard", "randaugment:n=2,m=9", "trivialaugment", "autoaugment-cifar10")
+STRONG = ("randaugment:n=2,m=9", "trivialaugment", "autoaugment-cifar10")
+#: The proxy the search used before this benchmark existed (15 epochs of ResNet-8, lr 0.2).
+OLD_PROXY = "old-cpu15=--preset cpu --set train.epochs=15 --set train.lr=0.2 --set train.train_size=4000 " \
+            "--set train.val_size=1000 --set train.model=resnet-8"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _autoaug(args: Sequence[str], log: Path) -> tuple[int, float]:
+    """Run ``autoaug ARGS`` (this interpreter), tee its output to ``log``; (exit code, seconds)."""
+    cmd = [sys.executable, "-m", "autoaug.launch.cli", *args]
+    print("$ autoaug " + shlex.join(args), flush=True)
+    start = time.monotonic()
+    with open(log, "a") as f:
+        f.write(f"\n# {_now()} $ autoaug {shlex.join(args)}\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            f.write(line)
+            f.flush()
+            if "WARNING" not in line and "INFO" not in line:
+                print("  " + line.rstrip(), flush=True)
+        code = proc.wait()
+    return code, time.monotonic() - start
+
+
+class Timings:
+    """Wall time per stage, accumulated over resumed sessions (``timings.json``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data = json.loads(path.read_text()) if path.exists() else {}
+
+    def add(self, stage: str, seconds: float, command: str) -> None:
+        entry = self.data.setdefault(stage, {"wall_s": 0.0, "sessions": []})
+        entry["wall_s"] += seconds
+        entry["sessions"].append({"finished_at": _now(), "wall_s": round(seconds, 1), "command": command})
+        self.path.write_text(json.dumps(self.data, indent=1))
+
+
+# ------------------------------------------------------------------------------------------ stats
+def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, float | None]:
+    """Mean, sample std and the two-sided Student-t confidence interval of the mean."""
+    from scipy import stats
+
+    n = len(values)
+    mean = sum(values) / n if n else math.nan
+    if n < 2:
+        return {"n": n, "mean": mean, "std": None, "low": None, "high": None}
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+    return {"n": n, "mean": mean, "std": std, "low": mean - half, "high": mean + half}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{policy label: {seeds: {seed: test acc}, **mean_ci}}`` from compare's ``runs.csv`` rows."""
+    by: dict[str, dict[int, float]] = {}
+    for r in runs:
+        by.setdefault(r["policy"], {})[int(r["seed"])] = float(r["test_accuracy"])
+    out = {}
+    for label, seeds in by.items():
+        out[label] = {"seeds": dict(sorted(seeds.items())), **mean_ci(list(seeds.values()))}
+    for rank, label in enumerate(sorted(out, key=lambda k: -out[k]["mean"]), 1):
+        out[label]["rank"] = rank
+    return out
+
+
+def paired(found: dict[int, float], other: dict[int, float]) -> dict[str, Any]:
+    """Found minus other, paired by seed (same seed = same init, data order and test set)."""
+    common = sorted(set(found) & set(other))
+    diffs = [found[s] - other[s] for s in common]
+    return {"seeds": common, "diffs": diffs, **mean_ci(diffs)}
+
+
+def _read_runs(compare_out: Path) -> list[dict[str, Any]]:
+    import csv
+
+    with open(compare_out / "runs.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _pct(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}"
+
+
+# ------------------------------------------------------------------------------------------ stages
+def stage_search(a: argparse.Namespace, work: Path, timings: Timings) -> str:
+    """Run (or resume, or reuse) the search; returns the stored reference of the found policy."""
+    runs, store = work / "runs", work / "store"
+    result = runs / a.search_name / "result.json"
+    if result.exists():
+        ref = json.loads(result.read_text())["stored"]["ref"]
+        print(f"search: reusing the finished search {a.search_name} ({ref})")
+        return ref
+    if (runs / a.search_name).exists():
+        args = ["search", "--resume", a.search_name, "--storage", str(runs)]
+    else:
+        args = ["search", "--data", a.data, "--preset", a.search_preset, "--name", a.search_name,
+                "--storage", str(runs), "--store", str(store), "--seed", str(a.search_seed),
+                *shlex.split(a.search_args)]
+        if a.address:
+            args += ["--address", a.address]
+    code, seconds = _autoaug(args, work / "search.log")
+    timings.add("search", seconds, "autoaug " + shlex.join(args))
+    if code != 0 or not result.exists():
+        raise SystemExit(f"search_quality: the search failed (exit {code}); see {work / 'search.log'}; "
+                         "re-run this command to resume it")
+    return json.loads(result.read_text())["stored"]["ref"]
+
+
+def _compare(a: argparse.Namespace, work: Path, timings: Timings, stage: str, out: Path, preset_args: list[str],
+             policies: list[str], seeds: int) -> Path:
+    args = ["compare", "--data", a.data, *preset_args, "--store", str(work / "store"),
+            "--baselines", ",".join(BASELINES), "--seeds", str(seeds), "--out", str(out), "--no-attach",
+            "--cpus-per-run", str(a.cpus_per_run)]
+    for p in policies:
+        args += ["--policy", p]
+    if a.address:
+        args += ["--address", a.address]
+    code, seconds = _autoaug(args, work / f"{stage}.log")
+    timings.add(stage, seconds, "autoaug " + shlex.join(args))
+    if code != 0:
+        raise SystemExit(f"search_quality: {stage} failed (exit {code}); see {work / (stage + '.log')}; "
+                         "re-run this command to resume (finished runs are kept)")
+    return out
+
+
+def random_policies(a: argparse.Namespace, work: Path, k: int) -> list[str]:
+    """``k`` policies drawn uniformly from the search's space (seeded), saved as JSON files."""
+    import random
+
+    from autoaug.search.config import SearchConfig
+
+    space = SearchConfig.from_preset(a.search_preset, name="fidelity", data=a.data).space
+    rng = random.Random(a.fidelity_seed)
+    paths = []
+    folder = work / "fidelity-policies"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(k):
+        params = {}
+        for name, dist in space.distributions().items():
+            if name.endswith("_type"):
+                params[name] = rng.choice(list(dist.choices))
+            elif name.endswith("_prob"):
+                params[name] = rng.choice(space.probabilities)
+            else:
+                params[name] = rng.randint(int(dist.low), int(dist.high))
+        policy = space.to_policy(params, name=f"random-{i}")
+        path = folder / f"random-{i}.json"
+        path.write_text(policy.to_json())
+        paths.append(str(path))
+    return paths
+
+
+def search_proxy_args(search_preset: str) -> list[str]:
+    """``autoaug compare`` arguments that train exactly what one trial of the search preset trains."""
+    from autoaug.search.config import SEARCH_PRESETS
+
+    train = dict(SEARCH_PRESETS[search_preset]["train"])
+    args = ["--preset", str(train.pop("preset", "cpu"))]
+    for key, value in train.items():
+        args += ["--set", f"train.{key}={json.dumps(value)}"]
+    return args
+
+
+def spearman(proxy: dict[str, float], evaluation: dict[str, float]) -> dict[str, Any]:
+    from scipy import stats
+
+    labels = sorted(set(proxy) & set(evaluation))
+    rho, p = stats.spearmanr([proxy[k] for k in labels], [evaluation[k] for k in labels])
+    return {"n_policies": len(labels), "spearman": float(rho), "p_value": float(p), "policies": labels}
+
+
+def proxy_scores(compare_out: Path) -> dict[str, float]:
+    """Mean validation accuracy (the search's objective) per policy under a proxy."""
+    by: dict[str, list[float]] = {}
+    for r in _read_runs(compare_out):
+        if r.get("val_accuracy") not in (None, ""):
+            by.setdefault(r["policy"], []).append(float(r["val_accuracy"]))
+    return {k: sum(v) / len(v) for k, v in by.items()}
+
+
+# ------------------------------------------------------------------------------------------ report
+def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], found: str, path: Path,
+         title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = sorted(summary, key=lambda k: summary[k]["mean"])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.55 * len(labels) + 2.2),
+                                   gridspec_kw={"width_ratios": [3, 2]})
+    for y, label in enumerate(labels):
+        s = summary[label]
+        color = "tab:red" if label == found else "tab:blue"
+        if s["low"] is not None:
+            ax1.plot([100 * s["low"], 100 * s["high"]], [y, y], color=color, lw=3, alpha=0.5)
+        ax1.plot(100 * s["mean"], y, "o", color=color, ms=8)
+        ax1.plot([100 * v for v in s["seeds"].values()], [y] * len(s["seeds"]), "|", color="k", ms=10)
+    ax1.set_yticks(range(len(labels)), labels)
+    ax1.set_xlabel("test accuracy % (mean, 95% CI, | = one seed)")
+    ax1.grid(axis="x", alpha=0.3)
+    ax1.set_title(title, fontsize=9)
+    others = [k for k in labels if k in diffs]
+    for y, label in enumerate(others):
+        d = diffs[label]
+        if d["low"] is not None:
+            ax2.plot([100 * d["low"], 100 * d["high"]], [y, y], color="tab:green", lw=3, alpha=0.5)
+        ax2.plot(100 * d["mean"], y, "o", color="tab:green", ms=8)
+    ax2.axvline(0, color="k", lw=0.8)
+    ax2.set_yticks(range(len(others)), others)
+    ax2.set_xlabel(f"{found} minus baseline, paired by seed (points, 95% CI)")
+    ax2.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings: Timings,
+           fidelity: dict[str, Any] | None) -> dict[str, Any]:
+    runs = _read_runs(work / "eval")
+    summary = summarize(runs)
+    found = next(r["policy"] for r in runs if r.get("store_ref") == found_ref or r["policy"] == found_ref)
+    diffs = {b: paired(summary[found]["seeds"], summary[b]["seeds"]) for b in BASELINES if b in summary}
+    best_strong = max((b for b in STRONG if b in summary), key=lambda b: summary[b]["mean"])
+    verdict = {
+        "beats_none_beyond_ci": bool(diffs["none"]["low"] is not None and diffs["none"]["low"] > 0),
+        "beats_standard_beyond_ci": bool(diffs["standard"]["low"] is not None and diffs["standard"]["low"] > 0),
+        "best_strong_baseline": best_strong,
+        "reaches_best_strong_mean": summary[found]["mean"] >= summary[best_strong]["mean"],
+        "gap_to_best_strong_points": 100 * (summary[found]["mean"] - summary[best_strong]["mean"]),
+    }
+    compare_cfg = json.loads((work / "eval" / "compare.json").read_text())
+    train = compare_cfg["train_config"]
+    regime = (f"{train['model']}, {train['train_size']} training images (split seed {train['split_seed']}), "
+              f"{train['epochs']} epochs, batch {train['batch_size']}, lr {train['lr']}")
+    search_result = json.loads((work / "runs" / a.search_name / "result.json").read_text())
+    lines = [
+        f"# Search quality: `{a.search_preset}` search, evaluated in `{a.eval_preset}`",
+        "",
+        f"Found policy `{found}` ({len(search_result['policy']['sub_policies'])} sub-policies, hash "
+        f"`{search_result['policy_hash'][:12]}`) against the default baselines. Evaluation regime: {regime}; "
+        f"test accuracy on the test split, seeds {', '.join(map(str, sorted(summary[found]['seeds'])))}; "
+        "mean, sample std and two-sided 95% Student-t CI of the mean, in %.",
+        "",
+        "| rank | policy | n | test acc % | std | 95% CI |",
+        "|---:|---|---:|---:|---:|---|",
+    ]
+    for label in sorted(summary, key=lambda k: summary[k]["rank"]):
+        s = summary[label]
+        mark = " **(found)**" if label == found else ""
+        lines.append(f"| {s['rank']} | `{label}`{mark} | {s['n']} | {_pct(s['mean'])} | {_pct(s['std'])} | "
+                     f"[{_pct(s['low'])}, {_pct(s['high'])}] |")
+    lines += ["", f"Paired differences, `{found}` minus baseline (same seed: same initialisation, data order "
+              "and test set), in points:", "", "| baseline | mean diff | 95% CI | seeds |", "|---|---:|---|---|"]
+    for b, d in diffs.items():
+        lines.append(f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
+                     f"{', '.join(map(str, d['seeds']))} |")
+    lines += [
+        "",
+        f"- beats `none` beyond the CI: **{verdict['beats_none_beyond_ci']}**; beats `standard` beyond the CI: "
+        f"**{verdict['beats_standard_beyond_ci']}**",
+        f"- best strong baseline (mean): `{best_strong}`; found minus it: {verdict['gap_to_best_strong_points']:+.2f} "
+        f"points (goal: >= 0): **{verdict['reaches_best_strong_mean']}**",
+    ]
+    if fidelity:
+        lines += ["", "## Proxy fidelity", "",
+                  "Spearman rank correlation between each proxy's validation accuracy (the search objective; "
+                  "mean over the proxy seeds) and the evaluation regime's test accuracy (mean over seeds):", "",
+                  "| proxy | policies | Spearman rho | p |", "|---|---:|---:|---:|"]
+        for name, f in fidelity.items():
+            lines.append(f"| `{name}` | {f['n_policies']} | {f['spearman']:+.3f} | {f['p_value']:.3f} |")
+    lines += ["", "## Wall time", "", "| stage | wall time (min, all sessions) |", "|---|---:|"]
+    for stage, t in timings.data.items():
+        lines.append(f"| {stage} | {t['wall_s'] / 60:.1f} |")
+    lines += ["", "## Commands", "", "```", "python " + shlex.join(["benchmarks/search_quality.py", *sys.argv[1:]])]
+    for stage, t in timings.data.items():
+        for s in t["sessions"]:
+            lines.append(s["command"].replace(str(work), "$WORK"))
+    lines += ["```", "", f"Machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+              f"written {_now()}."]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    plot(summary, diffs, found, out / "quality.png", f"{a.eval_preset}: {regime}")
+    doc = {"found": found, "found_ref": found_ref, "summary": summary, "paired": diffs, "verdict": verdict,
+           "fidelity": fidelity, "timings": timings.data, "eval_train_config": train,
+           "search_preset": a.search_preset, "eval_preset": a.eval_preset, "written_at": _now()}
+    (out / "quality.json").write_text(json.dumps(doc, indent=1, default=str))
+    (out / "search_result.json").write_text(json.dumps(search_result, indent=1))
+    (out / "found_policy.json").write_text(json.dumps(search_result["policy"], indent=1))
+    for name in ("results.md", "runs.csv", "comparison.png"):
+        src = work / "eval" / name
+        if src.exists():
+            (out / f"eval_{name}").write_bytes(src.read_bytes())
+    print("\n".join(lines))
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"),
+                   help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)")
+    p.add_argument("--name", default=None, help="study name (default: <search-preset>-<eval-preset>)")
+    p.add_argument("--search-preset", default="cpu", help="autoaug search --preset")
+    p.add_argument("--search-seed", type=int, default=0, help="autoaug search --seed")
+    p.add_argument("--search-args", default="", help="more autoaug search arguments, e.g. '--num-trials 20'")
+    p.add_argument("--eval-preset", default="eval-cpu", help="training preset of the evaluation regime")
+    p.add_argument("--eval-args", default="", help="more autoaug compare arguments for the evaluation")
+    p.add_argument("--seeds", type=int, default=3, help="evaluation seeds per policy (>= 3)")
+    p.add_argument("--fidelity", type=int, default=0, help="random policies for the proxy-fidelity stage (0: skip)")
+    p.add_argument("--fidelity-seed", type=int, default=0, help="seed of the random policies")
+    p.add_argument("--proxy", action="append", default=None, metavar="NAME=COMPARE-ARGS",
+                   help="a proxy to measure (repeatable); default: the search preset's proxy and the old "
+                        "15-epoch cpu proxy")
+    p.add_argument("--proxy-seeds", type=int, default=2, help="seeds per policy under each proxy")
+    p.add_argument("--cpus-per-run", type=int, default=1, help="CPUs per evaluation run")
+    p.add_argument("--address", default=None, help="Ray cluster (default: embedded local Ray)")
+    p.add_argument("--work", default=None, help="scratch folder (default runs/search-quality/<name>)")
+    p.add_argument("--out", default=None, help="result folder (default benchmarks/results/search-quality-<name>)")
+    p.add_argument("--smoke", action="store_true", help="plumbing check: smoke presets, 2 seeds")
+    a = p.parse_args(argv)
+    if not a.data:
+        p.error("--data is required (or set AUTOAUG_CIFAR10)")
+    a.data = os.path.abspath(os.path.expanduser(a.data))
+    if a.smoke:
+        a.search_preset, a.eval_preset, a.seeds = "smoke", "smoke", 2
+        a.proxy = a.proxy or ["smoke=--preset smoke"]
+    if a.seeds < 2:
+        p.error("--seeds must be at least 2 for confidence intervals (3 or more recommended)")
+    a.name = a.name or f"{a.search_preset}-{a.eval_preset}"
+    a.search_name = f"sq-{a.name}"
+    work = Path(a.work or REPO / "runs" / "search-quality" / a.name).resolve()
+    out = Path(a.out or REPO / "benchmarks" / "results" / f"search-quality-{a.name}").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    timings = Timings(work / "timings.json")
+
+    found_ref = stage_search(a, work, timings)
+    extra = shlex.split(a.eval_args)
+    random_paths = random_policies(a, work, a.fidelity) if a.fidelity > 0 else []
+    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra],
+             [found_ref, *random_paths], a.seeds)
+    fidelity = None
+    if a.fidelity > 0:
+        proxies = a.proxy or [f"{a.search_preset}={shlex.join(search_proxy_args(a.search_preset))}", OLD_PROXY]
+        eval_scores = {k: v["mean"] for k, v in summarize(_read_runs(work / "eval")).items()}
+        fidelity = {}
+        for spec in proxies:
+            name, _, args = spec.partition("=")
+            pout = _compare(a, work, timings, f"proxy-{name}", work / f"proxy-{name}", shlex.split(args),
+                            [found_ref, *random_paths], a.proxy_seeds)
+            fidelity[name] = spearman(proxy_scores(pout), eval_scores)
+    report(a, work, out, found_ref, timings, fidelity)
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -261,6 +261,18 @@ def test_every_epoch_is_an_intermediate_value_and_early_stopped_trials_are_prune
     assert broken.state.name == "FAIL"
     # The study is what optuna.visualization / optuna-dashboard read: learning curves and states.
     assert [t.number for t in study.get_trials(states=[optuna.trial.TrialState.PRUNED])] == [stopped.number]
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from optuna.visualization.matplotlib import plot_intermediate_values
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        ax = plot_intermediate_values(study)
+    curves = sorted(len(line.get_xdata()) for line in ax.get_lines())
+    assert curves == [1, 3]  # the learning curves: 1 epoch (pruned), 3 epochs (complete)
     rec_full = _record(search, "full", full.params, 0.5)
     rec_stopped = _record(search, "stopped", stopped.params, 0.25, status="early_stopped")
     rec_broken = _record(search, "broken", broken.params, None, status="failed")

@@ -10,6 +10,8 @@ whose fault it is and therefore how ``autoaug`` exits (the mapping lives in
 * :class:`SearchError` -- a search could not produce a policy (all trials failed): **1**;
   :class:`SearchInterruptedError` -- it stopped early and can be resumed: **130**;
   :class:`RunExistsError` -- the run name is taken: **2**
+* :class:`CompareError` -- a comparison cannot run as configured: **2**;
+  :class:`RunFailedError` -- one of its training runs raised: **1**
 * :class:`ClusterError` -- Ray could not be reached or used: **1**;
   :class:`ClusterInputError` -- bad input about the cluster (address, job id, ...): **2**
 
@@ -29,6 +31,8 @@ __all__ = [
     "RunExistsError",
     "ClusterError",
     "ClusterInputError",
+    "CompareError",
+    "RunFailedError",
 ]
 
 
@@ -71,3 +75,12 @@ class ClusterError(AutoaugError):
 class ClusterInputError(ClusterError, UserInputError):
     """Bad input about the cluster (a malformed address or one of the wrong kind, an unknown job
     id, an invalid environment variable or resource count): exit status 2, not a failure."""
+
+
+class CompareError(UserInputError):
+    """A comparison cannot run as configured (bad policy reference, stale results...)."""
+
+
+class RunFailedError(AutoaugError):
+    """A training run of a comparison raised; the runs that finished before are saved (re-running
+    resumes)."""

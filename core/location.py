@@ -31,7 +31,13 @@ import pyarrow.fs as pafs
 
 from autoaug.core.errors import UserInputError
 
-__all__ = ["Location", "atomic_write_local", "is_uri"]
+__all__ = ["Location", "atomic_write_local", "filesystem_from_uri", "is_uri"]
+
+
+def filesystem_from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, path)`` for a URI: every remote access of a :class:`Location` goes through
+    this one function."""
+    return pafs.FileSystem.from_uri(uri)
 
 
 def is_uri(text: str) -> bool:
@@ -84,7 +90,7 @@ class Location:
             local = os.path.abspath(os.path.expanduser(raw.removeprefix("file://")))
             return cls(uri=local, path=local, local=True)
         try:
-            _, path = pafs.FileSystem.from_uri(raw)
+            _, path = filesystem_from_uri(raw)
         except Exception as exc:  # pyarrow: ArrowInvalid, unknown scheme, missing credentials
             raise UserInputError(f"{what} {raw!r} is not a URI pyarrow can open: {exc}") from None
         return cls(uri=raw.rstrip("/"), path=path.rstrip("/") or "/", local=False)
@@ -94,7 +100,7 @@ class Location:
     def fs(self) -> pafs.FileSystem:
         if self.local:
             return pafs.LocalFileSystem()
-        return pafs.FileSystem.from_uri(self.uri)[0]
+        return filesystem_from_uri(self.uri)[0]
 
     @property
     def local_path(self) -> str | None:
@@ -146,6 +152,13 @@ class Location:
         return sorted(i.base_name for i in infos)
 
     # -- reading ---------------------------------------------------------------------------------
+    def read_bytes_if_exists(self, filename: str | None = None) -> bytes | None:
+        """The file's bytes, or None when there is no such file."""
+        target = self._target(filename)
+        if target.fs.get_file_info(target.path).type != pafs.FileType.File:
+            return None
+        return target.read_bytes()
+
     def read_bytes(self, filename: str | None = None) -> bytes:
         target = self._target(filename)
         if target.local:

@@ -58,7 +58,7 @@ def build_compare_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoaug.launch.compare import RunFailedError, run_compare
+    from autoaug.launch.compare import run_compare
 
     config = build_compare_config(args)
     quiet = bool(args.quiet)
@@ -68,10 +68,7 @@ def run(args: argparse.Namespace) -> int:
             print(line, flush=True)
 
     try:
-        comparison = run_compare(config, progress=progress)
-    except RunFailedError as exc:
-        print(f"autoaug compare: {exc}", file=sys.stderr)
-        return 1
+        comparison = run_compare(config, progress=progress)  # RunFailedError: exit 1 (launch.cli.main)
     except KeyboardInterrupt:
         print(
             f"\nautoaug compare: interrupted; finished runs are saved in {config.out}/runs; re-run the "

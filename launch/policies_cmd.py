@@ -10,16 +10,15 @@ Sub-commands::
     autoaug policies preview REF --data PATH --out grid.png [--num-images 8] [--columns 8]
 
 ``--store URI`` selects the store (default ``$AUTOAUG_STORE``, else ``~/.autoaug/policies``).
-A REF is a stored reference (``name``, ``name@latest``, ``name@3``, a content-hash prefix), a
-preset (``preset:autoaugment-cifar10``, ``preset:randaugment:n=2,m=9``...; not stored), or a path
-to a policy JSON file. A bare preset name (``trivialaugment``) also works when no stored policy
-has that name.
+A REF is a preset (``trivialaugment``, ``preset:randaugment:n=2,m=9``...; not stored), a path
+to a policy JSON file, or a stored reference (``name``, ``name@latest``, ``name@3``, a
+content-hash prefix), in that order of precedence (:mod:`autoaug.policies.reference`): a stored
+policy named like a preset is reached with ``name@latest``.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -28,8 +27,8 @@ from typing import Any, Callable
 from autoaug.core.errors import UserInputError
 
 _REF_HELP = (
-    "policy reference: NAME, NAME@latest, NAME@VERSION, a content-hash prefix (>= 6 hex digits), "
-    "preset:NAME, or a path to a policy JSON file"
+    "policy reference, first match wins: a preset (NAME or preset:NAME), a path to a policy JSON file, "
+    "a stored NAME, NAME@latest, NAME@VERSION or content-hash prefix (>= 6 hex digits)"
 )
 
 
@@ -46,48 +45,15 @@ def _open_store(args: argparse.Namespace):
         raise UserInputError(str(exc)) from None
 
 
-def _looks_like_path(ref: str) -> bool:
-    return "/" in ref or os.sep in ref or ref.lower().endswith(".json")
-
-
-def _read_policy_file(ref: str):
-    from autoaug.policies.policy import Policy
-
-    path = Path(ref).expanduser()
-    if not path.is_file():
-        raise UserInputError(f"policy file {ref!r} does not exist")
-    try:
-        return Policy.from_json(path.read_text(encoding="utf-8")), str(path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"policy file {ref!r} is not a valid policy JSON: {exc}") from None
-
-
 def _resolve(ref: str, args: argparse.Namespace):
-    """``(policy, record or None, label)`` for a REF.
+    """``(policy, record or None, label)`` for a REF, by the one precedence
+    (:mod:`autoaug.policies.reference`)."""
+    from autoaug.policies.reference import resolve
+    from autoaug.policies.store import default_store_uri
 
-    ``preset:NAME`` is a preset; a ref with a path separator or ending in ``.json`` is a file;
-    anything else is looked up in the store first, then as an existing file, then as a bare
-    preset name.
-    """
-    from autoaug.policies import presets
-    from autoaug.policies.store import PolicyNotFoundError
-
-    if ref.startswith(presets.PREFIX):
-        return presets.resolve(ref), None, ref
-    if _looks_like_path(ref):
-        policy, label = _read_policy_file(ref)
-        return policy, None, label
-    store = _open_store(args)
-    try:
-        record = store.get(ref)
-    except PolicyNotFoundError:
-        if Path(ref).is_file():
-            policy, label = _read_policy_file(ref)
-            return policy, None, label
-        if presets.is_preset(ref):
-            return presets.resolve(ref), None, f"preset:{ref}"
-        raise
-    return record.policy, record, record.ref
+    found = resolve(ref, store=args.store or default_store_uri())
+    label = {"preset": f"preset:{found.label}", "file": ref}.get(found.source, found.label)
+    return found.policy, found.record, label
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

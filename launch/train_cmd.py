@@ -17,14 +17,13 @@ prints one line per epoch and writes to ``--out``:
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from autoaug.core.errors import UserInputError
+from autoaug.core.location import atomic_write_local
+from autoaug.core.metrics import epoch_record, metrics_json
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
@@ -70,31 +69,16 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-class _LazyStore:
-    """Opens the policy store only when a stored reference has to be looked up."""
-
-    def __init__(self, uri: str | None) -> None:
-        self.uri = uri
-
-    def load(self, ref: str) -> Any:
-        from autoaug.policies import presets
-        from autoaug.policies.store import PolicyStore, StoreError
-
-        try:
-            return PolicyStore(self.uri).load(ref)
-        except (StoreError, ValueError, LookupError, OSError) as exc:
-            raise UserInputError(
-                f"--policy {ref!r}: not a preset ({', '.join(presets.names())}), not a policy JSON file, "
-                f"and not in the policy store: {exc}"
-            ) from None
-
-
 def _resolve_policy(ref: str, store_uri: str | None) -> Any:
-    from autoaug.policies import resolve_policy
+    """``--policy REF`` by the one precedence (:mod:`autoaug.policies.reference`); the store is
+    opened only for a store reference."""
+    from autoaug.core.errors import StoreError
+    from autoaug.policies.reference import resolve
+    from autoaug.policies.store import default_store_uri
 
     try:
-        return resolve_policy(ref, store=_LazyStore(store_uri))
-    except (ValueError, LookupError, OSError) as exc:
+        return resolve(ref, store=store_uri or default_store_uri()).policy
+    except (StoreError, ValueError, LookupError, OSError) as exc:
         raise UserInputError(f"--policy {ref!r}: {exc}") from None
 
 
@@ -143,16 +127,8 @@ def format_epoch(m: dict[str, Any], epochs: int) -> str:
     return "  ".join(parts)
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):  # NaN/inf are not valid JSON
-        return None
-    return value
-
-
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_local(path, (metrics_json(payload) + "\n").encode("utf-8"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     history: list[dict[str, Any]] = []
 
     def report(metrics: dict[str, Any]) -> None:
-        row = {k: _jsonable(v) for k, v in metrics.items() if k != "checkpoint_dir"}
+        row = epoch_record(metrics)
         history.append(row)
         print(format_epoch(metrics, config.epochs), flush=True)
         write_history_csv(history, out / _METRICS_CSV)
@@ -193,8 +169,7 @@ def run(args: argparse.Namespace) -> int:
         from autoaug.proxy_models.train import load_checkpoint
 
         try:
-            history.extend({k: _jsonable(v) for k, v in row.items() if k != "checkpoint_dir"}
-                           for row in load_checkpoint(resume_from)["history"])
+            history.extend(epoch_record(row) for row in load_checkpoint(resume_from)["history"])
         except (ValueError, FileNotFoundError) as exc:
             raise UserInputError(f"--resume: {exc}") from None
         print(f"resuming {out} after epoch {len(history)}/{config.epochs}", flush=True)
@@ -219,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         "dataset_fingerprint": result.dataset_fingerprint,
         "checkpoint": str(out / CHECKPOINT_NAME),
     }
-    history[:] = [{k: _jsonable(v) for k, v in row.items() if k != "checkpoint_dir"} for row in result.history]
+    history[:] = [epoch_record(row) for row in result.history]
     write_history_csv(history, out / _METRICS_CSV)
     _write_json(out / _METRICS_JSON, dict(base, status="finished", history=history, final=final))
     summary = f"done in {result.train_time_s:.1f}s: val_acc {_fmt(result.val_accuracy, '.4f')}"

@@ -24,7 +24,6 @@ import dataclasses
 import io
 import math
 import os
-import tempfile
 import time
 import types
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 import torch
 from torch import nn
 
+from autoaug.core.location import atomic_write_local
 from autoaug.proxy_models.models import build_model, check_model_name
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "EpochStats",
     "Learner",
     "WarmupCosine",
-    "atomic_write_bytes",
     "load_checkpoint",
     "train",
     "write_history_csv",
@@ -332,34 +331,16 @@ def write_history_csv(history: list[Mapping[str, Any]], path: str | os.PathLike)
     writer.writeheader()
     for row in history:
         writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
-    atomic_write_bytes(Path(path), buf.getvalue().encode())
+    atomic_write_local(path, buf.getvalue().encode())
 
 
 # --------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to the local ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     buf = io.BytesIO()
     torch.save(state, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_local(path, buf.getvalue())
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:

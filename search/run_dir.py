@@ -5,10 +5,10 @@ below, written atomically through :class:`autoaug.core.location.Location`.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from autoaug.core.location import Location
+from autoaug.core.metrics import metrics_json
 
 __all__ = ["RunDir", "CONFIG_FILE", "RESULT_FILE", "STUDY_FILE"]
 
@@ -45,15 +45,8 @@ class RunDir:
         return self.location.read_json(filename)
 
     def write_json(self, filename: str, obj: Any) -> None:
-        self.location.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default), filename)
+        self.location.write_text(metrics_json(obj), filename)
 
     def delete(self) -> None:
         self.location.delete()
 
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    return str(obj)

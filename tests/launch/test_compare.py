@@ -14,44 +14,19 @@ import pytest
 
 
 from autoaug.launch import compare
-from autoaug.launch.compare import CompareError, parse_baselines, student_t_ppf
+from autoaug.launch.compare import runner
+from autoaug.launch.compare import CompareError, parse_baselines
 
 
 # ----------------------------------------------------------------------------------------------
 # Statistics
 
 
-@pytest.mark.parametrize(
-    "q, df, expected",
-    [
-        # Reference values of Student's t quantiles (e.g. scipy.stats.t.ppf, NIST tables).
-        (0.975, 1, 12.706204736),
-        (0.975, 2, 4.302652730),
-        (0.975, 4, 2.776445105),
-        (0.975, 9, 2.262157163),
-        (0.975, 30, 2.042272456),
-        (0.995, 5, 4.032142984),
-        (0.95, 3, 2.353363435),
-        (0.975, 1000, 1.962339081),  # Cornish-Fisher: z + (z**3 + z) / 4000 + ...
-    ],
-)
-def test_student_t_ppf_matches_tables(q, df, expected):
-    assert student_t_ppf(q, df) == pytest.approx(expected, rel=1e-7)
-    assert student_t_ppf(1 - q, df) == pytest.approx(-expected, rel=1e-7)
-
-
-def test_student_t_ppf_rejects_bad_input():
-    with pytest.raises(ValueError, match="q must be in"):
-        student_t_ppf(1.0, 3)
-    with pytest.raises(ValueError, match="df must be > 0"):
-        student_t_ppf(0.9, 0)
-
-
 def test_mean_ci():
     mean, std, lo, hi = compare.mean_ci([0.5, 0.6, 0.7])
     assert mean == pytest.approx(0.6)
     assert std == pytest.approx(0.1)
-    half = 4.302652730 * 0.1 / math.sqrt(3)
+    half = 4.302652730 * 0.1 / math.sqrt(3)  # Student t quantile t(0.975, 2) from the tables
     assert (lo, hi) == (pytest.approx(0.6 - half), pytest.approx(0.6 + half))
     one = compare.mean_ci([0.42])
     assert one[0] == 0.42 and all(math.isnan(v) for v in one[1:])
@@ -197,7 +172,7 @@ def _fake_comparison(tmp_path, store, accuracies):
                 "dataset_fingerprint": "f" * 64, "split_fingerprint": "s" * 64,
                 "node_id": "n" * 56, "hostname": "h", "pid": 1,
             }
-            runs.append(compare._record(c, seed, cfg.run_config(seed), outcome))
+            runs.append(runner.run_record(c, seed, cfg.run_config(seed), outcome))
     return compare.Comparison(config=cfg, candidates=cands, runs=runs,
                               summaries=compare.summarize(cands, runs), dataset_fingerprint="f" * 64)
 
@@ -246,17 +221,17 @@ def test_stale_run_records_are_refused(tmp_path, store):
     cand, seed = comparison.candidates[0], 0
     data = json.dumps(comparison.runs[0]).encode()
     cfg = comparison.config.run_config(seed)
-    assert compare._load_run(data, "r.json", cand, seed, cfg, "f" * 64)["test_accuracy"] == 0.8
-    assert compare._load_run(None, "r.json", cand, seed, cfg, "f" * 64) is None
+    assert runner.load_run(data, "r.json", cand, seed, cfg, "f" * 64)["test_accuracy"] == 0.8
+    assert runner.load_run(None, "r.json", cand, seed, cfg, "f" * 64) is None
     with pytest.raises(CompareError, match="r.json holds a run of another comparison.*epochs: 2 vs 5"):
-        compare._load_run(data, "r.json", cand, seed, dataclasses.replace(cfg, epochs=5), "f" * 64)
+        runner.load_run(data, "r.json", cand, seed, dataclasses.replace(cfg, epochs=5), "f" * 64)
     with pytest.raises(CompareError, match="training data differ"):
-        compare._load_run(data, "r.json", cand, seed, cfg, "0" * 64)
+        runner.load_run(data, "r.json", cand, seed, cfg, "0" * 64)
     with pytest.raises(CompareError, match="not a readable run record"):
-        compare._load_run(b"{trunc", "r.json", cand, seed, cfg, "f" * 64)
+        runner.load_run(b"{trunc", "r.json", cand, seed, cfg, "f" * 64)
     # Where the data live and how many threads ran it do not matter.
     moved = dataclasses.replace(cfg, data="/elsewhere/train.parquet", num_threads=4)
-    assert compare._load_run(data, "r.json", cand, seed, moved, "f" * 64) is not None
+    assert runner.load_run(data, "r.json", cand, seed, moved, "f" * 64) is not None
 
 
 def test_outputs_to_a_filesystem_uri(tmp_path, store, monkeypatch):
@@ -264,18 +239,20 @@ def test_outputs_to_a_filesystem_uri(tmp_path, store, monkeypatch):
     import pyarrow.fs as pafs
 
     mock, _ = pafs.FileSystem.from_uri("mock:///")  # one in-memory filesystem for every open
-    monkeypatch.setattr(compare, "_filesystem_from_uri", lambda uri: (mock, uri.split("://", 1)[1].lstrip("/")))
+    from autoaug.core import location
+
+    monkeypatch.setattr(location, "filesystem_from_uri", lambda uri: (mock, uri.split("://", 1)[1].lstrip("/")))
     comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8, 0.9], "standard": [0.7, 0.75]})
     comparison.config = dataclasses_replace(comparison.config, out="mock:///bucket/cmp")
     files = compare.write_outputs(comparison)
     assert files["results_csv"] == "mock:///bucket/cmp/results.csv"
-    out = compare.OutputDir("mock:///bucket/cmp")
+    out = location.Location.parse("mock:///bucket/cmp")
     assert not out.local
-    assert out.read("results.md").decode().startswith("# Policy comparison")
-    assert out.read("comparison.png")[:4] == b"\x89PNG"
-    assert out.read("missing.json") is None
+    assert out.read_text("results.md").startswith("# Policy comparison")
+    assert out.read_bytes("comparison.png")[:4] == b"\x89PNG"
+    assert out.read_bytes_if_exists("missing.json") is None
     assert compare.attach_evaluations(comparison) == ["found@1"]
-    assert json.loads(out.read("evaluations.json"))
+    assert json.loads(out.read_bytes("evaluations.json"))
     assert store.get("found@1").evaluations[0].results["out"] == "mock:///bucket/cmp"
 
 

@@ -116,12 +116,16 @@ def test_reference_precedence(store, capsys, tmp_path, monkeypatch):
     # a bare preset name works when no stored policy has that name...
     code, out, _ = run(capsys, "policies", "show", "trivialaugment", "--store", store.uri)
     assert code == 0 and out.startswith("preset:trivialaugment (not stored)")
-    # ...but a stored name wins over a preset and over a file of the same name in the cwd
+    # ...a preset name is reserved: a stored policy of that name is reached with NAME@latest
+    # (the one precedence, autoaug.policies.reference; test_policy_reference.py checks it is every command's)
     store.save(V1, "standard")
     monkeypatch.chdir(tmp_path)
+    assert run(capsys, "policies", "show", "standard", "--store", store.uri)[1].startswith("preset:standard (not stored)")
+    assert run(capsys, "policies", "show", "standard@latest", "--store", store.uri)[1].startswith("standard@1\n")
+    # a stored name wins over a file of the same name in the cwd; ./NAME is the file
     (tmp_path / "svhn").write_text(V1.to_json())
-    assert run(capsys, "policies", "show", "standard", "--store", store.uri)[1].startswith("standard@1\n")
     assert run(capsys, "policies", "show", "svhn", "--store", store.uri)[1].startswith("svhn@1\n")
+    assert run(capsys, "policies", "show", "./svhn", "--store", store.uri)[1].startswith("./svhn (not stored)")
     (tmp_path / "loose").write_text(V2.to_json())
     assert run(capsys, "policies", "show", "loose", "--store", store.uri)[1].startswith("loose (not stored)")
 
@@ -259,6 +263,7 @@ def test_real_process(store):
     assert proc.stdout.splitlines()[0] == f"2 policies in {store.uri}"
     proc = subprocess.run([str(exe), "policies", "show", "ghost"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (
-        f"autoaug: error: no stored policy matches 'ghost' in store {store.uri}; stored names: cifar10-wrn, svhn"
+    assert proc.stderr.strip().startswith("autoaug: error: not a preset (autoaugment-cifar10, ")
+    assert proc.stderr.strip().endswith(
+        f"not in the policy store: no stored policy matches 'ghost' in store {store.uri}; stored names: cifar10-wrn, svhn"
     )

@@ -1,0 +1,135 @@
+"""What a comparison compares: candidates (found policies and baseline presets), and the test
+split that goes with the training data."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Sequence
+
+from autoaug.core.errors import AutoaugError, CompareError, UserInputError
+from autoaug.core.location import Location
+
+__all__ = ["DEFAULT_BASELINES", "Candidate", "parse_baselines", "resolve_candidates", "default_test_data"]
+
+#: The baselines a found policy is compared with unless told otherwise.
+DEFAULT_BASELINES: tuple[str, ...] = (
+    "none",
+    "standard",
+    "randaugment:n=2,m=9",
+    "trivialaugment",
+    "autoaugment-cifar10",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One policy of the comparison."""
+
+    label: str  # shown in tables and plots: "standard", "mine@3", "found.json"
+    ref: str  # as the user gave it
+    policy: Any  # policies.Policy
+    kind: str  # "policy" (given with --policy) or "baseline"
+    store_ref: str | None = None  # "name@version" when it came from the policy store
+
+    @property
+    def policy_hash(self) -> str:
+        return self.policy.content_hash
+
+
+def parse_baselines(text: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Split a comma-separated baseline list; preset parameters stay attached to their preset.
+
+    ``"none,standard,randaugment:n=2,m=9,trivialaugment"`` gives ``("none", "standard",
+    "randaugment:n=2,m=9", "trivialaugment")``: a piece with ``=`` but no ``:`` continues the
+    previous preset's parameters. ``""`` gives no baselines; ``None`` the defaults.
+    """
+    if text is None:
+        return DEFAULT_BASELINES
+    if not isinstance(text, str):
+        return tuple(str(t).strip() for t in text if str(t).strip())
+    out: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if "=" in piece and ":" not in piece and out and ":" in out[-1]:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return tuple(out)
+
+
+def resolve_candidates(
+    policies: Sequence[str], baselines: Sequence[str], store: Any = None
+) -> list[Candidate]:
+    """Resolve ``--policy`` references and baseline presets into candidates.
+
+    A ``--policy`` reference follows the one precedence of :mod:`autoaug.policies.reference`
+    (preset, then policy JSON file, then a stored policy: ``name``, ``name@3``, ``name@latest``,
+    hash prefix). Baselines must be presets. Raises :class:`CompareError` naming the reference.
+    """
+    from autoaug.policies import presets
+    from autoaug.policies.reference import resolve
+    from autoaug.policies.store import default_store_uri
+
+    candidates: list[Candidate] = []
+    for ref in policies:
+        ref = str(ref).strip()
+        if not ref:
+            raise CompareError("empty --policy reference")
+        try:
+            found = resolve(ref, store=store if store is not None else default_store_uri())
+        except (AutoaugError, ValueError, LookupError) as exc:
+            raise CompareError(f"--policy {ref!r}: {exc}") from None
+        candidates.append(Candidate(found.label, ref, found.policy, "policy", store_ref=found.store_ref))
+    for ref in baselines:
+        ref = str(ref).strip()
+        if not presets.is_preset(ref):
+            raise CompareError(
+                f"baseline {ref!r} is not a preset policy; known presets: {', '.join(presets.names())} "
+                "(give other policies with --policy)"
+            )
+        try:
+            policy = presets.resolve(ref)
+        except ValueError as exc:
+            raise CompareError(f"policy {ref!r}: {exc}") from None
+        candidates.append(Candidate(ref.removeprefix(presets.PREFIX), ref, policy, "baseline"))
+    if not candidates:
+        raise CompareError("nothing to compare: give --policy REF and/or baselines")
+    seen_labels: dict[str, str] = {}
+    seen_hashes: dict[str, str] = {}
+    for c in candidates:
+        if c.label in seen_labels:
+            raise CompareError(f"policy {c.label!r} is given twice ({seen_labels[c.label]!r} and {c.ref!r})")
+        if c.policy_hash in seen_hashes:
+            raise CompareError(
+                f"{c.ref!r} and {seen_hashes[c.policy_hash]!r} are the same policy (content hash "
+                f"{c.policy_hash[:12]}); compare each policy once"
+            )
+        seen_labels[c.label] = c.ref
+        seen_hashes[c.policy_hash] = c.ref
+    return candidates
+
+
+def default_test_data(data: str) -> str | None:
+    """The test split that goes with the training data ``data``, or None if there is none.
+
+    * a folder holding ``test.parquet``: the folder (the trainer opens its ``test`` split);
+    * ``.../train.parquet`` with a ``test.parquet`` next to it (local or any pyarrow URI);
+    * ``cifar10:ROOT`` / ``cifar10``: the same (torchvision's test split).
+    """
+    text = os.fspath(data)
+    if text == "cifar10" or text.startswith("cifar10:"):
+        return text
+    try:
+        train = Location.parse(text, what="training data")
+    except UserInputError:
+        return None
+    try:
+        if train.is_dir():
+            return train.uri if train.exists("test.parquet") else None
+        if train.name == "train.parquet":
+            sibling = Location.parse(train.uri[: -len("train.parquet")] + "test.parquet")
+            return sibling.uri if sibling.exists() else None
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,159 @@
+"""The configuration of a comparison: :class:`CompareConfig` and the mapping (YAML file +
+``--set`` + flags) it is built from."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from autoaug.core.errors import CompareError
+from autoaug.core.location import is_uri
+from autoaug.launch.compare.candidates import DEFAULT_BASELINES, default_test_data, parse_baselines
+
+__all__ = ["CompareConfig", "CONFIG_KEYS", "config_from_dict"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareConfig:
+    """Everything a comparison depends on.
+
+    ``train`` is the shared training configuration (a :class:`autoaug.proxy_models.train.TrainConfig`
+    with ``data`` and ``test_data`` set); each run replaces its ``seed`` with one of ``seeds`` and
+    its ``num_threads`` with ``cpus_per_run``.
+    """
+
+    train: Any  # proxy_models.train.TrainConfig
+    policies: tuple[str, ...] = ()
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    seeds: tuple[int, ...] = (0, 1, 2)
+    out: str = os.path.join("runs", "compare")
+    store: Any = None  # PolicyStore location (None: $AUTOAUG_STORE or ~/.autoaug/policies)
+    address: str | None = None  # Ray cluster; None: embedded local Ray
+    cpus_per_run: int = 1
+    gpus_per_run: float = 0.0
+    attach: bool = True  # attach the results to stored policies
+    verbose: bool = False  # show the runs' own output (Ray worker logs)
+
+    def __post_init__(self) -> None:
+        from autoaug.proxy_models.train import TrainConfig
+
+        if not isinstance(self.train, TrainConfig):
+            raise CompareError(f"CompareConfig.train must be a TrainConfig, got {type(self.train).__name__}")
+        if self.train.data is None:
+            raise CompareError("no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)")
+        if self.train.test_data is None:
+            raise CompareError(
+                f"no test data for {self.train.data}: give --test-data (no test split was found next to it)"
+            )
+        object.__setattr__(self, "policies", tuple(self.policies))
+        object.__setattr__(self, "baselines", tuple(self.baselines))
+        seeds = tuple(self.seeds)
+        if not seeds:
+            raise CompareError("at least one seed is needed (--seeds N with N >= 1)")
+        for s in seeds:
+            if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**31:
+                raise CompareError(f"seed {s!r} is not an integer in [0, 2**31)")
+        if len(set(seeds)) != len(seeds):
+            raise CompareError(f"seeds must be distinct, got {list(seeds)}")
+        object.__setattr__(self, "seeds", seeds)
+        if isinstance(self.cpus_per_run, bool) or not isinstance(self.cpus_per_run, int) or self.cpus_per_run < 1:
+            raise CompareError(f"cpus_per_run must be a positive integer, got {self.cpus_per_run!r}")
+        if not isinstance(self.gpus_per_run, (int, float)) or isinstance(self.gpus_per_run, bool) or self.gpus_per_run < 0:
+            raise CompareError(f"gpus_per_run must be a number >= 0, got {self.gpus_per_run!r}")
+        object.__setattr__(self, "out", os.fspath(self.out))
+
+    def run_config(self, seed: int) -> Any:
+        return dataclasses.replace(self.train, seed=seed, num_threads=self.cpus_per_run)
+
+
+#: Keys of the mapping :func:`config_from_dict` accepts (a ``--config`` YAML file, ``--set``).
+CONFIG_KEYS = (
+    "policies", "baselines", "seeds", "first_seed", "preset", "data", "test_data", "out", "store",
+    "address", "cpus_per_run", "gpus_per_run", "attach", "verbose", "train",
+)  # fmt: skip
+
+
+def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
+    """Build a :class:`CompareConfig` from a plain mapping (YAML file + command-line overrides).
+
+    Keys: ``data`` (required), ``test_data`` (default: :func:`default_test_data`), ``preset``
+    (training preset, default ``cpu``), ``train`` (a mapping of :class:`TrainConfig` overrides,
+    e.g. ``{epochs: 4}``), ``policies`` (list of references), ``baselines`` (list, or a
+    comma-separated string, ``""`` for none; default :data:`DEFAULT_BASELINES`), ``seeds`` (a
+    count N, giving ``first_seed .. first_seed+N-1``, or a list), ``first_seed`` (default 0),
+    ``out``, ``store``, ``address``, ``cpus_per_run``, ``gpus_per_run`` (default 1 when the
+    training device is CUDA, else 0), ``attach``, ``verbose``.
+    """
+    from autoaug.proxy_models.train import TrainConfig
+
+    if not isinstance(data, Mapping):
+        raise CompareError(f"compare configuration must be a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        raise CompareError(f"unknown compare setting(s) {', '.join(map(repr, unknown))}; expected {', '.join(CONFIG_KEYS)}")
+    source = data.get("data")
+    if not source:
+        raise CompareError("no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)")
+    source = os.fspath(source)
+    is_local = not is_uri(source) and not (source == "cifar10" or source.startswith("cifar10:"))
+    if is_local and not Path(source.removeprefix("file://")).expanduser().exists():
+        raise CompareError(
+            f"training data {source!r} does not exist (expected a Parquet file or folder, an ImageFolder root, "
+            "cifar10:ROOT or a URI)"
+        )
+    test_data = data.get("test_data")
+    if test_data in (None, ""):
+        test_data = default_test_data(source)
+        if test_data is None:
+            raise CompareError(
+                f"no test split found for {source} (looked for test.parquet next to it); give --test-data"
+            )
+    overrides = data.get("train") or {}
+    if not isinstance(overrides, Mapping):
+        raise CompareError(f"'train' must be a mapping of training settings, got {overrides!r}")
+    for key in ("data", "test_data", "seed", "num_threads"):
+        if key in overrides:
+            raise CompareError(
+                f"train.{key} cannot be set for a comparison: "
+                + {"data": "use --data", "test_data": "use --test-data", "seed": "use --seeds",
+                   "num_threads": "use --cpus-per-run"}[key]
+            )
+    preset = data.get("preset") or "cpu"
+    try:
+        train = TrainConfig.from_preset(str(preset), data=source, test_data=os.fspath(test_data), **dict(overrides))
+    except (TypeError, ValueError) as exc:
+        raise CompareError(" ".join(str(exc).split())) from None
+    seeds = data.get("seeds", 3)
+    first = data.get("first_seed", 0) or 0
+    if isinstance(seeds, bool) or not isinstance(first, int) or isinstance(first, bool) or first < 0:
+        raise CompareError(f"first_seed must be a non-negative integer, got {first!r}")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise CompareError(f"--seeds must be >= 1, got {seeds}")
+        seeds = tuple(range(first, first + seeds))
+    elif isinstance(seeds, (list, tuple)):
+        seeds = tuple(seeds)
+    else:
+        raise CompareError(f"seeds must be a count or a list of integers, got {seeds!r}")
+    policies = data.get("policies") or ()
+    if isinstance(policies, str):
+        policies = (policies,)
+    gpus = data.get("gpus_per_run")
+    if gpus is None:
+        gpus = 1.0 if train.device.startswith("cuda") else 0.0
+    kwargs: dict[str, Any] = dict(
+        train=train,
+        policies=tuple(str(p) for p in policies),
+        baselines=parse_baselines(data.get("baselines")),
+        seeds=seeds,
+        store=data.get("store"),
+        address=data.get("address") or None,
+        cpus_per_run=data.get("cpus_per_run", 1),
+        gpus_per_run=gpus,
+        attach=bool(data.get("attach", True)),
+        verbose=bool(data.get("verbose", False)),
+    )
+    if data.get("out"):
+        kwargs["out"] = os.fspath(data["out"])
+    return CompareConfig(**kwargs)

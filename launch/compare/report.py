@@ -1,0 +1,357 @@
+"""The results of a comparison: per-policy statistics, the table, and the files written to
+``--out`` (``runs.csv``, ``results.md|csv|parquet``, ``comparison.png``, ``evaluations.json``),
+and the evaluations attached to stored policies.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from autoaug.core.errors import CompareError
+from autoaug.core.location import Location
+from autoaug.launch.compare.candidates import Candidate
+from autoaug.launch.compare.config import CompareConfig
+from autoaug.launch.compare.stats import mean_ci
+
+__all__ = ["PolicySummary", "Comparison", "summarize", "write_outputs", "plot", "attach_evaluations"]
+
+
+def _open_store(store: Any) -> Any:
+    from autoaug.policies.store import PolicyStore
+
+    if store is not None and not isinstance(store, (str, bytes)) and hasattr(store, "attach_evaluation"):
+        return store  # already a PolicyStore (or compatible)
+    try:
+        return PolicyStore(store)
+    except (TypeError, ValueError) as exc:
+        raise CompareError(str(exc)) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySummary:
+    """One row of the results table."""
+
+    policy: str
+    kind: str
+    ref: str
+    store_ref: str | None
+    policy_hash: str
+    n: int
+    mean: float
+    std: float
+    ci95_low: float
+    ci95_high: float
+    mean_train_time_s: float
+    seeds: tuple[int, ...]
+    test_accuracies: tuple[float, ...]
+
+    @property
+    def ci95_half_width(self) -> float:
+        return (self.ci95_high - self.ci95_low) / 2.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["seeds"], d["test_accuracies"] = list(self.seeds), list(self.test_accuracies)
+        d["ci95_half_width"] = self.ci95_half_width
+        return d
+
+
+def summarize(candidates: Sequence[Candidate], runs: Sequence[Mapping[str, Any]]) -> list[PolicySummary]:
+    """Per-candidate statistics of the test accuracy over the runs, in candidate order."""
+    out = []
+    for c in candidates:
+        mine = sorted((r for r in runs if r["policy_hash"] == c.policy_hash), key=lambda r: r["seed"])
+        accs = [float(r["test_accuracy"]) for r in mine]
+        mean, std, lo, hi = mean_ci(accs)
+        times = [float(r["train_time_s"]) for r in mine]
+        out.append(
+            PolicySummary(
+                policy=c.label,
+                kind=c.kind,
+                ref=c.ref,
+                store_ref=c.store_ref,
+                policy_hash=c.policy_hash,
+                n=len(mine),
+                mean=mean,
+                std=std,
+                ci95_low=lo,
+                ci95_high=hi,
+                mean_train_time_s=math.fsum(times) / len(times) if times else math.nan,
+                seeds=tuple(int(r["seed"]) for r in mine),
+                test_accuracies=tuple(accs),
+            )
+        )
+    return out
+
+
+def _pct(x: float, digits: int = 2) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f}"
+
+
+@dataclasses.dataclass
+class Comparison:
+    """The outcome of :func:`run_compare`."""
+
+    config: CompareConfig
+    candidates: list[Candidate]
+    runs: list[dict[str, Any]]  # one record per run, candidate order then seed
+    summaries: list[PolicySummary]
+    dataset_fingerprint: str
+    trained: int = 0  # runs trained by this call (the others were reused)
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    attached: list[str] = dataclasses.field(default_factory=list)
+
+    def rows(self) -> list[list[str]]:
+        best = max((s.mean for s in self.summaries if math.isfinite(s.mean)), default=math.nan)
+        rows = []
+        for s in self.summaries:
+            mark = " *" if math.isfinite(s.mean) and s.mean == best else ""
+            rows.append([
+                s.policy + mark,
+                s.kind,
+                str(s.n),
+                _pct(s.mean),
+                _pct(s.std),
+                "-" if not math.isfinite(s.ci95_low) else f"[{_pct(s.ci95_low)}, {_pct(s.ci95_high)}]",
+                "-" if not math.isfinite(s.mean_train_time_s) else f"{s.mean_train_time_s:.1f}",
+            ])
+        return rows
+
+    HEADER = ["policy", "kind", "n", "test acc % (mean)", "std", "95% CI", "train time s (mean)"]
+
+    def table(self) -> str:
+        """The results as a plain-text table (``*`` marks the best mean)."""
+        rows = self.rows()
+        widths = [max(len(r[i]) for r in [self.HEADER, *rows]) for i in range(len(self.HEADER))]
+        numeric = {2, 3, 4, 6}
+
+        def fmt(row: list[str]) -> str:
+            return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+        lines = [fmt(self.HEADER), fmt(["-" * w for w in widths])]
+        lines += [fmt(r) for r in rows]
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        t = self.config.train
+        lines = [
+            "# Policy comparison",
+            "",
+            f"Test accuracy of `{t.model}` trained for {t.epochs} epochs on `{t.data}` "
+            f"(train_size={t.train_size}, val_size={t.val_size}, split_seed={t.split_seed}, "
+            f"batch_size={t.batch_size}, lr={t.lr}), evaluated on `{t.test_data}`; "
+            f"seeds {', '.join(map(str, self.config.seeds))}. Mean, sample standard deviation and "
+            "two-sided 95% confidence interval of the mean (Student t, n-1 degrees of freedom), in %; "
+            "`*` marks the best mean. Training time per run includes validation and the final test pass.",
+            "",
+            "| " + " | ".join(self.HEADER) + " |",
+            "|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:"]) + "|",
+        ]
+        lines += ["| " + " | ".join(r) + " |" for r in self.rows()]
+        lines += ["", f"Dataset fingerprint `{self.dataset_fingerprint[:16]}`; one row per run in `runs.csv`.", ""]
+        return "\n".join(lines)
+
+
+_RUN_COLUMNS = [
+    "run_id", "policy", "kind", "ref", "store_ref", "policy_hash", "seed", "test_accuracy", "test_loss",
+    "val_accuracy", "train_time_s", "epochs", "model", "node_id", "hostname", "finished_at",
+]
+_RESULT_COLUMNS = [
+    "policy", "kind", "ref", "store_ref", "policy_hash", "n", "mean", "std", "ci95_low", "ci95_high",
+    "ci95_half_width", "mean_train_time_s", "seeds", "test_accuracies",
+]
+
+
+def _run_row(r: Mapping[str, Any]) -> dict[str, Any]:
+    cfg = r.get("train_config", {})
+    row = {k: r.get(k) for k in _RUN_COLUMNS}
+    row["epochs"], row["model"] = cfg.get("epochs"), cfg.get("model")
+    return row
+
+
+def _csv_bytes(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        out = {}
+        for k in columns:
+            v = row.get(k)
+            if isinstance(v, (list, tuple)):
+                v = " ".join(str(x) for x in v)
+            elif isinstance(v, float) and not math.isfinite(v):
+                v = ""
+            out[k] = "" if v is None else v
+        writer.writerow(out)
+    return buf.getvalue().encode("utf-8")
+
+
+def _parquet_bytes(summaries: Sequence[PolicySummary]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def num(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    table = pa.table(
+        {
+            "policy": pa.array([s.policy for s in summaries], pa.string()),
+            "kind": pa.array([s.kind for s in summaries], pa.string()),
+            "ref": pa.array([s.ref for s in summaries], pa.string()),
+            "store_ref": pa.array([s.store_ref for s in summaries], pa.string()),
+            "policy_hash": pa.array([s.policy_hash for s in summaries], pa.string()),
+            "n": pa.array([s.n for s in summaries], pa.int32()),
+            "mean": pa.array([num(s.mean) for s in summaries], pa.float64()),
+            "std": pa.array([num(s.std) for s in summaries], pa.float64()),
+            "ci95_low": pa.array([num(s.ci95_low) for s in summaries], pa.float64()),
+            "ci95_high": pa.array([num(s.ci95_high) for s in summaries], pa.float64()),
+            "ci95_half_width": pa.array([num(s.ci95_half_width) for s in summaries], pa.float64()),
+            "mean_train_time_s": pa.array([num(s.mean_train_time_s) for s in summaries], pa.float64()),
+            "seeds": pa.array([list(s.seeds) for s in summaries], pa.list_(pa.int64())),
+            "test_accuracies": pa.array([list(s.test_accuracies) for s in summaries], pa.list_(pa.float64())),
+        }
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def plot(comparison: Comparison) -> bytes:
+    """``comparison.png`` (PNG bytes): test accuracy per policy (mean, 95% CI, seeds) and
+    validation accuracy per epoch (mean over seeds)."""
+    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+    from matplotlib.ticker import MaxNLocator
+
+    summaries = comparison.summaries
+    fig = Figure(figsize=(13, 5))
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    xs = list(range(len(summaries)))
+    colors = [matplotlib.colormaps["tab10"](i % 10) for i in xs]
+    for x, s, c in zip(xs, summaries, colors):
+        if s.n == 0:
+            continue
+        seeds_x = [x + 0.12 + 0.06 * ((k % 3) - 1) for k in range(len(s.test_accuracies))]
+        ax1.scatter(seeds_x, [100 * a for a in s.test_accuracies], color=c, s=14, alpha=0.6, zorder=2)
+        err = 100 * s.ci95_half_width if math.isfinite(s.ci95_half_width) else None
+        ax1.errorbar([x], [100 * s.mean], yerr=None if err is None else [[err], [err]], fmt="o",
+                     color=c, markersize=8, capsize=6, elinewidth=1.6, zorder=3)
+    ax1.set_xticks(xs)
+    ax1.set_xticklabels([s.policy for s in summaries], rotation=30, ha="right")
+    ax1.set_xlim(-0.6, len(summaries) - 0.4)
+    shown = [100 * a for s in summaries for a in s.test_accuracies]
+    shown += [100 * v for s in summaries for v in (s.ci95_low, s.ci95_high) if math.isfinite(v)]
+    if shown:
+        lo, hi = min(shown), max(shown)
+        pad = max(0.5, 0.08 * (hi - lo))
+        ax1.set_ylim(max(0.0, lo - pad), min(100.0, hi + pad))
+    ax1.set_ylabel("test accuracy (%)")
+    ax1.set_title("Test accuracy: mean and 95% CI (small dots: seeds)")
+    ax1.grid(axis="y", alpha=0.3)
+
+    for s, c in zip(summaries, colors):
+        per_epoch: dict[int, list[float]] = {}
+        for r in comparison.runs:
+            if r["policy_hash"] != s.policy_hash:
+                continue
+            for row in r.get("history", []):
+                if row.get("val_accuracy") is not None:
+                    per_epoch.setdefault(int(row["epoch"]), []).append(float(row["val_accuracy"]))
+        if per_epoch:
+            epochs = sorted(per_epoch)
+            ax2.plot(epochs, [100 * sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs],
+                     marker="o", markersize=3, color=c, label=s.policy)
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("validation accuracy (%)")
+    ax2.set_title("Validation accuracy per epoch (mean over seeds)")
+    ax2.grid(alpha=0.3)
+    if ax2.lines:
+        ax2.legend(fontsize=8)
+    t = comparison.config.train
+    fig.suptitle(f"{t.model}, {t.epochs} epochs, train_size={t.train_size}, seeds={len(comparison.config.seeds)}")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def write_outputs(comparison: Comparison) -> dict[str, str]:
+    """Write runs.csv, results.{md,csv,parquet} and comparison.png into ``config.out``; returns
+    their locations (also kept in ``comparison.files``)."""
+    out = Location.parse(comparison.config.out, what="--out")
+    contents = {
+        "runs_csv": ("runs.csv", _csv_bytes([_run_row(r) for r in comparison.runs], _RUN_COLUMNS)),
+        "results_md": ("results.md", comparison.markdown().encode("utf-8")),
+        "results_csv": ("results.csv", _csv_bytes([s.to_dict() for s in comparison.summaries], _RESULT_COLUMNS)),
+        "results_parquet": ("results.parquet", _parquet_bytes(comparison.summaries)),
+        "plot": ("comparison.png", plot(comparison)),
+    }
+    files = {}
+    for key, (rel, data) in contents.items():
+        out.write_bytes(data, rel)
+        files[key] = out.child(rel).uri
+    comparison.files = files
+    return files
+
+
+def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any]:
+    cfg = comparison.config
+    train = {k: v for k, v in cfg.train.to_dict().items() if k not in ("seed", "num_threads", "device")}
+    ranked = sorted((s for s in comparison.summaries if math.isfinite(s.mean)), key=lambda s: -s.mean)
+    ranks = {s.policy_hash: i for i, s in enumerate(ranked, 1)}
+    return {
+        "kind": "autoaug compare",
+        "metric": "test_accuracy",
+        "n": summary.n,
+        "mean": summary.mean,
+        "std": summary.std if math.isfinite(summary.std) else None,
+        "ci95": [summary.ci95_low, summary.ci95_high] if math.isfinite(summary.ci95_low) else None,
+        "seeds": list(summary.seeds),
+        "test_accuracy": list(summary.test_accuracies),
+        "mean_train_time_s": summary.mean_train_time_s,
+        "rank": ranks.get(summary.policy_hash),
+        "compared_with": {
+            s.policy: {"mean": s.mean, "std": s.std if math.isfinite(s.std) else None, "n": s.n}
+            for s in comparison.summaries
+            if s.policy_hash != summary.policy_hash
+        },
+        "train_config": train,
+        "dataset_fingerprint": comparison.dataset_fingerprint,
+        "out": Location.parse(cfg.out, what="--out").uri,
+    }
+
+
+def attach_evaluations(comparison: Comparison, store: Any = None) -> list[str]:
+    """Attach the results to every stored policy of the comparison (once per identical result).
+
+    ``evaluations.json`` in the output folder remembers what was attached, so re-running a
+    finished comparison does not attach the same evaluation twice.
+    """
+    stored = [s for s in comparison.summaries if s.store_ref]
+    if not stored:
+        return []
+    store = _open_store(comparison.config.store if store is None else store)
+    out = Location.parse(comparison.config.out, what="--out")
+    try:
+        ledger = json.loads((out.read_bytes_if_exists("evaluations.json") or b"{}").decode("utf-8"))
+    except ValueError:
+        ledger = {}
+    attached = []
+    for summary in stored:
+        evaluation = _evaluation(comparison, summary)
+        digest = hashlib.sha256(json.dumps(evaluation, sort_keys=True, default=str).encode()).hexdigest()
+        key = f"{getattr(store, 'uri', '')}|{summary.store_ref}"
+        if ledger.get(key) == digest:
+            continue
+        store.attach_evaluation(summary.store_ref, evaluation)
+        ledger[key] = digest
+        attached.append(summary.store_ref)
+        out.write_text(json.dumps(ledger, indent=1, sort_keys=True), "evaluations.json")
+    comparison.attached = attached
+    return attached

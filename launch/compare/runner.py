@@ -1,0 +1,273 @@
+"""Running a comparison: every (policy, seed) pair is one Ray task training
+:func:`autoaug.proxy_models.train.train`; finished runs are saved as ``runs/<run id>.json`` as
+soon as they finish and reused by a re-run with the same ``--out``."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping, Sequence
+
+from autoaug.core.errors import CompareError, RunFailedError
+from autoaug.core.location import Location
+from autoaug.core.metrics import epoch_record, metrics_json
+from autoaug.launch.compare.candidates import Candidate, resolve_candidates
+from autoaug.launch.compare.config import CompareConfig
+from autoaug.launch.compare.report import Comparison, _pct, attach_evaluations, summarize, write_outputs
+
+__all__ = ["run_compare", "run_id", "run_record", "load_run"]
+
+#: Training-config fields that may differ between a stored run and the comparison reusing it:
+#: they do not change what is computed (where the data lives, how many threads run it).
+_REUSABLE_CHANGES = frozenset({"data", "test_data", "num_threads", "device"})
+_RUN_FORMAT = 1
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "policy"
+
+
+def run_id(candidate: Candidate, seed: int) -> str:
+    """File-name-safe id of one run: ``<label>-<hash prefix>-seed<seed>``."""
+    return f"{_slug(candidate.label)}-{candidate.policy_hash[:8]}-seed{seed}"
+
+
+def _train_one(train_config: dict[str, Any], policy: dict[str, Any]) -> dict[str, Any]:
+    """Body of one run (a Ray task): train, evaluate on the test split, return the record."""
+    import ray
+
+    from autoaug.policies.policy import Policy
+    from autoaug.proxy_models.train import TrainConfig, train
+
+    config = TrainConfig.from_dict(train_config)
+    result = train(config, Policy.from_dict(policy))
+    try:
+        node_id = ray.get_runtime_context().get_node_id()
+    except Exception:  # pragma: no cover - always inside Ray here
+        node_id = None
+    return {
+        "test_accuracy": result.test_accuracy,
+        "test_loss": result.test_loss,
+        "val_accuracy": result.val_accuracy,
+        "train_time_s": result.train_time_s,
+        "history": [epoch_record(row) for row in result.history],
+        "dataset_fingerprint": result.dataset_fingerprint,
+        "split_fingerprint": result.split_fingerprint,
+        "node_id": node_id,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+def run_record(candidate: Candidate, seed: int, config: Any, outcome: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "format": _RUN_FORMAT,
+        "run_id": run_id(candidate, seed),
+        "policy": candidate.label,
+        "kind": candidate.kind,
+        "ref": candidate.ref,
+        "store_ref": candidate.store_ref,
+        "policy_hash": candidate.policy_hash,
+        "policy_json": candidate.policy.to_dict(),
+        "seed": seed,
+        "train_config": config.to_dict(),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        **dict(outcome),
+    }
+
+
+def load_run(
+    data: bytes | None, path: str, candidate: Candidate, seed: int, config: Any, dataset_fp: str
+) -> dict[str, Any] | None:
+    """The stored record (``data``, read from ``path``) of a finished run if it matches this
+    comparison; None when there is none; raises :class:`CompareError` if it is stale."""
+    if data is None:
+        return None
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except ValueError as exc:
+        raise CompareError(f"{path} is not a readable run record ({exc}); delete it to train that run again") from None
+    if record.get("format") != _RUN_FORMAT or record.get("test_accuracy") is None:
+        raise CompareError(f"{path} is not a finished run record of this version; delete it to train that run again")
+    problems = []
+    if record.get("policy_hash") != candidate.policy_hash:
+        problems.append(f"policy hash {str(record.get('policy_hash'))[:12]} vs {candidate.policy_hash[:12]}")
+    saved = record.get("train_config", {})
+    current = config.to_dict()
+    for key, value in current.items():
+        if key not in _REUSABLE_CHANGES and saved.get(key) != value:
+            problems.append(f"{key}: {saved.get(key)!r} vs {value!r}")
+    if record.get("dataset_fingerprint") != dataset_fp:
+        problems.append("the training data differ (dataset fingerprint)")
+    if problems:
+        raise CompareError(
+            f"{path} holds a run of another comparison ({'; '.join(problems)}); use another --out, "
+            "or delete that folder's runs/ to train again"
+        )
+    return record
+
+
+def _dataset_fingerprint(config: CompareConfig) -> str:
+    from autoaug.proxy_models.data import open_dataset
+
+    t = config.train
+    try:
+        ds = open_dataset(t.data, split="train")
+        fp = ds.fingerprint()
+        test = open_dataset(t.test_data, split="test")
+    except (ValueError, OSError) as exc:  # DatasetError is a ValueError
+        raise CompareError(str(exc)) from None
+    if tuple(test.classes) != tuple(ds.classes):
+        raise CompareError(
+            f"test data {t.test_data} has classes {list(test.classes)[:10]}, but the training data "
+            f"{t.data} has {list(ds.classes)[:10]}"
+        )
+    return fp
+
+
+def _describe_run(r: Mapping[str, Any]) -> str:
+    where = f", node {r['node_id'][:8]}" if r.get("node_id") else ""
+    val = r.get("val_accuracy")
+    val_txt = f", val {_pct(val, 1)}%" if val is not None else ""
+    return (
+        f"{r['policy']} seed {r['seed']}: test {_pct(r['test_accuracy'], 2)}%{val_txt} "
+        f"({r['train_time_s']:.0f} s{where})"
+    )
+
+
+def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None = None) -> Comparison:
+    """Train every (policy, seed) run not finished yet, then summarise, write and attach.
+
+    ``progress(line)`` receives one line per finished (or reused) run, ``[k/total] ...``, and a
+    few status lines. Raises :class:`CompareError` for bad input or a failed run (the runs that
+    finished stay saved, so re-running resumes).
+    """
+    say = progress or (lambda line: None)
+    candidates = resolve_candidates(config.policies, config.baselines, config.store)
+    dataset_fp = _dataset_fingerprint(config)
+    out = Location.parse(config.out, what="--out")
+    try:
+        out.child("runs").mkdir()
+        out.write_text(json.dumps(_config_dict(config, candidates), indent=2), "compare.json")
+    except OSError as exc:
+        raise CompareError(f"cannot write to --out {out.uri}: {exc}") from None
+
+    jobs = [(c, seed) for c in candidates for seed in config.seeds]
+    total = len(jobs)
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    todo: list[tuple[Candidate, int]] = []
+    for c, seed in jobs:
+        rel = f"runs/{run_id(c, seed)}.json"
+        record = load_run(out.read_bytes_if_exists(rel), out.child(rel).uri, c, seed, config.run_config(seed), dataset_fp)
+        if record is None:
+            todo.append((c, seed))
+        else:
+            done[(c.policy_hash, seed)] = record
+    say(
+        f"compare: {len(candidates)} policies x {len(config.seeds)} seeds = {total} runs"
+        + (f" ({len(done)} finished earlier, reused from {out.child('runs').uri})" if done else "")
+    )
+    for i, record in enumerate(done.values(), 1):
+        say(f"[{i}/{total}] reused  {_describe_run(record)}")
+
+    trained = 0
+    if todo:
+        trained = _run_all(config, todo, done, out, total, say)
+
+    runs = [done[(c.policy_hash, seed)] for c, seed in jobs]
+    comparison = Comparison(
+        config=config, candidates=candidates, runs=runs, summaries=summarize(candidates, runs),
+        dataset_fingerprint=dataset_fp, trained=trained,
+    )
+    write_outputs(comparison)
+    if config.attach:
+        attach_evaluations(comparison)
+    return comparison
+
+
+def _config_dict(config: CompareConfig, candidates: Sequence[Candidate]) -> dict[str, Any]:
+    return {
+        "policies": list(config.policies),
+        "baselines": list(config.baselines),
+        "candidates": [
+            {"label": c.label, "ref": c.ref, "kind": c.kind, "store_ref": c.store_ref, "policy_hash": c.policy_hash}
+            for c in candidates
+        ],
+        "seeds": list(config.seeds),
+        "train_config": config.train.to_dict(),
+        "cpus_per_run": config.cpus_per_run,
+        "gpus_per_run": config.gpus_per_run,
+        "address": config.address,
+    }
+
+
+def _run_all(
+    config: CompareConfig,
+    todo: Sequence[tuple[Candidate, int]],
+    done: dict[tuple[str, int], dict[str, Any]],
+    out: Location,
+    total: int,
+    say: Callable[[str], Any],
+) -> int:
+    import logging
+
+    import ray
+
+    from autoaug.core import ray_session as cluster
+
+    init_kwargs: dict[str, Any] = {"log_to_driver": config.verbose}
+    if not config.verbose:
+        init_kwargs["logging_level"] = logging.WARNING
+    with cluster.ray_session(config.address, **init_kwargs) as info:
+        say(f"compare: {len(todo)} runs to train on {info.describe()}; {config.cpus_per_run} CPU(s) per run")
+        # A task asking for more than any single node has would wait forever: refuse it here.
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        most_cpus = max((float(r.get("CPU", 0)) for r in nodes), default=0.0)
+        most_gpus = max((float(r.get("GPU", 0)) for r in nodes), default=0.0)
+        if most_cpus < config.cpus_per_run:
+            raise CompareError(
+                f"each run needs {config.cpus_per_run} CPU(s) but the largest node of {info.describe()} has "
+                f"{most_cpus:g}; lower --cpus-per-run"
+            )
+        if config.gpus_per_run > most_gpus:
+            raise CompareError(
+                f"each run needs {config.gpus_per_run:g} GPU(s) but the largest node of {info.describe()} has "
+                f"{most_gpus:g}; use --gpus-per-run 0 with a CPU preset (--preset cpu) or run on GPU machines"
+            )
+        task = ray.remote(_train_one)
+        pending: dict[Any, tuple[Candidate, int, Any]] = {}
+        for c, seed in todo:
+            run_cfg = config.run_config(seed)
+            ref = task.options(
+                num_cpus=config.cpus_per_run,
+                num_gpus=config.gpus_per_run,
+                max_retries=2,  # node or worker died; an exception in training is not retried
+                retry_exceptions=False,
+                name=f"autoaug-compare:{run_id(c, seed)}",
+            ).remote(run_cfg.to_dict(), c.policy.to_dict())
+            pending[ref] = (c, seed, run_cfg)
+        trained = 0
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    c, seed, run_cfg = pending.pop(ref)
+                    try:
+                        outcome = ray.get(ref)
+                    except Exception as exc:
+                        cause = getattr(exc, "cause", None) or exc
+                        raise RunFailedError(
+                            f"run {c.label} seed {seed} failed: {type(cause).__name__}: {cause}".splitlines()[0]
+                            + f" ({len(done)} finished runs are saved in {out.child('runs').uri}; re-run to resume)"
+                        ) from None
+                    record = run_record(c, seed, run_cfg, outcome)
+                    out.write_text(metrics_json(record, indent=1), f"runs/{record['run_id']}.json")
+                    done[(c.policy_hash, seed)] = record
+                    trained += 1
+                    say(f"[{len(done)}/{total}] trained {_describe_run(record)}")
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+    return trained

@@ -15,16 +15,122 @@ True
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import numbers
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from autoaug.core.errors import UserInputError
 from autoaug.policies import ops as _ops
 
-__all__ = ["Op", "Policy", "BASES", "RANGES", "HASH_DECIMALS"]
+__all__ = [
+    "Op",
+    "Policy",
+    "PolicyError",
+    "BASES",
+    "RANGES",
+    "HASH_DECIMALS",
+    "MAX_SUB_POLICIES",
+    "MAX_OPS_PER_SUB_POLICY",
+    "MAX_MAGNITUDE_BINS",
+    "MAX_POLICY_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "read_policy_text",
+]
+
+# Limits (docs/policies.md, "Limits"): a policy beyond them is refused when it is built or loaded,
+# with a one-line message, instead of hanging training (380,000 sub-policies) or failing deep
+# inside it (RecursionError, MemoryError).
+#: Sub-policies in one policy (RandAugment n=4, the largest preset, has 14**4 = 38,416).
+MAX_SUB_POLICIES = 50_000
+#: Operations in one sub-policy (each is a stage of the DALI graph; AutoAugment uses 2).
+MAX_OPS_PER_SUB_POLICY = 16
+#: ``num_magnitude_bins`` (AutoAugment uses 10, RandAugment/TrivialAugment 31).
+MAX_MAGNITUDE_BINS = 1_000
+#: Size of a policy JSON document or file (RandAugment n=4 written by ``to_json()``: 15.6 MB).
+MAX_POLICY_JSON_BYTES = 64 * 2**20
+#: Nesting of a policy JSON document (a policy needs 4 levels: object, list, list, object).
+MAX_JSON_DEPTH = 32
+#: Longest message a :class:`PolicyError` carries (one line; quoted values are shortened).
+MAX_MESSAGE_CHARS = 1000
+
+
+class PolicyError(UserInputError):
+    """A policy (arguments, dict, JSON or file) that is not valid or exceeds a limit.
+
+    An :class:`autoaug.core.errors.UserInputError`, hence also a ``ValueError``. The message is
+    one line of at most :data:`MAX_MESSAGE_CHARS` characters naming the place (sub-policy index,
+    field, file), the bad value and what is allowed."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(_clip(str(message), MAX_MESSAGE_CHARS), *args)
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters (middle elided)."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    if len(text) <= limit:
+        return text
+    keep = limit - 3
+    return text[: keep - keep // 3] + "..." + text[len(text) - keep // 3:]
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` on one line, at most ``limit`` characters, safe for any value (deeply nested
+    containers, integers of any size, objects whose ``repr`` raises)."""
+    import reprlib
+
+    if isinstance(value, int) and value.bit_length() > 4 * limit:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 4, 4, 4, 4
+    r.maxstring = r.maxother = r.maxlong = limit
+    try:
+        text = r.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return _clip(text, limit)
+
+
+def _keys(mapping: Mapping) -> list[str]:
+    """The keys of a mapping as sorted short strings (keys of any type)."""
+    return sorted(k if isinstance(k, str) and len(k) <= 40 else _short(k, 40) for k in itertools.islice(mapping, 20))
+
+
+def _json_depth(text: str) -> int:
+    """Deepest nesting of ``[``/``{`` in a JSON text, brackets inside strings ignored."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return 0
+    import numpy as np
+
+    outside = re.sub(r'"(?:[^"\\]|\\.)*"', "", text).encode("utf-8", "replace")
+    b = np.frombuffer(outside, dtype=np.uint8)
+    step = (b == ord("[")).astype(np.int32) + (b == ord("{")) - (b == ord("]")) - (b == ord("}"))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def read_policy_text(path: "str | os.PathLike") -> str:
+    """The text of a policy JSON file: at most :data:`MAX_POLICY_JSON_BYTES` bytes of UTF-8 (a BOM
+    is allowed). Raises :class:`PolicyError` (not naming the file: callers say which file) or
+    ``OSError`` when the file cannot be read."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_POLICY_JSON_BYTES + 1)
+    if len(data) > MAX_POLICY_JSON_BYTES:
+        raise PolicyError(f"the file is larger than {MAX_POLICY_JSON_BYTES:,} bytes, the limit for a policy "
+                          f"file (at most {MAX_SUB_POLICIES:,} sub-policies)")
+    return _decode_utf8(data, "the file")
+
+
+def _decode_utf8(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{what} is not UTF-8 text ({exc.reason}: byte 0x{data[exc.start]:02x} at offset "
+                          f"{exc.start}); expected a policy JSON document") from None
 
 #: What is applied before the policy in training: pad-4 random crop + horizontal flip, or nothing.
 BASES = ("standard", "none")
@@ -45,6 +151,13 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(x)
+    except (OverflowError, TypeError, ValueError):  # an int too large for a float, exotic Reals
+        return False
+
+
 @dataclass(frozen=True)
 class Op:
     """One operation of a sub-policy: apply ``op`` with ``probability`` at ``magnitude_bin``.
@@ -59,21 +172,29 @@ class Op:
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, str) or self.op not in _ops.REGISTRY:
-            raise ValueError(f"field 'op': {_ops.unknown_op_message(self.op)}")
+            if isinstance(self.op, str) and len(self.op) <= 40:
+                raise PolicyError(f"field 'op': {_ops.unknown_op_message(self.op)}")
+            raise PolicyError(
+                f"field 'op': unknown op {_short(self.op)}; expected one of {list(_ops.OP_NAMES)}"
+            )
         p = self.probability
-        if not isinstance(p, numbers.Real) or isinstance(p, bool) or not math.isfinite(p):
-            raise ValueError(
-                f"field 'probability': {p!r} is not a finite number; expected a float in [0, 1]"
+        if not isinstance(p, numbers.Real) or isinstance(p, bool) or not _finite(p):
+            raise PolicyError(
+                f"field 'probability': {_short(p)} is not a finite number; expected a float in [0, 1]"
             )
         if not 0.0 <= float(p) <= 1.0:
-            raise ValueError(f"field 'probability': {p!r} is outside the allowed range [0, 1]")
+            raise PolicyError(
+                f"field 'probability': {_short(p)} is outside the allowed range [0, 1]"
+            )
         b = self.magnitude_bin
         if not _is_int(b):
-            raise ValueError(
-                f"field 'magnitude_bin': {b!r} is not an integer; expected an int >= 0"
+            raise PolicyError(
+                f"field 'magnitude_bin': {_short(b)} is not an integer; expected an int >= 0"
             )
         if b < 0:
-            raise ValueError(f"field 'magnitude_bin': {b!r} is negative; expected an int >= 0")
+            raise PolicyError(
+                f"field 'magnitude_bin': {_short(b)} is negative; expected an int >= 0"
+            )
         object.__setattr__(self, "probability", float(p))
         object.__setattr__(self, "magnitude_bin", int(b))
 
@@ -83,24 +204,24 @@ class Op:
         if isinstance(value, Op):
             return value
         if isinstance(value, Mapping):
-            unknown = sorted(set(value) - set(_OP_KEYS))
             missing = [k for k in _OP_KEYS if k not in value]
-            if unknown or missing:
-                raise ValueError(
-                    f"op dict has keys {sorted(value)}; expected exactly {list(_OP_KEYS)}"
+            if missing or len(value) != len(_OP_KEYS):
+                unknown = _keys({k: None for k in value if k not in _OP_KEYS})
+                raise PolicyError(
+                    f"op dict has keys {_keys(value)}; expected exactly {list(_OP_KEYS)}"
                     + (f" (unknown: {unknown})" if unknown else "")
                     + (f" (missing: {missing})" if missing else "")
                 )
             return cls(value["op"], value["probability"], value["magnitude_bin"])
         if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
             if len(value) != 3:
-                raise ValueError(
-                    f"op {value!r} has {len(value)} elements; expected a tuple "
+                raise PolicyError(
+                    f"op {_short(value)} has {len(value)} elements; expected a tuple "
                     "(op, probability, magnitude_bin), a dict with those keys, or an Op"
                 )
             return cls(*value)
-        raise ValueError(
-            f"op {value!r} is a {type(value).__name__}; expected a tuple "
+        raise PolicyError(
+            f"op {_short(value)} is a {type(value).__name__}; expected a tuple "
             "(op, probability, magnitude_bin), a dict with those keys, or an Op"
         )
 
@@ -141,48 +262,61 @@ class Policy:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
-            raise ValueError(f"field 'name': {self.name!r} is invalid; expected {_NAME_RULE}")
+            raise PolicyError(f"field 'name': {_short(self.name)} is invalid; expected {_NAME_RULE}")
         b = self.num_magnitude_bins
-        if not _is_int(b) or b < 1:
-            raise ValueError(
-                f"field 'num_magnitude_bins': {b!r} is invalid; expected an int >= 1"
+        if not _is_int(b) or not 1 <= b <= MAX_MAGNITUDE_BINS:
+            raise PolicyError(
+                f"field 'num_magnitude_bins': {_short(b)} is invalid; expected an int from 1 to "
+                f"{MAX_MAGNITUDE_BINS:,}"
             )
         object.__setattr__(self, "num_magnitude_bins", int(b))
-        if self.base not in BASES:
-            raise ValueError(f"field 'base': {self.base!r} is invalid; expected one of {list(BASES)}")
-        if self.ranges not in RANGES:
-            raise ValueError(
-                f"field 'ranges': {self.ranges!r} is invalid; expected one of {list(RANGES)}"
+        if not isinstance(self.base, str) or self.base not in BASES:
+            raise PolicyError(
+                f"field 'base': {_short(self.base)} is invalid; expected one of {list(BASES)}"
+            )
+        if not isinstance(self.ranges, str) or self.ranges not in RANGES:
+            raise PolicyError(
+                f"field 'ranges': {_short(self.ranges)} is invalid; expected one of {list(RANGES)}"
             )
         subs = self.sub_policies
         if isinstance(subs, (str, bytes, Mapping)) or not isinstance(subs, Iterable):
-            raise ValueError(
-                f"field 'sub_policies': {subs!r} is not a sequence of sub-policies; expected a "
-                "list of lists of (op, probability, magnitude_bin)"
+            raise PolicyError(
+                f"field 'sub_policies': {_short(subs)} is not a sequence of sub-policies; expected "
+                "a list of lists of (op, probability, magnitude_bin)"
+            )
+        subs = list(itertools.islice(subs, MAX_SUB_POLICIES + 1))
+        if len(subs) > MAX_SUB_POLICIES:
+            raise PolicyError(
+                f"field 'sub_policies': more than {MAX_SUB_POLICIES:,} sub-policies (the limit; "
+                f"RandAugment n=4 has 38,416)"
             )
         normalized = []
         for i, sub in enumerate(subs):
             if isinstance(sub, (str, bytes, Mapping, Op)) or not isinstance(sub, Iterable):
-                raise ValueError(
-                    f"sub-policy {i}: {sub!r} is not a sequence of operations; expected a list "
-                    "of (op, probability, magnitude_bin)"
+                raise PolicyError(
+                    f"sub-policy {i}: {_short(sub)} is not a sequence of operations; expected a "
+                    "list of (op, probability, magnitude_bin)"
                 )
-            sub = list(sub)
+            sub = list(itertools.islice(sub, MAX_OPS_PER_SUB_POLICY + 1))
             if not sub:
-                raise ValueError(
+                raise PolicyError(
                     f"sub-policy {i}: is empty; expected at least one operation (a policy with "
                     "no sub-policies at all is the identity)"
+                )
+            if len(sub) > MAX_OPS_PER_SUB_POLICY:
+                raise PolicyError(
+                    f"sub-policy {i}: has more than {MAX_OPS_PER_SUB_POLICY} operations (the limit)"
                 )
             ops = []
             for j, raw in enumerate(sub):
                 try:
                     op = Op.coerce(raw)
                 except ValueError as exc:
-                    raise ValueError(f"sub-policy {i}, op {j}: {exc}") from None
+                    raise PolicyError(f"sub-policy {i}, op {j}: {exc}") from None
                 if op.magnitude_bin >= self.num_magnitude_bins:
-                    raise ValueError(
+                    raise PolicyError(
                         f"sub-policy {i}, op {j} ({op.op}): field 'magnitude_bin': "
-                        f"{op.magnitude_bin} is outside the allowed range "
+                        f"{_short(op.magnitude_bin)} is outside the allowed range "
                         f"[0, {self.num_magnitude_bins - 1}] (num_magnitude_bins="
                         f"{self.num_magnitude_bins})"
                     )
@@ -234,12 +368,12 @@ class Policy:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Policy":
         if not isinstance(d, Mapping):
-            raise ValueError(f"policy must be a dict, got {type(d).__name__}")
-        unknown = sorted(set(d) - set(_POLICY_KEYS))
+            raise PolicyError(f"policy must be a dict, got {type(d).__name__}")
+        unknown = _keys({k: None for k in d if k not in _POLICY_KEYS})
         missing = [k for k in ("name", "num_magnitude_bins", "sub_policies") if k not in d]
         if unknown or missing:
-            raise ValueError(
-                f"policy dict has keys {sorted(d)}; expected {list(_POLICY_KEYS[:3])} and "
+            raise PolicyError(
+                f"policy dict has keys {_keys(d)}; expected {list(_POLICY_KEYS[:3])} and "
                 f"optionally {list(_POLICY_KEYS[3:])}"
                 + (f" (unknown: {unknown})" if unknown else "")
                 + (f" (missing: {missing})" if missing else "")
@@ -258,11 +392,41 @@ class Policy:
 
     @classmethod
     def from_json(cls, s: str | bytes) -> "Policy":
+        """A policy from its JSON document (:meth:`to_json`). At most :data:`MAX_POLICY_JSON_BYTES`
+        (bytes: UTF-8) and :data:`MAX_JSON_DEPTH` levels of nesting; raises :class:`PolicyError`."""
+        if isinstance(s, (bytes, bytearray)):
+            if len(s) > MAX_POLICY_JSON_BYTES:
+                raise PolicyError(f"policy JSON is larger than {MAX_POLICY_JSON_BYTES:,} bytes (the limit)")
+            s = _decode_utf8(bytes(s), "policy JSON")
+        if not isinstance(s, str):
+            raise PolicyError(f"policy JSON must be str or bytes, got {type(s).__name__}")
+        if len(s) > MAX_POLICY_JSON_BYTES:
+            raise PolicyError(f"policy JSON is larger than {MAX_POLICY_JSON_BYTES:,} bytes (the limit)")
+        if _json_depth(s) > MAX_JSON_DEPTH:
+            raise PolicyError(
+                f"policy JSON is nested more than {MAX_JSON_DEPTH} levels deep (the limit; a policy "
+                "needs 4)"
+            )
         try:
             d = json.loads(s)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"policy JSON is not valid JSON: {exc}") from None
+            raise PolicyError(f"policy JSON is not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
+            raise PolicyError(f"policy JSON cannot be read: {type(exc).__name__}: {exc}") from None
         return cls.from_dict(d)
+
+    @classmethod
+    def from_file(cls, path: "str | os.PathLike") -> "Policy":
+        """A policy from a JSON file (:func:`read_policy_text`, :meth:`from_json`). Raises
+        :class:`PolicyError` naming the file for a missing, unreadable, oversized, non-UTF-8 or
+        invalid file."""
+        where = f"policy file {_short(os.fspath(path), 200)}"
+        try:
+            return cls.from_json(read_policy_text(path))
+        except PolicyError as exc:
+            raise PolicyError(f"{where}: {exc}") from None
+        except OSError as exc:
+            raise PolicyError(f"{where} cannot be read: {exc.strerror or exc}") from None
 
     def canonical_content_json(self) -> str:
         """Canonical JSON of the content (everything except the name): sorted keys, no spaces,

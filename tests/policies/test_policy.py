@@ -92,7 +92,7 @@ def test_equality_includes_name_hash_does_not():
         (dict(name="a@3"), r"field 'name': 'a@3' is invalid"),
         (dict(name=""), r"field 'name': '' is invalid"),
         (dict(num_magnitude_bins=0), r"field 'num_magnitude_bins': 0 is invalid; expected an "
-                                     r"int >= 1"),
+                                     r"int from 1 to 1,000"),
         (dict(base="crop"), r"field 'base': 'crop' is invalid; expected one of "
                             r"\['standard', 'none'\]"),
         (dict(ranges="paper"), r"field 'ranges': 'paper' is invalid; expected one of "
@@ -181,3 +181,159 @@ def test_identity_policy_and_readable_table():
     assert "Policy 'mine': 2 sub-policies" in text
     assert "Rotate(p=0.7 m2)  ->  TranslateX(p=0.3 m9)" in text
     assert "Invert(p=0.1)" in text  # no magnitude shown for magnitude-free ops
+
+
+# ----------------------------------------------------------------------------------------------
+# Limits and hostile input: one line of bounded length, PolicyError (a ValueError), quickly
+# ----------------------------------------------------------------------------------------------
+
+from autoaug.core.errors import UserInputError  # noqa: E402
+from autoaug.policies.policy import (  # noqa: E402
+    MAX_JSON_DEPTH,
+    MAX_OPS_PER_SUB_POLICY,
+    MAX_POLICY_JSON_BYTES,
+    MAX_SUB_POLICIES,
+    PolicyError,
+)
+
+
+def _one_line(exc: BaseException, limit: int = 400) -> str:
+    text = str(exc)
+    assert "\n" not in text and len(text) <= limit, (len(text), text[:200])
+    return text
+
+
+def test_policy_error_fits_the_error_hierarchy():
+    assert issubclass(PolicyError, UserInputError) and issubclass(PolicyError, ValueError)
+    with pytest.raises(PolicyError):
+        Policy("p", 10, [[("Rotat", 0.5, 1)]])
+
+
+def test_too_many_sub_policies_is_refused_quickly():
+    import time
+
+    # Before: a policy of 380,000 sub-policies was accepted and `autoaug train` hung building it.
+    start = time.perf_counter()
+    with pytest.raises(PolicyError, match=r"field 'sub_policies': more than 50,000 sub-policies "
+                                          r"\(the limit; RandAugment n=4 has 38,416\)") as info:
+        Policy("big", 10, [[("Rotate", 0.5, 1)]] * 380_000)
+    _one_line(info.value)
+    assert time.perf_counter() - start < 2
+    assert len(Policy("max", 10, [[("Rotate", 0.5, 1)]] * MAX_SUB_POLICIES)) == MAX_SUB_POLICIES
+    doc = json.dumps({"name": "big", "num_magnitude_bins": 10,
+                      "sub_policies": [[["Rotate", 0.5, 1]]] * 380_000}, separators=(",", ":"))
+    with pytest.raises(PolicyError, match="more than 50,000 sub-policies"):
+        Policy.from_json(doc)
+    # A generator is not consumed beyond the limit.
+    endless = ([("Rotate", 0.5, 1)] for _ in iter(int, 1))
+    with pytest.raises(PolicyError, match="more than 50,000 sub-policies"):
+        Policy("gen", 10, endless)
+
+
+def test_too_many_ops_in_a_sub_policy():
+    assert Policy("p", 10, [[("Rotate", 0.5, 1)] * MAX_OPS_PER_SUB_POLICY]).max_ops_per_sub_policy == 16
+    with pytest.raises(PolicyError, match=r"sub-policy 1: has more than 16 operations \(the limit\)"):
+        Policy("p", 10, [[("Rotate", 0.5, 1)], [("Rotate", 0.5, 1)] * 100_000])
+
+
+@pytest.mark.parametrize("bins", [10**30, 1001, 10**5000, -1, 2.5, "10"],
+                         ids=["1e30", "1001", "1e5000", "-1", "2.5", "str"])
+def test_num_magnitude_bins_out_of_range(bins):
+    with pytest.raises(PolicyError, match=r"field 'num_magnitude_bins': .* is invalid; expected an int "
+                                          r"from 1 to 1,000") as info:
+        Policy("p", bins, [[("Rotate", 0.5, 0)]])
+    _one_line(info.value, 200)
+
+
+def test_num_magnitude_bins_huge_in_json():
+    with pytest.raises(PolicyError, match=r"field 'num_magnitude_bins': 1000000000000000000000000000000 is"):
+        Policy.from_json('{"name": "p", "num_magnitude_bins": 1e30, "sub_policies": []}'.replace("1e30", "1" + "0" * 30))
+    # More than 4,300 digits: Python's int parser refuses; still a one-line PolicyError.
+    doc = '{"name": "p", "num_magnitude_bins": ' + "9" * 5000 + ', "sub_policies": []}'
+    with pytest.raises(PolicyError, match=r"policy JSON cannot be read: ValueError: Exceeds the limit") as info:
+        Policy.from_json(doc)
+    _one_line(info.value)
+
+
+def test_deeply_nested_json_is_refused_before_parsing():
+    # Before: 100,000 levels raised RecursionError from json.loads.
+    for doc in ("[" * 100_000 + "]" * 100_000, '{"name": "p", "num_magnitude_bins": 10, "sub_policies": '
+                + "[" * 100_000 + "]" * 100_000 + "}", "[" * 100_000):
+        with pytest.raises(PolicyError, match=r"policy JSON is nested more than 32 levels deep \(the "
+                                              r"limit; a policy needs 4\)"):
+            Policy.from_json(doc)
+    ok = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    with pytest.raises(PolicyError, match="policy must be a dict, got list"):
+        Policy.from_json(ok)
+    # Brackets inside strings do not count.
+    name_with_brackets = json.dumps({"name": "p", "num_magnitude_bins": 10, "sub_policies": [],
+                                     "base": "[" * 1000})
+    with pytest.raises(PolicyError, match=r"field 'base': '\[\[\[\["):
+        Policy.from_json(name_with_brackets)
+
+
+def test_oversized_json_is_refused():
+    with pytest.raises(PolicyError, match=r"policy JSON is larger than 67,108,864 bytes \(the limit\)"):
+        Policy.from_json(" " * (MAX_POLICY_JSON_BYTES + 1))
+
+
+def test_long_values_give_short_messages():
+    name = "x" * 100_000
+    with pytest.raises(PolicyError, match=r"^field 'name': 'xxx+\.\.\.x+' is invalid; expected a string") as info:
+        Policy(name, 10, [])
+    _one_line(info.value)
+    for subs in ([[("R" * 100_000, 0.5, 1)]], [[(["x"] * 100_000, 0.5, 1)]], [[("Rotate", 10**100_000, 1)]],
+                 [[("Rotate", 0.5, 10**100_000)]], [[("Rotate", 0.5, 10**30)]], [[("Rotate", "0.5\n" * 1000, 1)]],
+                 [[{"k" * 100_000: 1, "op": "Rotate"}]], [[tuple(range(100_000))]], ["x\n" * 100_000]):
+        with pytest.raises(PolicyError) as info:
+            Policy("p", 10, subs)
+        _one_line(info.value)
+    with pytest.raises(PolicyError) as info:
+        Policy.from_dict({"name": "p", "num_magnitude_bins": 10, "sub_policies": [], "k" * 100_000: 1, 7: 2})
+    _one_line(info.value)
+
+
+def test_deeply_nested_python_values_give_short_messages():
+    nested: list = []
+    for _ in range(100_000):
+        nested = [nested]
+    for subs in ([nested], [[nested]], [[("Rotate", nested, 1)]], nested):
+        with pytest.raises(PolicyError) as info:
+            Policy("p", 10, subs)
+        _one_line(info.value)
+
+
+def test_policy_file_errors_name_the_file(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(Policy("mine", 10, SUBS).to_json())
+    assert Policy.from_file(good) == Policy("mine", 10, SUBS)
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + Policy("mine", 10, SUBS).to_json().encode())
+    assert Policy.from_file(bom).name == "mine"
+
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes('{"name": "caf\xe9", "num_magnitude_bins": 10, "sub_policies": []}'.encode("latin-1"))
+    with pytest.raises(PolicyError, match=r"^policy file '.*latin1.json': the file is not UTF-8 text "
+                                          r"\(invalid continuation byte: byte 0xe9 at offset 13\)") as info:
+        Policy.from_file(latin1)
+    _one_line(info.value)
+
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_POLICY_JSON_BYTES + 1)
+    with pytest.raises(PolicyError, match=r"^policy file '.*big.json': the file is larger than 67,108,864 "
+                                          r"bytes, the limit for a policy file"):
+        Policy.from_file(big)
+
+    with pytest.raises(PolicyError, match=r"^policy file '.*missing.json' cannot be read: No such file"):
+        Policy.from_file(tmp_path / "missing.json")
+    with pytest.raises(PolicyError, match=r"^policy file '.*' cannot be read: Is a directory"):
+        Policy.from_file(tmp_path)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(PolicyError, match=r"deep.json': policy JSON is nested more than 32 levels"):
+        Policy.from_file(deep)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "p", "num_magnitude_bins": 10, "sub_policies": [[["Rotate", 1.5, 1]]]}')
+    with pytest.raises(PolicyError, match=r"bad.json': sub-policy 0, op 0: field 'probability': 1.5 is outside"):
+        Policy.from_file(bad)

@@ -34,11 +34,19 @@ from typing import Sequence
 
 import numpy as np
 
+from autoaug.core.errors import DataError
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 
 
-class DatasetError(ValueError):
-    """A dataset that cannot be used as given (the message names the file/row and the problem)."""
+class DatasetError(DataError):
+    """A dataset that cannot be used as given (the message names the file/row and the problem).
+
+    The :class:`autoaug.core.errors.DataError` of this package (so also an ``AutoaugError`` and a
+    ``ValueError``): one line of at most :data:`MAX_MESSAGE_CHARS` characters."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(_clip(str(message), MAX_MESSAGE_CHARS), *args)
 
 
 #: Longest error message (one line) a dataset problem produces; values quoted in messages are

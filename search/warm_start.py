@@ -17,22 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from autoaug.core.errors import AutoaugError, UserInputError
 from autoaug.policies import Policy, resolve_policy
 from autoaug.search.space import SearchSpace
 
 __all__ = ["warm_start_policies", "warm_start_points"]
-
-
-class _LazyStore:
-    """Opens the policy store at ``uri`` only when a reference needs it (presets and files don't)."""
-
-    def __init__(self, uri: str | None) -> None:
-        self.uri = uri
-
-    def load(self, ref: str) -> Policy:
-        from autoaug.policies.store import PolicyStore
-
-        return PolicyStore(self.uri).load(ref)
 
 
 def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = None) -> list[Policy]:
@@ -40,25 +29,24 @@ def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = No
 
     ``refs``: policy references as :func:`autoaug.policies.resolve_policy` takes them (presets
     such as ``autoaugment-cifar10``, policy JSON files, store references with ``store``: a
-    :class:`~autoaug.policies.store.PolicyStore`, or its URI, opened only if a reference needs it).
+    :class:`~autoaug.policies.store.PolicyStore` or its location, opened only if a reference needs
+    it -- the one resolver's precedence, :mod:`autoaug.policies.reference`).
 
     Raises:
-        ValueError: naming the reference when it cannot be resolved, is empty, or does not fit
+        UserInputError (a ValueError): naming the reference when it cannot be resolved, is empty, or does not fit
             the space (operations per sub-policy, candidate operations, magnitude bins, base,
             ranges, probabilities off the grid).
     """
-    if store is None or isinstance(store, str):
-        store = _LazyStore(store)
     k = space.num_sub_policies
     out: list[Policy] = []
     for ref in refs:
         try:
             policy = resolve_policy(ref, store=store)
-        except (ValueError, OSError, LookupError) as exc:
-            raise ValueError(f"warm start {ref!r}: {exc}") from None
+        except (AutoaugError, ValueError, OSError, LookupError) as exc:
+            raise UserInputError(f"warm start {ref!r}: {exc}") from None
         subs = list(policy.sub_policies)
         if not subs:
-            raise ValueError(f"warm start {ref!r}: the policy has no sub-policies to start from")
+            raise UserInputError(f"warm start {ref!r}: the policy has no sub-policies to start from")
         for start in range(0, len(subs), k):
             chunk = subs[start:start + k]
             chunk += subs[: k - len(chunk)]  # fill a short last chunk from the beginning
@@ -69,7 +57,7 @@ def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = No
             try:
                 space.to_params(candidate)
             except ValueError as exc:
-                raise ValueError(f"warm start {ref!r} does not fit the search space: {exc}") from None
+                raise UserInputError(f"warm start {ref!r} does not fit the search space: {exc}") from None
             out.append(candidate)
     return out
 

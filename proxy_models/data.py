@@ -453,61 +453,94 @@ class ParquetDataset(ImageDataset):
         import pyarrow.dataset as pads
         import pyarrow.fs as pafs
 
+        source = os.fspath(source)
+        self.source = source  # messages are clipped by DatasetError; the cache key needs all of it
+        try:
+            self._read(source, image_column, label_column, split)
+        except DatasetError:
+            raise
+        except (pa.ArrowException, OSError, MemoryError, ValueError, TypeError, IndexError) as exc:
+            # Corrupt footers/pages, truncated files, unreachable URIs: name the file and the reason.
+            what = type(exc).__name__
+            raise DatasetError(f"{self.source}: not readable as Parquet ({what}: {_clip(str(exc), 400)})") from None
+        schema, table, extra = self._schema, self._table, self._extra
+        del self._table
+        labels = table.column(label_column)
+        if labels.null_count:
+            first = int(np.flatnonzero(labels.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DatasetError(f"{self.source} row {first}: label is null")
+        raw = labels.to_numpy()
+        if raw.dtype == np.uint64 and raw.size and raw.max() > np.iinfo(np.int64).max:
+            i = int(np.argmax(raw))
+            raise DatasetError(f"{self.source} row {i}: label {int(raw[i])} is outside any class range "
+                               "(expected class labels 0..K-1)")
+        self.labels = raw.astype(np.int64)
+        self._paths = table.column("source_path").to_pylist() if extra else None
+        self.classes = _resolve_classes(self.labels, self.source, classes, num_classes,
+                                        (schema.metadata or {}).get(b"classes"))
+        self._check_labels()
+
+    def _read(self, source: str, image_column: str, label_column: str, split: str) -> None:
+        """Open ``source`` and read the columns (sets ``_schema``, ``_table``, ``_extra``,
+        ``_images``, ``_offsets``, ``_data``); pyarrow's own errors are left to the caller."""
+        import pyarrow as pa
+        import pyarrow.dataset as pads
+        import pyarrow.fs as pafs
+
         try:
             fs, path = pafs.FileSystem.from_uri(source)
         except (pa.ArrowInvalid, ValueError):
             fs, path = pafs.LocalFileSystem(), os.path.abspath(source)
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
-            raise DatasetError(f"dataset not found: {source} (expected a Parquet file, a folder of Parquet files, "
-                               "an ImageFolder tree or cifar10:ROOT)")
+            raise DatasetError(f"dataset not found: {self.source} (expected a Parquet file, a folder of Parquet "
+                               "files, an ImageFolder tree or cifar10:ROOT)")
+        files: str | list[str] = path
         if info.type == pafs.FileType.Directory:
             split_file = f"{path.rstrip('/')}/{split}.parquet"
             if fs.get_file_info(split_file).type == pafs.FileType.File:
-                path = split_file
-                source = source.rstrip("/") + f"/{split}.parquet"
-        self.source = source
-        try:
-            dataset = pads.dataset(path, filesystem=fs, format="parquet")
-            schema = dataset.schema
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise DatasetError(f"{source}: not readable as Parquet: {exc}") from None
-        missing = [c for c in (image_column, label_column) if c not in schema.names]
+                files = split_file
+                self.source = source.rstrip("/") + f"/{split}.parquet"
+            else:  # every *.parquet below the folder (not a README or checksum file next to them)
+                found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+                files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")
+                               and not any(part.startswith((".", "_")) for part in f.path[len(path):].split("/")))
+                if not files:
+                    raise DatasetError(f"{self.source}: a folder without .parquet files (expected a Parquet file, "
+                                       "a folder of Parquet files, an ImageFolder tree or cifar10:ROOT)")
+        dataset = pads.dataset(files, filesystem=fs, format="parquet")
+        schema = dataset.schema
+        names = list(schema.names)
+        missing = [c for c in (image_column, label_column) if c not in names]
         if missing:
-            raise DatasetError(f"{source}: missing column(s) {missing}; the file has columns {schema.names} "
-                               f"(choose them with image_column=/label_column=, CLI --image-column/--label-column)")
-        if not (pa.types.is_binary(schema.field(image_column).type) or pa.types.is_large_binary(schema.field(image_column).type)):
-            raise DatasetError(f"{source}: column {image_column!r} has type {schema.field(image_column).type}, "
+            raise DatasetError(f"{self.source}: missing column(s) {_short(missing)}; the file has columns "
+                               f"{_short(names, 300)} (choose them with image_column=/label_column=, CLI "
+                               "--image-column/--label-column)")
+        image_type, label_type = schema.field(image_column).type, schema.field(label_column).type
+        if not (pa.types.is_binary(image_type) or pa.types.is_large_binary(image_type)):
+            raise DatasetError(f"{self.source}: column {_short(image_column)} has type {_clip(str(image_type), 100)}, "
                                "expected binary (encoded JPEG/PNG bytes)")
-        if not pa.types.is_integer(schema.field(label_column).type):
-            raise DatasetError(f"{source}: column {label_column!r} has type {schema.field(label_column).type}, "
+        if not pa.types.is_integer(label_type):
+            raise DatasetError(f"{self.source}: column {_short(label_column)} has type {_clip(str(label_type), 100)}, "
                                "expected an integer class index")
-        extra = ["source_path"] if "source_path" in schema.names else []
+        extra = ["source_path"] if "source_path" in names and pa.types.is_string(
+            schema.field("source_path").type) and "source_path" not in (image_column, label_column) else []
         table = dataset.to_table(columns=[image_column, label_column, *extra])
-        self._images = table.column(image_column).combine_chunks()
+        column = table.column(image_column)
+        try:
+            images = column.combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # more than 2 GiB in a 32-bit-offset column
+            images = column.cast(pa.large_binary()).combine_chunks()
         # Zero-copy views of the binary column: offsets (absolute positions into the data buffer).
-        _, offsets_buf, data_buf = self._images.buffers()
-        offset_type = np.int64 if pa.types.is_large_binary(self._images.type) else np.int32
-        self._offsets = np.frombuffer(offsets_buf, dtype=offset_type)[
-            self._images.offset: self._images.offset + len(self._images) + 1]
+        _, offsets_buf, data_buf = images.buffers()
+        offset_type = np.int64 if pa.types.is_large_binary(images.type) else np.int32
+        self._images = images
+        self._offsets = np.frombuffer(offsets_buf, dtype=offset_type)[images.offset: images.offset + len(images) + 1]
         self._data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-        labels = table.column(label_column)
-        if labels.null_count:
-            first = int(np.flatnonzero(labels.is_null().to_numpy(zero_copy_only=False))[0])
-            raise DatasetError(f"{source} row {first}: label is null")
-        raw = labels.to_numpy()
-        if raw.dtype == np.uint64 and raw.size and raw.max() > np.iinfo(np.int64).max:
-            i = int(np.argmax(raw))
-            raise DatasetError(f"{source} row {i}: label {int(raw[i])} is outside any class range "
-                               "(expected class labels 0..K-1)")
-        self.labels = raw.astype(np.int64)
-        self._paths = table.column("source_path").to_pylist() if extra else None
-        self.classes = _resolve_classes(self.labels, source, classes, num_classes,
-                                        (schema.metadata or {}).get(b"classes"))
-        self._check_labels()
+        self._schema, self._table, self._extra = schema, table, extra
 
     def describe_row(self, index: int) -> str:
-        where = f" ({self._paths[index]})" if self._paths else ""
+        where = f" ({_clip(str(self._paths[index]), 200)})" if self._paths else ""
         return f"{self.source} row {index}{where}"
 
     def encoded(self, index: int) -> bytes:

@@ -45,13 +45,15 @@ __all__ = [
 # Limits (docs/policies.md, "Limits"): a policy beyond them is refused when it is built or loaded,
 # with a one-line message, instead of hanging training (380,000 sub-policies) or failing deep
 # inside it (RecursionError, MemoryError).
-#: Sub-policies in one policy (RandAugment n=4, the largest preset, has 14**4 = 38,416).
-MAX_SUB_POLICIES = 50_000
+#: Sub-policies in one policy: the DALI step keys its lookup tables by ``2 * sub_policy + sign``
+#: and DALI's ``fn.lookup_table`` takes keys 0..65535, so no larger policy can train.
+MAX_SUB_POLICIES = 32_768
 #: Operations in one sub-policy (each is a stage of the DALI graph; AutoAugment uses 2).
 MAX_OPS_PER_SUB_POLICY = 16
 #: ``num_magnitude_bins`` (AutoAugment uses 10, RandAugment/TrivialAugment 31).
 MAX_MAGNITUDE_BINS = 1_000
-#: Size of a policy JSON document or file (RandAugment n=4 written by ``to_json()``: 15.6 MB).
+#: Size of a policy JSON document or file (RandAugment n=3, 2,744 sub-policies of 3 ops, written by
+#: ``to_json()``: 0.9 MB; 32,768 sub-policies of 4 ops: about 13 MB).
 MAX_POLICY_JSON_BYTES = 64 * 2**20
 #: Nesting of a policy JSON document (a policy needs 4 levels: object, list, list, object).
 MAX_JSON_DEPTH = 32
@@ -287,8 +289,8 @@ class Policy:
         subs = list(itertools.islice(subs, MAX_SUB_POLICIES + 1))
         if len(subs) > MAX_SUB_POLICIES:
             raise PolicyError(
-                f"field 'sub_policies': more than {MAX_SUB_POLICIES:,} sub-policies (the limit; "
-                f"RandAugment n=4 has 38,416)"
+                f"field 'sub_policies': more than {MAX_SUB_POLICIES:,} sub-policies (the limit: DALI's "
+                "lookup tables hold 65,536 entries, two per sub-policy)"
             )
         normalized = []
         for i, sub in enumerate(subs):

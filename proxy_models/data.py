@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from autoaug.core.errors import DataError
+from autoaug.core.location import Location, is_uri
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 
@@ -487,10 +488,8 @@ class ParquetDataset(ImageDataset):
         import pyarrow.dataset as pads
         import pyarrow.fs as pafs
 
-        try:
-            fs, path = pafs.FileSystem.from_uri(source)
-        except (pa.ArrowInvalid, ValueError):
-            fs, path = pafs.LocalFileSystem(), os.path.abspath(source)
+        location = Location.parse(source, what="dataset")  # the one path/URI rule (file:// is local)
+        fs, path = location.fs, location.path
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
             raise DatasetError(f"dataset not found: {self.source} (expected a Parquet file, a folder of Parquet "
@@ -508,6 +507,10 @@ class ParquetDataset(ImageDataset):
                 if not files:
                     raise DatasetError(f"{self.source}: a folder without .parquet files (expected a Parquet file, "
                                        "a folder of Parquet files, an ImageFolder tree or cifar10:ROOT)")
+        # Which bytes were read (sizes and modification times): part of the decode-cache key, so a
+        # file rewritten in place is decoded again rather than served from the cache.
+        stats = fs.get_file_info([files] if isinstance(files, str) else files)
+        self._file_stamp = tuple((f.path, f.size, f.mtime_ns) for f in stats)
         dataset = pads.dataset(files, filesystem=fs, format="parquet")
         schema = dataset.schema
         names = list(schema.names)
@@ -538,6 +541,9 @@ class ParquetDataset(ImageDataset):
         self._offsets = np.frombuffer(offsets_buf, dtype=offset_type)[images.offset: images.offset + len(images) + 1]
         self._data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         self._schema, self._table, self._extra = schema, table, extra
+
+    def cache_key(self) -> tuple:
+        return (*super().cache_key(), hashlib.sha1(repr(self._file_stamp).encode()).hexdigest())
 
     def describe_row(self, index: int) -> str:
         where = f" ({_clip(str(self._paths[index]), 200)})" if self._paths else ""
@@ -589,6 +595,16 @@ class ImageFolderDataset(ImageDataset):
 
     def describe_row(self, index: int) -> str:
         return str(self._files[index])
+
+    def cache_key(self) -> tuple:
+        stamp = self.__dict__.get("_file_stamp")
+        if stamp is None:  # sizes and modification times of the files: a changed file is decoded again
+            h = hashlib.sha1()
+            for f in self._files:
+                st = f.stat()
+                h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            stamp = self._file_stamp = h.hexdigest()
+        return (*super().cache_key(), stamp)
 
     def encoded(self, index: int) -> bytes:
         return self._files[index].read_bytes()
@@ -671,7 +687,7 @@ def open_dataset(source: str | os.PathLike, split: str = "train", *, image_colum
         return _agree(TorchvisionCIFAR10(root, split=split, download=download), classes, num_classes)
     parquet = dict(image_column=image_column, label_column=label_column, classes=classes,
                    num_classes=num_classes, split=split)
-    if "://" in text and not text.startswith("file://"):
+    if is_uri(text):
         return ParquetDataset(text, **parquet)
     path = Path(text.removeprefix("file://")).expanduser()
     try:

@@ -392,3 +392,24 @@ def test_caller_classes_must_agree_with_an_imagefolder_tree(tmp_path):
         open_dataset(tmp_path / "tree", num_classes=3)
     with pytest.raises(DatasetError, match=r"its classes \['cat', 'dog'\] differ from the class names given"):
         open_dataset(tmp_path / "tree", classes=["dog", "cat"])
+
+
+def test_decode_cache_sees_a_file_rewritten_in_place(tmp_path):
+    import os
+
+    path = tmp_path / "d.parquet"
+    _write_parquet(path, [_png(np.full((4, 4, 3), 10, np.uint8))] * 2, [0, 1])
+    first, _ = open_dataset(path).images([0, 1])
+    _write_parquet(path, [_png(np.full((4, 4, 3), 200, np.uint8))] * 2, [0, 1])  # same path, same rows
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    second, _ = open_dataset(path).images([0, 1])
+    assert first[0, 0, 0, 0] == 10 and second[0, 0, 0, 0] == 200
+
+    tree = tmp_path / "tree" / "a"
+    tree.mkdir(parents=True)
+    (tree / "x.png").write_bytes(_png(np.full((4, 4, 3), 10, np.uint8)))
+    first, _ = open_dataset(tmp_path / "tree").images([0])
+    (tree / "x.png").write_bytes(_png(np.full((4, 4, 3), 200, np.uint8)))
+    os.utime(tree / "x.png", ns=(0, os.stat(tree / "x.png").st_mtime_ns + 10**9))
+    second, _ = open_dataset(tmp_path / "tree").images([0])
+    assert first[0, 0, 0, 0] == 10 and second[0, 0, 0, 0] == 200

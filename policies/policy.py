@@ -74,7 +74,7 @@ class PolicyError(UserInputError):
 
 def _clip(text: str, limit: int) -> str:
     """``text`` on one line, at most ``limit`` characters (middle elided)."""
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    text = text.strip().replace("\r", "\\r").replace("\n", "\\n")
     if len(text) <= limit:
         return text
     keep = limit - 3
@@ -122,8 +122,8 @@ def read_policy_text(path: "str | os.PathLike") -> str:
     with open(path, "rb") as f:
         data = f.read(MAX_POLICY_JSON_BYTES + 1)
     if len(data) > MAX_POLICY_JSON_BYTES:
-        raise PolicyError(f"the file is larger than {MAX_POLICY_JSON_BYTES:,} bytes, the limit for a policy "
-                          f"file (at most {MAX_SUB_POLICIES:,} sub-policies)")
+        raise PolicyError(f"the file is larger than {MAX_POLICY_JSON_BYTES:,} bytes (64 MiB), the limit for a "
+                          "policy file")
     return _decode_utf8(data, "the file")
 
 
@@ -414,6 +414,11 @@ class Policy:
         except json.JSONDecodeError as exc:
             raise PolicyError(f"policy JSON is not valid JSON: {exc}") from None
         except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
+            if "integer string conversion" in str(exc):
+                raise PolicyError(
+                    "policy JSON holds an integer of more than 4,300 digits (Python's limit for "
+                    "parsing integers)"
+                ) from None
             raise PolicyError(f"policy JSON cannot be read: {type(exc).__name__}: {exc}") from None
         return cls.from_dict(d)
 

@@ -8,7 +8,7 @@ augmentation figures and reported on its own line), then augmented in batches of
   ``fn.external_source``, running ``autoaug.policies.dali_apply.apply_policy``;
 * ``dali-autoaug-cpu``: the same pipeline with DALI's ``auto_augment(.., "reduced_cifar10")``
   (DALI's transcription and magnitudes of the same published policy; for reference);
-* ``torchvision``: ``Policy.to_torchvision()`` applied per image in a ``DataLoader`` with
+* ``torchvision``: ``Policy.to_torchvision(base=False)`` applied per image in a ``DataLoader`` with
   ``--workers`` worker processes (default 2), collating batches of 256 uint8 tensors;
 * ``dali-gpu``: the DALI pipeline with ``device="gpu"``, printed when a GPU is present.
 
@@ -97,7 +97,7 @@ def torchvision_loader(images: np.ndarray, policy, *, batch_size: int, workers: 
     import torch
 
     chw = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-    dataset = _TensorDataset(chw, policy.to_torchvision())
+    dataset = _TensorDataset(chw, policy.to_torchvision(base=False))
     return torch.utils.data.DataLoader(
         dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
         persistent_workers=workers > 0, drop_last=True,

@@ -454,10 +454,11 @@ class Policy:
     def with_name(self, name: str) -> "Policy":
         return Policy(name, self.num_magnitude_bins, self.sub_policies, self.base, self.ranges)
 
-    def to_torchvision(self, *, base: bool = False, **kwargs):
-        """A ``torchvision.transforms.v2.Transform`` applying this policy (see
-        :class:`autoaug.policies.torch_apply.PolicyTransform`). ``base=True`` prepends the pad-4 random
-        crop + horizontal flip when ``self.base == "standard"``."""
+    def to_torchvision(self, *, base: bool | None = None, **kwargs):
+        """A ``torchvision.transforms.v2.Transform`` applying this policy as it was searched: by
+        default the pad-4 random crop + horizontal flip come first when ``self.base ==
+        "standard"``; ``base=False`` gives the policy step alone
+        (:class:`autoaug.policies.torch_apply.PolicyTransform`)."""
         from autoaug.policies.torch_apply import to_torchvision
 
         return to_torchvision(self, base=base, **kwargs)

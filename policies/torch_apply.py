@@ -275,11 +275,16 @@ class RandomPadCrop(v2.Transform):
 
 
 def to_torchvision(
-    policy: Policy, *, base: bool = False, interpolation: str = "nearest", fill: int = 128
+    policy: Policy, *, base: bool | None = None, interpolation: str = "nearest", fill: int = 128
 ) -> v2.Transform:
-    """The torchvision transform for ``policy``; with ``base=True`` and ``policy.base ==
-    "standard"``, preceded by :class:`RandomPadCrop` (4 px) and ``v2.RandomHorizontalFlip``."""
+    """The torchvision transform for ``policy``: by default (``base=None``) the augmentation the
+    policy was searched and evaluated with -- for ``policy.base == "standard"``, :class:`RandomPadCrop`
+    (4 px) and ``v2.RandomHorizontalFlip`` before the policy, as in training; ``base=False`` gives
+    the policy step alone (for a pipeline that crops and flips by itself); ``base=True`` is the
+    default spelled out."""
+    if base not in (None, True, False):
+        raise ValueError(f"to_torchvision: base must be None, True or False, got {base!r}")
     transform = PolicyTransform(policy, interpolation=interpolation, fill=fill)
-    if base and policy.base == "standard":
+    if base is not False and policy.base == "standard":
         return v2.Compose([RandomPadCrop(4), v2.RandomHorizontalFlip(), transform])
     return transform

@@ -20,7 +20,7 @@ def chw(images64) -> torch.Tensor:
 
 
 def test_is_a_v2_transform_seeded_by_torch(chw):
-    t = presets.resolve("autoaugment-cifar10").to_torchvision()
+    t = presets.resolve("autoaugment-cifar10").to_torchvision(base=False)
     assert isinstance(t, v2.Transform) and isinstance(t, PolicyTransform)
     torch.manual_seed(0)
     a = [t(x) for x in chw]
@@ -59,8 +59,10 @@ def test_identity_policy_is_a_no_op(chw):
 
 def test_base_recipe_prepends_pad_crop_and_flip(chw):
     standard = presets.resolve("autoaugment-cifar10")
-    composed = standard.to_torchvision(base=True)
+    composed = standard.to_torchvision()  # the default: the base the policy was searched with
     assert isinstance(composed, v2.Compose)
+    assert [type(t) for t in standard.to_torchvision(base=True).transforms] == [type(t) for t in composed.transforms]
+    assert isinstance(standard.to_torchvision(base=False), PolicyTransform)
     assert [type(t) for t in composed.transforms] == [RandomPadCrop, v2.RandomHorizontalFlip,
                                                       PolicyTransform]  # fmt: skip
     torch.manual_seed(1)
@@ -86,7 +88,7 @@ def test_pickles_without_its_previous_image(chw):
 
 
 def test_in_a_dataloader_with_workers(chw):
-    t = presets.resolve("randaugment:n=2,m=9").to_torchvision()
+    t = presets.resolve("randaugment:n=2,m=9").to_torchvision(base=False)
 
     class Data(torch.utils.data.Dataset):
         def __len__(self):
@@ -103,7 +105,7 @@ def test_in_a_dataloader_with_workers(chw):
 
 
 def test_errors(chw):
-    t = presets.resolve("autoaugment-cifar10").to_torchvision()
+    t = presets.resolve("autoaugment-cifar10").to_torchvision(base=False)
     with pytest.raises(ValueError, match="expects uint8 images, got dtype torch.float32"):
         t(chw[0].float())
     with pytest.raises(ValueError, match=r"shape \[C, H, W\] or \[N, C, H, W\] with C in "

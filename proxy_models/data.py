@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import itertools
 import os
 import re
 import threading
@@ -74,7 +75,7 @@ def _short(value: object, limit: int = 80) -> str:
 
 def _clip(text: str, limit: int = 200) -> str:
     """``text`` on one line, at most ``limit`` characters (middle elided)."""
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    text = text.strip().replace("\r", "\\r").replace("\n", "\\n")
     if len(text) <= limit:
         return text
     keep = limit - 3
@@ -240,11 +241,16 @@ def _missing_labels(present: np.ndarray, k: int) -> list[int]:
 
 def _check_class_names(names: Sequence[object], source: str, origin: str) -> tuple[str, ...]:
     """Class names as a tuple of strings: 1..MAX_CLASSES non-empty, distinct strings."""
-    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+    try:
+        if isinstance(names, (str, bytes)):
+            raise TypeError
+        names = list(itertools.islice(iter(names), MAX_CLASSES + 1))
+    except TypeError:
         raise DatasetError(f"{source}: class names ({origin}) must be a sequence of strings, got "
-                           f"{type(names).__name__} {_short(names)}")
+                           f"{type(names).__name__} {_short(names)}") from None
     if not 1 <= len(names) <= MAX_CLASSES:
-        raise DatasetError(f"{source}: {len(names):,} class names ({origin}); expected 1 to {MAX_CLASSES:,}")
+        many = f"more than {MAX_CLASSES:,}" if len(names) > MAX_CLASSES else "0"
+        raise DatasetError(f"{source}: {many} class names ({origin}); expected 1 to {MAX_CLASSES:,}")
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
@@ -271,10 +277,11 @@ def _resolve_classes(labels: np.ndarray, source: str, classes: Sequence[str] | N
                 1 <= num_classes <= MAX_CLASSES):
             raise DatasetError(f"num_classes {_short(num_classes)} is invalid; expected an integer "
                                f"from 1 to {MAX_CLASSES:,}")
-        if classes is not None and len(classes) != num_classes:
-            raise DatasetError(f"{source}: {len(classes)} class names given but num_classes={num_classes}")
     if classes is not None:
-        return _check_class_names(classes, source, "given by the caller")
+        names = _check_class_names(classes, source, "given by the caller")
+        if num_classes is not None and len(names) != num_classes:
+            raise DatasetError(f"{source}: {len(names)} class names given but num_classes={num_classes}")
+        return names
     if num_classes is not None:
         return tuple(str(i) for i in range(int(num_classes)))
     if meta_classes is not None:
@@ -773,7 +780,8 @@ def _joint_counts(class_sizes: Sequence[int], train_total: int, val_total: int) 
     validation independently (the earlier behaviour) fits every class, it is what this returns,
     so those splits and their fingerprints are unchanged.
 
-    Integer arithmetic throughout: the same counts on every machine.
+    Shares, floors and feasibility in integers; the order of the round-ups by the float64
+    remainders the earlier rounding used (IEEE arithmetic): the same counts on every machine.
     """
     sizes = [int(x) for x in class_sizes]
     n = sum(sizes)

@@ -344,6 +344,10 @@ def test_num_classes_and_class_names_from_the_caller(tmp_path):
         open_dataset(path, num_classes=10)
     names = [f"c{i}" for i in range(18)]
     assert open_dataset(path, classes=names).classes == tuple(names)
+    assert open_dataset(path, classes=np.array(names)).classes == tuple(names)
+    with pytest.raises(DatasetError, match=r"class names \(given by the caller\) must be a sequence of strings, "
+                                           r"got str 'c0,c1"):
+        open_dataset(path, classes=",".join(names))
     with pytest.raises(DatasetError, match="3 class names given but num_classes=18"):
         open_dataset(path, classes=["a", "b", "c"], num_classes=18)
     with pytest.raises(DatasetError, match=r"num_classes 1000000000000000000000000000000 is invalid; "
@@ -367,8 +371,8 @@ def test_labels_outside_the_stored_class_names_are_listed(tmp_path):
     (b"a,,b", r"class name 1 \(schema metadata 'classes'\) is ''; expected a non-empty string"),
     (b"a,b,a", r"class name 'a' \(schema metadata 'classes'\) appears twice \(classes 0 and 2\)"),
     (b"\xff\xfe,b", r"the schema metadata 'classes' is not UTF-8 text \(invalid start byte at byte 0\)"),
-    (b",".join(b"c%d" % i for i in range(100_001)), r"100,001 class names \(schema metadata 'classes'\); "
-                                                   r"expected 1 to 100,000"),
+    (b",".join(b"c%d" % i for i in range(100_001)), r"more than 100,000 class names \(schema metadata "
+                                                   r"'classes'\); expected 1 to 100,000"),
 ])
 def test_bad_class_names_in_the_metadata(tmp_path, meta, match):
     with pytest.raises(DatasetError, match=match) as info:

@@ -66,7 +66,7 @@ def version() -> str:
         return "0+unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _build() -> tuple[argparse.ArgumentParser, argparse.Action]:
     parser = argparse.ArgumentParser(
         prog="autoaug",
         description=(
@@ -78,7 +78,29 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
-    return parser
+    return parser, subparsers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``autoaug`` parser with every sub-command."""
+    return _build()[0]
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """``{command name: its parser}`` (the sub-parsers action's public ``choices``)."""
+    return dict(_build()[1].choices)
+
+
+def command_path_flags(command: str) -> frozenset[str]:
+    """The flags of ``command`` whose values are paths or URIs, from the options it declares
+    (``OPTIONS`` of its module, :mod:`autoaug.launch.options`)."""
+    from autoaug.launch.options import path_flags
+
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        if name.rsplit(".", 1)[-1].removesuffix("_cmd") == command:
+            return path_flags(getattr(module, "OPTIONS", ()))
+    return frozenset()
 
 
 def main(argv: list[str] | None = None) -> int:

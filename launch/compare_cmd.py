@@ -20,40 +20,19 @@ Exit status: 0 success; 1 a training run failed (the finished ones are kept); 2 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from typing import Any
 
-from autoaug.launch.config import flag_overrides, layered_config
 from autoaug.core.errors import UserInputError
+from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option
 
 __all__ = ["register", "run", "build_compare_config"]
-
-_FLAG_KEYS: dict[str, Any] = {
-    "policies": "policies",
-    "baselines": "baselines",
-    "seeds": "seeds",
-    "first_seed": "first_seed",
-    "preset": "preset",
-    "data": "data",
-    "test_data": "test_data",
-    "out": "out",
-    "store": "store",
-    "address": "address",
-    "cpus_per_run": "cpus_per_run",
-    "gpus_per_run": "gpus_per_run",
-    "epochs": "train.epochs",
-    "model": "train.model",
-    "train_size": "train.train_size",
-    "attach": "attach",
-    "verbose": "verbose",
-}
-
 
 def build_compare_config(args: argparse.Namespace):
     """The :class:`autoaug.launch.compare.CompareConfig` for parsed arguments (config file, --set, flags)."""
     from autoaug.launch.compare import config_from_dict
 
-    merged = layered_config(file=args.config, assignments=args.assignments, flags=flag_overrides(args, _FLAG_KEYS))
+    merged = layered(args, OPTIONS)
     return config_from_dict(merged)
 
 
@@ -96,6 +75,46 @@ def _guard(args: argparse.Namespace) -> int:
         raise UserInputError(str(exc)) from None
 
 
+#: Every option of ``autoaug compare``, with the key of the compare configuration it sets (see
+#: :func:`autoaug.launch.compare.config_from_dict`).
+OPTIONS: tuple[Option, ...] = (
+    option("--policy", key="policies", group="what", dest="policies", action="append", metavar="REF",
+           help="policy to evaluate (repeatable), first match wins: a preset, a policy JSON file, a stored "
+           "reference (name, name@N, name@latest, hash prefix)"),
+    option("--baselines", key="baselines", group="what", metavar="LIST",
+           help="comma-separated preset baselines (default: none,standard,randaugment:n=2,m=9,"
+           "trivialaugment,autoaugment-cifar10; '' for none)"),
+    option("--seeds", key="seeds", group="what", type=int, metavar="N", help="seeds per policy (default 3)"),
+    option("--first-seed", key="first_seed", group="what", type=int, metavar="S", help="first seed (default 0): seeds S..S+N-1"),
+    option("--store", key="store", kind="path", group="what", metavar="URI",
+           help="policy store of the references (default $AUTOAUG_STORE or ~/.autoaug/policies)"),
+    option("--no-attach", key="attach", group="what", dest="attach", action="store_const", const=False,
+           help="do not attach the results to the stored policies"),
+    option("--data", key="data", kind="path", group="train", metavar="PATH",
+           help="training data: Parquet file/folder, ImageFolder root, cifar10:ROOT or a URI"),
+    option("--test-data", key="test_data", kind="path", group="train", metavar="PATH",
+           help="test data (default: the dataset's test split, e.g. test.parquet next to train.parquet)"),
+    option("--preset", key="preset", group="train", metavar="NAME", help="training preset (docs/training.md; default cpu)"),
+    option("--epochs", key="train.epochs", group="train", type=int, metavar="N", help="override the preset's epochs"),
+    option("--model", key="train.model", group="train", metavar="NAME", help="override the preset's model"),
+    option("--train-size", key="train.train_size", group="train", type=int, metavar="N",
+           help="override the reduced training split size"),
+    dataclasses.replace(CONFIG, group="train"),
+    dataclasses.replace(SET, group="train"),
+    option("--cpus-per-run", key="cpus_per_run", group="how", type=int, metavar="C",
+           help="CPUs (and trainer threads) per run (default 1)"),
+    option("--gpus-per-run", key="gpus_per_run", group="how", type=float, metavar="G",
+           help="GPUs per run; fractions share a GPU (default 1 for CUDA presets, else 0)"),
+    option("--address", key="address", group="how", metavar="ADDR",
+           help="Ray cluster (HOST:6379 on a cluster machine, ray://HEAD:10001, auto); default: embedded local Ray"),
+    option("--out", key="out", kind="path", group="how", metavar="DIR",
+           help="output folder (default runs/compare); re-use it to resume"),
+    option("-q", "--quiet", group="how", action="store_true", help="no progress lines, only the final table"),
+    option("-v", "--verbose", key="verbose", group="how", action="store_const", const=True, help="show the runs' own output"),
+)
+_GROUPS = {"what": "what to compare", "train": "training", "how": "how to run"}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``autoaug compare``."""
     p = subparsers.add_parser(
@@ -108,39 +127,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--preset, then --config FILE, then --set KEY=VALUE, then the flags."
         ),
     )
-    what = p.add_argument_group("what to compare")
-    what.add_argument("--policy", dest="policies", action="append", metavar="REF",
-                      help="policy to evaluate (repeatable): a stored reference (name@N, name@latest, hash "
-                      "prefix), a policy JSON file, or a preset")
-    what.add_argument("--baselines", metavar="LIST",
-                      help="comma-separated preset baselines (default: none,standard,randaugment:n=2,m=9,"
-                      "trivialaugment,autoaugment-cifar10; '' for none)")
-    what.add_argument("--seeds", type=int, metavar="N", help="seeds per policy (default 3)")
-    what.add_argument("--first-seed", type=int, metavar="S", help="first seed (default 0): seeds S..S+N-1")
-    what.add_argument("--store", metavar="URI",
-                      help="policy store of the references (default $AUTOAUG_STORE or ~/.autoaug/policies)")
-    what.add_argument("--no-attach", dest="attach", action="store_const", const=False,
-                      help="do not attach the results to the stored policies")
-
-    train = p.add_argument_group("training")
-    train.add_argument("--data", metavar="PATH", help="training data: Parquet file/folder, ImageFolder root, cifar10:ROOT or a URI")
-    train.add_argument("--test-data", metavar="PATH",
-                       help="test data (default: the dataset's test split, e.g. test.parquet next to train.parquet)")
-    train.add_argument("--preset", metavar="NAME", help="training preset: smoke, cpu (default), paper, final")
-    train.add_argument("--epochs", type=int, metavar="N", help="override the preset's epochs")
-    train.add_argument("--model", metavar="NAME", help="override the preset's model")
-    train.add_argument("--train-size", type=int, metavar="N", help="override the reduced training split size")
-    train.add_argument("--config", metavar="FILE", help="YAML file with compare settings (flags override it)")
-    train.add_argument("--set", dest="assignments", action="append", metavar="KEY=VALUE",
-                       help="override one setting, e.g. --set train.lr=0.1 (repeatable)")
-
-    how = p.add_argument_group("how to run")
-    how.add_argument("--cpus-per-run", type=int, metavar="C", help="CPUs (and trainer threads) per run (default 1)")
-    how.add_argument("--gpus-per-run", type=float, metavar="G",
-                     help="GPUs per run; fractions share a GPU (default 1 for CUDA presets, else 0)")
-    how.add_argument("--address", metavar="ADDR",
-                     help="Ray cluster (HOST:6379 on a cluster machine, ray://HEAD:10001, auto); default: embedded local Ray")
-    how.add_argument("--out", metavar="DIR", help="output folder (default runs/compare); re-use it to resume")
-    how.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the final table")
-    how.add_argument("-v", "--verbose", action="store_const", const=True, help="show the runs' own output")
+    add_options(p, OPTIONS, _GROUPS)
     p.set_defaults(func=_guard)

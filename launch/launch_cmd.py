@@ -66,9 +66,6 @@ JOB_ACTIONS = ("status", "logs", "stop", "list")
 #: Local files up to this size named by the command are shipped with the job.
 MAX_SHIPPED_FILE_BYTES = 1 << 20
 
-#: Flags whose values are always paths (or URIs), even without a '/' in them.
-PATH_FLAGS = frozenset({"--data", "--test-data", "--storage", "--store", "--out", "--config", "--resume-from"})
-
 _FILE_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".parquet", ".csv", ".txt", ".db", ".sqlite")
 _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 _SHIPPED_FOLDER = "_autoaug_files"
@@ -100,10 +97,10 @@ def _is_uri(value: str) -> bool:
     return bool(sep) and len(head) > 1 and head.replace("+", "").replace("-", "").replace(".", "").isalnum()
 
 
-def _path_like(value: str, flag: str | None) -> bool:
+def _path_like(value: str, flag: str | None, path_flags: frozenset[str]) -> bool:
     if not value or value.startswith("-") or _is_uri(value):
         return False
-    if flag in PATH_FLAGS:
+    if flag in path_flags:
         return True
     return "/" in value or os.sep in value or value.startswith(("~", ".")) or value.lower().endswith(_FILE_SUFFIXES)
 
@@ -136,6 +133,10 @@ def prepare_command(
     if keep_paths:
         return prepared
     base = Path(cwd) if cwd is not None else Path.cwd()
+    # Flags whose values are paths even without a '/' in them: those the command declares so.
+    from autoaug.launch.cli import command_path_flags
+
+    path_flags = command_path_flags(args[0]) if args else frozenset()
     shipped: dict[Path, str] = {}
     out: list[str] = []
     flag: str | None = None
@@ -149,7 +150,7 @@ def prepare_command(
             flag = token
             continue
         flag = None
-        if not _path_like(value, this_flag):
+        if not _path_like(value, this_flag, path_flags):
             out.append(token)
             continue
         local = (base / Path(value).expanduser()).resolve()
@@ -197,11 +198,7 @@ def _looks_negative_number(token: str) -> bool:
 def _known_commands() -> dict[str, argparse.ArgumentParser]:
     from autoaug.launch import cli
 
-    parser = cli.build_parser()
-    for action in parser._actions:  # argparse keeps sub-parsers here; there is no public accessor
-        if isinstance(action, argparse._SubParsersAction):
-            return {k: v for k, v in action.choices.items() if k != "launch"}
-    return {}  # pragma: no cover
+    return {k: v for k, v in cli.command_parsers().items() if k != "launch"}
 
 
 def _check_command(command: Sequence[str]) -> None:

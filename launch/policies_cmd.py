@@ -18,6 +18,7 @@ policy named like a preset is reached with ``name@latest``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from dataclasses import asdict
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autoaug.core.errors import UserInputError
+from autoaug.launch.options import Option, add_options, option
 
 _REF_HELP = (
     "policy reference, first match wins: a preset (NAME or preset:NAME), a path to a policy JSON file, "
@@ -302,29 +304,37 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     return run
 
 
+_STORE = option("--store", kind="path", default=None, metavar="URI",
+                help="policy store: a local folder or a pyarrow URI (s3://, gs://, hdfs://, file://); "
+                "default $AUTOAUG_STORE, else ~/.autoaug/policies")
+_EXPORT_OUT = option("--out", kind="path", metavar="FILE", help="write to FILE instead of stdout")
+_PREVIEW_DATA = option("--data", kind="path", required=True, metavar="PATH",
+                       help="dataset: a Parquet file or folder, an ImageFolder tree, or cifar10:ROOT")
+_PREVIEW_OUT = option("--out", kind="path", required=True, metavar="FILE", help="PNG file to write")
+#: The options of ``autoaug policies`` and its sub-commands that name paths (``autoaug launch``
+#: rewrites them); the others are plain argparse arguments.
+OPTIONS: tuple[Option, ...] = (_STORE, _EXPORT_OUT, _PREVIEW_DATA, _PREVIEW_OUT)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``autoaug policies`` and its sub-commands."""
     parser = subparsers.add_parser(
         "policies",
         help="list, show, export, import, diff and preview stored policies",
         description=(
-            "Inspect the versioned policy store. A REF is NAME, NAME@latest, NAME@VERSION, a "
-            "content-hash prefix, preset:NAME, or a path to a policy JSON file."
+            "Inspect the versioned policy store. A REF is, first match winning, a preset (NAME or "
+            "preset:NAME), a path to a policy JSON file, or a stored NAME, NAME@latest, NAME@VERSION or "
+            "content-hash prefix."
         ),
     )
-    parser.add_argument(
-        "--store",
-        default=None,
-        metavar="URI",
-        help="policy store: a local folder or a pyarrow URI (s3://, gs://, hdfs://, file://); "
-        "default $AUTOAUG_STORE, else ~/.autoaug/policies",
-    )
+    add_options(parser, [_STORE])
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
     sub = parser.add_subparsers(dest="policies_command", metavar="SUBCOMMAND")
 
     # --store is accepted after the sub-command too; SUPPRESS keeps the value given before it.
     store_opt = argparse.ArgumentParser(add_help=False)
-    store_opt.add_argument("--store", default=argparse.SUPPRESS, metavar="URI", help="policy store (see above)")
+    add_options(store_opt, [dataclasses.replace(_STORE, argparse={**_STORE.argparse, "default": argparse.SUPPRESS,
+                                                                  "help": "policy store (see above)"})])
 
     p = sub.add_parser("list", parents=[store_opt], help="stored names, or the versions of one name")
     p.add_argument("name", nargs="?", help="show every version of this name")
@@ -339,7 +349,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", parents=[store_opt], help="write a policy's canonical JSON")
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
     p.add_argument("--format", choices=["json"], default="json", help="output format (default json)")
-    p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    add_options(p, [_EXPORT_OUT])
     p.set_defaults(func=_guard(cmd_export))
 
     p = sub.add_parser("import", parents=[store_opt], help="store a policy JSON file as the next version of NAME")
@@ -356,8 +366,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("preview", parents=[store_opt], help="render a grid of images augmented by a policy")
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
-    p.add_argument("--data", required=True, metavar="PATH", help="dataset: a Parquet file or folder, an ImageFolder tree, or cifar10:ROOT")
-    p.add_argument("--out", required=True, metavar="FILE", help="PNG file to write")
+    add_options(p, [_PREVIEW_DATA, _PREVIEW_OUT])
     p.add_argument("--num-images", type=int, default=8, help="source images, spread over the dataset (rows; default 8)")
     p.add_argument("--columns", type=int, default=8, help="independent draws per image (default 8)")
     p.add_argument("--image-size", type=int, default=None, help="resize images to this size (needed when they differ)")

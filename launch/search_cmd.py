@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
 
-from autoaug.launch.config import build_config, flag_overrides, layered_config
+from autoaug.launch.config import build_config
+from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option
 from autoaug.core.errors import UserInputError
 
 __all__ = ["register", "run", "build_search_config"]
@@ -27,30 +27,6 @@ __all__ = ["register", "run", "build_search_config"]
 PRESETS = ("smoke", "cpu", "paper")
 DEFAULT_PRESET = "cpu"
 
-# argparse dest -> key of the nested search configuration (see search.config.SearchConfig)
-_FLAG_KEYS: dict[str, Any] = {
-    "data": "data",
-    "name": "name",
-    "num_trials": "num_trials",
-    "concurrency": lambda v: {"concurrency": v or None},  # 0: as many as resources allow
-    "cpus_per_trial": "cpus_per_trial",
-    "gpus_per_trial": "gpus_per_trial",
-    "storage": "storage",
-    "store": "store",
-    "optuna_storage": "optuna_storage",
-    "seed": lambda v: {"seed": v, "train": {"seed": v}},
-    "sampler": "sampler",
-    "early_stopping": "early_stopping",
-    "grace_period": "grace_period",
-    "reduction_factor": "reduction_factor",
-    "max_failures": "max_failures",
-    "top_n": "top_n",
-    "warm_start": lambda v: {"warm_start": [s.strip() for s in v.split(",") if s.strip()]},
-    "rescore": "rescore",
-    "exclude_ops": lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
-    "sub_policies": "space.num_sub_policies",
-    "verbose": "verbose",
-}
 # Flags that define a search and therefore cannot change when resuming one.
 _DEFINING = (
     "data", "name", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage",
@@ -63,8 +39,7 @@ def build_search_config(args: argparse.Namespace):
     """The :class:`autoaug.search.config.SearchConfig` the flags, the YAML file and the preset describe."""
     from autoaug.search.config import SEARCH_PRESETS, SearchConfig
 
-    flags = flag_overrides(args, _FLAG_KEYS)
-    merged = layered_config(file=args.config, assignments=args.assignments, flags=flags)
+    merged = layered(args, OPTIONS)
     preset = args.preset or merged.pop("preset", None) or DEFAULT_PRESET
     merged.pop("preset", None)
     if preset not in SEARCH_PRESETS:
@@ -200,6 +175,64 @@ def _execute(call, verbose: int) -> int:
     return 0
 
 
+def _sampler_names() -> list[str]:
+    from autoaug.search.study import SAMPLERS
+
+    return list(SAMPLERS)
+
+
+#: Every option of ``autoaug search``, with the key of the nested search configuration it sets
+#: (see :class:`autoaug.search.config.SearchConfig`).
+OPTIONS: tuple[Option, ...] = (
+    option("--data", key="data", kind="path", group="what", metavar="PATH",
+           help="training data: Parquet file/folder, ImageFolder, cifar10:ROOT or a URI"),
+    option("--preset", group="what", choices=PRESETS, help=f"starting configuration (default {DEFAULT_PRESET})"),
+    CONFIG,
+    SET,
+    option("--name", key="name", group="what",
+           help="run name: run directory, Optuna study and stored policy name (default: search-DATE-TIME)"),
+    option("--num-trials", key="num_trials", group="what", type=int, metavar="N", help="number of candidate policies to train"),
+    option("--seed", key=lambda v: {"seed": v, "train": {"seed": v}}, group="what", type=int,
+           help="seed of the sampler and of every trial's model init / data order"),
+    option("--sampler", key="sampler", group="what", choices=_sampler_names(),
+           help="Optuna sampler (default tpe: multivariate TPE)"),
+    option("--exclude-ops", key=lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
+           group="what", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert"),
+    option("--sub-policies", key="space.num_sub_policies", group="what", type=int, metavar="K",
+           help="sub-policies per candidate (default 5)"),
+    option("--top-n", key="top_n", group="what", type=int, metavar="N",
+           help="best trials concatenated into the final policy (default 5)"),
+    option("--concurrency", key=lambda v: {"concurrency": v or None}, group="how", type=int, metavar="N",
+           help="trials at once (0: as many as resources allow)"),
+    option("--cpus-per-trial", key="cpus_per_trial", group="how", type=float, metavar="C", help="CPUs reserved per trial"),
+    option("--gpus-per-trial", key="gpus_per_trial", group="how", type=float, metavar="G",
+           help="GPUs per trial; fractions share a GPU (0.25)"),
+    option("--no-early-stopping", key="early_stopping", group="how", dest="early_stopping", action="store_const",
+           const=False, help="run every trial for all epochs (no ASHA)"),
+    option("--grace-period", key="grace_period", group="how", type=int, metavar="EPOCHS",
+           help="ASHA: epochs before a trial can be stopped"),
+    option("--reduction-factor", key="reduction_factor", group="how", type=float, metavar="ETA", help="ASHA reduction factor"),
+    option("--max-failures", key="max_failures", group="how", type=int, metavar="N", help="retries of a trial that raises"),
+    option("--address", group="how", metavar="ADDR",
+           help="Ray cluster to use (ray://head:10001 or auto); default: start an embedded local Ray"),
+    option("--storage", key="storage", kind="path", group="where", metavar="DIR|URI",
+           help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)"),
+    option("--store", key="store", kind="path", group="where", metavar="URI",
+           help="policy store (default $AUTOAUG_STORE or ~/.autoaug/policies)"),
+    option("--optuna-storage", key="optuna_storage", group="where", metavar="URL",
+           help="Optuna storage URL (default: SQLite optuna.db in the run directory)"),
+    option("--overwrite", group="where", action="store_true", default=None,
+           help="delete an existing run of the same name first"),
+    option("--resume", group="again", metavar="NAME", help="continue the search NAME after an interruption or crash"),
+    option("--resume-errored", group="again", action="store_true", help="with --resume: also retry trials that had failed"),
+    option("-q", "--quiet", group="output", action="store_true", help="no progress lines, only the result"),
+    option("-v", "--verbose", key="verbose", group="output", action="store_const", const=2,
+           help="also Ray Tune's status table and trial logs"),
+)
+_GROUPS = {"what": "what to search", "how": "how to run it", "where": "where results go", "again": "resuming",
+           "output": "output"}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``autoaug search``."""
     p = subparsers.add_parser(
@@ -211,53 +244,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Layers: --preset, then --config FILE, then --set KEY=VALUE, then the flags below."
         ),
     )
-    what = p.add_argument_group("what to search")
-    what.add_argument("--data", metavar="PATH", help="training data: Parquet file/folder, ImageFolder, cifar10:ROOT or a URI")
-    what.add_argument("--preset", choices=PRESETS, help=f"starting configuration (default {DEFAULT_PRESET})")
-    what.add_argument("--config", metavar="FILE", help="YAML file with search settings (flags override it)")
-    what.add_argument("--set", dest="assignments", action="append", metavar="KEY=VALUE",
-                      help="override one setting, e.g. --set train.epochs=2 (repeatable)")
-    what.add_argument("--name", help="run name: run directory, Optuna study and stored policy name (default: search-DATE-TIME)")
-    what.add_argument("--num-trials", type=int, metavar="N", help="number of candidate policies to train")
-    what.add_argument("--seed", type=int, help="seed of the sampler and of every trial's model init / data order")
-    from autoaug.search.study import SAMPLERS
-
-    what.add_argument("--sampler", choices=list(SAMPLERS), help="Optuna sampler (default tpe: multivariate TPE)")
-    what.add_argument("--exclude-ops", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert")
-    what.add_argument("--sub-policies", type=int, metavar="K", help="sub-policies per candidate (default 5)")
-    what.add_argument("--top-n", type=int, metavar="N", help="best trials concatenated into the final policy (default 5)")
-    what.add_argument("--warm-start", metavar="REF,REF",
-                      help="policies whose sub-policies are the first candidates (cpu preset: autoaugment-cifar10; "
-                      "'' for none): presets, policy JSON files, stored versions")
-    what.add_argument("--rescore", dest="rescore", action="store_const", const=True,
-                      help="re-score the assembled policy against the best trial under the proxy and store the "
-                      "better one (cpu preset: on)")
-    what.add_argument("--no-rescore", dest="rescore", action="store_const", const=False,
-                      help="store the assembled policy without re-scoring it")
-
-    how = p.add_argument_group("how to run it")
-    how.add_argument("--concurrency", type=int, metavar="N", help="trials at once (0: as many as resources allow)")
-    how.add_argument("--cpus-per-trial", type=float, metavar="C", help="CPUs reserved per trial")
-    how.add_argument("--gpus-per-trial", type=float, metavar="G", help="GPUs per trial; fractions share a GPU (0.25)")
-    how.add_argument("--no-early-stopping", dest="early_stopping", action="store_const", const=False,
-                     help="run every trial for all epochs (no ASHA)")
-    how.add_argument("--grace-period", type=int, metavar="EPOCHS", help="ASHA: epochs before a trial can be stopped")
-    how.add_argument("--reduction-factor", type=float, metavar="ETA", help="ASHA reduction factor")
-    how.add_argument("--max-failures", type=int, metavar="N", help="retries of a trial that raises")
-    how.add_argument("--address", metavar="ADDR",
-                     help="Ray cluster to use (ray://head:10001 or auto); default: start an embedded local Ray")
-
-    where = p.add_argument_group("where results go")
-    where.add_argument("--storage", metavar="DIR|URI", help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)")
-    where.add_argument("--store", metavar="URI", help="policy store (default $AUTOAUG_STORE or ~/.autoaug/policies)")
-    where.add_argument("--optuna-storage", metavar="URL", help="Optuna storage URL (default: SQLite optuna.db in the run directory)")
-    where.add_argument("--overwrite", action="store_true", default=None, help="delete an existing run of the same name first")
-
-    again = p.add_argument_group("resuming")
-    again.add_argument("--resume", metavar="NAME", help="continue the search NAME after an interruption or crash")
-    again.add_argument("--resume-errored", action="store_true", help="with --resume: also retry trials that had failed")
-
-    out = p.add_argument_group("output")
-    out.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the result")
-    out.add_argument("-v", "--verbose", action="store_const", const=2, help="also Ray Tune's status table and trial logs")
+    add_options(p, OPTIONS, _GROUPS)
     p.set_defaults(func=run)

@@ -24,47 +24,65 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
+from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def _preset_names() -> list[str]:
     from autoaug.proxy_models.train import PRESETS
 
+    return list(PRESETS)
+
+
+#: Every option of ``autoaug train``, with the configuration key it sets (the keys of a
+#: ``--config`` file and of ``--set``: ``policy``, ``store``, ``out``, ``resume``, ``preset`` and
+#: the fields of :class:`autoaug.proxy_models.train.TrainConfig`).
+OPTIONS: tuple[Option, ...] = (
+    option("--policy", key="policy",
+           help="policy reference, first match wins: a preset (autoaugment-cifar10, randaugment:n=2,m=9, "
+                "trivialaugment, none, standard...), a policy JSON file, a stored policy (name, name@N, "
+                "name@latest, hash prefix); default standard"),
+    option("--store", key="store", kind="path", metavar="URI",
+           help="policy store for stored references (default: $AUTOAUG_STORE or ~/.autoaug/policies)"),
+    option("--data", key="data", kind="path", help="training data: Parquet file/folder, ImageFolder root or cifar10:ROOT"),
+    option("--test-data", key="test_data", kind="path", help="test data (same forms); test accuracy is printed at the end"),
+    option("--preset", key="preset", help="training preset (docs/training.md; default cpu)"),
+    option("--model", key="model", help="model name (wrn-40-2, wrn-28-10, resnet-8, resnet-20, ...)"),
+    option("--epochs", key="epochs", type=int),
+    option("--batch-size", key="batch_size", type=int),
+    option("--lr", key="lr", type=float, help="peak learning rate"),
+    option("--train-size", key="train_size", type=int,
+           help="images in the reduced training split (0: all images not used for validation)"),
+    option("--val-size", key="val_size", type=int, help="validation images (0: no validation)"),
+    option("--image-size", key="image_size", type=int),
+    option("--seed", key="seed", type=int, help="model init, data order and augmentation seed"),
+    option("--split-seed", key="split_seed", type=int),
+    option("--num-threads", key="num_threads", type=int, help="torch and DALI CPU threads"),
+    option("--device", key="device", choices=["auto", "cpu", "cuda"]),
+    option("--out", key="out", kind="path", metavar="DIR", help="output directory (default: runs/train-<policy>-<time>)"),
+    option("--resume", key="resume", action="store_const", const=True,
+           help="continue from --out/checkpoint.pt (same config and policy)"),
+    CONFIG,
+    SET,
+)
+#: Keys of the layered configuration that are the command's, not the trainer's.
+_COMMAND_KEYS = ("policy", "store", "out", "resume", "preset")
+_DEFAULTS = {"policy": "standard", "preset": "cpu"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "train",
         help="train a model with one policy (proxy trial or final evaluation)",
         description=(
             "Train a model on --data augmented by --policy, print one line per epoch, and write "
-            "metrics.json, metrics.csv and checkpoint.pt to --out. Flags override the --preset."
+            "metrics.json, metrics.csv and checkpoint.pt to --out. Layers: --preset (default cpu), "
+            "then --config FILE, then --set KEY=VALUE (e.g. --set epochs=2), then the flags."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--policy", default="standard",
-                   help="preset name (autoaugment-cifar10, randaugment:n=2,m=9, trivialaugment, none, standard...), "
-                        "a policy JSON file, or a stored policy reference (name@N, name@latest, hash prefix)")
-    p.add_argument("--store", metavar="URI", default=None,
-                   help="policy store for stored references (default: $AUTOAUG_STORE or ~/.autoaug/policies)")
-    p.add_argument("--data", required=True, help="training data: Parquet file/folder, ImageFolder root or cifar10:ROOT")
-    p.add_argument("--test-data", default=None, help="test data (same forms); test accuracy is printed at the end")
-    p.add_argument("--preset", default="cpu", choices=list(PRESETS), help="training preset (docs/training.md)")
-    p.add_argument("--model", default=None, help="model name (wrn-40-2, wrn-28-10, resnet-8, resnet-20, ...)")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate")
-    p.add_argument("--train-size", type=int, default=None,
-                   help="images in the reduced training split (0: all images not used for validation)")
-    p.add_argument("--val-size", type=int, default=None, help="validation images (0: no validation)")
-    p.add_argument("--image-size", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None, help="model init, data order and augmentation seed")
-    p.add_argument("--split-seed", type=int, default=None)
-    p.add_argument("--num-threads", type=int, default=None, help="torch and DALI CPU threads")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output directory (default: runs/train-<policy>-<time>)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from --out/checkpoint.pt (same config and policy)")
+    add_options(p, OPTIONS)
     p.set_defaults(func=run)
     return p
 
@@ -82,29 +100,19 @@ def _resolve_policy(ref: str, store_uri: str | None) -> Any:
         raise UserInputError(f"--policy {ref!r}: {exc}") from None
 
 
-def _build_config(args: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """``(command settings, TrainConfig)`` from the layers (defaults, --config, --set, flags)."""
     from autoaug.proxy_models.train import TrainConfig
 
-    overrides = {
-        "data": args.data,
-        "test_data": args.test_data,
-        "model": args.model,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "train_size": args.train_size,
-        "val_size": args.val_size,
-        "image_size": args.image_size,
-        "seed": args.seed,
-        "split_seed": args.split_seed,
-        "num_threads": args.num_threads,
-        "device": args.device,
-    }
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    merged = layered(args, OPTIONS, defaults=_DEFAULTS)
+    command = {k: merged.pop(k, None) for k in _COMMAND_KEYS}
+    if not merged.get("data"):
+        raise UserInputError("no training data: give --data (or data: in the --config file)")
     try:
-        return TrainConfig.from_preset(args.preset, **overrides)
-    except ValueError as exc:
+        config = TrainConfig.from_preset(str(command["preset"]), **merged)
+    except (TypeError, ValueError) as exc:
         raise UserInputError(str(exc)) from None
+    return command, config
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -134,11 +142,11 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
 
-    config = _build_config(args)
-    policy = _resolve_policy(args.policy, args.store)
-    out = Path(args.out) if args.out else Path("runs") / f"train-{policy.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    command, config = _settings(args)
+    policy = _resolve_policy(str(command["policy"]), command["store"])
+    out = Path(command["out"]) if command["out"] else Path("runs") / f"train-{policy.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     resume_from = None
-    if args.resume:
+    if command["resume"]:
         if not (out / CHECKPOINT_NAME).is_file():
             raise UserInputError(f"--resume: no checkpoint at {out / CHECKPOINT_NAME}")
         resume_from = out
@@ -175,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"resuming {out} after epoch {len(history)}/{config.epochs}", flush=True)
     print(
         f"training {config.model} on {config.data} with policy {policy.name!r} "
-        f"({len(policy.sub_policies)} sub-policies, base {policy.base}); preset {args.preset}, "
+        f"({len(policy.sub_policies)} sub-policies, base {policy.base}); preset {command['preset']}, "
         f"{config.epochs} epochs, seed {config.seed} -> {out}",
         flush=True,
     )

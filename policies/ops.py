@@ -7,11 +7,11 @@ in :data:`REGISTRY` holding
 * its magnitude range under each range convention (``"autoaugment"`` and ``"wide"``),
 * whether the magnitude is randomly negated per application (``signed``),
 * how a magnitude becomes the operation's parameter (e.g. enhance factor ``1 + m``),
-* its DALI implementation (``spec.dali``, an ``nvidia.dali.auto_aug`` ``Augmentation``) and its
-  torchvision implementation (``spec.torch``, a function of a uint8 CHW tensor).
+* the names of its DALI and torchvision operators (``dali_op``, ``torch_op``, for the docs).
 
-The two implementations are resolved lazily (``autoaug.policies.dali_apply`` and
-``autoaug.policies.torch_apply`` define them), so importing this module imports neither DALI nor torch.
+The implementations live with their backends -- ``autoaug.policies.dali_apply.DALI_OPS`` and
+``autoaug.policies.torch_apply.TORCH_OPS``, keyed by op name -- which import this registry; the
+registry imports neither (no import cycle, and neither DALI nor torch is loaded by it).
 
 Magnitude bins
 --------------
@@ -180,20 +180,6 @@ class OpSpec:
             dim = {"width": w, "height": h, "min_side": min(h, w)}[rng.relative_to]
             m = m * dim
         return self.to_param(m)
-
-    @property
-    def dali(self):
-        """The DALI implementation (an ``nvidia.dali.auto_aug.core.Augmentation``)."""
-        from autoaug.policies import dali_apply
-
-        return dali_apply.DALI_OPS[self.name]
-
-    @property
-    def torch(self) -> Callable:
-        """The torchvision implementation: ``fn(img_uint8_chw, param, **ctx) -> img``."""
-        from autoaug.policies import torch_apply
-
-        return torch_apply.TORCH_OPS[self.name]
 
 
 def _check_convention(ranges: str) -> None:

@@ -19,7 +19,13 @@ def test_registry_has_the_16_autoaugment_ops_plus_identity():
     assert len(ops.RANDAUGMENT_OPS) == 14 and set(ops.RANDAUGMENT_OPS) <= set(ops.OP_NAMES)
     for name, spec in ops.REGISTRY.items():
         assert spec.name == name and spec.dali_op and spec.torch_op and spec.description
-        assert callable(spec.dali) and callable(spec.torch)
+
+
+def test_both_backends_implement_every_registered_op():
+    from autoaug.policies import dali_apply, torch_apply
+
+    for name in ops.OP_NAMES:
+        assert callable(dali_apply.DALI_OPS[name]) and callable(torch_apply.TORCH_OPS[name]), name
 
 
 def test_signed_and_magnitude_free_ops():

@@ -1,0 +1,87 @@
+"""The one CLI option layer: every option of ``autoaug train``, ``search`` and ``compare`` is
+declared once, as an :class:`Option` holding its flag, its argparse settings, the configuration
+key it sets and its kind.
+
+* :func:`add_options` adds a command's options to its parser (in named groups);
+* :func:`layered` builds the command's configuration mapping from the same layers for every
+  command: the command's defaults <- ``--config FILE`` (YAML) <- ``--set KEY=VALUE`` <- the flags
+  the user gave, each flag landing on its declared key;
+* :func:`path_flags` lists the flags whose values are local paths or URIs (``kind="path"``), which
+  ``autoaug launch`` rewrites or ships with a job.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from autoaug.launch.config import flag_overrides, layered_config
+
+__all__ = ["Option", "option", "CONFIG", "SET", "add_options", "layered", "path_flags"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option.
+
+    ``key``: the dotted configuration key the flag sets (``"train.epochs"``), a function turning
+    the flag's value into a nested mapping (for a flag that sets several keys), or None for an
+    option that is not part of the configuration (``--config``, ``--quiet``...). ``kind``:
+    ``"path"`` when the value names a local file/folder or a URI, else ``"value"``.
+    """
+
+    flags: tuple[str, ...]
+    key: str | Callable[[Any], Mapping[str, Any]] | None = None
+    kind: str = "value"
+    group: str | None = None
+    argparse: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def dest(self) -> str:
+        if "dest" in self.argparse:
+            return self.argparse["dest"]
+        long = next((f for f in self.flags if f.startswith("--")), self.flags[0])
+        return long.lstrip("-").replace("-", "_")
+
+
+def option(*flags: str, key: Any = None, kind: str = "value", group: str | None = None, **kwargs: Any) -> Option:
+    """An :class:`Option`; ``kwargs`` go to ``ArgumentParser.add_argument``."""
+    if kind not in ("value", "path"):
+        raise ValueError(f"option {flags[0]}: kind must be 'value' or 'path', got {kind!r}")
+    return Option(tuple(flags), key, kind, group, dict(kwargs))
+
+
+#: ``--config FILE`` and ``--set KEY=VALUE``: the two layers every configurable command takes.
+CONFIG = option("--config", kind="path", metavar="FILE", help="YAML file with settings (--set and flags override it)")
+SET = option("--set", dest="assignments", action="append", metavar="KEY=VALUE",
+             help="override one setting, e.g. --set epochs=2 (repeatable; YAML values)")
+
+
+def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
+                groups: Mapping[str, str] | None = None) -> None:
+    """Add ``options`` to ``parser``; an option's ``group`` names one of ``groups``'s titles."""
+    made: dict[str, Any] = {}
+    for opt in options:
+        target: Any = parser
+        if opt.group is not None:
+            if opt.group not in made:
+                made[opt.group] = parser.add_argument_group((groups or {}).get(opt.group, opt.group))
+            target = made[opt.group]
+        target.add_argument(*opt.flags, **opt.argparse)
+
+
+def layered(args: argparse.Namespace, options: Iterable[Option], *,
+            defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The configuration mapping: ``defaults`` <- ``--config`` <- ``--set`` <- the flags given."""
+    keys = {opt.dest: opt.key for opt in options if opt.key is not None}
+    return layered_config(
+        defaults=defaults,
+        file=getattr(args, "config", None),
+        assignments=getattr(args, "assignments", None),
+        flags=flag_overrides(args, keys),
+    )
+
+
+def path_flags(options: Iterable[Option]) -> frozenset[str]:
+    """The flags whose values are paths or URIs (``kind="path"``)."""
+    return frozenset(f for opt in options if opt.kind == "path" for f in opt.flags if f.startswith("-"))

@@ -1,0 +1,78 @@
+"""The packages are layered and no module imports one that imports it back.
+
+Layers (docs/ARCHITECTURE.md): core <- policies <- proxy_models <- search <- launch; a package
+imports only packages of lower layers (lazy, function-level imports included). Inside a package,
+the top-level imports of its modules form no cycle.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ["core", "policies", "proxy_models", "search", "launch"]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out["autoaug." + ".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, *, top_level_only: bool) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("autoaug."):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("autoaug."))
+    return found
+
+
+def test_packages_import_only_lower_layers():
+    wrong = []
+    for module, path in _modules().items():
+        layer = LAYERS.index(module.split(".")[1])
+        for target in _imports(path, top_level_only=False):
+            target_layer = LAYERS.index(target.split(".")[1])
+            if target_layer > layer:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle_between_modules():
+    modules = _modules()
+    graph = {m: {t for t in _imports(p, top_level_only=True) if t in modules and t != m} for m, p in modules.items()}
+    # A package's __init__ importing its own modules is how a package is assembled, not a cycle.
+    for m in graph:
+        graph[m] = {t for t in graph[m] if not m.startswith(t + ".")}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]) if nxt in stack else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_op_registry_imports_no_backend():
+    imported = _imports(ROOT / "policies" / "ops.py", top_level_only=False)
+    assert not {"autoaug.policies.dali_apply", "autoaug.policies.torch_apply"} & imported

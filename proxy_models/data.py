@@ -483,7 +483,9 @@ class ParquetDataset(ImageDataset):
             raise DatasetError(f"{self.source} row {i}: label {int(raw[i])} is outside any class range "
                                "(expected class labels 0..K-1)")
         self.labels = raw.astype(np.int64)
-        self._paths = table.column("source_path").to_pylist() if extra else None
+        # Parquet strings are not checked for UTF-8 when read: decode leniently (they only label rows).
+        self._paths = [None if b is None else b.decode("utf-8", "replace") for b in
+                       table.column("source_path").cast(pa.binary()).to_pylist()] if extra else None
         self.classes = _resolve_classes(self.labels, self.source, classes, num_classes,
                                         (schema.metadata or {}).get(b"classes"))
         self._check_labels()

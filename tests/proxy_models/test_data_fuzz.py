@@ -162,3 +162,14 @@ def test_folder_of_parquet_files_ignores_other_files(tmp_path):
     (tmp_path / ".hidden.parquet").write_bytes(b"junk")
     ds = open_dataset(tmp_path)
     assert len(ds) == 12 and ds.classes == ("cat", "dog", "eel")
+
+
+def test_source_path_that_is_not_utf8(tmp_path):
+    # Parquet strings are not validated on read; found by test_mutated_parquet_files.
+    bad = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(np.array([0, 2, 4], np.int32).tobytes()),
+                                                 pa.py_buffer(b"\x80\xffok")])
+    table = pa.table({"image": pa.array([_png(0), _png(9)], pa.binary()), "label": pa.array([0, 0]),
+                      "source_path": bad})
+    pq.write_table(table, tmp_path / "p.parquet")
+    ds = open_dataset(tmp_path / "p.parquet")
+    assert ds.describe_row(1).endswith("row 1 (ok)") and "\ufffd" in ds.describe_row(0)

@@ -45,9 +45,12 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (SearchError, 1),
     (ClusterError, 1),
     (AutoaugError, 1),
-    # Validation errors of the value objects (Policy, configs) carry a message written for the
-    # user; anything else is a bug and keeps its traceback.
+    # Validation errors of the value objects (Policy, configs) and a path the user named that
+    # cannot be opened carry a message written for the user; anything else is a bug and keeps
+    # its traceback.
     (ValueError, 2),
+    (FileNotFoundError, 2),
+    (PermissionError, 2),
 )
 
 
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None else 2
     try:
         return int(func(args) or 0)
-    except (AutoaugError, ValueError) as exc:
+    except tuple(cls for cls, _ in EXIT_CODES) as exc:
         code = exit_code(exc)
         prefix = "autoaug: " if isinstance(exc, SearchInterruptedError) else "autoaug: error: "
         print(f"{prefix}{exc}", file=sys.stderr)

@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import sys
 
-from autoaug.core.errors import UserInputError
 from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option
 
 __all__ = ["register", "run", "build_compare_config"]
@@ -64,15 +63,6 @@ def run(args: argparse.Namespace) -> int:
     for ref in comparison.attached:
         print(f"attached the results to {ref} (autoaug policies show {ref})")
     return 0
-
-
-def _guard(args: argparse.Namespace) -> int:
-    try:
-        return run(args)
-    except UserInputError:
-        raise
-    except (ValueError, FileNotFoundError, PermissionError) as exc:
-        raise UserInputError(str(exc)) from None
 
 
 #: Every option of ``autoaug compare``, with the key of the compare configuration it sets (see
@@ -128,4 +118,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     add_options(p, OPTIONS, _GROUPS)
-    p.set_defaults(func=_guard)
+    p.set_defaults(func=run)

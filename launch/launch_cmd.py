@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from autoaug.core import ray_session as cluster
-from autoaug.core.errors import ClusterError
 from autoaug.core.errors import UserInputError
 
 __all__ = [
@@ -502,17 +501,6 @@ def run(args: argparse.Namespace) -> int:
     return cmd_submit(args, rest)
 
 
-def _guard(args: argparse.Namespace) -> int:
-    try:
-        return run(args)
-    except (UserInputError, KeyboardInterrupt):
-        raise
-    except ClusterError:
-        raise
-    except (ValueError, FileNotFoundError, PermissionError) as exc:
-        raise UserInputError(str(exc)) from None
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``autoaug launch``."""
     parser = subparsers.add_parser(
@@ -558,4 +546,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="pass the command's arguments unchanged (no shipping or absolutising of local paths)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
                         help="the autoaug command to run on the cluster, e.g. `-- search --preset smoke ...`")
-    parser.set_defaults(func=_guard)
+    parser.set_defaults(func=run)

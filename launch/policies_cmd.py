@@ -23,7 +23,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autoaug.core.errors import UserInputError
 from autoaug.launch.options import Option, add_options, option
@@ -282,28 +282,6 @@ def cmd_preview(args: argparse.Namespace) -> int:
 # Registration
 
 
-def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn the store's and the policy's errors about user input into :class:`UserInputError`."""
-
-    def run(args: argparse.Namespace) -> int:
-        from autoaug.policies.store import StoreError
-
-        try:
-            return func(args)
-        except UserInputError:
-            raise
-        except (StoreError, ValueError) as exc:
-            raise UserInputError(str(exc)) from None
-        except FileNotFoundError as exc:
-            raise UserInputError(str(exc)) from None
-        except PermissionError as exc:
-            raise UserInputError(str(exc)) from None
-
-    run.__name__ = func.__name__
-    run.__doc__ = func.__doc__
-    return run
-
-
 _STORE = option("--store", kind="path", default=None, metavar="URI",
                 help="policy store: a local folder or a pyarrow URI (s3://, gs://, hdfs://, file://); "
                 "default $AUTOAUG_STORE, else ~/.autoaug/policies")
@@ -339,30 +317,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", parents=[store_opt], help="stored names, or the versions of one name")
     p.add_argument("name", nargs="?", help="show every version of this name")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_guard(cmd_list))
+    p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("show", parents=[store_opt], help="sub-policies, provenance and evaluations of a policy")
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_guard(cmd_show))
+    p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("export", parents=[store_opt], help="write a policy's canonical JSON")
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
     p.add_argument("--format", choices=["json"], default="json", help="output format (default json)")
     add_options(p, [_EXPORT_OUT])
-    p.set_defaults(func=_guard(cmd_export))
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import", parents=[store_opt], help="store a policy JSON file as the next version of NAME")
     p.add_argument("file", metavar="FILE", help="policy JSON file ('-' for stdin)")
     p.add_argument("--name", required=True, help="name to store it under")
     p.add_argument("--metadata", metavar="JSON", help="provenance to record, a JSON object")
     p.add_argument("--force", action="store_true", help="write a new version even if the latest one is identical")
-    p.set_defaults(func=_guard(cmd_import))
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("diff", parents=[store_opt], help="sub-policies added, removed and changed from A to B")
     p.add_argument("a", metavar="A", help=_REF_HELP)
     p.add_argument("b", metavar="B", help=_REF_HELP)
-    p.set_defaults(func=_guard(cmd_diff))
+    p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("preview", parents=[store_opt], help="render a grid of images augmented by a policy")
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
@@ -372,4 +350,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=int, default=None, help="resize images to this size (needed when they differ)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the draws (default 0)")
     p.add_argument("--backend", choices=["dali", "torchvision"], default="dali", help="implementation that applies the policy (default dali)")
-    p.set_defaults(func=_guard(cmd_preview))
+    p.set_defaults(func=cmd_preview)

@@ -1,5 +1,8 @@
 """Image classification datasets, validation of their contents, and AutoAugment's reduced splits.
 
+(Over 600 lines: the three sources share one validation and decoding path that is kept in one
+place so that every source rejects bad input the same way.)
+
 One interface, :class:`ImageDataset`, over three sources:
 
 * a Parquet file, or a folder of Parquet files, with an encoded-image column (JPEG/PNG bytes) and an

@@ -1,6 +1,9 @@
 """The short training loop every trial runs (and the long one that evaluates a found policy).
 
->>> from proxy_models.train import TrainConfig, train
+(Over 600 lines: the configuration and its presets, the learner, checkpoints and the loop are
+one reproducibility contract -- a resumed run must equal an uninterrupted one.)
+
+>>> from autoaug.proxy_models.train import TrainConfig, train
 >>> cfg = TrainConfig.from_preset("smoke", data="path/to/train.parquet", epochs=2)
 >>> result = train(cfg, policy, report=print, checkpoint_dir="runs/x")
 >>> result.val_accuracy, result.history[-1]["train_loss"]

@@ -31,23 +31,10 @@ How the pieces fit (``ray.tune.Tuner``):
 
 Consistency between Tune and Optuna across a driver crash
 --------------------------------------------------------
-Tune snapshots its experiment state (trials + searcher) periodically and after trial
-checkpoints; Optuna writes to its storage immediately. After ``kill -9`` the study can therefore
-be slightly *ahead* of the snapshot. On restore the two are reconciled, the study being the record
-of which trials ended:
-
-The reconciliation lives in :mod:`autoaug.search.reconcile`:
-
-* :class:`StudyGuard` (mixed into the ASHA/FIFO scheduler) stops, before they start, the restored
-  trials whose Optuna trial is finished, so a finished trial is never trained again; their result
-  is the study's (:func:`autoaug.search.records.trial_records`);
-* :class:`StudySearch` does not tell the study twice, hands an Optuna trial asked for a Tune
-  trial that the snapshot never recorded (an *orphan*) to the next new Tune trial -- no proposal
-  is lost and nothing is left RUNNING -- and marks an orphan whose parameters were not all
-  written FAIL with the user attribute ``autoaug_orphaned``; a failed trial retried with
-  ``resume_errored`` that succeeds becomes a new Optuna trial linked by ``autoaug_retry_of``.
-
-:func:`autoaug.search.study.check_study` verifies the result: one finished Optuna trial per finished Tune trial, same
+After ``kill -9`` the study can be slightly ahead of Tune's last snapshot; on restore
+:mod:`autoaug.search.reconcile` reconciles the two (the study being the record of which trials
+ended: finished trials are not trained again, orphaned proposals are re-used, retried failures
+are linked). :func:`autoaug.search.study.check_study` verifies the result: one finished Optuna trial per finished Tune trial, same
 parameters, same score, nothing left running.
 
 The other pieces: :mod:`autoaug.search.run_dir` (the run directory), :mod:`autoaug.search.study`

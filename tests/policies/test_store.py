@@ -92,8 +92,9 @@ def test_round_trip_file_uri(tmp_path):
 
 def test_round_trip_in_memory_filesystem():
     """Arrow's in-memory mock filesystem (``mock://``) has no local files at all."""
-    store = PolicyStore("mock:///policies")
-    assert store._claim == "announce"  # no POSIX rename there: the announce-then-list protocol
+    store = PolicyStore("mock:///policies")  # claim="auto": the announce-then-list protocol there
+    with pytest.raises(ValueError, match="needs a local filesystem"):  # no POSIX rename on it
+        PolicyStore("mock:///policies", claim="rename")
     _round_trip(store)
     store.attach_evaluation("cifar10-wrn@1", {"acc": 0.9})
     assert store.get("cifar10-wrn@1").evaluations[0].results == {"acc": 0.9}

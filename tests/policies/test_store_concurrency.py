@@ -4,6 +4,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
@@ -13,6 +14,14 @@ from autoaug.policies.store import PolicyStore
 
 NUM_PROCS = 8
 SAVES_PER_PROC = 3
+
+
+@pytest.fixture(autouse=True)
+def _children_can_import_this_module(monkeypatch):
+    """Spawned children re-import this module by its name in pytest's importlib mode
+    (``tests.policies.test_store_concurrency``) with the parent's ``sys.path``: it must hold the
+    repository root."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
 
 
 def make_policy(i: int) -> Policy:

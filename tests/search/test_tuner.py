@@ -92,7 +92,7 @@ def test_orphan_with_incomplete_parameters_is_marked_failed(tmp_path):
     snapshot = tmp_path / "searcher.pkl"
     first.save(str(snapshot))
     # The driver died inside ask(): a trial exists with only some of its parameters.
-    partial = first._ot_study.ask()
+    partial = first.study.ask()
     partial.suggest_int("sp0_op0_mag", 0, 9)
     second = _searcher(url)
     second.restore(str(snapshot))
@@ -109,7 +109,7 @@ def test_searcher_state_pickles_with_its_sqlite_study(tmp_path):
     search = _searcher(url)
     search.suggest("t1")
     clone = pickle.loads(pickle.dumps(search))
-    assert clone._ot_study.trials[0].user_attrs[TUNE_TRIAL_ATTR] == "t1"
+    assert clone.study.trials[0].user_attrs[TUNE_TRIAL_ATTR] == "t1"
 
 
 def test_check_study_reports_each_kind_of_mismatch(tmp_path):
@@ -149,11 +149,6 @@ def test_samplers_by_name_are_seeded(name, cls):
     ta = sa.ask(SPACE.distributions())
     tb = sb.ask(SPACE.distributions())
     assert ta.params == tb.params
-
-
-def test_tpe_is_multivariate_with_constant_liar():
-    sampler = make_sampler("tpe", 0)
-    assert sampler._multivariate and sampler._constant_liar
 
 
 def test_unknown_sampler():

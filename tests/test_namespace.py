@@ -1,5 +1,5 @@
 """The installed import names live under ``autoaug``: a user's own ``policies.py`` (or
-``search.py``, ``launch.py``, ``proxy_models.py``) next to their script must not be imported by
+``search.py``, ``launch.py``, ``proxy_models.py``, ``core.py``) next to their script must not be imported by
 autoaug, and autoaug must not install a generic top-level name that would shadow theirs."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-GENERIC = ("policies", "search", "launch", "proxy_models")
+GENERIC = ("core", "policies", "search", "launch", "proxy_models")
 
 
 def test_user_modules_named_like_the_subpackages_are_never_imported(tmp_path):
@@ -17,7 +17,7 @@ def test_user_modules_named_like_the_subpackages_are_never_imported(tmp_path):
         """
         import sys
         import autoaug.policies.store, autoaug.policies.presets, autoaug.proxy_models.data
-        import autoaug.search.space, autoaug.launch.cli
+        import autoaug.search.space, autoaug.launch.cli, autoaug.core.ray_session
         from autoaug.policies import resolve_policy
         p = resolve_policy("autoaugment-cifar10")
         assert len(p.sub_policies) == 25, p
@@ -26,7 +26,7 @@ def test_user_modules_named_like_the_subpackages_are_never_imported(tmp_path):
         except SystemExit as exc:
             assert exc.code == 0, exc.code
         # The user's modules stay theirs: importing them still gives their file.
-        for name in ("policies", "search", "launch", "proxy_models"):
+        for name in ("core", "policies", "search", "launch", "proxy_models"):
             try:
                 __import__(name)
             except ImportError as exc:

@@ -10,10 +10,11 @@ every finished training run; each stage's wall time is recorded in ``timings.jso
    *evaluation regime* (default training preset ``eval-cpu``: another training split (split seed
    1), more epochs, no validation), ``--seeds`` seeds, scored on the test split.
 3. **fidelity** (``--fidelity K``, K > 0) -- how well proxies rank policies the way the evaluation
-   regime does: ``K`` random policies of the search space (seeded) are added to the evaluation,
-   and every policy (baselines, found, random) is also trained under each proxy (``--proxy``;
-   default: the search preset's proxy and the old 15-epoch ``cpu`` proxy); Spearman's rank
-   correlation between the proxy's validation accuracy and the evaluation regime's test accuracy.
+   regime does: ``K`` random policies of the search space (seeded) are also trained in the
+   evaluation regime (``--fidelity-seeds``), and every policy (baselines, found, random) is
+   trained under each proxy (``--proxy``; default: the old 15-epoch ``cpu`` proxy and the search
+   preset's proxy; ``--proxy-seeds``); Spearman's rank correlation between the proxy's
+   validation accuracy (the search objective) and the evaluation regime's test accuracy.
 4. **report** -- ``results.md`` (mean, std, 95% CI, rank; the found policy's paired difference to
    each baseline, paired by seed, with its 95% CI), ``quality.png``, ``quality.json``, the search's
    provenance (``search_result.json``), the found policy (``found_policy.json``) and the
@@ -161,10 +162,10 @@ def stage_search(a: argparse.Namespace, work: Path, timings: Timings) -> str:
 
 
 def _compare(a: argparse.Namespace, work: Path, timings: Timings, stage: str, out: Path, preset_args: list[str],
-             policies: list[str], seeds: int) -> Path:
+             policies: list[str], seeds: int, baselines: bool = True) -> Path:
     args = ["compare", "--data", a.data, *preset_args, "--store", str(work / "store"),
-            "--baselines", ",".join(BASELINES), "--seeds", str(seeds), "--out", str(out), "--no-attach",
-            "--cpus-per-run", str(a.cpus_per_run)]
+            "--baselines", ",".join(BASELINES) if baselines else "", "--seeds", str(seeds), "--out", str(out),
+            "--no-attach", "--cpus-per-run", str(a.cpus_per_run)]
     for p in policies:
         args += ["--policy", p]
     if a.address:
@@ -213,6 +214,10 @@ def search_proxy_args(search_preset: str) -> list[str]:
     for key, value in train.items():
         args += ["--set", f"train.{key}={json.dumps(value)}"]
     return args
+
+
+def _write_fidelity(work: Path, fidelity: dict[str, Any]) -> None:
+    (work / "fidelity.json").write_text(json.dumps(fidelity, indent=1))
 
 
 def spearman(proxy: dict[str, float], evaluation: dict[str, float]) -> dict[str, Any]:
@@ -366,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--proxy", action="append", default=None, metavar="NAME=COMPARE-ARGS",
                    help="a proxy to measure (repeatable); default: the search preset's proxy and the old "
                         "15-epoch cpu proxy")
-    p.add_argument("--proxy-seeds", type=int, default=2, help="seeds per policy under each proxy")
+    p.add_argument("--fidelity-seeds", type=int, default=2,
+                   help="evaluation-regime seeds per random policy (the fidelity stage only needs ranks)")
+    p.add_argument("--proxy-seeds", type=int, default=1, help="seeds per policy under each proxy")
     p.add_argument("--cpus-per-run", type=int, default=1, help="CPUs per evaluation run")
     p.add_argument("--address", default=None, help="Ray cluster (default: embedded local Ray)")
     p.add_argument("--work", default=None, help="scratch folder (default runs/search-quality/<name>)")
@@ -390,19 +397,24 @@ def main(argv: list[str] | None = None) -> int:
 
     found_ref = stage_search(a, work, timings)
     extra = shlex.split(a.eval_args)
-    random_paths = random_policies(a, work, a.fidelity) if a.fidelity > 0 else []
-    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra],
-             [found_ref, *random_paths], a.seeds)
+    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], [found_ref], a.seeds)
     fidelity = None
     if a.fidelity > 0:
-        proxies = a.proxy or [f"{a.search_preset}={shlex.join(search_proxy_args(a.search_preset))}", OLD_PROXY]
+        # The random policies are scored in the evaluation regime in a folder of their own (fewer
+        # seeds: they only need a rank), then every policy under each proxy.
+        random_paths = random_policies(a, work, a.fidelity)
+        _compare(a, work, timings, "eval-random", work / "eval-random", ["--preset", a.eval_preset, *extra],
+                 random_paths, a.fidelity_seeds, baselines=False)
         eval_scores = {k: v["mean"] for k, v in summarize(_read_runs(work / "eval")).items()}
+        eval_scores.update({k: v["mean"] for k, v in summarize(_read_runs(work / "eval-random")).items()})
+        proxies = a.proxy or [OLD_PROXY, f"{a.search_preset}={shlex.join(search_proxy_args(a.search_preset))}"]
         fidelity = {}
         for spec in proxies:
             name, _, args = spec.partition("=")
             pout = _compare(a, work, timings, f"proxy-{name}", work / f"proxy-{name}", shlex.split(args),
                             [found_ref, *random_paths], a.proxy_seeds)
             fidelity[name] = spearman(proxy_scores(pout), eval_scores)
+            _write_fidelity(work, fidelity)
     report(a, work, out, found_ref, timings, fidelity)
     print(f"\nwrote {out}")
     return 0

@@ -187,6 +187,34 @@ def project_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def staged_package() -> Path:
+    """A folder ``autoaug/`` holding a copy of this installation's :data:`PROJECT_PACKAGES`
+    (``autoaug/core``, ``autoaug/policies``, ...), made once per process in a temporary folder:
+    the source folders are named ``core``, ``policies``... but the code imports
+    ``autoaug.core``, ``autoaug.policies``..., so shipping them one by one would not import on a
+    node without the project installed."""
+    global _STAGED
+    if _STAGED is not None and _STAGED.is_dir():
+        return _STAGED
+    import shutil
+    import tempfile
+
+    root = project_root()
+    target = Path(tempfile.mkdtemp(prefix="autoaug-ship-")) / "autoaug"
+    target.mkdir()
+    (target / "__init__.py").write_text('"""autoaug, as shipped to Ray workers."""\n')
+    for name in PROJECT_PACKAGES:
+        path = root / name
+        if not (path / "__init__.py").is_file():
+            raise ClusterError(f"cannot ship package {name!r}: {path} is not a Python package folder")
+        shutil.copytree(path, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _STAGED = target
+    return target
+
+
+_STAGED: Path | None = None
+
+
 def project_runtime_env(
     *,
     working_dir: str | os.PathLike | None = None,
@@ -196,22 +224,19 @@ def project_runtime_env(
 ) -> dict[str, Any]:
     """A Ray ``runtime_env`` that carries this project to every worker of a job or connection.
 
-    ``py_modules`` lists the project's packages (:data:`PROJECT_PACKAGES`) from this installation, so
-    workers import exactly the code that submitted the work (nodes need the third-party
+    ``py_modules`` holds the project as one ``autoaug`` package (:func:`staged_package`: the
+    :data:`PROJECT_PACKAGES` of this installation under their installed names), so workers import
+    exactly the code that submitted the work (nodes need the third-party
     dependencies installed, not the project). ``working_dir`` (optional) is uploaded too and
     becomes the current directory of the job's driver and workers. ``excludes`` adds patterns to
     :data:`DEFAULT_EXCLUDES`. ``env_vars`` are set in every process. ``base`` is another
     ``runtime_env`` to extend (its ``py_modules``, ``excludes`` and ``env_vars`` are kept).
     """
     env: dict[str, Any] = dict(base or {})
-    root = project_root()
     modules = list(env.get("py_modules", []))
-    for name in PROJECT_PACKAGES:
-        path = root / name
-        if not (path / "__init__.py").is_file():
-            raise ClusterError(f"cannot ship package {name!r}: {path} is not a Python package folder")
-        if str(path) not in modules:
-            modules.append(str(path))
+    staged = str(staged_package())
+    if staged not in modules:
+        modules.append(staged)
     env["py_modules"] = modules
     patterns = list(env.get("excludes", []))
     patterns += [p for p in (*DEFAULT_EXCLUDES, *excludes) if p not in patterns]

@@ -92,12 +92,22 @@ def test_job_client_unreachable_server():
         cluster.job_client(f"http://127.0.0.1:{port}", timeout=2)
 
 
-def test_project_runtime_env_ships_the_four_packages(tmp_path):
+def test_project_runtime_env_ships_the_project_under_its_import_name(tmp_path):
     env = cluster.project_runtime_env(working_dir=tmp_path, env_vars={"A": "1"}, excludes=["data/"])
-    names = sorted(Path(p).name for p in env["py_modules"])
-    assert names == sorted(cluster.PROJECT_PACKAGES)
-    for path in env["py_modules"]:
-        assert (Path(path) / "__init__.py").is_file()
+    (shipped,) = env["py_modules"]
+    assert Path(shipped).name == "autoaug"
+    for name in cluster.PROJECT_PACKAGES:
+        assert (Path(shipped) / name / "__init__.py").is_file()
+    # A worker with the shipped folder first on sys.path (as Ray puts py_modules) imports
+    # autoaug.* from it, not from an installation.
+    import subprocess
+    import sys
+
+    code = (f"import sys; sys.path.insert(0, {str(Path(shipped).parent)!r}); import autoaug.search.trial as m; "
+            "print(m.__file__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().startswith(str(shipped)), result.stdout
     for pattern in (".venv", ".git", "runs", "__pycache__", "data/"):
         assert pattern in env["excludes"]
     assert env["working_dir"] == str(tmp_path.resolve())
@@ -243,7 +253,7 @@ def test_launch_streams_logs_and_exits_with_the_job_status(fake_client, capsys, 
     assert sub["entrypoint"] == "python -m autoaug.launch.cli policies list --store s3://bucket/p"
     assert sub["submission_id"] == "j1" and sub["metadata"]["autoaug_command"] == "policies"
     env = sub["runtime_env"]
-    assert sorted(Path(p).name for p in env["py_modules"]) == sorted(cluster.PROJECT_PACKAGES)
+    assert [Path(p).name for p in env["py_modules"]] == ["autoaug"]
     assert env["env_vars"] == {"PYTHONUNBUFFERED": "1", "A": "1"}
     assert ".venv" in env["excludes"] and "working_dir" not in env
     assert fake_client["address"] == "http://head:8265"

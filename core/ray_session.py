@@ -329,9 +329,18 @@ def local(
     kwargs.setdefault("log_to_driver", True)
     if runtime_env:
         kwargs["runtime_env"] = dict(runtime_env)
-    context = ray.init(
-        address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard, **kwargs
-    )
+    try:
+        context = ray.init(
+            address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard, **kwargs
+        )
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # e.g. "The current node timed out during startup" on an overloaded machine
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ClusterError(
+            f"could not start a local Ray instance: {first[:300]} (if the machine is busy, retry when it is "
+            "less loaded; `ray status` shows other Ray instances)"
+        ) from None
     return _info(None, embedded=True, context=context)
 
 

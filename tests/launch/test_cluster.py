@@ -292,3 +292,15 @@ def test_launch_refuses_bad_commands_before_submitting(fake_client, capsys):
     assert main(["launch", "--address", "http://head:8265", "--env", "NOEQUALS", "--", "policies", "list"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
     assert client.submitted == []
+
+
+def test_a_local_ray_that_cannot_start_is_one_cluster_error(monkeypatch):
+    import ray
+
+    def timed_out(*args, **kwargs):
+        raise Exception("The current node timed out during startup. This could happen because the GCS is overloaded.")
+
+    monkeypatch.setattr(ray, "init", timed_out)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(ClusterError, match=r"could not start a local Ray instance: The current node timed out"):
+        cluster.local(1, 0)

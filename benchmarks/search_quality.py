@@ -267,7 +267,7 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
         ax2.plot(100 * d["mean"], y, "o", color="tab:green", ms=8)
     ax2.axvline(0, color="k", lw=0.8)
     ax2.set_yticks(range(len(others)), others)
-    ax2.set_xlabel(f"{found} minus baseline, paired by seed (points, 95% CI)")
+    ax2.set_xlabel("found minus baseline, points\n(paired by seed; mean, 95% CI)")
     ax2.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -335,10 +335,11 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     for stage, t in timings.data.items():
         for s in t["sessions"]:
             lines.append(s["command"].replace(str(work), "$WORK"))
-    lines += ["```", "", f"Machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
-              f"written {_now()}."]
+    lines += ["```", "", f"Machine: {os.cpu_count()} CPUs, {platform.platform()}; written {_now()}. Wall times "
+              "include waiting for the cores when other jobs share the machine (see quality.json: timings)."]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines).replace(str(work), "$WORK").replace(str(REPO.parent), "..")
+    (out / "results.md").write_text(text + "\n")
     plot(summary, diffs, found, out / "quality.png", f"{a.eval_preset}: {regime}")
     doc = {"found": found, "found_ref": found_ref, "summary": summary, "paired": diffs, "verdict": verdict,
            "fidelity": fidelity, "timings": timings.data, "eval_train_config": train,

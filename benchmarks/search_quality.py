@@ -178,6 +178,55 @@ def _compare(a: argparse.Namespace, work: Path, timings: Timings, stage: str, ou
     return out
 
 
+def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: list[str]) -> int:
+    """Seed ``out/runs/`` with finished runs recorded in a committed ``runs.csv`` (a results folder
+    of an earlier session), so a clean checkout resumes instead of training them again.
+
+    A row becomes the run record ``autoaug compare`` itself would have written when its policy
+    reference resolves to the recorded policy hash, and only if no record of that run exists; the
+    training configuration is the one this comparison uses (the code and presets must be those
+    that produced the CSV: ``git log`` of the CSV says which). Rows whose reference is a file or a
+    store version that this checkout cannot resolve to the same hash are skipped. Returns the
+    number of records written.
+    """
+    import csv
+
+    from autoaug.launch.compare.candidates import resolve_candidates
+    from autoaug.launch.compare.config import config_from_dict
+    from autoaug.launch.compare.runner import run_id, run_record
+    from autoaug.proxy_models.data import open_dataset
+
+    preset = preset_args[preset_args.index("--preset") + 1] if "--preset" in preset_args else "cpu"
+    config = config_from_dict({"data": a.data, "preset": preset, "baselines": list(BASELINES), "out": str(out)})
+    candidates = {c.policy_hash: c for c in resolve_candidates((), config.baselines, None)}
+    fingerprint = open_dataset(config.train.data, split="train").fingerprint()
+    written = 0
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    with open(csv_path, newline="") as f:
+        for row in csv.DictReader(f):
+            c = candidates.get(row["policy_hash"])
+            if c is None:
+                continue
+            seed = int(row["seed"])
+            path = out / "runs" / f"{run_id(c, seed)}.json"
+            if path.exists():
+                continue
+            outcome = {
+                "test_accuracy": float(row["test_accuracy"]), "test_loss": float(row["test_loss"]),
+                "val_accuracy": float(row["val_accuracy"]) if row.get("val_accuracy") else None,
+                "train_time_s": float(row["train_time_s"]), "history": [],
+                "dataset_fingerprint": fingerprint, "split_fingerprint": None,
+                "node_id": row.get("node_id") or None, "hostname": row.get("hostname") or None, "pid": None,
+                "imported_from": str(csv_path.relative_to(REPO)) if csv_path.is_relative_to(REPO) else str(csv_path),
+            }
+            record = run_record(c, seed, config.run_config(seed), outcome)
+            record["finished_at"] = row.get("finished_at") or record["finished_at"]
+            path.write_text(json.dumps(record, indent=1))
+            written += 1
+    print(f"imported {written} finished runs from {csv_path} into {out / 'runs'}")
+    return written
+
+
 def random_policies(a: argparse.Namespace, work: Path, k: int) -> list[str]:
     """``k`` policies drawn uniformly from the search's space (seeded), saved as JSON files."""
     import random
@@ -379,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", default=None, help="Ray cluster (default: embedded local Ray)")
     p.add_argument("--work", default=None, help="scratch folder (default runs/search-quality/<name>)")
     p.add_argument("--out", default=None, help="result folder (default benchmarks/results/search-quality-<name>)")
+    p.add_argument("--import-runs", action="append", default=[], metavar="CSV",
+                   help="seed the evaluation with the baselines' finished runs recorded in a committed runs.csv "
+                        "(e.g. benchmarks/results/<name>/eval_runs.csv); repeatable")
     p.add_argument("--smoke", action="store_true", help="plumbing check: smoke presets, 2 seeds")
     a = p.parse_args(argv)
     if not a.data:
@@ -396,8 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     timings = Timings(work / "timings.json")
 
-    found_ref = stage_search(a, work, timings)
     extra = shlex.split(a.eval_args)
+    for csv_path in a.import_runs:
+        import_runs(a, Path(csv_path).resolve(), work / "eval", ["--preset", a.eval_preset, *extra])
+    found_ref = stage_search(a, work, timings)
     _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], [found_ref], a.seeds)
     fidelity = None
     if a.fidelity > 0:

@@ -33,6 +33,7 @@ __all__ = [
     "FINISHED_STATUSES",
     "rank_trials",
     "assemble_policy",
+    "union_policy",
     "library_versions",
     "git_info",
     "build_provenance",
@@ -188,6 +189,28 @@ def assemble_policy(
             sources.append(trial.trial_id)
     policy = Policy(name, bins, subs, base=base, ranges=ranges)
     return AssembledPolicy(policy, selected, duplicates, tuple(sources))
+
+
+def union_policy(name: str, parts: Sequence[Policy]) -> Policy:
+    """One policy holding the sub-policies of ``parts`` in order, duplicates removed (the first
+    kept); every part must have the first part's magnitude bins, base and ranges."""
+    if not parts:
+        raise ValueError("union_policy needs at least one policy")
+    first = parts[0]
+    seen: set[tuple] = set()
+    subs: list[tuple[Op, ...]] = []
+    for p in parts:
+        if (p.num_magnitude_bins, p.base, p.ranges) != (first.num_magnitude_bins, first.base, first.ranges):
+            raise ValueError(
+                f"policy {p.name!r} has num_magnitude_bins={p.num_magnitude_bins}, base={p.base!r}, "
+                f"ranges={p.ranges!r}; expected those of {first.name!r}"
+            )
+        for sub in p.sub_policies:
+            key = _effective_key(sub)
+            if key not in seen:
+                seen.add(key)
+                subs.append(sub)
+    return Policy(name, first.num_magnitude_bins, subs, base=first.base, ranges=first.ranges)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,12 +1,15 @@
-"""Choosing the final policy: re-score the assembled policy against the best single trial.
+"""Choosing the final policy: re-score the final candidates under the proxy.
 
 AutoAugment concatenates the sub-policies of the best ``N`` candidates. Whether that union is
 better than the best candidate alone is an empirical question, and the best trial's own score is
-optimistic (it is the maximum over many noisy trials). With ``SearchConfig.rescore`` on, both are
+optimistic (it is the maximum over many noisy trials). A search warm-started from published
+policies has a third candidate: those policies extended by the sub-policies the search found
+(:func:`autoaug.search.tuner._final_candidates`). With ``SearchConfig.rescore`` on, every candidate is
 trained once more under the proxy -- the same training configuration as every trial, but a fresh
-seed (another initialisation, data order and augmentation draws), so neither enjoys the luck of
-the trial that selected it -- and the higher validation accuracy becomes the stored policy (ties
-go to the assembled policy). Every candidate's re-score is recorded in the provenance
+seed (another initialisation, data order and augmentation draws), so none enjoys the luck of
+the trial that selected it -- and the highest search score (the mean validation accuracy over the
+last ``score_window`` epochs, as the trials were scored) becomes the stored policy (ties go to the
+earlier candidate: assembled, best trial, extended warm start). Every candidate's re-score is recorded in the provenance
 (``selection``).
 
 The re-scoring runs are Ray tasks with the trials' resources, run in parallel, and their results
@@ -30,7 +33,7 @@ RESCORE_SEED_OFFSET = 1_000
 class Candidate:
     """A policy that may become the search's result."""
 
-    kind: str  # "assembled" or "best_trial"
+    kind: str  # "assembled", "best_trial" or "warm_start+found"
     policy: Policy
     trial_ids: tuple[str, ...]
     search_score: float | None  # the trial's own score (best_trial) or None
@@ -40,12 +43,16 @@ class Candidate:
         return f"{self.kind}-{self.policy.content_hash[:16]}"
 
 
-def _train_val_accuracy(train_config: dict[str, Any], policy: dict[str, Any]) -> dict[str, Any]:
-    """Body of one re-scoring run (a Ray task): the proxy training, its validation accuracy."""
+def _train_val_accuracy(train_config: dict[str, Any], policy: dict[str, Any], score_window: int = 1) -> dict[str, Any]:
+    """Body of one re-scoring run (a Ray task): the proxy training, its validation accuracy and
+    search score."""
     from autoaug.proxy_models.train import TrainConfig, train
+    from autoaug.search.config import METRIC
+    from autoaug.search.trial import search_score
 
     result = train(TrainConfig.from_dict(train_config), Policy.from_dict(policy))
-    return {"val_accuracy": result.val_accuracy, "train_time_s": result.train_time_s,
+    score = search_score([row.get("val_accuracy") for row in result.history], score_window)
+    return {METRIC: score, "val_accuracy": result.val_accuracy, "train_time_s": result.train_time_s,
             "epochs": len(result.history)}
 
 
@@ -57,13 +64,14 @@ def rescore_candidates(
     gpus: float,
     cached: Mapping[str, Any] | None = None,
     save: Any = None,
+    score_window: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """Train every candidate under ``train_config`` with the re-scoring seed, in parallel on Ray.
 
     ``cached``: ``{candidate key: result}`` of earlier sessions (not trained again); ``save``: a
     callable receiving the updated mapping after every finished run (e.g. to write
-    ``rescore.json``). Returns ``{candidate key: {"val_accuracy", "train_time_s", "epochs",
-    "seed"}}``.
+    ``rescore.json``). Returns ``{candidate key: {METRIC, "val_accuracy", "train_time_s",
+    "epochs", "seed"}}``.
     """
     import ray
 
@@ -76,7 +84,7 @@ def rescore_candidates(
     task = ray.remote(_train_val_accuracy)
     pending = {
         task.options(num_cpus=cpus, num_gpus=gpus, name=f"autoaug-rescore:{c.key}").remote(
-            cfg.to_dict(), c.policy.to_dict()
+            cfg.to_dict(), c.policy.to_dict(), score_window
         ): c
         for c in todo
     }
@@ -95,10 +103,15 @@ def rescore_candidates(
 
 
 def choose(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, Any]]) -> tuple[Candidate, dict]:
-    """The candidate with the highest re-scored validation accuracy (ties: the earlier one in
-    ``candidates``, i.e. the assembled policy), and the ``selection`` record for the provenance."""
+    """The candidate with the highest re-scored search score (ties: the earlier one in
+    ``candidates``, i.e. the assembled policy), and the ``selection`` record for the provenance.
+    (Scores saved before the search score existed hold only ``val_accuracy``: the same value
+    with a window of 1.)"""
+    from autoaug.search.config import METRIC
+
     def value(c: Candidate) -> float:
-        v = scores.get(c.key, {}).get("val_accuracy")
+        s = scores.get(c.key, {})
+        v = s.get(METRIC, s.get("val_accuracy"))
         return float("-inf") if v is None else float(v)
 
     best = max(candidates, key=lambda c: (value(c), -candidates.index(c)))

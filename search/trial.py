@@ -6,11 +6,11 @@ trainer (Tune pickles :func:`run_trial` by reference).
 from __future__ import annotations
 
 import tempfile
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from autoaug.search.space import SearchSpace
 
-__all__ = ["run_trial", "trial_policy", "REPORT_RENAMES"]
+__all__ = ["run_trial", "trial_policy", "search_score", "REPORT_RENAMES"]
 
 #: Trainer metric names that would collide with Ray Tune's automatic ones.
 REPORT_RENAMES = {"time_total_s": "train_time_s"}
@@ -23,29 +23,47 @@ def trial_policy(config: Mapping[str, Any], space: SearchSpace, name: str):
     return space.to_policy(config, name=name)
 
 
-def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str) -> None:
+def search_score(val_accuracies: Sequence[float | None], window: int) -> float | None:
+    """The search's score after an epoch: the mean of the last ``window`` validation accuracies
+    (epochs without validation are skipped); None before the first validation."""
+    seen = [float(v) for v in val_accuracies if v is not None]
+    if not seen:
+        return None
+    last = seen[-max(1, int(window)):]
+    return sum(last) / len(last)
+
+
+def run_trial(
+    config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1
+) -> None:
     """Ray Tune function trainable: one candidate policy, one proxy training run.
 
     Every trial of a search gets the same ``train_config`` -- the same split, model-init seed and
     data order (common random numbers) -- so scores differ only through the policy. After each
     epoch the trainer writes ``checkpoint.pt`` into a scratch folder, which is handed to
-    ``ray.tune.report`` with the epoch's metrics; a trial restarted by Tune (after a failure or
-    a driver restart) resumes from its latest checkpoint and ends with the metrics of an
-    uninterrupted run.
+    ``ray.tune.report`` with the epoch's metrics and the search score (:func:`search_score` over
+    ``score_window`` epochs, reported as :data:`autoaug.search.config.METRIC`); a trial restarted
+    by Tune (after a failure or a driver restart) resumes from its latest checkpoint (whose
+    history also restores the score's window) and ends with the metrics of an uninterrupted run.
     """
     from ray import tune
 
-    from autoaug.proxy_models.train import TrainConfig, train
+    from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
+    from autoaug.search.config import METRIC
 
     search_space = SearchSpace.from_dict(space)
     cfg = TrainConfig.from_dict(train_config)
     trial_id = tune.get_context().get_trial_id() or "local"
     policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
 
+    val_accuracies: list[float | None] = []
+
     with tempfile.TemporaryDirectory(prefix="autoaug-trial-") as scratch:
 
         def report(metrics: dict[str, Any]) -> None:
             out = {REPORT_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
+            val_accuracies.append(metrics.get("val_accuracy"))
+            out[METRIC] = search_score(val_accuracies, score_window)
             tune.report(out, checkpoint=tune.Checkpoint.from_directory(scratch))
 
         checkpoint = tune.get_checkpoint()
@@ -53,4 +71,5 @@ def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: s
             train(cfg, policy, report=report, checkpoint_dir=scratch)
         else:
             with checkpoint.as_directory() as resume_from:
+                val_accuracies.extend(row.get("val_accuracy") for row in load_checkpoint(resume_from)["history"])
                 train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)

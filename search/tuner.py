@@ -62,7 +62,7 @@ from autoaug.core.errors import (
     UserInputError,
 )
 from autoaug.policies import Policy
-from autoaug.search.assemble import assemble_policy, build_provenance, utc_now
+from autoaug.search.assemble import assemble_policy, build_provenance, union_policy, utc_now
 from autoaug.search.config import METRIC, MODE, SearchConfig
 from autoaug.search.progress import ProgressCallback
 from autoaug.search.reconcile import StoppedTrials, StudySearch, make_scheduler
@@ -79,7 +79,7 @@ from autoaug.search.study import (
 )
 from autoaug.search.rescore import RESCORE_FILE, Candidate, choose, rescore_candidates
 from autoaug.search.trial import run_trial
-from autoaug.search.warm_start import warm_start_points
+from autoaug.search.warm_start import warm_start_points, warm_start_policies
 
 __all__ = ["run_search", "resume_search", "SearchOutcome"]
 
@@ -330,14 +330,29 @@ def _finish(config: SearchConfig, run: RunDir, state: dict, *, session_started: 
 
 
 def _final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list[Candidate]:
-    """The assembled policy and the best single trial (one candidate when they are the same)."""
+    """What re-scoring chooses from: the assembled policy; the best single trial; with a warm
+    start, the warm-start policies extended by the selected trials the sampler proposed (those
+    that are not warm-start candidates) -- the published policy plus what the search found.
+    Candidates identical to an earlier one are left out."""
     best = assembled.selected[0]
     single = Policy(config.name, best.policy.num_magnitude_bins, best.policy.sub_policies,
                     base=best.policy.base, ranges=best.policy.ranges)
     out = [Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)]
-    if single.content_hash != assembled.policy.content_hash:
-        out.append(Candidate("best_trial", single, (best.trial_id,), best.score))
-    return out
+    out.append(Candidate("best_trial", single, (best.trial_id,), best.score))
+    if config.warm_start:
+        # Warm-start candidates as the trials decode them (to_params -> to_policy is the identity
+        # on the space's grid, so these compare equal to the warm-start trials' policies).
+        warm = [config.space.to_policy(config.space.to_params(p), name=p.name)
+                for p in warm_start_policies(config.warm_start, config.space, store=config.store)]
+        warm_subs = {p.sub_policies for p in warm}
+        found = [t for t in assembled.selected if t.policy.sub_policies not in warm_subs]
+        if found:
+            extended = union_policy(config.name, [*warm, *(t.policy for t in found)])
+            out.append(Candidate("warm_start+found", extended, tuple(t.trial_id for t in found), None))
+    unique: dict[str, Candidate] = {}
+    for c in out:
+        unique.setdefault(c.policy.content_hash, c)
+    return list(unique.values())
 
 
 def _rescore(config: SearchConfig, run: RunDir, study_url: str) -> None:
@@ -358,22 +373,23 @@ def _rescore(config: SearchConfig, run: RunDir, study_url: str) -> None:
         return
     cached = run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {}
     if config.verbose >= 1 and any(c.key not in cached for c in candidates):
-        print(f"re-scoring the assembled policy ({len(assembled.policy.sub_policies)} sub-policies) against the "
-              f"best trial {assembled.selected[0].trial_id} under the proxy ({config.epochs} epochs, fresh seed)",
+        what = ", ".join(f"{c.kind} ({len(c.policy.sub_policies)} sub-policies)" for c in candidates)
+        print(f"re-scoring the final candidates under the proxy ({config.epochs} epochs, fresh seed): {what}",
               flush=True)
     scores = rescore_candidates(
         candidates, config.train, cpus=config.cpus_per_trial, gpus=config.gpus_per_trial, cached=cached,
-        save=lambda results: run.write_json(RESCORE_FILE, results),
+        save=lambda results: run.write_json(RESCORE_FILE, results), score_window=config.score_window,
     )
     if config.verbose >= 1:
-        line = ", ".join(f"{c.kind} {scores[c.key]['val_accuracy']:.4f}" for c in candidates)
+        line = ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f}" for c in candidates)
         print(f"re-scored ({METRIC}): {line}", flush=True)
 
 
 def _trainable(config: SearchConfig, trainable: Callable | None = None) -> Any:
     fn = trainable if trainable is not None else run_trial
     fn = tune.with_parameters(
-        fn, train_config=config.train.to_dict(), space=config.space.to_dict(), policy_prefix=config.name
+        fn, train_config=config.train.to_dict(), space=config.space.to_dict(), policy_prefix=config.name,
+        score_window=config.score_window,
     )
     resources = {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial}
     return tune.with_resources(fn, resources)

@@ -171,7 +171,7 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
 def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_path, capsys, cifar_train, monkeypatch):
     from autoaug.search import tuner
 
-    def exploding_trial(config, *, train_config, space, policy_prefix):
+    def exploding_trial(config, *, train_config, space, policy_prefix, score_window):
         raise ValueError(f"proxy training exploded for {policy_prefix}")
 
     monkeypatch.setattr(tuner, "run_trial", exploding_trial)

@@ -1,6 +1,8 @@
 """Choosing the stored policy among the assembled policy and the best single trial."""
 from __future__ import annotations
 
+import pytest
+
 from autoaug.policies import Policy
 from autoaug.search.rescore import Candidate, choose
 
@@ -25,3 +27,72 @@ def test_a_tie_goes_to_the_assembled_policy_and_a_missing_score_never_wins():
     assert chosen is assembled
     chosen, _ = choose([assembled, best], {best.key: {"val_accuracy": 0.1}})
     assert chosen is best
+
+
+def test_the_search_score_is_preferred_over_the_last_epochs_accuracy():
+    from autoaug.search.config import METRIC
+
+    assembled, best = _candidates()
+    scores = {assembled.key: {METRIC: 0.60, "val_accuracy": 0.55}, best.key: {METRIC: 0.57, "val_accuracy": 0.58}}
+    chosen, record = choose([assembled, best], scores)
+    assert chosen is assembled
+    assert [c[METRIC] for c in record["candidates"]] == [0.60, 0.57]
+
+
+# ---------------------------------------------------------------- the final candidates
+WARM = Policy("warm", 10, [
+    [("Rotate", 0.7, 2), ("Invert", 0.1, 0)], [("Color", 0.4, 9), ("Equalize", 1.0, 3)],
+    [("Cutout", 0.5, 5), ("Posterize", 0.3, 4)], [("ShearX", 0.2, 7), ("Solarize", 0.6, 1)],
+])  # fmt: skip
+FOUND_A = [[("TranslateX", 0.9, 4), ("Brightness", 0.6, 8)], [("Sharpness", 0.3, 1), ("AutoContrast", 0.5, 0)]]
+FOUND_B = [[("Contrast", 0.2, 6), ("ShearY", 0.8, 3)], [("Rotate", 0.7, 2), ("Invert", 0.1, 0)]]
+
+
+def _final_candidates_for(tmp_path, ranked_subs):
+    """_final_candidates of a search warm-started from WARM whose trials ranked as given."""
+    from autoaug.search.assemble import TrialRecord, assemble_policy
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.tuner import _final_candidates
+
+    (tmp_path / "warm.json").write_text(WARM.to_json())
+    config = SearchConfig.from_dict({
+        "preset": "smoke", "name": "cands", "data": "unused.parquet", "top_n": 3,
+        "space": {"num_sub_policies": 2}, "warm_start": [str(tmp_path / "warm.json")], "rescore": True,
+        "storage": str(tmp_path / "runs"), "store": str(tmp_path / "store"),
+    })  # fmt: skip
+    trials = [
+        TrialRecord(f"t{i}", i, "completed", {}, config.space.to_policy(config.space.to_params(
+            Policy(f"p{i}", 10, subs)), name=f"p{i}"), 0.9 - 0.1 * i, epochs=2)
+        for i, subs in enumerate(ranked_subs)
+    ]
+    assembled = assemble_policy(trials, name="cands", top_n=3)
+    return _final_candidates(config, trials, assembled)
+
+
+def test_a_warm_started_search_also_offers_the_warm_start_extended_by_the_found_trials(tmp_path):
+    # Ranked: a found trial, a warm-start chunk, another found trial (its second sub-policy is
+    # also WARM's first), and a found trial outside the top 3.
+    ranked = [FOUND_A, WARM.sub_policies[2:], FOUND_B, [[("Equalize", 0.1, 0), ("Color", 0.3, 3)], [("Invert", 0.2, 0), ("Solarize", 0.9, 8)]]]
+    cands = _final_candidates_for(tmp_path, ranked)
+    assert [c.kind for c in cands] == ["assembled", "best_trial", "warm_start+found"]
+    extended = cands[2]
+    assert extended.trial_ids == ("t0", "t2")  # the selected trials that are not warm-start candidates
+    as_lists = [[(op.op, op.probability, op.magnitude_bin) for op in sub] for sub in extended.policy.sub_policies]
+    warm_lists = [[(op.op, op.probability, op.magnitude_bin) for op in sub] for sub in WARM.sub_policies]
+    # WARM's four sub-policies first, then the found ones; the duplicate of WARM's first is dropped.
+    assert as_lists == warm_lists + [list(s) for s in FOUND_A] + [list(FOUND_B[0])]
+
+
+def test_no_extended_candidate_when_the_search_found_nothing_better_than_the_warm_start(tmp_path):
+    cands = _final_candidates_for(tmp_path, [WARM.sub_policies[:2], WARM.sub_policies[2:]])
+    # Only warm-start chunks were selected: the assembled policy is the warm start itself; no third candidate.
+    assert [c.kind for c in cands] == ["assembled", "best_trial"]
+
+
+def test_search_score_is_the_mean_of_the_last_validated_epochs():
+    from autoaug.search.trial import search_score
+
+    assert search_score([], 5) is None and search_score([None, None], 3) is None
+    assert search_score([0.2, None, 0.4, 0.6], 1) == 0.6
+    assert search_score([0.2, None, 0.4, 0.6], 2) == pytest.approx(0.5)
+    assert search_score([0.3, 0.6], 5) == pytest.approx(0.45)  # fewer epochs than the window: all of them

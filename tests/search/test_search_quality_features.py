@@ -2,11 +2,13 @@
 reproducibility at concurrency 1 (issue: search quality)."""
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
 
 from autoaug.policies import Policy
-from autoaug.search.config import SearchConfig
+from autoaug.search.config import METRIC, SearchConfig
 from autoaug.search.study import open_study
 from autoaug.search.tuner import run_search
 
@@ -21,6 +23,7 @@ def _config(tmp_path, name, cifar_train):
     return SearchConfig.from_dict({
         "preset": "smoke", "name": name, "data": str(cifar_train), "seed": 3,
         "num_trials": 5, "concurrency": 1, "grace_period": 1, "reduction_factor": 2, "top_n": 2,
+        "score_window": 2,
         "train": {"preset": "smoke", "epochs": 2, "train_size": 256, "val_size": 128},
         "space": {"num_sub_policies": 2},
         "warm_start": [str(tmp_path / "warm.json")], "rescore": True,
@@ -56,10 +59,29 @@ def test_seeded_search_at_concurrency_1_is_reproducible_and_its_study_is_honest(
     by_id = {r["trial_id"]: r for r in prov["trials"]}
     pruned = sum(1 for r in by_id.values() if r["status"] == "early_stopped")
     assert pruned == states.count(optuna.trial.TrialState.PRUNED)
-    # Re-scoring: the assembled policy and the best trial were trained again; the better was stored.
+    # The search score every trial reported is the mean validation accuracy of its last 2 epochs.
+    reported = 0
+    run_root = tmp_path / "runs" / "repro-a"
+    for path in run_root.rglob("result.json"):
+        if path.parent == run_root:  # the search's own result, not a trial's (JSON lines)
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for i, row in enumerate(rows):
+            window = [r["val_accuracy"] for r in rows[max(0, i - 1): i + 1]]
+            assert row[METRIC] == pytest.approx(sum(window) / len(window))
+            reported += 1
+    assert reported >= 5
+    # Re-scoring: the assembled policy, the best trial and (when the search found a trial that made
+    # the top 2) the warm start extended by it were trained again; the best was stored.
     selection = prov["selection"]
-    assert [c["kind"] for c in selection["candidates"]] == ["assembled", "best_trial"]
-    scores = {c["kind"]: c["val_accuracy"] for c in selection["candidates"]}
+    kinds = [c["kind"] for c in selection["candidates"]]
+    assert kinds in (["assembled", "best_trial"], ["assembled", "best_trial", "warm_start+found"])
+    if "warm_start+found" in kinds:
+        extended = Policy.from_dict(next(r for r in prov["trials"] if r["trial_id"] ==
+                                         selection["candidates"][2]["trial_ids"][0])["policy"])
+        assert selection["candidates"][2]["num_sub_policies"] > len(WARM.sub_policies)
+        assert extended.sub_policies  # a found trial's policy, recorded with the trials
+    scores = {c["kind"]: c[METRIC] for c in selection["candidates"]}
     assert all(0.0 <= v <= 1.0 for v in scores.values())
     chosen = next(c for c in selection["candidates"] if c["kind"] == selection["chosen"])
     assert chosen["policy_hash"] == first.policy.content_hash

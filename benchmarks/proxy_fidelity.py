@@ -1,0 +1,97 @@
+"""Proxy fidelity from finished runs: how well a proxy's scores rank policies the way the
+evaluation regime does, and how well an early ASHA rung ranks them the way the proxy's end does.
+
+Reads ``autoaug compare`` outputs: a proxy comparison's ``runs/*.json`` records (with per-epoch
+histories) and the evaluation regime's ``runs.csv`` files; policies are matched by policy hash.
+Prints and writes (``--out``, JSON) Spearman's rho with its p-value for:
+
+- the proxy's final score -- the last epoch's validation accuracy, and the mean over the last
+  ``W`` epochs (``--window``, the search's ``score_window``) -- against the evaluation regime's
+  mean test accuracy;
+- the score at an early rung (``--rung`` epochs; raw, and mean over the ``W`` epochs up to it)
+  against the proxy's own final score: how often ASHA's cut agrees with the end of training.
+
+::
+
+    python benchmarks/proxy_fidelity.py --proxy runs/fid/proxy-cpu \\
+        --eval benchmarks/results/search-quality-cpu-eval-cpu/eval_runs.csv \\
+        --eval benchmarks/results/search-quality-cpu-eval-cpu/eval_random_runs.csv --rung 40 --window 5
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+def main(argv=None) -> int:
+    from scipy import stats
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--proxy", required=True, help="an autoaug compare --out folder of the proxy")
+    p.add_argument("--eval", action="append", required=True, help="runs.csv of the evaluation regime (repeatable)")
+    p.add_argument("--rung", type=int, default=40)
+    p.add_argument("--window", type=int, default=5)
+    p.add_argument("--out", default=None, help="write the figures as JSON here")
+    a = p.parse_args(argv)
+
+    evaluation: dict[str, list[float]] = {}
+    labels: dict[str, str] = {}
+    for path in a.eval:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                evaluation.setdefault(row["policy_hash"], []).append(float(row["test_accuracy"]))
+                labels.setdefault(row["policy_hash"], row["policy"])
+    proxy: dict[str, dict[str, float]] = {}
+    for rec_path in sorted(Path(a.proxy, "runs").glob("*.json")):
+        r = json.loads(rec_path.read_text())
+        vals = [row.get("val_accuracy") for row in r["history"]]
+        if len(vals) < a.rung or any(v is None for v in vals):
+            sys.exit(f"{rec_path}: needs a validation accuracy for every epoch up to {a.rung}")
+        proxy[r["policy_hash"]] = {
+            "final": vals[-1], "final_window": _mean(vals[-a.window:]),
+            "rung": vals[a.rung - 1], "rung_window": _mean(vals[a.rung - a.window: a.rung]),
+        }
+        labels.setdefault(r["policy_hash"], r["policy"])
+    common = sorted(set(proxy) & set(evaluation), key=lambda h: -_mean(evaluation[h]))
+    ev = [_mean(evaluation[h]) for h in common]
+
+    def rho(xs, ys):
+        r, pv = stats.spearmanr(xs, ys)
+        return {"spearman": float(r), "p_value": float(pv)}
+
+    out = {
+        "n_policies": len(common),
+        "proxy_final_vs_eval": rho([proxy[h]["final"] for h in common], ev),
+        f"proxy_final_mean{a.window}_vs_eval": rho([proxy[h]["final_window"] for h in common], ev),
+        f"rung{a.rung}_vs_proxy_final_mean{a.window}": rho([proxy[h]["rung"] for h in common],
+                                                           [proxy[h]["final_window"] for h in common]),
+        f"rung{a.rung}_mean{a.window}_vs_proxy_final_mean{a.window}": rho(
+            [proxy[h]["rung_window"] for h in common], [proxy[h]["final_window"] for h in common]),
+        "policies": [
+            {"policy": labels[h], "policy_hash": h[:12], "eval_mean_test": _mean(evaluation[h]),
+             "eval_seeds": len(evaluation[h]), **proxy[h]}
+            for h in common
+        ],
+    }
+    print(f"{'policy':28s} {'eval test':>9s} {'proxy final':>11s} {'final mean' + str(a.window):>12s} "
+          f"{'rung' + str(a.rung):>7s} {'rung mean' + str(a.window):>11s}")
+    for row in out["policies"]:
+        print(f"{row['policy'][:28]:28s} {100 * row['eval_mean_test']:9.2f} {100 * row['final']:11.1f} "
+              f"{100 * row['final_window']:12.2f} {100 * row['rung']:7.1f} {100 * row['rung_window']:11.2f}")
+    for key, v in out.items():
+        if isinstance(v, dict):
+            print(f"{key}: rho {v['spearman']:+.3f} (p {v['p_value']:.3f})")
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

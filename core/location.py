@@ -25,19 +25,27 @@ import os
 import tempfile
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any, Callable
 
 from autoaug.core.errors import UserInputError
 
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
 __all__ = ["Location", "atomic_write_local", "filesystem_from_uri", "is_uri"]
+
+
+def _pafs():
+    """``pyarrow.fs``, imported on first use (``autoaug --help`` does not need it)."""
+    import pyarrow.fs
+
+    return pyarrow.fs
 
 
 def filesystem_from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     """``(filesystem, path)`` for a URI: every remote access of a :class:`Location` goes through
     this one function."""
-    return pafs.FileSystem.from_uri(uri)
+    return _pafs().FileSystem.from_uri(uri)
 
 
 def is_uri(text: str) -> bool:
@@ -99,7 +107,7 @@ class Location:
     @property
     def fs(self) -> pafs.FileSystem:
         if self.local:
-            return pafs.LocalFileSystem()
+            return _pafs().LocalFileSystem()
         return filesystem_from_uri(self.uri)[0]
 
     @property
@@ -133,10 +141,10 @@ class Location:
     # -- queries ---------------------------------------------------------------------------------
     def exists(self, filename: str | None = None) -> bool:
         target = self._target(filename)
-        return target.fs.get_file_info(target.path).type != pafs.FileType.NotFound
+        return target.fs.get_file_info(target.path).type != _pafs().FileType.NotFound
 
     def is_dir(self) -> bool:
-        return self.fs.get_file_info(self.path).type == pafs.FileType.Directory
+        return self.fs.get_file_info(self.path).type == _pafs().FileType.Directory
 
     def list(self) -> list[str]:
         """Names directly inside this folder, sorted (empty when it does not exist)."""
@@ -146,7 +154,7 @@ class Location:
             except (FileNotFoundError, NotADirectoryError):
                 return []
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+            infos = self.fs.get_file_info(_pafs().FileSelector(self.path, allow_not_found=True))
         except FileNotFoundError:
             return []
         return sorted(i.base_name for i in infos)
@@ -155,7 +163,7 @@ class Location:
     def read_bytes_if_exists(self, filename: str | None = None) -> bytes | None:
         """The file's bytes, or None when there is no such file."""
         target = self._target(filename)
-        if target.fs.get_file_info(target.path).type != pafs.FileType.File:
+        if target.fs.get_file_info(target.path).type != _pafs().FileType.File:
             return None
         return target.read_bytes()
 
@@ -206,7 +214,7 @@ class Location:
         """Delete this file or folder (recursively); nothing happens when it does not exist."""
         target = self._target(filename)
         info = target.fs.get_file_info(target.path)
-        if info.type == pafs.FileType.Directory:
+        if info.type == _pafs().FileType.Directory:
             target.fs.delete_dir(target.path)
-        elif info.type != pafs.FileType.NotFound:
+        elif info.type != _pafs().FileType.NotFound:
             target.fs.delete_file(target.path)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from importlib import metadata
 
 from autoaug.core.errors import (
     AutoaugError,
@@ -63,10 +62,22 @@ def exit_code(exc: BaseException) -> int | None:
 
 
 def version() -> str:
+    from importlib import metadata  # here, not at the top: it costs ~0.1 s of every start-up
+
     try:
         return metadata.version("autoaug")
     except metadata.PackageNotFoundError:  # running from a source tree that is not installed
         return "0+unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: looks the version up only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.exit(message=f"autoaug {version()}\n")
 
 
 def _build() -> tuple[argparse.ArgumentParser, argparse.Action]:
@@ -77,7 +88,7 @@ def _build() -> tuple[argparse.ArgumentParser, argparse.Action]:
             "Ray Tune + Optuna, store it as a versioned artifact, and compare it with the baselines."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"autoaug {version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -31,7 +31,6 @@ and ``RAY_AUTH_TOKEN`` in the environment (docs/cluster.md).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import os
@@ -307,6 +306,8 @@ def follow(client: Any, job_id: str, *, out: Any = None) -> Any:
 
     If the log stream breaks, the rest of the log is fetched once the job has ended.
     """
+    import asyncio
+
     out = out or sys.stdout
     written = 0
     try:

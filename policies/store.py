@@ -59,7 +59,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Union
 
 import pyarrow as pa
@@ -127,6 +127,8 @@ SCHEMA = pa.schema(
         b"autoaug.store.format": b"one row per policy version; see policies/store.py",
     },
 )
+#: Where ``created_at`` counts from (read as microseconds: see ``_read``).
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 ENV_VAR = "AUTOAUG_STORE"
 DEFAULT_LOCAL_STORE = os.path.join("~", ".autoaug", "policies")
@@ -787,7 +789,13 @@ class PolicyStore:
             raise CorruptArtifactError(f"{where} is missing the column(s) {', '.join(missing)}")
         if table.num_rows != 1:
             raise CorruptArtifactError(f"{where} holds {table.num_rows} rows, expected exactly 1")
-        row = table.select([f.name for f in SCHEMA]).to_pylist()[0]
+        # created_at as microseconds since the epoch: converting an Arrow timestamp to a Python
+        # datetime makes pyarrow import pandas (over a second), for one value.
+        table = table.select([f.name for f in SCHEMA])
+        at = table.schema.get_field_index("created_at")
+        table = table.set_column(at, "created_at", table.column(at).cast(pa.int64()))
+        row = table.to_pylist()[0]
+        row["created_at"] = _EPOCH + timedelta(microseconds=row["created_at"])
         if row["name"] != name or row["version"] != version:
             raise CorruptArtifactError(
                 f"{where} records {row['name']}@{row['version']} but is stored as {name}@{version}"

@@ -15,10 +15,8 @@ commit of the code and wall time.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
-import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -222,6 +220,7 @@ _LIBRARIES = ("torch", "torchvision", "ray", "optuna", "pyarrow", "numpy", "auto
 
 def library_versions() -> dict[str, str | None]:
     """Installed versions of the libraries a search result depends on (None when missing)."""
+    import importlib.metadata
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for dist in _LIBRARIES:
         try:
@@ -241,6 +240,8 @@ def library_versions() -> dict[str, str | None]:
 def git_info(path: str | os.PathLike | None = None) -> dict[str, Any] | None:
     """``{"commit", "dirty"}`` of the git checkout holding ``path`` (default: this package), or
     None when it is not in a git checkout or git is unavailable."""
+    import subprocess
+
     where = Path(path) if path is not None else Path(__file__).resolve().parent
     try:
         commit = subprocess.run(

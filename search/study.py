@@ -11,14 +11,15 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
-
-import optuna
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from autoaug.core.errors import RunExistsError, UserInputError
 from autoaug.search.assemble import TrialRecord
 from autoaug.search.run_dir import STUDY_FILE, RunDir
 from autoaug.search.space import SearchSpace
+
+if TYPE_CHECKING:  # optuna is imported where used: `autoaug --help` lists SAMPLERS without it
+    import optuna
 
 __all__ = [
     "SAMPLERS",
@@ -50,6 +51,12 @@ FINAL_STEP_ATTR = "training_iteration"
 RETRY_ATTR = "autoaug_retry_of"
 
 
+def _optuna():
+    import optuna
+
+    return optuna
+
+
 @dataclass(frozen=True)
 class Sampler:
     """One sampler ``autoaug search --sampler`` offers."""
@@ -65,20 +72,22 @@ SAMPLERS: Mapping[str, Sampler] = {
     # trials do not all get the same proposal.
     "tpe": Sampler(
         "multivariate TPE with constant liar", None,
-        lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True),
+        lambda seed: _optuna().samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True),
     ),
-    "random": Sampler("uniform random", None, lambda seed: optuna.samplers.RandomSampler(seed=seed)),
-    "qmc": Sampler("scrambled Sobol sequence", "scipy", lambda seed: optuna.samplers.QMCSampler(seed=seed, scramble=True)),
+    "random": Sampler("uniform random", None, lambda seed: _optuna().samplers.RandomSampler(seed=seed)),
+    "qmc": Sampler("scrambled Sobol sequence", "scipy", lambda seed: _optuna().samplers.QMCSampler(seed=seed, scramble=True)),
     "cmaes": Sampler(
         "CMA-ES (categorical parameters fall back to random sampling)", "cmaes",
-        lambda seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+        lambda seed: _optuna().samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
     ),
-    "gp": Sampler("Gaussian-process Bayesian optimisation", "scipy", lambda seed: optuna.samplers.GPSampler(seed=seed)),
+    "gp": Sampler("Gaussian-process Bayesian optimisation", "scipy", lambda seed: _optuna().samplers.GPSampler(seed=seed)),
 }  # fmt: skip
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     """The Optuna sampler called ``name`` (see :data:`SAMPLERS`), seeded."""
+    import optuna
+
     if name not in SAMPLERS:
         raise UserInputError(f"unknown sampler {name!r}; expected one of {', '.join(SAMPLERS)}")
     with warnings.catch_warnings():
@@ -92,6 +101,8 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 def make_storage(url: str) -> optuna.storages.BaseStorage:
     """The Optuna RDB storage at ``url``; errors become one :class:`UserInputError` line."""
+    import optuna
+
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:"):
         # Several writers (the driver, a user inspecting the study) may hold the file.
@@ -133,6 +144,8 @@ def open_study(name: str, storage: str | None = None, *, runs_root: str | None =
     ``storage``: the Optuna storage URL; default: ``optuna.db`` in the run directory
     ``{runs_root}/{name}``.
     """
+    import optuna
+
     from autoaug.search.config import default_runs_root
 
     if storage is None:
@@ -145,6 +158,8 @@ def open_study(name: str, storage: str | None = None, *, runs_root: str | None =
 
 def check_no_study(name: str, url: str) -> None:
     """Raise :class:`RunExistsError` if the storage at ``url`` already holds a study ``name``."""
+    import optuna
+
     storage = make_storage(url)
     names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if name in names:
@@ -156,6 +171,8 @@ def check_no_study(name: str, url: str) -> None:
 
 def delete_study(name: str, url: str) -> None:
     """Delete the study ``name`` from the storage at ``url`` (nothing if it is not there)."""
+    import optuna
+
     try:
         optuna.delete_study(study_name=name, storage=make_storage(url))
     except KeyError:
@@ -192,6 +209,8 @@ def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: Searc
     is left RUNNING/WAITING; every other Optuna trial is an orphan marked ``autoaug_orphaned`` or a
     failed attempt followed by a retry.
     """
+    import optuna
+
     problems: list[str] = []
     latest = study_trials_by_tune_id(study)
     for ft in study.get_trials(deepcopy=False):

@@ -1,0 +1,29 @@
+"""`autoaug --help` builds its parser without the heavy libraries (start-up time, issue 13).
+
+Timings are measured by benchmarks/startup.py; this checks the import structure that makes them."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("torch", "torchvision", "ray", "optuna", "nvidia.dali", "pyarrow", "pandas", "scipy", "matplotlib")
+
+
+def _imported_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_building_the_parser_imports_no_heavy_library():
+    assert _imported_after("from autoaug.launch.cli import build_parser; build_parser()") == set()
+
+
+def test_reading_the_store_does_not_import_pandas(tmp_path):
+    from autoaug.policies.presets import resolve
+    from autoaug.policies.store import PolicyStore
+
+    PolicyStore(str(tmp_path)).save(resolve("autoaugment-cifar10"), "p")
+    code = f"from autoaug.policies.store import PolicyStore; s = PolicyStore({str(tmp_path)!r}); s.list(); s.get('p@1')"
+    assert "pandas" not in _imported_after(code)
+    assert "torch" not in _imported_after(code)

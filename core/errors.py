@@ -14,6 +14,8 @@ whose fault it is and therefore how ``autoaug`` exits (the mapping lives in
   :class:`RunFailedError` -- one of its training runs raised: **1**
 * :class:`ClusterError` -- Ray could not be reached or used: **1**;
   :class:`ClusterInputError` -- bad input about the cluster (address, job id, ...): **2**
+* :class:`MissingExtraError` -- the command needs the search stack (Ray, Optuna, DALI), which a
+  light install (``pip install autoaug``) leaves out: **2** (the message names the extra)
 
 The input-like branches also derive from ``ValueError`` (and the store's lookups from
 ``LookupError``), so code that catches the built-in types keeps working.
@@ -33,6 +35,7 @@ __all__ = [
     "ClusterInputError",
     "CompareError",
     "RunFailedError",
+    "MissingExtraError",
 ]
 
 
@@ -84,3 +87,8 @@ class CompareError(UserInputError):
 class RunFailedError(AutoaugError):
     """A training run of a comparison raised; the runs that finished before are saved (re-running
     resumes)."""
+
+
+class MissingExtraError(AutoaugError):
+    """A command needs libraries of an optional extra that is not installed (see
+    :mod:`autoaug.core.extras`)."""

@@ -16,6 +16,7 @@ from autoaug.core.errors import (
     AutoaugError,
     ClusterError,
     DataError,
+    MissingExtraError,
     RunExistsError,
     SearchError,
     SearchInterruptedError,
@@ -38,6 +39,7 @@ COMMAND_MODULES: list[str] = [
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (SearchInterruptedError, 130),  # resumable: the message says how
     (RunExistsError, 2),
+    (MissingExtraError, 2),  # the message names the extra to install
     (UserInputError, 2),
     (DataError, 2),
     (StoreError, 2),
@@ -117,6 +119,17 @@ def command_path_flags(command: str) -> frozenset[str]:
     return frozenset()
 
 
+def _require(func, command: str) -> None:
+    """Check the libraries the command's module lists in ``REQUIRES`` (the search extra,
+    :mod:`autoaug.core.extras`) before it runs."""
+    from autoaug.core.extras import require
+
+    module = sys.modules.get(getattr(func, "__module__", None) or "")
+    needs = getattr(module, "REQUIRES", ())
+    if needs:
+        require(needs, f"autoaug {command}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -125,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if args.command is None else 2
     try:
+        _require(func, args.command)
         return int(func(args) or 0)
     except tuple(cls for cls, _ in EXIT_CODES) as exc:
         code = exit_code(exc)

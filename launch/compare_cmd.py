@@ -27,6 +27,9 @@ from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, op
 
 __all__ = ["register", "run", "build_compare_config"]
 
+#: Checked by ``autoaug``'s main before the command runs (the search extra, autoaug.core.extras).
+REQUIRES = ("ray", "nvidia.dali", "scipy", "matplotlib")
+
 def build_compare_config(args: argparse.Namespace):
     """The :class:`autoaug.launch.compare.CompareConfig` for parsed arguments (config file, --set, flags)."""
     from autoaug.launch.compare import config_from_dict

@@ -58,6 +58,9 @@ __all__ = [
     "wait_for_job",
 ]
 
+#: Checked by ``autoaug``'s main before the command runs (the search extra, autoaug.core.extras).
+REQUIRES = ("ray",)
+
 #: ``autoaug launch ACTION JOB_ID`` actions on existing jobs.
 JOB_ACTIONS = ("status", "logs", "stop", "list")
 

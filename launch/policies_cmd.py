@@ -266,6 +266,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
         raise UserInputError(f"--num-images must be >= 1, got {args.num_images}")
     if args.columns < 1:
         raise UserInputError(f"--columns must be >= 1, got {args.columns}")
+    if args.backend == "dali":
+        from autoaug.core.extras import require
+
+        require(("nvidia.dali",), "autoaug policies preview --backend dali", alternative="or pass --backend torchvision")
     policy, _, label = _resolve(args.ref, args)
     images = _preview_images(args.data, args.num_images, args.image_size)
     try:

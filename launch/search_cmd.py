@@ -24,6 +24,9 @@ from autoaug.core.errors import UserInputError
 
 __all__ = ["register", "run", "build_search_config"]
 
+#: Checked by ``autoaug``'s main before the command runs (the search extra, autoaug.core.extras).
+REQUIRES = ("ray", "optuna", "nvidia.dali")
+
 PRESETS = ("smoke", "cpu", "paper")
 DEFAULT_PRESET = "cpu"
 

@@ -28,6 +28,9 @@ from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, op
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
+#: Checked by ``autoaug``'s main before the command runs (the search extra, autoaug.core.extras):
+#: the trainer reads its data through the DALI pipeline.
+REQUIRES = ("nvidia.dali",)
 
 
 def _preset_names() -> list[str]:

@@ -53,14 +53,31 @@ def is_uri(text: str) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+def current_umask() -> int:
+    """The process's umask (read from /proc on Linux; elsewhere set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_local(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to the local file ``path`` atomically (temp file in the same folder, fsync,
-    rename); creates the folder."""
+    rename); creates the folder. The file's mode honours the umask (0644 under umask 022), as a
+    plain ``open`` would."""
     path = os.fspath(path)
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     try:
+        # mkstemp creates the file 0600; the file we publish gets what open() would give it.
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

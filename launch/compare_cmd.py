@@ -23,7 +23,7 @@ import argparse
 import dataclasses
 import sys
 
-from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option
+from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option, split_size_options
 
 __all__ = ["register", "run", "build_compare_config"]
 
@@ -90,8 +90,7 @@ OPTIONS: tuple[Option, ...] = (
     option("--preset", key="preset", group="train", metavar="NAME", help="training preset (docs/training.md; default cpu)"),
     option("--epochs", key="train.epochs", group="train", type=int, metavar="N", help="override the preset's epochs"),
     option("--model", key="train.model", group="train", metavar="NAME", help="override the preset's model"),
-    option("--train-size", key="train.train_size", group="train", type=int, metavar="N",
-           help="override the reduced training split size"),
+    *split_size_options("train.", group="train"),
     dataclasses.replace(CONFIG, group="train"),
     dataclasses.replace(SET, group="train"),
     option("--cpus-per-run", key="cpus_per_run", group="how", type=int, metavar="C",

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoaug.launch.config import flag_overrides, layered_config
 
-__all__ = ["Option", "option", "CONFIG", "SET", "add_options", "layered", "path_flags"]
+__all__ = ["Option", "option", "CONFIG", "SET", "split_size_options", "add_options", "layered", "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,18 @@ def option(*flags: str, key: Any = None, kind: str = "value", group: str | None 
 CONFIG = option("--config", kind="path", metavar="FILE", help="YAML file with settings (--set and flags override it)")
 SET = option("--set", dest="assignments", action="append", metavar="KEY=VALUE",
              help="override one setting, e.g. --set epochs=2 (repeatable; YAML values)")
+
+
+def split_size_options(prefix: str = "", group: str | None = None) -> tuple[Option, Option]:
+    """``--train-size`` and ``--val-size``, the reduced split of every command that trains
+    (``search``, ``train``, ``compare``); ``prefix`` is where the trainer's keys sit in the
+    command's configuration (``"train."`` for search and compare)."""
+    return (
+        option("--train-size", key=f"{prefix}train_size", group=group, type=int, metavar="N",
+               help="images in the reduced training split (0: all images not used for validation)"),
+        option("--val-size", key=f"{prefix}val_size", group=group, type=int, metavar="N",
+               help="validation images (0: none; unset: the preset's)"),
+    )
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],

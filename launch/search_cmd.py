@@ -19,7 +19,7 @@ import argparse
 import logging
 
 from autoaug.launch.config import build_config
-from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option
+from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option, split_size_options
 from autoaug.core.errors import UserInputError
 
 __all__ = ["register", "run", "build_search_config"]
@@ -35,6 +35,7 @@ _DEFINING = (
     "data", "name", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage",
     "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
     "warm_start", "rescore", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
+    "train_size", "val_size",
 )  # fmt: skip
 
 
@@ -203,6 +204,7 @@ OPTIONS: tuple[Option, ...] = (
            group="what", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert"),
     option("--sub-policies", key="space.num_sub_policies", group="what", type=int, metavar="K",
            help="sub-policies per candidate (default 5)"),
+    *split_size_options("train.", group="what"),
     option("--top-n", key="top_n", group="what", type=int, metavar="N",
            help="best trials concatenated into the final policy (default 5)"),
     option("--concurrency", key=lambda v: {"concurrency": v or None}, group="how", type=int, metavar="N",

@@ -24,7 +24,7 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
-from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option
+from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option, split_size_options
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
@@ -50,15 +50,15 @@ OPTIONS: tuple[Option, ...] = (
     option("--store", key="store", kind="path", metavar="URI",
            help="policy store for stored references (default: $AUTOAUG_STORE or ~/.autoaug/policies)"),
     option("--data", key="data", kind="path", help="training data: Parquet file/folder, ImageFolder root or cifar10:ROOT"),
-    option("--test-data", key="test_data", kind="path", help="test data (same forms); test accuracy is printed at the end"),
+    option("--test-data", key="test_data", kind="path",
+           help="test data (same forms; default: the dataset's test split, e.g. test.parquet next to "
+                "train.parquet); test accuracy is printed at the end"),
     option("--preset", key="preset", help="training preset (docs/training.md; default cpu)"),
     option("--model", key="model", help="model name (wrn-40-2, wrn-28-10, resnet-8, resnet-20, ...)"),
     option("--epochs", key="epochs", type=int),
     option("--batch-size", key="batch_size", type=int),
     option("--lr", key="lr", type=float, help="peak learning rate"),
-    option("--train-size", key="train_size", type=int,
-           help="images in the reduced training split (0: all images not used for validation)"),
-    option("--val-size", key="val_size", type=int, help="validation images (0: no validation)"),
+    *split_size_options(),
     option("--image-size", key="image_size", type=int),
     option("--seed", key="seed", type=int, help="model init, data order and augmentation seed"),
     option("--split-seed", key="split_seed", type=int),
@@ -111,6 +111,10 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     command = {k: merged.pop(k, None) for k in _COMMAND_KEYS}
     if not merged.get("data"):
         raise UserInputError("no training data: give --data (or data: in the --config file)")
+    if merged.get("test_data") is None:  # the dataset's test split, found as compare finds it
+        from autoaug.launch.compare.candidates import default_test_data
+
+        merged["test_data"] = default_test_data(str(merged["data"]))
     try:
         config = TrainConfig.from_preset(str(command["preset"]), **merged)
     except (TypeError, ValueError) as exc:
@@ -185,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserInputError(f"--resume: {exc}") from None
         print(f"resuming {out} after epoch {len(history)}/{config.epochs}", flush=True)
     print(
-        f"training {config.model} on {config.data} with policy {policy.name!r} "
+        f"training {config.model} on {config.data}"
+        f"{f' (test: {config.test_data})' if config.test_data else ''} with policy {policy.name!r} "
         f"({len(policy.sub_policies)} sub-policies, base {policy.base}); preset {command['preset']}, "
         f"{config.epochs} epochs, seed {config.seed} -> {out}",
         flush=True,

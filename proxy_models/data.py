@@ -844,6 +844,20 @@ def _joint_counts(class_sizes: Sequence[int], train_total: int, val_total: int) 
     return train_counts, val_counts
 
 
+def _fitting_split(n: int, train_size: int, val_size: int) -> str:
+    """The largest sizes in the asked proportion that fit ``n`` images, and the flags that ask for
+    them (the same ``--train-size`` / ``--val-size`` on search, train and compare)."""
+    if train_size and val_size:
+        train = max(1, train_size * n // (train_size + val_size))
+        val = min(val_size * n // (train_size + val_size), n - train)
+        return (f"the largest split in the same proportion is train_size {train} + val_size {val}: pass "
+                f"--train-size {train} --val-size {val} (or set train_size/val_size in the config)")
+    if train_size:
+        return f"train_size {n} at most fits: pass --train-size {n} or smaller (or set train_size in the config)"
+    return (f"val_size {n - 1} at most fits (one training image must remain): pass --val-size {n - 1} or smaller "
+            "(or set val_size in the config)")
+
+
 def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4000,
                   val_size: int | None = None, seed: int = 0, *,
                   dataset_fingerprint: str | None = None) -> Split:
@@ -868,7 +882,7 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
     want_train = int(train_size or 0)
     if want_train + int(val_size or 0) > n:
         asked = f"train_size {want_train}" + (f" + val_size {val_size}" if val_size else "")
-        raise DatasetError(f"{asked} exceeds the dataset's {n} images")
+        raise DatasetError(f"{asked} exceeds the dataset's {n} images; {_fitting_split(n, want_train, int(val_size or 0))}")
     want_val = int(val_size) if val_size is not None else n - want_train
     if not want_train:
         want_train = n - want_val

@@ -19,8 +19,9 @@ def test_doc_has_the_examples():
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_doc_example_runs(index, images64, tmp_path, monkeypatch):
+def test_doc_example_runs(index, images64, cifar_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "cifar10-jpeg").symlink_to(cifar_dir, target_is_directory=True)  # the set-up block reads it
     # a real file, so that DALI's autograph can read the pipeline function's source
     script = tmp_path / f"example_{index}.py"
     script.write_text(BLOCKS[index], encoding="utf-8")

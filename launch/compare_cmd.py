@@ -39,9 +39,10 @@ def build_compare_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from autoaug.launch import preflight
     from autoaug.launch.compare import run_compare
 
-    config = build_compare_config(args)
+    config = preflight.for_compare(build_compare_config(args))  # paths absolute, inputs checked, before Ray
     quiet = bool(args.quiet)
 
     def progress(line: str) -> None:

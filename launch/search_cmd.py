@@ -123,17 +123,18 @@ def _configure_logging(verbose: int) -> None:
 
 
 def _search(config, args: argparse.Namespace) -> int:
+    from autoaug.launch import preflight
     from autoaug.search import tuner
-    from autoaug.search.records import describe_data
 
     try:
         config.check_runnable()
-        describe_data(config.train)  # unreadable data: one line, before anything starts
     except ValueError as exc:
         raise UserInputError(" ".join(str(exc).split())) from None
     _configure_logging(config.verbose)
     if config.verbose >= 1:
         _print(_describe(config, args.address))
+    # Paths absolute, storage and store writable, data checked and decoded: before Ray starts.
+    config = preflight.for_search(config, say=_print if config.verbose >= 1 else None)
     session = _session_factory(args.address, config.verbose)
     return _execute(
         lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite)), config.verbose
@@ -141,9 +142,11 @@ def _search(config, args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from autoaug.launch import preflight
     from autoaug.search import tuner
 
     verbose = 1 if args.verbose is None else args.verbose
+    args.storage, args.store = preflight.for_resume(_storage(args), args.store)
     _configure_logging(verbose)
     if verbose >= 1:
         from autoaug.search.run_dir import RunDir

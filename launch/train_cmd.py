@@ -147,6 +147,7 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autoaug.launch import preflight
     from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
 
     command, config = _settings(args)
@@ -159,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         resume_from = out
     elif (out / CHECKPOINT_NAME).is_file():
         raise UserInputError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
+    config = preflight.for_train(config, out)  # data checked and decoded, --out writable; nothing created yet
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -1,0 +1,289 @@
+"""The preflight of ``autoaug train``, ``search`` and ``compare``: every check that can fail on the
+user's input, run in the driver before Ray starts and before anything is created.
+
+* :func:`absolute_source` / :func:`absolute_location`: every path made absolute (URIs kept) before
+  it is shipped to workers, which run in another working directory;
+* :func:`check_writable`: a store, run-directory root or output folder proven writable by creating
+  and removing a probe in it (or, when it does not exist yet, in its nearest existing parent, so
+  nothing is left behind): a read-only filesystem, a path that is a file, a URI that refuses writes
+  is one line naming the flag and the path;
+* :func:`check_data`: the dataset (and test set) opened, labels checked (:func:`open_dataset`),
+  the reduced split computed, and every image decoded once. The rows the trainer loads are decoded
+  the way its loader decodes them, so an in-process trainer (``autoaug train``) finds them in the
+  decode cache (:meth:`ImageDataset.images`) instead of decoding them again.
+
+Every failure is a :class:`~autoaug.core.errors.UserInputError` or
+:class:`~autoaug.core.errors.DataError` (exit status 2, one line).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import uuid
+from typing import Any
+
+from autoaug.core.errors import DataError, UserInputError
+from autoaug.core.location import Location, is_uri
+
+__all__ = ["DataCheck", "absolute_source", "absolute_location", "absolute_train_config", "check_data",
+           "check_writable"]
+
+#: Name prefix of the probe files :func:`check_writable` creates and removes.
+PROBE_PREFIX = ".autoaug-probe-"
+_MAX_SHOWN = 300
+
+
+def _show(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+# ----------------------------------------------------------------------------------------------
+# Paths
+
+
+def absolute_source(text: str | os.PathLike | None) -> str | None:
+    """A dataset source with its local path made absolute: ``cifar10:ROOT`` keeps its prefix (and
+    ``cifar10`` its default root), URIs are kept, ``file://`` and plain paths become absolute."""
+    if text is None:
+        return None
+    text = os.fspath(text)
+    if text == "cifar10" or is_uri(text) or not text.strip():
+        return text
+    if text.startswith("cifar10:"):
+        return "cifar10:" + Location.parse(text.partition(":")[2], what="cifar10 root").uri
+    return Location.parse(text, what="dataset").uri
+
+
+def absolute_location(text: str | os.PathLike | None, *, what: str) -> str | None:
+    """A folder or file location with a local path made absolute (URIs kept as given)."""
+    if text is None:
+        return None
+    return Location.parse(text, what=what).uri
+
+
+def absolute_train_config(config: Any) -> Any:
+    """``config`` (a :class:`autoaug.proxy_models.train.TrainConfig`) with ``data`` and
+    ``test_data`` absolute."""
+    return dataclasses.replace(config, data=absolute_source(config.data), test_data=absolute_source(config.test_data))
+
+
+# ----------------------------------------------------------------------------------------------
+# Writable locations
+
+
+def check_writable(text: str | os.PathLike, *, what: str) -> Location:
+    """Prove that files can be created in ``text`` (a local folder or a URI), leaving nothing behind.
+
+    A local folder that does not exist yet is checked at its nearest existing parent (it will be
+    created there); a component that is a file, a folder that cannot be written (permissions, a
+    read-only filesystem) or a URI that refuses writes raises :class:`UserInputError` naming
+    ``what`` and the path. Returns the parsed location.
+    """
+    location = Location.parse(text, what=what)
+    if location.local:
+        _check_local(location.path, what)
+    else:
+        _check_remote(location, what)
+    return location
+
+
+def _check_local(path: str, what: str) -> None:
+    probe_dir = path
+    while not os.path.lexists(probe_dir):
+        parent = os.path.dirname(probe_dir)
+        if parent == probe_dir:
+            break
+        probe_dir = parent
+    if not os.path.isdir(probe_dir):
+        if probe_dir == path:
+            raise UserInputError(f"{what} {_show(path)} is a file, not a folder")
+        raise UserInputError(f"{what} {_show(path)} cannot be created: {_show(probe_dir)} is a file, not a folder")
+    probe = os.path.join(probe_dir, f"{PROBE_PREFIX}{uuid.uuid4().hex}")
+    try:
+        os.mkdir(probe)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        if probe_dir == path:
+            raise UserInputError(f"{what} {_show(path)} is not writable: {reason}") from None
+        raise UserInputError(
+            f"{what} {_show(path)} cannot be created: {_show(probe_dir)} is not writable ({reason})"
+        ) from None
+    try:
+        with open(os.path.join(probe, "probe"), "wb") as f:
+            f.write(b"autoaug")
+    except OSError as exc:
+        raise UserInputError(f"{what} {_show(path)} is not writable: {exc.strerror or type(exc).__name__}") from None
+    finally:
+        try:
+            os.unlink(os.path.join(probe, "probe"))
+        except OSError:
+            pass
+        os.rmdir(probe)
+
+
+def _check_remote(location: Location, what: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        fs = location.fs
+        info = fs.get_file_info(location.path)
+        if info.type == pafs.FileType.File:
+            raise UserInputError(f"{what} {_show(location.uri)} is a file, not a folder")
+        probe = location.child(f"{PROBE_PREFIX}{uuid.uuid4().hex}")
+        with fs.open_output_stream(probe.path) as f:
+            f.write(b"autoaug")
+        fs.delete_file(probe.path)
+    except UserInputError:
+        raise
+    except Exception as exc:  # pyarrow: OSError (access denied, no bucket), ArrowInvalid...
+        raise UserInputError(f"{what} {_show(location.uri)} is not writable: {_show(exc)}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+
+
+@dataclasses.dataclass(frozen=True)
+class DataCheck:
+    """What :func:`check_data` found: the dataset, its split, the test set, and the decode time."""
+
+    dataset: Any  # proxy_models.data.ImageDataset
+    split: Any  # proxy_models.data.Split
+    test: Any  # ImageDataset or None
+    decoded: int
+    seconds: float
+
+    def describe(self) -> str:
+        test = f", test {len(self.test):,} images" if self.test is not None else ""
+        return (
+            f"data: {self.dataset.source}: {len(self.dataset):,} images, {self.dataset.num_classes} classes "
+            f"(split: train {len(self.split.train):,}, val {len(self.split.val):,}){test}; "
+            f"{self.decoded:,} images decoded in {self.seconds:.1f} s"
+        )
+
+
+def check_data(config: Any) -> DataCheck:
+    """Open ``config.data`` (and ``config.test_data``) of a
+    :class:`autoaug.proxy_models.train.TrainConfig`, check labels and classes, compute the reduced
+    split, and decode every image once at ``config.image_size``.
+
+    Raises :class:`DataError` (a dataset problem, naming the file/row) or :class:`UserInputError`
+    (a split the data cannot give).
+    """
+    import numpy as np
+
+    from autoaug.proxy_models.data import DatasetError, open_dataset, reduced_split
+
+    started = time.perf_counter()
+    if config.data is None:
+        raise UserInputError("no training data: give --data (or data: in the --config file)")
+    ds = open_dataset(config.data, split="train")
+    try:
+        split = reduced_split(
+            ds.labels, train_size=config.train_size or None, val_size=config.val_size, seed=config.split_seed,
+        )  # fmt: skip
+    except DatasetError as exc:  # says what the split asked for, not which data
+        raise DatasetError(f"{ds.source}: {exc}") from None
+    test = None
+    if config.test_data is not None:
+        test = open_dataset(config.test_data, split="test")
+        if tuple(test.classes) != tuple(ds.classes):
+            raise DataError(_show(
+                f"test data {test.source} has classes {list(test.classes)[:10]}, but the training data "
+                f"{ds.source} has {list(ds.classes)[:10]}"
+            ))
+    size = config.image_size
+    decoded = _decode(ds, split.train, size) + _decode(ds, split.val, size)
+    used = np.zeros(len(ds), dtype=bool)
+    used[split.train] = True
+    used[split.val] = True
+    decoded += _decode(ds, np.flatnonzero(~used), size, cache=False)
+    if test is not None:
+        decoded += _decode(test, np.arange(len(test), dtype=np.int64), size)
+    return DataCheck(ds, split, test, decoded, time.perf_counter() - started)
+
+
+def _decode(ds: Any, indices: Any, size: int | None, *, cache: bool = True) -> int:
+    """Decode ``indices`` of ``ds`` (raising :class:`DatasetError` for the first bad row). Sets the
+    trainer's loader decodes in memory are decoded through :meth:`ImageDataset.images` (cached per
+    process); the others image by image, without keeping them."""
+    from autoaug.proxy_models.pipeline import MEMORY_DECODE_LIMIT_BYTES
+
+    n = len(indices)
+    if n == 0:
+        return 0
+    first = ds.image(int(indices[0]), size)
+    if cache and first.nbytes * n <= MEMORY_DECODE_LIMIT_BYTES:
+        ds.images(indices, size)  # what DaliLoader(decode="auto") does for such a set
+        return n
+    for i in indices[1:]:
+        ds.image(int(i), size)
+    if cache:  # the loader feeds these to DALI's decoder: its structural checks too
+        ds.validate_encoded(indices)
+    return n
+
+
+# ----------------------------------------------------------------------------------------------
+# The three commands
+
+
+def for_train(config: Any, out: str | os.PathLike) -> Any:
+    """``autoaug train``: the config with absolute data paths, its data checked and decoded (the
+    trainer then finds the decoded split in the cache), ``out`` proven writable."""
+    config = absolute_train_config(config)
+    check_writable(out, what="--out")
+    check_data(config)
+    return config
+
+
+def for_search(config: Any, *, say: Any = None) -> Any:
+    """``autoaug search``: the :class:`autoaug.search.config.SearchConfig` with every path absolute
+    (data, test data, run storage, store), the run storage and the store proven writable, then the
+    data checked and every image decoded once."""
+    from autoaug.policies.store import default_store_uri
+
+    config = config.replace(
+        train=absolute_train_config(config.train),
+        storage=absolute_location(config.storage, what="--storage"),
+        store=absolute_location(config.store or default_store_uri(), what="--store"),
+    )
+    check_writable(config.storage, what="--storage")
+    check_writable(config.store, what="--store")
+    checked = check_data(config.train)
+    if say is not None:
+        say("  " + checked.describe())
+    return config
+
+
+def for_resume(storage: str, store: str | None) -> tuple[str, str | None]:
+    """``autoaug search --resume``: ``(storage, store)`` absolute, both proven writable (the data
+    were checked when the search started)."""
+    storage = absolute_location(storage, what="--storage")
+    check_writable(storage, what="--storage")
+    if store is not None:
+        store = absolute_location(store, what="--store")
+        check_writable(store, what="--store")
+    return storage, store
+
+
+def for_compare(config: Any) -> Any:
+    """``autoaug compare``: the :class:`autoaug.launch.compare.CompareConfig` with every path
+    absolute, the policies resolved, ``--out`` proven writable, the store too when results will be
+    attached to stored policies, and the data and test data checked and decoded."""
+    from autoaug.launch.compare.candidates import resolve_candidates
+
+    changes: dict[str, Any] = {"train": absolute_train_config(config.train),
+                               "out": absolute_location(config.out, what="--out")}
+    if isinstance(config.store, (str, os.PathLike)):
+        changes["store"] = absolute_location(config.store, what="--store")
+    config = dataclasses.replace(config, **changes)
+    candidates = resolve_candidates(config.policies, config.baselines, config.store)
+    check_writable(config.out, what="--out")
+    if config.attach and any(c.store_ref for c in candidates):
+        from autoaug.policies.store import default_store_uri
+
+        check_writable(config.store or default_store_uri(), what="--store")
+    check_data(config.train)
+    return config

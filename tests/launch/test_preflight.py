@@ -1,0 +1,223 @@
+"""The preflight of ``train``, ``search`` and ``compare`` (autoaug.launch.preflight): paths made
+absolute before they reach the workers, data opened and every image decoded, store / run storage /
+output proven writable, all before Ray starts and before anything is created."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from autoaug.core.errors import DataError, UserInputError
+from autoaug.launch import preflight
+from autoaug.launch.cli import main
+
+TINY_TRAIN = ["--set", "epochs=1", "--set", "train_size=64", "--set", "val_size=32", "--set", "batch_size=32"]
+TINY_SEARCH = ["--set", "train.epochs=1", "--set", "train.train_size=64", "--set", "train.val_size=32",
+               "--set", "train.batch_size=32"]
+
+
+def _subset(cifar_train: Path, path: Path, n: int, *, corrupt_row: int | None = None) -> Path:
+    """The first ``n`` rows of the real CIFAR-10 training Parquet (class names kept), optionally
+    with one JPEG cut in half."""
+    table = pq.read_table(cifar_train).slice(0, n)
+    if corrupt_row is not None:
+        images = table.column("image").to_pylist()
+        images[corrupt_row] = images[corrupt_row][: len(images[corrupt_row]) // 2]
+        table = table.set_column(table.schema.get_field_index("image"), "image", pa.array(images, pa.binary()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err  # one line, never a traceback
+    return err
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder nobody can create files in: a read-only tmpfs when running as root (root ignores
+    permission bits), else a folder with mode 0555."""
+    path = tmp_path / "ro"
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        yield path
+        path.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)],
+                             capture_output=True).returncode == 0
+    if not mounted:  # a root without CAP_SYS_ADMIN (a container): /sys refuses new files to anyone
+        yield Path("/sys/fs")
+        return
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Paths
+
+
+def test_paths_become_absolute_and_uris_stay(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert preflight.absolute_source("mine/train.parquet") == str(tmp_path / "mine" / "train.parquet")
+    assert preflight.absolute_source("file://mine") == str(tmp_path / "mine")
+    assert preflight.absolute_source("cifar10:data") == f"cifar10:{tmp_path / 'data'}"
+    assert preflight.absolute_source("cifar10") == "cifar10"
+    assert preflight.absolute_source("s3://bucket/train.parquet?endpoint_override=x") == (
+        "s3://bucket/train.parquet?endpoint_override=x")
+    assert preflight.absolute_location("runs", what="--storage") == str(tmp_path / "runs")
+
+
+# ----------------------------------------------------------------------------------------------
+# Writable locations
+
+
+def test_a_path_under_a_file_is_refused_and_nothing_is_left(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserInputError, match=r"^--store .*afile is a file, not a folder$"):
+        preflight.check_writable(tmp_path / "afile", what="--store")
+    with pytest.raises(UserInputError, match=r"^--out .*afile/sub/dir cannot be created: .*afile is a file"):
+        preflight.check_writable(tmp_path / "afile" / "sub" / "dir", what="--out")
+    preflight.check_writable(tmp_path / "new" / "deeper", what="--out")  # will be created: fine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # probes removed, nothing created
+
+
+def test_a_read_only_folder_is_refused(read_only_dir):
+    with pytest.raises(UserInputError, match=r"^--storage .* is not writable: (Read-only file system|Permission denied)"):
+        preflight.check_writable(read_only_dir, what="--storage")
+    with pytest.raises(UserInputError, match=r"^--store .*/store cannot be created: .* is not writable"):
+        preflight.check_writable(read_only_dir / "store", what="--store")
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+
+
+def test_every_image_is_decoded_even_outside_the_split(tmp_path, cifar_train):
+    from autoaug.proxy_models.train import TrainConfig
+
+    data = _subset(cifar_train, tmp_path / "d.parquet", 300, corrupt_row=299)
+    config = TrainConfig.from_preset("smoke", data=str(data), train_size=50, val_size=20)
+    with pytest.raises(DataError, match=r"d.parquet row 299 .*: truncated JPEG"):
+        preflight.check_data(config)
+
+
+def test_the_train_command_decodes_its_split_once(tmp_path, cifar_train, monkeypatch):
+    """The preflight decodes the rows the trainer uses the way its loader does: the loader then
+    finds them in the decode cache instead of decoding them again."""
+    import autoaug.proxy_models.data as data_module
+    from autoaug.proxy_models.pipeline import DaliLoader
+    from autoaug.proxy_models.train import TrainConfig
+
+    data = _subset(cifar_train, tmp_path / "d.parquet", 200)
+    config = preflight.for_train(TrainConfig.from_preset("smoke", data=str(data), train_size=64, val_size=32),
+                                 tmp_path / "out")
+    calls = []
+    real = data_module.decode_image
+    monkeypatch.setattr(data_module, "decode_image", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ds = data_module.open_dataset(config.data)
+    split = data_module.reduced_split(ds.labels, train_size=64, val_size=32, seed=config.split_seed)
+    loader = DaliLoader(ds, split.train, batch_size=32, image_size=config.image_size, decode="auto")
+    assert loader.decode == "memory" and len(calls) <= 1  # at most the loader's one-image size probe
+
+
+# ----------------------------------------------------------------------------------------------
+# The commands: one line, exit 2, nothing created, before Ray starts
+
+
+def test_train_with_missing_data_creates_no_output_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--data", "/nope", "--out", "x"]) == 2
+    assert "dataset not found: /nope" in _error_line(capsys)
+    assert not (tmp_path / "x").exists()
+
+
+def test_train_with_a_corrupt_image_creates_no_output_folder(tmp_path, cifar_train, monkeypatch, capsys):
+    data = _subset(cifar_train, tmp_path / "d.parquet", 120, corrupt_row=7)
+    assert main(["train", "--data", str(data), "--out", str(tmp_path / "x"), "--preset", "smoke", *TINY_TRAIN]) == 2
+    assert "d.parquet row 7" in _error_line(capsys)
+    assert not (tmp_path / "x").exists()
+
+
+def test_train_output_under_a_file_or_read_only(tmp_path, cifar_train, read_only_dir, capsys):
+    data = _subset(cifar_train, tmp_path / "d.parquet", 120)
+    (tmp_path / "afile").write_text("x")
+    argv = ["train", "--data", str(data), "--preset", "smoke", *TINY_TRAIN]
+    assert main([*argv, "--out", str(tmp_path / "afile" / "run")]) == 2
+    assert "afile is a file, not a folder" in _error_line(capsys)
+    assert main([*argv, "--out", str(read_only_dir / "run")]) == 2
+    assert "is not writable" in _error_line(capsys)
+
+
+def _search(tmp_path, *extra):
+    return ["search", "--preset", "smoke", "--name", "s", "--num-trials", "1", *TINY_SEARCH, *extra]
+
+
+def test_search_refuses_unwritable_store_and_storage_before_ray(tmp_path, cifar_train, read_only_dir, capsys):
+    import ray
+
+    data = _subset(cifar_train, tmp_path / "d.parquet", 120)
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        (["--storage", str(read_only_dir), "--store", str(tmp_path / "store")], "--storage", "is not writable"),
+        (["--storage", str(tmp_path / "runs"), "--store", str(read_only_dir / "store")], "--store", "is not writable"),
+        (["--storage", str(tmp_path / "afile"), "--store", str(tmp_path / "store")], "--storage", "is a file"),
+        (["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "afile")], "--store", "is a file"),
+    ]
+    for extra, flag, what in cases:
+        assert main(_search(tmp_path, "--data", str(data), *extra)) == 2
+        line = _error_line(capsys)
+        assert line.startswith(f"autoaug: error: {flag} ") and what in line, line
+    assert not ray.is_initialized()
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "store").exists()
+
+
+def test_search_with_a_corrupt_image_fails_before_ray(tmp_path, cifar_train, capsys):
+    import ray
+
+    data = _subset(cifar_train, tmp_path / "d.parquet", 120, corrupt_row=100)
+    started = time.monotonic()
+    assert main(_search(tmp_path, "--data", str(data), "--storage", str(tmp_path / "runs"),
+                        "--store", str(tmp_path / "store"))) == 2
+    assert "d.parquet row 100" in _error_line(capsys)
+    assert time.monotonic() - started < 60
+    assert not ray.is_initialized() and not (tmp_path / "runs").exists()
+
+
+def test_compare_refuses_before_ray(tmp_path, cifar_train, read_only_dir, capsys):
+    import ray
+
+    data = _subset(cifar_train, tmp_path / "train.parquet", 120, corrupt_row=3)
+    test = _subset(cifar_train, tmp_path / "test.parquet", 60)
+    argv = ["compare", "--policy", "standard", "--baselines", "none", "--seeds", "1", "--preset", "smoke",
+            "--data", str(data), "--test-data", str(test), "--train-size", "64", "--set", "train.val_size=32"]
+    assert main([*argv, "--out", str(tmp_path / "cmp")]) == 2
+    assert "train.parquet row 3" in _error_line(capsys)
+    _subset(cifar_train, data, 120)
+    assert main([*argv, "--out", str(read_only_dir / "cmp")]) == 2
+    assert "--out" in _error_line(capsys)
+    assert not ray.is_initialized() and not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_search_with_a_relative_data_path_runs_its_trials(tmp_path, cifar_train, monkeypatch, capsys):
+    """``autoaug search --data mine/train.parquet`` (relative, as in the README): the trials run in
+    another working directory, so the path must reach them absolute."""
+    from autoaug.policies.store import PolicyStore
+
+    _subset(cifar_train, tmp_path / "mine" / "train.parquet", 300)
+    monkeypatch.chdir(tmp_path)
+    assert main(_search(tmp_path, "--data", "mine/train.parquet", "--storage", "runs", "--store", "store")) == 0
+    assert "stored as s@1" in capsys.readouterr().out
+    stored = PolicyStore(str(tmp_path / "store")).get("s@1")
+    assert stored.provenance["trials"][0]["status"] in ("completed", "early_stopped")

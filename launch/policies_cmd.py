@@ -7,6 +7,7 @@ Sub-commands::
     autoaug policies export REF [--format json] [--out FILE]
     autoaug policies import FILE --name NAME [--metadata JSON] [--force]
     autoaug policies diff A B
+    autoaug policies check [--grace SECONDS]           verify every version, remove leftovers (fsck)
     autoaug policies preview REF --data PATH --out grid.png [--num-images 8] [--columns 8]
 
 ``--store URI`` selects the store (default ``$AUTOAUG_STORE``, else ``~/.autoaug/policies``).
@@ -122,14 +123,33 @@ def _write_text(text: str, out: str | None) -> None:
 # Sub-commands
 
 
+_CORRUPT = "CORRUPT"
+
+
+def _corrupt_note(refs: list[str], problems: list[str]) -> None:
+    """The corrupt versions a listing met, one line each on stderr (the listing goes on)."""
+    for ref, problem in zip(refs, problems):
+        print(f"autoaug: warning: {ref} is corrupt: {problem}", file=sys.stderr)
+    if refs:
+        print("autoaug: warning: run 'autoaug policies check' to verify every version", file=sys.stderr)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    from autoaug.policies.store import CorruptVersion
+
     store = _open_store(args)
+    store.require_exists()  # a read of a store that does not exist is an error, not "no policies"
     if args.name:
-        records = store.history(args.name)
+        records = store.history(args.name, include_corrupt=True)
+        bad = [r for r in records if isinstance(r, CorruptVersion)]
         if args.json:
-            print(json.dumps([_record_dict(r) for r in records], indent=2))
+            print(json.dumps([{"ref": r.ref, "name": r.name, "version": r.version, "corrupt": True,
+                               "error": r.error, "location": r.location} if isinstance(r, CorruptVersion)
+                              else _record_dict(r) for r in records], indent=2))
+            _corrupt_note([r.ref for r in bad], [r.error for r in bad])
             return 0
         rows = [
+            [f"@{r.version}", _CORRUPT, "-", "-", "-"] if isinstance(r, CorruptVersion) else
             [
                 f"@{r.version}",
                 _short_time(r.created_at),
@@ -141,21 +161,54 @@ def cmd_list(args: argparse.Namespace) -> int:
         ]
         print(f"{args.name} in {store.uri}")
         print(_table(rows, ["VERSION", "CREATED", "HASH", "SUB-POLICIES", "EVALUATIONS"]))
+        _corrupt_note([r.ref for r in bad], [r.error for r in bad])
         return 0
     summaries = store.list()
+    refs = [f"{s.name}@{v}" for s in summaries for v in s.corrupt]
+    problems = [p for s in summaries for p in s.problems]
     if args.json:
         print(json.dumps([asdict(s) for s in summaries], indent=2))
+        _corrupt_note(refs, problems)
         return 0
     if not summaries:
         print(f"no policies in {store.uri}")
         return 0
     rows = [
-        [s.name, f"@{s.latest_version}", str(s.num_versions), _short_time(s.created_at),
-         _short_time(s.updated_at), s.content_hash[:12]]
+        [s.name, f"@{s.latest_version}", str(s.num_versions), _short_time(s.created_at) or _CORRUPT,
+         _short_time(s.updated_at) or _CORRUPT, s.content_hash[:12] or _CORRUPT]
         for s in summaries
     ]
     print(f"{len(summaries)} polic{'y' if len(summaries) == 1 else 'ies'} in {store.uri}")
     print(_table(rows, ["NAME", "LATEST", "VERSIONS", "CREATED", "UPDATED", "HASH"]))
+    _corrupt_note(refs, problems)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from autoaug.policies.store import CorruptArtifactError
+
+    if args.grace < 0:
+        raise UserInputError(f"--grace must be >= 0 seconds, got {args.grace:g}")
+    store = _open_store(args)
+    report = store.check(grace_seconds=args.grace)
+    if args.json:
+        print(json.dumps({"store": report.uri, "verified": list(report.verified),
+                          "corrupt": [asdict(c) for c in report.corrupt], "removed": list(report.removed),
+                          "kept": list(report.kept)}, indent=2))
+    else:
+        for path in report.removed:
+            print(f"removed leftover of a killed save: {path}")
+        for path in report.kept:
+            print(f"kept (younger than {args.grace:g} s, a save may be running): {path}")
+        for c in report.corrupt:
+            print(f"CORRUPT {c.ref}: {c.error}")
+        print(f"{report.uri}: {len(report.verified)} version(s) verified, {len(report.corrupt)} corrupt, "
+              f"{len(report.removed)} leftover(s) removed")
+    if report.corrupt:
+        refs = ", ".join(c.ref for c in report.corrupt[:10]) + (", ..." if len(report.corrupt) > 10 else "")
+        raise CorruptArtifactError(
+            f"{len(report.corrupt)} corrupt version(s) in {report.uri}: {refs} (delete or restore those files)"
+        )
     return 0
 
 
@@ -322,6 +375,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("name", nargs="?", help="show every version of this name")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("check", parents=[store_opt],
+                       help="verify every stored version; remove leftovers of killed saves (fsck)")
+    p.add_argument("--grace", type=float, default=3600.0, metavar="SECONDS",
+                   help="leave temporary files and claims younger than this alone (default 3600)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("show", parents=[store_opt], help="sub-policies, provenance and evaluations of a policy")
     p.add_argument("ref", metavar="REF", help=_REF_HELP)

@@ -9,6 +9,7 @@ version::
     <root>/<name>/v000001.parquet
     <root>/<name>/v000002.parquet
     <root>/<name>/_evaluations/v000002/<attached-at>-<token>.json   (results attached later)
+    <root>/<name>/_issued/v000002                                   (numbers ever issued, never reused)
     <root>/<name>/.claims/...                                       (version claims, transient)
 
 Files and folders whose name starts with ``.`` or ``_`` are skipped by ``pyarrow.dataset``'s
@@ -40,8 +41,15 @@ Guarantees
     (S3 since December 2020, GCS, HDFS); an eventually consistent object store would need a
     different scheme (conditional ``If-None-Match`` puts or an external lock service).
 
-  Versions increase monotonically per name. A saver killed after claiming leaves its number
-  unused, so numbers can have gaps, never duplicates.
+  Versions increase monotonically per name and are never reused: every claimed number is also
+  recorded in ``<name>/_issued/`` (one empty marker per number, written before the version file),
+  so deleting a version file (even the latest) does not hand its number to different content. A
+  saver killed after claiming leaves its number unused, so numbers can have gaps, never
+  duplicates.
+* **Healing.** A corrupt version is reported as such by :meth:`PolicyStore.list` and
+  :meth:`PolicyStore.history` (``include_corrupt=True``) without hiding the others, and does not
+  block new saves under its name. :meth:`PolicyStore.check` verifies every version and removes
+  what killed saves leave behind (temporary files, claims) once older than a grace period.
 * **De-duplication.** Saving a policy whose content hash equals the latest version's returns that
   version instead of writing a new one (unless ``force=True``). Two processes saving the same new
   content at the same moment may both write it (the check is not part of the claim).
@@ -75,7 +83,9 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "AmbiguousReferenceError",
+    "CheckReport",
     "CorruptArtifactError",
+    "CorruptVersion",
     "Evaluation",
     "InvalidNameError",
     "PolicyDiff",
@@ -83,6 +93,7 @@ __all__ = [
     "PolicyStore",
     "PolicySummary",
     "StoreError",
+    "StoreNotFoundError",
     "StoredPolicy",
     "SubPolicyChange",
     "default_store_uri",
@@ -144,6 +155,11 @@ _HEX_RE = re.compile(r"[0-9a-f]{6,64}")
 _MIN_HASH_PREFIX = 6
 _CLAIMS = ".claims"
 _EVALUATIONS = "_evaluations"
+_ISSUED = "_issued"
+_TMP_VERSION_RE = re.compile(r"\.v\d+\.parquet\.tmp-.*")
+#: Default age (seconds) below which :meth:`PolicyStore.check` leaves temporary files and claims
+#: alone: a save in progress holds them for milliseconds, a killed one forever.
+DEFAULT_GRACE_SECONDS = 3600.0
 _MAX_CLAIM_ATTEMPTS = 200
 _MAX_LISTED = 20
 
@@ -154,6 +170,10 @@ _MAX_LISTED = 20
 
 class PolicyNotFoundError(StoreError, LookupError):
     """A reference names no stored policy (the message lists what exists)."""
+
+
+class StoreNotFoundError(PolicyNotFoundError):
+    """The store itself does not exist (a read of a location nothing was ever saved to)."""
 
 
 class AmbiguousReferenceError(StoreError, LookupError):
@@ -200,8 +220,24 @@ class StoredPolicy:
 
 
 @dataclass(frozen=True)
+class CorruptVersion:
+    """A stored version that cannot be read or does not verify (listed by
+    :meth:`PolicyStore.history` with ``include_corrupt=True`` and by :meth:`PolicyStore.check`)."""
+
+    name: str
+    version: int
+    error: str  # the CorruptArtifactError's message (names the file)
+    location: str = field(default="", compare=False)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
 class PolicySummary:
-    """One row of :meth:`PolicyStore.list`."""
+    """One row of :meth:`PolicyStore.list`. When the first or latest version is corrupt, its
+    times/hash are ``""`` and ``corrupt`` lists it (with the error in ``problems``)."""
 
     name: str
     latest_version: int
@@ -209,6 +245,23 @@ class PolicySummary:
     created_at: str  # creation time of the first stored version
     updated_at: str  # creation time of the latest version
     content_hash: str  # of the latest version
+    corrupt: tuple[int, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What :meth:`PolicyStore.check` found and did."""
+
+    uri: str
+    verified: tuple[str, ...]  # refs of the versions that verified
+    corrupt: tuple[CorruptVersion, ...]
+    removed: tuple[str, ...]  # leftovers of killed saves, deleted
+    kept: tuple[str, ...]  # leftovers younger than the grace period (a save may be running)
+
+    @property
+    def ok(self) -> bool:
+        return not self.corrupt
 
 
 # ----------------------------------------------------------------------------------------------
@@ -565,6 +618,23 @@ class PolicyStore:
 
     # -- listing --------------------------------------------------------------------------------
 
+    def exists(self) -> bool:
+        """True when the store's root folder exists (something was saved to it, or it was created)."""
+        if not self._root:
+            return True
+        return self._fs.get_file_info(self._root).type == pafs.FileType.Directory
+
+    def require_exists(self) -> None:
+        """Raise :class:`StoreNotFoundError` when the store does not exist (read commands)."""
+        if not self.exists():
+            info = self._fs.get_file_info(self._root)
+            if info.type == pafs.FileType.File:
+                raise StoreError(f"policy store {self._uri} is a file, not a store folder")
+            raise StoreNotFoundError(
+                f"policy store {self._uri} does not exist (nothing was saved there; check --store or "
+                f"${ENV_VAR})"
+            )
+
     def names(self) -> list[str]:
         """Names with at least one complete version, sorted."""
         out = []
@@ -593,33 +663,51 @@ class PolicyStore:
         return found
 
     def list(self) -> list[PolicySummary]:
-        """One summary per stored name: latest version, number of versions, creation times."""
+        """One summary per stored name: latest version, number of versions, creation times. A
+        corrupt first or latest version is reported in the summary (``corrupt``, ``problems``),
+        not raised: the other names are still listed."""
         out = []
         for name in self.names():
             versions = self.versions(name)
-            first = self._read(name, versions[0], evaluations=False)
-            last = first if len(versions) == 1 else self._read(name, versions[-1], evaluations=False)
+            read: dict[int, StoredPolicy | CorruptVersion] = {}
+            for v in {versions[0], versions[-1]}:
+                read[v] = self._read_or_corrupt(name, v, evaluations=False)
+            first, last = read[versions[0]], read[versions[-1]]
+            bad = sorted(v for v, r in read.items() if isinstance(r, CorruptVersion))
             out.append(
                 PolicySummary(
                     name=name,
                     latest_version=versions[-1],
                     num_versions=len(versions),
-                    created_at=first.created_at,
-                    updated_at=last.created_at,
-                    content_hash=last.content_hash,
+                    created_at=getattr(first, "created_at", ""),
+                    updated_at=getattr(last, "created_at", ""),
+                    content_hash=getattr(last, "content_hash", ""),
+                    corrupt=tuple(bad),
+                    problems=tuple(read[v].error for v in bad),  # type: ignore[union-attr]
                 )
             )
         return out
 
-    def history(self, name: str) -> list[StoredPolicy]:
-        """Every version of ``name``, oldest first, with provenance and evaluations."""
+    def history(self, name: str, *, include_corrupt: bool = False) -> list[Any]:
+        """Every version of ``name``, oldest first, with provenance and evaluations
+        (:class:`StoredPolicy`). A corrupt version raises :class:`CorruptArtifactError`, or, with
+        ``include_corrupt=True``, is listed as a :class:`CorruptVersion` among the others."""
         validate_name(name)
         versions = self.versions(name)
         if not versions:
+            self.require_exists()
             raise PolicyNotFoundError(
                 f"no policy named {name!r} in store {self._uri}; stored names: {_listing(self.names())}"
             )
-        return [self._read(name, v, evaluations=True) for v in versions]
+        if not include_corrupt:
+            return [self._read(name, v, evaluations=True) for v in versions]
+        return [self._read_or_corrupt(name, v, evaluations=True) for v in versions]
+
+    def _read_or_corrupt(self, name: str, version: int, *, evaluations: bool) -> "StoredPolicy | CorruptVersion":
+        try:
+            return self._read(name, version, evaluations=evaluations)
+        except CorruptArtifactError as exc:
+            return CorruptVersion(name, version, str(exc), self._location(self._version_path(name, version)))
 
     def to_table(self, columns: Sequence[str] | None = None) -> pa.Table:
         """The whole store as one Arrow table (one row per version), read with ``pyarrow.dataset``."""
@@ -650,6 +738,7 @@ class PolicyStore:
             validate_name(name)
             versions = self.versions(name)
             if not versions:
+                self.require_exists()
                 raise PolicyNotFoundError(
                     f"no policy named {name!r} in store {self._uri}; stored names: {_listing(self.names())}"
                 )
@@ -670,6 +759,7 @@ class PolicyStore:
             versions = self.versions(ref)
             if versions:
                 return ref, versions[-1]
+        self.require_exists()
         if _HEX_RE.fullmatch(ref.lower()):
             return self._resolve_hash(ref.lower())
         if len(ref) < _MIN_HASH_PREFIX and all(c in "0123456789abcdefABCDEF" for c in ref):
@@ -885,7 +975,7 @@ class PolicyStore:
         content_hash = policy.content_hash
         if not force:
             versions = self.versions(name)
-            if versions and self._content_hash(name, versions[-1]) == content_hash:
+            if versions and self._latest_hash_or_none(name, versions[-1]) == content_hash:
                 return versions[-1]
         data = policy.to_dict()
         row = {
@@ -905,10 +995,15 @@ class PolicyStore:
             "schema_version": SCHEMA_VERSION,
         }
         self._fs.create_dir(self._path(name, _CLAIMS), recursive=True)
+        self._fs.create_dir(self._path(name, _ISSUED), recursive=True)
         version, claim = self._claim_version(name)
         final = self._version_path(name, version)
         tmp = self._path(name, f".v{version:06d}.parquet.tmp-{uuid.uuid4().hex}")
         try:
+            # The number is issued for good before anything is published: even if this version
+            # file is deleted later, no other content ever gets it.
+            with self._fs.open_output_stream(self._path(name, _ISSUED, f"v{version:06d}")):
+                pass
             row["version"] = version
             row["created_at"] = _utcnow()
             table = pa.Table.from_pylist([row], schema=SCHEMA)
@@ -966,6 +1061,58 @@ class PolicyStore:
             raise
         return Evaluation(attached_at=record["attached_at"], results=record["results"])
 
+    # -- maintenance (fsck) ---------------------------------------------------------------------
+
+    def check(self, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, now: datetime | None = None) -> CheckReport:
+        """Verify every version (and its evaluations) and remove what killed saves left behind.
+
+        Leftovers are temporary version files (``.vNNNNNN.parquet.tmp-*``), version claims and
+        their staging/released folders (``.claims/*``) and temporary evaluation files
+        (``_evaluations/vNNNNNN/.*.tmp``); those older than ``grace_seconds`` are deleted (a save
+        in progress holds its own for milliseconds), younger ones are reported as kept. Corrupt
+        versions are reported, never deleted. Raises :class:`StoreNotFoundError` when the store
+        does not exist.
+        """
+        self.require_exists()
+        now = now or _utcnow()
+        verified: list[str] = []
+        corrupt: list[CorruptVersion] = []
+        removed: list[str] = []
+        kept: list[str] = []
+
+        def sweep(info: pafs.FileInfo) -> None:
+            mtime = info.mtime
+            if mtime is not None and mtime.tzinfo is None:
+                mtime = mtime.replace(tzinfo=timezone.utc)
+            old = grace_seconds <= 0 or (mtime is not None and (now - mtime).total_seconds() >= grace_seconds)
+            where = self._location(info.path)
+            if not old:
+                kept.append(where)
+                return
+            self._delete_quietly(info.path)
+            removed.append(where)
+
+        for info in self._ls(self._root):
+            if info.type != pafs.FileType.Directory or not _NAME_RE.fullmatch(info.base_name):
+                continue
+            name = info.base_name
+            for entry in self._ls(self._path(name)):
+                if _TMP_VERSION_RE.fullmatch(entry.base_name):
+                    sweep(entry)
+            for entry in self._ls(self._path(name, _CLAIMS)):
+                sweep(entry)
+            for folder in self._ls(self._path(name, _EVALUATIONS)):
+                for entry in self._ls(folder.path) if folder.type == pafs.FileType.Directory else ():
+                    if entry.base_name.startswith(".") and entry.base_name.endswith(".tmp"):
+                        sweep(entry)
+            for version in self.versions(name):
+                record = self._read_or_corrupt(name, version, evaluations=True)
+                if isinstance(record, CorruptVersion):
+                    corrupt.append(record)
+                else:
+                    verified.append(record.ref)
+        return CheckReport(self._uri, tuple(verified), tuple(corrupt), tuple(removed), tuple(kept))
+
     # -- claims ---------------------------------------------------------------------------------
 
     def _publish(self, tmp: str, final: str) -> None:
@@ -995,8 +1142,20 @@ class PolicyStore:
             claim = released
         self._delete_quietly(claim)
 
+    def _issued(self, name: str) -> list[int]:
+        return [int(m.group(1)) for info in self._ls(self._path(name, _ISSUED))
+                if (m := _CLAIM_RE.fullmatch(info.base_name)) is not None and m.group(2) is None]
+
     def _next_version(self, name: str) -> int:
-        return max(self.versions(name) + self._claimed(name), default=0) + 1
+        return max(self.versions(name) + self._claimed(name) + self._issued(name), default=0) + 1
+
+    def _latest_hash_or_none(self, name: str, version: int) -> str | None:
+        """The verified content hash of a version, or None when it is corrupt (a corrupt latest
+        version never blocks a new save)."""
+        try:
+            return self._content_hash(name, version)
+        except CorruptArtifactError:
+            return None
 
     def _claim_version(self, name: str) -> tuple[int, str]:
         """Claim an unused version number of ``name``; returns it and the claim's path."""
@@ -1013,8 +1172,12 @@ class PolicyStore:
                 claim = self._claim_by_announce(name, version, token, owner)
             if claim is not None:
                 # Another saver may have committed this number and released its claim between
-                # our listing and our claim: the version file then already exists.
-                if self._fs.get_file_info(self._version_path(name, version)).type == pafs.FileType.NotFound:
+                # our listing and our claim: the version file (or its issued marker) then exists.
+                taken = any(
+                    self._fs.get_file_info(p).type != pafs.FileType.NotFound
+                    for p in (self._version_path(name, version), self._path(name, _ISSUED, f"v{version:06d}"))
+                )
+                if not taken:
                     return version, claim
                 self._release(claim)
             elif self._claim == "announce":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -68,9 +69,81 @@ def test_list_name_and_json(store, capsys):
 
 
 def test_list_empty_store_and_default_store(tmp_path, capsys, monkeypatch):
+    (tmp_path / "empty").mkdir()
     monkeypatch.setenv("AUTOAUG_STORE", str(tmp_path / "empty"))
     code, out, _ = run(capsys, "policies", "list")
     assert code == 0 and out.strip() == f"no policies in {tmp_path / 'empty'}"
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "x"], ["show", "x"], ["show", "x@1"], ["export", "abcdef12"],
+                                  ["diff", "x", "y"], ["check"]])
+def test_read_commands_on_a_store_that_does_not_exist_exit_2(tmp_path, capsys, argv):
+    missing = tmp_path / "nope"
+    code, out, err = run(capsys, "policies", *argv, "--store", str(missing))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"policy store {missing} does not exist" in err
+    assert not missing.exists()
+
+
+def _damage(store: PolicyStore, name: str, version: int) -> str:
+    path = os.path.join(store.uri, name, f"v{version:06d}.parquet")
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    return path
+
+
+def test_list_and_history_show_a_corrupt_version_and_carry_on(store, capsys):
+    path = _damage(store, "cifar10-wrn", 2)
+    code, out, err = run(capsys, "policies", "list", "--store", store.uri)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert rows[0][:3] == ["cifar10-wrn", "@2", "2"] and rows[0][-2:] == ["CORRUPT", "CORRUPT"]
+    assert rows[1][:3] == ["svhn", "@1", "1"]  # the other names are listed
+    assert f"autoaug: warning: cifar10-wrn@2 is corrupt: cannot read policy artifact {path}" in err
+    code, out, err = run(capsys, "policies", "list", "cifar10-wrn", "--store", store.uri)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert rows[0][0] == "@1" and rows[0][-3] == V1.content_hash[:12]
+    assert rows[1][:2] == ["@2", "CORRUPT"]
+    assert "cifar10-wrn@2 is corrupt" in err
+    data = json.loads(run(capsys, "policies", "list", "cifar10-wrn", "--json", "--store", store.uri)[1])
+    assert data[1]["corrupt"] is True and path in data[1]["error"]
+
+
+def test_a_corrupt_latest_version_does_not_block_imports(store, capsys, tmp_path):
+    _damage(store, "svhn", 1)
+    good = tmp_path / "svhn.json"
+    good.write_text(presets.resolve("autoaugment-svhn").to_json())
+    code, out, _ = run(capsys, "policies", "import", str(good), "--name", "svhn", "--store", store.uri)
+    assert code == 0 and out.startswith("saved svhn@2 ")
+    assert run(capsys, "policies", "show", "svhn", "--store", store.uri)[0] == 0
+
+
+def test_check_verifies_every_version_and_removes_old_leftovers(store, capsys):
+    root = store.uri
+    claims = os.path.join(root, "svhn", ".claims")
+    os.makedirs(os.path.join(claims, "v000009"))  # the claim of a save killed before it wrote
+    tmp = os.path.join(root, "svhn", ".v000009.parquet.tmp-0123")
+    open(tmp, "wb").close()
+    fresh = os.path.join(claims, "v000010.0123456789abcdef0123456789abcdef")
+    open(fresh, "wb").close()
+    old = time.time() - 7200
+    for path in (os.path.join(claims, "v000009"), tmp):
+        os.utime(path, (old, old))
+    code, out, err = run(capsys, "policies", "check", "--store", root)
+    assert code == 0, err
+    assert f"removed leftover of a killed save: {tmp}" in out
+    assert f"removed leftover of a killed save: {os.path.join(claims, 'v000009')}" in out
+    assert f"kept (younger than 3600 s, a save may be running): {fresh}" in out
+    assert out.splitlines()[-1] == f"{root}: 3 version(s) verified, 0 corrupt, 2 leftover(s) removed"
+    assert sorted(os.listdir(claims)) == [os.path.basename(fresh)] and not os.path.exists(tmp)
+
+    path = _damage(store, "cifar10-wrn", 1)
+    code, out, err = run(capsys, "policies", "check", "--store", root, "--grace", "0")
+    assert code == 2
+    assert f"CORRUPT cifar10-wrn@1: cannot read policy artifact {path}" in out
+    assert err.strip() == f"autoaug: error: 1 corrupt version(s) in {root}: cifar10-wrn@1 (delete or restore those files)"
+    assert not os.listdir(claims)  # --grace 0: every leftover goes
 
 
 def test_show_stored(store, capsys):

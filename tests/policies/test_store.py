@@ -318,9 +318,9 @@ def test_tampered_artifact_is_rejected(store):
     pq.write_table(pa.Table.from_pylist([row], schema=table.schema), path)
     with pytest.raises(CorruptArtifactError, match=f"content hash mismatch in {path}.*modified after it was saved"):
         store.load("x")
-    # listing does not read contents, so the damage is reported when the version is read
-    with pytest.raises(CorruptArtifactError, match=path):
-        store.list()
+    # listing reports the damaged version as corrupt (naming the file) instead of raising
+    (summary,) = store.list()
+    assert summary.corrupt == (1,) and summary.content_hash == "" and path in summary.problems[0]
 
 
 def test_artifact_with_wrong_identity_or_newer_schema(store):
@@ -444,3 +444,82 @@ def test_diff_same_content_reordered_and_fields():
     assert len(identity.added) == 25 and identity.unchanged == 0
     with pytest.raises(TypeError, match="must be a policies.Policy"):
         diff_policies(a, "b")
+
+
+# ---------------------------------------------------------------------------------------------
+# Healing: corrupt versions, numbers never reused, leftovers of killed saves
+
+
+def test_version_numbers_are_never_reused_after_a_delete(store):
+    assert store.save(make_policy(p=0.1), "x") == 1
+    assert store.save(make_policy(p=0.2), "x") == 2
+    os.remove(_version_file(store, "x", 2))  # the latest version deleted
+    assert store.versions("x") == [1]
+    assert store.save(make_policy(p=0.3), "x") == 3  # not 2: "x@2" never means other content
+    with pytest.raises(PolicyNotFoundError, match="has no version 2"):
+        store.load("x@2")
+    os.remove(_version_file(store, "x", 1))
+    os.remove(_version_file(store, "x", 3))
+    assert store.save(make_policy(p=0.4), "x") == 4
+
+
+def test_a_corrupt_latest_version_does_not_block_saves(store):
+    store.save(make_policy(p=0.1), "x")
+    with open(_version_file(store), "wb") as f:
+        f.write(b"garbage")
+    again = PolicyStore(store.uri)  # another process: nothing cached
+    assert again.save(make_policy(p=0.1), "x") == 2  # same content, but @1 cannot be verified
+    assert again.load("x@latest") == make_policy(p=0.1)
+
+
+def test_history_lists_corrupt_versions_when_asked(store):
+    from autoaug.policies.store import CorruptVersion
+
+    for p in (0.1, 0.2, 0.3):
+        store.save(make_policy(p=p), "x")
+    with open(_version_file(store, "x", 2), "wb") as f:
+        f.write(b"garbage")
+    with pytest.raises(CorruptArtifactError, match="v000002.parquet"):
+        store.history("x")
+    records = store.history("x", include_corrupt=True)
+    assert [r.version for r in records] == [1, 2, 3]
+    assert isinstance(records[1], CorruptVersion) and "v000002.parquet" in records[1].error
+    assert records[2].policy == make_policy(p=0.3)
+
+
+def test_check_reports_corrupt_versions_and_sweeps_by_age(store):
+    from datetime import datetime, timedelta, timezone
+
+    store.save(make_policy(p=0.1), "x")
+    store.save(make_policy(p=0.2), "x")
+    store.attach_evaluation("x@1", {"acc": 0.5})
+    leftovers = [
+        os.path.join(store.root, "x", ".claims", "v000007.0123456789abcdef0123456789abcdef"),
+        os.path.join(store.root, "x", ".claims", ".staging-abc"),
+        os.path.join(store.root, "x", ".v000007.parquet.tmp-abc"),
+        os.path.join(store.root, "x", "_evaluations", "v000001", ".20260101T000000Z-abc.json.tmp"),
+    ]
+    for path in leftovers:
+        open(path, "wb").close()
+    report = store.check()
+    assert report.ok and report.verified == ("x@1", "x@2") and not report.removed
+    assert sorted(report.kept) == sorted(leftovers)
+    later = datetime.now(timezone.utc) + timedelta(hours=2)
+    report = store.check(now=later)
+    assert sorted(report.removed) == sorted(leftovers) and not any(os.path.exists(p) for p in leftovers)
+    assert store.versions("x") == [1, 2] and store.get("x@1").evaluations[0].results == {"acc": 0.5}
+    with open(_version_file(store, "x", 2), "r+b") as f:
+        f.truncate(50)
+    report = store.check()
+    assert not report.ok and [c.ref for c in report.corrupt] == ["x@2"] and report.verified == ("x@1",)
+
+
+def test_reads_of_a_store_that_does_not_exist(tmp_path):
+    from autoaug.policies.store import StoreNotFoundError
+
+    store = PolicyStore(str(tmp_path / "nope"))
+    assert not store.exists() and store.list() == []
+    for call in (lambda: store.load("x"), lambda: store.load("x@1"), lambda: store.history("x"), store.check):
+        with pytest.raises(StoreNotFoundError, match=f"policy store {tmp_path / 'nope'} does not exist"):
+            call()
+    assert not (tmp_path / "nope").exists()

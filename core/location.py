@@ -13,7 +13,9 @@ Parsing rules (the only ones in the project):
 * no ``://`` -> a local path, ``~`` expanded, made absolute;
 * ``file://...`` -> the same local path (``file:///tmp/x`` is ``/tmp/x``);
 * any other ``SCHEME://...`` -> a URI opened with ``pyarrow.fs.FileSystem.from_uri`` (s3, gs,
-  hdfs, ...).
+  hdfs, ...); a query string holds pyarrow's options (``s3://bucket/p?endpoint_override=host:9000
+  &scheme=http`` for an S3-compatible server; ``AWS_ENDPOINT_URL`` in the environment does the same)
+  and is kept at the end of every child location.
 
 Local locations are written with a temp file in the same folder, ``fsync`` and ``os.replace``;
 remote ones with a temp object and a move (atomic where the filesystem's move is).
@@ -118,7 +120,8 @@ class Location:
             _, path = filesystem_from_uri(raw)
         except Exception as exc:  # pyarrow: ArrowInvalid, unknown scheme, missing credentials
             raise UserInputError(f"{what} {raw!r} is not a URI pyarrow can open: {exc}") from None
-        return cls(uri=raw.rstrip("/"), path=path.rstrip("/") or "/", local=False)
+        base, mark, query = raw.partition("?")
+        return cls(uri=base.rstrip("/") + mark + query, path=path.rstrip("/") or "/", local=False)
 
     # -- the filesystem --------------------------------------------------------------------------
     @property
@@ -140,13 +143,15 @@ class Location:
     def child(self, *names: str) -> "Location":
         """The location ``self/name/...``."""
         uri, path = self.uri, self.path
+        # A query string (``s3://b/p?endpoint_override=host:9000``: options pyarrow reads) stays last.
+        uri, mark, query = uri.partition("?") if not self.local else (uri, "", "")
         for name in names:
             name = str(name).strip("/")
             if self.local:
                 uri = path = os.path.join(path, name)
             else:
-                uri, path = f"{uri}/{name}", f"{path.rstrip('/')}/{name}"
-        return Location(uri=uri, path=path, local=self.local)
+                uri, path = f"{uri.rstrip('/')}/{name}", f"{path.rstrip('/')}/{name}"
+        return Location(uri=uri + mark + query, path=path, local=self.local)
 
     @property
     def name(self) -> str:

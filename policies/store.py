@@ -591,7 +591,7 @@ class PolicyStore:
         """A path as the user can find it (for messages)."""
         if self._scheme and self._root and path.startswith(self._root):
             rel = path[len(self._root):].lstrip("/")
-            return f"{self._uri.rstrip('/')}/{rel}"
+            return f"{self._uri.partition('?')[0].rstrip('/')}/{rel}"
         if isinstance(self._fs, pafs.SubTreeFileSystem):
             return self._fs.base_path.rstrip("/") + "/" + path.lstrip("/")
         return path

@@ -64,3 +64,63 @@ def cifar_sample(cifar_train: Path) -> tuple[np.ndarray, np.ndarray]:
     images = table.column("image").take(idx).to_pylist()
     decoded = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in images])
     return decoded, labels[idx].astype(np.int64)
+
+
+# ----------------------------------------------------------------------------------------------
+# An S3-compatible server (moto in server mode) on 127.0.0.1, for the object-storage tests
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """``http://127.0.0.1:PORT`` of a moto S3 server started for the session; stopped by its PID."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    pytest.importorskip("moto.server", reason="moto[server] is a dev dependency: pip install -e '.[dev]'")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(endpoint + "/", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server on {endpoint} did not start (exit {proc.poll()})")
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch):
+    """A fresh bucket on the moto server; credentials and ``AWS_ENDPOINT_URL`` set in the
+    environment (inherited by spawned processes and Ray workers). Returns the bucket name."""
+    import uuid
+
+    import pyarrow.fs as pafs
+
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": s3_server,
+                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    bucket = f"autoaug-{uuid.uuid4().hex[:12]}"
+    host = s3_server.removeprefix("http://")
+    pafs.S3FileSystem(endpoint_override=host, scheme="http", access_key="testing", secret_key="testing",
+                      region="us-east-1", allow_bucket_creation=True).create_dir(bucket)
+    return bucket

@@ -267,7 +267,15 @@ def cmd_import(args: argparse.Namespace) -> int:
         path = Path(args.file).expanduser()
         if not path.is_file():
             raise UserInputError(f"policy file {args.file!r} does not exist")
-        text, source = path.read_text(encoding="utf-8"), str(path.resolve())
+        from autoaug.policies.policy import read_policy_text
+
+        source = str(path.resolve())
+        try:
+            text = read_policy_text(path)  # size limit and UTF-8 checked; the message below names the file
+        except OSError as exc:
+            raise UserInputError(f"policy file {source} cannot be read: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise UserInputError(f"{source} is not a valid policy JSON: {exc}") from None
     try:
         policy = Policy.from_json(text)
     except ValueError as exc:

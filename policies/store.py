@@ -414,7 +414,8 @@ def validate_name(name: Any) -> str:
     if not isinstance(name, str):
         raise InvalidNameError(f"policy name must be a string, got {type(name).__name__} {name!r}")
     if not _NAME_RE.fullmatch(name):
-        raise InvalidNameError(f"invalid policy name {name!r}: expected {_NAME_RULE}")
+        shown = repr(name) if len(name) <= 140 else f"{name[:100]!r}... ({len(name):,} characters)"
+        raise InvalidNameError(f"invalid policy name {shown}: expected {_NAME_RULE}")
     return name
 
 
@@ -994,8 +995,11 @@ class PolicyStore:
             "provenance_json": provenance_json,
             "schema_version": SCHEMA_VERSION,
         }
-        self._fs.create_dir(self._path(name, _CLAIMS), recursive=True)
-        self._fs.create_dir(self._path(name, _ISSUED), recursive=True)
+        try:
+            self._fs.create_dir(self._path(name, _CLAIMS), recursive=True)
+            self._fs.create_dir(self._path(name, _ISSUED), recursive=True)
+        except OSError as exc:  # read-only filesystem, a file in the way, access denied...
+            raise StoreError(f"cannot write to policy store {self._uri}: {' '.join(str(exc).split())[:300]}") from None
         version, claim = self._claim_version(name)
         final = self._version_path(name, version)
         tmp = self._path(name, f".v{version:06d}.parquet.tmp-{uuid.uuid4().hex}")

@@ -340,3 +340,17 @@ def test_real_process(store):
     assert proc.stderr.strip().endswith(
         f"not in the policy store: no stored policy matches 'ghost' in store {store.uri}; stored names: cifar10-wrn, svhn"
     )
+
+
+def test_import_errors_name_the_file_and_stay_short(tmp_path, capsys):
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes('{"name": "caf\xe9", "num_magnitude_bins": 10, "sub_policies": []}'.encode("latin-1"))
+    code, _, err = run(capsys, "policies", "import", str(latin1), "--name", "x", "--store", str(tmp_path / "s"))
+    assert code == 2 and err.count("\n") == 1 and str(latin1) in err and "UTF-8" in err
+    good = tmp_path / "good.json"
+    good.write_text(V1.to_json())
+    code, _, err = run(capsys, "policies", "import", str(good), "--name", "n" * 100_000, "--store", str(tmp_path / "s"))
+    assert code == 2 and err.count("\n") == 1 and len(err) < 500 and "(100,000 characters)" in err
+    (tmp_path / "afile").write_text("x")
+    code, _, err = run(capsys, "policies", "import", str(good), "--name", "x", "--store", str(tmp_path / "afile"))
+    assert code == 2 and err.count("\n") == 1 and f"cannot write to policy store {tmp_path / 'afile'}" in err

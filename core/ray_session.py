@@ -55,6 +55,7 @@ __all__ = [
     "project_root",
     "project_runtime_env",
     "ray_session",
+    "output_settings",
 ]
 
 #: The packages that make up the project; shipped to the cluster as ``runtime_env["py_modules"]``.
@@ -456,6 +457,15 @@ def shutdown() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def output_settings(verbose: bool) -> dict[str, Any]:
+    """``ray.init`` settings for a command's verbosity: Ray's own output -- the workers' stdout
+    and stderr, its start-up banner, its warnings (token authentication...) -- only when
+    ``verbose`` (``-v``); otherwise only Ray's errors reach the terminal."""
+    import logging
+
+    return {"log_to_driver": bool(verbose), "logging_level": logging.INFO if verbose else logging.ERROR}
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ COMMAND_MODULES: list[str] = [
     "autoaug.launch.train_cmd",
     "autoaug.launch.launch_cmd",
     "autoaug.launch.compare_cmd",
+    "autoaug.launch.report_cmd",
 ]
 
 

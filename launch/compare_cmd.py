@@ -23,7 +23,7 @@ import argparse
 import dataclasses
 import sys
 
-from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
 
 __all__ = ["register", "run", "build_compare_config"]
 
@@ -42,22 +42,26 @@ def run(args: argparse.Namespace) -> int:
     from autoaug.launch import preflight
     from autoaug.launch.compare import run_compare
 
+    from autoaug.core.errors import UserInputError
+    from autoaug.launch.output import display_for, json_result
+
+    if args.quiet and args.json:
+        raise UserInputError("--quiet and --json: give one (--json prints only the result, as JSON)")
     config = preflight.for_compare(build_compare_config(args))  # paths absolute, inputs checked, before Ray
-    quiet = bool(args.quiet)
-
-    def progress(line: str) -> None:
-        if not quiet:
-            print(line, flush=True)
-
-    try:
-        comparison = run_compare(config, progress=progress)  # RunFailedError: exit 1 (launch.cli.main)
-    except KeyboardInterrupt:
-        print(
-            f"\nautoaug compare: interrupted; finished runs are saved in {config.out}/runs; re-run the "
-            "same command to continue",
-            file=sys.stderr,
-        )
-        raise
+    with json_result(bool(args.json)) as emit:
+        try:
+            with display_for(args) as display:
+                comparison = run_compare(config, display=display)  # RunFailedError: exit 1 (launch.cli.main)
+        except KeyboardInterrupt:
+            print(
+                f"\nautoaug compare: interrupted; finished runs are saved in {config.out}/runs; re-run the "
+                "same command to continue",
+                file=sys.stderr,
+            )
+            raise
+        if args.json:
+            emit(comparison_json(comparison))
+            return 0
     print()
     print(comparison.table())
     print()
@@ -67,6 +71,21 @@ def run(args: argparse.Namespace) -> int:
     for ref in comparison.attached:
         print(f"attached the results to {ref} (autoaug policies show {ref})")
     return 0
+
+
+def comparison_json(comparison) -> dict:
+    """The ``--json`` document of a finished comparison."""
+    return {
+        "out": comparison.config.out,
+        "summaries": [dataclasses.asdict(s) for s in comparison.summaries],
+        "runs": [{k: r.get(k) for k in ("run_id", "policy", "kind", "ref", "policy_hash", "seed", "test_accuracy",
+                                         "val_accuracy", "train_time_s", "history")} for r in comparison.runs],
+        "trained": comparison.trained,
+        "reused": len(comparison.runs) - comparison.trained,
+        "files": dict(comparison.files),
+        "attached": list(comparison.attached),
+        "dataset_fingerprint": comparison.dataset_fingerprint,
+    }
 
 
 #: Every option of ``autoaug compare``, with the key of the compare configuration it sets (see
@@ -102,8 +121,10 @@ OPTIONS: tuple[Option, ...] = (
            help="Ray cluster (HOST:6379 on a cluster machine, ray://HEAD:10001, auto); default: embedded local Ray"),
     option("--out", key="out", kind="path", group="how", metavar="DIR",
            help="output folder (default runs/compare); re-use it to resume"),
-    option("-q", "--quiet", group="how", action="store_true", help="no progress lines, only the final table"),
-    option("-v", "--verbose", key="verbose", group="how", action="store_const", const=True, help="show the runs' own output"),
+    option("-q", "--quiet", group="how", action="store_true", help="no progress, only the final table"),
+    option("-v", "--verbose", key="verbose", group="how", action="store_const", const=True,
+           help="also Ray's own output: the runs' logs, banners and warnings"),
+    dataclasses.replace(JSON, group="how"),
 )
 _GROUPS = {"what": "what to compare", "train": "training", "how": "how to run"}
 

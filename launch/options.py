@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoaug.launch.config import flag_overrides, layered_config
 
-__all__ = ["Option", "option", "CONFIG", "SET", "split_size_options", "add_options", "layered", "path_flags"]
+__all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "add_options", "layered", "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ def option(*flags: str, key: Any = None, kind: str = "value", group: str | None 
 CONFIG = option("--config", kind="path", metavar="FILE", help="YAML file with settings (--set and flags override it)")
 SET = option("--set", dest="assignments", action="append", metavar="KEY=VALUE",
              help="override one setting, e.g. --set epochs=2 (repeatable; YAML values)")
+
+#: ``--json``: the result as one JSON document on stdout and nothing else there (progress and
+#: messages go to stderr); ``search``, ``train``, ``compare``, ``policies list`` and ``policies show``.
+JSON = option("--json", action="store_true", default=False,
+              help="print the result as one JSON document on stdout, nothing else (progress goes to stderr)")
 
 
 def split_size_options(prefix: str = "", group: str | None = None) -> tuple[Option, Option]:

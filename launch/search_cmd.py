@@ -16,10 +16,11 @@ input (flags, config, data, an existing run name); 130 interrupted (resume with 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 
 from autoaug.launch.config import build_config
-from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
 from autoaug.core.errors import UserInputError
 
 __all__ = ["register", "run", "build_search_config"]
@@ -35,7 +36,7 @@ _DEFINING = (
     "data", "name", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage",
     "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
     "warm_start", "rescore", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
-    "train_size", "val_size",
+    "train_size", "val_size", "mlflow_uri",
 )  # fmt: skip
 
 
@@ -52,6 +53,7 @@ def build_search_config(args: argparse.Namespace):
 
 
 def _print(text: str = "") -> None:
+    # stdout, or stderr during a --json run (launch.output.json_result)
     print(text, flush=True)
 
 
@@ -79,20 +81,17 @@ def _describe(config, address: str | None) -> str:
     )
 
 
-def _session_factory(address: str | None, verbose: int):
+def _session_factory(address: str | None, verbose: int, display):
     """Connect through :mod:`autoaug.core.ray_session` (embedded Ray, ``--address``, or the Ray Job's
     cluster; the project's packages are shipped to remote workers)."""
     import contextlib
 
-    from autoaug.core.ray_session import ray_session
+    from autoaug.core.ray_session import output_settings, ray_session
 
     @contextlib.contextmanager
     def session():
-        with ray_session(
-            address, log_to_driver=verbose >= 2, logging_level=logging.INFO if verbose >= 2 else logging.WARNING
-        ) as info:
-            if verbose >= 1:
-                _print(f"  Ray: {info.describe()}")
+        with ray_session(address, **output_settings(verbose >= 2)) as info:
+            display.log(f"  Ray: {info.describe()}")
             yield info
 
     return session
@@ -102,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``autoaug search`` (``args`` from the parser built by :func:`register`)."""
     if args.verbose is None:
         args.verbose = 0 if args.quiet else None
+    if args.quiet and args.json:
+        raise UserInputError("--quiet and --json: give one (--json prints only the result, as JSON)")
     if args.resume:
         given = [d for d in _DEFINING if getattr(args, d, None) not in (None, False, [])]
         if given:
@@ -131,34 +132,39 @@ def _search(config, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserInputError(" ".join(str(exc).split())) from None
     _configure_logging(config.verbose)
-    if config.verbose >= 1:
-        _print(_describe(config, args.address))
-    # Paths absolute, storage and store writable, data checked and decoded: before Ray starts.
-    config = preflight.for_search(config, say=_print if config.verbose >= 1 else None)
-    session = _session_factory(args.address, config.verbose)
-    return _execute(
-        lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite)), config.verbose
-    )
+    from autoaug.launch.output import display_for
+
+    with display_for(args, verbose=config.verbose) as display:
+        display.log(_describe(config, args.address))
+        # Paths absolute, storage and store writable, data checked and decoded: before Ray starts.
+        config = preflight.for_search(config, say=display.log)
+        session = _session_factory(args.address, config.verbose, display)
+        return _execute(
+            lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
+            config.verbose, args, display,
+        )
 
 
 def _resume(args: argparse.Namespace) -> int:
     from autoaug.launch import preflight
     from autoaug.search import tuner
 
+    from autoaug.launch.output import display_for
+    from autoaug.search.run_dir import RunDir
+
     verbose = 1 if args.verbose is None else args.verbose
     args.storage, args.store = preflight.for_resume(_storage(args), args.store)
     _configure_logging(verbose)
-    if verbose >= 1:
-        from autoaug.search.run_dir import RunDir
-
-        _print(f"resuming search {args.resume} from {RunDir(_storage(args), args.resume).uri}")
-    session = _session_factory(args.address, verbose)
-    return _execute(
-        lambda: tuner.resume_search(
-            args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
-        ),  # fmt: skip
-        verbose,
-    )
+    with display_for(args, verbose=verbose) as display:
+        display.log(f"resuming search {args.resume} from {RunDir(_storage(args), args.resume).uri}")
+        session = _session_factory(args.address, verbose, display)
+        return _execute(
+            lambda: tuner.resume_search(
+                args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
+                display=display,
+            ),  # fmt: skip
+            verbose, args, display,
+        )
 
 
 def _storage(args: argparse.Namespace) -> str:
@@ -167,19 +173,49 @@ def _storage(args: argparse.Namespace) -> str:
     return args.storage or default_runs_root()
 
 
-def _execute(call, verbose: int) -> int:
+def _execute(call, verbose: int, args: argparse.Namespace, display) -> int:
     from autoaug.core.errors import AutoaugError
+    from autoaug.launch.output import json_result
 
-    try:
-        outcome = call()
-    except AutoaugError:
-        raise  # autoaug.launch.cli.main prints it and picks the exit status
-    except (ValueError, FileNotFoundError) as exc:
-        raise UserInputError(" ".join(str(exc).split())) from None
+    with json_result(bool(args.json)) as emit:
+        try:
+            outcome = call()
+        except AutoaugError:
+            raise  # autoaug.launch.cli.main prints it and picks the exit status
+        except (ValueError, FileNotFoundError) as exc:
+            raise UserInputError(" ".join(str(exc).split())) from None
+        display.stop()
+        if args.json:
+            emit(outcome_json(outcome))
+            return 0
     if verbose >= 0:
         _print()
         _print(outcome.summary())
     return 0
+
+
+def outcome_json(outcome) -> dict:
+    """The ``--json`` document of a finished search."""
+    counts = outcome.provenance["counts"]
+    return {
+        "ref": outcome.reference,
+        "name": outcome.policy.name,
+        "version": outcome.version,
+        "store": outcome.store_uri,
+        "run_dir": outcome.run_dir,
+        "policy_hash": outcome.policy.content_hash,
+        "policy": outcome.policy.to_dict(),
+        "best_trial": {"trial_id": outcome.best_trial.trial_id, "score": outcome.score,
+                       "epochs": outcome.best_trial.epochs},
+        "counts": dict(counts),
+        "trials": [
+            {"trial_id": t.trial_id, "status": t.status, "score": t.score, "epochs": t.epochs,
+             "train_time_s": t.train_time_s, "error": t.error}
+            for t in outcome.trials
+        ],
+        "selection": outcome.provenance.get("selection"),
+        "study_problems": list(outcome.study_problems),
+    }
 
 
 def _sampler_names() -> list[str]:
@@ -229,13 +265,17 @@ OPTIONS: tuple[Option, ...] = (
            help="policy store (default $AUTOAUG_STORE or ~/.autoaug/policies)"),
     option("--optuna-storage", key="optuna_storage", group="where", metavar="URL",
            help="Optuna storage URL (default: SQLite optuna.db in the run directory)"),
+    option("--mlflow-uri", key="mlflow_uri", group="where", metavar="URI",
+           help="also log every trial to MLflow at this tracking URI (folder, file://, sqlite://, http://); "
+                "TensorBoard event files are always in the run directory"),
     option("--overwrite", group="where", action="store_true", default=None,
            help="delete an existing run of the same name first"),
     option("--resume", group="again", metavar="NAME", help="continue the search NAME after an interruption or crash"),
     option("--resume-errored", group="again", action="store_true", help="with --resume: also retry trials that had failed"),
-    option("-q", "--quiet", group="output", action="store_true", help="no progress lines, only the result"),
+    option("-q", "--quiet", group="output", action="store_true", help="no progress, only the result"),
     option("-v", "--verbose", key="verbose", group="output", action="store_const", const=2,
-           help="also Ray Tune's status table and trial logs"),
+           help="also Ray's and Tune's own output: banners, warnings, status table, the trials' logs"),
+    dataclasses.replace(JSON, group="output"),
 )
 _GROUPS = {"what": "what to search", "how": "how to run it", "where": "where results go", "again": "resuming",
            "output": "output"}

@@ -24,7 +24,7 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
-from autoaug.launch.options import CONFIG, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
@@ -69,6 +69,8 @@ OPTIONS: tuple[Option, ...] = (
            help="continue from --out/checkpoint.pt (same config and policy)"),
     CONFIG,
     SET,
+    option("-q", "--quiet", action="store_true", help="no progress, only the result"),
+    JSON,
 )
 #: Keys of the layered configuration that are the command's, not the trainer's.
 _COMMAND_KEYS = ("policy", "store", "out", "resume", "preset")
@@ -147,6 +149,15 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autoaug.launch.output import display_for, json_result
+
+    if args.quiet and args.json:
+        raise UserInputError("--quiet and --json: give one (--json prints only the result, as JSON)")
+    with display_for(args) as display, json_result(bool(args.json)) as emit:
+        return _run(args, display, emit)
+
+
+def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     from autoaug.launch import preflight
     from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
 
@@ -177,7 +188,9 @@ def run(args: argparse.Namespace) -> int:
     def report(metrics: dict[str, Any]) -> None:
         row = epoch_record(metrics)
         history.append(row)
-        print(format_epoch(metrics, config.epochs), flush=True)
+        display.log(format_epoch(metrics, config.epochs))
+        display.update("epochs", completed=metrics["epoch"],
+                       status=f"val_acc {_fmt(metrics.get('val_accuracy'), '.4f')}")
         write_history_csv(history, out / _METRICS_CSV)
         _write_json(out / _METRICS_JSON, dict(base, history=history))
 
@@ -189,16 +202,25 @@ def run(args: argparse.Namespace) -> int:
             history.extend(epoch_record(row) for row in load_checkpoint(resume_from)["history"])
         except (ValueError, FileNotFoundError) as exc:
             raise UserInputError(f"--resume: {exc}") from None
-        print(f"resuming {out} after epoch {len(history)}/{config.epochs}", flush=True)
-    print(
+        display.log(f"resuming {out} after epoch {len(history)}/{config.epochs}")
+    display.log(
         f"training {config.model} on {config.data}"
         f"{f' (test: {config.test_data})' if config.test_data else ''} with policy {policy.name!r} "
         f"({len(policy.sub_policies)} sub-policies, base {policy.base}); preset {command['preset']}, "
-        f"{config.epochs} epochs, seed {config.seed} -> {out}",
-        flush=True,
+        f"{config.epochs} epochs, seed {config.seed} -> {out}"
     )
+    display.add("epochs", f"train {config.model}", total=config.epochs, unit="epochs", completed=len(history))
+
+    def on_batch(epoch: int, batch: int, batches: int) -> None:
+        if batch == 1:
+            display.add("batches", f"  epoch {epoch}", total=batches, unit="batches")
+        display.update("batches", completed=batch)
+        if batch == batches:
+            display.remove("batches")
+
     try:
-        result = train(config, policy, report=report, checkpoint_dir=out, resume_from=resume_from)
+        result = train(config, policy, report=report, checkpoint_dir=out, resume_from=resume_from,
+                       on_batch=on_batch if display.live else None)
     except (ValueError, FileNotFoundError, FloatingPointError) as exc:
         raise UserInputError(str(exc)) from None
 
@@ -215,6 +237,13 @@ def run(args: argparse.Namespace) -> int:
     history[:] = [epoch_record(row) for row in result.history]
     write_history_csv(history, out / _METRICS_CSV)
     _write_json(out / _METRICS_JSON, dict(base, status="finished", history=history, final=final))
+    display.stop()
+    if args.json:
+        emit({"out": str(out), "policy": policy.to_dict(), "policy_hash": policy.content_hash,
+              "config": config.to_dict(), "final": final, "history": history,
+              "files": {"metrics_json": str(out / _METRICS_JSON), "metrics_csv": str(out / _METRICS_CSV),
+                        "checkpoint": str(out / CHECKPOINT_NAME)}})
+        return 0
     summary = f"done in {result.train_time_s:.1f}s: val_acc {_fmt(result.val_accuracy, '.4f')}"
     if result.test_accuracy is not None:
         summary += f"  test_acc {result.test_accuracy:.4f} (test error {100 * (1 - result.test_accuracy):.2f}%)"

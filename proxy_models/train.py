@@ -567,6 +567,7 @@ def train(
     report: Callable[[dict[str, Any]], Any] | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     resume_from: str | os.PathLike | None = None,
+    on_batch: Callable[[int, int, int], Any] | None = None,
 ) -> TrainResult:
     """Train ``config.model`` on ``config.data`` augmented by ``policy``; see the module docs.
 
@@ -579,6 +580,8 @@ def train(
     ``config.test_data`` is set. With ``checkpoint_dir`` the trainer first writes
     ``checkpoint_dir/checkpoint.pt`` atomically and adds ``metrics["checkpoint_dir"]``.
     ``resume_from``: a directory holding ``checkpoint.pt``; training continues after its epoch.
+    ``on_batch(epoch, batch, batches)`` (optional) is called after each training step (1-based
+    epoch and batch, batches per epoch): a progress display's hook.
 
     Bad config, data, policy or checkpoint raise (``ValueError``, ``FileNotFoundError``) before the
     first epoch.
@@ -597,7 +600,20 @@ def train(
         _check_resumable(checkpoint, config, policy)
 
     with _TorchState(config, device), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        return _train(config, policy, device, report, checkpoint_dir, checkpoint)
+        return _train(config, policy, device, report, checkpoint_dir, checkpoint, on_batch)
+
+
+def _counted(batches: Any, on_batch: Callable[[int, int, int], Any], epoch: int, total: int) -> Any:
+    """``batches``, calling ``on_batch(epoch, k, total)`` when batch ``k`` has been trained on
+    (that is, when the next one is asked for, or the pass ends)."""
+    k = 0
+    for batch in batches:
+        if k:
+            on_batch(epoch, k, total)
+        yield batch
+        k += 1
+    if k:
+        on_batch(epoch, k, total)
 
 
 def _check_resumable(checkpoint: dict[str, Any], config: TrainConfig, policy: Any) -> None:
@@ -621,6 +637,7 @@ def _train(
     report: Callable[[dict[str, Any]], Any] | None,
     checkpoint_dir: str | os.PathLike | None,
     checkpoint: dict[str, Any] | None,
+    on_batch: Callable[[int, int, int], Any] | None = None,
 ) -> TrainResult:
     from autoaug.proxy_models.data import reduced_split
 
@@ -689,7 +706,8 @@ def _train(
     for epoch in range(start_epoch, config.epochs):
         # ---- train one epoch ----
         t0 = time.perf_counter()
-        stats = learner.train_epoch(train_loader)
+        batches = train_loader if on_batch is None else _counted(train_loader, on_batch, epoch + 1, steps_per_epoch)
+        stats = learner.train_epoch(batches)
         if stats.seen == 0:
             raise RuntimeError(f"epoch {epoch + 1}: the training loader yielded no batches")
         train_loss = stats.loss

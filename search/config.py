@@ -161,6 +161,9 @@ class SearchConfig:
             SQLite file ``optuna.db`` in the run directory (local storage only).
         store: policy store URI for the result; None: ``$AUTOAUG_STORE`` or ``~/.autoaug/policies``.
         reuse_actors: keep trial processes alive between trials (DALI pipelines build faster).
+        mlflow_uri: MLflow tracking URI (a folder, ``file://``, ``sqlite://``, ``http://``): one MLflow
+            run per trial in the experiment named like the search (:mod:`autoaug.search.loggers`);
+            None: no MLflow logging (TensorBoard event files are always written).
         verbose: 0 silent, 1 one line per finished trial, 2 also Ray Tune's status table and
             the trials' own output.
     """
@@ -186,6 +189,7 @@ class SearchConfig:
     optuna_storage: str | None = None
     store: str | None = None
     reuse_actors: bool = True
+    mlflow_uri: str | None = None
     verbose: int = 1
 
     def __post_init__(self) -> None:
@@ -232,6 +236,11 @@ class SearchConfig:
                       "postgresql://user@host/db, or None")  # fmt: skip
         if self.store is not None and (not isinstance(self.store, str) or not self.store.strip()):
             raise bad("store", "a policy store folder or URI, or None")
+        if self.mlflow_uri is not None:
+            if not isinstance(self.mlflow_uri, str) or not self.mlflow_uri.strip():
+                raise bad("mlflow_uri", "an MLflow tracking URI (a folder, file://, sqlite://, http://) or None")
+            if "://" not in self.mlflow_uri and not self.mlflow_uri.startswith("databricks"):
+                object.__setattr__(self, "mlflow_uri", os.path.abspath(os.path.expanduser(self.mlflow_uri)))
         if not isinstance(self.reuse_actors, bool):
             raise bad("reuse_actors", "true or false")
         if not isinstance(self.rescore, bool):
@@ -351,6 +360,10 @@ class SearchConfig:
                 f"gpus_per_trial is {self.gpus_per_trial:g} but train.device is 'cpu': the reserved GPUs would "
                 "sit idle; --set train.device=cuda (or auto), or --gpus-per-trial 0"
             )
+        if self.mlflow_uri is not None:
+            from autoaug.search.loggers import check_mlflow_uri
+
+            check_mlflow_uri(self.mlflow_uri)
         from autoaug.search.study import SAMPLERS
 
         module = SAMPLERS[self.sampler].requires

@@ -1,4 +1,10 @@
-"""The live status of a search: one line per finished trial, and trial errors as one line."""
+"""The live status of a search: a progress display (trials done / running / stopped early /
+failed, the best score so far, an ETA, one bar per running trial) and one line per finished trial;
+trial errors as one line.
+
+The display is an :class:`autoaug.core.progress.Progress` owned by the command (rich bars on a
+terminal, plain lines otherwise, nothing with ``-q``); the Tune callback only feeds it.
+"""
 from __future__ import annotations
 
 import os
@@ -11,51 +17,132 @@ from autoaug.search.config import METRIC
 
 __all__ = ["ProgressCallback", "trial_error", "format_exception"]
 
+_OVERALL = "search"
+
 
 class ProgressCallback(tune.Callback):
-    """Prints one line per finished trial: score, epochs, time and the best score so far.
+    """Feeds the search's progress display from Ray Tune's events.
+
+    The overall bar counts epochs: ``num_trials * epochs`` in all, a trial stopped early (ASHA)
+    or failed counting as all its epochs, so its ETA follows the work really left. Its status
+    reads ``done/total trials (k stopped early, f failed), r running | best SCORE (trial)``. Each
+    running trial has a bar of its epochs with its latest score. A finished trial also gets one
+    line (``[k/N] trial ID val_accuracy ... | best ...``), the only output when stdout is not a
+    terminal.
 
     ``stopped``: the trials the study guard stopped in this driver session
     (:class:`autoaug.search.reconcile.StoppedTrials`); Tune's numbers for them are stale.
+    ``display``: the :class:`autoaug.core.progress.Progress` (not pickled with Tune's experiment
+    state: a restored search attaches its own with :func:`autoaug.search.reconcile.attach_display`);
+    None prints plain lines on ``stream``.
     """
 
-    def __init__(self, num_trials: int, epochs: int, stream: str = "stdout", stopped: Container[str] = ()):
+    def __init__(self, num_trials: int, epochs: int, stream: str = "stdout", stopped: Container[str] = (),
+                 display: Any = None):
         self.num_trials = num_trials
         self.epochs = epochs
         self.stream = stream
         self.stopped = stopped
+        self.display = display
+        self._done: dict[str, str] = {}  # trial id -> "completed" / "stopped" / "failed"
+        self._epochs: dict[str, int] = {}  # running trial id -> epochs reported
+        self._best: tuple[float, str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["display"] = None  # a live terminal display is this driver's, never pickled
+        return state
+
+    # -- output ----------------------------------------------------------------------------------
 
     def _print(self, text: str) -> None:
+        if self.display is not None:
+            self.display.log(text)
+            return
         out = sys.stdout if self.stream == "stdout" else sys.stderr
         print(text, file=out, flush=True)
 
-    def _report(self, trials: list, trial: Any, failed: bool) -> None:
-        finished = {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")} | {trial.trial_id}
+    def _status(self) -> str:
+        done = len(self._done)
+        stopped = sum(v == "stopped" for v in self._done.values())
+        failed = sum(v == "failed" for v in self._done.values())
+        extra = ", ".join(x for x in (f"{stopped} stopped early" if stopped else "",
+                                      f"{failed} failed" if failed else "") if x)
+        text = f"{done}/{self.num_trials} trials{f' ({extra})' if extra else ''}, {len(self._epochs)} running"
+        if self._best is not None:
+            text += f" | best {self._best[0]:.4f} ({self._best[1]})"
+        return text
+
+    def _refresh(self) -> None:
+        if self.display is None or not self.display.live:
+            return
+        if not self.display.has(_OVERALL):
+            self.display.add(_OVERALL, "search", total=self.num_trials * self.epochs, unit="epochs")
+        work = len(self._done) * self.epochs + sum(self._epochs.values())
+        self.display.update(_OVERALL, completed=min(work, self.num_trials * self.epochs), status=self._status())
+
+    # -- Tune events -----------------------------------------------------------------------------
+
+    def setup(self, **info: Any) -> None:
+        self._refresh()
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._epochs[trial.trial_id] = int((trial.last_result or {}).get("training_iteration") or 0)
+        if self.display is not None:
+            self.display.add(f"trial:{trial.trial_id}", f"  trial {trial.trial_id}", total=self.epochs,
+                             unit="epochs", completed=self._epochs[trial.trial_id], status="starting")
+        self._refresh()
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        epoch = int(result.get("training_iteration") or result.get("epoch") or 0)
+        self._epochs[trial.trial_id] = epoch
+        score = result.get(METRIC)
+        if self.display is not None:
+            status = f"{METRIC} {score:.4f}" if isinstance(score, (int, float)) else ""
+            self.display.update(f"trial:{trial.trial_id}", completed=epoch, status=status)
+        self._refresh()
+
+    def _best_of(self, trials: list, trial: Any, failed: bool) -> tuple[float, str] | None:
         best = None
         for t in trials:
             if t.trial_id in self.stopped:
                 continue  # Tune's numbers for it are stale; the study holds its result
             if t.status == "TERMINATED" or (t is trial and not failed):
-                score = t.last_result.get(METRIC)
+                score = (t.last_result or {}).get(METRIC)
                 if score is not None and (best is None or score > best[0]):
                     best = (score, t.trial_id)
+        return best
+
+    def _report(self, trials: list, trial: Any, failed: bool) -> None:
+        finished = {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")} | {trial.trial_id}
+        self._best = self._best_of(trials, trial, failed)
         head = f"[{len(finished):>{len(str(self.num_trials))}}/{self.num_trials}] trial {trial.trial_id}"
+        result = trial.last_result or {}
+        epochs = result.get("epoch", result.get("training_iteration", 0)) or 0
         if failed:
             what = f"FAILED: {trial_error(trial)}"
+            kind = "failed"
         else:
-            result = trial.last_result
-            epochs = result.get("epoch", result.get("training_iteration", 0))
-            stopped = " (stopped early)" if epochs < self.epochs else ""
+            early = epochs < self.epochs
+            kind = "stopped" if early else "completed"
             score = result.get(METRIC)
             if trial.trial_id in self.stopped:
                 what = "had finished before the driver stopped (its result is in the Optuna study)"
             else:
                 what = (
-                    f"{METRIC} {score:.4f} after {epochs}/{self.epochs} epochs{stopped}, "
+                    f"{METRIC} {score:.4f} after {epochs}/{self.epochs} epochs{' (stopped early)' if early else ''}, "
                     f"{result.get('time_total_s', 0.0):.0f} s"
                 )
-        tail = "" if best is None else f" | best {best[0]:.4f} ({best[1]})"
+        for t in trials:  # trials that ended before this driver session (a resumed search)
+            if t.status in ("TERMINATED", "ERROR") and t.trial_id not in self._done and t is not trial:
+                self._done[t.trial_id] = "failed" if t.status == "ERROR" else "completed"
+        self._done[trial.trial_id] = kind
+        self._epochs.pop(trial.trial_id, None)
+        if self.display is not None:
+            self.display.remove(f"trial:{trial.trial_id}")
+        tail = "" if self._best is None else f" | best {self._best[0]:.4f} ({self._best[1]})"
         self._print(f"{head} {what}{tail}")
+        self._refresh()
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._report(trials, trial, failed=False)
@@ -64,7 +151,16 @@ class ProgressCallback(tune.Callback):
         self._report(trials, trial, failed=True)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._epochs.pop(trial.trial_id, None)
+        if self.display is not None:
+            self.display.remove(f"trial:{trial.trial_id}")
         self._print(f"trial {trial.trial_id} raised ({trial_error(trial)}); retrying from its last checkpoint")
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        if self.display is not None:
+            for t in trials:
+                self.display.remove(f"trial:{t.trial_id}")
+            self.display.remove(_OVERALL)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

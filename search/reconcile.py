@@ -53,6 +53,7 @@ __all__ = [
     "GuardedASHAScheduler",
     "GuardedFIFOScheduler",
     "make_scheduler",
+    "attach_display",
 ]
 
 logger = logging.getLogger(__name__)
@@ -343,3 +344,27 @@ def make_scheduler(config: Any, study_url: str, stopped: StoppedTrials) -> Study
         scheduler = GuardedFIFOScheduler()
     scheduler._setup_guard(study_url, config.name, config.max_failures, stopped)
     return scheduler
+
+
+def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> None:
+    """Give a restored ``tune.Tuner`` this driver's progress display.
+
+    ``Tuner.restore`` brings back the run configuration -- its callbacks included -- from the
+    pickled ``tuner.pkl``, where :class:`autoaug.search.progress.ProgressCallback` was stored
+    without its display (a terminal display belongs to one driver). Uses the private
+    ``Tuner._local_tuner`` (its ``get_run_config()``); a tuner without one (Ray Client) keeps
+    the callbacks as restored, which print plain lines.
+    """
+    from autoaug.search.progress import ProgressCallback
+
+    local = getattr(tuner, "_local_tuner", None)
+    if local is None:
+        return
+    run_config = local.get_run_config()
+    callbacks = list(run_config.callbacks or [])
+    found = [cb for cb in callbacks if isinstance(cb, ProgressCallback)]
+    for cb in found:
+        cb.display = display
+    if not found:  # the original driver ran without one
+        callbacks.append(ProgressCallback(num_trials, epochs, display=display))
+        run_config.callbacks = callbacks

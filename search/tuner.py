@@ -64,8 +64,9 @@ from autoaug.core.errors import (
 from autoaug.policies import Policy
 from autoaug.search.assemble import assemble_policy, build_provenance, union_policy, utc_now
 from autoaug.search.config import METRIC, MODE, SearchConfig
+from autoaug.search.loggers import experiment_loggers
 from autoaug.search.progress import ProgressCallback
-from autoaug.search.reconcile import StoppedTrials, StudySearch, make_scheduler
+from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_display, make_scheduler
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result, trial_records
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir
 from autoaug.search.study import (
@@ -95,6 +96,7 @@ def run_search(
     session: Callable[[], Any] | None = None,
     overwrite: bool = False,
     trainable: Callable | None = None,
+    display: Any = None,
 ) -> SearchOutcome:
     """Run the search ``config`` to completion and store the assembled policy.
 
@@ -109,6 +111,8 @@ def run_search(
         overwrite: delete an existing run directory (and its study) of the same name first.
         trainable: replaces :func:`autoaug.search.trial.run_trial` (same signature), e.g. for another
             trainer.
+        display: the :class:`autoaug.core.progress.Progress` the progress goes to (bars on a
+            terminal); None: plain lines on stdout when ``config.verbose >= 1``, else nothing.
 
     Raises:
         ValueError: bad configuration or data (before Ray starts; an
@@ -145,10 +149,11 @@ def run_search(
     }
     run.write_json(CONFIG_FILE, state)
     _quiet_tune(config.verbose)
+    display = _display(display, config.verbose)
     with _session(session, address, config.verbose):
-        tuner = _build_tuner(config, run, study_url, trainable)
+        tuner = _build_tuner(config, run, study_url, trainable, display)
         _fit(tuner, config)
-        _rescore(config, run, study_url)
+        _rescore(config, run, study_url, display)
     return _finish(config, run, state, session_started=started)
 
 
@@ -161,6 +166,7 @@ def resume_search(
     resume_errored: bool = False,
     session: Callable[[], Any] | None = None,
     trainable: Callable | None = None,
+    display: Any = None,
 ) -> SearchOutcome:
     """Continue the search ``name`` in ``storage`` (default runs root) after its driver stopped.
 
@@ -168,7 +174,7 @@ def resume_search(
     the result is assembled and stored as in :func:`run_search`. A search that already finished
     is not run again: its stored outcome is returned. ``resume_errored`` also retries trials
     that had failed. ``store`` overrides the policy store of the original configuration;
-    ``address``/``session`` as in :func:`run_search`.
+    ``address``/``session``/``display`` as in :func:`run_search`.
     """
     from autoaug.search.config import default_runs_root
 
@@ -201,19 +207,27 @@ def resume_search(
             resume_unfinished=True,
             resume_errored=resume_errored,
         )
+        display = _display(display, config.verbose)
+        attach_display(tuner, display, config.num_trials, config.epochs)
         _fit(tuner, config)
-        _rescore(config, run, state["optuna"]["storage"])
+        _rescore(config, run, state["optuna"]["storage"], display)
     return _finish(config, run, state, session_started=started)
 
 
 def _session(session: Callable[[], Any] | None, address: str | None, verbose: int) -> Any:
     if session is not None:
         return session()
-    from autoaug.core.ray_session import ray_session
+    from autoaug.core.ray_session import output_settings, ray_session
 
-    return ray_session(
-        address, log_to_driver=verbose >= 2, logging_level=logging.INFO if verbose >= 2 else logging.WARNING
-    )
+    return ray_session(address, **output_settings(verbose >= 2))
+
+
+def _display(display: Any, verbose: int) -> Any:
+    if display is not None:
+        return display
+    from autoaug.core.progress import Progress
+
+    return Progress("plain" if verbose >= 1 else "quiet")
 
 
 def _quiet_tune(verbose: int) -> None:
@@ -222,6 +236,10 @@ def _quiet_tune(verbose: int) -> None:
     # stopped -- so its "snapshotting triggered multiple times" warning is expected noise.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if verbose < 2:
+        # Tune's own console output (its configuration box, "View detailed results here", the
+        # TensorBoard hint naming a driver staging folder) only with -v: the legacy output engine
+        # at verbose=0 prints nothing; our progress display says what matters.
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
         # The progress line already shows each failure in one line (and Tune names the trial's
         # error.txt); full tracebacks only when verbose.
         os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
@@ -355,7 +373,7 @@ def _final_candidates(config: SearchConfig, trials: list, assembled: Any) -> lis
     return list(unique.values())
 
 
-def _rescore(config: SearchConfig, run: RunDir, study_url: str) -> None:
+def _rescore(config: SearchConfig, run: RunDir, study_url: str, display: Any) -> None:
     """With ``config.rescore``: train the final candidates under the proxy (fresh seed) once,
     saving their scores in the run directory (:mod:`autoaug.search.rescore`)."""
     if not config.rescore:
@@ -372,17 +390,15 @@ def _rescore(config: SearchConfig, run: RunDir, study_url: str) -> None:
     if len(candidates) < 2:
         return
     cached = run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {}
-    if config.verbose >= 1 and any(c.key not in cached for c in candidates):
+    if any(c.key not in cached for c in candidates):
         what = ", ".join(f"{c.kind} ({len(c.policy.sub_policies)} sub-policies)" for c in candidates)
-        print(f"re-scoring the final candidates under the proxy ({config.epochs} epochs, fresh seed): {what}",
-              flush=True)
+        display.log(f"re-scoring the final candidates under the proxy ({config.epochs} epochs, fresh seed): {what}")
     scores = rescore_candidates(
         candidates, config.train, cpus=config.cpus_per_trial, gpus=config.gpus_per_trial, cached=cached,
         save=lambda results: run.write_json(RESCORE_FILE, results), score_window=config.score_window,
     )
-    if config.verbose >= 1:
-        line = ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f}" for c in candidates)
-        print(f"re-scored ({METRIC}): {line}", flush=True)
+    line = ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f}" for c in candidates)
+    display.log(f"re-scored ({METRIC}): {line}")
 
 
 def _trainable(config: SearchConfig, trainable: Callable | None = None) -> Any:
@@ -403,7 +419,8 @@ def _trial_name(trial: Any) -> str:
     return f"{_TRIAL_DIR_PREFIX}{trial.trial_id}"
 
 
-def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: Callable | None) -> tune.Tuner:
+def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: Callable | None,
+                 display: Any) -> tune.Tuner:
     storage = make_storage(study_url)
     searcher = StudySearch(
         space=config.space.distributions(),
@@ -427,7 +444,8 @@ def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: C
     # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
     stopped = StoppedTrials()
     scheduler = make_scheduler(config, study_url, stopped)
-    callbacks = [ProgressCallback(config.num_trials, config.epochs, stopped=stopped)] if config.verbose >= 1 else []
+    callbacks: list[Any] = [ProgressCallback(config.num_trials, config.epochs, stopped=stopped, display=display)]
+    callbacks += experiment_loggers(config)
     return tune.Tuner(
         _trainable(config, trainable),
         tune_config=tune.TuneConfig(

@@ -34,15 +34,27 @@ def run_id(candidate: Candidate, seed: int) -> str:
     return f"{_slug(candidate.label)}-{candidate.policy_hash[:8]}-seed{seed}"
 
 
-def _train_one(train_config: dict[str, Any], policy: dict[str, Any]) -> dict[str, Any]:
-    """Body of one run (a Ray task): train, evaluate on the test split, return the record."""
+def _train_one(train_config: dict[str, Any], policy: dict[str, Any], queue: Any = None,
+               key: str | None = None) -> dict[str, Any]:
+    """Body of one run (a Ray task): train, evaluate on the test split, return the record.
+
+    With ``queue`` (a ``ray.util.queue.Queue``), ``(key, epoch, validation accuracy)`` is put on it
+    after every epoch: the driver's progress display reads it (best effort: a full or gone queue
+    never fails the run)."""
     import ray
 
     from autoaug.policies.policy import Policy
     from autoaug.proxy_models.train import TrainConfig, train
 
     config = TrainConfig.from_dict(train_config)
-    result = train(config, Policy.from_dict(policy))
+
+    def report(metrics: dict[str, Any]) -> None:
+        try:
+            queue.put_nowait((key, int(metrics["epoch"]), metrics.get("val_accuracy")))
+        except Exception:  # progress only
+            pass
+
+    result = train(config, Policy.from_dict(policy), report=report if queue is not None else None)
     try:
         node_id = ray.get_runtime_context().get_node_id()
     except Exception:  # pragma: no cover - always inside Ray here
@@ -137,14 +149,17 @@ def _describe_run(r: Mapping[str, Any]) -> str:
     )
 
 
-def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None = None) -> Comparison:
+def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None = None,
+                display: Any = None) -> Comparison:
     """Train every (policy, seed) run not finished yet, then summarise, write and attach.
 
     ``progress(line)`` receives one line per finished (or reused) run, ``[k/total] ...``, and a
-    few status lines. Raises :class:`CompareError` for bad input or a failed run (the runs that
-    finished stay saved, so re-running resumes).
+    few status lines. ``display`` (an :class:`autoaug.core.progress.Progress`) also gets a bar of
+    the runs (done/total, ETA) and one bar of epochs per running run, fed after every epoch
+    through a Ray queue; its lines replace ``progress``. Raises :class:`CompareError` for bad input
+    or a failed run (the runs that finished stay saved, so re-running resumes).
     """
-    say = progress or (lambda line: None)
+    say = display.log if display is not None else (progress or (lambda line: None))
     candidates = resolve_candidates(config.policies, config.baselines, config.store)
     dataset_fp = _dataset_fingerprint(config)
     out = Location.parse(config.out, what="--out")
@@ -174,7 +189,7 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
 
     trained = 0
     if todo:
-        trained = _run_all(config, todo, done, out, total, say)
+        trained = _run_all(config, todo, done, out, total, say, display)
 
     runs = [done[(c.policy_hash, seed)] for c, seed in jobs]
     comparison = Comparison(
@@ -210,17 +225,14 @@ def _run_all(
     out: Location,
     total: int,
     say: Callable[[str], Any],
+    display: Any = None,
 ) -> int:
-    import logging
 
     import ray
 
     from autoaug.core import ray_session as cluster
 
-    init_kwargs: dict[str, Any] = {"log_to_driver": config.verbose}
-    if not config.verbose:
-        init_kwargs["logging_level"] = logging.WARNING
-    with cluster.ray_session(config.address, **init_kwargs) as info:
+    with cluster.ray_session(config.address, **cluster.output_settings(bool(config.verbose))) as info:
         say(f"compare: {len(todo)} runs to train on {info.describe()}; {config.cpus_per_run} CPU(s) per run")
         # A task asking for more than any single node has would wait forever: refuse it here.
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
@@ -237,6 +249,15 @@ def _run_all(
                 f"{most_gpus:g}; use --gpus-per-run 0 with a CPU preset (--preset cpu) or run on GPU machines"
             )
         task = ray.remote(_train_one)
+        bars = display is not None and display.live
+        queue = None
+        if bars:
+            from ray.util.queue import Queue
+
+            queue = Queue(actor_options={"num_cpus": 0})  # takes no CPU from the runs
+            epochs = config.train.epochs
+            display.add("runs", "compare", total=total, unit="runs", completed=len(done),
+                        status=f"{len(todo)} to train")
         pending: dict[Any, tuple[Candidate, int, Any]] = {}
         for c, seed in todo:
             run_cfg = config.run_config(seed)
@@ -246,12 +267,14 @@ def _run_all(
                 max_retries=2,  # node or worker died; an exception in training is not retried
                 retry_exceptions=False,
                 name=f"autoaug-compare:{run_id(c, seed)}",
-            ).remote(run_cfg.to_dict(), c.policy.to_dict())
+            ).remote(run_cfg.to_dict(), c.policy.to_dict(), queue, run_id(c, seed))
             pending[ref] = (c, seed, run_cfg)
         trained = 0
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5 if bars else None)
+                if bars:
+                    _show_epochs(display, queue, epochs)
                 for ref in ready:
                     c, seed, run_cfg = pending.pop(ref)
                     try:
@@ -267,7 +290,27 @@ def _run_all(
                     done[(c.policy_hash, seed)] = record
                     trained += 1
                     say(f"[{len(done)}/{total}] trained {_describe_run(record)}")
+                    if bars:
+                        display.remove(f"run:{record['run_id']}")
+                        display.update("runs", completed=len(done), status=f"{len(pending)} left")
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)
+            if bars:
+                display.remove("runs")
+                for c, seed in todo:
+                    display.remove(f"run:{run_id(c, seed)}")
     return trained
+
+
+def _show_epochs(display: Any, queue: Any, epochs: int) -> None:
+    """Move the per-run epoch bars by what the runs put on the queue since the last call."""
+    try:
+        items = queue.get_nowait_batch(queue.qsize())
+    except Exception:  # the queue actor is gone: no epoch bars
+        return
+    for key, epoch, val in items:
+        name = f"run:{key}"
+        if not display.has(name):
+            display.add(name, f"  {key}", total=epochs, unit="epochs")
+        display.update(name, completed=epoch, status="" if val is None else f"val {100 * val:.1f}%")

@@ -1,0 +1,188 @@
+"""A picture of a search (``autoaug report NAME``): one PNG from the run's Optuna study.
+
+Four panels, drawn with matplotlib from the study in the run directory (``optuna.db``, or the
+storage ``search_config.json`` names):
+
+1. **score per trial and best so far**: each finished trial's ``val_accuracy`` in the order it
+   was proposed (pruned = stopped early by ASHA, marked apart) and the running maximum;
+2. **learning curves**: every trial's validation accuracy per epoch (Optuna's intermediate
+   values, the numbers ASHA compared);
+3. **ops and magnitudes among the top trials**: how often each operation appears, with a
+   non-zero probability, in the sub-policies of the best ``top`` trials, and the mean magnitude
+   bin it was drawn with;
+4. **parameter importances**: ``optuna.importance.get_param_importances`` (fANOVA) of the
+   study's parameters, summed per kind (op type / probability / magnitude of each sub-policy slot)
+   when there are many; skipped, saying why, with fewer than 2 finished trials.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autoaug.core.errors import UserInputError
+from autoaug.search.config import METRIC
+from autoaug.search.run_dir import CONFIG_FILE, STUDY_FILE, RunDir
+from autoaug.search.study import make_storage
+
+__all__ = ["ReportData", "load_report_data", "write_report"]
+
+
+@dataclass(frozen=True)
+class ReportData:
+    name: str
+    run_dir: str
+    trials: list  # optuna FrozenTrials, finished ones (COMPLETE or PRUNED), by number
+    study: Any
+    epochs: int | None
+
+
+def load_report_data(name: str, storage: str) -> ReportData:
+    """The study and settings of search ``name`` in the runs root ``storage``."""
+    run = RunDir(storage, name)
+    if not run.exists(CONFIG_FILE):
+        raise UserInputError(f"no search named {name!r} in {storage} (no {CONFIG_FILE} in {run.uri}); check NAME and --storage")
+    state = run.read_json(CONFIG_FILE)
+    url = state.get("optuna", {}).get("storage")
+    if not url:
+        if run.local_path is None:
+            raise UserInputError(f"{run.uri} names no Optuna storage")
+        url = "sqlite:///" + os.path.join(run.local_path, STUDY_FILE)
+    study = optuna.load_study(study_name=state.get("optuna", {}).get("study_name", name), storage=make_storage(url))
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    trials = sorted((t for t in study.trials if t.state in finished and t.value is not None), key=lambda t: t.number)
+    epochs = (state.get("config", {}).get("train") or {}).get("epochs")
+    return ReportData(name=name, run_dir=run.uri, trials=trials, study=study, epochs=epochs)
+
+
+def _slots(params: dict[str, Any]) -> list[tuple[str, float, int]]:
+    """``[(op, probability, magnitude bin)]`` of every sub-policy slot (``spI_opJ_type/prob/mag``)."""
+    out = []
+    for key, op in params.items():
+        if key.endswith("_type"):
+            stem = key[: -len("_type")]
+            out.append((str(op), float(params.get(f"{stem}_prob", 0.0)), int(params.get(f"{stem}_mag", 0))))
+    return out
+
+
+def op_frequencies(trials: list, top: int) -> tuple[Counter, dict[str, float]]:
+    """(count of each op with probability > 0 in the best ``top`` trials, its mean magnitude bin)."""
+    best = sorted(trials, key=lambda t: t.value, reverse=True)[:top]
+    counts: Counter = Counter()
+    mags: dict[str, list[int]] = defaultdict(list)
+    for t in best:
+        for op, prob, mag in _slots(t.params):
+            if prob > 0:
+                counts[op] += 1
+                mags[op].append(mag)
+    return counts, {op: sum(v) / len(v) for op, v in mags.items()}
+
+
+def importances(study: Any, trials: list) -> tuple[dict[str, float], str | None]:
+    """Optuna's parameter importances grouped by kind (``op type``, ``probability``,
+    ``magnitude``) and by sub-policy; ``({}, reason)`` when they cannot be computed."""
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(complete) < 2:
+        return {}, f"only {len(complete)} completed trial(s): Optuna needs at least 2 for importances"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = optuna.importance.get_param_importances(study)
+    except Exception as exc:  # noqa: BLE001 - one panel explains, the rest of the report stands
+        return {}, f"Optuna could not compute importances: {exc}"
+    grouped: dict[str, float] = defaultdict(float)
+    kinds = {"type": "op", "prob": "probability", "mag": "magnitude"}
+    for key, value in raw.items():
+        parts = key.split("_")  # sp0_op1_type
+        label = f"{parts[0]} {kinds.get(parts[-1], parts[-1])}" if len(parts) == 3 else key
+        grouped[label] += float(value)
+    return dict(sorted(grouped.items(), key=lambda kv: kv[1], reverse=True)), None
+
+
+def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
+    """Draw the four panels into the PNG ``out``; returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    if not data.trials:
+        raise UserInputError(f"search {data.name!r} has no finished trial yet: nothing to plot")
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig.suptitle(f"search {data.name}: {len(data.trials)} finished trials ({data.run_dir})", fontsize=11)
+
+    # 1. score per trial, best so far
+    ax = axes[0][0]
+    numbers = [t.number for t in data.trials]
+    values = [t.value for t in data.trials]
+    pruned = [t.state == optuna.trial.TrialState.PRUNED for t in data.trials]
+    ax.scatter([n for n, p in zip(numbers, pruned) if not p], [v for v, p in zip(values, pruned) if not p],
+               color="tab:blue", label="completed", zorder=3)
+    if any(pruned):
+        ax.scatter([n for n, p in zip(numbers, pruned) if p], [v for v, p in zip(values, pruned) if p],
+                   color="tab:gray", marker="x", label="stopped early (ASHA)", zorder=3)
+    best, running = float("-inf"), []
+    for v in values:
+        best = max(best, v)
+        running.append(best)
+    ax.step(numbers, running, where="post", color="tab:red", label="best so far")
+    ax.set_xlabel("trial (Optuna number)")
+    ax.set_ylabel(METRIC)
+    ax.set_title("score per trial")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+    # 2. learning curves
+    ax = axes[0][1]
+    top_ids = {t.number for t in sorted(data.trials, key=lambda t: t.value, reverse=True)[:top]}
+    for t in data.trials:
+        steps = sorted(t.intermediate_values)
+        if not steps:
+            continue
+        highlight = t.number in top_ids
+        ax.plot(steps, [t.intermediate_values[s] for s in steps], marker="o", markersize=3,
+                alpha=0.9 if highlight else 0.35, linewidth=1.8 if highlight else 0.8,
+                label=f"#{t.number} ({t.value:.3f})" if highlight else None)
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_ylabel(METRIC)
+    ax.set_title(f"learning curves (top {len(top_ids)} labelled)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+    # 3. ops and magnitudes among the top trials
+    ax = axes[1][0]
+    counts, mean_mag = op_frequencies(data.trials, top)
+    ops = [op for op, _ in counts.most_common()]
+    ax.barh(ops[::-1], [counts[o] for o in ops[::-1]], color="tab:green")
+    from autoaug.policies.ops import REGISTRY
+
+    for i, op in enumerate(ops[::-1]):
+        if op in REGISTRY and REGISTRY[op].has_magnitude:  # no label for AutoContrast, Equalize...
+            ax.text(counts[op] + 0.05, i, f"mag {mean_mag[op]:.1f}", va="center", fontsize=7)
+    ax.set_xlabel(f"occurrences with p > 0 in the best {min(top, len(data.trials))} trials (mean magnitude bin)")
+    ax.set_title("ops and magnitudes of the top trials")
+    ax.grid(alpha=0.3, axis="x")
+
+    # 4. parameter importances
+    ax = axes[1][1]
+    imp, reason = importances(data.study, data.trials)
+    if imp:
+        labels = list(imp)[:15]
+        ax.barh(labels[::-1], [imp[k] for k in labels[::-1]], color="tab:purple")
+        ax.set_xlabel("importance (Optuna fANOVA, summed per slot)")
+    else:
+        ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=9)
+        ax.set_axis_off()
+    ax.set_title("parameter importances")
+
+    fig.tight_layout()
+    path = os.path.abspath(os.path.expanduser(out))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from autoaug.core.errors import UserInputError
-from autoaug.launch.options import Option, add_options, option
+from autoaug.launch.options import JSON, Option, add_options, option
 
 _REF_HELP = (
     "policy reference, first match wins: a preset (NAME or preset:NAME), a path to a policy JSON file, "
@@ -249,8 +249,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from autoaug.policies.export import UnsupportedOpError, to_dali_source, to_timm
+
     policy, _, label = _resolve(args.ref, args)
-    _write_text(policy.to_json() + "\n", args.out)
+    try:
+        if args.format == "dali":
+            text = to_dali_source(policy)
+        elif args.format == "timm":
+            text = json.dumps(to_timm(policy), indent=2) + "\n"
+        else:
+            text = policy.to_json() + "\n"
+    except UnsupportedOpError as exc:
+        raise UserInputError(str(exc)) from None
+    _write_text(text, args.out)
     if args.out not in (None, "-"):
         print(f"exported {label} to {args.out}", file=sys.stderr)
     return 0
@@ -381,7 +392,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("list", parents=[store_opt], help="stored names, or the versions of one name")
     p.add_argument("name", nargs="?", help="show every version of this name")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_options(p, [JSON])
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("check", parents=[store_opt],
@@ -393,12 +404,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("show", parents=[store_opt], help="sub-policies, provenance and evaluations of a policy")
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_options(p, [JSON])
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("export", parents=[store_opt], help="write a policy's canonical JSON")
+    p = sub.add_parser("export", parents=[store_opt],
+                       help="write a policy as JSON, as DALI auto_aug Python source, or for timm's AutoAugment")
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
-    p.add_argument("--format", choices=["json"], default="json", help="output format (default json)")
+    p.add_argument("--format", choices=["json", "dali", "timm"], default="json",
+                   help="json: the canonical policy JSON (default); dali: Python building an nvidia.dali.auto_aug "
+                        "Policy from DALI's own augmentations; timm: timm's AutoAugment format (JSON)")
     add_options(p, [_EXPORT_OUT])
     p.set_defaults(func=cmd_export)
 

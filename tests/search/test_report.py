@@ -1,0 +1,77 @@
+"""autoaug report: the PNG of a search, drawn from its Optuna study and run directory."""
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from autoaug.core.errors import UserInputError
+from autoaug.launch.cli import main
+from autoaug.search.report import importances, load_report_data, op_frequencies
+
+
+def _run_dir(tmp_path, name="s", n=8):
+    run = tmp_path / "runs" / name
+    run.mkdir(parents=True)
+    url = f"sqlite:///{run / 'optuna.db'}"
+    (run / "search_config.json").write_text(json.dumps(
+        {"config": {"train": {"epochs": 3}}, "optuna": {"storage": url, "study_name": name}}))
+    study = optuna.create_study(study_name=name, storage=url, direction="maximize")
+    ops = ["Rotate", "Equalize", "Cutout", "ShearX"]
+    for i in range(n):
+        t = study.ask({
+            "sp0_op0_type": optuna.distributions.CategoricalDistribution(ops),
+            "sp0_op0_prob": optuna.distributions.FloatDistribution(0, 1, step=0.1),
+            "sp0_op0_mag": optuna.distributions.IntDistribution(0, 9),
+        })
+        score = 0.2 + 0.05 * (t.params["sp0_op0_type"] == "Rotate") + 0.01 * i
+        for epoch in (1, 2, 3):
+            t.report(score * epoch / 3, epoch)
+        state = optuna.trial.TrialState.PRUNED if i == 2 else optuna.trial.TrialState.COMPLETE
+        study.tell(t, score if state == optuna.trial.TrialState.COMPLETE else None, state=state)
+    return tmp_path / "runs", study
+
+
+def test_report_png_and_json(tmp_path, capsys):
+    from PIL import Image
+
+    runs, study = _run_dir(tmp_path)
+    out = tmp_path / "r.png"
+    assert main(["report", "s", "--storage", str(runs), "--out", str(out), "--json", "--top", "3"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["png"] == str(out) and Image.open(out).size[0] > 1000
+    best = max((t for t in study.trials if t.value is not None), key=lambda t: t.value)
+    assert doc["best"] == {"number": best.number, "value": best.value}
+    assert sum(v["count"] for v in doc["top_ops"].values()) <= 3
+    assert doc["importances"] and abs(sum(doc["importances"].values()) - 1.0) < 1e-6
+
+
+def test_top_op_counts_ignore_zero_probability(tmp_path):
+    runs, _ = _run_dir(tmp_path)
+    data = load_report_data("s", str(runs))
+    counts, mags = op_frequencies(data.trials, top=len(data.trials))
+    expected = sum(1 for t in data.trials if t.params["sp0_op0_prob"] > 0)
+    assert sum(counts.values()) == expected
+    assert all(0 <= m <= 9 for m in mags.values())
+
+
+def test_importances_need_two_completed_trials(tmp_path):
+    runs, _ = _run_dir(tmp_path, n=1)
+    data = load_report_data("s", str(runs))
+    imp, reason = importances(data.study, data.trials)
+    assert imp == {} and "at least 2" in reason
+
+
+def test_unknown_search_is_one_line(tmp_path, capsys):
+    assert main(["report", "nope", "--storage", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autoaug: error: no search named 'nope'") and err.count("\n") == 1
+
+
+def test_no_finished_trial(tmp_path):
+    from autoaug.search.report import write_report
+
+    runs, _ = _run_dir(tmp_path, n=0)
+    with pytest.raises(UserInputError, match="no finished trial"):
+        write_report(load_report_data("s", str(runs)), str(tmp_path / "x.png"))

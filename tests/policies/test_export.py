@@ -93,7 +93,6 @@ def _timm_aa(doc):
 
 
 def test_timm_export_same_ops_probabilities_and_magnitudes():
-    pytest.importorskip("timm")
     doc = json.loads(json.dumps(to_timm(EVERY_OP)))  # through JSON, as a file would
     aa = _timm_aa(doc)
     random.seed(0)
@@ -119,7 +118,6 @@ def test_timm_export_same_ops_probabilities_and_magnitudes():
 
 
 def test_timm_export_applies_with_the_policy_probability():
-    pytest.importorskip("timm")
     from PIL import Image
 
     policy = Policy("p", 10, [[("Invert", 0.3, 0)], [("Identity", 1.0, 0)]])

@@ -70,3 +70,19 @@ def test_pickled_with_tune_state_without_the_display():
     cb = ProgressCallback(num_trials=1, epochs=1, display=Progress("plain", stream=io.StringIO()))
     clone = pickle.loads(pickle.dumps(cb))
     assert clone.display is None and clone.num_trials == 1
+
+
+def test_a_restored_tuner_gets_this_drivers_display():
+    from autoaug.search.reconcile import attach_display
+
+    display = Progress("plain", stream=io.StringIO())
+    restored = pickle.loads(pickle.dumps(ProgressCallback(3, 2, display=Progress("quiet"))))
+    run_config = SimpleNamespace(callbacks=[restored])
+    tuner = SimpleNamespace(_local_tuner=SimpleNamespace(get_run_config=lambda: run_config))
+    attach_display(tuner, display, 3, 2)
+    assert restored.display is display and run_config.callbacks == [restored]
+
+    run_config = SimpleNamespace(callbacks=[])  # the first driver ran with -q
+    attach_display(tuner, display, 3, 2)
+    (added,) = run_config.callbacks
+    assert isinstance(added, ProgressCallback) and added.display is display and added.num_trials == 3

@@ -259,6 +259,7 @@ def _run_all(
             display.add("runs", "compare", total=total, unit="runs", completed=len(done),
                         status=f"{len(todo)} to train")
         pending: dict[Any, tuple[Candidate, int, Any]] = {}
+        finished: set[str] = set()  # run ids whose bar is gone (a late queue item must not bring it back)
         for c, seed in todo:
             run_cfg = config.run_config(seed)
             ref = task.options(
@@ -274,7 +275,7 @@ def _run_all(
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5 if bars else None)
                 if bars:
-                    _show_epochs(display, queue, epochs)
+                    _show_epochs(display, queue, epochs, finished)
                 for ref in ready:
                     c, seed, run_cfg = pending.pop(ref)
                     try:
@@ -291,6 +292,7 @@ def _run_all(
                     trained += 1
                     say(f"[{len(done)}/{total}] trained {_describe_run(record)}")
                     if bars:
+                        finished.add(record["run_id"])
                         display.remove(f"run:{record['run_id']}")
                         display.update("runs", completed=len(done), status=f"{len(pending)} left")
         finally:
@@ -303,13 +305,15 @@ def _run_all(
     return trained
 
 
-def _show_epochs(display: Any, queue: Any, epochs: int) -> None:
+def _show_epochs(display: Any, queue: Any, epochs: int, finished: set[str]) -> None:
     """Move the per-run epoch bars by what the runs put on the queue since the last call."""
     try:
         items = queue.get_nowait_batch(queue.qsize())
     except Exception:  # the queue actor is gone: no epoch bars
         return
     for key, epoch, val in items:
+        if key in finished:
+            continue
         name = f"run:{key}"
         if not display.has(name):
             display.add(name, f"  {key}", total=epochs, unit="epochs")

@@ -345,3 +345,35 @@ def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_
 def test_config_names_missing_training_data(tmp_path):
     with pytest.raises(CompareError, match="training data '.*nothere' does not exist"):
         compare.config_from_dict({"data": str(tmp_path / "nothere")})
+
+
+@pytest.mark.slow
+def test_compare_live_display_shows_epochs_of_running_runs(tmp_path, cifar_train, small_test_split):
+    """On a terminal the runs put (run, epoch, val) on a Ray queue and the display shows them."""
+    import io
+
+    from rich.console import Console
+
+    from autoaug.core.progress import Progress
+    from autoaug.launch.compare import config_from_dict, run_compare
+
+    config = config_from_dict({
+        "baselines": "none,standard", "seeds": 1, "preset": "smoke", "data": str(cifar_train),
+        "test_data": str(small_test_split), "out": str(tmp_path / "cmp"), "attach": False,
+        "train": {"train_size": 256, "val_size": 128, "epochs": 2},
+    })
+    seen: list[tuple[str, float]] = []
+
+    class Recording(Progress):
+        def update(self, key, **kw):
+            if key.startswith("run:") and kw.get("completed") is not None:
+                seen.append((key, kw["completed"]))
+            super().update(key, **kw)
+
+    console = Console(file=io.StringIO(), record=True, width=160, force_terminal=True)
+    with Recording(console=console) as display:
+        comparison = run_compare(config, display=display)
+    assert len(comparison.runs) == 2
+    assert {k for k, _ in seen} == {f"run:{r['run_id']}" for r in comparison.runs}
+    assert {e for _, e in seen} <= {1, 2} and seen  # per-epoch updates from inside the Ray tasks
+    assert "[2/2] trained" in console.export_text()

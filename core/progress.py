@@ -97,6 +97,9 @@ class Progress:
             TimeRemainingColumn(),
             console=console,
             refresh_per_second=4,
+            # Epochs and trials take minutes: estimate the rate over the last hour, not rich's
+            # default 30 s (which leaves the ETA blank when one step takes longer than that).
+            speed_estimate_period=3600,
         )
         self._rich.start()
 

@@ -6,6 +6,7 @@ import pickle
 from types import SimpleNamespace
 
 from autoaug.core.progress import Progress
+from autoaug.search.config import METRIC
 from autoaug.search.progress import ProgressCallback
 
 
@@ -28,20 +29,20 @@ def test_status_counts_running_stopped_and_best():
         cb.setup()
         cb.on_trial_start(0, [a, b], a)
         cb.on_trial_start(0, [a, b], b)
-        cb.on_trial_result(0, [a, b], a, {"training_iteration": 1, "val_accuracy": 0.30})
+        cb.on_trial_result(0, [a, b], a, {"training_iteration": 1, METRIC: 0.30})
         assert display.has("trial:aaa") and display.has("search")
         # b stopped early by ASHA after 1 epoch, a completes 3 epochs
-        b.status, b.last_result = "TERMINATED", {"epoch": 1, "training_iteration": 1, "val_accuracy": 0.2}
+        b.status, b.last_result = "TERMINATED", {"epoch": 1, "training_iteration": 1, METRIC: 0.2}
         cb.on_trial_complete(0, [a, b], b)
-        a.status, a.last_result = "TERMINATED", {"epoch": 3, "training_iteration": 3, "val_accuracy": 0.5}
+        a.status, a.last_result = "TERMINATED", {"epoch": 3, "training_iteration": 3, METRIC: 0.5}
         cb.on_trial_complete(0, [a, b], a)
         assert not display.has("trial:aaa")
         status = cb._status()
         display._rich.refresh()
     assert status == "2/4 trials (1 stopped early), 0 running | best 0.5000 (aaa)"
     text = console.export_text()
-    assert "[1/4] trial bbb val_accuracy 0.2000 after 1/3 epochs (stopped early)" in text
-    assert "[2/4] trial aaa val_accuracy 0.5000 after 3/3 epochs" in text and "| best 0.5000 (aaa)" in text
+    assert f"[1/4] trial bbb {METRIC} 0.2000 after 1/3 epochs (stopped early)" in text
+    assert f"[2/4] trial aaa {METRIC} 0.5000 after 3/3 epochs" in text and "| best 0.5000 (aaa)" in text
 
 
 def test_overall_bar_counts_a_stopped_trial_as_all_its_epochs():
@@ -50,7 +51,7 @@ def test_overall_bar_counts_a_stopped_trial_as_all_its_epochs():
     t = _trial("x")
     with display:
         cb.on_trial_start(0, [t], t)
-        t.status, t.last_result = "TERMINATED", {"epoch": 1, "training_iteration": 1, "val_accuracy": 0.1}
+        t.status, t.last_result = "TERMINATED", {"epoch": 1, "training_iteration": 1, METRIC: 0.1}
         cb.on_trial_complete(0, [t], t)
         task = display._rich.tasks[0]
         assert (task.completed, task.total) == (4, 8)  # ETA follows the work really left
@@ -59,11 +60,11 @@ def test_overall_bar_counts_a_stopped_trial_as_all_its_epochs():
 def test_plain_lines_without_a_terminal():
     out = io.StringIO()
     cb = ProgressCallback(num_trials=1, epochs=1, display=Progress("plain", stream=out))
-    t = _trial("x", "TERMINATED", epoch=1, training_iteration=1, val_accuracy=0.25, time_total_s=3.0)
+    t = _trial("x", "TERMINATED", epoch=1, training_iteration=1, **{METRIC: 0.25}, time_total_s=3.0)
     cb.on_trial_start(0, [t], t)
-    cb.on_trial_result(0, [t], t, {"training_iteration": 1, "val_accuracy": 0.25})
+    cb.on_trial_result(0, [t], t, {"training_iteration": 1, METRIC: 0.25})
     cb.on_trial_complete(0, [t], t)
-    assert out.getvalue() == "[1/1] trial x val_accuracy 0.2500 after 1/1 epochs, 3 s | best 0.2500 (x)\n"
+    assert out.getvalue() == f"[1/1] trial x {METRIC} 0.2500 after 1/1 epochs, 3 s | best 0.2500 (x)\n"
 
 
 def test_pickled_with_tune_state_without_the_display():

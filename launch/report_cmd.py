@@ -17,6 +17,9 @@ from autoaug.launch.options import JSON, Option, add_options, option
 
 __all__ = ["register", "run"]
 
+#: The search extra's libraries this command needs (checked by autoaug.launch.cli.main).
+REQUIRES = ("optuna", "matplotlib")
+
 OPTIONS: tuple[Option, ...] = (
     option("--storage", kind="path", metavar="DIR|URI",
            help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)"),

@@ -567,6 +567,7 @@ def train(
     report: Callable[[dict[str, Any]], Any] | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     resume_from: str | os.PathLike | None = None,
+    split: Any = None,
 ) -> TrainResult:
     """Train ``config.model`` on ``config.data`` augmented by ``policy``; see the module docs.
 
@@ -579,6 +580,9 @@ def train(
     ``config.test_data`` is set. With ``checkpoint_dir`` the trainer first writes
     ``checkpoint_dir/checkpoint.pt`` atomically and adds ``metrics["checkpoint_dir"]``.
     ``resume_from``: a directory holding ``checkpoint.pt``; training continues after its epoch.
+    ``split``: a :class:`autoaug.proxy_models.data.Split` of ``config.data`` to train and validate
+    on instead of the reduced split the config describes (e.g. one fold of
+    :func:`autoaug.proxy_models.data.stratified_folds`); its fingerprint is recorded as usual.
 
     Bad config, data, policy or checkpoint raise (``ValueError``, ``FileNotFoundError``) before the
     first epoch.
@@ -597,7 +601,7 @@ def train(
         _check_resumable(checkpoint, config, policy)
 
     with _TorchState(config, device), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        return _train(config, policy, device, report, checkpoint_dir, checkpoint)
+        return _train(config, policy, device, report, checkpoint_dir, checkpoint, split)
 
 
 def _check_resumable(checkpoint: dict[str, Any], config: TrainConfig, policy: Any) -> None:
@@ -621,6 +625,7 @@ def _train(
     report: Callable[[dict[str, Any]], Any] | None,
     checkpoint_dir: str | os.PathLike | None,
     checkpoint: dict[str, Any] | None,
+    given_split: Any = None,
 ) -> TrainResult:
     from autoaug.proxy_models.data import reduced_split
 
@@ -629,10 +634,15 @@ def _train(
     # ---- data (every check that can fail happens here, before the first epoch) -------------
     ds = _open(config.data, "train")
     dataset_fp = ds.fingerprint()
-    split = reduced_split(
-        ds.labels, train_size=config.train_size or None, val_size=config.val_size,
-        seed=config.split_seed, dataset_fingerprint=dataset_fp,
-    )
+    if given_split is not None:
+        split = dataclasses.replace(given_split, dataset_fingerprint=dataset_fp)
+        if len(split.train) and (split.train.min() < 0 or max(split.train.max(), split.val.max(initial=0)) >= len(ds)):
+            raise ValueError(f"the given split indexes beyond the {len(ds)} images of {config.data}")
+    else:
+        split = reduced_split(
+            ds.labels, train_size=config.train_size or None, val_size=config.val_size,
+            seed=config.split_seed, dataset_fingerprint=dataset_fp,
+        )
     if checkpoint is not None:
         if checkpoint["dataset_fingerprint"] != dataset_fp:
             raise ValueError(

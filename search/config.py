@@ -81,6 +81,13 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "grace_period": 40, "reduction_factor": 3, "top_n": 5, "score_window": 5,
         "warm_start": ["autoaugment-cifar10"], "rescore": True,
     },
+    # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU
+    # as PBA did; ASHA cuts the weak candidates at epochs 15 and 45.
+    "paper": {
+        "train": {"preset": "paper"},
+        "num_trials": 200, "concurrency": 8, "cpus_per_trial": 2, "gpus_per_trial": 0.25,
+        "grace_period": 15, "reduction_factor": 3,
+    },
     # Density matching (Fast AutoAugment) on a CPU: K=5 fold models of the proxy-cpu recipe on
     # the 1,000-image search split, then T=2 rounds of B=200 scoring trials per fold, the top 10
     # of each round merged (docs/search.md, "Two methods").
@@ -89,13 +96,6 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "train": {"preset": "proxy-cpu"},
         "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
         "density": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
-    },
-    # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU
-    # as PBA did; ASHA cuts the weak candidates at epochs 15 and 45.
-    "paper": {
-        "train": {"preset": "paper"},
-        "num_trials": 200, "concurrency": 8, "cpus_per_trial": 2, "gpus_per_trial": 0.25,
-        "grace_period": 15, "reduction_factor": 3,
     },
 }  # fmt: skip
 

@@ -8,11 +8,12 @@ of a default density-matching search.
   candidates per hour = 2 slots x 3600 / that.
 * **density method** (``density-cpu`` preset: K=5 fold models of the same proxy recipe, T=2 rounds
   x B candidates per fold): a real search through :func:`autoaug.search.tuner.run_search` with
-  ``--trials-per-round`` candidates per round (default 200 = the full default search). Reported:
+  ``--trials-per-round`` candidates per round (default 200 = the full default search) and fold
+  models of ``--fold-epochs`` epochs (default the preset's 120). Reported:
   fold-model training wall time, scoring wall time, candidates scored per hour, the per-trial
   time inside the trial (set-up and scoring), and the wall time of the full default search (when
-  a smaller B was run: fold training + the measured scoring rate x 2,000 candidates, labelled as
-  an extrapolation).
+  a smaller B or fewer fold epochs were run: fold training scaled to 120 epochs + the measured
+  scoring rate x 2,000 candidates, labelled as an extrapolation).
 * **objective** (``--objective-candidates M``, default 40): M random candidates of the search
   space are scored twice on fold model 0 with different augmentation draws; the Spearman
   correlation between the two passes says how repeatable each objective (accuracy, minus loss)
@@ -59,7 +60,8 @@ def _train_probe(data: str, epochs: int) -> dict:
     }  # fmt: skip
 
 
-def _density_search(data: str, storage: str, trials_per_round: int, folds: int, rounds: int) -> dict:
+def _density_search(data: str, storage: str, trials_per_round: int, folds: int, rounds: int,
+                    fold_epochs: int | None) -> dict:
     from autoaug.search.config import SearchConfig
     from autoaug.search.tuner import run_search
 
@@ -68,22 +70,29 @@ def _density_search(data: str, storage: str, trials_per_round: int, folds: int, 
         store=os.path.join(storage, "store"), verbose=0,
         density={"folds": folds, "rounds": rounds, "trials_per_round": trials_per_round,
                  "top_per_round": min(10, trials_per_round)},
+        **({"train": {"preset": "proxy-cpu", "epochs": fold_epochs}} if fold_epochs else {}),
     )  # fmt: skip
+    full_epochs = SearchConfig.from_preset("density-cpu").train.epochs
     t0 = time.time()
     outcome = run_search(config, overwrite=True)
     wall = time.time() - t0
     prov = outcome.provenance
     timing = prov["time"]
     fold_wall = sum(float(v) for v in timing["fold_training_wall_s"].values())
+    epochs = config.train.epochs
+    # Fold training is linear in epochs: with --fold-epochs E the full recipe's is scaled by 120/E.
+    full_fold_wall = fold_wall * full_epochs / epochs
     rounds_wall = float(timing["rounds_wall_s"])
     trials = prov["trials"]
     per_trial = [t["train_time_s"] for t in trials if t["train_time_s"] is not None]
     n = len(trials)
     scoring_rate = n / rounds_wall * 3600
-    full = fold_wall + FULL_DENSITY_TRIALS / scoring_rate * 3600 if n else None
+    full = full_fold_wall + FULL_DENSITY_TRIALS / scoring_rate * 3600 if n else None
+    measured = n == FULL_DENSITY_TRIALS and epochs == full_epochs
     return {
         "folds": folds, "rounds": rounds, "trials_per_round": trials_per_round, "trials": n,
-        "wall_s": wall, "fold_training_wall_s": fold_wall,
+        "wall_s": wall, "fold_epochs": epochs, "fold_training_wall_s": fold_wall,
+        "fold_training_wall_s_at_full_epochs": full_fold_wall,
         "fold_model_train_s": [f["train_time_s"] for f in prov["method"]["fold_models"]],
         "fold_model_heldout_accuracy": [f["val_accuracy"] for f in prov["method"]["fold_models"]],
         "scoring_wall_s": rounds_wall,
@@ -91,8 +100,10 @@ def _density_search(data: str, storage: str, trials_per_round: int, folds: int, 
         "candidates_per_hour_incl_fold_training": n / wall * 3600,
         "trial_time_median_s": statistics.median(per_trial) if per_trial else None,
         "trial_time_max_s": max(per_trial) if per_trial else None,
-        "full_default_search_wall_s": wall if n == FULL_DENSITY_TRIALS else full,
-        "full_default_search_is": "measured" if n == FULL_DENSITY_TRIALS else "extrapolated",
+        "full_default_search_wall_s": wall if measured else full,
+        "full_default_search_is": "measured" if measured else
+        f"extrapolated: fold training x {full_epochs}/{epochs} epochs + {FULL_DENSITY_TRIALS} candidates at the "
+        "measured scoring rate",
         "run_dir": outcome.run_dir,
     }  # fmt: skip
 
@@ -151,6 +162,9 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--probe-epochs", type=int, default=4)
+    parser.add_argument("--fold-epochs", type=int, default=None,
+                        help="train the fold models this many epochs instead of the preset's 120 and scale their "
+                             "wall time (a shorter measurement; the candidates' scoring cost does not depend on it)")
     parser.add_argument("--objective-candidates", type=int, default=40)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "search-cost"))
     args = parser.parse_args()
@@ -165,7 +179,7 @@ def main() -> None:
           f"-> {train['candidates_per_hour_2_cores']:.0f} candidates/hour on 2 cores", flush=True)
     with tempfile.TemporaryDirectory(prefix="autoaug-search-cost-") as tmp:
         figures["density_method"] = dens = _density_search(args.data, tmp, args.trials_per_round, args.folds,
-                                                           args.rounds)
+                                                           args.rounds, args.fold_epochs)
         print(f"density method: {dens['trials']} candidates, fold models {dens['fold_training_wall_s']:.0f} s, "
               f"scoring {dens['scoring_wall_s']:.0f} s -> {dens['candidates_per_hour_2_cores']:.0f} candidates/hour; "
               f"full default search {dens['full_default_search_wall_s'] / 60:.1f} min "

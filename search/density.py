@@ -225,8 +225,10 @@ def objective_value(objective: str, accuracy: float, loss: float) -> float:
     return accuracy if objective == "accuracy" else -loss
 
 
-def run_density_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str, fold: dict) -> None:
-    """Ray Tune function trainable of a density-matching trial: one candidate, one scoring pass."""
+def run_density_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str, fold: dict,
+                      score_window: int = 1) -> None:
+    """Ray Tune function trainable of a density-matching trial: one candidate, one scoring pass
+    (``score_window`` is the training method's and means nothing here: one report per trial)."""
     from ray import tune
 
     from autoaug.proxy_models.train import TrainConfig

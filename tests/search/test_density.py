@@ -37,6 +37,7 @@ def test_method_flags_map_onto_the_config(tmp_path):
                  "--trials-per-round", "20", "--top-per-round", "4", "--objective", "loss"])
     assert c.method == "density"
     assert c.density == DensityConfig(folds=3, rounds=1, trials_per_round=20, top_per_round=4, objective="loss")
+    assert _config(["--data", "x.parquet", "--objective", "accuracy"]).density.objective == "accuracy"
     assert c.density.num_trials == 60
     assert SearchConfig.from_dict(c.to_dict()) == c
     preset = _config(["--data", "x.parquet", "--preset", "density-cpu"])
@@ -120,7 +121,7 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
     assert result["policy_hash"] == policy.content_hash
     method = prov["method"]
     assert method["name"] == "density" and method["folds"] == 2 and method["rounds"] == 2
-    assert method["trials_per_round"] == 4 and method["top_per_round"] == 2 and method["objective"] == "accuracy"
+    assert method["trials_per_round"] == 4 and method["top_per_round"] == 2 and method["objective"] == "loss"
     assert [f["fold"] for f in method["fold_models"]] == [0, 1]
     assert all(0 < f["val_accuracy"] <= 1 and f["heldout_size"] == 128 for f in method["fold_models"])
     # Every candidate's score is recorded: folds x rounds x trials, each scored.

@@ -16,7 +16,7 @@
    mean cross-entropy. The pipeline's policy step takes the policy's tables as inputs
    (:class:`autoaug.policies.dali_apply.PolicyInputs`), so a trial process builds its pipeline and
    loads its fold model once and every later trial on that fold only feeds new tables.
-   The search metric (``val_accuracy``, what Optuna maximises) is the objective,
+   The search metric (:data:`~autoaug.search.config.METRIC`, what Optuna maximises) is the objective,
    ``DensityConfig.objective``: the accuracy, or minus the loss.
 3. **Selection.** The ``N`` best candidates of every round are kept; their sub-policies, merged
    with the training method's assembly (duplicates removed), are the final policy, stored with

@@ -151,6 +151,8 @@ def stage_search(a: argparse.Namespace, work: Path, timings: Timings) -> str:
         args = ["search", "--data", a.data, "--preset", a.search_preset, "--name", a.search_name,
                 "--storage", str(runs), "--store", str(store), "--seed", str(a.search_seed),
                 *shlex.split(a.search_args)]
+        if a.method:
+            args += ["--method", a.method]
         if a.address:
             args += ["--address", a.address]
     code, seconds = _autoaug(args, work / "search.log")
@@ -432,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="seed the evaluation with the baselines' finished runs recorded in a committed runs.csv "
                         "(e.g. benchmarks/results/<name>/eval_runs.csv); repeatable")
     p.add_argument("--smoke", action="store_true", help="plumbing check: smoke presets, 2 seeds")
+    p.add_argument("--method", default=None, choices=("train", "density"),
+                   help="autoaug search --method (default: the search preset's); density also names the study "
+                        "<search-preset>-<eval-preset>-density")
     a = p.parse_args(argv)
     if not a.data:
         p.error("--data is required (or set AUTOAUG_CIFAR10)")
@@ -441,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         a.proxy = a.proxy or ["smoke=--preset smoke"]
     if a.seeds < 2:
         p.error("--seeds must be at least 2 for confidence intervals (3 or more recommended)")
-    a.name = a.name or f"{a.search_preset}-{a.eval_preset}"
+    a.name = a.name or f"{a.search_preset}-{a.eval_preset}" + ("-density" if a.method == "density" else "")
     a.search_name = f"sq-{a.name}"
     work = Path(a.work or REPO / "runs" / "search-quality" / a.name).resolve()
     out = Path(a.out or REPO / "benchmarks" / "results" / f"search-quality-{a.name}").resolve()

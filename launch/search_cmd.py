@@ -28,7 +28,7 @@ __all__ = ["register", "run", "build_search_config"]
 #: Checked by ``autoaug``'s main before the command runs (the search extra, autoaug.core.extras).
 REQUIRES = ("ray", "optuna", "nvidia.dali")
 
-PRESETS = ("smoke", "cpu", "paper")
+PRESETS = ("smoke", "cpu", "paper", "density-cpu")
 DEFAULT_PRESET = "cpu"
 
 # Flags that define a search and therefore cannot change when resuming one.
@@ -37,6 +37,7 @@ _DEFINING = (
     "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
     "warm_start", "rescore", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
     "train_size", "val_size", "mlflow_uri",
+    "method", "folds", "rounds", "trials_per_round", "top_per_round", "objective",
 )  # fmt: skip
 
 
@@ -67,6 +68,21 @@ def _describe(config, address: str | None) -> str:
         f"ASHA (grace {config.grace_period} epochs, reduction factor {config.reduction_factor:g})"
         if config.early_stopping else "off"
     )  # fmt: skip
+    if config.method == "density":
+        from autoaug.search.density import describe
+
+        return "\n".join(
+            [
+                f"search {config.name}: concurrency {concurrency}, {config.cpus_per_trial:g} CPU + "
+                f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed})",
+                describe(config),
+                f"  fold models: {t.model} on {t.data} (reduced split {t.train_size or 'all'}, split seed "
+                f"{t.split_seed}), {t.epochs} epochs, batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
+                f"  space: {config.space.describe()}",
+                f"  run directory: {RunDir(config.storage, config.name).uri}",
+                f"  Optuna studies: {config.name}.f*-r* in {study_url(config)}",
+            ]
+        )
     return "\n".join(
         [
             f"search {config.name}: {config.num_trials} trials, concurrency {concurrency}, "
@@ -246,6 +262,19 @@ OPTIONS: tuple[Option, ...] = (
     *split_size_options("train.", group="what"),
     option("--top-n", key="top_n", group="what", type=int, metavar="N",
            help="best trials concatenated into the final policy (default 5)"),
+    option("--method", key="method", group="method", choices=("train", "density"),
+           help="train: one proxy training per candidate (AutoAugment); density: score candidates with "
+                "K fold models trained once (Fast AutoAugment's density matching)"),
+    option("--folds", key="density.folds", group="method", type=int, metavar="K",
+           help="density: stratified folds / fold models (default 5)"),
+    option("--rounds", key="density.rounds", group="method", type=int, metavar="T",
+           help="density: search rounds per fold (default 2)"),
+    option("--trials-per-round", key="density.trials_per_round", group="method", type=int, metavar="B",
+           help="density: candidates scored per round (default 200)"),
+    option("--top-per-round", key="density.top_per_round", group="method", type=int, metavar="N",
+           help="density: best candidates of each round merged into the final policy (default 10)"),
+    option("--objective", key="density.objective", group="method", choices=("accuracy", "loss"),
+           help="density: maximise the fold model's accuracy or minus its loss on the augmented fold"),
     option("--concurrency", key=lambda v: {"concurrency": v or None}, group="how", type=int, metavar="N",
            help="trials at once (0: as many as resources allow)"),
     option("--cpus-per-trial", key="cpus_per_trial", group="how", type=float, metavar="C", help="CPUs reserved per trial"),
@@ -277,7 +306,7 @@ OPTIONS: tuple[Option, ...] = (
            help="also Ray's and Tune's own output: banners, warnings, status table, the trials' logs"),
     dataclasses.replace(JSON, group="output"),
 )
-_GROUPS = {"what": "what to search", "how": "how to run it", "where": "where results go", "again": "resuming",
+_GROUPS = {"what": "what to search", "method": "search method", "how": "how to run it", "where": "where results go", "again": "resuming",
            "output": "output"}
 
 

@@ -55,7 +55,10 @@ from nvidia.dali.data_node import DataNode
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
-__all__ = ["apply_policy", "decode_trace", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms"]
+__all__ = [
+    "apply_policy", "decode_trace", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms",
+    "PolicyInputs", "apply_policy_inputs",
+]
 
 _INTERP = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}
 _GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
@@ -429,3 +432,135 @@ def decode_trace(policy: Policy, trace) -> list[tuple[int, list[str]]]:
 
 
 DALI_OPS_BY_KIND: dict[str, Augmentation] = {KIND_OF[n]: DALI_OPS[n] for n in _ops.OP_NAMES}
+
+
+# --------------------------------------------------------------------------- tables as inputs
+class PolicyInputs:
+    """The policy step with its tables as *pipeline inputs*: one graph serves every policy of a
+    search space, so a new policy needs no new pipeline (density-matching search scores hundreds
+    of candidates on one held-out fold with one pipeline).
+
+    The graph is fixed by the operation names it may meet (``ops``), the number of sub-policies
+    (at most ``num_sub_policies``) and of operations per sub-policy (``stages``); the policy
+    arrives as arrays (:meth:`tables`) fed through ``fn.external_source`` with every batch. Per
+    sample, as in :func:`apply_policy`: a sub-policy is drawn uniformly, each stage draws a sign
+    and a coin with the operation's probability, and one conditional selection over the stage's
+    kinds applies the operation. The randomness comes from DALI random operators (the pipeline
+    seed).
+
+    ``image_size`` (int or ``(height, width)``) is required: geometric matrices and the cutout
+    side are computed for it.
+    """
+
+    def __init__(self, ops: Sequence[str], num_sub_policies: int, stages: int, image_size):
+        unknown = [o for o in ops if o not in _ops.REGISTRY]
+        if unknown:
+            raise ValueError(_ops.unknown_op_message(unknown[0]))
+        if not isinstance(num_sub_policies, int) or num_sub_policies < 1:
+            raise ValueError(f"num_sub_policies={num_sub_policies!r}; expected an integer >= 1")
+        if not isinstance(stages, int) or stages < 1:
+            raise ValueError(f"stages={stages!r}; expected an integer >= 1")
+        size = _normalize_size(image_size)
+        if size is None:
+            raise ValueError("PolicyInputs needs image_size (an int or (height, width))")
+        self.ops = tuple(dict.fromkeys(ops))
+        self.num_sub_policies = num_sub_policies
+        self.stages = stages
+        self.image_size = size
+        used = {KIND_OF[o] for o in self.ops if o != "Identity"}
+        self.kinds = ["Identity"] + [k for k in _KIND_ORDER if k in used]
+
+    #: Names of the per-stage input arrays, in the order :meth:`input_names` lists them.
+    _FIELDS = ("kind", "prob", "param", "matrix", "kernel")
+
+    def input_names(self) -> list[str]:
+        """``["count", "s0_kind", "s0_prob", ..., "s1_kernel", ...]``: the arrays of :meth:`tables`."""
+        return ["count"] + [f"s{s}_{f}" for s in range(self.stages) for f in self._FIELDS]
+
+    def check(self, policy: Policy) -> None:
+        """Raise ``ValueError`` when ``policy`` does not fit this graph."""
+        if not isinstance(policy, Policy):
+            raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
+        extra = sorted(set(policy.ops_used) - set(self.ops) - {"Identity"})
+        if extra:
+            raise ValueError(f"policy {policy.name!r} uses {extra}, which this pipeline's policy step was not "
+                             f"built for (ops {list(self.ops)})")
+        if len(policy.sub_policies) > self.num_sub_policies:
+            raise ValueError(f"policy {policy.name!r} has {len(policy.sub_policies)} sub-policies; this pipeline "
+                             f"takes at most {self.num_sub_policies}")
+        if policy.sub_policies and policy.max_ops_per_sub_policy > self.stages:
+            raise ValueError(f"policy {policy.name!r} has sub-policies of {policy.max_ops_per_sub_policy} "
+                             f"operations; this pipeline takes at most {self.stages}")
+
+    def tables(self, policy: Policy) -> list[np.ndarray]:
+        """The input arrays for ``policy`` (one sample's worth; the same for every sample),
+        in the order of :meth:`input_names`. A policy with no sub-policies is the identity."""
+        self.check(policy)
+        k_max = self.num_sub_policies
+        n = 2 * k_max
+        h, w = float(self.image_size[0]), float(self.image_size[1])
+        count = max(1, len(policy.sub_policies))
+        out: list[np.ndarray] = [np.array(count, dtype=np.float32)]
+        for stage in range(self.stages):
+            kind = np.zeros(n, dtype=np.int32)
+            prob = np.zeros(n, dtype=np.float32)
+            param = np.zeros(n, dtype=np.float32)
+            matrix = np.tile(np.array([[1, 0, 0], [0, 1, 0]], dtype=np.float32), (n, 1, 1))
+            kernel = np.tile(_SHARP_IDENT.astype(np.float32), (n, 1, 1))
+            if policy.sub_policies and stage < policy.max_ops_per_sub_policy:
+                t = stage_tables(policy, stage)
+                m = 2 * len(policy.sub_policies)
+                kind[:m] = [self.kinds.index(t["kinds"][i]) for i in t["kind"]]
+                prob[:m] = t["prob"]
+                param[:m] = t["param"]
+                terms = t["affine"]
+                matrix[:m] = terms[:, 0] + w * terms[:, 1] + h * terms[:, 2]
+                kernel[:m] = t["kernel"]
+            out += [kind, prob, param, matrix, kernel]
+        return out
+
+
+def apply_policy_inputs(
+    spec: PolicyInputs,
+    images: DataNode,
+    inputs: Sequence[DataNode],
+    *,
+    interpolation: str = "nearest",
+    fill_value: int = 128,
+) -> DataNode:
+    """The policy step of :class:`PolicyInputs` (inside ``pipeline_def(enable_conditionals=True)``):
+    ``inputs`` are the DataNodes fed with :meth:`PolicyInputs.tables`, in its order."""
+    if len(inputs) != len(spec.input_names()):
+        raise ValueError(f"expected {len(spec.input_names())} policy inputs ({spec.input_names()}), got {len(inputs)}")
+    if interpolation not in _INTERP:
+        raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
+    count = inputs[0]
+    h, w = spec.image_size
+    kwargs: dict = {"fill_value": fill_value, "interp_type": _INTERP[interpolation]}
+    if "Cutout" in spec.kinds:
+        kwargs["min_side"] = float(min(h, w))
+        kwargs["hw"] = np.array((h, w), dtype=np.float32)
+        kwargs["cutout_center"] = fn.random.uniform(range=[0.0, 1.0], shape=[2])
+    if "SamplePairing" in spec.kinds:
+        kwargs["paired"] = fn.permute_batch(images, indices=fn.batch_permutation(no_fixed_points=True))
+    if len(spec.kinds) == 1:
+        return images
+    u = fn.random.uniform(range=[0.0, 1.0])
+    k = fn.cast(dmath.min(dmath.floor(u * count), count - 1.0), dtype=types.INT32)
+    k2 = k * 2
+    for stage in range(spec.stages):
+        kind, prob, param, matrix, kernel = inputs[1 + 5 * stage: 6 + 5 * stage]
+        idx = k2 + fn.random.coin_flip(dtype=types.INT32)
+        applied = fn.random.coin_flip(probability=prob[idx], dtype=types.INT32)
+        selected = kind[idx] * applied
+        stage_kwargs = dict(kwargs)
+        if set(spec.kinds) & {"Solarize", "Posterize", "Brightness", "Color", "Contrast", "Cutout",
+                              "SamplePairing"}:  # fmt: skip
+            stage_kwargs["param"] = param[idx]
+        if "Warp" in spec.kinds:
+            stage_kwargs["matrix"] = matrix[idx]
+        if "Sharpness" in spec.kinds:
+            stage_kwargs["kernel"] = kernel[idx]
+        images = select([DALI_OPS_BY_KIND[kind_name] for kind_name in spec.kinds], selected, data=images,
+                        **stage_kwargs)  # fmt: skip
+    return images

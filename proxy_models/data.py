@@ -899,3 +899,34 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
     train = np.sort(np.concatenate(train_parts))
     val = np.sort(np.concatenate(val_parts))
     return Split(train=train, val=val, seed=seed, dataset_fingerprint=dataset_fingerprint)
+
+
+def stratified_folds(split: Split, labels: Sequence[int] | np.ndarray, k: int = 5, seed: int = 0) -> list[Split]:
+    """``k`` stratified, seeded folds of ``split.train`` (Fast AutoAugment's K-fold split of the
+    reduced training set): fold ``i`` is a :class:`Split` whose ``val`` is the ``i``-th held-out
+    part and whose ``train`` is every other image of ``split.train``.
+
+    The held-out parts are disjoint and together are exactly ``split.train``; every class is
+    spread over the parts as evenly as possible (a class of ``n_c`` images gives each part the
+    floor or the ceiling of ``n_c / k``), and part sizes differ by at most one. ``labels`` are
+    the dataset's labels (indexed by the split's indices). Same split, labels and seed -> same
+    folds on any machine (numpy PCG64)."""
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 2:
+        raise DatasetError(f"folds must be an integer >= 2, got {_short(k)}")
+    members = np.asarray(split.train, dtype=np.int64)
+    if len(members) < k:
+        raise DatasetError(f"cannot make {k} folds of a training split of {len(members)} images")
+    labels = np.asarray(labels, dtype=np.int64)
+    classes, inverse = np.unique(labels[members], return_inverse=True)
+    rng = np.random.default_rng([seed, k])
+    # Each class's members in random order, classes one after another; position i goes to part
+    # i mod k. A class of n_c consecutive positions visits every part floor(n_c/k) or ceil(n_c/k)
+    # times, and the parts' totals differ by at most one.
+    order = np.concatenate([rng.permutation(members[inverse == c]) for c in range(len(classes))])
+    part = np.arange(len(order)) % k
+    folds = []
+    for i in range(int(k)):
+        held = np.sort(order[part == i])
+        rest = np.sort(order[part != i])
+        folds.append(Split(train=rest, val=held, seed=split.seed, dataset_fingerprint=split.dataset_fingerprint))
+    return folds

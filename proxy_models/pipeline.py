@@ -57,13 +57,15 @@ class _EpochSource:
         ld.epoch += 1
         bs = ld.batch_size
         stop = len(order) - (len(order) % bs if ld.drop_last else 0)
+        tables = ld._policy_tables  # fixed for the epoch: set_policy() acts from the next one
         for start in range(0, stop, bs):
             pos = order[start: start + bs]
             labels = ld._labels[pos].reshape(-1, 1)
+            extra = tuple([t] * len(pos) for t in tables) if tables is not None else ()
             if ld.decode == "memory":
-                yield ld._images[pos], labels
+                yield (ld._images[pos], labels, *extra)
             else:
-                yield [ld._encoded[p] for p in pos], labels
+                yield ([ld._encoded[p] for p in pos], labels, *extra)
 
 
 class DaliLoader:
@@ -88,13 +90,19 @@ class DaliLoader:
         mean, std: normalization per channel on the 0-255 scale (default: CIFAR-10's).
         skip_corrupt: skip undecodable rows instead of raising; they are listed in
             ``dataset.skipped_rows`` and counted in ``self.num_skipped``.
+        policy_inputs: a :class:`autoaug.policies.dali_apply.PolicyInputs`: the policy step takes
+            its tables as pipeline inputs, so :meth:`set_policy` changes the policy between
+            epochs without rebuilding the pipeline. The policy is then applied whether or not
+            ``train`` (with ``train=False``: fixed order, no base crop/flip, every image once --
+            an augmented evaluation pass).
     """
 
     def __init__(self, dataset: ImageDataset, indices: Sequence[int] | np.ndarray, *, batch_size: int = 128,
                  policy: Any = None, train: bool = True, seed: int = 0, image_size: int | None = None,
                  num_threads: int = 2, device: str = "cpu", decode: str = "auto",
                  mean: Sequence[float] = CIFAR10_MEAN, std: Sequence[float] = CIFAR10_STD,
-                 skip_corrupt: bool = False, drop_last: bool | None = None, prefetch_queue_depth: int = 2):
+                 skip_corrupt: bool = False, drop_last: bool | None = None, prefetch_queue_depth: int = 2,
+                 policy_inputs: Any = None):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if decode not in ("auto", "memory", "dali"):
@@ -118,6 +126,12 @@ class DaliLoader:
         self._dali_state: bytes | None = None
         self._pipe = None
         self._iter = None
+        self.policy_inputs = policy_inputs
+        self._policy_tables = None
+        if policy_inputs is not None:
+            if image_size is None:
+                raise ValueError("policy_inputs needs image_size")
+            self.set_policy(policy)
 
         if decode == "auto":
             probe = dataset.image(int(indices[0]), image_size)
@@ -160,6 +174,18 @@ class DaliLoader:
             return np.arange(len(self.indices))
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.indices))
 
+    def set_policy(self, policy: Any) -> None:
+        """With ``policy_inputs``: the policy of the next epoch (None: the identity); the pipeline
+        is not rebuilt. Raises ``ValueError`` for a policy the policy step was not built for."""
+        if self.policy_inputs is None:
+            raise ValueError("set_policy needs a loader built with policy_inputs")
+        if policy is None:
+            from autoaug.policies import Policy
+
+            policy = Policy("identity", 10, [])
+        self._policy_tables = self.policy_inputs.tables(policy)
+        self.policy = policy
+
     def _build(self):
         from nvidia.dali import fn, pipeline_def, types
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
@@ -167,14 +193,19 @@ class DaliLoader:
         gpu = self.device == "gpu"
         h, w = self.image_shape
         apply_policy = None
-        if self.train and self.policy is not None and len(self.policy.sub_policies) > 0:
+        spec = self.policy_inputs
+        if spec is None and self.train and self.policy is not None and len(self.policy.sub_policies) > 0:
             from autoaug.policies.dali_apply import apply_policy
+        n_tables = len(spec.input_names()) if spec is not None else 0
+        table_types = [types.FLOAT] + [types.INT32, types.FLOAT, types.FLOAT, types.FLOAT, types.FLOAT] * (
+            spec.stages if spec is not None else 0)
 
-        @pipeline_def(enable_conditionals=apply_policy is not None)
+        @pipeline_def(enable_conditionals=apply_policy is not None or spec is not None)
         def graph():
-            data, labels = fn.external_source(source=_EpochSource(self), num_outputs=2, batch=True,
-                                              cycle="raise", layout=["HWC" if self.decode == "memory" else "", ""],
-                                              dtype=[types.UINT8, types.INT64])
+            data, labels, *tables = fn.external_source(
+                source=_EpochSource(self), num_outputs=2 + n_tables, batch=True, cycle="raise",
+                layout=["HWC" if self.decode == "memory" else "", ""] + [""] * n_tables,
+                dtype=[types.UINT8, types.INT64] + table_types)
             if self.decode == "memory":
                 images = data.gpu() if gpu else data
             else:
@@ -185,6 +216,10 @@ class DaliLoader:
                 images = standard_crop_flip(images, h, w)
             if apply_policy is not None:
                 images = apply_policy(self.policy, images)
+            if spec is not None:
+                from autoaug.policies.dali_apply import apply_policy_inputs
+
+                images = apply_policy_inputs(spec, images, tables)  # argument inputs: on the CPU
             images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
                                               mean=list(self.mean), std=list(self.std))
             return images, (labels.gpu() if gpu else labels)

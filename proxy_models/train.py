@@ -568,6 +568,7 @@ def train(
     checkpoint_dir: str | os.PathLike | None = None,
     resume_from: str | os.PathLike | None = None,
     on_batch: Callable[[int, int, int], Any] | None = None,
+    split: Any = None,
 ) -> TrainResult:
     """Train ``config.model`` on ``config.data`` augmented by ``policy``; see the module docs.
 
@@ -582,6 +583,9 @@ def train(
     ``resume_from``: a directory holding ``checkpoint.pt``; training continues after its epoch.
     ``on_batch(epoch, batch, batches)`` (optional) is called after each training step (1-based
     epoch and batch, batches per epoch): a progress display's hook.
+    ``split``: a :class:`autoaug.proxy_models.data.Split` of ``config.data`` to train and validate
+    on instead of the reduced split the config describes (e.g. one fold of
+    :func:`autoaug.proxy_models.data.stratified_folds`); its fingerprint is recorded as usual.
 
     Bad config, data, policy or checkpoint raise (``ValueError``, ``FileNotFoundError``) before the
     first epoch.
@@ -600,7 +604,7 @@ def train(
         _check_resumable(checkpoint, config, policy)
 
     with _TorchState(config, device), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        return _train(config, policy, device, report, checkpoint_dir, checkpoint, on_batch)
+        return _train(config, policy, device, report, checkpoint_dir, checkpoint, on_batch, split)
 
 
 def _counted(batches: Any, on_batch: Callable[[int, int, int], Any], epoch: int, total: int) -> Any:
@@ -638,6 +642,7 @@ def _train(
     checkpoint_dir: str | os.PathLike | None,
     checkpoint: dict[str, Any] | None,
     on_batch: Callable[[int, int, int], Any] | None = None,
+    given_split: Any = None,
 ) -> TrainResult:
     from autoaug.proxy_models.data import reduced_split
 
@@ -646,10 +651,15 @@ def _train(
     # ---- data (every check that can fail happens here, before the first epoch) -------------
     ds = _open(config.data, "train")
     dataset_fp = ds.fingerprint()
-    split = reduced_split(
-        ds.labels, train_size=config.train_size or None, val_size=config.val_size,
-        seed=config.split_seed, dataset_fingerprint=dataset_fp,
-    )
+    if given_split is not None:
+        split = dataclasses.replace(given_split, dataset_fingerprint=dataset_fp)
+        if len(split.train) and (split.train.min() < 0 or max(split.train.max(), split.val.max(initial=0)) >= len(ds)):
+            raise ValueError(f"the given split indexes beyond the {len(ds)} images of {config.data}")
+    else:
+        split = reduced_split(
+            ds.labels, train_size=config.train_size or None, val_size=config.val_size,
+            seed=config.split_seed, dataset_fingerprint=dataset_fp,
+        )
     if checkpoint is not None:
         if checkpoint["dataset_fingerprint"] != dataset_fp:
             raise ValueError(

@@ -29,6 +29,9 @@ from autoaug.search.space import SearchSpace
 
 __all__ = [
     "SearchConfig",
+    "DensityConfig",
+    "METHODS",
+    "DENSITY_OBJECTIVES",
     "SEARCH_PRESETS",
     "METRIC",
     "MODE",
@@ -41,6 +44,14 @@ __all__ = [
 #: epoch's own validation accuracy, which every trial also reports as ``val_accuracy``).
 METRIC = "search_score"
 MODE = "max"
+
+#: Search methods: ``train`` trains the proxy model once per candidate (AutoAugment);
+#: ``density`` scores candidates with fold models trained once (Fast AutoAugment's density
+#: matching, :mod:`autoaug.search.density`).
+METHODS = ("train", "density")
+#: What a density-matching trial maximises: the fold model's accuracy on the augmented held-out
+#: fold, or minus its mean cross-entropy there (chosen by measurement: docs/search.md).
+DENSITY_OBJECTIVES = ("accuracy", "loss")
 
 #: Optuna samplers selectable by name, with the extra module each needs (None: none).
 RUNS_ENV_VAR = "AUTOAUG_RUNS"
@@ -77,7 +88,77 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "num_trials": 200, "concurrency": 8, "cpus_per_trial": 2, "gpus_per_trial": 0.25,
         "grace_period": 15, "reduction_factor": 3,
     },
+    # Density matching (Fast AutoAugment) on a CPU: K=5 fold models of the proxy-cpu recipe on
+    # the 1,000-image search split, then T=2 rounds of B=200 scoring trials per fold, the top 10
+    # of each round merged (docs/search.md, "Two methods").
+    "density-cpu": {
+        "method": "density",
+        "train": {"preset": "proxy-cpu"},
+        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
+        "density": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
+    },
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DensityConfig:
+    """The density-matching method's own settings (``SearchConfig.density``; used when
+    ``SearchConfig.method == "density"``). Defaults are Fast AutoAugment's (Lim et al., 2019).
+
+    Args:
+        folds: ``K`` stratified folds of the reduced training split; fold model ``k`` trains on
+            the other ``K-1`` and scores candidates on fold ``k``.
+        rounds: ``T`` rounds of search per fold (each a fresh Optuna study).
+        trials_per_round: ``B`` candidates scored per round.
+        top_per_round: ``N`` best candidates of each round whose sub-policies join the final
+            policy.
+        objective: ``loss`` (default; minus the mean cross-entropy, which ranks candidates more
+            repeatably than the accuracy: benchmarks/search_cost.py) or ``accuracy``.
+        fold_seed: seed of the fold assignment.
+    """
+
+    folds: int = 5
+    rounds: int = 2
+    trials_per_round: int = 200
+    top_per_round: int = 10
+    objective: str = "loss"
+    fold_seed: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ValueError:
+            return ValueError(f"SearchConfig.density.{name}: {getattr(self, name)!r} is invalid; expected {expected}")
+
+        if not _is_int(self.folds) or self.folds < 2:
+            raise bad("folds", "an integer >= 2")
+        for name in ("rounds", "trials_per_round", "top_per_round"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise bad(name, "an integer >= 1")
+        if self.top_per_round > self.trials_per_round:
+            raise bad("top_per_round", f"at most trials_per_round ({self.trials_per_round})")
+        if self.objective not in DENSITY_OBJECTIVES:
+            raise bad("objective", f"one of {list(DENSITY_OBJECTIVES)}")
+        if not _is_int(self.fold_seed) or not 0 <= self.fold_seed < 2**32:
+            raise bad("fold_seed", "an integer in [0, 2**32)")
+
+    @classmethod
+    def from_value(cls, value: Any) -> "DensityConfig":
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"SearchConfig.density must be a mapping of its settings, got {type(value).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown density setting(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def num_trials(self) -> int:
+        """Scoring trials of the whole search: ``folds * rounds * trials_per_round``."""
+        return self.folds * self.rounds * self.trials_per_round
 
 
 def default_runs_root() -> str:
@@ -166,6 +247,9 @@ class SearchConfig:
             None: no MLflow logging (TensorBoard event files are always written).
         verbose: 0 silent, 1 one line per finished trial, 2 also Ray Tune's status table and
             the trials' own output.
+        method: ``train`` or ``density`` (:data:`METHODS`).
+        density: the density method's settings (:class:`DensityConfig`); with it,
+            ``num_trials``, ``top_n``, the ASHA settings and ``rescore`` are not used.
     """
 
     name: str
@@ -191,6 +275,8 @@ class SearchConfig:
     reuse_actors: bool = True
     mlflow_uri: str | None = None
     verbose: int = 1
+    method: str = "train"
+    density: Any = field(default_factory=lambda: DensityConfig())
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
@@ -254,6 +340,9 @@ class SearchConfig:
         object.__setattr__(self, "warm_start", tuple(self.warm_start))
         if self.verbose not in (0, 1, 2):
             raise bad("verbose", "0, 1 or 2")
+        if self.method not in METHODS:
+            raise bad("method", f"one of {list(METHODS)}")
+        object.__setattr__(self, "density", DensityConfig.from_value(self.density))
         object.__setattr__(self, "cpus_per_trial", float(self.cpus_per_trial))
         object.__setattr__(self, "gpus_per_trial", float(self.gpus_per_trial))
         object.__setattr__(self, "reduction_factor", float(self.reduction_factor))
@@ -305,6 +394,7 @@ class SearchConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["train"] = self.train.to_dict()
         d["space"] = self.space.to_dict()
+        d["density"] = self.density.to_dict()
         return d
 
     def replace(self, **changes: Any) -> "SearchConfig":
@@ -321,28 +411,37 @@ class SearchConfig:
 
     def check_runnable(self) -> None:
         """Checks that need the whole configuration; raises ``ValueError`` naming the problem."""
+        density = self.method == "density"
+        if density:
+            from autoaug.search.density import check_density_config
+
+            check_density_config(self)
         if self.warm_start:
             from autoaug.search.warm_start import warm_start_policies
 
             warm = warm_start_policies(self.warm_start, self.space, store=self.store)
-            if len(warm) > self.num_trials:
+            trials = self.density.trials_per_round if density else self.num_trials
+            if len(warm) > trials:
                 raise ValueError(
-                    f"warm_start gives {len(warm)} candidates but the search has only {self.num_trials} "
-                    "trials; raise --num-trials or warm-start from fewer policies"
+                    f"warm_start gives {len(warm)} candidates but the search has only {trials} "
+                    + ("trials per round; raise density.trials_per_round" if density else "trials; raise --num-trials")
+                    + " or warm-start from fewer policies"
                 )
         if self.train.data is None:
             raise ValueError("no training data: give --data PATH (or 'data:' in the config file)")
-        if self.train.val_size == 0:
+        if density:
+            pass  # the held-out folds score the candidates: no validation split, no ASHA
+        elif self.train.val_size == 0:
             raise ValueError(
                 "train.val_size is 0: the search scores candidates on the validation split; "
                 "give a validation size (None = every image not used for training)"
             )
-        if self.train.eval_every != 1:
+        if not density and self.train.eval_every != 1:
             raise ValueError(
                 f"train.eval_every is {self.train.eval_every}: the search reports the validation "
                 "accuracy to Optuna and ASHA after every epoch; set eval_every to 1"
             )
-        if self.early_stopping:
+        if self.early_stopping and not density:
             if self.grace_period > self.train.epochs:
                 raise ValueError(
                     f"grace_period {self.grace_period} exceeds train.epochs {self.train.epochs}: ASHA "

@@ -150,6 +150,8 @@ def run_search(
     run.write_json(CONFIG_FILE, state)
     _quiet_tune(config.verbose)
     display = _display(display, config.verbose)
+    if config.method == "density":
+        return _run_density(config, run, state, session, address, started)
     with _session(session, address, config.verbose):
         tuner = _build_tuner(config, run, study_url, trainable, display)
         _fit(tuner, config)
@@ -192,6 +194,11 @@ def resume_search(
     _check_store(config)
     if run.exists(RESULT_FILE):
         return outcome_from_result(run.read_json(RESULT_FILE), run)
+    if config.method == "density":
+        state.setdefault("sessions", []).append({"started_at": utc_now(), "kind": "resume", "address": address})
+        run.write_json(CONFIG_FILE, state)
+        _quiet_tune(config.verbose)
+        return _run_density(config, run, state, session, address, started, resume_errored=resume_errored)
     if not tune.Tuner.can_restore(run.uri):
         raise SearchError(
             f"the search {name!r} stopped before Ray Tune saved any state in {run.uri}; nothing to "
@@ -212,6 +219,18 @@ def resume_search(
         _fit(tuner, config)
         _rescore(config, run, state["optuna"]["storage"], display)
     return _finish(config, run, state, session_started=started)
+
+
+def _run_density(config: SearchConfig, run: RunDir, state: dict, session: Callable[[], Any] | None,
+                 address: str | None, started: float, *, resume_errored: bool = False) -> SearchOutcome:
+    """The density-matching method (:mod:`autoaug.search.density`): fold models, rounds, store."""
+    from autoaug.search.density import run_density
+
+    with _session(session, address, config.verbose):
+        result = run_density(config, run, state, study_url=state["optuna"]["storage"], session_started=started,
+                             resume_errored=resume_errored)
+    run.write_json(RESULT_FILE, result)
+    return outcome_from_result(result, run)
 
 
 def _session(session: Callable[[], Any] | None, address: str | None, verbose: int) -> Any:
@@ -401,11 +420,15 @@ def _rescore(config: SearchConfig, run: RunDir, study_url: str, display: Any) ->
     display.log(f"re-scored ({METRIC}): {line}")
 
 
-def _trainable(config: SearchConfig, trainable: Callable | None = None) -> Any:
+def _trainable(config: SearchConfig, trainable: Callable | None = None,
+               parameters: dict[str, Any] | None = None) -> Any:
+    """``trainable`` (default :func:`run_trial`) with the shared configuration (and ``parameters``,
+    e.g. a density search's fold model) passed through Ray's object store, and its resources."""
     fn = trainable if trainable is not None else run_trial
     fn = tune.with_parameters(
         fn, train_config=config.train.to_dict(), space=config.space.to_dict(), policy_prefix=config.name,
         score_window=config.score_window,
+        **(parameters or {}),
     )
     resources = {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial}
     return tune.with_resources(fn, resources)
@@ -420,7 +443,8 @@ def _trial_name(trial: Any) -> str:
 
 
 def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: Callable | None,
-                 display: Any) -> tune.Tuner:
+                 display: Any = None, parameters: dict[str, Any] | None = None) -> tune.Tuner:
+    display = _display(display, config.verbose)
     storage = make_storage(study_url)
     searcher = StudySearch(
         space=config.space.distributions(),
@@ -447,7 +471,7 @@ def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: C
     callbacks: list[Any] = [ProgressCallback(config.num_trials, config.epochs, stopped=stopped, display=display)]
     callbacks += experiment_loggers(config)
     return tune.Tuner(
-        _trainable(config, trainable),
+        _trainable(config, trainable, parameters),
         tune_config=tune.TuneConfig(
             metric=METRIC,
             mode=MODE,

@@ -1,0 +1,196 @@
+"""The density-matching method (Fast AutoAugment): its configuration and CLI flags, the scoring
+path (an identity candidate scores exactly the fold model's plain held-out accuracy and loss), a
+smoke search that stores a policy with method provenance, and a driver killed with SIGKILL whose
+resumed search reuses the fold models instead of training them again."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autoaug.launch.cli import build_parser, main
+from autoaug.launch.search_cmd import build_search_config
+from autoaug.search.config import DensityConfig, SearchConfig
+
+REPO = Path(__file__).resolve().parents[2]
+# Two folds of 256 images, one epoch: seconds per fold model on a CPU.
+TINY = ["--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.batch_size=32"]
+
+
+def _config(argv):
+    return build_search_config(build_parser().parse_args(["search", *argv]))
+
+
+def _dirs(tmp_path):
+    return ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+
+
+def test_method_flags_map_onto_the_config(tmp_path):
+    c = _config(["--data", "x.parquet", "--method", "density", "--folds", "3", "--rounds", "1",
+                 "--trials-per-round", "20", "--top-per-round", "4", "--objective", "loss"])
+    assert c.method == "density"
+    assert c.density == DensityConfig(folds=3, rounds=1, trials_per_round=20, top_per_round=4, objective="loss")
+    assert _config(["--data", "x.parquet", "--objective", "accuracy"]).density.objective == "accuracy"
+    assert c.density.num_trials == 60
+    assert SearchConfig.from_dict(c.to_dict()) == c
+    preset = _config(["--data", "x.parquet", "--preset", "density-cpu"])
+    assert preset.method == "density" and preset.density == DensityConfig()  # the paper's K=5, T=2, B=200, N=10
+    assert _config(["--data", "x.parquet"]).method == "train"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "density", "--folds", "1"], "SearchConfig.density.folds: 1 is invalid; expected an integer >= 2"),
+    (["--method", "density", "--rounds", "0"], "SearchConfig.density.rounds: 0 is invalid; expected an integer >= 1"),
+    (["--method", "density", "--trials-per-round", "5", "--top-per-round", "6"],
+     "SearchConfig.density.top_per_round: 6 is invalid; expected at most trials_per_round (5)"),
+    (["--method", "density", "--set", "density.bogus=1"], "unknown density setting(s) ['bogus']"),
+    (["--method", "density", "--folds", "9", "--set", "train.train_size=64", "--set", "train.batch_size=64"],
+     "leave 56 images to train a fold model, fewer than one batch of 64"),
+])
+def test_bad_density_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_train, argv, message):
+    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "bad", *argv, *_dirs(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+def test_unknown_method_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["search", "--method", "fast"])
+    assert exc.value.code == 2 and "invalid choice: 'fast'" in capsys.readouterr().err
+
+
+def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_train):
+    """The scoring path is the model's real evaluation: a candidate that leaves every image as it
+    is gives exactly the accuracy and loss the fold model's own held-out validation measured, and
+    a candidate that changes the images gives another score."""
+    from autoaug.policies import Policy
+    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.search.density import FoldScorer, _train_fold, fold_splits
+    from autoaug.search.space import SearchSpace
+
+    cfg = TrainConfig.from_preset("smoke", data=str(cifar_train), train_size=512, val_size=0, epochs=2,
+                                  batch_size=32, num_threads=1)
+    _, folds = fold_splits(cfg, 2, 0)
+    result = _train_fold(cfg.to_dict(), 0, folds[0].train.tolist(), folds[0].val.tolist())
+    space = SearchSpace()
+    scorer = FoldScorer(cfg, space, result["weights"], folds[0].val, seed=0)
+    assert scorer.num_images == len(folds[0].val) == 256
+
+    # Identity through the policy step: every operation has probability 0 (and no policy at all).
+    never = Policy("never", 10, [[("Rotate", 0.0, 9), ("Invert", 0.0, 0)]] * 5)
+    for candidate in (never, None):
+        accuracy, loss = scorer.score(candidate)
+        assert accuracy == result["val_accuracy"]
+        assert loss == pytest.approx(result["val_loss"], rel=1e-12, abs=1e-12)
+    # A real candidate is applied (each image draws its own sub-policy).
+    harsh = Policy("harsh", 10, [[("Invert", 1.0, 0), ("Rotate", 1.0, 9)], [("Solarize", 1.0, 9), ("Cutout", 1.0, 9)]])
+    accuracy, loss = scorer.score(harsh)
+    assert loss != pytest.approx(result["val_loss"])
+    # The same pipeline serves the next candidate again (not rebuilt): identity is exact again.
+    assert scorer.score(never)[0] == result["val_accuracy"]
+    # A policy outside the pipeline's space is refused with a clear message.
+    with pytest.raises(ValueError, match="has 6 sub-policies; this pipeline takes at most 5"):
+        scorer.score(Policy("big", 10, [[("Rotate", 0.5, 1)]] * 6))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, capsys, cifar_train):
+    from autoaug.policies.store import PolicyStore
+
+    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "dens", "--method", "density",
+                 "--folds", "2", "--rounds", "2", "--trials-per-round", "4", "--top-per-round", "2", *TINY,
+                 *_dirs(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert "stored as dens@1" in out
+    stored = PolicyStore(str(tmp_path / "store"))
+    policy = stored.load("dens@1")
+    meta = stored.get("dens@1").provenance
+    result = json.loads((tmp_path / "runs" / "dens" / "result.json").read_text())
+    prov = result["provenance"]
+    assert result["policy_hash"] == policy.content_hash
+    method = prov["method"]
+    assert method["name"] == "density" and method["folds"] == 2 and method["rounds"] == 2
+    assert method["trials_per_round"] == 4 and method["top_per_round"] == 2 and method["objective"] == "loss"
+    assert [f["fold"] for f in method["fold_models"]] == [0, 1]
+    assert all(0 < f["val_accuracy"] <= 1 and f["heldout_size"] == 128 for f in method["fold_models"])
+    # Every candidate's score is recorded: folds x rounds x trials, each scored.
+    trials = prov["trials"]
+    assert len(trials) == 16 and all(t["status"] == "completed" and t["score"] is not None for t in trials)
+    assert len({t["trial_id"] for t in trials}) == 16
+    # The final policy is the union of each round's top 2, duplicates removed.
+    kept = [k for r in method["rounds_kept"] for k in r["kept"]]
+    assert len(kept) == 8
+    by_id = {t["trial_id"]: t for t in trials}
+    for r in method["rounds_kept"]:
+        scores = sorted((t["score"] for t in trials if t["trial_id"].startswith(r["stage"] + "/")), reverse=True)
+        assert sorted((by_id[k]["score"] for k in r["kept"]), reverse=True) == scores[:2]
+    assert len(policy.sub_policies) == 8 * 5 - prov["assembly"]["duplicates_removed"]
+    assert prov["optuna"]["problems"] == []
+    assert meta["method"]["name"] == "density" and meta["method"]["fold_models"] == method["fold_models"]
+
+
+def _wait_for(predicate, timeout, proc):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, cifar_train):
+    base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
+    dirs = _dirs(tmp_path)
+    argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", "--method", "density",
+            "--folds", "2", "--rounds", "1", "--trials-per-round", "6", "--top-per-round", "2", *TINY, *dirs]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run = tmp_path / "runs" / "crash"
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    try:
+        # Kill once both fold models are saved and the first round has scored a candidate.
+        ok = _wait_for(lambda: any(line.startswith("[") and "] trial " in line for line in lines), 400, proc)
+        assert ok, "".join(lines[-40:])
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == -signal.SIGKILL
+    assert not (run / "result.json").exists()
+    folds = run / "folds"
+    saved = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())}
+    assert sorted(saved) == ["fold0.json", "fold0.pt", "fold1.json", "fold1.pt"]
+
+    time.sleep(1)
+    resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=600, start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stored as crash@1" in resumed.stdout
+    assert "training" not in resumed.stdout.split("fold 1/2, round 1/1")[0]  # no fold model trained again
+    # The fold models are the ones the killed driver saved: same bytes, untouched files.
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())} == saved
+    prov = json.loads((run / "result.json").read_text())["provenance"]
+    assert [f["session"] for f in prov["method"]["fold_models"]] == ["start 1", "start 1"]
+    trials = prov["trials"]
+    assert len(trials) == 12 and all(t["status"] == "completed" for t in trials)
+    assert len({t["trial_id"] for t in trials}) == 12

@@ -125,7 +125,7 @@ def choose(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, An
                 "policy_hash": c.policy.content_hash,
                 "num_sub_policies": len(c.policy.sub_policies),
                 "trial_ids": list(c.trial_ids),
-                "search_score": c.search_score,
+                "trial_score": c.search_score,  # the trial's own (optimistic) score; METRIC below is the re-score
                 **dict(scores.get(c.key, {})),
             }
             for c in candidates

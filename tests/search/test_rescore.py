@@ -18,7 +18,7 @@ def test_the_higher_rescored_validation_accuracy_wins_and_every_score_is_recorde
     chosen, record = choose([assembled, best], {assembled.key: {"val_accuracy": 0.55}, best.key: {"val_accuracy": 0.58}})
     assert chosen is best and record["chosen"] == "best_trial"
     assert [c["val_accuracy"] for c in record["candidates"]] == [0.55, 0.58]
-    assert record["candidates"][1]["search_score"] == 0.61  # the trial's own (optimistic) score is kept apart
+    assert record["candidates"][1]["trial_score"] == 0.61  # the trial's own (optimistic) score is kept apart
 
 
 def test_a_tie_goes_to_the_assembled_policy_and_a_missing_score_never_wins():

@@ -80,7 +80,9 @@ def main() -> None:
     if not args.data:
         parser.error("--data (or AUTOAUG_CIFAR10) is required")
 
-    from autoaug.proxy_models.data import open_dataset, reduced_split
+    from autoaug.proxy_models.data import open_dataset
+
+    from autoaug.proxy_models.splits import reduced_split
 
     torch.set_num_threads(1)
     ds = open_dataset(args.data)

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from autoaug.policies import resolve_policy
-from autoaug.proxy_models.data import open_dataset, reduced_split
+from autoaug.proxy_models.data import open_dataset
+from autoaug.proxy_models.splits import reduced_split
 from autoaug.proxy_models.pipeline import DaliLoader
 from autoaug.proxy_models.train import Learner, TrainConfig
 

@@ -311,7 +311,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from autoaug.policies.store import diff_policies
+    from autoaug.policies.diff import diff_policies
 
     a, _, label_a = _resolve(args.a, args)
     b, _, label_b = _resolve(args.b, args)

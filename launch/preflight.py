@@ -150,7 +150,7 @@ class DataCheck:
     """What :func:`check_data` found: the dataset, its split, the test set, and the decode time."""
 
     dataset: Any  # proxy_models.data.ImageDataset
-    split: Any  # proxy_models.data.Split
+    split: Any  # proxy_models.splits.Split
     test: Any  # ImageDataset or None
     decoded: int
     seconds: float
@@ -174,7 +174,9 @@ def check_data(config: Any) -> DataCheck:
     """
     import numpy as np
 
-    from autoaug.proxy_models.data import DatasetError, open_dataset, reduced_split
+    from autoaug.proxy_models.data import DatasetError, open_dataset
+
+    from autoaug.proxy_models.splits import reduced_split
 
     started = time.perf_counter()
     if config.data is None:

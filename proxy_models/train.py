@@ -583,9 +583,9 @@ def train(
     ``resume_from``: a directory holding ``checkpoint.pt``; training continues after its epoch.
     ``on_batch(epoch, batch, batches)`` (optional) is called after each training step (1-based
     epoch and batch, batches per epoch): a progress display's hook.
-    ``split``: a :class:`autoaug.proxy_models.data.Split` of ``config.data`` to train and validate
+    ``split``: a :class:`autoaug.proxy_models.splits.Split` of ``config.data`` to train and validate
     on instead of the reduced split the config describes (e.g. one fold of
-    :func:`autoaug.proxy_models.data.stratified_folds`); its fingerprint is recorded as usual.
+    :func:`autoaug.proxy_models.splits.stratified_folds`); its fingerprint is recorded as usual.
 
     Bad config, data, policy or checkpoint raise (``ValueError``, ``FileNotFoundError``) before the
     first epoch.
@@ -644,7 +644,7 @@ def _train(
     on_batch: Callable[[int, int, int], Any] | None = None,
     given_split: Any = None,
 ) -> TrainResult:
-    from autoaug.proxy_models.data import reduced_split
+    from autoaug.proxy_models.splits import reduced_split
 
     num_threads = config.num_threads or torch.get_num_threads()
 

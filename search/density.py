@@ -3,7 +3,7 @@
 ``SearchConfig.method == "density"``. Instead of training the proxy model once per candidate,
 
 1. **Fold models.** The reduced training split is cut into ``K`` stratified folds
-   (:func:`autoaug.proxy_models.data.stratified_folds`). Fold model ``k`` is the proxy model
+   (:func:`autoaug.proxy_models.splits.stratified_folds`). Fold model ``k`` is the proxy model
    (``SearchConfig.train``) trained with the base augmentation ``standard`` on the other ``K-1``
    folds. The ``K`` trainings are Ray tasks (the trials' resources, any node of a cluster); each
    one's weights and held-out scores are written to the run directory (``folds/fold{k}.pt``,
@@ -87,7 +87,8 @@ def stage_name(name: str, fold: int, round_: int) -> str:
 
 def fold_splits(train_config: Any, folds: int, seed: int) -> tuple[Any, list]:
     """``(dataset, [Split per fold])`` of the reduced training split ``train_config`` describes."""
-    from autoaug.proxy_models.data import open_dataset, reduced_split, stratified_folds
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.splits import reduced_split, stratified_folds
 
     ds = open_dataset(train_config.data, split="train")
     fingerprint = ds.fingerprint()
@@ -103,7 +104,7 @@ def _train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any) -> 
     import numpy as np
     import torch
 
-    from autoaug.proxy_models.data import Split
+    from autoaug.proxy_models.splits import Split
     from autoaug.proxy_models.train import TrainConfig, train
 
     cfg = TrainConfig.from_dict(train_config)

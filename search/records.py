@@ -61,7 +61,8 @@ def describe_data(train_config: Any) -> dict[str, Any]:
     """Dataset and split fingerprints of the trainer's reduced split, computed the way the
     trainer computes them (this also validates the data before Ray starts). Raises
     ``ValueError`` (``DatasetError``) for unreadable data."""
-    from autoaug.proxy_models.data import open_dataset, reduced_split
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.splits import reduced_split
 
     ds = open_dataset(train_config.data, split="train")
     fingerprint = ds.fingerprint()

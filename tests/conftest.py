@@ -80,7 +80,7 @@ def s3_server():
     import time
     import urllib.request
 
-    pytest.importorskip("moto.server", reason="moto[server] is a dev dependency: pip install -e '.[dev]'")
+    import moto.server  # noqa: F401  (moto[server] is a dev dependency: if it is missing, fail, never skip)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

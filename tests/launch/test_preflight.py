@@ -125,7 +125,9 @@ def test_the_train_command_decodes_its_split_once(tmp_path, cifar_train, monkeyp
     real = data_module.decode_image
     monkeypatch.setattr(data_module, "decode_image", lambda *a, **k: calls.append(1) or real(*a, **k))
     ds = data_module.open_dataset(config.data)
-    split = data_module.reduced_split(ds.labels, train_size=64, val_size=32, seed=config.split_seed)
+    from autoaug.proxy_models.splits import reduced_split
+
+    split = reduced_split(ds.labels, train_size=64, val_size=32, seed=config.split_seed)
     loader = DaliLoader(ds, split.train, batch_size=32, image_size=config.image_size, decode="auto")
     assert loader.decode == "memory" and len(calls) <= 1  # at most the loader's one-image size probe
 

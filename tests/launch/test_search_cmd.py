@@ -121,7 +121,8 @@ def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_train):
 @pytest.mark.timeout(600)
 def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsys, cifar_train):
     from autoaug.policies.store import PolicyStore
-    from autoaug.proxy_models.data import open_dataset, reduced_split
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.splits import reduced_split
 
     argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "smoke", "--num-trials", "3",
             *TINY, *_dirs(tmp_path)]

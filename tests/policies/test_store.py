@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from autoaug.policies import presets
+from autoaug.policies.diff import diff_policies
 from autoaug.policies.policy import Policy
 from autoaug.policies.store import (
     SCHEMA,
@@ -22,7 +23,6 @@ from autoaug.policies.store import (
     PolicyNotFoundError,
     PolicyStore,
     StoreError,
-    diff_policies,
 )
 
 

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from autoaug.proxy_models.data import (DatasetError, ImageFolderDataset, ParquetDataset, TorchvisionCIFAR10,
-                                       _joint_counts, open_dataset, reduced_split)
+from autoaug.proxy_models.data import DatasetError, ImageFolderDataset, ParquetDataset, TorchvisionCIFAR10, open_dataset
+from autoaug.proxy_models.splits import _joint_counts, reduced_split
 
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 

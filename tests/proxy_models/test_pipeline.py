@@ -9,7 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from autoaug.proxy_models.data import DatasetError, open_dataset, reduced_split
+from autoaug.proxy_models.data import DatasetError, open_dataset
+
+from autoaug.proxy_models.splits import reduced_split
 from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
 
 # A policy with no sub-policies but the standard base: exercises the crop/flip step alone,

@@ -243,6 +243,33 @@ def test_search_with_address_uses_both_nodes(ray_cluster, cifar_train, tmp_path)
 
 
 @pytest.mark.slow
+def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes(ray_cluster, cifar_train, tmp_path):
+    from autoaug.policies.store import PolicyStore
+
+    proc = ray_cluster.run(
+        str(BIN / "autoaug"), *_search_args(cifar_train, tmp_path, "densaddr"), "--method", "density",
+        "--folds", "2", "--rounds", "1", "--trials-per-round", "4", "--top-per-round", "2",
+        "--address", ray_cluster.gcs_address,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    record = PolicyStore(str(tmp_path / "store")).get("densaddr@latest")
+    assert record.provenance["method"]["name"] == "density"
+    assert len(record.provenance["trials"]) == 8
+
+    drivers = [j for j in ray_cluster.api("/api/jobs/")
+               if j["type"] == "DRIVER" and "densaddr" in (j.get("entrypoint") or "")]
+    assert len(drivers) == 1, drivers
+    job = drivers[0]["job_id"]
+    alive = {n["node_id"] for n in ray_cluster.alive_nodes()}
+    # The two fold models are Ray tasks of 1 CPU each, one per 1-CPU node...
+    folds = [t for t in ray_cluster.state("tasks", job_id=job) if t["name"].startswith("autoaug-fold:densaddr:")]
+    assert {t["name"] for t in folds} == {"autoaug-fold:densaddr:0", "autoaug-fold:densaddr:1"}
+    assert {t["node_id"] for t in folds} == alive
+    # ... and the scoring trials ran on both nodes too.
+    assert set(_trial_nodes(ray_cluster, job).values()) == alive
+
+
+@pytest.mark.slow
 def test_no_wait_logs_list_and_stop(ray_cluster, cifar_train, tmp_path):
     from autoaug.policies import presets
 

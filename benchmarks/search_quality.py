@@ -180,16 +180,17 @@ def _compare(a: argparse.Namespace, work: Path, timings: Timings, stage: str, ou
     return out
 
 
-def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: list[str]) -> int:
+def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: list[str],
+                policies: Sequence[str] = ()) -> int:
     """Seed ``out/runs/`` with finished runs recorded in a committed ``runs.csv`` (a results folder
     of an earlier session), so a clean checkout resumes instead of training them again.
 
     A row becomes the run record ``autoaug compare`` itself would have written when its policy
     reference resolves to the recorded policy hash, and only if no record of that run exists; the
     training configuration is the one this comparison uses (the code and presets must be those
-    that produced the CSV: ``git log`` of the CSV says which). Rows whose reference is a file or a
-    store version that this checkout cannot resolve to the same hash are skipped. Returns the
-    number of records written.
+    that produced the CSV: ``git log`` of the CSV says which). Rows of the baselines and of
+    ``policies`` (references this comparison trains, e.g. ``--also`` policies) are imported when
+    the hash matches; other rows are skipped. Returns the number of records written.
     """
     import csv
 
@@ -200,7 +201,7 @@ def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: l
 
     preset = preset_args[preset_args.index("--preset") + 1] if "--preset" in preset_args else "cpu"
     config = config_from_dict({"data": a.data, "preset": preset, "baselines": list(BASELINES), "out": str(out)})
-    candidates = {c.policy_hash: c for c in resolve_candidates((), config.baselines, None)}
+    candidates = {c.policy_hash: c for c in resolve_candidates(tuple(policies), config.baselines, None)}
     fingerprint = open_dataset(config.train.data, split="train").fingerprint()
     written = 0
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -227,6 +228,26 @@ def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: l
             written += 1
     print(f"imported {written} finished runs from {csv_path} into {out / 'runs'}")
     return written
+
+
+def also_policies(a: argparse.Namespace, work: Path) -> dict[str, Path]:
+    """The found policies of earlier results folders (``--also DIR``), written as policy JSON
+    files named after their searches (``work/also/<search name>.json``, so their label in the
+    comparison says which search found them). Returns ``{file path: results folder}``."""
+    out: dict[str, Path] = {}
+    folder = work / "also"
+    for d in a.also:
+        src = Path(d).resolve()
+        result = src / "search_result.json"
+        if not result.exists():
+            raise SystemExit(f"search_quality: --also {d}: no search_result.json there (expected a results folder "
+                             "of this benchmark, e.g. benchmarks/results/search-quality-cpu16-eval-cpu)")
+        found = json.loads(result.read_text())
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{found['stored']['name']}.json"
+        path.write_text(json.dumps(found["policy"], indent=1))
+        out[str(path)] = src
+    return out
 
 
 def random_policies(a: argparse.Namespace, work: Path, k: int) -> list[str]:
@@ -326,11 +347,15 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
 
 
 def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings: Timings,
-           fidelity: dict[str, Any] | None) -> dict[str, Any]:
+           fidelity: dict[str, Any] | None, also: Sequence[str] = ()) -> dict[str, Any]:
     runs = _read_runs(work / "eval")
     summary = summarize(runs)
     found = next(r["policy"] for r in runs if r.get("store_ref") == found_ref or r["policy"] == found_ref)
-    diffs = {b: paired(summary[found]["seeds"], summary[b]["seeds"]) for b in BASELINES if b in summary}
+    others = [r["policy"] for r in runs if r.get("ref") in also]
+    others = list(dict.fromkeys(others))
+    diffs = {b: paired(summary[found]["seeds"], summary[b]["seeds"]) for b in [*BASELINES, *others] if b in summary}
+    also_diffs = {o: {b: paired(summary[o]["seeds"], summary[b]["seeds"]) for b in [*BASELINES, found]}
+                  for o in others}
     best_strong = max((b for b in STRONG if b in summary), key=lambda b: summary[b]["mean"])
     verdict = {
         "beats_none_beyond_ci": bool(diffs["none"]["low"] is not None and diffs["none"]["low"] > 0),
@@ -357,7 +382,7 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     ]
     for label in sorted(summary, key=lambda k: summary[k]["rank"]):
         s = summary[label]
-        mark = " **(found)**" if label == found else ""
+        mark = " **(found)**" if label == found else " (found by another search)" if label in others else ""
         lines.append(f"| {s['rank']} | `{label}`{mark} | {s['n']} | {_pct(s['mean'])} | {_pct(s['std'])} | "
                      f"[{_pct(s['low'])}, {_pct(s['high'])}] |")
     lines += ["", f"Paired differences, `{found}` minus baseline (same seed: same initialisation, data order "
@@ -365,6 +390,12 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     for b, d in diffs.items():
         lines.append(f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
                      f"{', '.join(map(str, d['seeds']))} |")
+    for o, od in also_diffs.items():
+        lines += ["", f"Paired differences, `{o}` (found by another search, `--also`) minus baseline, in points:",
+                  "", "| baseline | mean diff | 95% CI | seeds |", "|---|---:|---|---|"]
+        for b, d in od.items():
+            lines.append(f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
+                         f"{', '.join(map(str, d['seeds']))} |")
     lines += [
         "",
         f"- beats `none` beyond the CI: **{verdict['beats_none_beyond_ci']}**; beats `standard` beyond the CI: "
@@ -393,6 +424,7 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     (out / "results.md").write_text(text + "\n")
     plot(summary, diffs, found, out / "quality.png", f"{a.eval_preset}: {regime}")
     doc = {"found": found, "found_ref": found_ref, "summary": summary, "paired": diffs, "verdict": verdict,
+           "also": {o: {"paired": also_diffs[o]} for o in others},
            "fidelity": fidelity, "timings": timings.data, "eval_train_config": train,
            "search_preset": a.search_preset, "eval_preset": a.eval_preset, "written_at": _now()}
     (out / "quality.json").write_text(json.dumps(doc, indent=1, default=str))
@@ -417,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search-args", default="", help="more autoaug search arguments, e.g. '--num-trials 20'")
     p.add_argument("--eval-preset", default="eval-cpu", help="training preset of the evaluation regime")
     p.add_argument("--eval-args", default="", help="more autoaug compare arguments for the evaluation")
-    p.add_argument("--seeds", type=int, default=3, help="evaluation seeds per policy (>= 3)")
+    p.add_argument("--seeds", type=int, default=5, help="evaluation seeds per policy (3 or more; 5 by default)")
     p.add_argument("--fidelity", type=int, default=0, help="random policies for the proxy-fidelity stage (0: skip)")
     p.add_argument("--fidelity-seed", type=int, default=0, help="seed of the random policies")
     p.add_argument("--proxy", action="append", default=None, metavar="NAME=COMPARE-ARGS",
@@ -433,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--import-runs", action="append", default=[], metavar="CSV",
                    help="seed the evaluation with the baselines' finished runs recorded in a committed runs.csv "
                         "(e.g. benchmarks/results/<name>/eval_runs.csv); repeatable")
+    p.add_argument("--also", action="append", default=[], metavar="RESULTS_DIR",
+                   help="also evaluate the found policy of an earlier run of this benchmark (its results folder, "
+                        "e.g. the other search method's); its evaluation runs there are reused; repeatable")
     p.add_argument("--smoke", action="store_true", help="plumbing check: smoke presets, 2 seeds")
     p.add_argument("--method", default=None, choices=("train", "density"),
                    help="autoaug search --method (default: the search preset's); density also names the study "
@@ -454,10 +489,15 @@ def main(argv: list[str] | None = None) -> int:
     timings = Timings(work / "timings.json")
 
     extra = shlex.split(a.eval_args)
+    also = also_policies(a, work)
+    for src in also.values():  # their evaluation runs are reused, not trained again
+        if (src / "eval_runs.csv").exists():
+            import_runs(a, src / "eval_runs.csv", work / "eval", ["--preset", a.eval_preset, *extra], list(also))
     for csv_path in a.import_runs:
-        import_runs(a, Path(csv_path).resolve(), work / "eval", ["--preset", a.eval_preset, *extra])
+        import_runs(a, Path(csv_path).resolve(), work / "eval", ["--preset", a.eval_preset, *extra], list(also))
     found_ref = stage_search(a, work, timings)
-    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], [found_ref], a.seeds)
+    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], [found_ref, *also],
+             a.seeds)
     fidelity = None
     if a.fidelity > 0:
         # The random policies are scored in the evaluation regime in a folder of their own (fewer
@@ -475,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                             [found_ref, *random_paths], a.proxy_seeds)
             fidelity[name] = spearman(proxy_scores(pout), eval_scores)
             _write_fidelity(work, fidelity)
-    report(a, work, out, found_ref, timings, fidelity)
+    report(a, work, out, found_ref, timings, fidelity, also=list(also))
     print(f"\nwrote {out}")
     return 0
 

@@ -4,12 +4,13 @@ AutoAugment concatenates the sub-policies of the best ``N`` candidates. Whether 
 better than the best candidate alone is an empirical question, and the best trial's own score is
 optimistic (it is the maximum over many noisy trials). A search warm-started from published
 policies has a third candidate: those policies extended by the sub-policies the search found
-(:func:`autoaug.search.tuner._final_candidates`). With ``SearchConfig.rescore`` on, every candidate is
+(:func:`autoaug.search.tuner._final_candidates`), and a search with early stopping a fourth: every
+trial that ran the full budget, assembled (``survivors``). With ``SearchConfig.rescore`` on, every candidate is
 trained once more under the proxy -- the same training configuration as every trial, but a fresh
 seed (another initialisation, data order and augmentation draws), so none enjoys the luck of
 the trial that selected it -- and the highest search score (the mean validation accuracy over the
 last ``score_window`` epochs, as the trials were scored) becomes the stored policy (ties go to the
-earlier candidate: assembled, best trial, extended warm start). Every candidate's re-score is recorded in the provenance
+earlier candidate: assembled, best trial, extended warm start, survivors). Every candidate's re-score is recorded in the provenance
 (``selection``).
 
 The re-scoring runs are Ray tasks with the trials' resources, run in parallel, and their results
@@ -33,7 +34,7 @@ RESCORE_SEED_OFFSET = 1_000
 class Candidate:
     """A policy that may become the search's result."""
 
-    kind: str  # "assembled", "best_trial" or "warm_start+found"
+    kind: str  # "assembled", "best_trial", "warm_start+found" or "survivors"
     policy: Policy
     trial_ids: tuple[str, ...]
     search_score: float | None  # the trial's own score (best_trial) or None

@@ -369,7 +369,10 @@ def _finish(config: SearchConfig, run: RunDir, state: dict, *, session_started: 
 def _final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list[Candidate]:
     """What re-scoring chooses from: the assembled policy; the best single trial; with a warm
     start, the warm-start policies extended by the selected trials the sampler proposed (those
-    that are not warm-start candidates) -- the published policy plus what the search found.
+    that are not warm-start candidates) -- the published policy plus what the search found; with
+    early stopping, ``survivors``: every trial ASHA let run the full budget, assembled (more
+    sub-policies than the top ``top_n`` when more trials survived: the re-scores measured that
+    a policy of more vetted sub-policies can generalise better, docs/search.md).
     Candidates identical to an earlier one are left out."""
     best = assembled.selected[0]
     single = Policy(config.name, best.policy.num_magnitude_bins, best.policy.sub_policies,
@@ -386,6 +389,12 @@ def _final_candidates(config: SearchConfig, trials: list, assembled: Any) -> lis
         if found:
             extended = union_policy(config.name, [*warm, *(t.policy for t in found)])
             out.append(Candidate("warm_start+found", extended, tuple(t.trial_id for t in found), None))
+    survivors = [t for t in trials if t.succeeded and t.epochs >= config.epochs]
+    if config.early_stopping and len(survivors) > len(assembled.selected):
+        union = assemble_policy(survivors, name=config.name, top_n=len(survivors),
+                                num_magnitude_bins=config.space.num_magnitude_bins, base=config.space.base,
+                                ranges=config.space.ranges)  # fmt: skip
+        out.append(Candidate("survivors", union.policy, tuple(t.trial_id for t in union.selected), None))
     unique: dict[str, Candidate] = {}
     for c in out:
         unique.setdefault(c.policy.content_hash, c)

@@ -48,8 +48,9 @@ FOUND_A = [[("TranslateX", 0.9, 4), ("Brightness", 0.6, 8)], [("Sharpness", 0.3,
 FOUND_B = [[("Contrast", 0.2, 6), ("ShearY", 0.8, 3)], [("Rotate", 0.7, 2), ("Invert", 0.1, 0)]]
 
 
-def _final_candidates_for(tmp_path, ranked_subs):
-    """_final_candidates of a search warm-started from WARM whose trials ranked as given."""
+def _final_candidates_for(tmp_path, ranked_subs, epochs=None):
+    """_final_candidates of a search warm-started from WARM whose trials ranked as given
+    (``epochs``: how many epochs each trial ran; default all the budget of 2)."""
     from autoaug.search.assemble import TrialRecord, assemble_policy
     from autoaug.search.config import SearchConfig
     from autoaug.search.tuner import _final_candidates
@@ -62,9 +63,10 @@ def _final_candidates_for(tmp_path, ranked_subs):
     })  # fmt: skip
     trials = [
         TrialRecord(f"t{i}", i, "completed", {}, config.space.to_policy(config.space.to_params(
-            Policy(f"p{i}", 10, subs)), name=f"p{i}"), 0.9 - 0.1 * i, epochs=2)
+            Policy(f"p{i}", 10, subs)), name=f"p{i}"), 0.9 - 0.1 * i, epochs=(epochs or [2] * len(ranked_subs))[i])
         for i, subs in enumerate(ranked_subs)
     ]
+    assert config.epochs == 2 and config.early_stopping
     assembled = assemble_policy(trials, name="cands", top_n=3)
     return _final_candidates(config, trials, assembled)
 
@@ -73,7 +75,7 @@ def test_a_warm_started_search_also_offers_the_warm_start_extended_by_the_found_
     # Ranked: a found trial, a warm-start chunk, another found trial (its second sub-policy is
     # also WARM's first), and a found trial outside the top 3.
     ranked = [FOUND_A, WARM.sub_policies[2:], FOUND_B, [[("Equalize", 0.1, 0), ("Color", 0.3, 3)], [("Invert", 0.2, 0), ("Solarize", 0.9, 8)]]]
-    cands = _final_candidates_for(tmp_path, ranked)
+    cands = _final_candidates_for(tmp_path, ranked, epochs=[2, 2, 2, 1])  # the 4th was stopped early
     assert [c.kind for c in cands] == ["assembled", "best_trial", "warm_start+found"]
     extended = cands[2]
     assert extended.trial_ids == ("t0", "t2")  # the selected trials that are not warm-start candidates
@@ -87,6 +89,25 @@ def test_no_extended_candidate_when_the_search_found_nothing_better_than_the_war
     cands = _final_candidates_for(tmp_path, [WARM.sub_policies[:2], WARM.sub_policies[2:]])
     # Only warm-start chunks were selected: the assembled policy is the warm start itself; no third candidate.
     assert [c.kind for c in cands] == ["assembled", "best_trial"]
+
+
+def test_survivors_assembles_every_trial_that_ran_the_full_budget_when_more_than_top_n_did(tmp_path):
+    other = [[("Equalize", 0.1, 0), ("Color", 0.3, 3)], [("Invert", 0.2, 0), ("Solarize", 0.9, 8)]]
+    stopped = [[("ShearY", 0.4, 4), ("Brightness", 0.1, 2)], [("Sharpness", 0.6, 6), ("Contrast", 0.9, 1)]]
+    # Ranked: 4 trials ran both epochs (top_n is 3), one was stopped after its first.
+    cands = _final_candidates_for(tmp_path, [FOUND_A, WARM.sub_policies[2:], FOUND_B, other, stopped],
+                                  epochs=[2, 2, 2, 2, 1])
+    assert [c.kind for c in cands] == ["assembled", "best_trial", "warm_start+found", "survivors"]
+    survivors = cands[3]
+    assert survivors.trial_ids == ("t0", "t1", "t2", "t3")  # the stopped trial is left out
+    subs = [tuple((op.op, op.probability, op.magnitude_bin) for op in sub) for sub in survivors.policy.sub_policies]
+    # The assembled policy's sub-policies (duplicates removed), then the fourth survivor's.
+    assert subs[: len(cands[0].policy.sub_policies)] == [
+        tuple((op.op, op.probability, op.magnitude_bin) for op in sub) for sub in cands[0].policy.sub_policies]
+    assert subs[len(cands[0].policy.sub_policies):] == [tuple(sub) for sub in other]
+    # With no more survivors than top_n, it would equal the assembled policy: not offered.
+    fewer = _final_candidates_for(tmp_path, [FOUND_A, WARM.sub_policies[2:], FOUND_B, other], epochs=[2, 2, 2, 1])
+    assert "survivors" not in [c.kind for c in fewer]
 
 
 def test_search_score_is_the_mean_of_the_last_validated_epochs():

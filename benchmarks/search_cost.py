@@ -23,6 +23,9 @@ of a default density-matching search.
 ::
 
     .venv/bin/python benchmarks/search_cost.py --data $AUTOAUG_CIFAR10 [--trials-per-round 20]
+    # figures of a density search that already ran (e.g. the quality benchmark's), no new search:
+    .venv/bin/python benchmarks/search_cost.py --data $AUTOAUG_CIFAR10 \
+        --from-run runs/search-quality/density-cpu-eval-cpu/runs/sq-density-cpu-eval-cpu
 
 Figures are printed and written to ``--out`` (default ``benchmarks/results/search-cost``) as
 ``search_cost.json``.
@@ -72,12 +75,22 @@ def _density_search(data: str, storage: str, trials_per_round: int, folds: int, 
                  "top_per_round": min(10, trials_per_round)},
         **({"train": {"preset": "proxy-cpu", "epochs": fold_epochs}} if fold_epochs else {}),
     )  # fmt: skip
-    full_epochs = SearchConfig.from_preset("density-cpu").train.epochs
     t0 = time.time()
     outcome = run_search(config, overwrite=True)
-    wall = time.time() - t0
-    prov = outcome.provenance
+    return density_figures(outcome.provenance, outcome.run_dir, wall=time.time() - t0)
+
+
+def density_figures(prov: dict, run_dir: str, wall: float | None = None) -> dict:
+    """The density method's figures from a finished density search's provenance (``wall``: the
+    driver's wall time; default the search's own elapsed time over all its sessions)."""
+    from autoaug.search.config import SearchConfig
+
+    config = SearchConfig.from_dict(prov["search"]["config"])
+    folds, rounds = config.density.folds, config.density.rounds
+    trials_per_round = config.density.trials_per_round
+    full_epochs = SearchConfig.from_preset("density-cpu").train.epochs
     timing = prov["time"]
+    wall = float(timing["elapsed_s"]) if wall is None else wall
     fold_wall = sum(float(v) for v in timing["fold_training_wall_s"].values())
     epochs = config.train.epochs
     # Fold training is linear in epochs: with --fold-epochs E the full recipe's is scaled by 120/E.
@@ -104,7 +117,7 @@ def _density_search(data: str, storage: str, trials_per_round: int, folds: int, 
         "full_default_search_is": "measured" if measured else
         f"extrapolated: fold training x {full_epochs}/{epochs} epochs + {FULL_DENSITY_TRIALS} candidates at the "
         "measured scoring rate",
-        "run_dir": outcome.run_dir,
+        "run_dir": run_dir,
     }  # fmt: skip
 
 
@@ -166,6 +179,9 @@ def main() -> None:
                         help="train the fold models this many epochs instead of the preset's 120 and scale their "
                              "wall time (a shorter measurement; the candidates' scoring cost does not depend on it)")
     parser.add_argument("--objective-candidates", type=int, default=40)
+    parser.add_argument("--from-run", default=None, metavar="RUN_DIR",
+                        help="a finished density search's run directory (e.g. the quality benchmark's): report its "
+                             "figures and measure the objective on its fold models instead of running a search")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "search-cost"))
     args = parser.parse_args()
     if not args.data:
@@ -178,8 +194,12 @@ def main() -> None:
     print(f"train method: epoch {train['epoch_time_s']:.2f} s, trial {train['trial_time_s']:.0f} s "
           f"-> {train['candidates_per_hour_2_cores']:.0f} candidates/hour on 2 cores", flush=True)
     with tempfile.TemporaryDirectory(prefix="autoaug-search-cost-") as tmp:
-        figures["density_method"] = dens = _density_search(args.data, tmp, args.trials_per_round, args.folds,
-                                                           args.rounds, args.fold_epochs)
+        if args.from_run:
+            result = json.loads(Path(args.from_run, "result.json").read_text())
+            figures["density_method"] = dens = density_figures(result["provenance"], str(Path(args.from_run).resolve()))
+        else:
+            figures["density_method"] = dens = _density_search(args.data, tmp, args.trials_per_round, args.folds,
+                                                               args.rounds, args.fold_epochs)
         print(f"density method: {dens['trials']} candidates, fold models {dens['fold_training_wall_s']:.0f} s, "
               f"scoring {dens['scoring_wall_s']:.0f} s -> {dens['candidates_per_hour_2_cores']:.0f} candidates/hour; "
               f"full default search {dens['full_default_search_wall_s'] / 60:.1f} min "

@@ -100,6 +100,16 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
 }  # fmt: skip
 
 
+def _absolute_if_file(ref: str) -> str:
+    """``ref`` made absolute when it names an existing policy file (other references unchanged)."""
+    from autoaug.policies.reference import looks_like_path
+
+    text = ref.strip()
+    if looks_like_path(text) and os.path.isfile(os.path.expanduser(text)):
+        return os.path.abspath(os.path.expanduser(text))
+    return ref
+
+
 @dataclass(frozen=True)
 class DensityConfig:
     """The density-matching method's own settings (``SearchConfig.density``; used when
@@ -320,6 +330,11 @@ class SearchConfig:
         ):
             raise bad("optuna_storage", "an Optuna storage URL such as sqlite:////abs/path.db or "
                       "postgresql://user@host/db, or None")  # fmt: skip
+        if self.optuna_storage is not None and self.optuna_storage.startswith("sqlite:///"):
+            # sqlite:///rel.db is relative to the working directory: pin it, as the storage folder
+            path = self.optuna_storage[len("sqlite:///"):]
+            if path and not path.startswith("/") and path != ":memory:":
+                object.__setattr__(self, "optuna_storage", "sqlite:///" + os.path.abspath(os.path.expanduser(path)))
         if self.store is not None and (not isinstance(self.store, str) or not self.store.strip()):
             raise bad("store", "a policy store folder or URI, or None")
         if self.mlflow_uri is not None:
@@ -337,7 +352,9 @@ class SearchConfig:
             isinstance(r, str) and r.strip() for r in self.warm_start
         ):
             raise bad("warm_start", "a list of policy references (presets, policy JSON files, stored versions)")
-        object.__setattr__(self, "warm_start", tuple(self.warm_start))
+        # A policy file named relative to the working directory must still be found when the
+        # search is resumed from elsewhere (the configuration is saved in the run directory).
+        object.__setattr__(self, "warm_start", tuple(_absolute_if_file(r) for r in self.warm_start))
         if self.verbose not in (0, 1, 2):
             raise bad("verbose", "0, 1 or 2")
         if self.method not in METHODS:

@@ -46,6 +46,23 @@ def test_local_storage_is_made_absolute(tmp_path, monkeypatch):
     assert SearchConfig.from_preset("smoke", name="n", storage="s3://b/runs").storage == "s3://b/runs"
 
 
+def test_relative_warm_start_files_and_sqlite_paths_are_pinned_for_a_resume_from_elsewhere(tmp_path, monkeypatch):
+    from autoaug.policies import presets
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.json").write_text(presets.resolve("autoaugment-svhn").to_json())
+    config = SearchConfig.from_preset("smoke", name="n", warm_start=["mine.json", "autoaugment-cifar10", "other@2"],
+                                      optuna_storage="sqlite:///studies/s.db")
+    assert config.warm_start == (str(tmp_path / "mine.json"), "autoaugment-cifar10", "other@2")
+    assert config.optuna_storage == f"sqlite:///{tmp_path}/studies/s.db"
+    # Saved and read back from another directory: the same locations.
+    monkeypatch.chdir("/")
+    again = SearchConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again.warm_start == config.warm_start and again.optuna_storage == config.optuna_storage
+    for url in ("sqlite:////abs/s.db", "sqlite:///:memory:", "postgresql://u@h/db"):
+        assert SearchConfig.from_preset("smoke", name="n", optuna_storage=url).optuna_storage == url
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

@@ -46,9 +46,19 @@ class SearchOutcome:
             f"best trial {self.best_trial.trial_id}: {METRIC} {self.score:.4f} "
             f"({self.best_trial.epochs} epoch{'' if self.best_trial.epochs == 1 else 's'})",
             f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
-            f"{counts['failed']} failed; final policy = best {len(self.assembled.selected)} "
-            f"trials, {len(self.policy.sub_policies)} sub-policies "
+            f"{counts['failed']} failed; assembled policy = best {len(self.assembled.selected)} "
+            f"trials, {len(self.assembled.policy.sub_policies)} sub-policies "
             f"({self.assembled.duplicates_removed} duplicates removed)",
+        ]
+        selection = self.provenance.get("selection")
+        if selection:
+            scores = ", ".join(
+                f"{c['kind']} ({c['num_sub_policies']} sub-policies) {c[METRIC]:.4f}"
+                for c in selection["candidates"] if c.get(METRIC) is not None
+            )
+            lines.append(f"re-scored under the proxy (seed {selection['candidates'][0].get('seed', '?')}): {scores}; "
+                         f"stored: {selection['chosen']}")
+        lines += [
             f"stored as {self.reference} in {self.store_uri}",
             f"run directory: {self.run_dir}",
         ]

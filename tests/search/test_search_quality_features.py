@@ -86,3 +86,7 @@ def test_seeded_search_at_concurrency_1_is_reproducible_and_its_study_is_honest(
     chosen = next(c for c in selection["candidates"] if c["kind"] == selection["chosen"])
     assert chosen["policy_hash"] == first.policy.content_hash
     assert scores[selection["chosen"]] == max(scores.values())
+    # What the user reads at the end: every re-score, and which candidate was stored.
+    summary = first.summary()
+    assert f"stored: {selection['chosen']}" in summary and f"re-scored under the proxy (seed {selection['candidates'][0]['seed']})" in summary
+    assert all(f"{kind} (" in summary for kind in kinds)

@@ -311,7 +311,7 @@ def proxy_scores(compare_out: Path) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------ report
 def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], found: str, path: Path,
-         title: str) -> None:
+         title: str, others: Sequence[str] = ()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -322,13 +322,14 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
                                    gridspec_kw={"width_ratios": [3, 2]})
     for y, label in enumerate(labels):
         s = summary[label]
-        color = "tab:red" if label == found else "tab:blue"
+        color = "tab:red" if label == found else "tab:orange" if label in others else "tab:blue"
         if s["low"] is not None:
             ax1.plot([100 * s["low"], 100 * s["high"]], [y, y], color=color, lw=3, alpha=0.5)
         ax1.plot(100 * s["mean"], y, "o", color=color, ms=8)
         ax1.plot([100 * v for v in s["seeds"].values()], [y] * len(s["seeds"]), "|", color="k", ms=10)
     ax1.set_yticks(range(len(labels)), labels)
-    ax1.set_xlabel("test accuracy % (mean, 95% CI, | = one seed)")
+    ax1.set_xlabel("test accuracy % (mean, 95% CI, | = one seed)\nred: this search's policy"
+                   + ("; orange: another search's (--also)" if others else ""))
     ax1.grid(axis="x", alpha=0.3)
     ax1.set_title(title, fontsize=9)
     others = [k for k in labels if k in diffs]
@@ -339,7 +340,7 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
         ax2.plot(100 * d["mean"], y, "o", color="tab:green", ms=8)
     ax2.axvline(0, color="k", lw=0.8)
     ax2.set_yticks(range(len(others)), others)
-    ax2.set_xlabel("found minus baseline, points\n(paired by seed; mean, 95% CI)")
+    ax2.set_xlabel(f"{found} minus each policy,\npoints (paired by seed; mean, 95% CI)")
     ax2.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -422,7 +423,7 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     out.mkdir(parents=True, exist_ok=True)
     text = "\n".join(lines).replace(str(work), "$WORK").replace(str(REPO.parent), "..")
     (out / "results.md").write_text(text + "\n")
-    plot(summary, diffs, found, out / "quality.png", f"{a.eval_preset}: {regime}")
+    plot(summary, diffs, found, out / "quality.png", f"{a.eval_preset}: {regime}", others)
     doc = {"found": found, "found_ref": found_ref, "summary": summary, "paired": diffs, "verdict": verdict,
            "also": {o: {"paired": also_diffs[o]} for o in others},
            "fidelity": fidelity, "timings": timings.data, "eval_train_config": train,

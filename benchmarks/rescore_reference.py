@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"), help="training data (default $AUTOAUG_CIFAR10)")
     p.add_argument("--policy", action="append", default=None, help=f"policy to re-score (default: {', '.join(STRONG)})")
     p.add_argument("--workers", type=int, default=2, help="runs at a time (one CPU thread each)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="train with this seed instead of the search's re-scoring seed (a second draw of the "
+                        "same comparison; the search's candidates are then left out unless given as --policy)")
     p.add_argument("--out", default=None, help="write the figures here as JSON")
     a = p.parse_args(argv)
 
@@ -55,13 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     train = config.train
     if a.data:
         train = dataclasses.replace(train, data=os.path.abspath(a.data))
-    seed = (train.seed + RESCORE_SEED_OFFSET) % 2**31
+    seed = (train.seed + RESCORE_SEED_OFFSET) % 2**31 if a.seed is None else a.seed
     cfg = dataclasses.replace(train, seed=seed, num_threads=1).to_dict()
     refs = a.policy or list(STRONG)
     with ProcessPoolExecutor(max_workers=a.workers) as pool:
         runs = list(pool.map(_score, [cfg] * len(refs), refs, [config.score_window] * len(refs)))
+    # The search's own re-scores belong beside the references only when they used the same seed.
     rows = [{"kind": c["kind"], "num_sub_policies": c["num_sub_policies"], METRIC: c.get(METRIC), "chosen":
-             c["kind"] == prov["selection"]["chosen"]} for c in prov["selection"]["candidates"]]
+             c["kind"] == prov["selection"]["chosen"]} for c in prov["selection"]["candidates"]
+            if c.get("seed", seed) == seed]
     rows += [{"kind": f"reference {r['policy']}", METRIC: r[METRIC], "val_accuracy": r["val_accuracy"],
               "wall_s": r["wall_s"]} for r in runs]
     print(f"re-scores under the proxy of {config.name} (seed {seed}, mean validation accuracy of the last "

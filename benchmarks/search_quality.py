@@ -332,14 +332,14 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
                    + ("; orange: another search's (--also)" if others else ""))
     ax1.grid(axis="x", alpha=0.3)
     ax1.set_title(title, fontsize=9)
-    others = [k for k in labels if k in diffs]
-    for y, label in enumerate(others):
+    compared = [k for k in labels if k in diffs]
+    for y, label in enumerate(compared):
         d = diffs[label]
         if d["low"] is not None:
             ax2.plot([100 * d["low"], 100 * d["high"]], [y, y], color="tab:green", lw=3, alpha=0.5)
         ax2.plot(100 * d["mean"], y, "o", color="tab:green", ms=8)
     ax2.axvline(0, color="k", lw=0.8)
-    ax2.set_yticks(range(len(others)), others)
+    ax2.set_yticks(range(len(compared)), compared)
     ax2.set_xlabel(f"{found} minus each policy,\npoints (paired by seed; mean, 95% CI)")
     ax2.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -347,13 +347,21 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
     plt.close(fig)
 
 
+def _diff_table(title: str, diffs: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown lines: ``title`` and one row per paired difference (mean, 95% CI, seeds)."""
+    lines = ["", title, "", "| baseline | mean diff | 95% CI | seeds |", "|---|---:|---|---|"]
+    for b, d in diffs.items():
+        lines.append(f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
+                     f"{', '.join(map(str, d['seeds']))} |")
+    return lines
+
+
 def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings: Timings,
            fidelity: dict[str, Any] | None, also: Sequence[str] = ()) -> dict[str, Any]:
     runs = _read_runs(work / "eval")
     summary = summarize(runs)
     found = next(r["policy"] for r in runs if r.get("store_ref") == found_ref or r["policy"] == found_ref)
-    others = [r["policy"] for r in runs if r.get("ref") in also]
-    others = list(dict.fromkeys(others))
+    others = list(dict.fromkeys(r["policy"] for r in runs if r.get("ref") in also))
     diffs = {b: paired(summary[found]["seeds"], summary[b]["seeds"]) for b in [*BASELINES, *others] if b in summary}
     also_diffs = {o: {b: paired(summary[o]["seeds"], summary[b]["seeds"]) for b in [*BASELINES, found]}
                   for o in others}
@@ -386,17 +394,11 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
         mark = " **(found)**" if label == found else " (found by another search)" if label in others else ""
         lines.append(f"| {s['rank']} | `{label}`{mark} | {s['n']} | {_pct(s['mean'])} | {_pct(s['std'])} | "
                      f"[{_pct(s['low'])}, {_pct(s['high'])}] |")
-    lines += ["", f"Paired differences, `{found}` minus baseline (same seed: same initialisation, data order "
-              "and test set), in points:", "", "| baseline | mean diff | 95% CI | seeds |", "|---|---:|---|---|"]
-    for b, d in diffs.items():
-        lines.append(f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
-                     f"{', '.join(map(str, d['seeds']))} |")
+    lines += _diff_table(f"Paired differences, `{found}` minus baseline (same seed: same initialisation, data "
+                         "order and test set), in points:", diffs)
     for o, od in also_diffs.items():
-        lines += ["", f"Paired differences, `{o}` (found by another search, `--also`) minus baseline, in points:",
-                  "", "| baseline | mean diff | 95% CI | seeds |", "|---|---:|---|---|"]
-        for b, d in od.items():
-            lines.append(f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
-                         f"{', '.join(map(str, d['seeds']))} |")
+        lines += _diff_table(f"Paired differences, `{o}` (found by another search, `--also`) minus baseline, "
+                             "in points:", od)
     lines += [
         "",
         f"- beats `none` beyond the CI: **{verdict['beats_none_beyond_ci']}**; beats `standard` beyond the CI: "

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -34,7 +35,7 @@ from autoaug.core.errors import UserInputError
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["Location", "atomic_write_local", "filesystem_from_uri", "is_uri"]
+__all__ = ["Location", "atomic_write_local", "delete_quietly", "filesystem_from_uri", "is_uri", "list_dir"]
 
 
 def _pafs():
@@ -91,6 +92,39 @@ def atomic_write_local(path: str | os.PathLike, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def list_dir(fs: "pafs.FileSystem", path: str) -> list:
+    """Entries (``pyarrow.fs.FileInfo``) of the folder ``path`` on ``fs`` ([] if it does not exist).
+
+    pyarrow's ``LocalFileSystem`` raises ``FileNotFoundError`` despite ``allow_not_found`` when
+    another process creates the folder at the same moment (seen with pyarrow 26 when concurrent
+    first saves of the policy store create ``<name>/``), so that error is retried.
+    """
+    pafs_ = _pafs()
+    selector = pafs_.FileSelector(path, allow_not_found=True, recursive=False)
+    for attempt in range(20):
+        try:
+            return fs.get_file_info(selector)
+        except FileNotFoundError:
+            if fs.get_file_info(path).type == pafs_.FileType.NotFound:
+                return []
+            time.sleep(0.001 * (attempt + 1))
+    return fs.get_file_info(selector)
+
+
+def delete_quietly(fs: "pafs.FileSystem", path: str) -> None:
+    """Delete the file or folder ``path`` on ``fs`` if it is there; errors are ignored (clean-up
+    of temporary files, which a later check removes anyway)."""
+    pafs_ = _pafs()
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pafs_.FileType.File:
+            fs.delete_file(path)
+        elif info.type == pafs_.FileType.Directory:
+            fs.delete_dir(path)
+    except OSError:
+        pass
 
 
 @dataclass(frozen=True)

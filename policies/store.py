@@ -1,8 +1,5 @@
 """Versioned, immutable policy artifacts on any filesystem pyarrow reaches.
 
-(Over 600 lines on purpose: naming, reading, integrity checks and the two version-claim
-protocols are one concurrency design; split, each half would be unsafe to change alone.)
-
 A :class:`PolicyStore` keeps every saved :class:`~policies.policy.Policy` as one Parquet file per
 version::
 
@@ -27,7 +24,8 @@ Guarantees
   folder and then moved to its final name; readers see either no file or the complete file. Its
   policy content hash is stored next to it and re-checked on every load, so a tampered or truncated
   artifact is rejected with :class:`CorruptArtifactError` naming the file.
-* **Race-free version numbers.** Before writing, a saver *claims* its version number:
+* **Race-free version numbers.** Before writing, a saver *claims* its version number
+  (:mod:`autoaug.policies.claims`):
 
   - Local filesystems (``LocalFileSystem``, or a ``SubTreeFileSystem`` over one): the claim is an
     atomic ``rename(2)`` of a private, non-empty folder onto ``.claims/vNNNNNN``, which POSIX
@@ -56,14 +54,10 @@ Guarantees
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import random
 import re
-import socket
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,7 +69,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from autoaug.core.errors import StoreError, UserInputError
-from autoaug.core.location import Location
+from autoaug.core.location import Location, delete_quietly, list_dir
+from autoaug.policies.claims import VersionClaims, is_local
 from autoaug.policies.diff import PolicyDiff, diff_policies
 from autoaug.policies.policy import Policy
 
@@ -147,17 +142,13 @@ _NAME_RULE = (
     "(no path separators, '@', ':' or spaces)"
 )
 _VERSION_FILE_RE = re.compile(r"v(\d+)\.parquet")
-_CLAIM_RE = re.compile(r"v(\d+)(?:\.([0-9a-f]{32}))?")
 _HEX_RE = re.compile(r"[0-9a-f]{6,64}")
 _MIN_HASH_PREFIX = 6
-_CLAIMS = ".claims"
 _EVALUATIONS = "_evaluations"
-_ISSUED = "_issued"
 _TMP_VERSION_RE = re.compile(r"\.v\d+\.parquet\.tmp-.*")
 #: Default age (seconds) below which :meth:`PolicyStore.check` leaves temporary files and claims
 #: alone: a save in progress holds them for milliseconds, a killed one forever.
 DEFAULT_GRACE_SECONDS = 3600.0
-_MAX_CLAIM_ATTEMPTS = 200
 _MAX_LISTED = 20
 
 
@@ -337,12 +328,6 @@ def _listing(names: Iterable[str]) -> str:
     return shown
 
 
-def _is_local(fs: pafs.FileSystem) -> bool:
-    if isinstance(fs, pafs.SubTreeFileSystem):
-        return _is_local(fs.base_fs)
-    return isinstance(fs, pafs.LocalFileSystem)
-
-
 StoreLocation = Union[str, "os.PathLike[str]", pafs.FileSystem, "tuple[pafs.FileSystem, str]", None]
 
 
@@ -404,17 +389,17 @@ class PolicyStore:
                 f"(filesystem, path) pair, got {type(uri).__name__}"
             )
         if claim == "auto":
-            claim = "rename" if _is_local(fs) else "announce"
+            claim = "rename" if is_local(fs) else "announce"
         if claim not in ("rename", "announce"):
             raise ValueError(f"PolicyStore: claim must be 'auto', 'rename' or 'announce', got {claim!r}")
-        if claim == "rename" and not _is_local(fs):
+        if claim == "rename" and not is_local(fs):
             raise ValueError(
                 f"PolicyStore: claim='rename' relies on POSIX rename semantics and needs a local "
                 f"filesystem, got {fs.type_name}"
             )
         self._fs = fs
         self._root = root
-        self._claim = claim
+        self._claims = VersionClaims(fs, self._path, claim, self._uri)
         self._hash_cache: dict[str, str] = {}
 
     # -- basic properties -----------------------------------------------------------------------
@@ -457,21 +442,8 @@ class PolicyStore:
         return self._path(name, f"v{version:06d}.parquet")
 
     def _ls(self, path: str) -> list[pafs.FileInfo]:
-        """Entries of a folder ([] if it does not exist).
-
-        pyarrow's ``LocalFileSystem`` raises ``FileNotFoundError`` despite ``allow_not_found``
-        when another process creates the folder at the same moment (seen with pyarrow 26 when
-        concurrent first saves create ``<name>/``), so that error is retried.
-        """
-        selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
-        for attempt in range(20):
-            try:
-                return self._fs.get_file_info(selector)
-            except FileNotFoundError:
-                if self._fs.get_file_info(path).type == pafs.FileType.NotFound:
-                    return []
-                time.sleep(0.001 * (attempt + 1))
-        return self._fs.get_file_info(selector)
+        """Entries of a folder ([] if it does not exist)."""
+        return list_dir(self._fs, path)
 
     # -- listing --------------------------------------------------------------------------------
 
@@ -510,14 +482,6 @@ class PolicyStore:
             if match and info.type == pafs.FileType.File:
                 found.append(int(match.group(1)))
         return sorted(found)
-
-    def _claimed(self, name: str) -> list[int]:
-        found = []
-        for info in self._ls(self._path(name, _CLAIMS)):
-            match = _CLAIM_RE.fullmatch(info.base_name)
-            if match:
-                found.append(int(match.group(1)))
-        return found
 
     def list(self) -> list[PolicySummary]:
         """One summary per stored name: latest version, number of versions, creation times. A
@@ -852,18 +816,17 @@ class PolicyStore:
             "schema_version": SCHEMA_VERSION,
         }
         try:
-            self._fs.create_dir(self._path(name, _CLAIMS), recursive=True)
-            self._fs.create_dir(self._path(name, _ISSUED), recursive=True)
+            self._claims.prepare(name)
         except OSError as exc:  # read-only filesystem, a file in the way, access denied...
             raise StoreError(f"cannot write to policy store {self._uri}: {' '.join(str(exc).split())[:300]}") from None
-        version, claim = self._claim_version(name)
+        version, claim = self._claims.claim(name, lambda: self.versions(name),
+                                            lambda v: self._version_path(name, v))
         final = self._version_path(name, version)
         tmp = self._path(name, f".v{version:06d}.parquet.tmp-{uuid.uuid4().hex}")
         try:
             # The number is issued for good before anything is published: even if this version
             # file is deleted later, no other content ever gets it.
-            with self._fs.open_output_stream(self._path(name, _ISSUED, f"v{version:06d}")):
-                pass
+            self._claims.issue(name, version)
             row["version"] = version
             row["created_at"] = _utcnow()
             table = pa.Table.from_pylist([row], schema=SCHEMA)
@@ -872,9 +835,9 @@ class PolicyStore:
             self._publish(tmp, final)
         except BaseException:
             self._delete_quietly(tmp)
-            self._release(claim)
+            self._claims.release(claim)
             raise
-        self._release(claim)
+        self._claims.release(claim)
         self._hash_cache[final] = content_hash
         return version
 
@@ -959,7 +922,7 @@ class PolicyStore:
             for entry in self._ls(self._path(name)):
                 if _TMP_VERSION_RE.fullmatch(entry.base_name):
                     sweep(entry)
-            for entry in self._ls(self._path(name, _CLAIMS)):
+            for entry in self._claims.leftovers(name):
                 sweep(entry)
             for folder in self._ls(self._path(name, _EVALUATIONS)):
                 for entry in self._ls(folder.path) if folder.type == pafs.FileType.Directory else ():
@@ -973,41 +936,14 @@ class PolicyStore:
                     verified.append(record.ref)
         return CheckReport(self._uri, tuple(verified), tuple(corrupt), tuple(removed), tuple(kept))
 
-    # -- claims ---------------------------------------------------------------------------------
+    # -- writing helpers --------------------------------------------------------------------------
 
     def _publish(self, tmp: str, final: str) -> None:
         """Make a fully written temporary file visible under its final name."""
         self._fs.move(tmp, final)
 
     def _delete_quietly(self, path: str) -> None:
-        try:
-            info = self._fs.get_file_info(path)
-            if info.type == pafs.FileType.File:
-                self._fs.delete_file(path)
-            elif info.type == pafs.FileType.Directory:
-                self._fs.delete_dir(path)
-        except OSError:
-            pass
-
-    def _release(self, claim: str) -> None:
-        # Claims only matter until the version file exists; a leftover claim merely burns a number.
-        if self._claim == "rename":
-            # Rename the claim folder away first (atomic), so that no other saver ever sees it
-            # half-deleted (empty folders can be renamed over), then delete it at leisure.
-            released = f"{claim.rsplit('/', 1)[0]}/.released-{uuid.uuid4().hex}"
-            try:
-                self._fs.move(claim, released)
-            except OSError:
-                return
-            claim = released
-        self._delete_quietly(claim)
-
-    def _issued(self, name: str) -> list[int]:
-        return [int(m.group(1)) for info in self._ls(self._path(name, _ISSUED))
-                if (m := _CLAIM_RE.fullmatch(info.base_name)) is not None and m.group(2) is None]
-
-    def _next_version(self, name: str) -> int:
-        return max(self.versions(name) + self._claimed(name) + self._issued(name), default=0) + 1
+        delete_quietly(self._fs, path)
 
     def _latest_hash_or_none(self, name: str, version: int) -> str | None:
         """The verified content hash of a version, or None when it is corrupt (a corrupt latest
@@ -1016,67 +952,3 @@ class PolicyStore:
             return self._content_hash(name, version)
         except CorruptArtifactError:
             return None
-
-    def _claim_version(self, name: str) -> tuple[int, str]:
-        """Claim an unused version number of ``name``; returns it and the claim's path."""
-        token = uuid.uuid4().hex
-        owner = json.dumps(
-            {"host": socket.gethostname(), "pid": os.getpid(), "token": token, "at": _iso(_utcnow())}
-        ).encode()
-        rng = random.Random(token)
-        for attempt in range(_MAX_CLAIM_ATTEMPTS):
-            version = self._next_version(name)
-            if self._claim == "rename":
-                claim = self._claim_by_rename(name, version, token, owner)
-            else:
-                claim = self._claim_by_announce(name, version, token, owner)
-            if claim is not None:
-                # Another saver may have committed this number and released its claim between
-                # our listing and our claim: the version file (or its issued marker) then exists.
-                taken = any(
-                    self._fs.get_file_info(p).type != pafs.FileType.NotFound
-                    for p in (self._version_path(name, version), self._path(name, _ISSUED, f"v{version:06d}"))
-                )
-                if not taken:
-                    return version, claim
-                self._release(claim)
-            elif self._claim == "announce":
-                time.sleep(rng.uniform(0, 0.005 * 2 ** min(attempt, 6)))
-        raise StoreError(
-            f"could not claim a new version of {name!r} in store {self._uri} after "
-            f"{_MAX_CLAIM_ATTEMPTS} attempts (too many concurrent savers?)"
-        )
-
-    def _claim_by_rename(self, name: str, version: int, token: str, owner: bytes) -> str | None:
-        target = self._path(name, _CLAIMS, f"v{version:06d}")
-        staging = self._path(name, _CLAIMS, f".staging-{token}")
-        self._fs.create_dir(staging, recursive=False)
-        with self._fs.open_output_stream(f"{staging}/owner.json") as f:
-            f.write(owner)  # non-empty: rename(2) refuses to replace a non-empty folder
-        try:
-            self._fs.move(staging, target)
-        except OSError as exc:
-            self._delete_quietly(staging)
-            taken = getattr(exc, "errno", None) in (errno.ENOTEMPTY, errno.EEXIST)
-            if taken or self._fs.get_file_info(target).type != pafs.FileType.NotFound:
-                return None  # another saver holds this number
-            raise
-        return target
-
-    def _claim_by_announce(self, name: str, version: int, token: str, owner: bytes) -> str | None:
-        mine = f"v{version:06d}.{token}"
-        path = self._path(name, _CLAIMS, mine)
-        with self._fs.open_output_stream(path) as f:
-            f.write(owner)
-        rivals = [
-            info.base_name
-            for info in self._ls(self._path(name, _CLAIMS))
-            if info.base_name != mine
-            and (m := _CLAIM_RE.fullmatch(info.base_name)) is not None
-            and int(m.group(1)) == version
-        ]
-        if rivals:
-            self._delete_quietly(path)
-            return None
-        return path
-

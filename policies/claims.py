@@ -4,15 +4,20 @@ Before writing a version file, a saver *claims* its number in ``<name>/.claims/`
 
 - Local filesystems (``LocalFileSystem``, or a ``SubTreeFileSystem`` over one), mode ``rename``:
   the claim is an atomic ``rename(2)`` of a private, non-empty folder onto ``.claims/vNNNNNN``,
-  which POSIX refuses (``ENOTEMPTY``/``EEXIST``) when another saver got there first.
+  which POSIX refuses (``ENOTEMPTY``/``EEXIST``) when another saver got there first. Any number of
+  processes on one machine (or on one NFS export with atomic rename) can save under one name at
+  the same time; each gets a distinct version.
 - Every other filesystem (S3, GCS, HDFS, in-memory...), mode ``announce``: pyarrow exposes no
   conditional write there, so a saver announces ``.claims/vNNNNNN.<token>``, lists the claims, and
   keeps the number only if its claim is the only one (otherwise it withdraws and retries after a
-  random back-off). Safe on stores with read-after-write and list-after-write consistency.
+  random back-off). This is safe on stores with read-after-write and list-after-write consistency
+  (S3 since December 2020, GCS, HDFS); an eventually consistent object store would need a
+  different scheme (conditional ``If-None-Match`` puts or an external lock service).
 
-Every claimed number is also *issued* for good in ``<name>/_issued/`` (an empty marker written
-before the version file), so a number is never handed to different content, even after its version
-file is deleted. A saver killed after claiming leaves its number unused: gaps, never duplicates.
+Versions increase monotonically per name and are never reused: every claimed number is also
+*issued* for good in ``<name>/_issued/`` (an empty marker written before the version file), so
+deleting a version file (even the latest) does not hand its number to different content. A saver
+killed after claiming leaves its number unused, so numbers can have gaps, never duplicates.
 :class:`VersionClaims` owns both folders; the store decides what a version is and when it exists.
 """
 from __future__ import annotations

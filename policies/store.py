@@ -1,7 +1,7 @@
 """Versioned, immutable policy artifacts on any filesystem pyarrow reaches.
 
 A :class:`PolicyStore` keeps every saved :class:`~policies.policy.Policy` as one Parquet file per
-version::
+version (its content: :mod:`autoaug.policies.artifact`)::
 
     <root>/<name>/v000001.parquet
     <root>/<name>/v000002.parquet
@@ -25,25 +25,9 @@ Guarantees
   policy content hash is stored next to it and re-checked on every load, so a tampered or truncated
   artifact is rejected with :class:`CorruptArtifactError` naming the file.
 * **Race-free version numbers.** Before writing, a saver *claims* its version number
-  (:mod:`autoaug.policies.claims`):
-
-  - Local filesystems (``LocalFileSystem``, or a ``SubTreeFileSystem`` over one): the claim is an
-    atomic ``rename(2)`` of a private, non-empty folder onto ``.claims/vNNNNNN``, which POSIX
-    refuses (``ENOTEMPTY``/``EEXIST``) when another saver got there first. Any number of processes
-    on one machine (or on one NFS export with atomic rename) can save under one name at the same
-    time; each gets a distinct version.
-  - Every other filesystem (S3, GCS, HDFS, in-memory...): pyarrow exposes no conditional write
-    there, so a saver *announces* ``.claims/vNNNNNN.<token>``, lists the claims, and keeps the
-    number only if its claim is the only one (otherwise it withdraws and retries after a random
-    back-off). This is safe on stores with read-after-write and list-after-write consistency
-    (S3 since December 2020, GCS, HDFS); an eventually consistent object store would need a
-    different scheme (conditional ``If-None-Match`` puts or an external lock service).
-
-  Versions increase monotonically per name and are never reused: every claimed number is also
-  recorded in ``<name>/_issued/`` (one empty marker per number, written before the version file),
-  so deleting a version file (even the latest) does not hand its number to different content. A
-  saver killed after claiming leaves its number unused, so numbers can have gaps, never
-  duplicates.
+  (:mod:`autoaug.policies.claims`: an atomic rename on local filesystems, announce-then-list on
+  object stores), so concurrent savers under one name get distinct versions; numbers increase
+  monotonically, are never reused (even after a version file is deleted) and may have gaps.
 * **Healing.** A corrupt version is reported as such by :meth:`PolicyStore.list` and
   :meth:`PolicyStore.history` (``include_corrupt=True``) without hiding the others, and does not
   block new saves under its name. :meth:`PolicyStore.check` verifies every version and removes
@@ -55,13 +39,12 @@ Guarantees
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Iterable, Union
 
 import pyarrow as pa
@@ -70,6 +53,15 @@ import pyarrow.parquet as pq
 
 from autoaug.core.errors import StoreError, UserInputError
 from autoaug.core.location import Location, delete_quietly, list_dir
+from autoaug.policies.artifact import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    CorruptArtifactError,
+    canonical_json,
+    decode_version,
+    encode_version,
+    iso_utc,
+)
 from autoaug.policies.claims import VersionClaims, is_local
 from autoaug.policies.diff import PolicyDiff, diff_policies
 from autoaug.policies.policy import Policy
@@ -92,46 +84,6 @@ __all__ = [
     "default_store_uri",
     "validate_name",
 ]
-
-#: Version of the on-disk layout of one version file. Bumped on incompatible changes; readers
-#: refuse files written with a newer one.
-SCHEMA_VERSION = 1
-SCHEMA_VERSION_KEY = b"autoaug.store.schema_version"
-
-OP_TYPE = pa.struct(
-    [
-        pa.field("op", pa.string(), nullable=False),
-        pa.field("probability", pa.float64(), nullable=False),
-        pa.field("magnitude_bin", pa.int32(), nullable=False),
-    ]
-)
-
-#: Explicit Arrow schema of a version file (one row per file).
-SCHEMA = pa.schema(
-    [
-        pa.field("name", pa.string(), nullable=False),
-        pa.field("version", pa.int32(), nullable=False),
-        pa.field("content_hash", pa.string(), nullable=False),
-        pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("policy_name", pa.string(), nullable=False),
-        pa.field("num_magnitude_bins", pa.int32(), nullable=False),
-        pa.field("base", pa.string(), nullable=False),
-        pa.field("ranges", pa.string(), nullable=False),
-        pa.field(
-            "sub_policies",
-            pa.list_(pa.field("sub_policy", pa.list_(pa.field("op", OP_TYPE, nullable=False)), nullable=False)),
-            nullable=False,
-        ),
-        pa.field("provenance_json", pa.string(), nullable=False),
-        pa.field("schema_version", pa.int32(), nullable=False),
-    ],
-    metadata={
-        SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(),
-        b"autoaug.store.format": b"one row per policy version; see policies/store.py",
-    },
-)
-#: Where ``created_at`` counts from (read as microseconds: see ``_read``).
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 ENV_VAR = "AUTOAUG_STORE"
 DEFAULT_LOCAL_STORE = os.path.join("~", ".autoaug", "policies")
@@ -166,10 +118,6 @@ class StoreNotFoundError(PolicyNotFoundError):
 
 class AmbiguousReferenceError(StoreError, LookupError):
     """A content-hash prefix matches more than one stored policy (the message lists them)."""
-
-
-class CorruptArtifactError(StoreError, ValueError):
-    """A stored file cannot be read, is truncated, or its content does not match its hash."""
 
 
 class InvalidNameError(StoreError, ValueError):
@@ -271,51 +219,8 @@ def default_store_uri() -> str:
     return os.environ.get(ENV_VAR) or DEFAULT_LOCAL_STORE
 
 
-def _iso(dt: datetime) -> str:
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _json_value(obj: Any, where: str) -> Any:
-    """``obj`` as plain JSON values (numpy scalars and arrays converted exactly), else raise."""
-    if obj is None or isinstance(obj, (str, bool)):
-        return obj
-    if isinstance(obj, int):
-        return int(obj)
-    if isinstance(obj, float):
-        if not math.isfinite(obj):
-            raise ValueError(
-                f"{where} is {obj!r}: stored JSON must be standard JSON, which has no NaN or "
-                "infinity; store None (null) or a string instead"
-            )
-        return float(obj)
-    if isinstance(obj, Mapping):
-        out = {}
-        for key, value in obj.items():
-            if not isinstance(key, str):
-                raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; JSON object keys must be strings")
-            out[key] = _json_value(value, f"{where}[{key!r}]")
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(obj)]
-    # numpy scalars and arrays, without importing numpy
-    if hasattr(obj, "dtype") and hasattr(obj, "tolist"):
-        return _json_value(obj.tolist(), where)
-    raise TypeError(
-        f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}, which is not JSON-serializable; "
-        "expected dict, list, str, int, float, bool or None"
-    )
-
-
-def _dumps(obj: Any, where: str) -> str:
-    if obj is None:
-        obj = {}
-    if not isinstance(obj, Mapping):
-        raise TypeError(f"{where} must be a dict (a JSON object), got {type(obj).__name__}")
-    return json.dumps(_json_value(obj, where), sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
 def _listing(names: Iterable[str]) -> str:
@@ -680,65 +585,14 @@ class PolicyStore:
             table = self._read_table(path)
         except FileNotFoundError as exc:
             raise PolicyNotFoundError(f"policy {name}@{version} not found at {where}") from exc
-        meta = table.schema.metadata or {}
-        if SCHEMA_VERSION_KEY not in meta:
-            raise CorruptArtifactError(
-                f"{where} is not a policy store artifact: its schema has no "
-                f"{SCHEMA_VERSION_KEY.decode()!r} metadata"
-            )
-        try:
-            file_schema_version = int(meta[SCHEMA_VERSION_KEY])
-        except ValueError as exc:
-            raise CorruptArtifactError(f"{where}: invalid schema version {meta[SCHEMA_VERSION_KEY]!r}") from exc
-        if file_schema_version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{where} was written with store schema version {file_schema_version}; this version "
-                f"of autoaug reads up to {SCHEMA_VERSION}: upgrade autoaug to read it"
-            )
-        missing = [f.name for f in SCHEMA if f.name not in table.column_names]
-        if missing:
-            raise CorruptArtifactError(f"{where} is missing the column(s) {', '.join(missing)}")
-        if table.num_rows != 1:
-            raise CorruptArtifactError(f"{where} holds {table.num_rows} rows, expected exactly 1")
-        # created_at as microseconds since the epoch: converting an Arrow timestamp to a Python
-        # datetime makes pyarrow import pandas (over a second), for one value.
-        table = table.select([f.name for f in SCHEMA])
-        at = table.schema.get_field_index("created_at")
-        table = table.set_column(at, "created_at", table.column(at).cast(pa.int64()))
-        row = table.to_pylist()[0]
-        row["created_at"] = _EPOCH + timedelta(microseconds=row["created_at"])
-        if row["name"] != name or row["version"] != version:
-            raise CorruptArtifactError(
-                f"{where} records {row['name']}@{row['version']} but is stored as {name}@{version}"
-            )
-        data: dict[str, Any] = {
-            "name": row["policy_name"],
-            "num_magnitude_bins": row["num_magnitude_bins"],
-            "sub_policies": row["sub_policies"],
-            "base": row["base"],
-            "ranges": row["ranges"],
-        }
-        try:
-            policy = Policy.from_dict(data)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise CorruptArtifactError(f"{where} holds an invalid policy: {exc}") from exc
-        stored_hash = row["content_hash"]
-        if policy.content_hash != stored_hash:
-            raise CorruptArtifactError(
-                f"content hash mismatch in {where}: recorded {stored_hash[:16]}..., the stored policy "
-                f"hashes to {policy.content_hash[:16]}...; the file was modified after it was saved"
-            )
-        try:
-            provenance = json.loads(row["provenance_json"])
-        except json.JSONDecodeError as exc:
-            raise CorruptArtifactError(f"{where}: provenance_json is not valid JSON ({exc})") from exc
+        policy, stored_hash, created_at, provenance = decode_version(table, where, name, version)
         self._hash_cache[path] = stored_hash
         return StoredPolicy(
             name=name,
             version=version,
             policy=policy,
             content_hash=stored_hash,
-            created_at=_iso(row["created_at"]),
+            created_at=created_at,
             provenance=provenance,
             evaluations=self._read_evaluations(name, version, stored_hash) if evaluations else (),
             location=where,
@@ -792,29 +646,12 @@ class PolicyStore:
         if not isinstance(policy, Policy):
             raise TypeError(f"PolicyStore.save: policy must be a policies.Policy, got {type(policy).__name__}")
         validate_name(name)
-        provenance_json = _dumps(metadata, "metadata")
+        provenance_json = canonical_json(metadata, "metadata")
         content_hash = policy.content_hash
         if not force:
             versions = self.versions(name)
             if versions and self._latest_hash_or_none(name, versions[-1]) == content_hash:
                 return versions[-1]
-        data = policy.to_dict()
-        row = {
-            "name": name,
-            "version": 0,  # set once claimed
-            "content_hash": content_hash,
-            "created_at": None,
-            "policy_name": policy.name,
-            "num_magnitude_bins": policy.num_magnitude_bins,
-            "base": policy.base,
-            "ranges": policy.ranges,
-            "sub_policies": [
-                [{"op": op["op"], "probability": op["probability"], "magnitude_bin": op["magnitude_bin"]} for op in sub]
-                for sub in data["sub_policies"]
-            ],
-            "provenance_json": provenance_json,
-            "schema_version": SCHEMA_VERSION,
-        }
         try:
             self._claims.prepare(name)
         except OSError as exc:  # read-only filesystem, a file in the way, access denied...
@@ -827,9 +664,7 @@ class PolicyStore:
             # The number is issued for good before anything is published: even if this version
             # file is deleted later, no other content ever gets it.
             self._claims.issue(name, version)
-            row["version"] = version
-            row["created_at"] = _utcnow()
-            table = pa.Table.from_pylist([row], schema=SCHEMA)
+            table = encode_version(policy, name, version, provenance_json, _utcnow())
             with self._fs.open_output_stream(tmp) as sink:
                 pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
             self._publish(tmp, final)
@@ -861,10 +696,10 @@ class PolicyStore:
         """
         name, version = self.resolve(ref)
         content_hash = self._content_hash(name, version)
-        results_json = _dumps(evaluation, "evaluation")
+        results_json = canonical_json(evaluation, "evaluation")
         now = _utcnow()
         record = {
-            "attached_at": _iso(now),
+            "attached_at": iso_utc(now),
             "name": name,
             "version": version,
             "content_hash": content_hash,

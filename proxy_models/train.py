@@ -56,7 +56,7 @@ _CHECKPOINT_FORMAT = 1
 
 # Config fields that may differ between a checkpoint and the run resuming it: they do not change
 # what is computed (where the data lives, where it runs, how often validation is reported).
-_RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "eval_every"})
+_RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "eval_every", "eval_from"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,7 +96,9 @@ class TrainConfig:
         ``None`` = on for CUDA, off for CPU. ``channels_last``: ``None`` = on for CUDA.
         ``num_threads``: torch intra-op threads and DALI worker threads (``None``: torch's
         current setting). ``eval_every``: validate every N epochs (and always after the last);
-        other epochs report ``val_accuracy``/``val_loss`` as ``None``. ``deterministic``:
+        ``eval_from``: validate no epoch before this one (1-based; the last is always validated),
+        e.g. only the last few epochs of a run scored on a large validation set; other epochs
+        report ``val_accuracy``/``val_loss`` as ``None``. ``deterministic``:
         ``torch.use_deterministic_algorithms`` (+ cuDNN deterministic kernels, no autotuning) for
         the run; on the CPU this costs nothing and is on in every preset; on the GPU the ``paper``
         and ``final`` presets turn it off for speed, so GPU runs of one seed agree only
@@ -124,6 +126,7 @@ class TrainConfig:
     amp: bool | None = None
     channels_last: bool | None = None
     eval_every: int = 1
+    eval_from: int = 1
     deterministic: bool = True
 
     PRESETS: ClassVar[Mapping[str, "TrainConfig"]]
@@ -155,6 +158,8 @@ class TrainConfig:
             v = getattr(self, name)
             if not _is_int(v) or v < 1:
                 raise bad(name, "a positive integer")
+        if not _is_int(self.eval_from) or not 1 <= self.eval_from <= self.epochs:
+            raise bad("eval_from", f"an integer in [1, epochs={self.epochs}]")
         if self.num_threads is not None and (not _is_int(self.num_threads) or self.num_threads < 1):
             raise bad("num_threads", "a positive integer or None")
         if not _is_number(self.lr) or self.lr <= 0:
@@ -736,7 +741,9 @@ def _train(
         }
         # ---- validate ----
         last = epoch + 1 == config.epochs
-        if val_loader is not None and ((epoch + 1) % config.eval_every == 0 or last):
+        if val_loader is not None and (
+            last or (epoch + 1 >= config.eval_from and (epoch + 1) % config.eval_every == 0)
+        ):
             metrics["val_accuracy"], metrics["val_loss"] = learner.evaluate(val_loader)
         if last and test_loader is not None:
             test_accuracy, test_loss = learner.evaluate(test_loader)

@@ -232,6 +232,11 @@ def test_stale_run_records_are_refused(tmp_path, store):
     # Where the data live and how many threads ran it do not matter.
     moved = dataclasses.replace(cfg, data="/elsewhere/train.parquet", num_threads=4)
     assert runner.load_run(data, "r.json", cand, seed, moved, "f" * 64) is not None
+    # A record written before a TrainConfig setting existed ran with its default: still reused.
+    older = dict(comparison.runs[0], train_config={k: v for k, v in cfg.to_dict().items() if k != "eval_from"})
+    assert runner.load_run(json.dumps(older).encode(), "r.json", cand, seed, cfg, "f" * 64) is not None
+    with pytest.raises(CompareError, match="eval_from: 1 vs 2"):
+        runner.load_run(json.dumps(older).encode(), "r.json", cand, seed, dataclasses.replace(cfg, eval_from=2), "f" * 64)
 
 
 def test_outputs_to_a_filesystem_uri(tmp_path, store, monkeypatch):

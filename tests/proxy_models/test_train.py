@@ -105,6 +105,7 @@ def test_to_dict_is_json_and_round_trips():
         ({"amp": "yes"}, r"TrainConfig.amp must be true, false or None"),
         ({"nesterov": 1}, r"TrainConfig.nesterov must be true or false, got 1"),
         ({"eval_every": 0}, r"TrainConfig.eval_every must be a positive integer"),
+        ({"eval_from": 3, "epochs": 2}, r"TrainConfig.eval_from must be an integer in \[1, epochs=2\], got 3"),
         ({"data": 3}, r"TrainConfig.data must be a path or URI string, got 3"),
     ],
 )
@@ -310,6 +311,17 @@ def test_resume_refuses_a_different_config_or_policy(full_run, smoke_config, aa_
         train(dataclasses.replace(smoke_config, lr=0.2), aa_policy, report=_never, resume_from=full_run["ckpt"])
     with pytest.raises(ValueError, match=r"cannot resume: the checkpoint was trained with policy 'autoaugment-cifar10'"):
         train(smoke_config, presets.resolve("standard"), report=_never, resume_from=full_run["ckpt"])
+
+
+@pytest.mark.slow
+def test_eval_from_validates_only_the_last_epochs_and_leaves_training_unchanged(smoke_config, aa_policy, full_run):
+    # The search's re-scoring runs validate a large set over their last epochs only; their score
+    # must be the one an every-epoch run gives (validation draws nothing from the training RNGs).
+    result = train(dataclasses.replace(smoke_config, eval_from=3, test_data=None), aa_policy)
+    assert [m["val_accuracy"] is None for m in result.history] == [True, True, False]
+    full = full_run["result"].history
+    assert [m["train_loss"] for m in result.history] == [m["train_loss"] for m in full]
+    assert result.val_accuracy == full[-1]["val_accuracy"]
 
 
 @pytest.mark.slow

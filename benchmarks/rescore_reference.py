@@ -1,17 +1,19 @@
 """Re-score reference policies exactly as a finished search re-scored its final candidates.
 
-A search with re-scoring trains each final candidate once more under its proxy with the seed
-``train.seed + RESCORE_SEED_OFFSET`` and keeps the highest search score (``selection`` in the
-provenance). This trains other policies -- by default the strong baselines -- under the same
-proxy, seed and score window, so that their scores sit beside the candidates' in one list: did
-the search beat the published policies *on its own objective*, or only lose to them in the
-evaluation regime? Runs two policies at a time (one core each)::
+A search with re-scoring trains each final candidate ``rescore_seeds`` more times under its
+proxy (seeds ``train.seed + RESCORE_SEED_OFFSET + i``, ``rescore_val_size`` validation images)
+and keeps the highest mean search score (``selection`` in the provenance). This trains other
+policies -- by default the strong baselines -- under the same protocol
+(:meth:`SearchConfig.rescore_train_config`), so that their scores sit beside the candidates' in
+one list: did the search beat the published policies *on its own objective*, or only lose to
+them in the evaluation regime? Runs two trainings at a time (one core each)::
 
     python benchmarks/rescore_reference.py --result benchmarks/results/search-quality-cpu16-eval-cpu/search_result.json \\
         --data ../shared/data/cifar10-jpeg --out benchmarks/results/search-quality-cpu16-eval-cpu/rescore_reference.json
 
 The search's configuration is read from the result (``provenance.search.config``); ``--data``
-replaces its data path (the result records the machine's absolute path).
+replaces its data path (the result records the machine's absolute path). ``--seed`` trains one
+run with another seed instead (a second draw of a one-seed comparison).
 """
 from __future__ import annotations
 
@@ -48,34 +50,50 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     from autoaug.search.config import METRIC, SearchConfig
-    from autoaug.search.rescore import RESCORE_SEED_OFFSET
 
     result = json.loads(Path(a.result).read_text())
     prov = result["provenance"]
     if "selection" not in prov:
         p.error(f"{a.result}: the search did not re-score its candidates (no provenance.selection)")
     config = SearchConfig.from_dict(prov["search"]["config"])
-    train = config.train
     if a.data:
-        train = dataclasses.replace(train, data=os.path.abspath(a.data))
-    seed = (train.seed + RESCORE_SEED_OFFSET) % 2**31 if a.seed is None else a.seed
-    cfg = dataclasses.replace(train, seed=seed, num_threads=1).to_dict()
+        config = config.replace(train=dataclasses.replace(config.train, data=os.path.abspath(a.data)))
+    train = config.train
+    if a.seed is None:
+        cfgs = [config.rescore_train_config(i) for i in range(config.rescore_seeds)]
+    else:
+        cfgs = [dataclasses.replace(config.rescore_train_config(0), seed=a.seed)]
+    seeds = [c.seed for c in cfgs]
+    val_size = cfgs[0].val_size
     refs = a.policy or list(STRONG)
+    jobs = [(dataclasses.replace(c, num_threads=1).to_dict(), ref) for ref in refs for c in cfgs]
     with ProcessPoolExecutor(max_workers=a.workers) as pool:
-        runs = list(pool.map(_score, [cfg] * len(refs), refs, [config.score_window] * len(refs)))
-    # The search's own re-scores belong beside the references only when they used the same seed.
-    rows = [{"kind": c["kind"], "num_sub_policies": c["num_sub_policies"], METRIC: c.get(METRIC), "chosen":
-             c["kind"] == prov["selection"]["chosen"]} for c in prov["selection"]["candidates"]
-            if c.get("seed", seed) == seed]
-    rows += [{"kind": f"reference {r['policy']}", METRIC: r[METRIC], "val_accuracy": r["val_accuracy"],
-              "wall_s": r["wall_s"]} for r in runs]
-    print(f"re-scores under the proxy of {config.name} (seed {seed}, mean validation accuracy of the last "
-          f"{config.score_window} epochs):")
+        runs = list(pool.map(_score, [j[0] for j in jobs], [j[1] for j in jobs], [config.score_window] * len(jobs)))
+
+    def mean(values: list) -> float:
+        return sum(values) / len(values)
+
+    # The search's own re-scores belong beside the references only when they used the same runs.
+    rows = []
+    for c in prov["selection"]["candidates"]:
+        c_runs = c.get("runs") or [{"seed": c.get("seed"), METRIC: c.get(METRIC)}]
+        if [r.get("seed") for r in c_runs] == seeds and c.get("val_size", train.val_size) == val_size:
+            rows.append({"kind": c["kind"], "num_sub_policies": c["num_sub_policies"], METRIC: c.get(METRIC),
+                         "runs": [r.get(METRIC) for r in c_runs], "chosen": c["kind"] == prov["selection"]["chosen"]})
+    for ref in refs:
+        mine = [r for r in runs if r["policy"] == ref]
+        rows.append({"kind": f"reference {ref}", METRIC: mean([r[METRIC] for r in mine]),
+                     "runs": [r[METRIC] for r in mine], "val_accuracy": mean([r["val_accuracy"] for r in mine]),
+                     "wall_s": sum(r["wall_s"] for r in mine)})
+    print(f"re-scores under the proxy of {config.name} (seeds {seeds}, {val_size} validation images; mean over "
+          f"seeds of the mean validation accuracy of the last {config.score_window} epochs):")
     for r in sorted(rows, key=lambda r: -(r[METRIC] or 0)):
-        print(f"  {r[METRIC]:.4f}  {r['kind']}{'  (stored)' if r.get('chosen') else ''}")
+        per_run = " ".join(f"{v:.4f}" for v in r["runs"]) if len(r["runs"]) > 1 else ""
+        print(f"  {r[METRIC]:.4f}  {r['kind']}{'  (stored)' if r.get('chosen') else ''}"
+              f"{f'   runs: {per_run}' if per_run else ''}")
     if a.out:
-        Path(a.out).write_text(json.dumps({"search": config.name, "seed": seed, "score_window": config.score_window,
-                                           "rows": rows}, indent=1))
+        Path(a.out).write_text(json.dumps({"search": config.name, "seeds": seeds, "val_size": val_size,
+                                           "score_window": config.score_window, "rows": rows}, indent=1))
         print(f"wrote {a.out}")
     return 0
 

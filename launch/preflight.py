@@ -254,6 +254,16 @@ def for_search(config: Any, *, say: Any = None) -> Any:
     check_writable(config.storage, what="--storage")
     check_writable(config.store, what="--store")
     checked = check_data(config.train)
+    if config.rescore and config.method == "train" and config.rescore_val_size is not None:
+        from autoaug.proxy_models.data import DatasetError
+        from autoaug.proxy_models.splits import reduced_split
+
+        t = config.train
+        try:  # the re-scoring runs come after every trial: fail now, not hours later
+            reduced_split(checked.dataset.labels, train_size=t.train_size or None, val_size=config.rescore_val_size,
+                          seed=t.split_seed)  # fmt: skip
+        except DatasetError as exc:
+            raise UserInputError(f"rescore_val_size {config.rescore_val_size} does not fit {checked.dataset.source}: {exc}") from None
     if say is not None:
         say("  " + checked.describe())
     return config

@@ -35,7 +35,7 @@ DEFAULT_PRESET = "cpu"
 _DEFINING = (
     "data", "name", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage",
     "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
-    "warm_start", "rescore", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
+    "warm_start", "rescore", "rescore_seeds", "rescore_val_size", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
     "train_size", "val_size", "mlflow_uri",
     "method", "folds", "rounds", "trials_per_round", "top_per_round", "objective",
 )  # fmt: skip
@@ -262,6 +262,12 @@ OPTIONS: tuple[Option, ...] = (
     *split_size_options("train.", group="what"),
     option("--top-n", key="top_n", group="what", type=int, metavar="N",
            help="best trials concatenated into the final policy (default 5)"),
+    option("--no-rescore", key="rescore", group="what", dest="rescore", action="store_const", const=False,
+           help="store the assembled policy without re-scoring the final candidates under the proxy"),
+    option("--rescore-seeds", key=lambda v: {"rescore": True, "rescore_seeds": v}, group="what", type=int, metavar="N",
+           help="re-score each final candidate with N proxy runs (fresh seeds) and store the best mean"),
+    option("--rescore-val-size", key="rescore_val_size", group="what", type=int, metavar="N",
+           help="validation images of the re-scoring runs (default: the proxy's --val-size)"),
     option("--method", key="method", group="method", choices=("train", "density"),
            help="train: one proxy training per candidate (AutoAugment); density: score candidates with "
                 "K fold models trained once (Fast AutoAugment's density matching)"),

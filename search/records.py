@@ -47,7 +47,8 @@ class SearchOutcome:
             f"({self.best_trial.epochs} epoch{'' if self.best_trial.epochs == 1 else 's'})",
             f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
             f"{counts['failed']} failed; assembled policy = best {len(self.assembled.selected)} "
-            f"trials, {len(self.assembled.policy.sub_policies)} sub-policies "
+            f"trials, {self.provenance.get('assembly', {}).get('num_sub_policies', len(self.assembled.policy.sub_policies))} "
+            "sub-policies "
             f"({self.assembled.duplicates_removed} duplicates removed)",
         ]
         selection = self.provenance.get("selection")
@@ -56,8 +57,12 @@ class SearchOutcome:
                 f"{c['kind']} ({c['num_sub_policies']} sub-policies) {c[METRIC]:.4f}"
                 for c in selection["candidates"] if c.get(METRIC) is not None
             )
-            lines.append(f"re-scored under the proxy (seed {selection['candidates'][0].get('seed', '?')}): {scores}; "
-                         f"stored: {selection['chosen']}")
+            first = selection["candidates"][0]
+            runs = first.get("runs") or [{"seed": first.get("seed", "?")}]
+            seeds = ", ".join(str(r.get("seed")) for r in runs)
+            val = f", {first['val_size']} validation images" if first.get("val_size") else ""
+            lines.append(f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
+                         f"{scores}; stored: {selection['chosen']}")
         lines += [
             f"stored as {self.reference} in {self.store_uri}",
             f"run directory: {self.run_dir}",

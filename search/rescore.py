@@ -5,16 +5,27 @@ better than the best candidate alone is an empirical question, and the best tria
 optimistic (it is the maximum over many noisy trials). A search warm-started from published
 policies has a third candidate: those policies extended by the sub-policies the search found
 (:func:`autoaug.search.tuner._final_candidates`), and a search with early stopping a fourth: every
-trial that ran the full budget, assembled (``survivors``). With ``SearchConfig.rescore`` on, every candidate is
-trained once more under the proxy -- the same training configuration as every trial, but a fresh
-seed (another initialisation, data order and augmentation draws), so none enjoys the luck of
-the trial that selected it -- and the highest search score (the mean validation accuracy over the
-last ``score_window`` epochs, as the trials were scored) becomes the stored policy (ties go to the
-earlier candidate: assembled, best trial, extended warm start, survivors). Every candidate's re-score is recorded in the provenance
-(``selection``).
+trial that ran the full budget, assembled (``survivors``). With ``SearchConfig.rescore`` on, every
+candidate is trained ``SearchConfig.rescore_seeds`` more times under the proxy -- the trials'
+training configuration with fresh seeds (another initialisation, data order and augmentation
+draws), so none enjoys the luck of the trial that selected it, and validated on
+``rescore_val_size`` images over the last ``score_window`` epochs
+(:meth:`autoaug.search.config.SearchConfig.rescore_train_config`). The highest mean search
+score over those runs becomes the stored policy (ties go to the earlier candidate: assembled,
+best trial, extended warm start, survivors). Every candidate's runs and mean are recorded in the
+provenance (``selection``).
 
-The re-scoring runs are Ray tasks with the trials' resources, run in parallel, and their results
-are saved in the run directory (``rescore.json``), so a resumed search does not train them again.
+Why several seeds and a large validation set are offered: the strong candidates of a search lie
+within about one point of each other, and one model's accuracy on 1,000 validation images
+differs from the same model's on 10,000 by up to 1.4 points (measured: docs/search.md, "Does the
+search win?"). Measured on the `cpu` search, though, the candidates re-scored with 2 seeds on
+10,000 images lay within 0.2 points of each other, and the one chosen did worse in the
+evaluation regime than the one the single 1,000-image run had chosen: a sharper proxy score does
+not fix the gap between the proxy and the evaluation regime, so the `cpu` preset keeps one run.
+
+The re-scoring runs are Ray tasks with the trials' resources, run in parallel, and each finished
+run is saved in the run directory (``rescore.json``, keyed by candidate, seed and validation
+size), so a resumed search trains only the runs it lacks.
 """
 from __future__ import annotations
 
@@ -23,10 +34,11 @@ from typing import Any, Mapping, Sequence
 
 from autoaug.policies import Policy
 
-__all__ = ["RESCORE_FILE", "RESCORE_SEED_OFFSET", "Candidate", "rescore_candidates", "choose"]
+__all__ = ["RESCORE_FILE", "RESCORE_SEED_OFFSET", "Candidate", "run_key", "rescore_candidates", "candidate_scores",
+           "choose"]
 
 RESCORE_FILE = "rescore.json"
-#: The re-scoring runs use ``train.seed + RESCORE_SEED_OFFSET``: a seed no trial used.
+#: Re-scoring run ``i`` uses seed ``train.seed + RESCORE_SEED_OFFSET + i``: seeds no trial used.
 RESCORE_SEED_OFFSET = 1_000
 
 
@@ -57,44 +69,62 @@ def _train_val_accuracy(train_config: dict[str, Any], policy: dict[str, Any], sc
             "epochs": len(result.history)}
 
 
+def run_key(candidate: Candidate, train_config: Any) -> str:
+    """Key of one re-scoring run in ``rescore.json``: candidate, seed and validation size."""
+    return f"{candidate.key}/seed={train_config.seed}/val={train_config.val_size}"
+
+
+def _runs(candidates: Sequence[Candidate], config: Any) -> list[tuple[Candidate, Any]]:
+    return [(c, config.rescore_train_config(i)) for c in candidates for i in range(config.rescore_seeds)]
+
+
+def _upgraded(cached: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """``cached`` with entries of the first format (keyed by candidate only: one run at the
+    proxy's validation size, validated every epoch, which gives the same score) keyed by run."""
+    out: dict[str, Any] = {}
+    for key, value in (cached or {}).items():
+        if "/" not in key and isinstance(value, Mapping) and "seed" in value:
+            key = f"{key}/seed={value['seed']}/val={config.train.val_size}"
+        out[key] = value
+    return out
+
+
 def rescore_candidates(
     candidates: Sequence[Candidate],
-    train_config: Any,
+    config: Any,
     *,
-    cpus: float,
-    gpus: float,
     cached: Mapping[str, Any] | None = None,
     save: Any = None,
-    score_window: int = 1,
 ) -> dict[str, dict[str, Any]]:
-    """Train every candidate under ``train_config`` with the re-scoring seed, in parallel on Ray.
+    """Train every candidate under ``config.rescore_train_config(i)`` for each of the
+    ``config.rescore_seeds`` seeds, in parallel on Ray with the trials' resources.
 
-    ``cached``: ``{candidate key: result}`` of earlier sessions (not trained again); ``save``: a
-    callable receiving the updated mapping after every finished run (e.g. to write
-    ``rescore.json``). Returns ``{candidate key: {METRIC, "val_accuracy", "train_time_s",
-    "epochs", "seed"}}``.
+    ``cached``: ``rescore.json`` of earlier sessions (runs found there are not trained again);
+    ``save``: a callable receiving the updated mapping after every finished run (e.g. to write
+    ``rescore.json``). Returns ``{run key: {METRIC, "val_accuracy", "train_time_s", "epochs",
+    "seed", "val_size"}}`` (:func:`run_key`); :func:`candidate_scores` averages them.
     """
     import ray
 
-    seed = (train_config.seed + RESCORE_SEED_OFFSET) % 2**31
-    cfg = dataclasses.replace(train_config, seed=seed, num_threads=max(1, int(cpus)))
-    results: dict[str, dict[str, Any]] = dict(cached or {})
-    todo = [c for c in candidates if c.key not in results]
+    results: dict[str, dict[str, Any]] = _upgraded(cached or {}, config)
+    todo = [(c, cfg) for c, cfg in _runs(candidates, config) if run_key(c, cfg) not in results]
     if not todo:
         return results
+    threads = max(1, int(config.cpus_per_trial))
     task = ray.remote(_train_val_accuracy)
     pending = {
-        task.options(num_cpus=cpus, num_gpus=gpus, name=f"autoaug-rescore:{c.key}").remote(
-            cfg.to_dict(), c.policy.to_dict(), score_window
-        ): c
-        for c in todo
-    }
+        task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial,
+                     name=f"autoaug-rescore:{c.key}:seed={cfg.seed}").remote(
+            dataclasses.replace(cfg, num_threads=threads).to_dict(), c.policy.to_dict(), config.score_window
+        ): (c, cfg)
+        for c, cfg in todo
+    }  # fmt: skip
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                c = pending.pop(ref)
-                results[c.key] = {**ray.get(ref), "seed": seed}
+                c, cfg = pending.pop(ref)
+                results[run_key(c, cfg)] = {**ray.get(ref), "seed": cfg.seed, "val_size": cfg.val_size}
                 if save is not None:
                     save(results)
     finally:
@@ -103,9 +133,39 @@ def rescore_candidates(
     return results
 
 
+def candidate_scores(candidates: Sequence[Candidate], config: Any,
+                     runs: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """``{candidate key: score}`` from the saved re-scoring runs: ``METRIC`` and
+    ``val_accuracy`` are the means over the candidate's runs, ``runs`` lists each run. A
+    candidate is left out until all its runs are there."""
+    from autoaug.search.config import METRIC
+
+    runs = _upgraded(runs or {}, config)
+    out: dict[str, dict[str, Any]] = {}
+    for c in candidates:
+        mine = [runs.get(run_key(c, cfg)) for cfg in (config.rescore_train_config(i) for i in range(config.rescore_seeds))]
+        if any(r is None for r in mine):
+            continue
+
+        def mean(name: str) -> float | None:
+            values = [r.get(name) for r in mine]
+            return None if any(v is None for v in values) else sum(values) / len(values)
+
+        out[c.key] = {
+            METRIC: mean(METRIC) if all(METRIC in r for r in mine) else mean("val_accuracy"),
+            "val_accuracy": mean("val_accuracy"),
+            "train_time_s": sum(float(r.get("train_time_s") or 0.0) for r in mine),
+            "val_size": mine[0].get("val_size", config.train.val_size),
+            "runs": [{"seed": r.get("seed"), METRIC: r.get(METRIC, r.get("val_accuracy")),
+                      "val_accuracy": r.get("val_accuracy")} for r in mine],
+        }
+    return out
+
+
 def choose(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, Any]]) -> tuple[Candidate, dict]:
     """The candidate with the highest re-scored search score (ties: the earlier one in
     ``candidates``, i.e. the assembled policy), and the ``selection`` record for the provenance.
+    ``scores``: :func:`candidate_scores` (or any ``{candidate key: {METRIC: value}}``).
     (Scores saved before the search score existed hold only ``val_accuracy``: the same value
     with a window of 1.)"""
     from autoaug.search.config import METRIC

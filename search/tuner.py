@@ -78,7 +78,7 @@ from autoaug.search.study import (
     redact,
     run_study_url,
 )
-from autoaug.search.rescore import RESCORE_FILE, Candidate, choose, rescore_candidates
+from autoaug.search.rescore import RESCORE_FILE, Candidate, candidate_scores, choose, rescore_candidates
 from autoaug.search.trial import run_trial
 from autoaug.search.warm_start import warm_start_points, warm_start_policies
 
@@ -346,7 +346,7 @@ def _finish(config: SearchConfig, run: RunDir, state: dict, *, session_started: 
     final = assembled.policy
     if config.rescore:
         candidates = _final_candidates(config, trials, assembled)
-        scores = run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {}
+        scores = candidate_scores(candidates, config, run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {})
         if len(candidates) > 1 and not all(c.key in scores for c in candidates):
             raise SearchInterruptedError(
                 f"search {config.name!r} stopped before its final policy was re-scored; resume it with: "
@@ -402,7 +402,7 @@ def _final_candidates(config: SearchConfig, trials: list, assembled: Any) -> lis
 
 
 def _rescore(config: SearchConfig, run: RunDir, study_url: str, display: Any) -> None:
-    """With ``config.rescore``: train the final candidates under the proxy (fresh seed) once,
+    """With ``config.rescore``: train the final candidates under the proxy (``rescore_seeds`` fresh seeds),
     saving their scores in the run directory (:mod:`autoaug.search.rescore`)."""
     if not config.rescore:
         return
@@ -418,15 +418,19 @@ def _rescore(config: SearchConfig, run: RunDir, study_url: str, display: Any) ->
     if len(candidates) < 2:
         return
     cached = run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {}
-    if any(c.key not in cached for c in candidates):
+    if len(candidate_scores(candidates, config, cached)) < len(candidates):
         what = ", ".join(f"{c.kind} ({len(c.policy.sub_policies)} sub-policies)" for c in candidates)
-        display.log(f"re-scoring the final candidates under the proxy ({config.epochs} epochs, fresh seed): {what}")
-    scores = rescore_candidates(
-        candidates, config.train, cpus=config.cpus_per_trial, gpus=config.gpus_per_trial, cached=cached,
-        save=lambda results: run.write_json(RESCORE_FILE, results), score_window=config.score_window,
+        val = config.rescore_train_config().val_size
+        display.log(
+            f"re-scoring the final candidates under the proxy ({config.epochs} epochs, "
+            f"{config.rescore_seeds} fresh seed{'s' if config.rescore_seeds > 1 else ''}, {val} validation images): {what}"
+        )
+    runs = rescore_candidates(
+        candidates, config, cached=cached, save=lambda results: run.write_json(RESCORE_FILE, results)
     )
+    scores = candidate_scores(candidates, config, runs)
     line = ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f}" for c in candidates)
-    display.log(f"re-scored ({METRIC}): {line}")
+    display.log(f"re-scored ({METRIC}, mean of {config.rescore_seeds}): {line}")
 
 
 def _trainable(config: SearchConfig, trainable: Callable | None = None,

@@ -1,4 +1,4 @@
-"""Choosing the stored policy among the assembled policy and the best single trial."""
+"""Choosing the stored policy among the final candidates: their re-scoring runs and the choice."""
 from __future__ import annotations
 
 import pytest
@@ -27,6 +27,72 @@ def test_a_tie_goes_to_the_assembled_policy_and_a_missing_score_never_wins():
     assert chosen is assembled
     chosen, _ = choose([assembled, best], {best.key: {"val_accuracy": 0.1}})
     assert chosen is best
+
+
+def _rescore_config(**overrides):
+    from autoaug.search.config import SearchConfig
+
+    return SearchConfig.from_dict({"preset": "cpu", "name": "r", "data": "unused.parquet", **overrides})
+
+
+def test_rescore_runs_keep_the_proxy_recipe_with_fresh_seeds_and_validate_only_the_scored_epochs():
+    config = _rescore_config(rescore_seeds=3, rescore_val_size=10_000)
+    runs = [config.rescore_train_config(i) for i in range(3)]
+    assert [r.seed for r in runs] == [1000, 1001, 1002]  # seeds no trial used
+    assert {r.val_size for r in runs} == {10_000}
+    assert {r.eval_from for r in runs} == {config.epochs - config.score_window + 1}  # the 5 scored epochs
+    same = {"model", "train_size", "split_seed", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "data"}
+    assert all(getattr(r, f) == getattr(config.train, f) for r in runs for f in same)
+    assert _rescore_config(rescore_val_size=None).rescore_train_config().val_size == config.train.val_size  # the proxy's
+
+
+def test_a_larger_rescoring_validation_set_keeps_the_trials_training_images():
+    import numpy as np
+
+    from autoaug.proxy_models.splits import reduced_split
+
+    rng = np.random.default_rng(5)
+    for labels in (np.repeat(np.arange(10), 500), rng.choice(7, size=3_000, p=[.3, .2, .15, .1, .1, .1, .05])):
+        proxy = reduced_split(labels, train_size=400, val_size=100, seed=3)
+        wide = reduced_split(labels, train_size=400, val_size=2_000, seed=3)
+        assert np.array_equal(proxy.train, wide.train)
+        assert np.isin(proxy.val, wide.val).all() and not np.isin(wide.val, wide.train).any()
+
+
+def test_a_candidates_rescore_is_the_mean_of_its_runs_and_waits_for_all_of_them():
+    from autoaug.search.config import METRIC
+    from autoaug.search.rescore import candidate_scores, run_key
+
+    config = _rescore_config(rescore_seeds=2, rescore_val_size=5_000)
+    assembled, best = _candidates()
+    cfg0, cfg1 = config.rescore_train_config(0), config.rescore_train_config(1)
+    runs = {
+        run_key(assembled, cfg0): {METRIC: 0.60, "val_accuracy": 0.61, "seed": 1000, "val_size": 5000, "train_time_s": 10},
+        run_key(assembled, cfg1): {METRIC: 0.58, "val_accuracy": 0.57, "seed": 1001, "val_size": 5000, "train_time_s": 12},
+        run_key(best, cfg0): {METRIC: 0.65, "val_accuracy": 0.65, "seed": 1000, "val_size": 5000, "train_time_s": 9},
+    }
+    scores = candidate_scores([assembled, best], config, runs)
+    assert list(scores) == [assembled.key]  # best_trial's second run is missing: no score yet
+    assert scores[assembled.key][METRIC] == pytest.approx(0.59)
+    assert [r["seed"] for r in scores[assembled.key]["runs"]] == [1000, 1001]
+    runs[run_key(best, cfg1)] = {METRIC: 0.51, "val_accuracy": 0.5, "seed": 1001, "val_size": 5000, "train_time_s": 9}
+    chosen, record = choose([assembled, best], candidate_scores([assembled, best], config, runs))
+    assert chosen is assembled  # 0.59 against 0.58: one lucky run of best_trial does not win
+    assert record["candidates"][1][METRIC] == pytest.approx(0.58)
+    # Runs of another protocol (a different validation size) are not taken for this one.
+    assert candidate_scores([assembled, best], _rescore_config(rescore_seeds=2, rescore_val_size=None), runs) == {}
+
+
+def test_rescore_files_of_the_first_format_are_read_as_one_run_at_the_proxys_validation_size():
+    from autoaug.search.config import METRIC
+    from autoaug.search.rescore import candidate_scores
+
+    assembled, best = _candidates()
+    legacy = {assembled.key: {METRIC: 0.61, "val_accuracy": 0.6, "seed": 1000},
+              best.key: {METRIC: 0.6, "val_accuracy": 0.6, "seed": 1000}}
+    scores = candidate_scores([assembled, best], _rescore_config(rescore_seeds=1, rescore_val_size=None), legacy)
+    assert scores[assembled.key][METRIC] == 0.61 and scores[best.key][METRIC] == 0.6
+    assert candidate_scores([assembled, best], _rescore_config(rescore_seeds=1, rescore_val_size=5_000), legacy) == {}
 
 
 def test_the_search_score_is_preferred_over_the_last_epochs_accuracy():

@@ -79,6 +79,8 @@ def test_relative_warm_start_files_and_sqlite_paths_are_pinned_for_a_resume_from
         ({"colour": "red"}, r"unknown search config key\(s\) \['colour'\]"),
         ({"train": {"epochz": 2}}, "epochz"),
         ({"space": {"num_sub_policies": 0}}, "SearchSpace.num_sub_policies"),
+        ({"rescore_seeds": 0}, r"rescore_seeds: 0 is invalid; expected an integer in \[1, 100\]"),
+        ({"rescore_val_size": -1}, "rescore_val_size: -1 is invalid"),
     ],
 )
 def test_invalid_settings_are_named(overrides, message):
@@ -97,6 +99,7 @@ def test_unknown_preset():
         ({}, "no training data: give --data"),
         ({"data": "x", "train": {"val_size": 0}}, "val_size is 0"),
         ({"data": "x", "train": {"eval_every": 2}}, "eval_every is 2"),
+        ({"data": "x", "train": {"eval_from": 2}}, "eval_from is 2"),
         ({"data": "x", "grace_period": 5, "train": {"epochs": 2}}, "grace_period 5 exceeds train.epochs 2"),
         ({"data": "x", "storage": "s3://bucket/runs"}, "remote: the default SQLite study file needs a local folder"),
         ({"data": "x", "train": {"device": "cuda"}}, "train.device is 'cuda' but gpus_per_trial is 0"),

@@ -26,7 +26,7 @@ def _config(tmp_path, name, cifar_train):
         "score_window": 2,
         "train": {"preset": "smoke", "epochs": 2, "train_size": 256, "val_size": 128},
         "space": {"num_sub_policies": 2},
-        "warm_start": [str(tmp_path / "warm.json")], "rescore": True,
+        "warm_start": [str(tmp_path / "warm.json")], "rescore": True, "rescore_seeds": 2, "rescore_val_size": 384,
         "storage": str(tmp_path / "runs"), "store": str(tmp_path / "store"), "verbose": 0,
     })  # fmt: skip
 
@@ -72,7 +72,8 @@ def test_seeded_search_at_concurrency_1_is_reproducible_and_its_study_is_honest(
             reported += 1
     assert reported >= 5
     # Re-scoring: the assembled policy, the best trial and (when the search found a trial that made
-    # the top 2) the warm start extended by it were trained again; the best was stored.
+    # the top 2) the warm start extended by it were trained again, twice each (seeds 1000 and
+    # 1001) and validated on 384 images; the best mean was stored.
     selection = prov["selection"]
     kinds = [c["kind"] for c in selection["candidates"]]
     assert kinds[:2] == ["assembled", "best_trial"] and set(kinds[2:]) <= {"warm_start+found", "survivors"}
@@ -83,10 +84,18 @@ def test_seeded_search_at_concurrency_1_is_reproducible_and_its_study_is_honest(
         assert extended.sub_policies  # a found trial's policy, recorded with the trials
     scores = {c["kind"]: c[METRIC] for c in selection["candidates"]}
     assert all(0.0 <= v <= 1.0 for v in scores.values())
+    for c in selection["candidates"]:
+        assert [r["seed"] for r in c["runs"]] == [1000, 1001] and c["val_size"] == 384
+        assert c[METRIC] == pytest.approx(sum(r[METRIC] for r in c["runs"]) / 2)
+    saved = json.loads((tmp_path / "runs" / "repro-a" / "rescore.json").read_text())
+    assert len(saved) == 2 * len(kinds)  # one entry per run: a resumed search trains only what is missing
     chosen = next(c for c in selection["candidates"] if c["kind"] == selection["chosen"])
     assert chosen["policy_hash"] == first.policy.content_hash
     assert scores[selection["chosen"]] == max(scores.values())
     # What the user reads at the end: every re-score, and which candidate was stored.
     summary = first.summary()
-    assert f"stored: {selection['chosen']}" in summary and f"re-scored under the proxy (seed {selection['candidates'][0]['seed']})" in summary
+    assert f"stored: {selection['chosen']}" in summary
+    # The assembled policy's own size, even when another candidate was stored.
+    assert f"trials, {prov['assembly']['num_sub_policies']} sub-policies" in summary
+    assert "re-scored under the proxy (mean over seeds 1000, 1001, 384 validation images)" in summary
     assert all(f"{kind} (" in summary for kind in kinds)

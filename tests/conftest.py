@@ -124,4 +124,3 @@ def s3_bucket(s3_server, monkeypatch):
     pafs.S3FileSystem(endpoint_override=host, scheme="http", access_key="testing", secret_key="testing",
                       region="us-east-1", allow_bucket_creation=True).create_dir(bucket)
     return bucket
-

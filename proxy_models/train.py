@@ -1,7 +1,8 @@
 """The short training loop every trial runs (and the long one that evaluates a found policy).
 
-(Over 600 lines: the configuration and its presets, the learner, checkpoints and the loop are
-one reproducibility contract -- a resumed run must equal an uninterrupted one.)
+The configuration and its presets live in :mod:`autoaug.proxy_models.train_config` (re-exported
+here); the learner, checkpoints and the loop are one reproducibility contract -- a resumed run
+must equal an uninterrupted one.
 
 >>> from autoaug.proxy_models.train import TrainConfig, train
 >>> cfg = TrainConfig.from_preset("smoke", data="path/to/train.parquet", epochs=2)
@@ -28,15 +29,15 @@ import io
 import math
 import os
 import time
-import types
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import nn
 
 from autoaug.core.location import atomic_write_local
-from autoaug.proxy_models.models import build_model, check_model_name
+from autoaug.proxy_models.models import build_model
+from autoaug.proxy_models.train_config import PRESETS, RESUMABLE_CHANGES, TrainConfig
 
 __all__ = [
     "PRESETS",
@@ -53,238 +54,6 @@ __all__ = [
 
 CHECKPOINT_NAME = "checkpoint.pt"
 _CHECKPOINT_FORMAT = 1
-
-# Config fields that may differ between a checkpoint and the run resuming it: they do not change
-# what is computed (where the data lives, where it runs, how often validation is reported).
-_RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "eval_every", "eval_from"})
-
-
-# --------------------------------------------------------------------------------------------
-# Configuration
-# --------------------------------------------------------------------------------------------
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Everything one training run depends on (frozen, JSON-able through :meth:`to_dict`).
-
-    Data and split
-        ``data``: training source as :func:`autoaug.proxy_models.data.open_dataset` accepts it (Parquet
-        file or folder, ImageFolder root, ``cifar10:ROOT``); ``test_data``: optional source of a
-        test set (a folder holding ``train.parquet``/``test.parquet`` may be given for both: the
-        test set is opened with ``split="test"``). ``train_size``: images in the reduced training
-        split (``None``/0: every image not used for validation); ``val_size``: images held out for
-        validation (``None``: every image not in the training split, as in AutoAugment; 0: no
-        validation, ``val_accuracy`` is then ``None``); both stratified by class and drawn with
-        ``split_seed``. ``image_size``: images are resized/cropped to this square size.
-
-    Optimisation
-        ``epochs``, ``batch_size``, ``lr`` (peak, reached after ``warmup_epochs`` of linear
-        warm-up, then cosine decay to 0 at the last step), ``momentum``, ``nesterov``,
-        ``weight_decay`` (on all parameters), ``label_smoothing``.
-
-    Execution
-        ``seed``: model initialisation, data order and augmentation draws. ``device``: ``"cpu"``,
-        ``"cuda"`` (or ``"cuda:N"``), or ``"auto"`` (CUDA when available). ``amp``: mixed
-        precision (float16 autocast + gradient scaling on CUDA, bfloat16 autocast on CPU);
-        ``None`` = on for CUDA, off for CPU. ``channels_last``: ``None`` = on for CUDA.
-        ``num_threads``: torch intra-op threads and DALI worker threads (``None``: torch's
-        current setting). ``eval_every``: validate every N epochs (and always after the last);
-        ``eval_from``: validate no epoch before this one (1-based; the last is always validated),
-        e.g. only the last few epochs of a run scored on a large validation set; other epochs
-        report ``val_accuracy``/``val_loss`` as ``None``. ``deterministic``:
-        ``torch.use_deterministic_algorithms`` (+ cuDNN deterministic kernels, no autotuning) for
-        the run; on the CPU this costs nothing and is on in every preset; on the GPU the ``paper``
-        and ``final`` presets turn it off for speed, so GPU runs of one seed agree only
-        statistically (atomics in cuDNN/cuBLAS backward kernels reorder float sums).
-    """
-
-    model: str = "resnet-8"
-    data: str | None = None
-    test_data: str | None = None
-    train_size: int | None = 4000
-    val_size: int | None = 1000
-    split_seed: int = 0
-    seed: int = 0
-    epochs: int = 10
-    batch_size: int = 128
-    lr: float = 0.1
-    momentum: float = 0.9
-    nesterov: bool = True
-    weight_decay: float = 5e-4
-    warmup_epochs: float = 0.0
-    label_smoothing: float = 0.0
-    image_size: int = 32
-    num_threads: int | None = None
-    device: str = "auto"
-    amp: bool | None = None
-    channels_last: bool | None = None
-    eval_every: int = 1
-    eval_from: int = 1
-    deterministic: bool = True
-
-    PRESETS: ClassVar[Mapping[str, "TrainConfig"]]
-
-    def __post_init__(self) -> None:
-        for name in ("data", "test_data"):
-            value = getattr(self, name)
-            if isinstance(value, os.PathLike):
-                object.__setattr__(self, name, os.fspath(value))
-            elif value is not None and not isinstance(value, str):
-                raise ValueError(f"TrainConfig.{name} must be a path or URI string, got {value!r}")
-            if value == "":
-                object.__setattr__(self, name, None)
-        check_model_name(self.model)
-        object.__setattr__(self, "model", self.model.strip().lower())
-
-        def bad(name: str, expected: str) -> ValueError:
-            return ValueError(f"TrainConfig.{name} must be {expected}, got {getattr(self, name)!r}")
-
-        for name in ("train_size", "val_size"):
-            v = getattr(self, name)
-            if v is not None and (not _is_int(v) or v < 0):
-                raise bad(name, "a non-negative integer or None")
-        for name in ("split_seed", "seed"):
-            v = getattr(self, name)
-            if not _is_int(v) or not 0 <= v < 2**31:
-                raise bad(name, "an integer in [0, 2**31)")
-        for name in ("epochs", "batch_size", "image_size", "eval_every"):
-            v = getattr(self, name)
-            if not _is_int(v) or v < 1:
-                raise bad(name, "a positive integer")
-        if not _is_int(self.eval_from) or not 1 <= self.eval_from <= self.epochs:
-            raise bad("eval_from", f"an integer in [1, epochs={self.epochs}]")
-        if self.num_threads is not None and (not _is_int(self.num_threads) or self.num_threads < 1):
-            raise bad("num_threads", "a positive integer or None")
-        if not _is_number(self.lr) or self.lr <= 0:
-            raise bad("lr", "a positive number")
-        if not _is_number(self.momentum) or not 0 <= self.momentum < 1:
-            raise bad("momentum", "a number in [0, 1)")
-        if not _is_number(self.weight_decay) or self.weight_decay < 0:
-            raise bad("weight_decay", "a non-negative number")
-        if not _is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
-            raise bad("label_smoothing", "a number in [0, 1)")
-        if not _is_number(self.warmup_epochs) or not 0 <= self.warmup_epochs <= self.epochs:
-            raise bad("warmup_epochs", f"a number in [0, epochs={self.epochs}]")
-        for name in ("nesterov", "deterministic"):
-            if not isinstance(getattr(self, name), bool):
-                raise bad(name, "true or false")
-        for name in ("amp", "channels_last"):
-            if getattr(self, name) not in (None, True, False):
-                raise bad(name, "true, false or None (automatic: on for CUDA)")
-        if self.nesterov and self.momentum == 0:
-            raise ValueError("TrainConfig.nesterov=True needs momentum > 0 (got momentum=0); set nesterov=False")
-        if not isinstance(self.device, str) or not (
-            self.device in ("cpu", "cuda", "auto") or (self.device.startswith("cuda:") and self.device[5:].isdigit())
-        ):
-            raise bad("device", "'cpu', 'cuda', 'cuda:N' or 'auto'")
-        if self.train_size == 0 and self.val_size is None:
-            raise ValueError(
-                "TrainConfig.train_size=0 (all images not used for validation) and val_size=None (all images not "
-                "used for training) leave the split undefined; set one of them to a number"
-            )
-        # Floats given as ints (JSON, YAML, CLI) are normalised so that to_dict() round-trips.
-        for name in ("lr", "momentum", "weight_decay", "warmup_epochs", "label_smoothing"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-
-    # -- construction -------------------------------------------------------------------------
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "TrainConfig":
-        """The preset ``name`` (see :data:`PRESETS`) with ``overrides`` applied."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown training preset {name!r}: expected one of {', '.join(PRESETS)}")
-        _check_field_names(overrides, f"override for preset {name!r}")
-        return dataclasses.replace(PRESETS[name], **overrides)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
-        """Inverse of :meth:`to_dict`; missing keys take the field defaults."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"TrainConfig.from_dict expects a mapping, got {type(data).__name__}")
-        _check_field_names(data, "TrainConfig key")
-        return cls(**dict(data))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    # -- derived ------------------------------------------------------------------------------
-    def resolve_device(self) -> torch.device:
-        """The torch device this config runs on (``auto`` resolved); raises if CUDA is missing."""
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        device = torch.device(self.device)
-        if device.type == "cuda":
-            if not torch.cuda.is_available():
-                raise ValueError(
-                    f"TrainConfig.device={self.device!r} but CUDA is not available on this machine "
-                    "(use device='cpu' or 'auto')"
-                )
-            if device.index is not None and device.index >= torch.cuda.device_count():
-                raise ValueError(
-                    f"TrainConfig.device={self.device!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
-                )
-        return device
-
-
-def _check_field_names(keys: Iterable[str], what: str) -> None:
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(keys) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))}: expected one of {', '.join(sorted(known))}")
-
-
-#: Named starting points; see docs/training.md for how each was sized.
-PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
-    {
-        # A few seconds on 2 CPU cores; for tests and trying the plumbing. Reaches 0.21-0.29
-        # validation accuracy on CIFAR-10 with `standard` or `autoaugment-cifar10` over seeds 0-3
-        # (chance: 0.10).
-        "smoke": TrainConfig(
-            model="resnet-8", train_size=1024, val_size=256, epochs=2, batch_size=32, lr=0.1,
-            warmup_epochs=0.0, device="cpu",
-        ),
-        # One proxy trial of 45-60 s on 2 idle CPU cores (measured; docs/training.md). The high
-        # peak lr makes the 15 epochs reach the regime where crop+flip beats no augmentation.
-        "cpu": TrainConfig(
-            model="resnet-8", train_size=4000, val_size=1000, epochs=15, batch_size=64, lr=0.2,
-            warmup_epochs=1.0, device="cpu",
-        ),
-        # The search's proxy on a CPU (the `cpu` search preset): ResNet-8 on 1,000 training images
-        # of the search split (split seed 0; 1,000 more validate), 120 epochs. Long training on
-        # few images is where augmentation pays off, so the proxy ranks policies the way the
-        # evaluation regime does (docs/search.md, "Proxy fidelity"); ASHA keeps it affordable.
-        "proxy-cpu": TrainConfig(
-            model="resnet-8", train_size=1000, val_size=1000, epochs=120, batch_size=64, lr=0.2,
-            warmup_epochs=1.0, device="cpu",
-        ),
-        # The evaluation regime on a CPU (benchmarks/search_quality.py, `autoaug compare --preset
-        # eval-cpu`): the proxy's recipe on another training split (split seed 1), no validation,
-        # scored on the test split. Chosen by measurement (docs/training.md, "Evaluation regime"):
-        # crop+flip beats no augmentation by ~10 points and AutoAugment beats crop+flip by ~4.
-        "eval-cpu": TrainConfig(
-            model="resnet-8", train_size=1000, val_size=0, split_seed=1, epochs=120, batch_size=64,
-            lr=0.2, warmup_epochs=1.0, device="cpu",
-        ),
-        # AutoAugment's proxy task: WRN-40-2 on reduced CIFAR-10 (4,000 images; the rest of the
-        # training set validates), 120 epochs, batch 128, lr 0.1, weight decay 5e-4, cosine.
-        "paper": TrainConfig(
-            model="wrn-40-2", train_size=4000, val_size=None, epochs=120, batch_size=128, lr=0.1,
-            weight_decay=5e-4, device="cuda", deterministic=False,
-        ),
-        # Final evaluation: WRN-28-10 on the whole training set, 200 epochs (pass test_data).
-        "final": TrainConfig(
-            model="wrn-28-10", train_size=None, val_size=0, epochs=200, batch_size=128, lr=0.1,
-            weight_decay=5e-4, device="cuda", deterministic=False,
-        ),
-    }
-)
-TrainConfig.PRESETS = PRESETS
 
 
 # --------------------------------------------------------------------------------------------
@@ -626,11 +395,9 @@ def _counted(batches: Any, on_batch: Callable[[int, int, int], Any], epoch: int,
 
 
 def _check_resumable(checkpoint: dict[str, Any], config: TrainConfig, policy: Any) -> None:
-    saved = checkpoint["config"]
-    current = config.to_dict()
-    differ = [k for k in current if k not in _RESUMABLE_CHANGES and saved.get(k) != current[k]]
+    differ = config.changed_fields(checkpoint["config"], ignore=RESUMABLE_CHANGES)
     if differ:
-        details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current[k]!r}" for k in differ)
+        details = ", ".join(f"{k}: checkpoint {before!r} vs now {now!r}" for k, before, now in differ)
         raise ValueError(f"cannot resume: the config differs from the checkpoint's ({details})")
     if checkpoint["policy_hash"] != policy.content_hash:
         raise ValueError(

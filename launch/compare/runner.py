@@ -3,7 +3,6 @@
 soon as they finish and reused by a re-run with the same ``--out``."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -107,14 +106,8 @@ def load_run(
     problems = []
     if record.get("policy_hash") != candidate.policy_hash:
         problems.append(f"policy hash {str(record.get('policy_hash'))[:12]} vs {candidate.policy_hash[:12]}")
-    saved = record.get("train_config", {})
-    current = config.to_dict()
-    # A setting the record lacks was added to TrainConfig after the run: the run had its default.
-    defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
-    for key, value in current.items():
-        before = saved.get(key, defaults.get(key))
-        if key not in _REUSABLE_CHANGES and before != value:
-            problems.append(f"{key}: {before!r} vs {value!r}")
+    for key, before, now in config.changed_fields(record.get("train_config", {}), ignore=_REUSABLE_CHANGES):
+        problems.append(f"{key}: {before!r} vs {now!r}")
     if record.get("dataset_fingerprint") != dataset_fp:
         problems.append("the training data differ (dataset fingerprint)")
     if problems:

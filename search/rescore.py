@@ -143,7 +143,7 @@ def candidate_scores(candidates: Sequence[Candidate], config: Any,
     runs = _upgraded(runs or {}, config)
     out: dict[str, dict[str, Any]] = {}
     for c in candidates:
-        mine = [runs.get(run_key(c, cfg)) for cfg in (config.rescore_train_config(i) for i in range(config.rescore_seeds))]
+        mine = [runs.get(run_key(c, cfg)) for _, cfg in _runs([c], config)]
         if any(r is None for r in mine):
             continue
 

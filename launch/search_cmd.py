@@ -35,7 +35,7 @@ DEFAULT_PRESET = "cpu"
 _DEFINING = (
     "data", "name", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage",
     "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
-    "warm_start", "rescore", "rescore_seeds", "rescore_val_size", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
+    "warm_start", "startup_trials", "rescore", "rescore_seeds", "rescore_val_size", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
     "train_size", "val_size", "mlflow_uri",
     "method", "folds", "rounds", "trials_per_round", "top_per_round", "objective",
 )  # fmt: skip
@@ -87,7 +87,9 @@ def _describe(config, address: str | None) -> str:
         [
             f"search {config.name}: {config.num_trials} trials, concurrency {concurrency}, "
             f"{config.cpus_per_trial:g} CPU + {config.gpus_per_trial:g} GPU per trial, "
-            f"sampler {config.sampler} (seed {config.seed}), early stopping {stopping}",
+            f"sampler {config.sampler} (seed {config.seed}"
+            + ("" if config.startup_trials is None else f", {config.startup_trials} startup trials")
+            + f"), early stopping {stopping}",
             f"  proxy: {t.model} on {t.data} (train {t.train_size or 'all'}, val {t.val_size or 'rest'}, "
             f"split seed {t.split_seed}), {t.epochs} epochs, batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
             f"  space: {config.space.describe()}",
@@ -255,6 +257,8 @@ OPTIONS: tuple[Option, ...] = (
            help="seed of the sampler and of every trial's model init / data order"),
     option("--sampler", key="sampler", group="what", choices=_sampler_names(),
            help="Optuna sampler (default tpe: multivariate TPE)"),
+    option("--startup-trials", key="startup_trials", group="what", type=int, metavar="N",
+           help="trials (warm start included) before tpe/gp/cmaes propose from their model, not at random"),
     option("--exclude-ops", key=lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
            group="what", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert"),
     option("--sub-policies", key="space.num_sub_policies", group="what", type=int, metavar="K",

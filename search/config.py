@@ -235,6 +235,10 @@ class SearchConfig:
         cpus_per_trial / gpus_per_trial: Ray resources of one trial (fractions of a GPU allowed).
         sampler: Optuna sampler, one of :data:`autoaug.search.study.SAMPLERS`.
         seed: seed of the sampler.
+        startup_trials: trials before a model-based sampler (``tpe``, ``gp``, ``cmaes``)
+            proposes from its model of the scores; until then it proposes at random. Enqueued
+            warm-start trials count: with ``warm_start`` giving 5 trials and ``startup_trials``
+            5, TPE models from the 6th trial on. None: Optuna's default (10 for TPE).
         early_stopping: stop weak trials with ASHA on the validation accuracy per epoch.
         grace_period / reduction_factor: ASHA's first rung (epochs) and its reduction factor.
         max_failures: retries of a trial that raises before it is marked failed.
@@ -282,6 +286,7 @@ class SearchConfig:
     gpus_per_trial: float = 0.0
     sampler: str = "tpe"
     seed: int = 0
+    startup_trials: int | None = None
     early_stopping: bool = True
     grace_period: int = 1
     reduction_factor: float = 3.0
@@ -330,6 +335,12 @@ class SearchConfig:
             raise bad("sampler", f"one of {list(SAMPLERS)}")
         if not _is_int(self.seed) or not 0 <= self.seed < 2**32:
             raise bad("seed", "an integer in [0, 2**32)")
+        if self.startup_trials is not None:
+            if not _is_int(self.startup_trials) or self.startup_trials < 0:
+                raise bad("startup_trials", "an integer >= 0, or None (the sampler's default)")
+            if not SAMPLERS[self.sampler].models_scores:
+                raise bad("startup_trials", f"unset with sampler {self.sampler!r}, which has no model of the "
+                          f"scores (or one of {[n for n, s in SAMPLERS.items() if s.models_scores]})")
         if not isinstance(self.early_stopping, bool):
             raise bad("early_stopping", "true or false")
         if not _is_number(self.reduction_factor) or self.reduction_factor <= 1:

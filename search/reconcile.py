@@ -8,9 +8,9 @@ the versions in :data:`WRITTEN_AGAINST`; ``pyproject.toml`` pins those as upper 
 (:func:`check_versions`), so an upgrade is a deliberate act: read the new ``OptunaSearch``,
 adjust this module, widen the range.
 
-Tune snapshots its experiment state (trials + searcher) periodically and after trial
-checkpoints; Optuna writes to its storage immediately. After ``kill -9`` the study can therefore
-be slightly *ahead* of the snapshot. On restore the two are reconciled, the study being the record
+Tune snapshots its experiment state (trials + searcher) periodically, after trial checkpoints
+and (through :class:`StudyGuard`) when a trial ends; Optuna writes to its storage immediately.
+After ``kill -9`` the study can therefore be slightly *ahead* of the snapshot. On restore the two are reconciled, the study being the record
 of which trials ended:
 
 * :class:`StudyGuard` (mixed into the ASHA/FIFO scheduler) stops, before they start, the restored
@@ -224,9 +224,9 @@ class StudySearch(OptunaSearch):
                 len(self._orphans), len(self._already_told),
             )  # fmt: skip
 
-    def set_sampler_spec(self, name: str, seed: int) -> None:
+    def set_sampler_spec(self, name: str, seed: int, startup_trials: int | None = None) -> None:
         """Remember how the sampler was made (:func:`make_sampler`), to reseed it on restore."""
-        self._sampler_spec = (name, seed)
+        self._sampler_spec = (name, seed, startup_trials)
 
     def _reseed_sampler(self, num_trials: int) -> None:
         # The sampler's random state comes back from the snapshot, which may predate proposals
@@ -236,8 +236,8 @@ class StudySearch(OptunaSearch):
         if spec is None:
             self._ot_study.sampler.reseed_rng()
             return
-        name, seed = spec
-        sampler = make_sampler(name, (seed + 1_000_003 * num_trials) % 2**32)
+        name, seed, startup_trials = spec
+        sampler = make_sampler(name, (seed + 1_000_003 * num_trials) % 2**32, startup_trials)
         self._sampler = sampler
         self._ot_study.sampler = sampler
 
@@ -265,6 +265,9 @@ class StudyGuard:
     the searcher and the concurrency limiter) and added to :class:`StoppedTrials`; the study's
     value and step are its result. A trial that Tune marked ERROR and that is resumed on purpose
     (``resume_errored``) runs again.
+
+    So that the snapshot always knows a finished trial, the guard also writes one (and waits
+    for it) when a trial ends, before the study is told and the progress line is printed.
     """
 
     def _setup_guard(
@@ -283,6 +286,22 @@ class StudyGuard:
         state = self.__dict__.copy()
         state.pop("_guard_done", None)
         return state
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+        super().on_trial_complete(tune_controller, trial, result)
+        # Tune calls the scheduler before it tells the searcher (the Optuna study) and the
+        # callbacks (the progress line "trial ... finished"). Its periodic snapshot can be older
+        # than a short trial, and its copy to the run directory is asynchronous: a driver killed
+        # right after the line would leave a finished trial that the restored experiment never
+        # knew, so it would be lost and another trial run instead. A snapshot written now, and
+        # waited for, holds the trial (still RUNNING); once the study has its end, the guard
+        # does not run it again. One small JSON write per finished trial.
+        checkpoint = getattr(tune_controller, "checkpoint", None)
+        if checkpoint is not None:
+            try:
+                checkpoint(force=True, wait=True)
+            except Exception as exc:  # the search goes on; only a kill -9 now would lose the trial
+                logger.warning("could not save the experiment state after trial %s: %s", trial.trial_id, exc)
 
     def choose_trial_to_run(self, tune_controller: Any, *args: Any, **kwargs: Any) -> Any:
         if not getattr(self, "_guard_done", False):

@@ -63,7 +63,9 @@ class Sampler:
 
     description: str
     requires: str | None  # a Python package it needs besides Optuna
-    build: Callable[[int], optuna.samplers.BaseSampler]  # seed -> sampler
+    build: Callable[[int, dict[str, Any]], optuna.samplers.BaseSampler]  # (seed, extra kwargs) -> sampler
+    #: Takes ``n_startup_trials``: random proposals before its model of the scores takes over.
+    models_scores: bool = False
 
 
 #: The samplers, by the name ``--sampler`` / ``sampler:`` takes (the first is the default).
@@ -72,27 +74,43 @@ SAMPLERS: Mapping[str, Sampler] = {
     # trials do not all get the same proposal.
     "tpe": Sampler(
         "multivariate TPE with constant liar", None,
-        lambda seed: _optuna().samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True),
+        lambda seed, kw: _optuna().samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, **kw),
+        models_scores=True,
     ),
-    "random": Sampler("uniform random", None, lambda seed: _optuna().samplers.RandomSampler(seed=seed)),
-    "qmc": Sampler("scrambled Sobol sequence", "scipy", lambda seed: _optuna().samplers.QMCSampler(seed=seed, scramble=True)),
+    "random": Sampler("uniform random", None, lambda seed, kw: _optuna().samplers.RandomSampler(seed=seed)),
+    "qmc": Sampler("scrambled Sobol sequence", "scipy", lambda seed, kw: _optuna().samplers.QMCSampler(seed=seed, scramble=True)),
     "cmaes": Sampler(
         "CMA-ES (categorical parameters fall back to random sampling)", "cmaes",
-        lambda seed: _optuna().samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+        lambda seed, kw: _optuna().samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False, **kw),
+        models_scores=True,
     ),
-    "gp": Sampler("Gaussian-process Bayesian optimisation", "scipy", lambda seed: _optuna().samplers.GPSampler(seed=seed)),
+    "gp": Sampler("Gaussian-process Bayesian optimisation", "scipy",
+                  lambda seed, kw: _optuna().samplers.GPSampler(seed=seed, **kw), models_scores=True),
 }  # fmt: skip
 
 
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    """The Optuna sampler called ``name`` (see :data:`SAMPLERS`), seeded."""
+def make_sampler(name: str, seed: int, startup_trials: int | None = None) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler called ``name`` (see :data:`SAMPLERS`), seeded.
+
+    ``startup_trials``: trials (enqueued warm-start trials included) before a model-based sampler
+    (``tpe``, ``gp``, ``cmaes``) proposes from its model instead of at random; None: Optuna's
+    default (10 for TPE and GP, 1 for CMA-ES).
+    """
     import optuna
 
     if name not in SAMPLERS:
         raise UserInputError(f"unknown sampler {name!r}; expected one of {', '.join(SAMPLERS)}")
+    spec = SAMPLERS[name]
+    if startup_trials is not None and not spec.models_scores:
+        raise UserInputError(
+            f"startup_trials is {startup_trials} but sampler {name!r} proposes without a model of the "
+            f"scores; expected startup_trials unset, or one of the samplers "
+            f"{', '.join(n for n, s in SAMPLERS.items() if s.models_scores)}"
+        )
+    kwargs = {} if startup_trials is None else {"n_startup_trials": startup_trials}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return SAMPLERS[name].build(seed)
+        return spec.build(seed, kwargs)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -463,11 +463,11 @@ def _build_tuner(config: SearchConfig, run: RunDir, study_url: str, trainable: C
         space=config.space.distributions(),
         metric=METRIC,
         mode=MODE,
-        sampler=make_sampler(config.sampler, config.seed),
+        sampler=make_sampler(config.sampler, config.seed, config.startup_trials),
         study_name=config.name,
         storage=storage,
     )
-    searcher.set_sampler_spec(config.sampler, config.seed)
+    searcher.set_sampler_spec(config.sampler, config.seed, config.startup_trials)
     searcher.set_max_steps(config.epochs)
     if config.warm_start:
         # The first proposals are the known sub-policies (a fresh study only: a resumed search

@@ -67,6 +67,8 @@ def test_flags_map_onto_the_config(tmp_path):
     assert config.optuna_storage == "sqlite:////tmp/x.db"
     assert config.storage == str(tmp_path / "runs") and config.store == str(tmp_path / "store")
     assert config.train == TrainConfig.from_preset("proxy-cpu")
+    assert config.startup_trials is None
+    assert _config(["--preset", "cpu", "--startup-trials", "5", *_dirs(tmp_path)]).startup_trials == 5
 
 
 def test_default_preset_is_cpu():

@@ -151,6 +151,29 @@ def test_samplers_by_name_are_seeded(name, cls):
     assert ta.params == tb.params
 
 
+def _proposals(sampler, n):
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    out = []
+    for i in range(n):
+        trial = study.ask(SPACE.distributions())
+        out.append(trial.params)
+        study.tell(trial, float(i % 3))
+    return out
+
+
+def test_startup_trials_is_where_tpe_stops_proposing_at_random():
+    random = _proposals(make_sampler("random", 3), 6)
+    assert _proposals(make_sampler("tpe", 3), 6) == random  # Optuna's default: 10 random trials
+    early = _proposals(make_sampler("tpe", 3, startup_trials=3), 6)
+    assert early[:3] == random[:3]
+    assert all(a != b for a, b in zip(early[3:], random[3:]))  # from the 4th on, TPE's model decides
+
+
+def test_startup_trials_needs_a_sampler_with_a_model():
+    with pytest.raises(ValueError, match=r"startup_trials is 3 but sampler 'random' proposes without a model"):
+        make_sampler("random", 0, startup_trials=3)
+
+
 def test_unknown_sampler():
     with pytest.raises(ValueError, match="unknown sampler 'hyperband'"):
         make_sampler("hyperband", 0)

@@ -258,7 +258,7 @@ OPTIONS: tuple[Option, ...] = (
     option("--sampler", key="sampler", group="what", choices=_sampler_names(),
            help="Optuna sampler (default tpe: multivariate TPE)"),
     option("--startup-trials", key="startup_trials", group="what", type=int, metavar="N",
-           help="trials (warm start included) before tpe/gp/cmaes propose from their model, not at random"),
+           help="tpe/gp/cmaes propose at random until N trials (warm start included) have finished"),
     option("--exclude-ops", key=lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
            group="what", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert"),
     option("--sub-policies", key="space.num_sub_policies", group="what", type=int, metavar="K",

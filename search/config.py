@@ -235,10 +235,11 @@ class SearchConfig:
         cpus_per_trial / gpus_per_trial: Ray resources of one trial (fractions of a GPU allowed).
         sampler: Optuna sampler, one of :data:`autoaug.search.study.SAMPLERS`.
         seed: seed of the sampler.
-        startup_trials: trials before a model-based sampler (``tpe``, ``gp``, ``cmaes``)
-            proposes from its model of the scores; until then it proposes at random. Enqueued
-            warm-start trials count: with ``warm_start`` giving 5 trials and ``startup_trials``
-            5, TPE models from the 6th trial on. None: Optuna's default (10 for TPE).
+        startup_trials: a model-based sampler (``tpe``, ``gp``, ``cmaes``) proposes at random
+            until this many trials have finished (complete or stopped early; warm-start trials
+            count), then from its model of the scores. With ``warm_start`` giving 5 trials and
+            ``startup_trials`` 5, every proposal made after the warm start has finished comes
+            from the model. None: Optuna's default (10 for TPE).
         early_stopping: stop weak trials with ASHA on the validation accuracy per epoch.
         grace_period / reduction_factor: ASHA's first rung (epochs) and its reduction factor.
         max_failures: retries of a trial that raises before it is marked failed.

@@ -92,9 +92,9 @@ SAMPLERS: Mapping[str, Sampler] = {
 def make_sampler(name: str, seed: int, startup_trials: int | None = None) -> optuna.samplers.BaseSampler:
     """The Optuna sampler called ``name`` (see :data:`SAMPLERS`), seeded.
 
-    ``startup_trials``: trials (enqueued warm-start trials included) before a model-based sampler
-    (``tpe``, ``gp``, ``cmaes``) proposes from its model instead of at random; None: Optuna's
-    default (10 for TPE and GP, 1 for CMA-ES).
+    ``startup_trials``: a model-based sampler (``tpe``, ``gp``, ``cmaes``) proposes at random
+    until this many trials have finished (enqueued warm-start trials included), then from its
+    model; None: Optuna's default (10 for TPE and GP, 1 for CMA-ES).
     """
     import optuna
 

@@ -10,8 +10,8 @@ adjust this module, widen the range.
 
 Tune snapshots its experiment state (trials + searcher) periodically, after trial checkpoints
 and (through :class:`StudyGuard`) when a trial ends; Optuna writes to its storage immediately.
-After ``kill -9`` the study can therefore be slightly *ahead* of the snapshot. On restore the two are reconciled, the study being the record
-of which trials ended:
+After ``kill -9`` the study can therefore be slightly *ahead* of the snapshot. On restore the two
+are reconciled, the study being the record of which trials ended:
 
 * :class:`StudyGuard` (mixed into the ASHA/FIFO scheduler) stops, before they start, the restored
   trials whose Optuna trial is finished, so a finished trial is never trained again; their result
@@ -236,8 +236,8 @@ class StudySearch(OptunaSearch):
         if spec is None:
             self._ot_study.sampler.reseed_rng()
             return
-        name, seed, startup_trials = spec
-        sampler = make_sampler(name, (seed + 1_000_003 * num_trials) % 2**32, startup_trials)
+        name, seed, *rest = spec  # (name, seed) in searches snapshotted before startup_trials existed
+        sampler = make_sampler(name, (seed + 1_000_003 * num_trials) % 2**32, rest[0] if rest else None)
         self._sampler = sampler
         self._ot_study.sampler = sampler
 

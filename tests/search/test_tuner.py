@@ -333,3 +333,16 @@ def test_proposals_after_a_restore_are_reproducible(tmp_path):
         proposals.append(again.suggest(f"new{len(proposals)}"))
     assert proposals[0] == proposals[1]
     assert proposals[0] != first._ot_trials["t2"].params
+
+
+def test_a_search_snapshotted_before_startup_trials_existed_still_resumes(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    first = _searcher(url)
+    first._sampler_spec = ("tpe", 0)  # how older versions recorded the sampler
+    first.suggest("t1")
+    first.on_trial_complete("t1", _result(0.5, 2))
+    snapshot = tmp_path / "searcher.pkl"
+    first.save(str(snapshot))
+    again = _searcher(url)
+    again.restore(str(snapshot))
+    assert set(again.suggest("t2")) == set(SPACE.distributions())

@@ -10,9 +10,9 @@ DATA    ?= $(or $(AUTOAUG_CIFAR10),$(abspath ../shared/data/cifar10-jpeg))
 DEMO_DIR ?= $(abspath runs/demo)
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist), whole test files per process: the integration tests spend much of
-# their time starting Ray and waiting on it. Measured on 2 cores: 16.4 min with 2, 24 min with one; 1 by
-# default until the kill -9 resume test (failed once in 5 parallel runs) is made robust under load.
-TEST_WORKERS ?= 1
+# their time starting Ray and waiting on it. Measured on 2 idle cores: 11.3 min with 2 processes
+# (TEST_WORKERS=1: one process, for debugging).
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test bench clean
 

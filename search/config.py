@@ -330,7 +330,7 @@ class SearchConfig:
             raise bad("gpus_per_trial", "a number >= 0 (fractions such as 0.25 share a GPU)")
         if self.gpus_per_trial > 1 and self.gpus_per_trial != int(self.gpus_per_trial):
             raise bad("gpus_per_trial", "a fraction <= 1 or a whole number of GPUs")
-        from autoaug.search.study import SAMPLERS
+        from autoaug.search.study import SAMPLERS, model_samplers
 
         if self.sampler not in SAMPLERS:
             raise bad("sampler", f"one of {list(SAMPLERS)}")
@@ -341,7 +341,7 @@ class SearchConfig:
                 raise bad("startup_trials", "an integer >= 0, or None (the sampler's default)")
             if not SAMPLERS[self.sampler].models_scores:
                 raise bad("startup_trials", f"unset with sampler {self.sampler!r}, which has no model of the "
-                          f"scores (or one of {[n for n, s in SAMPLERS.items() if s.models_scores]})")
+                          f"scores (or one of {model_samplers()})")
         if not isinstance(self.early_stopping, bool):
             raise bad("early_stopping", "true or false")
         if not _is_number(self.reduction_factor) or self.reduction_factor <= 1:

@@ -89,6 +89,11 @@ SAMPLERS: Mapping[str, Sampler] = {
 }  # fmt: skip
 
 
+def model_samplers() -> list[str]:
+    """Names of the samplers that take ``startup_trials`` (they propose from a model of the scores)."""
+    return [name for name, s in SAMPLERS.items() if s.models_scores]
+
+
 def make_sampler(name: str, seed: int, startup_trials: int | None = None) -> optuna.samplers.BaseSampler:
     """The Optuna sampler called ``name`` (see :data:`SAMPLERS`), seeded.
 
@@ -105,7 +110,7 @@ def make_sampler(name: str, seed: int, startup_trials: int | None = None) -> opt
         raise UserInputError(
             f"startup_trials is {startup_trials} but sampler {name!r} proposes without a model of the "
             f"scores; expected startup_trials unset, or one of the samplers "
-            f"{', '.join(n for n, s in SAMPLERS.items() if s.models_scores)}"
+            f"{', '.join(model_samplers())}"
         )
     kwargs = {} if startup_trials is None else {"n_startup_trials": startup_trials}
     with warnings.catch_warnings():

@@ -67,11 +67,14 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "num_trials": 4, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
         "grace_period": 1, "reduction_factor": 2,
     },
-    # A real, small search on a CPU machine (about 30 minutes of 2 cores): the trainer's
+    # A real, small search on a CPU machine (about 35-40 minutes of 2 idle cores): the trainer's
     # proxy-cpu preset (ResNet-8, 1,000 images, 120 epochs: long training on few images, where
     # augmentation pays off, so the proxy ranks policies like the evaluation regime does).
-    # ASHA stops two thirds of the trials after 40 epochs, ranking them by the mean validation
-    # accuracy of their last 5 epochs (one epoch's accuracy at lr 0.15 is too noisy to rank by).
+    # 28 trials; ASHA ranks them at epochs 20 and 60 by the mean validation accuracy of their
+    # last 5 epochs (one epoch's accuracy at lr 0.15 is too noisy to rank by) and keeps a third
+    # at each rung: about 41 epochs per trial on average, the trial epochs of 16 trials cut at
+    # epoch 40, spread over almost twice the candidates (measured against that 16-trial search
+    # over search seeds: docs/search.md, "Does the search win?").
     # The first 5 trials are AutoAugment's published CIFAR-10 sub-policies (warm start); the
     # final candidates (assembled, best trial, AutoAugment extended by what the search found,
     # survivors) are re-scored under the proxy (one fresh seed) before one is stored. Chosen by
@@ -79,8 +82,8 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # measured too and chose a policy that did worse in the evaluation regime).
     "cpu": {
         "train": {"preset": "proxy-cpu"},
-        "num_trials": 16, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
-        "grace_period": 40, "reduction_factor": 3, "top_n": 5, "score_window": 5,
+        "num_trials": 28, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
+        "grace_period": 20, "reduction_factor": 3, "top_n": 5, "score_window": 5,
         "warm_start": ["autoaugment-cifar10"], "rescore": True,
     },
     # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU

@@ -125,6 +125,76 @@ def paired(found: dict[int, float], other: dict[int, float]) -> dict[str, Any]:
     return {"seeds": common, "diffs": diffs, **mean_ci(diffs)}
 
 
+
+# ------------------------------------------------------------------------- over search seeds
+#: Search-config keys that name, place or resource a search without changing what it does.
+_NOT_RECIPE = {"name", "seed", "storage", "optuna_storage", "store", "mlflow_uri", "verbose", "reuse_actors",
+               "max_failures", "cpus_per_trial", "gpus_per_trial"}
+_NOT_RECIPE_TRAIN = {"seed", "data", "test_data", "num_threads"}
+
+
+def search_recipe(search_result: dict[str, Any]) -> dict[str, Any]:
+    """What a search did apart from its seed, names and places: its config without those keys."""
+    config = dict(search_result["provenance"]["search"]["config"])
+    recipe = {k: v for k, v in config.items() if k not in _NOT_RECIPE}
+    recipe["train"] = {k: v for k, v in config.get("train", {}).items() if k not in _NOT_RECIPE_TRAIN}
+    return recipe
+
+
+def same_recipe(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two recipes agree on every key both record (a key added by a later version, absent
+    from an older search's config, does not make them differ)."""
+    for key in set(a) & set(b):
+        if isinstance(a[key], dict) and isinstance(b[key], dict):
+            if not same_recipe(a[key], b[key]):
+                return False
+        elif a[key] != b[key]:
+            return False
+    return True
+
+
+def over_search_seeds(summary: dict[str, dict[str, Any]], found: Sequence[str],
+                      baselines: Sequence[str]) -> dict[str, Any]:
+    """The found policies of several searches that differ only in their seed, taken together.
+
+    For each baseline: the per-search paired differences, their mean, and two 95% CIs: over the
+    evaluation seeds (each seed's difference averaged over the searches; says how sure we are of
+    *these* searches' policies) and over the searches (Student-t over the per-search mean
+    differences, n - 1 degrees of freedom; says what a new search seed can be expected to give).
+    """
+    means = [summary[f]["mean"] for f in found]
+    seeds = sorted(set.intersection(*(set(summary[f]["seeds"]) for f in found)))
+    pooled = {s: sum(summary[f]["seeds"][s] for f in found) / len(found) for s in seeds}
+    vs = {}
+    for b in baselines:
+        per_search = [paired({s: summary[f]["seeds"][s] for s in seeds}, summary[b]["seeds"])["mean"] for f in found]
+        vs[b] = {"per_search": per_search, "over_eval_seeds": paired(pooled, summary[b]["seeds"]),
+                 "over_searches": mean_ci(per_search)}
+    return {"searches": list(found), "search_means": means, "mean": sum(means) / len(means),
+            "between_searches": mean_ci(means), "seeds": seeds, "vs": vs}
+
+
+def _seeds_table(found: str, over: dict[str, Any], best_strong: str) -> list[str]:
+    n = len(over["searches"])
+    lines = ["", "## Over search seeds", "",
+             f"The found policies of {n} searches that differ only in their seed (`{found}` and the `--also` "
+             f"folders with the same search config), taken together: mean test accuracy "
+             f"{_pct(over['mean'])}% (per search: {', '.join(_pct(m) for m in over['search_means'])}). "
+             "Difference to each baseline in points: the mean over the searches of their paired differences; "
+             "the first CI is over the evaluation seeds (these searches' policies), the second over the searches "
+             f"(what a new search seed can be expected to give; Student-t, {n - 1} degrees of freedom).", "",
+             "| baseline | mean diff | 95% CI, evaluation seeds | 95% CI, searches | per search |",
+             "|---|---:|---|---|---|"]
+    for b, d in over["vs"].items():
+        e, s = d["over_eval_seeds"], d["over_searches"]
+        lines.append(f"| `{b}` | {_pct(e['mean'])} | [{_pct(e['low'])}, {_pct(e['high'])}] | "
+                     f"[{_pct(s['low'])}, {_pct(s['high'])}] | {', '.join(_pct(x) for x in d['per_search'])} |")
+    gap = over["vs"][best_strong]["over_eval_seeds"]["mean"]
+    lines += ["", f"- over the {n} searches, found minus the best strong baseline (`{best_strong}`): "
+              f"{100 * gap:+.2f} points (goal: >= 0): **{gap >= 0}**"]
+    return lines
+
+
 def _read_runs(compare_out: Path) -> list[dict[str, Any]]:
     import csv
 
@@ -357,11 +427,20 @@ def _diff_table(title: str, diffs: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings: Timings,
-           fidelity: dict[str, Any] | None, also: Sequence[str] = ()) -> dict[str, Any]:
+           fidelity: dict[str, Any] | None, also: dict[str, Path] | None = None) -> dict[str, Any]:
+    """Tables, verdict, plot and provenance into ``out``. ``also``: ``{policy file: results folder}``
+    of the ``--also`` searches (:func:`also_policies`)."""
+    also = also or {}
     runs = _read_runs(work / "eval")
     summary = summarize(runs)
     found = next(r["policy"] for r in runs if r.get("store_ref") == found_ref or r["policy"] == found_ref)
     others = list(dict.fromkeys(r["policy"] for r in runs if r.get("ref") in also))
+    search_result = json.loads((work / "runs" / a.search_name / "result.json").read_text())
+    # --also searches with this search's config and another seed: replicates of this search.
+    label_src = {r["policy"]: also[r["ref"]] for r in runs if r.get("ref") in also}
+    recipe = search_recipe(search_result)
+    replicates = [o for o in others
+                  if same_recipe(recipe, search_recipe(json.loads((label_src[o] / "search_result.json").read_text())))]
     diffs = {b: paired(summary[found]["seeds"], summary[b]["seeds"]) for b in [*BASELINES, *others] if b in summary}
     also_diffs = {o: {b: paired(summary[o]["seeds"], summary[b]["seeds"]) for b in [*BASELINES, found]}
                   for o in others}
@@ -377,7 +456,6 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     train = compare_cfg["train_config"]
     regime = (f"{train['model']}, {train['train_size']} training images (split seed {train['split_seed']}), "
               f"{train['epochs']} epochs, batch {train['batch_size']}, lr {train['lr']}")
-    search_result = json.loads((work / "runs" / a.search_name / "result.json").read_text())
     lines = [
         f"# Search quality: `{a.search_preset}` search, evaluated in `{a.eval_preset}`",
         "",
@@ -391,13 +469,15 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     ]
     for label in sorted(summary, key=lambda k: summary[k]["rank"]):
         s = summary[label]
-        mark = " **(found)**" if label == found else " (found by another search)" if label in others else ""
+        mark = (" **(found)**" if label == found else " (found by the same search, another seed)"
+                if label in replicates else " (found by another search)" if label in others else "")
         lines.append(f"| {s['rank']} | `{label}`{mark} | {s['n']} | {_pct(s['mean'])} | {_pct(s['std'])} | "
                      f"[{_pct(s['low'])}, {_pct(s['high'])}] |")
     lines += _diff_table(f"Paired differences, `{found}` minus baseline (same seed: same initialisation, data "
                          "order and test set), in points:", diffs)
     for o, od in also_diffs.items():
-        lines += _diff_table(f"Paired differences, `{o}` (found by another search, `--also`) minus baseline, "
+        what = "the same search, another seed" if o in replicates else "another search"
+        lines += _diff_table(f"Paired differences, `{o}` (found by {what}, `--also`) minus baseline, "
                              "in points:", od)
     lines += [
         "",
@@ -406,6 +486,12 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
         f"- best strong baseline (mean): `{best_strong}`; found minus it: {verdict['gap_to_best_strong_points']:+.2f} "
         f"points (goal: >= 0): **{verdict['reaches_best_strong_mean']}**",
     ]
+    over = None
+    if replicates:
+        over = over_search_seeds(summary, [found, *replicates], [b for b in BASELINES if b in summary])
+        verdict["over_search_seeds"] = {"searches": 1 + len(replicates),
+                                        "gap_to_best_strong_points": 100 * over["vs"][best_strong]["over_eval_seeds"]["mean"]}
+        lines += _seeds_table(found, over, best_strong)
     if fidelity:
         lines += ["", "## Proxy fidelity", "",
                   "Spearman rank correlation between each proxy's validation accuracy (the search objective; "
@@ -427,7 +513,8 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     (out / "results.md").write_text(text + "\n")
     plot(summary, diffs, found, out / "quality.png", f"{a.eval_preset}: {regime}", others)
     doc = {"found": found, "found_ref": found_ref, "summary": summary, "paired": diffs, "verdict": verdict,
-           "also": {o: {"paired": also_diffs[o]} for o in others},
+           "also": {o: {"paired": also_diffs[o], "same_search_other_seed": o in replicates} for o in others},
+           "over_search_seeds": over,
            "fidelity": fidelity, "timings": timings.data, "eval_train_config": train,
            "search_preset": a.search_preset, "eval_preset": a.eval_preset, "written_at": _now()}
     (out / "quality.json").write_text(json.dumps(doc, indent=1, default=str))
@@ -518,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
                             [found_ref, *random_paths], a.proxy_seeds)
             fidelity[name] = spearman(proxy_scores(pout), eval_scores)
             _write_fidelity(work, fidelity)
-    report(a, work, out, found_ref, timings, fidelity, also=list(also))
+    report(a, work, out, found_ref, timings, fidelity, also=also)
     print(f"\nwrote {out}")
     return 0
 

@@ -1,10 +1,11 @@
 """What a candidate costs under each search method on this machine (2 CPU cores), and the wall time
 of a default density-matching search.
 
-* **train method** (``cpu`` preset: ResNet-8, 1,000 images, 120 epochs, ASHA grace 40 /
+* **train method** (``cpu`` preset: ResNet-8, 1,000 images, 120 epochs, ASHA grace 20 /
   reduction 3, 2 trials at a time on 1 core each): the proxy's epoch time is measured by training
-  ``--probe-epochs`` epochs; a trial costs the epochs ASHA lets it run on average (40 for the two
-  thirds it stops at the first rung, 120 for the rest: 66.7) times that, plus the measured set-up;
+  ``--probe-epochs`` epochs; a trial costs the epochs ASHA lets it run on average (rungs at 20
+  and 60, each keeping a third: 20 x 2/3 + 60 x 2/9 + 120 x 1/9 = 40, read from the preset by
+  :func:`asha_mean_epochs`) times that, plus the measured set-up;
   candidates per hour = 2 slots x 3600 / that.
 * **density method** (``density-cpu`` preset: K=5 fold models of the same proxy recipe, T=2 rounds
   x B candidates per fold): a real search through :func:`autoaug.search.tuner.run_search` with
@@ -42,7 +43,26 @@ import tempfile
 import time
 from pathlib import Path
 
-ASHA_MEAN_EPOCHS = 40 + (120 - 40) / 3  # cpu preset: grace 40, reduction factor 3, 120 epochs
+
+
+def asha_mean_epochs(grace: int, factor: float, max_epochs: int) -> float:
+    """Epochs a trial runs on average under ASHA when each rung (grace, grace x factor, ...) keeps
+    1 / factor of the trials reaching it (the steady state of asynchronous halving)."""
+    mean, reach, rung = 0.0, 1.0, float(grace)
+    while rung < max_epochs:
+        mean += reach * (1 - 1 / factor) * rung  # stopped here
+        reach /= factor
+        rung *= factor
+    return mean + reach * max_epochs
+
+
+def _cpu_preset_mean_epochs() -> float:
+    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.search.config import SEARCH_PRESETS
+
+    preset = SEARCH_PRESETS["cpu"]
+    epochs = TrainConfig.from_preset(preset["train"]["preset"]).epochs
+    return asha_mean_epochs(preset["grace_period"], preset["reduction_factor"], epochs)
 FULL_DENSITY_TRIALS = 5 * 2 * 200
 
 
@@ -55,10 +75,11 @@ def _train_probe(data: str, epochs: int) -> dict:
     wall = time.perf_counter() - t0
     epoch_s = statistics.median(h["epoch_time_s"] for h in result.history[1:] or result.history)
     setup_s = wall - result.train_time_s
-    trial_s = setup_s + ASHA_MEAN_EPOCHS * epoch_s
+    mean_epochs = _cpu_preset_mean_epochs()
+    trial_s = setup_s + mean_epochs * epoch_s
     return {
         "probe_epochs": epochs, "epoch_time_s": epoch_s, "setup_s": setup_s,
-        "mean_epochs_with_asha": ASHA_MEAN_EPOCHS, "trial_time_s": trial_s,
+        "mean_epochs_with_asha": mean_epochs, "trial_time_s": trial_s,
         "candidates_per_hour_2_cores": 2 * 3600 / trial_s,
     }  # fmt: skip
 

@@ -399,7 +399,7 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
         ax1.plot([100 * v for v in s["seeds"].values()], [y] * len(s["seeds"]), "|", color="k", ms=10)
     ax1.set_yticks(range(len(labels)), labels)
     ax1.set_xlabel("test accuracy % (mean, 95% CI, | = one seed)\nred: this search's policy"
-                   + ("; orange: another search's (--also)" if others else ""))
+                   + ("; orange: another search's or seed's (--also)" if others else ""))
     ax1.grid(axis="x", alpha=0.3)
     ax1.set_title(title, fontsize=9)
     compared = [k for k in labels if k in diffs]
@@ -410,7 +410,7 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
         ax2.plot(100 * d["mean"], y, "o", color="tab:green", ms=8)
     ax2.axvline(0, color="k", lw=0.8)
     ax2.set_yticks(range(len(compared)), compared)
-    ax2.set_xlabel(f"{found} minus each policy,\npoints (paired by seed; mean, 95% CI)")
+    ax2.set_xlabel(f"{found}\nminus each policy, points\n(paired by seed; mean, 95% CI)")
     ax2.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -134,10 +134,14 @@ _NOT_RECIPE_TRAIN = {"seed", "data", "test_data", "num_threads"}
 
 
 def search_recipe(search_result: dict[str, Any]) -> dict[str, Any]:
-    """What a search did apart from its seed, names and places: its config without those keys."""
+    """What a search did apart from its seed, names and places: its config without those keys,
+    and the fingerprint of the data it searched on (where the data lies is a place)."""
     config = dict(search_result["provenance"]["search"]["config"])
     recipe = {k: v for k, v in config.items() if k not in _NOT_RECIPE}
     recipe["train"] = {k: v for k, v in config.get("train", {}).items() if k not in _NOT_RECIPE_TRAIN}
+    fingerprint = search_result["provenance"].get("dataset", {}).get("fingerprint")
+    if fingerprint:
+        recipe["dataset_fingerprint"] = fingerprint
     return recipe
 
 

@@ -18,7 +18,7 @@ def sq():
     return module
 
 
-def _result(seed: int, name: str, **changes) -> dict:
+def _result(seed: int, name: str, fingerprint: str = "bf23", **changes) -> dict:
     config = {"name": name, "seed": seed, "storage": f"/w/{name}/runs", "store": f"/w/{name}/store",
               "num_trials": 28, "grace_period": 20, "concurrency": 2, "warm_start": ["autoaugment-cifar10"],
               "train": {"model": "resnet-8", "seed": seed, "data": "/data", "epochs": 120}}
@@ -27,7 +27,7 @@ def _result(seed: int, name: str, **changes) -> dict:
             config["train"][key[6:]] = value
         else:
             config[key] = value
-    return {"provenance": {"search": {"config": config}}}
+    return {"provenance": {"search": {"config": config}, "dataset": {"fingerprint": fingerprint}}}
 
 
 def test_a_search_with_another_seed_name_and_place_is_the_same_recipe(sq):
@@ -40,6 +40,11 @@ def test_a_search_with_another_seed_name_and_place_is_the_same_recipe(sq):
 def test_a_search_that_differs_in_what_it_does_is_another_recipe(sq, change):
     a = sq.search_recipe(_result(0, "sq-a"))
     assert not sq.same_recipe(a, sq.search_recipe(_result(0, "sq-b", **change)))
+
+
+def test_a_search_on_other_data_is_another_recipe_wherever_the_data_lies(sq):
+    a = sq.search_recipe(_result(0, "sq-a"))
+    assert not sq.same_recipe(a, sq.search_recipe(_result(1, "sq-b", fingerprint="9e11")))
 
 
 def test_a_key_only_a_newer_version_records_does_not_make_searches_differ(sq):

@@ -130,15 +130,17 @@ def paired(found: dict[int, float], other: dict[int, float]) -> dict[str, Any]:
 #: Search-config keys that name, place or resource a search without changing what it does.
 _NOT_RECIPE = {"name", "seed", "storage", "optuna_storage", "store", "mlflow_uri", "verbose", "reuse_actors",
                "max_failures", "cpus_per_trial", "gpus_per_trial"}
-_NOT_RECIPE_TRAIN = {"seed", "data", "test_data", "num_threads"}
 
 
 def search_recipe(search_result: dict[str, Any]) -> dict[str, Any]:
     """What a search did apart from its seed, names and places: its config without those keys,
     and the fingerprint of the data it searched on (where the data lies is a place)."""
+    from autoaug.proxy_models.train_config import RESUMABLE_CHANGES  # fields that change no result
+
     config = dict(search_result["provenance"]["search"]["config"])
     recipe = {k: v for k, v in config.items() if k not in _NOT_RECIPE}
-    recipe["train"] = {k: v for k, v in config.get("train", {}).items() if k not in _NOT_RECIPE_TRAIN}
+    recipe["train"] = {k: v for k, v in config.get("train", {}).items()
+                       if k != "seed" and k not in RESUMABLE_CHANGES}
     fingerprint = search_result["provenance"].get("dataset", {}).get("fingerprint")
     if fingerprint:
         recipe["dataset_fingerprint"] = fingerprint

@@ -67,12 +67,13 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "num_trials": 4, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
         "grace_period": 1, "reduction_factor": 2,
     },
-    # A real, small search on a CPU machine (about 35-40 minutes of 2 idle cores): the trainer's
+    # A real, small search on a CPU machine (33-42 minutes measured on 2 idle cores): the trainer's
     # proxy-cpu preset (ResNet-8, 1,000 images, 120 epochs: long training on few images, where
     # augmentation pays off, so the proxy ranks policies like the evaluation regime does).
     # 28 trials; ASHA ranks them at epochs 20 and 60 by the mean validation accuracy of their
     # last 5 epochs (one epoch's accuracy at lr 0.15 is too noisy to rank by) and keeps a third
-    # at each rung: about 41 epochs per trial on average, the trial epochs of 16 trials cut at
+    # at each rung: 40 epochs per trial in ASHA's steady state (41-54 measured: the first trials
+    # to reach a rung are promoted against few peers), about the trial epochs of 16 trials cut at
     # epoch 40, spread over almost twice the candidates (measured against that 16-trial search
     # over search seeds: docs/search.md, "Does the search win?").
     # The first 5 trials are AutoAugment's published CIFAR-10 sub-policies (warm start); the

@@ -30,10 +30,10 @@ STRONG = ("autoaugment-cifar10", "randaugment:n=2,m=9", "trivialaugment")
 
 def _score(train_config: dict, policy_ref: str, window: int) -> dict:
     from autoaug.policies.reference import resolve
-    from autoaug.search.rescore import _train_val_accuracy
+    from autoaug.search.rescore import train_and_score
 
     t0 = time.time()
-    out = _train_val_accuracy(train_config, resolve(policy_ref).policy.to_dict(), window)
+    out = train_and_score(train_config, resolve(policy_ref).policy.to_dict(), window)
     return {"policy": policy_ref, **out, "wall_s": time.time() - t0}
 
 

@@ -22,7 +22,7 @@ import os
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from autoaug.core.errors import UserInputError
-from autoaug.search.config import deep_merge
+from autoaug.core.values import deep_merge
 
 __all__ = [
     "load_yaml",

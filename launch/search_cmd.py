@@ -28,7 +28,6 @@ __all__ = ["register", "run", "build_search_config"]
 #: Checked by ``autoaug``'s main before the command runs (the search extra, autoaug.core.extras).
 REQUIRES = ("ray", "optuna", "nvidia.dali")
 
-PRESETS = ("smoke", "cpu", "paper", "density-cpu")
 DEFAULT_PRESET = "cpu"
 
 # Flags that define a search and therefore cannot change when resuming one.
@@ -62,41 +61,17 @@ def _describe(config, address: str | None) -> str:
     from autoaug.search.run_dir import RunDir
     from autoaug.search.study import study_url
 
-    t = config.train
     concurrency = config.concurrency or "as resources allow"
-    stopping = (
-        f"ASHA (grace {config.grace_period} epochs, reduction factor {config.reduction_factor:g})"
-        if config.early_stopping else "off"
-    )  # fmt: skip
-    if config.method == "density":
-        from autoaug.search.density import describe
-
-        return "\n".join(
-            [
-                f"search {config.name}: concurrency {concurrency}, {config.cpus_per_trial:g} CPU + "
-                f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed})",
-                describe(config),
-                f"  fold models: {t.model} on {t.data} (reduced split {t.train_size or 'all'}, split seed "
-                f"{t.split_seed}), {t.epochs} epochs, batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
-                f"  space: {config.space.describe()}",
-                f"  run directory: {RunDir(config.storage, config.name).uri}",
-                f"  Optuna studies: {config.name}.f*-r* in {study_url(config)}",
-            ]
-        )
-    return "\n".join(
-        [
-            f"search {config.name}: {config.num_trials} trials, concurrency {concurrency}, "
-            f"{config.cpus_per_trial:g} CPU + {config.gpus_per_trial:g} GPU per trial, "
-            f"sampler {config.sampler} (seed {config.seed}"
-            + ("" if config.startup_trials is None else f", {config.startup_trials} startup trials")
-            + f"), early stopping {stopping}",
-            f"  proxy: {t.model} on {t.data} (train {t.train_size or 'all'}, val {t.val_size or 'rest'}, "
-            f"split seed {t.split_seed}), {t.epochs} epochs, batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
-            f"  space: {config.space.describe()}",
-            f"  run directory: {RunDir(config.storage, config.name).uri}",
-            f"  Optuna study: {config.name} in {study_url(config)}",
-        ]
-    )
+    startup = "" if config.startup_trials is None else f", {config.startup_trials} startup trials"
+    studies = f"{config.name}.f*-r*" if config.method == "density" else config.name
+    return "\n".join([
+        f"search {config.name}: concurrency {concurrency}, {config.cpus_per_trial:g} CPU + "
+        f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed}{startup})",
+        *config.search_method.describe(config),
+        f"  space: {config.space.describe()}",
+        f"  run directory: {RunDir(config.storage, config.name).uri}",
+        f"  Optuna {'studies' if config.method == 'density' else 'study'}: {studies} in {study_url(config)}",
+    ])  # fmt: skip
 
 
 def _session_factory(address: str | None, verbose: int, display):
@@ -138,7 +113,7 @@ def _configure_logging(verbose: int) -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.INFO if verbose >= 2 else optuna.logging.WARNING)
-    logging.getLogger("search").setLevel(logging.INFO if verbose >= 2 else logging.WARNING)
+    logging.getLogger("autoaug.search").setLevel(logging.INFO if verbose >= 2 else logging.WARNING)
 
 
 def _search(config, args: argparse.Namespace) -> int:
@@ -236,10 +211,17 @@ def outcome_json(outcome) -> dict:
     }
 
 
-def _sampler_names() -> list[str]:
-    from autoaug.search.study import SAMPLERS
+def _choices(registry: str) -> list[str]:
+    """The names a registry of :mod:`autoaug.search.config` offers (presets, methods, samplers...)."""
+    from autoaug.search import config
 
-    return list(SAMPLERS)
+    return list(getattr(config, registry))
+
+
+def _method_help() -> str:
+    from autoaug.search.config import METHODS
+
+    return "; ".join(f"{name}: {m.help}" for name, m in METHODS.items())
 
 
 #: Every option of ``autoaug search``, with the key of the nested search configuration it sets
@@ -247,7 +229,7 @@ def _sampler_names() -> list[str]:
 OPTIONS: tuple[Option, ...] = (
     option("--data", key="data", kind="path", group="what", metavar="PATH",
            help="training data: Parquet file/folder, ImageFolder, cifar10:ROOT or a URI"),
-    option("--preset", group="what", choices=PRESETS, help=f"starting configuration (default {DEFAULT_PRESET})"),
+    option("--preset", group="what", choices=_choices("SEARCH_PRESETS"), help=f"starting configuration (default {DEFAULT_PRESET})"),
     CONFIG,
     SET,
     option("--name", key="name", group="what",
@@ -255,7 +237,7 @@ OPTIONS: tuple[Option, ...] = (
     option("--num-trials", key="num_trials", group="what", type=int, metavar="N", help="number of candidate policies to train"),
     option("--seed", key=lambda v: {"seed": v, "train": {"seed": v}}, group="what", type=int,
            help="seed of the sampler and of every trial's model init / data order"),
-    option("--sampler", key="sampler", group="what", choices=_sampler_names(),
+    option("--sampler", key="sampler", group="what", choices=_choices("SAMPLERS"),
            help="Optuna sampler (default tpe: multivariate TPE)"),
     option("--startup-trials", key="startup_trials", group="what", type=int, metavar="N",
            help="tpe/gp/cmaes propose at random until N trials (warm start included) have finished"),
@@ -272,9 +254,7 @@ OPTIONS: tuple[Option, ...] = (
            help="re-score each final candidate with N proxy runs (fresh seeds) and store the best mean"),
     option("--rescore-val-size", key="rescore_val_size", group="what", type=int, metavar="N",
            help="validation images of the re-scoring runs (default: the proxy's --val-size)"),
-    option("--method", key="method", group="method", choices=("train", "density"),
-           help="train: one proxy training per candidate (AutoAugment); density: score candidates with "
-                "K fold models trained once (Fast AutoAugment's density matching)"),
+    option("--method", key="method", group="method", choices=_choices("METHODS"), help=_method_help()),
     option("--folds", key="density.folds", group="method", type=int, metavar="K",
            help="density: stratified folds / fold models (default 5)"),
     option("--rounds", key="density.rounds", group="method", type=int, metavar="T",
@@ -283,7 +263,7 @@ OPTIONS: tuple[Option, ...] = (
            help="density: candidates scored per round (default 200)"),
     option("--top-per-round", key="density.top_per_round", group="method", type=int, metavar="N",
            help="density: best candidates of each round merged into the final policy (default 10)"),
-    option("--objective", key="density.objective", group="method", choices=("accuracy", "loss"),
+    option("--objective", key="density.objective", group="method", choices=_choices("DENSITY_OBJECTIVES"),
            help="density: maximise the fold model's accuracy or minus its loss on the augmented fold"),
     option("--concurrency", key=lambda v: {"concurrency": v or None}, group="how", type=int, metavar="N",
            help="trials at once (0: as many as resources allow)"),

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from autoaug.core.values import is_int as _is_int
 from autoaug.core.errors import UserInputError
 from autoaug.policies import ops as _ops
 
@@ -147,10 +148,6 @@ _NAME_RULE = (
 )
 _OP_KEYS = ("op", "probability", "magnitude_bin")
 _POLICY_KEYS = ("name", "num_magnitude_bins", "sub_policies", "base", "ranges")
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def _finite(x: Any) -> bool:

@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 
 from autoaug.core.errors import StoreError, UserInputError
 from autoaug.core.location import Location, delete_quietly, list_dir
+from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.artifact import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -88,11 +89,6 @@ __all__ = [
 ENV_VAR = "AUTOAUG_STORE"
 DEFAULT_LOCAL_STORE = os.path.join("~", ".autoaug", "policies")
 
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-_NAME_RULE = (
-    "1-128 characters from letters, digits, '.', '_', '+', '-', starting with a letter or digit "
-    "(no path separators, '@', ':' or spaces)"
-)
 _VERSION_FILE_RE = re.compile(r"v(\d+)\.parquet")
 _HEX_RE = re.compile(r"[0-9a-f]{6,64}")
 _MIN_HASH_PREFIX = 6
@@ -208,9 +204,9 @@ def validate_name(name: Any) -> str:
     """Return ``name`` if it can name a stored policy, else raise :class:`InvalidNameError`."""
     if not isinstance(name, str):
         raise InvalidNameError(f"policy name must be a string, got {type(name).__name__} {name!r}")
-    if not _NAME_RE.fullmatch(name):
+    if not NAME_RE.fullmatch(name):
         shown = repr(name) if len(name) <= 140 else f"{name[:100]!r}... ({len(name):,} characters)"
-        raise InvalidNameError(f"invalid policy name {shown}: expected {_NAME_RULE}")
+        raise InvalidNameError(f"invalid policy name {shown}: expected {NAME_RULE}")
     return name
 
 
@@ -373,7 +369,7 @@ class PolicyStore:
         """Names with at least one complete version, sorted."""
         out = []
         for info in self._ls(self._root):
-            if info.type == pafs.FileType.Directory and _NAME_RE.fullmatch(info.base_name):
+            if info.type == pafs.FileType.Directory and NAME_RE.fullmatch(info.base_name):
                 if self.versions(info.base_name):
                     out.append(info.base_name)
         return sorted(out)
@@ -481,7 +477,7 @@ class PolicyStore:
                     f"{_listing(str(v) for v in versions)}"
                 )
             return name, version
-        if _NAME_RE.fullmatch(ref):
+        if NAME_RE.fullmatch(ref):
             versions = self.versions(ref)
             if versions:
                 return ref, versions[-1]
@@ -751,7 +747,7 @@ class PolicyStore:
             removed.append(where)
 
         for info in self._ls(self._root):
-            if info.type != pafs.FileType.Directory or not _NAME_RE.fullmatch(info.base_name):
+            if info.type != pafs.FileType.Directory or not NAME_RE.fullmatch(info.base_name):
                 continue
             name = info.base_name
             for entry in self._ls(self._path(name)):

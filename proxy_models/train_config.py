@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import types
 from typing import Any, ClassVar, Iterable, Mapping
 
+from autoaug.core.values import is_int as _is_int, is_number as _is_number
 from autoaug.proxy_models.models import check_model_name
 
 __all__ = ["TrainConfig", "PRESETS", "RESUMABLE_CHANGES"]
@@ -21,14 +21,6 @@ RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "ev
 # --------------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------------
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Everything one training run depends on (frozen, JSON-able through :meth:`to_dict`).

@@ -85,6 +85,16 @@ class TrialRecord:
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 
+    @classmethod
+    def from_dict(cls, t: Mapping[str, Any]) -> "TrialRecord":
+        """The record :meth:`to_dict` wrote (in ``result.json`` and the provenance)."""
+        return cls(
+            trial_id=t["trial_id"], index=t["index"], status=t["status"], params=t["params"],
+            policy=None if t["policy"] is None else Policy.from_dict(t["policy"]), score=t["score"],
+            epochs=t["epochs"], train_time_s=t["train_time_s"], error=t["error"], optuna_number=t["optuna_number"],
+            num_failures=t["num_failures"], note=t.get("note"),
+        )  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "trial_id": self.trial_id,

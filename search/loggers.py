@@ -56,9 +56,9 @@ def _tracking_uri(uri: str) -> str:
     return "file://" + os.path.abspath(os.path.expanduser(uri))
 
 
-def experiment_loggers(config: Any) -> list[Any]:
-    """The logger callbacks the search adds to Tune's defaults (CSV, JSON, TensorBoard)."""
-    uri = getattr(config, "mlflow_uri", None)
+def experiment_loggers(uri: str | None, name: str, sampler: str) -> list[Any]:
+    """The logger callbacks an experiment ``name`` adds to Tune's defaults (CSV, JSON,
+    TensorBoard): MLflow at the tracking URI ``uri`` (None: none)."""
     if not uri:
         return []
     from ray.air.integrations.mlflow import MLflowLoggerCallback
@@ -68,8 +68,8 @@ def experiment_loggers(config: Any) -> list[Any]:
     return [
         MLflowLoggerCallback(
             tracking_uri=_tracking_uri(uri),
-            experiment_name=config.name,
-            tags={"autoaug.search": config.name, "autoaug.sampler": config.sampler},
+            experiment_name=name,
+            tags={"autoaug.search": name, "autoaug.sampler": sampler},
             save_artifact=False,
         )
     ]

@@ -13,7 +13,7 @@ from typing import Any, Container
 
 from ray import tune
 
-from autoaug.search.config import METRIC
+from autoaug.search.score import METRIC
 
 __all__ = ["ProgressCallback", "trial_error", "format_exception"]
 

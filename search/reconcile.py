@@ -350,18 +350,18 @@ class GuardedFIFOScheduler(StudyGuard, FIFOScheduler):
     """``FIFOScheduler`` with :class:`StudyGuard`."""
 
 
-def make_scheduler(config: Any, study_url: str, stopped: StoppedTrials) -> StudyGuard:
-    """ASHA (or FIFO without early stopping) with :class:`StudyGuard` on ``config``'s study."""
-    if config.early_stopping:
+def make_scheduler(asha: tuple[int, float] | None, max_t: int, study_url: str, study_name: str,
+                   max_failures: int, stopped: StoppedTrials) -> StudyGuard:
+    """ASHA (``asha``: grace period and reduction factor) or FIFO (``asha`` None), with
+    :class:`StudyGuard` on the study ``study_name``."""
+    if asha is not None:
+        grace_period, reduction_factor = asha
         scheduler: StudyGuard = GuardedASHAScheduler(
-            time_attr="training_iteration",
-            max_t=config.epochs,
-            grace_period=config.grace_period,
-            reduction_factor=config.reduction_factor,
+            time_attr="training_iteration", max_t=max_t, grace_period=grace_period, reduction_factor=reduction_factor,
         )
     else:
         scheduler = GuardedFIFOScheduler()
-    scheduler._setup_guard(study_url, config.name, config.max_failures, stopped)
+    scheduler._setup_guard(study_url, study_name, max_failures, stopped)
     return scheduler
 
 

@@ -10,9 +10,10 @@ from typing import Any, Mapping
 import optuna
 
 from autoaug.search.assemble import AssembledPolicy, TrialRecord
-from autoaug.search.config import METRIC, MODE, SearchConfig
 from autoaug.search.progress import trial_error
 from autoaug.search.run_dir import RunDir
+from autoaug.search.score import METRIC, MODE
+from autoaug.search.space import SearchSpace
 from autoaug.search.study import final_step, study_trials_by_tune_id
 
 __all__ = ["SearchOutcome", "describe_data", "trial_records", "outcome_from_result"]
@@ -101,8 +102,10 @@ def describe_data(train_config: Any) -> dict[str, Any]:
     }
 
 
-def trial_records(config: SearchConfig, run: RunDir, study: optuna.Study) -> list[TrialRecord]:
-    """One :class:`TrialRecord` per Tune trial, in creation order.
+def trial_records(run: RunDir, study: optuna.Study, *, space: SearchSpace, name: str, epochs: int) -> list[TrialRecord]:
+    """One :class:`TrialRecord` per trial of the Tune experiment in ``run``, in creation order:
+    its parameters decoded in ``space`` (policies named ``{name}-{trial id}``), ``completed``
+    when it reported ``epochs`` results.
 
     Tune's final experiment state gives status, last metrics and errors. For a trial that the
     Optuna study recorded as finished while Tune's snapshot was older (the driver died in
@@ -113,13 +116,14 @@ def trial_records(config: SearchConfig, run: RunDir, study: optuna.Study) -> lis
 
     analysis = ExperimentAnalysis(run.uri, default_metric=METRIC, default_mode=MODE)
     latest = study_trials_by_tune_id(study)
-    names = set(config.space.param_names())
+    names = set(space.param_names())
+    epochs_needed = epochs
     records = []
     trials = sorted(analysis.trials, key=lambda t: (_creation_index(t), t.trial_id))
     for index, trial in enumerate(trials):
         params = {k: v for k, v in (trial.config or {}).items() if k in names}
         try:
-            policy = config.space.to_policy(params, name=f"{config.name}-{trial.trial_id}")
+            policy = space.to_policy(params, name=f"{name}-{trial.trial_id}")
         except ValueError:
             policy = None
         last = trial.last_result or {}
@@ -130,7 +134,7 @@ def trial_records(config: SearchConfig, run: RunDir, study: optuna.Study) -> lis
             status = "failed"
             error = trial_error(trial)
         elif trial.status == "TERMINATED":
-            status = "completed" if epochs >= config.epochs else "early_stopped"
+            status = "completed" if epochs >= epochs_needed else "early_stopped"
         elif trial.status == "RUNNING":
             status = "running"
         else:
@@ -145,7 +149,7 @@ def trial_records(config: SearchConfig, run: RunDir, study: optuna.Study) -> lis
                 or not math.isclose(float(score), frozen.value, rel_tol=1e-9)
             ):  # fmt: skip
                 score, epochs = frozen.value, step
-                status = "completed" if step >= config.epochs else "early_stopped"
+                status = "completed" if step >= epochs_needed else "early_stopped"
                 note = "result from the Optuna study: the trial ended after Tune's last snapshot"
             elif frozen.state == optuna.trial.TrialState.FAIL:
                 status, score = "failed", None
@@ -180,17 +184,7 @@ def outcome_from_result(result: Mapping[str, Any], run: RunDir) -> SearchOutcome
     from autoaug.policies import Policy
 
     prov = result["provenance"]
-    trials = []
-    for t in prov["trials"]:
-        policy = None if t["policy"] is None else Policy.from_dict(t["policy"])
-        trials.append(
-            TrialRecord(
-                trial_id=t["trial_id"], index=t["index"], status=t["status"], params=t["params"],
-                policy=policy, score=t["score"], epochs=t["epochs"], train_time_s=t["train_time_s"],
-                error=t["error"], optuna_number=t["optuna_number"], num_failures=t["num_failures"],
-                note=t.get("note"),
-            )
-        )  # fmt: skip
+    trials = [TrialRecord.from_dict(t) for t in prov["trials"]]
     by_id = {t.trial_id: t for t in trials}
     assembly = prov["assembly"]
     selected = tuple(by_id[i] for i in assembly["selected_trials"])

@@ -25,7 +25,7 @@ from typing import Any
 import optuna
 
 from autoaug.core.errors import UserInputError
-from autoaug.search.config import METRIC
+from autoaug.search.score import METRIC
 from autoaug.search.run_dir import CONFIG_FILE, STUDY_FILE, RunDir
 from autoaug.search.study import make_storage
 

@@ -4,7 +4,7 @@ AutoAugment concatenates the sub-policies of the best ``N`` candidates. Whether 
 better than the best candidate alone is an empirical question, and the best trial's own score is
 optimistic (it is the maximum over many noisy trials). A search warm-started from published
 policies has a third candidate: those policies extended by the sub-policies the search found
-(:func:`autoaug.search.tuner._final_candidates`), and a search with early stopping a fourth: every
+(:func:`autoaug.search.train_method.final_candidates`), and a search with early stopping a fourth: every
 trial that ran the full budget, assembled (``survivors``). With ``SearchConfig.rescore`` on, every
 candidate is trained ``SearchConfig.rescore_seeds`` more times under the proxy -- the trials'
 training configuration with fresh seeds (another initialisation, data order and augmentation
@@ -33,8 +33,9 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from autoaug.policies import Policy
+from autoaug.search.score import METRIC
 
-__all__ = ["RESCORE_FILE", "RESCORE_SEED_OFFSET", "Candidate", "run_key", "rescore_candidates", "candidate_scores",
+__all__ = ["RESCORE_FILE", "RESCORE_SEED_OFFSET", "Candidate", "run_key", "train_and_score", "rescore_candidates", "candidate_scores",
            "choose"]
 
 RESCORE_FILE = "rescore.json"
@@ -56,12 +57,11 @@ class Candidate:
         return f"{self.kind}-{self.policy.content_hash[:16]}"
 
 
-def _train_val_accuracy(train_config: dict[str, Any], policy: dict[str, Any], score_window: int = 1) -> dict[str, Any]:
+def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_window: int = 1) -> dict[str, Any]:
     """Body of one re-scoring run (a Ray task): the proxy training, its validation accuracy and
     search score."""
     from autoaug.proxy_models.train import TrainConfig, train
-    from autoaug.search.config import METRIC
-    from autoaug.search.trial import search_score
+    from autoaug.search.score import search_score
 
     result = train(TrainConfig.from_dict(train_config), Policy.from_dict(policy))
     score = search_score([row.get("val_accuracy") for row in result.history], score_window)
@@ -111,7 +111,7 @@ def rescore_candidates(
     if not todo:
         return results
     threads = max(1, int(config.cpus_per_trial))
-    task = ray.remote(_train_val_accuracy)
+    task = ray.remote(train_and_score)
     pending = {
         task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial,
                      name=f"autoaug-rescore:{c.key}:seed={cfg.seed}").remote(
@@ -138,7 +138,6 @@ def candidate_scores(candidates: Sequence[Candidate], config: Any,
     """``{candidate key: score}`` from the saved re-scoring runs: ``METRIC`` and
     ``val_accuracy`` are the means over the candidate's runs, ``runs`` lists each run. A
     candidate is left out until all its runs are there."""
-    from autoaug.search.config import METRIC
 
     runs = _upgraded(runs or {}, config)
     out: dict[str, dict[str, Any]] = {}
@@ -168,7 +167,6 @@ def choose(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, An
     ``scores``: :func:`candidate_scores` (or any ``{candidate key: {METRIC: value}}``).
     (Scores saved before the search score existed hold only ``val_accuracy``: the same value
     with a window of 1.)"""
-    from autoaug.search.config import METRIC
 
     def value(c: Candidate) -> float:
         s = scores.get(c.key, {})

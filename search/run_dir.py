@@ -1,23 +1,40 @@
-"""The run directory ``{storage}/{name}`` of a search: a local folder or a URI.
+"""The run directory ``{storage}/{name}`` of a search -- a local folder or a URI -- and the state
+a search keeps there.
 
 It holds Ray Tune's experiment state and trial checkpoints (written by Tune), and the files
 below, written atomically through :class:`autoaug.core.location.Location`.
 """
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import os
+from datetime import datetime
+from typing import Any, Mapping
 
 from autoaug.core.location import Location
 from autoaug.core.metrics import metrics_json
+from autoaug.search.assemble import utc_now
 
-__all__ = ["RunDir", "CONFIG_FILE", "RESULT_FILE", "STUDY_FILE"]
+__all__ = ["RunDir", "RunState", "CONFIG_FILE", "RESULT_FILE", "STUDY_FILE", "RUNS_ENV_VAR", "default_runs_root",
+           "default_search_name"]
 
-#: The search's configuration, data description, Optuna storage and driver sessions.
+#: The search's configuration, data description, Optuna storage and driver sessions (:class:`RunState`).
 CONFIG_FILE = "search_config.json"
 #: Written when the search finished: the policy, where it was stored, its provenance.
 RESULT_FILE = "result.json"
 #: The default Optuna storage (SQLite) of a local run directory.
 STUDY_FILE = "optuna.db"
+#: The root of run directories when ``--storage`` is not given.
+RUNS_ENV_VAR = "AUTOAUG_RUNS"
+
+
+def default_runs_root() -> str:
+    """``$AUTOAUG_RUNS`` if set, else ``~/.autoaug/runs`` (expanded)."""
+    return os.environ.get(RUNS_ENV_VAR) or os.path.join(os.path.expanduser("~"), ".autoaug", "runs")
+
+
+def default_search_name() -> str:
+    return datetime.now().strftime("search-%Y%m%d-%H%M%S")
 
 
 class RunDir:
@@ -50,3 +67,66 @@ class RunDir:
     def delete(self) -> None:
         self.location.delete()
 
+
+@dataclasses.dataclass(frozen=True)
+class RunState:
+    """What ``search_config.json`` holds: the configuration (as its dict), the data it runs on
+    (dataset and split fingerprints), where its Optuna study lives, when it started and every
+    driver session (start, then one per resume). The JSON form is the file's, unchanged since
+    the first version."""
+
+    config: Mapping[str, Any]
+    data: Mapping[str, Any]
+    study_url: str
+    study_name: str
+    started_at: str | None
+    started_ts: float | None
+    sessions: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def new(cls, config: Mapping[str, Any], data: Mapping[str, Any], study_url: str, *, address: str | None,
+            started: float) -> "RunState":
+        return cls(config=config, data=data, study_url=study_url, study_name=config["name"], started_at=utc_now(),
+                   started_ts=started, sessions=({"started_at": utc_now(), "kind": "start", "address": address},))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunState":
+        optuna = d.get("optuna") or {}
+        return cls(config=d["config"], data=d.get("data") or {}, study_url=optuna.get("storage"),
+                   study_name=optuna.get("study_name") or d["config"]["name"], started_at=d.get("started_at"),
+                   started_ts=d.get("started_ts"), sessions=tuple(d.get("sessions") or ()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": dict(self.config),
+            "data": dict(self.data),
+            "optuna": {"storage": self.study_url, "study_name": self.study_name},
+            "started_at": self.started_at,
+            "started_ts": self.started_ts,
+            "sessions": [dict(s) for s in self.sessions],
+        }
+
+    def resumed(self, address: str | None) -> "RunState":
+        """This state with one more driver session, a resume."""
+        return dataclasses.replace(
+            self, sessions=(*self.sessions, {"started_at": utc_now(), "kind": "resume", "address": address}))
+
+    @property
+    def session_label(self) -> str:
+        """``"start 1"``, ``"resume 2"``...: the kind and number of the current driver session."""
+        kind = (self.sessions[-1] if self.sessions else {}).get("kind", "start")
+        return f"{kind} {len(self.sessions)}"
+
+    def timing(self, session_started: float, **extra: Any) -> dict[str, Any]:
+        """The provenance's ``time`` record of a search ending now."""
+        import time
+
+        now = time.time()
+        return {
+            "started_at": self.started_at,
+            "finished_at": utc_now(),
+            "elapsed_s": now - float(self.started_ts if self.started_ts is not None else session_started),
+            "last_session_s": now - session_started,
+            "sessions": [dict(s) for s in self.sessions],
+            **extra,
+        }

@@ -32,6 +32,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from autoaug.core.values import is_int as _is_int
 from autoaug.policies import Policy, ops as _ops
 from autoaug.policies.policy import BASES, RANGES
 
@@ -39,10 +40,6 @@ __all__ = ["SearchSpace", "PARAM_FIELDS"]
 
 #: The three parameters of one operation, in the order they are suggested.
 PARAM_FIELDS = ("type", "prob", "mag")
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def _as_name_tuple(value: Any, field: str) -> tuple[str, ...]:

@@ -169,7 +169,7 @@ def open_study(name: str, storage: str | None = None, *, runs_root: str | None =
     """
     import optuna
 
-    from autoaug.search.config import default_runs_root
+    from autoaug.search.run_dir import default_runs_root
 
     if storage is None:
         run = RunDir(runs_root or default_runs_root(), name)

@@ -6,8 +6,9 @@ trainer (Tune pickles :func:`run_trial` by reference).
 from __future__ import annotations
 
 import tempfile
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
+from autoaug.search.score import METRIC, search_score
 from autoaug.search.space import SearchSpace
 
 __all__ = ["run_trial", "trial_policy", "search_score", "REPORT_RENAMES"]
@@ -23,16 +24,6 @@ def trial_policy(config: Mapping[str, Any], space: SearchSpace, name: str):
     return space.to_policy(config, name=name)
 
 
-def search_score(val_accuracies: Sequence[float | None], window: int) -> float | None:
-    """The search's score after an epoch: the mean of the last ``window`` validation accuracies
-    (epochs without validation are skipped); None before the first validation."""
-    seen = [float(v) for v in val_accuracies if v is not None]
-    if not seen:
-        return None
-    last = seen[-max(1, int(window)):]
-    return sum(last) / len(last)
-
-
 def run_trial(
     config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1
 ) -> None:
@@ -42,14 +33,13 @@ def run_trial(
     data order (common random numbers) -- so scores differ only through the policy. After each
     epoch the trainer writes ``checkpoint.pt`` into a scratch folder, which is handed to
     ``ray.tune.report`` with the epoch's metrics and the search score (:func:`search_score` over
-    ``score_window`` epochs, reported as :data:`autoaug.search.config.METRIC`); a trial restarted
+    ``score_window`` epochs, reported as :data:`autoaug.search.score.METRIC`); a trial restarted
     by Tune (after a failure or a driver restart) resumes from its latest checkpoint (whose
     history also restores the score's window) and ends with the metrics of an uninterrupted run.
     """
     from ray import tune
 
     from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
-    from autoaug.search.config import METRIC
 
     search_space = SearchSpace.from_dict(space)
     cfg = TrainConfig.from_dict(train_config)

@@ -48,7 +48,7 @@ def test_search_and_compare_layer_the_same_way(tmp_path):
     config.write_text("num_trials: 7\ntrain:\n  epochs: 3\n")
     search = search_cmd.build_search_config(_args(
         ["search", "--config", str(config), "--set", "train.epochs=2", "--data", str(tmp_path), "--num-trials", "9"]))
-    assert search.num_trials == 9 and search.train.epochs == 2
+    assert search.train_method.num_trials == 9 and search.train.epochs == 2
     (tmp_path / "train.parquet").write_bytes(b"PAR1")
     (tmp_path / "test.parquet").write_bytes(b"PAR1")
     config.write_text("seeds: 4\ntrain:\n  epochs: 3\n")

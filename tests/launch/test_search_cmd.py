@@ -18,6 +18,7 @@ from autoaug.launch.cli import build_parser, main
 from autoaug.core.errors import UserInputError
 from autoaug.launch.search_cmd import build_search_config
 from autoaug.proxy_models.train import TrainConfig
+from autoaug.search.train_method import TrainMethodConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,7 @@ def test_preset_file_set_and_flags_layer_in_that_order(tmp_path):
     config = _config(["--config", str(path), "--set", "train.epochs=4", "--set", "num_trials=9",
                       "--num-trials", "11", "--data", "d.parquet", "--seed", "5"])
     assert config.name == "from-file" and config.sampler == "random"
-    assert config.num_trials == 11  # flag > --set > file
+    assert config.train_method.num_trials == 11  # flag > --set > file
     assert config.train == TrainConfig.from_preset("smoke", epochs=4, lr=0.2, data="d.parquet", seed=5)
     assert config.seed == 5  # --seed seeds the sampler and the trials' shared model init
     assert config.space.num_sub_policies == 3
@@ -61,8 +62,9 @@ def test_flags_map_onto_the_config(tmp_path):
                       "--sampler", "random", "--optuna-storage", "sqlite:////tmp/x.db", "--name", "n",
                       *_dirs(tmp_path)])
     assert config.concurrency is None and config.cpus_per_trial == 0.5 and config.gpus_per_trial == 0.25
-    assert not config.early_stopping and config.grace_period == 3 and config.reduction_factor == 4
-    assert config.max_failures == 2 and config.top_n == 3 and config.sampler == "random"
+    assert config.train_method == TrainMethodConfig(num_trials=28, early_stopping=False, grace_period=3,
+                                                    reduction_factor=4, top_n=3)
+    assert config.max_failures == 2 and config.sampler == "random"
     assert config.space.exclude_ops == ("SamplePairing", "Invert") and config.space.num_sub_policies == 4
     assert config.optuna_storage == "sqlite:////tmp/x.db"
     assert config.storage == str(tmp_path / "runs") and config.store == str(tmp_path / "store")
@@ -172,12 +174,10 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_path, capsys, cifar_train, monkeypatch):
-    from autoaug.search import tuner
-
     def exploding_trial(config, *, train_config, space, policy_prefix, score_window):
         raise ValueError(f"proxy training exploded for {policy_prefix}")
 
-    monkeypatch.setattr(tuner, "run_trial", exploding_trial)
+    monkeypatch.setattr("autoaug.search.trial.run_trial", exploding_trial)
     argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "doomed", "--num-trials", "2",
             "--max-failures", "0", *TINY, *_dirs(tmp_path)]
     assert main(argv) == 1

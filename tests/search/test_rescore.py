@@ -119,7 +119,7 @@ def _final_candidates_for(tmp_path, ranked_subs, epochs=None):
     (``epochs``: how many epochs each trial ran; default all the budget of 2)."""
     from autoaug.search.assemble import TrialRecord, assemble_policy
     from autoaug.search.config import SearchConfig
-    from autoaug.search.tuner import _final_candidates
+    from autoaug.search.train_method import final_candidates as _final_candidates
 
     (tmp_path / "warm.json").write_text(WARM.to_json())
     config = SearchConfig.from_dict({
@@ -132,7 +132,7 @@ def _final_candidates_for(tmp_path, ranked_subs, epochs=None):
             Policy(f"p{i}", 10, subs)), name=f"p{i}"), 0.9 - 0.1 * i, epochs=(epochs or [2] * len(ranked_subs))[i])
         for i, subs in enumerate(ranked_subs)
     ]
-    assert config.epochs == 2 and config.early_stopping
+    assert config.epochs == 2 and config.train_method.early_stopping
     assembled = assemble_policy(trials, name="cands", top_n=3)
     return _final_candidates(config, trials, assembled)
 

@@ -14,7 +14,7 @@ from autoaug.search.space import SearchSpace
 def test_presets_pick_the_trainer_preset_and_search_settings():
     smoke = SearchConfig.from_preset("smoke", name="s")
     assert smoke.train == TrainConfig.from_preset("smoke")
-    assert (smoke.num_trials, smoke.concurrency, smoke.cpus_per_trial) == (4, 2, 1.0)
+    assert (smoke.train_method.num_trials, smoke.concurrency, smoke.cpus_per_trial) == (4, 2, 1.0)
     paper = SearchConfig.from_preset("paper", name="p")
     assert paper.train.model == "wrn-40-2" and paper.train.epochs == 120
     assert paper.gpus_per_trial == 0.25
@@ -30,8 +30,8 @@ def test_nested_form_overrides_the_preset_and_round_trips_through_json(tmp_path)
     assert config.train == TrainConfig.from_preset("proxy-cpu", epochs=3, lr=0.1, data="/d/train.parquet")
     assert config.warm_start == ("autoaugment-cifar10",) and config.rescore
     assert config.space == SearchSpace(exclude_ops=("SamplePairing",))
-    assert config.num_trials == 32 and config.concurrency is None
-    assert config.grace_period == SEARCH_PRESETS["cpu"]["grace_period"]
+    assert config.train_method.num_trials == 32 and config.concurrency is None
+    assert config.train_method.grace_period == SEARCH_PRESETS["cpu"]["grace_period"]
     again = SearchConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
 

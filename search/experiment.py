@@ -1,0 +1,179 @@
+"""One Ray Tune experiment of Optuna-proposed trials: what every method that runs trials shares.
+
+An :class:`Experiment` names everything that differs between the methods' experiments (the
+training method runs one, the density method one per fold and round): its Tune name and
+storage, its Optuna study, how many trials of how many steps, ASHA or FIFO, the sampler's seed,
+the warm-start proposals, and the trial function with its parameters. The rest comes from the
+search's configuration, the same for every experiment of a search: the space, the sampler, the
+concurrency, the trials' resources, retries, actor reuse and MLflow logging.
+
+* **Search algorithm**: :class:`autoaug.search.reconcile.StudySearch` (Ray Tune's
+  ``OptunaSearch``) over :meth:`SearchSpace.distributions`, wrapped in ``ConcurrencyLimiter``;
+  the study lives in the Optuna storage ``study_url``, each Optuna trial carrying the user
+  attribute ``tune_trial_id``. Warm-start proposals are enqueued in a new study.
+* **Scheduler**: ASHA on :data:`~autoaug.search.score.METRIC` with
+  ``time_attr="training_iteration"``, or FIFO; both guarded (:class:`~autoaug.search.reconcile.StudyGuard`).
+* **Trials**: the trial function under ``tune.with_parameters`` (shared values travel once
+  through Ray's object store) and ``tune.with_resources``; ``FailureConfig(max_failures)``
+  retries a trial that raises from its last checkpoint.
+* **Progress**: :class:`autoaug.search.progress.ProgressCallback` feeds the search's display;
+  a restored experiment gets this driver's display (:func:`autoaug.search.reconcile.attach_display`).
+
+:func:`tune_output` sets, for the time of a search only, the environment variables that keep
+Ray Tune's own console output out of the way of the progress display.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import optuna
+from ray import tune
+from ray.tune.search import ConcurrencyLimiter
+
+from autoaug.search.loggers import experiment_loggers
+from autoaug.search.progress import ProgressCallback
+from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_display, make_scheduler
+from autoaug.search.score import METRIC, MODE
+from autoaug.search.study import make_sampler, make_storage
+
+__all__ = ["Experiment", "build_tuner", "restore_tuner", "can_restore", "fit", "tune_output", "TRIAL_DIR_PREFIX"]
+
+#: Trial folders (and Tune's trial names) are ``trial_<id>``.
+TRIAL_DIR_PREFIX = "trial_"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What one Tune experiment of a search is (the search's configuration supplies the rest)."""
+
+    name: str  # the Tune experiment under ``storage`` and the Optuna study in ``study_url``
+    storage: str  # Tune's storage_path: a folder or URI
+    study_url: str
+    num_trials: int
+    max_steps: int  # results a trial reports (epochs)
+    seed: int  # the sampler's
+    trainable: Any  # a Tune function or class trainable
+    parameters: Mapping[str, Any]  # tune.with_parameters keywords of the trainable
+    asha: tuple[int, float] | None = None  # (grace period, reduction factor); None: FIFO
+    warm_start: Sequence[Mapping[str, Any]] = ()  # parameter dicts proposed first (a new study)
+    run_dir: str | None = None  # recorded in the study's attributes
+
+    @property
+    def uri(self) -> str:
+        from autoaug.search.run_dir import RunDir
+
+        return RunDir(self.storage, self.name).uri
+
+
+def _trial_name(trial: Any) -> str:
+    return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
+
+
+def _trainable(config: Any, exp: Experiment) -> Any:
+    fn = tune.with_parameters(exp.trainable, **dict(exp.parameters))
+    return tune.with_resources(fn, {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial})
+
+
+def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
+    """A new ``tune.Tuner`` for ``exp`` with ``config``'s shared settings (``config``: a
+    :class:`~autoaug.search.config.SearchConfig`)."""
+    searcher = StudySearch(
+        space=config.space.distributions(),
+        metric=METRIC,
+        mode=MODE,
+        sampler=make_sampler(config.sampler, exp.seed, config.startup_trials),
+        study_name=exp.name,
+        storage=make_storage(exp.study_url),
+    )
+    searcher.set_sampler_spec(config.sampler, exp.seed, config.startup_trials)
+    searcher.set_max_steps(exp.max_steps)
+    for params in exp.warm_start:  # a fresh study only: a restored one has its enqueued trials
+        searcher.study.enqueue_trial(dict(params), skip_if_exists=True)
+    searcher.study.set_user_attr(
+        "autoaug_search", {"name": exp.name, "run_dir": exp.run_dir or exp.uri, "space": config.space.to_dict()}
+    )
+    search_alg = ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
+    # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
+    stopped = StoppedTrials()
+    scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
+    callbacks: list[Any] = [ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped, display=display)]
+    callbacks += experiment_loggers(config.mlflow_uri, exp.name, config.sampler)
+    return tune.Tuner(
+        _trainable(config, exp),
+        tune_config=tune.TuneConfig(
+            metric=METRIC,
+            mode=MODE,
+            search_alg=search_alg,
+            scheduler=scheduler,
+            num_samples=exp.num_trials,
+            reuse_actors=config.reuse_actors,
+            trial_name_creator=_trial_name,
+            trial_dirname_creator=_trial_name,
+        ),
+        run_config=tune.RunConfig(
+            name=exp.name,
+            storage_path=exp.storage,
+            callbacks=callbacks,
+            verbose=1 if config.verbose >= 2 else 0,
+            failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
+            # The latest two checkpoints: Tune's experiment snapshot can lag one report behind,
+            # and a restored trial needs the checkpoint that snapshot names.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        ),
+    )
+
+
+def restore_tuner(config: Any, exp: Experiment, display: Any, *, resume_errored: bool = False) -> tune.Tuner:
+    """``exp`` restored from its saved state (unfinished trials continue from their latest
+    checkpoints), reporting to this driver's ``display``."""
+    tuner = tune.Tuner.restore(exp.uri, trainable=_trainable(config, exp), resume_unfinished=True,
+                               resume_errored=resume_errored)
+    attach_display(tuner, display, exp.num_trials, exp.max_steps)
+    return tuner
+
+
+def can_restore(uri: str) -> bool:
+    """Whether Tune saved enough state at ``uri`` to restore the experiment."""
+    return tune.Tuner.can_restore(uri)
+
+
+def fit(tuner: tune.Tuner) -> None:
+    """Run the experiment until its trials are done (or the driver is interrupted)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        tuner.fit()
+
+
+@contextlib.contextmanager
+def tune_output(verbose: int) -> Iterator[None]:
+    """For the time of the block (a search, its Ray session included), Ray Tune's own output as
+    ``verbose`` asks; the environment is restored afterwards."""
+    settings = {
+        # Tune snapshots the experiment state after trial checkpoints on purpose (a restored run
+        # resumes close to where the driver stopped): its "snapshotting triggered multiple times"
+        # warning is expected noise.
+        "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    }
+    if verbose < 2:
+        # Tune's console output (its configuration box, "View detailed results here", the
+        # TensorBoard hint) only with -v: the legacy output engine at verbose=0 prints nothing;
+        # the progress display says what matters. Each failure is one progress line (full
+        # tracebacks only when verbose).
+        settings["RAY_AIR_NEW_OUTPUT"] = "0"
+        settings["TUNE_PRINT_ALL_TRIAL_ERRORS"] = "0"
+    saved = {k: os.environ.get(k) for k in settings}
+    for key, value in settings.items():
+        if key == "RAY_AIR_NEW_OUTPUT" or key not in os.environ:  # the user's own choice wins
+            os.environ[key] = value
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,98 @@
+"""The interface of a search method.
+
+A method turns a prepared search into scored candidate policies. It does not decide how the
+search starts or ends: :mod:`autoaug.search.tuner` checks the configuration and the data, opens
+the run directory and the Ray session, runs the method, re-scores its candidates, chooses one,
+stores it and writes the result -- the same for every method. A method implements:
+
+* ``settings``: the frozen dataclass of its own settings, held by ``SearchConfig`` in the field
+  ``field`` (``SearchConfig.train_method``, ``SearchConfig.density``);
+* ``check(config)``: the checks of its settings that need the whole configuration
+  (``ValueError``), run before anything starts;
+* ``describe(config)``: the lines ``autoaug search`` prints about it before it starts;
+* ``num_trials(config)``: how many candidates it scores (the warm start must fit in its first
+  batch: ``warm_start_capacity(config)``);
+* ``can_resume(run)``: whether a stopped search left enough to continue from;
+* ``run(search)``: inside the Ray session, score candidates and return a :class:`MethodResult`.
+  It resumes by itself from what earlier sessions left in the run directory, raises
+  :class:`~autoaug.core.errors.SearchInterruptedError` when stopped before its candidates are
+  all scored and :class:`~autoaug.core.errors.SearchFailedError` when every one failed, and
+  reports through ``search.display`` (:class:`autoaug.core.progress.Progress`).
+
+Methods import nothing of each other; what they share (building and running a Ray Tune
+experiment of Optuna-proposed trials) is :mod:`autoaug.search.experiment`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+
+from autoaug.core.errors import SearchFailedError
+from autoaug.search.assemble import AssembledPolicy, TrialRecord
+from autoaug.search.rescore import Candidate
+from autoaug.search.run_dir import RunDir, RunState
+
+if TYPE_CHECKING:
+    from autoaug.search.config import SearchConfig
+
+__all__ = ["Method", "PreparedSearch", "MethodResult", "all_failed"]
+
+
+@dataclass(frozen=True)
+class PreparedSearch:
+    """What a method gets: a checked configuration, its run directory and saved state, where the
+    progress goes, and the caller's replacements."""
+
+    config: "SearchConfig"
+    run: RunDir
+    state: RunState
+    display: Any  # autoaug.core.progress.Progress
+    #: Replaces the method's trial function (same signature), e.g. for another trainer.
+    trainable: Callable | None = None
+    #: A resumed search also retries the trials that had failed.
+    resume_errored: bool = False
+
+    @property
+    def study_url(self) -> str:
+        return self.state.study_url
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """What a method found: every trial, the assembled policy, the candidates re-scoring chooses
+    from (the first is the one stored without re-scoring) and the method's records for the
+    provenance."""
+
+    trials: Sequence[TrialRecord]
+    assembled: AssembledPolicy
+    candidates: Sequence[Candidate]
+    #: The provenance's ``optuna`` record (storage, study names, consistency with Tune).
+    optuna: Mapping[str, Any]
+    #: Method-specific entries of the provenance's ``time`` record.
+    timing: Mapping[str, Any] = field(default_factory=dict)
+    #: The provenance's ``method`` record (None: the training method's, which has none).
+    provenance: Mapping[str, Any] | None = None
+
+
+class Method(Protocol):
+    name: str
+    help: str
+    field: str
+    settings: type
+
+    def check(self, config: "SearchConfig") -> None: ...
+    def describe(self, config: "SearchConfig") -> list[str]: ...
+    def num_trials(self, config: "SearchConfig") -> int: ...
+    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]: ...
+    def can_resume(self, run: RunDir) -> bool: ...
+    def run(self, search: PreparedSearch) -> MethodResult: ...
+
+
+def all_failed(trials: Sequence[TrialRecord], name: str, what: str = "trials") -> SearchFailedError:
+    """The error of a search none of whose trials produced a score (the first error shown)."""
+    failed = [t for t in trials if t.status == "failed"]
+    first = failed[0] if failed else trials[0]
+    return SearchFailedError(
+        f"all {len(trials)} {what} of search {name!r} failed; first error "
+        f"(trial {first.trial_id}): {first.error or 'no score reported'}"
+    )

@@ -1,0 +1,223 @@
+"""The training method (AutoAugment, Cubuk et al. 2019): one proxy training per candidate.
+
+``SearchConfig.method == "train"``, settings :class:`TrainMethodConfig` (``SearchConfig.train_method``).
+One Ray Tune experiment (:mod:`autoaug.search.experiment`) named like the search, in its run
+directory: ``num_trials`` trials proposed by Optuna (the warm start's candidates first), each
+training the proxy model (``SearchConfig.train``) with its candidate policy
+(:func:`autoaug.search.trial.run_trial`) and reporting the search score after every epoch; ASHA
+stops the weak ones at its rungs. The candidates it returns for re-scoring
+(:func:`final_candidates`): the best ``top_n`` trials' sub-policies assembled, the best trial
+alone, the warm start extended by what the search found, and every trial ASHA let run the full
+budget (``survivors``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from autoaug.core.errors import SearchInterruptedError
+from autoaug.core.values import is_int, is_number
+from autoaug.policies import Policy
+from autoaug.search.assemble import assemble_policy, union_policy
+from autoaug.search.method import MethodResult, PreparedSearch, all_failed
+from autoaug.search.rescore import Candidate
+from autoaug.search.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from autoaug.search.config import SearchConfig
+
+__all__ = ["TrainMethodConfig", "METHOD", "final_candidates", "resume_hint"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainMethodConfig:
+    """The training method's own settings (``SearchConfig.train_method``). In a configuration
+    file and with ``--set`` they are top-level keys (``num_trials: 32``), as they always were.
+
+    Args:
+        num_trials: trials (candidate policies) to run.
+        early_stopping: stop weak trials with ASHA on the search score per epoch.
+        grace_period / reduction_factor: ASHA's first rung (epochs) and its reduction factor.
+        top_n: best trials whose sub-policies make the assembled policy.
+    """
+
+    num_trials: int = 16
+    early_stopping: bool = True
+    grace_period: int = 1
+    reduction_factor: float = 3.0
+    top_n: int = 5
+
+    #: The keys of these settings in a configuration's dict form (top-level, next to the shared ones).
+    KEYS = ("num_trials", "early_stopping", "grace_period", "reduction_factor", "top_n")
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ValueError:
+            return ValueError(f"SearchConfig.{name}: {getattr(self, name)!r} is invalid; expected {expected}")
+
+        for name in ("num_trials", "grace_period", "top_n"):
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise bad(name, "an integer >= 1")
+        if not isinstance(self.early_stopping, bool):
+            raise bad("early_stopping", "true or false")
+        if not is_number(self.reduction_factor) or self.reduction_factor <= 1:
+            raise bad("reduction_factor", "a number > 1")
+        object.__setattr__(self, "reduction_factor", float(self.reduction_factor))
+
+    @classmethod
+    def from_value(cls, value: Any) -> "TrainMethodConfig":
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"SearchConfig.train_method must be a mapping of its settings, got {type(value).__name__}")
+        unknown = sorted(set(value) - set(cls.KEYS))
+        if unknown:
+            raise ValueError(f"unknown training-method setting(s) {unknown}; expected some of {list(cls.KEYS)}")
+        return cls(**value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def resume_hint(config: "SearchConfig") -> str:
+    return f"resume it with: autoaug search --resume {config.name} --storage {config.storage}"
+
+
+class TrainMethod:
+    name = "train"
+    help = "one proxy training per candidate (AutoAugment)"
+    field = "train_method"
+    settings = TrainMethodConfig
+
+    def check(self, config: "SearchConfig") -> None:
+        s, t = config.train_method, config.train
+        if t.val_size == 0:
+            raise ValueError(
+                "train.val_size is 0: the search scores candidates on the validation split; "
+                "give a validation size (None = every image not used for training)"
+            )
+        if t.eval_every != 1 or t.eval_from != 1:
+            setting = "eval_every" if t.eval_every != 1 else "eval_from"
+            raise ValueError(
+                f"train.{setting} is {getattr(t, setting)}: the search reports the validation "
+                f"accuracy to Optuna and ASHA after every epoch; set {setting} to 1"
+            )
+        if s.early_stopping and s.grace_period > t.epochs:
+            raise ValueError(
+                f"grace_period {s.grace_period} exceeds train.epochs {t.epochs}: ASHA "
+                "could never stop a trial; lower the grace period or disable early stopping"
+            )
+
+    def num_trials(self, config: "SearchConfig") -> int:
+        return config.train_method.num_trials
+
+    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
+        return config.train_method.num_trials, "trials; raise --num-trials"
+
+    def describe(self, config: "SearchConfig") -> list[str]:
+        s, t = config.train_method, config.train
+        stopping = (f"ASHA (grace {s.grace_period} epochs, reduction factor {s.reduction_factor:g})"
+                    if s.early_stopping else "off")
+        return [
+            f"  method: one proxy training per candidate, {s.num_trials} trials, early stopping {stopping}",
+            f"  proxy: {t.model} on {t.data} (train {t.train_size or 'all'}, val {t.val_size or 'rest'}, "
+            f"split seed {t.split_seed}), {t.epochs} epochs, batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
+        ]
+
+    def can_resume(self, run: RunDir) -> bool:
+        from autoaug.search.experiment import can_restore
+
+        return can_restore(run.uri)
+
+    def run(self, search: PreparedSearch) -> MethodResult:
+        import optuna
+
+        from autoaug.search.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+        from autoaug.search.records import trial_records
+        from autoaug.search.study import check_study, make_storage, redact
+        from autoaug.search.trial import run_trial
+        from autoaug.search.warm_start import warm_start_points
+
+        config, run, s = search.config, search.run, search.config.train_method
+        exp = Experiment(
+            name=config.name, storage=config.storage, study_url=search.study_url, num_trials=s.num_trials,
+            max_steps=config.epochs, seed=config.seed, trainable=search.trainable or run_trial,
+            parameters={"train_config": config.train.to_dict(), "space": config.space.to_dict(),
+                        "policy_prefix": config.name, "score_window": config.score_window},
+            asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None, run_dir=run.uri,
+        )  # fmt: skip
+        if can_restore(run.uri):
+            tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored)
+        else:
+            # The first proposals are the known sub-policies (a fresh study only).
+            points = warm_start_points(config.warm_start, config.space, store=config.store) if config.warm_start else ()
+            tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display)
+        fit(tuner)
+
+        study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
+        trials = trial_records(run, study, space=config.space, name=config.name, epochs=config.epochs)
+        finished = [t for t in trials if t.finished]
+        if len(finished) < s.num_trials:
+            raise SearchInterruptedError(
+                f"search {config.name!r} stopped with {len(finished)} of {s.num_trials} trials finished; "
+                + resume_hint(config)
+            )
+        if not any(t.succeeded for t in trials):
+            raise all_failed(trials, config.name)
+        problems = check_study(study, trials, config.space)
+        for problem in problems:
+            logger.warning("Optuna study %s: %s", config.name, problem)
+        assembled = assemble_policy(
+            trials, name=config.name, top_n=s.top_n, num_magnitude_bins=config.space.num_magnitude_bins,
+            base=config.space.base, ranges=config.space.ranges,
+        )  # fmt: skip
+        return MethodResult(
+            trials=trials,
+            assembled=assembled,
+            candidates=final_candidates(config, trials, assembled),
+            optuna={"storage": redact(search.study_url), "study_name": config.name, "num_trials": len(study.trials),
+                    "consistent_with_tune": not problems, "problems": problems},
+        )
+
+
+def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> list[Candidate]:
+    """What re-scoring chooses from: the assembled policy; the best single trial; with a warm
+    start, the warm-start policies extended by the selected trials the sampler proposed (those
+    that are not warm-start candidates) -- the published policy plus what the search found; with
+    early stopping, ``survivors``: every trial ASHA let run the full budget, assembled (more
+    sub-policies than the top ``top_n`` when more trials survived: the re-scores measured that
+    a policy of more vetted sub-policies can generalise better, docs/search.md).
+    Candidates identical to an earlier one are left out."""
+    from autoaug.search.warm_start import warm_start_policies
+
+    best = assembled.selected[0]
+    single = Policy(config.name, best.policy.num_magnitude_bins, best.policy.sub_policies,
+                    base=best.policy.base, ranges=best.policy.ranges)
+    out = [Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)]
+    out.append(Candidate("best_trial", single, (best.trial_id,), best.score))
+    if config.warm_start:
+        # Warm-start candidates as the trials decode them (to_params -> to_policy is the identity
+        # on the space's grid, so these compare equal to the warm-start trials' policies).
+        warm = [config.space.to_policy(config.space.to_params(p), name=p.name)
+                for p in warm_start_policies(config.warm_start, config.space, store=config.store)]
+        warm_subs = {p.sub_policies for p in warm}
+        found = [t for t in assembled.selected if t.policy.sub_policies not in warm_subs]
+        if found:
+            extended = union_policy(config.name, [*warm, *(t.policy for t in found)])
+            out.append(Candidate("warm_start+found", extended, tuple(t.trial_id for t in found), None))
+    survivors = [t for t in trials if t.succeeded and t.epochs >= config.epochs]
+    if config.train_method.early_stopping and len(survivors) > len(assembled.selected):
+        union = assemble_policy(survivors, name=config.name, top_n=len(survivors),
+                                num_magnitude_bins=config.space.num_magnitude_bins, base=config.space.base,
+                                ranges=config.space.ranges)  # fmt: skip
+        out.append(Candidate("survivors", union.policy, tuple(t.trial_id for t in union.selected), None))
+    unique: dict[str, Candidate] = {}
+    for c in out:
+        unique.setdefault(c.policy.content_hash, c)
+    return list(unique.values())
+
+
+METHOD = TrainMethod()

@@ -349,7 +349,6 @@ def apply_policy(
         return images
 
     used = set(policy.ops_used)
-    kwargs: dict = {"fill_value": fill_value, "interp_type": _INTERP[interpolation]}
     height = width = None
     if used & {*_GEOMETRIC, "Cutout"}:
         if size is not None:
@@ -358,18 +357,7 @@ def apply_policy(
             shape = images.shape(device="cpu")
             height = fn.cast(shape[0], dtype=types.FLOAT)
             width = fn.cast(shape[1], dtype=types.FLOAT)
-    if "Cutout" in used:
-        if size is not None:
-            kwargs["min_side"] = float(min(size))
-            kwargs["hw"] = np.array(size, dtype=np.float32)
-        else:
-            kwargs["min_side"] = dmath.min(height, width)
-            kwargs["hw"] = fn.stack(height, width)
-        kwargs["cutout_center"] = fn.random.uniform(range=[0.0, 1.0], shape=[2])
-    if "SamplePairing" in used:
-        kwargs["paired"] = fn.permute_batch(
-            images, indices=fn.batch_permutation(no_fixed_points=True)
-        )
+    kwargs = _branch_kwargs(images, {KIND_OF[o] for o in used}, fill_value, interpolation, size, height, width)
 
     k = fn.random.uniform(values=list(range(len(policy))), dtype=types.INT32)
     k2 = k * 2
@@ -388,24 +376,19 @@ def apply_policy(
             applied = fn.random.coin_flip(probability=_lookup(idx, t["prob"], types.FLOAT),
                                           dtype=types.INT32)  # fmt: skip
             selected = selected * applied
-        stage_kwargs = dict(kwargs)
-        if set(kinds) & {"Solarize", "Posterize", "Brightness", "Color", "Contrast", "Cutout",
-                         "SamplePairing"}:  # fmt: skip
-            stage_kwargs["param"] = _lookup(idx, t["param"], types.FLOAT)
-        if "Warp" in kinds:
+
+        def matrix(t=t, idx=idx):
             terms = t["affine"]
             if size is not None:
                 mats = terms[:, 0] + width * terms[:, 1] + height * terms[:, 2]
-                stage_kwargs["matrix"] = types.Constant(mats.astype(np.float32))[idx]
-            else:
-                per_sample = types.Constant(terms.astype(np.float32))[idx]
-                stage_kwargs["matrix"] = (
-                    per_sample[0] + width * per_sample[1] + height * per_sample[2]
-                )
-        if "Sharpness" in kinds:
-            stage_kwargs["kernel"] = types.Constant(t["kernel"].astype(np.float32))[idx]
-        images = select([DALI_OPS_BY_KIND[kind] for kind in kinds], selected, data=images,
-                        **stage_kwargs)  # fmt: skip
+                return types.Constant(mats.astype(np.float32))[idx]
+            per_sample = types.Constant(terms.astype(np.float32))[idx]
+            return per_sample[0] + width * per_sample[1] + height * per_sample[2]
+
+        images = _apply_stage(
+            images, kinds, selected, kwargs, param=lambda t=t, idx=idx: _lookup(idx, t["param"], types.FLOAT),
+            matrix=matrix, kernel=lambda t=t, idx=idx: types.Constant(t["kernel"].astype(np.float32))[idx],
+        )  # fmt: skip
         if return_trace:
             trace += [fn.cast(selected > 0, dtype=types.INT32), sign if sign is not None else k * 0]
     if return_trace:
@@ -432,6 +415,43 @@ def decode_trace(policy: Policy, trace) -> list[tuple[int, list[str]]]:
 
 
 DALI_OPS_BY_KIND: dict[str, Augmentation] = {KIND_OF[n]: DALI_OPS[n] for n in _ops.OP_NAMES}
+#: Kinds whose branch takes the per-sample ``param`` (the rest take none, a matrix or a kernel).
+_PARAM_KINDS = frozenset({"Solarize", "Posterize", "Brightness", "Color", "Contrast", "Cutout", "SamplePairing"})
+
+
+# --------------------------------------------------------------------------- the stage, shared
+def _branch_kwargs(images, kinds, fill_value: int, interpolation: str, size, height=None, width=None) -> dict:
+    """The arguments every stage's branches share (both policy steps): fill value and
+    interpolation; with Cutout its side and centre; with SamplePairing each image's partner (the
+    batch as it entered the policy step). ``size``: ``(h, w)`` when known, else per-sample
+    ``height``/``width`` nodes."""
+    kwargs: dict = {"fill_value": fill_value, "interp_type": _INTERP[interpolation]}
+    if "Cutout" in kinds:
+        if size is not None:
+            kwargs["min_side"] = float(min(size))
+            kwargs["hw"] = np.array(size, dtype=np.float32)
+        else:
+            kwargs["min_side"] = dmath.min(height, width)
+            kwargs["hw"] = fn.stack(height, width)
+        kwargs["cutout_center"] = fn.random.uniform(range=[0.0, 1.0], shape=[2])
+    if "SamplePairing" in kinds:
+        kwargs["paired"] = fn.permute_batch(images, indices=fn.batch_permutation(no_fixed_points=True))
+    return kwargs
+
+
+def _apply_stage(images, kinds: Sequence[str], selected, kwargs: dict, *, param, matrix, kernel):
+    """One stage of a policy step (both steps): the conditional selection over the stage's
+    ``kinds`` (``selected``: each sample's kind index, 0 = Identity), each branch receiving the
+    shared ``kwargs`` and, where its kinds need them, the per-sample parameter, affine matrix and
+    sharpness kernel (callables building those nodes, called only when needed)."""
+    stage_kwargs = dict(kwargs)
+    if set(kinds) & _PARAM_KINDS:
+        stage_kwargs["param"] = param()
+    if "Warp" in kinds:
+        stage_kwargs["matrix"] = matrix()
+    if "Sharpness" in kinds:
+        stage_kwargs["kernel"] = kernel()
+    return select([DALI_OPS_BY_KIND[kind] for kind in kinds], selected, data=images, **stage_kwargs)
 
 
 # --------------------------------------------------------------------------- tables as inputs
@@ -535,14 +555,7 @@ def apply_policy_inputs(
     if interpolation not in _INTERP:
         raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
     count = inputs[0]
-    h, w = spec.image_size
-    kwargs: dict = {"fill_value": fill_value, "interp_type": _INTERP[interpolation]}
-    if "Cutout" in spec.kinds:
-        kwargs["min_side"] = float(min(h, w))
-        kwargs["hw"] = np.array((h, w), dtype=np.float32)
-        kwargs["cutout_center"] = fn.random.uniform(range=[0.0, 1.0], shape=[2])
-    if "SamplePairing" in spec.kinds:
-        kwargs["paired"] = fn.permute_batch(images, indices=fn.batch_permutation(no_fixed_points=True))
+    kwargs = _branch_kwargs(images, set(spec.kinds), fill_value, interpolation, spec.image_size)
     if len(spec.kinds) == 1:
         return images
     u = fn.random.uniform(range=[0.0, 1.0])
@@ -553,14 +566,6 @@ def apply_policy_inputs(
         idx = k2 + fn.random.coin_flip(dtype=types.INT32)
         applied = fn.random.coin_flip(probability=prob[idx], dtype=types.INT32)
         selected = kind[idx] * applied
-        stage_kwargs = dict(kwargs)
-        if set(spec.kinds) & {"Solarize", "Posterize", "Brightness", "Color", "Contrast", "Cutout",
-                              "SamplePairing"}:  # fmt: skip
-            stage_kwargs["param"] = param[idx]
-        if "Warp" in spec.kinds:
-            stage_kwargs["matrix"] = matrix[idx]
-        if "Sharpness" in spec.kinds:
-            stage_kwargs["kernel"] = kernel[idx]
-        images = select([DALI_OPS_BY_KIND[kind_name] for kind_name in spec.kinds], selected, data=images,
-                        **stage_kwargs)  # fmt: skip
+        images = _apply_stage(images, spec.kinds, selected, kwargs, param=lambda: param[idx],
+                              matrix=lambda: matrix[idx], kernel=lambda: kernel[idx])
     return images

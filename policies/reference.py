@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autoaug.core.errors import UserInputError
-from autoaug.policies.policy import Policy
+from autoaug.policies.policy import Policy, read_policy_text
 
 __all__ = ["ResolvedPolicy", "resolve", "resolve_policy", "looks_like_path"]
 
@@ -52,8 +52,10 @@ def _read_file(ref: str) -> ResolvedPolicy:
     if not path.is_file():
         raise UserInputError(f"policy file {ref!r} does not exist")
     try:
-        policy = Policy.from_json(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        policy = Policy.from_json(read_policy_text(path))  # the one reader: size limit, UTF-8 (BOM allowed)
+    except OSError as exc:
+        raise UserInputError(f"policy file {ref!r} cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:
         raise UserInputError(f"policy file {ref!r} is not a valid policy: {exc}") from None
     return ResolvedPolicy(policy, "file", path.name)
 

@@ -117,3 +117,21 @@ def test_resolve_policy_preset_file_and_store(tmp_path):
         policies.resolve_policy(str(bad))
     with pytest.raises(ValueError, match=r"policy reference 3 is a int"):
         policies.resolve_policy(3)
+
+
+def test_every_reader_of_a_policy_file_takes_the_same_files(tmp_path):
+    """One reader (policies.policy.read_policy_text): a UTF-8 file with a BOM, which `policies
+    import` accepts, resolves for `train --policy`/`compare` too; a UTF-16 file is refused by
+    each with the reader's one-line reason."""
+    from autoaug.policies.policy import Policy
+    from autoaug.policies.presets import resolve
+
+    mine = resolve("autoaugment-svhn").with_name("mine")
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + mine.to_json().encode())
+    assert policies.resolve_policy(str(bom)) == mine == Policy.from_file(bom)
+    utf16 = tmp_path / "utf16.json"
+    utf16.write_bytes(mine.to_json().encode("utf-16"))
+    for read in (lambda: policies.resolve_policy(str(utf16)), lambda: Policy.from_file(utf16)):
+        with pytest.raises(ValueError, match=r"the file is not UTF-8 text \(invalid start byte: byte 0xff at offset 0\)"):
+            read()

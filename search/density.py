@@ -40,7 +40,7 @@ from autoaug.core.values import is_int
 from autoaug.search.assemble import TrialRecord, assemble_policy, rank_trials
 from autoaug.search.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
 from autoaug.search.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
-from autoaug.search.method import MethodResult, PreparedSearch, all_failed
+from autoaug.search.method import MethodResult, PreparedSearch, all_failed, resume_hint
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
@@ -255,7 +255,6 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     from autoaug.search.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
     from autoaug.search.records import trial_records
     from autoaug.search.study import check_study, delete_study, make_storage
-    from autoaug.search.train_method import resume_hint
     from autoaug.search.warm_start import warm_start_points
 
     config, d = search.config, search.config.density

@@ -35,7 +35,7 @@ from autoaug.search.run_dir import RunDir, RunState
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
 
-__all__ = ["Method", "PreparedSearch", "MethodResult", "all_failed"]
+__all__ = ["Method", "PreparedSearch", "MethodResult", "all_failed", "resume_hint"]
 
 
 @dataclass(frozen=True)
@@ -96,3 +96,8 @@ def all_failed(trials: Sequence[TrialRecord], name: str, what: str = "trials") -
         f"all {len(trials)} {what} of search {name!r} failed; first error "
         f"(trial {first.trial_id}): {first.error or 'no score reported'}"
     )
+
+
+def resume_hint(config: "SearchConfig") -> str:
+    """How to continue a search that stopped: the end of every "interrupted" message."""
+    return f"resume it with: autoaug search --resume {config.name} --storage {config.storage}"

@@ -21,14 +21,14 @@ from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.search.assemble import assemble_policy, union_policy
-from autoaug.search.method import MethodResult, PreparedSearch, all_failed
+from autoaug.search.method import MethodResult, PreparedSearch, all_failed, resume_hint
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
 
-__all__ = ["TrainMethodConfig", "METHOD", "final_candidates", "resume_hint"]
+__all__ = ["TrainMethodConfig", "METHOD", "final_candidates"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +80,6 @@ class TrainMethodConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def resume_hint(config: "SearchConfig") -> str:
-    return f"resume it with: autoaug search --resume {config.name} --storage {config.storage}"
 
 
 class TrainMethod:

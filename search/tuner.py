@@ -43,13 +43,12 @@ from typing import Any, Callable
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
 from autoaug.search.assemble import build_provenance
 from autoaug.search.config import SearchConfig
-from autoaug.search.method import MethodResult, PreparedSearch
+from autoaug.search.method import MethodResult, PreparedSearch, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
 from autoaug.search.rescore import RESCORE_FILE, candidate_scores, choose, rescore_candidates
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir, RunState, default_runs_root
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import check_no_study, delete_study, run_study_url
-from autoaug.search.train_method import resume_hint
 
 __all__ = ["run_search", "resume_search", "SearchOutcome"]
 

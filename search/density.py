@@ -33,14 +33,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int
 from autoaug.search.assemble import TrialRecord, assemble_policy, rank_trials
 from autoaug.search.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
 from autoaug.search.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
-from autoaug.search.method import MethodResult, PreparedSearch, all_failed, resume_hint
+from autoaug.search.method import MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
@@ -71,7 +71,7 @@ DENSITY_OBJECTIVES = ("accuracy", "loss")
 
 
 @dataclass(frozen=True)
-class DensityConfig:
+class DensityConfig(MethodSettings):
     """The density-matching method's own settings (``SearchConfig.density``; used when
     ``SearchConfig.method == "density"``). Defaults are Fast AutoAugment's (Lim et al., 2019).
 
@@ -86,6 +86,9 @@ class DensityConfig:
             repeatably than the accuracy: benchmarks/search_cost.py) or ``accuracy``.
         fold_seed: seed of the fold assignment.
     """
+
+    WHAT: ClassVar[str] = "density"
+    FIELD: ClassVar[str] = "density"
 
     folds: int = 5
     rounds: int = 2
@@ -109,21 +112,6 @@ class DensityConfig:
             raise bad("objective", f"one of {list(DENSITY_OBJECTIVES)}")
         if not is_int(self.fold_seed) or not 0 <= self.fold_seed < 2**32:
             raise bad("fold_seed", "an integer in [0, 2**32)")
-
-    @classmethod
-    def from_value(cls, value: Any) -> "DensityConfig":
-        if isinstance(value, cls):
-            return value
-        if not isinstance(value, Mapping):
-            raise ValueError(f"SearchConfig.density must be a mapping of its settings, got {type(value).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ValueError(f"unknown density setting(s) {unknown}; expected some of {sorted(known)}")
-        return cls(**value)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @property
     def num_trials(self) -> int:

@@ -24,8 +24,9 @@ experiment of Optuna-proposed trials) is :mod:`autoaug.search.experiment`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 from autoaug.core.errors import SearchFailedError
 from autoaug.search.assemble import AssembledPolicy, TrialRecord
@@ -35,7 +36,31 @@ from autoaug.search.run_dir import RunDir, RunState
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
 
-__all__ = ["Method", "PreparedSearch", "MethodResult", "all_failed", "resume_hint"]
+__all__ = ["Method", "MethodSettings", "PreparedSearch", "MethodResult", "all_failed", "resume_hint"]
+
+
+class MethodSettings:
+    """Base of a method's settings dataclass: built from its mapping form (unknown keys refused
+    in one line) and written back to it. ``WHAT`` names the settings in messages and ``FIELD``
+    is the ``SearchConfig`` field holding them."""
+
+    WHAT: ClassVar[str]
+    FIELD: ClassVar[str]
+
+    @classmethod
+    def from_value(cls, value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"SearchConfig.{cls.FIELD} must be a mapping of its settings, got {type(value).__name__}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ValueError(f"unknown {cls.WHAT} setting(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

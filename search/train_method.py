@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.search.assemble import assemble_policy, union_policy
-from autoaug.search.method import MethodResult, PreparedSearch, all_failed, resume_hint
+from autoaug.search.method import MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class TrainMethodConfig:
+class TrainMethodConfig(MethodSettings):
     """The training method's own settings (``SearchConfig.train_method``). In a configuration
     file and with ``--set`` they are top-level keys (``num_trials: 32``), as they always were.
 
@@ -45,6 +45,9 @@ class TrainMethodConfig:
         top_n: best trials whose sub-policies make the assembled policy.
     """
 
+    WHAT: ClassVar[str] = "training-method"
+    FIELD: ClassVar[str] = "train_method"
+
     num_trials: int = 16
     early_stopping: bool = True
     grace_period: int = 1
@@ -52,7 +55,7 @@ class TrainMethodConfig:
     top_n: int = 5
 
     #: The keys of these settings in a configuration's dict form (top-level, next to the shared ones).
-    KEYS = ("num_trials", "early_stopping", "grace_period", "reduction_factor", "top_n")
+    KEYS: ClassVar[tuple[str, ...]] = ("num_trials", "early_stopping", "grace_period", "reduction_factor", "top_n")
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
@@ -66,20 +69,6 @@ class TrainMethodConfig:
         if not is_number(self.reduction_factor) or self.reduction_factor <= 1:
             raise bad("reduction_factor", "a number > 1")
         object.__setattr__(self, "reduction_factor", float(self.reduction_factor))
-
-    @classmethod
-    def from_value(cls, value: Any) -> "TrainMethodConfig":
-        if isinstance(value, cls):
-            return value
-        if not isinstance(value, Mapping):
-            raise ValueError(f"SearchConfig.train_method must be a mapping of its settings, got {type(value).__name__}")
-        unknown = sorted(set(value) - set(cls.KEYS))
-        if unknown:
-            raise ValueError(f"unknown training-method setting(s) {unknown}; expected some of {list(cls.KEYS)}")
-        return cls(**value)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 class TrainMethod:

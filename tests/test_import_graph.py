@@ -65,26 +65,7 @@ def test_packages_import_only_lower_layers():
 
 
 def test_no_import_cycle_between_modules():
-    modules = _modules()
-    graph = {m: {t for t in _imports(p, top_level_only=True) if t in modules and t != m} for m, p in modules.items()}
-    # A package's __init__ importing its own modules is how a package is assembled, not a cycle.
-    for m in graph:
-        graph[m] = {t for t in graph[m] if not m.startswith(t + ".")}
-    state: dict[str, int] = {}
-    cycles = []
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]) if nxt in stack else f"{node} -> {nxt}")
-            elif nxt not in state:
-                visit(nxt, stack + [nxt])
-        state[node] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
+    cycles = _cycles(top_level_only=True)
     assert not cycles, "\n".join(cycles)
 
 

@@ -1,16 +1,18 @@
-"""Policy search: the AutoAugment search space, the Ray Tune + Optuna tuner, and the assembly of
-the final policy.
+"""Policy search: the AutoAugment search space, the search methods, and the story every search
+follows from a configuration to a stored policy.
 
-* :class:`autoaug.search.space.SearchSpace` -- the space and the one encoding between an Optuna trial's
-  parameters and a :class:`policies.Policy` (both ways).
-* :class:`autoaug.search.config.SearchConfig` -- what a search is (presets, validation).
-* :func:`autoaug.search.tuner.run_search` / :func:`autoaug.search.tuner.resume_search` -- run (or continue) a
-  search with ``ray.tune.Tuner`` + ``OptunaSearch`` + ASHA. Its parts: ``run_dir`` (the run
-  directory), ``study`` (samplers, Optuna storage, consistency check), ``reconcile`` (Optuna/Tune
-  after a driver crash: the only use of their private attributes), ``progress`` (progress lines),
-  ``records`` (trial records, the outcome).
-* :func:`autoaug.search.assemble.assemble_policy` -- the best trials' sub-policies -> the final Policy,
-  with its provenance.
+* :class:`autoaug.search.space.SearchSpace` -- the space and the one encoding between an Optuna
+  trial's parameters and a :class:`policies.Policy` (both ways).
+* :class:`autoaug.search.config.SearchConfig` -- what a search is (presets, validation, ``METHODS``).
+* :func:`autoaug.search.tuner.run_search` / :func:`autoaug.search.tuner.resume_search` -- run (or
+  continue) a search: checks, the method, re-scoring, choosing, storing (docs/ARCHITECTURE.md,
+  "A search, step by step").
+* :mod:`autoaug.search.method` -- the interface a method implements; the methods are
+  :mod:`autoaug.search.train_method` (AutoAugment: one proxy training per candidate) and
+  :mod:`autoaug.search.density` (Fast AutoAugment's density matching). Both run Ray Tune
+  experiments of Optuna-proposed trials through :mod:`autoaug.search.experiment`.
+* :func:`autoaug.search.assemble.assemble_policy` -- the best trials' sub-policies -> the final
+  Policy, with its provenance.
 
 Submodules are imported on demand so that ``import autoaug.search`` stays cheap.
 """

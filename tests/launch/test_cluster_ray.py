@@ -171,10 +171,16 @@ def ray_cluster():
         cluster.stop()
 
 
+#: Ray's class names of Tune trial actors: a function trainable, and a class trainable (the density
+#: method's DensityTrial) as tune.with_resources wraps it.
+_TRIAL_ACTORS = ("ImplicitFunc", "with_resources.<locals>.ResourceTrainable")
+
+
 def _trial_nodes(cluster: LocalCluster, ray_job_id: str) -> dict[str, str]:
-    """Actor id -> node id of the Tune trial actors (``ImplicitFunc``) of one Ray job."""
+    """Actor id -> node id of the Tune trial actors of one Ray job: the training method's function
+    trainable or the density method's class trainable (:data:`_TRIAL_ACTORS`)."""
     actors = cluster.state("actors", job_id=ray_job_id)
-    return {a["actor_id"]: a["node_id"] for a in actors if a["class_name"] == "ImplicitFunc"}
+    return {a["actor_id"]: a["node_id"] for a in actors if a["class_name"] in _TRIAL_ACTORS}
 
 
 def _search_args(cifar_train: Path, work: Path, name: str) -> list[str]:

@@ -52,7 +52,7 @@ __all__ = [
 
 #: The search methods, by the name ``--method`` / ``method:`` takes (the first is the default):
 #: each implements :class:`autoaug.search.method.Method` and keeps its settings in the
-#: ``SearchConfig`` field its ``field`` names.
+#: ``SearchConfig`` field its settings class names (``FIELD``).
 METHODS: Mapping[str, Method] = {m.name: m for m in (train_method.METHOD, density.METHOD)}
 
 #: Named starting points; YAML files and flags override them field by field.
@@ -289,7 +289,8 @@ class SearchConfig:
         if self.method not in METHODS:
             raise bad("method", f"one of {list(METHODS)}")
         for m in METHODS.values():
-            object.__setattr__(self, m.field, m.settings.from_value(getattr(self, m.field)))
+            field_name = m.settings.FIELD
+            object.__setattr__(self, field_name, m.settings.from_value(getattr(self, field_name)))
         object.__setattr__(self, "cpus_per_trial", float(self.cpus_per_trial))
         object.__setattr__(self, "gpus_per_trial", float(self.gpus_per_trial))
         if "://" not in self.storage:

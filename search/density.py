@@ -129,7 +129,6 @@ def stage_name(name: str, fold: int, round_: int) -> str:
 class DensityMethod:
     name = "density"
     help = "score candidates with K fold models trained once (Fast AutoAugment's density matching)"
-    field = "density"
     settings = DensityConfig
 
     def check(self, config: "SearchConfig") -> None:

@@ -6,7 +6,7 @@ the run directory and the Ray session, runs the method, re-scores its candidates
 stores it and writes the result -- the same for every method. A method implements:
 
 * ``settings``: the frozen dataclass of its own settings, held by ``SearchConfig`` in the field
-  ``field`` (``SearchConfig.train_method``, ``SearchConfig.density``);
+  ``settings.FIELD`` (``SearchConfig.train_method``, ``SearchConfig.density``);
 * ``check(config)``: the checks of its settings that need the whole configuration
   (``ValueError``), run before anything starts;
 * ``describe(config)``: the lines ``autoaug search`` prints about it before it starts;
@@ -102,7 +102,6 @@ class MethodResult:
 class Method(Protocol):
     name: str
     help: str
-    field: str
     settings: type
 
     def check(self, config: "SearchConfig") -> None: ...

@@ -74,7 +74,6 @@ class TrainMethodConfig(MethodSettings):
 class TrainMethod:
     name = "train"
     help = "one proxy training per candidate (AutoAugment)"
-    field = "train_method"
     settings = TrainMethodConfig
 
     def check(self, config: "SearchConfig") -> None:

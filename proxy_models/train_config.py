@@ -211,11 +211,13 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
-        """Inverse of :meth:`to_dict`; missing keys take the field defaults."""
+        """Inverse of :meth:`to_dict`; missing keys take the field defaults (a mapping that sizes the
+        training split per class and gives no ``train_size`` has none, rather than the default's
+        4,000)."""
         if not isinstance(data, Mapping):
             raise ValueError(f"TrainConfig.from_dict expects a mapping, got {type(data).__name__}")
         _check_field_names(data, "TrainConfig key")
-        return cls(**dict(data))
+        return cls(**_sizing_overrides(data))
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-able dict; ``train_per_class``, ``min_train_size`` and

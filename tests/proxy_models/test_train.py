@@ -282,6 +282,9 @@ def test_sizing_fields_round_trip_and_appear_in_records_only_when_used():
     plain = TrainConfig.from_preset("cpu", image_size="auto")
     assert plain.image_size is None and "train_per_class" not in plain.to_dict()
     assert TrainConfig.from_dict(plain.to_dict()) == plain
+    assert TrainConfig.from_dict({"train_per_class": 50}).train_size is None  # not the default's 4,000
+    with pytest.raises(ValueError, match="both size the training split"):
+        TrainConfig.from_dict({"train_per_class": 50, "train_size": 4000})
     # A record that lacks the fields (written before they existed) had them unset.
     resolved = per_class.resolved([5000] * 10, data_image_size=32)
     assert resolved.changed_fields(resolved.to_dict()) == []

@@ -17,6 +17,7 @@ prints one line per epoch and writes to ``--out``:
 from __future__ import annotations
 
 import argparse
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -81,10 +82,11 @@ _DEFAULTS = {"policy": "standard", "preset": "cpu"}
 
 
 def _epilog() -> str:
-    """The presets and how they size a run to the data, computed from the presets themselves."""
+    """The presets and how they size a run to the data, computed from the presets themselves
+    (imports the trainer's configuration, and so torch: only when the help is shown)."""
     import textwrap
 
-    from autoaug.proxy_models.train import PRESETS
+    from autoaug.proxy_models.train_config import PRESETS
 
     width = max(map(len, PRESETS))
     lines = ["presets (--preset; docs/training.md, \"Configuration and presets\"):"]
@@ -112,14 +114,20 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "train",
         help="train a model with one policy (proxy trial or final evaluation)",
-        description=(
+        description=textwrap.fill(
             "Train a model on --data augmented by --policy, print one line per epoch, and write "
             "metrics.json, metrics.csv and checkpoint.pt to --out. Layers: --preset (default cpu), "
-            "then --config FILE, then --set KEY=VALUE (e.g. --set epochs=2), then the flags."
+            "then --config FILE, then --set KEY=VALUE (e.g. --set epochs=2), then the flags.", width=100,
         ),
-        epilog=_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's lines are its own
     )
+    format_help = p.format_help
+
+    def with_epilog() -> str:  # the epilog imports torch: build it only when help is shown
+        p.epilog = _epilog()
+        return format_help()
+
+    p.format_help = with_epilog
     add_options(p, OPTIONS)
     p.set_defaults(func=run)
     return p

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from autoaug.policies import Policy, resolve_policy
-from autoaug.proxy_models.train import TrainConfig, train
+from autoaug.proxy_models.train import TrainConfig, resolve_config, train
 
 HARMFUL = Policy(
     name="harmful",
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     for field in ("epochs", "train_size", "lr"):
         if getattr(args, field) is not None:
             overrides[field] = getattr(args, field)
-    base = TrainConfig.from_preset(args.preset, **overrides)
+    base = resolve_config(TrainConfig.from_preset(args.preset, **overrides))  # sized to the data
     policies = [resolve_policy(ref.strip()) for ref in args.policies.split(",") if ref.strip()]
     if args.harmful:
         policies.append(HARMFUL)

@@ -96,6 +96,9 @@ def _density_search(data: str, storage: str, trials_per_round: int, folds: int, 
                  "top_per_round": min(10, trials_per_round)},
         **({"train": {"preset": "proxy-cpu", "epochs": fold_epochs}} if fold_epochs else {}),
     )  # fmt: skip
+    from autoaug.proxy_models.train import resolve_config
+
+    config = config.replace(train=resolve_config(config.train))  # sized to the data, as the CLI's preflight does
     t0 = time.time()
     outcome = run_search(config, overwrite=True)
     return density_figures(outcome.provenance, outcome.run_dir, wall=time.time() - t0)

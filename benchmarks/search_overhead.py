@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
             args.preset, name="bench", data=args.data, num_trials=args.trials, concurrency=args.concurrency,
             early_stopping=not args.no_early_stopping, storage=f"{tmp}/runs", store=f"{tmp}/store", **overrides,
         )  # fmt: skip
+        from autoaug.proxy_models.train import resolve_config
+
+        config = config.replace(train=resolve_config(config.train))  # sized to the data, as the CLI's preflight does
         t0 = time.perf_counter()
         outcome = run_search(config, session=timed_session, trainable=_timed_trial(spans_file))
         wall = time.perf_counter() - t0

@@ -35,7 +35,7 @@ from autoaug.policies import resolve_policy
 from autoaug.proxy_models.data import open_dataset
 from autoaug.proxy_models.splits import reduced_split
 from autoaug.proxy_models.pipeline import DaliLoader
-from autoaug.proxy_models.train import Learner, TrainConfig
+from autoaug.proxy_models.train import Learner, TrainConfig, resolve_config
 
 
 def default_data() -> str | None:
@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
     policy = resolve_policy(args.policy)
     ds = open_dataset(cfg.data)
+    cfg = resolve_config(cfg, ds)  # the split per class as a total, the image size the data's
     split = reduced_split(ds.labels, train_size=cfg.train_size or None, val_size=cfg.val_size, seed=cfg.split_seed)
     loader = DaliLoader(ds, split.train, batch_size=cfg.batch_size, policy=policy, train=True, seed=cfg.seed,
                         image_size=cfg.image_size, num_threads=dali_threads, device="cpu")

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoaug.launch.config import flag_overrides, layered_config
 
-__all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "add_options", "layered", "path_flags"]
+__all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "per_class_option", "image_size_option",
+           "add_options", "layered", "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,33 @@ def split_size_options(prefix: str = "", group: str | None = None) -> tuple[Opti
         option("--val-size", key=f"{prefix}val_size", group=group, type=int, metavar="N",
                help="validation images (0: none; unset: the preset's)"),
     )
+
+
+def per_class_option(prefix: str = "", group: str | None = None) -> Option:
+    """``--train-per-class N``: the training split sized per class (the CPU presets' way);
+    ``--train-size`` gives a total instead. The floor and cap on the total are the preset's
+    ``min_train_size``/``max_train_size`` (``--set`` changes them)."""
+    return option("--train-per-class", key=f"{prefix}train_per_class", group=group, type=int, metavar="N",
+                  help="training images per class, on average (instead of --train-size): the total is the sum over "
+                       "classes of min(N, class size), kept within the preset's min_train_size..max_train_size "
+                       "(--set max_train_size=M to change)")
+
+
+def _image_size(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
+
+
+def image_size_option(prefix: str = "", group: str | None = None) -> Option:
+    """``--image-size N|auto``: the square size images are resized and center-cropped to; ``auto``
+    (the presets' default, except ``smoke``): the data's own size."""
+    return option("--image-size", key=f"{prefix}image_size", group=group, type=_image_size, metavar="N",
+                  help="square size images are resized (shorter side) and center-cropped to; auto (the default "
+                       "of every preset but smoke): the data's own size, which needs images of one size")
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],

@@ -8,7 +8,9 @@ user's input, run in the driver before Ray starts and before anything is created
   nothing is left behind): a read-only filesystem, a path that is a file, a URI that refuses writes
   is one line naming the flag and the path;
 * :func:`check_data`: the dataset (and test set) opened, labels checked (:func:`open_dataset`),
-  the reduced split computed, and every image decoded once. The rows the trainer loads are decoded
+  the config sized to the data (:func:`autoaug.proxy_models.train.resolve_config`: a split per
+  class made a total, an automatic image size the data's own), the reduced split computed, and
+  every image decoded once. The rows the trainer loads are decoded
   the way its loader decodes them, so an in-process trainer (``autoaug train``) finds them in the
   decode cache (:meth:`ImageDataset.images`) instead of decoding them again.
 
@@ -147,41 +149,46 @@ def _check_remote(location: Location, what: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class DataCheck:
-    """What :func:`check_data` found: the dataset, its split, the test set, and the decode time."""
+    """What :func:`check_data` found: the dataset, the config sized to it, its split, the test
+    set, and the decode time."""
 
     dataset: Any  # proxy_models.data.ImageDataset
     split: Any  # proxy_models.splits.Split
     test: Any  # ImageDataset or None
     decoded: int
     seconds: float
+    config: Any = None  # the TrainConfig resolved against the dataset
 
     def describe(self) -> str:
         test = f", test {len(self.test):,} images" if self.test is not None else ""
+        size = f", {self.config.image_size}x{self.config.image_size}" if self.config is not None else ""
         return (
             f"data: {self.dataset.source}: {len(self.dataset):,} images, {self.dataset.num_classes} classes "
-            f"(split: train {len(self.split.train):,}, val {len(self.split.val):,}){test}; "
+            f"(split: train {len(self.split.train):,}, val {len(self.split.val):,}{size}){test}; "
             f"{self.decoded:,} images decoded in {self.seconds:.1f} s"
         )
 
 
 def check_data(config: Any) -> DataCheck:
     """Open ``config.data`` (and ``config.test_data``) of a
-    :class:`autoaug.proxy_models.train.TrainConfig`, check labels and classes, compute the reduced
-    split, and decode every image once at ``config.image_size``.
+    :class:`autoaug.proxy_models.train.TrainConfig`, check labels and classes, size the config to
+    the data (``DataCheck.config``), compute the reduced split, and decode every image once at the
+    resolved image size.
 
-    Raises :class:`DataError` (a dataset problem, naming the file/row) or :class:`UserInputError`
-    (a split the data cannot give).
+    Raises :class:`DataError` (a dataset problem, naming the file/row; images of several sizes
+    when the size is automatic) or :class:`UserInputError` (a split the data cannot give).
     """
     import numpy as np
 
     from autoaug.proxy_models.data import DatasetError, open_dataset
-
     from autoaug.proxy_models.splits import reduced_split
+    from autoaug.proxy_models.train import resolve_config
 
     started = time.perf_counter()
     if config.data is None:
         raise UserInputError("no training data: give --data (or data: in the --config file)")
     ds = open_dataset(config.data, split="train")
+    config = resolve_config(config, ds)
     try:
         split = reduced_split(
             ds.labels, train_size=config.train_size or None, val_size=config.val_size, seed=config.split_seed,
@@ -204,7 +211,7 @@ def check_data(config: Any) -> DataCheck:
     decoded += _decode(ds, np.flatnonzero(~used), size, cache=False)
     if test is not None:
         decoded += _decode(test, np.arange(len(test), dtype=np.int64), size)
-    return DataCheck(ds, split, test, decoded, time.perf_counter() - started)
+    return DataCheck(ds, split, test, decoded, time.perf_counter() - started, config)
 
 
 def _decode(ds: Any, indices: Any, size: int | None, *, cache: bool = True) -> int:
@@ -232,18 +239,20 @@ def _decode(ds: Any, indices: Any, size: int | None, *, cache: bool = True) -> i
 
 
 def for_train(config: Any, out: str | os.PathLike) -> Any:
-    """``autoaug train``: the config with absolute data paths, its data checked and decoded (the
-    trainer then finds the decoded split in the cache), ``out`` proven writable."""
+    """``autoaug train``: the config with absolute data paths, sized to its data (resolved), its
+    data checked and decoded (the trainer then finds the decoded split in the cache), ``out``
+    proven writable."""
     config = absolute_train_config(config)
     check_writable(out, what="--out")
-    check_data(config)
-    return config
+    return check_data(config).config
 
 
 def for_search(config: Any, *, say: Any = None) -> Any:
     """``autoaug search``: the :class:`autoaug.search.config.SearchConfig` with every path absolute
     (data, test data, run storage, store), the run storage and the store proven writable, then the
-    data checked and every image decoded once."""
+    data checked and every image decoded once. Its ``train`` comes back sized to the data
+    (resolved: the trials' split as a total, the image size a number), which is what the search
+    then records and gives its trials."""
     from autoaug.policies.store import default_store_uri
 
     config = config.replace(
@@ -254,6 +263,7 @@ def for_search(config: Any, *, say: Any = None) -> Any:
     check_writable(config.storage, what="--storage")
     check_writable(config.store, what="--store")
     checked = check_data(config.train)
+    config = config.replace(train=checked.config)
     if config.rescore and config.method == "train" and config.rescore_val_size is not None:
         from autoaug.proxy_models.data import DatasetError
         from autoaug.proxy_models.splits import reduced_split
@@ -283,7 +293,9 @@ def for_resume(storage: str, store: str | None) -> tuple[str, str | None]:
 def for_compare(config: Any) -> Any:
     """``autoaug compare``: the :class:`autoaug.launch.compare.CompareConfig` with every path
     absolute, the policies resolved, ``--out`` proven writable, the store too when results will be
-    attached to stored policies, and the data and test data checked and decoded."""
+    attached to stored policies, and the data and test data checked and decoded. ``train`` is
+    left as requested: :func:`autoaug.launch.compare.run_compare` sizes it to the data and records
+    both."""
     from autoaug.launch.compare.candidates import resolve_candidates
 
     changes: dict[str, Any] = {"train": absolute_train_config(config.train),

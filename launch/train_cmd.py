@@ -17,6 +17,7 @@ prints one line per epoch and writes to ``--out``:
 from __future__ import annotations
 
 import argparse
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
-from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import (
+    CONFIG, JSON, SET, Option, add_options, image_size_option, layered, option, per_class_option, split_size_options,
+)
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
@@ -59,7 +62,8 @@ OPTIONS: tuple[Option, ...] = (
     option("--batch-size", key="batch_size", type=int),
     option("--lr", key="lr", type=float, help="peak learning rate"),
     *split_size_options(),
-    option("--image-size", key="image_size", type=int),
+    per_class_option(),
+    image_size_option(),
     option("--seed", key="seed", type=int, help="model init, data order and augmentation seed"),
     option("--split-seed", key="split_seed", type=int),
     option("--num-threads", key="num_threads", type=int, help="torch and DALI CPU threads"),
@@ -77,16 +81,53 @@ _COMMAND_KEYS = ("policy", "store", "out", "resume", "preset")
 _DEFAULTS = {"policy": "standard", "preset": "cpu"}
 
 
+def _epilog() -> str:
+    """The presets and how they size a run to the data, computed from the presets themselves
+    (imports the trainer's configuration, and so torch: only when the help is shown)."""
+    import textwrap
+
+    from autoaug.proxy_models.train_config import PRESETS
+
+    width = max(map(len, PRESETS))
+    lines = ["presets (--preset; docs/training.md, \"Configuration and presets\"):"]
+    for name, cfg in PRESETS.items():
+        size = f"{cfg.image_size}x{cfg.image_size}" if cfg.image_size else "the data's own image size"
+        lines += textwrap.wrap(f"{name:<{width}}  {cfg.model}, {cfg.epochs} epochs, {cfg.describe_split()}, {size}",
+                               width=100, initial_indent="  ", subsequent_indent="  " + " " * (width + 2))
+    per_class = PRESETS["eval-cpu"]
+    cifar = per_class.resolved([5000] * 10, data_image_size=32).train_size
+    gtsrb = per_class.resolved([210] * 43, data_image_size=32).train_size
+    text = (
+        "Splits sized per class (proxy-cpu, eval-cpu; --train-per-class N): the training split holds N images "
+        "per class on average: the sum over classes of min(N, class size), raised to the preset's "
+        f"min_train_size ({per_class.min_train_size:,}) and capped at its max_train_size "
+        f"({per_class.max_train_size:,}), then drawn stratified like a total. So CIFAR-10 (10 classes of "
+        f"5,000) trains on {cifar:,} images and GTSRB (43 classes of 210-2,250) on {gtsrb:,}. --train-size N "
+        "gives a total instead; --set min_train_size=/max_train_size= move the bounds. The image size is the "
+        "data's own (images of one size) unless --image-size N. metrics.json records the resolved numbers "
+        "(config) and what was asked (sizing)."
+    )
+    return "\n".join(lines) + "\n\n" + textwrap.fill(text, width=100)
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "train",
         help="train a model with one policy (proxy trial or final evaluation)",
-        description=(
+        description=textwrap.fill(
             "Train a model on --data augmented by --policy, print one line per epoch, and write "
             "metrics.json, metrics.csv and checkpoint.pt to --out. Layers: --preset (default cpu), "
-            "then --config FILE, then --set KEY=VALUE (e.g. --set epochs=2), then the flags."
+            "then --config FILE, then --set KEY=VALUE (e.g. --set epochs=2), then the flags.", width=100,
         ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's lines are its own
     )
+    format_help = p.format_help
+
+    def with_epilog() -> str:  # the epilog imports torch: build it only when help is shown
+        p.epilog = _epilog()
+        return format_help()
+
+    p.format_help = with_epilog
     add_options(p, OPTIONS)
     p.set_defaults(func=run)
     return p
@@ -122,6 +163,19 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     except (TypeError, ValueError) as exc:
         raise UserInputError(str(exc)) from None
     return command, config
+
+
+def _describe_sizing(requested: Any, resolved: Any) -> str:
+    """The split and image size as resolved, and how they were asked for when that differs
+    (``2,000 training images, 1,000 validation images, 32x32 (asked: 100 training images per class
+    (1,000 to 2,000 in all); image size auto)``)."""
+    text = f"{resolved.describe_split()}, {resolved.image_size}x{resolved.image_size}"
+    asked = []
+    if requested.train_per_class is not None:
+        asked.append(requested.describe_train())
+    if requested.image_size is None:
+        asked.append("image size auto")
+    return text + (f" (asked: {'; '.join(asked)})" if asked else "")
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -171,15 +225,20 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
         resume_from = out
     elif (out / CHECKPOINT_NAME).is_file():
         raise UserInputError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
-    config = preflight.for_train(config, out)  # data checked and decoded, --out writable; nothing created yet
+    requested = config
+    # Sized to the data (resolved), data checked and decoded, --out writable; nothing created yet.
+    config = preflight.for_train(config, out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserInputError(f"--out {str(out)!r}: cannot create the directory ({exc.strerror})") from None
 
+    from autoaug.proxy_models.train import sizing_record
+
     base = {
         "status": "running",
-        "config": config.to_dict(),
+        "config": config.to_dict(),  # resolved: what the run computes
+        "sizing": sizing_record(requested, config),
         "policy": policy.to_dict(),
         "policy_hash": policy.content_hash,
     }
@@ -209,6 +268,7 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
         f"({len(policy.sub_policies)} sub-policies, base {policy.base}); preset {command['preset']}, "
         f"{config.epochs} epochs, seed {config.seed} -> {out}"
     )
+    display.log(f"split: {_describe_sizing(requested, config)}")
     display.add("epochs", f"train {config.model}", total=config.epochs, unit="epochs", completed=len(history))
 
     def on_batch(epoch: int, batch: int, batches: int) -> None:

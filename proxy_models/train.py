@@ -37,12 +37,14 @@ from torch import nn
 
 from autoaug.core.location import atomic_write_local
 from autoaug.proxy_models.models import build_model
-from autoaug.proxy_models.train_config import PRESETS, RESUMABLE_CHANGES, TrainConfig
+from autoaug.proxy_models.train_config import PRESETS, RESUMABLE_CHANGES, TrainConfig, sizing_record
 
 __all__ = [
     "PRESETS",
     "CHECKPOINT_NAME",
     "TrainConfig",
+    "resolve_config",
+    "sizing_record",
     "TrainResult",
     "EpochStats",
     "Learner",
@@ -80,7 +82,7 @@ class WarmupCosine:
 # --------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class TrainResult:
-    """What :func:`train` returns."""
+    """What :func:`train` returns (``config``: the config resolved against the data, as trained)."""
 
     history: list[dict[str, Any]]
     val_accuracy: float | None
@@ -189,6 +191,28 @@ def _open(source: str, split: str) -> Any:
     from autoaug.proxy_models.data import open_dataset
 
     return open_dataset(source, split=split)
+
+
+def resolve_config(config: TrainConfig, dataset: Any = None) -> TrainConfig:
+    """``config`` sized to its data (:meth:`TrainConfig.resolved`): a training split given per
+    class becomes a total against the dataset's class counts, an automatic image size becomes the
+    data's own (:meth:`ImageDataset.own_image_size`). ``dataset``: ``config.data`` already opened
+    (opened here when None). :func:`train` calls it first; a caller that must know the split or
+    the image size before training (the search draws the trials' split, compare keeps run
+    records, the preflight decodes) calls it once and passes the result on. Returns ``config``
+    itself when there is nothing to resolve; raises ``DatasetError`` for images of several sizes
+    with an automatic size."""
+    if config.is_resolved:
+        return config
+    if dataset is None:
+        if config.data is None:
+            raise ValueError("TrainConfig.data is not set: give the training data source (e.g. a Parquet file)")
+        dataset = _open(config.data, "train")
+    import numpy as np
+
+    counts = np.bincount(dataset.labels, minlength=dataset.num_classes) if config.train_per_class is not None else None
+    own = dataset.own_image_size() if config.image_size is None else None
+    return config.resolved(counts, data_image_size=own)
 
 
 #: Evaluation batches are at least this large (no gradients are kept, and small batches waste
@@ -361,6 +385,10 @@ def train(
     on instead of the reduced split the config describes (e.g. one fold of
     :func:`autoaug.proxy_models.splits.stratified_folds`); its fingerprint is recorded as usual.
 
+    ``config`` is first sized to the data (:func:`resolve_config`: a split per class becomes a
+    total, an automatic image size the data's own); the checkpoint and ``TrainResult.config`` hold
+    the resolved config, so a run records what it computed.
+
     Bad config, data, policy or checkpoint raise (``ValueError``, ``FileNotFoundError``) before the
     first epoch.
     """
@@ -375,7 +403,8 @@ def train(
     checkpoint = None
     if resume_from is not None:
         checkpoint = load_checkpoint(resume_from)
-        _check_resumable(checkpoint, config, policy)
+        if config.is_resolved:  # else once the data have resolved it (a checkpoint holds a resolved config)
+            _check_resumable(checkpoint, config, policy)
 
     with _TorchState(config, device), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         return _train(config, policy, device, report, checkpoint_dir, checkpoint, on_batch, split)
@@ -422,6 +451,10 @@ def _train(
 
     # ---- data (every check that can fail happens here, before the first epoch) -------------
     ds = _open(config.data, "train")
+    if not config.is_resolved:
+        config = resolve_config(config, ds)
+        if checkpoint is not None:
+            _check_resumable(checkpoint, config, policy)
     dataset_fp = ds.fingerprint()
     if given_split is not None:
         split = dataclasses.replace(given_split, dataset_fingerprint=dataset_fp)

@@ -6,16 +6,26 @@ from __future__ import annotations
 import dataclasses
 import os
 import types
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from autoaug.core.values import is_int as _is_int, is_number as _is_number
 from autoaug.proxy_models.models import check_model_name
 
-__all__ = ["TrainConfig", "PRESETS", "RESUMABLE_CHANGES"]
+__all__ = ["TrainConfig", "PRESETS", "RESUMABLE_CHANGES", "SIZING_FIELDS", "sizing_record"]
 
 # Config fields that may differ between a checkpoint and the run resuming it: they do not change
 # what is computed (where the data lives, where it runs, how often validation is reported).
 RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "eval_every", "eval_from"})
+
+#: The fields that size a run to its data: the split (totals, or per class with a floor and a cap)
+#: and the image size (``None``: the data's own). :meth:`TrainConfig.resolved` turns them into
+#: concrete numbers; :func:`sizing_record` records what was asked and what it resolved to.
+SIZING_FIELDS = ("train_size", "val_size", "train_per_class", "min_train_size", "max_train_size", "image_size")
+
+#: Fields added after run records existed: :meth:`TrainConfig.to_dict` leaves them out while they
+#: are None, so a config that does not use them has the dictionary (and the digests of records
+#: holding it) that it had before they existed.
+_OMITTED_WHEN_NONE = ("train_per_class", "min_train_size", "max_train_size")
 
 
 # --------------------------------------------------------------------------------------------
@@ -33,7 +43,16 @@ class TrainConfig:
         split (``None``/0: every image not used for validation); ``val_size``: images held out for
         validation (``None``: every image not in the training split, as in AutoAugment; 0: no
         validation, ``val_accuracy`` is then ``None``); both stratified by class and drawn with
-        ``split_seed``. ``image_size``: images are resized/cropped to this square size.
+        ``split_seed``. ``train_per_class``: size the training split per class instead (exclusive
+        with ``train_size``): the total is the sum over classes of ``min(train_per_class, class
+        size)``, raised to ``min_train_size`` and capped at ``max_train_size`` (both optional), and
+        never more than the images not held out for validation; the split is then drawn stratified
+        as for a total (in proportion to the class sizes), so ``train_per_class`` is the *average*
+        per class. :meth:`resolved` turns it into ``train_size`` against the data's class counts
+        (``train`` does this at its start, and records the resolved config). ``image_size``:
+        images are resized (shorter side) and center-cropped to this square size; ``None`` (or
+        ``"auto"``): the data's own size, which needs every image to have one size (H x W; the
+        shorter side is used).
 
     Optimisation
         ``epochs``, ``batch_size``, ``lr`` (peak, reached after ``warmup_epochs`` of linear
@@ -61,6 +80,9 @@ class TrainConfig:
     test_data: str | None = None
     train_size: int | None = 4000
     val_size: int | None = 1000
+    train_per_class: int | None = None
+    min_train_size: int | None = None
+    max_train_size: int | None = None
     split_seed: int = 0
     seed: int = 0
     epochs: int = 10
@@ -71,7 +93,7 @@ class TrainConfig:
     weight_decay: float = 5e-4
     warmup_epochs: float = 0.0
     label_smoothing: float = 0.0
-    image_size: int = 32
+    image_size: int | None = None
     num_threads: int | None = None
     device: str = "auto"
     amp: bool | None = None
@@ -101,11 +123,37 @@ class TrainConfig:
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 0):
                 raise bad(name, "a non-negative integer or None")
+        for name in ("train_per_class", "min_train_size", "max_train_size"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise bad(name, "a positive integer or None")
+        if self.train_per_class is not None and self.train_size is not None:
+            raise ValueError(
+                f"TrainConfig.train_size={self.train_size!r} and train_per_class={self.train_per_class!r} both size "
+                "the training split; set one of them and the other to None"
+            )
+        if self.train_per_class is None:
+            for name in ("min_train_size", "max_train_size"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"TrainConfig.{name}={getattr(self, name)!r} bounds a training split sized per class, but "
+                        "train_per_class is None; set train_per_class too (or size the split with train_size)"
+                    )
+        if (self.min_train_size is not None and self.max_train_size is not None
+                and self.min_train_size > self.max_train_size):
+            raise ValueError(
+                f"TrainConfig.min_train_size={self.min_train_size} exceeds max_train_size={self.max_train_size}; "
+                "expected min_train_size <= max_train_size"
+            )
+        if self.image_size == "auto":
+            object.__setattr__(self, "image_size", None)
+        if self.image_size is not None and (not _is_int(self.image_size) or self.image_size < 1):
+            raise bad("image_size", "a positive integer, or 'auto'/None (the data's own size)")
         for name in ("split_seed", "seed"):
             v = getattr(self, name)
             if not _is_int(v) or not 0 <= v < 2**31:
                 raise bad(name, "an integer in [0, 2**31)")
-        for name in ("epochs", "batch_size", "image_size", "eval_every"):
+        for name in ("epochs", "batch_size", "eval_every"):
             v = getattr(self, name)
             if not _is_int(v) or v < 1:
                 raise bad(name, "a positive integer")
@@ -151,18 +199,26 @@ class TrainConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown training preset {name!r}: expected one of {', '.join(PRESETS)}")
         _check_field_names(overrides, f"override for preset {name!r}")
-        return dataclasses.replace(PRESETS[name], **overrides)
+        return dataclasses.replace(PRESETS[name], **_sizing_overrides(overrides))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
-        """Inverse of :meth:`to_dict`; missing keys take the field defaults."""
+        """Inverse of :meth:`to_dict`; missing keys take the field defaults (a mapping that sizes the
+        training split per class and gives no ``train_size`` has none, rather than the default's
+        4,000)."""
         if not isinstance(data, Mapping):
             raise ValueError(f"TrainConfig.from_dict expects a mapping, got {type(data).__name__}")
         _check_field_names(data, "TrainConfig key")
-        return cls(**dict(data))
+        return cls(**_sizing_overrides(data))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as a JSON-able dict; ``train_per_class``, ``min_train_size`` and
+        ``max_train_size`` only when set (see :data:`_OMITTED_WHEN_NONE`)."""
+        d = dataclasses.asdict(self)
+        for name in _OMITTED_WHEN_NONE:
+            if d[name] is None:
+                del d[name]
+        return d
 
     def changed_fields(self, saved: Mapping[str, Any], ignore: Iterable[str] = ()) -> list[tuple[str, Any, Any]]:
         """``(field, saved value, this config's value)`` for every field that differs from
@@ -170,11 +226,81 @@ class TrainConfig:
         lacks was added after that run was recorded: the run had the field's default."""
         defaults = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
         out = []
-        for key, value in self.to_dict().items():
+        for key, value in dataclasses.asdict(self).items():
             before = saved.get(key, defaults.get(key))
             if key not in ignore and before != value:
                 out.append((key, before, value))
         return out
+
+    # -- sized to the data ---------------------------------------------------------------------
+    @property
+    def is_resolved(self) -> bool:
+        """Whether the split and image size are concrete (nothing left to resolve against data)."""
+        return self.train_per_class is None and self.image_size is not None
+
+    def resolved(self, class_counts: Sequence[int] | None = None, *,
+                 data_image_size: int | None = None) -> "TrainConfig":
+        """This config sized to a dataset: a pure function of the dataset's ``class_counts``
+        (images per class, in class order) and its own image size (``data_image_size``, used only
+        when ``image_size`` is None). Returns ``self`` when there is nothing to resolve.
+
+        ``train_per_class`` becomes ``train_size``: ``sum(min(train_per_class, n_c))``, raised to
+        ``min_train_size``, capped at ``max_train_size``, and at most the images not held out
+        for validation (``len - val_size``; when that leaves nothing, the total is kept and the
+        split reports that it does not fit). ``train_per_class``, ``min_train_size`` and
+        ``max_train_size`` become None, ``image_size`` the data's size. Totals (``train_size``,
+        ``val_size``) are kept as they are, ``None`` included. The resolved config is what a
+        run records and what decides whether two runs computed the same thing.
+
+        >>> TrainConfig.from_preset("eval-cpu").resolved([5000] * 10, data_image_size=32).train_size
+        1000
+        """
+        changes: dict[str, Any] = {}
+        if self.train_per_class is not None:
+            if class_counts is None:
+                raise ValueError(f"TrainConfig.train_per_class={self.train_per_class} is resolved against the data: "
+                                 "pass the images per class (class_counts)")
+            counts = [int(c) for c in class_counts]
+            if any(c < 0 for c in counts) or sum(counts) == 0:
+                raise ValueError(f"class_counts must be non-negative image counts with at least one image, "
+                                 f"got {counts[:10]}{'...' if len(counts) > 10 else ''}")
+            n = sum(counts)
+            total = sum(min(self.train_per_class, c) for c in counts)
+            if self.min_train_size is not None:
+                total = max(total, self.min_train_size)
+            if self.max_train_size is not None:
+                total = min(total, self.max_train_size)
+            not_held_out = n - (self.val_size or 0)
+            if not_held_out >= 1:
+                total = min(total, not_held_out)
+            changes.update(train_size=total, train_per_class=None, min_train_size=None, max_train_size=None)
+        if self.image_size is None:
+            if data_image_size is None:
+                raise ValueError("TrainConfig.image_size is automatic (the data's own size): pass data_image_size")
+            changes["image_size"] = data_image_size
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def describe_split(self) -> str:
+        """The training and validation split in words (``"100 training images per class (1,000 to
+        2,000 in all), 1,000 validation images"``)."""
+        return ", ".join(p for p in (self.describe_train(), self.describe_val()) if p)
+
+    def describe_train(self) -> str:
+        """The training split in words (``"100 training images per class (1,000 to 2,000 in all)"``)."""
+        if self.train_per_class is not None:
+            low, high = self.min_train_size, self.max_train_size
+            bound = (f"{low:,} to {high:,}" if low and high else f"at least {low:,}" if low
+                     else f"at most {high:,}" if high else "")
+            return f"{self.train_per_class:,} training images per class" + (f" ({bound} in all)" if bound else "")
+        if self.train_size:
+            return f"{self.train_size:,} training images"
+        return "every image trains" if self.val_size == 0 else "every image not held out trains"
+
+    def describe_val(self) -> str:
+        """The validation split in words (``""`` when it is the rest of an unsized training split)."""
+        if self.val_size is None:
+            return "the rest validate" if (self.train_size or self.train_per_class) else ""
+        return "no validation" if self.val_size == 0 else f"{self.val_size:,} validation images"
 
     # -- derived ------------------------------------------------------------------------------
     def resolve_device(self) -> "torch.device":
@@ -197,6 +323,34 @@ class TrainConfig:
         return device
 
 
+def _sizing_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` of a preset, where sizing the training split one way replaces the preset's
+    other way: ``train_size`` (a total, or None for every image not held out) clears the preset's
+    ``train_per_class`` and its bounds; ``train_per_class`` clears the preset's ``train_size``.
+    Overrides that give both are left for the config's own check."""
+    out = dict(overrides)
+    if "train_size" in out and "train_per_class" not in out:
+        out.setdefault("train_per_class", None)
+        out.setdefault("min_train_size", None)
+        out.setdefault("max_train_size", None)
+    elif out.get("train_per_class") is not None and "train_size" not in out:
+        out["train_size"] = None
+    return out
+
+
+def sizing_record(requested: TrainConfig, resolved: TrainConfig, *, num_classes: int | None = None) -> dict[str, Any]:
+    """What a run records about its sizing: the :data:`SIZING_FIELDS` as ``requested`` (None:
+    per class, automatic or "the rest", as the fields document) and as ``resolved`` against the
+    data, and the data's number of classes."""
+    record: dict[str, Any] = {
+        "requested": {name: getattr(requested, name) for name in SIZING_FIELDS},
+        "resolved": {name: getattr(resolved, name) for name in ("train_size", "val_size", "image_size")},
+    }
+    if num_classes is not None:
+        record["num_classes"] = int(num_classes)
+    return record
+
+
 def _check_field_names(keys: Iterable[str], what: str) -> None:
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = sorted(set(keys) - known)
@@ -209,32 +363,37 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
     {
         # A few seconds on 2 CPU cores; for tests and trying the plumbing. Reaches 0.21-0.29
         # validation accuracy on CIFAR-10 with `standard` or `autoaugment-cifar10` over seeds 0-3
-        # (chance: 0.10).
+        # (chance: 0.10). 32x32 whatever the data's size, so that it stays a few seconds.
         "smoke": TrainConfig(
             model="resnet-8", train_size=1024, val_size=256, epochs=2, batch_size=32, lr=0.1,
-            warmup_epochs=0.0, device="cpu",
+            warmup_epochs=0.0, image_size=32, device="cpu",
         ),
-        # One proxy trial of 45-60 s on 2 idle CPU cores (measured; docs/training.md). The high
-        # peak lr makes the 15 epochs reach the regime where crop+flip beats no augmentation.
+        # One proxy trial of 45-60 s on 2 idle CPU cores (measured on 32x32 images; docs/training.md).
+        # The high peak lr makes the 15 epochs reach the regime where crop+flip beats no augmentation.
         "cpu": TrainConfig(
             model="resnet-8", train_size=4000, val_size=1000, epochs=15, batch_size=64, lr=0.2,
             warmup_epochs=1.0, device="cpu",
         ),
-        # The search's proxy on a CPU (the `cpu` search preset): ResNet-8 on 1,000 training images
-        # of the search split (split seed 0; 1,000 more validate), 120 epochs. Long training on
-        # few images is where augmentation pays off, so the proxy ranks policies the way the
+        # The search's proxy on a CPU (the `cpu` search preset): ResNet-8 on 100 training images per
+        # class of the search split (split seed 0; 1,000 more validate), 120 epochs. Long training
+        # on few images is where augmentation pays off, so the proxy ranks policies the way the
         # evaluation regime does (docs/search.md, "Proxy fidelity"); ASHA keeps it affordable.
+        # Sized to the data (docs/training.md, "Regimes sized to the data"): at least 1,000 images
+        # (CIFAR-10's 10 classes: exactly 1,000, as before) and at most 2,000 (GTSRB's 43 classes:
+        # 2,000, twice CIFAR-10's epoch cost instead of 4.3 times). Validation stays 1,000 images
+        # in all: the noise of a score depends on how many images it averages, not on the classes.
         "proxy-cpu": TrainConfig(
-            model="resnet-8", train_size=1000, val_size=1000, epochs=120, batch_size=64, lr=0.2,
-            warmup_epochs=1.0, device="cpu",
+            model="resnet-8", train_size=None, train_per_class=100, min_train_size=1000, max_train_size=2000,
+            val_size=1000, epochs=120, batch_size=64, lr=0.2, warmup_epochs=1.0, device="cpu",
         ),
         # The evaluation regime on a CPU (benchmarks/search_quality.py, `autoaug compare --preset
         # eval-cpu`): the proxy's recipe on another training split (split seed 1), no validation,
-        # scored on the test split. Chosen by measurement (docs/training.md, "Evaluation regime"):
-        # crop+flip beats no augmentation by ~10 points and AutoAugment beats crop+flip by ~4.
+        # scored on the test split. Chosen by measurement on CIFAR-10 (docs/training.md,
+        # "Evaluation regime"): crop+flip beats no augmentation by ~10 points and AutoAugment beats
+        # crop+flip by ~4. Sized per class as `proxy-cpu` is (CIFAR-10: 1,000 images, as measured).
         "eval-cpu": TrainConfig(
-            model="resnet-8", train_size=1000, val_size=0, split_seed=1, epochs=120, batch_size=64,
-            lr=0.2, warmup_epochs=1.0, device="cpu",
+            model="resnet-8", train_size=None, train_per_class=100, min_train_size=1000, max_train_size=2000,
+            val_size=0, split_seed=1, epochs=120, batch_size=64, lr=0.2, warmup_epochs=1.0, device="cpu",
         ),
         # AutoAugment's proxy task: WRN-40-2 on reduced CIFAR-10 (4,000 images; the rest of the
         # training set validates), 120 epochs, batch 128, lr 0.1, weight decay 5e-4, cosine.

@@ -3,6 +3,7 @@
 soon as they finish and reused by a re-run with the same ``--out``."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from autoaug.launch.compare.candidates import Candidate, resolve_candidates
 from autoaug.launch.compare.config import CompareConfig
 from autoaug.launch.compare.report import Comparison, _pct, attach_evaluations, summarize, write_outputs
 
-__all__ = ["run_compare", "run_id", "run_record", "load_run"]
+__all__ = ["run_compare", "run_id", "run_record", "load_run", "sized_to_data"]
 
 #: Training-config fields that may differ between a stored run and the comparison reusing it:
 #: they do not change what is computed (where the data lives, how many threads run it).
@@ -118,12 +119,20 @@ def load_run(
     return record
 
 
-def _dataset_fingerprint(config: CompareConfig) -> str:
+def sized_to_data(config: CompareConfig) -> tuple[CompareConfig, str, dict[str, Any]]:
+    """``(config with its training config sized to the data, dataset fingerprint, sizing record)``.
+
+    The one place a comparison resolves its regime (:func:`autoaug.proxy_models.train.resolve_config`:
+    a split per class becomes a total, an automatic image size the data's own): every run trains,
+    and every run record keeps, the resolved config, so finished runs are reused exactly when
+    they computed the same thing, whichever way the regime was asked for."""
     from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.train import resolve_config, sizing_record
 
     t = config.train
     try:
         ds = open_dataset(t.data, split="train")
+        resolved = resolve_config(t, ds)
         fp = ds.fingerprint()
         test = open_dataset(t.test_data, split="test")
     except (ValueError, OSError) as exc:  # DatasetError is a ValueError
@@ -133,7 +142,8 @@ def _dataset_fingerprint(config: CompareConfig) -> str:
             f"test data {t.test_data} has classes {list(test.classes)[:10]}, but the training data "
             f"{t.data} has {list(ds.classes)[:10]}"
         )
-    return fp
+    sizing = sizing_record(t, resolved, num_classes=ds.num_classes)
+    return dataclasses.replace(config, train=resolved), fp, sizing
 
 
 def _describe_run(r: Mapping[str, Any]) -> str:
@@ -158,11 +168,11 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
     """
     say = display.log if display is not None else (progress or (lambda line: None))
     candidates = resolve_candidates(config.policies, config.baselines, config.store)
-    dataset_fp = _dataset_fingerprint(config)
+    config, dataset_fp, sizing = sized_to_data(config)
     out = Location.parse(config.out, what="--out")
     try:
         out.child("runs").mkdir()
-        out.write_text(json.dumps(_config_dict(config, candidates), indent=2), "compare.json")
+        out.write_text(json.dumps({**_config_dict(config, candidates), "sizing": sizing}, indent=2), "compare.json")
     except OSError as exc:
         raise CompareError(f"cannot write to --out {out.uri}: {exc}") from None
 
@@ -181,6 +191,8 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
         f"compare: {len(candidates)} policies x {len(config.seeds)} seeds = {total} runs"
         + (f" ({len(done)} finished earlier, reused from {out.child('runs').uri})" if done else "")
     )
+    t = config.train
+    say(f"compare: {t.model}, {t.epochs} epochs, {t.describe_split()}, {t.image_size}x{t.image_size} images")
     for i, record in enumerate(done.values(), 1):
         say(f"[{i}/{total}] reused  {_describe_run(record)}")
 

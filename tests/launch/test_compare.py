@@ -5,6 +5,7 @@ The unit tests build run records by hand; the ``slow`` test trains real runs on 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -237,6 +238,95 @@ def test_stale_run_records_are_refused(tmp_path, store):
     assert runner.load_run(json.dumps(older).encode(), "r.json", cand, seed, cfg, "f" * 64) is not None
     with pytest.raises(CompareError, match="eval_from: 1 vs 2"):
         runner.load_run(json.dumps(older).encode(), "r.json", cand, seed, dataclasses.replace(cfg, eval_from=2), "f" * 64)
+
+
+def _images_pair(folder: Path, counts, shape=(48, 40, 3)) -> Path:
+    """train.parquet and test.parquet of random PNGs of ``shape`` (HWC), ``counts`` images per class."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(len(counts)), counts)
+    for name in ("train.parquet", "test.parquet"):
+        images = []
+        for i in range(len(labels)):
+            buf = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, shape(i) if callable(shape) else shape, dtype=np.uint8)).save(buf, "PNG")
+            images.append(buf.getvalue())
+        table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int16())})
+        pq.write_table(table.replace_schema_metadata({"classes": ",".join(f"c{c}" for c in range(len(counts)))}),
+                       folder / name)
+    return folder
+
+
+def test_a_comparison_is_sized_to_its_data_once_and_records_both(tmp_path):
+    """The per-class split and the automatic image size become numbers before any run: every run
+    trains (and its record keeps) the resolved config; compare.json keeps what was asked too."""
+    data = _images_pair(tmp_path / "d", [12, 30, 6])
+    cfg = compare.config_from_dict({"data": str(data), "preset": "eval-cpu", "baselines": "standard",
+                                    "train": {"train_per_class": 8, "min_train_size": 10, "max_train_size": 20}})
+    assert (cfg.train.train_size, cfg.train.train_per_class, cfg.train.image_size) == (None, 8, None)  # as asked
+    sized, fingerprint, sizing = runner.sized_to_data(cfg)
+    assert (sized.train.train_size, sized.train.val_size, sized.train.image_size) == (20, 0, 40)  # 8+8+6 = 22, capped
+    assert sized.train.is_resolved and sized.run_config(1).train_size == 20
+    assert sizing["requested"]["train_per_class"] == 8 and sizing["resolved"] == {"train_size": 20, "val_size": 0,
+                                                                                  "image_size": 40}
+    assert sizing["num_classes"] == 3 and len(fingerprint) == 64
+    flags = compare_cmd_config(["--data", str(data), "--preset", "smoke", "--train-per-class", "8", "--image-size", "auto"])
+    assert (flags.train.train_per_class, flags.train.train_size, flags.train.image_size) == (8, None, None)
+
+
+def compare_cmd_config(argv):
+    from autoaug.launch import compare_cmd
+    from autoaug.launch.cli import build_parser
+
+    return compare_cmd.build_compare_config(build_parser().parse_args(["compare", *argv]))
+
+
+def test_a_comparison_on_images_of_several_sizes_asks_for_one(tmp_path):
+    data = _images_pair(tmp_path / "d", [4, 4], shape=lambda i: (32, 32, 3) if i % 3 else (40, 40, 3))
+    cfg = compare.config_from_dict({"data": str(data), "preset": "eval-cpu"})
+    with pytest.raises(CompareError, match=r"the images come in 2 sizes .*give one: --image-size N") as info:
+        runner.sized_to_data(cfg)
+    assert "\n" not in str(info.value)
+    assert runner.sized_to_data(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, image_size=32)))[0]
+
+
+def test_run_reuse_tells_regimes_apart_by_what_they_resolve_to(tmp_path, store):
+    """A finished run is reused exactly when it computed what this comparison would: regimes that
+    resolve to other sizes are refused, one asked for another way but resolving alike is reused,
+    and the records of CIFAR-10 runs from before the presets were sized per class are reused."""
+    from autoaug.proxy_models.train import TrainConfig
+
+    comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8], "standard": [0.7]})
+    cand, seed = comparison.candidates[0], 0
+    gtsrb = [210, 2220, 2250, 1410, 1980, 1860, 420, 1440, 1410, 1470, 2010, 1320, 2100, 2160, 780, 630, 420, 1110,
+             1200, 210, 360, 330, 390, 510, 270, 1500, 600, 240, 540, 270, 450, 780, 240, 689, 420, 1200, 390, 210,
+             2070, 300, 360, 240, 240]
+
+    def run_config(**overrides):
+        cfg = TrainConfig.from_preset("eval-cpu", data="/d/train.parquet", test_data="/d/test.parquet", **overrides)
+        return dataclasses.replace(cfg.resolved(gtsrb, data_image_size=32), seed=seed, num_threads=1)
+
+    outcome = {"test_accuracy": 0.8, "train_time_s": 1.0, "dataset_fingerprint": "f" * 64}
+    record = json.dumps(runner.run_record(cand, seed, run_config(), outcome)).encode()
+    assert runner.load_run(record, "r.json", cand, seed, run_config(), "f" * 64)["train_config"]["train_size"] == 2000
+    with pytest.raises(CompareError, match=r"r.json holds a run of another comparison \(train_size: 2000 vs 3000\)"):
+        runner.load_run(record, "r.json", cand, seed, run_config(max_train_size=3000), "f" * 64)
+    with pytest.raises(CompareError, match=r"train_size: 2000 vs 1075"):  # 25 per class
+        runner.load_run(record, "r.json", cand, seed, run_config(train_per_class=25), "f" * 64)
+    assert runner.load_run(record, "r.json", cand, seed, run_config(train_size=2000), "f" * 64) is not None
+    # A CIFAR-10 eval-cpu run recorded before the per-class presets (train_size 1000, 32x32, no new keys).
+    quality = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+                          / "search-quality-cpu-eval-cpu" / "quality.json").read_text())
+    old = json.dumps(runner.run_record(cand, seed, TrainConfig.from_dict(quality["eval_train_config"]), outcome))
+    now = dataclasses.replace(TrainConfig.from_preset("eval-cpu", data="/elsewhere").resolved([5000] * 10, data_image_size=32),
+                              seed=seed, num_threads=1)
+    assert runner.load_run(old.encode(), "r.json", cand, seed, now, "f" * 64) is not None
 
 
 def test_outputs_to_a_filesystem_uri(tmp_path, store, monkeypatch):

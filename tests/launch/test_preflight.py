@@ -111,6 +111,26 @@ def test_every_image_is_decoded_even_outside_the_split(tmp_path, cifar_train):
         preflight.check_data(config)
 
 
+def test_the_preflight_sizes_train_and_search_to_their_data(tmp_path, cifar_train):
+    """``train`` and ``search`` get their config resolved against the data: the per-class split as
+    a total, the automatic image size as the data's (what the trainer, and the search's trials
+    and records, then see)."""
+    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.search.config import SearchConfig
+
+    data = _subset(cifar_train, tmp_path / "d.parquet", 300)  # 300 images of class 0 (10 class names)
+    requested = TrainConfig.from_preset("eval-cpu", data=str(data), train_per_class=20, min_train_size=50)
+    assert (requested.train_size, requested.image_size) == (None, None)
+    config = preflight.for_train(requested, tmp_path / "out")
+    assert (config.train_size, config.val_size, config.image_size, config.train_per_class) == (50, 0, 32, None)
+    search = SearchConfig.from_dict({"preset": "cpu", "name": "s", "data": str(data), "storage": str(tmp_path / "runs"),
+                                     "store": str(tmp_path / "store"), "train": {"preset": "proxy-cpu", "val_size": 100}})
+    assert search.train.train_per_class == 100
+    checked = preflight.for_search(search).train
+    assert (checked.train_size, checked.val_size, checked.image_size) == (200, 100, 32)  # 300 - 100 not held out
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_train_command_decodes_its_split_once(tmp_path, cifar_train, monkeypatch):
     """The preflight decodes the rows the trainer uses the way its loader does: the loader then
     finds them in the decode cache instead of decoding them again."""

@@ -51,6 +51,15 @@ def test_the_size_flags_are_declared_once():
         assert flags == {("--train-size",), ("--val-size",)}, module.__name__
 
 
+def test_the_per_class_and_image_size_flags_are_declared_once():
+    """``train`` and ``compare`` take --train-per-class and --image-size from the one option layer."""
+    from autoaug.launch.options import image_size_option, per_class_option
+
+    declared = {per_class_option().flags, image_size_option().flags}
+    for module in (train_cmd, compare_cmd):
+        assert {o.flags for o in module.OPTIONS if o.flags in declared} == declared, module.__name__
+
+
 def test_a_split_too_big_for_the_data_names_the_sizes_and_flags_that_fit(small_imagefolder, tmp_path, capsys):
     code = cli.main(["search", "--preset", "smoke", "--data", str(small_imagefolder),
                      "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")])

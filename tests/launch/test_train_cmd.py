@@ -88,6 +88,12 @@ def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys)
         (["--epochs", "0"], "TrainConfig.epochs must be a positive integer, got 0"),
         (["--model", "vgg-11"], "unknown model 'vgg-11'"),
         (["--resume"], "--resume: no checkpoint at"),
+        (["--train-per-class", "0"], "TrainConfig.train_per_class must be a positive integer or None, got 0"),
+        (["--train-per-class", "50", "--train-size", "500"],
+         "TrainConfig.train_size=500 and train_per_class=50 both size the training split; set one of them"),
+        (["--set", "max_train_size=3000"], "TrainConfig.max_train_size=3000 bounds a training split sized per class, "
+                                           "but train_per_class is None"),
+        (["--image-size", "0"], "TrainConfig.image_size must be a positive integer, or 'auto'/None"),
     ],
 )
 def test_user_errors_are_one_line_with_exit_code_2(extra, message, cifar_train, tmp_path, capsys):
@@ -127,5 +133,79 @@ def test_help_lists_the_flags():
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert result.returncode == 0
     for flag in ("--policy", "--store", "--data", "--test-data", "--model", "--epochs", "--preset", "--seed",
-                 "--out", "--device", "--resume"):
+                 "--out", "--device", "--resume", "--train-per-class", "--image-size"):
         assert flag in result.stdout
+    # The presets and the per-class regime, with what it gives on CIFAR-10 and GTSRB.
+    text = " ".join(result.stdout.split())
+    assert "proxy-cpu resnet-8, 120 epochs, 100 training images per class (1,000 to 2,000 in all), 1,000 validation " \
+           "images, the data's own image size" in text
+    assert "smoke resnet-8, 2 epochs, 1,024 training images, 256 validation images, 32x32" in text
+    assert "So CIFAR-10 (10 classes of 5,000) trains on 1,000 images and GTSRB (43 classes of 210-2,250) on 2,000." in text
+
+
+def test_image_size_flag_takes_a_number_or_auto(tmp_path, capsys):
+    from autoaug.launch import train_cmd
+    from autoaug.launch.cli import build_parser
+
+    (tmp_path / "train.parquet").write_bytes(b"PAR1")
+    data = str(tmp_path / "train.parquet")
+    for flag, expected in (("48", 48), ("auto", None)):
+        _, config = train_cmd._settings(build_parser().parse_args(
+            ["train", "--data", data, "--preset", "smoke", "--image-size", flag]))
+        assert config.image_size == expected
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--data", data, "--image-size", "big"])
+    assert "--image-size: expected a positive integer or 'auto', got 'big'" in capsys.readouterr().err
+
+
+def _signs(root, counts, size=(40, 48)):
+    """An ImageFolder of random PNGs of ``size`` (width, height), ``counts`` images per class."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c, n in enumerate(counts):
+        (root / f"class{c}").mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            shape = (size[1], size[0], 3) if not callable(size) else size(i)
+            Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)).save(root / f"class{c}" / f"{i}.png")
+    return root
+
+
+def test_images_of_several_sizes_with_an_automatic_size_are_one_line_before_anything_is_created(tmp_path, capsys):
+    data = _signs(tmp_path / "mixed", [6, 6], size=lambda i: (32, 32, 3) if i % 2 else (40, 40, 3))
+    code, _, err = run_cli(["train", "--data", str(data), "--preset", "cpu", "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "the images come in 2 sizes (width x height 32x32: 6 images, 40x40: 6 images); give one: --image-size N" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_a_per_class_run_on_the_datas_own_size_records_what_it_resolved_to(tmp_path, capsys):
+    """Three classes of 12, 30 and 6 images of 40x48: 8 per class resolves to 8 + 8 + 6 = 22 training
+    images, the image size to 40 (the shorter side); metrics.json keeps the resolved config and
+    what was asked."""
+    data = _signs(tmp_path / "signs", [12, 30, 6])
+    out = tmp_path / "run"
+    code, printed, err = run_cli(
+        ["train", "--data", str(data), "--preset", "smoke", "--train-per-class", "8", "--image-size", "auto",
+         "--val-size", "6", "--epochs", "1", "--batch-size", "8", "--num-threads", "1", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert ("split: 22 training images, 6 validation images, 40x40 (asked: 8 training images per class; image size "
+            "auto)") in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    config = metrics["config"]
+    assert (config["train_size"], config["val_size"], config["image_size"]) == (22, 6, 40)
+    assert "train_per_class" not in config  # the record of what was computed: a total
+    assert metrics["sizing"] == {
+        "requested": {"train_size": None, "val_size": 6, "train_per_class": 8, "min_train_size": None,
+                      "max_train_size": None, "image_size": None},
+        "resolved": {"train_size": 22, "val_size": 6, "image_size": 40},
+    }
+    assert metrics["status"] == "finished" and len(metrics["history"]) == 1
+    # Resuming with the same request is the same run (the checkpoint holds the resolved config).
+    code, printed, err = run_cli(
+        ["train", "--data", str(data), "--preset", "smoke", "--train-per-class", "8", "--image-size", "auto",
+         "--val-size", "6", "--epochs", "1", "--batch-size", "8", "--out", str(out), "--resume"], capsys)
+    assert code == 0, err
+    assert "resuming" in printed

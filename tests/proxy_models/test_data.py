@@ -194,6 +194,57 @@ def test_grayscale_rgba_and_mixed_sizes_become_rgb_of_one_size(tmp_path):
     assert batch.shape == (3, 32, 32, 3) and batch.dtype == np.uint8
 
 
+def _jpeg_turned(array: np.ndarray) -> bytes:
+    """A JPEG stored as ``array`` whose EXIF orientation (6: rotate 90 degrees) turns it on decoding."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format="JPEG", exif=exif.tobytes())
+    return buf.getvalue()
+
+
+def test_own_image_size_of_a_dataset_of_one_size(tmp_path):
+    """The size an automatic ``image_size`` trains at: the shorter side of the one size every image
+    has, as decoding gives it (EXIF orientation applied), read from the headers."""
+    from autoaug.proxy_models.train import TrainConfig, resolve_config
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "signs"
+    for c, n in (("a", 5), ("b", 3)):
+        (root / c).mkdir(parents=True)
+        for i in range(n):  # 40 wide, 48 high
+            Image.fromarray(rng.integers(0, 255, (48, 40, 3), dtype=np.uint8)).save(root / c / f"{i}.png")
+    (root / "b" / "turned.jpg").write_bytes(_jpeg_turned(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)))
+    ds = open_dataset(root)
+    assert ds.image_shapes() == {(48, 40): 9} and ds.image(8).shape == (48, 40, 3)
+    assert ds.own_image_size() == 40  # the longer side is center-cropped, nothing is scaled
+    config = resolve_config(TrainConfig.from_preset("cpu", data=str(root), train_size=4, val_size=2))
+    assert config.image_size == 40 and config.is_resolved
+    assert resolve_config(TrainConfig.from_preset("cpu", data=str(root), image_size=24), ds).image_size == 24
+
+
+def test_own_image_size_of_images_of_several_sizes_asks_for_one(tmp_path):
+    rng = np.random.default_rng(0)
+    images = [_png(rng.integers(0, 255, shape, dtype=np.uint8)) for shape in [(30, 40, 3)] * 3 + [(64, 64, 3)] * 2]
+    ds = ParquetDataset(str(_write_parquet(tmp_path / "m.parquet", images, [0, 1, 0, 1, 0])))
+    assert ds.image_shapes() == {(30, 40): 3, (64, 64): 2}  # most common first
+    with pytest.raises(DatasetError) as info:
+        ds.own_image_size()
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{ds.source}: the image size is automatic (the data's own size), but the images come "
+                              "in 2 sizes (width x height 40x30: 3 images, 64x64: 2 images); give one: --image-size N")
+    assert "e.g. --image-size 30, the shorter side of the most common size" in message
+
+
+def test_an_unreadable_image_header_names_the_row(tmp_path):
+    rng = np.random.default_rng(0)
+    good = _png(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8))
+    ds = ParquetDataset(str(_write_parquet(tmp_path / "g.parquet", [good, b"\x89PNG\r\n\x1a\nbroken"], [0, 0])))
+    with pytest.raises(DatasetError, match=r"g.parquet row 1: truncated PNG"):
+        ds.image_shapes()
+
+
 def _fake_cifar_batches(root: Path, n_train: int = 20, n_test: int = 10) -> np.ndarray:
     """torchvision's on-disk CIFAR-10 format (pickled dicts of flat CHW rows)."""
     base = root / "cifar-10-batches-py"
@@ -221,6 +272,7 @@ def test_torchvision_cifar10_layout(tmp_path, monkeypatch):
     assert isinstance(ds, TorchvisionCIFAR10)
     assert ds.classes == CIFAR_CLASSES and len(ds) == 20
     assert np.array_equal(ds.image(3), pixels[3])
+    assert ds.own_image_size() == 32  # from the pixels it holds
     assert open_dataset(f"cifar10:{tmp_path}", split="test").labels.shape == (10,)
     # PNG round trip is lossless, so the DALI decode path sees the same pixels.
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(ds.encoded(3)))), pixels[3])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,11 +108,206 @@ def test_to_dict_is_json_and_round_trips():
         ({"eval_every": 0}, r"TrainConfig.eval_every must be a positive integer"),
         ({"eval_from": 3, "epochs": 2}, r"TrainConfig.eval_from must be an integer in \[1, epochs=2\], got 3"),
         ({"data": 3}, r"TrainConfig.data must be a path or URI string, got 3"),
+        ({"image_size": 0}, r"TrainConfig.image_size must be a positive integer, or 'auto'/None \(the data's own size\), got 0"),
+        ({"image_size": "big"}, r"TrainConfig.image_size must be a positive integer, or 'auto'/None .*, got 'big'"),
+        ({"train_per_class": 0}, r"TrainConfig.train_per_class must be a positive integer or None, got 0"),
+        ({"train_per_class": 2.5}, r"TrainConfig.train_per_class must be a positive integer or None, got 2.5"),
+        ({"train_per_class": 50, "min_train_size": -1}, r"TrainConfig.min_train_size must be a positive integer or None, got -1"),
+        ({"train_per_class": 50, "train_size": 500},
+         r"TrainConfig.train_size=500 and train_per_class=50 both size the training split; set one of them"),
+        ({"max_train_size": 2000}, r"TrainConfig.max_train_size=2000 bounds a training split sized per class, but "
+                                   r"train_per_class is None; set train_per_class too \(or size the split with train_size\)"),
+        ({"train_per_class": 50, "min_train_size": 3000, "max_train_size": 2000},
+         r"TrainConfig.min_train_size=3000 exceeds max_train_size=2000; expected min_train_size <= max_train_size"),
     ],
 )
 def test_bad_config_values_raise_naming_field_and_value(overrides, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as info:
         TrainConfig.from_preset("smoke", **overrides)
+    assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# Regimes sized to the data: a split per class with a floor and a cap, the data's own image size
+# ------------------------------------------------------------------------------------------------
+#: GTSRB's training images per class (the README of shared/data/gtsrb-32-png): 43 classes, 210-2,250.
+GTSRB_COUNTS = [210, 2220, 2250, 1410, 1980, 1860, 420, 1440, 1410, 1470, 2010, 1320, 2100, 2160, 780, 630, 420,
+                1110, 1200, 210, 360, 330, 390, 510, 270, 1500, 600, 240, 540, 270, 450, 780, 240, 689, 420, 1200,
+                390, 210, 2070, 300, 360, 240, 240]
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def _recorded_train_configs():
+    """The training configs CIFAR-10 runs recorded before the CPU presets were sized per class:
+    the search's proxy (``proxy-cpu``) and the evaluation regime (``eval-cpu``) of the measured
+    search-quality benchmark."""
+    search = json.loads((RESULTS / "search-quality-cpu-eval-cpu" / "search_result.json").read_text())
+    quality = json.loads((RESULTS / "search-quality-cpu-eval-cpu" / "quality.json").read_text())
+    return {"proxy-cpu": search["provenance"]["search"]["config"]["train"], "eval-cpu": quality["eval_train_config"]}
+
+
+def test_cpu_presets_resolve_on_cifar10_to_exactly_the_recorded_regimes():
+    """On CIFAR-10 (10 classes of 5,000 32x32 images) the per-class presets are what they were:
+    1,000 training images (1,000 validating for the proxy, none for the evaluation), 32x32, and the
+    resolved config is field for field the one the earlier runs recorded (so their records are
+    reused and their digests unchanged)."""
+    for name, recorded in _recorded_train_configs().items():
+        resolved = TrainConfig.from_preset(name).resolved([5000] * 10, data_image_size=32)
+        assert (resolved.train_size, resolved.val_size, resolved.image_size) == (
+            (1000, 1000, 32) if name == "proxy-cpu" else (1000, 0, 32))
+        assert resolved.changed_fields(recorded, ignore=("data", "test_data")) == []
+        assert set(resolved.to_dict()) == set(recorded) | {"eval_from"}  # no new keys in its records
+        assert resolved.is_resolved and resolved.resolved([1] * 10) is resolved  # nothing left to resolve
+
+
+def test_cifar10_resolution_reproduces_the_recorded_split_fingerprint(cifar_train):
+    """The real CIFAR-10 labels through the per-class ``proxy-cpu``: the very split (fingerprint)
+    the recorded search trained its trials on."""
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.splits import reduced_split
+    from autoaug.proxy_models.train import resolve_config
+
+    recorded = json.loads((RESULTS / "search-quality-cpu-eval-cpu" / "search_result.json").read_text())["provenance"]
+    ds = open_dataset(cifar_train)
+    config = resolve_config(TrainConfig.from_preset("proxy-cpu", data=str(cifar_train)), ds)
+    split = reduced_split(ds.labels, config.train_size, config.val_size, seed=config.split_seed,
+                          dataset_fingerprint=ds.fingerprint())
+    assert ds.fingerprint() == recorded["dataset"]["fingerprint"]
+    assert split.fingerprint == recorded["split"]["fingerprint"]
+
+
+def test_cpu_presets_on_gtsrb_train_on_the_cap():
+    """GTSRB's 43 classes (210-2,250 images): 100 per class would be 4,300 images, 4.3 times
+    CIFAR-10's epoch cost; the cap keeps it at 2,000 (twice). Validation stays 1,000 in all."""
+    proxy = TrainConfig.from_preset("proxy-cpu").resolved(GTSRB_COUNTS, data_image_size=32)
+    evaluation = TrainConfig.from_preset("eval-cpu").resolved(GTSRB_COUNTS, data_image_size=32)
+    assert (proxy.train_size, proxy.val_size, evaluation.train_size, evaluation.val_size) == (2000, 1000, 2000, 0)
+    assert TrainConfig.from_preset("eval-cpu", max_train_size=None).resolved(GTSRB_COUNTS, data_image_size=32).train_size == 4300
+
+
+def test_gtsrb_like_labels_give_a_stratified_split_of_the_resolved_size():
+    """Drawn as a total is: every one of the 43 imbalanced classes is in the split, in proportion
+    to its size (the smallest classes of 210 give 10-11 images, the largest of 2,250 about 115)."""
+    import numpy as np
+
+    from autoaug.proxy_models.splits import reduced_split
+
+    labels = np.repeat(np.arange(43), GTSRB_COUNTS)
+    config = TrainConfig.from_preset("proxy-cpu").resolved(np.bincount(labels), data_image_size=32)
+    split = reduced_split(labels, config.train_size, config.val_size, seed=config.split_seed)
+    per_class = np.bincount(labels[split.train], minlength=43)
+    assert len(split.train) == 2000 and len(split.val) == 1000 and not np.intersect1d(split.train, split.val).size
+    assert per_class.min() in (10, 11) and per_class.max() in (114, 115)
+    assert np.all(np.abs(per_class - 2000 * np.asarray(GTSRB_COUNTS) / sum(GTSRB_COUNTS)) < 1)
+
+
+@pytest.mark.parametrize(
+    "counts, sizing, val_size, expected",
+    [
+        ([5000] * 10, {"train_per_class": 100}, 1000, 1000),          # CIFAR-10-like
+        ([30, 250, 80], {"train_per_class": 100}, 0, 210),             # small classes give all they have
+        ([30, 250, 80], {"train_per_class": 100, "min_train_size": 300}, 0, 300),   # the floor
+        ([30, 250, 80], {"train_per_class": 100, "max_train_size": 150}, 0, 150),   # the cap
+        ([30, 250, 80], {"train_per_class": 100, "min_train_size": 200, "max_train_size": 200}, 0, 200),
+        ([30, 40], {"train_per_class": 100, "min_train_size": 1000}, 20, 50),       # floor > what is not held out
+        ([30, 40], {"train_per_class": 100, "min_train_size": 1000}, None, 70),     # val_size None: no image left over
+        ([0, 12, 7], {"train_per_class": 5}, 0, 10),                   # a class without images gives none
+    ],
+)
+def test_per_class_resolution_floor_and_cap(counts, sizing, val_size, expected):
+    config = TrainConfig(train_size=None, val_size=val_size, **sizing)
+    resolved = config.resolved(counts, data_image_size=32)
+    assert resolved.train_size == expected
+    assert (resolved.train_per_class, resolved.min_train_size, resolved.max_train_size) == (None, None, None)
+    assert resolved.val_size == val_size
+    import numpy as np
+
+    from autoaug.proxy_models.splits import reduced_split
+
+    labels = np.repeat(np.arange(len(counts)), counts)
+    assert len(reduced_split(labels, resolved.train_size, resolved.val_size, seed=0).train) == expected
+
+
+def test_a_validation_set_larger_than_the_data_is_left_to_the_split_to_refuse():
+    """Per-class sizes never fail on small classes; a validation *total* that the data cannot hold
+    is refused, in one line saying what fits, by the split itself."""
+    import numpy as np
+
+    from autoaug.proxy_models.data import DatasetError
+    from autoaug.proxy_models.splits import reduced_split
+
+    counts = [20] * 10
+    resolved = TrainConfig.from_preset("proxy-cpu").resolved(counts, data_image_size=32)
+    assert (resolved.train_size, resolved.val_size) == (1000, 1000)
+    with pytest.raises(DatasetError, match=r"train_size 1000 \+ val_size 1000 exceeds the dataset's 200 images; .*"
+                                           r"--train-size 100 --val-size 100"):
+        reduced_split(np.repeat(np.arange(10), counts), resolved.train_size, resolved.val_size, seed=0)
+
+
+def test_resolution_needs_the_data_it_depends_on():
+    per_class = TrainConfig.from_preset("eval-cpu")
+    with pytest.raises(ValueError, match=r"train_per_class=100 is resolved against the data: pass the images per class"):
+        per_class.resolved(data_image_size=32)
+    with pytest.raises(ValueError, match=r"image_size is automatic \(the data's own size\): pass data_image_size"):
+        per_class.resolved([5000] * 10)
+    with pytest.raises(ValueError, match=r"class_counts must be non-negative image counts with at least one image"):
+        per_class.resolved([0, 0], data_image_size=32)
+    totals = TrainConfig.from_preset("smoke")  # nothing to resolve: a total split, 32x32
+    assert totals.is_resolved and totals.resolved() is totals
+    # Totals are kept as they are, "the rest" (None) included: only the per-class and automatic fields change.
+    final = TrainConfig.from_preset("final").resolved([5000] * 10, data_image_size=32)
+    assert (final.train_size, final.val_size, final.image_size) == (None, 0, 32)
+
+
+def test_a_layer_that_sizes_the_split_one_way_replaces_the_presets_other_way():
+    """--train-size (or train_size: in a file) on a per-class preset gives a total; --train-per-class
+    on a total preset sizes per class; the bounds alone keep the preset's per-class sizing."""
+    total = TrainConfig.from_preset("proxy-cpu", train_size=500)
+    assert (total.train_size, total.train_per_class, total.min_train_size, total.max_train_size) == (500, None, None, None)
+    rest = TrainConfig.from_preset("eval-cpu", train_size=None)  # every image trains
+    assert (rest.train_size, rest.train_per_class) == (None, None)
+    per_class = TrainConfig.from_preset("cpu", train_per_class=50)
+    assert (per_class.train_size, per_class.train_per_class) == (None, 50)
+    wider = TrainConfig.from_preset("proxy-cpu", max_train_size=4300)
+    assert (wider.train_per_class, wider.min_train_size, wider.max_train_size) == (100, 1000, 4300)
+    with pytest.raises(ValueError, match="both size the training split"):
+        TrainConfig.from_preset("cpu", train_size=500, train_per_class=50)
+
+
+def test_sizing_fields_round_trip_and_appear_in_records_only_when_used():
+    per_class = TrainConfig.from_preset("proxy-cpu", data="d.parquet")
+    d = json.loads(json.dumps(per_class.to_dict()))
+    assert (d["train_per_class"], d["min_train_size"], d["max_train_size"], d["image_size"]) == (100, 1000, 2000, None)
+    assert TrainConfig.from_dict(d) == per_class
+    plain = TrainConfig.from_preset("cpu", image_size="auto")
+    assert plain.image_size is None and "train_per_class" not in plain.to_dict()
+    assert TrainConfig.from_dict(plain.to_dict()) == plain
+    assert TrainConfig.from_dict({"train_per_class": 50}).train_size is None  # not the default's 4,000
+    with pytest.raises(ValueError, match="both size the training split"):
+        TrainConfig.from_dict({"train_per_class": 50, "train_size": 4000})
+    # A record that lacks the fields (written before they existed) had them unset.
+    resolved = per_class.resolved([5000] * 10, data_image_size=32)
+    assert resolved.changed_fields(resolved.to_dict()) == []
+    assert [k for k, _, _ in per_class.changed_fields(resolved.to_dict())] == [
+        "train_size", "train_per_class", "min_train_size", "max_train_size", "image_size"]
+
+
+def test_sizing_record_and_descriptions():
+    from autoaug.proxy_models.train import sizing_record
+
+    requested = TrainConfig.from_preset("proxy-cpu")
+    resolved = requested.resolved(GTSRB_COUNTS, data_image_size=32)
+    record = sizing_record(requested, resolved, num_classes=43)
+    assert record == {
+        "requested": {"train_size": None, "val_size": 1000, "train_per_class": 100, "min_train_size": 1000,
+                      "max_train_size": 2000, "image_size": None},
+        "resolved": {"train_size": 2000, "val_size": 1000, "image_size": 32},
+        "num_classes": 43,
+    }
+    assert requested.describe_split() == "100 training images per class (1,000 to 2,000 in all), 1,000 validation images"
+    assert resolved.describe_split() == "2,000 training images, 1,000 validation images"
+    assert TrainConfig.from_preset("final").describe_split() == "every image trains, no validation"
+    assert TrainConfig.from_preset("paper").describe_split() == "4,000 training images, the rest validate"
 
 
 def test_warmup_cosine_schedule():

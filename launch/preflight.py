@@ -155,11 +155,17 @@ class DataCheck:
     decoded: int
     seconds: float
 
+    group_by: str | None = None  # the group key of a grouped split
+
     def describe(self) -> str:
         test = f", test {len(self.test):,} images" if self.test is not None else ""
+        grouped = ""
+        if self.group_by is not None:
+            groups = int(self.dataset.groups(self.group_by).max()) + 1
+            grouped = f", grouped by {self.group_by}: {groups:,} groups, none on both sides"
         return (
             f"data: {self.dataset.source}: {len(self.dataset):,} images, {self.dataset.num_classes} classes "
-            f"(split: train {len(self.split.train):,}, val {len(self.split.val):,}){test}; "
+            f"(split: train {len(self.split.train):,}, val {len(self.split.val):,}{grouped}){test}; "
             f"{self.decoded:,} images decoded in {self.seconds:.1f} s"
         )
 
@@ -176,16 +182,15 @@ def check_data(config: Any) -> DataCheck:
 
     from autoaug.proxy_models.data import DatasetError, open_dataset
 
-    from autoaug.proxy_models.splits import reduced_split
+    from autoaug.proxy_models.splits import config_groups, config_split
 
     started = time.perf_counter()
     if config.data is None:
         raise UserInputError("no training data: give --data (or data: in the --config file)")
     ds = open_dataset(config.data, split="train")
+    config_groups(ds, config)  # a group key the data lack: the message names the file itself
     try:
-        split = reduced_split(
-            ds.labels, train_size=config.train_size or None, val_size=config.val_size, seed=config.split_seed,
-        )  # fmt: skip
+        split = config_split(ds, config)  # grouped by config.group_by, as the trainer's
     except DatasetError as exc:  # says what the split asked for, not which data
         raise DatasetError(f"{ds.source}: {exc}") from None
     test = None
@@ -204,7 +209,7 @@ def check_data(config: Any) -> DataCheck:
     decoded += _decode(ds, np.flatnonzero(~used), size, cache=False)
     if test is not None:
         decoded += _decode(test, np.arange(len(test), dtype=np.int64), size)
-    return DataCheck(ds, split, test, decoded, time.perf_counter() - started)
+    return DataCheck(ds, split, test, decoded, time.perf_counter() - started, config.group_by)
 
 
 def _decode(ds: Any, indices: Any, size: int | None, *, cache: bool = True) -> int:
@@ -256,12 +261,10 @@ def for_search(config: Any, *, say: Any = None) -> Any:
     checked = check_data(config.train)
     if config.rescore and config.method == "train" and config.rescore_val_size is not None:
         from autoaug.proxy_models.data import DatasetError
-        from autoaug.proxy_models.splits import reduced_split
+        from autoaug.proxy_models.splits import config_split
 
-        t = config.train
         try:  # the re-scoring runs come after every trial: fail now, not hours later
-            reduced_split(checked.dataset.labels, train_size=t.train_size or None, val_size=config.rescore_val_size,
-                          seed=t.split_seed)  # fmt: skip
+            config_split(checked.dataset, config.train, val_size=config.rescore_val_size)
         except DatasetError as exc:
             raise UserInputError(f"rescore_val_size {config.rescore_val_size} does not fit {checked.dataset.source}: {exc}") from None
     if say is not None:

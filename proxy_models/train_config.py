@@ -41,7 +41,11 @@ class TrainConfig:
         split (``None``/0: every image not used for validation); ``val_size``: images held out for
         validation (``None``: every image not in the training split, as in AutoAugment; 0: no
         validation, ``val_accuracy`` is then ``None``); both stratified by class and drawn with
-        ``split_seed``. ``image_size``: images are resized/cropped to this square size.
+        ``split_seed``. ``group_by``: None (the default: images are split one by one), or a
+        group key, ``COLUMN`` or ``COLUMN:REGEX`` (:mod:`autoaug.proxy_models.groups`), e.g.
+        ``track`` or ``source_path:Images/(\\d+)/(\\d+)_``: no group then has images on both sides
+        of the split (:func:`autoaug.proxy_models.splits.config_split`). ``image_size``: images are
+        resized/cropped to this square size.
 
     Optimisation
         ``epochs``, ``batch_size``, ``lr`` (peak, reached after ``warmup_epochs`` of linear
@@ -70,6 +74,7 @@ class TrainConfig:
     train_size: int | None = 4000
     val_size: int | None = 1000
     split_seed: int = 0
+    group_by: str | None = None
     seed: int = 0
     epochs: int = 10
     batch_size: int = 128
@@ -143,6 +148,13 @@ class TrainConfig:
             self.device in ("cpu", "cuda", "auto") or (self.device.startswith("cuda:") and self.device[5:].isdigit())
         ):
             raise bad("device", "'cpu', 'cuda', 'cuda:N' or 'auto'")
+        if self.group_by is not None:
+            from autoaug.proxy_models.groups import GroupSpec
+
+            try:
+                GroupSpec.parse(self.group_by)
+            except ValueError as exc:  # UserInputError: "group_by ...: ...; expected ..."
+                raise ValueError(f"TrainConfig.{exc}") from None
         if self.train_size == 0 and self.val_size is None:
             raise ValueError(
                 "TrainConfig.train_size=0 (all images not used for validation) and val_size=None (all images not "

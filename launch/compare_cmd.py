@@ -23,7 +23,8 @@ import argparse
 import dataclasses
 import sys
 
-from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import (CONFIG, JSON, SET, Option, add_options, group_by_option, layered, option,
+                                     split_size_options)
 
 __all__ = ["register", "run", "build_compare_config"]
 
@@ -111,6 +112,7 @@ OPTIONS: tuple[Option, ...] = (
     option("--epochs", key="train.epochs", group="train", type=int, metavar="N", help="override the preset's epochs"),
     option("--model", key="train.model", group="train", metavar="NAME", help="override the preset's model"),
     *split_size_options("train.", group="train"),
+    group_by_option("train.", group="train"),
     dataclasses.replace(CONFIG, group="train"),
     dataclasses.replace(SET, group="train"),
     option("--cpus-per-run", key="cpus_per_run", group="how", type=int, metavar="C",

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoaug.launch.config import flag_overrides, layered_config
 
-__all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "add_options", "layered", "path_flags"]
+__all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "group_by_option", "add_options",
+           "layered", "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,16 @@ def split_size_options(prefix: str = "", group: str | None = None) -> tuple[Opti
         option("--val-size", key=f"{prefix}val_size", group=group, type=int, metavar="N",
                help="validation images (0: none; unset: the preset's)"),
     )
+
+
+def group_by_option(prefix: str = "", group: str | None = None) -> Option:
+    """``--group-by SPEC``: keep groups of related images (a column, or a pattern on
+    ``source_path``) on one side of the reduced split (``TrainConfig.group_by``); ``prefix`` as
+    for :func:`split_size_options`."""
+    return option("--group-by", key=f"{prefix}group_by", group=group, metavar="SPEC",
+                  help=r"keep each group of related images on one side of the split: a column (e.g. track) or "
+                       r"COLUMN:REGEX, whose match or capture groups are the group (e.g. "
+                       r"'source_path:Images/(\d+)/(\d+)_'); default: no groups")
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],

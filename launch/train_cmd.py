@@ -24,7 +24,8 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
-from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import (CONFIG, JSON, SET, Option, add_options, group_by_option, layered, option,
+                                     split_size_options)
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
@@ -59,6 +60,7 @@ OPTIONS: tuple[Option, ...] = (
     option("--batch-size", key="batch_size", type=int),
     option("--lr", key="lr", type=float, help="peak learning rate"),
     *split_size_options(),
+    group_by_option(),
     option("--image-size", key="image_size", type=int),
     option("--seed", key="seed", type=int, help="model init, data order and augmentation seed"),
     option("--split-seed", key="split_seed", type=int),

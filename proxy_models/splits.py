@@ -491,12 +491,13 @@ def _report_strata(classes: np.ndarray, sizes: np.ndarray, groups_per_class: np.
         return
     shown = "; ".join(problems[:5]) + (f"; ... ({len(problems):,} in all)" if len(problems) > 5 else "")
     classes_text = f"{len(affected):,} of the {len(sizes):,} classes cannot get their counts with each group on one side"
-    for side, missing, size, whole in lost:
-        if 2 * missing > size or 2 * len(affected) > len(sizes):
-            what = (f"{missing:,} of the {size:,} {side} images would belong to classes missing from it" if whole
-                    else f"{missing:,} of the {size:,} {side} images would have to come from other classes")
-            raise DatasetError(f"cannot stratify a grouped split by class: {what}, because {classes_text} "
-                               f"({shown}); check the group key (does it group by class?)")
+    if 2 * len(affected) > len(sizes) or any(2 * missing > size for _, missing, size, _ in lost):
+        what = "; ".join(
+            f"{missing:,} of the {size:,} {side} images would "
+            + ("belong to classes missing from it" if whole else "have to come from other classes")
+            for side, missing, size, whole in lost if missing)
+        raise DatasetError(f"cannot stratify a grouped split by class: {classes_text} ({shown}); {what}; check the "
+                           "group key (does it group by class?)")
     instead = [f"{missing:,} {side}" for side, missing, _, whole in lost if missing and not whole]
     tail = f"; {' and '.join(instead)} images come from other classes instead" if instead else ""
     warnings.warn(f"grouped split: {classes_text}: {shown}{tail}", DataWarning, stacklevel=4)

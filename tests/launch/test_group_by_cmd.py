@@ -131,3 +131,14 @@ def test_the_preflight_describes_the_grouping(tracks):
     assert "(split: train 40, val 40, grouped by track: 24 groups, none on both sides)" in checked.describe()
     groups = checked.dataset.groups("track")
     assert not np.isin(groups[checked.split.val], groups[checked.split.train]).any()
+
+
+def test_search_refuses_group_by_until_it_draws_grouped_splits(tracks, tmp_path, capsys):
+    """Its trials would train on the grouped split while its split record and the density
+    method's folds ignore groups: refused in one line, nothing created."""
+    code = cli.main(["search", "--data", str(tracks), "--preset", "smoke", "--set", "train.group_by=track",
+                     "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")])
+    err = capsys.readouterr().err
+    assert code == 2 and "train.group_by 'track': autoaug search does not draw grouped splits yet" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "store").exists()

@@ -299,9 +299,10 @@ def _grouped_split(classes: np.ndarray, inverse: np.ndarray, sizes: np.ndarray, 
     step 2 keeps the training side's images of class ``c`` within ``[-f g, (1 - f) g]`` of
     ``f n_c`` (``f = t_c / (t_c + v_c)``, ``g`` its largest group) at every step, so a class
     whose spare images ``n_c - t_c - v_c`` number at least its largest group gets exactly its
-    ungrouped counts on both sides; when validation takes every remaining image, every class gets
-    exactly ``t_c`` training images (groups of one class; the validation side then has ``n_c``
-    minus the training side's groups of ``c``). Classes that cannot (e.g. all their images in one
+    ungrouped counts on both sides; when validation takes every remaining image, step 2 gives every
+    class at least ``t_c`` training images and at most one group more, so a class whose validation
+    share ``v_c`` is at least its largest group gets exactly ``t_c`` (the validation side has the
+    rest of its groups). Classes that cannot (e.g. all their images in one
     group) are reported: a :class:`DataWarning` naming them and the counts, or a
     :class:`DatasetError` when more than half of the classes are affected or more than half of a
     side's images would have to come from other classes (or, for a side taken whole, belong to

@@ -19,6 +19,11 @@ whose fault it is and therefore how ``autoaug`` exits (the mapping lives in
 
 The input-like branches also derive from ``ValueError`` (and the store's lookups from
 ``LookupError``), so code that catches the built-in types keeps working.
+
+Problems that do not stop a command are warnings of one branch, :class:`AutoaugWarning` (a
+``UserWarning``): ``autoaug``'s main prints each as one ``autoaug: warning:`` line.
+:class:`DataWarning` -- the data allow what was asked only approximately (e.g. a grouped split
+that cannot stratify a class).
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ __all__ = [
     "CompareError",
     "RunFailedError",
     "MissingExtraError",
+    "AutoaugWarning",
+    "DataWarning",
 ]
 
 
@@ -92,3 +99,12 @@ class RunFailedError(AutoaugError):
 class MissingExtraError(AutoaugError):
     """A command needs libraries of an optional extra that is not installed (see
     :mod:`autoaug.core.extras`)."""
+
+
+class AutoaugWarning(UserWarning):
+    """Something the user should know that does not stop the command; its message is one line
+    written for the user (``autoaug: warning: ...`` on the command line)."""
+
+
+class DataWarning(AutoaugWarning):
+    """The data allow what was asked only approximately (the message gives the counts)."""

@@ -4,16 +4,19 @@ Each sub-command lives in its own module exposing ``register(subparsers)``, whic
 and sets ``func`` (a callable taking the parsed args and returning an exit code) with
 ``set_defaults``. ``main`` is the one place where errors become exit statuses
 (:data:`EXIT_CODES`): every :class:`autoaug.core.errors.AutoaugError` is printed as one line on
-stderr, without a traceback.
+stderr, without a traceback, and every :class:`autoaug.core.errors.AutoaugWarning` as one
+``autoaug: warning:`` line (once per message, wherever it was raised).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import warnings
 
 from autoaug.core.errors import (
     AutoaugError,
+    AutoaugWarning,
     ClusterError,
     DataError,
     MissingExtraError,
@@ -132,6 +135,22 @@ def _require(func, command: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", category=AutoaugWarning)
+        shown, printed = warnings.showwarning, set()
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not issubclass(category, AutoaugWarning):
+                shown(message, category, filename, lineno, file, line)
+            elif str(message) not in printed:  # e.g. the preflight's split, then the trainer's
+                printed.add(str(message))
+                print(f"autoaug: warning: {message}", file=sys.stderr, flush=True)
+
+        warnings.showwarning = show
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

@@ -24,7 +24,8 @@ import dataclasses
 import sys
 
 from autoaug.launch.options import (
-    CONFIG, JSON, SET, Option, add_options, image_size_option, layered, option, per_class_option, split_size_options,
+    CONFIG, JSON, SET, Option, add_options, group_by_option, image_size_option, layered, option, per_class_option,
+    split_size_options,
 )
 
 __all__ = ["register", "run", "build_compare_config"]
@@ -115,6 +116,7 @@ OPTIONS: tuple[Option, ...] = (
     *split_size_options("train.", group="train"),
     per_class_option("train.", group="train"),
     image_size_option("train.", group="train"),
+    group_by_option("train.", group="train"),
     dataclasses.replace(CONFIG, group="train"),
     dataclasses.replace(SET, group="train"),
     option("--cpus-per-run", key="cpus_per_run", group="how", type=int, metavar="C",

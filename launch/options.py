@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from autoaug.launch.config import flag_overrides, layered_config
 
 __all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "per_class_option", "image_size_option",
-           "add_options", "layered", "path_flags"]
+           "group_by_option", "add_options", "layered", "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,16 @@ def image_size_option(prefix: str = "", group: str | None = None) -> Option:
     return option("--image-size", key=f"{prefix}image_size", group=group, type=_image_size, metavar="N",
                   help="square size images are resized (shorter side) and center-cropped to; auto (the default "
                        "of every preset but smoke): the data's own size, which needs images of one size")
+
+
+def group_by_option(prefix: str = "", group: str | None = None) -> Option:
+    """``--group-by SPEC``: keep groups of related images (a column, or a pattern on
+    ``source_path``) on one side of the reduced split (``TrainConfig.group_by``); ``prefix`` as
+    for :func:`split_size_options`."""
+    return option("--group-by", key=f"{prefix}group_by", group=group, metavar="SPEC",
+                  help=r"keep each group of related images on one side of the split: a column (e.g. track) or "
+                       r"COLUMN:REGEX, whose match or capture groups are the group (e.g. "
+                       r"'source_path:Images/(\d+)/(\d+)_'); default: no groups")
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],

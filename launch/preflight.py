@@ -162,9 +162,14 @@ class DataCheck:
     def describe(self) -> str:
         test = f", test {len(self.test):,} images" if self.test is not None else ""
         size = f", {self.config.image_size}x{self.config.image_size}" if self.config is not None else ""
+        grouped = ""
+        group_by = self.config.group_by if self.config is not None else None
+        if group_by is not None:
+            groups = int(self.dataset.groups(group_by).max()) + 1
+            grouped = f", grouped by {group_by}: {groups:,} groups, none on both sides"
         return (
             f"data: {self.dataset.source}: {len(self.dataset):,} images, {self.dataset.num_classes} classes "
-            f"(split: train {len(self.split.train):,}, val {len(self.split.val):,}{size}){test}; "
+            f"(split: train {len(self.split.train):,}, val {len(self.split.val):,}{size}{grouped}){test}; "
             f"{self.decoded:,} images decoded in {self.seconds:.1f} s"
         )
 
@@ -181,7 +186,7 @@ def check_data(config: Any) -> DataCheck:
     import numpy as np
 
     from autoaug.proxy_models.data import DatasetError, open_dataset
-    from autoaug.proxy_models.splits import reduced_split
+    from autoaug.proxy_models.splits import config_groups, config_split
     from autoaug.proxy_models.train import resolve_config
 
     started = time.perf_counter()
@@ -189,10 +194,9 @@ def check_data(config: Any) -> DataCheck:
         raise UserInputError("no training data: give --data (or data: in the --config file)")
     ds = open_dataset(config.data, split="train")
     config = resolve_config(config, ds)
+    config_groups(ds, config)  # a group key the data lack: the message names the file itself
     try:
-        split = reduced_split(
-            ds.labels, train_size=config.train_size or None, val_size=config.val_size, seed=config.split_seed,
-        )  # fmt: skip
+        split = config_split(ds, config)  # grouped by config.group_by, as the trainer's
     except DatasetError as exc:  # says what the split asked for, not which data
         raise DatasetError(f"{ds.source}: {exc}") from None
     test = None
@@ -266,12 +270,10 @@ def for_search(config: Any, *, say: Any = None) -> Any:
     config = config.replace(train=checked.config)
     if config.rescore and config.method == "train" and config.rescore_val_size is not None:
         from autoaug.proxy_models.data import DatasetError
-        from autoaug.proxy_models.splits import reduced_split
+        from autoaug.proxy_models.splits import config_split
 
-        t = config.train
         try:  # the re-scoring runs come after every trial: fail now, not hours later
-            reduced_split(checked.dataset.labels, train_size=t.train_size or None, val_size=config.rescore_val_size,
-                          seed=t.split_seed)  # fmt: skip
+            config_split(checked.dataset, config.train, val_size=config.rescore_val_size)
         except DatasetError as exc:
             raise UserInputError(f"rescore_val_size {config.rescore_val_size} does not fit {checked.dataset.source}: {exc}") from None
     if say is not None:

@@ -26,7 +26,8 @@ from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
 from autoaug.launch.options import (
-    CONFIG, JSON, SET, Option, add_options, image_size_option, layered, option, per_class_option, split_size_options,
+    CONFIG, JSON, SET, Option, add_options, group_by_option, image_size_option, layered, option, per_class_option,
+    split_size_options,
 )
 
 _METRICS_JSON = "metrics.json"
@@ -64,6 +65,7 @@ OPTIONS: tuple[Option, ...] = (
     *split_size_options(),
     per_class_option(),
     image_size_option(),
+    group_by_option(),
     option("--seed", key="seed", type=int, help="model init, data order and augmentation seed"),
     option("--split-seed", key="split_seed", type=int),
     option("--num-threads", key="num_threads", type=int, help="torch and DALI CPU threads"),

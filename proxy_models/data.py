@@ -34,12 +34,15 @@ import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from autoaug.core.errors import DataError
 from autoaug.core.location import Location, is_uri
+
+if TYPE_CHECKING:
+    from autoaug.proxy_models.groups import GroupSpec
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 
@@ -471,6 +474,27 @@ class ImageDataset:
     def cache_key(self) -> tuple:
         return (type(self).__name__, self.source, len(self))
 
+    def groups(self, spec: "str | GroupSpec") -> np.ndarray:
+        """The group of every row, as int64 ids ``0..G-1`` numbered in order of first appearance,
+        for splits that keep each group on one side (``reduced_split(..., groups=)``). ``spec``:
+        ``COLUMN`` or ``COLUMN:REGEX`` (:mod:`autoaug.proxy_models.groups`). Reads the one column
+        (or the file paths); no image is decoded. Cached per spec. Raises :class:`DatasetError`
+        (a missing column, a null value, rows a pattern does not match) or ``UserInputError`` (a
+        malformed spec), one line each."""
+        from autoaug.proxy_models.groups import GroupSpec, group_ids
+
+        spec = GroupSpec.parse(spec)
+        cache = self.__dict__.setdefault("_group_cache", {})
+        if spec.text not in cache:
+            cache[spec.text] = group_ids(self._group_values(spec), spec, _clip(self.source), self.describe_row)
+        return cache[spec.text]
+
+    def _group_values(self, spec: "GroupSpec") -> Sequence[object]:
+        """One value per row of ``spec.column`` (text when ``spec.pattern`` is set)."""
+        raise DatasetError(f"{_clip(self.source)}: group_by {spec.quoted}: this dataset has no columns or "
+                           "file paths to group by (expected a Parquet file with a group column or source_path, or "
+                           "an ImageFolder tree)")
+
     def fingerprint(self) -> str:
         """sha256 identifying the dataset's content (labels and image bytes), stable across
         machines; cached on the object."""
@@ -538,6 +562,7 @@ class ParquetDataset(ImageDataset):
             raise DatasetError(f"{self.source} row {i}: label {int(raw[i])} is outside any class range "
                                "(expected class labels 0..K-1)")
         self.labels = raw.astype(np.int64)
+        self._label_column = label_column
         # Parquet strings are not checked for UTF-8 when read: decode leniently (they only label rows).
         self._paths = [None if b is None else b.decode("utf-8", "replace") for b in
                        table.column("source_path").cast(pa.binary()).to_pylist()] if extra else None
@@ -576,6 +601,7 @@ class ParquetDataset(ImageDataset):
         stats = fs.get_file_info([files] if isinstance(files, str) else files)
         self._file_stamp = tuple((f.path, f.size, f.mtime_ns) for f in stats)
         dataset = pads.dataset(files, filesystem=fs, format="parquet")
+        self._scan = (files, fs)  # to read another column later (groups)
         schema = dataset.schema
         names = list(schema.names)
         missing = [c for c in (image_column, label_column) if c not in names]
@@ -626,6 +652,40 @@ class ParquetDataset(ImageDataset):
         start, end = int(self._offsets[index]), int(self._offsets[index + 1])
         return self._data[start:end]
 
+    def _group_values(self, spec: "GroupSpec") -> Sequence[object]:
+        import pyarrow as pa
+        import pyarrow.dataset as pads
+
+        names = list(self._schema.names)
+        what = f"{self.source}: group_by {spec.quoted}"
+        if spec.column not in names:
+            raise DatasetError(f"{what}: no column {_short(spec.column)}; the file has columns {_short(names, 300)} "
+                               "(expected a column of group keys, e.g. a track or patient id, or source_path:REGEX)")
+        if spec.column == self._label_column:
+            raise DatasetError(f"{what}: {_short(spec.column)} is the class label column, so every class would be one "
+                               "group and no class could be on both sides of a split; expected a column of group keys")
+        kind = self._schema.field(spec.column).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        if spec.pattern is not None and not text:
+            raise DatasetError(f"{what}: column {_short(spec.column)} has type {_clip(str(kind), 100)}; a pattern "
+                               f"searches text: group by {_short(spec.column)} alone")
+        if not (text or pa.types.is_integer(kind)):
+            raise DatasetError(f"{what}: column {_short(spec.column)} has type {_clip(str(kind), 100)}; expected "
+                               "integer or text group keys")
+        files, fs = self._scan
+        try:
+            column = pads.dataset(files, filesystem=fs, format="parquet").to_table(columns=[spec.column])
+        except (pa.ArrowException, OSError) as exc:
+            raise DatasetError(f"{what}: cannot read column {_short(spec.column)} ({type(exc).__name__}: "
+                               f"{_clip(str(exc), 300)})") from None
+        values = column.column(spec.column).to_pylist()
+        if len(values) != len(self):
+            raise DatasetError(f"{what}: column {_short(spec.column)} has {len(values):,} rows, the images "
+                               f"{len(self):,} (the files changed while open?)")
+        return values
+
     def _update_content_hash(self, h) -> None:
         h.update((self._offsets - self._offsets[0]).astype("<i8").tobytes())
         h.update(self._data[int(self._offsets[0]): int(self._offsets[-1])].tobytes())
@@ -672,6 +732,15 @@ class ImageFolderDataset(ImageDataset):
 
     def encoded(self, index: int) -> bytes:
         return self._files[index].read_bytes()
+
+    def _group_values(self, spec: "GroupSpec") -> Sequence[object]:
+        root = Path(self.source)
+        paths = [f.relative_to(root).as_posix() for f in self._files]
+        if spec.column != "source_path":
+            raise DatasetError(f"{self.source}: group_by {spec.quoted}: an ImageFolder tree has no column "
+                               f"{_short(spec.column)}; group its images by their paths with source_path:REGEX "
+                               f"(paths relative to the root, e.g. {_short(paths[0])})")
+        return paths
 
     def _update_content_hash(self, h) -> None:
         # Relative paths and sizes: cheap for large trees (content is not re-read).

@@ -445,7 +445,7 @@ def _train(
     on_batch: Callable[[int, int, int], Any] | None = None,
     given_split: Any = None,
 ) -> TrainResult:
-    from autoaug.proxy_models.splits import reduced_split
+    from autoaug.proxy_models.splits import config_split
 
     num_threads = config.num_threads or torch.get_num_threads()
 
@@ -461,10 +461,7 @@ def _train(
         if len(split.train) and (split.train.min() < 0 or max(split.train.max(), split.val.max(initial=0)) >= len(ds)):
             raise ValueError(f"the given split indexes beyond the {len(ds)} images of {config.data}")
     else:
-        split = reduced_split(
-            ds.labels, train_size=config.train_size or None, val_size=config.val_size,
-            seed=config.split_seed, dataset_fingerprint=dataset_fp,
-        )
+        split = config_split(ds, config, dataset_fingerprint=dataset_fp)  # grouped by config.group_by
     if checkpoint is not None:
         if checkpoint["dataset_fingerprint"] != dataset_fp:
             raise ValueError(

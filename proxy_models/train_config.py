@@ -49,10 +49,13 @@ class TrainConfig:
         never more than the images not held out for validation; the split is then drawn stratified
         as for a total (in proportion to the class sizes), so ``train_per_class`` is the *average*
         per class. :meth:`resolved` turns it into ``train_size`` against the data's class counts
-        (``train`` does this at its start, and records the resolved config). ``image_size``:
-        images are resized (shorter side) and center-cropped to this square size; ``None`` (or
-        ``"auto"``): the data's own size, which needs every image to have one size (H x W; the
-        shorter side is used).
+        (``train`` does this at its start, and records the resolved config). ``group_by``: None
+        (the default: images are split one by one), or a group key, ``COLUMN`` or ``COLUMN:REGEX``
+        (:mod:`autoaug.proxy_models.groups`), e.g. ``track`` or ``source_path:Images/(\\d+)/(\\d+)_``:
+        no group then has images on both sides of the split
+        (:func:`autoaug.proxy_models.splits.config_split`). ``image_size``: images are resized
+        (shorter side) and center-cropped to this square size; ``None`` (or ``"auto"``): the data's
+        own size, which needs every image to have one size (H x W; the shorter side is used).
 
     Optimisation
         ``epochs``, ``batch_size``, ``lr`` (peak, reached after ``warmup_epochs`` of linear
@@ -84,6 +87,7 @@ class TrainConfig:
     min_train_size: int | None = None
     max_train_size: int | None = None
     split_seed: int = 0
+    group_by: str | None = None
     seed: int = 0
     epochs: int = 10
     batch_size: int = 128
@@ -183,6 +187,13 @@ class TrainConfig:
             self.device in ("cpu", "cuda", "auto") or (self.device.startswith("cuda:") and self.device[5:].isdigit())
         ):
             raise bad("device", "'cpu', 'cuda', 'cuda:N' or 'auto'")
+        if self.group_by is not None:
+            from autoaug.proxy_models.groups import GroupSpec
+
+            try:
+                GroupSpec.parse(self.group_by)
+            except ValueError as exc:  # UserInputError: "group_by ...: ...; expected ..."
+                raise ValueError(f"TrainConfig.{exc}") from None
         if self.train_size == 0 and self.val_size is None:
             raise ValueError(
                 "TrainConfig.train_size=0 (all images not used for validation) and val_size=None (all images not "

@@ -2,8 +2,10 @@
 
 The real CIFAR-10 Parquet is located through ``AUTOAUG_CIFAR10`` (a folder holding
 ``train.parquet``/``test.parquet``), falling back to ``../shared/data/cifar10-jpeg`` next to the
-checkout. When it is absent, tests that need it are skipped, unless ``AUTOAUG_REQUIRE_DATA=1``
-(set by ``.ci/run``), in which case they fail: CI must never pass by skipping real-data tests.
+checkout; GTSRB (32x32 PNGs in Parquet, with ``source_path``) likewise through ``AUTOAUG_GTSRB``,
+falling back to ``../shared/data/gtsrb-32-png``. When they are absent, tests that need them are
+skipped, unless ``AUTOAUG_REQUIRE_DATA=1`` (set by ``.ci/run``), in which case they fail: CI must
+never pass by skipping real-data tests.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 _DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar10-jpeg"
+_DEFAULT_GTSRB = REPO.parent / "shared" / "data" / "gtsrb-32-png"
 
 
 def cifar10_dir() -> Path | None:
@@ -23,18 +26,39 @@ def cifar10_dir() -> Path | None:
     return path if (path / "train.parquet").is_file() else None
 
 
+def gtsrb_dir() -> Path | None:
+    path = Path(os.environ.get("AUTOAUG_GTSRB", _DEFAULT_GTSRB))
+    return path if (path / "train.parquet").is_file() else None
+
+
+def _missing(msg: str) -> None:
+    """Skip a test whose real data are absent (fail instead under ``AUTOAUG_REQUIRE_DATA=1``)."""
+    if os.environ.get("AUTOAUG_REQUIRE_DATA") == "1":
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
 @pytest.fixture(scope="session")
 def cifar_dir() -> Path:
     path = cifar10_dir()
     if path is None:
-        msg = (
+        _missing(
             "real CIFAR-10 Parquet not found: set AUTOAUG_CIFAR10 to a folder holding "
             f"train.parquet and test.parquet (looked in {os.environ.get('AUTOAUG_CIFAR10', _DEFAULT_DATA)})"
         )
-        if os.environ.get("AUTOAUG_REQUIRE_DATA") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
     return path
+
+
+@pytest.fixture(scope="session")
+def gtsrb_train() -> Path:
+    """GTSRB's training split (39,209 frames of 1,307 tracks; ``source_path`` names the track)."""
+    path = gtsrb_dir()
+    if path is None:
+        _missing(
+            "real GTSRB Parquet not found: set AUTOAUG_GTSRB to a folder holding train.parquet "
+            f"(looked in {os.environ.get('AUTOAUG_GTSRB', _DEFAULT_GTSRB)})"
+        )
+    return path / "train.parquet"
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +88,40 @@ def cifar_sample(cifar_train: Path) -> tuple[np.ndarray, np.ndarray]:
     images = table.column("image").take(idx).to_pylist()
     decoded = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in images])
     return decoded, labels[idx].astype(np.int64)
+
+
+@pytest.fixture(scope="session")
+def write_tracks():
+    """``write_tracks(path, classes=4, tracks=6, frames=5, extra=None)``: a small GTSRB-like Parquet
+    file (8x8 PNGs): ``classes`` x ``tracks`` tracks of ``frames`` frames, rows sorted by class,
+    with columns ``image``, ``label``, ``track`` (int), ``session`` (text), ``score`` (float) and
+    ``source_path`` (``GTSRB/Final_Training/Images/<class>/<track>_<frame>.ppm``); ``extra``
+    replaces or adds columns. Returns ``path``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    def png(value: int) -> bytes:
+        buf = io.BytesIO()
+        Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(buf, format="PNG")
+        return buf.getvalue()
+
+    def write(path: Path, *, classes: int = 4, tracks: int = 6, frames: int = 5, extra: dict | None = None) -> Path:
+        rows = [(c, t, f) for c in range(classes) for t in range(tracks) for f in range(frames)]
+        columns = {
+            "image": pa.array([png(10 * c + f) for c, _, f in rows], pa.binary()),
+            "label": pa.array([c for c, _, _ in rows], pa.int16()),
+            "track": pa.array([c * tracks + t for c, t, _ in rows], pa.int32()),
+            "session": pa.array([f"s{c}-{t}" for c, t, _ in rows], pa.string()),
+            "score": pa.array([0.5] * len(rows), pa.float32()),
+            "source_path": pa.array([f"GTSRB/Final_Training/Images/{c:05d}/{t:05d}_{f:05d}.ppm" for c, t, f in rows]),
+        }
+        columns.update(extra or {})
+        table = pa.table(columns).replace_schema_metadata({"classes": ",".join(f"c{i}" for i in range(classes))})
+        pq.write_table(table, path)
+        return path
+
+    return write
 
 
 # ----------------------------------------------------------------------------------------------

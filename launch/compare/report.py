@@ -144,7 +144,8 @@ class Comparison:
             "",
             f"Test accuracy of `{t.model}` trained for {t.epochs} epochs on `{t.data}` "
             f"(train_size={t.train_size}, val_size={t.val_size}, split_seed={t.split_seed}, "
-            f"batch_size={t.batch_size}, lr={t.lr}), evaluated on `{t.test_data}`; "
+            + (f"group_by=`{t.group_by}`, " if t.group_by is not None else "")
+            + f"batch_size={t.batch_size}, lr={t.lr}), evaluated on `{t.test_data}`; "
             f"seeds {', '.join(map(str, self.config.seeds))}. Mean, sample standard deviation and "
             "two-sided 95% confidence interval of the mean (Student t, n-1 degrees of freedom), in %; "
             "`*` marks the best mean. Training time per run includes validation and the final test pass.",
@@ -302,7 +303,10 @@ def write_outputs(comparison: Comparison) -> dict[str, str]:
 
 def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any]:
     cfg = comparison.config
-    train = {k: v for k, v in cfg.train.to_dict().items() if k not in ("seed", "num_threads", "device")}
+    # group_by only when set: the evaluations of ungrouped comparisons keep the digest they had
+    # before the field existed (evaluations.json would otherwise attach them a second time).
+    train = {k: v for k, v in cfg.train.to_dict().items()
+             if k not in ("seed", "num_threads", "device") and not (k == "group_by" and v is None)}
     ranked = sorted((s for s in comparison.summaries if math.isfinite(s.mean)), key=lambda s: -s.mean)
     ranks = {s.policy_hash: i for i, s in enumerate(ranked, 1)}
     return {

@@ -119,10 +119,15 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def paired(found: dict[int, float], other: dict[int, float]) -> dict[str, Any]:
-    """Found minus other, paired by seed (same seed = same init, data order and test set)."""
-    common = sorted(set(found) & set(other))
-    diffs = [found[s] - other[s] for s in common]
-    return {"seeds": common, "diffs": diffs, **mean_ci(diffs)}
+    """Found minus other, paired by seed (same seed = same init, data order and test set): compare's
+    :func:`autoaug.launch.compare.stats.paired_difference`, with the paired t test's p-value."""
+    from autoaug.launch.compare.stats import paired_difference
+
+    d = paired_difference(found, other)
+    interval = d.n >= 2
+    return {"seeds": list(d.seeds), "diffs": list(d.diffs), "n": d.n, "mean": d.mean,
+            "std": d.std if interval else None, "low": d.ci95_low if interval else None,
+            "high": d.ci95_high if interval else None, "p_value": d.p_value if interval else None}
 
 
 

@@ -33,6 +33,31 @@ def test_mean_ci():
     assert all(math.isnan(v) for v in compare.mean_ci([]))
 
 
+def test_paired_difference_is_the_paired_t_test_over_shared_seeds():
+    from scipy import stats
+
+    from autoaug.launch.compare.stats import paired_difference
+
+    a, b = {0: 0.50, 1: 0.60, 2: 0.70, 7: 0.9}, {0: 0.40, 1: 0.45, 2: 0.70, 3: 0.1}
+    d = paired_difference(a, b)
+    assert d.seeds == (0, 1, 2) and d.diffs == pytest.approx((0.10, 0.15, 0.0))
+    assert d.mean == pytest.approx(0.25 / 3)
+    assert (d.mean, d.std, d.ci95_low, d.ci95_high) == pytest.approx(compare.mean_ci([0.10, 0.15, 0.0]))
+    assert d.p_value == pytest.approx(stats.ttest_rel([0.5, 0.6, 0.7], [0.4, 0.45, 0.7]).pvalue)
+    assert math.isnan(paired_difference({0: 0.5}, {0: 0.4}).p_value)  # one pair: no test
+    assert paired_difference({0: 0.5, 1: 0.5}, {0: 0.2, 1: 0.2}).p_value == 0.0  # same difference every seed
+    assert paired_difference({0: 0.5, 1: 0.6}, {0: 0.5, 1: 0.6}).p_value == 1.0
+
+
+def test_benjamini_hochberg_adjustment_skips_tests_not_made():
+    from autoaug.launch.compare.stats import adjust_p_values
+
+    # Sorted p: 0.01, 0.02, 0.5 over m=3 tests: 0.01*3/1=0.03, 0.02*3/2=0.03, 0.5*3/3=0.5.
+    adjusted = adjust_p_values([math.nan, 0.02, 0.01, 0.5])
+    assert math.isnan(adjusted[0]) and adjusted[1:] == pytest.approx([0.03, 0.03, 0.5])
+    assert adjust_p_values([]) == [] and all(math.isnan(q) for q in adjust_p_values([math.nan]))
+
+
 # ----------------------------------------------------------------------------------------------
 # Configuration
 

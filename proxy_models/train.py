@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from autoaug.core.location import atomic_write_local
+from autoaug.core.metrics import balanced_accuracy
 from autoaug.proxy_models.models import build_model
 from autoaug.proxy_models.train_config import PRESETS, RESUMABLE_CHANGES, TrainConfig
 
@@ -47,7 +48,6 @@ __all__ = [
     "EpochStats",
     "EvalStats",
     "Learner",
-    "balanced_accuracy",
     "WarmupCosine",
     "load_checkpoint",
     "train",
@@ -108,16 +108,6 @@ class TrainResult:
         if self.test_class_correct is None or self.test_class_total is None:
             return None
         return balanced_accuracy(self.test_class_correct, self.test_class_total)
-
-
-def balanced_accuracy(correct: Iterable[int], total: Iterable[int]) -> float:
-    """Mean per-class accuracy (recall) over the classes with at least one image; NaN if none.
-
-    A class absent from the evaluated data has no accuracy and does not count (as in
-    scikit-learn's ``balanced_accuracy_score``).
-    """
-    rates = [c / t for c, t in zip(correct, total) if t > 0]
-    return math.fsum(rates) / len(rates) if rates else math.nan
 
 
 def write_history_csv(history: list[Mapping[str, Any]], path: str | os.PathLike) -> None:

@@ -15,6 +15,7 @@ from autoaug.core.location import Location
 from autoaug.core.metrics import epoch_record, metrics_json
 from autoaug.launch.compare.candidates import Candidate, resolve_candidates
 from autoaug.launch.compare.config import CompareConfig
+from autoaug.launch.compare.per_class import run_balanced_accuracy
 from autoaug.launch.compare.report import Comparison, _pct, attach_evaluations, summarize, write_outputs
 
 __all__ = ["run_compare", "run_id", "run_record", "load_run"]
@@ -22,6 +23,9 @@ __all__ = ["run_compare", "run_id", "run_record", "load_run"]
 #: Training-config fields that may differ between a stored run and the comparison reusing it:
 #: they do not change what is computed (where the data lives, how many threads run it).
 _REUSABLE_CHANGES = frozenset({"data", "test_data", "num_threads", "device"})
+#: Optional fields added later keep the format: a record without ``test_class_correct`` /
+#: ``test_class_total`` (written before per-class counts existed) still loads; its per-class and
+#: balanced accuracies are reported as unavailable (autoaug.launch.compare.per_class).
 _RUN_FORMAT = 1
 
 
@@ -62,6 +66,10 @@ def _train_one(train_config: dict[str, Any], policy: dict[str, Any], queue: Any 
     return {
         "test_accuracy": result.test_accuracy,
         "test_loss": result.test_loss,
+        "test_balanced_accuracy": result.test_balanced_accuracy,
+        # Per class, in label order: test images predicted right / test images (per-class accuracy).
+        "test_class_correct": result.test_class_correct,
+        "test_class_total": result.test_class_total,
         "val_accuracy": result.val_accuracy,
         "train_time_s": result.train_time_s,
         "history": [epoch_record(row) for row in result.history],
@@ -118,7 +126,8 @@ def load_run(
     return record
 
 
-def _dataset_fingerprint(config: CompareConfig) -> str:
+def _dataset_fingerprint(config: CompareConfig) -> tuple[str, tuple[str, ...]]:
+    """The training data's fingerprint (it covers the class names) and its class names."""
     from autoaug.proxy_models.data import open_dataset
 
     t = config.train
@@ -133,15 +142,17 @@ def _dataset_fingerprint(config: CompareConfig) -> str:
             f"test data {t.test_data} has classes {list(test.classes)[:10]}, but the training data "
             f"{t.data} has {list(ds.classes)[:10]}"
         )
-    return fp
+    return fp, tuple(ds.classes)
 
 
 def _describe_run(r: Mapping[str, Any]) -> str:
     where = f", node {r['node_id'][:8]}" if r.get("node_id") else ""
     val = r.get("val_accuracy")
     val_txt = f", val {_pct(val, 1)}%" if val is not None else ""
+    balanced = run_balanced_accuracy(r)
+    bal_txt = f" (balanced {_pct(balanced, 2)}%)" if balanced is not None else ""
     return (
-        f"{r['policy']} seed {r['seed']}: test {_pct(r['test_accuracy'], 2)}%{val_txt} "
+        f"{r['policy']} seed {r['seed']}: test {_pct(r['test_accuracy'], 2)}%{bal_txt}{val_txt} "
         f"({r['train_time_s']:.0f} s{where})"
     )
 
@@ -158,7 +169,7 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
     """
     say = display.log if display is not None else (progress or (lambda line: None))
     candidates = resolve_candidates(config.policies, config.baselines, config.store)
-    dataset_fp = _dataset_fingerprint(config)
+    dataset_fp, classes = _dataset_fingerprint(config)
     out = Location.parse(config.out, what="--out")
     try:
         out.child("runs").mkdir()
@@ -191,7 +202,7 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
     runs = [done[(c.policy_hash, seed)] for c, seed in jobs]
     comparison = Comparison(
         config=config, candidates=candidates, runs=runs, summaries=summarize(candidates, runs),
-        dataset_fingerprint=dataset_fp, trained=trained,
+        dataset_fingerprint=dataset_fp, trained=trained, classes=classes,
     )
     write_outputs(comparison)
     if config.attach:

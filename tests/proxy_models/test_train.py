@@ -149,7 +149,7 @@ def test_learner_schedules_per_step_and_is_seeded():
 def test_evaluation_counts_right_predictions_per_class():
     """The per-class counts are those of the predictions the accuracy is computed from: correct and
     seen per label; balanced accuracy is their mean recall over the classes present."""
-    from autoaug.proxy_models.train import balanced_accuracy
+    from autoaug.core.metrics import balanced_accuracy
 
     cfg = TrainConfig.from_preset("smoke")
     torch.manual_seed(0)

@@ -443,9 +443,16 @@ def plot(per_class: PerClass, title: str = "") -> bytes | None:
     rows = max(min(len(rs), MAX_PLOTTED) for _, rs in panels)
     ncols = min(len(panels), 3)
     nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(7.0 * ncols, nrows * (0.24 * rows + 1.7) + 0.5))
+    legend_in, title_in = 0.6, 0.4  # room for the legend below and the title above, in inches
+    height = nrows * (0.24 * rows + 1.7) + legend_in + title_in
+    fig = Figure(figsize=(7.0 * ncols, height))
     axes = fig.subplots(nrows, ncols, squeeze=False)
     colors = {"worse": "tab:red", "better": "tab:green", "suspect": "tab:orange", "": "0.45"}
+    # One x range for every panel (differences in points; intervals beyond +-100 are cut).
+    shown_all = [r for _, rs in panels for r in sorted(rs, key=lambda r: r.diff.mean)[:MAX_PLOTTED]]
+    lows = [100 * (r.diff.ci95_low if math.isfinite(r.diff.ci95_low) else r.diff.mean) for r in shown_all]
+    highs = [100 * (r.diff.ci95_high if math.isfinite(r.diff.ci95_high) else r.diff.mean) for r in shown_all]
+    xlim = (max(-100.0, min(lows + [0.0]) - 2), min(100.0, max(highs + [0.0]) + 2))
     for ax, (policy, rs) in zip(axes.flat, panels):
         rs = sorted(rs, key=lambda r: r.diff.mean)
         shown = rs[:MAX_PLOTTED]
@@ -464,14 +471,12 @@ def plot(per_class: PerClass, title: str = "") -> bytes | None:
             if r.verdict:
                 tick.set_fontweight("bold")
         ax.set_ylim(len(shown) - 0.5, -0.5)  # the worst class at the top
-        lows = [100 * (r.diff.ci95_low if math.isfinite(r.diff.ci95_low) else r.diff.mean) for r in shown]
-        highs = [100 * (r.diff.ci95_high if math.isfinite(r.diff.ci95_high) else r.diff.mean) for r in shown]
-        ax.set_xlim(max(-100.0, min(lows + [0.0]) - 2), min(100.0, max(highs + [0.0]) + 2))
+        ax.set_xlim(*xlim)
         ax.grid(axis="x", alpha=0.3)
         worse, better, suspects = per_class.worse(policy), per_class.better(policy), per_class.suspects(policy)
-        head = f"{policy} minus {per_class.baseline}: {len(worse)} worse, {len(better)} better beyond the noise"
+        head = f"{policy} minus {per_class.baseline}\n{len(worse)} worse, {len(better)} better beyond the noise"
         if suspects:
-            head += f"\n{len(suspects)} more with their own 95% CI below 0 (orange)"
+            head += f"; {len(suspects)} more with own CI below 0"
         if len(rs) > len(shown):
             head += f"\n(the {len(shown)} lowest of {len(rs)} classes)"
         ax.set_title(head, fontsize=10)
@@ -485,7 +490,7 @@ def plot(per_class: PerClass, title: str = "") -> bytes | None:
     fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0.045, 1, 0.985))
+    fig.tight_layout(rect=(0, legend_in / height, 1, 1 - (title_in if title else 0.1) / height))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     return buf.getvalue()

@@ -570,6 +570,60 @@ def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_
     assert again["test_accuracy"] == before["test_accuracy"]  # deterministic on the CPU
 
 
+def _toy_parquet(path: Path, per_class: dict[str, int], seed: int) -> None:
+    """Noisy 32x32 PNGs of one colour per class; the class names in the schema metadata."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    colours = [(200, 40, 40), (40, 200, 40), (40, 40, 200)]
+    images, labels = [], []
+    for label, count in enumerate(per_class.values()):
+        for _ in range(count):
+            pixels = np.clip(rng.normal(colours[label], 40, size=(32, 32, 3)), 0, 255).astype(np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(pixels).save(buf, format="PNG")
+            images.append(buf.getvalue())
+            labels.append(label)
+    table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())})
+    pq.write_table(table.replace_schema_metadata({"classes": ",".join(per_class)}), path)
+
+
+@pytest.mark.slow
+def test_compare_writes_per_class_results_on_an_imbalanced_dataset(tmp_path, capsys):
+    """End to end on a tiny imbalanced dataset (one rare class): the runs record per-class counts,
+    and compare writes balanced accuracy, per_class.csv and per_class.png with the class names."""
+    from autoaug.launch.cli import main
+
+    data = tmp_path / "toy"
+    data.mkdir()
+    classes = {"red": 200, "green": 200, "blue_rare": 30}
+    _toy_parquet(data / "train.parquet", classes, seed=0)
+    _toy_parquet(data / "test.parquet", {"red": 60, "green": 60, "blue_rare": 9}, seed=1)
+    out = tmp_path / "cmp"
+    argv = ["compare", "--policy", "none", "--baselines", "standard", "--seeds", "2", "--preset", "smoke",
+            "--data", str(data), "--out", str(out), "--no-attach", "--set", "train.train_size=192",
+            "--set", "train.val_size=64", "--set", "train.epochs=1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "balanced acc % (mean)" in printed and "per class, against the best baseline standard" in printed
+    assert "wrote " + str(out / "per_class.csv") in printed and "wrote " + str(out / "per_class.png") in printed
+    for record in (json.loads(p.read_text()) for p in (out / "runs").glob("*.json")):
+        assert record["test_class_total"] == [60, 60, 9]
+        assert sum(record["test_class_correct"]) == round(record["test_accuracy"] * 129)
+    with open(out / "per_class.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["class"], r["policy"]) for r in rows} == {(c, p) for c in classes for p in ("none", "standard")}
+    assert all(r["baseline"] == "standard" for r in rows if r["policy"] == "none")
+    assert (out / "per_class.png").read_bytes()[:4] == b"\x89PNG"
+    results = pq.read_table(out / "results.parquet").to_pylist()
+    assert all(r["balanced_n"] == 2 and 0.0 <= r["balanced_mean"] <= 1.0 for r in results)
+    assert "| 2 | blue_rare | 9 |" in (out / "results.md").read_text()
+
+
 def test_config_names_missing_training_data(tmp_path):
     with pytest.raises(CompareError, match="training data '.*nothere' does not exist"):
         compare.config_from_dict({"data": str(tmp_path / "nothere")})

@@ -75,7 +75,13 @@ def class_counts(record: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int,
     correct, total = record.get("test_class_correct"), record.get("test_class_total")
     if not isinstance(correct, (list, tuple)) or not isinstance(total, (list, tuple)) or len(correct) != len(total):
         return None
-    return tuple(int(c) for c in correct), tuple(int(t) for t in total)
+    try:
+        counts = tuple(int(c) for c in correct), tuple(int(t) for t in total)
+    except (TypeError, ValueError):  # not counts: treated like a record without them
+        return None
+    if any(not 0 <= c <= t for c, t in zip(*counts)):
+        return None
+    return counts
 
 
 def run_balanced_accuracy(record: Mapping[str, Any]) -> float | None:

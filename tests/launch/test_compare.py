@@ -363,6 +363,23 @@ def test_a_drop_below_zero_for_one_class_but_not_after_correction_is_listed_apar
     assert verdicts[("trivialaugment", "keep_left")] == "suspect" and verdicts[("trivialaugment", "car")] == ""
 
 
+def test_a_class_without_test_images_has_no_accuracy_and_malformed_counts_count_as_missing(tmp_path, store):
+    from autoaug.launch.compare.per_class import class_counts
+
+    total = [500, 300, 150, 0]  # no keep_left image in the test set
+    counts = {label: [row[:3] + [0] for row in rows[:3]] for label, rows in IMBALANCED.items()
+              if label in ("found@1", "standard")}
+    comparison = _fake_comparison(tmp_path, store, correct=counts, total=total, classes=CLASSES)
+    found = comparison.summaries[0]
+    assert found.balanced_accuracies[0] == pytest.approx((480 / 500 + 280 / 300 + 135 / 150) / 3)
+    keep_left = next(r for r in comparison.per_class.of("found@1") if r.class_name == "keep_left")
+    assert keep_left.test_images == 0 and math.isnan(keep_left.mean) and keep_left.diff is None
+    assert "| 3 | keep_left | 0 | - | - |" in comparison.markdown()
+    assert class_counts({"test_class_correct": ["x"], "test_class_total": [3]}) is None
+    assert class_counts({"test_class_correct": [4], "test_class_total": [3]}) is None
+    assert class_counts({"test_class_correct": [1, 2], "test_class_total": [3]}) is None
+
+
 def test_per_class_plot_is_written_for_the_compared_policies(imbalanced):
     files = compare.write_outputs(imbalanced)
     png = Path(files["per_class_plot"]).read_bytes()

@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         "attached_to": comparison.attached,
     }
     (out / "study.json").write_text(json.dumps(study, indent=2, default=str) + "\n", encoding="utf-8")
-    for key in ("results_md", "results_csv", "results_parquet", "runs_csv", "plot"):
-        print(f"wrote {comparison.files[key]}")
+    for path in comparison.files.values():  # results, runs, plots; per_class.* when the runs have per-class counts
+        print(f"wrote {path}")
     print(f"wrote {out / 'study.json'}")
     return 0
 

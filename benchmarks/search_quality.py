@@ -106,23 +106,68 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, floa
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``{policy label: {seeds: {seed: test acc}, **mean_ci}}`` from compare's ``runs.csv`` rows."""
+    """``{policy label: {seeds: {seed: test acc}, **mean_ci, balanced}}`` from compare's ``runs.csv``
+    rows. ``balanced``: the same for the balanced accuracy (mean per-class accuracy) over the runs
+    that have one (``balanced_accuracy`` column, empty for runs recorded without per-class counts
+    and absent from older files); None when no run of the policy has one."""
     by: dict[str, dict[int, float]] = {}
+    balanced: dict[str, dict[int, float]] = {}
     for r in runs:
         by.setdefault(r["policy"], {})[int(r["seed"])] = float(r["test_accuracy"])
+        if r.get("balanced_accuracy") not in (None, ""):
+            balanced.setdefault(r["policy"], {})[int(r["seed"])] = float(r["balanced_accuracy"])
     out = {}
     for label, seeds in by.items():
         out[label] = {"seeds": dict(sorted(seeds.items())), **mean_ci(list(seeds.values()))}
+        b = balanced.get(label)
+        out[label]["balanced"] = {"seeds": dict(sorted(b.items())), **mean_ci(list(b.values()))} if b else None
     for rank, label in enumerate(sorted(out, key=lambda k: -out[k]["mean"]), 1):
         out[label]["rank"] = rank
     return out
 
 
+def balanced_paired(summary: dict[str, dict[str, Any]], found: str, other: str) -> dict[str, Any] | None:
+    """:func:`paired` on the balanced accuracies; None when either policy has none."""
+    a, b = summary[found].get("balanced"), summary[other].get("balanced")
+    return paired(a["seeds"], b["seeds"]) if a and b else None
+
+
+def results_table(summary: dict[str, dict[str, Any]], marks: dict[str, str] | None = None) -> list[str]:
+    """Markdown rows of the results: rank, test accuracy and balanced accuracy (mean, std, 95% CI)
+    per policy; ``marks`` adds text after a label. A balanced accuracy over fewer seeds than the test
+    accuracy says over how many; none at all shows ``–`` and a note says why."""
+    marks = marks or {}
+    lines = ["| rank | policy | n | test acc % | std | 95% CI | balanced acc % | std | 95% CI |",
+             "|---:|---|---:|---:|---:|---|---:|---:|---|"]
+    missing = False
+    for label in sorted(summary, key=lambda k: summary[k]["rank"]):
+        s, b = summary[label], summary[label].get("balanced")
+        if b:
+            partial = f" ({b['n']} of {s['n']} seeds)" if b["n"] < s["n"] else ""
+            bal = f"{_pct(b['mean'])}{partial} | {_pct(b['std'])} | [{_pct(b['low'])}, {_pct(b['high'])}]"
+        else:
+            bal, missing = "– | – | –", True
+        missing = missing or bool(b and b["n"] < s["n"])
+        lines.append(f"| {s['rank']} | `{label}`{marks.get(label, '')} | {s['n']} | {_pct(s['mean'])} | "
+                     f"{_pct(s['std'])} | [{_pct(s['low'])}, {_pct(s['high'])}] | {bal} |")
+    if missing:
+        lines += ["", "Balanced accuracy (the mean of the per-class test accuracies) is missing for runs recorded "
+                      "before `autoaug compare` kept per-class counts, and for runs imported from a committed "
+                      "`runs.csv` (`--import-runs`, `--also`: the CSV holds no per-class counts). Delete those run "
+                      "records under `$WORK/eval/runs/` and re-run the same command to train them again."]
+    return lines
+
+
 def paired(found: dict[int, float], other: dict[int, float]) -> dict[str, Any]:
-    """Found minus other, paired by seed (same seed = same init, data order and test set)."""
-    common = sorted(set(found) & set(other))
-    diffs = [found[s] - other[s] for s in common]
-    return {"seeds": common, "diffs": diffs, **mean_ci(diffs)}
+    """Found minus other, paired by seed (same seed = same init, data order and test set): compare's
+    :func:`autoaug.launch.compare.stats.paired_difference`, with the paired t test's p-value."""
+    from autoaug.launch.compare.stats import paired_difference
+
+    d = paired_difference(found, other)
+    interval = d.n >= 2
+    return {"seeds": list(d.seeds), "diffs": list(d.diffs), "n": d.n, "mean": d.mean,
+            "std": d.std if interval else None, "low": d.ci95_low if interval else None,
+            "high": d.ci95_high if interval else None, "p_value": d.p_value if interval else None}
 
 
 
@@ -423,12 +468,18 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
     plt.close(fig)
 
 
-def _diff_table(title: str, diffs: dict[str, dict[str, Any]]) -> list[str]:
-    """Markdown lines: ``title`` and one row per paired difference (mean, 95% CI, seeds)."""
-    lines = ["", title, "", "| baseline | mean diff | 95% CI | seeds |", "|---|---:|---|---|"]
+def _diff_table(title: str, diffs: dict[str, dict[str, Any]],
+                balanced: dict[str, dict[str, Any] | None] | None = None) -> list[str]:
+    """Markdown lines: ``title`` and one row per paired difference (mean, 95% CI, seeds), and the
+    paired difference of the balanced accuracies (``balanced``, per baseline; ``–`` without)."""
+    balanced = balanced or {}
+    lines = ["", title, "", "| baseline | mean diff | 95% CI | seeds | balanced acc: mean diff | 95% CI |",
+             "|---|---:|---|---|---:|---|"]
     for b, d in diffs.items():
+        bd = balanced.get(b)
+        bal = f"{_pct(bd['mean'])} | [{_pct(bd['low'])}, {_pct(bd['high'])}]" if bd else "– | –"
         lines.append(f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
-                     f"{', '.join(map(str, d['seeds']))} |")
+                     f"{', '.join(map(str, d['seeds']))} | {bal} |")
     return lines
 
 
@@ -468,23 +519,20 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
         f"Found policy `{found}` ({len(search_result['policy']['sub_policies'])} sub-policies, hash "
         f"`{search_result['policy_hash'][:12]}`) against the default baselines. Evaluation regime: {regime}; "
         f"test accuracy on the test split, seeds {', '.join(map(str, sorted(summary[found]['seeds'])))}; "
-        "mean, sample std and two-sided 95% Student-t CI of the mean, in %.",
+        "mean, sample std and two-sided 95% Student-t CI of the mean, in %, of the test accuracy and of the "
+        "balanced accuracy (the mean of the per-class test accuracies; per class: `eval_per_class.csv`).",
         "",
-        "| rank | policy | n | test acc % | std | 95% CI |",
-        "|---:|---|---:|---:|---:|---|",
     ]
-    for label in sorted(summary, key=lambda k: summary[k]["rank"]):
-        s = summary[label]
-        mark = (" **(found)**" if label == found else " (found by the same search, another seed)"
-                if label in replicates else " (found by another search)" if label in others else "")
-        lines.append(f"| {s['rank']} | `{label}`{mark} | {s['n']} | {_pct(s['mean'])} | {_pct(s['std'])} | "
-                     f"[{_pct(s['low'])}, {_pct(s['high'])}] |")
+    marks = {label: " **(found)**" if label == found else " (found by the same search, another seed)"
+             if label in replicates else " (found by another search)" for label in [found, *others]}
+    lines += results_table(summary, marks)
     lines += _diff_table(f"Paired differences, `{found}` minus baseline (same seed: same initialisation, data "
-                         "order and test set), in points:", diffs)
+                         "order and test set), in points:", diffs,
+                         {b: balanced_paired(summary, found, b) for b in diffs})
     for o, od in also_diffs.items():
         what = "the same search, another seed" if o in replicates else "another search"
         lines += _diff_table(f"Paired differences, `{o}` (found by {what}, `--also`) minus baseline, "
-                             "in points:", od)
+                             "in points:", od, {b: balanced_paired(summary, o, b) for b in od})
     lines += [
         "",
         f"- beats `none` beyond the CI: **{verdict['beats_none_beyond_ci']}**; beats `standard` beyond the CI: "
@@ -526,7 +574,7 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     (out / "quality.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "search_result.json").write_text(json.dumps(search_result, indent=1))
     (out / "found_policy.json").write_text(json.dumps(search_result["policy"], indent=1))
-    for name in ("results.md", "runs.csv", "comparison.png"):
+    for name in ("results.md", "runs.csv", "comparison.png", "per_class.csv", "per_class.png"):
         src = work / "eval" / name
         if src.exists():
             (out / f"eval_{name}").write_bytes(src.read_bytes())

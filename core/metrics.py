@@ -4,14 +4,17 @@ NaN and infinities (a diverged loss, a missing score) become ``None`` (JSON ``nu
 every JSON reader accepts; ``NaN`` is not JSON); numpy scalars and arrays become Python numbers
 and lists; tuples and sets become lists; mapping keys become strings; anything else that JSON
 cannot hold becomes its ``str``.
+
+Also the definition of the one derived metric more than one package computes:
+:func:`balanced_accuracy` (the trainer's test pass, compare's per-run and per-class reports).
 """
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-__all__ = ["clean_metrics", "epoch_record", "metrics_json"]
+__all__ = ["balanced_accuracy", "clean_metrics", "epoch_record", "metrics_json"]
 
 #: Keys of a trainer's per-epoch metrics that only make sense in the process that trained
 #: (``checkpoint_dir``: a local scratch folder); left out of records.
@@ -45,3 +48,14 @@ def epoch_record(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """One epoch's metrics, as :func:`autoaug.proxy_models.train.train` reports them, ready for a
     record (``metrics.json``, a comparison's run file): cleaned, without :data:`LOCAL_ONLY_KEYS`."""
     return clean_metrics({k: v for k, v in metrics.items() if k not in LOCAL_ONLY_KEYS})
+
+
+def balanced_accuracy(correct: Iterable[int], total: Iterable[int]) -> float:
+    """Mean per-class accuracy (recall) over the classes with at least one image; NaN if none.
+
+    ``correct[c]`` / ``total[c]``: images of class ``c`` predicted right / evaluated. A class absent
+    from the evaluated data has no accuracy and does not count (as in scikit-learn's
+    ``balanced_accuracy_score``).
+    """
+    rates = [c / t for c, t in zip(correct, total) if t > 0]
+    return math.fsum(rates) / len(rates) if rates else math.nan

@@ -8,9 +8,10 @@
     autoaug compare --config compare.yaml --set train.epochs=4
 
 Prints a line per finished run (``[k/total] ...``) and the final table (mean, standard deviation
-and 95% confidence interval of the test accuracy per policy, mean training time), and writes
-``results.md``, ``results.csv``, ``results.parquet``, ``runs.csv`` and ``comparison.png`` to
-``--out``. Results of policies given as store references are attached to the stored version
+and 95% confidence interval of the test accuracy and of the balanced accuracy per policy, mean
+training time), then the classes on which each policy is worse than the best baseline beyond the
+noise, and writes ``results.md``, ``results.csv``, ``results.parquet``, ``runs.csv``,
+``comparison.png``, ``per_class.csv`` and ``per_class.png`` to ``--out``. Results of policies given as store references are attached to the stored version
 (``autoaug policies show NAME@N`` lists them). Re-running with the same ``--out`` reuses the
 finished runs. See docs/compare.md.
 
@@ -69,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     print(comparison.table())
     print()
     print(f"trained {comparison.trained} run(s), reused {len(comparison.runs) - comparison.trained}")
-    for key in ("results_md", "results_csv", "results_parquet", "runs_csv", "plot"):
-        print(f"wrote {comparison.files[key]}")
+    for key in ("results_md", "results_csv", "results_parquet", "runs_csv", "plot", "per_class_csv", "per_class_plot"):
+        if key in comparison.files:
+            print(f"wrote {comparison.files[key]}")
     for ref in comparison.attached:
         print(f"attached the results to {ref} (autoaug policies show {ref})")
     return 0
@@ -78,11 +80,16 @@ def run(args: argparse.Namespace) -> int:
 
 def comparison_json(comparison) -> dict:
     """The ``--json`` document of a finished comparison."""
+    from autoaug.launch.compare.per_class import run_balanced_accuracy
+
     return {
         "out": comparison.config.out,
         "summaries": [dataclasses.asdict(s) for s in comparison.summaries],
         "runs": [{k: r.get(k) for k in ("run_id", "policy", "kind", "ref", "policy_hash", "seed", "test_accuracy",
-                                         "val_accuracy", "train_time_s", "history")} for r in comparison.runs],
+                                         "val_accuracy", "train_time_s", "history", "test_class_correct",
+                                         "test_class_total")}
+                 | {"balanced_accuracy": run_balanced_accuracy(r)} for r in comparison.runs],
+        "per_class": comparison.per_class.to_dict(),
         "trained": comparison.trained,
         "reused": len(comparison.runs) - comparison.trained,
         "files": dict(comparison.files),

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from autoaug.core.location import atomic_write_local
+from autoaug.core.metrics import balanced_accuracy
 from autoaug.proxy_models.models import build_model
 from autoaug.proxy_models.train_config import PRESETS, RESUMABLE_CHANGES, TrainConfig, sizing_record
 
@@ -47,6 +48,7 @@ __all__ = [
     "sizing_record",
     "TrainResult",
     "EpochStats",
+    "EvalStats",
     "Learner",
     "WarmupCosine",
     "load_checkpoint",
@@ -94,10 +96,20 @@ class TrainResult:
     config: TrainConfig | None = None
     test_loss: float | None = None
     checkpoint_path: str | None = None
+    #: Per class (label order) of the test pass: images predicted right, and images. None without test data.
+    test_class_correct: list[int] | None = None
+    test_class_total: list[int] | None = None
 
     @property
     def val_loss(self) -> float | None:
         return self.history[-1].get("val_loss") if self.history else None
+
+    @property
+    def test_balanced_accuracy(self) -> float | None:
+        """Mean over the classes present in the test data of their accuracy (recall)."""
+        if self.test_class_correct is None or self.test_class_total is None:
+            return None
+        return balanced_accuracy(self.test_class_correct, self.test_class_total)
 
 
 def write_history_csv(history: list[Mapping[str, Any]], path: str | os.PathLike) -> None:
@@ -234,6 +246,23 @@ def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.devic
 
 
 @dataclasses.dataclass(frozen=True)
+class EvalStats:
+    """One evaluation pass (see :meth:`Learner.evaluate_per_class`): overall accuracy, mean
+    cross-entropy, and per class (label order, one entry per model output) the images predicted
+    right and the images seen."""
+
+    accuracy: float
+    loss: float
+    seen: int
+    class_correct: tuple[int, ...]
+    class_total: tuple[int, ...]
+
+    @property
+    def balanced_accuracy(self) -> float:
+        return balanced_accuracy(self.class_correct, self.class_total)
+
+
+@dataclasses.dataclass(frozen=True)
 class EpochStats:
     """Training statistics of one pass (see :meth:`Learner.train_epoch`)."""
 
@@ -327,10 +356,18 @@ class Learner:
 
     def evaluate(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
         """(accuracy, mean cross-entropy without label smoothing) over one pass of ``batches``."""
+        stats = self.evaluate_per_class(batches)
+        return stats.accuracy, stats.loss
+
+    def evaluate_per_class(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> EvalStats:
+        """One pass of ``batches``: accuracy, mean cross-entropy (without label smoothing) and the
+        per-class counts of right predictions and images (two ``bincount`` of the predictions the
+        accuracy needs anyway)."""
         model, device = self.model, self.device
         model.eval()
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        correct = torch.zeros((), dtype=torch.int64, device=device)
+        class_correct: torch.Tensor | None = None
+        class_total: torch.Tensor | None = None
         seen = 0
         with torch.inference_mode():
             for images, labels in batches:
@@ -338,11 +375,18 @@ class Learner:
                 with torch.autocast(device_type=device.type, dtype=self.amp_dtype, enabled=self.amp):
                     logits = model(images)
                 loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").double()
-                correct += (logits.argmax(1) == labels).sum()
+                k = logits.shape[1]
+                if class_total is None:
+                    class_correct = torch.zeros(k, dtype=torch.int64, device=device)
+                    class_total = torch.zeros(k, dtype=torch.int64, device=device)
+                class_total += torch.bincount(labels, minlength=k)[:k]
+                class_correct += torch.bincount(labels[logits.argmax(1) == labels], minlength=k)[:k]
                 seen += labels.shape[0]
-        if seen == 0:
+        if seen == 0 or class_total is None or class_correct is None:
             raise ValueError("the evaluation loader yielded no images")
-        return correct.item() / seen, loss_sum.item() / seen
+        correct = tuple(int(c) for c in class_correct.tolist())
+        return EvalStats(accuracy=sum(correct) / seen, loss=loss_sum.item() / seen, seen=seen,
+                         class_correct=correct, class_total=tuple(int(t) for t in class_total.tolist()))
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -376,7 +420,8 @@ def train(
     ``lr``, ``images_per_sec`` (training images per second this epoch, after the first batch so
     that pipeline start-up does not count), ``epoch_time_s`` (wall time of the epoch: training +
     validation), ``time_total_s``; after the last epoch also ``test_accuracy``/``test_loss`` when
-    ``config.test_data`` is set. With ``checkpoint_dir`` the trainer first writes
+    ``config.test_data`` is set (the result also holds the test pass's per-class counts,
+    ``test_class_correct`` / ``test_class_total``, and ``test_balanced_accuracy``). With ``checkpoint_dir`` the trainer first writes
     ``checkpoint_dir/checkpoint.pt`` atomically and adds ``metrics["checkpoint_dir"]``.
     ``resume_from``: a directory holding ``checkpoint.pt``; training continues after its epoch.
     ``on_batch(epoch, batch, batches)`` (optional) is called after each training step (1-based
@@ -514,6 +559,7 @@ def _train(
     ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
     ckpt_path = ckpt_dir / CHECKPOINT_NAME if ckpt_dir is not None else None
     test_accuracy = test_loss = None
+    test_stats: EvalStats | None = None
 
     for epoch in range(start_epoch, config.epochs):
         # ---- train one epoch ----
@@ -543,7 +589,8 @@ def _train(
         ):
             metrics["val_accuracy"], metrics["val_loss"] = learner.evaluate(val_loader)
         if last and test_loader is not None:
-            test_accuracy, test_loss = learner.evaluate(test_loader)
+            test_stats = learner.evaluate_per_class(test_loader)
+            test_accuracy, test_loss = test_stats.accuracy, test_stats.loss
             metrics["test_accuracy"], metrics["test_loss"] = test_accuracy, test_loss
         epoch_time = time.perf_counter() - t0
         train_time += epoch_time
@@ -583,7 +630,8 @@ def _train(
 
     if test_loader is not None and test_accuracy is None:
         # Resumed from a checkpoint written after the last epoch: only the test pass is left.
-        test_accuracy, test_loss = learner.evaluate(test_loader)
+        test_stats = learner.evaluate_per_class(test_loader)
+        test_accuracy, test_loss = test_stats.accuracy, test_stats.loss
     final = history[-1] if history else {}
     return TrainResult(
         history=history,
@@ -596,4 +644,6 @@ def _train(
         config=config,
         test_loss=test_loss,
         checkpoint_path=str(ckpt_path) if ckpt_path is not None else None,
+        test_class_correct=list(test_stats.class_correct) if test_stats is not None else None,
+        test_class_total=list(test_stats.class_total) if test_stats is not None else None,
     )

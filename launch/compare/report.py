@@ -1,11 +1,13 @@
-"""The results of a comparison: per-policy statistics, the table, and the files written to
-``--out`` (``runs.csv``, ``results.md|csv|parquet``, ``comparison.png``, ``evaluations.json``),
-and the evaluations attached to stored policies.
+"""The results of a comparison: per-policy statistics (test accuracy and balanced accuracy), the
+table, and the files written to ``--out`` (``runs.csv``, ``results.md|csv|parquet``,
+``comparison.png``, ``per_class.csv|png``, ``evaluations.json``), and the evaluations attached to
+stored policies. The per-class analysis is :mod:`autoaug.launch.compare.per_class`.
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -16,6 +18,8 @@ from autoaug.core.errors import CompareError
 from autoaug.core.location import Location
 from autoaug.launch.compare.candidates import Candidate
 from autoaug.launch.compare.config import CompareConfig
+from autoaug.launch.compare.per_class import PerClass, analyze, run_balanced_accuracy
+from autoaug.launch.compare.per_class import plot as plot_per_class
 from autoaug.launch.compare.stats import mean_ci
 
 __all__ = ["PolicySummary", "Comparison", "summarize", "write_outputs", "plot", "attach_evaluations"]
@@ -49,15 +53,30 @@ class PolicySummary:
     mean_train_time_s: float
     seeds: tuple[int, ...]
     test_accuracies: tuple[float, ...]
+    # Balanced accuracy (mean per-class accuracy) over the runs that recorded per-class counts
+    # (runs recorded before compare kept them have none: balanced_n < n).
+    balanced_n: int = 0
+    balanced_mean: float = math.nan
+    balanced_std: float = math.nan
+    balanced_ci95_low: float = math.nan
+    balanced_ci95_high: float = math.nan
+    balanced_seeds: tuple[int, ...] = ()
+    balanced_accuracies: tuple[float, ...] = ()
 
     @property
     def ci95_half_width(self) -> float:
         return (self.ci95_high - self.ci95_low) / 2.0
 
+    @property
+    def balanced_ci95_half_width(self) -> float:
+        return (self.balanced_ci95_high - self.balanced_ci95_low) / 2.0
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["seeds"], d["test_accuracies"] = list(self.seeds), list(self.test_accuracies)
+        for key in ("seeds", "test_accuracies", "balanced_seeds", "balanced_accuracies"):
+            d[key] = list(d[key])
         d["ci95_half_width"] = self.ci95_half_width
+        d["balanced_ci95_half_width"] = self.balanced_ci95_half_width
         return d
 
 
@@ -69,6 +88,9 @@ def summarize(candidates: Sequence[Candidate], runs: Sequence[Mapping[str, Any]]
         accs = [float(r["test_accuracy"]) for r in mine]
         mean, std, lo, hi = mean_ci(accs)
         times = [float(r["train_time_s"]) for r in mine]
+        balanced = [(int(r["seed"]), run_balanced_accuracy(r)) for r in mine]
+        balanced = [(seed, b) for seed, b in balanced if b is not None]
+        b_mean, b_std, b_lo, b_hi = mean_ci([b for _, b in balanced])
         out.append(
             PolicySummary(
                 policy=c.label,
@@ -84,6 +106,13 @@ def summarize(candidates: Sequence[Candidate], runs: Sequence[Mapping[str, Any]]
                 mean_train_time_s=math.fsum(times) / len(times) if times else math.nan,
                 seeds=tuple(int(r["seed"]) for r in mine),
                 test_accuracies=tuple(accs),
+                balanced_n=len(balanced),
+                balanced_mean=b_mean,
+                balanced_std=b_std,
+                balanced_ci95_low=b_lo,
+                balanced_ci95_high=b_hi,
+                balanced_seeds=tuple(seed for seed, _ in balanced),
+                balanced_accuracies=tuple(b for _, b in balanced),
             )
         )
     return out
@@ -91,6 +120,10 @@ def summarize(candidates: Sequence[Candidate], runs: Sequence[Mapping[str, Any]]
 
 def _pct(x: float, digits: int = 2) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f}"
+
+
+def _ci(lo: float, hi: float) -> str:
+    return "-" if not math.isfinite(lo) else f"[{_pct(lo)}, {_pct(hi)}]"
 
 
 @dataclasses.dataclass
@@ -105,36 +138,63 @@ class Comparison:
     trained: int = 0  # runs trained by this call (the others were reused)
     files: dict[str, str] = dataclasses.field(default_factory=dict)
     attached: list[str] = dataclasses.field(default_factory=list)
+    classes: tuple[str, ...] = ()  # the dataset's class names, label order (per-class tables)
+
+    @functools.cached_property
+    def per_class(self) -> PerClass:
+        """Balanced and per-class accuracies, and the classes worse than the best baseline
+        (:func:`autoaug.launch.compare.per_class.analyze`)."""
+        return analyze(self.candidates, self.summaries, self.runs, self.classes)
 
     def rows(self) -> list[list[str]]:
         best = max((s.mean for s in self.summaries if math.isfinite(s.mean)), default=math.nan)
         rows = []
         for s in self.summaries:
             mark = " *" if math.isfinite(s.mean) and s.mean == best else ""
+            partial = " †" if 0 < s.balanced_n < s.n else ""
             rows.append([
                 s.policy + mark,
                 s.kind,
                 str(s.n),
                 _pct(s.mean),
                 _pct(s.std),
-                "-" if not math.isfinite(s.ci95_low) else f"[{_pct(s.ci95_low)}, {_pct(s.ci95_high)}]",
+                _ci(s.ci95_low, s.ci95_high),
+                _pct(s.balanced_mean) + partial,
+                _pct(s.balanced_std),
+                _ci(s.balanced_ci95_low, s.balanced_ci95_high),
                 "-" if not math.isfinite(s.mean_train_time_s) else f"{s.mean_train_time_s:.1f}",
             ])
         return rows
 
-    HEADER = ["policy", "kind", "n", "test acc % (mean)", "std", "95% CI", "train time s (mean)"]
+    HEADER = ["policy", "kind", "n", "test acc % (mean)", "std", "95% CI", "balanced acc % (mean)", "std",
+              "95% CI", "train time s (mean)"]
+
+    def _partial_note(self) -> list[str]:
+        if any(0 < s.balanced_n < s.n for s in self.summaries):
+            return ["† balanced accuracy over the runs with per-class counts only (the others were recorded "
+                    "before compare kept them)."]
+        return []
 
     def table(self) -> str:
-        """The results as a plain-text table (``*`` marks the best mean)."""
+        """The results as a plain-text table (``*`` marks the best mean), then the per-class verdicts."""
         rows = self.rows()
         widths = [max(len(r[i]) for r in [self.HEADER, *rows]) for i in range(len(self.HEADER))]
-        numeric = {2, 3, 4, 6}
+        numeric = {2, 3, 4, 6, 7, 9}
 
         def fmt(row: list[str]) -> str:
             return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
 
         lines = [fmt(self.HEADER), fmt(["-" * w for w in widths])]
         lines += [fmt(r) for r in rows]
+        per_class = self.per_class
+        verdicts = per_class.verdict_lines()
+        if verdicts:
+            lines += ["", f"per class, against the best baseline {per_class.baseline} (paired t over seeds, "
+                          f"Benjamini-Hochberg q <= {per_class.alpha:g} over the classes; per_class.csv):"]
+            lines += [f"  {v}" for v in verdicts]
+        notes = [f"per class: {n}" for n in [per_class.missing_note(), *per_class.notes] if n]
+        if self._partial_note() or notes:
+            lines += ["", *self._partial_note(), *notes]
         return "\n".join(lines)
 
     def markdown(self) -> str:
@@ -147,24 +207,31 @@ class Comparison:
             + (f"group_by=`{t.group_by}`, " if t.group_by is not None else "")
             + f"batch_size={t.batch_size}, lr={t.lr}), evaluated on `{t.test_data}`; "
             f"seeds {', '.join(map(str, self.config.seeds))}. Mean, sample standard deviation and "
-            "two-sided 95% confidence interval of the mean (Student t, n-1 degrees of freedom), in %; "
-            "`*` marks the best mean. Training time per run includes validation and the final test pass.",
+            "two-sided 95% confidence interval of the mean (Student t, n-1 degrees of freedom), in %, of the "
+            "test accuracy and of the balanced accuracy (the mean of the per-class accuracies); "
+            "`*` marks the best mean test accuracy. Training time per run includes validation and the final "
+            "test pass.",
             "",
             "| " + " | ".join(self.HEADER) + " |",
-            "|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:"]) + "|",
+            "|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"]) + "|",
         ]
         lines += ["| " + " | ".join(r) + " |" for r in self.rows()]
-        lines += ["", f"Dataset fingerprint `{self.dataset_fingerprint[:16]}`; one row per run in `runs.csv`.", ""]
+        for note in self._partial_note():
+            lines += ["", note]
+        lines += ["", f"Dataset fingerprint `{self.dataset_fingerprint[:16]}`; one row per run in `runs.csv`."]
+        lines += self.per_class.markdown()
         return "\n".join(lines)
 
 
 _RUN_COLUMNS = [
     "run_id", "policy", "kind", "ref", "store_ref", "policy_hash", "seed", "test_accuracy", "test_loss",
-    "val_accuracy", "train_time_s", "epochs", "model", "node_id", "hostname", "finished_at",
+    "val_accuracy", "train_time_s", "epochs", "model", "node_id", "hostname", "finished_at", "balanced_accuracy",
 ]
 _RESULT_COLUMNS = [
     "policy", "kind", "ref", "store_ref", "policy_hash", "n", "mean", "std", "ci95_low", "ci95_high",
-    "ci95_half_width", "mean_train_time_s", "seeds", "test_accuracies",
+    "ci95_half_width", "mean_train_time_s", "seeds", "test_accuracies", "balanced_n", "balanced_mean",
+    "balanced_std", "balanced_ci95_low", "balanced_ci95_high", "balanced_ci95_half_width", "balanced_seeds",
+    "balanced_accuracies",
 ]
 
 
@@ -172,6 +239,7 @@ def _run_row(r: Mapping[str, Any]) -> dict[str, Any]:
     cfg = r.get("train_config", {})
     row = {k: r.get(k) for k in _RUN_COLUMNS}
     row["epochs"], row["model"] = cfg.get("epochs"), cfg.get("model")
+    row["balanced_accuracy"] = run_balanced_accuracy(r)  # empty for a run recorded without per-class counts
     return row
 
 
@@ -215,6 +283,14 @@ def _parquet_bytes(summaries: Sequence[PolicySummary]) -> bytes:
             "mean_train_time_s": pa.array([num(s.mean_train_time_s) for s in summaries], pa.float64()),
             "seeds": pa.array([list(s.seeds) for s in summaries], pa.list_(pa.int64())),
             "test_accuracies": pa.array([list(s.test_accuracies) for s in summaries], pa.list_(pa.float64())),
+            "balanced_n": pa.array([s.balanced_n for s in summaries], pa.int32()),
+            "balanced_mean": pa.array([num(s.balanced_mean) for s in summaries], pa.float64()),
+            "balanced_std": pa.array([num(s.balanced_std) for s in summaries], pa.float64()),
+            "balanced_ci95_low": pa.array([num(s.balanced_ci95_low) for s in summaries], pa.float64()),
+            "balanced_ci95_high": pa.array([num(s.balanced_ci95_high) for s in summaries], pa.float64()),
+            "balanced_ci95_half_width": pa.array([num(s.balanced_ci95_half_width) for s in summaries], pa.float64()),
+            "balanced_seeds": pa.array([list(s.balanced_seeds) for s in summaries], pa.list_(pa.int64())),
+            "balanced_accuracies": pa.array([list(s.balanced_accuracies) for s in summaries], pa.list_(pa.float64())),
         }
     )
     sink = pa.BufferOutputStream()
@@ -283,8 +359,11 @@ def plot(comparison: Comparison) -> bytes:
 
 
 def write_outputs(comparison: Comparison) -> dict[str, str]:
-    """Write runs.csv, results.{md,csv,parquet} and comparison.png into ``config.out``; returns
-    their locations (also kept in ``comparison.files``)."""
+    """Write runs.csv, results.{md,csv,parquet} and comparison.png into ``config.out``, and
+    per_class.csv (when runs have per-class counts) and per_class.png (when a policy is compared
+    with the best baseline); returns their locations (also kept in ``comparison.files``)."""
+    from autoaug.launch.compare.per_class import CSV_COLUMNS as PER_CLASS_COLUMNS
+
     out = Location.parse(comparison.config.out, what="--out")
     contents = {
         "runs_csv": ("runs.csv", _csv_bytes([_run_row(r) for r in comparison.runs], _RUN_COLUMNS)),
@@ -293,6 +372,14 @@ def write_outputs(comparison: Comparison) -> dict[str, str]:
         "results_parquet": ("results.parquet", _parquet_bytes(comparison.summaries)),
         "plot": ("comparison.png", plot(comparison)),
     }
+    per_class = comparison.per_class
+    if per_class.available:
+        contents["per_class_csv"] = ("per_class.csv", _csv_bytes(per_class.csv_rows(), PER_CLASS_COLUMNS))
+        t = comparison.config.train
+        png = plot_per_class(per_class, f"{t.model}, {t.epochs} epochs, train_size={t.train_size}, "
+                                        f"seeds={len(comparison.config.seeds)}")
+        if png is not None:
+            contents["per_class_plot"] = ("per_class.png", png)
     files = {}
     for key, (rel, data) in contents.items():
         out.write_bytes(data, rel)
@@ -328,7 +415,36 @@ def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any
         "train_config": train,
         "dataset_fingerprint": comparison.dataset_fingerprint,
         "out": Location.parse(cfg.out, what="--out").uri,
+        **_per_class_evaluation(comparison, summary),
     }
+
+
+def _per_class_evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any]:
+    """Balanced accuracy and the classes worse than the best baseline, for a stored policy's
+    evaluation; nothing for runs recorded without per-class counts (so re-running a comparison
+    made before they existed attaches no second, identical evaluation)."""
+    if not summary.balanced_n:
+        return {}
+    out: dict[str, Any] = {
+        "balanced_accuracy": {
+            "n": summary.balanced_n, "mean": summary.balanced_mean,
+            "std": summary.balanced_std if math.isfinite(summary.balanced_std) else None,
+            "ci95": [summary.balanced_ci95_low, summary.balanced_ci95_high]
+            if math.isfinite(summary.balanced_ci95_low) else None,
+            "seeds": list(summary.balanced_seeds), "per_seed": list(summary.balanced_accuracies),
+        },
+    }
+    per_class = comparison.per_class
+    if summary.policy in per_class.compared and per_class.tested(summary.policy):
+        out["worse_classes"] = {
+            "baseline": per_class.baseline,
+            "test": "paired t over seeds, Benjamini-Hochberg over the classes",
+            "alpha": per_class.alpha,
+            "classes": [{"class": r.class_name, "label": r.class_index, "diff": r.diff.mean,
+                         "ci95": [r.diff.ci95_low, r.diff.ci95_high] if math.isfinite(r.diff.ci95_low) else None,
+                         "q": r.p_adjusted} for r in per_class.worse(summary.policy)],
+        }
+    return out
 
 
 def attach_evaluations(comparison: Comparison, store: Any = None) -> list[str]:

@@ -16,6 +16,7 @@ from autoaug.core.location import Location
 from autoaug.core.metrics import epoch_record, metrics_json
 from autoaug.launch.compare.candidates import Candidate, resolve_candidates
 from autoaug.launch.compare.config import CompareConfig
+from autoaug.launch.compare.per_class import run_balanced_accuracy
 from autoaug.launch.compare.report import Comparison, _pct, attach_evaluations, summarize, write_outputs
 
 __all__ = ["run_compare", "run_id", "run_record", "load_run", "sized_to_data"]
@@ -23,6 +24,9 @@ __all__ = ["run_compare", "run_id", "run_record", "load_run", "sized_to_data"]
 #: Training-config fields that may differ between a stored run and the comparison reusing it:
 #: they do not change what is computed (where the data lives, how many threads run it).
 _REUSABLE_CHANGES = frozenset({"data", "test_data", "num_threads", "device"})
+#: Optional fields added later keep the format: a record without ``test_class_correct`` /
+#: ``test_class_total`` (written before per-class counts existed) still loads; its per-class and
+#: balanced accuracies are reported as unavailable (autoaug.launch.compare.per_class).
 _RUN_FORMAT = 1
 
 
@@ -63,6 +67,10 @@ def _train_one(train_config: dict[str, Any], policy: dict[str, Any], queue: Any 
     return {
         "test_accuracy": result.test_accuracy,
         "test_loss": result.test_loss,
+        "test_balanced_accuracy": result.test_balanced_accuracy,
+        # Per class, in label order: test images predicted right / test images (per-class accuracy).
+        "test_class_correct": result.test_class_correct,
+        "test_class_total": result.test_class_total,
         "val_accuracy": result.val_accuracy,
         "train_time_s": result.train_time_s,
         "history": [epoch_record(row) for row in result.history],
@@ -119,13 +127,15 @@ def load_run(
     return record
 
 
-def sized_to_data(config: CompareConfig) -> tuple[CompareConfig, str, dict[str, Any]]:
-    """``(config with its training config sized to the data, dataset fingerprint, sizing record)``.
+def sized_to_data(config: CompareConfig) -> tuple[CompareConfig, str, dict[str, Any], tuple[str, ...]]:
+    """``(config with its training config sized to the data, dataset fingerprint, sizing record,
+    class names)``.
 
     The one place a comparison resolves its regime (:func:`autoaug.proxy_models.train.resolve_config`:
     a split per class becomes a total, an automatic image size the data's own): every run trains,
     and every run record keeps, the resolved config, so finished runs are reused exactly when
-    they computed the same thing, whichever way the regime was asked for."""
+    they computed the same thing, whichever way the regime was asked for. The fingerprint covers
+    the class names."""
     from autoaug.proxy_models.data import open_dataset
     from autoaug.proxy_models.train import resolve_config, sizing_record
 
@@ -143,15 +153,17 @@ def sized_to_data(config: CompareConfig) -> tuple[CompareConfig, str, dict[str, 
             f"{t.data} has {list(ds.classes)[:10]}"
         )
     sizing = sizing_record(t, resolved, num_classes=ds.num_classes)
-    return dataclasses.replace(config, train=resolved), fp, sizing
+    return dataclasses.replace(config, train=resolved), fp, sizing, tuple(ds.classes)
 
 
 def _describe_run(r: Mapping[str, Any]) -> str:
     where = f", node {r['node_id'][:8]}" if r.get("node_id") else ""
     val = r.get("val_accuracy")
     val_txt = f", val {_pct(val, 1)}%" if val is not None else ""
+    balanced = run_balanced_accuracy(r)
+    bal_txt = f" (balanced {_pct(balanced, 2)}%)" if balanced is not None else ""
     return (
-        f"{r['policy']} seed {r['seed']}: test {_pct(r['test_accuracy'], 2)}%{val_txt} "
+        f"{r['policy']} seed {r['seed']}: test {_pct(r['test_accuracy'], 2)}%{bal_txt}{val_txt} "
         f"({r['train_time_s']:.0f} s{where})"
     )
 
@@ -168,7 +180,7 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
     """
     say = display.log if display is not None else (progress or (lambda line: None))
     candidates = resolve_candidates(config.policies, config.baselines, config.store)
-    config, dataset_fp, sizing = sized_to_data(config)
+    config, dataset_fp, sizing, classes = sized_to_data(config)
     out = Location.parse(config.out, what="--out")
     try:
         out.child("runs").mkdir()
@@ -203,7 +215,7 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
     runs = [done[(c.policy_hash, seed)] for c, seed in jobs]
     comparison = Comparison(
         config=config, candidates=candidates, runs=runs, summaries=summarize(candidates, runs),
-        dataset_fingerprint=dataset_fp, trained=trained,
+        dataset_fingerprint=dataset_fp, trained=trained, classes=classes,
     )
     write_outputs(comparison)
     if config.attach:

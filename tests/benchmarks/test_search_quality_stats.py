@@ -85,3 +85,39 @@ def test_over_search_seeds_pairs_only_the_evaluation_seeds_every_search_has(sq):
     assert over["seeds"] == [0, 1]
     assert over["vs"]["base"]["over_eval_seeds"]["seeds"] == [0, 1]
     assert over["vs"]["base"]["over_eval_seeds"]["mean"] == pytest.approx(0.0)
+
+
+def test_results_table_shows_balanced_accuracy_and_says_where_it_is_missing(sq):
+    """compare's runs.csv has a balanced_accuracy column (empty for runs recorded without per-class
+    counts); committed CSVs from before it have none at all."""
+    runs = [{"policy": "found", "seed": s, "test_accuracy": a, "balanced_accuracy": b}
+            for s, a, b in ((0, 0.60, 0.50), (1, 0.62, 0.54), (2, 0.61, 0.52))]
+    runs += [{"policy": "standard", "seed": s, "test_accuracy": a, "balanced_accuracy": b}
+             for s, a, b in ((0, 0.58, 0.56), (1, 0.57, ""), (2, 0.59, 0.58))]
+    runs += [{"policy": "none", "seed": s, "test_accuracy": 0.4} for s in (0, 1, 2)]  # an older runs.csv
+    summary = sq.summarize(runs)
+    assert summary["found"]["balanced"]["mean"] == pytest.approx(0.52)
+    assert summary["found"]["balanced"]["seeds"] == {0: 0.50, 1: 0.54, 2: 0.52}
+    assert summary["standard"]["balanced"]["n"] == 2 and summary["none"]["balanced"] is None
+    table = "\n".join(sq.results_table(summary, {"found": " **(found)**"}))
+    assert "| balanced acc % | std | 95% CI |" in table.splitlines()[0]
+    b = summary["found"]["balanced"]
+    assert (f"| 1 | `found` **(found)** | 3 | 61.00 | 1.00 | [{100 * summary['found']['low']:.2f}, "
+            f"{100 * summary['found']['high']:.2f}] | 52.00 | 2.00 | [{100 * b['low']:.2f}, {100 * b['high']:.2f}] |") in table
+    assert "| 57.00 (2 of 3 seeds) |" in table
+    assert "| `none` | 3 | 40.00 | 0.00 | [40.00, 40.00] | – | – | – |" in table
+    assert "re-run the same command" in table
+    # Paired differences of the balanced accuracies, over the seeds both have.
+    d = sq.balanced_paired(summary, "found", "standard")
+    assert d["seeds"] == [0, 2] and d["mean"] == pytest.approx(((0.50 - 0.56) + (0.52 - 0.58)) / 2)
+    assert sq.balanced_paired(summary, "found", "none") is None
+    diff_table = "\n".join(sq._diff_table("t", {"standard": sq.paired(summary["found"]["seeds"], summary["standard"]["seeds"]),
+                                                 "none": sq.paired(summary["found"]["seeds"], summary["none"]["seeds"])},
+                                          {"standard": d, "none": None}))
+    assert "| `standard` | 3.00 | [" in diff_table and "| -6.00 | [" in diff_table
+    assert diff_table.rstrip().endswith("| – | – |")
+
+
+def test_results_table_of_a_file_with_balanced_accuracy_everywhere_has_no_note(sq):
+    runs = [{"policy": p, "seed": s, "test_accuracy": 0.5, "balanced_accuracy": 0.4} for p in ("a", "b") for s in (0, 1)]
+    assert "re-run" not in "\n".join(sq.results_table(sq.summarize(runs)))

@@ -34,6 +34,31 @@ def test_mean_ci():
     assert all(math.isnan(v) for v in compare.mean_ci([]))
 
 
+def test_paired_difference_is_the_paired_t_test_over_shared_seeds():
+    from scipy import stats
+
+    from autoaug.launch.compare.stats import paired_difference
+
+    a, b = {0: 0.50, 1: 0.60, 2: 0.70, 7: 0.9}, {0: 0.40, 1: 0.45, 2: 0.70, 3: 0.1}
+    d = paired_difference(a, b)
+    assert d.seeds == (0, 1, 2) and d.diffs == pytest.approx((0.10, 0.15, 0.0))
+    assert d.mean == pytest.approx(0.25 / 3)
+    assert (d.mean, d.std, d.ci95_low, d.ci95_high) == pytest.approx(compare.mean_ci([0.10, 0.15, 0.0]))
+    assert d.p_value == pytest.approx(stats.ttest_rel([0.5, 0.6, 0.7], [0.4, 0.45, 0.7]).pvalue)
+    assert math.isnan(paired_difference({0: 0.5}, {0: 0.4}).p_value)  # one pair: no test
+    assert paired_difference({0: 0.5, 1: 0.5}, {0: 0.2, 1: 0.2}).p_value == 0.0  # same difference every seed
+    assert paired_difference({0: 0.5, 1: 0.6}, {0: 0.5, 1: 0.6}).p_value == 1.0
+
+
+def test_benjamini_hochberg_adjustment_skips_tests_not_made():
+    from autoaug.launch.compare.stats import adjust_p_values
+
+    # Sorted p: 0.01, 0.02, 0.5 over m=3 tests: 0.01*3/1=0.03, 0.02*3/2=0.03, 0.5*3/3=0.5.
+    adjusted = adjust_p_values([math.nan, 0.02, 0.01, 0.5])
+    assert math.isnan(adjusted[0]) and adjusted[1:] == pytest.approx([0.03, 0.03, 0.5])
+    assert adjust_p_values([]) == [] and all(math.isnan(q) for q in adjust_p_values([math.nan]))
+
+
 # ----------------------------------------------------------------------------------------------
 # Configuration
 
@@ -157,24 +182,32 @@ def test_resolve_candidates_errors(store, policies, baselines, fragment):
 # Outputs from hand-made runs
 
 
-def _fake_comparison(tmp_path, store, accuracies):
+def _fake_comparison(tmp_path, store, accuracies=None, *, correct=None, total=None, classes=(),
+                     policies=("found@1",), baselines="standard"):
+    """A comparison of hand-made run records. ``accuracies``: ``{label: [test accuracy per seed]}``
+    (records without per-class counts, as written before they existed); or ``correct``:
+    ``{label: [[right predictions per class] per seed]}`` with ``total`` (test images per class)."""
+    per_seed = accuracies if accuracies is not None else correct
     data = _parquet_pair(tmp_path / "d")
     cfg = compare.config_from_dict(
-        {"data": str(data / "train.parquet"), "preset": "smoke", "seeds": len(next(iter(accuracies.values()))),
-         "policies": ["found@1"], "baselines": "standard", "out": str(tmp_path / "out"), "store": store.uri}
+        {"data": str(data / "train.parquet"), "preset": "smoke", "seeds": len(next(iter(per_seed.values()))),
+         "policies": list(policies), "baselines": baselines, "out": str(tmp_path / "out"), "store": store.uri}
     )
     cands = compare.resolve_candidates(cfg.policies, cfg.baselines, store)
     runs = []
     for c in cands:
-        for seed, acc in zip(cfg.seeds, accuracies[c.label]):
+        for seed, value in zip(cfg.seeds, per_seed[c.label]):
+            acc = value if accuracies is not None else sum(value) / sum(total)
             outcome = {
                 "test_accuracy": acc, "test_loss": 1.0, "val_accuracy": acc - 0.01, "train_time_s": 10.0 + seed,
                 "history": [{"epoch": e, "val_accuracy": acc * e / 2} for e in (1, 2)],
                 "dataset_fingerprint": "f" * 64, "split_fingerprint": "s" * 64,
                 "node_id": "n" * 56, "hostname": "h", "pid": 1,
             }
+            if accuracies is None:
+                outcome |= {"test_class_correct": list(value), "test_class_total": list(total)}
             runs.append(runner.run_record(c, seed, cfg.run_config(seed), outcome))
-    return compare.Comparison(config=cfg, candidates=cands, runs=runs,
+    return compare.Comparison(config=cfg, candidates=cands, runs=runs, classes=tuple(classes),
                               summaries=compare.summarize(cands, runs), dataset_fingerprint="f" * 64)
 
 
@@ -201,6 +234,213 @@ def test_outputs_have_one_row_per_policy_and_run(tmp_path, store):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     text = comparison.table()
     assert "found@1 *" in text and "[77.03, 86.97]" in text
+
+
+# ----------------------------------------------------------------------------------------------
+# Per class: an imbalanced test set where one policy destroys the rare class
+
+CLASSES = ("car", "truck", "stop", "keep_left")
+TOTAL = [500, 300, 150, 20]  # test images per class: keep_left is rare
+SEEDS5 = 5
+# Right predictions per class, one row per seed (seeds 0-4).
+IMBALANCED = {
+    # Best overall on the frequent classes, but keep_left is destroyed in every seed.
+    "found@1": [[480, 280, 135, 3], [478, 282, 136, 2], [481, 279, 134, 4], [479, 281, 137, 3], [482, 280, 135, 2]],
+    # One bad seed on keep_left: a big mean difference that is not consistent, so not beyond the noise.
+    "trivialaugment": [[460, 270, 135, 18], [462, 268, 134, 3], [459, 271, 136, 17], [461, 270, 135, 18],
+                       [460, 269, 136, 19]],
+    "standard": [[455, 265, 133, 18], [457, 266, 134, 17], [454, 264, 135, 18], [456, 265, 133, 19],
+                 [455, 267, 134, 18]],
+    "none": [[400, 230, 110, 12], [402, 228, 112, 13], [401, 231, 111, 11], [399, 229, 110, 12],
+             [400, 230, 111, 12]],
+}
+
+
+@pytest.fixture()
+def imbalanced(tmp_path, store):
+    return _fake_comparison(tmp_path, store, correct=IMBALANCED, total=TOTAL, classes=CLASSES,
+                            policies=("found@1", "trivialaugment"), baselines="none,standard")
+
+
+def test_balanced_accuracy_is_the_mean_per_class_accuracy(imbalanced):
+    by = {s.policy: s for s in imbalanced.summaries}
+    for label, rows in IMBALANCED.items():
+        expected = [sum(c / t for c, t in zip(row, TOTAL)) / len(TOTAL) for row in rows]
+        assert by[label].balanced_accuracies == pytest.approx(expected)
+        assert by[label].balanced_n == SEEDS5 and by[label].balanced_seeds == (0, 1, 2, 3, 4)
+        assert (by[label].balanced_mean, by[label].balanced_std, by[label].balanced_ci95_low,
+                by[label].balanced_ci95_high) == pytest.approx(compare.mean_ci(expected))
+    # Overall accuracy hides the rare class; balanced accuracy does not.
+    assert by["found@1"].mean > by["standard"].mean
+    assert by["found@1"].balanced_mean < by["standard"].balanced_mean
+
+
+def test_balanced_accuracy_in_every_output(imbalanced, capsys):
+    from autoaug.launch.compare_cmd import comparison_json
+
+    files = compare.write_outputs(imbalanced)
+    with open(files["results_csv"], newline="") as f:
+        rows = {r["policy"]: r for r in csv.DictReader(f)}
+    summary = {s.policy: s for s in imbalanced.summaries}
+    assert float(rows["found@1"]["balanced_mean"]) == pytest.approx(summary["found@1"].balanced_mean)
+    assert float(rows["found@1"]["balanced_ci95_low"]) == pytest.approx(summary["found@1"].balanced_ci95_low)
+    table = {r["policy"]: r for r in pq.read_table(files["results_parquet"]).to_pylist()}
+    assert table["standard"]["balanced_accuracies"] == pytest.approx(list(summary["standard"].balanced_accuracies))
+    with open(files["runs_csv"], newline="") as f:
+        run = next(r for r in csv.DictReader(f) if r["policy"] == "none" and r["seed"] == "0")
+    assert float(run["balanced_accuracy"]) == pytest.approx((400 / 500 + 230 / 300 + 110 / 150 + 12 / 20) / 4)
+    md = Path(files["results_md"]).read_text()
+    assert "balanced acc % (mean)" in md
+    s = summary["found@1"]
+    assert f"| {100 * s.balanced_mean:.2f} | {100 * s.balanced_std:.2f} | [{100 * s.balanced_ci95_low:.2f}, " in md
+    assert "balanced acc % (mean)" in imbalanced.table()
+    doc = comparison_json(imbalanced)
+    assert doc["summaries"][0]["balanced_mean"] == pytest.approx(s.balanced_mean)
+    assert doc["runs"][0]["balanced_accuracy"] == pytest.approx(s.balanced_accuracies[0])
+    assert [r["class"] for r in doc["per_class"]["worse"]["found@1"]] == ["keep_left"]
+
+
+def test_per_class_table_has_every_class_of_every_policy_by_name(imbalanced):
+    files = compare.write_outputs(imbalanced)
+    with open(files["per_class_csv"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(CLASSES) * len(IMBALANCED)
+    assert {(r["class"], r["policy"]) for r in rows} == {(c, p) for c in CLASSES for p in IMBALANCED}
+    keep_left = {r["policy"]: r for r in rows if r["class"] == "keep_left"}
+    assert int(keep_left["none"]["test_images"]) == 20 and keep_left["none"]["class_index"] == "3"
+    assert float(keep_left["found@1"]["mean"]) == pytest.approx((3 + 2 + 4 + 3 + 2) / 5 / 20)
+    # The best baseline by mean test accuracy is the reference; the baselines are not tested.
+    assert keep_left["found@1"]["baseline"] == "standard" and keep_left["none"]["baseline"] == ""
+    md = Path(files["results_md"]).read_text()
+    section = md[md.index("### Per-class accuracy"):]
+    for label, name in enumerate(CLASSES):
+        assert f"| {label} | {name} | {TOTAL[label]} |" in section
+    assert "| 3 | keep_left | 20 | 14.00 ▼ |" in section  # found@1's column first
+
+
+def test_a_class_worse_beyond_the_noise_is_named_and_a_noisy_one_is_not(imbalanced):
+    per_class = imbalanced.per_class
+    assert per_class.baseline == "standard" and per_class.compared == ("found@1", "trivialaugment")
+    (worse,) = per_class.worse("found@1")
+    assert worse.class_name == "keep_left" and worse.verdict == "worse"
+    diffs = [(f[3] - s[3]) / 20 for f, s in zip(IMBALANCED["found@1"], IMBALANCED["standard"])]
+    assert worse.diff.diffs == pytest.approx(diffs)
+    assert worse.diff.mean == pytest.approx(sum(diffs) / 5) and worse.p_adjusted <= 0.05
+    # trivialaugment loses 2.7 points on keep_left on average (one seed at 3/20), but not consistently.
+    noisy = next(r for r in per_class.of("trivialaugment") if r.class_name == "keep_left")
+    assert noisy.diff.mean < -0.02 and noisy.p_adjusted > 0.05 and noisy.verdict == ""
+    assert per_class.worse("trivialaugment") == []
+    # found@1 is better on car beyond the noise (consistently +24 images of 500).
+    assert "car" in [r.class_name for r in per_class.better("found@1")]
+    text = imbalanced.table()
+    assert "found@1 is worse than standard on 1 class(es): keep_left -76.00 points [" in text
+    assert "trivialaugment: no class worse than standard beyond the noise" in text
+    md = imbalanced.markdown()
+    assert "best baseline is `standard`" in md and "Benjamini-Hochberg" in md
+    assert "| `found@1` |" in md and "**keep_left** -76.00 points" in md
+    assert "| `trivialaugment` |" in md and "none beyond the noise" in md
+
+
+def test_a_drop_below_zero_for_one_class_but_not_after_correction_is_listed_apart(tmp_path, store):
+    """keep_left drops by 5-8 images of 20 in each of 3 seeds: its own 95% CI is below 0 (p = 0.019),
+    but after Benjamini-Hochberg over the 4 classes (q = 0.076) it is not beyond the noise."""
+    counts = {"standard": [[455, 265, 133, 18], [457, 266, 134, 17], [454, 264, 135, 18]],
+              "trivialaugment": [[458, 262, 135, 12], [452, 268, 131, 9], [457, 263, 136, 13]]}
+    comparison = _fake_comparison(tmp_path, store, correct=counts, total=TOTAL, classes=CLASSES,
+                                  policies=("trivialaugment",), baselines="standard")
+    per_class = comparison.per_class
+    (suspect,) = per_class.suspects("trivialaugment")
+    assert suspect.class_name == "keep_left" and suspect.diff.ci95_high < 0
+    assert suspect.diff.p_value == pytest.approx(0.0189, abs=1e-3) and suspect.p_adjusted == pytest.approx(4 * suspect.diff.p_value)
+    assert per_class.worse("trivialaugment") == [] and suspect.verdict == ""
+    line = next(v for v in per_class.verdict_lines() if v.startswith("trivialaugment"))
+    assert "no class worse than standard beyond the noise" in line
+    assert "1 class(es) with their own 95% CI below 0, not beyond the noise over 4 classes" in line
+    assert "keep_left -31.67" in line
+    assert "| 3 | keep_left | 20 | 56.67 ▽ |" in comparison.markdown()
+    files = compare.write_outputs(comparison)
+    with open(files["per_class_csv"], newline="") as f:
+        verdicts = {(r["policy"], r["class"]): r["verdict"] for r in csv.DictReader(f)}
+    assert verdicts[("trivialaugment", "keep_left")] == "suspect" and verdicts[("trivialaugment", "car")] == ""
+
+
+def test_a_class_without_test_images_has_no_accuracy_and_malformed_counts_count_as_missing(tmp_path, store):
+    from autoaug.launch.compare.per_class import class_counts
+
+    total = [500, 300, 150, 0]  # no keep_left image in the test set
+    counts = {label: [row[:3] + [0] for row in rows[:3]] for label, rows in IMBALANCED.items()
+              if label in ("found@1", "standard")}
+    comparison = _fake_comparison(tmp_path, store, correct=counts, total=total, classes=CLASSES)
+    found = comparison.summaries[0]
+    assert found.balanced_accuracies[0] == pytest.approx((480 / 500 + 280 / 300 + 135 / 150) / 3)
+    keep_left = next(r for r in comparison.per_class.of("found@1") if r.class_name == "keep_left")
+    assert keep_left.test_images == 0 and math.isnan(keep_left.mean) and keep_left.diff is None
+    assert "| 3 | keep_left | 0 | - | - |" in comparison.markdown()
+    assert class_counts({"test_class_correct": ["x"], "test_class_total": [3]}) is None
+    assert class_counts({"test_class_correct": [4], "test_class_total": [3]}) is None
+    assert class_counts({"test_class_correct": [1, 2], "test_class_total": [3]}) is None
+
+
+def test_per_class_plot_is_written_for_the_compared_policies(imbalanced):
+    files = compare.write_outputs(imbalanced)
+    png = Path(files["per_class_plot"]).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_evaluation_of_a_stored_policy_holds_balanced_accuracy_and_worse_classes(imbalanced, store):
+    assert compare.attach_evaluations(imbalanced) == ["found@1"]
+    results = store.get("found@1").evaluations[0].results
+    assert results["balanced_accuracy"]["n"] == 5
+    assert results["worse_classes"]["baseline"] == "standard"
+    assert [c["class"] for c in results["worse_classes"]["classes"]] == ["keep_left"]
+
+
+def test_without_baseline_or_with_one_seed_nothing_is_tested(tmp_path, store):
+    one_seed = {label: rows[:1] for label, rows in IMBALANCED.items()}
+    comparison = _fake_comparison(tmp_path / "a", store, correct=one_seed, total=TOTAL, classes=CLASSES,
+                                  policies=("found@1", "trivialaugment"), baselines="none,standard")
+    assert comparison.per_class.worse("found@1") == [] and comparison.per_class.available
+    assert "found@1: not tested (needs 2 seeds" in comparison.table()
+    files = compare.write_outputs(comparison)
+    assert "per_class_csv" in files  # differences without intervals are still drawn
+    no_baseline = _fake_comparison(tmp_path / "b", store, correct={"found@1": IMBALANCED["found@1"]}, total=TOTAL,
+                                   classes=CLASSES, baselines="")
+    assert no_baseline.per_class.compared == () and "No baseline to compare with" in no_baseline.markdown()
+    files = compare.write_outputs(no_baseline)
+    assert "per_class_csv" in files and "per_class_plot" not in files
+
+
+def test_runs_recorded_without_per_class_counts_still_load_and_are_reported_unavailable(tmp_path, store):
+    """Run records written before per-class counts existed are reused; their balanced accuracy is
+    unavailable, and the report says how to get it."""
+    old = _fake_comparison(tmp_path / "old", store, {"found@1": [0.80, 0.82, 0.84], "standard": [0.70, 0.71, 0.72]})
+    cand, cfg = old.candidates[0], old.config.run_config(0)
+    record = runner.load_run(json.dumps(old.runs[0]).encode(), "r.json", cand, 0, cfg, "f" * 64)
+    assert record["test_accuracy"] == 0.80 and "test_class_total" not in record
+    assert all(s.balanced_n == 0 and math.isnan(s.balanced_mean) for s in old.summaries)
+    files = compare.write_outputs(old)
+    assert "per_class_csv" not in files and "per_class_plot" not in files
+    md = Path(files["results_md"]).read_text()
+    assert "6 run(s) were recorded before compare kept per-class counts" in md
+    assert "delete those run files and run the same command again" in md
+    assert "| found@1 * | policy | 3 | 82.00 | 2.00 | [77.03, 86.97] | - | - | - |" in md
+    with open(files["runs_csv"], newline="") as f:
+        assert {r["balanced_accuracy"] for r in csv.DictReader(f)} == {""}
+    compare.attach_evaluations(old)
+    assert "balanced_accuracy" not in store.get("found@1").evaluations[0].results
+
+    # Some runs old, some new: balanced accuracy over the new ones (marked), the old ones listed.
+    mixed = _fake_comparison(tmp_path / "mixed", store, correct=IMBALANCED, total=TOTAL, classes=CLASSES,
+                             policies=("found@1",), baselines="standard")
+    for key in ("test_class_correct", "test_class_total"):
+        del mixed.runs[0][key]
+    mixed.summaries = compare.summarize(mixed.candidates, mixed.runs)
+    found = mixed.summaries[0]
+    assert (found.n, found.balanced_n, found.balanced_seeds) == (5, 4, (1, 2, 3, 4))
+    text = mixed.table()
+    assert " †" in text and f"runs/{mixed.runs[0]['run_id']}.json" in text
+    assert [r.class_name for r in mixed.per_class.worse("found@1")] == ["keep_left"]  # 4 paired seeds left
+    assert mixed.per_class.worse("found@1")[0].diff.n == 4
 
 
 def test_attach_evaluation_once_per_result(tmp_path, store):
@@ -270,7 +510,7 @@ def test_a_comparison_is_sized_to_its_data_once_and_records_both(tmp_path):
     cfg = compare.config_from_dict({"data": str(data), "preset": "eval-cpu", "baselines": "standard",
                                     "train": {"train_per_class": 8, "min_train_size": 10, "max_train_size": 20}})
     assert (cfg.train.train_size, cfg.train.train_per_class, cfg.train.image_size) == (None, 8, None)  # as asked
-    sized, fingerprint, sizing = runner.sized_to_data(cfg)
+    sized, fingerprint, sizing, _ = runner.sized_to_data(cfg)
     assert (sized.train.train_size, sized.train.val_size, sized.train.image_size) == (20, 0, 40)  # 8+8+6 = 22, capped
     assert sized.train.is_resolved and sized.run_config(1).train_size == 20
     assert sizing["requested"]["train_per_class"] == 8 and sizing["resolved"] == {"train_size": 20, "val_size": 0,
@@ -435,6 +675,60 @@ def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_
     again = json.loads(missing.read_text())
     before = next(r for r in records if r["run_id"] == again["run_id"])
     assert again["test_accuracy"] == before["test_accuracy"]  # deterministic on the CPU
+
+
+def _toy_parquet(path: Path, per_class: dict[str, int], seed: int) -> None:
+    """Noisy 32x32 PNGs of one colour per class; the class names in the schema metadata."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    colours = [(200, 40, 40), (40, 200, 40), (40, 40, 200)]
+    images, labels = [], []
+    for label, count in enumerate(per_class.values()):
+        for _ in range(count):
+            pixels = np.clip(rng.normal(colours[label], 40, size=(32, 32, 3)), 0, 255).astype(np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(pixels).save(buf, format="PNG")
+            images.append(buf.getvalue())
+            labels.append(label)
+    table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())})
+    pq.write_table(table.replace_schema_metadata({"classes": ",".join(per_class)}), path)
+
+
+@pytest.mark.slow
+def test_compare_writes_per_class_results_on_an_imbalanced_dataset(tmp_path, capsys):
+    """End to end on a tiny imbalanced dataset (one rare class): the runs record per-class counts,
+    and compare writes balanced accuracy, per_class.csv and per_class.png with the class names."""
+    from autoaug.launch.cli import main
+
+    data = tmp_path / "toy"
+    data.mkdir()
+    classes = {"red": 200, "green": 200, "blue_rare": 30}
+    _toy_parquet(data / "train.parquet", classes, seed=0)
+    _toy_parquet(data / "test.parquet", {"red": 60, "green": 60, "blue_rare": 9}, seed=1)
+    out = tmp_path / "cmp"
+    argv = ["compare", "--policy", "none", "--baselines", "standard", "--seeds", "2", "--preset", "smoke",
+            "--data", str(data), "--out", str(out), "--no-attach", "--set", "train.train_size=192",
+            "--set", "train.val_size=64", "--set", "train.epochs=1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "balanced acc % (mean)" in printed and "per class, against the best baseline standard" in printed
+    assert "wrote " + str(out / "per_class.csv") in printed and "wrote " + str(out / "per_class.png") in printed
+    for record in (json.loads(p.read_text()) for p in (out / "runs").glob("*.json")):
+        assert record["test_class_total"] == [60, 60, 9]
+        assert sum(record["test_class_correct"]) == round(record["test_accuracy"] * 129)
+    with open(out / "per_class.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["class"], r["policy"]) for r in rows} == {(c, p) for c in classes for p in ("none", "standard")}
+    assert all(r["baseline"] == "standard" for r in rows if r["policy"] == "none")
+    assert (out / "per_class.png").read_bytes()[:4] == b"\x89PNG"
+    results = pq.read_table(out / "results.parquet").to_pylist()
+    assert all(r["balanced_n"] == 2 and 0.0 <= r["balanced_mean"] <= 1.0 for r in results)
+    assert "| 2 | blue_rare | 9 |" in (out / "results.md").read_text()
 
 
 def test_config_names_missing_training_data(tmp_path):

@@ -342,6 +342,32 @@ def test_learner_schedules_per_step_and_is_seeded():
     assert stats.seen == 16 and 0 <= stats.accuracy <= 1 and stats.loss > 0
 
 
+def test_evaluation_counts_right_predictions_per_class():
+    """The per-class counts are those of the predictions the accuracy is computed from: correct and
+    seen per label; balanced accuracy is their mean recall over the classes present."""
+    from autoaug.core.metrics import balanced_accuracy
+
+    cfg = TrainConfig.from_preset("smoke")
+    torch.manual_seed(0)
+    learner = Learner(cfg, num_classes=4, steps_per_epoch=1)
+    g = torch.Generator().manual_seed(1)
+    # Class 3 is absent: it has no accuracy and does not count in the balanced accuracy.
+    batches = [(torch.randn(n, 3, 16, 16, generator=g), torch.randint(0, 3, (n,), generator=g)) for n in (7, 5)]
+    stats = learner.evaluate_per_class(batches)
+    learner.model.eval()
+    with torch.inference_mode():
+        preds = torch.cat([learner.model(x).argmax(1) for x, _ in batches])
+    labels = torch.cat([y for _, y in batches])
+    assert stats.class_total == tuple(int((labels == c).sum()) for c in range(4)) and stats.class_total[3] == 0
+    assert stats.class_correct == tuple(int(((labels == c) & (preds == c)).sum()) for c in range(4))
+    assert stats.seen == 12 and stats.accuracy == pytest.approx(float((preds == labels).float().mean()))
+    assert learner.evaluate(batches) == (stats.accuracy, stats.loss)
+    recalls = [stats.class_correct[c] / stats.class_total[c] for c in range(3)]
+    assert stats.balanced_accuracy == pytest.approx(sum(recalls) / 3)
+    assert balanced_accuracy([1, 0, 5], [1, 4, 10]) == pytest.approx((1 + 0 + 0.5) / 3)
+    assert math.isnan(balanced_accuracy([0], [0]))
+
+
 def test_result_history_csv(tmp_path):
     history = [{"epoch": 1, "val_accuracy": None, "lr": 0.1}, {"epoch": 2, "val_accuracy": 0.5, "lr": 0.0, "test_accuracy": 0.4}]
     write_history_csv(history, tmp_path / "m.csv")
@@ -441,6 +467,10 @@ def test_smoke_run_learns_above_chance(full_run):
     result: TrainResult = full_run["result"]
     assert result.val_accuracy > 0.15  # 10 classes: chance is 0.10
     assert result.test_accuracy > 0.15
+    # Per-class counts of the test pass: every test image once, summing to the accuracy.
+    assert len(result.test_class_total) == 10 and sum(result.test_class_total) == 500
+    assert sum(result.test_class_correct) == round(result.test_accuracy * 500)
+    assert 0.0 < result.test_balanced_accuracy <= 1.0
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
     assert isinstance(result.model, torch.nn.Module) and not result.model.training
     assert len(result.split_fingerprint) == 64 and len(result.dataset_fingerprint) == 64

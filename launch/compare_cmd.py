@@ -78,7 +78,7 @@ def comparison_json(comparison) -> dict:
     return {
         "out": comparison.config.out,
         "summaries": [dataclasses.asdict(s) for s in comparison.summaries],
-        "runs": [{k: r.get(k) for k in ("run_id", "policy", "kind", "ref", "policy_hash", "seed", "test_accuracy",
+        "runs": [{k: r.get(k) for k in ("run_id", "policy", "kind", "ref", "policy_hash", "base", "seed", "test_accuracy",
                                          "val_accuracy", "train_time_s", "history")} for r in comparison.runs],
         "trained": comparison.trained,
         "reused": len(comparison.runs) - comparison.trained,
@@ -95,8 +95,15 @@ OPTIONS: tuple[Option, ...] = (
            help="policy to evaluate (repeatable), first match wins: a preset, a policy JSON file, a stored "
            "reference (name, name@N, name@latest, hash prefix)"),
     option("--baselines", key="baselines", group="what", metavar="LIST",
-           help="comma-separated preset baselines (default: none,standard,randaugment:n=2,m=9,"
+           # the default is candidates.DEFAULT_BASELINES (not imported here: it would load the compare
+           # package at every start of autoaug; tests/launch/test_compare.py checks the two agree)
+           help="comma-separated preset baselines (default: none,crop,standard,randaugment:n=2,m=9,"
            "trivialaugment,autoaugment-cifar10; '' for none)"),
+    option("--base", key="base", group="what", metavar="{none,crop,standard}",
+           help="train every policy with sub-policies (--policy ones and baselines such as autoaugment-cifar10) on "
+                "this base instead of its own: none, crop (pad-4 random crop) or standard (crop + horizontal "
+                "flip); labelled 'NAME [base BASE]'. The presets none, crop and standard are bases alone and "
+                "keep theirs"),
     option("--seeds", key="seeds", group="what", type=int, metavar="N", help="seeds per policy (default 3)"),
     option("--first-seed", key="first_seed", group="what", type=int, metavar="S", help="first seed (default 0): seeds S..S+N-1"),
     option("--store", key="store", kind="path", group="what", metavar="URI",

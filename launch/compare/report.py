@@ -49,6 +49,8 @@ class PolicySummary:
     mean_train_time_s: float
     seeds: tuple[int, ...]
     test_accuracies: tuple[float, ...]
+    base: str = "standard"  # the base the policy trained on
+    rebased_from: str | None = None  # its own base when --base moved it
 
     @property
     def ci95_half_width(self) -> float:
@@ -84,6 +86,8 @@ def summarize(candidates: Sequence[Candidate], runs: Sequence[Mapping[str, Any]]
                 mean_train_time_s=math.fsum(times) / len(times) if times else math.nan,
                 seeds=tuple(int(r["seed"]) for r in mine),
                 test_accuracies=tuple(accs),
+                base=c.base,
+                rebased_from=c.rebased_from,
             )
         )
     return out
@@ -149,6 +153,15 @@ class Comparison:
             "two-sided 95% confidence interval of the mean (Student t, n-1 degrees of freedom), in %; "
             "`*` marks the best mean. Training time per run includes validation and the final test pass.",
             "",
+        ]
+        if self.config.base is not None:
+            lines += [
+                f"`--base {self.config.base}`: the policies with sub-policies trained on the base "
+                f"`{self.config.base}` instead of their own (marked `[base {self.config.base}]` when that "
+                "changed their base); `none`, `crop` and `standard` are bases alone and kept theirs.",
+                "",
+            ]
+        lines += [
             "| " + " | ".join(self.HEADER) + " |",
             "|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:"]) + "|",
         ]
@@ -158,12 +171,12 @@ class Comparison:
 
 
 _RUN_COLUMNS = [
-    "run_id", "policy", "kind", "ref", "store_ref", "policy_hash", "seed", "test_accuracy", "test_loss",
+    "run_id", "policy", "kind", "ref", "store_ref", "policy_hash", "base", "seed", "test_accuracy", "test_loss",
     "val_accuracy", "train_time_s", "epochs", "model", "node_id", "hostname", "finished_at",
 ]
 _RESULT_COLUMNS = [
-    "policy", "kind", "ref", "store_ref", "policy_hash", "n", "mean", "std", "ci95_low", "ci95_high",
-    "ci95_half_width", "mean_train_time_s", "seeds", "test_accuracies",
+    "policy", "kind", "ref", "store_ref", "policy_hash", "base", "rebased_from", "n", "mean", "std", "ci95_low",
+    "ci95_high", "ci95_half_width", "mean_train_time_s", "seeds", "test_accuracies",
 ]
 
 
@@ -171,6 +184,8 @@ def _run_row(r: Mapping[str, Any]) -> dict[str, Any]:
     cfg = r.get("train_config", {})
     row = {k: r.get(k) for k in _RUN_COLUMNS}
     row["epochs"], row["model"] = cfg.get("epochs"), cfg.get("model")
+    if row["base"] is None:  # a record written before "base" existed
+        row["base"] = (r.get("policy_json") or {}).get("base", "standard")
     return row
 
 
@@ -205,6 +220,8 @@ def _parquet_bytes(summaries: Sequence[PolicySummary]) -> bytes:
             "ref": pa.array([s.ref for s in summaries], pa.string()),
             "store_ref": pa.array([s.store_ref for s in summaries], pa.string()),
             "policy_hash": pa.array([s.policy_hash for s in summaries], pa.string()),
+            "base": pa.array([s.base for s in summaries], pa.string()),
+            "rebased_from": pa.array([s.rebased_from for s in summaries], pa.string()),
             "n": pa.array([s.n for s in summaries], pa.int32()),
             "mean": pa.array([num(s.mean) for s in summaries], pa.float64()),
             "std": pa.array([num(s.std) for s in summaries], pa.float64()),
@@ -305,7 +322,10 @@ def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any
     train = {k: v for k, v in cfg.train.to_dict().items() if k not in ("seed", "num_threads", "device")}
     ranked = sorted((s for s in comparison.summaries if math.isfinite(s.mean)), key=lambda s: -s.mean)
     ranks = {s.policy_hash: i for i, s in enumerate(ranked, 1)}
+    # A stored policy trained on another base (--base) was not evaluated as stored: say on which base.
+    moved = {"base": summary.base, "stored_base": summary.rebased_from} if summary.rebased_from else {}
     return {
+        **moved,
         "kind": "autoaug compare",
         "metric": "test_accuracy",
         "n": summary.n,
@@ -346,7 +366,7 @@ def attach_evaluations(comparison: Comparison, store: Any = None) -> list[str]:
     for summary in stored:
         evaluation = _evaluation(comparison, summary)
         digest = hashlib.sha256(json.dumps(evaluation, sort_keys=True, default=str).encode()).hexdigest()
-        key = f"{getattr(store, 'uri', '')}|{summary.store_ref}"
+        key = f"{getattr(store, 'uri', '')}|{summary.store_ref}" + (f"|base {summary.base}" if summary.rebased_from else "")
         if ledger.get(key) == digest:
             continue
         store.attach_evaluation(summary.store_ref, evaluation)

@@ -23,7 +23,9 @@ import argparse
 import dataclasses
 import sys
 
-from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import (
+    CONFIG, JSON, SET, Option, add_options, base_option, layered, option, split_size_options,
+)
 
 __all__ = ["register", "run", "build_compare_config"]
 
@@ -99,11 +101,9 @@ OPTIONS: tuple[Option, ...] = (
            # package at every start of autoaug; tests/launch/test_compare.py checks the two agree)
            help="comma-separated preset baselines (default: none,crop,standard,randaugment:n=2,m=9,"
            "trivialaugment,autoaugment-cifar10; '' for none)"),
-    option("--base", key="base", group="what", metavar="{none,crop,standard}",
-           help="train every policy with sub-policies (--policy ones and baselines such as autoaugment-cifar10) on "
-                "this base instead of its own: none, crop (pad-4 random crop) or standard (crop + horizontal "
-                "flip); labelled 'NAME [base BASE]'. The presets none, crop and standard are bases alone and "
-                "keep theirs"),
+    base_option("applies to every policy with sub-policies, --policy ones and baselines such as "
+                "autoaugment-cifar10 (labelled 'NAME [base BASE]'); the presets none, crop and standard are bases "
+                "alone and keep theirs", group="what"),
     option("--seeds", key="seeds", group="what", type=int, metavar="N", help="seeds per policy (default 3)"),
     option("--first-seed", key="first_seed", group="what", type=int, metavar="S", help="first seed (default 0): seeds S..S+N-1"),
     option("--store", key="store", kind="path", group="what", metavar="URI",

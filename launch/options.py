@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoaug.launch.config import flag_overrides, layered_config
 
-__all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "add_options", "layered", "path_flags"]
+__all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "base_option", "add_options", "layered",
+           "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,19 @@ def split_size_options(prefix: str = "", group: str | None = None) -> tuple[Opti
         option("--val-size", key=f"{prefix}val_size", group=group, type=int, metavar="N",
                help="validation images (0: none; unset: the preset's)"),
     )
+
+
+def base_option(rule: str, group: str | None = None) -> Option:
+    """``--base {none,crop,standard}`` (configuration key ``base``): train on this base augmentation
+    (:mod:`autoaug.policies.bases`) instead of the policy's own. ``rule`` says, for the command, what
+    happens to policies without sub-policies (the presets none, crop, standard: bases alone). The
+    value is checked by :func:`autoaug.policies.bases.check_name` wherever it comes from (flag,
+    ``--config``, ``--set``), so every layer gets the same one-line error."""
+    from autoaug.policies.bases import NAMES
+
+    return option("--base", key="base", group=group, metavar="{" + ",".join(NAMES) + "}",
+                  help="train on this base instead of the policy's own: none, crop (pad-4 random crop) or "
+                       f"standard (crop + horizontal flip); {rule}")
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],

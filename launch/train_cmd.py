@@ -24,7 +24,9 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
-from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import (
+    CONFIG, JSON, SET, Option, add_options, base_option, layered, option, split_size_options,
+)
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
@@ -47,10 +49,8 @@ OPTIONS: tuple[Option, ...] = (
            help="policy reference, first match wins: a preset (autoaugment-cifar10, randaugment:n=2,m=9, "
                 "trivialaugment, none, crop, standard...), a policy JSON file, a stored policy (name, name@N, "
                 "name@latest, hash prefix); default standard"),
-    option("--base", key="base", metavar="{none,crop,standard}",
-           help="train the policy on this base instead of the one stored with it: none, crop (pad-4 random "
-                "crop) or standard (crop + horizontal flip); for a policy without sub-policies (the presets none, "
-                "crop, standard: a base alone) give that preset as --policy instead"),
+    base_option("a policy without sub-policies (none, crop, standard) is a base alone: give the preset of the "
+                "base you want as --policy instead"),
     option("--store", key="store", kind="path", metavar="URI",
            help="policy store for stored references (default: $AUTOAUG_STORE or ~/.autoaug/policies)"),
     option("--data", key="data", kind="path", help="training data: Parquet file/folder, ImageFolder root or cifar10:ROOT"),

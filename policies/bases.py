@@ -50,7 +50,6 @@ class Base:
     name: str
     crop: bool  # zero-pad by crop_padding() and crop back to the size at a random offset
     flip: bool  # mirror left-right with probability FLIP_PROBABILITY
-    use: str  # when to choose it (docs and --help)
 
     @property
     def summary(self) -> str:
@@ -74,10 +73,9 @@ class Base:
 
 #: The bases, from the weakest to the strongest; ``Policy.base`` is one of these names.
 REGISTRY: dict[str, Base] = {
-    "none": Base("none", crop=False, flip=False, use="no augmentation besides the policy"),
-    "crop": Base("crop", crop=True, flip=False,
-                 use="images whose label a mirror changes (traffic signs, text, digits)"),
-    "standard": Base("standard", crop=True, flip=True, use="AutoAugment's CIFAR recipe (the default)"),
+    "none": Base("none", crop=False, flip=False),
+    "crop": Base("crop", crop=True, flip=False),  # for images a mirror changes: traffic signs, text, digits
+    "standard": Base("standard", crop=True, flip=True),  # AutoAugment's CIFAR recipe
 }
 NAMES: tuple[str, ...] = tuple(REGISTRY)
 #: ``Policy.base`` when none is given; absent from a policy's canonical dict (and hash).

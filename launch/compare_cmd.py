@@ -25,8 +25,8 @@ import dataclasses
 import sys
 
 from autoaug.launch.options import (
-    CONFIG, JSON, SET, Option, add_options, group_by_option, image_size_option, layered, option, per_class_option,
-    split_size_options,
+    CONFIG, JSON, SET, Option, add_options, base_option, group_by_option, image_size_option, layered, option,
+    per_class_option, split_size_options,
 )
 
 __all__ = ["register", "run", "build_compare_config"]
@@ -85,9 +85,9 @@ def comparison_json(comparison) -> dict:
     return {
         "out": comparison.config.out,
         "summaries": [dataclasses.asdict(s) for s in comparison.summaries],
-        "runs": [{k: r.get(k) for k in ("run_id", "policy", "kind", "ref", "policy_hash", "seed", "test_accuracy",
-                                         "val_accuracy", "train_time_s", "history", "test_class_correct",
-                                         "test_class_total")}
+        "runs": [{k: r.get(k) for k in ("run_id", "policy", "kind", "ref", "policy_hash", "base", "seed",
+                                         "test_accuracy", "val_accuracy", "train_time_s", "history",
+                                         "test_class_correct", "test_class_total")}
                  | {"balanced_accuracy": run_balanced_accuracy(r)} for r in comparison.runs],
         "per_class": comparison.per_class.to_dict(),
         "trained": comparison.trained,
@@ -105,8 +105,13 @@ OPTIONS: tuple[Option, ...] = (
            help="policy to evaluate (repeatable), first match wins: a preset, a policy JSON file, a stored "
            "reference (name, name@N, name@latest, hash prefix)"),
     option("--baselines", key="baselines", group="what", metavar="LIST",
-           help="comma-separated preset baselines (default: none,standard,randaugment:n=2,m=9,"
+           # the default is candidates.DEFAULT_BASELINES (not imported here: it would load the compare
+           # package at every start of autoaug; tests/launch/test_compare.py checks the two agree)
+           help="comma-separated preset baselines (default: none,crop,standard,randaugment:n=2,m=9,"
            "trivialaugment,autoaugment-cifar10; '' for none)"),
+    base_option("applies to every policy with sub-policies, --policy ones and baselines such as "
+                "autoaugment-cifar10 (labelled 'NAME [base BASE]'); the presets none, crop and standard are bases "
+                "alone and keep theirs", group="what"),
     option("--seeds", key="seeds", group="what", type=int, metavar="N", help="seeds per policy (default 3)"),
     option("--first-seed", key="first_seed", group="what", type=int, metavar="S", help="first seed (default 0): seeds S..S+N-1"),
     option("--store", key="store", kind="path", group="what", metavar="URI",

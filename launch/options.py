@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from autoaug.launch.config import flag_overrides, layered_config
 
 __all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "per_class_option", "image_size_option",
-           "group_by_option", "add_options", "layered", "path_flags"]
+           "group_by_option", "base_option", "add_options", "layered", "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,19 @@ def group_by_option(prefix: str = "", group: str | None = None) -> Option:
                   help=r"keep each group of related images on one side of the split: a column (e.g. track) or "
                        r"COLUMN:REGEX, whose match or capture groups are the group (e.g. "
                        r"'source_path:Images/(\d+)/(\d+)_'); default: no groups")
+
+
+def base_option(rule: str, group: str | None = None) -> Option:
+    """``--base {none,crop,standard}`` (configuration key ``base``): train on this base augmentation
+    (:mod:`autoaug.policies.bases`) instead of the policy's own. ``rule`` says, for the command, what
+    happens to policies without sub-policies (the presets none, crop, standard: bases alone). The
+    value is checked by :func:`autoaug.policies.bases.check_name` wherever it comes from (flag,
+    ``--config``, ``--set``), so every layer gets the same one-line error."""
+    from autoaug.policies.bases import NAMES
+
+    return option("--base", key="base", group=group, metavar="{" + ",".join(NAMES) + "}",
+                  help="train on this base instead of the policy's own: none, crop (pad-4 random crop) or "
+                       f"standard (crop + horizontal flip); {rule}")
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],

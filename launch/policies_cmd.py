@@ -95,12 +95,19 @@ def _policy_line(policy) -> str:
     )
 
 
+def _base_line(policy) -> str:
+    from autoaug.policies.bases import get
+
+    return f"{policy.base}: {get(policy.base).summary}, before the policy in training"
+
+
 def _record_dict(record) -> dict[str, Any]:
     return {
         "ref": record.ref,
         "name": record.name,
         "version": record.version,
         "content_hash": record.content_hash,
+        "base": record.policy.base,
         "created_at": record.created_at,
         "location": record.location,
         "policy": record.policy.to_dict(),
@@ -218,7 +225,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if record is not None:
             out = _record_dict(record)
         else:
-            out = {"ref": label, "content_hash": policy.content_hash, "policy": policy.to_dict()}
+            out = {"ref": label, "content_hash": policy.content_hash, "base": policy.base, "policy": policy.to_dict()}
         print(json.dumps(out, indent=2))
         return 0
     print(label if record is not None else f"{label} (not stored)")
@@ -226,6 +233,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if record is not None:
         fields += [("created", record.created_at), ("location", record.location)]
     fields.append(("policy", _policy_line(policy)))
+    fields.append(("base", _base_line(policy)))
     for key, value in fields:
         print(f"  {key:<13} {value}")
     print()
@@ -349,8 +357,9 @@ def cmd_preview(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UserInputError(f"preview is not available: {exc}") from None
     path = render_grid(policy, images, Path(args.out).expanduser(), columns=args.columns, seed=args.seed,
-                       backend=args.backend)
-    print(f"wrote {path}: {len(images)} images x {args.columns} draws of {label} ({args.backend})")
+                       backend=args.backend, base=args.with_base)
+    drawn = f", base {policy.base} drawn first" if args.with_base else ""
+    print(f"wrote {path}: {len(images)} images x {args.columns} draws of {label} ({args.backend}{drawn})")
     return 0
 
 
@@ -436,4 +445,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=int, default=None, help="resize images to this size (needed when they differ)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the draws (default 0)")
     p.add_argument("--backend", choices=["dali", "torchvision"], default="dali", help="implementation that applies the policy (default dali)")
+    p.add_argument("--with-base", action="store_true",
+                   help="draw the policy's base (crop, or crop + flip) before the policy, as in training; default: "
+                        "the policy step alone")
     p.set_defaults(func=cmd_preview)

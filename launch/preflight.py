@@ -305,7 +305,7 @@ def for_compare(config: Any) -> Any:
     if isinstance(config.store, (str, os.PathLike)):
         changes["store"] = absolute_location(config.store, what="--store")
     config = dataclasses.replace(config, **changes)
-    candidates = resolve_candidates(config.policies, config.baselines, config.store)
+    candidates = resolve_candidates(config.policies, config.baselines, config.store, config.base)
     check_writable(config.out, what="--out")
     if config.attach and any(c.store_ref for c in candidates):
         from autoaug.policies.store import default_store_uri

@@ -26,8 +26,8 @@ from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
 from autoaug.launch.options import (
-    CONFIG, JSON, SET, Option, add_options, group_by_option, image_size_option, layered, option, per_class_option,
-    split_size_options,
+    CONFIG, JSON, SET, Option, add_options, base_option, group_by_option, image_size_option, layered, option,
+    per_class_option, split_size_options,
 )
 
 _METRICS_JSON = "metrics.json"
@@ -44,13 +44,15 @@ def _preset_names() -> list[str]:
 
 
 #: Every option of ``autoaug train``, with the configuration key it sets (the keys of a
-#: ``--config`` file and of ``--set``: ``policy``, ``store``, ``out``, ``resume``, ``preset`` and
-#: the fields of :class:`autoaug.proxy_models.train.TrainConfig`).
+#: ``--config`` file and of ``--set``: ``policy``, ``store``, ``out``, ``resume``, ``preset``,
+#: ``base`` and the fields of :class:`autoaug.proxy_models.train.TrainConfig`).
 OPTIONS: tuple[Option, ...] = (
     option("--policy", key="policy",
            help="policy reference, first match wins: a preset (autoaugment-cifar10, randaugment:n=2,m=9, "
-                "trivialaugment, none, standard...), a policy JSON file, a stored policy (name, name@N, "
+                "trivialaugment, none, crop, standard...), a policy JSON file, a stored policy (name, name@N, "
                 "name@latest, hash prefix); default standard"),
+    base_option("a policy without sub-policies (none, crop, standard) is a base alone: give the preset of the "
+                "base you want as --policy instead"),
     option("--store", key="store", kind="path", metavar="URI",
            help="policy store for stored references (default: $AUTOAUG_STORE or ~/.autoaug/policies)"),
     option("--data", key="data", kind="path", help="training data: Parquet file/folder, ImageFolder root or cifar10:ROOT"),
@@ -79,7 +81,7 @@ OPTIONS: tuple[Option, ...] = (
     JSON,
 )
 #: Keys of the layered configuration that are the command's, not the trainer's.
-_COMMAND_KEYS = ("policy", "store", "out", "resume", "preset")
+_COMMAND_KEYS = ("policy", "base", "store", "out", "resume", "preset")
 _DEFAULTS = {"policy": "standard", "preset": "cpu"}
 
 
@@ -148,12 +150,31 @@ def _resolve_policy(ref: str, store_uri: str | None) -> Any:
         raise UserInputError(f"--policy {ref!r}: {exc}") from None
 
 
+def _on_base(policy: Any, base: str | None, ref: str) -> Any:
+    """``--base``: the policy moved onto ``base`` (:func:`autoaug.policies.bases.rebase`). A policy
+    without sub-policies is a base alone (the presets none, crop, standard) and cannot be moved:
+    asking for another base is refused, naming the preset to give instead."""
+    from autoaug.policies.bases import rebase
+
+    if base is None or policy.base == base:
+        return policy
+    if policy.is_identity:
+        raise UserInputError(
+            f"--base {base}: policy {ref!r} has no sub-policies, it is the base {policy.base!r} alone and "
+            f"keeps it; to train the base {base!r} alone give --policy {base}"
+        )
+    return rebase(policy, base)
+
+
 def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """``(command settings, TrainConfig)`` from the layers (defaults, --config, --set, flags)."""
+    from autoaug.policies.bases import check_name
     from autoaug.proxy_models.train import TrainConfig
 
     merged = layered(args, OPTIONS, defaults=_DEFAULTS)
     command = {k: merged.pop(k, None) for k in _COMMAND_KEYS}
+    if command["base"] is not None:
+        check_name(command["base"], "--base")
     if not merged.get("data"):
         raise UserInputError("no training data: give --data (or data: in the --config file)")
     if merged.get("test_data") is None:  # the dataset's test split, found as compare finds it
@@ -218,8 +239,11 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
 
     command, config = _settings(args)
-    policy = _resolve_policy(str(command["policy"]), command["store"])
-    out = Path(command["out"]) if command["out"] else Path("runs") / f"train-{policy.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stored = _resolve_policy(str(command["policy"]), command["store"])
+    policy = _on_base(stored, command["base"], str(command["policy"]))
+    rebased_from = stored.base if policy.base != stored.base else None
+    label = policy.name + (f"-base-{policy.base}" if rebased_from else "")
+    out = Path(command["out"]) if command["out"] else Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
     resume_from = None
     if command["resume"]:
         if not (out / CHECKPOINT_NAME).is_file():
@@ -243,6 +267,8 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
         "sizing": sizing_record(requested, config),
         "policy": policy.to_dict(),
         "policy_hash": policy.content_hash,
+        "base": policy.base,
+        "rebased_from": rebased_from,  # the policy's own base when --base moved it, else None
     }
     history: list[dict[str, Any]] = []
 
@@ -267,7 +293,8 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     display.log(
         f"training {config.model} on {config.data}"
         f"{f' (test: {config.test_data})' if config.test_data else ''} with policy {policy.name!r} "
-        f"({len(policy.sub_policies)} sub-policies, base {policy.base}); preset {command['preset']}, "
+        f"({len(policy.sub_policies)} sub-policies, base {policy.base}"
+        f"{f' instead of its {rebased_from} (--base)' if rebased_from else ''}); preset {command['preset']}, "
         f"{config.epochs} epochs, seed {config.seed} -> {out}"
     )
     display.log(f"split: {_describe_sizing(requested, config)}")
@@ -302,6 +329,7 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     display.stop()
     if args.json:
         emit({"out": str(out), "policy": policy.to_dict(), "policy_hash": policy.content_hash,
+              "base": policy.base, "rebased_from": rebased_from,
               "config": config.to_dict(), "final": final, "history": history,
               "files": {"metrics_json": str(out / _METRICS_JSON), "metrics_csv": str(out / _METRICS_CSV),
                         "checkpoint": str(out / CHECKPOINT_NAME)}})

@@ -4,7 +4,7 @@
 * :data:`autoaug.policies.ops.REGISTRY` -- the 16 AutoAugment operations + Identity, with magnitude
   ranges and their DALI and torchvision implementations.
 * :func:`autoaug.policies.presets.resolve` -- published AutoAugment policies, RandAugment, TrivialAugment,
-  ``none`` and ``standard``.
+  ``none``, ``crop`` and ``standard`` (the bases alone, :mod:`autoaug.policies.bases`).
 * :func:`autoaug.policies.dali_apply.apply_policy` -- the DALI pipeline step;
   :meth:`Policy.to_torchvision` -- the torchvision v2 transform.
 * :func:`autoaug.policies.preview.render_grid` -- a PNG grid of augmented images.

@@ -52,11 +52,12 @@ from nvidia.dali.auto_aug.core import augmentation, select
 from nvidia.dali.auto_aug.core import _Augmentation as Augmentation
 from nvidia.dali.data_node import DataNode
 
+from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
 __all__ = [
-    "apply_policy", "decode_trace", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms",
+    "apply_base", "apply_policy", "decode_trace", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms",
     "PolicyInputs", "apply_policy_inputs",
 ]
 
@@ -300,6 +301,31 @@ def _normalize_size(image_size) -> tuple[int, int] | None:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size):
         raise ValueError(f"image_size={image_size!r}; expected positive integers")
     return size  # type: ignore[return-value]
+
+
+def apply_base(base, images: DataNode, *, image_size: int | tuple[int, int]) -> DataNode:
+    """The base augmentation ``base`` (a name of :data:`autoaug.policies.bases.REGISTRY`, or a
+    policy: its ``base``) as DALI operators on uint8 HWC images of ``image_size`` (an int or
+    ``(height, width)``, CPU or GPU), as :func:`autoaug.policies.torch_apply.base_transforms`
+    does in torchvision: pad-and-random-crop (zero padding of
+    :func:`~autoaug.policies.bases.crop_padding` px, a crop of the original size at an offset
+    uniform over the ``2 * pad + 1`` positions of each axis) when the base crops, then a
+    horizontal flip with probability 1/2 when it flips. Randomness from the pipeline seed."""
+    spec = _bases.get(getattr(base, "base", base))
+    size = _normalize_size(image_size)
+    if size is None:
+        raise ValueError("apply_base needs image_size (the crop keeps the images' size)")
+    height, width = size
+    if spec.crop:
+        pad = _bases.crop_padding(height, width)
+        padded = fn.crop(images, crop=(height + 2 * pad, width + 2 * pad), crop_pos_x=0.5, crop_pos_y=0.5,
+                         out_of_bounds_policy="pad", fill_values=0)
+        positions = [k / (2 * pad) for k in range(2 * pad + 1)]
+        images = fn.crop(padded, crop=(height, width), crop_pos_x=fn.random.uniform(values=positions),
+                         crop_pos_y=fn.random.uniform(values=positions))
+    if spec.flip:
+        images = fn.flip(images, horizontal=fn.random.coin_flip(probability=_bases.FLIP_PROBABILITY))
+    return images
 
 
 def apply_policy(

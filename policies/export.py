@@ -17,17 +17,20 @@
 Neither library has Cutout or SamplePairing in its AutoAugment ops; a policy using them (with a
 probability above 0) is refused with a message naming the op (search with
 ``--exclude-ops Cutout,SamplePairing``, or apply the policy with :mod:`autoaug.policies.dali_apply`
-/ ``Policy.to_torchvision()``). The export holds the policy step only: a policy searched with
-``base="standard"`` expects the pad-4 random crop and horizontal flip before it (the exports say so).
+/ ``Policy.to_torchvision()``). The export holds the policy step only: a policy searched on the base
+``standard`` expects the pad-4 random crop and horizontal flip before it, on ``crop`` the crop alone
+(:mod:`autoaug.policies.bases`); the exports say so (:func:`base_note`).
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
+from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
-__all__ = ["FORMATS", "to_dali_source", "to_timm", "TIMM_UNITS", "DALI_NAMES", "UnsupportedOpError"]
+__all__ = ["FORMATS", "to_dali_source", "to_timm", "base_note", "TIMM_UNITS", "DALI_NAMES", "UnsupportedOpError"]
 
 #: ``policies export --format`` choices.
 FORMATS = ("json", "dali", "timm")
@@ -66,11 +69,10 @@ def _check(policy: Policy, known: set[str], target: str) -> None:
                 )
 
 
-def _base_note(policy: Policy) -> str:
-    if policy.base == "standard":
-        return ("searched with base 'standard': apply a pad-4 random crop and a horizontal flip before this "
-                "policy, as in training")
-    return "searched with base 'none': nothing is applied before this policy"
+def base_note(policy: Policy) -> str:
+    """What to apply before the exported ``policy``: its base's
+    :meth:`~autoaug.policies.bases.Base.instructions`."""
+    return _bases.get(policy.base).instructions()
 
 
 def to_dali_source(policy: Policy) -> str:
@@ -81,7 +83,7 @@ def to_dali_source(policy: Policy) -> str:
         f'"""{policy.name}: an AutoAugment policy for nvidia.dali.auto_aug, exported by autoaug.',
         "",
         f"content hash {policy.content_hash}; {policy.num_magnitude_bins} magnitude bins, ranges {policy.ranges!r};",
-        f"{_base_note(policy)}.",
+        *textwrap.wrap(f"{base_note(policy)}.", 100, break_on_hyphens=False, break_long_words=False),
         "",
         "    from nvidia.dali.auto_aug.auto_augment import apply_auto_augment",
         "    images = apply_auto_augment(policy, images, shape=shape)  # shape (H, W): TranslateX/Y are relative",
@@ -154,7 +156,7 @@ def to_timm(policy: Policy) -> dict[str, Any]:
         "name": policy.name,
         "content_hash": policy.content_hash,
         "base": policy.base,
-        "note": _base_note(policy),
+        "note": base_note(policy),
         "hparams": {"translate_pct": translate[0].hi, "img_mean": [128, 128, 128], "magnitude_std": 0},
         "policy": subs,
     }

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from autoaug.core.values import is_int as _is_int
 from autoaug.core.errors import UserInputError
+from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 
 __all__ = [
@@ -135,8 +136,9 @@ def _decode_utf8(data: bytes, what: str) -> str:
         raise PolicyError(f"{what} is not UTF-8 text ({exc.reason}: byte 0x{data[exc.start]:02x} at offset "
                           f"{exc.start}); expected a policy JSON document") from None
 
-#: What is applied before the policy in training: pad-4 random crop + horizontal flip, or nothing.
-BASES = ("standard", "none")
+#: What can be applied before the policy in training (:mod:`autoaug.policies.bases`): ``none``,
+#: ``crop`` (pad-and-random-crop) or ``standard`` (pad-and-random-crop + horizontal flip).
+BASES = _bases.NAMES
 #: Magnitude-range conventions (see :mod:`autoaug.policies.ops`).
 RANGES = _ops.RANGE_CONVENTIONS
 #: Probabilities are rounded to this many decimals in the canonical JSON used for hashing.
@@ -245,8 +247,9 @@ class Policy:
         sub_policies: sequence of sub-policies, each a non-empty sequence of operations given as
             ``(op, probability, magnitude_bin)`` tuples, ``{"op", "probability",
             "magnitude_bin"}`` dicts or :class:`Op`. Zero sub-policies is the identity policy.
-        base: ``"standard"`` (pad-4 random crop + horizontal flip before the policy in training)
-            or ``"none"``.
+        base: what is applied before the policy in training (:mod:`autoaug.policies.bases`):
+            ``"standard"`` (pad-4 random crop + horizontal flip; the default), ``"crop"`` (the
+            crop alone) or ``"none"``.
         ranges: magnitude-range convention, ``"autoaugment"`` or ``"wide"``.
 
     Raises:
@@ -256,7 +259,7 @@ class Policy:
     name: str
     num_magnitude_bins: int
     sub_policies: tuple[tuple[Op, ...], ...] = field(default=())
-    base: str = "standard"
+    base: str = _bases.DEFAULT
     ranges: str = "autoaugment"
 
     def __post_init__(self) -> None:
@@ -358,7 +361,7 @@ class Policy:
             "num_magnitude_bins": self.num_magnitude_bins,
             "sub_policies": [[op.to_dict() for op in sub] for sub in self.sub_policies],
         }
-        if self.base != "standard":
+        if self.base != _bases.DEFAULT:
             d["base"] = self.base
         if self.ranges != "autoaugment":
             d["ranges"] = self.ranges
@@ -381,7 +384,7 @@ class Policy:
             name=d["name"],
             num_magnitude_bins=d["num_magnitude_bins"],
             sub_policies=d["sub_policies"],
-            base=d.get("base", "standard"),
+            base=d.get("base", _bases.DEFAULT),
             ranges=d.get("ranges", "autoaugment"),
         )
 
@@ -451,10 +454,15 @@ class Policy:
     def with_name(self, name: str) -> "Policy":
         return Policy(name, self.num_magnitude_bins, self.sub_policies, self.base, self.ranges)
 
+    def with_base(self, base: str) -> "Policy":
+        """This policy on another base (:mod:`autoaug.policies.bases`): same name, sub-policies,
+        bins and ranges. Its content hash changes with the base (``standard`` is not hashed)."""
+        return Policy(self.name, self.num_magnitude_bins, self.sub_policies, base, self.ranges)
+
     def to_torchvision(self, *, base: bool | None = None, **kwargs):
         """A ``torchvision.transforms.v2.Transform`` applying this policy as it was searched: by
-        default the pad-4 random crop + horizontal flip come first when ``self.base ==
-        "standard"``; ``base=False`` gives the policy step alone
+        default its base comes first (``standard``: pad-4 random crop + horizontal flip;
+        ``crop``: the crop alone; ``none``: nothing); ``base=False`` gives the policy step alone
         (:class:`autoaug.policies.torch_apply.PolicyTransform`)."""
         from autoaug.policies.torch_apply import to_torchvision
 

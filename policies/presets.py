@@ -1,4 +1,4 @@
-"""Preset policies: published AutoAugment policies, RandAugment, TrivialAugment, none, standard.
+"""Preset policies: published AutoAugment policies, RandAugment, TrivialAugment, none, crop, standard.
 
 Every preset is an ordinary :class:`~policies.Policy`, so one application path serves them all:
 
@@ -15,7 +15,11 @@ Every preset is an ordinary :class:`~policies.Policy`, so one application path s
   uniformly drawn bin of 31, i.e. the 14 x 31 = 434 single-operation sub-policies, probability 1,
   ``ranges="wide"``.
 * ``none``: identity, ``base="none"`` (no augmentation at all).
+* ``crop``: identity, ``base="crop"`` (only the pad-4 random crop, no flip).
 * ``standard``: identity, ``base="standard"`` (only the pad-4 crop + flip of the base recipe).
+
+``none``, ``crop`` and ``standard`` are the bases alone (:mod:`autoaug.policies.bases`), one
+preset per base.
 
 :func:`resolve` accepts each name bare or with a ``preset:`` prefix.
 """
@@ -26,7 +30,7 @@ import re
 from typing import Callable
 
 from autoaug.policies.ops import RANDAUGMENT_OPS
-from autoaug.policies.policy import Policy
+from autoaug.policies.policy import BASES, Policy
 
 __all__ = [
     "resolve",
@@ -177,8 +181,8 @@ _FIXED: dict[str, Callable[[], Policy]] = {
     "autoaugment-svhn": lambda: autoaugment("svhn"),
     "autoaugment-imagenet": lambda: autoaugment("imagenet"),
     "trivialaugment": trivialaugment,
-    "none": lambda: Policy("none", 10, [], base="none"),
-    "standard": lambda: Policy("standard", 10, [], base="standard"),
+    # one identity preset per base, named like it: none, crop, standard
+    **{name: (lambda name=name: Policy(name, 10, [], base=name)) for name in BASES},
 }
 _RANDAUGMENT_RE = re.compile(r"^randaugment(?::(?P<args>.*))?$")
 _ARG_RE = re.compile(r"^\s*(?P<key>[a-z]+)\s*=\s*(?P<value>-?\d+)\s*$")

@@ -2,7 +2,9 @@
 
 Each row is one input image: the original in the first column, then ``columns`` independent draws
 of the policy. Every cell is labelled with the sub-policy drawn (``#k``) and the operations that
-fired (``-`` marks a negated magnitude; ``(none)`` when no operation fired).
+fired (``-`` marks a negated magnitude; ``(none)`` when no operation fired). The header names the
+policy's base; with ``base=True`` the base (:mod:`autoaug.policies.bases`: crop, crop + flip) is
+drawn before the policy, as in training, otherwise the cells show the policy step alone.
 
 >>> render_grid(presets.resolve("autoaugment-cifar10"), images, "preview.png")  # doctest: +SKIP
 """
@@ -34,10 +36,10 @@ def _check_images(images) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _augment_dali(policy: Policy, images: np.ndarray, columns: int, seed: int):
+def _augment_dali(policy: Policy, images: np.ndarray, columns: int, seed: int, base: bool):
     from nvidia.dali import fn, pipeline_def
 
-    from autoaug.policies.dali_apply import apply_policy, decode_trace
+    from autoaug.policies.dali_apply import apply_base, apply_policy, decode_trace
 
     batch = np.repeat(images, columns, axis=0)  # row-major: image r, draws 0..columns-1
 
@@ -45,6 +47,8 @@ def _augment_dali(policy: Policy, images: np.ndarray, columns: int, seed: int):
                   enable_conditionals=True)  # fmt: skip
     def pipe():
         x = fn.external_source(source=lambda: list(batch), batch=True, layout="HWC")
+        if base:
+            x = apply_base(policy.base, x, image_size=images.shape[1:3])
         return apply_policy(policy, x, return_trace=True)
 
     p = pipe()
@@ -55,39 +59,44 @@ def _augment_dali(policy: Policy, images: np.ndarray, columns: int, seed: int):
     return augmented, labels
 
 
-def _augment_torchvision(policy: Policy, images: np.ndarray, columns: int, seed: int):
+def _augment_torchvision(policy: Policy, images: np.ndarray, columns: int, seed: int, base: bool):
     import torch
+    from torchvision.transforms import v2
 
-    from autoaug.policies.torch_apply import PolicyTransform
+    from autoaug.policies.torch_apply import PolicyTransform, base_transforms
 
     transform = PolicyTransform(policy)
+    steps = base_transforms(policy.base) if base else []
+    before = v2.Compose(steps) if steps else (lambda x: x)
     augmented, labels = [], []
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         for img in images:
             chw = torch.from_numpy(img).permute(2, 0, 1).contiguous()
             for _ in range(columns):
-                out = transform(chw)
+                out = transform(before(chw))
                 augmented.append(out.permute(1, 2, 0).numpy())
                 labels.append(transform.last_applied[0])
     return augmented, labels
 
 
 def augment_with_labels(
-    policy: Policy, images, *, columns: int = 8, seed: int = 0, backend: str = "dali"
+    policy: Policy, images, *, columns: int = 8, seed: int = 0, backend: str = "dali", base: bool = False
 ) -> tuple[list[np.ndarray], list[tuple[int, list[str]]]]:
     """``columns`` independent draws of ``policy`` per image (row-major) and, for each, the
-    sub-policy index and fired operations."""
+    sub-policy index and fired operations. ``base=True``: the policy's base first, as in training."""
     if not isinstance(policy, Policy):
         raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
     if backend not in _BACKENDS:
         raise ValueError(f"backend={backend!r}; expected one of {list(_BACKENDS)}")
     if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
         raise ValueError(f"columns={columns!r}; expected an int >= 1")
+    if base not in (True, False):
+        raise ValueError(f"base={base!r}; expected True or False")
     arr = _check_images(images)
     if backend == "dali":
-        return _augment_dali(policy, arr, columns, seed)
-    return _augment_torchvision(policy, arr, columns, seed)
+        return _augment_dali(policy, arr, columns, seed, base)
+    return _augment_torchvision(policy, arr, columns, seed, base)
 
 
 def _label(info: tuple[int, list[str]]) -> str:
@@ -106,6 +115,7 @@ def render_grid(
     seed: int = 0,
     backend: str = "dali",
     scale: int | None = None,
+    base: bool = False,
 ) -> Path:
     """Write a PNG grid: one row per image (original first), ``columns`` independent draws.
 
@@ -117,13 +127,15 @@ def render_grid(
         seed: DALI pipeline seed or torch seed (same seed, same grid).
         backend: ``"dali"`` (CPU pipeline) or ``"torchvision"``.
         scale: integer upscaling of each cell (nearest); default makes cells >= 96 px.
+        base: draw the policy's base (crop, crop + flip) before the policy, as in training;
+            default False: the policy step alone (the header says which).
 
     Returns:
         the path written.
     """
     arr = _check_images(images)
     augmented, labels = augment_with_labels(policy, arr, columns=columns, seed=seed,
-                                            backend=backend)  # fmt: skip
+                                            backend=backend, base=base)  # fmt: skip
     h, w = arr.shape[1:3]
     if scale is None:
         scale = max(1, -(-96 // min(h, w)))
@@ -137,11 +149,12 @@ def render_grid(
     header_h = 2 * line_h + 2 * pad
     grid = Image.new("RGB", ((columns + 1) * cell_w, header_h + len(arr) * cell_h), "white")
     draw = ImageDraw.Draw(grid)
-    draw.text((pad, pad), f"{policy.name}  ({len(policy)} sub-policies, hash "
+    draw.text((pad, pad), f"{policy.name}  ({len(policy)} sub-policies, base {policy.base}, hash "
               f"{policy.content_hash[:12]}, backend {backend}, seed {seed})", fill="black",
               font=font)  # fmt: skip
-    draw.text((pad, pad + line_h), "#k = sub-policy drawn; ops listed fired "
-              "('-' = negated magnitude)", fill="dimgray", font=font)  # fmt: skip
+    shown = f"base {policy.base} drawn first" if base else f"base {policy.base} not drawn"
+    draw.text((pad, pad + line_h), f"#k = sub-policy drawn; ops listed fired "
+              f"('-' = negated magnitude); {shown}", fill="dimgray", font=font)  # fmt: skip
     for r in range(len(arr)):
         y0 = header_h + r * cell_h
         cells = [(arr[r], "original")] + [

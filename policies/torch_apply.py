@@ -30,10 +30,11 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
+from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
-__all__ = ["PolicyTransform", "RandomPadCrop", "to_torchvision", "TORCH_OPS", "apply_op"]
+__all__ = ["PolicyTransform", "RandomPadCrop", "base_transforms", "to_torchvision", "TORCH_OPS", "apply_op"]
 
 _INTERP = {"nearest": v2.InterpolationMode.NEAREST, "bilinear": v2.InterpolationMode.BILINEAR}
 
@@ -256,35 +257,53 @@ class PolicyTransform(v2.Transform):
 
 
 class RandomPadCrop(v2.Transform):
-    """Zero-pad by ``padding`` px on each side, then randomly crop back to the input size
-    (the CIFAR "pad-4 random crop" of AutoAugment's base recipe), for any image size."""
+    """Zero-pad by ``padding`` px on each side, then crop back to the input size at a random
+    offset (uniform over the ``2 * padding + 1`` positions of each axis): the pad-and-random-crop
+    of the bases ``crop`` and ``standard``. ``padding=None`` (default) takes
+    :func:`autoaug.policies.bases.crop_padding` of the image size (4 px on 32 px images), as the
+    DALI pipeline does."""
 
-    def __init__(self, padding: int = 4, fill: int = 0):
+    def __init__(self, padding: int | None = None, fill: int = 0):
         super().__init__()
         self.padding = padding
         self.fill = fill
 
     def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
         p = self.padding
-        return {"top": int(torch.randint(2 * p + 1, ())), "left": int(torch.randint(2 * p + 1, ()))}
+        if p is None:
+            p = _bases.crop_padding(*F.get_size(flat_inputs[0]))
+        return {"padding": p, "top": int(torch.randint(2 * p + 1, ())), "left": int(torch.randint(2 * p + 1, ()))}
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         h, w = F.get_size(inpt)
-        padded = F.pad(inpt, [self.padding], fill=self.fill)
+        padded = F.pad(inpt, [params["padding"]], fill=self.fill)
         return F.crop(padded, params["top"], params["left"], h, w)
+
+
+def base_transforms(base: str) -> list[v2.Transform]:
+    """The torchvision steps of the base ``base`` (:data:`autoaug.policies.bases.REGISTRY`):
+    :class:`RandomPadCrop` when it crops, ``v2.RandomHorizontalFlip`` when it flips; ``[]`` for
+    ``none``."""
+    spec = _bases.get(base)
+    steps: list[v2.Transform] = []
+    if spec.crop:
+        steps.append(RandomPadCrop())
+    if spec.flip:
+        steps.append(v2.RandomHorizontalFlip(_bases.FLIP_PROBABILITY))
+    return steps
 
 
 def to_torchvision(
     policy: Policy, *, base: bool | None = None, interpolation: str = "nearest", fill: int = 128
 ) -> v2.Transform:
     """The torchvision transform for ``policy``: by default (``base=None``) the augmentation the
-    policy was searched and evaluated with -- for ``policy.base == "standard"``, :class:`RandomPadCrop`
-    (4 px) and ``v2.RandomHorizontalFlip`` before the policy, as in training; ``base=False`` gives
-    the policy step alone (for a pipeline that crops and flips by itself); ``base=True`` is the
-    default spelled out."""
+    policy was searched and evaluated with -- the steps of ``policy.base``
+    (:func:`base_transforms`: :class:`RandomPadCrop` for ``crop``, :class:`RandomPadCrop` and
+    ``v2.RandomHorizontalFlip`` for ``standard``, nothing for ``none``) before the policy, as in
+    training; ``base=False`` gives the policy step alone (for a pipeline that crops and flips by
+    itself); ``base=True`` is the default spelled out."""
     if base not in (None, True, False):
         raise ValueError(f"to_torchvision: base must be None, True or False, got {base!r}")
     transform = PolicyTransform(policy, interpolation=interpolation, fill=fill)
-    if base is not False and policy.base == "standard":
-        return v2.Compose([RandomPadCrop(4), v2.RandomHorizontalFlip(), transform])
-    return transform
+    steps = base_transforms(policy.base) if base is not False else []
+    return v2.Compose([*steps, transform]) if steps else transform

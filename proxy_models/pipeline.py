@@ -3,7 +3,8 @@
 ::
 
     decode (from memory, or fn.decoders.image from the encoded bytes)
-      -> [train, policy.base == "standard"] pad-4 random crop + horizontal flip
+      -> [train] the policy's base (policies.dali_apply.apply_base: "standard" pad-4 random crop
+         + horizontal flip, "crop" the crop alone, "none" nothing)
       -> [train] the policy step (policies.dali_apply.apply_policy: one sub-policy per image)
       -> normalize, HWC uint8 -> CHW float32
       -> torch tensors (DALIGenericIterator, zero-copy on CPU)
@@ -212,8 +213,10 @@ class DaliLoader:
                 images = fn.decoders.image(data, device="mixed" if gpu else "cpu", output_type=types.RGB)
                 images = fn.resize(images, resize_shorter=self.image_size)
                 images = fn.crop(images, crop=(h, w))
-            if self.train and self.policy is not None and getattr(self.policy, "base", "standard") == "standard":
-                images = standard_crop_flip(images, h, w)
+            if self.train and self.policy is not None:
+                from autoaug.policies.dali_apply import apply_base
+
+                images = apply_base(getattr(self.policy, "base", "standard"), images, image_size=(h, w))
             if apply_policy is not None:
                 images = apply_policy(self.policy, images)
             if spec is not None:
@@ -271,17 +274,3 @@ class DaliLoader:
         self._dali_state = state.get("dali")
         self._pipe = self._iter = None  # rebuilt from the checkpoint on next iteration
 
-
-def standard_crop_flip(images, height: int, width: int, pad: int | None = None):
-    """The standard CIFAR augmentation as DALI ops: zero-pad by ``pad`` pixels (default 4 for
-    32 px, i.e. 1/8 of the size), random ``height`` x ``width`` crop (offsets uniform over the
-    2*pad+1 positions), random horizontal flip."""
-    from nvidia.dali import fn
-
-    pad = max(1, round(min(height, width) / 8)) if pad is None else pad
-    padded = fn.crop(images, crop=(height + 2 * pad, width + 2 * pad), crop_pos_x=0.5, crop_pos_y=0.5,
-                     out_of_bounds_policy="pad", fill_values=0)
-    positions = [k / (2 * pad) for k in range(2 * pad + 1)]
-    images = fn.crop(padded, crop=(height, width), crop_pos_x=fn.random.uniform(values=positions),
-                     crop_pos_y=fn.random.uniform(values=positions))
-    return fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))

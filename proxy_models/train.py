@@ -474,9 +474,11 @@ def _check_resumable(checkpoint: dict[str, Any], config: TrainConfig, policy: An
         details = ", ".join(f"{k}: checkpoint {before!r} vs now {now!r}" for k, before, now in differ)
         raise ValueError(f"cannot resume: the config differs from the checkpoint's ({details})")
     if checkpoint["policy_hash"] != policy.content_hash:
+        before = checkpoint["policy"]
         raise ValueError(
-            f"cannot resume: the checkpoint was trained with policy {checkpoint['policy'].get('name')!r} "
-            f"(hash {checkpoint['policy_hash'][:12]}), not {policy.name!r} (hash {policy.content_hash[:12]})"
+            f"cannot resume: the checkpoint was trained with policy {before.get('name')!r} (base "
+            f"{before.get('base', 'standard')}, hash {checkpoint['policy_hash'][:12]}), not {policy.name!r} (base "
+            f"{policy.base}, hash {policy.content_hash[:12]})"
         )
 
 

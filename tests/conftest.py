@@ -125,6 +125,55 @@ def write_tracks():
 
 
 # ----------------------------------------------------------------------------------------------
+# A constant-colour image with one marker pixel: where the marker lands tells how a base
+# augmentation (autoaug.policies.bases) shifted and mirrored the image
+
+
+MARKER_COLOUR = (255, 0, 0)
+_BACKGROUND = (90, 160, 200)
+_MARKER_AT = (10, 5)  # row, column: at most 4 px of shift keeps it inside a 32 x 32 image
+
+
+@pytest.fixture(scope="session")
+def marker_image() -> np.ndarray:
+    """A 32 x 32 uint8 HWC image of one colour with one red pixel at row 10, column 5."""
+    img = np.empty((32, 32, 3), np.uint8)
+    img[:] = _BACKGROUND
+    img[_MARKER_AT] = MARKER_COLOUR
+    return img
+
+
+def _shifted(img: np.ndarray, dy: int, dx: int) -> np.ndarray:
+    out = np.zeros_like(img)  # the crop's zero padding
+    h, w = img.shape[:2]
+    out[max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)] = img[max(-dy, 0):h - max(dy, 0), max(-dx, 0):w - max(dx, 0)]
+    return out
+
+
+def base_outcome(original: np.ndarray, out: np.ndarray) -> tuple[int, int, bool]:
+    """``(dy, dx, mirrored)`` of ``out``, a draw of a base on the :func:`marker_image`: ``out`` must be
+    exactly ``original`` shifted by (dy, dx) px with zero fill, then mirrored left-right or not."""
+    found = np.argwhere((np.asarray(out) == MARKER_COLOUR).all(axis=-1))
+    assert len(found) == 1, f"expected one marker pixel, found {len(found)}"
+    row, col = (int(v) for v in found[0])
+    w = original.shape[1]
+    dy = row - _MARKER_AT[0]
+    mirrored = col >= w // 2  # the marker sits in the left half; only a mirror moves it right
+    dx = (w - 1 - col if mirrored else col) - _MARKER_AT[1]
+    expected = _shifted(original, dy, dx)
+    if mirrored:
+        expected = expected[:, ::-1]
+    assert np.array_equal(np.asarray(out), expected), f"not a zero-padded shift ({dy}, {dx}) of the image"
+    return dy, dx, mirrored
+
+
+@pytest.fixture(scope="session")
+def outcome_of():
+    """:func:`base_outcome` as a fixture (test modules cannot import a conftest by name)."""
+    return base_outcome
+
+
+# ----------------------------------------------------------------------------------------------
 # An S3-compatible server (moto in server mode) on 127.0.0.1, for the object-storage tests
 
 

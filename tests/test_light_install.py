@@ -34,7 +34,7 @@ BLOCK = textwrap.dedent(
 # Every module a user of the light install reaches.
 LIGHT_MODULES = (
     "autoaug.core.errors", "autoaug.core.location", "autoaug.core.metrics", "autoaug.core.extras",
-    "autoaug.core.ray_session", "autoaug.policies", "autoaug.policies.ops", "autoaug.policies.policy",
+    "autoaug.core.ray_session", "autoaug.policies", "autoaug.policies.ops", "autoaug.policies.bases", "autoaug.policies.policy",
     "autoaug.policies.presets", "autoaug.policies.reference", "autoaug.policies.store",
     "autoaug.policies.torch_apply", "autoaug.policies.preview", "autoaug.proxy_models.data",
     "autoaug.launch.cli", "autoaug.launch.policies_cmd", "autoaug.launch.search_cmd",

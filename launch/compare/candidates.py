@@ -11,9 +11,11 @@ from autoaug.core.location import Location
 
 __all__ = ["DEFAULT_BASELINES", "Candidate", "parse_baselines", "resolve_candidates", "default_test_data"]
 
-#: The baselines a found policy is compared with unless told otherwise.
+#: The baselines a found policy is compared with unless told otherwise: the three bases alone
+#: (none, crop, standard) and the published policies.
 DEFAULT_BASELINES: tuple[str, ...] = (
     "none",
+    "crop",
     "standard",
     "randaugment:n=2,m=9",
     "trivialaugment",
@@ -30,10 +32,28 @@ class Candidate:
     policy: Any  # policies.Policy
     kind: str  # "policy" (given with --policy) or "baseline"
     store_ref: str | None = None  # "name@version" when it came from the policy store
+    rebased_from: str | None = None  # the policy's own base when --base moved it (the label says so)
 
     @property
     def policy_hash(self) -> str:
         return self.policy.content_hash
+
+    @property
+    def base(self) -> str:
+        """The base this candidate trains on."""
+        return self.policy.base
+
+    def on_base(self, base: str | None) -> "Candidate":
+        """This candidate as ``--base`` means it (:func:`autoaug.policies.bases.rebase`): a policy with
+        sub-policies moved onto ``base``, labelled ``LABEL [base BASE]``; a base alone (the presets none,
+        crop, standard) or a policy already on ``base``: itself."""
+        from autoaug.policies.bases import rebase
+
+        moved = rebase(self.policy, base)
+        if moved.base == self.policy.base:
+            return self
+        return dataclasses.replace(self, label=f"{self.label} [base {moved.base}]", policy=moved,
+                                   rebased_from=self.policy.base)
 
 
 def parse_baselines(text: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -59,13 +79,16 @@ def parse_baselines(text: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def resolve_candidates(
-    policies: Sequence[str], baselines: Sequence[str], store: Any = None
+    policies: Sequence[str], baselines: Sequence[str], store: Any = None, base: str | None = None
 ) -> list[Candidate]:
     """Resolve ``--policy`` references and baseline presets into candidates.
 
     A ``--policy`` reference follows the one precedence of :mod:`autoaug.policies.reference`
     (preset, then policy JSON file, then a stored policy: ``name``, ``name@3``, ``name@latest``,
-    hash prefix). Baselines must be presets. Raises :class:`CompareError` naming the reference.
+    hash prefix). Baselines must be presets. ``base`` (``--base``): every candidate with
+    sub-policies, given with ``--policy`` or as a baseline, trains on that base instead of its own
+    (:meth:`Candidate.on_base`); the bases alone (none, crop, standard) keep theirs. Raises
+    :class:`CompareError` naming the reference.
     """
     from autoaug.policies import presets
     from autoaug.policies.reference import resolve
@@ -93,6 +116,11 @@ def resolve_candidates(
         except ValueError as exc:
             raise CompareError(f"policy {ref!r}: {exc}") from None
         candidates.append(Candidate(ref.removeprefix(presets.PREFIX), ref, policy, "baseline"))
+    if base is not None:
+        try:
+            candidates = [c.on_base(base) for c in candidates]
+        except ValueError as exc:
+            raise CompareError(str(exc)) from None
     if not candidates:
         raise CompareError("nothing to compare: give --policy REF and/or baselines")
     seen_labels: dict[str, str] = {}

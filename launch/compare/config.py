@@ -34,6 +34,7 @@ class CompareConfig:
     gpus_per_run: float = 0.0
     attach: bool = True  # attach the results to stored policies
     verbose: bool = False  # show the runs' own output (Ray worker logs)
+    base: str | None = None  # --base: candidates with sub-policies train on it (candidates.Candidate.on_base)
 
     def __post_init__(self) -> None:
         from autoaug.proxy_models.train import TrainConfig
@@ -62,6 +63,13 @@ class CompareConfig:
         if not isinstance(self.gpus_per_run, (int, float)) or isinstance(self.gpus_per_run, bool) or self.gpus_per_run < 0:
             raise CompareError(f"gpus_per_run must be a number >= 0, got {self.gpus_per_run!r}")
         object.__setattr__(self, "out", os.fspath(self.out))
+        if self.base is not None:
+            from autoaug.policies.bases import check_name
+
+            try:
+                check_name(self.base, "--base")
+            except ValueError as exc:
+                raise CompareError(str(exc)) from None
 
     def run_config(self, seed: int) -> Any:
         return dataclasses.replace(self.train, seed=seed, num_threads=self.cpus_per_run)
@@ -70,7 +78,7 @@ class CompareConfig:
 #: Keys of the mapping :func:`config_from_dict` accepts (a ``--config`` YAML file, ``--set``).
 CONFIG_KEYS = (
     "policies", "baselines", "seeds", "first_seed", "preset", "data", "test_data", "out", "store",
-    "address", "cpus_per_run", "gpus_per_run", "attach", "verbose", "train",
+    "address", "cpus_per_run", "gpus_per_run", "attach", "verbose", "base", "train",
 )  # fmt: skip
 
 
@@ -83,7 +91,8 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     comma-separated string, ``""`` for none; default :data:`DEFAULT_BASELINES`), ``seeds`` (a
     count N, giving ``first_seed .. first_seed+N-1``, or a list), ``first_seed`` (default 0),
     ``out``, ``store``, ``address``, ``cpus_per_run``, ``gpus_per_run`` (default 1 when the
-    training device is CUDA, else 0), ``attach``, ``verbose``.
+    training device is CUDA, else 0), ``attach``, ``verbose``, ``base`` (``none``, ``crop`` or
+    ``standard``: the candidates with sub-policies train on it instead of their own base).
     """
     from autoaug.proxy_models.train import TrainConfig
 
@@ -153,6 +162,7 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
         gpus_per_run=gpus,
         attach=bool(data.get("attach", True)),
         verbose=bool(data.get("verbose", False)),
+        base=data.get("base"),
     )
     if data.get("out"):
         kwargs["out"] = os.fspath(data["out"])

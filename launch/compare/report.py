@@ -62,6 +62,8 @@ class PolicySummary:
     balanced_ci95_high: float = math.nan
     balanced_seeds: tuple[int, ...] = ()
     balanced_accuracies: tuple[float, ...] = ()
+    base: str = "standard"  # the base the policy trained on
+    rebased_from: str | None = None  # its own base when --base moved it
 
     @property
     def ci95_half_width(self) -> float:
@@ -113,6 +115,8 @@ def summarize(candidates: Sequence[Candidate], runs: Sequence[Mapping[str, Any]]
                 balanced_ci95_high=b_hi,
                 balanced_seeds=tuple(seed for seed, _ in balanced),
                 balanced_accuracies=tuple(b for _, b in balanced),
+                base=c.base,
+                rebased_from=c.rebased_from,
             )
         )
     return out
@@ -212,6 +216,15 @@ class Comparison:
             "`*` marks the best mean test accuracy. Training time per run includes validation and the final "
             "test pass.",
             "",
+        ]
+        if self.config.base is not None:
+            lines += [
+                f"`--base {self.config.base}`: the policies with sub-policies trained on the base "
+                f"`{self.config.base}` instead of their own (marked `[base {self.config.base}]` when that "
+                "changed their base); `none`, `crop` and `standard` are bases alone and kept theirs.",
+                "",
+            ]
+        lines += [
             "| " + " | ".join(self.HEADER) + " |",
             "|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"]) + "|",
         ]
@@ -224,12 +237,12 @@ class Comparison:
 
 
 _RUN_COLUMNS = [
-    "run_id", "policy", "kind", "ref", "store_ref", "policy_hash", "seed", "test_accuracy", "test_loss",
+    "run_id", "policy", "kind", "ref", "store_ref", "policy_hash", "base", "seed", "test_accuracy", "test_loss",
     "val_accuracy", "train_time_s", "epochs", "model", "node_id", "hostname", "finished_at", "balanced_accuracy",
 ]
 _RESULT_COLUMNS = [
-    "policy", "kind", "ref", "store_ref", "policy_hash", "n", "mean", "std", "ci95_low", "ci95_high",
-    "ci95_half_width", "mean_train_time_s", "seeds", "test_accuracies", "balanced_n", "balanced_mean",
+    "policy", "kind", "ref", "store_ref", "policy_hash", "base", "rebased_from", "n", "mean", "std", "ci95_low",
+    "ci95_high", "ci95_half_width", "mean_train_time_s", "seeds", "test_accuracies", "balanced_n", "balanced_mean",
     "balanced_std", "balanced_ci95_low", "balanced_ci95_high", "balanced_ci95_half_width", "balanced_seeds",
     "balanced_accuracies",
 ]
@@ -240,6 +253,8 @@ def _run_row(r: Mapping[str, Any]) -> dict[str, Any]:
     row = {k: r.get(k) for k in _RUN_COLUMNS}
     row["epochs"], row["model"] = cfg.get("epochs"), cfg.get("model")
     row["balanced_accuracy"] = run_balanced_accuracy(r)  # empty for a run recorded without per-class counts
+    if row["base"] is None:  # a record written before "base" existed
+        row["base"] = (r.get("policy_json") or {}).get("base", "standard")
     return row
 
 
@@ -274,6 +289,8 @@ def _parquet_bytes(summaries: Sequence[PolicySummary]) -> bytes:
             "ref": pa.array([s.ref for s in summaries], pa.string()),
             "store_ref": pa.array([s.store_ref for s in summaries], pa.string()),
             "policy_hash": pa.array([s.policy_hash for s in summaries], pa.string()),
+            "base": pa.array([s.base for s in summaries], pa.string()),
+            "rebased_from": pa.array([s.rebased_from for s in summaries], pa.string()),
             "n": pa.array([s.n for s in summaries], pa.int32()),
             "mean": pa.array([num(s.mean) for s in summaries], pa.float64()),
             "std": pa.array([num(s.std) for s in summaries], pa.float64()),
@@ -396,7 +413,10 @@ def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any
              if k not in ("seed", "num_threads", "device") and not (k == "group_by" and v is None)}
     ranked = sorted((s for s in comparison.summaries if math.isfinite(s.mean)), key=lambda s: -s.mean)
     ranks = {s.policy_hash: i for i, s in enumerate(ranked, 1)}
+    # A stored policy trained on another base (--base) was not evaluated as stored: say on which base.
+    moved = {"base": summary.base, "stored_base": summary.rebased_from} if summary.rebased_from else {}
     return {
+        **moved,
         "kind": "autoaug compare",
         "metric": "test_accuracy",
         "n": summary.n,
@@ -466,7 +486,7 @@ def attach_evaluations(comparison: Comparison, store: Any = None) -> list[str]:
     for summary in stored:
         evaluation = _evaluation(comparison, summary)
         digest = hashlib.sha256(json.dumps(evaluation, sort_keys=True, default=str).encode()).hexdigest()
-        key = f"{getattr(store, 'uri', '')}|{summary.store_ref}"
+        key = f"{getattr(store, 'uri', '')}|{summary.store_ref}" + (f"|base {summary.base}" if summary.rebased_from else "")
         if ledger.get(key) == digest:
             continue
         store.attach_evaluation(summary.store_ref, evaluation)

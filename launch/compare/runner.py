@@ -92,6 +92,8 @@ def run_record(candidate: Candidate, seed: int, config: Any, outcome: Mapping[st
         "store_ref": candidate.store_ref,
         "policy_hash": candidate.policy_hash,
         "policy_json": candidate.policy.to_dict(),
+        "base": candidate.base,
+        "rebased_from": candidate.rebased_from,
         "seed": seed,
         "train_config": config.to_dict(),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
@@ -115,6 +117,10 @@ def load_run(
     problems = []
     if record.get("policy_hash") != candidate.policy_hash:
         problems.append(f"policy hash {str(record.get('policy_hash'))[:12]} vs {candidate.policy_hash[:12]}")
+    # records written before "base" existed: the base is in the policy (absent: standard)
+    recorded_base = record.get("base") or (record.get("policy_json") or {}).get("base", "standard")
+    if recorded_base != candidate.base:
+        problems.append(f"base {recorded_base} vs {candidate.base}")
     for key, before, now in config.changed_fields(record.get("train_config", {}), ignore=_REUSABLE_CHANGES):
         problems.append(f"{key}: {before!r} vs {now!r}")
     if record.get("dataset_fingerprint") != dataset_fp:
@@ -179,7 +185,7 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
     or a failed run (the runs that finished stay saved, so re-running resumes).
     """
     say = display.log if display is not None else (progress or (lambda line: None))
-    candidates = resolve_candidates(config.policies, config.baselines, config.store)
+    candidates = resolve_candidates(config.policies, config.baselines, config.store, config.base)
     config, dataset_fp, sizing, classes = sized_to_data(config)
     out = Location.parse(config.out, what="--out")
     try:
@@ -227,8 +233,10 @@ def _config_dict(config: CompareConfig, candidates: Sequence[Candidate]) -> dict
     return {
         "policies": list(config.policies),
         "baselines": list(config.baselines),
+        "base": config.base,
         "candidates": [
-            {"label": c.label, "ref": c.ref, "kind": c.kind, "store_ref": c.store_ref, "policy_hash": c.policy_hash}
+            {"label": c.label, "ref": c.ref, "kind": c.kind, "store_ref": c.store_ref, "policy_hash": c.policy_hash,
+             "base": c.base, "rebased_from": c.rebased_from}
             for c in candidates
         ],
         "seeds": list(config.seeds),

@@ -64,7 +64,7 @@ def test_benjamini_hochberg_adjustment_skips_tests_not_made():
 
 
 def test_parse_baselines_keeps_preset_parameters_together():
-    assert parse_baselines("none,standard,randaugment:n=2,m=9,trivialaugment,autoaugment-cifar10") == compare.DEFAULT_BASELINES
+    assert parse_baselines("none,crop,standard,randaugment:n=2,m=9,trivialaugment,autoaugment-cifar10") == compare.DEFAULT_BASELINES
     assert parse_baselines("randaugment:n=1,m=5, standard") == ("randaugment:n=1,m=5", "standard")
     assert parse_baselines("") == ()
     assert parse_baselines(None) == compare.DEFAULT_BASELINES
@@ -178,22 +178,86 @@ def test_resolve_candidates_errors(store, policies, baselines, fragment):
         compare.resolve_candidates(policies, baselines, store)
 
 
+def test_default_baselines_are_the_three_bases_and_the_published_policies():
+    from autoaug.launch import compare_cmd
+
+    assert compare.DEFAULT_BASELINES[:3] == ("none", "crop", "standard")
+    cands = compare.resolve_candidates([], compare.DEFAULT_BASELINES)
+    assert [c.base for c in cands[:3]] == ["none", "crop", "standard"] and all(c.policy.is_identity for c in cands[:3])
+    (option,) = [o for o in compare_cmd.OPTIONS if o.flags == ("--baselines",)]
+    assert f"(default: {','.join(compare.DEFAULT_BASELINES)};" in option.argparse["help"]  # --help tells the truth
+
+
+def test_base_moves_every_candidate_with_sub_policies_and_labels_it(store, tmp_path):
+    from autoaug.policies import presets
+
+    signs = presets.resolve("autoaugment-svhn").with_name("signs").with_base("crop")
+    path = tmp_path / "signs.json"
+    path.write_text(signs.to_json())
+    cands = compare.resolve_candidates(["found@latest", str(path)], ["none", "crop", "standard", "autoaugment-imagenet"],
+                                       store, base="crop")
+    assert [(c.label, c.kind, c.base, c.rebased_from) for c in cands] == [
+        ("found@1 [base crop]", "policy", "crop", "standard"),
+        ("signs.json", "policy", "crop", None),  # already on crop: not moved, not relabelled
+        ("none", "baseline", "none", None),  # the bases alone keep theirs
+        ("crop", "baseline", "crop", None),
+        ("standard", "baseline", "standard", None),
+        ("autoaugment-imagenet [base crop]", "baseline", "crop", "standard"),
+    ]
+    found = store.load("found@1")
+    assert cands[0].policy == found.with_base("crop") and cands[0].store_ref == "found@1"
+    assert cands[0].policy_hash != found.content_hash  # so its runs are never taken for the stored policy's
+    # without --base (or with the base they already have) nothing moves
+    plain = compare.resolve_candidates(["found@latest"], ["autoaugment-imagenet"], store)
+    assert plain == compare.resolve_candidates(["found@latest"], ["autoaugment-imagenet"], store, base="standard")
+    assert [c.label for c in plain] == ["found@1", "autoaugment-imagenet"]
+    with pytest.raises(CompareError, match=r"^base 'flip' is not a base; expected one of none, crop, standard$"):
+        compare.resolve_candidates(["found@latest"], [], store, base="flip")
+
+
+@pytest.mark.parametrize("how", [["--base", "flip"], ["--set", "base=flip"]])
+def test_bad_base_is_one_line_exit_2(tmp_path, capsys, how):
+    from autoaug.launch.cli import main
+
+    data = _parquet_pair(tmp_path / "d")
+    code = main(["compare", "--data", str(data / "train.parquet"), "--baselines", "standard", "--out", str(tmp_path / "o"),
+                 *how])
+    err = capsys.readouterr().err
+    assert code == 2 and err == "autoaug: error: --base 'flip' is not a base; expected one of none, crop, standard\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_base_from_flag_config_file_and_set(tmp_path):
+    from autoaug.launch import cli, compare_cmd
+
+    data = _parquet_pair(tmp_path / "d")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data: {data / 'train.parquet'}\nbase: crop\n")
+    build = lambda *argv: compare_cmd.build_compare_config(cli.build_parser().parse_args(["compare", *argv]))  # noqa: E731
+    assert build("--config", str(config)).base == "crop"
+    assert build("--config", str(config), "--set", "base=none").base == "none"
+    assert build("--config", str(config), "--base", "standard").base == "standard"
+    assert build("--data", str(data / "train.parquet")).base is None
+
+
 # ----------------------------------------------------------------------------------------------
 # Outputs from hand-made runs
 
 
 def _fake_comparison(tmp_path, store, accuracies=None, *, correct=None, total=None, classes=(),
-                     policies=("found@1",), baselines="standard"):
+                     policies=("found@1",), baselines="standard", **settings):
     """A comparison of hand-made run records. ``accuracies``: ``{label: [test accuracy per seed]}``
     (records without per-class counts, as written before they existed); or ``correct``:
-    ``{label: [[right predictions per class] per seed]}`` with ``total`` (test images per class)."""
+    ``{label: [[right predictions per class] per seed]}`` with ``total`` (test images per class).
+    ``settings``: more of the comparison's configuration (e.g. ``base``)."""
     per_seed = accuracies if accuracies is not None else correct
     data = _parquet_pair(tmp_path / "d")
     cfg = compare.config_from_dict(
         {"data": str(data / "train.parquet"), "preset": "smoke", "seeds": len(next(iter(per_seed.values()))),
-         "policies": list(policies), "baselines": baselines, "out": str(tmp_path / "out"), "store": store.uri}
+         "policies": list(policies), "baselines": baselines, "out": str(tmp_path / "out"), "store": store.uri,
+         **settings}
     )
-    cands = compare.resolve_candidates(cfg.policies, cfg.baselines, store)
+    cands = compare.resolve_candidates(cfg.policies, cfg.baselines, store, cfg.base)
     runs = []
     for c in cands:
         for seed, value in zip(cfg.seeds, per_seed[c.label]):
@@ -567,6 +631,41 @@ def test_run_reuse_tells_regimes_apart_by_what_they_resolve_to(tmp_path, store):
     now = dataclasses.replace(TrainConfig.from_preset("eval-cpu", data="/elsewhere").resolved([5000] * 10, data_image_size=32),
                               seed=seed, num_threads=1)
     assert runner.load_run(old.encode(), "r.json", cand, seed, now, "f" * 64) is not None
+def test_a_rebased_run_is_recorded_and_reported_with_its_base(tmp_path, store):
+    comparison = _fake_comparison(tmp_path, store, {"found@1 [base crop]": [0.8, 0.9], "standard": [0.7, 0.75]},
+                                  base="crop")
+    record = comparison.runs[0]
+    assert (record["policy"], record["base"], record["rebased_from"]) == ("found@1 [base crop]", "crop", "standard")
+    assert record["policy_json"]["base"] == "crop" and record["run_id"].startswith("found_1_base_crop-")
+    assert comparison.runs[-1]["base"] == "standard" and comparison.runs[-1]["rebased_from"] is None
+    files = compare.write_outputs(comparison)
+    with open(files["results_csv"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["policy"], r["base"], r["rebased_from"]) for r in rows] == [
+        ("found@1 [base crop]", "crop", "standard"), ("standard", "standard", "")]
+    with open(files["runs_csv"], newline="") as f:
+        assert [r["base"] for r in csv.DictReader(f)] == ["crop", "crop", "standard", "standard"]
+    assert pq.read_table(files["results_parquet"]).column("base").to_pylist() == ["crop", "standard"]
+    assert "found@1 [base crop] *" in comparison.table()
+    assert "`--base crop`: the policies with sub-policies trained on the base `crop`" in comparison.markdown()
+    # the stored policy's evaluation says it was trained on another base than the one stored with it
+    assert compare.attach_evaluations(comparison) == ["found@1"]
+    results = store.get("found@1").evaluations[0].results
+    assert (results["base"], results["stored_base"]) == ("crop", "standard")
+
+
+def test_a_run_on_another_base_is_not_reused(tmp_path, store):
+    comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8], "standard": [0.7]})
+    stored, seed = comparison.candidates[0], 0
+    moved = stored.on_base("crop")
+    cfg = comparison.config.run_config(seed)
+    assert runner.run_id(moved, seed) != runner.run_id(stored, seed)
+    data = json.dumps(comparison.runs[0]).encode()
+    with pytest.raises(CompareError, match=r"holds a run of another comparison \(policy hash .*; base standard vs crop\)"):
+        runner.load_run(data, "r.json", moved, seed, cfg, "f" * 64)
+    # a record written before runs recorded their base: read from the policy it holds
+    older = {k: v for k, v in comparison.runs[0].items() if k not in ("base", "rebased_from")}
+    assert runner.load_run(json.dumps(older).encode(), "r.json", stored, seed, cfg, "f" * 64) is not None
 
 
 def test_outputs_to_a_filesystem_uri(tmp_path, store, monkeypatch):
@@ -729,6 +828,37 @@ def test_compare_writes_per_class_results_on_an_imbalanced_dataset(tmp_path, cap
     results = pq.read_table(out / "results.parquet").to_pylist()
     assert all(r["balanced_n"] == 2 and 0.0 <= r["balanced_mean"] <= 1.0 for r in results)
     assert "| 2 | blue_rare | 9 |" in (out / "results.md").read_text()
+@pytest.mark.slow
+def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_train, small_test_split, capsys):
+    """--base crop: AutoAugment's CIFAR-10 policy is trained on crop (the run is exactly a training of
+    that policy on crop, not of the stored one) and the crop baseline stays the crop alone."""
+    import dataclasses
+
+    from autoaug.launch.cli import main
+    from autoaug.policies import presets
+    from autoaug.proxy_models.train import train
+
+    out = tmp_path / "cmp"
+    argv = ["compare", "--policy", "autoaugment-cifar10", "--baselines", "crop", "--base", "crop", "--seeds", "1",
+            "--preset", "smoke", "--epochs", "1", "--data", str(cifar_train), "--test-data", str(small_test_split),
+            "--out", str(out), "--set", "train.train_size=256", "--set", "train.val_size=64", "--no-attach"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "autoaugment-cifar10 [base crop]" in printed
+    records = {r["policy"]: r for r in (json.loads(p.read_text()) for p in (out / "runs").glob("*.json"))}
+    assert set(records) == {"autoaugment-cifar10 [base crop]", "crop"}
+    moved = records["autoaugment-cifar10 [base crop]"]
+    assert (moved["base"], moved["rebased_from"], moved["policy_json"]["base"]) == ("crop", "standard", "crop")
+    assert records["crop"]["base"] == "crop" and records["crop"]["rebased_from"] is None
+    config = json.loads((out / "compare.json").read_text())
+    assert config["base"] == "crop" and [c["base"] for c in config["candidates"]] == ["crop", "crop"]
+
+    cfg = compare.config_from_dict({"data": str(cifar_train), "test_data": str(small_test_split), "preset": "smoke",
+                                    "train": {"epochs": 1, "train_size": 256, "val_size": 64}}).run_config(0)
+    cfg = dataclasses.replace(cfg, test_data=None)
+    aa = presets.resolve("autoaugment-cifar10")
+    losses = {base: train(cfg, aa.with_base(base)).history[0]["train_loss"] for base in ("crop", "standard")}
+    assert moved["history"][0]["train_loss"] == losses["crop"] != losses["standard"]
 
 
 def test_config_names_missing_training_data(tmp_path):

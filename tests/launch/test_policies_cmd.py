@@ -246,6 +246,30 @@ def test_diff(store, capsys):
     assert code == 0 and out.splitlines()[-1] == "0 added, 0 removed, 0 changed, 25 unchanged sub-policies (same content)"
 
 
+def test_a_policy_on_base_crop_through_the_store_show_diff_and_export(store, capsys, tmp_path):
+    """The base survives saving and loading, and every view says which one it is."""
+    on_crop = V2.with_base("crop")
+    path = tmp_path / "crop.json"
+    path.write_text(on_crop.to_json())
+    code, out, _ = run(capsys, "policies", "import", str(path), "--name", "signs", "--store", store.uri)
+    assert code == 0 and f"(hash {on_crop.content_hash[:12]})" in out
+    assert store.load("signs@1") == on_crop and store.get("signs@1").content_hash == on_crop.content_hash
+    code, out, _ = run(capsys, "policies", "show", "signs@1", "--store", store.uri)
+    assert "base=crop" in out and "  base          crop: pad-and-random-crop, before the policy in training" in out
+    code, out, _ = run(capsys, "policies", "show", "cifar10-wrn@2", "--store", store.uri)
+    assert "  base          standard: pad-and-random-crop + horizontal flip, before the policy in training" in out
+    code, out, _ = run(capsys, "policies", "show", "signs@1", "--json", "--store", store.uri)
+    assert json.loads(out)["base"] == "crop" and Policy.from_dict(json.loads(out)["policy"]) == on_crop
+    code, out, _ = run(capsys, "policies", "diff", "cifar10-wrn@2", "signs@1", "--store", store.uri)
+    assert out.splitlines()[2] == "  base: standard -> crop"
+    assert out.splitlines()[-1] == "0 added, 0 removed, 0 changed, 3 unchanged sub-policies"  # the base is content
+    code, out, _ = run(capsys, "policies", "export", "signs@1", "--format", "timm", "--store", store.uri)
+    assert json.loads(out)["base"] == "crop" and "no flip" in json.loads(out)["note"]
+    code, out, _ = run(capsys, "policies", "show", "crop")
+    assert out.startswith("preset:crop (not stored)")
+    assert "(no sub-policies: the identity policy)" in out and "base=crop" in out
+
+
 def test_preview(store, capsys, tmp_path, cifar_train):
     from PIL import Image
 
@@ -264,6 +288,9 @@ def test_preview(store, capsys, tmp_path, cifar_train):
     preview(tmp_path / "c.png", "--seed", "1")
     assert out.read_bytes() == (tmp_path / "b.png").read_bytes()  # same seed, same grid
     assert out.read_bytes() != (tmp_path / "c.png").read_bytes()
+    assert preview(tmp_path / "d.png", "--with-base") == (
+        f"wrote {tmp_path / 'd.png'}: 3 images x 2 draws of cifar10-wrn@2 (torchvision, base standard drawn first)\n")
+    assert (tmp_path / "d.png").read_bytes() != (tmp_path / "b.png").read_bytes()
 
 
 @pytest.mark.slow

@@ -74,8 +74,8 @@ def _via_compare(ref, store, data, monkeypatch):
 
     real = runner.resolve_candidates
 
-    def picking(policies, baselines, store_arg):
-        (candidate,) = real(policies, baselines, store_arg)
+    def picking(policies, baselines, store_arg, base=None):
+        (candidate,) = real(policies, baselines, store_arg, base)
         raise Picked(candidate.policy)
 
     monkeypatch.setattr(runner, "resolve_candidates", picking)

@@ -94,6 +94,12 @@ def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys)
         (["--set", "max_train_size=3000"], "TrainConfig.max_train_size=3000 bounds a training split sized per class, "
                                            "but train_per_class is None"),
         (["--image-size", "0"], "TrainConfig.image_size must be a positive integer, or 'auto'/None"),
+        (["--base", "flip"], "--base 'flip' is not a base; expected one of none, crop, standard"),
+        (["--set", "base=3"], "--base 3 is not a base; expected one of none, crop, standard"),
+        # the default policy, standard, is a base alone: it is not quietly trained with a flip
+        (["--base", "crop"], "--base crop: policy 'standard' has no sub-policies, it is the base 'standard' alone "
+                             "and keeps it; to train the base 'crop' alone give --policy crop"),
+        (["--policy", "none", "--base", "standard"], "give --policy standard"),
     ],
 )
 def test_user_errors_are_one_line_with_exit_code_2(extra, message, cifar_train, tmp_path, capsys):
@@ -121,6 +127,39 @@ def test_policy_from_the_store(cifar_train, tmp_path, capsys):
     assert metrics["policy_hash"] == presets.resolve("autoaugment-cifar10").content_hash
 
 
+@pytest.mark.slow
+def test_base_trains_the_policy_on_another_base(cifar_train, small_cifar_test, tmp_path, capsys):
+    from autoaug.proxy_models.train import load_checkpoint
+
+    out_dir = tmp_path / "o"
+    argv = ["train", "--data", str(cifar_train), "--test-data", str(small_cifar_test), "--preset", "smoke", "--epochs",
+            "1", "--train-size", "256", "--val-size", "64", "--policy", "autoaugment-cifar10", "--base", "crop",
+            "--out", str(out_dir)]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    assert "with policy 'autoaugment-cifar10' (25 sub-policies, base crop instead of its standard (--base))" in out
+    moved = presets.resolve("autoaugment-cifar10").with_base("crop")
+    metrics = json.loads((out_dir / "metrics.json").read_text())
+    assert (metrics["base"], metrics["rebased_from"]) == ("crop", "standard")
+    assert metrics["policy"]["base"] == "crop" and metrics["policy_hash"] == moved.content_hash
+    assert load_checkpoint(out_dir)["policy"]["base"] == "crop"  # what the trainer itself was given
+    # resuming must name the same base: the run was not trained on the policy's own
+    code, _, err = run_cli([a for a in argv if a not in ("--base", "crop")] + ["--resume"], capsys)
+    assert code == 2 and "cannot resume: the checkpoint was trained with policy 'autoaugment-cifar10' (base crop" in err
+
+
+def test_base_comes_from_the_layers(tmp_path):
+    from autoaug.launch import cli, train_cmd
+
+    config = tmp_path / "t.yaml"
+    config.write_text(f"data: {tmp_path}\nbase: crop\n")
+    settings = lambda *argv: train_cmd._settings(cli.build_parser().parse_args(["train", *argv]))[0]  # noqa: E731
+    assert settings("--config", str(config))["base"] == "crop"
+    assert settings("--config", str(config), "--set", "base=none")["base"] == "none"
+    assert settings("--config", str(config), "--base", "standard")["base"] == "standard"
+    assert settings("--data", str(tmp_path))["base"] is None
+
+
 def test_missing_dataset_is_a_user_error(tmp_path, capsys):
     code, _, err = run_cli(["train", "--data", str(tmp_path / "none.parquet"), "--preset", "smoke",
                             "--out", str(tmp_path / "o")], capsys)
@@ -132,8 +171,8 @@ def test_help_lists_the_flags():
     result = subprocess.run([sys.executable, "-m", "autoaug.launch.cli", "train", "--help"], capture_output=True, text=True,
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert result.returncode == 0
-    for flag in ("--policy", "--store", "--data", "--test-data", "--model", "--epochs", "--preset", "--seed",
-                 "--out", "--device", "--resume", "--train-per-class", "--image-size"):
+    for flag in ("--policy", "--base", "--store", "--data", "--test-data", "--model", "--epochs", "--preset", "--seed",
+                 "--out", "--device", "--resume", "--train-per-class", "--image-size", "--group-by"):
         assert flag in result.stdout
     # The presets and the per-class regime, with what it gives on CIFAR-10 and GTSRB.
     text = " ".join(result.stdout.split())

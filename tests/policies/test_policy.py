@@ -93,8 +93,8 @@ def test_equality_includes_name_hash_does_not():
         (dict(name=""), r"field 'name': '' is invalid"),
         (dict(num_magnitude_bins=0), r"field 'num_magnitude_bins': 0 is invalid; expected an "
                                      r"int from 1 to 1,000"),
-        (dict(base="crop"), r"field 'base': 'crop' is invalid; expected one of "
-                            r"\['standard', 'none'\]"),
+        (dict(base="flip"), r"field 'base': 'flip' is invalid; expected one of "
+                            r"\['none', 'crop', 'standard'\]"),
         (dict(ranges="paper"), r"field 'ranges': 'paper' is invalid; expected one of "
                                r"\['autoaugment', 'wide'\]"),
     ],
@@ -157,6 +157,45 @@ def test_content_hash_pinned_for_autoaugment_cifar10():
         '{"num_magnitude_bins":10,"sub_policies":[[{"magnitude_bin":7,"op":"Invert",'
         '"probability":0.1},{"magnitude_bin":6,"op":"Contrast","probability":0.2}],'
     )
+
+
+def test_default_base_stays_out_of_the_dict_and_hash_other_bases_round_trip():
+    """Adding bases must not change a stored policy's hash: ``base`` is written only when it is not
+    ``standard`` (the hashes below are sha256 of the canonical JSON written out by hand)."""
+    assert presets.resolve("autoaugment-cifar10").with_base("standard").content_hash == AUTOAUGMENT_CIFAR10_HASH
+    standard = presets.resolve("standard")
+    assert "base" not in standard.to_dict() and standard.canonical_content_json() == (
+        '{"num_magnitude_bins":10,"sub_policies":[]}')
+    assert standard.content_hash == "3d3be33ce31b0ead6765da7c3b2b7764153856085d683742dd467668d1641cf5"
+    assert presets.resolve("none").content_hash == "6a3a82ff57e067f91fd666339996547369a39b6c1c2e9306f4b3b0fab3d63605"
+    crop = Policy("mine", 10, SUBS, base="crop")
+    assert crop.to_dict()["base"] == "crop" and '"base":"crop"' in crop.canonical_content_json()
+    assert Policy.from_dict(crop.to_dict()) == crop and Policy.from_json(crop.to_json()) == crop
+    assert len({Policy("mine", 10, SUBS, base=b).content_hash for b in ("none", "crop", "standard")}) == 3
+    assert "base=crop" in str(crop)
+
+
+def test_with_base_moves_only_the_base():
+    aa = presets.resolve("autoaugment-cifar10")
+    moved = aa.with_base("crop")
+    assert moved.base == "crop" and aa.base == "standard"  # a new value, the original untouched
+    assert (moved.name, moved.sub_policies, moved.num_magnitude_bins, moved.ranges) == (
+        aa.name, aa.sub_policies, aa.num_magnitude_bins, aa.ranges)
+    assert moved.content_hash != aa.content_hash and moved.with_base("standard") == aa
+    with pytest.raises(ValueError, match=r"field 'base': 'flip' is invalid; expected one of \['none', 'crop', 'standard'\]"):
+        aa.with_base("flip")
+
+
+def test_rebase_moves_policies_with_a_policy_step_and_leaves_the_bases_alone():
+    from autoaug.core.errors import UserInputError
+    from autoaug.policies.bases import rebase
+
+    aa = presets.resolve("autoaugment-cifar10")
+    assert rebase(aa, "crop") == aa.with_base("crop") and rebase(aa, None) is aa
+    for name in ("none", "crop", "standard"):  # identity policies are bases: they keep theirs
+        assert rebase(presets.resolve(name), "crop") == presets.resolve(name)
+    with pytest.raises(UserInputError, match=r"^base 'flip' is not a base; expected one of none, crop, standard$"):
+        rebase(aa, "flip")
 
 
 def test_content_hash_is_stable_under_float_noise_and_sensitive_to_content():

@@ -58,11 +58,20 @@ def test_trivialaugment_is_uniform_over_op_and_bin():
     assert {s[0].probability for s in p.sub_policies} == {1.0}
 
 
-def test_none_and_standard():
-    none, standard = presets.resolve("none"), presets.resolve("preset:standard")
+def test_none_crop_and_standard_are_the_bases_alone():
+    none, crop, standard = presets.resolve("none"), presets.resolve("crop"), presets.resolve("preset:standard")
     assert none.is_identity and none.base == "none"
+    assert crop.is_identity and crop.base == "crop" and crop.name == "crop"
     assert standard.is_identity and standard.base == "standard"
-    assert none.content_hash != standard.content_hash
+    assert len({none.content_hash, crop.content_hash, standard.content_hash}) == 3
+    # crop resolves wherever a preset does: the one resolver, bare or prefixed, before any store
+    assert policies.resolve_policy("preset:crop") == crop
+
+    class Store:
+        def load(self, ref):
+            raise AssertionError("a preset name must not reach the store")
+
+    assert policies.resolve_policy("crop", store=Store()) == crop
 
 
 def test_names_resolve_with_and_without_prefix():
@@ -77,7 +86,7 @@ def test_names_resolve_with_and_without_prefix():
     [
         ("autoaugment-cifar100", r"unknown preset 'autoaugment-cifar100'; known presets: "
                                  r"autoaugment-cifar10, autoaugment-svhn, autoaugment-imagenet, "
-                                 r"randaugment:n=2,m=9, trivialaugment, none, standard"),
+                                 r"randaugment:n=2,m=9, trivialaugment, none, crop, standard"),
         ("preset:nope", r"unknown preset 'preset:nope'; known presets:"),
         ("randaugment:n=0", r"randaugment: n=0 is invalid; expected an int in \[1, 4\]"),
         ("randaugment:m=31", r"randaugment: m=31 is invalid; expected an int in \[0, 30\]"),

@@ -48,3 +48,17 @@ def test_preview_errors(images64, tmp_path):
         render_grid(policy, images64[:2].astype(np.float32), tmp_path / "x.png")
     with pytest.raises(ValueError, match="columns=0; expected an int >= 1"):
         render_grid(policy, images64[:2], tmp_path / "x.png", columns=0)
+
+
+@pytest.mark.parametrize("backend", ["dali", "torchvision"])
+def test_base_is_drawn_only_when_asked(backend, marker_image, outcome_of):
+    """The preset crop is the base alone: without base=True its draws are the image itself; with
+    it, shifted copies that are never mirrored (standard: mirrored too)."""
+    images = np.stack([marker_image] * 2)
+    plain, labels = augment_with_labels(presets.resolve("crop"), images, columns=24, backend=backend)
+    assert all(np.array_equal(img, marker_image) for img in plain) and {k for k, _ in labels} == {-1}
+    for name, flips in (("crop", False), ("standard", True)):
+        drawn, _ = augment_with_labels(presets.resolve(name), images, columns=24, backend=backend, base=True)
+        got = [outcome_of(marker_image, img) for img in drawn]
+        assert len({(dy, dx) for dy, dx, _ in got}) > 5
+        assert any(m for _, _, m in got) == flips

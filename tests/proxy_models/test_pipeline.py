@@ -17,6 +17,7 @@ from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
 # A policy with no sub-policies but the standard base: exercises the crop/flip step alone,
 # independently of the policies package.
 STANDARD = SimpleNamespace(sub_policies=(), base="standard")
+CROP = SimpleNamespace(sub_policies=(), base="crop")
 NONE = SimpleNamespace(sub_policies=(), base="none")
 
 
@@ -88,6 +89,37 @@ def test_standard_crop_flip_changes_images_within_pad(cifar, split):
                     if torch.equal(padded[dy:dy + 32, dx:dx + 32], o):
                         found = True
         assert found, f"image {i} is not a pad-4 crop/flip of its source"
+
+
+@pytest.mark.parametrize("policy", [NONE, CROP, STANDARD], ids=lambda p: p.base)
+def test_training_applies_the_policys_base(policy, marker_image, outcome_of, tmp_path):
+    """256 copies of a one-colour image with a marker pixel: where the marker lands after the
+    loader is the shift and mirror of the base (none: nothing; crop: shifts within the 4 px
+    padding, never mirrored; standard: the same shifts, mirrored about half the time)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(marker_image).save(buf, format="PNG")
+    path = tmp_path / "marker.parquet"
+    pq.write_table(pa.table({"image": pa.array([buf.getvalue()] * 256, pa.binary()),
+                             "label": pa.array([0, 1] * 128, pa.int8())}), path)
+    for decode in ("memory", "dali"):
+        loader = DaliLoader(open_dataset(path), range(256), batch_size=256, policy=policy, seed=3, decode=decode,
+                            image_size=32)
+        x, _ = next(iter(loader))
+        got = [outcome_of(marker_image, img) for img in _unnormalize(x).numpy()]
+        shifts = {(dy, dx) for dy, dx, _ in got}
+        mirrored = sum(m for _, _, m in got) / len(got)
+        if policy.base == "none":
+            assert shifts == {(0, 0)} and mirrored == 0
+            continue
+        assert {dy for dy, _ in shifts} == {dx for _, dx in shifts} == set(range(-4, 5))
+        assert mirrored == 0 if policy.base == "crop" else 0.35 < mirrored < 0.65
+    # evaluation batches never get the base
+    x, _ = next(iter(DaliLoader(open_dataset(path), range(256), batch_size=256, policy=policy, train=False)))
+    assert {outcome_of(marker_image, img) for img in _unnormalize(x).numpy()} == {(0, 0, False)}
 
 
 def test_same_seed_same_batches_other_seed_other_batches(cifar, split):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from autoaug.launch.config import flag_overrides, layered_config
 
 __all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "per_class_option", "image_size_option",
-           "group_by_option", "base_option", "add_options", "layered", "path_flags"]
+           "group_by_option", "base_option", "warm_start_options", "add_options", "layered", "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -112,17 +112,38 @@ def group_by_option(prefix: str = "", group: str | None = None) -> Option:
                        r"'source_path:Images/(\d+)/(\d+)_'); default: no groups")
 
 
-def base_option(rule: str, group: str | None = None) -> Option:
+def base_option(rule: str, group: str | None = None, *, auto: bool = False) -> Option:
     """``--base {none,crop,standard}`` (configuration key ``base``): train on this base augmentation
     (:mod:`autoaug.policies.bases`) instead of the policy's own. ``rule`` says, for the command, what
     happens to policies without sub-policies (the presets none, crop, standard: bases alone). The
     value is checked by :func:`autoaug.policies.bases.check_name` wherever it comes from (flag,
-    ``--config``, ``--set``), so every layer gets the same one-line error."""
+    ``--config``, ``--set``), so every layer gets the same one-line error. ``auto`` (``search``):
+    also ``auto``, the base chosen by measurement."""
     from autoaug.policies.bases import NAMES
 
-    return option("--base", key="base", group=group, metavar="{" + ",".join(NAMES) + "}",
+    names = (*NAMES, "auto") if auto else NAMES
+    return option("--base", key="base", group=group, metavar="{" + ",".join(names) + "}",
                   help="train on this base instead of the policy's own: none, crop (pad-4 random crop) or "
                        f"standard (crop + horizontal flip); {rule}")
+
+
+def _refs(text: str) -> Any:
+    refs = [r.strip() for r in text.split(",") if r.strip()]
+    if not refs:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or policy references separated by commas, got {text!r}")
+    return "auto" if [r.lower() for r in refs] == ["auto"] else refs
+
+
+def warm_start_options(group: str | None = None) -> tuple[Option, Option]:
+    """``--warm-start auto|REF,...`` and ``--no-warm-start`` (configuration key ``warm_start``)."""
+    return (
+        option("--warm-start", key="warm_start", group=group, type=_refs, metavar="auto|REF,...",
+               help="first candidates: the sub-policies of these policies (presets, policy files, stored "
+                    "versions), or auto: the published policy that transfers best to the data, measured "
+                    "under the proxy before the search (the cpu preset's default)"),
+        option("--no-warm-start", key="warm_start", group=group, dest="warm_start", action="store_const", const=[],
+               help="no warm start: every candidate comes from the sampler"),
+    )
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],

@@ -241,6 +241,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     if record is not None:
         print()
         if record.provenance:
+            from autoaug.search.calibrate import describe_calibration  # light: no Ray, no Optuna
+
+            calibration = describe_calibration(record.provenance.get("calibration"))
+            if calibration:
+                print("measured before the search")
+                for line in calibration:
+                    print("  " + line)
+                print()
             print("provenance")
             for line in json.dumps(record.provenance, indent=2, sort_keys=True).splitlines():
                 print("  " + line)

@@ -20,7 +20,10 @@ import dataclasses
 import logging
 
 from autoaug.launch.config import build_config
-from autoaug.launch.options import CONFIG, JSON, SET, Option, add_options, layered, option, split_size_options
+from autoaug.launch.options import (
+    CONFIG, JSON, SET, Option, add_options, base_option, group_by_option, image_size_option, layered, option,
+    per_class_option, split_size_options, warm_start_options,
+)
 from autoaug.core.errors import UserInputError
 
 __all__ = ["register", "run", "build_search_config"]
@@ -35,7 +38,7 @@ _DEFINING = (
     "data", "name", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage",
     "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
     "warm_start", "startup_trials", "rescore", "rescore_seeds", "rescore_val_size", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
-    "train_size", "val_size", "mlflow_uri",
+    "train_size", "val_size", "train_per_class", "image_size", "group_by", "base", "mlflow_uri",
     "method", "folds", "rounds", "trials_per_round", "top_per_round", "objective",
 )  # fmt: skip
 
@@ -69,9 +72,23 @@ def _describe(config, address: str | None) -> str:
         f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed}{startup})",
         *config.search_method.describe(config),
         f"  space: {config.space.describe()}",
+        f"  {_start_line(config)}",
         f"  run directory: {RunDir(config.storage, config.name).uri}",
         f"  Optuna {'studies' if config.method == 'density' else 'study'}: {studies} in {study_url(config)}",
     ])  # fmt: skip
+
+
+def _start_line(config) -> str:
+    """Which base and warm start the search uses, or that it measures them first."""
+    from autoaug.search.calibrate import AUTO, TRANSFER_REFS
+
+    base = ("base: auto (each base alone trained under the proxy first, the best kept)" if config.base == AUTO
+            else f"base: {config.space.base}")
+    if config.warm_start == AUTO:
+        warm = f"warm start: auto (the best of {', '.join(TRANSFER_REFS)}, trained under the proxy first)"
+    else:
+        warm = f"warm start: {', '.join(config.warm_start)}" if config.warm_start else "warm start: none"
+    return f"{base}; {warm}"
 
 
 def _session_factory(address: str | None, verbose: int, display):
@@ -246,6 +263,12 @@ OPTIONS: tuple[Option, ...] = (
     option("--sub-policies", key="space.num_sub_policies", group="what", type=int, metavar="K",
            help="sub-policies per candidate (default 5)"),
     *split_size_options("train.", group="what"),
+    per_class_option("train.", group="what"),
+    image_size_option("train.", group="what"),
+    group_by_option("train.", group="what"),
+    base_option("or auto (the cpu preset's default): the proxy trained with each base alone before the search, the "
+                "best kept (docs/search.md, \"Searching your own dataset\")", group="what", auto=True),
+    *warm_start_options(group="what"),
     option("--top-n", key="top_n", group="what", type=int, metavar="N",
            help="best trials concatenated into the final policy (default 5)"),
     option("--no-rescore", key="rescore", group="what", dest="rescore", action="store_const", const=False,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from autoaug.core.values import deep_merge, is_int, is_number
+from autoaug.policies.bases import NAMES as BASE_NAMES
 from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.reference import looks_like_path
 from autoaug.search import density, train_method
@@ -33,6 +34,7 @@ from autoaug.search.score import METRIC, MODE
 from autoaug.search.space import SearchSpace
 from autoaug.search.study import SAMPLERS, model_samplers
 from autoaug.search.train_method import TrainMethodConfig
+from autoaug.search.calibrate import AUTO
 from autoaug.search.warm_start import warm_start_policies
 
 __all__ = [
@@ -72,7 +74,9 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # to reach a rung are promoted against few peers), about the trial epochs of 16 trials cut at
     # epoch 40, spread over almost twice the candidates (measured against that 16-trial search
     # over search seeds: docs/search.md, "Does the search win?").
-    # The first 5 trials are AutoAugment's published CIFAR-10 sub-policies (warm start); the
+    # Before the trials, the proxy is trained with each base alone and with each published policy
+    # on the best base (8 runs: search/calibrate.py); every candidate then trains on that base and
+    # the first 5 trials are the sub-policies of the published policy that transferred best. The
     # final candidates (assembled, best trial, AutoAugment extended by what the search found,
     # survivors) are re-scored under the proxy (one fresh seed) before one is stored. Chosen by
     # measurement: docs/search.md (re-scoring with 2 seeds on 10,000 validation images was
@@ -81,14 +85,14 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "train": {"preset": "proxy-cpu"},
         "num_trials": 28, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
         "grace_period": 20, "reduction_factor": 3, "top_n": 5, "score_window": 5,
-        "warm_start": ["autoaugment-cifar10"], "rescore": True,
+        "warm_start": "auto", "base": "auto", "rescore": True,
     },
     # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU
     # as PBA did; ASHA cuts the weak candidates at epochs 15 and 45.
     "paper": {
         "train": {"preset": "paper"},
         "num_trials": 200, "concurrency": 8, "cpus_per_trial": 2, "gpus_per_trial": 0.25,
-        "grace_period": 15, "reduction_factor": 3,
+        "grace_period": 15, "reduction_factor": 3, "warm_start": "auto", "base": "auto",
     },
     # Density matching (Fast AutoAugment) on a CPU: K=5 fold models of the proxy-cpu recipe on
     # the 1,000-image search split, then T=2 rounds of B=200 scoring trials per fold, the top 10
@@ -96,7 +100,7 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
     "density-cpu": {
         "method": "density",
         "train": {"preset": "proxy-cpu"},
-        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
+        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "base": "auto",
         "density": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
     },
 }  # fmt: skip
@@ -132,7 +136,7 @@ def _train_config(value: Any) -> Any:
 _DICT_ORDER = (
     "name", "train", "space", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "sampler", "seed",
     "startup_trials", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n", "score_window",
-    "warm_start", "rescore", "rescore_seeds", "rescore_val_size", "storage", "optuna_storage", "store",
+    "warm_start", "base", "calibration_seeds", "rescore", "rescore_seeds", "rescore_val_size", "storage", "optuna_storage", "store",
     "reuse_actors", "mlflow_uri", "verbose", "method", "density",
 )  # fmt: skip
 
@@ -169,7 +173,15 @@ class SearchConfig:
             ranks trials by what they learned. 1: the epoch's own validation accuracy.
         warm_start: policy references (presets such as ``autoaugment-cifar10``, policy JSON
             files, stored versions) whose sub-policies are the first candidates, ``K`` per trial
-            (:mod:`autoaug.search.warm_start`).
+            (:mod:`autoaug.search.warm_start`); or ``"auto"``: the published policies are first
+            trained under the proxy on the data and the search warm-starts from the one that
+            transfers best (:mod:`autoaug.search.calibrate`).
+        base: the base augmentation every candidate is trained on (:mod:`autoaug.policies.bases`:
+            ``none``, ``crop``, ``standard``); ``"auto"``: the proxy is trained with each base
+            alone before the search and the best is kept (:mod:`autoaug.search.calibrate`);
+            None: the space's own (``space.base``, ``standard``), as searches did before bases.
+        calibration_seeds: proxy runs per base and per published policy when ``base`` or
+            ``warm_start`` is ``"auto"`` (seeds ``train.seed + 2000``, ``+ 2001``, ...).
         rescore: train the final candidates a method returns (the assembled policy, the best
             single trial, ...) again under the proxy (fresh seeds) and store the best
             (:mod:`autoaug.search.rescore`).
@@ -201,7 +213,9 @@ class SearchConfig:
     startup_trials: int | None = None
     max_failures: int = 1
     score_window: int = 1
-    warm_start: tuple[str, ...] = ()
+    warm_start: tuple[str, ...] | str = ()
+    base: str | None = None
+    calibration_seeds: int = 1
     rescore: bool = False
     rescore_seeds: int = 1
     rescore_val_size: int | None = None
@@ -275,15 +289,28 @@ class SearchConfig:
             raise bad("rescore_seeds", "an integer in [1, 100]")
         if self.rescore_val_size is not None and (not is_int(self.rescore_val_size) or self.rescore_val_size < 1):
             raise bad("rescore_val_size", "an integer >= 1, or None (the proxy's own validation size)")
-        if isinstance(self.warm_start, str):
+        if isinstance(self.warm_start, str) and self.warm_start.strip().lower() == AUTO:
+            object.__setattr__(self, "warm_start", AUTO)
+        elif isinstance(self.warm_start, str):
             object.__setattr__(self, "warm_start", (self.warm_start,) if self.warm_start else ())
-        if not isinstance(self.warm_start, (list, tuple)) or not all(
-            isinstance(r, str) and r.strip() for r in self.warm_start
-        ):
-            raise bad("warm_start", "a list of policy references (presets, policy JSON files, stored versions)")
-        # A policy file named relative to the working directory must still be found when the
-        # search is resumed from elsewhere (the configuration is saved in the run directory).
-        object.__setattr__(self, "warm_start", tuple(_absolute_if_file(r) for r in self.warm_start))
+        if self.warm_start != AUTO:
+            if not isinstance(self.warm_start, (list, tuple)) or not all(
+                isinstance(r, str) and r.strip() for r in self.warm_start
+            ):
+                raise bad("warm_start", "a list of policy references (presets, policy JSON files, stored versions), "
+                          "or 'auto' (the published policy that transfers best)")
+            if AUTO in (r.strip().lower() for r in self.warm_start):
+                raise bad("warm_start", "'auto' alone (the published policy that transfers best) or policy references")
+            # A policy file named relative to the working directory must still be found when the
+            # search is resumed from elsewhere (the configuration is saved in the run directory).
+            object.__setattr__(self, "warm_start", tuple(_absolute_if_file(r) for r in self.warm_start))
+        if self.base is not None:
+            if self.base != AUTO:
+                if not isinstance(self.base, str) or self.base not in BASE_NAMES:
+                    raise bad("base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)")
+                object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
+        if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
+            raise bad("calibration_seeds", "an integer in [1, 100]")
         if self.verbose not in (0, 1, 2):
             raise bad("verbose", "0, 1 or 2")
         if self.method not in METHODS:
@@ -383,7 +410,9 @@ class SearchConfig:
         method = self.search_method
         method.check(self)
         if self.warm_start:
-            warm = warm_start_policies(self.warm_start, self.space, store=self.store)
+            # "auto" warm-starts from one published AutoAugment policy (25 sub-policies)
+            refs = ["autoaugment-cifar10"] if self.warm_start == AUTO else self.warm_start
+            warm = warm_start_policies(refs, self.space, store=self.store)
             capacity, raise_what = method.warm_start_capacity(self)
             if len(warm) > capacity:
                 raise ValueError(

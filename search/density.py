@@ -5,7 +5,8 @@ Instead of training the proxy model once per candidate,
 
 1. **Fold models.** The reduced training split is cut into ``K`` stratified folds
    (:func:`autoaug.proxy_models.splits.stratified_folds`). Fold model ``k`` is the proxy model
-   (``SearchConfig.train``) trained with the base augmentation ``standard`` on the other ``K-1``
+   (``SearchConfig.train``) trained with the search's base alone (``space.base``, chosen by
+   measurement with ``base: auto``: :mod:`autoaug.search.calibrate`) on the other ``K-1``
    folds. The ``K`` trainings are Ray tasks (the trials' resources, any node of a cluster); each
    one's weights and held-out scores are written to the run directory (``folds/fold{k}.pt``,
    ``folds/fold{k}.json``) as soon as it finishes, and a resumed search never trains them again.
@@ -159,7 +160,7 @@ class DensityMethod:
         return [
             f"  method: density matching, {d.folds} folds x {d.rounds} rounds x {d.trials_per_round} candidates "
             f"({d.num_trials} trials), top {d.top_per_round} per round, objective {d.objective}",
-            f"  fold models: {t.model} on {t.data} (reduced split {t.train_size or 'all'}, split seed "
+            f"  fold models: {t.model} on {t.data} (reduced split: {t.describe_train()}, split seed "
             f"{t.split_seed}), {t.epochs} epochs, batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
         ]
 

@@ -21,21 +21,21 @@ FOLDS_DIR = "folds"
 
 
 def fold_splits(train_config: Any, folds: int, seed: int) -> tuple[Any, list]:
-    """``(dataset, [Split per fold])`` of the reduced training split ``train_config`` describes."""
+    """``(dataset, [Split per fold])`` of the reduced training split ``train_config`` describes
+    (grouped by its ``group_by``: every group then lies in one fold)."""
     from autoaug.proxy_models.data import open_dataset
-    from autoaug.proxy_models.splits import reduced_split, stratified_folds
+    from autoaug.proxy_models.splits import config_groups, config_split, stratified_folds
 
     ds = open_dataset(train_config.data, split="train")
-    fingerprint = ds.fingerprint()
-    split = reduced_split(ds.labels, train_size=train_config.train_size or None, val_size=train_config.val_size,
-                          seed=train_config.split_seed, dataset_fingerprint=fingerprint)
-    return ds, stratified_folds(split, ds.labels, folds, seed=seed)
+    split = config_split(ds, train_config, dataset_fingerprint=ds.fingerprint())
+    return ds, stratified_folds(split, ds.labels, folds, seed=seed, groups=config_groups(ds, train_config))
 
 
 # ----------------------------------------------------------------------------------------------
 # Fold models
-def train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any) -> dict:
-    """Body of one fold-model training (a Ray task): ``standard`` augmentation, the other folds."""
+def train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any, base: str = "standard") -> dict:
+    """Body of one fold-model training (a Ray task): the search's ``base`` alone (no policy), on
+    the other folds."""
     import numpy as np
     import torch
 
@@ -45,7 +45,7 @@ def train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any) -> d
     cfg = TrainConfig.from_dict(train_config)
     split = Split(train=np.asarray(train_idx, dtype=np.int64), val=np.asarray(val_idx, dtype=np.int64),
                   seed=cfg.split_seed)
-    result = train(cfg, "standard", split=split)
+    result = train(cfg, base, split=split)  # the presets none, crop, standard are the bases alone
     buf = io.BytesIO()
     torch.save({k: v.detach().cpu() for k, v in result.model.state_dict().items()}, buf)
     last = result.history[-1]
@@ -58,6 +58,7 @@ def train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any) -> d
         "split_fingerprint": result.split_fingerprint,
         "train_size": int(len(split.train)),
         "heldout_size": int(len(split.val)),
+        "base": base,
     }
 
 
@@ -74,19 +75,19 @@ def train_fold_models(config: "SearchConfig", run: RunDir, *, session: str = "st
     for k, split in enumerate(splits):
         if folder.exists(f"fold{k}.json") and folder.exists(f"fold{k}.pt"):
             info = folder.read_json(f"fold{k}.json")
-            if info.get("split_fingerprint") == split.fingerprint:
+            if info.get("split_fingerprint") == split.fingerprint and info.get("base", "standard") == config.space.base:
                 out[k] = {**info, "weights": folder.read_bytes(f"fold{k}.pt")}
     todo = [k for k in range(d.folds) if k not in out]
     if todo:
         cfg = dataclasses.replace(config.train, num_threads=max(1, int(config.cpus_per_trial))).to_dict()
         if log:
             log(f"training {len(todo)} fold model(s) ({config.train.model}, {config.train.epochs} epochs, "
-                f"standard augmentation) on {len(splits[0].train)}-{len(splits[-1].train)} images each")
+                f"base {config.space.base} alone) on {len(splits[0].train)}-{len(splits[-1].train)} images each")
         task = ray.remote(train_fold)
         pending = {
             task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial,
                          name=f"autoaug-fold:{config.name}:{k}").remote(
-                cfg, k, splits[k].train.tolist(), splits[k].val.tolist()): k
+                cfg, k, splits[k].train.tolist(), splits[k].val.tolist(), config.space.base): k
             for k in todo
         }  # fmt: skip
         try:

@@ -64,6 +64,9 @@ class SearchOutcome:
             val = f", {first['val_size']} validation images" if first.get("val_size") else ""
             lines.append(f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
                          f"{scores}; stored: {selection['chosen']}")
+        from autoaug.search.calibrate import describe_calibration
+
+        lines += describe_calibration(self.provenance.get("calibration"))
         lines += [
             f"stored as {self.reference} in {self.store_uri}",
             f"run directory: {self.run_dir}",
@@ -78,14 +81,11 @@ def describe_data(train_config: Any) -> dict[str, Any]:
     trainer computes them (this also validates the data before Ray starts). Raises
     ``ValueError`` (``DatasetError``) for unreadable data."""
     from autoaug.proxy_models.data import open_dataset
-    from autoaug.proxy_models.splits import reduced_split
+    from autoaug.proxy_models.splits import config_split
 
     ds = open_dataset(train_config.data, split="train")
     fingerprint = ds.fingerprint()
-    split = reduced_split(
-        ds.labels, train_size=train_config.train_size or None, val_size=train_config.val_size,
-        seed=train_config.split_seed, dataset_fingerprint=fingerprint,
-    )  # fmt: skip
+    split = config_split(ds, train_config, dataset_fingerprint=fingerprint)  # grouped as the trainer's
     return {
         "dataset": {
             "source": str(train_config.data),
@@ -98,6 +98,7 @@ def describe_data(train_config: Any) -> dict[str, Any]:
             "seed": int(split.seed),
             "train_size": int(len(split.train)),
             "val_size": int(len(split.val)),
+            "group_by": train_config.group_by,
         },
     }
 

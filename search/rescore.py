@@ -35,8 +35,8 @@ from typing import Any, Mapping, Sequence
 from autoaug.policies import Policy
 from autoaug.search.score import METRIC
 
-__all__ = ["RESCORE_FILE", "RESCORE_SEED_OFFSET", "Candidate", "run_key", "train_and_score", "rescore_candidates", "candidate_scores",
-           "choose"]
+__all__ = ["RESCORE_FILE", "RESCORE_SEED_OFFSET", "Candidate", "run_key", "train_and_score", "train_runs",
+           "rescore_candidates", "candidate_scores", "choose"]
 
 RESCORE_FILE = "rescore.json"
 #: Re-scoring run ``i`` uses seed ``train.seed + RESCORE_SEED_OFFSET + i``: seeds no trial used.
@@ -89,6 +89,52 @@ def _upgraded(cached: Mapping[str, Any], config: Any) -> dict[str, Any]:
     return out
 
 
+def train_runs(
+    runs: Sequence[tuple[str, Policy, Any]],
+    config: Any,
+    *,
+    cached: Mapping[str, Any] | None = None,
+    save: Any = None,
+    task_name: str = "autoaug-run",
+) -> dict[str, dict[str, Any]]:
+    """Train each ``(key, policy, train_config)`` of ``runs`` under the proxy, in parallel on Ray
+    with the trials' resources (``config.cpus_per_trial`` / ``gpus_per_trial``), scored as the
+    trials are (:func:`train_and_score`, ``config.score_window``). The one loop of the search's
+    runs outside Tune: re-scoring and calibration (:mod:`autoaug.search.calibrate`).
+
+    ``cached``: runs of earlier sessions, ``{key: result}`` (not trained again); ``save``: a
+    callable receiving the updated mapping after every finished run. Returns ``{key: {METRIC,
+    "val_accuracy", "train_time_s", "epochs", "seed", "val_size"}}``, the cached runs included.
+    """
+    import ray
+
+    results: dict[str, dict[str, Any]] = dict(cached or {})
+    todo = [(key, policy, cfg) for key, policy, cfg in runs if key not in results]
+    if not todo:
+        return results
+    threads = max(1, int(config.cpus_per_trial))
+    task = ray.remote(train_and_score)
+    pending = {
+        task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial,
+                     name=f"{task_name}:{key}").remote(
+            dataclasses.replace(cfg, num_threads=threads).to_dict(), policy.to_dict(), config.score_window
+        ): (key, cfg)
+        for key, policy, cfg in todo
+    }  # fmt: skip
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                key, cfg = pending.pop(ref)
+                results[key] = {**ray.get(ref), "seed": cfg.seed, "val_size": cfg.val_size}
+                if save is not None:
+                    save(results)
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+    return results
+
+
 def rescore_candidates(
     candidates: Sequence[Candidate],
     config: Any,
@@ -97,40 +143,15 @@ def rescore_candidates(
     save: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """Train every candidate under ``config.rescore_train_config(i)`` for each of the
-    ``config.rescore_seeds`` seeds, in parallel on Ray with the trials' resources.
+    ``config.rescore_seeds`` seeds (:func:`train_runs`).
 
     ``cached``: ``rescore.json`` of earlier sessions (runs found there are not trained again);
     ``save``: a callable receiving the updated mapping after every finished run (e.g. to write
     ``rescore.json``). Returns ``{run key: {METRIC, "val_accuracy", "train_time_s", "epochs",
     "seed", "val_size"}}`` (:func:`run_key`); :func:`candidate_scores` averages them.
     """
-    import ray
-
-    results: dict[str, dict[str, Any]] = _upgraded(cached or {}, config)
-    todo = [(c, cfg) for c, cfg in _runs(candidates, config) if run_key(c, cfg) not in results]
-    if not todo:
-        return results
-    threads = max(1, int(config.cpus_per_trial))
-    task = ray.remote(train_and_score)
-    pending = {
-        task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial,
-                     name=f"autoaug-rescore:{c.key}:seed={cfg.seed}").remote(
-            dataclasses.replace(cfg, num_threads=threads).to_dict(), c.policy.to_dict(), config.score_window
-        ): (c, cfg)
-        for c, cfg in todo
-    }  # fmt: skip
-    try:
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                c, cfg = pending.pop(ref)
-                results[run_key(c, cfg)] = {**ray.get(ref), "seed": cfg.seed, "val_size": cfg.val_size}
-                if save is not None:
-                    save(results)
-    finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-    return results
+    runs = [(run_key(c, cfg), c.policy, cfg) for c, cfg in _runs(candidates, config)]
+    return train_runs(runs, config, cached=_upgraded(cached or {}, config), save=save, task_name="autoaug-rescore")
 
 
 def candidate_scores(candidates: Sequence[Candidate], config: Any,

@@ -86,7 +86,13 @@ def run_search(
         SearchFailedError: every trial failed (the message shows the first error).
         SearchInterruptedError: interrupted before all trials finished (resume it).
     """
+    from autoaug.proxy_models.train import resolve_config
+
     started = time.time()
+    # Sized to the data (a split per class becomes a total, an automatic image size the data's):
+    # what the trials train, what the run records and what a resume reads back.
+    if config.train.data is not None:  # (no data: check_runnable says so)
+        config = config.replace(train=resolve_config(config.train))
     config.check_runnable()
     run = RunDir(config.storage, config.name)
     _check_store(config)
@@ -160,15 +166,20 @@ def _search(config: SearchConfig, run: RunDir, state: RunState, *, session: Call
             address: str | None, trainable: Callable | None, display: Any, started: float,
             resume_errored: bool = False) -> SearchOutcome:
     """The method, then re-scoring (both inside the Ray session), then choosing and storing."""
+    from autoaug.search.calibrate import calibrate
     from autoaug.search.experiment import tune_output
 
     display = _display(display, config.verbose)
-    search = PreparedSearch(config=config, run=run, state=state, display=display, trainable=trainable,
-                            resume_errored=resume_errored)
     with tune_output(config.verbose), _session(session, address, config.verbose):
+        calibration = calibrate(config, run, display)  # base / warm start "auto": measured first
+        if calibration is not None:
+            config = calibration.apply(config)
+        search = PreparedSearch(config=config, run=run, state=state, display=display, trainable=trainable,
+                                resume_errored=resume_errored)
         found = config.search_method.run(search)
         scores = _rescore(config, run, found, display)
-    return _store(config, run, state, found, scores, started=started)
+    return _store(config, run, state, found, scores, started=started,
+                  calibration=None if calibration is None else calibration.record)
 
 
 def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: Any) -> dict | None:
@@ -199,8 +210,9 @@ def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: An
 
 
 def _store(config: SearchConfig, run: RunDir, state: RunState, found: MethodResult, scores: dict | None, *,
-           started: float) -> SearchOutcome:
-    """Choose the final policy, store it with its provenance and write ``result.json``."""
+           started: float, calibration: dict | None = None) -> SearchOutcome:
+    """Choose the final policy, store it with its provenance and write ``result.json``.
+    ``config`` is the configuration the method ran (base and warm start as calibrated)."""
     from autoaug.policies.store import PolicyStore
 
     timing = state.timing(started, trial_train_time_s=sum(t.train_time_s or 0.0 for t in found.trials),
@@ -211,6 +223,8 @@ def _store(config: SearchConfig, run: RunDir, state: RunState, found: MethodResu
     )  # fmt: skip
     if found.provenance is not None:
         provenance["method"] = dict(found.provenance)
+    if calibration is not None:
+        provenance["calibration"] = calibration
     final = found.candidates[0].policy
     if scores is not None:
         chosen, provenance["selection"] = choose(found.candidates, scores)

@@ -34,8 +34,9 @@ def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = No
 
     Raises:
         UserInputError (a ValueError): naming the reference when it cannot be resolved, is empty, or does not fit
-            the space (operations per sub-policy, candidate operations, magnitude bins, base,
-            ranges, probabilities off the grid).
+            the space (operations per sub-policy, candidate operations, magnitude bins, ranges,
+            probabilities off the grid). The candidates are on the space's base, whatever the
+            policy's own.
     """
     k = space.num_sub_policies
     out: list[Policy] = []
@@ -53,7 +54,8 @@ def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = No
             while len(chunk) < k:  # a policy with fewer than K sub-policies: repeat them
                 chunk += subs[: k - len(chunk)]
             name = f"warm-{policy.name}-{start // k}"
-            candidate = Policy(name, policy.num_magnitude_bins, chunk, base=policy.base, ranges=policy.ranges)
+            # The base is the search's (every candidate trains on it), not the published policy's.
+            candidate = Policy(name, policy.num_magnitude_bins, chunk, base=space.base, ranges=policy.ranges)
             try:
                 space.to_params(candidate)
             except ValueError as exc:

@@ -1,4 +1,4 @@
-"""``--group-by SPEC`` on ``autoaug train`` and ``autoaug compare``: declared once in the option
+"""``--group-by SPEC`` on ``autoaug train``, ``compare`` and ``search``: declared once in the option
 layer (also ``--set group_by=...`` / ``train.group_by`` in a config), checked before anything is
 created, problems as one ``autoaug: error:`` line and approximations as one ``autoaug: warning:``
 line, the grouping recorded with the run, and a comparison's runs reused only under the same
@@ -47,7 +47,9 @@ def test_train_and_compare_take_group_by_as_flag_set_and_config(tracks, tmp_path
 
 
 def test_the_group_by_flag_is_declared_once():
-    for module in (train_cmd, compare_cmd):
+    from autoaug.launch import search_cmd
+
+    for module in (train_cmd, compare_cmd, search_cmd):
         declared = [o for o in module.OPTIONS if "--group-by" in o.flags]
         assert len(declared) == 1 and declared[0].argparse == group_by_option().argparse, module.__name__
 
@@ -113,7 +115,7 @@ def _record(config, policy_hash="h" * 64):
 def test_compare_reuses_runs_only_under_the_same_grouping(tracks):
     config = compare_cmd.build_compare_config(_args(["compare", "--data", str(tracks), "--preset", "smoke"]))
     cfg = config.run_config(0)
-    candidate = type("C", (), {"policy_hash": "h" * 64})()
+    candidate = type("C", (), {"policy_hash": "h" * 64, "base": "standard"})()
     before = _record(cfg)
     before["train_config"].pop("group_by")  # written before the field existed: ungrouped
     assert runner.load_run(json.dumps(before).encode(), "r.json", candidate, 0, cfg, "f" * 64) is not None
@@ -128,17 +130,30 @@ def test_the_preflight_describes_the_grouping(tracks):
     from autoaug.proxy_models.train_config import TrainConfig
 
     checked = check_data(TrainConfig(data=str(tracks), train_size=40, val_size=40, group_by="track"))
-    assert "(split: train 40, val 40, grouped by track: 24 groups, none on both sides)" in checked.describe()
+    assert "(split: train 40, val 40, 8x8, grouped by track: 24 groups, none on both sides)" in checked.describe()
     groups = checked.dataset.groups("track")
     assert not np.isin(groups[checked.split.val], groups[checked.split.train]).any()
 
 
-def test_search_refuses_group_by_until_it_draws_grouped_splits(tracks, tmp_path, capsys):
-    """Its trials would train on the grouped split while its split record and the density
-    method's folds ignore groups: refused in one line, nothing created."""
-    code = cli.main(["search", "--data", str(tracks), "--preset", "smoke", "--set", "train.group_by=track",
-                     "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")])
-    err = capsys.readouterr().err
-    assert code == 2 and "train.group_by 'track': autoaug search does not draw grouped splits yet" in err
-    assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "store").exists()
+def test_search_draws_its_split_and_the_density_folds_by_group(tracks):
+    """The search takes --group-by like train and compare; its split record is the trainer's grouped
+    split, and no group of the density method's fold models is in two folds."""
+    from autoaug.launch.search_cmd import build_search_config
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.splits import config_split
+    from autoaug.search.fold_models import fold_splits
+    from autoaug.search.records import describe_data
+
+    config = build_search_config(_args(["search", "--data", str(tracks), "--preset", "smoke", "--group-by", "track",
+                                        "--train-size", "40", "--val-size", "40"]))
+    assert config.train.group_by == "track"
+    ds = open_dataset(str(tracks))
+    groups = ds.groups("track")
+    split = config_split(ds, config.train, dataset_fingerprint=ds.fingerprint())
+    assert not set(groups[split.val]) & set(groups[split.train])
+    described = describe_data(config.train)["split"]
+    assert (described["fingerprint"], described["group_by"]) == (split.fingerprint, "track")
+    _, folds = fold_splits(config.train, 3, seed=0)
+    parts = [set(groups[f.val]) for f in folds]
+    assert all(a.isdisjoint(b) for i, a in enumerate(parts) for b in parts[i + 1:])
+    assert set().union(*parts) == set(groups[split.train])

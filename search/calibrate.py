@@ -1,0 +1,246 @@
+"""Before a search: measure on the user's data which base and which published policy to start from.
+
+A search's defaults were CIFAR-10's: every candidate on the ``standard`` base (crop + horizontal
+flip) and the first trials AutoAugment's CIFAR-10 sub-policies. On data where a flip changes the
+label (traffic signs, text, digits) or where another published policy suits better, both cost
+more than the search finds (docs/search.md, "Searching your own dataset"). So, when asked
+(``SearchConfig.base == "auto"``, ``SearchConfig.warm_start == "auto"``; the ``cpu``, ``paper``
+and ``density-cpu`` presets), the search first trains the proxy -- the trials' own training
+configuration, seeds ``train.seed + CALIBRATION_SEED_OFFSET + i`` -- and scores each run as a trial
+is scored (:data:`~autoaug.search.score.METRIC`):
+
+1. **Bases** (``base: auto``): each base alone (``none``, ``crop``, ``standard``:
+   :mod:`autoaug.policies.bases`). The best mean score is the base of every candidate. The bases
+   within the noise of it are named (one proxy run's seed-to-seed spread is 0.5-0.7 points on
+   CIFAR-10, so with one seed each, bases less than :data:`RUN_NOISE` x 2 x sqrt(2) apart are not
+   told apart; more ``calibration_seeds`` estimate the noise from the runs themselves).
+2. **Transfer** (``warm_start: auto``): each published policy of :data:`TRANSFER_REFS` moved onto
+   that base. The search warm-starts from the sub-policies of the best-scoring one that fits the
+   search space (AutoAugment's three policies do; RandAugment's and TrivialAugment's uniform
+   operations at one magnitude of 31 bins do not: when one of them transfers best, the summary
+   says so and the best AutoAugment policy is the warm start).
+
+Every run is a Ray task with the trials' resources, saved as it finishes in the run directory
+(``calibration.json``), so a resumed search trains only the runs it lacks and makes the same
+choice. The scores, the choice and why are in the stored policy's provenance (``calibration``),
+printed by the search's summary and by ``autoaug policies show``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any, Mapping, Sequence
+
+from autoaug.search.score import METRIC
+
+__all__ = ["AUTO", "CALIBRATION_FILE", "CALIBRATION_SEED_OFFSET", "TRANSFER_REFS", "RUN_NOISE", "BASE_TIE_ORDER", "Calibration",
+           "needs_calibration", "calibration_train_config", "calibrate", "choose_base", "rank_transfer",
+           "describe_calibration"]
+
+AUTO = "auto"
+CALIBRATION_FILE = "calibration.json"
+#: Calibration run ``i`` uses seed ``train.seed + CALIBRATION_SEED_OFFSET + i``: seeds no trial and
+#: no re-scoring run uses.
+CALIBRATION_SEED_OFFSET = 2_000
+#: The published policies a transfer warm start scores, in this order (ties go to the earlier).
+TRANSFER_REFS = ("autoaugment-cifar10", "autoaugment-svhn", "autoaugment-imagenet", "randaugment", "trivialaugment")
+#: One proxy run's seed-to-seed standard deviation of the search score, when the calibration has
+#: one seed per policy and cannot measure it (CIFAR-10, ``proxy-cpu``: 0.5-0.7 points; docs/search.md).
+RUN_NOISE = 0.007
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What the calibration chose: ``base`` (None: not calibrated, the configuration's own),
+    ``warm_start`` (None: not calibrated), and ``record`` (the provenance: every run's score,
+    the choice and why)."""
+
+    base: str | None
+    warm_start: tuple[str, ...] | None
+    record: dict[str, Any]
+
+    def apply(self, config: Any) -> Any:
+        """``config`` with its ``base`` and ``warm_start`` as chosen (a configuration with
+        nothing automatic left)."""
+        changes: dict[str, Any] = {}
+        if self.base is not None:
+            changes["base"] = self.base
+        if self.warm_start is not None:
+            changes["warm_start"] = self.warm_start
+        return config.replace(**changes) if changes else config
+
+
+def needs_calibration(config: Any) -> bool:
+    return config.base == AUTO or config.warm_start == AUTO
+
+
+def calibration_train_config(config: Any, seed_index: int = 0) -> Any:
+    """The training configuration of calibration run ``seed_index``: the trials' own, with seed
+    ``train.seed + CALIBRATION_SEED_OFFSET + seed_index``, validated only over the last
+    ``score_window`` epochs (all the score reads)."""
+    return dataclasses.replace(
+        config.train,
+        seed=(config.train.seed + CALIBRATION_SEED_OFFSET + seed_index) % 2**31,
+        eval_from=max(1, config.train.epochs - config.score_window + 1),
+    )
+
+
+def _key(stage: str, label: str, cfg: Any) -> str:
+    return f"{stage}:{label}/seed={cfg.seed}"
+
+
+def _scores(stage: str, labels: Sequence[str], config: Any, runs: Mapping[str, Any]) -> dict[str, list[float]]:
+    cfgs = [calibration_train_config(config, i) for i in range(config.calibration_seeds)]
+    return {label: [float(runs[_key(stage, label, c)][METRIC]) for c in cfgs] for label in labels}
+
+
+def _noise(scores: Mapping[str, Sequence[float]]) -> tuple[float, str]:
+    """The standard deviation of one run's score: pooled over the labels' seeds when there are
+    several, else :data:`RUN_NOISE`; and where it comes from."""
+    groups = [list(v) for v in scores.values() if len(v) > 1]
+    if not groups:
+        return RUN_NOISE, f"one run each; a proxy run's seed-to-seed spread is about {RUN_NOISE * 100:.1f} points"
+    pooled = math.fsum(statistics.variance(g) * (len(g) - 1) for g in groups) / sum(len(g) - 1 for g in groups)
+    n = len(groups[0])
+    return math.sqrt(pooled), f"{n} runs each; pooled seed-to-seed spread {math.sqrt(pooled) * 100:.2f} points"
+
+
+def _ranked(scores: Mapping[str, Sequence[float]], order: Sequence[str]) -> list[tuple[str, float]]:
+    means = {label: math.fsum(v) / len(v) for label, v in scores.items()}
+    rank = {label: i for i, label in enumerate(order)}
+    return sorted(means.items(), key=lambda kv: (-kv[1], rank.get(kv[0], len(rank))))
+
+
+#: Ties between bases go to ``crop`` (it keeps every label and pays off in long training), then
+#: ``none``, then ``standard`` (its flip is what can change a label).
+BASE_TIE_ORDER = ("crop", "none", "standard")
+
+
+def choose_base(scores: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """The base with the highest mean score (ties: :data:`BASE_TIE_ORDER`) and the record of
+    why: every base's runs and mean, and the bases within the noise of the best (difference of
+    the means under twice its standard error)."""
+    ranked = _ranked(scores, BASE_TIE_ORDER)
+    best, top = ranked[0]
+    sigma, source = _noise(scores)
+    n = len(next(iter(scores.values())))
+    threshold = 2 * sigma * math.sqrt(2 / n)
+    within = [label for label, mean in ranked[1:] if top - mean < threshold]
+    return {
+        "chosen": best,
+        "scores": {label: {"mean": mean, "runs": list(scores[label])} for label, mean in ranked},
+        "noise": {"sd": sigma, "threshold": threshold, "source": source},
+        "within_noise": within,
+    }
+
+
+def rank_transfer(scores: Mapping[str, Sequence[float]], fits: Mapping[str, str | None]) -> dict[str, Any]:
+    """The published policies ranked by mean score (ties: :data:`TRANSFER_REFS` order), and the
+    warm start: the best one whose sub-policies fit the search space (``fits[ref]`` is None when
+    it fits, else why not)."""
+    ranked = _ranked(scores, TRANSFER_REFS)
+    best, top = ranked[0]
+    warm = next((ref for ref, _ in ranked if fits.get(ref) is None), None)
+    return {
+        "best": best,
+        "warm_start": [] if warm is None else [warm],
+        "scores": {ref: {"mean": mean, "runs": list(scores[ref]), "margin": top - mean,
+                         **({"unfit": fits[ref]} if fits.get(ref) else {})} for ref, mean in ranked},
+    }
+
+
+def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
+    """Run what ``config`` leaves to measurement (``base``, ``warm_start`` ``"auto"``) inside the
+    search's Ray session, resuming from ``calibration.json`` in the run directory ``run``; None
+    when nothing is automatic."""
+    if not needs_calibration(config):
+        return None
+    from autoaug.policies import presets
+    from autoaug.search.rescore import train_runs
+    from autoaug.search.warm_start import warm_start_policies
+
+    cached = run.read_json(CALIBRATION_FILE) if run.exists(CALIBRATION_FILE) else {}
+    runs: dict[str, Any] = dict(cached.get("runs", {}))
+    cfgs = [calibration_train_config(config, i) for i in range(config.calibration_seeds)]
+    record: dict[str, Any] = {"seeds": [c.seed for c in cfgs], "epochs": config.train.epochs,
+                              "train_size": config.train.train_size, "val_size": config.train.val_size}
+
+    def train(stage: str, policies: Mapping[str, Any], what: str) -> dict[str, list[float]]:
+        todo = [(_key(stage, label, c), policy, c) for label, policy in policies.items() for c in cfgs]
+        missing = sum(1 for key, _, _ in todo if key not in runs)
+        if missing:
+            display.log(f"calibration: {what}: {missing} proxy run(s) of {config.train.epochs} epochs "
+                        f"({config.calibration_seeds} seed{'s' if len(cfgs) > 1 else ''} each)")
+
+        def save(results: Mapping[str, Any]) -> None:
+            runs.update(results)
+            run.write_json(CALIBRATION_FILE, {"runs": runs})
+
+        runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
+        return _scores(stage, list(policies), config, runs)
+
+    base = None
+    if config.base == AUTO:
+        from autoaug.policies.bases import NAMES
+
+        record["base"] = choose_base(train("base", {b: presets.resolve(b) for b in NAMES}, "each base alone"))
+        base = record["base"]["chosen"]
+    chosen_base = base if base is not None else config.space.base
+    warm = None
+    if config.warm_start == AUTO:
+        space = dataclasses.replace(config.space, base=chosen_base)
+        policies = {ref: presets.resolve(ref).with_base(chosen_base) for ref in TRANSFER_REFS}
+        fits: dict[str, str | None] = {}
+        for ref in TRANSFER_REFS:
+            try:
+                warm_start_policies([ref], space)
+                fits[ref] = None
+            except ValueError as exc:
+                fits[ref] = str(exc).split(": ", 1)[-1]
+        record["transfer"] = {"base": chosen_base,
+                              **rank_transfer(train("transfer", policies, f"the published policies on base {chosen_base}"),
+                                              fits)}
+        warm = tuple(record["transfer"]["warm_start"])
+    run.write_json(CALIBRATION_FILE, {"runs": runs, "record": record})
+    for line in describe_calibration(record):
+        display.log(line)
+    return Calibration(base=base, warm_start=warm, record=record)
+
+
+def _pts(value: float) -> str:
+    return f"{value * 100:.2f}"
+
+
+def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
+    """Lines a person reads: which base was chosen and why, which published policy transferred
+    best and by how much (the search's summary, ``autoaug policies show``)."""
+    if not record:
+        return []
+    lines: list[str] = []
+    base = record.get("base")
+    if base:
+        scores = ", ".join(f"{b} {_pts(s['mean'])}" for b, s in base["scores"].items())
+        noise = base["noise"]
+        why = (f"within the noise ({_pts(noise['threshold'])} points; {noise['source']}): "
+               + ", ".join(base["within_noise"]) + f"; kept the best mean, {base['chosen']}"
+               if base["within_noise"] else
+               f"ahead of the others beyond the noise ({_pts(noise['threshold'])} points; {noise['source']})")
+        lines.append(f"base: {base['chosen']} (proxy score %, each base alone: {scores}); {why}")
+    transfer = record.get("transfer")
+    if transfer:
+        scores = transfer["scores"]
+        best = transfer["best"]
+        ranked = ", ".join(f"{ref} {_pts(s['mean'])}" for ref, s in scores.items())
+        lines.append(f"transfer (published policies on base {transfer['base']}, proxy score %): {ranked}")
+        runner_up = [s for ref, s in scores.items() if ref != best]
+        margin = f" by {_pts(runner_up[0]['margin'])} points over the next" if runner_up else ""
+        lines.append(f"transferred best: {best}{margin}")
+        warm = transfer["warm_start"]
+        if warm and warm[0] != best:
+            lines.append(f"warm start: {warm[0]} ({best}: {scores[best].get('unfit', 'does not fit the search space')})")
+        elif warm:
+            lines.append(f"warm start: {warm[0]}")
+        else:
+            lines.append("warm start: none (no published policy fits the search space)")
+    return lines

@@ -174,6 +174,9 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
                         f"({config.calibration_seeds} seed{'s' if len(cfgs) > 1 else ''} each)")
 
         def save(results: Mapping[str, Any]) -> None:
+            for key in [k for k in results if k not in runs]:
+                r = results[key]
+                display.log(f"calibration: {key}: {METRIC} {r[METRIC]:.4f} ({r.get('train_time_s') or 0:.0f} s)")
             runs.update(results)
             run.write_json(CALIBRATION_FILE, {"runs": runs})
 

@@ -77,6 +77,28 @@ def test_default_preset_is_cpu():
     assert _config(["--name", "n"]).train == TrainConfig.from_preset("proxy-cpu")
 
 
+def test_base_and_warm_start_flags(tmp_path):
+    """The cpu preset measures both on the data; the flags give them, or turn the warm start off."""
+    default = _config(["--name", "n", *_dirs(tmp_path)])
+    assert (default.base, default.warm_start) == ("auto", "auto")
+    given = _config(["--name", "n", "--base", "crop", "--warm-start", "autoaugment-svhn, autoaugment-imagenet",
+                     *_dirs(tmp_path)])
+    assert (given.base, given.space.base) == ("crop", "crop")
+    assert given.warm_start == ("autoaugment-svhn", "autoaugment-imagenet")
+    assert _config(["--name", "n", "--no-warm-start", *_dirs(tmp_path)]).warm_start == ()
+    assert _config(["--name", "n", "--warm-start", "AUTO", "--preset", "smoke", *_dirs(tmp_path)]).warm_start == "auto"
+    assert _config(["--name", "n", "--set", "base=none", *_dirs(tmp_path)]).space.base == "none"
+    with pytest.raises(UserInputError, match="SearchConfig.base: 'flip' is invalid; expected one of none, crop, "
+                                             "standard, or 'auto'"):
+        _config(["--base", "flip"])
+
+
+def test_the_regime_and_grouping_flags_reach_the_trials_config(tmp_path):
+    config = _config(["--name", "n", "--train-per-class", "50", "--image-size", "auto", "--group-by", "track",
+                      *_dirs(tmp_path)])
+    assert (config.train.train_per_class, config.train.image_size, config.train.group_by) == (50, None, "track")
+
+
 def test_invalid_values_become_one_line_user_errors(tmp_path):
     with pytest.raises(UserInputError, match="invalid search config: SearchConfig.num_trials: 0 is invalid"):
         _config(["--num-trials", "0"])

@@ -215,6 +215,11 @@ def _pts(value: float) -> str:
     return f"{value * 100:.2f}"
 
 
+def _by_mean(scores: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> list[tuple[str, Mapping[str, Any]]]:
+    rank = {label: i for i, label in enumerate(order)}
+    return sorted(scores.items(), key=lambda kv: (-kv[1]["mean"], rank.get(kv[0], len(rank))))
+
+
 def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
     """Lines a person reads: which base was chosen and why, which published policy transferred
     best and by how much (the search's summary, ``autoaug policies show``)."""
@@ -223,7 +228,8 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
     lines: list[str] = []
     base = record.get("base")
     if base:
-        scores = ", ".join(f"{b} {_pts(s['mean'])}" for b, s in base["scores"].items())
+        ordered = _by_mean(base["scores"], BASE_TIE_ORDER)  # stored JSON may have sorted the keys
+        scores = ", ".join(f"{b} {_pts(s['mean'])}" for b, s in ordered)
         noise = base["noise"]
         why = (f"within the noise ({_pts(noise['threshold'])} points; {noise['source']}): "
                + ", ".join(base["within_noise"]) + f"; kept the best mean, {base['chosen']}"
@@ -234,9 +240,10 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
     if transfer:
         scores = transfer["scores"]
         best = transfer["best"]
-        ranked = ", ".join(f"{ref} {_pts(s['mean'])}" for ref, s in scores.items())
+        ordered = _by_mean(scores, TRANSFER_REFS)
+        ranked = ", ".join(f"{ref} {_pts(s['mean'])}" for ref, s in ordered)
         lines.append(f"transfer (published policies on base {transfer['base']}, proxy score %): {ranked}")
-        runner_up = [s for ref, s in scores.items() if ref != best]
+        runner_up = [s for ref, s in ordered if ref != best]
         margin = f" by {_pts(runner_up[0]['margin'])} points over the next" if runner_up else ""
         lines.append(f"transferred best: {best}{margin}")
         warm = transfer["warm_start"]

@@ -381,3 +381,25 @@ def test_import_errors_name_the_file_and_stay_short(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     code, _, err = run(capsys, "policies", "import", str(good), "--name", "x", "--store", str(tmp_path / "afile"))
     assert code == 2 and err.count("\n") == 1 and f"cannot write to policy store {tmp_path / 'afile'}" in err
+
+
+def test_show_says_what_the_search_measured_before_its_trials(store, capsys):
+    """A searched policy's calibration -- the base chosen and which published policy transferred
+    best, by how much -- is shown in words above the provenance."""
+    from autoaug.search.calibrate import choose_base, rank_transfer
+
+    record = {
+        "base": choose_base({"none": [0.8666], "crop": [0.963], "standard": [0.93]}),
+        "transfer": {"base": "crop", **rank_transfer(
+            {"autoaugment-cifar10": [0.97], "autoaugment-svhn": [0.90], "randaugment": [0.975]},
+            {"autoaugment-cifar10": None, "autoaugment-svhn": None, "randaugment": "31 magnitude bins"})},
+    }
+    store.save(Policy("signs", 10, [[("Rotate", 0.8, 2), ("Color", 0.3, 9)]], base="crop"), "signs",
+               metadata={"calibration": record})
+    code, out, _ = run(capsys, "policies", "show", "signs@latest", "--store", store.uri)
+    assert code == 0
+    measured = out[out.index("measured before the search"):out.index("provenance")]
+    assert "base: crop (proxy score %, each base alone: crop 96.30, standard 93.00, none 86.66); ahead of the " \
+           "others beyond the noise" in measured
+    assert "transferred best: randaugment by 0.50 points over the next" in measured
+    assert "warm start: autoaugment-cifar10 (randaugment: 31 magnitude bins)" in measured

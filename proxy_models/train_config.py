@@ -25,7 +25,7 @@ SIZING_FIELDS = ("train_size", "val_size", "train_per_class", "min_train_size", 
 #: Fields added after run records existed: :meth:`TrainConfig.to_dict` leaves them out while they
 #: are None, so a config that does not use them has the dictionary (and the digests of records
 #: holding it) that it had before they existed.
-_OMITTED_WHEN_NONE = ("train_per_class", "min_train_size", "max_train_size")
+_OMITTED_WHEN_NONE = ("train_per_class", "min_train_size", "max_train_size", "group_by")
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,8 +223,8 @@ class TrainConfig:
         return cls(**_sizing_overrides(data))
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-able dict; ``train_per_class``, ``min_train_size`` and
-        ``max_train_size`` only when set (see :data:`_OMITTED_WHEN_NONE`)."""
+        """The fields as a JSON-able dict; ``train_per_class``, ``min_train_size``,
+        ``max_train_size`` and ``group_by`` only when set (see :data:`_OMITTED_WHEN_NONE`)."""
         d = dataclasses.asdict(self)
         for name in _OMITTED_WHEN_NONE:
             if d[name] is None:

@@ -117,7 +117,7 @@ def test_compare_reuses_runs_only_under_the_same_grouping(tracks):
     cfg = config.run_config(0)
     candidate = type("C", (), {"policy_hash": "h" * 64, "base": "standard"})()
     before = _record(cfg)
-    before["train_config"].pop("group_by")  # written before the field existed: ungrouped
+    before["train_config"].pop("group_by", None)  # written before the field existed: ungrouped
     assert runner.load_run(json.dumps(before).encode(), "r.json", candidate, 0, cfg, "f" * 64) is not None
     grouped = dataclasses.replace(cfg, group_by="track")
     with pytest.raises(CompareError, match=r"holds a run of another comparison \(group_by: None vs 'track'\)"):

@@ -3,6 +3,8 @@
 ``resolve_policy`` pick the same policy for the same reference."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from autoaug.launch.cli import main
@@ -54,7 +56,7 @@ def _via_train(ref, store, data, monkeypatch):
     from autoaug.launch import preflight
     from autoaug.proxy_models import train
 
-    monkeypatch.setattr(preflight, "check_data", lambda config: None)  # the data here are a stub
+    monkeypatch.setattr(preflight, "check_data", lambda config: SimpleNamespace(config=config))  # the data here are a stub
 
     def fake_train(config, policy, **kwargs):
         raise Picked(policy)
@@ -70,7 +72,7 @@ def _via_compare(ref, store, data, monkeypatch):
     from autoaug.launch import preflight
     from autoaug.launch.compare import runner
 
-    monkeypatch.setattr(preflight, "check_data", lambda config: None)  # the data here are a stub
+    monkeypatch.setattr(preflight, "check_data", lambda config: SimpleNamespace(config=config))  # the data here are a stub
 
     real = runner.resolve_candidates
 

@@ -28,7 +28,7 @@ def test_nested_form_overrides_the_preset_and_round_trips_through_json(tmp_path)
         "storage": str(tmp_path), "concurrency": None,
     })  # fmt: skip
     assert config.train == TrainConfig.from_preset("proxy-cpu", epochs=3, lr=0.1, data="/d/train.parquet")
-    assert config.warm_start == ("autoaugment-cifar10",) and config.rescore
+    assert config.warm_start == "auto" and config.base == "auto" and config.rescore  # measured on the data
     assert config.space == SearchSpace(exclude_ops=("SamplePairing",))
     assert config.train_method.num_trials == 32 and config.concurrency is None
     assert config.train_method.grace_period == SEARCH_PRESETS["cpu"]["grace_period"]

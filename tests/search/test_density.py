@@ -108,8 +108,8 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
     from autoaug.policies.store import PolicyStore
 
     code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "dens", "--method", "density",
-                 "--folds", "2", "--rounds", "2", "--trials-per-round", "4", "--top-per-round", "2", *TINY,
-                 *_dirs(tmp_path)])
+                 "--folds", "2", "--rounds", "2", "--trials-per-round", "4", "--top-per-round", "2", "--base", "crop",
+                 *TINY, *_dirs(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "stored as dens@1" in out
@@ -124,6 +124,8 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
     assert method["trials_per_round"] == 4 and method["top_per_round"] == 2 and method["objective"] == "loss"
     assert [f["fold"] for f in method["fold_models"]] == [0, 1]
     assert all(0 < f["val_accuracy"] <= 1 and f["heldout_size"] == 128 for f in method["fold_models"])
+    # --base crop: the fold models trained on the crop alone, and the stored policy is on crop.
+    assert all(f["base"] == "crop" for f in method["fold_models"]) and policy.base == "crop"
     # Every candidate's score is recorded: folds x rounds x trials, each scored.
     trials = prov["trials"]
     assert len(trials) == 16 and all(t["status"] == "completed" and t["score"] is not None for t in trials)

@@ -245,6 +245,19 @@ def test_an_unreadable_image_header_names_the_row(tmp_path):
         ds.image_shapes()
 
 
+def test_a_null_image_names_its_row_once(tmp_path):
+    """A null image is reported as `FILE row N: image is null`, the file and row once (every path
+    that reads it: decoding one image, several, or the bytes DALI is fed)."""
+    good = _png(np.zeros((8, 8, 3), dtype=np.uint8))
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"image": pa.array([good, None, good], pa.binary()), "label": pa.array([0, 1, 0])}), path)
+    ds = ParquetDataset(str(path))
+    for read in (lambda: ds.image(1), lambda: ds.images([0, 1]), lambda: ds.encoded_numpy(1)):
+        with pytest.raises(DatasetError) as info:
+            read()
+        assert str(info.value) == f"{path} row 1: image is null"
+
+
 def _fake_cifar_batches(root: Path, n_train: int = 20, n_test: int = 10) -> np.ndarray:
     """torchvision's on-disk CIFAR-10 format (pickled dicts of flat CHW rows)."""
     base = root / "cifar-10-batches-py"

@@ -45,9 +45,13 @@ _DEFINING = (
 
 def build_search_config(args: argparse.Namespace):
     """The :class:`autoaug.search.config.SearchConfig` the flags, the YAML file and the preset describe."""
-    from autoaug.search.config import SEARCH_PRESETS, SearchConfig
+    import dataclasses
 
-    merged = layered(args, OPTIONS)
+    from autoaug.search.config import SEARCH_PRESETS, SearchConfig
+    from autoaug.search.train_method import TrainMethodConfig
+
+    own = {f.name for f in dataclasses.fields(SearchConfig)} | set(TrainMethodConfig.KEYS) | {"data", "preset"}
+    merged = layered(args, OPTIONS, own=own)  # --set epochs=2: train.epochs
     preset = args.preset or merged.pop("preset", None) or DEFAULT_PRESET
     merged.pop("preset", None)
     if preset not in SEARCH_PRESETS:

@@ -147,16 +147,18 @@ def _search(config, args: argparse.Namespace) -> int:
         raise UserInputError(" ".join(str(exc).split())) from None
     _configure_logging(config.verbose)
     from autoaug.launch.output import display_for
+    from autoaug.search.run_dir import RunDir
 
     with display_for(args, verbose=config.verbose) as display:
         display.log(_describe(config, args.address))
         # Paths absolute, storage and store writable, data checked and decoded: before Ray starts.
         config = preflight.for_search(config, say=display.log)
         session = _session_factory(args.address, config.verbose, display)
-        return _execute(
-            lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
-            config.verbose, args, display,
-        )
+        with RunDir(config.storage, config.name).driver_lock():  # one driver per run: a second is refused
+            return _execute(
+                lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
+                config.verbose, args, display,
+            )
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -172,13 +174,14 @@ def _resume(args: argparse.Namespace) -> int:
     with display_for(args, verbose=verbose) as display:
         display.log(f"resuming search {args.resume} from {RunDir(_storage(args), args.resume).uri}")
         session = _session_factory(args.address, verbose, display)
-        return _execute(
-            lambda: tuner.resume_search(
-                args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
-                display=display,
-            ),  # fmt: skip
-            verbose, args, display,
-        )
+        with RunDir(_storage(args), args.resume).driver_lock():  # not while another driver runs it
+            return _execute(
+                lambda: tuner.resume_search(
+                    args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
+                    display=display,
+                ),  # fmt: skip
+                verbose, args, display,
+            )
 
 
 def _storage(args: argparse.Namespace) -> str:

@@ -62,9 +62,10 @@ class Runner:
         self.rows: list[tuple[str, int, str]] = []
         self.env = {**os.environ, "AUTOAUG_STORE": str(root / "store"), "AUTOAUG_RUNS": str(root / "runs")}
 
-    def run(self, label: str, argv: list[str], *, cwd: Path | None = None, stdin: str | None = None) -> int:
+    def run(self, label: str, argv: list[str], *, cwd: Path | None = None, stdin: str | None = None,
+            env: dict | None = None) -> int:
         started = time.monotonic()
-        proc = subprocess.run([*EXE, *argv], cwd=cwd or self.root, env=self.env, capture_output=True, text=True,
+        proc = subprocess.run([*EXE, *argv], cwd=cwd or self.root, env=env or self.env, capture_output=True, text=True,
                               input=stdin, timeout=1800)
         err = [line for line in proc.stderr.splitlines() if line.strip()]
         out = [line for line in proc.stdout.splitlines() if line.strip()]
@@ -230,6 +231,26 @@ def main() -> None:
         r.run("policies check (2 corrupt versions, 2 leftovers of a killed save 2 h old)",
               ["policies", "check", "--store", str(store)])
         r.run("policies list --store that does not exist", ["policies", "list", "--store", str(root / "nostore")])
+        fresh = {k: v for k, v in r.env.items() if k != "AUTOAUG_STORE"}
+        fresh["HOME"] = str(root / "fresh-home")
+        r.run("policies list on a fresh machine (default store, nothing saved yet)", ["policies", "list"], env=fresh)
+        r.run("policies list --json on a fresh machine", ["policies", "list", "--json"], env=fresh)
+
+        # --- round 3: duplicated keys, one-class data, --set of the trainer on search ------------
+        dup = ('{"name": "dup", "num_magnitude_bins": 10, "sub_policies": [[{"op": "Rotate", "op": "Invert", '
+               '"probability": 0.5, "magnitude_bin": 3}]]}')
+        (p / "dup.json").write_text(dup)
+        r.run('policy JSON with "op" twice (policies import)', ["policies", "import", str(p / "dup.json"), "--name", "d"])
+        r.run('policy JSON with "op" twice (train --policy)', ["train", "--data", str(good), "--policy",
+              str(p / "dup.json"), *TINY, "--out", "o13"])
+        r.run("Parquet whose labels are all one class (train)", ["train", "--data", str(_parquet(
+            d / "oneclass.parquet", images[:300], [3] * 300)), *TINY, "--out", "o14"])
+        r.run("policies import --metadata with a key twice", ["policies", "import", "-", "--name", "m", "--metadata",
+              '{"a": 1, "a": 2}'], stdin=json.dumps(pol))
+        if not args.skip_slow:
+            r.run("search --set epochs=1 (a trainer key without train.)", ["search", "--data", str(good), "--preset",
+                  "smoke", "--num-trials", "1", "--set", "epochs=1", "--set", "train.batch_size=16", "--set",
+                  "train.train_size=64", "--set", "train.val_size=32", "--name", "trainer-key"])
         r.run("policies show a@1 --store that does not exist", ["policies", "show", "a@1", "--store", str(root / "nostore")])
     finally:
         undo_ro()

@@ -14,6 +14,10 @@ whose fault it is and therefore how ``autoaug`` exits (the mapping lives in
   :class:`RunFailedError` -- one of its training runs raised: **1**
 * :class:`ClusterError` -- Ray could not be reached or used: **1**;
   :class:`ClusterInputError` -- bad input about the cluster (address, job id, ...): **2**
+* :class:`StorageError` -- a write failed mid-run because the filesystem is full or over quota
+  (``ENOSPC``, ``EDQUOT``): **1**; :class:`StorageAccessError` -- because it is read-only or
+  access is denied (``EROFS``, ``EACCES``, ``EPERM``): **2**. One line naming the path and what
+  to free or fix (:func:`autoaug.core.location.writing` makes them, for every writer)
 * :class:`MissingExtraError` -- the command needs the search stack (Ray, Optuna, DALI), which a
   light install (``pip install autoaug``) leaves out: **2** (the message names the extra)
 
@@ -41,6 +45,8 @@ __all__ = [
     "CompareError",
     "RunFailedError",
     "MissingExtraError",
+    "StorageError",
+    "StorageAccessError",
     "AutoaugWarning",
     "DataWarning",
 ]
@@ -94,6 +100,16 @@ class CompareError(UserInputError):
 class RunFailedError(AutoaugError):
     """A training run of a comparison raised; the runs that finished before are saved (re-running
     resumes)."""
+
+
+class StorageError(AutoaugError):
+    """A write failed because the filesystem is full or over quota (the message names the path and
+    says to free space there; nothing half-written is left as if it were valid)."""
+
+
+class StorageAccessError(StorageError, UserInputError):
+    """A write failed because the filesystem is read-only or access is denied (the user pointed at
+    a place that cannot be written: exit status 2, as the preflight's writability check)."""
 
 
 class MissingExtraError(AutoaugError):

@@ -19,23 +19,84 @@ Parsing rules (the only ones in the project):
 
 Local locations are written with a temp file in the same folder, ``fsync`` and ``os.replace``;
 remote ones with a temp object and a move (atomic where the filesystem's move is).
+
+A full filesystem, an exceeded quota, a read-only filesystem or a denied access met by a write is
+one :class:`~autoaug.core.errors.StorageError` line naming the path and what to free or fix
+(:func:`writing`, :func:`storage_error`), whoever writes: every write of a :class:`Location` and
+of :func:`atomic_write_local` goes through it, and the policy store's own writes too.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import re
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from autoaug.core.errors import UserInputError
+from autoaug.core.errors import StorageAccessError, StorageError, UserInputError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["Location", "atomic_write_local", "delete_quietly", "filesystem_from_uri", "is_uri", "list_dir"]
+__all__ = ["Location", "atomic_write_local", "delete_quietly", "filesystem_from_uri", "is_uri", "list_dir",
+           "storage_error", "writing"]
+
+#: errno -> (what happened, what to do): the filesystem errors a write can meet mid-run.
+_FULL = {errno.ENOSPC: ("no space left on the filesystem", "ENOSPC"),
+         errno.EDQUOT: ("the disk quota is exceeded", "EDQUOT")}
+_DENIED = {errno.EROFS: ("the filesystem is read-only", "EROFS"),
+           errno.EACCES: ("permission denied", "EACCES"),
+           errno.EPERM: ("operation not permitted", "EPERM")}
+# pyarrow's OSError carries the errno in its text when its ``errno`` is unset ("[errno 28] No space...").
+_ERRNO_IN_TEXT = re.compile(r"\[errno (\d+)\]", re.I)
+
+
+def _errno_of(exc: BaseException) -> int | None:
+    code = getattr(exc, "errno", None)
+    if isinstance(code, int) and code:
+        return code
+    found = _ERRNO_IN_TEXT.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
+def storage_error(exc: BaseException, where: str, *, what: str = "", hint: str = "") -> StorageError | None:
+    """The one-line :class:`StorageError` for ``exc`` when it is a write refused by a full, over-quota,
+    read-only or denying filesystem (else None). ``where``: the path or URI written; ``what``: what
+    it is (``"policy store"``, ``"checkpoint"``...); ``hint``: how to carry on once fixed (e.g. how
+    to resume)."""
+    if not isinstance(exc, OSError) or isinstance(exc, StorageError):
+        return None
+    code = _errno_of(exc)
+    named = f"{what} {where}" if what else str(where)
+    tail = f"; {hint}" if hint else ""
+    if code in _FULL:
+        reason, name = _FULL[code]
+        return StorageError(f"cannot write {named}: {reason} ({name}); free space there (or write elsewhere), then "
+                            f"run the command again{tail}")
+    if code in _DENIED:
+        reason, name = _DENIED[code]
+        return StorageAccessError(f"cannot write {named}: {reason} ({name}); make it writable or choose another "
+                                  f"location{tail}")
+    return None
+
+
+@contextlib.contextmanager
+def writing(where: str, *, what: str = "", hint: str = "") -> Iterator[None]:
+    """Run a write, turning a full / read-only / denied filesystem into one :class:`StorageError`
+    line (:func:`storage_error`); other errors pass unchanged. The writer's own clean-up (temporary
+    files) runs before this, in its ``except``/``finally``."""
+    try:
+        yield
+    except OSError as exc:
+        error = storage_error(exc, where, what=what, hint=hint)
+        if error is None:
+            raise
+        raise error from None
 
 
 def _pafs():
@@ -75,6 +136,11 @@ def atomic_write_local(path: str | os.PathLike, data: bytes) -> None:
     rename); creates the folder. The file's mode honours the umask (0644 under umask 022), as a
     plain ``open`` would."""
     path = os.fspath(path)
+    with writing(path):
+        _atomic_write_local(path, data)
+
+
+def _atomic_write_local(path: str, data: bytes) -> None:
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
@@ -239,24 +305,32 @@ class Location:
 
     # -- writing ---------------------------------------------------------------------------------
     def mkdir(self) -> None:
-        if self.local:
-            os.makedirs(self.path, exist_ok=True)
-        else:
-            self.fs.create_dir(self.path, recursive=True)
+        with writing(self.uri):
+            if self.local:
+                os.makedirs(self.path, exist_ok=True)
+            else:
+                self.fs.create_dir(self.path, recursive=True)
 
     def write_bytes(self, data: bytes, filename: str | None = None) -> None:
-        """Write ``data`` atomically (readers see the old file or the new one, never a part)."""
+        """Write ``data`` atomically (readers see the old file or the new one, never a part). A full,
+        read-only or denying filesystem is a :class:`StorageError` naming the file; the temporary
+        file is removed first."""
         target = self._target(filename)
         if target.local:
             atomic_write_local(target.path, data)
             return
         fs = target.fs
         parent = target.path.rsplit("/", 1)[0]
-        fs.create_dir(parent, recursive=True)
         tmp = f"{parent}/.{target.name}.tmp-{uuid.uuid4().hex[:12]}"
-        with fs.open_output_stream(tmp) as f:
-            f.write(data)
-        fs.move(tmp, target.path)
+        with writing(target.uri):
+            fs.create_dir(parent, recursive=True)
+            try:
+                with fs.open_output_stream(tmp) as f:
+                    f.write(data)
+                fs.move(tmp, target.path)
+            except BaseException:
+                delete_quietly(fs, tmp)
+                raise
 
     def write_text(self, text: str, filename: str | None = None) -> None:
         self.write_bytes(text.encode("utf-8"), filename)

@@ -1,16 +1,17 @@
-"""Configuration values: the type checks every package's validation shares, and the layering
-of nested mappings.
+"""Configuration values: the type checks every package's validation shares, the layering
+of nested mappings, and strict JSON (each key once).
 
 ``bool`` is an ``int`` to Python but never a count or a seed here: both checks refuse it.
 """
 from __future__ import annotations
 
 import copy
+import json
 import math
 import numbers
 from typing import Any, Mapping
 
-__all__ = ["is_int", "is_number", "deep_merge"]
+__all__ = ["is_int", "is_number", "deep_merge", "loads_strict", "DuplicateKeyError"]
 
 
 def is_int(x: Any) -> bool:
@@ -34,3 +35,54 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object gives one key twice (``{"op": "Rotate", "op": "Invert"}``): ``json.loads``
+    keeps the last value silently, so the document means something its author may not have
+    meant. The message names the key, its place (``sub_policies[0][1]``) and both values."""
+
+
+class _Twice(dict):
+    """An object of a document with a duplicated key (found by :func:`loads_strict`'s hook,
+    reported once the whole document is parsed, when its place is known)."""
+
+    key: str
+    first: Any
+    second: Any
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            twice = _Twice(pairs)
+            twice.key, twice.first, twice.second = key, out[key], value
+            return twice
+        out[key] = value
+    return out
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads``, refusing a key given twice in one object with :class:`DuplicateKeyError`
+    (every reader of a policy document uses this: a duplicated ``"op"`` must not train as
+    whichever value came last). Other errors are ``json.loads``'s own."""
+    doc = json.loads(text, object_pairs_hook=_pairs)
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:  # depth first, in document order: the first duplicate is reported
+        place, value = stack.pop()
+        if isinstance(value, _Twice):
+            where = f"at {place}" if place else "at the top level"
+            raise DuplicateKeyError(
+                f"the key {json.dumps(value.key)} appears twice in one object {where} "
+                f"(first {_short(value.first)}, then {_short(value.second)}); expected each key once")
+        if isinstance(value, dict):
+            stack.extend((f"{place}.{k}" if place else str(k), v) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((f"{place}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+    return doc

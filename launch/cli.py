@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 
@@ -23,6 +24,8 @@ from autoaug.core.errors import (
     RunExistsError,
     SearchError,
     SearchInterruptedError,
+    StorageAccessError,
+    StorageError,
     StoreError,
     UserInputError,
 )
@@ -44,6 +47,8 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (SearchInterruptedError, 130),  # resumable: the message says how
     (RunExistsError, 2),
     (MissingExtraError, 2),  # the message names the extra to install
+    (StorageAccessError, 2),  # a read-only or denied place: fix it or choose another
+    (StorageError, 1),  # a full disk or quota: free space, run again (searches and compares resume)
     (UserInputError, 2),
     (DataError, 2),
     (StoreError, 2),
@@ -150,6 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
 
 
+def _storage(exc: BaseException) -> BaseException | None:
+    """The :class:`StorageError` for a full / read-only / denied filesystem met by a write outside
+    :func:`autoaug.core.location.writing` (a library's own file, e.g. a plot), naming the file the
+    error names; None for any other error."""
+    from autoaug.core.location import storage_error
+
+    if isinstance(exc, StorageError):
+        return None
+    where = getattr(exc, "filename", None)
+    return storage_error(exc, os.fspath(where) if where is not None else "a file")
+
+
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -159,7 +176,10 @@ def _main(argv: list[str] | None) -> int:
         return 0 if args.command is None else 2
     try:
         _require(func, args.command)
-        return int(func(args) or 0)
+        try:
+            return int(func(args) or 0)
+        except OSError as exc:  # a write no writer turned into a StorageError: still one line
+            raise _storage(exc) or exc
     except tuple(cls for cls, _ in EXIT_CODES) as exc:
         code = exit_code(exc)
         prefix = "autoaug: " if isinstance(exc, SearchInterruptedError) else "autoaug: error: "

@@ -37,8 +37,9 @@ REQUIRES = ("ray", "nvidia.dali", "scipy", "matplotlib")
 def build_compare_config(args: argparse.Namespace):
     """The :class:`autoaug.launch.compare.CompareConfig` for parsed arguments (config file, --set, flags)."""
     from autoaug.launch.compare import config_from_dict
+    from autoaug.launch.compare.config import CONFIG_KEYS
 
-    merged = layered(args, OPTIONS)
+    merged = layered(args, OPTIONS, own=CONFIG_KEYS)  # --set epochs=2: train.epochs
     return config_from_dict(merged)
 
 
@@ -121,7 +122,7 @@ OPTIONS: tuple[Option, ...] = (
     option("--data", key="data", kind="path", group="train", metavar="PATH",
            help="training data: Parquet file/folder, ImageFolder root, cifar10:ROOT or a URI"),
     option("--test-data", key="test_data", kind="path", group="train", metavar="PATH",
-           help="test data (default: the dataset's test split, e.g. test.parquet next to train.parquet)"),
+           help="test data (default: the dataset's test split: test.parquet next to train.parquet)"),
     option("--preset", key="preset", group="train", metavar="NAME", help="training preset (docs/training.md; default cpu)"),
     option("--epochs", key="train.epochs", group="train", type=int, metavar="N", help="override the preset's epochs"),
     option("--model", key="train.model", group="train", metavar="NAME", help="override the preset's model"),

@@ -549,5 +549,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--keep-paths", action="store_true",
                         help="pass the command's arguments unchanged (no shipping or absolutising of local paths)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
-                        help="the autoaug command to run on the cluster, e.g. `-- search --preset smoke ...`")
+                        help="the autoaug command to run on the cluster, e.g. -- search --preset smoke --data /data/train.parquet")
     parser.set_defaults(func=run)

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from autoaug.launch.config import flag_overrides, layered_config
 
 __all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "per_class_option", "image_size_option",
-           "group_by_option", "base_option", "warm_start_options", "add_options", "layered", "path_flags"]
+           "group_by_option", "base_option", "warm_start_options", "add_options", "layered", "trainer_assignments",
+           "path_flags"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ def option(*flags: str, key: Any = None, kind: str = "value", group: str | None 
 #: ``--config FILE`` and ``--set KEY=VALUE``: the two layers every configurable command takes.
 CONFIG = option("--config", kind="path", metavar="FILE", help="YAML file with settings (--set and flags override it)")
 SET = option("--set", dest="assignments", action="append", metavar="KEY=VALUE",
-             help="override one setting, e.g. --set epochs=2 (repeatable; YAML values)")
+             help="override one setting, e.g. --set epochs=2 (repeatable; YAML values; for search and compare, a "
+                  "setting of the trainer means train.KEY)")
 
 #: ``--json``: the result as one JSON document on stdout and nothing else there (progress and
 #: messages go to stderr); ``search``, ``train``, ``compare``, ``policies list`` and ``policies show``.
@@ -160,15 +162,48 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
 
 
 def layered(args: argparse.Namespace, options: Iterable[Option], *,
-            defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The configuration mapping: ``defaults`` <- ``--config`` <- ``--set`` <- the flags given."""
+            defaults: Mapping[str, Any] | None = None, own: Iterable[str] | None = None) -> dict[str, Any]:
+    """The configuration mapping: ``defaults`` <- ``--config`` <- ``--set`` <- the flags given.
+
+    ``own``: the top-level keys of a command whose trainer settings sit under ``train.``
+    (``search``, ``compare``); a ``--set`` key that is not one of them but is the trainer's
+    (``--set epochs=2``, as ``autoaug train`` takes it) means ``train.epochs`` (:func:`trainer_assignments`).
+    """
     keys = {opt.dest: opt.key for opt in options if opt.key is not None}
+    assignments = getattr(args, "assignments", None)
+    if own is not None and assignments:
+        assignments = trainer_assignments(assignments, own)
     return layered_config(
         defaults=defaults,
         file=getattr(args, "config", None),
-        assignments=getattr(args, "assignments", None),
+        assignments=assignments,
         flags=flag_overrides(args, keys),
     )
+
+
+def trainer_assignments(assignments: Sequence[str], own: Iterable[str], section: str = "train") -> list[str]:
+    """``--set`` assignments with the trainer's keys moved under ``section``: ``epochs=2`` becomes
+    ``train.epochs=2`` when ``epochs`` is not one of the command's ``own`` keys but a field of
+    :class:`autoaug.proxy_models.train_config.TrainConfig`. A command's own key wins (``base``,
+    ``seed``...), so nothing it accepted before changes meaning; any other key is left for the
+    command's own check, which names the keys it knows."""
+    own = set(own)
+    trainer: set[str] | None = None
+    out = []
+    for item in assignments:
+        key, sep, _ = item.partition("=")
+        first = key.strip().split(".", 1)[0]
+        if sep and first and first not in own:
+            if trainer is None:  # the trainer's fields (imports torch): only when a key needs them
+                import dataclasses
+
+                from autoaug.proxy_models.train_config import TrainConfig
+
+                trainer = {f.name for f in dataclasses.fields(TrainConfig)}
+            if first in trainer:
+                item = f"{section}.{item.lstrip()}"
+        out.append(item)
+    return out
 
 
 def path_flags(options: Iterable[Option]) -> frozenset[str]:

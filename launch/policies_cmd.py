@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -144,8 +145,22 @@ def _corrupt_note(refs: list[str], problems: list[str]) -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     from autoaug.policies.store import CorruptVersion
 
+    from autoaug.policies.store import ENV_VAR
+
     store = _open_store(args)
-    store.require_exists()  # a read of a store that does not exist is an error, not "no policies"
+    if not args.name and not args.store and not os.environ.get(ENV_VAR) and not store.exists() \
+            and not os.path.isfile(store.uri):
+        # The built-in default store (~/.autoaug/policies) is created by the first save: on a fresh
+        # machine, listing it is the first command a new user types, and nothing saved is no error.
+        if args.json:
+            print("[]")
+        else:
+            print(f"no policies yet in {store.uri} (the default store: searches and 'autoaug policies import' "
+                  "save there)")
+        return 0
+    # A store the user named (--store, $AUTOAUG_STORE) that does not exist is an error: a typo
+    # must not read as "no policies".
+    store.require_exists()
     if args.name:
         records = store.history(args.name, include_corrupt=True)
         bad = [r for r in records if isinstance(r, CorruptVersion)]
@@ -309,9 +324,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise UserInputError(f"{source} is not a valid policy JSON: {exc}") from None
     metadata: dict[str, Any] = {}
     if args.metadata:
+        from autoaug.core.values import loads_strict
+
         try:
-            metadata = json.loads(args.metadata)
-        except json.JSONDecodeError as exc:
+            metadata = loads_strict(args.metadata)  # as strict as the policy: each key once
+        except ValueError as exc:  # invalid JSON, or a key given twice
             raise UserInputError(f"--metadata is not valid JSON: {exc}") from None
         if not isinstance(metadata, dict):
             raise UserInputError(f"--metadata must be a JSON object, got {type(metadata).__name__}")

@@ -197,8 +197,8 @@ def check_data(config: Any) -> DataCheck:
     config_groups(ds, config)  # a group key the data lack: the message names the file itself
     try:
         split = config_split(ds, config)  # grouped by config.group_by, as the trainer's
-    except DatasetError as exc:  # says what the split asked for, not which data
-        raise DatasetError(f"{ds.source}: {exc}") from None
+    except DatasetError as exc:  # says what the split asked for, not which data (the class check names it)
+        raise (exc if str(exc).startswith(f"{ds.source}: ") else DatasetError(f"{ds.source}: {exc}")) from None
     test = None
     if config.test_data is not None:
         test = open_dataset(config.test_data, split="test")

@@ -45,9 +45,13 @@ _DEFINING = (
 
 def build_search_config(args: argparse.Namespace):
     """The :class:`autoaug.search.config.SearchConfig` the flags, the YAML file and the preset describe."""
-    from autoaug.search.config import SEARCH_PRESETS, SearchConfig
+    import dataclasses
 
-    merged = layered(args, OPTIONS)
+    from autoaug.search.config import SEARCH_PRESETS, SearchConfig
+    from autoaug.search.train_method import TrainMethodConfig
+
+    own = {f.name for f in dataclasses.fields(SearchConfig)} | set(TrainMethodConfig.KEYS) | {"data", "preset"}
+    merged = layered(args, OPTIONS, own=own)  # --set epochs=2: train.epochs
     preset = args.preset or merged.pop("preset", None) or DEFAULT_PRESET
     merged.pop("preset", None)
     if preset not in SEARCH_PRESETS:
@@ -143,16 +147,18 @@ def _search(config, args: argparse.Namespace) -> int:
         raise UserInputError(" ".join(str(exc).split())) from None
     _configure_logging(config.verbose)
     from autoaug.launch.output import display_for
+    from autoaug.search.run_dir import RunDir
 
     with display_for(args, verbose=config.verbose) as display:
         display.log(_describe(config, args.address))
         # Paths absolute, storage and store writable, data checked and decoded: before Ray starts.
         config = preflight.for_search(config, say=display.log)
         session = _session_factory(args.address, config.verbose, display)
-        return _execute(
-            lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
-            config.verbose, args, display,
-        )
+        with RunDir(config.storage, config.name).driver_lock():  # one driver per run: a second is refused
+            return _execute(
+                lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
+                config.verbose, args, display,
+            )
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -168,13 +174,14 @@ def _resume(args: argparse.Namespace) -> int:
     with display_for(args, verbose=verbose) as display:
         display.log(f"resuming search {args.resume} from {RunDir(_storage(args), args.resume).uri}")
         session = _session_factory(args.address, verbose, display)
-        return _execute(
-            lambda: tuner.resume_search(
-                args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
-                display=display,
-            ),  # fmt: skip
-            verbose, args, display,
-        )
+        with RunDir(_storage(args), args.resume).driver_lock():  # not while another driver runs it
+            return _execute(
+                lambda: tuner.resume_search(
+                    args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
+                    display=display,
+                ),  # fmt: skip
+                verbose, args, display,
+            )
 
 
 def _storage(args: argparse.Namespace) -> str:

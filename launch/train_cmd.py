@@ -57,7 +57,7 @@ OPTIONS: tuple[Option, ...] = (
            help="policy store for stored references (default: $AUTOAUG_STORE or ~/.autoaug/policies)"),
     option("--data", key="data", kind="path", help="training data: Parquet file/folder, ImageFolder root or cifar10:ROOT"),
     option("--test-data", key="test_data", kind="path",
-           help="test data (same forms; default: the dataset's test split, e.g. test.parquet next to "
+           help="test data (same forms; default: the dataset's test split: test.parquet next to "
                 "train.parquet); test accuracy is printed at the end"),
     option("--preset", key="preset", help="training preset (docs/training.md; default cpu)"),
     option("--model", key="model", help="model name (wrn-40-2, wrn-28-10, resnet-8, resnet-20, ...)"),

@@ -143,8 +143,12 @@ class VersionClaims:
         target = self._path(name, CLAIMS_DIR, f"v{version:06d}")
         staging = self._path(name, CLAIMS_DIR, f".staging-{token}")
         self._fs.create_dir(staging, recursive=False)
-        with self._fs.open_output_stream(f"{staging}/owner.json") as f:
-            f.write(owner)  # non-empty: rename(2) refuses to replace a non-empty folder
+        try:
+            with self._fs.open_output_stream(f"{staging}/owner.json") as f:
+                f.write(owner)  # non-empty: rename(2) refuses to replace a non-empty folder
+        except BaseException:  # e.g. a full disk: no staging folder left behind for a check to sweep
+            delete_quietly(self._fs, staging)
+            raise
         try:
             self._fs.move(staging, target)
         except OSError as exc:
@@ -158,8 +162,12 @@ class VersionClaims:
     def _claim_by_announce(self, name: str, version: int, token: str, owner: bytes) -> str | None:
         mine = f"v{version:06d}.{token}"
         path = self._path(name, CLAIMS_DIR, mine)
-        with self._fs.open_output_stream(path) as f:
-            f.write(owner)
+        try:
+            with self._fs.open_output_stream(path) as f:
+                f.write(owner)
+        except BaseException:
+            delete_quietly(self._fs, path)
+            raise
         rivals = [
             info.base_name
             for info in list_dir(self._fs, self._path(name, CLAIMS_DIR))

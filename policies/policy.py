@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from autoaug.core.values import DuplicateKeyError, loads_strict
 from autoaug.core.values import is_int as _is_int
 from autoaug.core.errors import UserInputError
 from autoaug.policies import bases as _bases
@@ -410,9 +411,11 @@ class Policy:
                 "needs 4)"
             )
         try:
-            d = json.loads(s)
+            d = loads_strict(s)  # a key given twice is refused, not read as its last value
         except json.JSONDecodeError as exc:
             raise PolicyError(f"policy JSON is not valid JSON: {exc}") from None
+        except DuplicateKeyError as exc:
+            raise PolicyError(str(exc)) from None
         except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
             if "integer string conversion" in str(exc):
                 raise PolicyError(

@@ -52,7 +52,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from autoaug.core.errors import StoreError, UserInputError
-from autoaug.core.location import Location, delete_quietly, list_dir
+from autoaug.core.location import Location, delete_quietly, list_dir, storage_error, writing
 from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.artifact import (
     SCHEMA,
@@ -648,27 +648,33 @@ class PolicyStore:
             versions = self.versions(name)
             if versions and self._latest_hash_or_none(name, versions[-1]) == content_hash:
                 return versions[-1]
-        try:
-            self._claims.prepare(name)
-        except OSError as exc:  # read-only filesystem, a file in the way, access denied...
-            raise StoreError(f"cannot write to policy store {self._uri}: {' '.join(str(exc).split())[:300]}") from None
-        version, claim = self._claims.claim(name, lambda: self.versions(name),
-                                            lambda v: self._version_path(name, v))
-        final = self._version_path(name, version)
-        tmp = self._path(name, f".v{version:06d}.parquet.tmp-{uuid.uuid4().hex}")
-        try:
-            # The number is issued for good before anything is published: even if this version
-            # file is deleted later, no other content ever gets it.
-            self._claims.issue(name, version)
-            table = encode_version(policy, name, version, provenance_json, _utcnow())
-            with self._fs.open_output_stream(tmp) as sink:
-                pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
-            self._publish(tmp, final)
-        except BaseException:
-            self._delete_quietly(tmp)
+        # A full, over-quota, read-only or denying filesystem, wherever the save meets it (claim,
+        # issued marker, version file, publication): one StorageError line naming the store; what
+        # the save had begun (its temporary file, its claim) is removed before it is raised.
+        with writing(self._uri, what="policy store"):
+            try:
+                self._claims.prepare(name)
+            except OSError as exc:  # a file in the way, or a store error of the kinds writing() names
+                if storage_error(exc, self._uri) is not None:
+                    raise
+                raise StoreError(f"cannot write to policy store {self._uri}: {' '.join(str(exc).split())[:300]}") from None
+            version, claim = self._claims.claim(name, lambda: self.versions(name),
+                                                lambda v: self._version_path(name, v))
+            final = self._version_path(name, version)
+            tmp = self._path(name, f".v{version:06d}.parquet.tmp-{uuid.uuid4().hex}")
+            try:
+                # The number is issued for good before anything is published: even if this version
+                # file is deleted later, no other content ever gets it.
+                self._claims.issue(name, version)
+                table = encode_version(policy, name, version, provenance_json, _utcnow())
+                with self._fs.open_output_stream(tmp) as sink:
+                    pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+                self._publish(tmp, final)
+            except BaseException:
+                self._delete_quietly(tmp)
+                self._claims.release(claim)
+                raise
             self._claims.release(claim)
-            raise
-        self._claims.release(claim)
         self._hash_cache[final] = content_hash
         return version
 
@@ -702,17 +708,18 @@ class PolicyStore:
             "results": json.loads(results_json),
         }
         folder = self._path(name, _EVALUATIONS, f"v{version:06d}")
-        self._fs.create_dir(folder, recursive=True)
         token = uuid.uuid4().hex
         stem = f"{now.strftime('%Y%m%dT%H%M%S%fZ')}-{token[:12]}.json"
         tmp = self._path(name, _EVALUATIONS, f"v{version:06d}", f".{stem}.tmp")
-        try:
-            with self._fs.open_output_stream(tmp) as sink:
-                sink.write(json.dumps(record, sort_keys=True, ensure_ascii=False, indent=1).encode("utf-8"))
-            self._publish(tmp, self._path(name, _EVALUATIONS, f"v{version:06d}", stem))
-        except BaseException:
-            self._delete_quietly(tmp)
-            raise
+        with writing(self._location(folder), what="policy store evaluation folder"):
+            self._fs.create_dir(folder, recursive=True)
+            try:
+                with self._fs.open_output_stream(tmp) as sink:
+                    sink.write(json.dumps(record, sort_keys=True, ensure_ascii=False, indent=1).encode("utf-8"))
+                self._publish(tmp, self._path(name, _EVALUATIONS, f"v{version:06d}", stem))
+            except BaseException:
+                self._delete_quietly(tmp)
+                raise
         return Evaluation(attached_at=record["attached_at"], results=record["results"])
 
     # -- maintenance (fsck) ---------------------------------------------------------------------

@@ -357,8 +357,9 @@ class ImageDataset:
         arr = self._decoded_array(index)
         if arr is not None:
             return _to_rgb_array(arr, size)
+        data = self.encoded(index)  # a null image's DatasetError already names the row
         try:
-            return decode_image(self.encoded(index), size)
+            return decode_image(data, size)
         except ValueError as exc:
             raise DatasetError(f"{self.describe_row(index)}: {exc}") from None
 

@@ -679,7 +679,9 @@ def config_split(ds: Any, config: Any, *, val_size: Any = _CONFIG, dataset_finge
     kwargs = dict(train_size=config.train_size or None, val_size=config.val_size if val_size is _CONFIG else val_size,
                   seed=config.split_seed, dataset_fingerprint=dataset_fingerprint, groups=groups)
     if groups is None:
-        return reduced_split(ds.labels, **kwargs)
+        split = reduced_split(ds.labels, **kwargs)
+        check_classes(ds, split)
+        return split
     from autoaug.proxy_models.groups import GroupSpec
 
     prefix = f"group_by {GroupSpec.parse(config.group_by).quoted}: "
@@ -694,4 +696,49 @@ def config_split(ds: Any, config: Any, *, val_size: Any = _CONFIG, dataset_finge
             warnings.warn(prefix + str(w.message), w.category, stacklevel=2)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    check_classes(ds, split)
     return split
+
+
+def _class_list(ds: Any, classes: np.ndarray, counts: np.ndarray, limit: int = 5) -> str:
+    names = list(getattr(ds, "classes", ()))
+    shown = [f"{_short(names[c]) if c < len(names) else c} ({int(counts[c]):,} image{'s' if counts[c] != 1 else ''} "
+             "in the data)" for c in classes[:limit]]
+    return ", ".join(shown) + (f", ... ({len(classes):,} in all)" if len(classes) > limit else "")
+
+
+def check_classes(ds: Any, split: Split) -> None:
+    """The classes a split gives the trainer, checked before any work: fewer than 2 classes in
+    training is a :class:`DatasetError` (a classifier of one class learns nothing and scores 100%);
+    a class of the data with no training image, or validation without a class that training has,
+    is a :class:`DataWarning` (the model never learns that class / its accuracy is not measured),
+    each one line with the counts. Silently training on such a split is what this prevents."""
+    labels = np.asarray(ds.labels)
+    num_classes = max(int(getattr(ds, "num_classes", 0) or 0), int(labels.max(initial=-1)) + 1)
+    in_data = np.bincount(labels, minlength=num_classes)
+    in_train = np.bincount(labels[split.train], minlength=num_classes)
+    trained = np.flatnonzero(in_train)
+    if len(trained) < 2:
+        present = np.flatnonzero(in_data)
+        what = (f"all {len(split.train):,} training images are of one class, "
+                f"{_class_list(ds, trained, in_data)}" if len(trained) == 1 else "there are no training images")
+        raise DatasetError(
+            f"{ds.source}: {what}; the data hold {len(present):,} class{'es' if len(present) != 1 else ''} "
+            f"({num_classes:,} declared); expected at least 2 classes in training (a classifier of one class learns "
+            "nothing)")
+    missing = np.flatnonzero(in_train == 0)
+    if len(missing):
+        warnings.warn(
+            f"{ds.source}: {len(missing):,} of {num_classes:,} classes have no training image in the split "
+            f"({len(split.train):,} training images): {_class_list(ds, missing, in_data)}; the model never learns "
+            "them (a larger train_size or --train-per-class gives every class images)",
+            DataWarning, stacklevel=3)
+    if len(split.val):
+        in_val = np.bincount(labels[split.val], minlength=num_classes)
+        unmeasured = np.flatnonzero((in_train > 0) & (in_val == 0))
+        if len(unmeasured):
+            warnings.warn(
+                f"{ds.source}: validation ({len(split.val):,} images) has no image of {len(unmeasured):,} of the "
+                f"{len(trained):,} classes in training: {_class_list(ds, unmeasured, in_data)}; their accuracy is "
+                "not measured (a larger val_size covers them)",
+                DataWarning, stacklevel=3)

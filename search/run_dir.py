@@ -6,11 +6,15 @@ below, written atomically through :class:`autoaug.core.location.Location`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
+import socket
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
+from autoaug.core.errors import RunExistsError
 from autoaug.core.location import Location
 from autoaug.core.metrics import metrics_json
 from autoaug.search.assemble import utc_now
@@ -66,6 +70,47 @@ class RunDir:
 
     def delete(self) -> None:
         self.location.delete()
+
+    @contextlib.contextmanager
+    def driver_lock(self) -> Iterator[None]:
+        """Hold the run for one driver (``autoaug search`` starting, overwriting or resuming it):
+        a second driver of the same name and storage is refused with :class:`RunExistsError` before
+        it checks, deletes or trains anything, so two searches started at once cannot write one run
+        directory (and one Optuna study) together.
+
+        The lock is ``fcntl.flock`` on ``{storage}/.{name}.driver.lock`` (outside the run directory,
+        which ``--overwrite`` deletes): the kernel releases it when the driver exits however it
+        ends, so a killed search never leaves a stale lock. The file keeps the holder's host, pid
+        and start time for the message. Run directories behind a URI (object stores have no lock)
+        are not locked."""
+        if self.local_path is None:
+            yield
+            return
+        import fcntl
+
+        folder = os.path.dirname(self.local_path)
+        os.makedirs(folder, exist_ok=True)
+        lock = open(os.path.join(folder, f".{self.name}.driver.lock"), "a+", encoding="utf-8")
+        try:
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.seek(0)
+                try:
+                    holder = json.loads(lock.read())
+                    who = f" (pid {holder['pid']} on {holder['host']}, started {holder['started_at']})"
+                except (ValueError, KeyError, TypeError):
+                    who = ""
+                raise RunExistsError(
+                    f"a search named {self.name!r} is running in {self.storage}{who}; wait for it to finish "
+                    "(then resume or inspect it), or choose another --name") from None
+            lock.seek(0)
+            lock.truncate()
+            lock.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started_at": utc_now()}))
+            lock.flush()
+            yield
+        finally:
+            lock.close()  # releases the lock
 
 
 @dataclasses.dataclass(frozen=True)

@@ -403,3 +403,74 @@ def test_show_says_what_the_search_measured_before_its_trials(store, capsys):
            "others beyond the noise" in measured
     assert "transferred best: randaugment by 0.50 points over the next" in measured
     assert "warm start: autoaugment-cifar10 (randaugment: 31 magnitude bins)" in measured
+
+
+def _autoaug(*argv: str, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
+    exe = REPO / ".venv" / "bin" / "autoaug"
+    return subprocess.run([str(exe), *argv], capture_output=True, text=True, env=env, input=stdin, timeout=300)
+
+
+def test_a_new_users_first_list_of_the_default_store_is_no_error(tmp_path):
+    """On a fresh machine (no ~/.autoaug/policies, no $AUTOAUG_STORE) `policies list` says there is
+    nothing yet and exits 0 (`[]` with --json) without creating the store; a store the user named
+    (--store, $AUTOAUG_STORE) that does not exist stays an error."""
+    env = {k: v for k, v in os.environ.items() if k != "AUTOAUG_STORE"}
+    env["HOME"] = str(tmp_path / "home")
+    default = tmp_path / "home" / ".autoaug" / "policies"
+    proc = _autoaug("policies", "list", env=env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(f"no policies yet in {default}")
+    proc = _autoaug("policies", "list", "--json", env=env)
+    assert proc.returncode == 0 and json.loads(proc.stdout) == []
+    assert not default.exists()
+    proc = _autoaug("policies", "list", "--store", str(tmp_path / "typo"), env=env)
+    assert proc.returncode == 2 and f"policy store {tmp_path / 'typo'} does not exist" in proc.stderr
+    proc = _autoaug("policies", "list", env={**env, "AUTOAUG_STORE": str(tmp_path / "typo")})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr
+    # once something was saved, the default store lists it
+    proc = _autoaug("policies", "import", "-", "--name", "first", env=env, stdin=V1.to_json())
+    assert proc.returncode == 0, proc.stderr
+    proc = _autoaug("policies", "list", "--json", env=env)
+    assert [row["name"] for row in json.loads(proc.stdout)] == ["first"]
+
+
+DUPLICATED_OP = ('{"name": "dup", "num_magnitude_bins": 10, "sub_policies": [[{"op": "Rotate", "probability": 0.5, '
+                 '"magnitude_bin": 3}], [{"op": "Rotate", "op": "Invert", "probability": 0.5, "magnitude_bin": 3}]]}')
+
+
+def test_a_policy_with_a_duplicated_key_is_refused_by_every_reader(tmp_path, cifar_train):
+    """`policies import` (file and stdin) and `train --policy` refuse a policy JSON whose object gives
+    one key twice, naming the key, its place and both values, in one line, before anything is
+    stored or trained (json.loads alone would keep "Invert")."""
+    env = {**os.environ, "AUTOAUG_STORE": str(tmp_path / "store")}
+    dup = tmp_path / "dup.json"
+    dup.write_text(DUPLICATED_OP)
+    expected = ('the key "op" appears twice in one object at sub_policies[1][0] (first "Rotate", then "Invert"); '
+                "expected each key once")
+    for argv, stdin in ((["policies", "import", str(dup), "--name", "dup"], None),
+                        (["policies", "import", "-", "--name", "dup"], DUPLICATED_OP),
+                        (["train", "--data", str(cifar_train), "--policy", str(dup), "--preset", "smoke",
+                          "--out", str(tmp_path / "out")], None)):
+        proc = _autoaug(*argv, env=env, stdin=stdin)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stderr.rstrip().endswith(expected), proc.stderr
+    assert not (tmp_path / "store").exists() and not (tmp_path / "out").exists()
+    proc = _autoaug("policies", "import", "-", "--name", "dup", "--metadata", '{"a": 1, "a": 2}', env=env,
+                    stdin=V1.to_json())
+    assert proc.returncode == 2 and 'the key "a" appears twice' in proc.stderr
+
+
+def test_train_policy_and_policies_import_give_one_message_for_a_utf16_file(tmp_path, cifar_train):
+    """The one policy reader: a UTF-16 policy file gets the same one-line reason from `train --policy`
+    as from `policies import` (not Python's codec message)."""
+    env = {**os.environ, "AUTOAUG_STORE": str(tmp_path / "store")}
+    utf16 = tmp_path / "utf16.json"
+    utf16.write_bytes(V1.to_json().encode("utf-16"))
+    reason = "the file is not UTF-8 text (invalid start byte: byte 0xff at offset 0); expected a policy JSON document"
+    for argv in (["policies", "import", str(utf16), "--name", "x"],
+                 ["train", "--data", str(cifar_train), "--policy", str(utf16), "--preset", "smoke",
+                  "--out", str(tmp_path / "out")]):
+        proc = _autoaug(*argv, env=env)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert str(utf16) in proc.stderr and proc.stderr.rstrip().endswith(reason), proc.stderr
+        assert "codec" not in proc.stderr

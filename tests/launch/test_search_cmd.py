@@ -279,3 +279,59 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_t
     assert all(t.value == pytest.approx(scores[t.user_attrs["tune_trial_id"]]) for t in tagged)
     others = [t for t in study.trials if "tune_trial_id" not in t.user_attrs]
     assert all(t.state.name == "FAIL" and t.user_attrs.get("autoaug_orphaned") for t in others)
+
+
+def test_one_driver_per_run_directory(tmp_path):
+    """RunDir.driver_lock: while one driver holds a run, another (another open of the lock file, as
+    another process would) is refused with RunExistsError naming the holder; released on exit."""
+    from autoaug.core.errors import RunExistsError
+    from autoaug.search.run_dir import RunDir
+
+    first = RunDir(str(tmp_path / "runs"), "same")
+    with first.driver_lock():
+        with pytest.raises(RunExistsError, match=rf"^a search named 'same' is running in {tmp_path / 'runs'} "
+                                                 rf"\(pid {os.getpid()} on .*\); wait for it to finish"):
+            with RunDir(str(tmp_path / "runs"), "same").driver_lock():
+                pass
+        with RunDir(str(tmp_path / "runs"), "other").driver_lock():  # another name: its own lock
+            pass
+    with RunDir(str(tmp_path / "runs"), "same").driver_lock():  # released
+        pass
+    assert not (tmp_path / "runs" / "same").exists()  # the lock lives beside the run directory, not in it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_trains(tmp_path, cifar_train):
+    """Two real `autoaug search` processes started together with the same --name and storage: one is
+    refused (exit 2, one line) before it trains anything, the other finishes intact (its result, one
+    stored version, a study with exactly its trials)."""
+    argv = [sys.executable, "-m", "autoaug.launch.cli", "search", "--preset", "smoke", "--data", str(cifar_train),
+            "--name", "twice", "--num-trials", "2", *TINY, *_dirs(tmp_path)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) for _ in range(2)]
+    try:
+        outputs = [p.communicate(timeout=800) for p in procs]
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # leftover Ray processes
+            except ProcessLookupError:
+                pass
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], [o[1][-2000:] for o in outputs]
+    winner, loser = (outputs[0], outputs[1]) if procs[0].returncode == 0 else (outputs[1], outputs[0])
+    err = [line for line in loser[1].splitlines() if line.strip()]
+    assert err[-1].startswith(f"autoaug: error: a search named 'twice' is running in {tmp_path / 'runs'} (pid "), err
+    assert not any("Traceback" in line for line in err)
+    assert "] trial " not in loser[0] and "stored as" not in loser[0]  # refused before any trial
+    assert "] trial " in winner[0] and "stored as twice@1" in winner[0]
+    run = tmp_path / "runs" / "twice"
+    result = json.loads((run / "result.json").read_text())
+    assert result["stored"]["ref"] == "twice@1" and len(result["provenance"]["trials"]) == 2
+    study = optuna.load_study(study_name="twice", storage=f"sqlite:///{run}/optuna.db")
+    assert len([t for t in study.trials if "tune_trial_id" in t.user_attrs]) == 2
+    from autoaug.policies.store import PolicyStore
+
+    assert PolicyStore(str(tmp_path / "store")).versions("twice") == [1]

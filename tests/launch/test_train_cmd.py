@@ -248,3 +248,30 @@ def test_a_per_class_run_on_the_datas_own_size_records_what_it_resolved_to(tmp_p
          "--val-size", "6", "--epochs", "1", "--batch-size", "8", "--out", str(out), "--resume"], capsys)
     assert code == 0, err
     assert "resuming" in printed
+
+
+def test_data_of_one_class_is_refused_before_training_in_one_line(tmp_path):
+    """A dataset whose labels are all one class is refused (exit 2, one line with the counts) before
+    --out is created, as a real process; it used to train without a word."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    def png(value):
+        buf = io.BytesIO()
+        Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(buf, format="PNG")
+        return buf.getvalue()
+
+    data = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"image": pa.array([png(i) for i in range(80)], pa.binary()),
+                             "label": pa.array([3] * 80)}).replace_schema_metadata({"classes": "a,b,c,d"}), data)
+    proc = subprocess.run([sys.executable, "-m", "autoaug.launch.cli", "train", "--data", str(data), "--preset", "smoke",
+                           "--train-size", "64", "--val-size", "16", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"autoaug: error: {data}: all ") and "training images are of one class, 'd' (80 " \
+        "images in the data); the data hold 1 class (4 declared); expected at least 2 classes in training" in proc.stderr
+    assert not (tmp_path / "out").exists()

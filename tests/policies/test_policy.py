@@ -376,3 +376,24 @@ def test_policy_file_errors_name_the_file(tmp_path):
     bad.write_text('{"name": "p", "num_magnitude_bins": 10, "sub_policies": [[["Rotate", 1.5, 1]]]}')
     with pytest.raises(PolicyError, match=r"bad.json': sub-policy 0, op 0: field 'probability': 1.5 is outside"):
         Policy.from_file(bad)
+
+
+def test_a_key_given_twice_is_refused_with_its_place_and_both_values():
+    """json.loads keeps the last of two equal keys silently; a policy would then train "Invert" where
+    its author may have meant "Rotate". Every policy reader goes through Policy.from_json."""
+    from autoaug.core.values import DuplicateKeyError, loads_strict
+    from autoaug.policies.policy import PolicyError
+
+    doc = {"name": "x", "num_magnitude_bins": 10,
+           "sub_policies": [[{"op": "Rotate", "probability": 0.5, "magnitude_bin": 3}]]}
+    text = json.dumps(doc)
+    assert Policy.from_json(text) == Policy.from_dict(doc)  # no duplicates: accepted as before
+    twice = text.replace('"op": "Rotate"', '"op": "Rotate", "op": "Invert"')
+    with pytest.raises(PolicyError, match=r'^the key "op" appears twice in one object at sub_policies\[0\]\[0\] '
+                                          r'\(first "Rotate", then "Invert"\); expected each key once$'):
+        Policy.from_json(twice)
+    with pytest.raises(PolicyError, match=r'"name" appears twice in one object at the top level'):
+        Policy.from_json(b'{"name": "a", "name": "b", "num_magnitude_bins": 10, "sub_policies": []}')
+    with pytest.raises(DuplicateKeyError, match=r'"k" appears twice in one object at a\.b\[1\] \(first 1, then list\)'):
+        loads_strict('{"a": {"b": [{}, {"k": 1, "k": []}]}}')
+    assert loads_strict('{"a": [{"k": 1}, {"k": 2}]}') == {"a": [{"k": 1}, {"k": 2}]}  # one key per object

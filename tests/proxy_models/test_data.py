@@ -245,6 +245,56 @@ def test_an_unreadable_image_header_names_the_row(tmp_path):
         ds.image_shapes()
 
 
+def test_a_null_image_names_its_row_once(tmp_path):
+    """A null image is reported as `FILE row N: image is null`, the file and row once (every path
+    that reads it: decoding one image, several, or the bytes DALI is fed)."""
+    good = _png(np.zeros((8, 8, 3), dtype=np.uint8))
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"image": pa.array([good, None, good], pa.binary()), "label": pa.array([0, 1, 0])}), path)
+    ds = ParquetDataset(str(path))
+    for read in (lambda: ds.image(1), lambda: ds.images([0, 1]), lambda: ds.encoded_numpy(1)):
+        with pytest.raises(DatasetError) as info:
+            read()
+        assert str(info.value) == f"{path} row 1: image is null"
+
+
+def test_split_classes_are_checked_before_training(tmp_path):
+    """Fewer than 2 classes in training: an error with the counts; a declared class with no training
+    image, or validation without a class training has: one DataWarning line each, with the counts."""
+    import warnings
+
+    from autoaug.core.errors import DataWarning
+    from autoaug.proxy_models.splits import config_split
+    from autoaug.proxy_models.train_config import TrainConfig
+
+    images = [_png(np.full((8, 8, 3), i, dtype=np.uint8)) for i in range(60)]
+    one = open_dataset(str(_write_parquet(tmp_path / "one.parquet", images, [0] * 60, classes=["cat", "dog"])))
+    with pytest.raises(DatasetError, match=r"one.parquet: all 40 training images are of one class, 'cat' \(60 images "
+                                           r"in the data\); the data hold 1 class \(2 declared\); expected at least 2"):
+        config_split(one, TrainConfig(train_size=40, val_size=10))
+
+    labels = [i % 2 for i in range(57)] + [2, 2, 2]  # 'bird': 3 images; 'ship' declared, none
+    rare = open_dataset(str(_write_parquet(tmp_path / "rare.parquet", images, labels,
+                                           classes=["cat", "dog", "bird", "ship"])))
+
+    def split_warnings(**sizes):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            split = config_split(rare, TrainConfig(**sizes))
+        assert all(issubclass(w.category, DataWarning) and "\n" not in str(w.message) for w in caught)
+        return split, [str(w.message) for w in caught]
+
+    split, messages = split_warnings(train_size=40, val_size=4)
+    assert messages[0] == (f"{rare.source}: 1 of 4 classes have no training image in the split (40 training images): "
+                           "'ship' (0 images in the data); the model never learns them (a larger train_size or "
+                           "--train-per-class gives every class images)")
+    assert set(rare.labels[split.val]) == {0, 1} and len(messages) == 2
+    assert messages[1] == (f"{rare.source}: validation (4 images) has no image of 1 of the 3 classes in training: "
+                           "'bird' (3 images in the data); their accuracy is not measured (a larger val_size covers them)")
+    _, messages = split_warnings(train_size=40, val_size=0)  # no validation asked for: nothing to warn about it
+    assert len(messages) == 1 and "no training image" in messages[0]
+
+
 def _fake_cifar_batches(root: Path, n_train: int = 20, n_test: int = 10) -> np.ndarray:
     """torchvision's on-disk CIFAR-10 format (pickled dicts of flat CHW rows)."""
     base = root / "cifar-10-batches-py"

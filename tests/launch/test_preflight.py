@@ -22,9 +22,10 @@ TINY_SEARCH = ["--set", "train.epochs=1", "--set", "train.train_size=64", "--set
 
 
 def _subset(cifar_train: Path, path: Path, n: int, *, corrupt_row: int | None = None) -> Path:
-    """The first ``n`` rows of the real CIFAR-10 training Parquet (class names kept), optionally
-    with one JPEG cut in half."""
-    table = pq.read_table(cifar_train).slice(0, n)
+    """``n`` rows spread evenly over the real CIFAR-10 training Parquet (sorted by class: every class
+    is there; class names kept), optionally with one JPEG cut in half."""
+    table = pq.read_table(cifar_train)
+    table = table.take(list(range(0, len(table), len(table) // n))[:n])
     if corrupt_row is not None:
         images = table.column("image").to_pylist()
         images[corrupt_row] = images[corrupt_row][: len(images[corrupt_row]) // 2]
@@ -118,11 +119,12 @@ def test_the_preflight_sizes_train_and_search_to_their_data(tmp_path, cifar_trai
     from autoaug.proxy_models.train import TrainConfig
     from autoaug.search.config import SearchConfig
 
-    data = _subset(cifar_train, tmp_path / "d.parquet", 300)  # 300 images of class 0 (10 class names)
+    data = _subset(cifar_train, tmp_path / "d.parquet", 300)  # 30 images of each of the 10 classes
     requested = TrainConfig.from_preset("eval-cpu", data=str(data), train_per_class=20, min_train_size=50)
     assert (requested.train_size, requested.image_size) == (None, None)
     config = preflight.for_train(requested, tmp_path / "out")
-    assert (config.train_size, config.val_size, config.image_size, config.train_per_class) == (50, 0, 32, None)
+    # 20 per class of 10 classes (each has 30): 200, above the floor of 50
+    assert (config.train_size, config.val_size, config.image_size, config.train_per_class) == (200, 0, 32, None)
     search = SearchConfig.from_dict({"preset": "cpu", "name": "s", "data": str(data), "storage": str(tmp_path / "runs"),
                                      "store": str(tmp_path / "store"), "train": {"preset": "proxy-cpu", "val_size": 100}})
     assert search.train.train_per_class == 100

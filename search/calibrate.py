@@ -20,6 +20,10 @@ is scored (:data:`~autoaug.search.score.METRIC`):
    operations at one magnitude of 31 bins do not: when one of them transfers best, the summary
    says so and the best AutoAugment policy is the warm start).
 
+With re-scoring on, the published policy that transferred best (on the chosen base) is also a
+final candidate (``transfer``, :func:`transfer_candidate`): a search stores it when none of its
+own candidates re-scores higher, and its summary says so.
+
 Every run is a Ray task with the trials' resources, saved as it finishes in the run directory
 (``calibration.json``), so a resumed search trains only the runs it lacks and makes the same
 choice. The scores, the choice and why are in the stored policy's provenance (``calibration``),
@@ -36,7 +40,7 @@ from autoaug.search.score import METRIC
 
 __all__ = ["AUTO", "CALIBRATION_FILE", "CALIBRATION_SEED_OFFSET", "TRANSFER_REFS", "RUN_NOISE", "BASE_TIE_ORDER", "Calibration",
            "needs_calibration", "calibration_train_config", "calibrate", "choose_base", "rank_transfer",
-           "describe_calibration"]
+           "transfer_candidate", "describe_calibration"]
 
 AUTO = "auto"
 CALIBRATION_FILE = "calibration.json"
@@ -209,6 +213,22 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
     for line in describe_calibration(record):
         display.log(line)
     return Calibration(base=base, warm_start=warm, record=record)
+
+
+def transfer_candidate(record: Mapping[str, Any] | None, name: str) -> Any:
+    """The published policy that transferred best, on the base it was measured on and named
+    ``name``, as a final candidate of re-scoring (kind ``"transfer"``): so a search never stores
+    a policy that re-scores below the best published one, and says so when none of its own does
+    better. None when the calibration scored no published policy."""
+    transfer = (record or {}).get("transfer")
+    if not transfer:
+        return None
+    from autoaug.policies import Policy, presets
+    from autoaug.search.rescore import Candidate
+
+    published = presets.resolve(transfer["best"]).with_base(transfer["base"])
+    policy = Policy(name, published.num_magnitude_bins, published.sub_policies, published.base, published.ranges)
+    return Candidate("transfer", policy, (), None)
 
 
 def _pts(value: float) -> str:

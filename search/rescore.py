@@ -47,7 +47,7 @@ RESCORE_SEED_OFFSET = 1_000
 class Candidate:
     """A policy that may become the search's result."""
 
-    kind: str  # "assembled", "best_trial", "warm_start+found" or "survivors"
+    kind: str  # "assembled", "best_trial", "warm_start+found", "survivors" or "transfer" (search.calibrate)
     policy: Policy
     trial_ids: tuple[str, ...]
     search_score: float | None  # the trial's own score (best_trial) or None

@@ -37,6 +37,7 @@ For Ray Tune, Optuna and their consistency across a driver crash see
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable
 
@@ -166,7 +167,7 @@ def _search(config: SearchConfig, run: RunDir, state: RunState, *, session: Call
             address: str | None, trainable: Callable | None, display: Any, started: float,
             resume_errored: bool = False) -> SearchOutcome:
     """The method, then re-scoring (both inside the Ray session), then choosing and storing."""
-    from autoaug.search.calibrate import calibrate
+    from autoaug.search.calibrate import calibrate, transfer_candidate
     from autoaug.search.experiment import tune_output
 
     display = _display(display, config.verbose)
@@ -177,6 +178,10 @@ def _search(config: SearchConfig, run: RunDir, state: RunState, *, session: Call
         search = PreparedSearch(config=config, run=run, state=state, display=display, trainable=trainable,
                                 resume_errored=resume_errored)
         found = config.search_method.run(search)
+        if calibration is not None and config.rescore:  # the best published policy competes too
+            extra = transfer_candidate(calibration.record, config.name)
+            if extra is not None:
+                found = dataclasses.replace(found, candidates=[*found.candidates, extra])
         scores = _rescore(config, run, found, display)
     return _store(config, run, state, found, scores, started=started,
                   calibration=None if calibration is None else calibration.record)

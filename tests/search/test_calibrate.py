@@ -77,7 +77,8 @@ def _fake_runs(monkeypatch, scores, calls):
         for key, policy, cfg in runs:
             if key in results:
                 continue
-            label = key.split(":", 1)[1].split("/", 1)[0]
+            # calibration runs are "stage:label/seed=N", re-scoring runs "kind-hash/seed=N/val=M"
+            label = key.split(":", 1)[1].split("/", 1)[0] if ":" in key else key.split("-", 1)[0]
             calls.append((key, policy, cfg))
             results[key] = {METRIC: scores[label], "val_accuracy": scores[label], "seed": cfg.seed}
             if save is not None:
@@ -88,7 +89,9 @@ def _fake_runs(monkeypatch, scores, calls):
 
 
 SCORES = {"none": 0.70, "crop": 0.78, "standard": 0.72, "autoaugment-cifar10": 0.79, "autoaugment-svhn": 0.55,
-          "autoaugment-imagenet": 0.81, "randaugment": 0.83, "trivialaugment": 0.76}
+          "autoaugment-imagenet": 0.81, "randaugment": 0.83, "trivialaugment": 0.76,
+          # re-scoring, by candidate kind
+          "assembled": 0.80, "best_trial": 0.79, "warm_start+found": 0.80, "survivors": 0.78, "transfer": 0.84}
 
 
 def test_calibration_chooses_the_base_then_scores_the_published_policies_on_it_and_resumes(tmp_path, monkeypatch):
@@ -123,6 +126,17 @@ def test_calibration_chooses_the_base_then_scores_the_published_policies_on_it_a
     calls.clear()
     again = calibrate(config, run, _Log())
     assert calls == [] and again == result
+
+
+def test_the_best_published_policy_is_a_final_candidate_on_the_chosen_base():
+    from autoaug.search.calibrate import transfer_candidate
+
+    record = {"transfer": {"base": "crop", **rank_transfer({"autoaugment-svhn": [0.9], "randaugment": [0.95]},
+                                                          {"autoaugment-svhn": None, "randaugment": "31 bins"})}}
+    candidate = transfer_candidate(record, "signs")
+    assert candidate.kind == "transfer" and candidate.policy.name == "signs" and candidate.policy.base == "crop"
+    assert candidate.policy.sub_policies == presets.resolve("randaugment").sub_policies
+    assert transfer_candidate({"base": {}}, "signs") is None and transfer_candidate(None, "signs") is None
 
 
 def test_nothing_is_measured_when_base_and_warm_start_are_given(tmp_path, monkeypatch):
@@ -206,7 +220,7 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
     _fake_runs(monkeypatch, SCORES, [])
     config = SearchConfig.from_dict({
         "preset": "smoke", "name": "transfer", "data": str(data), "base": "auto", "warm_start": "auto",
-        "num_trials": 5, "concurrency": 1, "early_stopping": False,
+        "num_trials": 5, "concurrency": 1, "early_stopping": False, "rescore": True,
         "train": {"preset": "smoke", "epochs": 1, "train_size": 64, "val_size": 32},
         "storage": str(tmp_path / "runs"), "store": str(tmp_path / "store"), "verbose": 0,
     })  # fmt: skip
@@ -220,3 +234,9 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
     calibration = outcome.provenance["calibration"]
     assert calibration["transfer"]["warm_start"] == ["autoaugment-imagenet"]
     assert "transferred best: randaugment by 2.00 points" in outcome.summary()
+    # The published policy that transferred best competes in re-scoring, and won here: the search
+    # stores RandAugment on crop and says so, rather than a policy that re-scored lower.
+    assert outcome.provenance["selection"]["chosen"] == "transfer"
+    assert outcome.policy.sub_policies == presets.resolve("randaugment").sub_policies
+    assert (outcome.policy.base, outcome.policy.name) == ("crop", "transfer")
+    assert "stored: transfer" in outcome.summary()

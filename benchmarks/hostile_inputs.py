@@ -48,7 +48,13 @@ def _parquet(path: Path, images, labels, *, classes=None, extra=None) -> Path:
 
 
 def _cifar_rows(cifar: Path, n: int) -> tuple[list[bytes], list[int]]:
-    table = pq.read_table(cifar / "train.parquet", columns=["image", "label"]).slice(0, n)
+    """``n`` rows taking the classes in turn (the file is sorted by class), so that every prefix
+    of them has every class: data of one class is an input of its own, refused before training."""
+    table = pq.read_table(cifar / "train.parquet", columns=["image", "label"])
+    labels = np.asarray(table.column("label").to_pylist())
+    by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    order = [int(rows[i]) for i in range(max(map(len, by_class))) for rows in by_class if i < len(rows)][:n]
+    table = table.take(order)
     return table.column("image").to_pylist(), [int(v) for v in table.column("label").to_pylist()]
 
 

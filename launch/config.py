@@ -37,6 +37,30 @@ __all__ = [
 T = TypeVar("T")
 
 
+def _strict_loader() -> Any:
+    """``yaml.SafeLoader`` refusing a key given twice in one mapping (PyYAML keeps the last value
+    silently, as ``json.loads`` does; policy JSON is refused the same way: core.values.loads_strict)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    hash(key)
+                except TypeError:
+                    continue  # SafeLoader reports an unhashable key itself
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} appears twice in one mapping (first at line "
+                        f"{seen[key].start_mark.line + 1}); expected each key once", key_node.start_mark)
+                seen[key] = key_node
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a YAML mapping from ``path``; :class:`UserInputError` naming the file and the problem.
 
@@ -47,7 +71,7 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     text_path = os.fspath(path)
     try:
         with open(text_path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_strict_loader())
     except FileNotFoundError:
         raise UserInputError(f"config file {text_path!r} does not exist") from None
     except IsADirectoryError:

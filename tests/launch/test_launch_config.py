@@ -30,6 +30,9 @@ def test_load_yaml(tmp_path):
     [
         ("name: [unclosed\n", r"is not valid YAML \(line 2, column 1\)"),
         ("- a\n- b\n", "must hold a mapping of keys to values at the top level, got a list"),
+        # a key given twice is refused (PyYAML would keep the last value without a word)
+        ("train:\n  epochs: 2\n  epochs: 5\n", r"is not valid YAML \(line 3, column 3\): the key 'epochs' appears "
+                                                r"twice in one mapping \(first at line 2\); expected each key once"),
     ],
 )
 def test_bad_yaml_is_one_line(tmp_path, content, message):

@@ -750,7 +750,16 @@ class PolicyStore:
             if not old:
                 kept.append(where)
                 return
-            self._delete_quietly(info.path)
+            with writing(where, what="leftover of the policy store",
+                         hint="policies check removes the leftovers it could not"):
+                # not quietly: a read-only or denying store must not report leftovers as removed
+                try:
+                    if info.type == pafs.FileType.Directory:
+                        self._fs.delete_dir(info.path)
+                    else:
+                        self._fs.delete_file(info.path)
+                except FileNotFoundError:
+                    pass  # gone already (another check, or the saver finishing its clean-up)
             removed.append(where)
 
         for info in self._ls(self._root):

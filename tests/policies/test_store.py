@@ -514,6 +514,32 @@ def test_check_reports_corrupt_versions_and_sweeps_by_age(store):
     assert not report.ok and [c.ref for c in report.corrupt] == ["x@2"] and report.verified == ("x@1",)
 
 
+def test_check_on_a_read_only_store_does_not_report_leftovers_as_removed(store):
+    import errno
+
+    from autoaug.core.errors import StorageAccessError
+
+    store.save(make_policy(p=0.1), "x")
+    leftover = os.path.join(store.root, "x", ".v000007.parquet.tmp-abc")
+    open(leftover, "wb").close()
+
+    class ReadOnly:  # the store's filesystem, refusing deletes as a read-only mount does
+        def __init__(self, fs):
+            self._fs = fs
+
+        def __getattr__(self, name):
+            return getattr(self._fs, name)
+
+        def delete_file(self, path):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+
+    store._fs = ReadOnly(store._fs)
+    with pytest.raises(StorageAccessError, match=r"leftover of the policy store .*\.v000007\.parquet\.tmp-abc: "
+                                                 r".*read-only") as info:
+        store.check(grace_seconds=0)
+    assert "\n" not in str(info.value) and os.path.exists(leftover)
+
+
 def test_reads_of_a_store_that_does_not_exist(tmp_path):
     from autoaug.policies.store import StoreNotFoundError
 

@@ -257,6 +257,8 @@ def main() -> None:
             r.run("search --set epochs=1 (a trainer key without train.)", ["search", "--data", str(good), "--preset",
                   "smoke", "--num-trials", "1", "--set", "epochs=1", "--set", "train.batch_size=16", "--set",
                   "train.train_size=64", "--set", "train.val_size=32", "--name", "trainer-key"])
+        (root / "dup.yaml").write_text("preset: smoke\ntrain:\n  epochs: 2\n  epochs: 5\n")
+        r.run("--config YAML with a key twice (search)", ["search", "--data", str(good), "--config", str(root / "dup.yaml")])
         r.run("policies show a@1 --store that does not exist", ["policies", "show", "a@1", "--store", str(root / "nostore")])
     finally:
         undo_ro()

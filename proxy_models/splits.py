@@ -691,12 +691,16 @@ def config_split(ds: Any, config: Any, *, val_size: Any = _CONFIG, dataset_finge
             split = reduced_split(ds.labels, **kwargs)
         except DatasetError as exc:
             raise DatasetError(prefix + str(exc)) from None
+    explained = False
     for w in caught:
         if issubclass(w.category, DataWarning):
             warnings.warn(prefix + str(w.message), w.category, stacklevel=2)
+            explained = True
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    check_classes(ds, split)
+    # The grouped split's warning already names the classes whose counts it could not meet: the
+    # class checks' own warnings would say it a second time (their error still applies).
+    check_classes(ds, split, warn=not explained)
     return split
 
 
@@ -707,12 +711,13 @@ def _class_list(ds: Any, classes: np.ndarray, counts: np.ndarray, limit: int = 5
     return ", ".join(shown) + (f", ... ({len(classes):,} in all)" if len(classes) > limit else "")
 
 
-def check_classes(ds: Any, split: Split) -> None:
+def check_classes(ds: Any, split: Split, *, warn: bool = True) -> None:
     """The classes a split gives the trainer, checked before any work: fewer than 2 classes in
     training is a :class:`DatasetError` (a classifier of one class learns nothing and scores 100%);
     a class of the data with no training image, or validation without a class that training has,
     is a :class:`DataWarning` (the model never learns that class / its accuracy is not measured),
-    each one line with the counts. Silently training on such a split is what this prevents."""
+    each one line with the counts. Silently training on such a split is what this prevents.
+    ``warn=False``: the error only (a caller that already warned about these classes)."""
     labels = np.asarray(ds.labels)
     num_classes = max(int(getattr(ds, "num_classes", 0) or 0), int(labels.max(initial=-1)) + 1)
     in_data = np.bincount(labels, minlength=num_classes)
@@ -726,6 +731,8 @@ def check_classes(ds: Any, split: Split) -> None:
             f"{ds.source}: {what}; the data hold {len(present):,} class{'es' if len(present) != 1 else ''} "
             f"({num_classes:,} declared); expected at least 2 classes in training (a classifier of one class learns "
             "nothing)")
+    if not warn:
+        return
     missing = np.flatnonzero(in_train == 0)
     if len(missing):
         warnings.warn(

@@ -16,7 +16,8 @@ def test_search_with_s3_storage_and_store(tmp_path, cifar_train, s3_bucket, caps
     from autoaug.policies.store import PolicyStore
 
     data = tmp_path / "d.parquet"
-    pq.write_table(pq.read_table(cifar_train).slice(0, 300), data)
+    table = pq.read_table(cifar_train)  # sorted by class: 300 rows spread over all 10
+    pq.write_table(table.take(list(range(0, len(table), len(table) // 300))[:300]), data)
     storage, store = f"s3://{s3_bucket}/runs", f"s3://{s3_bucket}/policies"
     argv = ["search", "--preset", "smoke", "--name", "s3smoke", "--num-trials", "2", "--data", str(data),
             "--set", "train.epochs=1", "--set", "train.train_size=64", "--set", "train.val_size=32",

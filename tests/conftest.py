@@ -231,3 +231,22 @@ def s3_bucket(s3_server, monkeypatch):
     pafs.S3FileSystem(endpoint_override=host, scheme="http", access_key="testing", secret_key="testing",
                       region="us-east-1", allow_bucket_creation=True).create_dir(bucket)
     return bucket
+
+
+@pytest.fixture(scope="session")
+def in_mount_namespace():
+    """``run(script, env)``: run a ``sh`` script as root of a new user and mount namespace, where
+    it can mount a real tmpfs (e.g. a tiny one that fills up) without being root; skips where
+    unprivileged namespaces are not available."""
+    import shutil
+    import subprocess
+
+    probe = ["unshare", "--user", "--map-root-user", "--mount", "true"]
+    if not shutil.which("unshare") or subprocess.run(probe, capture_output=True).returncode != 0:
+        pytest.skip("needs unprivileged user+mount namespaces (unshare) for a real tmpfs")
+
+    def run(script: str, env: dict, timeout: float = 300) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    return run

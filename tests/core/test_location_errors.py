@@ -59,23 +59,11 @@ autoaug policies check --grace 0 --store "$D/store"; echo "rc4=$?"
 """
 
 
-def _unshare_works() -> bool:
-    import shutil
-    import subprocess
-
-    if not shutil.which("unshare"):
-        return False
-    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True)
-    return probe.returncode == 0
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _unshare_works(), reason="needs unprivileged user+mount namespaces (unshare) for a real tmpfs")
-def test_policies_import_on_a_full_filesystem_is_one_line_and_resumes_once_space_is_freed(tmp_path):
+def test_policies_import_on_a_full_filesystem_is_one_line_and_resumes_once_space_is_freed(tmp_path, in_mount_namespace):
     """A real full filesystem (a 256 KiB tmpfs mounted in a user namespace, no root needed) and real
     processes: `policies import` exits 1 with one line naming the store and saying to free space,
     leaves no claim or temporary file, and works once space is freed."""
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -88,8 +76,7 @@ def test_policies_import_on_a_full_filesystem_is_one_line_and_resumes_once_space
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "D": str(tmp_path / "mnt"), "P1": str(p1), "P2": str(p2),
            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", FULL_DISK], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = in_mount_namespace(FULL_DISK, env)
     out, err = proc.stdout, proc.stderr
     assert "rc1=0" in out, out + err
     assert "rc2=1" in out, out + err

@@ -896,3 +896,51 @@ def test_compare_live_display_shows_epochs_of_running_runs(tmp_path, cifar_train
     assert {k for k, _ in seen} == {f"run:{r['run_id']}" for r in comparison.runs}
     assert {e for _, e in seen} <= {1, 2} and seen  # per-epoch updates from inside the Ray tasks
     assert "[2/2] trained" in console.export_text()
+
+
+COMPARE_ON_A_FULL_DISK = r"""
+set -u
+mount -t tmpfs -o size=512k tmpfs "$D"
+dd if=/dev/zero of="$D/filler" bs=4k count=124 2>/dev/null  # 16k left: the settings and 3 run records
+autoaug compare $ARGS; echo "rc1=$?"
+echo "records=$(ls "$D/cmp/runs" | grep -c json) tmp=$(ls -A "$D/cmp/runs" | grep -c tmp)"
+rm "$D/filler"
+autoaug compare $ARGS; echo "rc2=$?"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_compare_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_freed(tmp_path, cifar_train,
+                                                                                      in_mount_namespace):
+    """A real full filesystem (a 512 KiB tmpfs in a user namespace, 16 KiB left) under --out, real processes: the
+    comparison stops at the run record that does not fit, with one line naming it and saying to
+    free space; no half-written record is left; run again once space is freed, it trains only the
+    run it lacks and writes every output."""
+    import os
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    table = pq.read_table(cifar_train)  # sorted by class: rows spread over all 10
+    pq.write_table(table.take(list(range(0, len(table), len(table) // 300))[:300]), data / "train.parquet")
+    pq.write_table(table.take(list(range(7, len(table), len(table) // 100))[:100]), data / "test.parquet")
+    (tmp_path / "mnt").mkdir()
+    out = tmp_path / "mnt" / "cmp"
+    args = (f"--data {data / 'train.parquet'} --test-data {data / 'test.parquet'} --policy none --baselines standard "
+            f"--seeds 2 --preset smoke --set train.epochs=1 --set train.train_size=128 --set train.val_size=64 "
+            f"--out {out} --no-attach --cpus-per-run 1")
+    env = {**os.environ, "D": str(tmp_path / "mnt"), "ARGS": args,
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    proc = in_mount_namespace(COMPARE_ON_A_FULL_DISK, env)
+    text, err = proc.stdout, proc.stderr
+    assert "rc1=1" in text, text + err
+    first = err[:err.index("autoaug: error:") + 400] if "autoaug: error:" in err else err
+    errors = [line for line in err.splitlines() if line.startswith("autoaug: error:")]
+    assert len(errors) == 1 and f"cannot write {out / 'runs'}" in errors[0], first
+    assert "no space left on the filesystem (ENOSPC); free space there" in errors[0]
+    assert "records=3 tmp=0" in text, text  # three whole records, nothing half-written
+    assert "rc2=0" in text, text + err
+    second = text[text.index("rc1=1"):]
+    assert second.count("] reused ") == 3 and second.count("] trained ") == 1, second
+    assert "wrote " + str(out / "comparison.png") in second

@@ -124,9 +124,9 @@ def base_option(rule: str, group: str | None = None, *, auto: bool = False) -> O
     from autoaug.policies.bases import NAMES
 
     names = (*NAMES, "auto") if auto else NAMES
+    what = "the base every candidate trains on" if auto else "train on this base instead of the policy's own"
     return option("--base", key="base", group=group, metavar="{" + ",".join(names) + "}",
-                  help="train on this base instead of the policy's own: none, crop (pad-4 random crop) or "
-                       f"standard (crop + horizontal flip); {rule}")
+                  help=f"{what}: none, crop (pad-4 random crop) or standard (crop + horizontal flip); {rule}")
 
 
 def _refs(text: str) -> Any:

@@ -79,7 +79,7 @@ def _describe(config, address: str | None) -> str:
         f"  {_start_line(config)}",
         f"  run directory: {RunDir(config.storage, config.name).uri}",
         f"  Optuna {'studies' if config.method == 'density' else 'study'}: {studies} in {study_url(config)}",
-    ])  # fmt: skip
+    ][: None if config.method != "pba" else -1])  # fmt: skip  (PBA has no study: PBT proposes)
 
 
 def _start_line(config) -> str:

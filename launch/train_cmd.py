@@ -344,6 +344,8 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     if args.json:
         emit({"out": str(out), "policy": policy.to_dict(), "policy_hash": policy.content_hash,
               "base": policy.base, "rebased_from": rebased_from,
+              **({} if schedule is None else {"schedule": base["schedule"], "schedule_hash": base["schedule_hash"],
+                                              "stage_epochs": base["stage_epochs"]}),
               "config": config.to_dict(), "final": final, "history": history,
               "files": {"metrics_json": str(out / _METRICS_JSON), "metrics_csv": str(out / _METRICS_CSV),
                         "checkpoint": str(out / CHECKPOINT_NAME)}})

@@ -232,6 +232,8 @@ def outcome_json(outcome) -> dict:
         ],
         "selection": outcome.provenance.get("selection"),
         "study_problems": list(outcome.study_problems),
+        **({"schedule": outcome.provenance["method"]["schedule"]}  # a PBA search's schedule (policy: its last stage)
+           if (outcome.provenance.get("method") or {}).get("schedule") else {}),
     }
 
 

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 
 from autoaug.policies.policy import Policy, PolicyError
 
-__all__ = ["Schedule", "Stage", "SCHEDULE_KIND", "is_schedule_dict", "EpochTransform"]
+__all__ = ["Schedule", "Stage", "SCHEDULE_KIND", "is_schedule_dict", "provenance_schedule", "EpochTransform"]
 
 #: The ``kind`` of a schedule's JSON document (a policy's has no ``kind``).
 SCHEDULE_KIND = "schedule"
@@ -39,6 +39,25 @@ START_DECIMALS = 9
 def is_schedule_dict(d: Any) -> bool:
     """Whether a parsed JSON document is a schedule (rather than a policy)."""
     return isinstance(d, Mapping) and d.get("kind") == SCHEDULE_KIND
+
+
+def provenance_schedule(provenance: Any, policy: Policy) -> "Schedule | None":
+    """The schedule a stored version's provenance holds (``method.schedule``: a PBA search's result,
+    an imported schedule), or None. The store keeps a schedule's last stage as the version's
+    (hash-verified) policy; raises :class:`PolicyError` when the schedule does not match its own
+    content hash or does not end with ``policy``."""
+    method = provenance.get("method") if isinstance(provenance, Mapping) else None
+    data = method.get("schedule") if isinstance(method, Mapping) else None
+    if not is_schedule_dict(data):
+        return None
+    try:
+        schedule = Schedule.from_dict(data)
+    except PolicyError as exc:
+        raise PolicyError(f"its schedule is damaged: {exc}") from None
+    if schedule.final.content_hash != policy.content_hash:
+        raise PolicyError(f"its schedule's last stage ({schedule.final.content_hash[:12]}) is not the stored policy "
+                          f"({policy.content_hash[:12]}): the provenance was altered")
+    return schedule
 
 
 @dataclass(frozen=True)

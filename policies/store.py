@@ -66,6 +66,7 @@ from autoaug.policies.artifact import (
 from autoaug.policies.claims import VersionClaims, is_local
 from autoaug.policies.diff import PolicyDiff, diff_policies
 from autoaug.policies.policy import Policy
+from autoaug.policies.schedule import provenance_schedule
 
 __all__ = [
     "SCHEMA",
@@ -582,6 +583,10 @@ class PolicyStore:
         except FileNotFoundError as exc:
             raise PolicyNotFoundError(f"policy {name}@{version} not found at {where}") from exc
         policy, stored_hash, created_at, provenance = decode_version(table, where, name, version)
+        try:  # a schedule kept in the provenance must end with the (hash-verified) policy
+            provenance_schedule(provenance, policy)
+        except ValueError as exc:
+            raise CorruptArtifactError(f"{where}: {exc}") from None
         self._hash_cache[path] = stored_hash
         return StoredPolicy(
             name=name,

@@ -108,6 +108,8 @@ def test_a_schedule_round_trips_through_the_store_and_the_resolver(tmp_path, cap
     PolicyStore(str(store)).save(P2, "forged", metadata=meta)
     with pytest.raises(StoreError, match="is not the stored policy"):
         resolve("forged", store=str(store))
+    report = PolicyStore(str(store)).check()  # policies check reports it corrupt, the others verified
+    assert [c.ref for c in report.corrupt] == ["forged@1"] and "sched@1" in report.verified
 
 
 def test_a_schedules_dali_export_builds_one_policy_per_stage(tmp_path):

@@ -198,8 +198,8 @@ class PbaMethod:
             raise ValueError(f"pba.perturbation_interval {s.perturbation_interval} is not below train.epochs "
                              f"{t.epochs}: no member would ever exploit another; lower the interval")
         if config.rescore:
-            raise ValueError("rescore is on, but PBA returns one schedule (no candidates to choose from); "
-                             "set rescore to false")
+            raise ValueError("rescore is on (as in the cpu preset), but PBA returns one schedule: "
+                             "no candidates to choose from; use --preset pba-cpu, or --set rescore=false")
 
     def num_trials(self, config: "SearchConfig") -> int:
         return config.pba.population

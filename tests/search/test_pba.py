@@ -58,6 +58,7 @@ def test_pba_settings_come_from_the_preset_and_set():
     (["--set", "pba.bogus=1"], "unknown pba setting(s) ['bogus']"),
     (["--set", "pba.perturbation_interval=4"], "pba.perturbation_interval 4 is not below train.epochs 4"),
     (["--set", "train.val_size=0"], "train.val_size is 0: PBA ranks the population"),
+    (["--set", "rescore=true"], "use --preset pba-cpu, or --set rescore=false"),
 ])
 def test_bad_pba_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_train, argv, message):
     code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "bad", *TINY, *argv,
@@ -207,7 +208,7 @@ def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_p
     code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "pb", *TINY, *_dirs(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
-    assert "stored as pb@1" in out and "pba: best member" in out
+    assert "stored as pb@1" in out and "pba: best member" in out and "schedule: " in out
     policy, prov = _stored_schedule(tmp_path / "store", "pb@1")
     method = prov["method"]
     assert method["name"] == "pba" and method["population"] == 4 and method["perturbation_interval"] == 1

@@ -289,3 +289,20 @@ def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cif
     assert schedule.final.content_hash == policy.content_hash
     assert all(m["status"] == "completed" for m in prov["method"]["members"])
     assert len(prov["search"]["config"]) and prov["time"]
+
+
+def test_a_config_file_sets_the_pba_section(tmp_path):
+    file = tmp_path / "search.yaml"
+    file.write_text("method: pba\npba:\n  population: 6\n  perturbation_interval: 2\n  init: zero\n")
+    c = _config(["--data", "x.parquet", "--preset", "smoke", "--config", str(file), "--set", "train.epochs=8"])
+    assert c.method == "pba" and c.pba == PbaConfig(population=6, perturbation_interval=2, init="zero")
+
+
+def test_report_of_a_pba_search_says_where_its_record_is_in_one_line(tmp_path, capsys):
+    run = tmp_path / "runs" / "p"
+    run.mkdir(parents=True)
+    (run / "search_config.json").write_text(json.dumps({"config": {"method": "pba", "name": "p"}}))
+    code = main(["report", "p", "--storage", str(tmp_path / "runs"), "--out", str(tmp_path / "r.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a PBA search: no Optuna study" in err and "autoaug policies show p" in err
+    assert len(err.strip().splitlines()) == 1

@@ -105,11 +105,29 @@ def test_a_schedule_round_trips_through_the_store_and_the_resolver(tmp_path, cap
     record = PolicyStore(str(store)).get("sched@1")
     meta = json.loads(json.dumps(record.provenance))
     meta["method"]["schedule"] = {**Schedule("x", [(0.0, P0), (0.5, P1)]).to_dict()}
-    PolicyStore(str(store)).save(P2, "forged", metadata=meta)
+    with pytest.raises(StoreError, match="is not the stored policy"):  # refused when saved...
+        PolicyStore(str(store)).save(P2, "forged", metadata=meta)
+    import datetime
+
+    import pyarrow.parquet as pq
+
+    from autoaug.policies.artifact import canonical_json, encode_version
+
+    (store / "forged").mkdir()  # ... and when a file altered behind the store's back is read
+    pq.write_table(encode_version(P2, "forged", 1, canonical_json(meta, "metadata"),
+                                  datetime.datetime.now(datetime.timezone.utc)), store / "forged" / "v000001.parquet")
     with pytest.raises(StoreError, match="is not the stored policy"):
         resolve("forged", store=str(store))
+    # Another schedule ending with the same policy is a new version, the same schedule is not.
+    other = Schedule("s", [(0.0, P1), (0.5, P2)])
+    meta_other = {"method": {"name": "schedule", "schedule": other.to_dict()}}
+    assert PolicyStore(str(store)).save(P2, "sched", metadata=meta_other) == 2
+    assert PolicyStore(str(store)).save(P2, "sched", metadata=meta_other) == 2
+    assert resolve_schedule("sched@2", str(store)).content_hash == other.content_hash
+    with pytest.raises(StoreError, match="is not the stored policy"):  # refused before anything is written
+        PolicyStore(str(store)).save(P1, "sched", metadata=meta_other)
     report = PolicyStore(str(store)).check()  # policies check reports it corrupt, the others verified
-    assert [c.ref for c in report.corrupt] == ["forged@1"] and "sched@1" in report.verified
+    assert [c.ref for c in report.corrupt] == ["forged@1"] and {"sched@1", "sched@2"} <= set(report.verified)
 
 
 def test_a_schedules_dali_export_builds_one_policy_per_stage(tmp_path):

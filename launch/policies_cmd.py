@@ -60,6 +60,16 @@ def _resolve(ref: str, args: argparse.Namespace):
     return found.policy, found.record, label
 
 
+def _schedule_of(ref: str, args: argparse.Namespace):
+    """The schedule REF names when it has more than one stage (a PBA search's result, a schedule
+    file), else None."""
+    from autoaug.policies.reference import resolve
+    from autoaug.policies.store import default_store_uri
+
+    schedule = resolve(ref, store=args.store or default_store_uri()).schedule
+    return schedule if schedule is not None and not schedule.is_fixed else None
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths)).rstrip()]
@@ -236,11 +246,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     policy, record, label = _resolve(args.ref, args)
+    schedule = _schedule_of(args.ref, args)
     if args.json:
         if record is not None:
             out = _record_dict(record)
         else:
             out = {"ref": label, "content_hash": policy.content_hash, "base": policy.base, "policy": policy.to_dict()}
+        if schedule is not None:
+            out["schedule"] = {**schedule.to_dict(), "content_hash": schedule.content_hash}
         print(json.dumps(out, indent=2))
         return 0
     print(label if record is not None else f"{label} (not stored)")
@@ -249,10 +262,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         fields += [("created", record.created_at), ("location", record.location)]
     fields.append(("policy", _policy_line(policy)))
     fields.append(("base", _base_line(policy)))
+    if schedule is not None:
+        fields.append(("schedule", f"{len(schedule.stages)} stages from {', '.join(f'{s.start:.0%}' for s in schedule.stages)} "
+                                   f"of training (hash {schedule.content_hash[:12]}); the policy is the last stage"))
     for key, value in fields:
         print(f"  {key:<13} {value}")
     print()
     print(_sub_policy_table(policy))
+    if schedule is not None:
+        print()
+        print(schedule.table())
     if record is not None:
         print()
         if record.provenance:
@@ -280,11 +299,25 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autoaug.policies.export import UnsupportedOpError, to_dali_source, to_timm
+    from autoaug.policies.export import UnsupportedOpError, schedule_to_dali_source, to_dali_source, to_timm
 
     policy, _, label = _resolve(args.ref, args)
+    schedule = _schedule_of(args.ref, args)
+    if args.stage is not None:
+        stages = schedule.stages if schedule is not None else (None,)
+        if not 0 <= args.stage < len(stages):
+            raise UserInputError(f"--stage {args.stage}: {label} has {len(stages)} stage(s), 0 to {len(stages) - 1}")
+        if schedule is not None:
+            policy, schedule, label = schedule.stages[args.stage].policy, None, f"{label} stage {args.stage}"
     try:
-        if args.format == "dali":
+        if schedule is not None and args.format == "timm":
+            raise UserInputError(
+                f"{label} is a schedule of {len(schedule.stages)} stages (from "
+                f"{', '.join(f'{s.start:.0%}' for s in schedule.stages)} of training) and timm takes one policy: "
+                f"export one stage with --stage K (0 to {len(schedule.stages) - 1}; the last is the stored policy)")
+        if schedule is not None:
+            text = schedule_to_dali_source(schedule) if args.format == "dali" else schedule.to_json() + "\n"
+        elif args.format == "dali":
             text = to_dali_source(policy)
         elif args.format == "timm":
             text = json.dumps(to_timm(policy), indent=2) + "\n"
@@ -318,8 +351,15 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise UserInputError(f"policy file {source} cannot be read: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise UserInputError(f"{source} is not a valid policy JSON: {exc}") from None
+    from autoaug.policies.schedule import SCHEDULE_KIND, Schedule
+
+    schedule = None
     try:
-        policy = Policy.from_json(text)
+        if f'"{SCHEDULE_KIND}"' in text and '"stages"' in text:
+            schedule = Schedule.from_json(text)  # stored as its last stage, the schedule in the provenance
+            policy = schedule.final
+        else:
+            policy = Policy.from_json(text)
     except ValueError as exc:
         raise UserInputError(f"{source} is not a valid policy JSON: {exc}") from None
     metadata: dict[str, Any] = {}
@@ -333,6 +373,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         if not isinstance(metadata, dict):
             raise UserInputError(f"--metadata must be a JSON object, got {type(metadata).__name__}")
     metadata.setdefault("imported_from", source)
+    if schedule is not None and not schedule.is_fixed:
+        if "method" in metadata:
+            raise UserInputError("--metadata: 'method' holds an imported schedule; use another key")
+        metadata["method"] = {"name": "schedule", "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash},
+                              "schedule_hash": schedule.content_hash}
     store = _open_store(args)
     before = store.versions(args.name)
     version = store.save(policy, args.name, metadata, force=args.force)
@@ -447,6 +492,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["json", "dali", "timm"], default="json",
                    help="json: the canonical policy JSON (default); dali: Python building an nvidia.dali.auto_aug "
                         "Policy from DALI's own augmentations; timm: timm's AutoAugment format (JSON)")
+    p.add_argument("--stage", type=int, metavar="K",
+                   help="of a schedule (a PBA search's result): export its stage K alone, as a policy "
+                        "(default: the whole schedule; timm takes one stage)")
     add_options(p, [_EXPORT_OUT])
     p.set_defaults(func=cmd_export)
 

@@ -79,7 +79,7 @@ def _describe(config, address: str | None) -> str:
         f"  {_start_line(config)}",
         f"  run directory: {RunDir(config.storage, config.name).uri}",
         f"  Optuna {'studies' if config.method == 'density' else 'study'}: {studies} in {study_url(config)}",
-    ])  # fmt: skip
+    ][: None if config.method != "pba" else -1])  # fmt: skip  (PBA has no study: PBT proposes)
 
 
 def _start_line(config) -> str:
@@ -232,6 +232,8 @@ def outcome_json(outcome) -> dict:
         ],
         "selection": outcome.provenance.get("selection"),
         "study_problems": list(outcome.study_problems),
+        **({"schedule": outcome.provenance["method"]["schedule"]}  # a PBA search's schedule (policy: its last stage)
+           if (outcome.provenance.get("method") or {}).get("schedule") else {}),
     }
 
 

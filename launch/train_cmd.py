@@ -145,7 +145,7 @@ def _resolve_policy(ref: str, store_uri: str | None) -> Any:
     from autoaug.policies.store import default_store_uri
 
     try:
-        return resolve(ref, store=store_uri or default_store_uri()).policy
+        return resolve(ref, store=store_uri or default_store_uri())
     except (StoreError, ValueError, LookupError, OSError) as exc:
         raise UserInputError(f"--policy {ref!r}: {exc}") from None
 
@@ -239,8 +239,16 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
 
     command, config = _settings(args)
-    stored = _resolve_policy(str(command["policy"]), command["store"])
+    resolved = _resolve_policy(str(command["policy"]), command["store"])
+    stored = resolved.policy
     policy = _on_base(stored, command["base"], str(command["policy"]))
+    # A schedule (a PBA search's result, a schedule file): its stages switched at their epochs.
+    schedule = None
+    if resolved.schedule is not None and not resolved.schedule.is_fixed:
+        from autoaug.policies.schedule import Schedule
+
+        schedule = Schedule(resolved.schedule.name, [(s.start, _on_base(s.policy, command["base"], str(command["policy"])))
+                                                      for s in resolved.schedule.stages])
     rebased_from = stored.base if policy.base != stored.base else None
     label = policy.name + (f"-base-{policy.base}" if rebased_from else "")
     out = Path(command["out"]) if command["out"] else Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -270,6 +278,9 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
         "base": policy.base,
         "rebased_from": rebased_from,  # the policy's own base when --base moved it, else None
     }
+    if schedule is not None:  # "policy" is then the last stage
+        base.update(schedule=schedule.to_dict(), schedule_hash=schedule.content_hash,
+                    stage_epochs=schedule.start_epochs(config.epochs))
     history: list[dict[str, Any]] = []
 
     def report(metrics: dict[str, Any]) -> None:
@@ -297,6 +308,9 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
         f"{f' instead of its {rebased_from} (--base)' if rebased_from else ''}); preset {command['preset']}, "
         f"{config.epochs} epochs, seed {config.seed} -> {out}"
     )
+    if schedule is not None:
+        display.log(f"schedule {schedule.name!r}: {len(schedule.stages)} stages, from epochs "
+                    f"{[e + 1 for e in schedule.start_epochs(config.epochs)]} of {config.epochs} (the policy above is the last)")
     display.log(f"split: {_describe_sizing(requested, config)}")
     display.add("epochs", f"train {config.model}", total=config.epochs, unit="epochs", completed=len(history))
 
@@ -308,7 +322,7 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
             display.remove("batches")
 
     try:
-        result = train(config, policy, report=report, checkpoint_dir=out, resume_from=resume_from,
+        result = train(config, policy if schedule is None else schedule, report=report, checkpoint_dir=out, resume_from=resume_from,
                        on_batch=on_batch if display.live else None)
     except (ValueError, FileNotFoundError, FloatingPointError) as exc:
         raise UserInputError(str(exc)) from None
@@ -330,6 +344,8 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     if args.json:
         emit({"out": str(out), "policy": policy.to_dict(), "policy_hash": policy.content_hash,
               "base": policy.base, "rebased_from": rebased_from,
+              **({} if schedule is None else {"schedule": base["schedule"], "schedule_hash": base["schedule_hash"],
+                                              "stage_epochs": base["stage_epochs"]}),
               "config": config.to_dict(), "final": final, "history": history,
               "files": {"metrics_json": str(out / _METRICS_JSON), "metrics_csv": str(out / _METRICS_CSV),
                         "checkpoint": str(out / CHECKPOINT_NAME)}})

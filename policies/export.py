@@ -30,7 +30,7 @@ from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
-__all__ = ["FORMATS", "to_dali_source", "to_timm", "base_note", "TIMM_UNITS", "DALI_NAMES", "UnsupportedOpError"]
+__all__ = ["FORMATS", "to_dali_source", "schedule_to_dali_source", "to_timm", "base_note", "TIMM_UNITS", "DALI_NAMES", "UnsupportedOpError"]
 
 #: ``policies export --format`` choices.
 FORMATS = ("json", "dali", "timm")
@@ -78,7 +78,6 @@ def base_note(policy: Policy) -> str:
 def to_dali_source(policy: Policy) -> str:
     """Python source defining ``policy`` (an ``nvidia.dali.auto_aug.core.Policy``); see the module docs."""
     _check(policy, set(DALI_NAMES), "DALI")
-    used = sorted({op.op for sub in policy.sub_policies for op in sub if op.op in DALI_NAMES})
     lines = [
         f'"""{policy.name}: an AutoAugment policy for nvidia.dali.auto_aug, exported by autoaug.',
         "",
@@ -91,9 +90,14 @@ def to_dali_source(policy: Policy) -> str:
         "from nvidia.dali.auto_aug import augmentations as aug",
         "from nvidia.dali.auto_aug.core import Policy",
         "",
-        "# DALI's augmentations with autoaug's magnitude ranges (autoaug.policies.ops)",
-        "ops = {",
     ]
+    return "\n".join(lines + _dali_policy_lines(policy, "ops", "policy"))
+
+
+def _dali_policy_lines(policy: Policy, ops_var: str, policy_var: str) -> list[str]:
+    """``ops_var = {...}`` (DALI's augmentations with the policy's ranges) and ``policy_var = Policy(...)``."""
+    used = sorted({op.op for sub in policy.sub_policies for op in sub if op.op in DALI_NAMES})
+    lines = ["# DALI's augmentations with autoaug's magnitude ranges (autoaug.policies.ops)", f"{ops_var} = {{"]
     for name in used:
         rng = _ops.REGISTRY[name].magnitude_range(policy.ranges)
         fn_name = DALI_NAMES[name]
@@ -101,14 +105,59 @@ def to_dali_source(policy: Policy) -> str:
             lines.append(f"    {name!r}: aug.{fn_name},")
         else:
             lines.append(f"    {name!r}: aug.{fn_name}.augmentation(mag_range=({rng.lo!r}, {rng.hi!r})),")
-    lines += ["}", "", "policy = Policy(", f"    name={policy.name!r},",
+    lines += ["}", "", f"{policy_var} = Policy(", f"    name={policy.name!r},",
               f"    num_magnitude_bins={policy.num_magnitude_bins},", "    sub_policies=["]
     for sub in policy.sub_policies:
-        ops = [f"(ops[{op.op!r}], {op.probability!r}, "
+        ops = [f"({ops_var}[{op.op!r}], {op.probability!r}, "
                f"{op.magnitude_bin if _ops.REGISTRY[op.op].has_magnitude else None})"  # DALI: None = no magnitude
                for op in sub if op.op in DALI_NAMES]
         lines.append(f"        [{', '.join(ops)}],")
     lines += ["    ],", ")", ""]
+    return lines
+
+
+def schedule_to_dali_source(schedule: Any) -> str:
+    """Python source defining a :class:`~autoaug.policies.schedule.Schedule` for
+    ``nvidia.dali.auto_aug``: one ``Policy`` per stage (``stage_0``, ...), ``STAGES`` (start as a
+    fraction of training, policy) and ``policy_at(epoch, epochs)`` (0-based epoch), with which a
+    training loop picks the policy of an epoch (a DALI pipeline built per stage, or rebuilt at the
+    stage boundaries: ``nvidia.dali.auto_aug`` takes the policy when the graph is built)."""
+    for i, stage in enumerate(schedule.stages):
+        try:
+            _check(stage.policy, set(DALI_NAMES), "DALI")
+        except UnsupportedOpError as exc:
+            raise UnsupportedOpError(f"stage {i}: {exc}") from None
+    lines = [
+        f'"""{schedule.name}: an augmentation schedule of {len(schedule.stages)} stages for nvidia.dali.auto_aug, '
+        "exported by autoaug.",
+        "",
+        f"content hash {schedule.content_hash}; stage k applies from STAGES[k][0] of training on;",
+        *textwrap.wrap(f"{base_note(schedule.final)}.", 100, break_on_hyphens=False, break_long_words=False),
+        "",
+        "    from nvidia.dali.auto_aug.auto_augment import apply_auto_augment",
+        "    images = apply_auto_augment(policy_at(epoch, epochs), images, shape=shape)",
+        '"""',
+        "import math",
+        "",
+        "from nvidia.dali.auto_aug import augmentations as aug",
+        "from nvidia.dali.auto_aug.core import Policy",
+        "",
+    ]
+    for i, stage in enumerate(schedule.stages):
+        lines += [f"# stage {i}: from {stage.start!r} of training"] + _dali_policy_lines(stage.policy, f"ops_{i}", f"stage_{i}")
+    lines += [
+        "STAGES = [" + ", ".join(f"({s.start!r}, stage_{i})" for i, s in enumerate(schedule.stages)) + "]",
+        "",
+        "",
+        "def policy_at(epoch, epochs):",
+        '    """The policy of 0-based ``epoch`` in a training of ``epochs`` epochs."""',
+        "    current = STAGES[0][1]",
+        "    for start, policy in STAGES:",
+        "        if math.ceil(start * epochs - 1e-6) <= epoch:",
+        "            current = policy",
+        "    return current",
+        "",
+    ]
     return "\n".join(lines)
 
 

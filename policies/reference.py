@@ -14,6 +14,13 @@ A reference is tried in this order; the first rule that applies decides:
 4. a policy-store reference (``NAME`` = its latest version, ``NAME@latest``, ``NAME@3``, a
    content-hash prefix) found in ``store``;
 5. an existing file with that bare name (``./NAME`` always means the file).
+
+A reference may name a *schedule* (:class:`~autoaug.policies.schedule.Schedule`, the policy as a
+function of the epoch): a schedule JSON file (``"kind": "schedule"``), or a stored version whose
+provenance holds one (a PBA search stores its schedule's last stage as the policy and the schedule
+in ``method.schedule``; it is checked against its content hash and against the stored policy).
+:attr:`ResolvedPolicy.schedule` is then set and :attr:`ResolvedPolicy.policy` is the last stage;
+:func:`resolve_schedule` gives every reference as a schedule (a fixed policy: one stage).
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.policies.policy import Policy, read_policy_text
 
-__all__ = ["ResolvedPolicy", "resolve", "resolve_policy", "looks_like_path"]
+__all__ = ["ResolvedPolicy", "resolve", "resolve_policy", "resolve_schedule", "stored_schedule", "looks_like_path"]
 
 
 @dataclass(frozen=True)
@@ -36,10 +43,19 @@ class ResolvedPolicy:
     source: str  # "object", "preset", "file" or "store"
     label: str  # "standard", "mine.json", "cifar10-r8@3" (the store's NAME@VERSION)
     record: Any = None  # the store's StoredPolicy when source == "store"
+    #: The schedule the reference names (None: a fixed policy); ``policy`` is then its last stage.
+    schedule: Any = None
 
     @property
     def store_ref(self) -> str | None:
         return self.record.ref if self.record is not None else None
+
+    @property
+    def as_schedule(self) -> Any:
+        """The reference as a schedule: its own, or the fixed policy as one stage."""
+        from autoaug.policies.schedule import Schedule
+
+        return self.schedule if self.schedule is not None else Schedule.fixed(self.policy)
 
 
 def looks_like_path(ref: str) -> bool:
@@ -51,13 +67,32 @@ def _read_file(ref: str) -> ResolvedPolicy:
     path = Path(ref).expanduser()
     if not path.is_file():
         raise UserInputError(f"policy file {ref!r} does not exist")
+    from autoaug.policies.schedule import SCHEDULE_KIND, Schedule
+
     try:
-        policy = Policy.from_json(read_policy_text(path))  # the one reader: size limit, UTF-8 (BOM allowed)
+        text = read_policy_text(path)  # the one reader: size limit, UTF-8 (BOM allowed)
+        if f'"{SCHEDULE_KIND}"' in text and '"stages"' in text:
+            schedule = Schedule.from_json(text)
+            return ResolvedPolicy(schedule.final, "file", path.name, schedule=schedule)
+        policy = Policy.from_json(text)
     except OSError as exc:
         raise UserInputError(f"policy file {ref!r} cannot be read: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise UserInputError(f"policy file {ref!r} is not a valid policy: {exc}") from None
     return ResolvedPolicy(policy, "file", path.name)
+
+
+def stored_schedule(record: Any) -> Any:
+    """The schedule a stored version's provenance holds (``method.schedule``), or None. Raises
+    :class:`~autoaug.core.errors.StoreError` when it does not match its content hash or its last
+    stage is not the stored (hash-verified) policy."""
+    from autoaug.core.errors import StoreError
+    from autoaug.policies.schedule import provenance_schedule
+
+    try:  # the store checked it when it read the version; a record from elsewhere is checked here
+        return provenance_schedule(record.provenance, record.policy)
+    except ValueError as exc:
+        raise StoreError(f"stored policy {record.ref}: {exc}") from None
 
 
 def _open(store: Any) -> Any:
@@ -116,7 +151,7 @@ def resolve(ref: "str | os.PathLike | Policy", store: Any = None) -> ResolvedPol
     try:
         if hasattr(opened, "get"):
             record = opened.get(text)
-            return ResolvedPolicy(record.policy, "store", record.ref, record)
+            return ResolvedPolicy(record.policy, "store", record.ref, record, schedule=stored_schedule(record))
         return ResolvedPolicy(opened.load(text), "store", text)
     except PolicyNotFoundError as exc:
         if Path(text).is_file():
@@ -128,5 +163,16 @@ def resolve(ref: "str | os.PathLike | Policy", store: Any = None) -> ResolvedPol
 
 
 def resolve_policy(ref: "str | os.PathLike | Policy", store: Any = None) -> Policy:
-    """The :class:`Policy` ``ref`` names (see :func:`resolve` and the module documentation)."""
+    """The :class:`Policy` ``ref`` names (see :func:`resolve` and the module documentation; for a
+    schedule, its last stage)."""
     return resolve(ref, store).policy
+
+
+def resolve_schedule(ref: Any, store: Any = None) -> Any:
+    """The :class:`~autoaug.policies.schedule.Schedule` ``ref`` names: a schedule (a file, a stored
+    PBA result, a Schedule object) or a fixed policy as a schedule of one stage."""
+    from autoaug.policies.schedule import Schedule
+
+    if isinstance(ref, Schedule):
+        return ref
+    return resolve(ref, store).as_schedule

@@ -33,7 +33,8 @@ Guarantees
   block new saves under its name. :meth:`PolicyStore.check` verifies every version and removes
   what killed saves leave behind (temporary files, claims) once older than a grace period.
 * **De-duplication.** Saving a policy whose content hash equals the latest version's returns that
-  version instead of writing a new one (unless ``force=True``). Two processes saving the same new
+  version instead of writing a new one (unless ``force=True``); a policy saved as the last stage of
+  a schedule (the schedule in its provenance, ``method.schedule``) only when the schedules match too. Two processes saving the same new
   content at the same moment may both write it (the check is not part of the claim).
 """
 from __future__ import annotations
@@ -66,6 +67,7 @@ from autoaug.policies.artifact import (
 from autoaug.policies.claims import VersionClaims, is_local
 from autoaug.policies.diff import PolicyDiff, diff_policies
 from autoaug.policies.policy import Policy
+from autoaug.policies.schedule import provenance_schedule
 
 __all__ = [
     "SCHEMA",
@@ -582,6 +584,10 @@ class PolicyStore:
         except FileNotFoundError as exc:
             raise PolicyNotFoundError(f"policy {name}@{version} not found at {where}") from exc
         policy, stored_hash, created_at, provenance = decode_version(table, where, name, version)
+        try:  # a schedule kept in the provenance must end with the (hash-verified) policy
+            provenance_schedule(provenance, policy)
+        except ValueError as exc:
+            raise CorruptArtifactError(f"{where}: {exc}") from None
         self._hash_cache[path] = stored_hash
         return StoredPolicy(
             name=name,
@@ -644,9 +650,15 @@ class PolicyStore:
         validate_name(name)
         provenance_json = canonical_json(metadata, "metadata")
         content_hash = policy.content_hash
+        try:  # a schedule in the provenance must end with this policy (it is checked again when read)
+            schedule = provenance_schedule(metadata, policy)
+        except ValueError as exc:
+            raise StoreError(f"cannot save {name}: {exc}") from None
         if not force:
             versions = self.versions(name)
-            if versions and self._latest_hash_or_none(name, versions[-1]) == content_hash:
+            if versions and self._latest_hash_or_none(name, versions[-1]) == content_hash \
+                    and self._schedule_hash(name, versions[-1]) == (schedule.content_hash if schedule else None):
+                # (a schedule is stored as its last stage: the same last stage after other stages is new content)
                 return versions[-1]
         # A full, over-quota, read-only or denying filesystem, wherever the save meets it (claim,
         # issued marker, version file, publication): one StorageError line naming the store; what
@@ -791,6 +803,15 @@ class PolicyStore:
 
     def _delete_quietly(self, path: str) -> None:
         delete_quietly(self._fs, path)
+
+    def _schedule_hash(self, name: str, version: int) -> str | None:
+        """The content hash of the schedule a version's provenance holds, or None (none, or corrupt)."""
+        try:
+            record = self._read(name, version, evaluations=False)
+        except CorruptArtifactError:
+            return None
+        schedule = provenance_schedule(record.provenance, record.policy)
+        return schedule.content_hash if schedule is not None else None
 
     def _latest_hash_or_none(self, name: str, version: int) -> str | None:
         """The verified content hash of a version, or None when it is corrupt (a corrupt latest

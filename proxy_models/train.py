@@ -54,6 +54,7 @@ __all__ = [
     "load_checkpoint",
     "train",
     "write_history_csv",
+    "schedule_inputs",
 ]
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -189,13 +190,14 @@ class _TorchState:
 
 def _resolve_policy(policy: Any) -> Any:
     from autoaug import policies
+    from autoaug.policies.schedule import Schedule
 
-    if isinstance(policy, policies.Policy):
+    if isinstance(policy, (policies.Policy, Schedule)):
         return policy
     if isinstance(policy, str):
         return policies.resolve_policy(policy)
     raise ValueError(
-        f"policy must be a policies.Policy or a preset name / policy JSON path, got {type(policy).__name__}"
+        f"policy must be a policies.Policy, a Schedule or a preset name / policy JSON path, got {type(policy).__name__}"
     )
 
 
@@ -235,14 +237,33 @@ EVAL_BATCH_SIZE = 256
 
 def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.device, *, policy: Any,
                  train: bool, num_threads: int) -> Any:
+    from autoaug.policies.schedule import Schedule
     from autoaug.proxy_models.pipeline import DaliLoader
 
     batch_size = config.batch_size if train else max(config.batch_size, EVAL_BATCH_SIZE)
+    inputs = None
+    if isinstance(policy, Schedule):
+        inputs, policy = schedule_inputs(policy, config.image_size), policy.at(0, config.epochs)
     return DaliLoader(
         ds, indices, batch_size=batch_size, policy=policy, train=train, seed=config.seed,
         image_size=config.image_size, num_threads=num_threads,
-        device="gpu" if device.type == "cuda" else "cpu",
+        device="gpu" if device.type == "cuda" else "cpu", policy_inputs=inputs,
     )
+
+
+def schedule_inputs(schedule: Any, image_size: Any) -> Any:
+    """The DALI policy step a :class:`~autoaug.policies.schedule.Schedule` trains through: its
+    tables are pipeline inputs (:class:`~autoaug.policies.dali_apply.PolicyInputs`), switched at the
+    stage boundaries without rebuilding the pipeline. The graph depends only on the stages' shape
+    (every registered operation, the most sub-policies and operations per sub-policy), so runs whose
+    schedules differ only in their policies -- the members of a PBA population, a run resumed with
+    the later stages changed -- build one graph (and restore each other's DALI checkpoints)."""
+    from autoaug.policies import ops
+    from autoaug.policies.dali_apply import PolicyInputs
+
+    policies = [s.policy for s in schedule.stages]
+    return PolicyInputs(ops.OP_NAMES, max([1, *(len(p.sub_policies) for p in policies)]),
+                        max([1, *(p.max_ops_per_sub_policy for p in policies if p.sub_policies)]), image_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,7 +436,12 @@ def train(
     """Train ``config.model`` on ``config.data`` augmented by ``policy``; see the module docs.
 
     ``policy``: a :class:`policies.Policy` (or a preset name / policy JSON path, resolved with
-    :func:`policies.resolve_policy`). ``report(metrics)`` is called once after each epoch with
+    :func:`policies.resolve_policy`), or a :class:`autoaug.policies.schedule.Schedule`: the policy
+    of each epoch is ``schedule.at(epoch, config.epochs)``, its tables switched in the running DALI
+    pipeline at the stage boundaries (:func:`schedule_inputs`; a one-stage schedule trains its
+    policy through that same switchable step, a Policy through the fixed one). A schedule's
+    checkpoint records the policy of every epoch trained; resuming it with a schedule whose
+    earlier stages differ is refused, later stages may change. ``report(metrics)`` is called once after each epoch with
     ``epoch`` (1-based), ``train_loss``, ``train_accuracy``, ``val_loss``, ``val_accuracy``,
     ``lr``, ``images_per_sec`` (training images per second this epoch, after the first batch so
     that pipeline start-up does not count), ``epoch_time_s`` (wall time of the epoch: training +
@@ -469,10 +495,25 @@ def _counted(batches: Any, on_batch: Callable[[int, int, int], Any], epoch: int,
 
 
 def _check_resumable(checkpoint: dict[str, Any], config: TrainConfig, policy: Any) -> None:
+    from autoaug.policies.schedule import Schedule
+
     differ = config.changed_fields(checkpoint["config"], ignore=RESUMABLE_CHANGES)
     if differ:
         details = ", ".join(f"{k}: checkpoint {before!r} vs now {now!r}" for k, before, now in differ)
         raise ValueError(f"cannot resume: the config differs from the checkpoint's ({details})")
+    trained = checkpoint.get("epoch_policy_hashes")
+    if isinstance(policy, Schedule) or trained is not None:
+        if not isinstance(policy, Schedule) or trained is None:
+            raise ValueError("cannot resume: the checkpoint was trained with a "
+                             + ("fixed policy, not a schedule" if trained is None else "schedule; give it a schedule"))
+        # The epochs already trained must have had the schedule's policies; later stages may differ
+        # (a PBA member resumed from another's checkpoint with a perturbed policy).
+        for epoch, trained_hash in enumerate(trained):
+            want = policy.at(epoch, config.epochs)
+            if want.content_hash != trained_hash:
+                raise ValueError(f"cannot resume: the checkpoint trained epoch {epoch + 1} with policy hash "
+                                 f"{trained_hash[:12]}, the schedule gives {want.name!r} ({want.content_hash[:12]}) there")
+        return
     if checkpoint["policy_hash"] != policy.content_hash:
         before = checkpoint["policy"]
         raise ValueError(
@@ -563,7 +604,13 @@ def _train(
     test_accuracy = test_loss = None
     test_stats: EvalStats | None = None
 
+    schedule = policy if hasattr(policy, "stages") else None  # a Schedule: switched per epoch
+    epoch_hashes = list(checkpoint.get("epoch_policy_hashes", [])) if checkpoint is not None else []
     for epoch in range(start_epoch, config.epochs):
+        if schedule is not None:
+            current = schedule.at(epoch, config.epochs)
+            train_loader.set_policy(current)  # the tables of this epoch; the pipeline is kept
+            epoch_hashes.append(current.content_hash)
         # ---- train one epoch ----
         t0 = time.perf_counter()
         batches = train_loader if on_batch is None else _counted(train_loader, on_batch, epoch + 1, steps_per_epoch)
@@ -611,8 +658,10 @@ def _train(
                     "format": _CHECKPOINT_FORMAT,
                     "epoch": epoch + 1,
                     "config": config.to_dict(),
-                    "policy": policy.to_dict(),
-                    "policy_hash": policy.content_hash,
+                    "policy": (policy if schedule is None else current).to_dict(),
+                    "policy_hash": (policy if schedule is None else current).content_hash,
+                    **({} if schedule is None else {"schedule": schedule.to_dict(),
+                                                    "epoch_policy_hashes": list(epoch_hashes)}),
                     "dataset_fingerprint": dataset_fp,
                     "split_fingerprint": split.fingerprint,
                     **learner.state_dict(),

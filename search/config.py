@@ -24,10 +24,11 @@ from autoaug.core.values import deep_merge, is_int, is_number
 from autoaug.policies.bases import NAMES as BASE_NAMES
 from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.reference import looks_like_path
-from autoaug.search import density, train_method
+from autoaug.search import density, pba, train_method
 from autoaug.search.density import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.loggers import check_mlflow_uri
 from autoaug.search.method import Method
+from autoaug.search.pba import PbaConfig
 from autoaug.search.rescore import RESCORE_SEED_OFFSET
 from autoaug.search.run_dir import RUNS_ENV_VAR, default_runs_root, default_search_name
 from autoaug.search.score import METRIC, MODE
@@ -41,6 +42,7 @@ __all__ = [
     "SearchConfig",
     "TrainMethodConfig",
     "DensityConfig",
+    "PbaConfig",
     "METHODS",
     "DENSITY_OBJECTIVES",
     "SEARCH_PRESETS",
@@ -55,7 +57,7 @@ __all__ = [
 #: The search methods, by the name ``--method`` / ``method:`` takes (the first is the default):
 #: each implements :class:`autoaug.search.method.Method` and keeps its settings in the
 #: ``SearchConfig`` field its settings class names (``FIELD``).
-METHODS: Mapping[str, Method] = {m.name: m for m in (train_method.METHOD, density.METHOD)}
+METHODS: Mapping[str, Method] = {m.name: m for m in (train_method.METHOD, density.METHOD, pba.METHOD)}
 
 #: Named starting points; YAML files and flags override them field by field.
 SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
@@ -103,6 +105,19 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "base": "auto",
         "density": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
     },
+    # Population Based Augmentation on a CPU, at most 1 CPU-hour (about 20 minutes on 2 cores):
+    # 8 members of the proxy-cpu recipe (one 120-epoch run: 2.5-4 min on one core, so 20-32
+    # CPU-minutes of training) perturbed every 4 epochs (30 rounds; each costs a member a pause and
+    # a pipeline rebuild of 1-2 s: 4-8 CPU-minutes more); PBA's quantile 0.25 and resample
+    # probability 0.2; ranked on the mean validation accuracy of the last 3 epochs (mostly the
+    # current policy's). No calibration (it alone would cost 8 proxy runs) and no re-scoring (one
+    # schedule): docs/search.md, "Population Based Augmentation".
+    "pba-cpu": {
+        "method": "pba",
+        "train": {"preset": "proxy-cpu"},
+        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "score_window": 3,
+        "pba": {"population": 8, "perturbation_interval": 4, "quantile": 0.25, "resample_probability": 0.2},
+    },
 }  # fmt: skip
 
 
@@ -137,7 +152,7 @@ _DICT_ORDER = (
     "name", "train", "space", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "sampler", "seed",
     "startup_trials", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n", "score_window",
     "warm_start", "base", "calibration_seeds", "rescore", "rescore_seeds", "rescore_val_size", "storage", "optuna_storage", "store",
-    "reuse_actors", "mlflow_uri", "verbose", "method", "density",
+    "reuse_actors", "mlflow_uri", "verbose", "method", "density", "pba",
 )  # fmt: skip
 
 
@@ -198,8 +213,8 @@ class SearchConfig:
             None: no MLflow logging (TensorBoard event files are always written).
         verbose: 0 silent, 1 one line per finished trial, 2 also Ray Tune's status table and
             the trials' own output.
-        method: one of :data:`METHODS` (``train``, ``density``).
-        train_method / density: the methods' settings.
+        method: one of :data:`METHODS` (``train``, ``density``, ``pba``).
+        train_method / density / pba: the methods' settings.
     """
 
     name: str
@@ -228,6 +243,7 @@ class SearchConfig:
     method: str = "train"
     train_method: Any = field(default_factory=TrainMethodConfig)
     density: Any = field(default_factory=DensityConfig)
+    pba: Any = field(default_factory=PbaConfig)
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
@@ -372,6 +388,7 @@ class SearchConfig:
         flat["train"] = self.train.to_dict()
         flat["space"] = self.space.to_dict()
         flat["density"] = self.density.to_dict()
+        flat["pba"] = self.pba.to_dict()
         return {k: flat[k] for k in _DICT_ORDER}
 
     def replace(self, **changes: Any) -> "SearchConfig":

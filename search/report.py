@@ -47,6 +47,10 @@ def load_report_data(name: str, storage: str) -> ReportData:
     if not run.exists(CONFIG_FILE):
         raise UserInputError(f"no search named {name!r} in {storage} (no {CONFIG_FILE} in {run.uri}); check NAME and --storage")
     state = run.read_json(CONFIG_FILE)
+    if (state.get("config") or {}).get("method") == "pba":
+        raise UserInputError(f"search {name!r} is a PBA search: no Optuna study to draw (PBT proposed its policies); "
+                             f"its schedule, population and events: autoaug policies show {name}, and "
+                             f"{run.uri}/pba.json")
     url = state.get("optuna", {}).get("storage")
     if not url:
         if run.local_path is None:

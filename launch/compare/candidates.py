@@ -33,10 +33,19 @@ class Candidate:
     kind: str  # "policy" (given with --policy) or "baseline"
     store_ref: str | None = None  # "name@version" when it came from the policy store
     rebased_from: str | None = None  # the policy's own base when --base moved it (the label says so)
+    #: A schedule (a PBA search's result, a schedule file): trained with its stages switched at their
+    #: epochs; ``policy`` is then its last stage. None: the fixed ``policy``.
+    schedule: Any = None
 
     @property
     def policy_hash(self) -> str:
-        return self.policy.content_hash
+        """What identifies the candidate's augmentation: the schedule's hash, else the policy's."""
+        return self.trained.content_hash
+
+    @property
+    def trained(self) -> Any:
+        """What the runs train with: the schedule, else the policy."""
+        return self.schedule if self.schedule is not None else self.policy
 
     @property
     def base(self) -> str:
@@ -52,8 +61,13 @@ class Candidate:
         moved = rebase(self.policy, base)
         if moved.base == self.policy.base:
             return self
+        schedule = self.schedule
+        if schedule is not None:
+            from autoaug.policies.schedule import Schedule
+
+            schedule = Schedule(schedule.name, [(s.start, rebase(s.policy, base)) for s in schedule.stages])
         return dataclasses.replace(self, label=f"{self.label} [base {moved.base}]", policy=moved,
-                                   rebased_from=self.policy.base)
+                                   rebased_from=self.policy.base, schedule=schedule)
 
 
 def parse_baselines(text: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -103,7 +117,9 @@ def resolve_candidates(
             found = resolve(ref, store=store if store is not None else default_store_uri())
         except (AutoaugError, ValueError, LookupError) as exc:
             raise CompareError(f"--policy {ref!r}: {exc}") from None
-        candidates.append(Candidate(found.label, ref, found.policy, "policy", store_ref=found.store_ref))
+        schedule = found.schedule if found.schedule is not None and not found.schedule.is_fixed else None
+        candidates.append(Candidate(found.label, ref, found.policy, "policy", store_ref=found.store_ref,
+                                    schedule=schedule))
     for ref in baselines:
         ref = str(ref).strip()
         if not presets.is_preset(ref):

@@ -49,6 +49,7 @@ def _train_one(train_config: dict[str, Any], policy: dict[str, Any], queue: Any 
     import ray
 
     from autoaug.policies.policy import Policy
+    from autoaug.policies.schedule import Schedule, is_schedule_dict
     from autoaug.proxy_models.train import TrainConfig, train
 
     config = TrainConfig.from_dict(train_config)
@@ -59,7 +60,8 @@ def _train_one(train_config: dict[str, Any], policy: dict[str, Any], queue: Any 
         except Exception:  # progress only
             pass
 
-    result = train(config, Policy.from_dict(policy), report=report if queue is not None else None)
+    trained = Schedule.from_dict(policy) if is_schedule_dict(policy) else Policy.from_dict(policy)
+    result = train(config, trained, report=report if queue is not None else None)
     try:
         node_id = ray.get_runtime_context().get_node_id()
     except Exception:  # pragma: no cover - always inside Ray here
@@ -92,6 +94,7 @@ def run_record(candidate: Candidate, seed: int, config: Any, outcome: Mapping[st
         "store_ref": candidate.store_ref,
         "policy_hash": candidate.policy_hash,
         "policy_json": candidate.policy.to_dict(),
+        **({} if candidate.schedule is None else {"schedule_json": candidate.schedule.to_dict()}),
         "base": candidate.base,
         "rebased_from": candidate.rebased_from,
         "seed": seed,
@@ -297,7 +300,7 @@ def _run_all(
                 max_retries=2,  # node or worker died; an exception in training is not retried
                 retry_exceptions=False,
                 name=f"autoaug-compare:{run_id(c, seed)}",
-            ).remote(run_cfg.to_dict(), c.policy.to_dict(), queue, run_id(c, seed))
+            ).remote(run_cfg.to_dict(), c.trained.to_dict(), queue, run_id(c, seed))
             pending[ref] = (c, seed, run_cfg)
         trained = 0
         try:

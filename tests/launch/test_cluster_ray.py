@@ -276,6 +276,30 @@ def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes
 
 
 @pytest.mark.slow
+def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, cifar_train, tmp_path):
+    from autoaug.policies.reference import resolve_schedule
+    from autoaug.policies.store import PolicyStore
+
+    proc = ray_cluster.run(
+        str(BIN / "autoaug"), *_search_args(cifar_train, tmp_path, "pbaaddr"), "--method", "pba",
+        "--set", "pba.population=3", "--set", "pba.perturbation_interval=1", "--set", "pba.quantile=0.5",
+        "--set", "train.epochs=3", "--address", ray_cluster.gcs_address,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    store = PolicyStore(str(tmp_path / "store"))
+    record = store.get("pbaaddr@latest")
+    method = record.provenance["method"]
+    assert method["name"] == "pba" and len(method["members"]) == 3
+    assert resolve_schedule("pbaaddr@latest", store=store).final.content_hash == record.policy.content_hash
+
+    drivers = [j for j in ray_cluster.api("/api/jobs/")
+               if j["type"] == "DRIVER" and "pbaaddr" in (j.get("entrypoint") or "")]
+    assert len(drivers) == 1, drivers
+    # The members' trial actors ran on both nodes.
+    assert set(_trial_nodes(ray_cluster, drivers[0]["job_id"]).values()) == {n["node_id"] for n in ray_cluster.alive_nodes()}
+
+
+@pytest.mark.slow
 def test_no_wait_logs_list_and_stop(ray_cluster, cifar_train, tmp_path):
     from autoaug.policies import presets
 

@@ -18,7 +18,7 @@ def test_presets_pick_the_trainer_preset_and_search_settings():
     paper = SearchConfig.from_preset("paper", name="p")
     assert paper.train.model == "wrn-40-2" and paper.train.epochs == 120
     assert paper.gpus_per_trial == 0.25
-    assert set(SEARCH_PRESETS) == {"smoke", "cpu", "paper", "density-cpu"}
+    assert set(SEARCH_PRESETS) == {"smoke", "cpu", "paper", "density-cpu", "pba-cpu"}
 
 
 def test_nested_form_overrides_the_preset_and_round_trips_through_json(tmp_path):
@@ -91,7 +91,7 @@ def test_invalid_settings_are_named(overrides, message):
 
 
 def test_unknown_preset():
-    with pytest.raises(ValueError, match=r"unknown search preset 'gpu'; expected one of \['smoke', 'cpu', 'paper', 'density-cpu'\]"):
+    with pytest.raises(ValueError, match=r"unknown search preset 'gpu'; expected one of \['smoke', 'cpu', 'paper', 'density-cpu', 'pba-cpu'\]"):
         SearchConfig.from_preset("gpu")
 
 

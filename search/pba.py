@@ -1,0 +1,390 @@
+"""Population Based Augmentation (Ho et al., ICML 2019): a policy *schedule* learned while one small
+population of proxy models trains.
+
+``SearchConfig.method == "pba"``, settings :class:`PbaConfig` (``SearchConfig.pba``). One Ray Tune
+experiment named like the search, in its run directory, under Ray Tune's
+``PopulationBasedTraining`` (asynchronous, ``time_attr="epoch"``):
+
+1. **Population.** ``population`` members (:func:`autoaug.search.pba_trial.run_pba_trial`), each
+   the proxy training of ``SearchConfig.train`` (one split, model-init seed and data order for
+   all: common random numbers) starting from its own policy of the search space -- drawn at random
+   (``init: random``), or every probability and magnitude 0 as in PBA (``init: zero``: training
+   starts unaugmented and the schedule adds augmentation as it pays), the warm start's candidates
+   first. Each reports the search score after every epoch and checkpoints its model *and* its
+   policy history every ``perturbation_interval`` epochs.
+2. **Exploit.** At each member's perturbation boundary PBT ranks the population by the search
+   score; a member of the bottom ``quantile`` restarts from the checkpoint of a member of the top
+   ``quantile``: its weights, optimizer, data position and schedule so far.
+3. **Explore.** Its policy is the strong member's, perturbed (:func:`explore_params`, PBA's rule):
+   each parameter is resampled uniformly with ``resample_probability``, otherwise a probability or
+   magnitude moves by 0 to ``max_shift`` steps up or down, clipped to the grid (an operation type
+   is resampled or kept). It trains with that policy from this epoch on.
+4. **Result.** The member with the best final search score; its policy history is the schedule
+   (:class:`autoaug.policies.schedule.Schedule`: stages of ``(start as a fraction of training,
+   policy)``), its last stage's policy the stored policy.
+
+**Search space.** The project's (:class:`~autoaug.search.space.SearchSpace`: ``K`` sub-policies of
+2 operations), not PBA's own formulation (every operation twice with a probability and a magnitude,
+0-2 of them applied per image). A PBA-formulation policy is not a :class:`~autoaug.policies.Policy`
+-- its application rule differs -- so it would need its own application path in DALI and
+torchvision, in the store, ``diff``, the exports and the warm start, and nothing here shows it
+better: with the project's space a schedule's every stage is an ordinary policy that every backend
+applies and every command reads. PBA's explore rule carries over as is to the probability and
+magnitude grids.
+
+**Storage.** The store keeps policies; the schedule is stored with the final stage's policy, in
+its provenance (``method.schedule``, with its content hash, checked when read:
+:func:`autoaug.policies.reference.resolve_schedule`), together with the population, every
+exploit/explore event and each member's lineage.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from autoaug.core.errors import SearchInterruptedError
+from autoaug.core.values import is_int, is_number
+from autoaug.search.method import MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
+from autoaug.search.run_dir import RunDir
+from autoaug.search.space import SearchSpace
+
+if TYPE_CHECKING:
+    from autoaug.search.config import SearchConfig
+
+__all__ = ["PbaConfig", "METHOD", "PBA_INITS", "explore_params", "PbaExplore", "initial_population", "PBA_FILE"]
+
+#: How the population's first policies are drawn.
+PBA_INITS = ("random", "zero")
+#: The method's record in the run directory (the schedule, the events; written when it ends).
+PBA_FILE = "pba.json"
+
+
+@dataclass(frozen=True)
+class PbaConfig(MethodSettings):
+    """The PBA method's own settings (``SearchConfig.pba``; a ``pba`` section in files and
+    ``--set pba.population=8``). Defaults are PBA's (Ho et al., 2019) where they apply.
+
+    Args:
+        population: members trained at once (PBA: 16).
+        perturbation_interval: epochs between a member's exploit/explore decisions (PBA: 3).
+        quantile: the fraction of the population at the bottom that clones one at the top
+            (Ray Tune's ``quantile_fraction``; at most 0.5; PBA: 0.25).
+        resample_probability: probability that explore draws a parameter anew rather than
+            shifting it (PBA: 0.2).
+        max_shift: the largest move, in grid steps, of a probability or a magnitude (PBA: 3).
+        init: ``random`` (every member drawn from the space) or ``zero`` (probabilities and
+            magnitudes 0, as PBA starts).
+    """
+
+    WHAT: ClassVar[str] = "pba"
+    FIELD: ClassVar[str] = "pba"
+
+    population: int = 16
+    perturbation_interval: int = 3
+    quantile: float = 0.25
+    resample_probability: float = 0.2
+    max_shift: int = 3
+    init: str = "random"
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ValueError:
+            return ValueError(f"SearchConfig.pba.{name}: {getattr(self, name)!r} is invalid; expected {expected}")
+
+        if not is_int(self.population) or self.population < 2:
+            raise bad("population", "an integer >= 2 (exploit needs a member to copy)")
+        if not is_int(self.perturbation_interval) or self.perturbation_interval < 1:
+            raise bad("perturbation_interval", "an integer >= 1 (epochs)")
+        if not is_number(self.quantile) or not 0 < self.quantile <= 0.5:
+            raise bad("quantile", "a number in (0, 0.5]")
+        if not is_number(self.resample_probability) or not 0 <= self.resample_probability <= 1:
+            raise bad("resample_probability", "a number in [0, 1]")
+        if not is_int(self.max_shift) or self.max_shift < 0:
+            raise bad("max_shift", "an integer >= 0 (grid steps)")
+        if self.init not in PBA_INITS:
+            raise bad("init", f"one of {list(PBA_INITS)}")
+        object.__setattr__(self, "quantile", float(self.quantile))
+        object.__setattr__(self, "resample_probability", float(self.resample_probability))
+
+
+# ----------------------------------------------------------------------------------------------
+# Explore and the first population
+def explore_params(params: Mapping[str, Any], space: SearchSpace, rng: random.Random, resample_probability: float,
+                   max_shift: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """PBA's explore over ``space``: returns the perturbed parameters and, per parameter, what was
+    done (``resample``, ``+k``/``-k`` steps, ``keep``). Every value stays on the space's grid:
+    operation types among its candidates, probabilities on its grid, magnitudes in its bins."""
+    out: dict[str, Any] = {}
+    ops: dict[str, str] = {}
+    steps = space.num_probabilities - 1
+    for name in space.param_names():
+        value = params[name]
+        if name.endswith("_type"):
+            if rng.random() < resample_probability:
+                out[name], ops[name] = rng.choice(space.op_choices), "resample"
+            else:
+                out[name], ops[name] = value, "keep"
+            continue
+        top = steps if name.endswith("_prob") else space.num_magnitude_bins - 1
+        index = round(float(value) * steps) if name.endswith("_prob") else int(value)
+        if rng.random() < resample_probability:
+            new, ops[name] = rng.randint(0, top), "resample"
+        else:
+            amount = rng.randint(0, max_shift) * rng.choice((-1, 1))
+            new = min(max(index + amount, 0), top)
+            ops[name] = f"{new - index:+d}"
+        out[name] = new / steps if name.endswith("_prob") else new
+    return out, ops
+
+
+class PbaExplore:
+    """PBT's ``custom_explore_fn``: :func:`explore_params` on a member's ``config["policy"]``, the
+    operations recorded in ``config["explore"]``. Picklable (it travels in Tune's experiment state);
+    its random generator is seeded from the search's seed."""
+
+    def __init__(self, space: Mapping[str, Any], resample_probability: float, max_shift: int, seed: int) -> None:
+        self.space = dict(space)
+        self.resample_probability = resample_probability
+        self.max_shift = max_shift
+        self.rng = random.Random(seed)
+
+    def __call__(self, config: dict) -> dict:
+        params, ops = explore_params(config["policy"], SearchSpace.from_dict(self.space), self.rng,
+                                     self.resample_probability, self.max_shift)
+        return {**config, "policy": params, "explore": ops}
+
+
+def initial_population(config: "SearchConfig") -> list[dict[str, Any]]:
+    """The members' first parameters: the warm start's candidates, then ``init``'s draws (seeded
+    by ``SearchConfig.seed``)."""
+    from autoaug.search.warm_start import warm_start_points
+
+    s, space = config.pba, config.space
+    points = list(warm_start_points(config.warm_start, space, store=config.store)) if config.warm_start else []
+    rng = random.Random(config.seed)
+    steps = space.num_probabilities - 1
+    while len(points) < s.population:
+        params: dict[str, Any] = {}
+        for name in space.param_names():
+            if name.endswith("_type"):
+                params[name] = rng.choice(space.op_choices)
+            elif name.endswith("_prob"):
+                params[name] = 0.0 if s.init == "zero" else rng.randint(0, steps) / steps
+            else:
+                params[name] = 0 if s.init == "zero" else rng.randint(0, space.num_magnitude_bins - 1)
+        points.append(params)
+    return points[: s.population]
+
+
+# ----------------------------------------------------------------------------------------------
+# The method
+class PbaMethod:
+    name = "pba"
+    help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
+    settings = PbaConfig
+
+    def check(self, config: "SearchConfig") -> None:
+        s, t = config.pba, config.train
+        if t.val_size == 0:
+            raise ValueError("train.val_size is 0: PBA ranks the population on the validation split; "
+                             "give a validation size (None = every image not used for training)")
+        if t.eval_every != 1 or t.eval_from != 1:
+            setting = "eval_every" if t.eval_every != 1 else "eval_from"
+            raise ValueError(f"train.{setting} is {getattr(t, setting)}: PBA ranks the population on the "
+                             f"validation accuracy after every epoch; set {setting} to 1")
+        if s.perturbation_interval >= t.epochs:
+            raise ValueError(f"pba.perturbation_interval {s.perturbation_interval} is not below train.epochs "
+                             f"{t.epochs}: no member would ever exploit another; lower the interval")
+        if config.rescore:
+            raise ValueError("rescore is on (as in the cpu preset), but PBA returns one schedule: "
+                             "no candidates to choose from; use --preset pba-cpu, or --set rescore=false")
+
+    def num_trials(self, config: "SearchConfig") -> int:
+        return config.pba.population
+
+    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
+        return config.pba.population, "members; raise pba.population"
+
+    def describe(self, config: "SearchConfig") -> list[str]:
+        s, t = config.pba, config.train
+        return [
+            f"  method: population based augmentation, {s.population} members ({s.init} start), perturbed every "
+            f"{s.perturbation_interval} epochs (bottom {s.quantile:g} clones the top, resample probability "
+            f"{s.resample_probability:g}, shifts up to {s.max_shift})",
+            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.epochs} epochs, "
+            f"batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
+        ]
+
+    def can_resume(self, run: RunDir) -> bool:
+        from ray import tune
+
+        return tune.Tuner.can_restore(run.uri)
+
+    def run(self, search: PreparedSearch) -> MethodResult:
+        from ray import tune
+
+        from autoaug.search.experiment import fit
+
+        config, run, s = search.config, search.run, search.config.pba
+        t0 = time.time()
+        trainable = _trainable(search)
+        if tune.Tuner.can_restore(run.uri):
+            from autoaug.search.reconcile import attach_display
+
+            tuner = tune.Tuner.restore(run.uri, trainable=trainable, resume_unfinished=True,
+                                       resume_errored=search.resume_errored)
+            attach_display(tuner, search.display, s.population, config.epochs)
+        else:
+            tuner = _build_tuner(search, trainable)
+        fit(tuner)
+        return _result(search, tuner.get_results(), time.time() - t0)
+
+
+def _trainable(search: PreparedSearch) -> Any:
+    from ray import tune
+
+    from autoaug.search.pba_trial import run_pba_trial
+
+    config = search.config
+    fn = tune.with_parameters(
+        search.trainable or run_pba_trial, train_config=config.train.to_dict(), space=config.space.to_dict(),
+        policy_prefix=config.name, score_window=config.score_window,
+        perturbation_interval=config.pba.perturbation_interval,
+    )
+    return tune.with_resources(fn, {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial})
+
+
+def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
+    from ray import tune
+
+    from autoaug.search.pba_tune import EpochPBT, EventLog
+
+    from autoaug.search.experiment import TRIAL_DIR_PREFIX
+    from autoaug.search.loggers import experiment_loggers
+    from autoaug.search.progress import ProgressCallback
+    from autoaug.search.score import METRIC, MODE
+
+    config, s = search.config, search.config.pba
+    scheduler = EpochPBT(
+        last_epoch=config.epochs, time_attr="epoch", perturbation_interval=s.perturbation_interval, quantile_fraction=s.quantile,
+        resample_probability=s.resample_probability, hyperparam_mutations={},
+        custom_explore_fn=PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed),
+        log_config=True, synch=False,
+    )  # fmt: skip
+
+    def name(trial: Any) -> str:
+        return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
+
+    callbacks: list[Any] = [ProgressCallback(s.population, config.epochs, display=search.display),
+                            EventLog(config.storage, config.name)]
+    callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
+    return tune.Tuner(
+        trainable,
+        param_space={"policy": tune.grid_search(initial_population(config)), "explore": {}},
+        tune_config=tune.TuneConfig(
+            # No limit on concurrent trials: a limiter would create the later members only once the
+            # first ones finished, and PBT ranks members that exist together. The cluster's resources
+            # (cpus_per_trial) decide how many train at a time; PBT pauses and rotates the others.
+            metric=METRIC, mode=MODE, scheduler=scheduler, num_samples=1, reuse_actors=config.reuse_actors,
+            trial_name_creator=name, trial_dirname_creator=name,
+        ),
+        run_config=tune.RunConfig(
+            name=config.name, storage_path=config.storage, callbacks=callbacks,
+            verbose=1 if config.verbose >= 2 else 0,
+            failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
+            # Every checkpoint is kept (they come at perturbation boundaries only: 30 of 0.6 MB per
+            # member of pba-cpu). With a limit, a member that cloned another deletes the clone's
+            # checkpoint as its own old one, under the feet of the clone and of other exploiters
+            # (ray-project/ray#9036, #8441: FileNotFoundError when a checkpoint is registered).
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
+        ),
+    )  # fmt: skip
+
+
+def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
+    from autoaug.policies.schedule import Schedule
+    from autoaug.search.assemble import AssembledPolicy, TrialRecord
+    from autoaug.search.pba_trial import PBA_STATE
+    from autoaug.search.pba_tune import EVENTS_FILE
+    from autoaug.search.rescore import Candidate
+    from autoaug.search.score import METRIC
+
+    config, s = search.config, search.config.pba
+    members = []
+    for index, r in enumerate(results):
+        last = r.metrics or {}
+        trial_id = str(last.get("trial_id") or (r.path or "").rsplit("_", 1)[-1])
+        epochs = int(last.get("epoch") or 0)
+        state, schedule = {}, None
+        if r.checkpoint is not None:
+            with r.checkpoint.as_directory() as d:
+                from autoaug.proxy_models.train import load_checkpoint
+
+                with open(f"{d}/{PBA_STATE}") as f:
+                    state = json.load(f)
+                schedule = Schedule.from_dict(load_checkpoint(d)["schedule"])
+        status = "failed" if r.error is not None else ("completed" if epochs >= config.epochs else "running")
+        params = dict(state.get("params") or (r.config or {}).get("policy", {}))
+        policy = None
+        if schedule is not None:
+            policy = schedule.final
+        record = TrialRecord(
+            trial_id=trial_id, index=index, status=status, params=params, policy=policy,
+            score=last.get(METRIC) if status == "completed" else None, epochs=epochs,
+            train_time_s=last.get("train_time_s"), num_failures=0,
+            error=None if r.error is None else f"{type(r.error).__name__}: {str(r.error).splitlines()[0][:300]}",
+        )  # fmt: skip
+        members.append((record, schedule, state))
+    records = [m[0] for m in members]
+    events = list(search.run.read_json(EVENTS_FILE)) if search.run.exists(EVENTS_FILE) else []
+    finished = [r for r in records if r.finished]
+    if len(finished) < s.population:
+        raise SearchInterruptedError(
+            f"search {config.name!r} stopped with {len(finished)} of {s.population} members trained to the end; "
+            + resume_hint(config)
+        )
+    scored = [m for m in members if m[0].succeeded and m[1] is not None]
+    if not scored:
+        raise all_failed(records, config.name, "members")
+    best, schedule, state = max(scored, key=lambda m: (m[0].score, -m[0].index))
+    schedule = schedule.with_name(config.name)
+    final = schedule.final.with_name(config.name)
+    assembled = AssembledPolicy(policy=final, selected=(best,), duplicates_removed=0,
+                                sources=(best.trial_id,) * len(final.sub_policies))
+    events.sort(key=lambda e: (e["epoch"], e["member"]))
+    record = {
+        "name": "pba",
+        **s.to_dict(),
+        "explore": "resample each parameter with resample_probability, else shift a probability/magnitude by "
+                   "0..max_shift grid steps (clipped); operation types resampled or kept",
+        "best_member": best.trial_id,
+        "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash},
+        "schedule_hash": schedule.content_hash,
+        "stored_policy": "the schedule's last stage",
+        "stage_epochs": schedule.start_epochs(config.epochs),
+        "lineage": list(state.get("lineage", [])),
+        "events": events,
+        "members": [{"trial_id": r.trial_id, "score": r.score, "status": r.status,
+                     "stages": None if sch is None else len(sch.stages),
+                     "schedule_hash": None if sch is None else sch.content_hash}
+                    for r, sch, _ in members],
+    }  # fmt: skip
+    search.run.write_json(PBA_FILE, record)
+    search.display.log(
+        f"pba: best member {best.trial_id} ({METRIC} {best.score:.4f}), schedule of {len(schedule.stages)} "
+        f"stage(s) from epochs {[e + 1 for e in schedule.start_epochs(config.epochs)]}; "
+        f"{sum(1 for e in events)} exploit/explore events in the population"
+    )
+    return MethodResult(
+        trials=records, assembled=assembled,
+        candidates=[Candidate("pba_schedule", final, (best.trial_id,), best.score)],
+        optuna={"storage": None, "study_name": None, "num_trials": 0, "consistent_with_tune": True,
+                "problems": [], "note": "PBA uses no Optuna study: PBT's exploit/explore proposes the policies"},
+        timing={"population_wall_s": wall},
+        provenance=record,
+    )  # fmt: skip
+
+
+METHOD = PbaMethod()

@@ -1,0 +1,131 @@
+"""What one member of a PBA population runs (:mod:`autoaug.search.pba`): the proxy training under a
+schedule that grows as Ray Tune's ``PopulationBasedTraining`` exploits and explores.
+
+Kept small, like :mod:`autoaug.search.trial`, so that Ray workers import only this, the search
+space, the schedule and the trainer.
+
+A member trains the proxy (``SearchConfig.train``) epoch by epoch with the trainer's own loop
+(:func:`autoaug.proxy_models.train.train` given a :class:`~autoaug.policies.schedule.Schedule`)
+and reports the search score after every epoch. At every perturbation boundary (and after the
+last epoch) its report carries a checkpoint: the trainer's ``checkpoint.pt`` (model, optimizer,
+learning-rate schedule, DALI loader state, the policy of every epoch trained and the schedule so
+far) and ``pba.json`` (the member that wrote it, its current parameters and its lineage of
+exploit/explore events). So when PBT makes a weak member exploit a strong one -- restart it from
+the strong one's checkpoint with a perturbed copy of its configuration -- the member continues
+the strong one's *weights and policy history* together: its schedule is the strong member's up to
+this epoch, then its own perturbed policy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+from autoaug.search.score import METRIC, search_score
+from autoaug.search.space import SearchSpace
+
+__all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "start_schedule"]
+
+#: The PBA part of a member's checkpoint (next to the trainer's ``checkpoint.pt``).
+PBA_STATE = "pba.json"
+#: The result key of a report announcing exploit/explore events (a JSON list).
+EVENTS_KEY = "pba_events"
+#: Trainer metric names that would collide with Ray Tune's automatic ones / mean nothing outside.
+_RENAMES = {"time_total_s": "train_time_s"}
+_DROPPED = ("checkpoint_dir",)
+
+
+def start_schedule(me: str, params: dict, operations: dict, policy: Any, checkpoint: dict | None,
+                   state: dict | None, epochs: int) -> tuple[Any, list[dict], list[dict]]:
+    """The schedule a member trains, its lineage and the events of this start.
+
+    ``checkpoint``/``state``: the trainer checkpoint and ``pba.json`` it starts from (None: a new
+    member). A checkpoint written by another member is an exploit (the member clones it) followed
+    by an explore (its own, perturbed policy from this epoch on); its own checkpoint (a restart
+    after a pause, a failure or a driver restart) continues as it was. ``operations``: how the
+    explore changed each parameter (``resample``, ``+2``, ...), recorded with the changes.
+    """
+    from autoaug.policies.schedule import Schedule
+
+    if checkpoint is None:
+        return Schedule(policy.name, [(0.0, policy)]), [], []
+    done = int(checkpoint["epoch"])
+    prior = Schedule.from_dict(checkpoint["schedule"])
+    state = state or {}
+    lineage = list(state.get("lineage", []))
+    owner = state.get("member", me)
+    if owner == me:
+        return prior, lineage, []
+    old = state.get("params", {})
+    changes = {k: [old.get(k), v] for k, v in params.items() if old.get(k) != v}
+    event = {
+        "epoch": done, "member": me, "cloned": owner, "clone_policy_hash": prior.at(done - 1, epochs).content_hash
+        if done > 0 else None, "policy_hash": policy.content_hash,
+        "changes": {k: [*v, operations.get(k)] for k, v in sorted(changes.items())},
+    }  # fmt: skip
+    lineage.append(event)
+    return prior.then(done / epochs, policy), lineage, [event]
+
+
+def run_pba_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1,
+                  perturbation_interval: int = 1) -> None:
+    """Ray Tune function trainable of one PBA member (see the module documentation).
+
+    ``config["policy"]``: the member's current search-space parameters (PBT's explore rewrites
+    them, :func:`autoaug.search.pba.explore_params`); ``config["explore"]``: how the last explore
+    changed them (recorded in the events).
+    """
+    from ray import tune
+
+    from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
+
+    search_space = SearchSpace.from_dict(space)
+    cfg = TrainConfig.from_dict(train_config)
+    me = tune.get_context().get_trial_id() or "local"
+    params = dict(config["policy"])
+    policy = search_space.to_policy(params, name=f"{policy_prefix}-{me}")
+
+    val_accuracies: list[float | None] = []
+    with tempfile.TemporaryDirectory(prefix="autoaug-pba-") as scratch:
+        checkpoint = tune.get_checkpoint()
+        trainer_state = pba_state = None
+        resume_dir = None
+        with (checkpoint.as_directory() if checkpoint is not None else _nothing()) as resume_from:
+            if resume_from is not None:
+                trainer_state = load_checkpoint(resume_from)
+                path = os.path.join(resume_from, PBA_STATE)
+                if os.path.exists(path):
+                    with open(path) as f:
+                        pba_state = json.load(f)
+                val_accuracies.extend(row.get("val_accuracy") for row in trainer_state["history"])
+                resume_dir = resume_from
+            schedule, lineage, events = start_schedule(me, params, dict(config.get("explore") or {}), policy,
+                                                       trainer_state, pba_state, cfg.epochs)
+            pending = list(events)
+
+            def report(metrics: dict[str, Any]) -> None:
+                out = {_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
+                val_accuracies.append(metrics.get("val_accuracy"))
+                out[METRIC] = search_score(val_accuracies, score_window)
+                out["stage"] = schedule.stage_index(int(metrics["epoch"]) - 1, cfg.epochs)
+                if pending:
+                    out[EVENTS_KEY] = json.dumps(pending)
+                    pending.clear()
+                epoch = int(metrics["epoch"])
+                if epoch % perturbation_interval == 0 or epoch == cfg.epochs:
+                    with open(os.path.join(scratch, PBA_STATE), "w") as f:
+                        json.dump({"member": me, "params": params, "lineage": lineage}, f)
+                    tune.report(out, checkpoint=tune.Checkpoint.from_directory(scratch))
+                else:
+                    tune.report(out)
+
+            train(cfg, schedule, report=report, checkpoint_dir=scratch, resume_from=resume_dir)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -1,0 +1,62 @@
+"""The Ray Tune pieces of the PBA method (:mod:`autoaug.search.pba`): the scheduler and the
+callback recording the population's exploit/explore events.
+
+Their own module because they subclass Ray classes (importing Ray), and Tune pickles both with the
+experiment state: a restored search finds them here by name.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import PopulationBasedTraining
+
+from autoaug.search.pba_trial import EVENTS_KEY
+from autoaug.search.run_dir import RunDir
+
+__all__ = ["EpochPBT", "EventLog", "EVENTS_FILE"]
+
+#: Every exploit/explore event of the population, as the driver received them (run directory).
+EVENTS_FILE = "pba_events.json"
+
+
+class EpochPBT(PopulationBasedTraining):
+    """PBT that leaves a member's last epoch alone: exploiting there would copy a finished member
+    into one with nothing left to train (and start a stage at 100% of training)."""
+
+    def __init__(self, *, last_epoch: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.last_epoch = last_epoch
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        if int(result.get("epoch") or 0) >= self.last_epoch:
+            return self.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
+
+
+class EventLog(tune.Callback):
+    """Writes each event a member reports (:data:`autoaug.search.pba_trial.EVENTS_KEY`: the first
+    report after it cloned another) to ``EVENTS_FILE`` in the run directory as it arrives. A member's
+    own lineage survives in its checkpoints only until it clones another; this log keeps every
+    branch. A restarted driver appends to what the file holds (an event seen twice is kept once)."""
+
+    def __init__(self, storage: str, name: str) -> None:
+        self.storage, self.name = storage, name
+
+    def _run(self) -> RunDir:
+        return RunDir(self.storage, self.name)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        cell = result.get(EVENTS_KEY)
+        if not cell:
+            return
+        run = self._run()
+        events = run.read_json(EVENTS_FILE) if run.exists(EVENTS_FILE) else []
+        keys = {_key(e) for e in events}
+        events += [e for e in json.loads(cell) if _key(e) not in keys]
+        run.write_json(EVENTS_FILE, events)
+
+
+def _key(event: dict) -> tuple:
+    return event["epoch"], event["member"], event["cloned"], event["policy_hash"]

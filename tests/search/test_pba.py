@@ -1,0 +1,308 @@
+"""The PBA method (Population Based Augmentation on Ray Tune's PBT): its settings and bad input,
+explore inside the search space, exploit carrying weights and policy history together, a smoke
+search that stores a schedule, and a driver killed with SIGKILL whose search resumes."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autoaug.launch.cli import build_parser, main
+from autoaug.launch.search_cmd import build_search_config
+from autoaug.policies import Policy
+from autoaug.policies.schedule import Schedule
+from autoaug.search.config import PbaConfig, SearchConfig
+from autoaug.search.pba import explore_params, initial_population
+from autoaug.search.space import SearchSpace
+
+REPO = Path(__file__).resolve().parents[2]
+# Four members of 256 images, 4 epochs, perturbed after every epoch, half the population cloning.
+TINY = ["--method", "pba", "--set", "pba.population=4", "--set", "pba.perturbation_interval=1",
+        "--set", "pba.quantile=0.5", "--set", "train.epochs=4", "--set", "train.train_size=256",
+        "--set", "train.batch_size=32"]
+
+
+def _config(argv):
+    return build_search_config(build_parser().parse_args(["search", *argv]))
+
+
+def _dirs(tmp_path):
+    return ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+
+
+# ------------------------------------------------------------------------------------------------
+# Settings
+def test_pba_settings_come_from_the_preset_and_set():
+    preset = _config(["--data", "x.parquet", "--preset", "pba-cpu"])
+    assert preset.method == "pba" and preset.pba.population == 8 and preset.pba.perturbation_interval == 4
+    assert preset.train.epochs == 120 and not preset.rescore and preset.base is None
+    c = _config(["--data", "x.parquet", *TINY, "--set", "pba.resample_probability=0.5", "--set", "pba.init=zero"])
+    assert c.pba == PbaConfig(population=4, perturbation_interval=1, quantile=0.5, resample_probability=0.5,
+                              init="zero")
+    assert SearchConfig.from_dict(c.to_dict()) == c
+    assert c.search_method.num_trials(c) == 4
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "pba.population=1"], "SearchConfig.pba.population: 1 is invalid; expected an integer >= 2"),
+    (["--set", "pba.quantile=0.7"], "SearchConfig.pba.quantile: 0.7 is invalid; expected a number in (0, 0.5]"),
+    (["--set", "pba.resample_probability=2"], "SearchConfig.pba.resample_probability: 2 is invalid"),
+    (["--set", "pba.bogus=1"], "unknown pba setting(s) ['bogus']"),
+    (["--set", "pba.perturbation_interval=4"], "pba.perturbation_interval 4 is not below train.epochs 4"),
+    (["--set", "train.val_size=0"], "train.val_size is 0: PBA ranks the population"),
+    (["--set", "rescore=true"], "use --preset pba-cpu, or --set rescore=false"),
+])
+def test_bad_pba_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_train, argv, message):
+    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "bad", *TINY, *argv,
+                 *_dirs(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# Explore
+@pytest.mark.parametrize("resample, shift", [(0.0, 0), (0.0, 3), (0.2, 3), (1.0, 3), (0.5, 9)])
+def test_explore_stays_inside_the_space(resample, shift):
+    space = SearchSpace(num_sub_policies=3, exclude_ops=("SamplePairing", "Invert"), num_magnitude_bins=7,
+                        num_probabilities=6)
+    config = SearchConfig(name="x", train={"preset": "smoke"}, space=space, method="pba")
+    rng = random.Random(7)
+    params = initial_population(config)[0]
+    steps = space.num_probabilities - 1
+    for _ in range(300):
+        new, ops = explore_params(params, space, rng, resample, shift)
+        space.to_policy(new)  # on the grid, candidate operations, bins in range: else ValueError
+        assert set(new) == set(params) == set(ops)
+        for name, value in new.items():
+            if name.endswith("_type"):
+                assert value in space.op_choices and (ops[name] == "resample" or value == params[name])
+            elif ops[name] != "resample":  # a shift: at most `shift` grid steps, clipped
+                old_i = round(params[name] * steps) if name.endswith("_prob") else params[name]
+                new_i = round(value * steps) if name.endswith("_prob") else value
+                assert abs(new_i - old_i) <= shift and int(ops[name]) == new_i - old_i
+        if resample == 0 and shift == 0:
+            assert new == params
+        params = new
+    # Resampling with probability 1 visits the whole grid of a magnitude.
+    if resample == 1.0:
+        seen = {explore_params(params, space, rng, 1.0, 0)[0]["sp0_op0_mag"] for _ in range(200)}
+        assert seen == set(range(space.num_magnitude_bins))
+
+
+def test_zero_init_starts_unaugmented_and_warm_start_comes_first():
+    config = SearchConfig(name="x", train={"preset": "smoke"}, method="pba", pba={"population": 3, "init": "zero"},
+                          warm_start=("autoaugment-cifar10",), space={"num_sub_policies": 25})
+    members = initial_population(config)
+    assert len(members) == 3
+    assert config.space.to_policy(members[0]).sub_policies == config.space.to_policy(
+        config.space.to_params(config.space.to_policy(members[0]))).sub_policies
+    assert all(m[k] == 0 for m in members[1:] for k in m if k.endswith(("_prob", "_mag")))
+
+
+# ------------------------------------------------------------------------------------------------
+# Exploit: weights and policy history travel together
+class _FakeTune:
+    """The parts of ``ray.tune`` a function trainable calls, for one member outside Tune."""
+
+    def __init__(self, trial_id, checkpoint=None):
+        from ray import tune
+
+        self.trial_id, self.checkpoint, self.reports = trial_id, checkpoint, []
+        self.Checkpoint = tune.Checkpoint
+        self.saved = []
+
+    def install(self, monkeypatch):
+        from ray import tune
+
+        monkeypatch.setattr(tune, "get_checkpoint", lambda: self.checkpoint)
+        monkeypatch.setattr(tune, "get_context", lambda: type("C", (), {"get_trial_id": lambda _: self.trial_id})())
+        monkeypatch.setattr(tune, "report", self.report)
+
+    def report(self, metrics, checkpoint=None):
+        self.reports.append(dict(metrics))
+        if checkpoint is not None:  # keep a copy, as Tune persists it
+            import shutil
+            import tempfile
+
+            dest = tempfile.mkdtemp(prefix="fake-tune-")
+            shutil.copytree(checkpoint.path, dest, dirs_exist_ok=True)
+            self.saved.append(dest)
+
+
+def _run_member(monkeypatch, trial_id, params, space, train_config, checkpoint=None, explore=None):
+    from ray import tune
+
+    from autoaug.search.pba_trial import run_pba_trial
+
+    fake = _FakeTune(trial_id, None if checkpoint is None else tune.Checkpoint.from_directory(checkpoint))
+    with monkeypatch.context() as m:
+        fake.install(m)
+        run_pba_trial({"policy": params, "explore": explore or {}}, train_config=train_config.to_dict(),
+                      space=space.to_dict(), policy_prefix="t", perturbation_interval=2)
+    return fake
+
+
+def test_a_member_that_clones_another_continues_its_weights_with_its_policy_history(monkeypatch, cifar_train):
+    from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
+
+    space = SearchSpace(num_sub_policies=2)
+    cfg = TrainConfig.from_preset("smoke", data=str(cifar_train), train_size=128, val_size=64, epochs=4,
+                                  batch_size=32, num_threads=1)
+    rng = random.Random(3)
+    config = SearchConfig(name="x", train={"preset": "smoke"}, space=space, method="pba", pba={"population": 2})
+    params_a, params_b = initial_population(config)
+    params_b, ops = explore_params(params_a, space, rng, 0.5, 3)
+    a = _run_member(monkeypatch, "A", params_a, space, cfg)
+    # A checkpoints at its perturbation boundaries (epochs 2 and 4): B clones A's epoch-2 checkpoint.
+    assert [r["epoch"] for r in a.reports] == [1, 2, 3, 4] and len(a.saved) == 2
+    b = _run_member(monkeypatch, "B", params_b, space, cfg, checkpoint=a.saved[0], explore=ops)
+    assert [r["epoch"] for r in b.reports] == [3, 4]  # continues after A's epoch 2, not from scratch
+    (event,) = json.loads(b.reports[0]["pba_events"])
+    assert event["epoch"] == 2 and event["member"] == "B" and event["cloned"] == "A"
+    assert event["changes"] and all(v[2] == ops[k] for k, v in event["changes"].items())
+    final = load_checkpoint(b.saved[-1])
+    pa, pb = space.to_policy(params_a), space.to_policy(params_b)
+    schedule = Schedule.from_dict(final["schedule"])
+    assert [s.start for s in schedule.stages] == [0.0, 0.5]
+    assert [s.policy.content_hash for s in schedule.stages] == [pa.content_hash, pb.content_hash]
+    assert final["epoch_policy_hashes"] == [pa.content_hash] * 2 + [pb.content_hash] * 2
+    assert json.loads(Path(b.saved[-1], "pba.json").read_text())["lineage"] == [event]
+    # B's epochs 3-4 are exactly those of one uninterrupted run of A's policy then B's: B started from
+    # A's weights, optimizer, learning-rate schedule and data position, and trained with its own policy.
+    reference = train(cfg, Schedule("r", [(0.0, pa), (0.5, pb)]))
+    keys = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr")
+    assert [{k: r[k] for k in keys} for r in b.reports] == [{k: r[k] for k in keys} for r in reference.history[2:]]
+    assert [{k: r[k] for k in keys} for r in a.reports[:2]] == [{k: r[k] for k in keys} for r in reference.history[:2]]
+    # Restarted from its own checkpoint (a pause, a failure, a driver restart), a member continues
+    # as it was: no event, the same schedule.
+    again = _run_member(monkeypatch, "A", params_a, space, cfg, checkpoint=a.saved[0])
+    assert [r["epoch"] for r in again.reports] == [3, 4] and "pba_events" not in again.reports[0]
+    assert [{k: r[k] for k in keys} for r in again.reports] == [{k: r[k] for k in keys} for r in a.reports[2:]]
+    assert [s.policy.content_hash for s in Schedule.from_dict(load_checkpoint(again.saved[-1])["schedule"]).stages] \
+        == [pa.content_hash]
+
+
+# ------------------------------------------------------------------------------------------------
+# End to end
+def _stored_schedule(store_dir, ref):
+    from autoaug.policies.store import PolicyStore
+
+    stored = PolicyStore(str(store_dir))
+    return stored.load(ref), stored.get(ref).provenance
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_path, capsys, cifar_train):
+    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "pb", *TINY, *_dirs(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert "stored as pb@1" in out and "pba: best member" in out and "schedule: " in out
+    policy, prov = _stored_schedule(tmp_path / "store", "pb@1")
+    method = prov["method"]
+    assert method["name"] == "pba" and method["population"] == 4 and method["perturbation_interval"] == 1
+    schedule = Schedule.from_dict(method["schedule"])  # its content hash checked
+    assert schedule.final.content_hash == policy.content_hash  # the stored policy is the last stage
+    assert schedule.name == "pb" and method["schedule_hash"] == schedule.content_hash
+    members = {m["trial_id"] for m in method["members"]}
+    assert len(members) == 4 and method["best_member"] in members
+    assert all(m["status"] == "completed" and m["score"] is not None for m in method["members"])
+    assert prov["best"]["trial_id"] == method["best_member"]
+    assert prov["best"]["score"] == max(m["score"] for m in method["members"])
+    events = method["events"]
+    assert events, "half the population clones the other half after every epoch: some member must have"
+    for e in events:
+        assert e["member"] in members and e["cloned"] in members and e["member"] != e["cloned"]
+        assert 1 <= e["epoch"] < 4
+    # The best member's lineage is among the population's events, and makes its schedule's stages.
+    key = lambda e: (e["epoch"], e["member"], e["policy_hash"])  # noqa: E731
+    assert {key(e) for e in method["lineage"]} <= {key(e) for e in events}
+    assert len(schedule.stages) <= 1 + len(method["lineage"])
+    result = json.loads((tmp_path / "runs" / "pb" / "result.json").read_text())
+    assert result["policy_hash"] == policy.content_hash
+
+
+def _wait_for(predicate, timeout, proc):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cifar_train):
+    base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
+    dirs = _dirs(tmp_path)
+    argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", *TINY,
+            "--set", "train.epochs=6", *dirs]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run = tmp_path / "runs" / "crash"
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    try:
+        # Kill once every member has checkpointed at least twice (in the middle of the search).
+        def far_enough():
+            trials = list(run.glob("trial_*"))
+            return len(trials) == 4 and all(len(list(t.glob("checkpoint_*"))) >= 2 for t in trials)
+
+        ok = _wait_for(far_enough, 500, proc)
+        assert ok, "".join(lines[-40:])
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == -signal.SIGKILL
+    assert not (run / "result.json").exists()
+    before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
+
+    time.sleep(1)
+    resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=600, start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stored as crash@1" in resumed.stdout
+    # The same four members finished (no new population), keeping what the killed driver had saved.
+    after = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
+    assert set(after) == set(before) and all(set(before[t]) <= set(after[t]) for t in before)
+    policy, prov = _stored_schedule(tmp_path / "store", "crash@1")
+    schedule = Schedule.from_dict(prov["method"]["schedule"])
+    assert schedule.final.content_hash == policy.content_hash
+    assert all(m["status"] == "completed" for m in prov["method"]["members"])
+    assert len(prov["search"]["config"]) and prov["time"]
+
+
+def test_a_config_file_sets_the_pba_section(tmp_path):
+    file = tmp_path / "search.yaml"
+    file.write_text("method: pba\npba:\n  population: 6\n  perturbation_interval: 2\n  init: zero\n")
+    c = _config(["--data", "x.parquet", "--preset", "smoke", "--config", str(file), "--set", "train.epochs=8"])
+    assert c.method == "pba" and c.pba == PbaConfig(population=6, perturbation_interval=2, init="zero")
+
+
+def test_report_of_a_pba_search_says_where_its_record_is_in_one_line(tmp_path, capsys):
+    run = tmp_path / "runs" / "p"
+    run.mkdir(parents=True)
+    (run / "search_config.json").write_text(json.dumps({"config": {"method": "pba", "name": "p"}}))
+    code = main(["report", "p", "--storage", str(tmp_path / "runs"), "--out", str(tmp_path / "r.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a PBA search: no Optuna study" in err and "autoaug policies show p" in err
+    assert len(err.strip().splitlines()) == 1

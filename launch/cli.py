@@ -139,7 +139,20 @@ def _require(func, command: str) -> None:
         require(needs, f"autoaug {command}")
 
 
+def _fatal_signals_leave_a_trace() -> None:
+    """A crash in native code (a segfault in a library) prints the Python stack on stderr instead
+    of ending the command without a word (``faulthandler``; on only where stderr is a real file)."""
+    import faulthandler
+
+    if not faulthandler.is_enabled():
+        try:
+            faulthandler.enable()
+        except (AttributeError, ValueError, OSError):  # stderr replaced by an object without a file
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _fatal_signals_leave_a_trace()
     with warnings.catch_warnings():
         warnings.filterwarnings("always", category=AutoaugWarning)
         shown, printed = warnings.showwarning, set()

@@ -243,10 +243,52 @@ def in_mount_namespace():
 
     probe = ["unshare", "--user", "--map-root-user", "--mount", "true"]
     if not shutil.which("unshare") or subprocess.run(probe, capture_output=True).returncode != 0:
-        pytest.skip("needs unprivileged user+mount namespaces (unshare) for a real tmpfs")
+        why = "needs unprivileged user+mount namespaces (unshare) for a real tmpfs"
+        if os.environ.get("CI"):  # CI runs on a machine that has them: a skip there would hide a test
+            pytest.fail(why)
+        pytest.skip(why)
 
     def run(script: str, env: dict, timeout: float = 300) -> "subprocess.CompletedProcess[str]":
         return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script], env=env,
                               capture_output=True, text=True, timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def kill_driver():
+    """``kill(argv, env, until, timeout) -> lines``: start an ``autoaug`` driver in its own session
+    (its output lines collected as they come), wait until ``until(lines)`` holds, then kill -9 it
+    and every process of its session (the embedded Ray it started). Fails if the driver exits on
+    its own or ``until`` does not hold within ``timeout`` seconds; returns every line it printed."""
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    def kill(argv: list, env: dict, until, timeout: float) -> list:
+        proc = subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        lines: list[str] = []
+
+        def read() -> None:
+            for line in proc.stdout:
+                lines.append(line)
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            deadline = time.time() + timeout
+            while not until(lines):
+                assert proc.poll() is None and time.time() < deadline, "".join(lines[-40:])
+                time.sleep(0.2)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver
+            except ProcessLookupError:
+                pass
+        assert proc.returncode == -signal.SIGKILL
+        return lines
+
+    return kill

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -211,18 +210,13 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
     assert not (tmp_path / "store" / "doomed").exists()
 
 
-def _read_lines(stream, lines, finished, k):
-    for line in stream:
-        lines.append(line)
-        if line.startswith("[") and "] trial " in line and "FAILED" not in line:
-            finished.append(line)
-            if len(finished) >= k:
-                return
+def _finished(lines):
+    return [line for line in lines if line.startswith("[") and "] trial " in line and "FAILED" not in line]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_train):
+def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_train, kill_driver):
     num_trials, kill_after = 5, 2
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
@@ -231,22 +225,7 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_t
             "--set", "train.val_size=128", *dirs]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # Own session: after killing the driver, the embedded Ray it started is killed by group id.
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    lines, finished = [], []
-    reader = threading.Thread(target=_read_lines, args=(proc.stdout, lines, finished, kill_after), daemon=True)
-    reader.start()
-    reader.join(timeout=400)
-    try:
-        assert len(finished) >= kill_after, "".join(lines[-40:])
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == -signal.SIGKILL
+    finished = _finished(kill_driver(argv, env, lambda lines: len(_finished(lines)) >= kill_after, 400))
     before = {line.split("trial ")[1].split()[0]: line for line in finished}
     run = tmp_path / "runs" / "crash"
     assert not (run / "result.json").exists()

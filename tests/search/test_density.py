@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -142,42 +140,17 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
     assert meta["method"]["name"] == "density" and meta["method"]["fold_models"] == method["fold_models"]
 
 
-def _wait_for(predicate, timeout, proc):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, cifar_train):
+def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, cifar_train, kill_driver):
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
     argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", "--method", "density",
             "--folds", "2", "--rounds", "1", "--trials-per-round", "6", "--top-per-round", "2", *TINY, *dirs]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-    try:
-        # Kill once both fold models are saved and the first round has scored a candidate.
-        ok = _wait_for(lambda: any(line.startswith("[") and "] trial " in line for line in lines), 400, proc)
-        assert ok, "".join(lines[-40:])
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == -signal.SIGKILL
+    # Kill once both fold models are saved and the first round has scored a candidate.
+    kill_driver(argv, env, lambda lines: any(line.startswith("[") and "] trial " in line for line in lines), 400)
     assert not (run / "result.json").exists()
     folds = run / "folds"
     saved = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())}

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -233,46 +231,21 @@ def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_p
     assert result["policy_hash"] == policy.content_hash
 
 
-def _wait_for(predicate, timeout, proc):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cifar_train):
+def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cifar_train, kill_driver):
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
     argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", *TINY,
             "--set", "train.epochs=6", *dirs]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-    try:
-        # Kill once every member has checkpointed at least twice (in the middle of the search).
-        def far_enough():
-            trials = list(run.glob("trial_*"))
-            return len(trials) == 4 and all(len(list(t.glob("checkpoint_*"))) >= 2 for t in trials)
+    # Kill once every member has checkpointed at least twice (in the middle of the search).
+    def far_enough(lines):
+        trials = list(run.glob("trial_*"))
+        return len(trials) == 4 and all(len(list(t.glob("checkpoint_*"))) >= 2 for t in trials)
 
-        ok = _wait_for(far_enough, 500, proc)
-        assert ok, "".join(lines[-40:])
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == -signal.SIGKILL
+    kill_driver(argv, env, far_enough, 500)
     assert not (run / "result.json").exists()
     before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
 

@@ -382,7 +382,7 @@ def rebased_best(work: Path, found_base: str) -> str | None:
     None when the search kept ``standard``, the published policies' own base."""
     if found_base == "standard":
         return None
-    from autoaug.policies import resolve_policy
+    from autoaug.policies import Policy, resolve_policy
 
     summary = summarize(_read_runs(work / "eval"))
     best = max((b for b in STRONG if b in summary), key=lambda b: summary[b]["mean"])
@@ -391,8 +391,7 @@ def rebased_best(work: Path, found_base: str) -> str | None:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
     policy = resolve_policy(best).with_base(found_base)
-    path.write_text(type(policy)(name, policy.num_magnitude_bins, policy.sub_policies, policy.base,
-                                 policy.ranges).to_json())
+    path.write_text(Policy(name, policy.num_magnitude_bins, policy.sub_policies, policy.base, policy.ranges).to_json())
     return str(path)
 
 

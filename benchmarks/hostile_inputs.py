@@ -95,8 +95,9 @@ class Runner:
         """Rows for ``autoaug`` commands run by ``script`` on a real full filesystem: a tmpfs mounted
         at ``$D`` in a new user and mount namespace (``unshare``), so no root is needed. The script
         runs the k-th command as ``$AUTOAUG <args> >$LOG/k.out 2>$LOG/k.err; echo $? >$LOG/k.rc``."""
-        logs = Path(tempfile.mkdtemp(dir=self.root, prefix="log"))
-        mnt = Path(tempfile.mkdtemp(dir=self.root, prefix="mnt"))
+        self.disks = getattr(self, "disks", 0) + 1
+        logs, mnt = self.root / f"log{self.disks}", self.root / f"full{self.disks}"
+        logs.mkdir(), mnt.mkdir()
         env = {**self.env, "D": str(mnt), "LOG": str(logs), "AUTOAUG": " ".join(EXE), "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         argv = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", "set -u\n" + script]

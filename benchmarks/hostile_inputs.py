@@ -73,9 +73,13 @@ class Runner:
         started = time.monotonic()
         proc = subprocess.run([*EXE, *argv], cwd=cwd or self.root, env=env or self.env, capture_output=True, text=True,
                               input=stdin, timeout=1800)
-        err = [line for line in proc.stderr.splitlines() if line.strip()]
-        out = [line for line in proc.stdout.splitlines() if line.strip()]
-        if proc.returncode == 0:
+        return self.add(label, proc.returncode, proc.stdout, proc.stderr, started)
+
+    def add(self, label: str, code: int, stdout: str, stderr: str, started: float) -> int:
+        """One row: a command's exit code and the message the user sees from its output."""
+        err = [line for line in stderr.splitlines() if line.strip()]
+        out = [line for line in stdout.splitlines() if line.strip()]
+        if code == 0:
             warnings = [line for line in err if line.startswith("autoaug: warning:")]
             message = " / ".join([*(out[-1:]), *warnings[:1]])
         else:
@@ -83,9 +87,33 @@ class Runner:
             if len(err) > 1 and any("Traceback" in line for line in err):
                 message = f"TRACEBACK ({len(err)} lines): {message}"
         shown = message if len(message) <= 300 else message[:297] + f"... ({len(message):,} characters)"
-        self.rows.append((label, proc.returncode, shown))
-        print(f"[{time.monotonic() - started:5.1f}s] exit {proc.returncode}  {label}: {shown}", flush=True)
-        return proc.returncode
+        self.rows.append((label, code, shown))
+        print(f"[{time.monotonic() - started:5.1f}s] exit {code}  {label}: {shown}", flush=True)
+        return code
+
+    def full_disk(self, labels: list[str], script: str) -> None:
+        """Rows for ``autoaug`` commands run by ``script`` on a real full filesystem: a tmpfs mounted
+        at ``$D`` in a new user and mount namespace (``unshare``), so no root is needed. The script
+        runs the k-th command as ``$AUTOAUG <args> >$LOG/k.out 2>$LOG/k.err; echo $? >$LOG/k.rc``."""
+        self.disks = getattr(self, "disks", 0) + 1
+        logs, mnt = self.root / f"log{self.disks}", self.root / f"full{self.disks}"
+        logs.mkdir(), mnt.mkdir()
+        env = {**self.env, "D": str(mnt), "LOG": str(logs), "AUTOAUG": " ".join(EXE), "PYTHONUNBUFFERED": "1"}
+        started = time.monotonic()
+        argv = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", "set -u\n" + script]
+        if shutil.which("unshare") is None or subprocess.run(["unshare", "--user", "--map-root-user", "--mount",
+                                                              "true"]).returncode != 0:
+            for label in labels:
+                self.rows.append((label, -1, "not run: needs unprivileged user+mount namespaces (unshare)"))
+            return
+        subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=1800)
+        for k, label in enumerate(labels, 1):
+            rc = logs / f"{k}.rc"
+            if not rc.exists():
+                self.rows.append((label, -1, "not run (the script stopped before it)"))
+                continue
+            self.add(label, int(rc.read_text()), (logs / f"{k}.out").read_text(), (logs / f"{k}.err").read_text(),
+                     started)
 
     def table(self) -> str:
         def cell(text: str) -> str:
@@ -260,6 +288,33 @@ def main() -> None:
         (root / "dup.yaml").write_text("preset: smoke\ntrain:\n  epochs: 2\n  epochs: 5\n")
         r.run("--config YAML with a key twice (search)", ["search", "--data", str(good), "--config", str(root / "dup.yaml")])
         r.run("policies show a@1 --store that does not exist", ["policies", "show", "a@1", "--store", str(root / "nostore")])
+
+        # --- a full filesystem met mid-run (a real tmpfs that fills up) -------------------------
+        (root / "pol.json").write_text(json.dumps(pol))
+        r.full_disk(["policies import into a store whose filesystem is full (64 KiB tmpfs)",
+                     "policies import again once space is freed"], f"""
+mount -t tmpfs -o size=64k tmpfs "$D"
+$AUTOAUG policies import {root / "pol.json"} --name x --store "$D/s" >/dev/null 2>&1
+dd if=/dev/zero of="$D/filler" bs=4k 2>/dev/null
+$AUTOAUG policies import {root / "pol.json"} --name y --store "$D/s" >$LOG/1.out 2>$LOG/1.err; echo $? >$LOG/1.rc
+rm "$D/filler"
+$AUTOAUG policies import {root / "pol.json"} --name y --store "$D/s" >$LOG/2.out 2>$LOG/2.err; echo $? >$LOG/2.rc
+""")
+        if not args.skip_slow:
+            tiny = " ".join(["--data", str(cifar / "train.parquet"), "--name", "full", "--preset", "smoke",
+                             "--num-trials", "4", "--set", "train.epochs=2", "--set", "train.train_size=256",
+                             "--set", "train.val_size=128"])
+            r.full_disk(["search whose run directory's filesystem fills up once the first trial reported (8 MiB tmpfs)",
+                         "search --resume of it once space is freed"], f"""
+mount -t tmpfs -o size=8m tmpfs "$D"
+$AUTOAUG search {tiny} --storage "$D/runs" --store "$D/store" >$LOG/1.out 2>$LOG/1.err &
+pid=$!
+while ! ls "$D"/runs/full/trial_*/result.json >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do sleep 0.2; done
+dd if=/dev/zero of="$D/filler" bs=64k 2>/dev/null
+wait $pid; echo $? >$LOG/1.rc
+rm "$D/filler"
+$AUTOAUG search --resume full --storage "$D/runs" >$LOG/2.out 2>$LOG/2.err; echo $? >$LOG/2.rc
+""")
     finally:
         undo_ro()
     table = r.table()

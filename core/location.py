@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 __all__ = ["Location", "atomic_write_local", "delete_quietly", "filesystem_from_uri", "is_uri", "list_dir",
-           "storage_error", "writing"]
+           "resume_with", "storage_error", "writing"]
 
 #: errno -> (what happened, what to do): the filesystem errors a write can meet mid-run.
 _FULL = {errno.ENOSPC: ("no space left on the filesystem", "ENOSPC"),
@@ -64,11 +64,15 @@ def _errno_of(exc: BaseException) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def storage_error(exc: BaseException, where: str, *, what: str = "", hint: str = "") -> StorageError | None:
+_AGAIN = "run the command again"
+
+
+def storage_error(exc: BaseException, where: str, *, what: str = "", hint: str = "",
+                  then: str = _AGAIN) -> StorageError | None:
     """The one-line :class:`StorageError` for ``exc`` when it is a write refused by a full, over-quota,
     read-only or denying filesystem (else None). ``where``: the path or URI written; ``what``: what
-    it is (``"policy store"``, ``"checkpoint"``...); ``hint``: how to carry on once fixed (e.g. how
-    to resume)."""
+    it is (``"policy store"``, ``"checkpoint"``...); ``hint``: what else to know (appended);
+    ``then``: what to do once space is freed (default: run the command again)."""
     if not isinstance(exc, OSError) or isinstance(exc, StorageError):
         return None
     code = _errno_of(exc)
@@ -76,13 +80,24 @@ def storage_error(exc: BaseException, where: str, *, what: str = "", hint: str =
     tail = f"; {hint}" if hint else ""
     if code in _FULL:
         reason, name = _FULL[code]
-        return StorageError(f"cannot write {named}: {reason} ({name}); free space there (or write elsewhere), then "
-                            f"run the command again{tail}")
-    if code in _DENIED:
+        error = StorageError(f"cannot write {named}: {reason} ({name}); free space there (or write elsewhere), then "
+                             f"{then}{tail}")
+    elif code in _DENIED:
         reason, name = _DENIED[code]
-        return StorageAccessError(f"cannot write {named}: {reason} ({name}); make it writable or choose another "
-                                  f"location{tail}")
-    return None
+        again = "" if then == _AGAIN else f"; then {then}"
+        error = StorageAccessError(f"cannot write {named}: {reason} ({name}); make it writable or choose another "
+                                   f"location{again}{tail}")
+    else:
+        return None
+    error.then = lambda then: storage_error(exc, where, what=what, hint=hint, then=then)  # see resume_with
+    return error
+
+
+def resume_with(error: StorageError, then: str) -> StorageError:
+    """``error`` (from :func:`storage_error`) saying ``then`` is what to do once the filesystem is
+    fixed, instead of running the command again (e.g. how to resume the search it stopped)."""
+    again = getattr(error, "then", None)
+    return again(then) if callable(again) else error
 
 
 @contextlib.contextmanager

@@ -18,6 +18,9 @@ concurrency, the trials' resources, retries, actor reuse and MLflow logging.
   retries a trial that raises from its last checkpoint.
 * **Progress**: :class:`autoaug.search.progress.ProgressCallback` feeds the search's display;
   a restored experiment gets this driver's display (:func:`autoaug.search.reconcile.attach_display`).
+* **A full or read-only filesystem** (:mod:`autoaug.search.tune_storage`): the first trial it
+  makes fail ends the experiment, and :func:`fit` raises one ``StorageError`` line; Tune's saved
+  state keeps a complete copy that :func:`restore` puts back if a full disk cut it short.
 
 :func:`tune_output` sets, for the time of a search only, the environment variables that keep
 Ray Tune's own console output out of the way of the progress display.
@@ -25,6 +28,7 @@ Ray Tune's own console output out of the way of the progress display.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -39,8 +43,10 @@ from autoaug.search.progress import ProgressCallback
 from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_display, make_scheduler
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
+from autoaug.search.tune_storage import StateCopy, StorageGuard, repair_state, storage_failure
 
-__all__ = ["Experiment", "build_tuner", "restore_tuner", "can_restore", "fit", "tune_output", "TRIAL_DIR_PREFIX"]
+__all__ = ["Experiment", "build_tuner", "restore_tuner", "restore", "can_restore", "fit", "tune_output",
+           "TRIAL_DIR_PREFIX"]
 
 #: Trial folders (and Tune's trial names) are ``trial_<id>``.
 TRIAL_DIR_PREFIX = "trial_"
@@ -100,7 +106,8 @@ def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
     # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
     stopped = StoppedTrials()
     scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
-    callbacks: list[Any] = [ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped, display=display)]
+    callbacks: list[Any] = [StorageGuard(), ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped,
+                                                             display=display), StateCopy(exp.uri)]
     callbacks += experiment_loggers(config.mlflow_uri, exp.name, config.sampler)
     return tune.Tuner(
         _trainable(config, exp),
@@ -130,9 +137,26 @@ def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
 def restore_tuner(config: Any, exp: Experiment, display: Any, *, resume_errored: bool = False) -> tune.Tuner:
     """``exp`` restored from its saved state (unfinished trials continue from their latest
     checkpoints), reporting to this driver's ``display``."""
-    tuner = tune.Tuner.restore(exp.uri, trainable=_trainable(config, exp), resume_unfinished=True,
-                               resume_errored=resume_errored)
-    attach_display(tuner, display, exp.num_trials, exp.max_steps)
+    return restore(exp.uri, _trainable(config, exp), display, exp.num_trials, exp.max_steps,
+                   resume_errored=resume_errored)
+
+
+def restore(uri: str, trainable: Any, display: Any, num_trials: int, epochs: int, *,
+            resume_errored: bool = False) -> tune.Tuner:
+    """The Tune experiment saved at ``uri`` restored with ``trainable``: its saved state repaired
+    first if a full disk cut it short (:func:`~autoaug.search.tune_storage.repair_state`), this
+    driver's display attached, and the storage guard and state copy in place (a tuner saved
+    before they existed gets them too)."""
+    repaired = repair_state(uri)
+    if repaired is not None:
+        display.log(repaired)
+    tuner = tune.Tuner.restore(uri, trainable=trainable, resume_unfinished=True, resume_errored=resume_errored)
+    attach_display(tuner, display, num_trials, epochs)
+    local = getattr(tuner, "_local_tuner", None)  # as attach_display: Ray Client keeps what it restored
+    if local is not None:
+        run_config = local.get_run_config()
+        callbacks = [cb for cb in run_config.callbacks or [] if not isinstance(cb, (StorageGuard, StateCopy))]
+        run_config.callbacks = [StorageGuard(), *callbacks, StateCopy(uri)]
     return tuner
 
 
@@ -141,11 +165,40 @@ def can_restore(uri: str) -> bool:
     return tune.Tuner.can_restore(uri)
 
 
-def fit(tuner: tune.Tuner) -> None:
-    """Run the experiment until its trials are done (or the driver is interrupted)."""
+def fit(tuner: tune.Tuner, where: str, hint: str = "") -> None:
+    """Run the experiment until its trials are done (or the driver is interrupted). A full or
+    read-only filesystem met by a trial or by the driver is one ``StorageError`` naming ``where``
+    (the run directory) or the full folder, with ``hint`` (how to resume)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        tuner.fit()
+        try:
+            tuner.fit()
+        except Exception as exc:
+            error = storage_failure(exc, where, hint)
+            if error is None:
+                raise
+            raise error from None
+
+
+#: Ray's loggers of Tune's copies to the run directory: a failed copy (a full disk) is logged with
+#: its traceback; :func:`tune_output` keeps it to one line (the search ends with its own).
+_SYNC_LOGGERS = ("ray.train._internal.syncer", "ray.tune.execution.experiment_state")
+
+
+class _OneLine(logging.Filter):
+    """A log record's message and exception on one line: the first line of the message and the
+    last line of any traceback in it or attached to it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        exc = record.exc_info[1] if record.exc_info else None
+        lines = [line for line in text.splitlines() if line.strip()]
+        if exc is None and len(lines) <= 1:
+            return True
+        tail = f"{type(exc).__name__}: {exc}" if exc is not None else lines[-1].strip() if len(lines) > 1 else ""
+        record.msg = " ".join(part for part in (lines[0].rstrip() if lines else "", tail) if part).replace("\n", " ")
+        record.args, record.exc_info, record.exc_text, record.stack_info = (), None, None, None
+        return True
 
 
 @contextlib.contextmanager
@@ -165,6 +218,13 @@ def tune_output(verbose: int) -> Iterator[None]:
         # tracebacks only when verbose).
         settings["RAY_AIR_NEW_OUTPUT"] = "0"
         settings["TUNE_PRINT_ALL_TRIAL_ERRORS"] = "0"
+        # A trial actor's failure that Tune ended the experiment on (a full disk) is not fetched
+        # again: Ray would print it as an "unhandled error" traceback on the way out.
+        settings["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+    one_line = _OneLine()
+    if verbose < 2:
+        for name in _SYNC_LOGGERS:
+            logging.getLogger(name).addFilter(one_line)
     saved = {k: os.environ.get(k) for k in settings}
     for key, value in settings.items():
         if key == "RAY_AIR_NEW_OUTPUT" or key not in os.environ:  # the user's own choice wins
@@ -172,6 +232,8 @@ def tune_output(verbose: int) -> Iterator[None]:
     try:
         yield
     finally:
+        for name in _SYNC_LOGGERS:
+            logging.getLogger(name).removeFilter(one_line)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -225,20 +225,17 @@ class PbaMethod:
     def run(self, search: PreparedSearch) -> MethodResult:
         from ray import tune
 
-        from autoaug.search.experiment import fit
+        from autoaug.search.experiment import fit, restore
 
         config, run, s = search.config, search.run, search.config.pba
         t0 = time.time()
         trainable = _trainable(search)
         if tune.Tuner.can_restore(run.uri):
-            from autoaug.search.reconcile import attach_display
-
-            tuner = tune.Tuner.restore(run.uri, trainable=trainable, resume_unfinished=True,
-                                       resume_errored=search.resume_errored)
-            attach_display(tuner, search.display, s.population, config.epochs)
+            tuner = restore(run.uri, trainable, search.display, s.population, config.epochs,
+                            resume_errored=search.resume_errored)
         else:
             tuner = _build_tuner(search, trainable)
-        fit(tuner)
+        fit(tuner, run.uri, resume_hint(config))
         return _result(search, tuner.get_results(), time.time() - t0)
 
 
@@ -264,6 +261,7 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
     from autoaug.search.experiment import TRIAL_DIR_PREFIX
     from autoaug.search.loggers import experiment_loggers
     from autoaug.search.progress import ProgressCallback
+    from autoaug.search.tune_storage import StateCopy, StorageGuard
     from autoaug.search.score import METRIC, MODE
 
     config, s = search.config, search.config.pba
@@ -277,8 +275,8 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
     def name(trial: Any) -> str:
         return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
 
-    callbacks: list[Any] = [ProgressCallback(s.population, config.epochs, display=search.display),
-                            EventLog(config.storage, config.name)]
+    callbacks: list[Any] = [StorageGuard(), ProgressCallback(s.population, config.epochs, display=search.display),
+                            EventLog(config.storage, config.name), StateCopy(search.run.uri)]
     callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
     return tune.Tuner(
         trainable,

@@ -166,7 +166,23 @@ def resume_search(
 def _search(config: SearchConfig, run: RunDir, state: RunState, *, session: Callable[[], Any] | None,
             address: str | None, trainable: Callable | None, display: Any, started: float,
             resume_errored: bool = False) -> SearchOutcome:
-    """The method, then re-scoring (both inside the Ray session), then choosing and storing."""
+    """The method, then re-scoring (both inside the Ray session), then choosing and storing; a full
+    or read-only filesystem on the way is one line that says how to resume."""
+    try:
+        return _run_and_store(config, run, state, session=session, address=address, trainable=trainable,
+                              display=display, started=started, resume_errored=resume_errored)
+    except Exception as exc:  # a full disk mid-search: what is saved is kept, and the search resumes
+        from autoaug.search.tune_storage import storage_failure
+
+        error = storage_failure(exc, run.uri, resume_hint(config))
+        if error is None:
+            raise
+        raise error from None
+
+
+def _run_and_store(config: SearchConfig, run: RunDir, state: RunState, *, session: Callable[[], Any] | None,
+                   address: str | None, trainable: Callable | None, display: Any, started: float,
+                   resume_errored: bool) -> SearchOutcome:
     from autoaug.search.calibrate import calibrate, transfer_candidate
     from autoaug.search.experiment import tune_output
 

@@ -225,16 +225,26 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_t
             "--set", "train.val_size=128", *dirs]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # Own session: after killing the driver, the embedded Ray it started is killed by group id.
-    finished = _finished(kill_driver(argv, env, lambda lines: len(_finished(lines)) >= kill_after, 400))
-    before = {line.split("trial ")[1].split()[0]: line for line in finished}
     run = tmp_path / "runs" / "crash"
+    copied = run / ".tune-state-copy"
+
+    def far_enough(lines):  # and Tune's saved state has a complete copy
+        return len(_finished(lines)) >= kill_after and copied.is_dir() and len(list(copied.iterdir())) == 3
+
+    finished = _finished(kill_driver(argv, env, far_enough, 400))
+    before = {line.split("trial ")[1].split()[0]: line for line in finished}
     assert not (run / "result.json").exists()
+    # A full disk could have cut Tune's last snapshot short: resume puts back its last complete copy.
+    state = sorted(run.glob("experiment_state-*.json"))[-1]
+    state.write_bytes(state.read_bytes()[:100])
 
     time.sleep(1)
     resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=400, start_new_session=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stored as crash@1" in resumed.stdout
+    assert f"Ray Tune's saved state {state.name} was cut short or damaged (JSONDecodeError) at 100 bytes (a full " \
+           "disk?); resuming from its last complete copy" in resumed.stdout + resumed.stderr
 
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]
@@ -314,3 +324,50 @@ def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_tra
     from autoaug.policies.store import PolicyStore
 
     assert PolicyStore(str(tmp_path / "store")).versions("twice") == [1]
+
+
+SEARCH_ON_A_FILLING_DISK = r"""
+set -u
+mount -t tmpfs -o size=8m tmpfs "$D"
+autoaug search $ARGS --storage "$D/runs" --store "$D/store" >"$LOG/out1" 2>"$LOG/err1" &
+pid=$!
+while ! ls "$D"/runs/full/trial_*/result.json >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do sleep 0.2; done
+dd if=/dev/zero of="$D/filler" bs=64k 2>/dev/null  # the disk fills up while the first trials run
+wait $pid; echo "rc1=$?"
+rm "$D/filler"
+autoaug search --resume full --storage "$D/runs" >"$LOG/out2" 2>"$LOG/err2"; echo "rc2=$?"
+cp "$D/runs/full/result.json" "$LOG/result.json" 2>/dev/null
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_freed(tmp_path, cifar_train,
+                                                                                     in_mount_namespace):
+    """A real full filesystem (an 8 MiB tmpfs in a user namespace, filled up once the first trial
+    has reported), real processes: the search stops at the first write that fails, with one line
+    naming the run directory and how to resume, no traceback; resumed once space is freed, it
+    finishes exactly the requested trials and stores the policy."""
+    mnt, logs = tmp_path / "mnt", tmp_path / "logs"
+    mnt.mkdir(), logs.mkdir()
+    args = (f"--preset smoke --data {cifar_train} --name full --num-trials 4 --set train.epochs=2 "
+            f"--set train.train_size=256 --set train.val_size=128")
+    env = {**os.environ, "D": str(mnt), "LOG": str(logs), "ARGS": args, "PYTHONUNBUFFERED": "1",
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    proc = in_mount_namespace(SEARCH_ON_A_FILLING_DISK, env, timeout=800)
+    out1, err1 = (logs / "out1").read_text(), (logs / "err1").read_text()
+    assert "rc1=1" in proc.stdout, proc.stdout + proc.stderr + err1[-3000:]
+    errors = [line for line in err1.splitlines() if line.startswith("autoaug: error:")]
+    assert len(errors) == 1, err1[-3000:]
+    assert f"cannot write " in errors[0] and str(mnt / "runs" / "full") in errors[0], errors[0]
+    assert "no space left on the filesystem (ENOSPC); free space there (or write elsewhere), then resume it with: " \
+           f"autoaug search --resume full --storage {mnt / 'runs'}" in errors[0], errors[0]
+    assert "Traceback" not in err1 and "Unhandled error" not in err1, err1[-3000:]
+    assert "stored as" not in out1
+
+    err2 = (logs / "err2").read_text()
+    assert "rc2=0" in proc.stdout, proc.stdout + err2[-3000:]
+    assert "stored as full@1" in (logs / "out2").read_text()
+    trials = json.loads((logs / "result.json").read_text())["provenance"]["trials"]
+    assert len({t["trial_id"] for t in trials}) == 4
+    assert all(t["status"] in ("completed", "early_stopped") for t in trials), trials

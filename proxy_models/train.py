@@ -50,8 +50,11 @@ __all__ = [
     "EpochStats",
     "EvalStats",
     "Learner",
+    "amp_dtype",
     "WarmupCosine",
     "load_checkpoint",
+    "eval_batch_size",
+    "loader_threads",
     "train",
     "write_history_csv",
     "schedule_inputs",
@@ -178,6 +181,10 @@ class _TorchState:
         if self.device.type == "cuda":
             torch.backends.cudnn.deterministic = self.config.deterministic
             torch.backends.cudnn.benchmark = not self.config.deterministic
+        self.saved_tf32 = None
+        if self.device.type == "cuda" and self.config.tf32 is not None:
+            self.saved_tf32 = _tf32_state()
+            _set_tf32(self.config.tf32)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -186,6 +193,37 @@ class _TorchState:
         torch.use_deterministic_algorithms(det, warn_only=warn_only)
         torch.backends.cudnn.deterministic = cudnn_det
         torch.backends.cudnn.benchmark = cudnn_bench
+        if self.saved_tf32 is not None:
+            _restore_tf32(self.saved_tf32)
+
+
+def _tf32_state() -> tuple[Any, Any]:
+    """TF32 settings of CUDA matmuls and cuDNN convolutions, to put back after a run (torch >= 2.9
+    spells them ``fp32_precision``; the older ``allow_tf32`` flags must not be mixed with it)."""
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision") and hasattr(getattr(conv, "conv", None), "fp32_precision"):
+        return ("precision", (matmul.fp32_precision, conv.conv.fp32_precision))
+    return ("allow", (matmul.allow_tf32, conv.allow_tf32))
+
+
+def _restore_tf32(state: tuple[Any, Any]) -> None:
+    kind, (matmul, conv) = state
+    if kind == "precision":
+        torch.backends.cuda.matmul.fp32_precision = matmul
+        torch.backends.cudnn.conv.fp32_precision = conv
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = conv
+
+
+def _set_tf32(on: bool) -> None:
+    """TF32 on (or off) for CUDA matmuls and cuDNN convolutions: float32 tensors, tensor-core
+    products with a 10-bit mantissa (Ampere and later; a no-op elsewhere)."""
+    kind, _ = _tf32_state()
+    if kind == "precision":
+        _restore_tf32(("precision", ("tf32", "tf32") if on else ("ieee", "ieee")))
+    else:
+        _restore_tf32(("allow", (on, on)))
 
 
 def _resolve_policy(policy: Any) -> Any:
@@ -229,10 +267,21 @@ def resolve_config(config: TrainConfig, dataset: Any = None) -> TrainConfig:
     return config.resolved(counts, data_image_size=own)
 
 
-#: Evaluation batches are at least this large (no gradients are kept, and small batches waste
-#: most of a CPU's time in per-call overhead); batch norm runs in eval mode, so the batch size does
-#: not change what is computed.
+#: Evaluation batches are at least this large unless ``TrainConfig.eval_batch_size`` says otherwise
+#: (no gradients are kept, and small batches waste most of a CPU's time in per-call overhead);
+#: batch norm runs in eval mode, so the batch size does not change what is computed.
 EVAL_BATCH_SIZE = 256
+
+
+def eval_batch_size(config: TrainConfig) -> int:
+    """Images per evaluation batch: ``config.eval_batch_size``, else ``max(batch_size, 256)``."""
+    return config.eval_batch_size or max(config.batch_size, EVAL_BATCH_SIZE)
+
+
+def loader_threads(config: TrainConfig) -> int:
+    """DALI worker threads of a run: ``config.loader_threads``, else its torch threads
+    (``num_threads``, else torch's current setting)."""
+    return config.loader_threads or config.num_threads or torch.get_num_threads()
 
 
 def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.device, *, policy: Any,
@@ -240,7 +289,7 @@ def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.devic
     from autoaug.policies.schedule import Schedule
     from autoaug.proxy_models.pipeline import DaliLoader
 
-    batch_size = config.batch_size if train else max(config.batch_size, EVAL_BATCH_SIZE)
+    batch_size = config.batch_size if train else eval_batch_size(config)
     inputs = None
     if isinstance(policy, Schedule):
         inputs, policy = schedule_inputs(policy, config.image_size), policy.at(0, config.epochs)
@@ -293,12 +342,55 @@ class EpochStats:
     images_per_sec: float
 
 
+def _warn(message: str) -> None:
+    import warnings
+
+    from autoaug.core.errors import AutoaugWarning
+
+    warnings.warn(message, AutoaugWarning, stacklevel=3)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
+    """The autocast dtype of ``config`` on ``device`` (asked when amp is on): ``config.amp_dtype``, else float16 on CUDA
+    and bfloat16 on the CPU. bfloat16 on a GPU without it (before Ampere) falls back to float16
+    with one warning; a CPU without native instructions for the dtype (AVX512-BF16/AMX for
+    bfloat16, AVX512-FP16/AMX-FP16 for float16) runs it emulated, and a warning says so."""
+    name = config.amp_dtype or ("float16" if device.type == "cuda" else "bfloat16")
+    if device.type == "cuda" and name == "bfloat16" and not torch.cuda.is_bf16_supported():
+        _warn("amp_dtype bfloat16: this GPU has no bfloat16 support; autocast uses float16 (with gradient "
+              "scaling) instead")
+        name = "float16"
+    if device.type == "cpu":
+        try:
+            native = (torch.ops.mkldnn._is_mkldnn_bf16_supported() if name == "bfloat16"
+                      else torch.ops.mkldnn._is_mkldnn_fp16_supported())
+        except (AttributeError, RuntimeError):  # no oneDNN in this torch build: nothing to say
+            native = True
+        if not native:
+            _warn(f"amp on the CPU with {name}: this CPU has no native {name} instructions, so autocast runs "
+                  "emulated and is likely slower than float32 (set amp=false)")
+    return getattr(torch, name)
+
+
 class Learner:
     """The model and its optimisation for one :class:`TrainConfig`: SGD (Nesterov) + weight decay,
-    per-step warm-up + cosine schedule, autocast/gradient scaling and channels-last as configured.
+    per-step warm-up + cosine schedule, autocast/gradient scaling, channels-last and
+    ``torch.compile`` of the training step as configured.
 
     :func:`train` drives it; benchmarks use it to time the very same step on synthetic batches.
     The model is initialised from torch's global RNG (``train`` seeds it with ``config.seed``).
+
+    With ``config.compile`` the training step calls the compiled model (``self.step_model``;
+    ``self.model`` stays the eager module, sharing its parameters: checkpoints, evaluation and
+    :class:`TrainResult` see the plain model). Compiling happens at the first step; if it fails
+    (no C++ compiler, an operator the compiler does not support), the step is redone eagerly
+    from the state before it and the run goes on eagerly after one warning
+    (``self.compiled`` is then False).
     """
 
     def __init__(self, config: TrainConfig, *, num_classes: int, steps_per_epoch: int,
@@ -307,12 +399,18 @@ class Learner:
         self.device = device = torch.device(device)
         self.amp = device.type == "cuda" if config.amp is None else config.amp
         # float16 + loss scaling on CUDA; bfloat16 (no scaling needed) where CPUs support it.
-        self.amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+        self.amp_dtype = amp_dtype(config, device) if self.amp else (
+            torch.float16 if device.type == "cuda" else torch.bfloat16)
         self.channels_last = device.type == "cuda" if config.channels_last is None else config.channels_last
         model = build_model(config.model, num_classes=num_classes).to(device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
+        self.step_model: nn.Module = model
+        self.compiled = False
+        self._compile_checked = True
+        if config.compile:
+            self._compile(config.compile)
         self.optimizer = torch.optim.SGD(
             model.parameters(), lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
             weight_decay=config.weight_decay,
@@ -326,6 +424,45 @@ class Learner:
     @property
     def lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
+
+    def _compile(self, mode: bool | str) -> None:
+        try:
+            self.step_model = torch.compile(self.model, **({} if mode is True else {"mode": mode}))
+        except Exception as exc:  # torch.compile refuses at once (e.g. an unsupported Python)
+            self._compile_failed(exc)
+            return
+        self.compiled = True
+        self._compile_checked = False  # the first step compiles; it falls back if that fails
+
+    def _compile_failed(self, exc: BaseException) -> None:
+        _warn(f"compile: torch.compile failed ({_first_line(exc)}); training eagerly (set compile=false to "
+              "skip the attempt)")
+        self.step_model, self.compiled, self._compile_checked = self.model, False, True
+
+    def _forward_backward(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Loss and logits of one batch, gradients computed (before the optimizer step)."""
+        with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+            logits = self.step_model(images)
+            loss = self.criterion(logits, labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        return loss, logits
+
+    def _first_compiled_step(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first step through the compiled model, where compiling happens; on failure the
+        model (batch-norm statistics included) and the RNG are put back and the step is redone
+        eagerly."""
+        saved = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        rng = torch.get_rng_state()
+        try:
+            out = self._forward_backward(images, labels)
+        except Exception as exc:
+            self.model.load_state_dict(saved)
+            torch.set_rng_state(rng)
+            self._compile_failed(exc)
+            return self._forward_backward(images, labels)
+        self._compile_checked = True
+        return out
 
     def _to_device(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         images = images.to(self.device, non_blocking=True)
@@ -351,11 +488,10 @@ class Learner:
             if t_first is None:
                 t_first, first_n = time.perf_counter(), int(labels.shape[0])
             images, labels = self._to_device(images, labels)
-            with torch.autocast(device_type=device.type, dtype=self.amp_dtype, enabled=self.amp):
-                logits = model(images)
-                loss = self.criterion(logits, labels)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
+            if self._compile_checked:
+                loss, logits = self._forward_backward(images, labels)
+            else:
+                loss, logits = self._first_compiled_step(images, labels)
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
@@ -535,7 +671,7 @@ def _train(
 ) -> TrainResult:
     from autoaug.proxy_models.splits import config_split
 
-    num_threads = config.num_threads or torch.get_num_threads()
+    num_threads = loader_threads(config)  # DALI's; torch's were set by _TorchState
 
     # ---- data (every check that can fail happens here, before the first epoch) -------------
     ds = _open(config.data, "train")

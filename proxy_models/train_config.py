@@ -11,11 +11,14 @@ from typing import Any, ClassVar, Iterable, Mapping, Sequence
 from autoaug.core.values import is_int as _is_int, is_number as _is_number
 from autoaug.proxy_models.models import check_model_name
 
-__all__ = ["TrainConfig", "PRESETS", "RESUMABLE_CHANGES", "SIZING_FIELDS", "sizing_record"]
+__all__ = ["TrainConfig", "PRESETS", "RESUMABLE_CHANGES", "SIZING_FIELDS", "AMP_DTYPES", "COMPILE_MODES",
+           "sizing_record"]
 
 # Config fields that may differ between a checkpoint and the run resuming it: they do not change
-# what is computed (where the data lives, where it runs, how often validation is reported).
-RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "eval_every", "eval_from"})
+# what is computed (where the data lives, where it runs, how many threads run it -- DALI's output
+# does not depend on its thread count --, how often and in which batches validation is reported).
+RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "loader_threads", "eval_every",
+                               "eval_from", "eval_batch_size"})
 
 #: The fields that size a run to its data: the split (totals, or per class with a floor and a cap)
 #: and the image size (``None``: the data's own). :meth:`TrainConfig.resolved` turns them into
@@ -23,9 +26,16 @@ RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "ev
 SIZING_FIELDS = ("train_size", "val_size", "train_per_class", "min_train_size", "max_train_size", "image_size")
 
 #: Fields added after run records existed: :meth:`TrainConfig.to_dict` leaves them out while they
-#: are None, so a config that does not use them has the dictionary (and the digests of records
-#: holding it) that it had before they existed.
-_OMITTED_WHEN_NONE = ("train_per_class", "min_train_size", "max_train_size", "group_by")
+#: hold their default (None, or False for ``compile``), so a config that does not use them has the
+#: dictionary (and the digests of records holding it) that it had before they existed; a record
+#: that lacks one had the default (:meth:`TrainConfig.changed_fields`).
+_OMITTED_AT_DEFAULT = ("train_per_class", "min_train_size", "max_train_size", "group_by",
+                       "amp_dtype", "tf32", "compile", "eval_batch_size", "loader_threads")
+
+#: ``amp_dtype`` values (``None``: the device's default, float16 on CUDA, bfloat16 on the CPU).
+AMP_DTYPES = ("bfloat16", "float16")
+#: ``compile`` values besides true/false: the modes of ``torch.compile`` (true is ``"default"``).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,9 +76,20 @@ class TrainConfig:
         ``seed``: model initialisation, data order and augmentation draws. ``device``: ``"cpu"``,
         ``"cuda"`` (or ``"cuda:N"``), or ``"auto"`` (CUDA when available). ``amp``: mixed
         precision (float16 autocast + gradient scaling on CUDA, bfloat16 autocast on CPU);
-        ``None`` = on for CUDA, off for CPU. ``channels_last``: ``None`` = on for CUDA.
-        ``num_threads``: torch intra-op threads and DALI worker threads (``None``: torch's
-        current setting). ``eval_every``: validate every N epochs (and always after the last);
+        ``None`` = on for CUDA, off for CPU. ``amp_dtype``: the autocast dtype when ``amp`` is on,
+        ``"bfloat16"`` or ``"float16"`` (``None``: float16 on CUDA, bfloat16 on the CPU); float16
+        adds gradient scaling; bfloat16 on a GPU without it falls back to float16 with one
+        warning. ``channels_last``: ``None`` = on for CUDA. ``tf32``: TF32 matmuls and
+        convolutions on CUDA for the run (``None``: torch's settings as they are; no effect on
+        the CPU). ``compile``: ``torch.compile`` the training step (true, or a mode:
+        ``"default"``, ``"reduce-overhead"``, ``"max-autotune"``, ``"max-autotune-no-cudagraphs"``;
+        evaluation stays eager); when compiling fails (no C++ compiler, an unsupported op) the
+        run trains eagerly after one warning. ``num_threads``: torch intra-op threads and DALI
+        worker threads (``None``: torch's current setting); ``loader_threads``: DALI's worker
+        threads when they should differ from ``num_threads``. ``eval_batch_size``: images per
+        evaluation batch (``None``: ``max(batch_size, 256)``); evaluation runs under
+        ``torch.inference_mode``, batch norm in eval mode, so it changes no result beyond the
+        last bits of float sums. ``eval_every``: validate every N epochs (and always after the last);
         ``eval_from``: validate no epoch before this one (1-based; the last is always validated),
         e.g. only the last few epochs of a run scored on a large validation set; other epochs
         report ``val_accuracy``/``val_loss`` as ``None``. ``deterministic``:
@@ -105,6 +126,12 @@ class TrainConfig:
     eval_every: int = 1
     eval_from: int = 1
     deterministic: bool = True
+    # Speed options added after run records existed (left out of to_dict() at their defaults).
+    amp_dtype: str | None = None
+    tf32: bool | None = None
+    compile: bool | str = False
+    eval_batch_size: int | None = None
+    loader_threads: int | None = None
 
     PRESETS: ClassVar[Mapping[str, "TrainConfig"]]
 
@@ -163,8 +190,18 @@ class TrainConfig:
                 raise bad(name, "a positive integer")
         if not _is_int(self.eval_from) or not 1 <= self.eval_from <= self.epochs:
             raise bad("eval_from", f"an integer in [1, epochs={self.epochs}]")
-        if self.num_threads is not None and (not _is_int(self.num_threads) or self.num_threads < 1):
-            raise bad("num_threads", "a positive integer or None")
+        for name in ("num_threads", "loader_threads", "eval_batch_size"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise bad(name, "a positive integer or None")
+        if self.amp_dtype is not None and self.amp_dtype not in AMP_DTYPES:
+            raise bad("amp_dtype", f"{' or '.join(map(repr, AMP_DTYPES))} or None (the device's default)")
+        if self.tf32 not in (None, True, False):
+            raise bad("tf32", "true, false or None (torch's settings as they are)")
+        if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
+            raise bad("compile", f"true, false or a torch.compile mode ({', '.join(map(repr, COMPILE_MODES))})")
+        if self.compile == "default":  # one spelling per setting: the same run records one dict
+            object.__setattr__(self, "compile", True)
         if not _is_number(self.lr) or self.lr <= 0:
             raise bad("lr", "a positive number")
         if not _is_number(self.momentum) or not 0 <= self.momentum < 1:
@@ -223,11 +260,13 @@ class TrainConfig:
         return cls(**_sizing_overrides(data))
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-able dict; ``train_per_class``, ``min_train_size``,
-        ``max_train_size`` and ``group_by`` only when set (see :data:`_OMITTED_WHEN_NONE`)."""
+        """The fields as a JSON-able dict; the fields added after run records existed
+        (``train_per_class``, ``min_train_size``, ``max_train_size``, ``group_by`` and the speed
+        options ``amp_dtype``, ``tf32``, ``compile``, ``eval_batch_size``, ``loader_threads``)
+        only when they differ from their default (see :data:`_OMITTED_AT_DEFAULT`)."""
         d = dataclasses.asdict(self)
-        for name in _OMITTED_WHEN_NONE:
-            if d[name] is None:
+        for name in _OMITTED_AT_DEFAULT:
+            if d[name] == _DEFAULTS[name] and type(d[name]) is type(_DEFAULTS[name]):
                 del d[name]
         return d
 
@@ -332,6 +371,10 @@ class TrainConfig:
                     f"TrainConfig.device={self.device!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
                 )
         return device
+
+
+_DEFAULTS: Mapping[str, Any] = types.MappingProxyType(
+    {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING})
 
 
 def _sizing_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -124,7 +124,7 @@ class FoldScorer:
         from autoaug.policies.dali_apply import PolicyInputs
         from autoaug.proxy_models.data import open_dataset
         from autoaug.proxy_models.pipeline import DaliLoader
-        from autoaug.proxy_models.train import EVAL_BATCH_SIZE, Learner
+        from autoaug.proxy_models.train import Learner, eval_batch_size
 
         cfg = train_config
         self.device = cfg.resolve_device()
@@ -134,8 +134,8 @@ class FoldScorer:
         self.learner.model.load_state_dict(state)
         spec = PolicyInputs(space.op_choices, space.num_sub_policies, space.ops_per_sub_policy, cfg.image_size)
         self.loader = DaliLoader(
-            ds, np.asarray(heldout, dtype=np.int64), batch_size=max(cfg.batch_size, EVAL_BATCH_SIZE),
-            train=False, seed=seed, image_size=cfg.image_size, num_threads=cfg.num_threads or 1,
+            ds, np.asarray(heldout, dtype=np.int64), batch_size=eval_batch_size(cfg), train=False, seed=seed,
+            image_size=cfg.image_size, num_threads=cfg.loader_threads or cfg.num_threads or 1,
             device="gpu" if self.device.type == "cuda" else "cpu", policy_inputs=spec,
         )  # fmt: skip
         self.num_images = len(self.loader.indices)

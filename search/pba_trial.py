@@ -24,6 +24,7 @@ from typing import Any
 
 from autoaug.search.score import METRIC, search_score
 from autoaug.search.space import SearchSpace
+from autoaug.search.trial import with_trial_threads
 
 __all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "start_schedule"]
 
@@ -81,7 +82,7 @@ def run_pba_trial(config: dict, *, train_config: dict, space: dict, policy_prefi
     from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
 
     search_space = SearchSpace.from_dict(space)
-    cfg = TrainConfig.from_dict(train_config)
+    cfg = with_trial_threads(TrainConfig.from_dict(train_config))  # torch + DALI on the member's CPUs
     me = tune.get_context().get_trial_id() or "local"
     params = dict(config["policy"])
     policy = search_space.to_policy(params, name=f"{policy_prefix}-{me}")

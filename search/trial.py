@@ -24,6 +24,28 @@ def trial_policy(config: Mapping[str, Any], space: SearchSpace, name: str):
     return space.to_policy(config, name=name)
 
 
+def with_trial_threads(cfg: Any) -> Any:
+    """``cfg`` with ``num_threads`` set to the CPUs Ray assigned to this trial (at least 1) when it
+    is unset: torch's threads and DALI's then fit the trial's CPUs whatever ``OMP_NUM_THREADS``
+    the environment gives (Ray sets it to the assigned CPUs only when it is not set already).
+    Unchanged outside a Ray worker or when ``num_threads`` is given."""
+    if cfg.num_threads is not None:
+        return cfg
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return cfg
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except Exception:  # not in a Ray worker: leave the config as it is
+        return cfg
+    if cpus is None:
+        return cfg
+    import dataclasses
+
+    return dataclasses.replace(cfg, num_threads=max(1, int(cpus)))
+
+
 def run_trial(
     config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1
 ) -> None:
@@ -42,7 +64,7 @@ def run_trial(
     from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
 
     search_space = SearchSpace.from_dict(space)
-    cfg = TrainConfig.from_dict(train_config)
+    cfg = with_trial_threads(TrainConfig.from_dict(train_config))  # torch + DALI on the trial's CPUs
     trial_id = tune.get_context().get_trial_id() or "local"
     policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
 

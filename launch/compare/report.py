@@ -407,10 +407,12 @@ def write_outputs(comparison: Comparison) -> dict[str, str]:
 
 def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any]:
     cfg = comparison.config
-    # group_by only when set: the evaluations of ungrouped comparisons keep the digest they had
-    # before the field existed (evaluations.json would otherwise attach them a second time).
+    # Fields added later (group_by, the speed options) only when set (TrainConfig.to_dict): the
+    # evaluations of comparisons that do not use them keep the digest they had before the fields
+    # existed (evaluations.json would otherwise attach them a second time). Threads and device
+    # change no result.
     train = {k: v for k, v in cfg.train.to_dict().items()
-             if k not in ("seed", "num_threads", "device") and not (k == "group_by" and v is None)}
+             if k not in ("seed", "num_threads", "loader_threads", "device") and not (k == "group_by" and v is None)}
     ranked = sorted((s for s in comparison.summaries if math.isfinite(s.mean)), key=lambda s: -s.mean)
     ranks = {s.policy_hash: i for i, s in enumerate(ranked, 1)}
     # A stored policy trained on another base (--base) was not evaluated as stored: say on which base.

@@ -22,8 +22,9 @@ from autoaug.launch.compare.report import Comparison, _pct, attach_evaluations, 
 __all__ = ["run_compare", "run_id", "run_record", "load_run", "sized_to_data"]
 
 #: Training-config fields that may differ between a stored run and the comparison reusing it:
-#: they do not change what is computed (where the data lives, how many threads run it).
-_REUSABLE_CHANGES = frozenset({"data", "test_data", "num_threads", "device"})
+#: they do not change what is computed (where the data lives, how many threads run it; DALI's
+#: output does not depend on its thread count).
+_REUSABLE_CHANGES = frozenset({"data", "test_data", "num_threads", "loader_threads", "device"})
 #: Optional fields added later keep the format: a record without ``test_class_correct`` /
 #: ``test_class_total`` (written before per-class counts existed) still loads; its per-class and
 #: balanced accuracies are reported as unavailable (autoaug.launch.compare.per_class).

@@ -18,6 +18,10 @@ concurrency, the trials' resources, retries, actor reuse and MLflow logging.
   retries a trial that raises from its last checkpoint.
 * **Progress**: :class:`autoaug.search.progress.ProgressCallback` feeds the search's display;
   a restored experiment gets this driver's display (:func:`autoaug.search.reconcile.attach_display`).
+* **Time budget** (:class:`autoaug.search.budget.Budget`, optional): the scheduler and the
+  searcher end the experiment when the search's budget says so
+  (:class:`~autoaug.search.reconcile.BudgetStop`); a restored experiment gets this session's
+  (:func:`autoaug.search.reconcile.attach_budget`).
 
 :func:`tune_output` sets, for the time of a search only, the environment variables that keep
 Ray Tune's own console output out of the way of the progress display.
@@ -36,7 +40,7 @@ from ray.tune.search import ConcurrencyLimiter
 
 from autoaug.search.loggers import experiment_loggers
 from autoaug.search.progress import ProgressCallback
-from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_display, make_scheduler
+from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_budget, attach_display, make_scheduler
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
 
@@ -78,9 +82,9 @@ def _trainable(config: Any, exp: Experiment) -> Any:
     return tune.with_resources(fn, {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial})
 
 
-def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
+def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) -> tune.Tuner:
     """A new ``tune.Tuner`` for ``exp`` with ``config``'s shared settings (``config``: a
-    :class:`~autoaug.search.config.SearchConfig`)."""
+    :class:`~autoaug.search.config.SearchConfig`), ended early by ``budget`` (None: no budget)."""
     searcher = StudySearch(
         space=config.space.distributions(),
         metric=METRIC,
@@ -91,6 +95,7 @@ def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
     )
     searcher.set_sampler_spec(config.sampler, exp.seed, config.startup_trials)
     searcher.set_max_steps(exp.max_steps)
+    searcher.set_budget(budget)
     for params in exp.warm_start:  # a fresh study only: a restored one has its enqueued trials
         searcher.study.enqueue_trial(dict(params), skip_if_exists=True)
     searcher.study.set_user_attr(
@@ -99,8 +104,9 @@ def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
     search_alg = ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
     # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
     stopped = StoppedTrials()
-    scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
-    callbacks: list[Any] = [ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped, display=display)]
+    scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped, budget)
+    callbacks: list[Any] = [ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped, display=display,
+                                             budget=budget, experiment=exp.name)]
     callbacks += experiment_loggers(config.mlflow_uri, exp.name, config.sampler)
     return tune.Tuner(
         _trainable(config, exp),
@@ -127,12 +133,14 @@ def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
     )
 
 
-def restore_tuner(config: Any, exp: Experiment, display: Any, *, resume_errored: bool = False) -> tune.Tuner:
+def restore_tuner(config: Any, exp: Experiment, display: Any, *, resume_errored: bool = False,
+                  budget: Any = None) -> tune.Tuner:
     """``exp`` restored from its saved state (unfinished trials continue from their latest
-    checkpoints), reporting to this driver's ``display``."""
+    checkpoints), reporting to this driver's ``display``, ended early by this session's ``budget``."""
     tuner = tune.Tuner.restore(exp.uri, trainable=_trainable(config, exp), resume_unfinished=True,
                                resume_errored=resume_errored)
     attach_display(tuner, display, exp.num_trials, exp.max_steps)
+    attach_budget(tuner, budget, exp.name, exp.max_steps)
     return tuner
 
 

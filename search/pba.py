@@ -184,6 +184,7 @@ class PbaMethod:
     name = "pba"
     help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
     settings = PbaConfig
+    unit = "members"
 
     def check(self, config: "SearchConfig") -> None:
         s, t = config.pba, config.train
@@ -203,6 +204,9 @@ class PbaMethod:
 
     def num_trials(self, config: "SearchConfig") -> int:
         return config.pba.population
+
+    def max_candidates(self, config: "SearchConfig") -> int:
+        return 1  # the best member's schedule
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
         return config.pba.population, "members; raise pba.population"
@@ -231,11 +235,12 @@ class PbaMethod:
         t0 = time.time()
         trainable = _trainable(search)
         if tune.Tuner.can_restore(run.uri):
-            from autoaug.search.reconcile import attach_display
+            from autoaug.search.reconcile import attach_budget, attach_display
 
             tuner = tune.Tuner.restore(run.uri, trainable=trainable, resume_unfinished=True,
                                        resume_errored=search.resume_errored)
             attach_display(tuner, search.display, s.population, config.epochs)
+            attach_budget(tuner, search.budget, config.name, config.epochs)
         else:
             tuner = _build_tuner(search, trainable)
         fit(tuner)
@@ -273,11 +278,13 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
         custom_explore_fn=PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed),
         log_config=True, synch=False,
     )  # fmt: skip
+    scheduler.set_budget(search.budget, config.name, config.epochs)
 
     def name(trial: Any) -> str:
         return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
 
-    callbacks: list[Any] = [ProgressCallback(s.population, config.epochs, display=search.display),
+    callbacks: list[Any] = [ProgressCallback(s.population, config.epochs, display=search.display, budget=search.budget,
+                                             experiment=config.name),
                             EventLog(config.storage, config.name)]
     callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
     return tune.Tuner(
@@ -312,6 +319,7 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     from autoaug.search.score import METRIC
 
     config, s = search.config, search.config.pba
+    by_budget = search.budget.stopped(config.name) if search.budget is not None else frozenset()
     members = []
     for index, r in enumerate(results):
         last = r.metrics or {}
@@ -326,13 +334,15 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
                     state = json.load(f)
                 schedule = Schedule.from_dict(load_checkpoint(d)["schedule"])
         status = "failed" if r.error is not None else ("completed" if epochs >= config.epochs else "running")
+        if status == "running" and trial_id in by_budget:
+            status = "budget_stopped"  # at a perturbation boundary: its checkpoint holds the schedule it scored under
         params = dict(state.get("params") or (r.config or {}).get("policy", {}))
         policy = None
         if schedule is not None:
             policy = schedule.final
         record = TrialRecord(
             trial_id=trial_id, index=index, status=status, params=params, policy=policy,
-            score=last.get(METRIC) if status == "completed" else None, epochs=epochs,
+            score=last.get(METRIC) if status in ("completed", "budget_stopped") else None, epochs=epochs,
             train_time_s=last.get("train_time_s"), num_failures=0,
             error=None if r.error is None else f"{type(r.error).__name__}: {str(r.error).splitlines()[0][:300]}",
         )  # fmt: skip
@@ -340,7 +350,8 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     records = [m[0] for m in members]
     events = list(search.run.read_json(EVENTS_FILE)) if search.run.exists(EVENTS_FILE) else []
     finished = [r for r in records if r.finished]
-    if len(finished) < s.population:
+    if len(finished) < s.population and not (search.budget_ended() and all(
+            r.finished or r.epochs == 0 for r in records)):
         raise SearchInterruptedError(
             f"search {config.name!r} stopped with {len(finished)} of {s.population} members trained to the end; "
             + resume_hint(config)

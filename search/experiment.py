@@ -39,7 +39,7 @@ from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
 from autoaug.search.loggers import experiment_loggers
-from autoaug.search.progress import ProgressCallback
+from autoaug.search.progress import ProgressCallback, TuneTrialLines
 from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_budget, attach_display, make_scheduler
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
@@ -106,7 +106,7 @@ def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) 
     stopped = StoppedTrials()
     scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped, budget)
     callbacks: list[Any] = [ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped, display=display,
-                                             budget=budget, experiment=exp.name)]
+                                             budget=budget, experiment=exp.name), TuneTrialLines(metric=METRIC)]
     callbacks += experiment_loggers(config.mlflow_uri, exp.name, config.sampler)
     return tune.Tuner(
         _trainable(config, exp),

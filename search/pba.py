@@ -268,7 +268,7 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
 
     from autoaug.search.experiment import TRIAL_DIR_PREFIX
     from autoaug.search.loggers import experiment_loggers
-    from autoaug.search.progress import ProgressCallback
+    from autoaug.search.progress import ProgressCallback, TuneTrialLines
     from autoaug.search.score import METRIC, MODE
 
     config, s = search.config, search.config.pba
@@ -285,7 +285,7 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
 
     callbacks: list[Any] = [ProgressCallback(s.population, config.epochs, display=search.display, budget=search.budget,
                                              experiment=config.name),
-                            EventLog(config.storage, config.name)]
+                            TuneTrialLines(metric=METRIC), EventLog(config.storage, config.name)]
     callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
     return tune.Tuner(
         trainable,

@@ -12,10 +12,11 @@ import sys
 from typing import Any, Container
 
 from ray import tune
+from ray.tune.progress_reporter import TrialProgressCallback
 
 from autoaug.search.score import METRIC
 
-__all__ = ["ProgressCallback", "trial_error", "format_exception"]
+__all__ = ["ProgressCallback", "TuneTrialLines", "trial_error", "format_exception"]
 
 _OVERALL = "search"
 
@@ -184,6 +185,17 @@ class ProgressCallback(tune.Callback):
             for t in trials:
                 self.display.remove(f"trial:{t.trial_id}")
             self.display.remove(_OVERALL)
+
+
+class TuneTrialLines(TrialProgressCallback):
+    """Ray Tune's own per-trial output (Tune adds one unless a search gives it; it prints only with
+    ``-v``), without the line ``Trial X completed. Last result:`` it prints at every verbosity for
+    a trial that ended without reporting anything -- one the time budget stopped before it started,
+    which the search's own progress line already reports."""
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.last_result:
+            super().on_trial_complete(iteration, trials, trial, **info)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

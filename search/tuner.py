@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
 from autoaug.search.assemble import build_provenance
-from autoaug.search.budget import Budget, measured_run_s
+from autoaug.search.budget import STORE_RESERVE_S, Budget, measured_run_s
 from autoaug.search.config import SearchConfig
 from autoaug.search.method import MethodResult, PreparedSearch, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
@@ -244,7 +244,7 @@ def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: An
     )
     scores = candidate_scores(candidates, config, runs)
     if not all(c.key in scores for c in candidates):
-        if deadline is None or time.time() < deadline:
+        if budget is None or budget.remaining_s() > STORE_RESERVE_S:  # not the budget's deadline
             raise SearchInterruptedError(
                 f"search {config.name!r} stopped before its final policy was re-scored; " + resume_hint(config)
             )
@@ -260,7 +260,7 @@ def _within_budget(config: SearchConfig, run: RunDir, found: MethodResult, cache
     not yet done fit in the time left less what storing needs, in waves of as many runs as the
     cluster runs at once, each as long as a measured proxy run -- and the deadline of their runs.
     Says what it leaves out (and records it in the budget)."""
-    from autoaug.search.budget import STORE_RESERVE_S, format_duration
+    from autoaug.search.budget import format_duration
     from autoaug.search.rescore import missing_runs, parallel_runs
 
     candidates = list(found.candidates)

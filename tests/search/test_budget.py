@@ -322,3 +322,107 @@ def test_the_searchers_budget_is_one_sessions_and_survives_its_restore(tmp_path)
     restored.set_budget(mine)  # attach_budget, before Tune restores the searcher's state
     restored.restore(snapshot)
     assert restored._budget is mine
+
+
+# ----------------------------------------------------------------------------------------------
+# Re-scoring under the budget (Ray replaced: the runs' results are given)
+
+
+def _candidates(n: int):
+    from autoaug.policies import Policy
+    from autoaug.search.rescore import Candidate
+
+    kinds = ["assembled", "best_trial", "warm_start+found", "survivors"]
+    return [Candidate(kinds[i], Policy("r", 10, [[("Rotate", 0.1 * (i + 1), 3)]]), (), None) for i in range(n)]
+
+
+def _found(candidates):
+    from autoaug.search.assemble import AssembledPolicy
+    from autoaug.search.method import MethodResult
+
+    return MethodResult(trials=[], assembled=AssembledPolicy(candidates[0].policy, (), 0), candidates=candidates,
+                        optuna={})
+
+
+class _Display:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, text):
+        self.lines.append(text)
+
+
+@pytest.fixture
+def rescoring(tmp_path, monkeypatch):
+    """``(config, run, budget, clock, calls)``: a re-scoring search whose runs take 100 s, two at
+    once; ``calls`` receives the candidates each re-scoring was asked for."""
+    from autoaug.search import rescore, tuner
+
+    config = SearchConfig.from_preset("smoke", name="r", rescore=True, storage=str(tmp_path))
+    run = RunDir(str(tmp_path), "r")
+    clock = _Clock()
+    budget = Budget.open(run, 1000, session="start 1", clock=clock)
+    budget.plan_rescore(runs=4, slots=2, run_s=100.0, epochs=config.epochs)
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    calls = []
+
+    def fake(candidates, config, *, cached=None, save=None, deadline=None):
+        calls.append([c.kind for c in candidates])
+        return {rescore.run_key(c, config.rescore_train_config(0)): {METRIC: 0.5 + 0.01 * i, "val_accuracy": 0.5,
+                                                                     "seed": 1000}
+                for i, c in enumerate(candidates)}
+
+    monkeypatch.setattr(tuner, "rescore_candidates", fake)
+    return config, run, budget, clock, calls
+
+
+def test_rescoring_with_time_for_every_candidate_is_unchanged(rescoring):
+    from autoaug.search.tuner import _rescore
+
+    config, run, budget, clock, calls = rescoring
+    scores = _rescore(config, run, _found(_candidates(4)), _Display(), budget)
+    assert calls == [["assembled", "best_trial", "warm_start+found", "survivors"]] and len(scores) == 4
+    assert budget.rescore is None and budget.ended is None
+
+
+def test_rescoring_keeps_the_first_candidates_the_time_left_has_room_for(rescoring):
+    from autoaug.search.tuner import _rescore
+
+    config, run, budget, clock, calls = rescoring
+    clock.now += 1000 - STORE_RESERVE_S - 150  # 150 s left: one wave of 2 runs of 100 s
+    display = _Display()
+    scores = _rescore(config, run, _found(_candidates(4)), display, budget)
+    assert calls == [["assembled", "best_trial"]] and len(scores) == 2
+    assert budget.rescore["rescored"] == 2 and budget.ended["stage"] == "rescore"
+    assert budget.rescore["note"].startswith("re-scored the first 2 of 4 candidates (assembled, best_trial): 2m30s "
+                                             "left for re-scoring runs of about 1m40s (2 at once)")
+    assert display.lines[0] == "time budget: " + budget.rescore["note"]
+
+
+def test_no_time_for_two_candidates_stores_the_methods_first(rescoring):
+    from autoaug.search.tuner import _rescore
+
+    config, run, budget, clock, calls = rescoring
+    clock.now += 1000 - STORE_RESERVE_S - 50
+    assert _rescore(config, run, _found(_candidates(4)), _Display(), budget) is None
+    assert calls == [] and budget.rescore["rescored"] == 0
+    assert "stored the method's first candidate, assembled" in budget.rescore["note"]
+
+
+def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(rescoring, monkeypatch):
+    from autoaug.search import rescore, tuner
+
+    config, run, budget, clock, _ = rescoring
+    candidates = _candidates(4)
+
+    def slow(candidates, config, *, cached=None, save=None, deadline=None):  # 3 runs done, then the deadline
+        clock.now += 1000
+        return {rescore.run_key(c, config.rescore_train_config(0)): {METRIC: 0.6 - 0.1 * i, "seed": 1000}
+                for i, c in enumerate(candidates[:3])}
+
+    monkeypatch.setattr(tuner, "rescore_candidates", slow)
+    monkeypatch.setattr(budget, "run_s", lambda: None)  # nothing measured: all are tried
+    scores = tuner._rescore(config, run, _found(candidates), _Display(), budget)
+    assert sorted(scores) == sorted(c.key for c in candidates[:3])
+    assert budget.rescore["rescored"] == 3 and budget.ended["stage"] == "rescore"
+    assert budget.rescore["note"].startswith("the budget ran out during re-scoring: 3 of 4 candidates re-scored")

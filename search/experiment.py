@@ -108,7 +108,7 @@ def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) 
     callbacks: list[Any] = [ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped, display=display,
                                              budget=budget, experiment=exp.name), TuneTrialLines(metric=METRIC)]
     callbacks += experiment_loggers(config.mlflow_uri, exp.name, config.sampler)
-    return tune.Tuner(
+    tuner = tune.Tuner(
         _trainable(config, exp),
         tune_config=tune.TuneConfig(
             metric=METRIC,
@@ -131,6 +131,8 @@ def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) 
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )
+    attach_budget(tuner, budget, exp.name, exp.max_steps)  # (with Ray Client: a warning that it cannot stop trials)
+    return tuner
 
 
 def restore_tuner(config: Any, exp: Experiment, display: Any, *, resume_errored: bool = False,

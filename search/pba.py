@@ -265,6 +265,7 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
     from ray import tune
 
     from autoaug.search.pba_tune import EpochPBT, EventLog
+    from autoaug.search.reconcile import attach_budget
 
     from autoaug.search.experiment import TRIAL_DIR_PREFIX
     from autoaug.search.loggers import experiment_loggers
@@ -287,7 +288,7 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
                                              experiment=config.name),
                             TuneTrialLines(metric=METRIC), EventLog(config.storage, config.name)]
     callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
-    return tune.Tuner(
+    tuner = tune.Tuner(
         trainable,
         param_space={"policy": tune.grid_search(initial_population(config)), "explore": {}},
         tune_config=tune.TuneConfig(
@@ -308,6 +309,8 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
         ),
     )  # fmt: skip
+    attach_budget(tuner, search.budget, config.name, config.epochs)  # (with Ray Client: a warning)
+    return tuner
 
 
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:

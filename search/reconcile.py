@@ -494,10 +494,11 @@ def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> No
 
 
 def attach_budget(tuner: Any, budget: Any, experiment: str, max_steps: int | None) -> None:
-    """Give a restored ``tune.Tuner`` this driver session's time budget (None: none): its
-    scheduler (:class:`BudgetStop`), its searcher (:class:`StudySearch`) and its progress lines.
+    """Give a ``tune.Tuner`` this driver session's time budget (None: none): its scheduler
+    (:class:`BudgetStop`), its searcher (:class:`StudySearch`) and its progress lines.
 
-    ``Tuner.restore`` brings them back from ``tuner.pkl``, pickled without a budget. Uses the
+    ``Tuner.restore`` brings them back from ``tuner.pkl``, pickled without a budget (a new tuner
+    has them already; the call then only warns when they run where the budget cannot reach). Uses the
     private ``Tuner._local_tuner`` and its ``_tune_config``; a tuner without one (Ray Client)
     runs without the budget's stops (the budget still counts its time and re-scoring keeps to it).
     """
@@ -506,7 +507,14 @@ def attach_budget(tuner: Any, budget: Any, experiment: str, max_steps: int | Non
     local = getattr(tuner, "_local_tuner", None)
     if local is None:
         if budget is not None:
-            logger.warning("this Tune experiment runs through Ray Client: the time budget cannot stop its trials")
+            import warnings
+
+            from autoaug.core.errors import AutoaugWarning
+
+            warnings.warn(f"Ray Client (--address ray://...) runs the Tune experiment {experiment} on the cluster, where "
+                          "the time budget cannot stop its trials (it still counts, and re-scoring keeps to it); run "
+                          "the search on the cluster (autoaug launch) for the budget to end trials", AutoaugWarning,
+                          stacklevel=2)
         return
     tune_config = getattr(local, "_tune_config", None)
     scheduler = getattr(tune_config, "scheduler", None)

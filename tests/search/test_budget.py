@@ -426,3 +426,21 @@ def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(re
     assert sorted(scores) == sorted(c.key for c in candidates[:3])
     assert budget.rescore["rescored"] == 3 and budget.ended["stage"] == "rescore"
     assert budget.rescore["note"].startswith("the budget ran out during re-scoring: 3 of 4 candidates re-scored")
+
+
+def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning():
+    """Through Ray Client the Tune loop runs on the cluster, without this driver's budget."""
+    import warnings
+
+    from autoaug.core.errors import AutoaugWarning
+    from autoaug.search.reconcile import attach_budget
+
+    class RemoteTuner:  # a tune.Tuner in Ray Client mode has no local tuner
+        pass
+
+    with pytest.warns(AutoaugWarning, match=r"^Ray Client \(--address ray://...\) runs the Tune experiment x on the "
+                                            r"cluster, where the time budget cannot stop its trials"):
+        attach_budget(RemoteTuner(), Budget(60), "x", 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        attach_budget(RemoteTuner(), None, "x", 3)  # no budget: nothing to say

@@ -109,7 +109,7 @@ class Budget:
 
     def __init__(self, total_s: float, *, sessions: list[dict] | None = None, started: float | None = None,
                  session: str = "start 1", record: Mapping[str, Any] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, say: Callable[[str], Any] | None = None) -> None:
         from autoaug.search.assemble import utc_now
 
         record = dict(record or {})
@@ -132,16 +132,18 @@ class Budget:
         self._epoch_sum, self._epoch_count = 0.0, 0
         self._lock = threading.RLock()
         self._run: Any = None
+        #: Where the line saying that the budget ends the trials goes (the search's display).
+        self.say = say
 
     # ------------------------------------------------------------------ construction, saving
     @classmethod
     def open(cls, run: Any, total_s: float, *, session: str, started: float | None = None,
-             clock: Callable[[], float] = time.time) -> "Budget":
+             clock: Callable[[], float] = time.time, say: Callable[[str], Any] | None = None) -> "Budget":
         """The budget of ``run`` (a :class:`~autoaug.search.run_dir.RunDir`) for a new driver
         session that started at ``started`` (``time.time()``), continuing the sessions recorded
         in :data:`BUDGET_FILE`; written back at once."""
         record = run.read_json(BUDGET_FILE) if run.exists(BUDGET_FILE) else {}
-        budget = cls(total_s, record=record, session=session, started=started, clock=clock)
+        budget = cls(total_s, record=record, session=session, started=started, clock=clock, say=say)
         budget._run = run
         budget.save()
         return budget
@@ -149,7 +151,7 @@ class Budget:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_lock", None)
-        state["_run"] = None  # the lock and where it writes belong to one driver session
+        state["_run"] = state["say"] = None  # the lock, where it writes and says belong to one driver session
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -264,11 +266,18 @@ class Budget:
         ``rescore``); the first call counts."""
         from autoaug.search.assemble import utc_now
 
+        first = False
         with self._lock:
             if self.ended is None:
+                first = True
                 self.ended = {"stage": stage, "spent_s": self.spent_s(), "at": utc_now(),
                               "reserve_s": self.reserve_s(), **info}
         self.save()
+        if first and stage != "rescore" and self.say is not None:
+            left = max(self.remaining_s(), 0.0)
+            self.say(f"time budget: {format_duration(left)} left of {format_duration(self.total_s)}, what re-scoring "
+                     f"and storing need (about {format_duration(self.reserve_s())}): nothing new starts, running "
+                     "trials end at their next report")
 
     def stop(self, experiment: str, trial_id: str) -> None:
         """Record that the budget stopped trial ``trial_id`` of the Tune experiment ``experiment``."""

@@ -180,7 +180,7 @@ def _search(config: SearchConfig, run: RunDir, state: RunState, *, session: Call
     display = _display(display, config.verbose)
     budget = None
     if config.time_budget_s is not None:
-        budget = Budget.open(run, config.time_budget_s, session=state.session_label, started=started)
+        budget = Budget.open(run, config.time_budget_s, session=state.session_label, started=started, say=display.log)
         display.log(budget.describe_start())
     with contextlib.nullcontext() if budget is None else budget.running():  # its clock saved as it runs
         with tune_output(config.verbose), _session(session, address, config.verbose):

@@ -444,3 +444,15 @@ def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         attach_budget(RemoteTuner(), None, "x", 3)  # no budget: nothing to say
+
+
+def test_the_end_of_the_trials_is_said_once(tmp_path):
+    said = []
+    clock = _Clock()
+    budget = Budget.open(RunDir(str(tmp_path), "r"), 100, session="start 1", clock=clock, say=said.append)
+    clock.now += 90
+    budget.stop("exp", "t1")
+    budget.stop("exp", "t2")
+    budget.end("rounds")
+    assert said == ["time budget: 10s left of 1m40s, what re-scoring and storing need (about 15s): nothing new "
+                    "starts, running trials end at their next report"]

@@ -65,7 +65,6 @@ def _print(text: str = "") -> None:
 
 
 def _describe(config, address: str | None) -> str:
-    from autoaug.search.budget import format_duration
     from autoaug.search.run_dir import RunDir
     from autoaug.search.study import study_url
 
@@ -78,8 +77,6 @@ def _describe(config, address: str | None) -> str:
         *config.search_method.describe(config),
         f"  space: {config.space.describe()}",
         f"  {_start_line(config)}",
-        *([f"  time budget: {format_duration(config.time_budget_s)} of wall time for the whole search (calibration, "
-           "trials, re-scoring, storing)"] if config.time_budget_s is not None else []),
         f"  run directory: {RunDir(config.storage, config.name).uri}",
         f"  Optuna {'studies' if config.method == 'density' else 'study'}: {studies} in {study_url(config)}",
     ][: None if config.method != "pba" else -1])  # fmt: skip  (PBA has no study: PBT proposes)

@@ -141,8 +141,9 @@ def resume_search(
     The method continues where the run directory says it stopped (for the training method:
     unfinished trials from their latest checkpoints, then the remaining trials), and the result
     is re-scored, chosen and stored as in :func:`run_search`. A search that already finished is
-    not run again: its stored outcome is returned. ``resume_errored`` also retries trials that
-    had failed. ``store`` overrides the policy store of the original configuration;
+    not run again: its stored outcome is returned. A search with a time budget continues with what
+    its earlier driver sessions left of it (:mod:`autoaug.search.budget`). ``resume_errored`` also
+    retries trials that had failed. ``store`` overrides the policy store of the original configuration;
     ``address``/``session``/``trainable``/``display`` as in :func:`run_search`.
     """
     started = time.time()

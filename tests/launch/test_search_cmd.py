@@ -333,7 +333,7 @@ def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_s
             "--time-budget", "2s", *_dirs(tmp_path)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "time budget: 2s of wall time for the whole search" in out
+    assert "time budget: 2s for the whole search (calibration, trials, re-scoring, storing)" in out
     assert "nothing new starts, running trials end at their next report" in out  # said when it happens
     assert "(stopped by the time budget)" in out  # the progress line of a trial it stopped
     assert "the time budget (2s) ended the search after " in out and " of 4 trials" in out

@@ -189,7 +189,7 @@ def _search(config: SearchConfig, run: RunDir, state: RunState, *, session: Call
             if calibration is not None:
                 config = calibration.apply(config)
             if budget is not None:
-                _plan_rescore(config, run, budget, transfer=calibration is not None)
+                _plan_rescore(config, run, budget, transfer=bool(calibration and calibration.record.get("transfer")))
             search = PreparedSearch(config=config, run=run, state=state, display=display, trainable=trainable,
                                     resume_errored=resume_errored, budget=budget)
             found = config.search_method.run(search)

@@ -152,10 +152,52 @@ def _corrupt_note(refs: list[str], problems: list[str]) -> None:
         print("autoaug: warning: run 'autoaug policies check' to verify every version", file=sys.stderr)
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    from autoaug.policies.store import CorruptVersion
+def _list_local_store(args: argparse.Namespace) -> tuple[list, str] | None:
+    """``(summaries, store uri)`` of a local store listed from its index alone, without pyarrow
+    (:func:`autoaug.policies.index.list_local`); None when that is not enough (a store behind a
+    URI, one that does not exist, a version without a matching index entry)."""
+    from autoaug.core.location import Location
+    from autoaug.policies.index import default_store_uri, list_local
 
-    from autoaug.policies.store import ENV_VAR
+    try:
+        location = Location.parse(args.store or default_store_uri(), what="policy store")
+    except (UserInputError, ValueError):
+        return None  # the store says what is wrong with it
+    if not location.local:
+        return None
+    summaries = list_local(location.path)
+    return None if summaries is None else (summaries, location.uri)
+
+
+def _print_summaries(summaries: list, uri: str, as_json: bool) -> int:
+    refs = [f"{s.name}@{v}" for s in summaries for v in s.corrupt]
+    problems = [p for s in summaries for p in s.problems]
+    if as_json:
+        print(json.dumps([asdict(s) for s in summaries], indent=2))
+        _corrupt_note(refs, problems)
+        return 0
+    if not summaries:
+        print(f"no policies in {uri}")
+        return 0
+    rows = [
+        [s.name, f"@{s.latest_version}", str(s.num_versions), _short_time(s.created_at) or _CORRUPT,
+         _short_time(s.updated_at) or _CORRUPT, s.content_hash[:12] or _CORRUPT]
+        for s in summaries
+    ]
+    print(f"{len(summaries)} polic{'y' if len(summaries) == 1 else 'ies'} in {uri}")
+    print(_table(rows, ["NAME", "LATEST", "VERSIONS", "CREATED", "UPDATED", "HASH"]))
+    _corrupt_note(refs, problems)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if not args.name:
+        # A local store whose index matches its files is listed without pyarrow (start-up time).
+        fast = _list_local_store(args)
+        if fast is not None:
+            return _print_summaries(*fast, args.json)
+
+    from autoaug.policies.store import ENV_VAR, CorruptVersion
 
     store = _open_store(args)
     if not args.name and not args.store and not os.environ.get(ENV_VAR) and not store.exists() \
@@ -195,25 +237,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(_table(rows, ["VERSION", "CREATED", "HASH", "SUB-POLICIES", "EVALUATIONS"]))
         _corrupt_note([r.ref for r in bad], [r.error for r in bad])
         return 0
-    summaries = store.list()
-    refs = [f"{s.name}@{v}" for s in summaries for v in s.corrupt]
-    problems = [p for s in summaries for p in s.problems]
-    if args.json:
-        print(json.dumps([asdict(s) for s in summaries], indent=2))
-        _corrupt_note(refs, problems)
-        return 0
-    if not summaries:
-        print(f"no policies in {store.uri}")
-        return 0
-    rows = [
-        [s.name, f"@{s.latest_version}", str(s.num_versions), _short_time(s.created_at) or _CORRUPT,
-         _short_time(s.updated_at) or _CORRUPT, s.content_hash[:12] or _CORRUPT]
-        for s in summaries
-    ]
-    print(f"{len(summaries)} polic{'y' if len(summaries) == 1 else 'ies'} in {store.uri}")
-    print(_table(rows, ["NAME", "LATEST", "VERSIONS", "CREATED", "UPDATED", "HASH"]))
-    _corrupt_note(refs, problems)
-    return 0
+    return _print_summaries(store.list(), store.uri, args.json)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -226,7 +250,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"store": report.uri, "verified": list(report.verified),
                           "corrupt": [asdict(c) for c in report.corrupt], "removed": list(report.removed),
-                          "kept": list(report.kept)}, indent=2))
+                          "kept": list(report.kept), "indexed": list(report.indexed)}, indent=2))
     else:
         for path in report.removed:
             print(f"removed leftover of a killed save: {path}")
@@ -234,6 +258,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"kept (younger than {args.grace:g} s, a save may be running): {path}")
         for c in report.corrupt:
             print(f"CORRUPT {c.ref}: {c.error}")
+        if report.indexed:
+            print(f"indexed {len(report.indexed)} version(s) saved before the store had an index "
+                  f"(so that listing verifies them without pyarrow): {', '.join(report.indexed[:10])}"
+                  + (", ..." if len(report.indexed) > 10 else ""))
         print(f"{report.uri}: {len(report.verified)} version(s) verified, {len(report.corrupt)} corrupt, "
               f"{len(report.removed)} leftover(s) removed")
     if report.corrupt:

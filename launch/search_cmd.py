@@ -39,7 +39,7 @@ _DEFINING = (
     "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
     "warm_start", "startup_trials", "rescore", "rescore_seeds", "rescore_val_size", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
     "train_size", "val_size", "train_per_class", "image_size", "group_by", "base", "mlflow_uri",
-    "method", "folds", "rounds", "trials_per_round", "top_per_round", "objective",
+    "method", "folds", "rounds", "trials_per_round", "top_per_round", "objective", "time_budget",
 )  # fmt: skip
 
 
@@ -231,6 +231,7 @@ def outcome_json(outcome) -> dict:
             for t in outcome.trials
         ],
         "selection": outcome.provenance.get("selection"),
+        "budget": outcome.provenance.get("budget"),  # the time budget: spent, sessions, what it ended
         "study_problems": list(outcome.study_problems),
         **({"schedule": outcome.provenance["method"]["schedule"]}  # a PBA search's schedule (policy: its last stage)
            if (outcome.provenance.get("method") or {}).get("schedule") else {}),
@@ -308,6 +309,10 @@ OPTIONS: tuple[Option, ...] = (
            help="ASHA: epochs before a trial can be stopped"),
     option("--reduction-factor", key="reduction_factor", group="how", type=float, metavar="ETA", help="ASHA reduction factor"),
     option("--max-failures", key="max_failures", group="how", type=int, metavar="N", help="retries of a trial that raises"),
+    option("--time-budget", key="time_budget_s", group="how", metavar="DURATION",
+           help="wall-time budget of the whole search (calibration, trials, re-scoring, storing; a resume continues "
+                "with what is left), e.g. 30m; also 1h30m, 90s or seconds. Trials stop when what is left is what "
+                "re-scoring and storing need; no preset sets one"),
     option("--address", group="how", metavar="ADDR",
            help="Ray cluster to use (ray://head:10001 or auto); default: start an embedded local Ray"),
     option("--storage", key="storage", kind="path", group="where", metavar="DIR|URI",

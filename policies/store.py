@@ -5,6 +5,7 @@ version (its content: :mod:`autoaug.policies.artifact`)::
 
     <root>/<name>/v000001.parquet
     <root>/<name>/v000002.parquet
+    <root>/<name>/_index/v000002.json                               (its index entry: hash, time, digest)
     <root>/<name>/_evaluations/v000002/<attached-at>-<token>.json   (results attached later)
     <root>/<name>/_issued/v000002                                   (numbers ever issued, never reused)
     <root>/<name>/.claims/...                                       (version claims, transient)
@@ -65,6 +66,18 @@ from autoaug.policies.artifact import (
     iso_utc,
 )
 from autoaug.policies.claims import VersionClaims, is_local
+from autoaug.policies.index import (
+    DEFAULT_LOCAL_STORE,
+    ENV_VAR,
+    INDEX_DIR,
+    VERSION_FILE_RE,
+    PolicySummary,
+    default_store_uri,
+    index_path,
+    make_entry,
+    summarize,
+    verified_entry,
+)
 from autoaug.policies.diff import PolicyDiff, diff_policies
 from autoaug.policies.policy import Policy
 from autoaug.policies.schedule import provenance_schedule
@@ -88,14 +101,11 @@ __all__ = [
     "validate_name",
 ]
 
-ENV_VAR = "AUTOAUG_STORE"
-DEFAULT_LOCAL_STORE = os.path.join("~", ".autoaug", "policies")
-
-_VERSION_FILE_RE = re.compile(r"v(\d+)\.parquet")
 _HEX_RE = re.compile(r"[0-9a-f]{6,64}")
 _MIN_HASH_PREFIX = 6
 _EVALUATIONS = "_evaluations"
 _TMP_VERSION_RE = re.compile(r"\.v\d+\.parquet\.tmp-.*")
+_TMP_INDEX_RE = re.compile(r"\.v\d+\.json\.tmp-.*")
 #: Default age (seconds) below which :meth:`PolicyStore.check` leaves temporary files and claims
 #: alone: a save in progress holds them for milliseconds, a killed one forever.
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -169,21 +179,6 @@ class CorruptVersion:
 
 
 @dataclass(frozen=True)
-class PolicySummary:
-    """One row of :meth:`PolicyStore.list`. When the first or latest version is corrupt, its
-    times/hash are ``""`` and ``corrupt`` lists it (with the error in ``problems``)."""
-
-    name: str
-    latest_version: int
-    num_versions: int
-    created_at: str  # creation time of the first stored version
-    updated_at: str  # creation time of the latest version
-    content_hash: str  # of the latest version
-    corrupt: tuple[int, ...] = ()
-    problems: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class CheckReport:
     """What :meth:`PolicyStore.check` found and did."""
 
@@ -192,6 +187,7 @@ class CheckReport:
     corrupt: tuple[CorruptVersion, ...]
     removed: tuple[str, ...]  # leftovers of killed saves, deleted
     kept: tuple[str, ...]  # leftovers younger than the grace period (a save may be running)
+    indexed: tuple[str, ...] = ()  # verified versions given the index entry they lacked (autoaug.policies.index)
 
     @property
     def ok(self) -> bool:
@@ -210,11 +206,6 @@ def validate_name(name: Any) -> str:
         shown = repr(name) if len(name) <= 140 else f"{name[:100]!r}... ({len(name):,} characters)"
         raise InvalidNameError(f"invalid policy name {shown}: expected {NAME_RULE}")
     return name
-
-
-def default_store_uri() -> str:
-    """``$AUTOAUG_STORE`` if set and non-empty, else ``~/.autoaug/policies``."""
-    return os.environ.get(ENV_VAR) or DEFAULT_LOCAL_STORE
 
 
 def _utcnow() -> datetime:
@@ -381,7 +372,7 @@ class PolicyStore:
         validate_name(name)
         found = []
         for info in self._ls(self._path(name)):
-            match = _VERSION_FILE_RE.fullmatch(info.base_name)
+            match = VERSION_FILE_RE.fullmatch(info.base_name)
             if match and info.type == pafs.FileType.File:
                 found.append(int(match.group(1)))
         return sorted(found)
@@ -389,28 +380,42 @@ class PolicyStore:
     def list(self) -> list[PolicySummary]:
         """One summary per stored name: latest version, number of versions, creation times. A
         corrupt first or latest version is reported in the summary (``corrupt``, ``problems``),
-        not raised: the other names are still listed."""
+        not raised: the other names are still listed. A version whose index entry matches its file
+        is read from the entry (:mod:`autoaug.policies.index`), any other from its file, verified."""
         out = []
         for name in self.names():
             versions = self.versions(name)
-            read: dict[int, StoredPolicy | CorruptVersion] = {}
+            read: dict[int, Any] = {}
             for v in {versions[0], versions[-1]}:
-                read[v] = self._read_or_corrupt(name, v, evaluations=False)
-            first, last = read[versions[0]], read[versions[-1]]
-            bad = sorted(v for v, r in read.items() if isinstance(r, CorruptVersion))
-            out.append(
-                PolicySummary(
-                    name=name,
-                    latest_version=versions[-1],
-                    num_versions=len(versions),
-                    created_at=getattr(first, "created_at", ""),
-                    updated_at=getattr(last, "created_at", ""),
-                    content_hash=getattr(last, "content_hash", ""),
-                    corrupt=tuple(bad),
-                    problems=tuple(read[v].error for v in bad),  # type: ignore[union-attr]
-                )
-            )
+                read[v] = self._indexed(name, v) or self._read_or_corrupt(name, v, evaluations=False)
+            out.append(summarize(name, versions, read))
         return out
+
+    def _bytes_or_none(self, path: str) -> bytes | None:
+        try:
+            with self._fs.open_input_stream(path) as f:
+                return f.read()
+        except (OSError, pa.ArrowException):
+            return None
+
+    def _indexed(self, name: str, version: int) -> Any:
+        """The index entry of a version whose file still matches it, else None."""
+        return verified_entry(self._bytes_or_none(self._path(index_path(name, version))),
+                              self._bytes_or_none(self._version_path(name, version)), name, version)
+
+    def _write_index(self, name: str, version: int, content_hash: str, created_at: str, data: bytes) -> str:
+        """Write the index entry of version bytes ``data`` (atomically); returns its path."""
+        final = self._path(index_path(name, version))
+        tmp = self._path(name, INDEX_DIR, f".v{version:06d}.json.tmp-{uuid.uuid4().hex}")
+        self._fs.create_dir(self._path(name, INDEX_DIR), recursive=True)
+        try:
+            with self._fs.open_output_stream(tmp) as sink:
+                sink.write(make_entry(name, version, content_hash, created_at, data, SCHEMA_VERSION))
+            self._publish(tmp, final)
+        except BaseException:
+            self._delete_quietly(tmp)
+            raise
+        return final
 
     def history(self, name: str, *, include_corrupt: bool = False) -> list[Any]:
         """Every version of ``name``, oldest first, with provenance and evaluations
@@ -674,16 +679,26 @@ class PolicyStore:
                                                 lambda v: self._version_path(name, v))
             final = self._version_path(name, version)
             tmp = self._path(name, f".v{version:06d}.parquet.tmp-{uuid.uuid4().hex}")
+            index = None
             try:
                 # The number is issued for good before anything is published: even if this version
                 # file is deleted later, no other content ever gets it.
                 self._claims.issue(name, version)
-                table = encode_version(policy, name, version, provenance_json, _utcnow())
+                now = _utcnow()
+                table = encode_version(policy, name, version, provenance_json, now)
                 with self._fs.open_output_stream(tmp) as sink:
                     pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+                # Its index entry (the digest of the bytes written) before the version exists: a
+                # published version has one, unless the save is killed in between (the version is
+                # then read from its file).
+                with self._fs.open_input_stream(tmp) as written:
+                    data = written.read()
+                index = self._write_index(name, version, content_hash, iso_utc(now), data)
                 self._publish(tmp, final)
             except BaseException:
                 self._delete_quietly(tmp)
+                if index is not None:
+                    self._delete_quietly(index)
                 self._claims.release(claim)
                 raise
             self._claims.release(claim)
@@ -740,11 +755,13 @@ class PolicyStore:
         """Verify every version (and its evaluations) and remove what killed saves left behind.
 
         Leftovers are temporary version files (``.vNNNNNN.parquet.tmp-*``), version claims and
-        their staging/released folders (``.claims/*``) and temporary evaluation files
-        (``_evaluations/vNNNNNN/.*.tmp``); those older than ``grace_seconds`` are deleted (a save
-        in progress holds its own for milliseconds), younger ones are reported as kept. Corrupt
-        versions are reported, never deleted. Raises :class:`StoreNotFoundError` when the store
-        does not exist.
+        their staging/released folders (``.claims/*``), temporary evaluation files
+        (``_evaluations/vNNNNNN/.*.tmp``) and index entries (``_index/.vNNNNNN.json.tmp-*``);
+        those older than ``grace_seconds`` are deleted (a save in progress holds its own for
+        milliseconds), younger ones are reported as kept. Corrupt versions are reported, never
+        deleted. A verified version without an index entry matching it (a store written before
+        the index existed) gets one (``indexed``). Raises :class:`StoreNotFoundError` when the
+        store does not exist.
         """
         self.require_exists()
         now = now or _utcnow()
@@ -752,6 +769,7 @@ class PolicyStore:
         corrupt: list[CorruptVersion] = []
         removed: list[str] = []
         kept: list[str] = []
+        indexed: list[str] = []
 
         def sweep(info: pafs.FileInfo) -> None:
             mtime = info.mtime
@@ -787,13 +805,22 @@ class PolicyStore:
                 for entry in self._ls(folder.path) if folder.type == pafs.FileType.Directory else ():
                     if entry.base_name.startswith(".") and entry.base_name.endswith(".tmp"):
                         sweep(entry)
+            for entry in self._ls(self._path(name, INDEX_DIR)):
+                if _TMP_INDEX_RE.fullmatch(entry.base_name):
+                    sweep(entry)
             for version in self.versions(name):
                 record = self._read_or_corrupt(name, version, evaluations=True)
                 if isinstance(record, CorruptVersion):
                     corrupt.append(record)
-                else:
-                    verified.append(record.ref)
-        return CheckReport(self._uri, tuple(verified), tuple(corrupt), tuple(removed), tuple(kept))
+                    continue
+                verified.append(record.ref)
+                if self._indexed(name, version) is None:  # none yet (an older store), or a stale one
+                    data = self._bytes_or_none(self._version_path(name, version))
+                    if data is not None:
+                        with writing(self._location(self._path(name, INDEX_DIR)), what="policy store index"):
+                            self._write_index(name, version, record.content_hash, record.created_at, data)
+                        indexed.append(record.ref)
+        return CheckReport(self._uri, tuple(verified), tuple(corrupt), tuple(removed), tuple(kept), tuple(indexed))
 
     # -- writing helpers --------------------------------------------------------------------------
 

@@ -38,8 +38,9 @@ __all__ = [
     "utc_now",
 ]
 
-#: Trial statuses that produced a score.
-SUCCESS_STATUSES = ("completed", "early_stopped")
+#: Trial statuses that can carry a score (``budget_stopped``: ended by the search's time budget,
+#: scored on what it had reported; one that had reported nothing has no score).
+SUCCESS_STATUSES = ("completed", "early_stopped", "budget_stopped")
 #: Statuses of trials that will not run again.
 FINISHED_STATUSES = SUCCESS_STATUSES + ("failed",)
 
@@ -51,8 +52,9 @@ class TrialRecord:
     Attributes:
         trial_id: Ray Tune trial id.
         index: creation order (0-based).
-        status: ``completed`` (all epochs), ``early_stopped`` (by ASHA), ``failed`` (raised more
-            often than ``max_failures`` allows), or ``pending``/``running`` (unfinished).
+        status: ``completed`` (all epochs), ``early_stopped`` (by ASHA), ``budget_stopped`` (by the
+            search's time budget), ``failed`` (raised more often than ``max_failures`` allows), or
+            ``pending``/``running`` (unfinished).
         params: the Optuna parameters (= the trial's Tune config).
         policy: the decoded candidate policy (None if the parameters could not be decoded).
         score: last reported validation accuracy (None if the trial never reported).

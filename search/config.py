@@ -25,6 +25,7 @@ from autoaug.policies.bases import NAMES as BASE_NAMES
 from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.reference import looks_like_path
 from autoaug.search import density, pba, train_method
+from autoaug.search.budget import DURATION_HELP, parse_duration
 from autoaug.search.density import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.loggers import check_mlflow_uri
 from autoaug.search.method import Method
@@ -83,6 +84,9 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # survivors) are re-scored under the proxy (one fresh seed) before one is stored. Chosen by
     # measurement: docs/search.md (re-scoring with 2 seeds on 10,000 validation images was
     # measured too and chose a policy that did worse in the evaluation regime).
+    # No time budget: before calibration existed the search (28 trials, 3-4 re-scoring runs) took
+    # 33-42 minutes on 2 idle cores, and the 8 calibration runs (~17 min) plus re-scoring (~14
+    # min) would leave a 30-minute budget almost no trials (docs/search.md, "Time budget").
     "cpu": {
         "train": {"preset": "proxy-cpu"},
         "num_trials": 28, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
@@ -151,7 +155,8 @@ def _train_config(value: Any) -> Any:
 _DICT_ORDER = (
     "name", "train", "space", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "sampler", "seed",
     "startup_trials", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n", "score_window",
-    "warm_start", "base", "calibration_seeds", "rescore", "rescore_seeds", "rescore_val_size", "storage", "optuna_storage", "store",
+    "warm_start", "base", "calibration_seeds", "rescore", "rescore_seeds", "rescore_val_size", "time_budget_s",
+    "storage", "optuna_storage", "store",
     "reuse_actors", "mlflow_uri", "verbose", "method", "density", "pba",
 )  # fmt: skip
 
@@ -204,6 +209,10 @@ class SearchConfig:
             ...); a candidate's re-score is the mean over them.
         rescore_val_size: validation images of the re-scoring runs (None: ``train.val_size``);
             they validate only over their last ``score_window`` epochs, so a large set costs little.
+        time_budget_s: wall-time budget of the whole search in seconds (calibration, trials,
+            re-scoring, storing; summed over driver sessions): trials stop when what is left is
+            what re-scoring and storing need (:mod:`autoaug.search.budget`). Given as seconds or
+            as a duration (``30m``, ``1h30m``, ``90s``); None: no budget.
         storage: root of run directories: a local folder or a URI (``s3://bucket/runs``).
         optuna_storage: Optuna storage URL (``sqlite:///...``, ``postgresql://...``); None: an
             SQLite file ``optuna.db`` in the run directory (local storage only).
@@ -234,6 +243,7 @@ class SearchConfig:
     rescore: bool = False
     rescore_seeds: int = 1
     rescore_val_size: int | None = None
+    time_budget_s: float | None = None
     storage: str = field(default_factory=default_runs_root)
     optuna_storage: str | None = None
     store: str | None = None
@@ -305,6 +315,11 @@ class SearchConfig:
             raise bad("rescore_seeds", "an integer in [1, 100]")
         if self.rescore_val_size is not None and (not is_int(self.rescore_val_size) or self.rescore_val_size < 1):
             raise bad("rescore_val_size", "an integer >= 1, or None (the proxy's own validation size)")
+        if self.time_budget_s is not None:
+            try:
+                object.__setattr__(self, "time_budget_s", parse_duration(self.time_budget_s))
+            except ValueError:
+                raise bad("time_budget_s", f"{DURATION_HELP} (--time-budget), above zero, or null (no budget)") from None
         if isinstance(self.warm_start, str) and self.warm_start.strip().lower() == AUTO:
             object.__setattr__(self, "warm_start", AUTO)
         elif isinstance(self.warm_start, str):

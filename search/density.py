@@ -131,6 +131,7 @@ class DensityMethod:
     name = "density"
     help = "score candidates with K fold models trained once (Fast AutoAugment's density matching)"
     settings = DensityConfig
+    unit = "candidates"
 
     def check(self, config: "SearchConfig") -> None:
         d, t = config.density, config.train
@@ -151,6 +152,9 @@ class DensityMethod:
 
     def num_trials(self, config: "SearchConfig") -> int:
         return config.density.num_trials
+
+    def max_candidates(self, config: "SearchConfig") -> int:
+        return 1  # the merged policy
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
         return config.density.trials_per_round, "trials per round; raise density.trials_per_round"
@@ -180,14 +184,24 @@ class DensityMethod:
         done.setdefault("fold_training_wall_s", {})[str(len(search.state.sessions))] = fold_wall
         run.write_json(DENSITY_FILE, done)
         for k in range(d.folds):
-            fold = _fold_parameters(config, folds[k], k, splits[k].val)
+            fold = None
             for round_ in range(d.rounds):
                 stage = stage_name(config.name, k, round_)
-                if stage not in done["stages"]:
-                    done["stages"][stage] = _run_round(search, k, round_, fold)
-                    run.write_json(DENSITY_FILE, done)
+                if stage in done["stages"]:
+                    continue
+                started = RunDir((run.location / STAGES_DIR).uri, stage).exists()
+                if search.budget is not None and search.budget.stop_now() and not started:
+                    search.budget.end("rounds")  # the rounds not started are not run
+                    break
+                fold = fold or _fold_parameters(config, folds[k], k, splits[k].val)
+                done["stages"][stage] = _run_round(search, k, round_, fold)
+                run.write_json(DENSITY_FILE, done)
 
-        stages = [done["stages"][stage_name(config.name, k, r)] for k in range(d.folds) for r in range(d.rounds)]
+        order = [stage_name(config.name, k, r) for k in range(d.folds) for r in range(d.rounds)]
+        stages = [done["stages"][stage] for stage in order if stage in done["stages"]]
+        if len(stages) < len(order) and not search.budget_ended():
+            raise SearchInterruptedError(f"search {config.name!r} stopped with {len(stages)} of {len(order)} rounds "
+                                         "done; " + resume_hint(config))
         trials = [TrialRecord.from_dict(t) for s in stages for t in s["trials"]]
         trials = [dataclasses.replace(t, index=i) for i, t in enumerate(trials)]
         by_id = {t.trial_id: t for t in trials}
@@ -258,20 +272,23 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     )  # fmt: skip
     search.display.log(f"fold {k + 1}/{d.folds}, round {round_ + 1}/{d.rounds}: scoring {d.trials_per_round} "
                        f"candidates on {len(fold['heldout'])} held-out images")
+    budget = search.budget
     if stage_run.exists() and can_restore(stage_run.uri):
-        tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored)
+        tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
     else:
         if stage_run.exists():
             stage_run.delete()
         delete_study(stage, search.study_url)  # a round that stopped before Tune saved anything
         points = warm_start_points(config.warm_start, config.space, store=config.store) if round_ == 0 else []
-        tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display)
+        tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display, budget)
     t0 = time.time()
     fit(tuner, search.run.uri, resume_hint(config))
     study = optuna.load_study(study_name=stage, storage=make_storage(search.study_url))
-    records = trial_records(stage_run, study, space=config.space, name=stage, epochs=1)
+    records = trial_records(stage_run, study, space=config.space, name=stage, epochs=1,
+                            budget_stopped=budget.stopped(stage) if budget is not None else ())
     finished = sum(r.finished for r in records)
-    if finished < d.trials_per_round:
+    cut = search.budget_ended() and finished == len(records)  # the budget ended the round early
+    if finished < d.trials_per_round and not cut:
         raise SearchInterruptedError(
             f"search {config.name!r} stopped in round {round_ + 1} of fold {k + 1} with {finished} of "
             f"{d.trials_per_round} candidates scored; " + resume_hint(config)
@@ -284,6 +301,7 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     return {
         "fold": k, "round": round_, "stage": stage, "trials": [r.to_dict() for r in records],
         "top": [r.trial_id for r in top], "problems": problems, "wall_time_s": time.time() - t0,
+        **({"ended_by_budget": True} if finished < d.trials_per_round else {}),
     }  # fmt: skip
 
 

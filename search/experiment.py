@@ -21,6 +21,10 @@ concurrency, the trials' resources, retries, actor reuse and MLflow logging.
 * **A full or read-only filesystem** (:mod:`autoaug.search.tune_storage`): the first trial it
   makes fail ends the experiment, and :func:`fit` raises one ``StorageError`` line; Tune's saved
   state keeps a complete copy that :func:`restore` puts back if a full disk cut it short.
+* **Time budget** (:class:`autoaug.search.budget.Budget`, optional): the scheduler and the
+  searcher end the experiment when the search's budget says so
+  (:class:`~autoaug.search.reconcile.BudgetStop`); a restored experiment gets this session's
+  (:func:`autoaug.search.reconcile.attach_budget`).
 
 :func:`tune_output` sets, for the time of a search only, the environment variables that keep
 Ray Tune's own console output out of the way of the progress display.
@@ -39,8 +43,8 @@ from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
 from autoaug.search.loggers import experiment_loggers
-from autoaug.search.progress import ProgressCallback
-from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_display, make_scheduler
+from autoaug.search.progress import ProgressCallback, TuneTrialLines
+from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_budget, attach_display, make_scheduler
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
 from autoaug.search.tune_storage import StateCopy, StorageGuard, repair_state, storage_failure
@@ -84,9 +88,9 @@ def _trainable(config: Any, exp: Experiment) -> Any:
     return tune.with_resources(fn, {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial})
 
 
-def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
+def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) -> tune.Tuner:
     """A new ``tune.Tuner`` for ``exp`` with ``config``'s shared settings (``config``: a
-    :class:`~autoaug.search.config.SearchConfig`)."""
+    :class:`~autoaug.search.config.SearchConfig`), ended early by ``budget`` (None: no budget)."""
     searcher = StudySearch(
         space=config.space.distributions(),
         metric=METRIC,
@@ -97,6 +101,7 @@ def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
     )
     searcher.set_sampler_spec(config.sampler, exp.seed, config.startup_trials)
     searcher.set_max_steps(exp.max_steps)
+    searcher.set_budget(budget)
     for params in exp.warm_start:  # a fresh study only: a restored one has its enqueued trials
         searcher.study.enqueue_trial(dict(params), skip_if_exists=True)
     searcher.study.set_user_attr(
@@ -105,11 +110,12 @@ def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
     search_alg = ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
     # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
     stopped = StoppedTrials()
-    scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
-    callbacks: list[Any] = [StorageGuard(), ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped,
-                                                             display=display), StateCopy(exp.uri)]
+    scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped, budget)
+    callbacks: list[Any] = [StorageGuard(), ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped, display=display,
+                                                             budget=budget, experiment=exp.name),
+                            TuneTrialLines(metric=METRIC), StateCopy(exp.uri)]
     callbacks += experiment_loggers(config.mlflow_uri, exp.name, config.sampler)
-    return tune.Tuner(
+    tuner = tune.Tuner(
         _trainable(config, exp),
         tune_config=tune.TuneConfig(
             metric=METRIC,
@@ -132,26 +138,30 @@ def build_tuner(config: Any, exp: Experiment, display: Any) -> tune.Tuner:
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )
+    attach_budget(tuner, budget, exp.name, exp.max_steps)  # (with Ray Client: a warning that it cannot stop trials)
+    return tuner
 
 
-def restore_tuner(config: Any, exp: Experiment, display: Any, *, resume_errored: bool = False) -> tune.Tuner:
+def restore_tuner(config: Any, exp: Experiment, display: Any, *, resume_errored: bool = False,
+                  budget: Any = None) -> tune.Tuner:
     """``exp`` restored from its saved state (unfinished trials continue from their latest
-    checkpoints), reporting to this driver's ``display``."""
+    checkpoints), reporting to this driver's ``display``, ended early by this session's ``budget``."""
     return restore(exp.uri, _trainable(config, exp), display, exp.num_trials, exp.max_steps,
-                   resume_errored=resume_errored)
+                   resume_errored=resume_errored, budget=budget, name=exp.name)
 
 
 def restore(uri: str, trainable: Any, display: Any, num_trials: int, epochs: int, *,
-            resume_errored: bool = False) -> tune.Tuner:
+            resume_errored: bool = False, budget: Any = None, name: str = "") -> tune.Tuner:
     """The Tune experiment saved at ``uri`` restored with ``trainable``: its saved state repaired
     first if a full disk cut it short (:func:`~autoaug.search.tune_storage.repair_state`), this
-    driver's display attached, and the storage guard and state copy in place (a tuner saved
-    before they existed gets them too)."""
+    driver's display and time ``budget`` attached (``name``: the experiment's, for the budget),
+    and the storage guard and state copy in place (a tuner saved before they existed gets them too)."""
     repaired = repair_state(uri)
     if repaired is not None:
         display.log(repaired)
     tuner = tune.Tuner.restore(uri, trainable=trainable, resume_unfinished=True, resume_errored=resume_errored)
     attach_display(tuner, display, num_trials, epochs)
+    attach_budget(tuner, budget, name, epochs)
     local = getattr(tuner, "_local_tuner", None)  # as attach_display: Ray Client keeps what it restored
     if local is not None:
         run_config = local.get_run_config()

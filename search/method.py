@@ -11,13 +11,18 @@ stores it and writes the result -- the same for every method. A method implement
   (``ValueError``), run before anything starts;
 * ``describe(config)``: the lines ``autoaug search`` prints about it before it starts;
 * ``num_trials(config)``: how many candidates it scores (the warm start must fit in its first
-  batch: ``warm_start_capacity(config)``);
+  batch: ``warm_start_capacity(config)``), called ``unit`` in messages (``trials``, ``candidates``,
+  ``members``); ``max_candidates(config)``: how many final candidates it can return for
+  re-scoring at most (what a time budget keeps time for);
 * ``can_resume(run)``: whether a stopped search left enough to continue from;
 * ``run(search)``: inside the Ray session, score candidates and return a :class:`MethodResult`.
   It resumes by itself from what earlier sessions left in the run directory, raises
   :class:`~autoaug.core.errors.SearchInterruptedError` when stopped before its candidates are
   all scored and :class:`~autoaug.core.errors.SearchFailedError` when every one failed, and
-  reports through ``search.display`` (:class:`autoaug.core.progress.Progress`).
+  reports through ``search.display`` (:class:`autoaug.core.progress.Progress`). With a time
+  budget (``search.budget``, :class:`autoaug.search.budget.Budget`) it passes the budget to its
+  Tune experiments, proposes nothing more once the budget says trials must end, and then
+  returns what it scored instead of raising ``SearchInterruptedError`` (``budget.ended`` set).
 
 Methods import nothing of each other; what they share (building and running a Ray Tune
 experiment of Optuna-proposed trials) is :mod:`autoaug.search.experiment`.
@@ -76,6 +81,12 @@ class PreparedSearch:
     trainable: Callable | None = None
     #: A resumed search also retries the trials that had failed.
     resume_errored: bool = False
+    #: The search's time budget (:class:`autoaug.search.budget.Budget`); None: no budget.
+    budget: Any = None
+
+    def budget_ended(self) -> bool:
+        """The time budget ended the search (it stopped trials or proposals, in any session)."""
+        return self.budget is not None and self.budget.ended is not None
 
     @property
     def study_url(self) -> str:
@@ -103,10 +114,12 @@ class Method(Protocol):
     name: str
     help: str
     settings: type
+    unit: str
 
     def check(self, config: "SearchConfig") -> None: ...
     def describe(self, config: "SearchConfig") -> list[str]: ...
     def num_trials(self, config: "SearchConfig") -> int: ...
+    def max_candidates(self, config: "SearchConfig") -> int: ...
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]: ...
     def can_resume(self, run: RunDir) -> bool: ...
     def run(self, search: PreparedSearch) -> MethodResult: ...

@@ -184,6 +184,7 @@ class PbaMethod:
     name = "pba"
     help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
     settings = PbaConfig
+    unit = "members"
 
     def check(self, config: "SearchConfig") -> None:
         s, t = config.pba, config.train
@@ -203,6 +204,9 @@ class PbaMethod:
 
     def num_trials(self, config: "SearchConfig") -> int:
         return config.pba.population
+
+    def max_candidates(self, config: "SearchConfig") -> int:
+        return 1  # the best member's schedule
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
         return config.pba.population, "members; raise pba.population"
@@ -232,7 +236,7 @@ class PbaMethod:
         trainable = _trainable(search)
         if tune.Tuner.can_restore(run.uri):
             tuner = restore(run.uri, trainable, search.display, s.population, config.epochs,
-                            resume_errored=search.resume_errored)
+                            resume_errored=search.resume_errored, budget=search.budget, name=config.name)
         else:
             tuner = _build_tuner(search, trainable)
         fit(tuner, run.uri, resume_hint(config))
@@ -257,10 +261,11 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
     from ray import tune
 
     from autoaug.search.pba_tune import EpochPBT, EventLog
+    from autoaug.search.reconcile import attach_budget
 
     from autoaug.search.experiment import TRIAL_DIR_PREFIX
     from autoaug.search.loggers import experiment_loggers
-    from autoaug.search.progress import ProgressCallback
+    from autoaug.search.progress import ProgressCallback, TuneTrialLines
     from autoaug.search.tune_storage import StateCopy, StorageGuard
     from autoaug.search.score import METRIC, MODE
 
@@ -271,14 +276,16 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
         custom_explore_fn=PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed),
         log_config=True, synch=False,
     )  # fmt: skip
+    scheduler.set_budget(search.budget, config.name, config.epochs)
 
     def name(trial: Any) -> str:
         return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
 
-    callbacks: list[Any] = [StorageGuard(), ProgressCallback(s.population, config.epochs, display=search.display),
-                            EventLog(config.storage, config.name), StateCopy(search.run.uri)]
+    callbacks: list[Any] = [StorageGuard(), ProgressCallback(s.population, config.epochs, display=search.display,
+                                                             budget=search.budget, experiment=config.name),
+                            TuneTrialLines(metric=METRIC), EventLog(config.storage, config.name), StateCopy(search.run.uri)]
     callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
-    return tune.Tuner(
+    tuner = tune.Tuner(
         trainable,
         param_space={"policy": tune.grid_search(initial_population(config)), "explore": {}},
         tune_config=tune.TuneConfig(
@@ -299,6 +306,8 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
         ),
     )  # fmt: skip
+    attach_budget(tuner, search.budget, config.name, config.epochs)  # (with Ray Client: a warning)
+    return tuner
 
 
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
@@ -310,6 +319,7 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     from autoaug.search.score import METRIC
 
     config, s = search.config, search.config.pba
+    by_budget = search.budget.stopped(config.name) if search.budget is not None else frozenset()
     members = []
     for index, r in enumerate(results):
         last = r.metrics or {}
@@ -324,13 +334,15 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
                     state = json.load(f)
                 schedule = Schedule.from_dict(load_checkpoint(d)["schedule"])
         status = "failed" if r.error is not None else ("completed" if epochs >= config.epochs else "running")
+        if status == "running" and trial_id in by_budget:
+            status = "budget_stopped"  # at a perturbation boundary: its checkpoint holds the schedule it scored under
         params = dict(state.get("params") or (r.config or {}).get("policy", {}))
         policy = None
         if schedule is not None:
             policy = schedule.final
         record = TrialRecord(
             trial_id=trial_id, index=index, status=status, params=params, policy=policy,
-            score=last.get(METRIC) if status == "completed" else None, epochs=epochs,
+            score=last.get(METRIC) if status in ("completed", "budget_stopped") else None, epochs=epochs,
             train_time_s=last.get("train_time_s"), num_failures=0,
             error=None if r.error is None else f"{type(r.error).__name__}: {str(r.error).splitlines()[0][:300]}",
         )  # fmt: skip
@@ -338,7 +350,8 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     records = [m[0] for m in members]
     events = list(search.run.read_json(EVENTS_FILE)) if search.run.exists(EVENTS_FILE) else []
     finished = [r for r in records if r.finished]
-    if len(finished) < s.population:
+    if len(finished) < s.population and not (search.budget_ended() and all(
+            r.finished or r.epochs == 0 for r in records)):
         raise SearchInterruptedError(
             f"search {config.name!r} stopped with {len(finished)} of {s.population} members trained to the end; "
             + resume_hint(config)

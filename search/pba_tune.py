@@ -13,6 +13,7 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 
 from autoaug.search.pba_trial import EVENTS_KEY
+from autoaug.search.reconcile import BudgetStop
 from autoaug.search.run_dir import RunDir
 
 __all__ = ["EpochPBT", "EventLog", "EVENTS_FILE"]
@@ -21,13 +22,20 @@ __all__ = ["EpochPBT", "EventLog", "EVENTS_FILE"]
 EVENTS_FILE = "pba_events.json"
 
 
-class EpochPBT(PopulationBasedTraining):
+class EpochPBT(BudgetStop, PopulationBasedTraining):
     """PBT that leaves a member's last epoch alone: exploiting there would copy a finished member
-    into one with nothing left to train (and start a stage at 100% of training)."""
+    into one with nothing left to train (and start a stage at 100% of training).
+
+    With a time budget (:class:`~autoaug.search.reconcile.BudgetStop`) a running member ends at its
+    next perturbation boundary, whose report carries its checkpoint: the schedule that checkpoint
+    holds is the one its score was measured under. Paused members (paused at a boundary) end at once."""
 
     def __init__(self, *, last_epoch: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.last_epoch = last_epoch
+
+    def _budget_can_stop(self, result: dict) -> bool:
+        return int(result.get("epoch") or 0) % self._perturbation_interval == 0
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
         if int(result.get("epoch") or 0) >= self.last_epoch:

@@ -12,10 +12,11 @@ import sys
 from typing import Any, Container
 
 from ray import tune
+from ray.tune.progress_reporter import TrialProgressCallback
 
 from autoaug.search.score import METRIC
 
-__all__ = ["ProgressCallback", "trial_error", "format_exception"]
+__all__ = ["ProgressCallback", "TuneTrialLines", "trial_error", "format_exception"]
 
 _OVERALL = "search"
 
@@ -34,16 +35,20 @@ class ProgressCallback(tune.Callback):
     (:class:`autoaug.search.reconcile.StoppedTrials`); Tune's numbers for them are stale.
     ``display``: the :class:`autoaug.core.progress.Progress` (not pickled with Tune's experiment
     state: a restored search attaches its own with :func:`autoaug.search.reconcile.attach_display`);
-    None prints plain lines on ``stream``.
+    None prints plain lines on ``stream``. ``budget``: the search's time budget
+    (:class:`autoaug.search.budget.Budget`, this driver's, not pickled either), whose stopped
+    trials of the Tune experiment ``experiment`` are said so.
     """
 
     def __init__(self, num_trials: int, epochs: int, stream: str = "stdout", stopped: Container[str] = (),
-                 display: Any = None):
+                 display: Any = None, budget: Any = None, experiment: str = ""):
         self.num_trials = num_trials
         self.epochs = epochs
         self.stream = stream
         self.stopped = stopped
         self.display = display
+        self.budget = budget
+        self.experiment = experiment
         self._done: dict[str, str] = {}  # trial id -> "completed" / "stopped" / "failed"
         self._epochs: dict[str, int] = {}  # running trial id -> epochs reported
         self._best: tuple[float, str] | None = None
@@ -51,7 +56,17 @@ class ProgressCallback(tune.Callback):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["display"] = None  # a live terminal display is this driver's, never pickled
+        state["budget"] = None  # so is the budget (reconcile.attach_budget)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("budget", None)  # callbacks pickled before budgets existed
+        state.setdefault("experiment", "")
+        self.__dict__.update(state)
+
+    def _by_budget(self, trial_id: str) -> bool:
+        budget = getattr(self, "budget", None)
+        return budget is not None and trial_id in budget.stopped(self.experiment)
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -66,7 +81,9 @@ class ProgressCallback(tune.Callback):
         done = len(self._done)
         stopped = sum(v == "stopped" for v in self._done.values())
         failed = sum(v == "failed" for v in self._done.values())
+        budget = sum(v == "budget" for v in self._done.values())
         extra = ", ".join(x for x in (f"{stopped} stopped early" if stopped else "",
+                                      f"{budget} stopped by the time budget" if budget else "",
                                       f"{failed} failed" if failed else "") if x)
         text = f"{done}/{self.num_trials} trials{f' ({extra})' if extra else ''}, {len(self._epochs)} running"
         if self._best is not None:
@@ -128,6 +145,13 @@ class ProgressCallback(tune.Callback):
             score = result.get(METRIC)
             if trial.trial_id in self.stopped:
                 what = "had finished before the driver stopped (its result is in the Optuna study)"
+            elif early and self._by_budget(trial.trial_id):
+                kind = "budget"
+                what = ("not run: the time budget ran out before it started" if score is None else
+                        f"{METRIC} {score:.4f} after {epochs}/{self.epochs} epochs (stopped by the time budget), "
+                        f"{result.get('time_total_s', 0.0):.0f} s")
+            elif score is None:
+                what = f"ended after {epochs}/{self.epochs} epochs without a score"
             else:
                 what = (
                     f"{METRIC} {score:.4f} after {epochs}/{self.epochs} epochs{' (stopped early)' if early else ''}, "
@@ -161,6 +185,17 @@ class ProgressCallback(tune.Callback):
             for t in trials:
                 self.display.remove(f"trial:{t.trial_id}")
             self.display.remove(_OVERALL)
+
+
+class TuneTrialLines(TrialProgressCallback):
+    """Ray Tune's own per-trial output (Tune adds one unless a search gives it; it prints only with
+    ``-v``), without the line ``Trial X completed. Last result:`` it prints at every verbosity for
+    a trial that ended without reporting anything -- one the time budget stopped before it started,
+    which the search's own progress line already reports."""
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.last_result:
+            super().on_trial_complete(iteration, trials, trial, **info)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

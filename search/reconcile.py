@@ -21,6 +21,17 @@ are reconciled, the study being the record of which trials ended:
   is lost and nothing is left RUNNING -- and marks an orphan whose parameters were not all
   written FAIL with the user attribute ``autoaug_orphaned``; a failed trial retried with
   ``resume_errored`` that succeeds becomes a new Optuna trial linked by ``autoaug_retry_of``.
+
+The search's time budget (:class:`autoaug.search.budget.Budget`) is applied here too, through
+Tune's canonical paths so that Optuna stays consistent: :class:`BudgetStop` (mixed into the
+schedulers) ends running trials at their next report with ``STOP`` (the searcher is told their
+last result: ``PRUNED``, as an ASHA stop), stops trials that have not started through
+``tune_controller.stop_trial`` and marks the search algorithm finished; :class:`StudySearch`
+proposes nothing once the budget is over. Tune's own ``time_budget_s`` is not used: its
+``stop_all`` marks live trials ``TERMINATED`` without telling the searcher (their Optuna trials
+would stay RUNNING) and it keeps no time across a driver restart. A budget belongs to one driver
+session: the objects holding it drop it when pickled, and :func:`attach_budget` gives a restored
+experiment this session's.
 """
 from __future__ import annotations
 
@@ -30,10 +41,12 @@ from importlib import metadata
 from typing import Any
 
 import optuna
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from autoaug.core.errors import SearchError
+from autoaug.search.score import METRIC
 from autoaug.search.study import (
     FINAL_STEP_ATTR,
     ORPHAN_ATTR,
@@ -50,10 +63,12 @@ __all__ = [
     "StoppedTrials",
     "StudySearch",
     "StudyGuard",
+    "BudgetStop",
     "GuardedASHAScheduler",
     "GuardedFIFOScheduler",
     "make_scheduler",
     "attach_display",
+    "attach_budget",
 ]
 
 logger = logging.getLogger(__name__)
@@ -120,7 +135,31 @@ class StudySearch(OptunaSearch):
         """The Optuna study the searcher asks and tells."""
         return self._ot_study
 
+    def set_budget(self, budget: Any) -> None:
+        """The search's time budget (:class:`autoaug.search.budget.Budget`): once it says trials
+        must end, no new trial is proposed (``Searcher.FINISHED``)."""
+        self._budget = budget
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_budget", None)  # one driver session's (attach_budget gives a restored search its own)
+        return state
+
+    def save(self, checkpoint_path: str) -> None:
+        # OptunaSearch.save pickles ``__dict__`` itself, and restore() updates ``__dict__`` with it:
+        # without the budget, the one this session attached survives the restore.
+        budget = self.__dict__.pop("_budget", None)
+        try:
+            super().save(checkpoint_path)
+        finally:
+            if budget is not None:
+                self._budget = budget
+
     def suggest(self, trial_id: str) -> dict | None:
+        budget = getattr(self, "_budget", None)
+        if budget is not None and budget.stop_now():
+            budget.end("trials")
+            return Searcher.FINISHED
         if trial_id not in self._ot_trials:
             adopted = self._adopt_orphan()
             if adopted is not None:
@@ -283,7 +322,8 @@ class StudyGuard:
         return self._guard_stopped
 
     def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
+        parent = getattr(super(), "__getstate__", None)  # BudgetStop's, in the guarded schedulers
+        state = dict((parent() if parent is not None else None) or self.__dict__)
         state.pop("_guard_done", None)
         return state
 
@@ -342,18 +382,81 @@ class StudyGuard:
                 logger.warning("could not stop restored trial %s: %s", trial.trial_id, exc)
 
 
-class GuardedASHAScheduler(StudyGuard, ASHAScheduler):
-    """``ASHAScheduler`` with :class:`StudyGuard`."""
+class BudgetStop:
+    """Mixin for Tune schedulers: the search's time budget (:class:`autoaug.search.budget.Budget`).
+
+    While the budget lasts, nothing changes. Once it says trials must end (the time left is what
+    re-scoring and storing need, and some trial has a score):
+
+    * a running trial ends at its next report (a scheduler ``STOP``, as ASHA stops a trial: Tune
+      tells the searcher its last result and calls the callbacks), unless that report is its last
+      anyway; :meth:`_budget_can_stop` can restrict where (PBA: at checkpoints only);
+    * on the next scheduling decision the search algorithm is marked finished (no new trial) and
+      every pending or paused trial is stopped through ``tune_controller.stop_trial``;
+    * every trial it stopped is recorded in the budget (the trial records say ``budget_stopped``).
+    """
+
+    _budget: Any = None
+    _budget_name: str = ""
+    _budget_max_steps: int | None = None
+
+    def set_budget(self, budget: Any, experiment: str, max_steps: int | None) -> None:
+        self._budget, self._budget_name, self._budget_max_steps = budget, experiment, max_steps
+
+    def __getstate__(self) -> dict:
+        parent = getattr(super(), "__getstate__", None)
+        state = dict((parent() if parent is not None else None) or self.__dict__)
+        state.pop("_budget", None)  # one driver session's (attach_budget gives a restored search its own)
+        return state
+
+    def _budget_can_stop(self, result: dict) -> bool:
+        """Whether a trial may be stopped at this report (default: at any)."""
+        return True
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        budget = self._budget
+        if budget is not None:
+            if result.get(METRIC) is not None:
+                budget.has_result = True
+            budget.observe_epoch(result.get("time_this_iter_s"))
+            step = int(result.get("training_iteration") or 0)
+            last = self._budget_max_steps is not None and step >= self._budget_max_steps
+            if not last and budget.stop_now() and self._budget_can_stop(result):
+                budget.stop(self._budget_name, trial.trial_id)
+                return TrialScheduler.STOP
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def choose_trial_to_run(self, tune_controller: Any, *args: Any, **kwargs: Any) -> Any:
+        budget = self._budget
+        if budget is not None:
+            trials = tune_controller.get_trials()
+            if not budget.has_result and any((t.last_result or {}).get(METRIC) is not None for t in trials):
+                budget.has_result = True  # e.g. trials of an earlier driver session
+            if budget.stop_now():
+                search_alg = tune_controller.search_alg
+                if not search_alg.is_finished():
+                    search_alg.set_finished()  # what Tune's own stop_all does
+                    budget.end("trials")
+                for trial in [t for t in trials if t.status in ("PENDING", "PAUSED")]:
+                    budget.stop(self._budget_name, trial.trial_id)
+                    tune_controller.stop_trial(trial)
+                return None
+        return super().choose_trial_to_run(tune_controller, *args, **kwargs)
 
 
-class GuardedFIFOScheduler(StudyGuard, FIFOScheduler):
-    """``FIFOScheduler`` with :class:`StudyGuard`."""
+class GuardedASHAScheduler(StudyGuard, BudgetStop, ASHAScheduler):
+    """``ASHAScheduler`` with :class:`StudyGuard` and :class:`BudgetStop`."""
+
+
+class GuardedFIFOScheduler(StudyGuard, BudgetStop, FIFOScheduler):
+    """``FIFOScheduler`` with :class:`StudyGuard` and :class:`BudgetStop`."""
 
 
 def make_scheduler(asha: tuple[int, float] | None, max_t: int, study_url: str, study_name: str,
-                   max_failures: int, stopped: StoppedTrials) -> StudyGuard:
+                   max_failures: int, stopped: StoppedTrials, budget: Any = None) -> StudyGuard:
     """ASHA (``asha``: grace period and reduction factor) or FIFO (``asha`` None), with
-    :class:`StudyGuard` on the study ``study_name``."""
+    :class:`StudyGuard` on the study ``study_name`` and :class:`BudgetStop` with ``budget``
+    (None: no time budget)."""
     if asha is not None:
         grace_period, reduction_factor = asha
         scheduler: StudyGuard = GuardedASHAScheduler(
@@ -362,6 +465,7 @@ def make_scheduler(asha: tuple[int, float] | None, max_t: int, study_url: str, s
     else:
         scheduler = GuardedFIFOScheduler()
     scheduler._setup_guard(study_url, study_name, max_failures, stopped)
+    scheduler.set_budget(budget, study_name, max_t)
     return scheduler
 
 
@@ -387,3 +491,41 @@ def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> No
     if not found:  # the original driver ran without one
         callbacks.append(ProgressCallback(num_trials, epochs, display=display))
         run_config.callbacks = callbacks
+
+
+def attach_budget(tuner: Any, budget: Any, experiment: str, max_steps: int | None) -> None:
+    """Give a ``tune.Tuner`` this driver session's time budget (None: none): its scheduler
+    (:class:`BudgetStop`), its searcher (:class:`StudySearch`) and its progress lines.
+
+    ``Tuner.restore`` brings them back from ``tuner.pkl``, pickled without a budget (a new tuner
+    has them already; the call then only warns when they run where the budget cannot reach). Uses the
+    private ``Tuner._local_tuner`` and its ``_tune_config``; a tuner without one (Ray Client)
+    runs without the budget's stops (the budget still counts its time and re-scoring keeps to it).
+    """
+    from autoaug.search.progress import ProgressCallback
+
+    local = getattr(tuner, "_local_tuner", None)
+    if local is None:
+        if budget is not None:
+            import warnings
+
+            from autoaug.core.errors import AutoaugWarning
+
+            warnings.warn(f"Ray Client (--address ray://...) runs the Tune experiment {experiment} on the cluster, where "
+                          "the time budget cannot stop its trials (it still counts, and re-scoring keeps to it); run "
+                          "the search on the cluster (autoaug launch) for the budget to end trials", AutoaugWarning,
+                          stacklevel=2)
+        return
+    tune_config = getattr(local, "_tune_config", None)
+    scheduler = getattr(tune_config, "scheduler", None)
+    if isinstance(scheduler, BudgetStop):
+        scheduler.set_budget(budget, experiment, max_steps)
+    searcher = getattr(tune_config, "search_alg", None)
+    while searcher is not None and not isinstance(searcher, StudySearch):
+        searcher = getattr(searcher, "searcher", None)
+    if searcher is not None:
+        searcher.set_budget(budget)
+    for cb in local.get_run_config().callbacks or []:
+        if isinstance(cb, ProgressCallback):
+            cb.budget = budget
+            cb.experiment = experiment

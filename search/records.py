@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Container, Mapping
 
 import optuna
 
-from autoaug.search.assemble import AssembledPolicy, TrialRecord
+from autoaug.search.assemble import SUCCESS_STATUSES, AssembledPolicy, TrialRecord
 from autoaug.search.progress import trial_error
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC, MODE
@@ -47,7 +47,8 @@ class SearchOutcome:
             f"best trial {self.best_trial.trial_id}: {METRIC} {self.score:.4f} "
             f"({self.best_trial.epochs} epoch{'' if self.best_trial.epochs == 1 else 's'})",
             f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
-            f"{counts['failed']} failed; assembled policy = best {len(self.assembled.selected)} "
+            + (f"{counts['budget_stopped']} stopped by the time budget, " if counts.get("budget_stopped") else "")
+            + f"{counts['failed']} failed; assembled policy = best {len(self.assembled.selected)} "
             f"trials, {self.provenance.get('assembly', {}).get('num_sub_policies', len(self.assembled.policy.sub_policies))} "
             "sub-policies "
             f"({self.assembled.duplicates_removed} duplicates removed)",
@@ -58,7 +59,8 @@ class SearchOutcome:
                 f"{c['kind']} ({c['num_sub_policies']} sub-policies) {c[METRIC]:.4f}"
                 for c in selection["candidates"] if c.get(METRIC) is not None
             )
-            first = selection["candidates"][0]
+            # the first candidate re-scored (under a time budget, not every candidate is)
+            first = next((c for c in selection["candidates"] if c.get("runs")), selection["candidates"][0])
             runs = first.get("runs") or [{"seed": first.get("seed", "?")}]
             seeds = ", ".join(str(r.get("seed")) for r in runs)
             val = f", {first['val_size']} validation images" if first.get("val_size") else ""
@@ -72,9 +74,11 @@ class SearchOutcome:
                          f"{method['schedule_hash'][:12]}; the policy above is its last stage; "
                          f"{len(method.get('events', []))} exploit/explore events in the population of "
                          f"{method.get('population')}")
+        from autoaug.search.budget import describe_budget
         from autoaug.search.calibrate import describe_calibration
 
         lines += describe_calibration(self.provenance.get("calibration"))
+        lines += describe_budget(self.provenance.get("budget"))
         lines += [
             f"stored as {self.reference} in {self.store_uri}",
             f"run directory: {self.run_dir}",
@@ -111,10 +115,12 @@ def describe_data(train_config: Any) -> dict[str, Any]:
     }
 
 
-def trial_records(run: RunDir, study: optuna.Study, *, space: SearchSpace, name: str, epochs: int) -> list[TrialRecord]:
+def trial_records(run: RunDir, study: optuna.Study, *, space: SearchSpace, name: str, epochs: int,
+                  budget_stopped: Container[str] = ()) -> list[TrialRecord]:
     """One :class:`TrialRecord` per trial of the Tune experiment in ``run``, in creation order:
     its parameters decoded in ``space`` (policies named ``{name}-{trial id}``), ``completed``
-    when it reported ``epochs`` results.
+    when it reported ``epochs`` results, ``budget_stopped`` when the search's time budget ended it
+    earlier (``budget_stopped``: those trials' ids; scored on what it reported, if anything).
 
     Tune's final experiment state gives status, last metrics and errors. For a trial that the
     Optuna study recorded as finished while Tune's snapshot was older (the driver died in
@@ -143,13 +149,13 @@ def trial_records(run: RunDir, study: optuna.Study, *, space: SearchSpace, name:
             status = "failed"
             error = trial_error(trial)
         elif trial.status == "TERMINATED":
-            status = "completed" if epochs >= epochs_needed else "early_stopped"
+            status = "completed" if epochs >= epochs_needed else _stopped(trial.trial_id, budget_stopped)
         elif trial.status == "RUNNING":
             status = "running"
         else:
             status = "pending"
         frozen = latest.get(trial.trial_id)
-        if frozen is not None and frozen.state.is_finished() and status in ("completed", "early_stopped"):
+        if frozen is not None and frozen.state.is_finished() and status in SUCCESS_STATUSES:
             # The study records a trial's first end, Tune's snapshot can be older (driver killed
             # in between): the study's result is the trial's result.
             step = final_step(frozen)
@@ -158,7 +164,7 @@ def trial_records(run: RunDir, study: optuna.Study, *, space: SearchSpace, name:
                 or not math.isclose(float(score), frozen.value, rel_tol=1e-9)
             ):  # fmt: skip
                 score, epochs = frozen.value, step
-                status = "completed" if step >= epochs_needed else "early_stopped"
+                status = "completed" if step >= epochs_needed else _stopped(trial.trial_id, budget_stopped)
                 note = "result from the Optuna study: the trial ended after Tune's last snapshot"
             elif frozen.state == optuna.trial.TrialState.FAIL:
                 status, score = "failed", None
@@ -180,6 +186,11 @@ def trial_records(run: RunDir, study: optuna.Study, *, space: SearchSpace, name:
             )
         )
     return records
+
+
+def _stopped(trial_id: str, budget_stopped: Container[str]) -> str:
+    """The status of a trial that ended before its last epoch without an error."""
+    return "budget_stopped" if trial_id in budget_stopped else "early_stopped"
 
 
 def _creation_index(trial: Any) -> int:

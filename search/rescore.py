@@ -36,7 +36,7 @@ from autoaug.policies import Policy
 from autoaug.search.score import METRIC
 
 __all__ = ["RESCORE_FILE", "RESCORE_SEED_OFFSET", "Candidate", "run_key", "train_and_score", "train_runs",
-           "rescore_candidates", "candidate_scores", "choose"]
+           "parallel_runs", "rescore_candidates", "missing_runs", "candidate_scores", "choose"]
 
 RESCORE_FILE = "rescore.json"
 #: Re-scoring run ``i`` uses seed ``train.seed + RESCORE_SEED_OFFSET + i``: seeds no trial used.
@@ -96,6 +96,7 @@ def train_runs(
     cached: Mapping[str, Any] | None = None,
     save: Any = None,
     task_name: str = "autoaug-run",
+    deadline: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train each ``(key, policy, train_config)`` of ``runs`` under the proxy, in parallel on Ray
     with the trials' resources (``config.cpus_per_trial`` / ``gpus_per_trial``), scored as the
@@ -103,9 +104,13 @@ def train_runs(
     runs outside Tune: re-scoring and calibration (:mod:`autoaug.search.calibrate`).
 
     ``cached``: runs of earlier sessions, ``{key: result}`` (not trained again); ``save``: a
-    callable receiving the updated mapping after every finished run. Returns ``{key: {METRIC,
-    "val_accuracy", "train_time_s", "epochs", "seed", "val_size"}}``, the cached runs included.
+    callable receiving the updated mapping after every finished run; ``deadline``: a
+    ``time.time()`` after which the runs not finished are cancelled (a time budget). Returns
+    ``{key: {METRIC, "val_accuracy", "train_time_s", "epochs", "seed", "val_size"}}``, the
+    cached runs included (and only the runs that finished).
     """
+    import time
+
     import ray
 
     results: dict[str, dict[str, Any]] = dict(cached or {})
@@ -123,7 +128,10 @@ def train_runs(
     }  # fmt: skip
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            timeout = None if deadline is None else max(0.0, deadline - time.time())
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            if not ready and deadline is not None and time.time() >= deadline:
+                break  # the rest is cancelled below
             for ref in ready:
                 key, cfg = pending.pop(ref)
                 results[key] = {**ray.get(ref), "seed": cfg.seed, "val_size": cfg.val_size}
@@ -135,23 +143,43 @@ def train_runs(
     return results
 
 
+def parallel_runs(config: Any) -> int:
+    """How many proxy runs with the trials' resources the Ray cluster runs at once (at least 1)."""
+    import ray
+
+    total = ray.cluster_resources()
+    slots = int(total.get("CPU", 1) // config.cpus_per_trial)
+    if config.gpus_per_trial:
+        slots = min(slots, int(total.get("GPU", 0) // config.gpus_per_trial))
+    return max(1, slots)
+
+
+def missing_runs(candidates: Sequence[Candidate], config: Any, cached: Mapping[str, Any] | None) -> int:
+    """Re-scoring runs of ``candidates`` not yet in ``cached`` (``rescore.json``)."""
+    done = _upgraded(cached or {}, config)
+    return sum(1 for c, cfg in _runs(candidates, config) if run_key(c, cfg) not in done)
+
+
 def rescore_candidates(
     candidates: Sequence[Candidate],
     config: Any,
     *,
     cached: Mapping[str, Any] | None = None,
     save: Any = None,
+    deadline: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train every candidate under ``config.rescore_train_config(i)`` for each of the
     ``config.rescore_seeds`` seeds (:func:`train_runs`).
 
     ``cached``: ``rescore.json`` of earlier sessions (runs found there are not trained again);
     ``save``: a callable receiving the updated mapping after every finished run (e.g. to write
-    ``rescore.json``). Returns ``{run key: {METRIC, "val_accuracy", "train_time_s", "epochs",
-    "seed", "val_size"}}`` (:func:`run_key`); :func:`candidate_scores` averages them.
+    ``rescore.json``); ``deadline``: see :func:`train_runs`. Returns ``{run key: {METRIC,
+    "val_accuracy", "train_time_s", "epochs", "seed", "val_size"}}`` (:func:`run_key`);
+    :func:`candidate_scores` averages them.
     """
     runs = [(run_key(c, cfg), c.policy, cfg) for c, cfg in _runs(candidates, config)]
-    return train_runs(runs, config, cached=_upgraded(cached or {}, config), save=save, task_name="autoaug-rescore")
+    return train_runs(runs, config, cached=_upgraded(cached or {}, config), save=save, task_name="autoaug-rescore",
+                      deadline=deadline)
 
 
 def candidate_scores(candidates: Sequence[Candidate], config: Any,

@@ -75,6 +75,7 @@ class TrainMethod:
     name = "train"
     help = "one proxy training per candidate (AutoAugment)"
     settings = TrainMethodConfig
+    unit = "trials"
 
     def check(self, config: "SearchConfig") -> None:
         s, t = config.train_method, config.train
@@ -97,6 +98,10 @@ class TrainMethod:
 
     def num_trials(self, config: "SearchConfig") -> int:
         return config.train_method.num_trials
+
+    def max_candidates(self, config: "SearchConfig") -> int:
+        # assembled, best trial, warm start + found, survivors (final_candidates)
+        return 2 + bool(config.warm_start) + config.train_method.early_stopping
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
         return config.train_method.num_trials, "trials; raise --num-trials"
@@ -133,18 +138,20 @@ class TrainMethod:
                         "policy_prefix": config.name, "score_window": config.score_window},
             asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None, run_dir=run.uri,
         )  # fmt: skip
+        budget = search.budget
         if can_restore(run.uri):
-            tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored)
+            tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
         else:
             # The first proposals are the known sub-policies (a fresh study only).
             points = warm_start_points(config.warm_start, config.space, store=config.store) if config.warm_start else ()
-            tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display)
+            tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display, budget)
         fit(tuner, run.uri, resume_hint(config))
 
         study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
-        trials = trial_records(run, study, space=config.space, name=config.name, epochs=config.epochs)
+        trials = trial_records(run, study, space=config.space, name=config.name, epochs=config.epochs,
+                               budget_stopped=budget.stopped(config.name) if budget is not None else ())
         finished = [t for t in trials if t.finished]
-        if len(finished) < s.num_trials:
+        if len(finished) < s.num_trials and not (search.budget_ended() and len(finished) == len(trials)):
             raise SearchInterruptedError(
                 f"search {config.name!r} stopped with {len(finished)} of {s.num_trials} trials finished; "
                 + resume_hint(config)

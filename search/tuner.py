@@ -28,21 +28,28 @@ In order (each step below is one function of this module):
    finished run saved in ``rescore.json``.
 4. **Choosing, storing, the result** (:func:`_store`): the best re-scored candidate (or the
    method's first), the provenance (configuration, data, every trial, Optuna, timing, the
-   method's own record, the selection), ``PolicyStore.save`` and ``result.json``. The outcome
-   (:class:`~autoaug.search.records.SearchOutcome`) is rebuilt from that file, so a finished
-   search and a resumed finished search answer the same.
+   method's own record, the selection, the time budget), ``PolicyStore.save`` and
+   ``result.json``. The outcome (:class:`~autoaug.search.records.SearchOutcome`) is rebuilt from
+   that file, so a finished search and a resumed finished search answer the same.
+
+With ``SearchConfig.time_budget_s`` all of it runs under one clock (:mod:`autoaug.search.budget`):
+the method's trials stop when what is left is what re-scoring and storing need, re-scoring keeps
+to what is left, and a resumed search continues with the time its earlier sessions left.
 
 For Ray Tune, Optuna and their consistency across a driver crash see
 :mod:`autoaug.search.experiment` and :mod:`autoaug.search.reconcile`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import time
 from typing import Any, Callable
 
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
 from autoaug.search.assemble import build_provenance
+from autoaug.search.budget import STORE_RESERVE_S, Budget, measured_run_s
 from autoaug.search.config import SearchConfig
 from autoaug.search.method import MethodResult, PreparedSearch, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
@@ -134,8 +141,9 @@ def resume_search(
     The method continues where the run directory says it stopped (for the training method:
     unfinished trials from their latest checkpoints, then the remaining trials), and the result
     is re-scored, chosen and stored as in :func:`run_search`. A search that already finished is
-    not run again: its stored outcome is returned. ``resume_errored`` also retries trials that
-    had failed. ``store`` overrides the policy store of the original configuration;
+    not run again: its stored outcome is returned. A search with a time budget continues with what
+    its earlier driver sessions left of it (:mod:`autoaug.search.budget`). ``resume_errored`` also
+    retries trials that had failed. ``store`` overrides the policy store of the original configuration;
     ``address``/``session``/``trainable``/``display`` as in :func:`run_search`.
     """
     started = time.time()
@@ -187,29 +195,59 @@ def _run_and_store(config: SearchConfig, run: RunDir, state: RunState, *, sessio
     from autoaug.search.experiment import tune_output
 
     display = _display(display, config.verbose)
-    with tune_output(config.verbose), _session(session, address, config.verbose):
-        calibration = calibrate(config, run, display)  # base / warm start "auto": measured first
-        if calibration is not None:
-            config = calibration.apply(config)
-        search = PreparedSearch(config=config, run=run, state=state, display=display, trainable=trainable,
-                                resume_errored=resume_errored)
-        found = config.search_method.run(search)
-        if calibration is not None and config.rescore:  # the best published policy competes too
-            extra = transfer_candidate(calibration.record, config.name)
-            if extra is not None:
-                found = dataclasses.replace(found, candidates=[*found.candidates, extra])
-        scores = _rescore(config, run, found, display)
-    return _store(config, run, state, found, scores, started=started,
-                  calibration=None if calibration is None else calibration.record)
+    budget = None
+    if config.time_budget_s is not None:
+        budget = Budget.open(run, config.time_budget_s, session=state.session_label, started=started, say=display.log)
+        display.log(budget.describe_start())
+    with contextlib.nullcontext() if budget is None else budget.running():  # its clock saved as it runs
+        with tune_output(config.verbose), _session(session, address, config.verbose):
+            calibration = calibrate(config, run, display)  # base / warm start "auto": measured first
+            if calibration is not None:
+                config = calibration.apply(config)
+            if budget is not None:
+                _plan_rescore(config, run, budget, transfer=bool(calibration and calibration.record.get("transfer")))
+            search = PreparedSearch(config=config, run=run, state=state, display=display, trainable=trainable,
+                                    resume_errored=resume_errored, budget=budget)
+            found = config.search_method.run(search)
+            if calibration is not None and config.rescore:  # the best published policy competes too
+                extra = transfer_candidate(calibration.record, config.name)
+                if extra is not None:
+                    found = dataclasses.replace(found, candidates=[*found.candidates, extra])
+            scores = _rescore(config, run, found, display, budget)
+        return _store(config, run, state, found, scores, started=started,
+                      calibration=None if calibration is None else calibration.record, budget=budget)
 
 
-def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: Any) -> dict | None:
+def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer: bool) -> None:
+    """Tell ``budget`` what re-scoring will need (the runs of the most candidates the method can
+    return, as many at once as the cluster runs), so that trials stop in time for it."""
+    from autoaug.search.calibrate import CALIBRATION_FILE
+    from autoaug.search.rescore import parallel_runs
+
+    candidates = config.search_method.max_candidates(config) + transfer
+    runs = candidates * config.rescore_seeds if config.rescore and candidates >= 2 else 0
+    measured = {}
+    for name in (RESCORE_FILE, CALIBRATION_FILE):  # proxy runs of this search, measured
+        if run.exists(name):
+            saved = run.read_json(name)
+            measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
+    budget.plan_rescore(runs, parallel_runs(config) if runs else 1, measured_run_s(measured), config.epochs)
+
+
+def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: Any,
+             budget: Budget | None = None) -> dict | None:
     """With ``config.rescore`` and more than one candidate: train each candidate under the proxy
-    (``rescore_seeds`` fresh seeds), saving the runs in the run directory; their mean scores."""
+    (``rescore_seeds`` fresh seeds), saving the runs in the run directory; their mean scores.
+    Under a time budget only the candidates whose runs fit in the time left (:func:`_within_budget`)."""
     candidates = found.candidates
     if not config.rescore or len(candidates) < 2:
         return None
     cached = run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {}
+    deadline = None
+    if budget is not None:
+        candidates, deadline = _within_budget(config, run, found, cached, budget, display)
+        if len(candidates) < 2:
+            return None
     if len(candidate_scores(candidates, config, cached)) < len(candidates):
         what = ", ".join(f"{c.kind} ({len(c.policy.sub_policies)} sub-policies)" for c in candidates)
         val = config.rescore_train_config().val_size
@@ -218,20 +256,81 @@ def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: An
             f"{config.rescore_seeds} fresh seed{'s' if config.rescore_seeds > 1 else ''}, {val} validation images): {what}"
         )
     runs = rescore_candidates(
-        candidates, config, cached=cached, save=lambda results: run.write_json(RESCORE_FILE, results)
+        candidates, config, cached=cached, save=lambda results: run.write_json(RESCORE_FILE, results),
+        deadline=deadline,
     )
     scores = candidate_scores(candidates, config, runs)
     if not all(c.key in scores for c in candidates):
-        raise SearchInterruptedError(
-            f"search {config.name!r} stopped before its final policy was re-scored; " + resume_hint(config)
-        )
+        if budget is None or budget.remaining_s() > STORE_RESERVE_S:  # not the budget's deadline
+            raise SearchInterruptedError(
+                f"search {config.name!r} stopped before its final policy was re-scored; " + resume_hint(config)
+            )
+        return _cut_rescore(candidates, scores, budget, display)
     display.log(f"re-scored ({METRIC}, mean of {config.rescore_seeds}): "
                 + ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f}" for c in candidates))
     return scores
 
 
+def _within_budget(config: SearchConfig, run: RunDir, found: MethodResult, cached: dict, budget: Budget,
+                   display: Any) -> tuple[list, float]:
+    """The candidates re-scoring has time for -- the first ones, in the method's order, whose runs
+    not yet done fit in the time left less what storing needs, in waves of as many runs as the
+    cluster runs at once, each as long as a measured proxy run -- and the deadline of their runs.
+    Says what it leaves out (and records it in the budget)."""
+    from autoaug.search.budget import format_duration
+    from autoaug.search.rescore import missing_runs, parallel_runs
+
+    candidates = list(found.candidates)
+    left = budget.remaining_s() - STORE_RESERVE_S
+    deadline = time.time() + max(left, 0.0)
+    run_s = measured_run_s({**(cached or {}), **_trial_runs(found.trials, config)}) if budget.run_s() is None \
+        else budget.run_s()
+    if run_s is None:  # nothing measured: try them all, the deadline stops what does not fit
+        return candidates, deadline
+    slots = parallel_runs(config)
+    fits = len(candidates)
+    while fits > 0 and math.ceil(missing_runs(candidates[:fits], config, cached) / slots) * run_s > left:
+        fits -= 1
+    if fits == len(candidates):
+        return candidates, deadline
+    what = (f"{format_duration(max(left, 0.0))} left for re-scoring runs of about {format_duration(run_s)} "
+            f"({slots} at once)")
+    if fits >= 2:
+        note = (f"re-scored the first {fits} of {len(candidates)} candidates "
+                f"({', '.join(c.kind for c in candidates[:fits])}): {what}")
+    else:
+        note = (f"not re-scored ({len(candidates)} candidates): {what}; stored the method's first candidate, "
+                f"{candidates[0].kind}")
+    display.log(f"time budget: {note}")
+    budget.rescore = {"candidates": len(candidates), "rescored": fits if fits >= 2 else 0, "note": note}
+    budget.end("rescore")
+    return candidates[:fits], deadline
+
+
+def _trial_runs(trials: Any, config: SearchConfig) -> dict:
+    """The trials that trained every epoch, as measured proxy runs (their training time)."""
+    return {t.trial_id: {"train_time_s": t.train_time_s} for t in trials
+            if t.status == "completed" and t.train_time_s and t.epochs >= config.epochs}
+
+
+def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Any) -> dict | None:
+    """Re-scoring stopped at the budget's deadline: the candidates with all their runs compete if
+    there are two or more, else the method's first candidate is stored."""
+    done = [c for c in candidates if c.key in scores]
+    if len(done) >= 2:
+        note = (f"the budget ran out during re-scoring: {len(done)} of {len(candidates)} candidates re-scored "
+                f"({', '.join(c.kind for c in done)}); the others were not")
+    else:
+        note = (f"the budget ran out during re-scoring, with {len(done)} of {len(candidates)} candidates re-scored; "
+                f"stored the method's first candidate, {candidates[0].kind}")
+    display.log(f"time budget: {note}")
+    budget.rescore = {"candidates": len(candidates), "rescored": len(done) if len(done) >= 2 else 0, "note": note}
+    budget.end("rescore")
+    return {c.key: scores[c.key] for c in done} if len(done) >= 2 else None
+
+
 def _store(config: SearchConfig, run: RunDir, state: RunState, found: MethodResult, scores: dict | None, *,
-           started: float, calibration: dict | None = None) -> SearchOutcome:
+           started: float, calibration: dict | None = None, budget: Budget | None = None) -> SearchOutcome:
     """Choose the final policy, store it with its provenance and write ``result.json``.
     ``config`` is the configuration the method ran (base and warm start as calibrated)."""
     from autoaug.policies.store import PolicyStore
@@ -246,6 +345,8 @@ def _store(config: SearchConfig, run: RunDir, state: RunState, found: MethodResu
         provenance["method"] = dict(found.provenance)
     if calibration is not None:
         provenance["calibration"] = calibration
+    if budget is not None:
+        provenance["budget"] = _budget_record(config, found, budget)
     final = found.candidates[0].policy
     if scores is not None:
         chosen, provenance["selection"] = choose(found.candidates, scores)
@@ -260,6 +361,21 @@ def _store(config: SearchConfig, run: RunDir, state: RunState, found: MethodResu
     }
     run.write_json(RESULT_FILE, result)
     return outcome_from_result(result, run)
+
+
+def _budget_record(config: SearchConfig, found: MethodResult, budget: Budget) -> dict:
+    """The provenance's ``budget``: the clock, the sessions, what the budget ended, and the trials
+    it left: how many of those planned were scored, stopped by it, not started."""
+    record = budget.record()
+    trials = found.trials
+    record["trials"] = {
+        "unit": config.search_method.unit,
+        "planned": config.search_method.num_trials(config),
+        "scored": sum(1 for t in trials if t.succeeded),
+        "stopped": sum(1 for t in trials if t.status == "budget_stopped" and t.score is not None),
+        "not_started": sum(1 for t in trials if t.status == "budget_stopped" and t.score is None),
+    }
+    return record
 
 
 def _session(session: Callable[[], Any] | None, address: str | None, verbose: int) -> Any:

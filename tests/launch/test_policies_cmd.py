@@ -68,6 +68,22 @@ def test_list_name_and_json(store, capsys):
     assert Policy.from_dict(data[0]["policy"]) == V1
 
 
+def test_list_prints_the_same_from_the_index_as_from_the_version_files(store, capsys):
+    """A local store is listed from its index (no pyarrow); without it, from the version files
+    (a store saved before the index existed): the same table and the same --json, byte for byte;
+    `policies check` writes the index such a store lacks."""
+    import shutil
+
+    indexed = [run(capsys, "policies", "list", *flags, "--store", store.uri)[1] for flags in ([], ["--json"])]
+    for name in store.names():
+        shutil.rmtree(os.path.join(store.uri, name, "_index"))
+    assert [run(capsys, "policies", "list", *flags, "--store", store.uri)[1] for flags in ([], ["--json"])] == indexed
+    code, out, _ = run(capsys, "policies", "check", "--store", store.uri)
+    assert code == 0 and "indexed 3 version(s) saved before the store had an index" in out
+    assert json.loads(run(capsys, "policies", "check", "--json", "--store", store.uri)[1])["indexed"] == []
+    assert [run(capsys, "policies", "list", *flags, "--store", store.uri)[1] for flags in ([], ["--json"])] == indexed
+
+
 def test_list_empty_store_and_default_store(tmp_path, capsys, monkeypatch):
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("AUTOAUG_STORE", str(tmp_path / "empty"))

@@ -326,6 +326,99 @@ def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_tra
     assert PolicyStore(str(tmp_path / "store")).versions("twice") == [1]
 
 
+# ----------------------------------------------------------------------------------------------
+# The time budget (--time-budget): real searches
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_says_so(tmp_path, capsys, cifar_train):
+    """2 seconds are gone before Ray has started: the first trials run to their first report (the
+    budget never leaves a search without a result), are stopped there, nothing more is proposed,
+    and the policy assembled from them is stored; stdout and the provenance say the budget ended it."""
+    from autoaug.policies.store import PolicyStore
+
+    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "brief", "--num-trials", "4",
+            "--set", "train.epochs=3", "--set", "train.train_size=256", "--set", "train.val_size=128",
+            "--time-budget", "2s", *_dirs(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "time budget: 2s for the whole search (calibration, trials, re-scoring, storing)" in out
+    assert "nothing new starts, running trials end at their next report" in out  # said when it happens
+    assert "(stopped by the time budget)" in out  # the progress line of a trial it stopped
+    assert "the time budget (2s) ended the search after " in out and " of 4 trials" in out
+    assert "stored as brief@1 in " + str(tmp_path / "store") in out
+
+    run = tmp_path / "runs" / "brief"
+    prov = json.loads((run / "result.json").read_text())["provenance"]
+    budget = prov["budget"]
+    assert prov["search"]["config"]["time_budget_s"] == 2.0
+    assert budget["time_budget_s"] == 2.0 and budget["ended"]["stage"] == "trials" and budget["spent_s"] > 2
+    trials = prov["trials"]
+    scored = [t for t in trials if t["score"] is not None]
+    # every trial ended by the budget: scored at its first report, or never started
+    assert all(t["status"] == "budget_stopped" for t in trials)
+    assert scored and all(t["epochs"] == 1 for t in scored) and len(trials) < 4
+    assert budget["trials"] == {"unit": "trials", "planned": 4, "scored": len(scored), "stopped": len(scored),
+                                "not_started": len(trials) - len(scored)}
+    assert set(budget["stopped_trials"]["brief"]) == {t["trial_id"] for t in trials}
+    assert prov["counts"]["budget_stopped"] == len(trials)
+    # Optuna agrees: the trials the budget ended are PRUNED, as an ASHA stop, nothing left RUNNING
+    assert prov["optuna"]["problems"] == []
+    study = optuna.load_study(study_name="brief", storage=f"sqlite:///{run}/optuna.db")
+    assert {t.state.name for t in study.trials} == {"PRUNED"} and len(study.trials) == len(trials)
+    stored = PolicyStore(str(tmp_path / "store")).get("brief@1")
+    assert stored.provenance["budget"]["ended"]["stage"] == "trials"
+    assert prov["assembly"]["selected_trials"][0] in {t["trial_id"] for t in scored}
+    on_disk = json.loads((run / "budget.json").read_text())
+    assert on_disk["ended"] == budget["ended"] and len(on_disk["sessions"]) == 1
+    # A search the budget ended and that stored its policy: --resume returns that outcome
+    assert main(["search", "--resume", "brief", *_dirs(tmp_path)]) == 0
+    again = capsys.readouterr().out
+    assert "stored as brief@1" in again and "the time budget (2s) ended the search" in again
+    assert PolicyStore(str(tmp_path / "store")).versions("brief") == [1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_path, cifar_train, kill_driver):
+    """kill -9 of the driver after two trials: the time it spent was saved as it ran; the resume
+    starts with the budget less that time (the time no driver ran is not counted), says so, and
+    the result records both sessions."""
+    from autoaug.search.budget import format_duration
+
+    base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
+    dirs = _dirs(tmp_path)
+    argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "later", "--num-trials", "4",
+            "--set", "train.epochs=2", "--set", "train.train_size=256", "--set", "train.val_size=128",
+            "--time-budget", "1h", *dirs]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    kill_driver(argv, env, lambda lines: len(_finished(lines)) >= 2, 400)
+    run = tmp_path / "runs" / "later"
+    killed = json.loads((run / "budget.json").read_text())
+    assert [s["session"] for s in killed["sessions"]] == ["start 1"] and killed["ended"] is None
+    spent = killed["sessions"][0]["spent_s"]
+    assert spent > 0
+
+    time.sleep(2)  # no driver: not counted
+    resumed = subprocess.run([*base, "--resume", "later", *dirs], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=600, start_new_session=True)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"time budget: {format_duration(3600 - spent)} left of 1h ({format_duration(spent)} spent in earlier " \
+           "driver sessions)" in resumed.stdout
+    assert "time budget: 1h, " in resumed.stdout and "it did not end the search" in resumed.stdout
+    after = json.loads((run / "budget.json").read_text())
+    first, second = after["sessions"]
+    assert (first["session"], second["session"]) == ("start 1", "resume 2")
+    assert first["spent_s"] == spent  # the killed session's time, as it had saved it
+    assert second["remaining_at_start_s"] == pytest.approx(3600 - spent)
+    assert after["spent_s"] == pytest.approx(spent + second["spent_s"])
+    prov = json.loads((run / "result.json").read_text())["provenance"]
+    assert prov["budget"]["sessions"][1]["remaining_at_start_s"] == pytest.approx(3600 - spent)
+    assert prov["budget"]["ended"] is None
+    assert len(prov["trials"]) == 4 and all(t["status"] in ("completed", "early_stopped") for t in prov["trials"])
+
+
 SEARCH_ON_A_FILLING_DISK = r"""
 set -u
 mount -t tmpfs -o size=8m tmpfs "$D"

@@ -549,3 +549,76 @@ def test_reads_of_a_store_that_does_not_exist(tmp_path):
         with pytest.raises(StoreNotFoundError, match=f"policy store {tmp_path / 'nope'} does not exist"):
             call()
     assert not (tmp_path / "nope").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The index (autoaug.policies.index): one small entry per version, a local store listed from it
+
+
+def _entry_path(store: PolicyStore, name: str = "x", version: int = 1) -> str:
+    return os.path.join(store.root, name, "_index", f"v{version:06d}.json")
+
+
+def test_every_save_writes_an_index_entry_that_lists_the_store_without_reading_parquet(store):
+    import hashlib
+    import shutil
+
+    from autoaug.policies.index import list_local
+
+    store.save(make_policy(p=0.1), "b-policy")
+    store.save(make_policy(p=0.2), "b-policy")
+    store.save(make_policy(p=0.3), "a-policy")
+    entry = json.loads(open(_entry_path(store, "b-policy", 2)).read())
+    data = open(_version_file(store, "b-policy", 2), "rb").read()
+    assert entry == {"name": "b-policy", "version": 2, "content_hash": make_policy(p=0.2).content_hash,
+                     "created_at": store.get("b-policy@2").created_at, "size": len(data),
+                     "sha256": hashlib.sha256(data).hexdigest(), "schema_version": SCHEMA_VERSION}
+    listed = store.list()
+    assert list_local(store.root) == listed  # what the command prints, from the index alone
+    assert ds.dataset(store.root, format="parquet").to_table().num_rows == 3  # the index is not a version
+    # Without the index (a store saved before it existed) the files are read: the same summaries
+    shutil.rmtree(os.path.join(store.root, "b-policy", "_index"))
+    assert list_local(store.root) is None and store.list() == listed
+    report = store.check()  # writes the entries it lacked
+    assert report.indexed == ("b-policy@1", "b-policy@2") and list_local(store.root) == listed
+    assert store.check().indexed == ()
+
+
+def test_an_index_entry_is_believed_only_while_its_file_holds_what_it_says(store):
+    from autoaug.policies.index import list_local
+
+    store.save(make_policy(p=0.7), "x")
+    path, good = _entry_path(store), open(_entry_path(store)).read()
+    assert list_local(store.root) is not None
+    # an entry claiming another hash or time than its file holds (the digest still matching)
+    for field, value in (("content_hash", "0" * 64), ("created_at", "2001-01-01T00:00:00.000000Z")):
+        forged = json.loads(good)
+        forged[field] = value
+        open(path, "w").write(json.dumps(forged))
+        assert list_local(store.root) is None and store.list()[0].content_hash == make_policy(p=0.7).content_hash
+    for broken in ("{", "[]", json.dumps({**json.loads(good), "version": 2})):
+        open(path, "w").write(broken)
+        assert list_local(store.root) is None
+    open(path, "w").write(good)
+    # a version file changed after its save: the index is not believed, the listing reports it corrupt
+    with open(_version_file(store), "r+b") as f:
+        f.truncate(100)
+    assert list_local(store.root) is None
+    (summary,) = store.list()
+    assert summary.corrupt == (1,) and summary.content_hash == ""
+
+
+def test_a_save_killed_before_publishing_leaves_no_index_entry_behind(store, monkeypatch):
+    publish = store._publish
+
+    def die(tmp, final):  # the index entry is published, then the driver dies before the version is
+        if final.endswith(".parquet"):
+            raise KeyboardInterrupt
+        publish(tmp, final)
+
+    store.save(make_policy(p=0.1), "x")
+    monkeypatch.setattr(store, "_publish", die)
+    with pytest.raises(KeyboardInterrupt):
+        store.save(make_policy(p=0.2), "x")
+    assert sorted(os.listdir(os.path.join(store.root, "x", "_index"))) == ["v000001.json"]
+    assert store.versions("x") == [1]

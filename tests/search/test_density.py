@@ -169,3 +169,26 @@ def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, 
     trials = prov["trials"]
     assert len(trials) == 12 and all(t["status"] == "completed" for t in trials)
     assert len({t["trial_id"] for t in trials}) == 12
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_time_budget_spans_the_fold_models_and_every_round(tmp_path, capsys, cifar_train):
+    """Under a budget of seconds the fold models still train (nothing is scored without them), the
+    first round scores until its first candidates reported, no more are proposed, the rounds left
+    are not run, and what was kept is stored; the study of the round is consistent."""
+    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "dbudget", "--method", "density",
+                 "--folds", "2", "--rounds", "2", "--trials-per-round", "8", "--top-per-round", "2", "--base", "crop",
+                 *TINY, "--time-budget", "3s", *_dirs(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert "the time budget (3s) ended the search after " in out and " of 32 candidates" in out
+    assert "stored as dbudget@1" in out
+    prov = json.loads((tmp_path / "runs" / "dbudget" / "result.json").read_text())["provenance"]
+    budget, method = prov["budget"], prov["method"]
+    assert budget["ended"]["stage"] == "trials" and budget["trials"]["planned"] == 32
+    assert [f["fold"] for f in method["fold_models"]] == [0, 1]  # trained in full
+    assert [r["stage"] for r in method["rounds_kept"]] == ["dbudget.f0-r0"]  # the others not run
+    trials = prov["trials"]
+    assert 1 <= len(trials) < 8 and budget["trials"]["scored"] == sum(t["score"] is not None for t in trials)
+    assert prov["optuna"]["problems"] == []

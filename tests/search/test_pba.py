@@ -279,3 +279,27 @@ def test_report_of_a_pba_search_says_where_its_record_is_in_one_line(tmp_path, c
     err = capsys.readouterr().err
     assert code == 2 and "is a PBA search: no Optuna study" in err and "autoaug policies show p" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_best_schedule(tmp_path, capsys,
+                                                                                          cifar_train):
+    """Under a budget of seconds, members end at their next perturbation boundary (their checkpoint
+    holds the schedule they were scored under), members not started are not run, and the best
+    member's schedule so far is stored."""
+    argv = ["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "pbudget", *TINY,
+            "--set", "train.epochs=6", "--set", "pba.perturbation_interval=2", "--time-budget", "3s",
+            *_dirs(tmp_path)]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert "the time budget (3s) ended the search after " in out and " of 4 members" in out
+    policy, prov = _stored_schedule(tmp_path / "store", "pbudget@1")
+    scored = [t for t in prov["trials"] if t["score"] is not None]
+    assert scored and all(t["status"] == "budget_stopped" and t["epochs"] == 2 for t in scored)  # at a boundary
+    assert all(t["status"] == "budget_stopped" for t in prov["trials"])
+    method = prov["method"]
+    assert method["best_member"] == max(scored, key=lambda t: t["score"])["trial_id"]
+    assert Schedule.from_dict(method["schedule"]).final.content_hash == policy.content_hash
+    assert prov["budget"]["trials"]["scored"] == len(scored)

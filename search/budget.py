@@ -1,0 +1,336 @@
+"""The time budget of a search: ``SearchConfig.time_budget_s``, ``autoaug search --time-budget 30m``.
+
+The budget is the search's wall time, every method alike: from the moment a driver session
+starts the search (after the command's preflight) to the stored policy -- calibration runs, the
+method's trials, re-scoring and storing -- summed over driver sessions. Time while no driver ran
+(between a kill and ``--resume``) is not counted. The spent time of the running session is saved
+in the run directory (:data:`BUDGET_FILE`) every :data:`HEARTBEAT_S` seconds (so a driver killed
+with ``kill -9`` loses at most that much from the count) and when the session ends; a resumed
+search continues with what is left.
+
+How it ends a search (:class:`Budget` is the one clock every part asks):
+
+* **Trials.** Once the time left is what re-scoring and storing need (:meth:`Budget.reserve_s`:
+  the re-scoring runs still to come, in waves of as many runs as the cluster runs at once, each
+  as long as a measured proxy run -- calibration runs, earlier re-scoring runs, else the trials'
+  own epochs -- plus :data:`STORE_RESERVE_S`), no new trial is proposed and every running trial
+  ends at its next report, scored on what it reported so far, like a trial ASHA stopped early
+  (status ``budget_stopped``, ``PRUNED`` in the Optuna study); trials not started are not run.
+  The budget never leaves a search without a result: until some trial has reported a score it
+  does not stop trials. (:class:`autoaug.search.reconcile.BudgetStop` and
+  :class:`~autoaug.search.reconcile.StudySearch` apply it inside Ray Tune.)
+* **Re-scoring** (:func:`autoaug.search.tuner._rescore`) re-scores the candidates whose runs fit
+  in the time left (the first ones, in the method's order), and stops waiting for runs when the
+  time left is what storing needs; fewer than two candidates re-scored means re-scoring decides
+  nothing and the method's first candidate is stored.
+* **Calibration** (the bases and published policies measured before the trials) and the density
+  method's fold models are not cut: nothing can be scored without them. Their time counts.
+* **Storing** is never cut.
+
+What happened is in :data:`BUDGET_FILE` and in the stored policy's provenance (``budget``), and
+the search's summary says it: ``the time budget (30m) ended the search after 12 of 28 trials``.
+
+This module imports neither Ray nor Optuna: the configuration parses durations with it.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import threading
+import time
+from typing import Any, Callable, Iterator, Mapping
+
+__all__ = ["BUDGET_FILE", "HEARTBEAT_S", "STORE_RESERVE_S", "RUN_OVERHEAD_S", "DURATION_HELP", "parse_duration",
+           "format_duration", "Budget", "measured_run_s", "describe_budget"]
+
+#: The budget's record in the run directory: every driver session's spent time, what ended.
+BUDGET_FILE = "budget.json"
+#: Seconds between two saves of the running session's spent time (local run directories; a run
+#: directory behind a URI is written every :data:`REMOTE_HEARTBEAT_S`).
+HEARTBEAT_S = 5.0
+REMOTE_HEARTBEAT_S = 30.0
+#: What storing needs after re-scoring: the trial records, the Optuna study check, the provenance,
+#: the store's write and ``result.json`` (a second or two on a local disk; kept generous).
+STORE_RESERVE_S = 15.0
+#: A proxy run's time beyond its training epochs: a Ray task or trial process starting, the data
+#: opened, the DALI pipeline built (about 3-4 s measured on 2 cores, docs/search.md; kept generous).
+RUN_OVERHEAD_S = 10.0
+#: What a duration looks like (messages and ``--help``).
+DURATION_HELP = "a duration such as 30m, 1h30m, 90s or 45 (seconds)"
+
+_DURATION = re.compile(r"(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s?)?")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds in ``value``: a number of seconds (``45``, ``2.5``) or text: ``30m``, ``1h30m``,
+    ``90s``, ``1.5h``, ``45``. Raises ``ValueError`` for anything else, and for zero or less."""
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        match = _DURATION.fullmatch(text)
+        if text and match and any(match.group(k) for k in "hms"):
+            seconds = sum(float(match.group(k) or 0) * f for k, f in (("h", 3600), ("m", 60), ("s", 1)))
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"expected {DURATION_HELP}, above zero; got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """``1800`` -> ``30m``, ``5400`` -> ``1h30m``, ``90`` -> ``1m30s``, ``2.5`` -> ``2.5s``."""
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f}s"
+    total = int(round(max(seconds, 0.0)))
+    h, rest = divmod(total, 3600)
+    m, s = divmod(rest, 60)
+    out = (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{s}s" if s else "")
+    return out or "0s"
+
+
+def measured_run_s(runs: Mapping[str, Any] | None) -> float | None:
+    """One proxy run's wall time estimated from saved runs (calibration or re-scoring:
+    ``{key: {"train_time_s": ...}}``): their mean training time plus :data:`RUN_OVERHEAD_S`;
+    None when none recorded a time."""
+    times = [float(r["train_time_s"]) for r in (runs or {}).values()
+             if isinstance(r, Mapping) and r.get("train_time_s")]
+    return sum(times) / len(times) + RUN_OVERHEAD_S if times else None
+
+
+class Budget:
+    """A search's time budget, as one driver session sees it.
+
+    Built by :meth:`open` from the run directory (earlier sessions' spent time); shared by the
+    parts of the search that end it (the Tune scheduler and searcher, re-scoring) and by the
+    progress lines. It belongs to this driver session: the Tune objects holding it drop it when
+    pickled, and a restored experiment gets this session's (:func:`autoaug.search.reconcile.attach_budget`).
+    """
+
+    def __init__(self, total_s: float, *, sessions: list[dict] | None = None, started: float | None = None,
+                 session: str = "start 1", record: Mapping[str, Any] | None = None,
+                 clock: Callable[[], float] = time.time, say: Callable[[str], Any] | None = None) -> None:
+        from autoaug.search.assemble import utc_now
+
+        record = dict(record or {})
+        self.total_s = float(total_s)
+        self._clock = clock
+        self._started = clock() if started is None else float(started)
+        self._sessions = [dict(s) for s in (sessions if sessions is not None else record.get("sessions", []))]
+        self.spent_before_s = math.fsum(float(s.get("spent_s") or 0.0) for s in self._sessions)
+        self._sessions.append({"session": session, "started_at": utc_now(),
+                               "remaining_at_start_s": self.total_s - self.spent_before_s, "spent_s": 0.0})
+        #: Some trial has reported a score (the budget stops trials only then).
+        self.has_result = bool(record.get("has_result", False))
+        #: ``{"stage", "spent_s", "at", ...}`` once the budget ended (cut) part of the search.
+        self.ended: dict[str, Any] | None = record.get("ended")
+        self._stopped: dict[str, list[str]] = {k: list(v) for k, v in (record.get("stopped_trials") or {}).items()}
+        self.rescore: dict[str, Any] | None = record.get("rescore")
+        self._expired = self.ended is not None  # an earlier session's decision stands
+        # Re-scoring to come (set by plan_rescore), and the trials' epochs as measured so far.
+        self._runs, self._slots, self._run_s, self._epochs = 0, 1, None, 0
+        self._epoch_sum, self._epoch_count = 0.0, 0
+        self._lock = threading.RLock()
+        self._run: Any = None
+        #: Where the line saying that the budget ends the trials goes (the search's display).
+        self.say = say
+
+    # ------------------------------------------------------------------ construction, saving
+    @classmethod
+    def open(cls, run: Any, total_s: float, *, session: str, started: float | None = None,
+             clock: Callable[[], float] = time.time, say: Callable[[str], Any] | None = None) -> "Budget":
+        """The budget of ``run`` (a :class:`~autoaug.search.run_dir.RunDir`) for a new driver
+        session that started at ``started`` (``time.time()``), continuing the sessions recorded
+        in :data:`BUDGET_FILE`; written back at once."""
+        record = run.read_json(BUDGET_FILE) if run.exists(BUDGET_FILE) else {}
+        budget = cls(total_s, record=record, session=session, started=started, clock=clock, say=say)
+        budget._run = run
+        budget.save()
+        return budget
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        state["_run"] = state["say"] = None  # the lock, where it writes and says belong to one driver session
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    def to_dict(self) -> dict[str, Any]:
+        """What :data:`BUDGET_FILE` holds (and, with the time left, the provenance's ``budget``)."""
+        with self._lock:
+            sessions = [dict(s) for s in self._sessions]
+            sessions[-1]["spent_s"] = self._clock() - self._started
+            spent = self.spent_before_s + sessions[-1]["spent_s"]
+            return {
+                "time_budget_s": self.total_s,
+                "spent_s": spent,
+                "remaining_s": self.total_s - spent,
+                "sessions": sessions,
+                "has_result": self.has_result,
+                "ended": None if self.ended is None else dict(self.ended),
+                "stopped_trials": {k: list(v) for k, v in self._stopped.items()},
+                "reserve_s": self.reserve_s(),
+                "rescore": None if self.rescore is None else dict(self.rescore),
+            }
+
+    def save(self) -> None:
+        """Write :data:`BUDGET_FILE` (this session's spent time so far) to the run directory."""
+        if self._run is None:
+            return
+        with self._lock:
+            self._run.write_json(BUDGET_FILE, self.to_dict())
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator["Budget"]:
+        """For the time of the block, save the spent time every :data:`HEARTBEAT_S` seconds (a
+        daemon thread of the driver), and once more at the end however the block ends."""
+        remote = self._run is not None and getattr(self._run, "local_path", None) is None
+        period = REMOTE_HEARTBEAT_S if remote else HEARTBEAT_S
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(period):
+                try:
+                    self.save()
+                except Exception:  # noqa: BLE001 - a missed beat only undercounts; the search goes on
+                    pass
+
+        thread = threading.Thread(target=beat, name="autoaug-budget", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join(timeout=period + 5)
+            self.save()
+
+    # ------------------------------------------------------------------ the clock
+    def spent_s(self) -> float:
+        return self.spent_before_s + (self._clock() - self._started)
+
+    def remaining_s(self) -> float:
+        return self.total_s - self.spent_s()
+
+    @property
+    def remaining_at_start_s(self) -> float:
+        """What this driver session started with: the budget less earlier sessions' time."""
+        return self.total_s - self.spent_before_s
+
+    def plan_rescore(self, runs: int, slots: int, run_s: float | None, epochs: int) -> None:
+        """What to keep for re-scoring while trials run: ``runs`` proxy runs, ``slots`` at once,
+        each ``run_s`` seconds (None: estimated from the trials' epochs of ``epochs`` epochs per run)."""
+        with self._lock:
+            self._runs, self._slots, self._run_s, self._epochs = int(runs), max(1, int(slots)), run_s, int(epochs)
+
+    def observe_epoch(self, seconds: Any) -> None:
+        """One trial epoch took ``seconds`` (a Tune result's ``time_this_iter_s``)."""
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds > 0:
+            with self._lock:
+                self._epoch_sum += float(seconds)
+                self._epoch_count += 1
+
+    def run_s(self) -> float | None:
+        """One proxy run's expected wall time: measured (calibration, re-scoring), else from the
+        trials' mean epoch time; None when nothing was measured yet."""
+        if self._run_s is not None:
+            return self._run_s
+        if self._epoch_count and self._epochs:
+            return self._epoch_sum / self._epoch_count * self._epochs + RUN_OVERHEAD_S
+        return None
+
+    def reserve_s(self) -> float:
+        """The time re-scoring and storing need (:data:`STORE_RESERVE_S` when re-scoring is not
+        planned or its runs cannot be estimated yet)."""
+        run_s = self.run_s()
+        if not self._runs or run_s is None:
+            return STORE_RESERVE_S
+        return STORE_RESERVE_S + math.ceil(self._runs / self._slots) * run_s
+
+    def expired(self) -> bool:
+        """The time left for trials is gone: what is left is what re-scoring and storing need.
+        Once true it stays true for the session (estimates change; decisions do not)."""
+        if not self._expired and self.remaining_s() <= self.reserve_s():
+            self._expired = True
+        return self._expired
+
+    def stop_now(self) -> bool:
+        """Trials must end now: the time for trials is gone and some trial has a score."""
+        return self.has_result and self.expired()
+
+    # ------------------------------------------------------------------ what the budget did
+    def end(self, stage: str, **info: Any) -> None:
+        """Record that the budget ended (cut) the search at ``stage`` (``trials``, ``rounds``,
+        ``rescore``); the first call counts."""
+        from autoaug.search.assemble import utc_now
+
+        first = False
+        with self._lock:
+            if self.ended is None:
+                first = True
+                self.ended = {"stage": stage, "spent_s": self.spent_s(), "at": utc_now(),
+                              "reserve_s": self.reserve_s(), **info}
+        self.save()
+        if first and stage != "rescore" and self.say is not None:
+            left = max(self.remaining_s(), 0.0)
+            self.say(f"time budget: {format_duration(left)} left of {format_duration(self.total_s)}, what re-scoring "
+                     f"and storing need (about {format_duration(self.reserve_s())}): nothing new starts, running "
+                     "trials end at their next report")
+
+    def stop(self, experiment: str, trial_id: str) -> None:
+        """Record that the budget stopped trial ``trial_id`` of the Tune experiment ``experiment``."""
+        with self._lock:
+            ids = self._stopped.setdefault(experiment, [])
+            if trial_id not in ids:
+                ids.append(trial_id)
+        self.end("trials")
+
+    def stopped(self, experiment: str) -> frozenset[str]:
+        """The trials of ``experiment`` the budget stopped (in any session)."""
+        return frozenset(self._stopped.get(experiment, ()))
+
+    def record(self) -> dict[str, Any]:
+        """The provenance's ``budget``."""
+        return self.to_dict()
+
+    def describe_start(self) -> str:
+        """The line a session prints when it starts."""
+        if not self.spent_before_s:
+            return (f"time budget: {format_duration(self.total_s)} for the whole search (calibration, trials, "
+                    "re-scoring, storing)")
+        left = self.remaining_at_start_s
+        return (f"time budget: {format_duration(max(left, 0.0))} left of {format_duration(self.total_s)} "
+                f"({format_duration(self.spent_before_s)} spent in earlier driver sessions)")
+
+
+def describe_budget(record: Mapping[str, Any] | None) -> list[str]:
+    """Lines a person reads about a search's budget (the summary, from the provenance's
+    ``budget``): whether it ended the search, after how many of the planned trials, and what it
+    left of re-scoring."""
+    if not record:
+        return []
+    total = format_duration(float(record["time_budget_s"]))
+    spent = format_duration(float(record.get("spent_s") or 0.0))
+    ended = record.get("ended")
+    trials = record.get("trials") or {}
+    lines = []
+    if ended and ended.get("stage") != "rescore" and trials:
+        unit = trials.get("unit", "trials")
+        stopped, unstarted = int(trials.get("stopped") or 0), int(trials.get("not_started") or 0)
+        detail = "".join([
+            f"; {stopped} stopped by it, scored on what they had reported" if stopped else "",
+            f"; {unstarted} not started" if unstarted else "",
+        ])
+        lines.append(f"the time budget ({total}) ended the search after {trials.get('scored')} of "
+                     f"{trials.get('planned')} {unit}{detail} ({spent} spent)")
+    elif ended:
+        stage = "re-scoring" if ended.get("stage") == "rescore" else ended.get("stage")
+        lines.append(f"the time budget ({total}) ended the search during {stage} ({spent} spent)")
+    else:
+        lines.append(f"time budget: {total}, {spent} spent; it did not end the search")
+    rescore = record.get("rescore")
+    if rescore and rescore.get("note"):
+        lines.append(f"re-scoring under the time budget: {rescore['note']}")
+    return lines

@@ -1,0 +1,460 @@
+"""The search's time budget without Ray: durations, the clock across driver sessions, what it keeps
+for re-scoring, and how the scheduler and the searcher apply it (fake Tune controllers)."""
+from __future__ import annotations
+
+import pickle
+
+import optuna
+import pytest
+
+from autoaug.core.errors import UserInputError
+from autoaug.search.assemble import TrialRecord
+from autoaug.search.budget import (
+    BUDGET_FILE,
+    STORE_RESERVE_S,
+    Budget,
+    describe_budget,
+    format_duration,
+    measured_run_s,
+    parse_duration,
+)
+from autoaug.search.config import METRIC, SearchConfig
+from autoaug.search.reconcile import GuardedASHAScheduler, GuardedFIFOScheduler, StudySearch
+from autoaug.search.run_dir import RunDir
+from autoaug.search.space import SearchSpace
+from autoaug.search.study import check_study, make_sampler
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+SPACE = SearchSpace(num_sub_policies=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Durations and the configuration
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("30m", 1800), ("1h30m", 5400), ("90s", 90), ("45", 45), (45, 45), (2.5, 2.5), ("1.5h", 5400),
+    (" 2M ", 120), ("1h", 3600), ("1m30s", 90), ("0.5s", 0.5),
+])  # fmt: skip
+def test_durations_parse(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "m", "3x", "30 minutes", "-5", "0", 0, -1, "1h-5m", True, None, "nan",
+                                 float("inf")])
+def test_bad_durations_are_refused(bad):
+    with pytest.raises(ValueError, match="expected a duration such as 30m, 1h30m, 90s or 45 \\(seconds\\)"):
+        parse_duration(bad)
+
+
+def test_durations_format_as_they_are_written():
+    assert [format_duration(s) for s in (1800, 5400, 90, 2, 2.5, 3600, 0, 59.6)] == [
+        "30m", "1h30m", "1m30s", "2s", "2.5s", "1h", "0s", "1m"]
+
+
+def test_the_budget_is_a_config_field_parsed_from_durations(tmp_path):
+    config = SearchConfig.from_preset("smoke", name="b", time_budget_s="1h30m", storage=str(tmp_path))
+    assert config.time_budget_s == 5400.0
+    assert SearchConfig.from_dict(config.to_dict()) == config
+    assert SearchConfig.from_preset("smoke", name="b").time_budget_s is None
+    # no preset sets a budget: with calibration and re-scoring, 30 minutes would leave the cpu preset no trials
+    assert SearchConfig.from_preset("cpu", name="b").time_budget_s is None
+    # a search_config.json written before budgets existed loads (and resumes) without one
+    old = config.to_dict()
+    del old["time_budget_s"]
+    assert SearchConfig.from_dict(old).time_budget_s is None
+    with pytest.raises(ValueError, match=r"^SearchConfig.time_budget_s: '3x' is invalid; expected a duration such as "
+                                         r"30m, 1h30m, 90s or 45 \(seconds\) \(--time-budget\), above zero"):
+        SearchConfig.from_preset("smoke", name="b", time_budget_s="3x")
+
+
+def test_a_bad_time_budget_flag_is_one_line_exit_2(tmp_path, capsys):
+    from autoaug.launch.cli import main
+
+    assert main(["search", "--data", str(tmp_path / "d.parquet"), "--time-budget", "soon",
+                 "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("autoaug: error: invalid search config: SearchConfig.time_budget_s: 'soon' is invalid; "
+                          "expected a duration such as 30m")
+
+
+def test_the_budget_cannot_change_on_resume(tmp_path, capsys):
+    from autoaug.launch.cli import main
+
+    assert main(["search", "--resume", "x", "--time-budget", "1h", "--storage", str(tmp_path)]) == 2
+    assert "cannot be combined with --time-budget" in capsys.readouterr().err
+
+
+def test_the_time_budget_flag_and_its_help():
+    from autoaug.launch.cli import build_parser
+    from autoaug.launch.search_cmd import build_search_config
+
+    args = build_parser().parse_args(["search", "--data", "d", "--time-budget", "45m"])
+    assert build_search_config(args).time_budget_s == 2700.0
+    args = build_parser().parse_args(["search", "--data", "d", "--set", "time_budget_s=2h"])
+    assert build_search_config(args).time_budget_s == 7200.0
+    args = build_parser().parse_args(["search", "--data", "d", "--set", "time_budget_s=null"])
+    assert build_search_config(args).time_budget_s is None
+
+
+# ----------------------------------------------------------------------------------------------
+# The clock across driver sessions
+
+
+class _Clock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_spent_time_is_summed_over_sessions_and_a_resume_gets_what_is_left(tmp_path):
+    run = RunDir(str(tmp_path), "r")
+    clock = _Clock()
+    first = Budget.open(run, 600, session="start 1", started=clock.now - 10, clock=clock)  # 10 s before it opened
+    assert first.remaining_s() == 590 and first.remaining_at_start_s == 600
+    clock.now += 100
+    first.save()  # what the heartbeat writes (kill -9 after it: 110 s counted)
+    saved = run.read_json(BUDGET_FILE)
+    assert saved["sessions"][0]["spent_s"] == 110 and saved["remaining_s"] == 490
+
+    clock.now += 5000  # no driver runs: not counted
+    second = Budget.open(run, 600, session="resume 2", started=clock.now, clock=clock)
+    assert second.spent_before_s == 110 and second.remaining_at_start_s == 490
+    assert second.describe_start() == "time budget: 8m10s left of 10m (1m50s spent in earlier driver sessions)"
+    clock.now += 40
+    with second.running():
+        pass  # saved when the block ends
+    saved = run.read_json(BUDGET_FILE)
+    assert [s["session"] for s in saved["sessions"]] == ["start 1", "resume 2"]
+    assert saved["sessions"][1]["remaining_at_start_s"] == 490 and saved["sessions"][1]["spent_s"] == 40
+    assert saved["spent_s"] == 150
+
+
+def test_the_heartbeat_saves_the_spent_time_while_the_search_runs(tmp_path, monkeypatch):
+    import time
+
+    from autoaug.search import budget as module
+
+    monkeypatch.setattr(module, "HEARTBEAT_S", 0.05)
+    run = RunDir(str(tmp_path), "r")
+    budget = Budget.open(run, 600, session="start 1")
+    with budget.running():
+        time.sleep(0.5)
+        assert run.read_json(BUDGET_FILE)["sessions"][0]["spent_s"] > 0.1  # written by the thread
+
+
+def test_what_is_kept_for_rescoring_and_storing():
+    clock = _Clock()
+    budget = Budget(1000, started=clock.now, clock=clock)
+    assert budget.reserve_s() == STORE_RESERVE_S  # nothing to re-score yet
+    budget.plan_rescore(runs=5, slots=2, run_s=None, epochs=10)
+    assert budget.reserve_s() == STORE_RESERVE_S  # no run measured yet
+    for seconds in (2.0, 4.0, None, "x", -1):
+        budget.observe_epoch(seconds)
+    assert budget.run_s() == pytest.approx(3.0 * 10 + 10.0)  # mean epoch x epochs + a run's set-up
+    assert budget.reserve_s() == pytest.approx(STORE_RESERVE_S + 3 * 40.0)  # 5 runs, 2 at once: 3 waves
+    budget.plan_rescore(runs=5, slots=2, run_s=100.0, epochs=10)  # measured calibration runs win
+    assert budget.reserve_s() == STORE_RESERVE_S + 300.0
+    assert measured_run_s({"a": {"train_time_s": 80.0}, "b": {"train_time_s": 100.0}, "c": {}}) == 100.0
+    assert measured_run_s({}) is None
+
+    assert not budget.expired()
+    clock.now += 1000 - 315 - 1
+    assert not budget.expired()
+    clock.now += 2
+    assert budget.expired() and not budget.stop_now()  # no trial has a score yet: not stopped
+    budget.has_result = True
+    assert budget.stop_now()
+    budget.plan_rescore(runs=0, slots=1, run_s=None, epochs=10)
+    assert budget.expired()  # decisions do not change with estimates
+
+
+def test_an_earlier_sessions_end_stands(tmp_path):
+    run = RunDir(str(tmp_path), "r")
+    first = Budget.open(run, 600, session="start 1")
+    first.has_result = True
+    first.stop("exp", "t1")
+    assert first.ended["stage"] == "trials" and first.stopped("exp") == {"t1"}
+    again = Budget.open(run, 600, session="resume 2")
+    assert again.expired() and again.stop_now() and again.stopped("exp") == {"t1"}
+    assert pickle.loads(pickle.dumps(again)).stopped("exp") == {"t1"}  # picklable, without where it writes
+
+
+def test_the_summary_says_what_the_budget_did():
+    record = {"time_budget_s": 1800.0, "spent_s": 1790.0, "ended": {"stage": "trials"},
+              "trials": {"unit": "trials", "planned": 28, "scored": 12, "stopped": 2, "not_started": 1},
+              "rescore": {"note": "re-scored the first 2 of 4 candidates (assembled, best_trial): ..."}}
+    assert describe_budget(record) == [
+        "the time budget (30m) ended the search after 12 of 28 trials; 2 stopped by it, scored on what they had "
+        "reported; 1 not started (29m50s spent)",
+        "re-scoring under the time budget: re-scored the first 2 of 4 candidates (assembled, best_trial): ...",
+    ]
+    assert describe_budget({"time_budget_s": 1800.0, "spent_s": 600.0, "ended": None}) == [
+        "time budget: 30m, 10m spent; it did not end the search"]
+    assert describe_budget(None) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# The scheduler and the searcher (fake Tune controllers, a real Optuna study)
+
+
+class _Trial:
+    def __init__(self, trial_id, status="RUNNING", last_result=None):
+        self.trial_id, self.status, self.last_result, self.num_failures = trial_id, status, last_result or {}, 0
+
+
+class _SearchAlg:
+    def __init__(self):
+        self.finished = False
+
+    def is_finished(self):
+        return self.finished
+
+    def set_finished(self):
+        self.finished = True
+
+
+class _Controller:
+    def __init__(self, trials):
+        self.trials, self.stopped, self.search_alg = trials, [], _SearchAlg()
+
+    def get_trials(self):
+        return self.trials
+
+    def stop_trial(self, trial):
+        self.stopped.append(trial.trial_id)
+        trial.status = "TERMINATED"
+
+
+def _expired_budget(tmp_path) -> tuple[Budget, _Clock]:
+    clock = _Clock()
+    budget = Budget.open(RunDir(str(tmp_path), "r"), 100, session="start 1", clock=clock)
+    clock.now += 200
+    return budget, clock
+
+
+def _result(step, value=0.5):
+    return {METRIC: value, "training_iteration": step, "time_this_iter_s": 1.0}
+
+
+def test_the_scheduler_stops_running_trials_at_their_next_report_once_a_trial_has_a_score(tmp_path):
+    budget, _ = _expired_budget(tmp_path)
+    scheduler = GuardedFIFOScheduler()
+    scheduler._setup_guard(f"sqlite:///{tmp_path}/none.db", "s", max_failures=1)
+    scheduler.set_budget(budget, "s", max_steps=3)
+    controller = _Controller([])
+    running = _Trial("a")
+    # a result without a score does not count: the search would be left without any
+    assert scheduler.on_trial_result(controller, running, {"training_iteration": 1}) == "CONTINUE"
+    assert scheduler.on_trial_result(controller, running, _result(1)) == "STOP"
+    assert budget.stopped("s") == {"a"} and budget.ended["stage"] == "trials"
+    # a trial's last report is left alone: it completes
+    assert scheduler.on_trial_result(controller, _Trial("b"), _result(3)) == "CONTINUE"
+    assert "_budget" not in pickle.loads(pickle.dumps(scheduler)).__dict__  # one driver session's
+
+
+def test_trials_not_started_are_stopped_and_nothing_more_is_proposed(tmp_path):
+    budget, _ = _expired_budget(tmp_path)
+    scheduler = GuardedASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1)
+    scheduler._setup_guard(f"sqlite:///{tmp_path}/none.db", "s", max_failures=1)
+    scheduler.set_budget(budget, "s", max_steps=3)
+    trials = [_Trial("done", "TERMINATED", _result(3)), _Trial("waiting", "PENDING"), _Trial("paused", "PAUSED")]
+    controller = _Controller(trials)
+    scheduler._guard_done = True  # (the study guard's own check is another test's)
+    assert scheduler.choose_trial_to_run(controller) is None
+    assert budget.has_result  # from a trial of an earlier session
+    assert controller.stopped == ["waiting", "paused"] and controller.search_alg.finished
+    assert budget.stopped("s") == {"waiting", "paused"}
+
+
+def test_nothing_is_stopped_while_the_budget_lasts(tmp_path):
+    budget = Budget.open(RunDir(str(tmp_path), "r"), 3600, session="start 1")
+    scheduler = GuardedFIFOScheduler()
+    scheduler._setup_guard(f"sqlite:///{tmp_path}/none.db", "s", max_failures=1)
+    scheduler.set_budget(budget, "s", max_steps=3)
+    scheduler._guard_done = True
+    controller = _Controller([_Trial("waiting", "PENDING")])
+    assert scheduler.on_trial_result(controller, _Trial("a"), _result(1)) == "CONTINUE"
+    assert scheduler.choose_trial_to_run(controller).trial_id == "waiting"
+    assert budget.ended is None and not controller.search_alg.finished
+
+
+def _searcher(url: str) -> StudySearch:
+    search = StudySearch(space=SPACE.distributions(), metric=METRIC, mode="max", sampler=make_sampler("tpe", 0),
+                         study_name="s", storage=optuna.storages.RDBStorage(url))
+    search.set_sampler_spec("tpe", 0)
+    search.set_max_steps(3)
+    return search
+
+
+def test_the_searcher_proposes_nothing_once_trials_must_end_and_the_study_stays_consistent(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    budget, clock = _expired_budget(tmp_path)
+    search = _searcher(url)
+    search.set_budget(budget)
+    config = search.suggest("t1")  # expired, but no trial has a score: the search needs one
+    assert isinstance(config, dict)
+    budget.has_result = True
+    assert search.suggest("t2") == "FINISHED" and budget.ended["stage"] == "trials"
+    # t1 was stopped by the budget after one epoch: PRUNED with its score, as an ASHA stop
+    search.on_trial_result("t1", _result(1, 0.3))
+    search.on_trial_complete("t1", _result(2, 0.4))
+    study = optuna.load_study(study_name="s", storage=url)
+    assert [(t.state.name, t.value) for t in study.trials] == [("PRUNED", 0.4)]
+    record = TrialRecord(trial_id="t1", index=0, status="budget_stopped", params=config,
+                         policy=SPACE.to_policy(config), score=0.4, epochs=2)
+    assert record.succeeded and check_study(study, [record], SPACE) == []
+
+
+def test_the_searchers_budget_is_one_sessions_and_survives_its_restore(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    budget, _ = _expired_budget(tmp_path)
+    search = _searcher(url)
+    search.set_budget(budget)
+    search.suggest("t1")
+    assert "_budget" not in pickle.loads(pickle.dumps(search)).__dict__
+    snapshot = str(tmp_path / "searcher.pkl")
+    search.save(snapshot)
+    assert search._budget is budget
+    restored = _searcher(url)
+    mine = Budget.open(RunDir(str(tmp_path), "r2"), 3600, session="resume 2")
+    restored.set_budget(mine)  # attach_budget, before Tune restores the searcher's state
+    restored.restore(snapshot)
+    assert restored._budget is mine
+
+
+# ----------------------------------------------------------------------------------------------
+# Re-scoring under the budget (Ray replaced: the runs' results are given)
+
+
+def _candidates(n: int):
+    from autoaug.policies import Policy
+    from autoaug.search.rescore import Candidate
+
+    kinds = ["assembled", "best_trial", "warm_start+found", "survivors"]
+    return [Candidate(kinds[i], Policy("r", 10, [[("Rotate", 0.1 * (i + 1), 3)]]), (), None) for i in range(n)]
+
+
+def _found(candidates):
+    from autoaug.search.assemble import AssembledPolicy
+    from autoaug.search.method import MethodResult
+
+    return MethodResult(trials=[], assembled=AssembledPolicy(candidates[0].policy, (), 0), candidates=candidates,
+                        optuna={})
+
+
+class _Display:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, text):
+        self.lines.append(text)
+
+
+@pytest.fixture
+def rescoring(tmp_path, monkeypatch):
+    """``(config, run, budget, clock, calls)``: a re-scoring search whose runs take 100 s, two at
+    once; ``calls`` receives the candidates each re-scoring was asked for."""
+    from autoaug.search import rescore, tuner
+
+    config = SearchConfig.from_preset("smoke", name="r", rescore=True, storage=str(tmp_path))
+    run = RunDir(str(tmp_path), "r")
+    clock = _Clock()
+    budget = Budget.open(run, 1000, session="start 1", clock=clock)
+    budget.plan_rescore(runs=4, slots=2, run_s=100.0, epochs=config.epochs)
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    calls = []
+
+    def fake(candidates, config, *, cached=None, save=None, deadline=None):
+        calls.append([c.kind for c in candidates])
+        return {rescore.run_key(c, config.rescore_train_config(0)): {METRIC: 0.5 + 0.01 * i, "val_accuracy": 0.5,
+                                                                     "seed": 1000}
+                for i, c in enumerate(candidates)}
+
+    monkeypatch.setattr(tuner, "rescore_candidates", fake)
+    return config, run, budget, clock, calls
+
+
+def test_rescoring_with_time_for_every_candidate_is_unchanged(rescoring):
+    from autoaug.search.tuner import _rescore
+
+    config, run, budget, clock, calls = rescoring
+    scores = _rescore(config, run, _found(_candidates(4)), _Display(), budget)
+    assert calls == [["assembled", "best_trial", "warm_start+found", "survivors"]] and len(scores) == 4
+    assert budget.rescore is None and budget.ended is None
+
+
+def test_rescoring_keeps_the_first_candidates_the_time_left_has_room_for(rescoring):
+    from autoaug.search.tuner import _rescore
+
+    config, run, budget, clock, calls = rescoring
+    clock.now += 1000 - STORE_RESERVE_S - 150  # 150 s left: one wave of 2 runs of 100 s
+    display = _Display()
+    scores = _rescore(config, run, _found(_candidates(4)), display, budget)
+    assert calls == [["assembled", "best_trial"]] and len(scores) == 2
+    assert budget.rescore["rescored"] == 2 and budget.ended["stage"] == "rescore"
+    assert budget.rescore["note"].startswith("re-scored the first 2 of 4 candidates (assembled, best_trial): 2m30s "
+                                             "left for re-scoring runs of about 1m40s (2 at once)")
+    assert display.lines[0] == "time budget: " + budget.rescore["note"]
+
+
+def test_no_time_for_two_candidates_stores_the_methods_first(rescoring):
+    from autoaug.search.tuner import _rescore
+
+    config, run, budget, clock, calls = rescoring
+    clock.now += 1000 - STORE_RESERVE_S - 50
+    assert _rescore(config, run, _found(_candidates(4)), _Display(), budget) is None
+    assert calls == [] and budget.rescore["rescored"] == 0
+    assert "stored the method's first candidate, assembled" in budget.rescore["note"]
+
+
+def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(rescoring, monkeypatch):
+    from autoaug.search import rescore, tuner
+
+    config, run, budget, clock, _ = rescoring
+    candidates = _candidates(4)
+
+    def slow(candidates, config, *, cached=None, save=None, deadline=None):  # 3 runs done, then the deadline
+        clock.now += 1000
+        return {rescore.run_key(c, config.rescore_train_config(0)): {METRIC: 0.6 - 0.1 * i, "seed": 1000}
+                for i, c in enumerate(candidates[:3])}
+
+    monkeypatch.setattr(tuner, "rescore_candidates", slow)
+    monkeypatch.setattr(budget, "run_s", lambda: None)  # nothing measured: all are tried
+    scores = tuner._rescore(config, run, _found(candidates), _Display(), budget)
+    assert sorted(scores) == sorted(c.key for c in candidates[:3])
+    assert budget.rescore["rescored"] == 3 and budget.ended["stage"] == "rescore"
+    assert budget.rescore["note"].startswith("the budget ran out during re-scoring: 3 of 4 candidates re-scored")
+
+
+def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning():
+    """Through Ray Client the Tune loop runs on the cluster, without this driver's budget."""
+    import warnings
+
+    from autoaug.core.errors import AutoaugWarning
+    from autoaug.search.reconcile import attach_budget
+
+    class RemoteTuner:  # a tune.Tuner in Ray Client mode has no local tuner
+        pass
+
+    with pytest.warns(AutoaugWarning, match=r"^Ray Client \(--address ray://...\) runs the Tune experiment x on the "
+                                            r"cluster, where the time budget cannot stop its trials"):
+        attach_budget(RemoteTuner(), Budget(60), "x", 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        attach_budget(RemoteTuner(), None, "x", 3)  # no budget: nothing to say
+
+
+def test_the_end_of_the_trials_is_said_once(tmp_path):
+    said = []
+    clock = _Clock()
+    budget = Budget.open(RunDir(str(tmp_path), "r"), 100, session="start 1", clock=clock, say=said.append)
+    clock.now += 90
+    budget.stop("exp", "t1")
+    budget.stop("exp", "t2")
+    budget.end("rounds")
+    assert said == ["time budget: 10s left of 1m40s, what re-scoring and storing need (about 15s): nothing new "
+                    "starts, running trials end at their next report"]

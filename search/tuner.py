@@ -301,9 +301,7 @@ def _within_budget(config: SearchConfig, run: RunDir, found: MethodResult, cache
     else:
         note = (f"not re-scored ({len(candidates)} candidates): {what}; stored the method's first candidate, "
                 f"{candidates[0].kind}")
-    display.log(f"time budget: {note}")
-    budget.rescore = {"candidates": len(candidates), "rescored": fits if fits >= 2 else 0, "note": note}
-    budget.end("rescore")
+    _budget_cut(budget, display, note, len(candidates), fits)
     return candidates[:fits], deadline
 
 
@@ -323,10 +321,15 @@ def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Any) -
     else:
         note = (f"the budget ran out during re-scoring, with {len(done)} of {len(candidates)} candidates re-scored; "
                 f"stored the method's first candidate, {candidates[0].kind}")
-    display.log(f"time budget: {note}")
-    budget.rescore = {"candidates": len(candidates), "rescored": len(done) if len(done) >= 2 else 0, "note": note}
-    budget.end("rescore")
+    _budget_cut(budget, display, note, len(candidates), len(done))
     return {c.key: scores[c.key] for c in done} if len(done) >= 2 else None
+
+
+def _budget_cut(budget: Budget, display: Any, note: str, candidates: int, rescored: int) -> None:
+    """Say and record that the budget cut re-scoring (fewer than two re-scored: none compete)."""
+    display.log(f"time budget: {note}")
+    budget.rescore = {"candidates": candidates, "rescored": rescored if rescored >= 2 else 0, "note": note}
+    budget.end("rescore")
 
 
 def _store(config: SearchConfig, run: RunDir, state: RunState, found: MethodResult, scores: dict | None, *,

@@ -273,4 +273,4 @@ def repair_state(run_dir: str) -> str | None:
         shutil.copyfile(p, run / p.name)
     when = datetime.fromtimestamp(copied_at).strftime("%H:%M:%S")
     return (f"Ray Tune's saved state {name} was {why} (a full disk?); resuming from its last complete copy "
-            f"(saved at {when}); trials that finished after it run again from their checkpoints")
+            f"(saved at {when}); what the search did after it is done again")

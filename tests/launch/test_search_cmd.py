@@ -210,6 +210,16 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
     assert not (tmp_path / "store" / "doomed").exists()
 
 
+def _terminated_in_copy(copied: Path) -> set:
+    """The trials the state copy (search/tune_storage.StateCopy) records as finished."""
+    try:
+        state = json.loads(next(copied.glob("experiment_state-*.json")).read_text())
+    except (StopIteration, OSError, ValueError):
+        return set()
+    trials = [json.loads(t[0]) if isinstance(t[0], str) else t[0] for t in state["trial_data"]]
+    return {t["trial_id"] for t in trials if t.get("status") == "TERMINATED"}
+
+
 def _finished(lines):
     return [line for line in lines if line.startswith("[") and "] trial " in line and "FAILED" not in line]
 
@@ -228,11 +238,17 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_t
     run = tmp_path / "runs" / "crash"
     copied = run / ".tune-state-copy"
 
-    def far_enough(lines):  # and Tune's saved state has a complete copy
-        return len(_finished(lines)) >= kill_after and copied.is_dir() and len(list(copied.iterdir())) == 3
+    kept: set = set()
 
-    finished = _finished(kill_driver(argv, env, far_enough, 400))
-    before = {line.split("trial ")[1].split()[0]: line for line in finished}
+    def far_enough(lines):  # and the complete copy of Tune's state has those trials finished
+        ids = {line.split("trial ")[1].split()[0] for line in _finished(lines)}
+        if len(ids) < kill_after or ids - _terminated_in_copy(copied):
+            return False
+        kept.update(ids)
+        return True
+
+    kill_driver(argv, env, far_enough, 400)
+    before = sorted(kept)  # (a trial finishing in the instant before the kill is trained again)
     assert not (run / "result.json").exists()
     # A full disk could have cut Tune's last snapshot short: resume puts back its last complete copy.
     state = sorted(run.glob("experiment_state-*.json"))[-1]

@@ -85,7 +85,7 @@ def test_provenance_is_json_and_complete():
     )
     json.dumps(prov)  # stored as canonical JSON: must serialize
     assert prov["dataset"]["fingerprint"] == "d" * 64 and prov["split"]["fingerprint"] == "s" * 64
-    assert prov["counts"] == {"trials": 2, "completed": 1, "early_stopped": 0, "failed": 1}
+    assert prov["counts"] == {"trials": 2, "completed": 1, "early_stopped": 0, "budget_stopped": 0, "failed": 1}
     assert prov["trials"][1]["error"] == "ValueError: boom" and prov["trials"][1]["policy"] is None
     assert prov["trials"][0]["policy"]["sub_policies"][0][0]["op"] == "Rotate"
     assert prov["best"]["trial_id"] == "t0"

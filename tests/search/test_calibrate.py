@@ -72,7 +72,7 @@ def test_the_warm_start_is_the_best_published_policy_that_fits_the_search_space(
 def _fake_runs(monkeypatch, scores, calls):
     import autoaug.search.rescore as rescore
 
-    def train_runs(runs, config, *, cached=None, save=None, task_name=""):
+    def train_runs(runs, config, *, cached=None, save=None, task_name="", deadline=None):
         results = dict(cached or {})
         for key, policy, cfg in runs:
             if key in results:

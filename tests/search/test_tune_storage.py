@@ -166,29 +166,48 @@ def test_a_trial_that_is_full_in_ray_s_temporary_folder_names_it(monkeypatch, tm
     assert str(storage_failure(exc, str(run))).startswith(f"cannot write Ray's temporary folder {session}: ")
 
 
-def test_tune_s_failed_copies_are_logged_on_one_line_while_a_search_runs(caplog):
+def test_tune_s_failed_copies_are_logged_on_one_line_while_a_search_runs():
     """Tune logs a failed copy of its state with the traceback (in the exception or the message)."""
     import logging
 
     from autoaug.search.experiment import tune_output
 
-    with tune_output(verbose=0), caplog.at_level(logging.WARNING):
-        try:
-            raise OSError(28, "No space left on device")
-        except OSError:
-            logging.getLogger("ray.tune.execution.experiment_state").error(
-                "Saving experiment state to storage at '/runs/x' failed with exception: ", exc_info=True)
-        logging.getLogger("ray.train._internal.syncer").warning(
-            "Last sync command failed with the following error:\nTraceback (most recent call last):\n"
-            '  File "x.py", line 1, in f\nOSError: [Errno 28] No space left on device\n')
-    texts = [caplog.handler.format(r) for r in caplog.records]
-    assert len(texts) == 2 and all("\n" not in t and "Traceback" not in t for t in texts), texts
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    names = ("ray.tune.execution.experiment_state", "ray.train._internal.syncer")
+    keep = Keep()
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:  # a handler and level of their own: whatever Ray did to these loggers
+        logging.getLogger(name).addHandler(keep)
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        with tune_output(verbose=0):
+            try:
+                raise OSError(28, "No space left on device")
+            except OSError:
+                logging.getLogger(names[0]).error(
+                    "Saving experiment state to storage at '/runs/x' failed with exception: ", exc_info=True)
+            logging.getLogger(names[1]).warning(
+                "Last sync command failed with the following error:\nTraceback (most recent call last):\n"
+                '  File "x.py", line 1, in f\nOSError: [Errno 28] No space left on device\n')
+        with tune_output(verbose=2):  # -vv: Tune's own output, whole
+            logging.getLogger(names[1]).warning("a\nTraceback (most recent call last):\nb")
+    finally:
+        for name in names:
+            logging.getLogger(name).removeHandler(keep)
+            logging.getLogger(name).setLevel(levels[name])
+    texts = [logging.Formatter().format(r) for r in keep.records]
+    assert len(texts) == 3, texts
+    assert all("\n" not in t and "Traceback" not in t for t in texts[:2]), texts
     assert texts[0].endswith("failed with exception: OSError: [Errno 28] No space left on device")
-    assert texts[1].endswith("Last sync command failed with the following error: OSError: [Errno 28] No space "
-                             "left on device")
-    with tune_output(verbose=2), caplog.at_level(logging.WARNING):  # -vv: Tune's own output, whole
-        logging.getLogger("ray.train._internal.syncer").warning("a\nTraceback (most recent call last):\nb")
-    assert "Traceback" in caplog.handler.format(caplog.records[-1])
+    assert texts[1] == "Last sync command failed with the following error: OSError: [Errno 28] No space left on device"
+    assert "Traceback" in texts[2]
 
 
 def test_a_full_disk_anywhere_in_a_search_says_how_to_resume_it(tmp_path, monkeypatch):

@@ -44,7 +44,8 @@ from ray.tune.search import ConcurrencyLimiter
 
 from autoaug.search.loggers import experiment_loggers
 from autoaug.search.progress import ProgressCallback, TuneTrialLines
-from autoaug.search.reconcile import StoppedTrials, StudySearch, attach_budget, attach_display, make_scheduler
+from autoaug.search.reconcile import (StoppedTrials, StudySearch, attach_budget, attach_callbacks, attach_display,
+                                      make_scheduler)
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
 from autoaug.search.tune_storage import StateCopy, StorageGuard, repair_state, storage_failure
@@ -162,11 +163,7 @@ def restore(uri: str, trainable: Any, display: Any, num_trials: int, epochs: int
     tuner = tune.Tuner.restore(uri, trainable=trainable, resume_unfinished=True, resume_errored=resume_errored)
     attach_display(tuner, display, num_trials, epochs)
     attach_budget(tuner, budget, name, epochs)
-    local = getattr(tuner, "_local_tuner", None)  # as attach_display: Ray Client keeps what it restored
-    if local is not None:
-        run_config = local.get_run_config()
-        callbacks = [cb for cb in run_config.callbacks or [] if not isinstance(cb, (StorageGuard, StateCopy))]
-        run_config.callbacks = [StorageGuard(), *callbacks, StateCopy(uri)]
+    attach_callbacks(tuner, first=[StorageGuard()], last=[StateCopy(uri)])
     return tuner
 
 

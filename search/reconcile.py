@@ -60,6 +60,8 @@ from autoaug.search.study import (
 __all__ = [
     "WRITTEN_AGAINST",
     "check_versions",
+    "attach_callbacks",
+    "ray_session_dir",
     "StoppedTrials",
     "StudySearch",
     "StudyGuard",
@@ -529,3 +531,28 @@ def attach_budget(tuner: Any, budget: Any, experiment: str, max_steps: int | Non
         if isinstance(cb, ProgressCallback):
             cb.budget = budget
             cb.experiment = experiment
+
+
+def attach_callbacks(tuner: Any, first: Any = (), last: Any = ()) -> None:
+    """Give a restored ``tune.Tuner`` this driver's callbacks of the types of ``first`` (put
+    before the others: they act first) and ``last`` (after), replacing any of those types it
+    restored from ``tuner.pkl`` (a tuner saved before they existed gets them too). Uses the
+    private ``Tuner._local_tuner`` as :func:`attach_display`; Ray Client keeps what it restored."""
+    local = getattr(tuner, "_local_tuner", None)
+    if local is None:
+        return
+    run_config = local.get_run_config()
+    types = tuple(type(cb) for cb in (*first, *last))
+    kept = [cb for cb in run_config.callbacks or [] if not isinstance(cb, types)]
+    run_config.callbacks = [*first, *kept, *last]
+
+
+def ray_session_dir() -> str | None:
+    """Ray's session folder on this node (where trials write scratch checkpoints), if Ray is
+    running here (the private ``global_worker.node``)."""
+    try:
+        import ray
+
+        return ray._private.worker.global_worker.node.get_session_dir_path()
+    except Exception:
+        return None

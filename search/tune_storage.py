@@ -93,13 +93,9 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _session_dir() -> str | None:
-    """Ray's session folder on this node (where trials write their scratch checkpoints), if known."""
-    try:
-        import ray
+    from autoaug.search.reconcile import ray_session_dir
 
-        return ray._private.worker.global_worker.node.get_session_dir_path()
-    except Exception:
-        return None
+    return ray_session_dir()
 
 
 def _full_folder(where: str) -> str:

@@ -68,11 +68,11 @@ _AGAIN = "run the command again"
 
 
 def storage_error(exc: BaseException, where: str, *, what: str = "", hint: str = "",
-                  then: str = _AGAIN) -> StorageError | None:
+                  then: str | None = None) -> StorageError | None:
     """The one-line :class:`StorageError` for ``exc`` when it is a write refused by a full, over-quota,
     read-only or denying filesystem (else None). ``where``: the path or URI written; ``what``: what
     it is (``"policy store"``, ``"checkpoint"``...); ``hint``: what else to know (appended);
-    ``then``: what to do once space is freed (default: run the command again)."""
+    ``then``: what to do once space is freed (None: run the command again)."""
     if not isinstance(exc, OSError) or isinstance(exc, StorageError):
         return None
     code = _errno_of(exc)
@@ -81,10 +81,10 @@ def storage_error(exc: BaseException, where: str, *, what: str = "", hint: str =
     if code in _FULL:
         reason, name = _FULL[code]
         error = StorageError(f"cannot write {named}: {reason} ({name}); free space there (or write elsewhere), then "
-                             f"{then}{tail}")
+                             f"{then or _AGAIN}{tail}")
     elif code in _DENIED:
         reason, name = _DENIED[code]
-        again = "" if then == _AGAIN else f"; then {then}"
+        again = "" if then is None else f"; then {then}"
         error = StorageAccessError(f"cannot write {named}: {reason} ({name}); make it writable or choose another "
                                    f"location{again}{tail}")
     else:

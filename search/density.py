@@ -282,7 +282,7 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
         points = warm_start_points(config.warm_start, config.space, store=config.store) if round_ == 0 else []
         tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display, budget)
     t0 = time.time()
-    fit(tuner, search.run.uri, resume_hint(config))
+    fit(tuner)
     study = optuna.load_study(study_name=stage, storage=make_storage(search.study_url))
     records = trial_records(stage_run, study, space=config.space, name=stage, epochs=1,
                             budget_stopped=budget.stopped(stage) if budget is not None else ())

@@ -19,7 +19,7 @@ concurrency, the trials' resources, retries, actor reuse and MLflow logging.
 * **Progress**: :class:`autoaug.search.progress.ProgressCallback` feeds the search's display;
   a restored experiment gets this driver's display (:func:`autoaug.search.reconcile.attach_display`).
 * **A full or read-only filesystem** (:mod:`autoaug.search.tune_storage`): the first trial it
-  makes fail ends the experiment, and :func:`fit` raises one ``StorageError`` line; Tune's saved
+  makes fail ends the experiment (the search turns that into one ``StorageError`` line); Tune's saved
   state keeps a complete copy that :func:`restore` puts back if a full disk cut it short.
 * **Time budget** (:class:`autoaug.search.budget.Budget`, optional): the scheduler and the
   searcher end the experiment when the search's budget says so
@@ -48,7 +48,7 @@ from autoaug.search.reconcile import (StoppedTrials, StudySearch, attach_budget,
                                       make_scheduler)
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
-from autoaug.search.tune_storage import StateCopy, StorageGuard, repair_state, storage_failure
+from autoaug.search.tune_storage import StateCopy, StorageGuard, repair_state
 
 __all__ = ["Experiment", "build_tuner", "restore_tuner", "restore", "can_restore", "fit", "tune_output",
            "TRIAL_DIR_PREFIX"]
@@ -172,19 +172,12 @@ def can_restore(uri: str) -> bool:
     return tune.Tuner.can_restore(uri)
 
 
-def fit(tuner: tune.Tuner, where: str, hint: str = "") -> None:
-    """Run the experiment until its trials are done (or the driver is interrupted). A full or
-    read-only filesystem met by a trial or by the driver is one ``StorageError`` naming ``where``
-    (the run directory) or the full folder, with ``hint`` (how to resume)."""
+def fit(tuner: tune.Tuner) -> None:
+    """Run the experiment until its trials are done (or the driver is interrupted). What a full or
+    read-only filesystem makes it raise becomes one line in :func:`autoaug.search.tuner._search`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        try:
-            tuner.fit()
-        except Exception as exc:
-            error = storage_failure(exc, where, hint)
-            if error is None:
-                raise
-            raise error from None
+        tuner.fit()
 
 
 #: Ray's loggers of Tune's copies to the run directory: a failed copy (a full disk) is logged with

@@ -239,7 +239,7 @@ class PbaMethod:
                             resume_errored=search.resume_errored, budget=search.budget, name=config.name)
         else:
             tuner = _build_tuner(search, trainable)
-        fit(tuner, run.uri, resume_hint(config))
+        fit(tuner)
         return _result(search, tuner.get_results(), time.time() - t0)
 
 

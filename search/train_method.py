@@ -145,7 +145,7 @@ class TrainMethod:
             # The first proposals are the known sub-policies (a fresh study only).
             points = warm_start_points(config.warm_start, config.space, store=config.store) if config.warm_start else ()
             tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display, budget)
-        fit(tuner, run.uri, resume_hint(config))
+        fit(tuner)
 
         study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
         trials = trial_records(run, study, space=config.space, name=config.name, epochs=config.epochs,

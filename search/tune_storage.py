@@ -39,6 +39,7 @@ from ray import tune
 
 from autoaug.core.errors import SearchError, StorageError
 from autoaug.core.location import atomic_write_local, is_uri, resume_with, storage_error
+from autoaug.search.reconcile import ray_session_dir
 
 __all__ = ["COPY_DIR", "StateCopy", "StorageGuard", "repair_state", "storage_failure"]
 
@@ -92,18 +93,12 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _session_dir() -> str | None:
-    from autoaug.search.reconcile import ray_session_dir
-
-    return ray_session_dir()
-
-
 def _full_folder(where: str) -> str:
     """The run directory, or Ray's temporary folder when that is the full one (a trial's scratch
     checkpoints are written there before they are copied to the run directory)."""
     if is_uri(where):
         return where
-    session = _session_dir()
+    session = ray_session_dir()
     for path in [where, *([session] if session else [])]:
         try:
             st = os.statvfs(path)
@@ -112,12 +107,6 @@ def _full_folder(where: str) -> str:
         if st.f_bavail * st.f_frsize < _NEARLY_FULL:
             return path
     return where
-
-
-def _line(exc: OSError, where: str, what: str, resume: str) -> StorageError | None:
-    """:func:`~autoaug.core.location.storage_error` saying to resume (``resume``) once fixed."""
-    error = storage_error(exc, where, what=what)
-    return resume_with(error, resume) if error is not None and resume else error
 
 
 def storage_failure(exc: BaseException, where: str, hint: str = "") -> StorageError | None:
@@ -130,16 +119,17 @@ def storage_failure(exc: BaseException, where: str, hint: str = "") -> StorageEr
         if isinstance(e, _TrialStorageFailure):
             folder = _full_folder(where)
             what = "search run directory" if folder == where else "Ray's temporary folder"
-            return _line(OSError(e.error), folder, what, hint)
+            return storage_error(OSError(e.error), folder, what=what, then=hint or None)
         if isinstance(e, OSError):
-            found = _line(e, os.fspath(e.filename) if getattr(e, "filename", None) else where, "", hint)
+            found = storage_error(e, os.fspath(e.filename) if getattr(e, "filename", None) else where,
+                                  then=hint or None)
             if found is not None:
                 return found
         if isinstance(e, sqlite3.OperationalError):
             text = str(e).lower()
             code = errno.ENOSPC if "disk is full" in text else errno.EROFS if "readonly" in text else None
             if code is not None:
-                return _line(OSError(code, str(e)), where, "the Optuna study in", hint)
+                return storage_error(OSError(code, str(e)), where, what="the Optuna study in", then=hint or None)
     return None
 
 

@@ -155,7 +155,7 @@ def test_a_trial_that_is_full_in_ray_s_temporary_folder_names_it(monkeypatch, tm
     """The run directory has room; the trial's scratch folder (Ray's session folder) is full."""
     run, session = tmp_path / "run", tmp_path / "session"
     run.mkdir(), session.mkdir()
-    monkeypatch.setattr(tune_storage, "_session_dir", lambda: str(session))
+    monkeypatch.setattr(tune_storage, "ray_session_dir", lambda: str(session))
 
     class Stat:
         def __init__(self, free):

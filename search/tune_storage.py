@@ -151,22 +151,27 @@ def _state_files(run: Path) -> dict[str, list[Path]]:
     return sessions
 
 
-def _damage(path: Path) -> str | None:
-    """Why ``path`` cannot be read back (None: it can)."""
+def _read_whole(path: Path) -> tuple[bytes, str | None]:
+    """``path``'s bytes, and why they cannot be read back as Tune's state (None: they can)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        return f"unreadable ({exc.strerror or exc})"
+        return b"", f"unreadable ({exc.strerror or exc})"
     if not data:
-        return "empty"
+        return data, "empty"
     try:
         if path.name.startswith("experiment_state-"):  # JSON; the other two are pickles (whatever their suffix)
             json.loads(data)
         else:
             pickle.loads(data)
     except Exception as exc:  # a truncated pickle can raise nearly anything
-        return f"cut short or damaged ({type(exc).__name__}) at {len(data):,} bytes"
-    return None
+        return data, f"cut short or damaged ({type(exc).__name__}) at {len(data):,} bytes"
+    return data, None
+
+
+def _damage(path: Path) -> str | None:
+    """Why ``path`` cannot be read back (None: it can)."""
+    return _read_whole(path)[1]
 
 
 def _newest_session(run: Path) -> tuple[str, list[Path]] | None:
@@ -215,11 +220,14 @@ class StateCopy(tune.Callback):
             signature = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files)
         except OSError:
             return False
-        if signature == self._copied or any(_damage(f) for f in files):
-            return False  # unchanged, or caught mid-write / cut short: the previous copy stays
+        if signature == self._copied:
+            return False
+        read = {f.name: _read_whole(f) for f in files}  # read once: what is checked is what is copied
+        if any(why for _, why in read.values()):
+            return False  # caught mid-write or cut short: the previous copy stays
         try:
-            for f in files:
-                atomic_write_local(run / COPY_DIR / f.name, f.read_bytes())
+            for name, (data, _) in read.items():
+                atomic_write_local(run / COPY_DIR / name, data)
             for old in (run / COPY_DIR).iterdir():  # an older session's files
                 if old.name not in {f.name for f in files} and _STATE.match(old.name):
                     old.unlink()

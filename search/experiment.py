@@ -102,7 +102,6 @@ def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) 
     )
     searcher.set_sampler_spec(config.sampler, exp.seed, config.startup_trials)
     searcher.set_max_steps(exp.max_steps)
-    searcher.set_budget(budget)
     for params in exp.warm_start:  # a fresh study only: a restored one has its enqueued trials
         searcher.study.enqueue_trial(dict(params), skip_if_exists=True)
     searcher.study.set_user_attr(
@@ -111,9 +110,9 @@ def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) 
     search_alg = ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
     # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
     stopped = StoppedTrials()
-    scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped, budget)
-    callbacks: list[Any] = [StorageGuard(), ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped, display=display,
-                                                             budget=budget, experiment=exp.name),
+    scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
+    callbacks: list[Any] = [StorageGuard(), ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped,
+                                                             display=display),
                             TuneTrialLines(metric=METRIC), StateCopy(exp.uri)]
     callbacks += experiment_loggers(config.mlflow_uri, exp.name, config.sampler)
     tuner = tune.Tuner(
@@ -139,7 +138,8 @@ def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) 
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )
-    attach_budget(tuner, budget, exp.name, exp.max_steps)  # (with Ray Client: a warning that it cannot stop trials)
+    # The scheduler, the searcher and the progress lines get the budget here, as a restored tuner's do.
+    attach_budget(tuner, budget, exp.name, exp.max_steps)
     return tuner
 
 

@@ -276,13 +276,11 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
         custom_explore_fn=PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed),
         log_config=True, synch=False,
     )  # fmt: skip
-    scheduler.set_budget(search.budget, config.name, config.epochs)
 
     def name(trial: Any) -> str:
         return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
 
-    callbacks: list[Any] = [StorageGuard(), ProgressCallback(s.population, config.epochs, display=search.display,
-                                                             budget=search.budget, experiment=config.name),
+    callbacks: list[Any] = [StorageGuard(), ProgressCallback(s.population, config.epochs, display=search.display),
                             TuneTrialLines(metric=METRIC), EventLog(config.storage, config.name), StateCopy(search.run.uri)]
     callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
     tuner = tune.Tuner(

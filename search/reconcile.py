@@ -455,10 +455,10 @@ class GuardedFIFOScheduler(StudyGuard, BudgetStop, FIFOScheduler):
 
 
 def make_scheduler(asha: tuple[int, float] | None, max_t: int, study_url: str, study_name: str,
-                   max_failures: int, stopped: StoppedTrials, budget: Any = None) -> StudyGuard:
+                   max_failures: int, stopped: StoppedTrials) -> StudyGuard:
     """ASHA (``asha``: grace period and reduction factor) or FIFO (``asha`` None), with
-    :class:`StudyGuard` on the study ``study_name`` and :class:`BudgetStop` with ``budget``
-    (None: no time budget)."""
+    :class:`StudyGuard` on the study ``study_name`` and :class:`BudgetStop`, without a budget until
+    :func:`attach_budget` gives it one."""
     if asha is not None:
         grace_period, reduction_factor = asha
         scheduler: StudyGuard = GuardedASHAScheduler(
@@ -467,7 +467,6 @@ def make_scheduler(asha: tuple[int, float] | None, max_t: int, study_url: str, s
     else:
         scheduler = GuardedFIFOScheduler()
     scheduler._setup_guard(study_url, study_name, max_failures, stopped)
-    scheduler.set_budget(budget, study_name, max_t)
     return scheduler
 
 

@@ -38,6 +38,7 @@ from torch import nn
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import balanced_accuracy
 from autoaug.proxy_models.models import build_model
+from autoaug.proxy_models.precision import amp_dtype, restore_tf32, set_tf32, tf32_state
 from autoaug.proxy_models.train_config import PRESETS, RESUMABLE_CHANGES, TrainConfig, sizing_record
 
 __all__ = [
@@ -183,8 +184,8 @@ class _TorchState:
             torch.backends.cudnn.benchmark = not self.config.deterministic
         self.saved_tf32 = None
         if self.device.type == "cuda" and self.config.tf32 is not None:
-            self.saved_tf32 = _tf32_state()
-            _set_tf32(self.config.tf32)
+            self.saved_tf32 = tf32_state()
+            set_tf32(self.config.tf32)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -194,36 +195,7 @@ class _TorchState:
         torch.backends.cudnn.deterministic = cudnn_det
         torch.backends.cudnn.benchmark = cudnn_bench
         if self.saved_tf32 is not None:
-            _restore_tf32(self.saved_tf32)
-
-
-def _tf32_state() -> tuple[Any, Any]:
-    """TF32 settings of CUDA matmuls and cuDNN convolutions, to put back after a run (torch >= 2.9
-    spells them ``fp32_precision``; the older ``allow_tf32`` flags must not be mixed with it)."""
-    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn
-    if hasattr(matmul, "fp32_precision") and hasattr(getattr(conv, "conv", None), "fp32_precision"):
-        return ("precision", (matmul.fp32_precision, conv.conv.fp32_precision))
-    return ("allow", (matmul.allow_tf32, conv.allow_tf32))
-
-
-def _restore_tf32(state: tuple[Any, Any]) -> None:
-    kind, (matmul, conv) = state
-    if kind == "precision":
-        torch.backends.cuda.matmul.fp32_precision = matmul
-        torch.backends.cudnn.conv.fp32_precision = conv
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-        torch.backends.cudnn.allow_tf32 = conv
-
-
-def _set_tf32(on: bool) -> None:
-    """TF32 on (or off) for CUDA matmuls and cuDNN convolutions: float32 tensors, tensor-core
-    products with a 10-bit mantissa (Ampere and later; a no-op elsewhere)."""
-    kind, _ = _tf32_state()
-    if kind == "precision":
-        _restore_tf32(("precision", ("tf32", "tf32") if on else ("ieee", "ieee")))
-    else:
-        _restore_tf32(("allow", (on, on)))
+            restore_tf32(self.saved_tf32)
 
 
 def _resolve_policy(policy: Any) -> Any:
@@ -353,28 +325,6 @@ def _warn(message: str) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-
-
-def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
-    """The autocast dtype of ``config`` on ``device`` (asked when amp is on): ``config.amp_dtype``, else float16 on CUDA
-    and bfloat16 on the CPU. bfloat16 on a GPU without it (before Ampere) falls back to float16
-    with one warning; a CPU without native instructions for the dtype (AVX512-BF16/AMX for
-    bfloat16, AVX512-FP16/AMX-FP16 for float16) runs it emulated, and a warning says so."""
-    name = config.amp_dtype or ("float16" if device.type == "cuda" else "bfloat16")
-    if device.type == "cuda" and name == "bfloat16" and not torch.cuda.is_bf16_supported():
-        _warn("amp_dtype bfloat16: this GPU has no bfloat16 support; autocast uses float16 (with gradient "
-              "scaling) instead")
-        name = "float16"
-    if device.type == "cpu":
-        try:
-            native = (torch.ops.mkldnn._is_mkldnn_bf16_supported() if name == "bfloat16"
-                      else torch.ops.mkldnn._is_mkldnn_fp16_supported())
-        except (AttributeError, RuntimeError):  # no oneDNN in this torch build: nothing to say
-            native = True
-        if not native:
-            _warn(f"amp on the CPU with {name}: this CPU has no native {name} instructions, so autocast runs "
-                  "emulated and is likely slower than float32 (set amp=false)")
-    return getattr(torch, name)
 
 
 class Learner:

@@ -195,7 +195,8 @@ def test_float16_autocast_on_the_cpu_scales_the_loss_and_trains():
 
 
 def test_tf32_is_set_for_a_cuda_run_and_put_back():
-    from autoaug.proxy_models.train import _TorchState, _tf32_state
+    from autoaug.proxy_models.precision import tf32_state as _tf32_state
+    from autoaug.proxy_models.train import _TorchState
 
     before = _tf32_state()
     for on in (True, False):

@@ -30,6 +30,7 @@ every finished training run; each stage's wall time is recorded in ``timings.jso
     python benchmarks/search_quality.py --data ... --search-preset paper --eval-preset final \\
         --address ray://head:10001 --name gpu                                           # a GPU cluster
     python benchmarks/search_quality.py --data ... --smoke                              # plumbing, minutes
+    python benchmarks/search_quality.py --data ... --method pba                         # PBA (pba-cpu preset)
 
 Scratch (Ray run directories, the study, the store, checkpoints and run records) goes to
 ``--work`` (default ``runs/search-quality/<name>``); only the small result files go to ``--out``.
@@ -543,11 +544,16 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     train = compare_cfg["train_config"]
     regime = (f"{train['model']}, {train['train_size']} training images (split seed {train['split_seed']}), "
               f"{train['epochs']} epochs, batch {train['batch_size']}, lr {train['lr']}")
+    schedule = (search_result["provenance"].get("method") or {}).get("schedule")
+    what = (f"schedule `{found}` ({len(schedule['stages'])} stage{'s' if len(schedule['stages']) != 1 else ''}, trained as a schedule: each epoch "
+            f"with its stage's policy; last stage {len(search_result['policy']['sub_policies'])} sub-policies, "
+            f"schedule hash `{schedule['content_hash'][:12]}`)" if schedule else
+            f"policy `{found}` ({len(search_result['policy']['sub_policies'])} sub-policies, hash "
+            f"`{search_result['policy_hash'][:12]}`)")
     lines = [
         f"# Search quality: `{a.search_preset}` search, evaluated in `{a.eval_preset}`",
         "",
-        f"Found policy `{found}` ({len(search_result['policy']['sub_policies'])} sub-policies, hash "
-        f"`{search_result['policy_hash'][:12]}`) against the default baselines. Evaluation regime: {regime}; "
+        f"Found {what} against the default baselines. Evaluation regime: {regime}; "
         f"test accuracy on the test split, seeds {', '.join(map(str, sorted(summary[found]['seeds'])))}; "
         "mean, sample std and two-sided 95% Student-t CI of the mean, in %, of the test accuracy and of the "
         "balanced accuracy (the mean of the per-class test accuracies; per class: `eval_per_class.csv`).",
@@ -626,7 +632,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"),
                    help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)")
     p.add_argument("--name", default=None, help="study name (default: <search-preset>-<eval-preset>)")
-    p.add_argument("--search-preset", default="cpu", help="autoaug search --preset")
+    p.add_argument("--search-preset", default=None,
+                   help="autoaug search --preset (default: cpu; pba-cpu with --method pba)")
     p.add_argument("--search-seed", type=int, default=0, help="autoaug search --seed")
     p.add_argument("--search-args", default="", help="more autoaug search arguments, e.g. '--num-trials 20'")
     p.add_argument("--eval-preset", default="eval-cpu", help="training preset of the evaluation regime")
@@ -651,19 +658,24 @@ def main(argv: list[str] | None = None) -> int:
                    help="also evaluate the found policy of an earlier run of this benchmark (its results folder, "
                         "e.g. the other search method's); its evaluation runs there are reused; repeatable")
     p.add_argument("--smoke", action="store_true", help="plumbing check: smoke presets, 2 seeds")
-    p.add_argument("--method", default=None, choices=("train", "density"),
+    p.add_argument("--method", default=None, choices=("train", "density", "pba"),
                    help="autoaug search --method (default: the search preset's); density also names the study "
-                        "<search-preset>-<eval-preset>-density")
+                        "<search-preset>-<eval-preset>-density; pba searches with the pba-cpu preset unless "
+                        "--search-preset says otherwise (the found schedule is evaluated as a schedule)")
     a = p.parse_args(argv)
     if not a.data:
         p.error("--data is required (or set AUTOAUG_CIFAR10)")
     a.data = os.path.abspath(os.path.expanduser(a.data))
+    a.search_preset = a.search_preset or ("pba-cpu" if a.method == "pba" else "cpu")
     if a.smoke:
         a.search_preset, a.eval_preset, a.seeds = "smoke", "smoke", 2
         a.proxy = a.proxy or ["smoke=--preset smoke"]
+        if a.method == "pba":  # a population of 4, perturbed every epoch of the smoke preset's few
+            a.search_args += " --set pba.population=4 --set pba.perturbation_interval=1"
     if a.seeds < 2:
         p.error("--seeds must be at least 2 for confidence intervals (3 or more recommended)")
-    a.name = a.name or f"{a.search_preset}-{a.eval_preset}" + ("-density" if a.method == "density" else "")
+    a.name = a.name or f"{a.search_preset}-{a.eval_preset}" + (f"-{a.method}" if a.method in ("density", "pba")
+                                                                 and a.method not in a.search_preset else "")
     a.search_name = f"sq-{a.name}"
     work = Path(a.work or REPO / "runs" / "search-quality" / a.name).resolve()
     out = Path(a.out or REPO / "benchmarks" / "results" / f"search-quality-{a.name}").resolve()

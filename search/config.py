@@ -109,17 +109,19 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "base": "auto",
         "density": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
     },
-    # Population Based Augmentation on a CPU, at most 1 CPU-hour (about 20 minutes on 2 cores):
+    # Population Based Augmentation on a CPU, at most 1 CPU-hour (about 25 minutes on 2 cores):
     # 8 members of the proxy-cpu recipe (one 120-epoch run: 2.5-4 min on one core, so 20-32
     # CPU-minutes of training) perturbed every 4 epochs (30 rounds; each costs a member a pause and
     # a pipeline rebuild of 1-2 s: 4-8 CPU-minutes more); PBA's quantile 0.25 and resample
     # probability 0.2; ranked on the mean validation accuracy of the last 3 epochs (mostly the
-    # current policy's). No calibration (it alone would cost 8 proxy runs) and no re-scoring (one
-    # schedule): docs/search.md, "Population Based Augmentation".
+    # current policy's). The base is measured first, as in every CPU preset (3 proxy runs, about
+    # 7 minutes on 2 cores: on traffic signs the flip of `standard` costs more than any policy
+    # finds); no transfer warm start (5 proxy runs more; PBA starts from random policies) and no
+    # re-scoring (one schedule): docs/search.md, "Population Based Augmentation".
     "pba-cpu": {
         "method": "pba",
         "train": {"preset": "proxy-cpu"},
-        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "score_window": 3,
+        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "score_window": 3, "base": "auto",
         "pba": {"population": 8, "perturbation_interval": 4, "quantile": 0.25, "resample_probability": 0.2},
     },
 }  # fmt: skip

@@ -41,7 +41,7 @@ def _dirs(tmp_path):
 def test_pba_settings_come_from_the_preset_and_set():
     preset = _config(["--data", "x.parquet", "--preset", "pba-cpu"])
     assert preset.method == "pba" and preset.pba.population == 8 and preset.pba.perturbation_interval == 4
-    assert preset.train.epochs == 120 and not preset.rescore and preset.base is None
+    assert preset.train.epochs == 120 and not preset.rescore and preset.base == "auto" and not preset.warm_start
     c = _config(["--data", "x.parquet", *TINY, "--set", "pba.resample_probability=0.5", "--set", "pba.init=zero"])
     assert c.pba == PbaConfig(population=4, perturbation_interval=1, quantile=0.5, resample_probability=0.5,
                               init="zero")
@@ -203,11 +203,16 @@ def _stored_schedule(store_dir, ref):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_path, capsys, cifar_train):
-    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "pb", *TINY, *_dirs(tmp_path)])
+    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "pb", *TINY, "--base", "auto",
+                 *_dirs(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "stored as pb@1" in out and "pba: best member" in out and "schedule: " in out
     policy, prov = _stored_schedule(tmp_path / "store", "pb@1")
+    # The base was measured before the population started, and every stage trains on it.
+    chosen = prov["calibration"]["base"]["chosen"]
+    assert set(prov["calibration"]["base"]["scores"]) == {"none", "crop", "standard"}
+    assert "transfer" not in prov["calibration"] and policy.base == chosen
     method = prov["method"]
     assert method["name"] == "pba" and method["population"] == 4 and method["perturbation_interval"] == 1
     schedule = Schedule.from_dict(method["schedule"])  # its content hash checked
@@ -227,6 +232,7 @@ def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_p
     key = lambda e: (e["epoch"], e["member"], e["policy_hash"])  # noqa: E731
     assert {key(e) for e in method["lineage"]} <= {key(e) for e in events}
     assert len(schedule.stages) <= 1 + len(method["lineage"])
+    assert all(stage.policy.base == chosen for stage in schedule.stages)
     result = json.loads((tmp_path / "runs" / "pb" / "result.json").read_text())
     assert result["policy_hash"] == policy.content_hash
 

@@ -18,7 +18,7 @@ __all__ = ["TrainConfig", "PRESETS", "RESUMABLE_CHANGES", "SIZING_FIELDS", "AMP_
 # what is computed (where the data lives, where it runs, how many threads run it -- DALI's output
 # does not depend on its thread count --, how often and in which batches validation is reported).
 RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "loader_threads", "eval_every",
-                               "eval_from", "eval_batch_size"})
+                               "eval_from", "eval_epochs", "eval_batch_size"})
 
 #: The fields that size a run to its data: the split (totals, or per class with a floor and a cap)
 #: and the image size (``None``: the data's own). :meth:`TrainConfig.resolved` turns them into
@@ -30,7 +30,7 @@ SIZING_FIELDS = ("train_size", "val_size", "train_per_class", "min_train_size", 
 #: dictionary (and the digests of records holding it) that it had before they existed; a record
 #: that lacks one had the default (:meth:`TrainConfig.changed_fields`).
 _OMITTED_AT_DEFAULT = ("train_per_class", "min_train_size", "max_train_size", "group_by",
-                       "amp_dtype", "tf32", "compile", "eval_batch_size", "loader_threads")
+                       "amp_dtype", "tf32", "compile", "eval_batch_size", "loader_threads", "eval_epochs")
 
 #: ``amp_dtype`` values (``None``: the device's default, float16 on CUDA, bfloat16 on the CPU).
 AMP_DTYPES = ("bfloat16", "float16")
@@ -91,8 +91,11 @@ class TrainConfig:
         ``torch.inference_mode``, batch norm in eval mode, so it changes no result beyond the
         last bits of float sums. ``eval_every``: validate every N epochs (and always after the last);
         ``eval_from``: validate no epoch before this one (1-based; the last is always validated),
-        e.g. only the last few epochs of a run scored on a large validation set; other epochs
-        report ``val_accuracy``/``val_loss`` as ``None``. ``deterministic``:
+        e.g. only the last few epochs of a run scored on a large validation set; ``eval_epochs``:
+        exactly these epochs (1-based, and the last), instead of ``eval_every``/``eval_from``
+        (a search's trials validate only the epochs its score is read from: the windows before
+        ASHA's rungs and the last); other epochs report ``val_accuracy``/``val_loss`` as ``None``.
+        Validation changes nothing in training (its own loader, the model in eval mode). ``deterministic``:
         ``torch.use_deterministic_algorithms`` (+ cuDNN deterministic kernels, no autotuning) for
         the run; on the CPU this costs nothing and is on in every preset; on the GPU the ``paper``
         and ``final`` presets turn it off for speed, so GPU runs of one seed agree only
@@ -132,6 +135,7 @@ class TrainConfig:
     compile: bool | str = False
     eval_batch_size: int | None = None
     loader_threads: int | None = None
+    eval_epochs: tuple[int, ...] | None = None
 
     PRESETS: ClassVar[Mapping[str, "TrainConfig"]]
 
@@ -190,6 +194,12 @@ class TrainConfig:
                 raise bad(name, "a positive integer")
         if not _is_int(self.eval_from) or not 1 <= self.eval_from <= self.epochs:
             raise bad("eval_from", f"an integer in [1, epochs={self.epochs}]")
+        if self.eval_epochs is not None:
+            epochs = self.eval_epochs
+            if (isinstance(epochs, (str, bytes)) or not hasattr(epochs, "__iter__")
+                    or not all(_is_int(e) and 1 <= e <= self.epochs for e in epochs)):
+                raise bad("eval_epochs", f"a list of epochs, integers in [1, epochs={self.epochs}], or None")
+            object.__setattr__(self, "eval_epochs", tuple(sorted(set(int(e) for e in epochs))))
         for name in ("num_threads", "loader_threads", "eval_batch_size"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
@@ -329,6 +339,15 @@ class TrainConfig:
                 raise ValueError("TrainConfig.image_size is automatic (the data's own size): pass data_image_size")
             changes["image_size"] = data_image_size
         return dataclasses.replace(self, **changes) if changes else self
+
+    def validates(self, epoch: int) -> bool:
+        """Whether 1-based ``epoch`` is validated (the last always is): one of ``eval_epochs``,
+        or, without them, every ``eval_every``-th epoch from ``eval_from``."""
+        if epoch == self.epochs:
+            return True
+        if self.eval_epochs is not None:
+            return epoch in self.eval_epochs
+        return epoch >= self.eval_from and epoch % self.eval_every == 0
 
     def describe_split(self) -> str:
         """The training and validation split in words (``"100 training images per class (1,000 to

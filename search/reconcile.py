@@ -175,6 +175,10 @@ class StudySearch(OptunaSearch):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self._finished_in_study():
             return  # the study already holds this trial's final state
+        if result.get(self.metric) is None or ("val_accuracy" in result and result["val_accuracy"] is None):
+            # An epoch the trial did not validate (trial_train_config): no score yet, or the last
+            # window's, already in the study at the epoch it was measured.
+            return
         super().on_trial_result(trial_id, result)
 
     def set_max_steps(self, max_steps: int) -> None:
@@ -426,6 +430,8 @@ class BudgetStop:
             if not last and budget.stop_now() and self._budget_can_stop(result):
                 budget.stop(self._budget_name, trial.trial_id)
                 return TrialScheduler.STOP
+        if result.get(METRIC) is None:  # before the trial's first validation: nothing to rank by
+            return TrialScheduler.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)
 
     def choose_trial_to_run(self, tune_controller: Any, *args: Any, **kwargs: Any) -> Any:

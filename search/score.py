@@ -6,9 +6,10 @@ Tune callbacks, the records, re-scoring) can name the score without importing th
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
-__all__ = ["METRIC", "MODE", "search_score"]
+__all__ = ["METRIC", "MODE", "search_score", "asha_milestones", "score_epochs"]
 
 #: The score every trial reports and the search maximizes. Training method (and re-scoring): the
 #: mean validation accuracy over the trial's last ``SearchConfig.score_window`` epochs (with a
@@ -26,3 +27,25 @@ def search_score(val_accuracies: Sequence[float | None], window: int) -> float |
         return None
     last = seen[-max(1, int(window)):]
     return sum(last) / len(last)
+
+
+def asha_milestones(grace_period: int, reduction_factor: float, max_t: int) -> tuple[int, ...]:
+    """The epochs at which Ray Tune's ASHA (one bracket, ``time_attr`` the epoch) compares a
+    trial with its peers: ``grace_period * reduction_factor**k`` below ``max_t``, as Ray's
+    ``_Bracket`` computes them (``tests/search`` holds the two together)."""
+    if grace_period >= max_t:
+        return ()
+    rungs = int(math.log(max_t / grace_period) / math.log(reduction_factor) + 1)
+    # ASHA reads a trial's first result at or past a milestone: the epoch ceil(milestone).
+    return tuple(sorted({math.ceil(grace_period * reduction_factor**k - 1e-9) for k in range(rungs)} - {max_t}))
+
+
+def score_epochs(epochs: int, window: int, milestones: Sequence[int] = ()) -> tuple[int, ...]:
+    """The 1-based epochs a trial of ``epochs`` must validate for every score that is read: the
+    ``window`` epochs up to each of ``milestones`` (where ASHA reads it) and up to the last. At
+    other epochs the score (:func:`search_score`) is the last window's, unchanged, so a trial
+    that validates only these reports at every milestone and at its end what it would report
+    validating every epoch."""
+    window = max(1, int(window))
+    ends = sorted({int(m) for m in milestones if 1 <= int(m) < epochs} | {int(epochs)})
+    return tuple(sorted({e for end in ends for e in range(max(1, end - window + 1), end + 1)}))

@@ -71,6 +71,19 @@ class TrainMethodConfig(MethodSettings):
         object.__setattr__(self, "reduction_factor", float(self.reduction_factor))
 
 
+def trial_train_config(config: "SearchConfig") -> Any:
+    """The training configuration of every trial: the search's, validating only the epochs its
+    score is read from -- the ``score_window`` epochs up to each of ASHA's rungs and up to the
+    last (:func:`~autoaug.search.score.score_epochs`). Validation changes nothing in training, so
+    ASHA and the final ranking see the scores of a trial validated every epoch; it is 20-30% of
+    a proxy epoch (benchmarks/results/trial-throughput), spent on no decision elsewhere."""
+    from autoaug.search.score import asha_milestones, score_epochs
+
+    s, t = config.train_method, config.train
+    milestones = asha_milestones(s.grace_period, s.reduction_factor, t.epochs) if s.early_stopping else ()
+    return dataclasses.replace(t, eval_epochs=score_epochs(t.epochs, config.score_window, milestones))
+
+
 class TrainMethod:
     name = "train"
     help = "one proxy training per candidate (AutoAugment)"
@@ -84,11 +97,12 @@ class TrainMethod:
                 "train.val_size is 0: the search scores candidates on the validation split; "
                 "give a validation size (None = every image not used for training)"
             )
-        if t.eval_every != 1 or t.eval_from != 1:
-            setting = "eval_every" if t.eval_every != 1 else "eval_from"
+        if t.eval_every != 1 or t.eval_from != 1 or t.eval_epochs is not None:
+            setting = "eval_every" if t.eval_every != 1 else "eval_from" if t.eval_from != 1 else "eval_epochs"
+            default = "null" if setting == "eval_epochs" else "1"
             raise ValueError(
-                f"train.{setting} is {getattr(t, setting)}: the search reports the validation "
-                f"accuracy to Optuna and ASHA after every epoch; set {setting} to 1"
+                f"train.{setting} is {getattr(t, setting)}: the search chooses the epochs its trials "
+                f"validate (those its score is read from, trial_train_config); set {setting} to {default}"
             )
         if s.early_stopping and s.grace_period > t.epochs:
             raise ValueError(
@@ -134,7 +148,7 @@ class TrainMethod:
         exp = Experiment(
             name=config.name, storage=config.storage, study_url=search.study_url, num_trials=s.num_trials,
             max_steps=config.epochs, seed=config.seed, trainable=search.trainable or run_trial,
-            parameters={"train_config": config.train.to_dict(), "space": config.space.to_dict(),
+            parameters={"train_config": trial_train_config(config).to_dict(), "space": config.space.to_dict(),
                         "policy_prefix": config.name, "score_window": config.score_window},
             asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None, run_dir=run.uri,
         )  # fmt: skip

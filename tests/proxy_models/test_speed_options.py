@@ -48,6 +48,11 @@ def autoaug_warnings(records):
         ({"eval_batch_size": 0}, r"^TrainConfig.eval_batch_size must be a positive integer or None, got 0$"),
         ({"eval_batch_size": 2.5}, r"^TrainConfig.eval_batch_size must be a positive integer or None, got 2.5$"),
         ({"loader_threads": -1}, r"^TrainConfig.loader_threads must be a positive integer or None, got -1$"),
+        ({"eval_epochs": [0]}, r"^TrainConfig.eval_epochs must be a list of epochs, integers in \[1, epochs=2\], "
+                               r"or None, got \[0\]$"),
+        ({"eval_epochs": [3]}, r"^TrainConfig.eval_epochs must be a list of epochs, .*, got \[3\]$"),
+        ({"eval_epochs": "1,2"}, r"^TrainConfig.eval_epochs must be a list of epochs, .*, got '1,2'$"),
+        ({"eval_epochs": [1.5]}, r"^TrainConfig.eval_epochs must be a list of epochs, .*, got \[1.5\]$"),
     ],
 )
 def test_bad_speed_options_are_one_line_naming_key_value_and_expected(overrides, match):
@@ -221,6 +226,21 @@ def smoke(cifar_train):
 @pytest.fixture(scope="module")
 def eager_run(smoke):
     return train(smoke, "autoaugment-cifar10")
+
+
+def test_validating_only_some_epochs_changes_nothing_in_training(smoke, eager_run):
+    """What a search trial does (validate only the epochs its score is read from): every epoch
+    trains as before, the validated epochs score as before, the others report no validation."""
+    cfg = dataclasses.replace(smoke, eval_epochs=[])  # only the last epoch, which always is
+    assert cfg.eval_epochs == () and TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    sparse = train(cfg, "autoaugment-cifar10")
+    full = metrics_of(eager_run.history)
+    assert [(m["train_loss"], m["train_accuracy"]) for m in metrics_of(sparse.history)] == \
+        [(m["train_loss"], m["train_accuracy"]) for m in full]
+    assert [m["val_accuracy"] for m in metrics_of(sparse.history)] == [None, full[1]["val_accuracy"]]
+    assert sparse.val_accuracy == eager_run.val_accuracy
+    assert [cfg.validates(e) for e in (1, 2)] == [False, True]
+    assert [dataclasses.replace(cfg, eval_epochs=[1]).validates(e) for e in (1, 2)] == [True, True]
 
 
 class _Spy:

@@ -297,6 +297,41 @@ def test_every_epoch_is_an_intermediate_value_and_early_stopped_trials_are_prune
     assert check_study(study, [rec_full, rec_stopped, rec_broken], SPACE) == []
 
 
+def test_epochs_a_trial_did_not_validate_are_not_intermediate_values(tmp_path):
+    """A trial validates only the epochs its score is read from: before the first it reports no
+    score, between windows the last window's, which the study already holds at its own epoch."""
+    url = f"sqlite:///{tmp_path}/study.db"
+    search = _searcher(url)
+    search.set_max_steps(4)
+    search.suggest("t")
+    for step, score, val in ((1, None, None), (2, 0.3, 0.3), (3, 0.3, None)):
+        search.on_trial_result("t", {**_result(score, step), "val_accuracy": val})
+    search.on_trial_complete("t", {**_result(0.5, 4), "val_accuracy": 0.5})
+    (trial,) = optuna.load_study(study_name="s", storage=url).trials
+    assert (trial.state.name, trial.value, trial.intermediate_values) == ("COMPLETE", 0.5, {2: 0.3, 4: 0.5})
+
+
+def test_asha_waits_for_a_trials_first_score_and_cuts_on_real_ones():
+    from ray.tune.schedulers import TrialScheduler
+
+    from autoaug.search.reconcile import GuardedASHAScheduler
+
+    class _Trial:
+        def __init__(self, trial_id):
+            self.trial_id = trial_id
+
+    scheduler = GuardedASHAScheduler(time_attr="training_iteration", max_t=4, grace_period=2, reduction_factor=2,
+                                     metric=METRIC, mode="max")
+    scheduler._budget = None
+    strong, weak = _Trial("strong"), _Trial("weak")
+    for t in (strong, weak):
+        scheduler.on_trial_add(None, t)
+        # epoch 1 is not validated: no score, no decision (and no TypeError from None)
+        assert scheduler.on_trial_result(None, t, {"training_iteration": 1, METRIC: None}) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, strong, {"training_iteration": 2, METRIC: 0.6}) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, weak, {"training_iteration": 2, METRIC: 0.2}) == TrialScheduler.STOP
+
+
 def test_a_failure_retried_after_restore_is_recorded_as_a_linked_new_trial(tmp_path):
     url = f"sqlite:///{tmp_path}/study.db"
     first = _searcher(url)

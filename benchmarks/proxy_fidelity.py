@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -45,6 +46,10 @@ def main(argv=None) -> int:
     p.add_argument("--eval", action="append", required=True, help="runs.csv of the evaluation regime (repeatable)")
     p.add_argument("--rung", type=int, default=40)
     p.add_argument("--window", type=int, default=5)
+    p.add_argument("--reference", action="append", default=[], metavar="RUNS",
+                   help="another proxy's runs of the same policies (a compare --out folder or its runs.csv, e.g. the "
+                        "same proxy without a speed lever, or with another seed): per policy, this proxy's final "
+                        "validation accuracy minus the reference's, and the rank correlation of the two (repeatable)")
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     a = p.parse_args(argv)
 
@@ -59,8 +64,11 @@ def main(argv=None) -> int:
     for rec_path in sorted(Path(a.proxy, "runs").glob("*.json")):
         r = json.loads(rec_path.read_text())
         vals = [row.get("val_accuracy") for row in r["history"]]
-        if len(vals) < a.rung or any(v is None for v in vals):
-            sys.exit(f"{rec_path}: needs a validation accuracy for every epoch up to {a.rung}")
+        # The epochs read (a proxy validated only where a search reads its score has the rest None).
+        needed = [a.rung, *range(a.rung - a.window + 1, a.rung + 1), *range(len(vals) - a.window + 1, len(vals) + 1)]
+        if len(vals) < a.rung or any(vals[e - 1] is None for e in needed):
+            sys.exit(f"{rec_path}: needs the validation accuracy of epochs {a.rung - a.window + 1}-{a.rung} and of "
+                     f"the last {a.window}")
         proxy[r["policy_hash"]] = {
             "final": vals[-1], "final_window": _mean(vals[-a.window:]),
             "rung": vals[a.rung - 1], "rung_window": _mean(vals[a.rung - a.window: a.rung]),
@@ -99,6 +107,25 @@ def main(argv=None) -> int:
     for key, v in out.items():
         if isinstance(v, dict):
             print(f"{key}: rho {v['spearman']:+.3f} (p {v['p_value']:.3f})")
+    references = {}
+    for ref in a.reference:
+        path = Path(ref) / "runs.csv" if Path(ref).is_dir() else Path(ref)
+        with open(path, newline="") as f:
+            final = {row["policy_hash"]: float(row["val_accuracy"]) for row in csv.DictReader(f) if row["val_accuracy"]}
+        both = [h for h in common if h in final]
+        diffs = [proxy[h]["final"] - final[h] for h in both]
+        sd = statistics.stdev(diffs) if len(diffs) > 1 else float("nan")
+        references[ref] = {"n_policies": len(both), "mean_diff": _mean(diffs), "sd_diff": sd,
+                           "final_vs_reference": rho([proxy[h]["final"] for h in both], [final[h] for h in both]),
+                           "reference_final_vs_eval": rho([final[h] for h in both], [_mean(evaluation[h]) for h in both]),
+                           "diffs": {labels[h]: d for h, d in zip(both, diffs)}}
+        print(f"against {ref}: final val acc minus the reference's, points: "
+              + ", ".join(f"{labels[h][:20]} {100 * d:+.1f}" for h, d in zip(both, diffs))
+              + f"; mean {100 * references[ref]['mean_diff']:+.2f}, sd {100 * sd:.2f}; rho with the reference "
+              f"{references[ref]['final_vs_reference']['spearman']:+.3f}; the reference's final vs eval: rho "
+              f"{references[ref]['reference_final_vs_eval']['spearman']:+.3f}")
+    if references:
+        out["references"] = references
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
     return 0

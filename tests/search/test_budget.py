@@ -57,8 +57,9 @@ def test_the_budget_is_a_config_field_parsed_from_durations(tmp_path):
     assert config.time_budget_s == 5400.0
     assert SearchConfig.from_dict(config.to_dict()) == config
     assert SearchConfig.from_preset("smoke", name="b").time_budget_s is None
-    # no preset sets a budget: with calibration and re-scoring, 30 minutes would leave the cpu preset no trials
-    assert SearchConfig.from_preset("cpu", name="b").time_budget_s is None
+    # the cpu preset keeps its 1 CPU-hour promise on 2 cores; time_budget_s=None lifts it
+    assert SearchConfig.from_preset("cpu", name="b").time_budget_s == 1800.0
+    assert SearchConfig.from_preset("cpu", name="b", time_budget_s=None).time_budget_s is None
     # a search_config.json written before budgets existed loads (and resumes) without one
     old = config.to_dict()
     del old["time_budget_s"]

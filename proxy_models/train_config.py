@@ -365,6 +365,18 @@ class TrainConfig:
             return f"{self.train_size:,} training images"
         return "every image trains" if self.val_size == 0 else "every image not held out trains"
 
+    def describe_recipe(self) -> str:
+        """Epochs, batch, learning rate, seed and the numerics when not float32
+        (``"120 epochs, batch 64, lr 0.2, seed 0, bfloat16 autocast, channels-last"``)."""
+        parts = [f"{self.epochs} epochs", f"batch {self.batch_size}", f"lr {self.lr:g}", f"seed {self.seed}"]
+        if self.amp:
+            parts.append(f"{self.amp_dtype} autocast" if self.amp_dtype else "autocast (the device's dtype)")
+        if self.channels_last:
+            parts.append("channels-last")
+        if self.compile:
+            parts.append("compiled" if self.compile is True else f"compiled ({self.compile})")
+        return ", ".join(parts)
+
     def describe_val(self) -> str:
         """The validation split in words (``""`` when it is the rest of an unsized training split)."""
         if self.val_size is None:

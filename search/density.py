@@ -165,7 +165,7 @@ class DensityMethod:
             f"  method: density matching, {d.folds} folds x {d.rounds} rounds x {d.trials_per_round} candidates "
             f"({d.num_trials} trials), top {d.top_per_round} per round, objective {d.objective}",
             f"  fold models: {t.model} on {t.data} (reduced split: {t.describe_train()}, split seed "
-            f"{t.split_seed}), {t.epochs} epochs, batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
+            f"{t.split_seed}), {t.describe_recipe()}",
         ]
 
     def can_resume(self, run: RunDir) -> bool:

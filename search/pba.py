@@ -217,8 +217,7 @@ class PbaMethod:
             f"  method: population based augmentation, {s.population} members ({s.init} start), perturbed every "
             f"{s.perturbation_interval} epochs (bottom {s.quantile:g} clones the top, resample probability "
             f"{s.resample_probability:g}, shifts up to {s.max_shift})",
-            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.epochs} epochs, "
-            f"batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
+            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
         ]
 
     def can_resume(self, run: RunDir) -> bool:

@@ -126,8 +126,7 @@ class TrainMethod:
                     if s.early_stopping else "off")
         return [
             f"  method: one proxy training per candidate, {s.num_trials} trials, early stopping {stopping}",
-            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.epochs} epochs, "
-            f"batch {t.batch_size}, lr {t.lr:g}, seed {t.seed}",
+            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
         ]
 
     def can_resume(self, run: RunDir) -> bool:

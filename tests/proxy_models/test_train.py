@@ -308,6 +308,9 @@ def test_sizing_record_and_descriptions():
     assert resolved.describe_split() == "2,000 training images, 1,000 validation images"
     assert TrainConfig.from_preset("final").describe_split() == "every image trains, no validation"
     assert TrainConfig.from_preset("paper").describe_split() == "4,000 training images, the rest validate"
+    # what a search prints of its proxy: the recipe, and the numerics when they are not float32
+    assert requested.describe_recipe() == "120 epochs, batch 64, lr 0.2, seed 0, bfloat16 autocast, channels-last"
+    assert TrainConfig.from_preset("eval-cpu").describe_recipe() == "120 epochs, batch 64, lr 0.2, seed 0"
 
 
 def test_warmup_cosine_schedule():

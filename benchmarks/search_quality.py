@@ -323,13 +323,14 @@ def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: l
 
     from autoaug.launch.compare.candidates import resolve_candidates
     from autoaug.launch.compare.config import config_from_dict
-    from autoaug.launch.compare.runner import run_id, run_record
-    from autoaug.proxy_models.data import open_dataset
+    from autoaug.launch.compare.runner import run_id, run_record, sized_to_data
 
     preset = preset_args[preset_args.index("--preset") + 1] if "--preset" in preset_args else "cpu"
     config = config_from_dict({"data": a.data, "preset": preset, "baselines": list(BASELINES), "out": str(out)})
+    # The records hold the regime as compare resolves it against the data (a split per class
+    # becomes a total): what compare itself would have written, so it reuses them.
+    config, fingerprint, _, _ = sized_to_data(config)
     candidates = {c.policy_hash: c for c in resolve_candidates(tuple(policies), config.baselines, None)}
-    fingerprint = open_dataset(config.train.data, split="train").fingerprint()
     written = 0
     (out / "runs").mkdir(parents=True, exist_ok=True)
     with open(csv_path, newline="") as f:

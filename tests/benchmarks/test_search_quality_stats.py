@@ -121,3 +121,37 @@ def test_results_table_shows_balanced_accuracy_and_says_where_it_is_missing(sq):
 def test_results_table_of_a_file_with_balanced_accuracy_everywhere_has_no_note(sq):
     runs = [{"policy": p, "seed": s, "test_accuracy": 0.5, "balanced_accuracy": 0.4} for p in ("a", "b") for s in (0, 1)]
     assert "re-run" not in "\n".join(sq.results_table(sq.summarize(runs)))
+
+
+def test_imported_runs_are_the_records_compare_reuses_for_a_regime_sized_per_class(sq, tmp_path, cifar_dir):
+    """A committed runs.csv seeds a comparison whose regime (eval-cpu) is asked per class: the
+    records must hold the regime as compare resolves it, or compare refuses them as another
+    comparison's."""
+    import argparse
+    import csv
+
+    from autoaug.launch.compare.candidates import resolve_candidates
+    from autoaug.launch.compare.config import config_from_dict
+    from autoaug.launch.compare.runner import load_run, run_id, sized_to_data
+
+    (none,) = resolve_candidates((), ["none"], None)
+    rows = [{"run_id": "x", "policy": "none", "policy_hash": none.policy_hash, "seed": s, "test_accuracy": 0.45,
+             "test_loss": 1.7, "val_accuracy": "", "train_time_s": 200.0, "node_id": "", "hostname": "vm",
+             "finished_at": "2026-11-23T03:32:16Z"} for s in (0, 1)]
+    rows.append({**rows[0], "policy": "gone", "policy_hash": "0" * 64})  # a policy this comparison lacks
+    csv_path = tmp_path / "eval_runs.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    out = tmp_path / "eval"
+    a = argparse.Namespace(data=str(cifar_dir))
+    assert sq.import_runs(a, csv_path, out, ["--preset", "eval-cpu"]) == 2
+    assert sq.import_runs(a, csv_path, out, ["--preset", "eval-cpu"]) == 0  # never overwrites a record
+    config, fingerprint, _, _ = sized_to_data(
+        config_from_dict({"data": str(cifar_dir), "preset": "eval-cpu", "baselines": ["none"], "out": str(out)}))
+    assert config.train.train_size == 1000 and config.train.train_per_class is None  # resolved: 100 per class
+    for seed in (0, 1):
+        path = out / "runs" / f"{run_id(none, seed)}.json"
+        record = load_run(path.read_bytes(), str(path), none, seed, config.run_config(seed), fingerprint)
+        assert record["test_accuracy"] == 0.45 and record["imported_from"] == str(csv_path)

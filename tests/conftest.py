@@ -279,7 +279,10 @@ def kill_driver():
         try:
             deadline = time.time() + timeout
             while not until(lines):
-                assert proc.poll() is None and time.time() < deadline, "".join(lines[-40:])
+                if proc.poll() is not None or time.time() >= deadline:
+                    time.sleep(1)  # let the reader take what the driver wrote before it ended
+                    what = f"exited with {proc.returncode}" if proc.poll() is not None else f"not there in {timeout} s"
+                    raise AssertionError(f"the driver {what} before the kill point:\n" + "".join(lines[-40:]))
                 time.sleep(0.2)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)

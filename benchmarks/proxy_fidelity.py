@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         r = json.loads(rec_path.read_text())
         vals = [row.get("val_accuracy") for row in r["history"]]
         # The epochs read (a proxy validated only where a search reads its score has the rest None).
-        needed = [a.rung, *range(a.rung - a.window + 1, a.rung + 1), *range(len(vals) - a.window + 1, len(vals) + 1)]
+        needed = [*range(a.rung - a.window + 1, a.rung + 1), *range(len(vals) - a.window + 1, len(vals) + 1)]
         if len(vals) < a.rung or any(vals[e - 1] is None for e in needed):
             sys.exit(f"{rec_path}: needs the validation accuracy of epochs {a.rung - a.window + 1}-{a.rung} and of "
                      f"the last {a.window}")

@@ -546,11 +546,14 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     regime = (f"{train['model']}, {train['train_size']} training images (split seed {train['split_seed']}), "
               f"{train['epochs']} epochs, batch {train['batch_size']}, lr {train['lr']}")
     schedule = (search_result["provenance"].get("method") or {}).get("schedule")
-    what = (f"schedule `{found}` ({len(schedule['stages'])} stage{'s' if len(schedule['stages']) != 1 else ''}, trained as a schedule: each epoch "
-            f"with its stage's policy; last stage {len(search_result['policy']['sub_policies'])} sub-policies, "
-            f"schedule hash `{schedule['content_hash'][:12]}`)" if schedule else
-            f"policy `{found}` ({len(search_result['policy']['sub_policies'])} sub-policies, hash "
-            f"`{search_result['policy_hash'][:12]}`)")
+    n_sub = len(search_result["policy"]["sub_policies"])
+    if schedule:  # a PBA search: the schedule trains, its last stage is the stored policy
+        stages = len(schedule["stages"])
+        what = (f"schedule `{found}` ({stages} stage{'' if stages == 1 else 's'}, trained as a schedule: each epoch "
+                f"with its stage's policy; last stage {n_sub} sub-policies, schedule hash "
+                f"`{schedule['content_hash'][:12]}`)")
+    else:
+        what = f"policy `{found}` ({n_sub} sub-policies, hash `{search_result['policy_hash'][:12]}`)"
     lines = [
         f"# Search quality: `{a.search_preset}` search, evaluated in `{a.eval_preset}`",
         "",

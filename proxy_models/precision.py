@@ -22,7 +22,7 @@ def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
     name = config.amp_dtype or ("float16" if device.type == "cuda" else "bfloat16")
     if device.type == "cuda" and name == "bfloat16" and not torch.cuda.is_bf16_supported():
         warnings.warn("amp_dtype bfloat16: this GPU has no bfloat16 support; autocast uses float16 (with gradient "
-              "scaling) instead", AutoaugWarning, stacklevel=2)
+                      "scaling) instead", AutoaugWarning, stacklevel=2)
         name = "float16"
     if device.type == "cpu":
         try:
@@ -32,7 +32,7 @@ def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
             native = True
         if not native:
             warnings.warn(f"amp on the CPU with {name}: this CPU has no native {name} instructions, so autocast runs "
-                  "emulated and is likely slower than float32 (set amp=false)", AutoaugWarning, stacklevel=2)
+                          "emulated and is likely slower than float32 (set amp=false)", AutoaugWarning, stacklevel=2)
     return getattr(torch, name)
 
 

@@ -719,7 +719,7 @@ def _train(
         }
         # ---- validate ----
         last = epoch + 1 == config.epochs
-        if val_loader is not None and (last or config.validates(epoch + 1)):
+        if val_loader is not None and config.validates(epoch + 1):
             metrics["val_accuracy"], metrics["val_loss"] = learner.evaluate(val_loader)
         if last and test_loader is not None:
             test_stats = learner.evaluate_per_class(test_loader)

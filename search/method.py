@@ -41,7 +41,8 @@ from autoaug.search.run_dir import RunDir, RunState
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
 
-__all__ = ["Method", "MethodSettings", "PreparedSearch", "MethodResult", "all_failed", "resume_hint"]
+__all__ = ["Method", "MethodSettings", "PreparedSearch", "MethodResult", "all_failed", "resume_hint",
+           "check_validation_left_to_the_method"]
 
 
 class MethodSettings:
@@ -123,6 +124,17 @@ class Method(Protocol):
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]: ...
     def can_resume(self, run: RunDir) -> bool: ...
     def run(self, search: PreparedSearch) -> MethodResult: ...
+
+
+def check_validation_left_to_the_method(train: Any, why: str) -> None:
+    """A ``ValueError`` line when the search's training config sets which epochs validate
+    (``eval_every``, ``eval_from``, ``eval_epochs``): a method that scores by validation decides
+    that itself (``why`` says how)."""
+    for setting, default in (("eval_every", 1), ("eval_from", 1), ("eval_epochs", None)):
+        value = getattr(train, setting)
+        if value != default:
+            raise ValueError(f"train.{setting} is {value}: {why}; set {setting} to "
+                             f"{'null' if default is None else default}")
 
 
 def all_failed(trials: Sequence[TrialRecord], name: str, what: str = "trials") -> SearchFailedError:

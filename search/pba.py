@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
-from autoaug.search.method import MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
+from autoaug.search.method import (MethodResult, MethodSettings, PreparedSearch, all_failed,
+                                   check_validation_left_to_the_method, resume_hint)
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
 
@@ -191,10 +192,7 @@ class PbaMethod:
         if t.val_size == 0:
             raise ValueError("train.val_size is 0: PBA ranks the population on the validation split; "
                              "give a validation size (None = every image not used for training)")
-        if t.eval_every != 1 or t.eval_from != 1:
-            setting = "eval_every" if t.eval_every != 1 else "eval_from"
-            raise ValueError(f"train.{setting} is {getattr(t, setting)}: PBA ranks the population on the "
-                             f"validation accuracy after every epoch; set {setting} to 1")
+        check_validation_left_to_the_method(t, "PBA ranks the population on the validation accuracy after every epoch")
         if s.perturbation_interval >= t.epochs:
             raise ValueError(f"pba.perturbation_interval {s.perturbation_interval} is not below train.epochs "
                              f"{t.epochs}: no member would ever exploit another; lower the interval")

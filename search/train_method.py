@@ -21,7 +21,8 @@ from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.search.assemble import assemble_policy, union_policy
-from autoaug.search.method import MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
+from autoaug.search.method import (MethodResult, MethodSettings, PreparedSearch, all_failed,
+                                   check_validation_left_to_the_method, resume_hint)
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
@@ -75,7 +76,7 @@ def trial_train_config(config: "SearchConfig") -> Any:
     """The training configuration of every trial: the search's, validating only the epochs its
     score is read from -- the ``score_window`` epochs up to each of ASHA's rungs and up to the
     last (:func:`~autoaug.search.score.score_epochs`). Validation changes nothing in training, so
-    ASHA and the final ranking see the scores of a trial validated every epoch; it is 20-30% of
+    ASHA and the final ranking see the scores of a trial validated every epoch; it is 18-33% of
     a proxy epoch (benchmarks/results/trial-throughput), spent on no decision elsewhere."""
     from autoaug.search.score import asha_milestones, score_epochs
 
@@ -97,13 +98,8 @@ class TrainMethod:
                 "train.val_size is 0: the search scores candidates on the validation split; "
                 "give a validation size (None = every image not used for training)"
             )
-        if t.eval_every != 1 or t.eval_from != 1 or t.eval_epochs is not None:
-            setting = "eval_every" if t.eval_every != 1 else "eval_from" if t.eval_from != 1 else "eval_epochs"
-            default = "null" if setting == "eval_epochs" else "1"
-            raise ValueError(
-                f"train.{setting} is {getattr(t, setting)}: the search chooses the epochs its trials "
-                f"validate (those its score is read from, trial_train_config); set {setting} to {default}"
-            )
+        check_validation_left_to_the_method(
+            t, "the search chooses the epochs its trials validate (those its score is read from, trial_train_config)")
         if s.early_stopping and s.grace_period > t.epochs:
             raise ValueError(
                 f"grace_period {s.grace_period} exceeds train.epochs {t.epochs}: ASHA "

@@ -56,6 +56,8 @@ def test_pba_settings_come_from_the_preset_and_set():
     (["--set", "pba.bogus=1"], "unknown pba setting(s) ['bogus']"),
     (["--set", "pba.perturbation_interval=4"], "pba.perturbation_interval 4 is not below train.epochs 4"),
     (["--set", "train.val_size=0"], "train.val_size is 0: PBA ranks the population"),
+    (["--set", "train.eval_epochs=[2]"], "train.eval_epochs is (2,): PBA ranks the population on the validation "
+                                         "accuracy after every epoch; set eval_epochs to null"),
     (["--set", "rescore=true"], "use --preset pba-cpu, or --set rescore=false"),
 ])
 def test_bad_pba_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_train, argv, message):

@@ -11,7 +11,7 @@ import math
 import numbers
 from typing import Any, Mapping
 
-__all__ = ["is_int", "is_number", "deep_merge", "loads_strict", "DuplicateKeyError"]
+__all__ = ["is_int", "is_number", "deep_merge", "loads_strict", "DuplicateKeyError", "clip", "short_repr"]
 
 
 def is_int(x: Any) -> bool:
@@ -86,3 +86,31 @@ def loads_strict(text: str | bytes) -> Any:
         elif isinstance(value, list):
             stack.extend((f"{place}[{i}]", v) for i, v in reversed(list(enumerate(value))))
     return doc
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters (middle elided): what an error message
+    quotes of data it did not write."""
+    text = text.strip().replace("\r", "\\r").replace("\n", "\\n")
+    if len(text) <= limit:
+        return text
+    keep = limit - 3
+    return text[: keep - keep // 3] + "..." + text[len(text) - keep // 3:]
+
+
+def short_repr(value: Any, limit: int = 80, items: int = 6) -> str:
+    """``repr(value)`` on one line, at most ``limit`` characters (middle elided), at most ``items``
+    elements of a list, tuple or set, safe for any value (deeply nested containers, integers of
+    any size, objects whose ``repr`` raises)."""
+    import reprlib
+
+    if isinstance(value, int) and value.bit_length() > 4 * limit:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, items, items, 4, items
+    r.maxstring = r.maxother = r.maxlong = limit
+    try:
+        text = r.repr(value)
+    except Exception:  # e.g. a broken __repr__
+        text = f"<{type(value).__name__}>"
+    return clip(text, limit)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from autoaug.core.values import DuplicateKeyError, loads_strict
+from autoaug.core.values import DuplicateKeyError, clip, loads_strict, short_repr
 from autoaug.core.values import is_int as _is_int
 from autoaug.core.errors import UserInputError
 from autoaug.policies import bases as _bases
@@ -72,33 +72,11 @@ class PolicyError(UserInputError):
     field, file), the bad value and what is allowed."""
 
     def __init__(self, message: object = "", *args: object) -> None:
-        super().__init__(_clip(str(message), MAX_MESSAGE_CHARS), *args)
-
-
-def _clip(text: str, limit: int) -> str:
-    """``text`` on one line, at most ``limit`` characters (middle elided)."""
-    text = text.strip().replace("\r", "\\r").replace("\n", "\\n")
-    if len(text) <= limit:
-        return text
-    keep = limit - 3
-    return text[: keep - keep // 3] + "..." + text[len(text) - keep // 3:]
+        super().__init__(clip(str(message), MAX_MESSAGE_CHARS), *args)
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` on one line, at most ``limit`` characters, safe for any value (deeply nested
-    containers, integers of any size, objects whose ``repr`` raises)."""
-    import reprlib
-
-    if isinstance(value, int) and value.bit_length() > 4 * limit:
-        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
-    r = reprlib.Repr()
-    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 4, 4, 4, 4
-    r.maxstring = r.maxother = r.maxlong = limit
-    try:
-        text = r.repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    return _clip(text, limit)
+    return short_repr(value, limit, items=4)
 
 
 def _keys(mapping: Mapping) -> list[str]:

@@ -1,8 +1,9 @@
 """Image classification datasets and validation of their contents (AutoAugment's reduced splits
 of them: :mod:`autoaug.proxy_models.splits`).
 
-(Over 600 lines: the three sources share one validation and decoding path that is kept in one
-place so that every source rejects bad input the same way.)
+(Over 600 lines: the three sources share one validation path that is kept in one place so that
+every source rejects bad input the same way; decoding image bytes is
+:mod:`autoaug.proxy_models.images`.)
 
 One interface, :class:`ImageDataset`, over three sources:
 
@@ -30,7 +31,6 @@ import hashlib
 import io
 import itertools
 import os
-import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -40,6 +40,8 @@ import numpy as np
 
 from autoaug.core.errors import DataError
 from autoaug.core.location import Location, is_uri
+from autoaug.core.values import clip, short_repr
+from autoaug.proxy_models.images import check_encoded, dali_decode_problem, decode_image, to_rgb_array
 
 if TYPE_CHECKING:
     from autoaug.proxy_models.groups import GroupSpec
@@ -54,7 +56,7 @@ class DatasetError(DataError):
     ``ValueError``): one line of at most :data:`MAX_MESSAGE_CHARS` characters."""
 
     def __init__(self, message: object = "", *args: object) -> None:
-        super().__init__(_clip(str(message), MAX_MESSAGE_CHARS), *args)
+        super().__init__(clip(str(message), MAX_MESSAGE_CHARS), *args)
 
 
 #: Longest error message (one line) a dataset problem produces; values quoted in messages are
@@ -62,161 +64,7 @@ class DatasetError(DataError):
 MAX_MESSAGE_CHARS = 1000
 
 
-def _short(value: object, limit: int = 80) -> str:
-    """``repr(value)`` on one line, at most ``limit`` characters (middle elided), safe for any value
-    (deeply nested containers, huge integers, objects whose ``repr`` raises)."""
-    import reprlib
 
-    r = reprlib.Repr()
-    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 6, 6, 4, 6
-    r.maxstring = r.maxother = r.maxlong = limit
-    if isinstance(value, int) and value.bit_length() > 4 * limit:
-        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
-    try:
-        text = r.repr(value)
-    except Exception:  # e.g. a broken __repr__
-        text = f"<{type(value).__name__}>"
-    return _clip(text, limit)
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    """``text`` on one line, at most ``limit`` characters (middle elided)."""
-    text = text.strip().replace("\r", "\\r").replace("\n", "\\n")
-    if len(text) <= limit:
-        return text
-    keep = limit - 3
-    return text[: keep - keep // 3] + "..." + text[len(text) - keep // 3:]
-
-
-# ----------------------------------------------------------------------------------------------
-# Encoded image checks and decoding
-# ----------------------------------------------------------------------------------------------
-
-def check_encoded(data: bytes) -> str | None:
-    """Cheap structural check of encoded image bytes; returns a problem description or None.
-
-    Detects empty payloads, unknown formats and truncated JPEG/PNG files (missing end-of-image
-    marker / IEND chunk) without decoding, so the DALI decoding path can reject bad rows before
-    training starts. Full decoding (:func:`decode_image`) catches everything else.
-    """
-    if not data:
-        return "empty image bytes"
-    if data[:3] == b"\xff\xd8\xff":
-        # A JPEG ends with the EOI marker; some encoders append padding after it.
-        if b"\xff\xd9" not in data[-64:]:
-            return "truncated JPEG (no end-of-image marker)"
-        return None
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        if b"IEND" not in data[-16:]:
-            return "truncated PNG (no IEND chunk)"
-        return None
-    if data[:2] == b"BM" or data[:4] in (b"RIFF",) or data[:4] in (b"II*\x00", b"MM\x00*") or data[:2] in (b"P5", b"P6"):
-        return None
-    return f"unrecognised image format (first bytes {data[:8]!r}; expected JPEG, PNG, BMP, WebP, TIFF or PNM)"
-
-
-_SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
-#: TIFF modes (as PIL names them) that DALI's decoder was checked to decode like :func:`decode_image`
-#: (tests/proxy_models/test_decoding.py); others (1-bit, palette, LA, YCbCr, 32-bit integer TIFFs)
-#: it mis-decodes or fails on mid-epoch, so the DALI path rejects them up front.
-DALI_TIFF_MODES = ("L", "RGB", "RGBA", "CMYK", "F", *_SIXTEEN_BIT_MODES)
-
-
-def to_rgb8(img) -> "Image.Image":
-    """A PIL image of any mode and bit depth as an 8-bit RGB PIL image, the way DALI's decoder does it.
-
-    * EXIF orientation applied (DALI and browsers do; PIL's ``open`` does not);
-    * 16-bit grayscale (``I;16*``, and ``I``, which PIL uses for 16-bit PNM/TIFF data and which
-      must then hold values 0..65535) scaled to 0..255 with rounding (``round(v * 255 / 65535)``);
-      ``convert("RGB")`` would clip every value above 255 to white;
-    * 32-bit float (``F``) read as 0..1 (clipped), scaled to 0..255 with rounding;
-    * everything else through ``convert("RGB")``: 16-bit RGB(A) PNGs arrive as 8-bit RGB(A),
-      palette images (with or without transparency) take their palette colours, CMYK is converted,
-      and alpha (``RGBA``, ``LA``, ``PA``) is dropped, keeping the colour under it (as DALI does,
-      and as torchvision's default loader does).
-
-    Raises ``ValueError`` for data that has no 8-bit reading (a mode-``I`` image outside 0..65535,
-    NaN or infinite floats, modes PIL cannot convert).
-    """
-    from PIL import Image, ImageOps
-
-    try:
-        ImageOps.exif_transpose(img, in_place=True)
-    except Exception:  # a malformed EXIF block: keep the stored orientation
-        pass
-    mode = img.mode
-    if mode in _SIXTEEN_BIT_MODES or mode == "I":
-        values = np.asarray(img).astype(np.int64)
-        if mode == "I" and values.size and (values.min() < 0 or values.max() > 65535):
-            raise ValueError(f"32-bit integer image (PIL mode 'I') with values {values.min()}..{values.max()}; "
-                             "expected 8- or 16-bit data (0..65535)")
-        gray = ((values * 255 + 32767) // 65535).astype(np.uint8)
-    elif mode == "F":
-        values = np.asarray(img, dtype=np.float64)
-        if not np.isfinite(values).all():
-            raise ValueError("floating-point image (PIL mode 'F') with NaN or infinite values")
-        gray = np.rint(np.clip(values, 0.0, 1.0) * 255).astype(np.uint8)
-    elif mode == "P" and "transparency" in img.info:
-        return img.convert("RGBA").convert("RGB")  # the same colours, without PIL's warning
-    else:
-        return img.convert("RGB")
-    return Image.fromarray(np.repeat(gray[:, :, None], 3, axis=2), "RGB")
-
-
-def decode_image(data: bytes, size: int | None = None) -> np.ndarray:
-    """Decode encoded bytes to uint8 HWC RGB (any mode and bit depth, see :func:`to_rgb8`);
-    optionally resize (shorter side) + center-crop to ``size`` x ``size``. Raises ``ValueError``
-    with PIL's reason for corrupt data."""
-    from PIL import Image, ImageOps
-
-    problem = check_encoded(data)
-    if problem:
-        raise ValueError(problem)
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()
-            rgb = to_rgb8(img)
-    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError... for bad data
-        raise ValueError(f"cannot decode image: {_clip(str(exc), 300)}") from None
-    if size is not None and rgb.size != (size, size):
-        rgb = ImageOps.fit(rgb, (size, size), method=Image.BILINEAR)
-    return np.asarray(rgb, dtype=np.uint8)
-
-
-def dali_decode_problem(data: bytes) -> str | None:
-    """Why DALI's image decoder would decode ``data`` differently from :func:`decode_image` (or fail
-    on it mid-epoch), or None. JPEG, PNG (any bit depth, palette, alpha, EXIF), BMP and WebP are
-    decoded alike; TIFFs outside :data:`DALI_TIFF_MODES` and PNM files whose maximum value is
-    not 255 or 65535 are not. Reads only the header."""
-    if data[:2] in (b"P5", b"P6"):
-        fields = re.sub(rb"#[^\n]*", b" ", data[:1024]).split()
-        maxval = fields[3] if len(fields) > 3 else b""
-        if maxval not in (b"255", b"65535"):
-            return (f"PNM image with maximum value {_short(maxval.decode('latin-1'), 12)}: DALI's decoder does "
-                    "not scale it (only 255 and 65535 are read correctly)")
-    elif data[:4] in (b"II*\x00", b"MM\x00*"):
-        from PIL import Image
-
-        try:
-            with Image.open(io.BytesIO(data)) as img:
-                mode = img.mode
-        except Exception as exc:
-            return f"cannot decode image: {_clip(str(exc), 300)}"
-        if mode not in DALI_TIFF_MODES:
-            return (f"TIFF in PIL mode {_short(mode, 20)}: DALI's decoder mis-decodes or fails on it "
-                    f"(it reads TIFF modes {', '.join(DALI_TIFF_MODES)})")
-    return None
-
-
-def _to_rgb_array(array: np.ndarray, size: int | None) -> np.ndarray:
-    from PIL import Image, ImageOps
-
-    if array.ndim == 3 and array.shape[2] == 3 and (size is None or array.shape[:2] == (size, size)):
-        return np.ascontiguousarray(array, dtype=np.uint8)
-    img = Image.fromarray(array).convert("RGB")
-    if size is not None and img.size != (size, size):
-        img = ImageOps.fit(img, (size, size), method=Image.BILINEAR)
-    return np.asarray(img, dtype=np.uint8)
 
 
 #: Most classes a dataset may have (class names from the data or the caller, ``num_classes``).
@@ -253,17 +101,17 @@ def _check_class_names(names: Sequence[object], source: str, origin: str) -> tup
         names = list(itertools.islice(iter(names), MAX_CLASSES + 1))
     except TypeError:
         raise DatasetError(f"{source}: class names ({origin}) must be a sequence of strings, got "
-                           f"{type(names).__name__} {_short(names)}") from None
+                           f"{type(names).__name__} {short_repr(names)}") from None
     if not 1 <= len(names) <= MAX_CLASSES:
         many = f"more than {MAX_CLASSES:,}" if len(names) > MAX_CLASSES else "0"
         raise DatasetError(f"{source}: {many} class names ({origin}); expected 1 to {MAX_CLASSES:,}")
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
-            raise DatasetError(f"{source}: class name {i} ({origin}) is {_short(name)}; "
+            raise DatasetError(f"{source}: class name {i} ({origin}) is {short_repr(name)}; "
                                "expected a non-empty string")
         if name in seen:
-            raise DatasetError(f"{source}: class name {_short(name)} ({origin}) appears twice "
+            raise DatasetError(f"{source}: class name {short_repr(name)} ({origin}) appears twice "
                                f"(classes {seen[name]} and {i}); expected distinct names")
         seen[name] = i
     return tuple(names)
@@ -281,7 +129,7 @@ def _resolve_classes(labels: np.ndarray, source: str, classes: Sequence[str] | N
     if num_classes is not None:
         if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or not (
                 1 <= num_classes <= MAX_CLASSES):
-            raise DatasetError(f"num_classes {_short(num_classes)} is invalid; expected an integer "
+            raise DatasetError(f"num_classes {short_repr(num_classes)} is invalid; expected an integer "
                                f"from 1 to {MAX_CLASSES:,}")
     if classes is not None:
         names = _check_class_names(classes, source, "given by the caller")
@@ -356,7 +204,7 @@ class ImageDataset:
         """One image as uint8 HWC RGB (resized + center-cropped to ``size`` when given)."""
         arr = self._decoded_array(index)
         if arr is not None:
-            return _to_rgb_array(arr, size)
+            return to_rgb_array(arr, size)
         data = self.encoded(index)  # a null image's DatasetError already names the row
         try:
             return decode_image(data, size)
@@ -429,7 +277,7 @@ class ImageDataset:
                         width, height = img.size
                         turned = img.getexif().get(0x0112) in (5, 6, 7, 8)  # EXIF orientation: 90 degrees
                 except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError... for bad data
-                    problem = check_encoded(data) or f"cannot read the image size: {_clip(str(exc), 300)}"
+                    problem = check_encoded(data) or f"cannot read the image size: {clip(str(exc), 300)}"
                     raise DatasetError(f"{self.describe_row(i)}: {problem}") from None
                 shape = (width, height) if turned else (height, width)
             counts[shape] = counts.get(shape, 0) + 1
@@ -487,12 +335,12 @@ class ImageDataset:
         spec = GroupSpec.parse(spec)
         cache = self.__dict__.setdefault("_group_cache", {})
         if spec.text not in cache:
-            cache[spec.text] = group_ids(self._group_values(spec), spec, _clip(self.source), self.describe_row)
+            cache[spec.text] = group_ids(self._group_values(spec), spec, clip(self.source), self.describe_row)
         return cache[spec.text]
 
     def _group_values(self, spec: "GroupSpec") -> Sequence[object]:
         """One value per row of ``spec.column`` (text when ``spec.pattern`` is set)."""
-        raise DatasetError(f"{_clip(self.source)}: group_by {spec.quoted}: this dataset has no columns or "
+        raise DatasetError(f"{clip(self.source)}: group_by {spec.quoted}: this dataset has no columns or "
                            "file paths to group by (expected a Parquet file with a group column or source_path, or "
                            "an ImageFolder tree)")
 
@@ -516,7 +364,7 @@ class ImageDataset:
 
     def _check_labels(self) -> None:
         if len(self) == 0:
-            raise DatasetError(f"{_clip(self.source)}: the dataset is empty (0 images)")
+            raise DatasetError(f"{clip(self.source)}: the dataset is empty (0 images)")
         k = len(self.classes)
         bad = np.flatnonzero((self.labels < 0) | (self.labels >= k))
         if bad.size:
@@ -550,7 +398,7 @@ class ParquetDataset(ImageDataset):
         except (pa.ArrowException, OSError, MemoryError, ValueError, TypeError, IndexError) as exc:
             # Corrupt footers/pages, truncated files, unreachable URIs: name the file and the reason.
             what = type(exc).__name__
-            raise DatasetError(f"{self.source}: not readable as Parquet ({what}: {_clip(str(exc), 400)})") from None
+            raise DatasetError(f"{self.source}: not readable as Parquet ({what}: {clip(str(exc), 400)})") from None
         schema, table, extra = self._schema, self._table, self._extra
         del self._table
         labels = table.column(label_column)
@@ -607,15 +455,15 @@ class ParquetDataset(ImageDataset):
         names = list(schema.names)
         missing = [c for c in (image_column, label_column) if c not in names]
         if missing:
-            raise DatasetError(f"{self.source}: missing column(s) {_short(missing)}; the file has columns "
-                               f"{_short(names, 300)} (choose them with image_column=/label_column=, CLI "
+            raise DatasetError(f"{self.source}: missing column(s) {short_repr(missing)}; the file has columns "
+                               f"{short_repr(names, 300)} (choose them with image_column=/label_column=, CLI "
                                "--image-column/--label-column)")
         image_type, label_type = schema.field(image_column).type, schema.field(label_column).type
         if not (pa.types.is_binary(image_type) or pa.types.is_large_binary(image_type)):
-            raise DatasetError(f"{self.source}: column {_short(image_column)} has type {_clip(str(image_type), 100)}, "
+            raise DatasetError(f"{self.source}: column {short_repr(image_column)} has type {clip(str(image_type), 100)}, "
                                "expected binary (encoded JPEG/PNG bytes)")
         if not pa.types.is_integer(label_type):
-            raise DatasetError(f"{self.source}: column {_short(label_column)} has type {_clip(str(label_type), 100)}, "
+            raise DatasetError(f"{self.source}: column {short_repr(label_column)} has type {clip(str(label_type), 100)}, "
                                "expected an integer class index")
         extra = ["source_path"] if "source_path" in names and pa.types.is_string(
             schema.field("source_path").type) and "source_path" not in (image_column, label_column) else []
@@ -637,7 +485,7 @@ class ParquetDataset(ImageDataset):
         return (*super().cache_key(), hashlib.sha1(repr(self._file_stamp).encode()).hexdigest())
 
     def describe_row(self, index: int) -> str:
-        where = f" ({_clip(str(self._paths[index]), 200)})" if self._paths else ""
+        where = f" ({clip(str(self._paths[index]), 200)})" if self._paths else ""
         return f"{self.source} row {index}{where}"
 
     def encoded(self, index: int) -> bytes:
@@ -660,30 +508,30 @@ class ParquetDataset(ImageDataset):
         names = list(self._schema.names)
         what = f"{self.source}: group_by {spec.quoted}"
         if spec.column not in names:
-            raise DatasetError(f"{what}: no column {_short(spec.column)}; the file has columns {_short(names, 300)} "
+            raise DatasetError(f"{what}: no column {short_repr(spec.column)}; the file has columns {short_repr(names, 300)} "
                                "(expected a column of group keys, e.g. a track or patient id, or source_path:REGEX)")
         if spec.column == self._label_column:
-            raise DatasetError(f"{what}: {_short(spec.column)} is the class label column, so every class would be one "
+            raise DatasetError(f"{what}: {short_repr(spec.column)} is the class label column, so every class would be one "
                                "group and no class could be on both sides of a split; expected a column of group keys")
         kind = self._schema.field(spec.column).type
         if pa.types.is_dictionary(kind):
             kind = kind.value_type
         text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
         if spec.pattern is not None and not text:
-            raise DatasetError(f"{what}: column {_short(spec.column)} has type {_clip(str(kind), 100)}; a pattern "
-                               f"searches text: group by {_short(spec.column)} alone")
+            raise DatasetError(f"{what}: column {short_repr(spec.column)} has type {clip(str(kind), 100)}; a pattern "
+                               f"searches text: group by {short_repr(spec.column)} alone")
         if not (text or pa.types.is_integer(kind)):
-            raise DatasetError(f"{what}: column {_short(spec.column)} has type {_clip(str(kind), 100)}; expected "
+            raise DatasetError(f"{what}: column {short_repr(spec.column)} has type {clip(str(kind), 100)}; expected "
                                "integer or text group keys")
         files, fs = self._scan
         try:
             column = pads.dataset(files, filesystem=fs, format="parquet").to_table(columns=[spec.column])
         except (pa.ArrowException, OSError) as exc:
-            raise DatasetError(f"{what}: cannot read column {_short(spec.column)} ({type(exc).__name__}: "
-                               f"{_clip(str(exc), 300)})") from None
+            raise DatasetError(f"{what}: cannot read column {short_repr(spec.column)} ({type(exc).__name__}: "
+                               f"{clip(str(exc), 300)})") from None
         values = column.column(spec.column).to_pylist()
         if len(values) != len(self):
-            raise DatasetError(f"{what}: column {_short(spec.column)} has {len(values):,} rows, the images "
+            raise DatasetError(f"{what}: column {short_repr(spec.column)} has {len(values):,} rows, the images "
                                f"{len(self):,} (the files changed while open?)")
         return values
 
@@ -739,8 +587,8 @@ class ImageFolderDataset(ImageDataset):
         paths = [f.relative_to(root).as_posix() for f in self._files]
         if spec.column != "source_path":
             raise DatasetError(f"{self.source}: group_by {spec.quoted}: an ImageFolder tree has no column "
-                               f"{_short(spec.column)}; group its images by their paths with source_path:REGEX "
-                               f"(paths relative to the root, e.g. {_short(paths[0])})")
+                               f"{short_repr(spec.column)}; group its images by their paths with source_path:REGEX "
+                               f"(paths relative to the root, e.g. {short_repr(paths[0])})")
         return paths
 
     def _update_content_hash(self, h) -> None:
@@ -812,10 +660,10 @@ def open_dataset(source: str | os.PathLike, split: str = "train", *, image_colum
     try:
         text = os.fspath(source)
     except TypeError:
-        raise DatasetError(f"dataset source {_short(source)} is a {type(source).__name__}; expected a "
+        raise DatasetError(f"dataset source {short_repr(source)} is a {type(source).__name__}; expected a "
                            "path or URI string") from None
     if isinstance(text, bytes) or "\0" in text:
-        raise DatasetError(f"dataset source {_short(text)} is not a valid path (bytes or a NUL character)")
+        raise DatasetError(f"dataset source {short_repr(text)} is not a valid path (bytes or a NUL character)")
     if text == "cifar10" or text.startswith("cifar10:"):
         root = text.partition(":")[2] or os.path.join(Path.home(), ".cache", "autoaug", "cifar10")
         return _agree(TorchvisionCIFAR10(root, split=split, download=download), classes, num_classes)
@@ -827,13 +675,13 @@ def open_dataset(source: str | os.PathLike, split: str = "train", *, image_colum
     try:
         exists, is_file = path.exists(), path.is_file()
     except OSError as exc:  # e.g. a name longer than the filesystem allows
-        raise DatasetError(f"dataset {_clip(text)} cannot be opened: {_clip(exc.strerror or str(exc))}") from None
+        raise DatasetError(f"dataset {clip(text)} cannot be opened: {clip(exc.strerror or str(exc))}") from None
     if not exists:
-        raise DatasetError(f"dataset not found: {_clip(text)} (expected a Parquet file, a folder of Parquet "
+        raise DatasetError(f"dataset not found: {clip(text)} (expected a Parquet file, a folder of Parquet "
                            "files, an ImageFolder tree, or cifar10:ROOT)")
     if is_file:
         if path.suffix != ".parquet":
-            raise DatasetError(f"{_clip(str(path))}: unsupported file type {_short(path.suffix)}; expected a "
+            raise DatasetError(f"{clip(str(path))}: unsupported file type {short_repr(path.suffix)}; expected a "
                                ".parquet file or a folder")
         return ParquetDataset(str(path), **parquet)
     if (path / "cifar-10-batches-py").is_dir():
@@ -846,9 +694,9 @@ def open_dataset(source: str | os.PathLike, split: str = "train", *, image_colum
 def _agree(ds: ImageDataset, classes: Sequence[str] | None, num_classes: int | None) -> ImageDataset:
     """``ds`` when the caller's ``classes``/``num_classes`` (if any) match the classes it names itself."""
     if num_classes is not None and num_classes != ds.num_classes:
-        raise DatasetError(f"{_clip(ds.source)}: has {ds.num_classes} classes, but num_classes="
-                           f"{_short(num_classes)} was given")
+        raise DatasetError(f"{clip(ds.source)}: has {ds.num_classes} classes, but num_classes="
+                           f"{short_repr(num_classes)} was given")
     if classes is not None and tuple(classes) != ds.classes:
-        raise DatasetError(f"{_clip(ds.source)}: its classes {_short(list(ds.classes))} differ from the "
-                           f"class names given, {_short(list(classes))}")
+        raise DatasetError(f"{clip(ds.source)}: its classes {short_repr(list(ds.classes))} differ from the "
+                           f"class names given, {short_repr(list(classes))}")
     return ds

@@ -26,7 +26,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from autoaug.core.errors import UserInputError
-from autoaug.proxy_models.data import DatasetError, _clip, _short
+from autoaug.core.values import clip, short_repr
+from autoaug.proxy_models.data import DatasetError
 
 __all__ = ["GroupSpec", "EXPECTED", "group_ids"]
 
@@ -49,7 +50,7 @@ class GroupSpec:
         if isinstance(spec, GroupSpec):
             return spec
         if not isinstance(spec, str):
-            raise UserInputError(f"group_by {_short(spec)} is a {type(spec).__name__}; {EXPECTED}")
+            raise UserInputError(f"group_by {short_repr(spec)} is a {type(spec).__name__}; {EXPECTED}")
         if not spec.strip():
             raise UserInputError(f"group_by is empty; {EXPECTED}")
         column, sep, pattern = spec.partition(":")
@@ -84,7 +85,7 @@ class GroupSpec:
 def _quote(text: str) -> str:
     """``text`` in single quotes as the user wrote it (one line, clipped), for messages; ``repr``
     would double every backslash of a regular expression."""
-    return f"'{_clip(text, 120)}'"
+    return f"'{clip(text, 120)}'"
 
 
 def group_ids(values: Sequence[Any], spec: GroupSpec, source: str, describe_row: Any = None) -> np.ndarray:
@@ -99,7 +100,7 @@ def group_ids(values: Sequence[Any], spec: GroupSpec, source: str, describe_row:
     missed, first_miss = 0, None
     for i, value in enumerate(values):
         if value is None:
-            raise DatasetError(f"{describe(i)}: group_by {spec.quoted}: the {_short(spec.column)} value is "
+            raise DatasetError(f"{describe(i)}: group_by {spec.quoted}: the {short_repr(spec.column)} value is "
                                "null; every row needs a group")
         if rx is not None:
             m = rx.search(value)
@@ -114,6 +115,6 @@ def group_ids(values: Sequence[Any], spec: GroupSpec, source: str, describe_row:
         n = len(values)
         how = f"matches none of the {n:,}" if missed == n else f"matches {n - missed:,} of the {n:,}"
         raise DatasetError(
-            f"{source}: group_by {spec.quoted}: the pattern {how} {_short(spec.column)} values; {missed:,} do "
-            f"not, e.g. row {first_miss} {_short(values[first_miss], 200)}; expected a pattern that matches every row")
+            f"{source}: group_by {spec.quoted}: the pattern {how} {short_repr(spec.column)} values; {missed:,} do "
+            f"not, e.g. row {first_miss} {short_repr(values[first_miss], 200)}; expected a pattern that matches every row")
     return ids

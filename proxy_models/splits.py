@@ -20,7 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from autoaug.core.errors import DataWarning
-from autoaug.proxy_models.data import DatasetError, _short
+from autoaug.core.values import short_repr
+from autoaug.proxy_models.data import DatasetError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +180,7 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
     sizes = np.bincount(inverse)
     for name, value in (("train_size", train_size), ("val_size", val_size)):
         if value is not None and (not isinstance(value, (int, np.integer)) or value < 0):
-            raise DatasetError(f"{name} must be a non-negative integer or None, got {_short(value)}")
+            raise DatasetError(f"{name} must be a non-negative integer or None, got {short_repr(value)}")
     gid = None if groups is None else _canonical_groups(groups, n)
     want_train = int(train_size or 0)
     if want_train + int(val_size or 0) > n:
@@ -221,11 +222,11 @@ def _canonical_groups(groups: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
         raise DatasetError(f"groups has shape {arr.shape} for {n:,} labels; expected one group key per image")
     if arr.dtype.kind not in "iuUSO" or arr.dtype.kind == "O" and not all(
             isinstance(x, (int, str, np.integer)) and not isinstance(x, bool) for x in arr.tolist()):
-        raise DatasetError(f"groups must be integer or string keys, got {arr.dtype} values such as {_short(arr[:3].tolist())}")
+        raise DatasetError(f"groups must be integer or string keys, got {arr.dtype} values such as {short_repr(arr[:3].tolist())}")
     try:
         _, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
     except TypeError:  # ints and strings mixed in an object array
-        raise DatasetError(f"groups mixes key types ({_short(arr[:6].tolist())}); expected integer or string keys") from None
+        raise DatasetError(f"groups mixes key types ({short_repr(arr[:6].tolist())}); expected integer or string keys") from None
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
     return rank[inverse.reshape(-1)]
@@ -525,7 +526,7 @@ def stratified_folds(split: Split, labels: Sequence[int] | np.ndarray, k: int = 
     ``tests/proxy_models/test_group_properties.py``). A split drawn with groups needs them here
     (and the same ones): folds drawn image by image would put a group in several parts."""
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 2:
-        raise DatasetError(f"folds must be an integer >= 2, got {_short(k)}")
+        raise DatasetError(f"folds must be an integer >= 2, got {short_repr(k)}")
     members = np.asarray(split.train, dtype=np.int64)
     if len(members) < k:
         raise DatasetError(f"cannot make {k} folds of a training split of {len(members)} images")
@@ -706,7 +707,7 @@ def config_split(ds: Any, config: Any, *, val_size: Any = _CONFIG, dataset_finge
 
 def _class_list(ds: Any, classes: np.ndarray, counts: np.ndarray, limit: int = 5) -> str:
     names = list(getattr(ds, "classes", ()))
-    shown = [f"{_short(names[c]) if c < len(names) else c} ({int(counts[c]):,} image{'s' if counts[c] != 1 else ''} "
+    shown = [f"{short_repr(names[c]) if c < len(names) else c} ({int(counts[c]):,} image{'s' if counts[c] != 1 else ''} "
              "in the data)" for c in classes[:limit]]
     return ", ".join(shown) + (f", ... ({len(classes):,} in all)" if len(classes) > limit else "")
 

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from autoaug.proxy_models.data import DatasetError, ParquetDataset, dali_decode_problem, decode_image
+from autoaug.proxy_models.data import DatasetError, ParquetDataset
+from autoaug.proxy_models.images import dali_decode_problem, decode_image
 
 S = 24  # square, so the loader's resize + crop leave the pixels alone
 

@@ -10,10 +10,16 @@ configuration, seeds ``train.seed + CALIBRATION_SEED_OFFSET + i`` -- and scores 
 is scored (:data:`~autoaug.search.score.METRIC`):
 
 1. **Bases** (``base: auto``): each base alone (``none``, ``crop``, ``standard``:
-   :mod:`autoaug.policies.bases`). The best mean score is the base of every candidate. The bases
-   within the noise of it are named (one proxy run's seed-to-seed spread is 0.5-0.7 points on
-   CIFAR-10, so with one seed each, bases less than :data:`RUN_NOISE` x 2 x sqrt(2) apart are not
-   told apart; more ``calibration_seeds`` estimate the noise from the runs themselves).
+   :mod:`autoaug.policies.bases`), ``calibration_seeds`` runs each. The bases whose mean is within
+   the noise of the best mean (difference under twice its standard error; one proxy run's
+   seed-to-seed standard deviation is :data:`RUN_NOISE`, or the pooled spread of the runs when it
+   is larger) get ``base_extra_seeds`` more runs each, and the choice is made again on all their
+   runs. Of the best base and those still within the noise of it, the one that augments most
+   (:data:`BASE_STRENGTH`: ``standard``, then ``crop``, then ``none``) is kept: an augmentation
+   that changes labels shows as a gap far beyond the noise (a flip on traffic signs: 6 points
+   under the proxy), while one the proxy cannot tell from a weaker one still pays in the longer
+   final training (CIFAR-10: the flip within the noise under the proxy with one run each, +1.5
+   points in ``eval-cpu``).
 2. **Transfer** (``warm_start: auto``): each published policy of :data:`TRANSFER_REFS` moved onto
    that base. The search warm-starts from the sub-policies of the best-scoring one that fits the
    search space (AutoAugment's three policies do; RandAugment's and TrivialAugment's uniform
@@ -38,7 +44,7 @@ from typing import Any, Mapping, Sequence
 
 from autoaug.search.score import METRIC
 
-__all__ = ["AUTO", "CALIBRATION_FILE", "CALIBRATION_SEED_OFFSET", "TRANSFER_REFS", "RUN_NOISE", "BASE_TIE_ORDER", "Calibration",
+__all__ = ["AUTO", "CALIBRATION_FILE", "CALIBRATION_SEED_OFFSET", "TRANSFER_REFS", "RUN_NOISE", "BASE_STRENGTH", "Calibration",
            "needs_calibration", "calibration_train_config", "calibrate", "choose_base", "rank_transfer",
            "transfer_candidate", "describe_calibration"]
 
@@ -49,9 +55,11 @@ CALIBRATION_FILE = "calibration.json"
 CALIBRATION_SEED_OFFSET = 2_000
 #: The published policies a transfer warm start scores, in this order (ties go to the earlier).
 TRANSFER_REFS = ("autoaugment-cifar10", "autoaugment-svhn", "autoaugment-imagenet", "randaugment", "trivialaugment")
-#: One proxy run's seed-to-seed standard deviation of the search score, when the calibration has
-#: one seed per policy and cannot measure it (CIFAR-10, ``proxy-cpu``: 0.5-0.7 points; docs/search.md).
-RUN_NOISE = 0.007
+#: One proxy run's seed-to-seed standard deviation of the search score, when the calibration's runs
+#: cannot measure a larger one: ``proxy-cpu`` on CIFAR-10, the sd of the paired differences between
+#: two seeds over 10 policies (1.85 points) over sqrt(2) (benchmarks/results/trial-throughput;
+#: earlier runs of one policy spread 0.5-0.7 points, fewer policies, a float32 proxy).
+RUN_NOISE = 0.013
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,20 +102,25 @@ def _key(stage: str, label: str, cfg: Any) -> str:
     return f"{stage}:{label}/seed={cfg.seed}"
 
 
-def _scores(stage: str, labels: Sequence[str], config: Any, runs: Mapping[str, Any]) -> dict[str, list[float]]:
-    cfgs = [calibration_train_config(config, i) for i in range(config.calibration_seeds)]
+def _scores(stage: str, labels: Sequence[str], cfgs: Sequence[Any], runs: Mapping[str, Any]) -> dict[str, list[float]]:
     return {label: [float(runs[_key(stage, label, c)][METRIC]) for c in cfgs] for label in labels}
 
 
 def _noise(scores: Mapping[str, Sequence[float]]) -> tuple[float, str]:
-    """The standard deviation of one run's score: pooled over the labels' seeds when there are
-    several, else :data:`RUN_NOISE`; and where it comes from."""
+    """The standard deviation of one run's score and where it comes from: the spread pooled over
+    the labels with several runs, or :data:`RUN_NOISE` when there are none or it is larger (a few
+    runs can show a spread far below the real one, and would then tell apart bases that are not)."""
     groups = [list(v) for v in scores.values() if len(v) > 1]
+    known = f"a proxy run's seed-to-seed spread is about {RUN_NOISE * 100:.1f} points"
     if not groups:
-        return RUN_NOISE, f"one run each; a proxy run's seed-to-seed spread is about {RUN_NOISE * 100:.1f} points"
-    pooled = math.fsum(statistics.variance(g) * (len(g) - 1) for g in groups) / sum(len(g) - 1 for g in groups)
-    n = len(groups[0])
-    return math.sqrt(pooled), f"{n} runs each; pooled seed-to-seed spread {math.sqrt(pooled) * 100:.2f} points"
+        return RUN_NOISE, f"one run each; {known}"
+    pooled = math.sqrt(math.fsum(statistics.variance(g) * (len(g) - 1) for g in groups)
+                       / sum(len(g) - 1 for g in groups))
+    runs = "/".join(str(n) for n in sorted({len(v) for v in scores.values()}, reverse=True))
+    if pooled < RUN_NOISE:
+        return RUN_NOISE, (f"{runs} runs each; pooled spread {pooled * 100:.2f} points, taken as no less than "
+                           f"{RUN_NOISE * 100:.1f}, a proxy run's known seed-to-seed spread")
+    return pooled, f"{runs} runs each; pooled seed-to-seed spread {pooled * 100:.2f} points"
 
 
 def _ranked(scores: Mapping[str, Sequence[float]], order: Sequence[str]) -> list[tuple[str, float]]:
@@ -116,25 +129,32 @@ def _ranked(scores: Mapping[str, Sequence[float]], order: Sequence[str]) -> list
     return sorted(means.items(), key=lambda kv: (-kv[1], rank.get(kv[0], len(rank))))
 
 
-#: Ties between bases go to ``crop`` (it keeps every label and pays off in long training), then
-#: ``none``, then ``standard`` (its flip is what can change a label).
-BASE_TIE_ORDER = ("crop", "none", "standard")
+#: The bases from the one that augments most to the one that augments least: of the bases within
+#: the noise of the best, the first is kept (and an exact tie of means goes to it).
+BASE_STRENGTH = ("standard", "crop", "none")
 
 
 def choose_base(scores: Mapping[str, Sequence[float]]) -> dict[str, Any]:
-    """The base with the highest mean score (ties: :data:`BASE_TIE_ORDER`) and the record of
-    why: every base's runs and mean, and the bases within the noise of the best (difference of
-    the means under twice its standard error)."""
-    ranked = _ranked(scores, BASE_TIE_ORDER)
+    """The base to search on and the record of why: every base's runs and mean; ``best``, the
+    highest mean; ``within_noise``, the bases whose mean is less than twice the standard error of
+    the difference below it (``threshold``, for the same number of runs as the best); ``chosen``,
+    of the best and those within the noise, the one that augments most (:data:`BASE_STRENGTH`)."""
+    ranked = _ranked(scores, BASE_STRENGTH)
     best, top = ranked[0]
     sigma, source = _noise(scores)
-    n = len(next(iter(scores.values())))
-    threshold = 2 * sigma * math.sqrt(2 / n)
-    within = [label for label, mean in ranked[1:] if top - mean < threshold]
+    n_best = len(scores[best])
+
+    def threshold(label: str) -> float:
+        return 2 * sigma * math.sqrt(1 / n_best + 1 / len(scores[label]))
+
+    within = [label for label, mean in ranked[1:] if top - mean < threshold(label)]
+    contenders = {best, *within}
+    chosen = next(b for b in BASE_STRENGTH if b in contenders) if contenders <= set(BASE_STRENGTH) else best
     return {
-        "chosen": best,
+        "chosen": chosen,
+        "best": best,
         "scores": {label: {"mean": mean, "runs": list(scores[label])} for label, mean in ranked},
-        "noise": {"sd": sigma, "threshold": threshold, "source": source},
+        "noise": {"sd": sigma, "threshold": threshold(best), "source": source},
         "within_noise": within,
     }
 
@@ -170,12 +190,13 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
     record: dict[str, Any] = {"seeds": [c.seed for c in cfgs], "epochs": config.train.epochs,
                               "train_size": config.train.train_size, "val_size": config.train.val_size}
 
-    def train(stage: str, policies: Mapping[str, Any], what: str) -> dict[str, list[float]]:
-        todo = [(_key(stage, label, c), policy, c) for label, policy in policies.items() for c in cfgs]
+    def train(stage: str, policies: Mapping[str, Any], what: str,
+              seeds: Sequence[Any] = tuple(cfgs)) -> dict[str, list[float]]:
+        todo = [(_key(stage, label, c), policy, c) for label, policy in policies.items() for c in seeds]
         missing = sum(1 for key, _, _ in todo if key not in runs)
         if missing:
             display.log(f"calibration: {what}: {missing} proxy run(s) of {config.train.epochs} epochs "
-                        f"({config.calibration_seeds} seed{'s' if len(cfgs) > 1 else ''} each)")
+                        f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''} each)")
 
         def save(results: Mapping[str, Any]) -> None:
             for key in [k for k in results if k not in runs]:
@@ -185,13 +206,27 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
             run.write_json(CALIBRATION_FILE, {"runs": runs})
 
         runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
-        return _scores(stage, list(policies), config, runs)
+        return _scores(stage, list(policies), seeds, runs)
 
     base = None
     if config.base == AUTO:
         from autoaug.policies.bases import NAMES
 
-        record["base"] = choose_base(train("base", {b: presets.resolve(b) for b in NAMES}, "each base alone"))
+        bases = {b: presets.resolve(b) for b in NAMES}
+        scores = train("base", bases, "each base alone")
+        first = choose_base(scores)
+        tied = [first["best"], *first["within_noise"]]
+        if len(tied) > 1 and config.base_extra_seeds:
+            # Bases within the noise of each other: more runs for those alone, then choose again.
+            extra = [calibration_train_config(config, i) for i in
+                     range(config.calibration_seeds, config.calibration_seeds + config.base_extra_seeds)]
+            record["base_extra_seeds"] = [c.seed for c in extra]
+            more = train("base", {b: bases[b] for b in tied}, f"{', '.join(tied)} within the noise, more runs", extra)
+            scores = {b: scores[b] + more.get(b, []) for b in scores}
+        record["base"] = choose_base(scores)
+        if len(tied) > 1 and config.base_extra_seeds:
+            record["base"]["first_round"] = {"within_noise": first["within_noise"], "best": first["best"],
+                                             "threshold": first["noise"]["threshold"]}
         base = record["base"]["chosen"]
     chosen_base = base if base is not None else config.space.base
     warm = None
@@ -248,14 +283,25 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
     lines: list[str] = []
     base = record.get("base")
     if base:
-        ordered = _by_mean(base["scores"], BASE_TIE_ORDER)  # stored JSON may have sorted the keys
+        ordered = _by_mean(base["scores"], BASE_STRENGTH)  # stored JSON may have sorted the keys
         scores = ", ".join(f"{b} {_pts(s['mean'])}" for b, s in ordered)
+        runs = sorted({len(s["runs"]) for _, s in ordered})
+        each = "each base alone" if runs == [1] else "each base alone, mean of " + " or ".join(map(str, runs)) + " runs"
         noise = base["noise"]
-        why = (f"within the noise ({_pts(noise['threshold'])} points; {noise['source']}): "
-               + ", ".join(base["within_noise"]) + f"; kept the best mean, {base['chosen']}"
-               if base["within_noise"] else
-               f"ahead of the others beyond the noise ({_pts(noise['threshold'])} points; {noise['source']})")
-        lines.append(f"base: {base['chosen']} (proxy score %, each base alone: {scores}); {why}")
+        best = base.get("best", base["chosen"])  # records before the strongest-within-noise rule
+        if not base["within_noise"]:
+            why = f"ahead of the others beyond the noise ({_pts(noise['threshold'])} points; {noise['source']})"
+        elif best == base["chosen"]:
+            why = (f"the best mean; within the noise of it ({_pts(noise['threshold'])} points; {noise['source']}): "
+                   + ", ".join(base["within_noise"]) + f", which augment less")
+        else:
+            why = (f"within the noise of the best mean, {best} ({_pts(noise['threshold'])} points; {noise['source']}), "
+                   f"and augments more: a weaker base wins only beyond the noise")
+        first = base.get("first_round")
+        if first:
+            why += (f" (first round: {', '.join(first['within_noise'])} within "
+                    f"{_pts(first['threshold'])} points of {first['best']}, so they ran again)")
+        lines.append(f"base: {base['chosen']} (proxy score %, {each}: {scores}); {why}")
     transfer = record.get("transfer")
     if transfer:
         scores = transfer["scores"]

@@ -158,7 +158,7 @@ def _train_config(value: Any) -> Any:
 _DICT_ORDER = (
     "name", "train", "space", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "sampler", "seed",
     "startup_trials", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n", "score_window",
-    "warm_start", "base", "calibration_seeds", "rescore", "rescore_seeds", "rescore_val_size", "time_budget_s",
+    "warm_start", "base", "calibration_seeds", "base_extra_seeds", "rescore", "rescore_seeds", "rescore_val_size", "time_budget_s",
     "storage", "optuna_storage", "store",
     "reuse_actors", "mlflow_uri", "verbose", "method", "density", "pba",
 )  # fmt: skip
@@ -201,10 +201,13 @@ class SearchConfig:
             transfers best (:mod:`autoaug.search.calibrate`).
         base: the base augmentation every candidate is trained on (:mod:`autoaug.policies.bases`:
             ``none``, ``crop``, ``standard``); ``"auto"``: the proxy is trained with each base
-            alone before the search and the best is kept (:mod:`autoaug.search.calibrate`);
+            alone before the search; of the best and the bases within the noise of it, the one
+            that augments most is kept (:mod:`autoaug.search.calibrate`);
             None: the space's own (``space.base``, ``standard``), as searches did before bases.
         calibration_seeds: proxy runs per base and per published policy when ``base`` or
             ``warm_start`` is ``"auto"`` (seeds ``train.seed + 2000``, ``+ 2001``, ...).
+        base_extra_seeds: more proxy runs for each base within the noise of the best, when
+            there are any, before the base is chosen again on all their runs (0: none).
         rescore: train the final candidates a method returns (the assembled policy, the best
             single trial, ...) again under the proxy (fresh seeds) and store the best
             (:mod:`autoaug.search.rescore`).
@@ -243,6 +246,7 @@ class SearchConfig:
     warm_start: tuple[str, ...] | str = ()
     base: str | None = None
     calibration_seeds: int = 1
+    base_extra_seeds: int = 2
     rescore: bool = False
     rescore_seeds: int = 1
     rescore_val_size: int | None = None
@@ -345,6 +349,8 @@ class SearchConfig:
                 object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
         if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
             raise bad("calibration_seeds", "an integer in [1, 100]")
+        if not is_int(self.base_extra_seeds) or not 0 <= self.base_extra_seeds <= 100:
+            raise bad("base_extra_seeds", "an integer in [0, 100]")
         if self.verbose not in (0, 1, 2):
             raise bad("verbose", "0, 1 or 2")
         if self.method not in METHODS:

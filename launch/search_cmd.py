@@ -86,7 +86,8 @@ def _start_line(config) -> str:
     """Which base and warm start the search uses, or that it measures them first."""
     from autoaug.search.calibrate import AUTO, TRANSFER_REFS
 
-    base = ("base: auto (each base alone trained under the proxy first, the best kept)" if config.base == AUTO
+    base = ("base: auto (each base alone trained under the proxy first; of those within the noise of "
+            "the best, the one that augments most)" if config.base == AUTO
             else f"base: {config.space.base}")
     if config.warm_start == AUTO:
         warm = f"warm start: auto (the best of {', '.join(TRANSFER_REFS)}, trained under the proxy first)"
@@ -276,8 +277,9 @@ OPTIONS: tuple[Option, ...] = (
     per_class_option("train.", group="what"),
     image_size_option("train.", group="what"),
     group_by_option("train.", group="what"),
-    base_option("or auto (the cpu preset's default): the proxy trained with each base alone before the search, the "
-                "best kept (docs/search.md, \"Searching your own dataset\")", group="what", auto=True),
+    base_option("or auto (the cpu preset's default): the proxy trained with each base alone before the search; of "
+                "the best and the bases within the noise of it, the one that augments most (docs/search.md, "
+                "\"Searching your own dataset\")", group="what", auto=True),
     *warm_start_options(group="what"),
     option("--top-n", key="top_n", group="what", type=int, metavar="N",
            help="best trials concatenated into the final policy (default 5)"),

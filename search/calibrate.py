@@ -293,7 +293,8 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
             why = f"ahead of the others beyond the noise ({_pts(noise['threshold'])} points; {noise['source']})"
         elif best == base["chosen"]:
             why = (f"the best mean; within the noise of it ({_pts(noise['threshold'])} points; {noise['source']}): "
-                   + ", ".join(base["within_noise"]) + f", which augment less")
+                   + ", ".join(base["within_noise"])
+                   + (", which augments less" if len(base["within_noise"]) == 1 else ", which augment less"))
         else:
             why = (f"within the noise of the best mean, {best} ({_pts(noise['threshold'])} points; {noise['source']}), "
                    f"and augments more: a weaker base wins only beyond the noise")

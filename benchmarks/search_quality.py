@@ -195,6 +195,14 @@ def search_recipe(search_result: dict[str, Any]) -> dict[str, Any]:
     fingerprint = search_result["provenance"].get("dataset", {}).get("fingerprint")
     if fingerprint:
         recipe["dataset_fingerprint"] = fingerprint
+    # The config recorded is the one the search ran, with what its calibration measured filled in:
+    # two seeds of a search that measures its base and warm start may measure different ones.
+    calibration = search_result["provenance"].get("calibration") or {}
+    if calibration.get("base"):
+        recipe["base"] = "auto"
+        recipe["space"] = {k: v for k, v in recipe.get("space", {}).items() if k != "base"}
+    if calibration.get("transfer"):
+        recipe["warm_start"] = "auto"
     return recipe
 
 

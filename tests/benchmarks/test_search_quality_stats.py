@@ -42,6 +42,19 @@ def test_a_search_that_differs_in_what_it_does_is_another_recipe(sq, change):
     assert not sq.same_recipe(a, sq.search_recipe(_result(0, "sq-b", **change)))
 
 
+def test_searches_that_measured_another_base_or_warm_start_are_the_same_recipe(sq):
+    """--base auto / --warm-start auto: what each seed's calibration chose is not the recipe."""
+    def measured(seed, base, warm):
+        result = _result(seed, f"sq-{seed}", base=base, warm_start=[warm], space={"base": base, "num_sub_policies": 5})
+        result["provenance"]["calibration"] = {"base": {"chosen": base}, "transfer": {"warm_start": [warm]}}
+        return sq.search_recipe(result)
+
+    assert sq.same_recipe(measured(0, "standard", "autoaugment-cifar10"), measured(1, "crop", "autoaugment-imagenet"))
+    # A search given its base and warm start is another recipe than one that measured them.
+    given = sq.search_recipe(_result(1, "sq-g", base="standard", space={"base": "standard", "num_sub_policies": 5}))
+    assert not sq.same_recipe(measured(0, "standard", "autoaugment-cifar10"), given)
+
+
 def test_a_search_on_other_data_is_another_recipe_wherever_the_data_lies(sq):
     a = sq.search_recipe(_result(0, "sq-a"))
     assert not sq.same_recipe(a, sq.search_recipe(_result(1, "sq-b", fingerprint="9e11")))

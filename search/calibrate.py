@@ -116,7 +116,7 @@ def _noise(scores: Mapping[str, Sequence[float]]) -> tuple[float, str]:
         return RUN_NOISE, f"one run each; {known}"
     pooled = math.sqrt(math.fsum(statistics.variance(g) * (len(g) - 1) for g in groups)
                        / sum(len(g) - 1 for g in groups))
-    runs = "/".join(str(n) for n in sorted({len(v) for v in scores.values()}, reverse=True))
+    runs = " or ".join(str(n) for n in sorted({len(v) for v in scores.values()}, reverse=True))
     if pooled < RUN_NOISE:
         return RUN_NOISE, (f"{runs} runs each; pooled spread {pooled * 100:.2f} points, taken as no less than "
                            f"{RUN_NOISE * 100:.1f}, a proxy run's known seed-to-seed spread")

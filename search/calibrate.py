@@ -208,8 +208,16 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
         runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
         return _scores(stage, list(policies), seeds, runs)
 
+    # A calibration that ended keeps its choice when the search resumes, even under a later version
+    # whose rule would choose otherwise: the trials already ran on that base, from that warm start.
+    made: Mapping[str, Any] = cached.get("record") or {}
     base = None
-    if config.base == AUTO:
+    if config.base == AUTO and made.get("base"):
+        record["base"] = made["base"]
+        if "base_extra_seeds" in made:
+            record["base_extra_seeds"] = made["base_extra_seeds"]
+        base = record["base"]["chosen"]
+    elif config.base == AUTO:
         from autoaug.policies.bases import NAMES
 
         bases = {b: presets.resolve(b) for b in NAMES}
@@ -230,7 +238,10 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
         base = record["base"]["chosen"]
     chosen_base = base if base is not None else config.space.base
     warm = None
-    if config.warm_start == AUTO:
+    if config.warm_start == AUTO and (made.get("transfer") or {}).get("base") == chosen_base:
+        record["transfer"] = made["transfer"]
+        warm = tuple(record["transfer"]["warm_start"])
+    elif config.warm_start == AUTO:
         space = dataclasses.replace(config.space, base=chosen_base)
         policies = {ref: presets.resolve(ref).with_base(chosen_base) for ref in TRANSFER_REFS}
         fits: dict[str, str | None] = {}

@@ -191,6 +191,28 @@ def test_bases_within_the_noise_run_again_and_the_choice_is_made_on_all_their_ru
     assert len(calls) == 3 and result.base == "standard" and "base_extra_seeds" not in result.record
 
 
+def test_a_resumed_search_keeps_the_choice_its_calibration_made_even_under_another_rule(tmp_path, monkeypatch):
+    """calibration.json written by a version that kept the best mean (crop, standard within the
+    noise): resuming under today's rule keeps crop, as the trials already ran on it."""
+    calls = []
+    _fake_runs(monkeypatch, dict(SCORES, standard=0.775), calls)
+    config = _config(tmp_path, base="auto", warm_start="auto")
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    old = {"base": {"chosen": "crop", "scores": {"crop": {"mean": 0.78, "runs": [0.78]},
+                                                  "standard": {"mean": 0.775, "runs": [0.775]},
+                                                  "none": {"mean": 0.70, "runs": [0.70]}},
+                    "noise": {"sd": 0.007, "threshold": 0.0198, "source": "one run each"}, "within_noise": ["standard"]},
+           "transfer": {"base": "crop", **rank_transfer({"autoaugment-svhn": [0.9], "autoaugment-cifar10": [0.95]},
+                                                        {"autoaugment-svhn": None, "autoaugment-cifar10": None})}}
+    run.write_json(CALIBRATION_FILE, {"runs": {}, "record": old})
+    result = calibrate(config, run, _Log())
+    assert calls == [] and result.base == "crop" and result.warm_start == ("autoaugment-cifar10",)
+    assert result.record["base"] == old["base"]
+    assert "base: crop (proxy score %, each base alone: crop 78.00, standard 77.50, none 70.00); the best mean" in \
+        "\n".join(describe_calibration(result.record))
+
+
 def test_the_best_published_policy_is_a_final_candidate_on_the_chosen_base():
     from autoaug.search.calibrate import transfer_candidate
 

@@ -293,7 +293,7 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
             f"search {config.name!r} stopped in round {round_ + 1} of fold {k + 1} with {finished} of "
             f"{d.trials_per_round} candidates scored; " + resume_hint(config)
         )
-    problems = check_study(study, records, config.space)
+    problems = check_study(study, records, config.space, budget_ended=cut)
     records = _with_fold_scores(records, stage_run, stage)
     top = rank_trials(records)[: d.top_per_round]
     best = f"best {METRIC} {top[0].score:.4f}" if top else "no candidate scored"

@@ -222,7 +222,8 @@ def study_trials_by_tune_id(study: optuna.Study) -> dict[str, optuna.trial.Froze
     return out
 
 
-def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: SearchSpace) -> list[str]:
+def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: SearchSpace, *,
+                budget_ended: bool = False) -> list[str]:
     """Problems between the Optuna study and Tune's trials (empty list: consistent).
 
     Consistent means: every finished Tune trial has an Optuna trial (matched through
@@ -230,7 +231,9 @@ def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: Searc
     parameters; a trial that ran all epochs is COMPLETE and one stopped early by ASHA is PRUNED, with
     the same value (a pruned trial's value is its last intermediate value), a failed one FAIL; no Optuna trial
     is left RUNNING/WAITING; every other Optuna trial is an orphan marked ``autoaug_orphaned`` or a
-    failed attempt followed by a retry.
+    failed attempt followed by a retry. With ``budget_ended`` (the time budget ended the search), a
+    WAITING trial that belongs to no Tune trial is a proposal the search never reached (an enqueued
+    warm-start point), not a problem.
     """
     import optuna
 
@@ -238,6 +241,8 @@ def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: Searc
     latest = study_trials_by_tune_id(study)
     for ft in study.get_trials(deepcopy=False):
         tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
+        if budget_ended and tid is None and ft.state == optuna.trial.TrialState.WAITING:
+            continue
         if ft.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING):
             problems.append(f"Optuna trial {ft.number} is still {ft.state.name}")
         if tid is None:

@@ -167,7 +167,7 @@ class TrainMethod:
             )
         if not any(t.succeeded for t in trials):
             raise all_failed(trials, config.name)
-        problems = check_study(study, trials, config.space)
+        problems = check_study(study, trials, config.space, budget_ended=search.budget_ended())
         for problem in problems:
             logger.warning("Optuna study %s: %s", config.name, problem)
         assembled = assemble_policy(

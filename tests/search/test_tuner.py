@@ -139,6 +139,24 @@ def test_check_study_reports_each_kind_of_mismatch(tmp_path):
     assert not any("trial a" in p for p in problems)
 
 
+def test_warm_start_points_the_time_budget_never_reached_are_not_a_problem(tmp_path):
+    """Enqueued warm-start points stay WAITING when the budget ends the search before a trial
+    asks for them: a problem of the study otherwise, expected when the budget ended it."""
+    url = f"sqlite:///{tmp_path}/study.db"
+    search = _searcher(url)
+    config = search.suggest("a")
+    search.on_trial_complete("a", _result(0.5, 2))
+    study = optuna.load_study(study_name="s", storage=url)
+    study.enqueue_trial(dict(config))
+    study.enqueue_trial(dict(config))
+    records = [_record(search, "a", config, 0.5)]
+    assert check_study(study, records, SPACE, budget_ended=True) == []
+    assert check_study(study, records, SPACE) == ["Optuna trial 1 is still WAITING",
+                                                  "Optuna trial 1 belongs to no Tune trial",
+                                                  "Optuna trial 2 is still WAITING",
+                                                  "Optuna trial 2 belongs to no Tune trial"]
+
+
 @pytest.mark.parametrize("name, cls", [("tpe", "TPESampler"), ("random", "RandomSampler"), ("qmc", "QMCSampler"),
                                        ("cmaes", "CmaEsSampler"), ("gp", "GPSampler")])
 def test_samplers_by_name_are_seeded(name, cls):

@@ -696,17 +696,20 @@ def main(argv: list[str] | None = None) -> int:
 
     extra = shlex.split(a.eval_args)
     also = also_policies(a, work)
-    for src in also.values():  # their evaluation runs are reused, not trained again
-        if (src / "eval_runs.csv").exists():
-            import_runs(a, src / "eval_runs.csv", work / "eval", ["--preset", a.eval_preset, *extra], list(also))
-    for csv_path in a.import_runs:
-        import_runs(a, Path(csv_path).resolve(), work / "eval", ["--preset", a.eval_preset, *extra], list(also))
+    # Runs recorded in committed results (the --also folders' own and --import-runs) are reused,
+    # not trained again: of the baselines and the --also policies now, of the rebased row below.
+    committed = [*(src / "eval_runs.csv" for src in also.values() if (src / "eval_runs.csv").exists()),
+                 *(Path(p).resolve() for p in a.import_runs)]
+    for csv_path in committed:
+        import_runs(a, csv_path, work / "eval", ["--preset", a.eval_preset, *extra], list(also))
     found_ref = stage_search(a, work, timings)
     _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], [found_ref, *also],
              a.seeds)
     found_base = json.loads((work / "runs" / a.search_name / "result.json").read_text())["policy"].get("base", "standard")
     rebased = rebased_best(work, found_base)
     if rebased is not None:  # the same comparison, one more policy: only its runs train
+        for csv_path in committed:  # unless an earlier benchmark trained them
+            import_runs(a, csv_path, work / "eval", ["--preset", a.eval_preset, *extra], [rebased])
         _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra],
                  [found_ref, *also, rebased], a.seeds)
     fidelity = None

@@ -168,3 +168,34 @@ def test_imported_runs_are_the_records_compare_reuses_for_a_regime_sized_per_cla
         path = out / "runs" / f"{run_id(none, seed)}.json"
         record = load_run(path.read_bytes(), str(path), none, seed, config.run_config(seed), fingerprint)
         assert record["test_accuracy"] == 0.45 and record["imported_from"] == str(csv_path)
+
+
+def test_the_rebased_rows_runs_are_imported_like_any_policy_of_the_comparison(sq, tmp_path, cifar_dir):
+    """The best published policy moved onto the search's base is written to this benchmark's own
+    work folder: an earlier benchmark's runs of it (another folder, the same policy hash) are reused."""
+    import argparse
+    import csv
+
+    work = tmp_path / "work"
+    (work / "eval").mkdir(parents=True)
+    with open(work / "eval" / "runs.csv", "w", newline="") as f:  # randaugment leads the evaluation so far
+        writer = csv.DictWriter(f, fieldnames=["policy", "seed", "test_accuracy"])
+        writer.writeheader()
+        writer.writerows({"policy": ref, "seed": seed, "test_accuracy": acc} for seed in (0, 1)
+                         for ref, acc in (("randaugment:n=2,m=9", 0.6), ("autoaugment-cifar10", 0.5)))
+    rebased = sq.rebased_best(work, "crop")
+    assert rebased.endswith("randaugment-on-crop.json")
+    from autoaug.launch.compare.candidates import resolve_candidates
+
+    (candidate,) = resolve_candidates((rebased,), [], None)
+    rows = [{"run_id": "x", "policy": "randaugment-on-crop.json", "policy_hash": candidate.policy_hash, "seed": s,
+             "test_accuracy": 0.97, "test_loss": 0.1, "val_accuracy": "", "train_time_s": 300.0, "node_id": "",
+             "hostname": "vm", "finished_at": "2026-11-23T03:32:16Z"} for s in (0, 1)]
+    csv_path = tmp_path / "eval_runs.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    a = argparse.Namespace(data=str(cifar_dir))
+    assert sq.import_runs(a, csv_path, work / "eval", ["--preset", "eval-cpu"]) == 0  # not a baseline
+    assert sq.import_runs(a, csv_path, work / "eval", ["--preset", "eval-cpu"], [rebased]) == 2

@@ -148,8 +148,8 @@ def choose_base(scores: Mapping[str, Sequence[float]]) -> dict[str, Any]:
         return 2 * sigma * math.sqrt(1 / n_best + 1 / len(scores[label]))
 
     within = [label for label, mean in ranked[1:] if top - mean < threshold(label)]
-    contenders = {best, *within}
-    chosen = next(b for b in BASE_STRENGTH if b in contenders) if contenders <= set(BASE_STRENGTH) else best
+    strength = {b: i for i, b in enumerate(BASE_STRENGTH)}
+    chosen = min([best, *within], key=lambda b: strength.get(b, len(strength)))
     return {
         "chosen": chosen,
         "best": best,
@@ -222,7 +222,7 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
 
         bases = {b: presets.resolve(b) for b in NAMES}
         scores = train("base", bases, "each base alone")
-        first = choose_base(scores)
+        record["base"] = first = choose_base(scores)
         tied = [first["best"], *first["within_noise"]]
         if len(tied) > 1 and config.base_extra_seeds:
             # Bases within the noise of each other: more runs for those alone, then choose again.
@@ -230,11 +230,9 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
                      range(config.calibration_seeds, config.calibration_seeds + config.base_extra_seeds)]
             record["base_extra_seeds"] = [c.seed for c in extra]
             more = train("base", {b: bases[b] for b in tied}, f"{', '.join(tied)} within the noise, more runs", extra)
-            scores = {b: scores[b] + more.get(b, []) for b in scores}
-        record["base"] = choose_base(scores)
-        if len(tied) > 1 and config.base_extra_seeds:
-            record["base"]["first_round"] = {"within_noise": first["within_noise"], "best": first["best"],
-                                             "threshold": first["noise"]["threshold"]}
+            record["base"] = {**choose_base({b: scores[b] + more.get(b, []) for b in scores}),
+                              "first_round": {"within_noise": first["within_noise"], "best": first["best"],
+                                              "threshold": first["noise"]["threshold"]}}
         base = record["base"]["chosen"]
     chosen_base = base if base is not None else config.space.base
     warm = None

@@ -45,7 +45,6 @@ import os
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Union
 
@@ -81,6 +80,7 @@ from autoaug.policies.index import (
 from autoaug.policies.diff import PolicyDiff, diff_policies
 from autoaug.policies.policy import Policy
 from autoaug.policies.schedule import provenance_schedule
+from autoaug.policies.stored import EVALUATIONS_DIR, CheckReport, CorruptVersion, Evaluation, StoredPolicy
 
 __all__ = [
     "SCHEMA",
@@ -103,9 +103,6 @@ __all__ = [
 
 _HEX_RE = re.compile(r"[0-9a-f]{6,64}")
 _MIN_HASH_PREFIX = 6
-_EVALUATIONS = "_evaluations"
-_TMP_VERSION_RE = re.compile(r"\.v\d+\.parquet\.tmp-.*")
-_TMP_INDEX_RE = re.compile(r"\.v\d+\.json\.tmp-.*")
 #: Default age (seconds) below which :meth:`PolicyStore.check` leaves temporary files and claims
 #: alone: a save in progress holds them for milliseconds, a killed one forever.
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -134,64 +131,6 @@ class InvalidNameError(StoreError, ValueError):
 
 # ----------------------------------------------------------------------------------------------
 # Records
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """Results attached to a stored version after it was saved (e.g. test accuracy per seed)."""
-
-    attached_at: str
-    results: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class StoredPolicy:
-    """One stored version: the policy and everything recorded with it."""
-
-    name: str
-    version: int
-    policy: Policy
-    content_hash: str
-    created_at: str  # UTC, ISO 8601 (``2026-05-09T07:35:25.123456Z``)
-    provenance: dict[str, Any]
-    evaluations: tuple[Evaluation, ...] = ()
-    location: str = field(default="", compare=False)
-
-    @property
-    def ref(self) -> str:
-        """The exact reference of this version, ``name@version``."""
-        return f"{self.name}@{self.version}"
-
-
-@dataclass(frozen=True)
-class CorruptVersion:
-    """A stored version that cannot be read or does not verify (listed by
-    :meth:`PolicyStore.history` with ``include_corrupt=True`` and by :meth:`PolicyStore.check`)."""
-
-    name: str
-    version: int
-    error: str  # the CorruptArtifactError's message (names the file)
-    location: str = field(default="", compare=False)
-
-    @property
-    def ref(self) -> str:
-        return f"{self.name}@{self.version}"
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    """What :meth:`PolicyStore.check` found and did."""
-
-    uri: str
-    verified: tuple[str, ...]  # refs of the versions that verified
-    corrupt: tuple[CorruptVersion, ...]
-    removed: tuple[str, ...]  # leftovers of killed saves, deleted
-    kept: tuple[str, ...]  # leftovers younger than the grace period (a save may be running)
-    indexed: tuple[str, ...] = ()  # verified versions given the index entry they lacked (autoaug.policies.index)
-
-    @property
-    def ok(self) -> bool:
-        return not self.corrupt
 
 
 # ----------------------------------------------------------------------------------------------
@@ -606,7 +545,7 @@ class PolicyStore:
         )
 
     def _read_evaluations(self, name: str, version: int, content_hash: str) -> tuple[Evaluation, ...]:
-        folder = self._path(name, _EVALUATIONS, f"v{version:06d}")
+        folder = self._path(name, EVALUATIONS_DIR, f"v{version:06d}")
         infos = sorted(
             (i for i in self._ls(folder) if i.type == pafs.FileType.File and i.base_name.endswith(".json")
              and not i.base_name.startswith(".")),
@@ -734,16 +673,16 @@ class PolicyStore:
             "content_hash": content_hash,
             "results": json.loads(results_json),
         }
-        folder = self._path(name, _EVALUATIONS, f"v{version:06d}")
+        folder = self._path(name, EVALUATIONS_DIR, f"v{version:06d}")
         token = uuid.uuid4().hex
         stem = f"{now.strftime('%Y%m%dT%H%M%S%fZ')}-{token[:12]}.json"
-        tmp = self._path(name, _EVALUATIONS, f"v{version:06d}", f".{stem}.tmp")
+        tmp = self._path(name, EVALUATIONS_DIR, f"v{version:06d}", f".{stem}.tmp")
         with writing(self._location(folder), what="policy store evaluation folder"):
             self._fs.create_dir(folder, recursive=True)
             try:
                 with self._fs.open_output_stream(tmp) as sink:
                     sink.write(json.dumps(record, sort_keys=True, ensure_ascii=False, indent=1).encode("utf-8"))
-                self._publish(tmp, self._path(name, _EVALUATIONS, f"v{version:06d}", stem))
+                self._publish(tmp, self._path(name, EVALUATIONS_DIR, f"v{version:06d}", stem))
             except BaseException:
                 self._delete_quietly(tmp)
                 raise
@@ -763,64 +702,9 @@ class PolicyStore:
         the index existed) gets one (``indexed``). Raises :class:`StoreNotFoundError` when the
         store does not exist.
         """
-        self.require_exists()
-        now = now or _utcnow()
-        verified: list[str] = []
-        corrupt: list[CorruptVersion] = []
-        removed: list[str] = []
-        kept: list[str] = []
-        indexed: list[str] = []
+        from autoaug.policies.store_check import check_store
 
-        def sweep(info: pafs.FileInfo) -> None:
-            mtime = info.mtime
-            if mtime is not None and mtime.tzinfo is None:
-                mtime = mtime.replace(tzinfo=timezone.utc)
-            old = grace_seconds <= 0 or (mtime is not None and (now - mtime).total_seconds() >= grace_seconds)
-            where = self._location(info.path)
-            if not old:
-                kept.append(where)
-                return
-            with writing(where, what="leftover of the policy store",
-                         hint="policies check removes the leftovers it could not"):
-                # not quietly: a read-only or denying store must not report leftovers as removed
-                try:
-                    if info.type == pafs.FileType.Directory:
-                        self._fs.delete_dir(info.path)
-                    else:
-                        self._fs.delete_file(info.path)
-                except FileNotFoundError:
-                    pass  # gone already (another check, or the saver finishing its clean-up)
-            removed.append(where)
-
-        for info in self._ls(self._root):
-            if info.type != pafs.FileType.Directory or not NAME_RE.fullmatch(info.base_name):
-                continue
-            name = info.base_name
-            for entry in self._ls(self._path(name)):
-                if _TMP_VERSION_RE.fullmatch(entry.base_name):
-                    sweep(entry)
-            for entry in self._claims.leftovers(name):
-                sweep(entry)
-            for folder in self._ls(self._path(name, _EVALUATIONS)):
-                for entry in self._ls(folder.path) if folder.type == pafs.FileType.Directory else ():
-                    if entry.base_name.startswith(".") and entry.base_name.endswith(".tmp"):
-                        sweep(entry)
-            for entry in self._ls(self._path(name, INDEX_DIR)):
-                if _TMP_INDEX_RE.fullmatch(entry.base_name):
-                    sweep(entry)
-            for version in self.versions(name):
-                record = self._read_or_corrupt(name, version, evaluations=True)
-                if isinstance(record, CorruptVersion):
-                    corrupt.append(record)
-                    continue
-                verified.append(record.ref)
-                if self._indexed(name, version) is None:  # none yet (an older store), or a stale one
-                    data = self._bytes_or_none(self._version_path(name, version))
-                    if data is not None:
-                        with writing(self._location(self._path(name, INDEX_DIR)), what="policy store index"):
-                            self._write_index(name, version, record.content_hash, record.created_at, data)
-                        indexed.append(record.ref)
-        return CheckReport(self._uri, tuple(verified), tuple(corrupt), tuple(removed), tuple(kept), tuple(indexed))
+        return check_store(self, grace_seconds=grace_seconds, now=now)
 
     # -- writing helpers --------------------------------------------------------------------------
 

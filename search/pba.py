@@ -278,7 +278,8 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
         return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
 
     callbacks: list[Any] = [StorageGuard(), ProgressCallback(s.population, config.epochs, display=search.display),
-                            TuneTrialLines(metric=METRIC), EventLog(config.storage, config.name), StateCopy(search.run.uri)]
+                            TuneTrialLines(metric=METRIC), EventLog(config.storage, config.name, search.display),
+                            StateCopy(search.run.uri)]
     callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
     tuner = tune.Tuner(
         trainable,

@@ -15,8 +15,9 @@ from ray.tune.schedulers import PopulationBasedTraining
 from autoaug.search.pba_trial import EVENTS_KEY
 from autoaug.search.reconcile import BudgetStop
 from autoaug.search.run_dir import RunDir
+from autoaug.search.score import METRIC
 
-__all__ = ["EpochPBT", "EventLog", "EVENTS_FILE"]
+__all__ = ["EpochPBT", "EventLog", "EVENTS_FILE", "describe_event"]
 
 #: Every exploit/explore event of the population, as the driver received them (run directory).
 EVENTS_FILE = "pba_events.json"
@@ -45,12 +46,24 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
 
 class EventLog(tune.Callback):
     """Writes each event a member reports (:data:`autoaug.search.pba_trial.EVENTS_KEY`: the first
-    report after it cloned another) to ``EVENTS_FILE`` in the run directory as it arrives. A member's
-    own lineage survives in its checkpoints only until it clones another; this log keeps every
-    branch. A restarted driver appends to what the file holds (an event seen twice is kept once)."""
+    report after it cloned another) to ``EVENTS_FILE`` in the run directory as it arrives, and says
+    it in one line (the progress display's log, or stdout): the only sign of the population's
+    evolution before its members finish, when stdout is not a terminal. A member's own lineage
+    survives in its checkpoints only until it clones another; this log keeps every branch. A
+    restarted driver appends to what the file holds (an event seen twice is kept once).
 
-    def __init__(self, storage: str, name: str) -> None:
-        self.storage, self.name = storage, name
+    ``display``: the :class:`autoaug.core.progress.Progress` (this driver's, never pickled with
+    Tune's experiment state; :func:`autoaug.search.reconcile.attach_display` gives a restored one
+    the new driver's); None prints plain lines on stdout."""
+
+    def __init__(self, storage: str, name: str, display: Any = None) -> None:
+        self.storage, self.name, self.display = storage, name, display
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "display": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"display": None, **state})  # pickled before it had one
 
     def _run(self) -> RunDir:
         return RunDir(self.storage, self.name)
@@ -62,8 +75,28 @@ class EventLog(tune.Callback):
         run = self._run()
         events = run.read_json(EVENTS_FILE) if run.exists(EVENTS_FILE) else []
         keys = {_key(e) for e in events}
-        events += [e for e in json.loads(cell) if _key(e) not in keys]
-        run.write_json(EVENTS_FILE, events)
+        new = [e for e in json.loads(cell) if _key(e) not in keys]
+        run.write_json(EVENTS_FILE, events + new)
+        scores = {t.trial_id: (t.last_result or {}).get(METRIC) for t in trials}
+        for event in new:
+            self._print(describe_event(event, scores.get(event["cloned"])))
+
+    def _print(self, text: str) -> None:
+        if self.display is not None:
+            self.display.log(text)
+        else:
+            print(text, flush=True)
+
+
+def describe_event(event: dict, cloned_score: float | None = None) -> str:
+    """One line for an exploit/explore event: who cloned whom at which epoch, and what explore did."""
+    changes = event.get("changes") or {}
+    resampled = sum(1 for c in changes.values() if c[2] == "resample")
+    score = f" ({METRIC} {cloned_score:.4f})" if isinstance(cloned_score, (int, float)) else ""
+    what = (f"{len(changes)} value(s) changed: {resampled} resampled, {len(changes) - resampled} shifted"
+            if changes else "no value changed")
+    return (f"  epoch {event['epoch']}: member {event['member']} continues from {event['cloned']}{score}, "
+            f"weights and policy; explore: {what}")
 
 
 def _key(event: dict) -> tuple:

@@ -480,8 +480,8 @@ def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> No
     """Give a restored ``tune.Tuner`` this driver's progress display.
 
     ``Tuner.restore`` brings back the run configuration -- its callbacks included -- from the
-    pickled ``tuner.pkl``, where :class:`autoaug.search.progress.ProgressCallback` was stored
-    without its display (a terminal display belongs to one driver). Uses the private
+    pickled ``tuner.pkl``, where :class:`autoaug.search.progress.ProgressCallback` (and any
+    callback with a ``display``, as PBA's event log) was stored without its display (a terminal display belongs to one driver). Uses the private
     ``Tuner._local_tuner`` (its ``get_run_config()``); a tuner without one (Ray Client) keeps
     the callbacks as restored, which print plain lines.
     """
@@ -493,8 +493,9 @@ def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> No
     run_config = local.get_run_config()
     callbacks = list(run_config.callbacks or [])
     found = [cb for cb in callbacks if isinstance(cb, ProgressCallback)]
-    for cb in found:
-        cb.display = display
+    for cb in callbacks:  # the progress lines, and any other callback that prints (PBA's EventLog)
+        if hasattr(cb, "display"):
+            cb.display = display
     if not found:  # the original driver ran without one
         callbacks.append(ProgressCallback(num_trials, epochs, display=display))
         run_config.callbacks = callbacks

@@ -230,6 +230,8 @@ def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_p
     for e in events:
         assert e["member"] in members and e["cloned"] in members and e["member"] != e["cloned"]
         assert 1 <= e["epoch"] < 4
+        # said as it happened: the only sign of the evolution in a log before the members finish
+        assert f"epoch {e['epoch']}: member {e['member']} continues from {e['cloned']}" in out
     # The best member's lineage is among the population's events, and makes its schedule's stages.
     key = lambda e: (e["epoch"], e["member"], e["policy_hash"])  # noqa: E731
     assert {key(e) for e in method["lineage"]} <= {key(e) for e in events}
@@ -311,3 +313,16 @@ def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_be
     assert method["best_member"] == max(scored, key=lambda t: t["score"])["trial_id"]
     assert Schedule.from_dict(method["schedule"]).final.content_hash == policy.content_hash
     assert prov["budget"]["trials"]["scored"] == len(scored)
+
+
+def test_an_event_is_said_in_one_line_with_what_explore_changed():
+    from autoaug.search.pba_tune import describe_event
+
+    event = {"epoch": 16, "member": "a_00004", "cloned": "a_00007",
+             "changes": {"sp0_op0_mag": [6, 9, "+3"], "sp1_op1_prob": [0.2, 0.6, "resample"],
+                         "sp2_op0_type": ["Rotate", "Color", "resample"]}}
+    line = describe_event(event, 0.5612)
+    assert line.strip() == ("epoch 16: member a_00004 continues from a_00007 (search_score 0.5612), weights and "
+                            "policy; explore: 3 value(s) changed: 2 resampled, 1 shifted")
+    assert "no value changed" in describe_event({**event, "changes": {}}) and "(search_score" not in \
+        describe_event(event)

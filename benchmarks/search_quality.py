@@ -20,8 +20,8 @@ every finished training run; each stage's wall time is recorded in ``timings.jso
    validation accuracy (the search objective) and the evaluation regime's test accuracy.
 4. **report** -- ``results.md`` (mean, std, 95% CI, rank; the found policy's paired difference to
    each baseline, paired by seed, with its 95% CI), ``quality.png``, ``quality.json``, the search's
-   provenance (``search_result.json``), the found policy (``found_policy.json``) and the
-   commands, in ``--out`` (default ``benchmarks/results/search-quality-<name>/``).
+   provenance (``search_result.json``), the found policy (``found_policy.json``; a PBA search's
+   schedule also in ``found_schedule.json``) and the commands, in ``--out`` (default ``benchmarks/results/search-quality-<name>/``).
 
 ::
 
@@ -381,7 +381,10 @@ def also_policies(a: argparse.Namespace, work: Path) -> dict[str, Path]:
         found = json.loads(result.read_text())
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{found['stored']['name']}.json"
-        path.write_text(json.dumps(found["policy"], indent=1))
+        # A PBA result is its schedule (the stored policy is only its last stage): the schedule
+        # file is what trains, and what its committed runs' policy hash is.
+        schedule = (found["provenance"].get("method") or {}).get("schedule")
+        path.write_text(json.dumps(schedule or found["policy"], indent=1))
         out[str(path)] = src
     return out
 
@@ -630,6 +633,9 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     (out / "quality.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "search_result.json").write_text(json.dumps(search_result, indent=1))
     (out / "found_policy.json").write_text(json.dumps(search_result["policy"], indent=1))
+    if schedule := (search_result["provenance"].get("method") or {}).get("schedule"):
+        # what a PBA search found (found_policy.json is its last stage): `autoaug policies import` takes it
+        (out / "found_schedule.json").write_text(json.dumps(schedule, indent=1))
     for name in ("results.md", "runs.csv", "comparison.png", "per_class.csv", "per_class.png"):
         src = work / "eval" / name
         if src.exists():

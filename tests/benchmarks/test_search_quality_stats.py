@@ -199,3 +199,36 @@ def test_the_rebased_rows_runs_are_imported_like_any_policy_of_the_comparison(sq
     a = argparse.Namespace(data=str(cifar_dir))
     assert sq.import_runs(a, csv_path, work / "eval", ["--preset", "eval-cpu"]) == 0  # not a baseline
     assert sq.import_runs(a, csv_path, work / "eval", ["--preset", "eval-cpu"], [rebased]) == 2
+
+
+def test_also_a_pba_result_compares_its_schedule_not_its_last_stage(sq, tmp_path, cifar_dir):
+    """A PBA search stores its schedule's last stage as the version's policy; ``--also`` of its
+    results folder must train the schedule, and reuse the runs that folder recorded of it."""
+    import argparse
+    import csv
+    import json
+
+    from autoaug.launch.compare.candidates import resolve_candidates
+    from autoaug.policies import resolve_policy
+    from autoaug.policies.schedule import Schedule
+
+    first, last = resolve_policy("autoaugment-cifar10"), resolve_policy("autoaugment-svhn")
+    schedule = Schedule("sq-pba", [(0.0, first.with_name("sq-pba")), (0.5, last.with_name("sq-pba"))])
+    folder = tmp_path / "search-quality-pba"
+    folder.mkdir()
+    (folder / "search_result.json").write_text(json.dumps({
+        "policy": json.loads(schedule.final.to_json()), "stored": {"name": "sq-pba"},
+        "provenance": {"method": {"name": "pba", "schedule": schedule.to_dict()}}}))
+    a = argparse.Namespace(data=str(cifar_dir), also=[str(folder)])
+    (path,) = sq.also_policies(a, tmp_path / "work")
+    (candidate,) = resolve_candidates((path,), [], None)
+    assert candidate.policy_hash == schedule.content_hash != schedule.final.content_hash
+    with open(folder / "eval_runs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["run_id", "policy", "policy_hash", "seed", "test_accuracy", "test_loss",
+                                               "val_accuracy", "train_time_s", "node_id", "hostname", "finished_at"])
+        writer.writeheader()
+        writer.writerows({"run_id": "x", "policy": "sq-pba@1", "policy_hash": schedule.content_hash, "seed": s,
+                          "test_accuracy": 0.58, "test_loss": 1.3, "val_accuracy": "", "train_time_s": 250.0,
+                          "node_id": "", "hostname": "vm", "finished_at": "2026-11-25T17:40:01Z"} for s in (0, 1))
+    assert sq.import_runs(a, folder / "eval_runs.csv", tmp_path / "work" / "eval", ["--preset", "eval-cpu"],
+                          [path]) == 2

@@ -95,7 +95,7 @@ def describe_event(event: dict, cloned_score: float | None = None) -> str:
     score = f" ({METRIC} {cloned_score:.4f})" if isinstance(cloned_score, (int, float)) else ""
     what = (f"{len(changes)} value(s) changed: {resampled} resampled, {len(changes) - resampled} shifted"
             if changes else "no value changed")
-    return (f"  epoch {event['epoch']}: member {event['member']} continues from {event['cloned']}{score}, "
+    return (f"epoch {event['epoch']}: member {event['member']} continues from {event['cloned']}{score}, "
             f"weights and policy; explore: {what}")
 
 

@@ -322,7 +322,7 @@ def test_an_event_is_said_in_one_line_with_what_explore_changed():
              "changes": {"sp0_op0_mag": [6, 9, "+3"], "sp1_op1_prob": [0.2, 0.6, "resample"],
                          "sp2_op0_type": ["Rotate", "Color", "resample"]}}
     line = describe_event(event, 0.5612)
-    assert line.strip() == ("epoch 16: member a_00004 continues from a_00007 (search_score 0.5612), weights and "
+    assert line == ("epoch 16: member a_00004 continues from a_00007 (search_score 0.5612), weights and "
                             "policy; explore: 3 value(s) changed: 2 resampled, 1 shifted")
     assert "no value changed" in describe_event({**event, "changes": {}}) and "(search_score" not in \
         describe_event(event)

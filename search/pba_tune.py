@@ -56,6 +56,8 @@ class EventLog(tune.Callback):
     Tune's experiment state; :func:`autoaug.search.reconcile.attach_display` gives a restored one
     the new driver's); None prints plain lines on stdout."""
 
+    takes_display = True  # reconcile.attach_display gives a restored one this driver's display
+
     def __init__(self, storage: str, name: str, display: Any = None) -> None:
         self.storage, self.name, self.display = storage, name, display
 

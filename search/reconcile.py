@@ -493,8 +493,8 @@ def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> No
     run_config = local.get_run_config()
     callbacks = list(run_config.callbacks or [])
     found = [cb for cb in callbacks if isinstance(cb, ProgressCallback)]
-    for cb in callbacks:  # the progress lines, and any other callback that prints (PBA's EventLog)
-        if hasattr(cb, "display"):
+    for cb in callbacks:  # the progress lines, and the callbacks that print through it (PBA's EventLog)
+        if isinstance(cb, ProgressCallback) or getattr(cb, "takes_display", False):
             cb.display = display
     if not found:  # the original driver ran without one
         callbacks.append(ProgressCallback(num_trials, epochs, display=display))

@@ -366,6 +366,12 @@ def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: l
     return written
 
 
+def found_schedule(search_result: dict) -> dict | None:
+    """The schedule a PBA search found (its provenance's ``method.schedule``; the stored policy is
+    only its last stage), or None for a search that found a policy."""
+    return (search_result["provenance"].get("method") or {}).get("schedule")
+
+
 def also_policies(a: argparse.Namespace, work: Path) -> dict[str, Path]:
     """The found policies of earlier results folders (``--also DIR``), written as policy JSON
     files named after their searches (``work/also/<search name>.json``, so their label in the
@@ -383,8 +389,7 @@ def also_policies(a: argparse.Namespace, work: Path) -> dict[str, Path]:
         path = folder / f"{found['stored']['name']}.json"
         # A PBA result is its schedule (the stored policy is only its last stage): the schedule
         # file is what trains, and what its committed runs' policy hash is.
-        schedule = (found["provenance"].get("method") or {}).get("schedule")
-        path.write_text(json.dumps(schedule or found["policy"], indent=1))
+        path.write_text(json.dumps(found_schedule(found) or found["policy"], indent=1))
         out[str(path)] = src
     return out
 
@@ -556,7 +561,7 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     train = compare_cfg["train_config"]
     regime = (f"{train['model']}, {train['train_size']} training images (split seed {train['split_seed']}), "
               f"{train['epochs']} epochs, batch {train['batch_size']}, lr {train['lr']}")
-    schedule = (search_result["provenance"].get("method") or {}).get("schedule")
+    schedule = found_schedule(search_result)
     n_sub = len(search_result["policy"]["sub_policies"])
     if schedule:  # a PBA search: the schedule trains, its last stage is the stored policy
         stages = len(schedule["stages"])
@@ -633,7 +638,7 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     (out / "quality.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "search_result.json").write_text(json.dumps(search_result, indent=1))
     (out / "found_policy.json").write_text(json.dumps(search_result["policy"], indent=1))
-    if schedule := (search_result["provenance"].get("method") or {}).get("schedule"):
+    if schedule is not None:
         # what a PBA search found (found_policy.json is its last stage): `autoaug policies import` takes it
         (out / "found_schedule.json").write_text(json.dumps(schedule, indent=1))
     for name in ("results.md", "runs.csv", "comparison.png", "per_class.csv", "per_class.png"):

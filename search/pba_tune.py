@@ -13,6 +13,7 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 
 from autoaug.search.pba_trial import EVENTS_KEY
+from autoaug.search.progress import say
 from autoaug.search.reconcile import BudgetStop
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
@@ -81,13 +82,7 @@ class EventLog(tune.Callback):
         run.write_json(EVENTS_FILE, events + new)
         scores = {t.trial_id: (t.last_result or {}).get(METRIC) for t in trials}
         for event in new:
-            self._print(describe_event(event, scores.get(event["cloned"])))
-
-    def _print(self, text: str) -> None:
-        if self.display is not None:
-            self.display.log(text)
-        else:
-            print(text, flush=True)
+            say(describe_event(event, scores.get(event["cloned"])), self.display)
 
 
 def describe_event(event: dict, cloned_score: float | None = None) -> str:

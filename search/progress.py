@@ -16,9 +16,18 @@ from ray.tune.progress_reporter import TrialProgressCallback
 
 from autoaug.search.score import METRIC
 
-__all__ = ["ProgressCallback", "TuneTrialLines", "trial_error", "format_exception"]
+__all__ = ["ProgressCallback", "TuneTrialLines", "say", "trial_error", "format_exception"]
 
 _OVERALL = "search"
+
+
+def say(text: str, display: Any = None, stream: str = "stdout") -> None:
+    """One line of a search's output: on the progress display's log (above its bars), or plainly
+    on ``stream`` when there is no display."""
+    if display is not None:
+        display.log(text)
+        return
+    print(text, file=sys.stdout if stream == "stdout" else sys.stderr, flush=True)
 
 
 class ProgressCallback(tune.Callback):
@@ -71,11 +80,7 @@ class ProgressCallback(tune.Callback):
     # -- output ----------------------------------------------------------------------------------
 
     def _print(self, text: str) -> None:
-        if self.display is not None:
-            self.display.log(text)
-            return
-        out = sys.stdout if self.stream == "stdout" else sys.stderr
-        print(text, file=out, flush=True)
+        say(text, self.display, self.stream)
 
     def _status(self) -> str:
         done = len(self._done)

@@ -480,10 +480,11 @@ def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> No
     """Give a restored ``tune.Tuner`` this driver's progress display.
 
     ``Tuner.restore`` brings back the run configuration -- its callbacks included -- from the
-    pickled ``tuner.pkl``, where :class:`autoaug.search.progress.ProgressCallback` (and any
-    callback with a ``display``, as PBA's event log) was stored without its display (a terminal display belongs to one driver). Uses the private
-    ``Tuner._local_tuner`` (its ``get_run_config()``); a tuner without one (Ray Client) keeps
-    the callbacks as restored, which print plain lines.
+    pickled ``tuner.pkl``, where :class:`autoaug.search.progress.ProgressCallback` and the
+    callbacks that print through it (``takes_display``: PBA's event log) were stored without their
+    display (a terminal display belongs to one driver). Uses the private ``Tuner._local_tuner``
+    (its ``get_run_config()``); a tuner without one (Ray Client) keeps the callbacks as restored,
+    which print plain lines.
     """
     from autoaug.search.progress import ProgressCallback
 

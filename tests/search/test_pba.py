@@ -323,6 +323,6 @@ def test_an_event_is_said_in_one_line_with_what_explore_changed():
                          "sp2_op0_type": ["Rotate", "Color", "resample"]}}
     line = describe_event(event, 0.5612)
     assert line == ("epoch 16: member a_00004 continues from a_00007 (search_score 0.5612), weights and "
-                            "policy; explore: 3 value(s) changed: 2 resampled, 1 shifted")
+                    "policy; explore: 3 value(s) changed: 2 resampled, 1 shifted")
     assert "no value changed" in describe_event({**event, "changes": {}}) and "(search_score" not in \
         describe_event(event)

@@ -1,0 +1,52 @@
+"""How far a PBA search's population could tell its members apart (docs/search.md, "What limits
+PBA here"): from a run directory's ``trial_*/result.json`` and ``pba_events.json``, the score gap
+each exploit acted on (the cloned member's score minus the cloner's, at the checkpoint's epoch) and
+the population's spread at a few epochs, in points of the search score.
+
+::
+
+    python benchmarks/pba_population.py runs/search-quality/pba-cpu-eval-cpu/runs/sq-pba-cpu-eval-cpu
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def member_scores(run: Path) -> dict[str, dict[int, float]]:
+    """Each member's first reported score at each epoch (before it cloned another at that epoch)."""
+    scores: dict[str, dict[int, float]] = {}
+    for trial in sorted(run.glob("trial_*")):
+        by_epoch = scores.setdefault(trial.name.split("trial_", 1)[1], {})
+        for line in (trial / "result.json").read_text().splitlines():
+            row = json.loads(line)
+            if row.get("search_score") is not None:
+                by_epoch.setdefault(int(row["epoch"]), float(row["search_score"]))
+    return scores
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("run", type=Path, help="the PBA search's run directory")
+    p.add_argument("--epochs", default="20,40,60,80,100,120", help="epochs at which to give the spread")
+    a = p.parse_args(argv)
+    scores = member_scores(a.run)
+    events = json.loads((a.run / "pba_events.json").read_text())
+    gaps = [100 * (scores[e["cloned"]][e["epoch"]] - scores[e["member"]][e["epoch"]]) for e in events
+            if e["epoch"] in scores.get(e["member"], {}) and e["epoch"] in scores.get(e["cloned"], {})]
+    print(f"{len(events)} exploit/explore events, {len(gaps)} with both scores at the epoch")
+    if gaps:
+        print(f"gap acted on (cloned minus cloner), points: median {statistics.median(gaps):.2f}, "
+              f"range {min(gaps):.2f} to {max(gaps):.2f}")
+    for epoch in (int(x) for x in a.epochs.split(",")):
+        values = [100 * s[epoch] for s in scores.values() if epoch in s]
+        if len(values) >= 2:
+            print(f"epoch {epoch}: {len(values)} members, mean {statistics.mean(values):.2f}, "
+                  f"sd {statistics.stdev(values):.2f}, range {max(values) - min(values):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -382,6 +382,11 @@ def connect(
     """
     import ray
 
+    from autoaug.core.failpoints import runtime_env_vars
+
+    if runtime_env_vars():  # a test's armed failpoints reach every worker (core/failpoints.py)
+        base_env = dict(runtime_env or {})
+        runtime_env = {**base_env, "env_vars": {**base_env.get("env_vars", {}), **runtime_env_vars()}}
     if address is None or (isinstance(address, str) and not address.strip()):
         if os.environ.get("RAY_ADDRESS"):
             # A Ray Job's driver (or a user who exported RAY_ADDRESS): join that cluster as is.

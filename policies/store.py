@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from autoaug.core import failpoints
 from autoaug.core.errors import StoreError, UserInputError
 from autoaug.core.location import Location, delete_quietly, list_dir, storage_error, writing
 from autoaug.policies.names import NAME_RE, NAME_RULE
@@ -627,6 +628,7 @@ class PolicyStore:
                 table = encode_version(policy, name, version, provenance_json, now)
                 with self._fs.open_output_stream(tmp) as sink:
                     pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+                failpoints.hit("store.after_version_write")
                 # Its index entry (the digest of the bytes written) before the version exists: a
                 # published version has one, unless the save is killed in between (the version is
                 # then read from its file).

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 from torch import nn
 
+from autoaug.core import failpoints
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import balanced_accuracy
 from autoaug.proxy_models.models import build_model
@@ -454,6 +455,7 @@ class Learner:
         t_end = time.perf_counter()
         if seen > first_n and t_first is not None and t_end > t_first:
             rate = (seen - first_n) / (t_end - t_first)
+            failpoints.hit("train.mid_epoch")
         else:
             rate = seen / (t_end - t0) if t_end > t0 else float("inf")
         if seen == 0:

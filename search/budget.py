@@ -41,6 +41,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping
 
+from autoaug.core import failpoints
+
 __all__ = ["BUDGET_FILE", "HEARTBEAT_S", "STORE_RESERVE_S", "RUN_OVERHEAD_S", "DURATION_HELP", "parse_duration",
            "format_duration", "Budget", "measured_run_s", "describe_budget"]
 
@@ -182,6 +184,7 @@ class Budget:
             return
         with self._lock:
             self._run.write_json(BUDGET_FILE, self.to_dict())
+        failpoints.hit("budget.after_save")
 
     @contextlib.contextmanager
     def running(self) -> Iterator["Budget"]:

@@ -42,6 +42,7 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
+from autoaug.core import failpoints
 from autoaug.search.score import METRIC
 
 __all__ = ["AUTO", "CALIBRATION_FILE", "CALIBRATION_SEED_OFFSET", "TRANSFER_REFS", "RUN_NOISE", "BASE_STRENGTH", "Calibration",
@@ -204,6 +205,7 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
                 display.log(f"calibration: {key}: {METRIC} {r[METRIC]:.4f} ({r.get('train_time_s') or 0:.0f} s)")
             runs.update(results)
             run.write_json(CALIBRATION_FILE, {"runs": runs})
+            failpoints.hit("calibrate.after_run_saved")
 
         runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
         return _scores(stage, list(policies), seeds, runs)

@@ -12,6 +12,7 @@ from typing import Any
 from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 
+from autoaug.core import failpoints
 from autoaug.search.pba_trial import EVENTS_KEY
 from autoaug.search.progress import say
 from autoaug.search.reconcile import BudgetStop
@@ -70,6 +71,9 @@ class EventLog(tune.Callback):
 
     def _run(self) -> RunDir:
         return RunDir(self.storage, self.name)
+
+    def on_trial_save(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        failpoints.hit("pba.after_member_checkpoint")  # Tune recorded a member's checkpoint (docs/failpoints.md)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         cell = result.get(EVENTS_KEY)

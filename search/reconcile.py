@@ -45,6 +45,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from autoaug.core import failpoints
 from autoaug.core.errors import SearchError
 from autoaug.search.score import METRIC
 from autoaug.search.study import (
@@ -187,6 +188,11 @@ class StudySearch(OptunaSearch):
         self._max_steps = int(max_steps)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self._tell_complete(trial_id, result, error)
+        if not error:  # Tune's saved state holds the trial (StudyGuard.on_trial_complete), the study its end
+            failpoints.hit("search.after_trial_saved")
+
+    def _tell_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
         if trial_id not in self._finished_in_study():
             ot_trial = self._ot_trials.get(trial_id)
             step = (result or {}).get("training_iteration")
@@ -433,6 +439,11 @@ class BudgetStop:
         if result.get(METRIC) is None:  # before the trial's first validation: nothing to rank by
             return TrialScheduler.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+        if METRIC in result and result[METRIC] is None:  # ended (by the budget) before its first validation:
+            result = {k: v for k, v in result.items() if k != METRIC}  # nothing to rank it by (ASHA: float * None)
+        super().on_trial_complete(tune_controller, trial, result)
 
     def choose_trial_to_run(self, tune_controller: Any, *args: Any, **kwargs: Any) -> Any:
         budget = self._budget

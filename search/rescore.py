@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from autoaug.core import failpoints
 from autoaug.policies import Policy
 from autoaug.search.score import METRIC
 
@@ -178,8 +179,13 @@ def rescore_candidates(
     :func:`candidate_scores` averages them.
     """
     runs = [(run_key(c, cfg), c.policy, cfg) for c, cfg in _runs(candidates, config)]
-    return train_runs(runs, config, cached=_upgraded(cached or {}, config), save=save, task_name="autoaug-rescore",
-                      deadline=deadline)
+
+    def saved(results: dict[str, dict[str, Any]]) -> None:
+        save(results)
+        failpoints.hit("rescore.after_run_saved")
+
+    return train_runs(runs, config, cached=_upgraded(cached or {}, config), save=saved if save is not None else None,
+                      task_name="autoaug-rescore", deadline=deadline)
 
 
 def candidate_scores(candidates: Sequence[Candidate], config: Any,

@@ -622,3 +622,56 @@ def test_a_save_killed_before_publishing_leaves_no_index_entry_behind(store, mon
         store.save(make_policy(p=0.2), "x")
     assert sorted(os.listdir(os.path.join(store.root, "x", "_index"))) == ["v000001.json"]
     assert store.versions("x") == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Crashes at a failpoint (autoaug.core.failpoints, docs/failpoints.md)
+
+
+_SAVE = "from autoaug.policies import presets; from autoaug.policies.store import PolicyStore; " \
+        "PolicyStore({root!r}).save(presets.resolve('autoaugment-svhn'), 'x')"
+
+
+def test_a_saver_killed_between_the_parquet_and_its_index_leaves_nothing_visible_and_check_repairs(store, tmp_path):
+    """SIGKILL at ``store.after_version_write``: the version's Parquet is written under its
+    temporary name, its index entry is not; no reader sees a version, ``policies check`` removes
+    what the save left, and the next save works (under the next number: the killed one was issued)."""
+    import signal
+    import subprocess
+    import sys
+
+    from autoaug.core.failpoints import ENV_VAR, FIRED_ENV_VAR
+    from autoaug.launch.cli import main
+
+    store.save(make_policy(p=0.1), "x")
+    env = {**os.environ, ENV_VAR: "store.after_version_write=kill", FIRED_ENV_VAR: str(tmp_path / "fired")}
+    saver = subprocess.run([sys.executable, "-c", _SAVE.format(root=store.root)], env=env, timeout=120)
+    assert saver.returncode == -signal.SIGKILL and (tmp_path / "fired" / "store.after_version_write").is_file()
+    folder = os.path.join(store.root, "x")
+    left = sorted(os.listdir(folder))
+    assert any(n.startswith(".v000002.parquet.tmp-") for n in left) and "v000002.parquet" not in left
+    assert sorted(os.listdir(os.path.join(folder, "_index"))) == ["v000001.json"]  # no index entry for it
+    assert store.versions("x") == [1] and [(s.latest_version, s.num_versions, s.corrupt) for s in store.list()] == [(1, 1, ())]
+    assert store.load("x") == make_policy(p=0.1)
+
+    report = store.check(grace_seconds=0)
+    assert report.verified == ("x@1",) and report.corrupt == ()
+    assert any(".v000002.parquet.tmp-" in r for r in report.removed)
+    assert not [n for n in os.listdir(folder) if ".tmp-" in n]
+    assert store.save(presets.resolve("autoaugment-svhn"), "x") == 3  # 2 was issued to the killed save
+    assert store.load("x@3") == presets.resolve("autoaugment-svhn") and store.versions("x") == [1, 3]
+    assert main(["policies", "check", "--store", store.root]) == 0
+
+
+def test_a_full_disk_between_the_parquet_and_its_index_is_one_error_and_leaves_no_half_written_version(store):
+    from autoaug.core.errors import StorageError
+    from autoaug.core.failpoints import armed
+
+    store.save(make_policy(p=0.1), "x")
+    with armed("store.after_version_write=enospc"), pytest.raises(StorageError) as exc:
+        store.save(make_policy(p=0.2), "x")
+    message = str(exc.value)
+    assert "\n" not in message and "policy store" in message and store.root in message
+    assert [n for n in os.listdir(os.path.join(store.root, "x")) if n.startswith(".v")] == []  # tmp removed
+    assert store.versions("x") == [1] and store.check(grace_seconds=0).removed == ()
+    assert store.save(make_policy(p=0.2), "x") == 3  # the next save works

@@ -1,0 +1,175 @@
+"""Failpoints: named points in the code where a test makes the process die, raise, fill the disk
+or stall, at an exact moment, instead of racing it from outside.
+
+The way storage engines and consensus systems test crashes. A point is one line in the product
+code, ``failpoints.hit("store.after_version_write")``; it does nothing unless a test armed it
+through the environment variable :data:`ENV_VAR`, read once when this module is imported (the
+process start). No flag of ``autoaug`` reaches it. Unarmed, a hit is one global ``None`` check.
+
+The variable holds ``;``-separated entries ``NAME[:N]=ACTION[(ARG)]``::
+
+    AUTOAUG_FAILPOINTS="store.after_version_write=kill;search.after_trial_saved:3=kill"
+
+* ``NAME``: one of :data:`POINTS` (an unknown name is refused when the module is imported);
+* ``N``: the hit of this process on which the point fires (default 1, the first); it fires once;
+* ``ACTION``: ``kill`` (SIGKILL to its own process), ``raise`` (raises ``ARG``, the name of a
+  built-in exception, default :class:`FailpointError`), ``enospc`` (raises
+  ``OSError(ENOSPC)``, as a full disk does), ``stall`` (blocks until the file ``ARG`` exists;
+  without ``ARG``, until the process is killed).
+
+A point fires in whichever process hits it: the search's driver, or a Ray worker (a trial, a
+re-scoring or calibration run) -- :func:`runtime_env_vars` is what :mod:`autoaug.core.ray_session`
+ships to the workers, so an armed spec reaches them on a cluster too. With :data:`FIRED_ENV_VAR`
+naming a folder, a point fires at most once across every process (the first to reach it creates
+``<folder>/<NAME>``, which holds its pid); that is how a test kills one trial among many, and
+how it tells afterwards that the point was reached.
+
+``docs/failpoints.md`` lists the points, where each is, and the crash tests that arm them.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+__all__ = ["ENV_VAR", "FIRED_ENV_VAR", "POINTS", "ACTIONS", "Failpoint", "FailpointError", "parse", "hit",
+           "armed", "runtime_env_vars"]
+
+#: The variable a test arms points with (read once, at import).
+ENV_VAR = "AUTOAUG_FAILPOINTS"
+#: A folder: each point fires at most once across the processes sharing it (a marker file per point).
+FIRED_ENV_VAR = "AUTOAUG_FAILPOINTS_FIRED"
+
+#: Every point, where it is and what it interrupts (docs/failpoints.md says more).
+POINTS: Mapping[str, str] = {
+    "search.after_trial_saved": "driver: a trial ended, Tune's experiment state holding it was written and the Optuna "
+                                "study was told (search.reconcile.StudyGuard / StudySearch)",
+    "pba.after_member_checkpoint": "driver: a PBA member's checkpoint was recorded by Tune "
+                                   "(search.reconcile.StudyGuard's checkpoint hook, on_checkpoint)",
+    "store.after_version_write": "PolicyStore.save: the version's Parquet file written under its temporary name, "
+                                 "before its index entry and its publication (policies.store)",
+    "calibrate.after_run_saved": "driver: a calibration run saved in calibration.json (search.calibrate)",
+    "rescore.after_run_saved": "driver: a re-scoring run saved in rescore.json (search.rescore)",
+    "train.mid_epoch": "any process training a proxy model (a trial's Ray worker): after a training step "
+                       "(proxy_models.train.Learner.train_epoch)",
+    "budget.after_save": "driver: budget.json written with the session's spent time (search.budget.Budget.save)",
+}
+ACTIONS = ("kill", "raise", "enospc", "stall")
+
+_ENTRY = re.compile(r"^(?P<name>[a-z_.]+)(?::(?P<count>\d+))?=(?P<action>[a-z]+)(?:\((?P<arg>[^()]*)\))?$")
+
+
+class FailpointError(RuntimeError):
+    """What ``raise`` raises when it names no exception."""
+
+
+@dataclass(frozen=True)
+class Failpoint:
+    """One armed point: on hit ``count`` of this process, do ``action`` (with ``arg``)."""
+
+    name: str
+    action: str
+    count: int = 1
+    arg: str | None = None
+
+
+def parse(text: str | None) -> dict[str, Failpoint]:
+    """The points armed by ``text`` (:data:`ENV_VAR`'s syntax); ValueError naming a bad entry."""
+    points: dict[str, Failpoint] = {}
+    for entry in (text or "").split(";"):
+        entry = entry.strip()
+        if not entry:
+            continue
+        m = _ENTRY.match(entry)
+        if m is None:
+            raise ValueError(f"{ENV_VAR}: bad entry {entry!r}: expected NAME[:N]=ACTION[(ARG)]")
+        name, action, arg = m.group("name"), m.group("action"), m.group("arg")
+        if name not in POINTS:
+            raise ValueError(f"{ENV_VAR}: unknown failpoint {name!r}: expected one of {', '.join(POINTS)}")
+        if action not in ACTIONS:
+            raise ValueError(f"{ENV_VAR}: unknown action {action!r} of {name}: expected one of {', '.join(ACTIONS)}")
+        count = int(m.group("count") or 1)
+        if count < 1:
+            raise ValueError(f"{ENV_VAR}: the hit of {name} must be 1 or more, got {count}")
+        if action == "raise" and arg and not isinstance(getattr(builtins, arg, None), type):
+            raise ValueError(f"{ENV_VAR}: {name}=raise({arg}): not a built-in exception")
+        points[name] = Failpoint(name, action, count, arg or None)
+    return points
+
+
+_ARMED: dict[str, Failpoint] | None = parse(os.environ.get(ENV_VAR)) or None
+_HITS: dict[str, int] = {}
+_LOCK = threading.Lock()
+
+
+def hit(name: str) -> None:
+    """The point ``name`` is reached: nothing, unless it is armed (then its action, on its hit)."""
+    if _ARMED is None:
+        return
+    point = _ARMED.get(name)
+    if point is None:
+        return
+    with _LOCK:
+        _HITS[name] = n = _HITS.get(name, 0) + 1
+    if n != point.count or not _first_to_fire(name):
+        return
+    _fire(point)
+
+
+def _first_to_fire(name: str) -> bool:
+    folder = os.environ.get(FIRED_ENV_VAR)
+    if not folder:
+        return True
+    os.makedirs(folder, exist_ok=True)
+    try:
+        fd = os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False  # another process fired it
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    return True
+
+
+def _fire(point: Failpoint) -> None:
+    if point.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+        threading.Event().wait()  # (the signal is delivered before this returns)
+    if point.action == "enospc":
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (failpoint {point.name})")
+    if point.action == "raise":
+        cls = getattr(builtins, point.arg) if point.arg else FailpointError
+        raise cls(f"failpoint {point.name}")
+    if point.action == "stall":
+        while point.arg is None or not os.path.exists(point.arg):
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def armed(text: str) -> Iterator[None]:
+    """For a test in this process: the points of ``text`` armed for the block (counts start afresh),
+    as :data:`ENV_VAR` would at start."""
+    global _ARMED
+    saved = _ARMED, dict(_HITS)
+    _ARMED = parse(text) or None
+    _HITS.clear()
+    try:
+        yield
+    finally:
+        _ARMED = saved[0]
+        _HITS.clear()
+        _HITS.update(saved[1])
+
+
+def runtime_env_vars() -> dict[str, str]:
+    """The variables a Ray ``runtime_env`` must carry for the armed points to reach the workers
+    (empty when nothing is armed)."""
+    if not os.environ.get(ENV_VAR):
+        return {}
+    return {k: os.environ[k] for k in (ENV_VAR, FIRED_ENV_VAR) if os.environ.get(k)}

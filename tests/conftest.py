@@ -255,43 +255,66 @@ def in_mount_namespace():
     return run
 
 
+def armed_env(points: str, fired: Path, env: dict | None = None) -> dict:
+    """``env`` (default: this process's) with the failpoints ``points`` armed
+    (``AUTOAUG_FAILPOINTS``, :mod:`autoaug.core.failpoints`), each firing at most once across
+    processes, with its marker file in ``fired``."""
+    from autoaug.core.failpoints import ENV_VAR, FIRED_ENV_VAR
+
+    return {**(os.environ if env is None else env), ENV_VAR: points, FIRED_ENV_VAR: str(fired),
+            "PYTHONUNBUFFERED": "1"}
+
+
 @pytest.fixture
-def kill_driver():
-    """``kill(argv, env, until, timeout) -> lines``: start an ``autoaug`` driver in its own session
-    (its output lines collected as they come), wait until ``until(lines)`` holds, then kill -9 it
-    and every process of its session (the embedded Ray it started). Fails if the driver exits on
-    its own or ``until`` does not hold within ``timeout`` seconds; returns every line it printed."""
+def failpoints_armed(tmp_path):
+    """``failpoints_armed(points, env=None) -> env``: :func:`armed_env` with the markers in
+    ``tmp_path/failpoints``; ``failpoints_armed.fired(name)`` tells whether a point fired."""
+    fired = tmp_path / "failpoints"
+
+    def arm(points: str, env: dict | None = None) -> dict:
+        return armed_env(points, fired, env)
+
+    arm.fired = lambda name: (fired / name).is_file()
+    return arm
+
+
+@pytest.fixture
+def kill_driver(tmp_path):
+    """``kill(argv, env, point, timeout) -> output``: run an ``autoaug`` driver in its own session
+    with the failpoint ``point`` (``NAME[:N]``) armed to ``kill``, and wait for it to end (an
+    event: the process exits); then kill what is left of its session (the embedded Ray it
+    started). Fails unless it died by SIGKILL at that point; returns what it printed."""
     import signal
     import subprocess
     import threading
-    import time
 
-    def kill(argv: list, env: dict, until, timeout: float) -> list:
-        proc = subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
+    fired = tmp_path / "failpoints"
+
+    def kill(argv: list, env: dict, point: str, timeout: float) -> str:
+        name = point.split(":")[0]
+        proc = subprocess.Popen(argv, cwd=REPO, env=armed_env(f"{point}=kill", fired, env), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         lines: list[str] = []
-
-        def read() -> None:
-            for line in proc.stdout:
-                lines.append(line)
-
-        threading.Thread(target=read, daemon=True).start()
+        timed_out = False
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader.start()
         try:
-            deadline = time.time() + timeout
-            while not until(lines):
-                if proc.poll() is not None or time.time() >= deadline:
-                    time.sleep(1)  # let the reader take what the driver wrote before it ended
-                    what = f"exited with {proc.returncode}" if proc.poll() is not None else f"not there in {timeout} s"
-                    raise AssertionError(f"the driver {what} before the kill point:\n" + "".join(lines[-40:]))
-                time.sleep(0.2)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.kill()
+            proc.wait()
         finally:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver
+                os.killpg(proc.pid, signal.SIGKILL)  # leftover Ray processes of the driver's session
             except ProcessLookupError:
                 pass
-        assert proc.returncode == -signal.SIGKILL
-        return lines
+        reader.join(timeout=30)  # every writer of the pipe is gone: it ends
+        out = "".join(lines)
+        assert not timed_out and proc.returncode == -signal.SIGKILL and (fired / name).is_file(), (
+            f"the driver was to die by SIGKILL at the failpoint {point}; it "
+            f"{'did not end in %s s' % timeout if timed_out else 'ended with %s' % proc.returncode} "
+            f"({'reached' if (fired / name).is_file() else 'not reached'}):\n{out[-3000:]}")
+        return out
 
     return kill

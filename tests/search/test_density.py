@@ -8,14 +8,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from autoaug.launch.cli import build_parser, main
 from autoaug.launch.search_cmd import build_search_config
-from autoaug.search.config import DensityConfig, SearchConfig
+from autoaug.search.config import SearchConfig
+from autoaug.search.density import DensityConfig
 
 REPO = Path(__file__).resolve().parents[2]
 # Two folds of 256 images, one epoch: seconds per fold model on a CPU.
@@ -149,14 +149,13 @@ def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, 
             "--folds", "2", "--rounds", "1", "--trials-per-round", "6", "--top-per-round", "2", *TINY, *dirs]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
-    # Kill once both fold models are saved and the first round has scored a candidate.
-    kill_driver(argv, env, lambda lines: any(line.startswith("[") and "] trial " in line for line in lines), 400)
+    # Killed once both fold models are saved and the first round's first candidate is scored and saved.
+    kill_driver(argv, env, "search.after_trial_saved:1", 300)
     assert not (run / "result.json").exists()
     folds = run / "folds"
     saved = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())}
     assert sorted(saved) == ["fold0.json", "fold0.pt", "fold1.json", "fold1.pt"]
 
-    time.sleep(1)
     resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=600, start_new_session=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]

@@ -8,7 +8,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ from autoaug.launch.cli import build_parser, main
 from autoaug.launch.search_cmd import build_search_config
 from autoaug.policies import Policy
 from autoaug.policies.schedule import Schedule
-from autoaug.search.config import PbaConfig, SearchConfig
-from autoaug.search.pba import explore_params, initial_population
+from autoaug.search.config import SearchConfig
+from autoaug.search.pba import PbaConfig, explore_params, initial_population
 from autoaug.search.space import SearchSpace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -250,16 +249,12 @@ def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cif
             "--set", "train.epochs=6", *dirs]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
-    # Kill once every member has checkpointed at least twice (in the middle of the search).
-    def far_enough(lines):
-        trials = list(run.glob("trial_*"))
-        return len(trials) == 4 and all(len(list(t.glob("checkpoint_*"))) >= 2 for t in trials)
-
-    kill_driver(argv, env, far_enough, 500)
+    # Killed once Tune has recorded the population's 6th checkpoint (4 members x 6 epochs: mid-search).
+    kill_driver(argv, env, "pba.after_member_checkpoint:6", 300)
     assert not (run / "result.json").exists()
     before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
+    assert len(before) == 4 and sum(map(len, before.values())) >= 6
 
-    time.sleep(1)
     resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=600, start_new_session=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]

@@ -9,9 +9,10 @@ import copy
 import json
 import math
 import numbers
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-__all__ = ["is_int", "is_number", "deep_merge", "loads_strict", "DuplicateKeyError", "clip", "short_repr"]
+__all__ = ["is_int", "is_number", "deep_merge", "loads_strict", "DuplicateKeyError", "clip", "short_repr", "invalid",
+           "check_keys"]
 
 
 def is_int(x: Any) -> bool:
@@ -22,6 +23,22 @@ def is_int(x: Any) -> bool:
 def is_number(x: Any) -> bool:
     """A finite real number (int or float, Python or NumPy), not a bool."""
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def invalid(owner: Any, name: str, expected: str, *, prefix: str | None = None) -> ValueError:
+    """The one line of a bad setting: ``{prefix}{name}: {value!r} is invalid; expected {expected}``,
+    the value being ``owner``'s attribute ``name``; ``prefix`` defaults to ``{type of owner}.``."""
+    prefix = f"{type(owner).__name__}." if prefix is None else prefix
+    return ValueError(f"{prefix}{name}: {getattr(owner, name)!r} is invalid; expected {expected}")
+
+
+def check_keys(given: Iterable[str], known: Iterable[str], what: str) -> None:
+    """Refuse (``ValueError``, one line) the keys of ``given`` that are not ``known``:
+    ``unknown {what} [...]; expected some of [...]``."""
+    known = set(known)
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; expected some of {sorted(known)}")
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

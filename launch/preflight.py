@@ -268,7 +268,10 @@ def for_search(config: Any, *, say: Any = None) -> Any:
     check_writable(config.store, what="--store")
     checked = check_data(config.train)
     config = config.replace(train=checked.config)
-    if config.rescore and config.method == "train" and config.rescore_val_size is not None:
+    # Re-scoring runs when the method can return two candidates or more (the published policy that
+    # transferred best competes too when the warm start is measured).
+    rescored = config.search_method.max_candidates(config) + (config.warm_start == "auto") >= 2
+    if config.rescore and rescored and config.rescore_val_size is not None:
         from autoaug.proxy_models.data import DatasetError
         from autoaug.proxy_models.splits import config_split
 

@@ -33,25 +33,24 @@ REQUIRES = ("ray", "optuna", "nvidia.dali")
 
 DEFAULT_PRESET = "cpu"
 
-# Flags that define a search and therefore cannot change when resuming one.
+# Flags that define a search and therefore cannot change when resuming one (and every method's own).
 _DEFINING = (
-    "data", "name", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage",
-    "seed", "sampler", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n",
-    "warm_start", "startup_trials", "rescore", "rescore_seeds", "rescore_val_size", "exclude_ops", "sub_policies", "preset", "config", "assignments", "overwrite",
-    "train_size", "val_size", "train_per_class", "image_size", "group_by", "base", "mlflow_uri",
-    "method", "folds", "rounds", "trials_per_round", "top_per_round", "objective", "time_budget",
+    "data", "name", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage", "seed", "sampler",
+    "max_failures", "warm_start", "startup_trials", "rescore", "rescore_seeds", "rescore_val_size", "exclude_ops",
+    "sub_policies", "preset", "config", "assignments", "overwrite", "train_size", "val_size", "train_per_class",
+    "image_size", "group_by", "base", "mlflow_uri", "method", "time_budget",
 )  # fmt: skip
+
+
+def _defining() -> tuple[str, ...]:
+    return (*_DEFINING, *(opt.dest for opt in _method_options()))
 
 
 def build_search_config(args: argparse.Namespace):
     """The :class:`autoaug.search.config.SearchConfig` the flags, the YAML file and the preset describe."""
-    import dataclasses
-
     from autoaug.search.config import SEARCH_PRESETS, SearchConfig
-    from autoaug.search.train_method import TrainMethodConfig
 
-    own = {f.name for f in dataclasses.fields(SearchConfig)} | set(TrainMethodConfig.KEYS) | {"data", "preset"}
-    merged = layered(args, OPTIONS, own=own)  # --set epochs=2: train.epochs
+    merged = layered(args, _options(), own=SearchConfig.config_keys())  # --set epochs=2: train.epochs
     preset = args.preset or merged.pop("preset", None) or DEFAULT_PRESET
     merged.pop("preset", None)
     if preset not in SEARCH_PRESETS:
@@ -70,7 +69,7 @@ def _describe(config, address: str | None) -> str:
 
     concurrency = config.concurrency or "as resources allow"
     startup = "" if config.startup_trials is None else f", {config.startup_trials} startup trials"
-    studies = f"{config.name}.f*-r*" if config.method == "density" else config.name
+    studies = config.search_method.optuna_studies(config)  # None: the method uses no study
     return "\n".join([
         f"search {config.name}: concurrency {concurrency}, {config.cpus_per_trial:g} CPU + "
         f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed}{startup})",
@@ -78,8 +77,8 @@ def _describe(config, address: str | None) -> str:
         f"  space: {config.space.describe()}",
         f"  {_start_line(config)}",
         f"  run directory: {RunDir(config.storage, config.name).uri}",
-        f"  Optuna {'studies' if config.method == 'density' else 'study'}: {studies} in {study_url(config)}",
-    ][: None if config.method != "pba" else -1])  # fmt: skip  (PBA has no study: PBT proposes)
+        *([f"  Optuna {studies} in {study_url(config)}"] if studies is not None else []),
+    ])  # fmt: skip
 
 
 def _start_line(config) -> str:
@@ -119,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quiet and args.json:
         raise UserInputError("--quiet and --json: give one (--json prints only the result, as JSON)")
     if args.resume:
-        given = [d for d in _DEFINING if getattr(args, d, None) not in (None, False, [])]
+        given = [d for d in _defining() if getattr(args, d, None) not in (None, False, [])]
         if given:
             flags = ", ".join("--" + d.replace("_", "-").replace("assignments", "set") for d in given)
             raise UserInputError(
@@ -252,89 +251,91 @@ def _method_help() -> str:
     return "; ".join(f"{name}: {m.help}" for name, m in METHODS.items())
 
 
-#: Every option of ``autoaug search``, with the key of the nested search configuration it sets
-#: (see :class:`autoaug.search.config.SearchConfig`).
-OPTIONS: tuple[Option, ...] = (
-    option("--data", key="data", kind="path", group="what", metavar="PATH",
-           help="training data: Parquet file/folder, ImageFolder, cifar10:ROOT or a URI"),
-    option("--preset", group="what", choices=_choices("SEARCH_PRESETS"), help=f"starting configuration (default {DEFAULT_PRESET})"),
-    CONFIG,
-    SET,
-    option("--name", key="name", group="what",
-           help="run name: run directory, Optuna study and stored policy name (default: search-DATE-TIME)"),
-    option("--num-trials", key="num_trials", group="what", type=int, metavar="N", help="number of candidate policies to train"),
-    option("--seed", key=lambda v: {"seed": v, "train": {"seed": v}}, group="what", type=int,
-           help="seed of the sampler and of every trial's model init / data order"),
-    option("--sampler", key="sampler", group="what", choices=_choices("SAMPLERS"),
-           help="Optuna sampler (default tpe: multivariate TPE)"),
-    option("--startup-trials", key="startup_trials", group="what", type=int, metavar="N",
-           help="tpe/gp/cmaes propose at random until N trials (warm start included) have finished"),
-    option("--exclude-ops", key=lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
-           group="what", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert"),
-    option("--sub-policies", key="space.num_sub_policies", group="what", type=int, metavar="K",
-           help="sub-policies per candidate (default 5)"),
-    *split_size_options("train.", group="what"),
-    per_class_option("train.", group="what"),
-    image_size_option("train.", group="what"),
-    group_by_option("train.", group="what"),
-    base_option("or auto (the cpu preset's default): the proxy trained with each base alone before the search; of "
-                "the best and the bases within the noise of it, the one that augments most (docs/search.md, "
-                "\"Searching your own dataset\")", group="what", auto=True),
-    *warm_start_options(group="what"),
-    option("--top-n", key="top_n", group="what", type=int, metavar="N",
-           help="best trials concatenated into the final policy (default 5)"),
-    option("--no-rescore", key="rescore", group="what", dest="rescore", action="store_const", const=False,
-           help="store the assembled policy without re-scoring the final candidates under the proxy"),
-    option("--rescore-seeds", key=lambda v: {"rescore": True, "rescore_seeds": v}, group="what", type=int, metavar="N",
-           help="re-score each final candidate with N proxy runs (fresh seeds) and store the best mean"),
-    option("--rescore-val-size", key="rescore_val_size", group="what", type=int, metavar="N",
-           help="validation images of the re-scoring runs (default: the proxy's --val-size)"),
-    option("--method", key="method", group="method", choices=_choices("METHODS"), help=_method_help()),
-    option("--folds", key="density.folds", group="method", type=int, metavar="K",
-           help="density: stratified folds / fold models (default 5)"),
-    option("--rounds", key="density.rounds", group="method", type=int, metavar="T",
-           help="density: search rounds per fold (default 2)"),
-    option("--trials-per-round", key="density.trials_per_round", group="method", type=int, metavar="B",
-           help="density: candidates scored per round (default 200)"),
-    option("--top-per-round", key="density.top_per_round", group="method", type=int, metavar="N",
-           help="density: best candidates of each round merged into the final policy (default 10)"),
-    option("--objective", key="density.objective", group="method", choices=_choices("DENSITY_OBJECTIVES"),
-           help="density: maximise the fold model's accuracy or minus its loss on the augmented fold"),
-    option("--concurrency", key=lambda v: {"concurrency": v or None}, group="how", type=int, metavar="N",
-           help="trials at once (0: as many as resources allow)"),
-    option("--cpus-per-trial", key="cpus_per_trial", group="how", type=float, metavar="C", help="CPUs reserved per trial"),
-    option("--gpus-per-trial", key="gpus_per_trial", group="how", type=float, metavar="G",
-           help="GPUs per trial; fractions share a GPU (0.25)"),
-    option("--no-early-stopping", key="early_stopping", group="how", dest="early_stopping", action="store_const",
-           const=False, help="run every trial for all epochs (no ASHA)"),
-    option("--grace-period", key="grace_period", group="how", type=int, metavar="EPOCHS",
-           help="ASHA: epochs before a trial can be stopped"),
-    option("--reduction-factor", key="reduction_factor", group="how", type=float, metavar="ETA", help="ASHA reduction factor"),
-    option("--max-failures", key="max_failures", group="how", type=int, metavar="N", help="retries of a trial that raises"),
-    option("--time-budget", key="time_budget_s", group="how", metavar="DURATION",
-           help="wall-time budget of the whole search (calibration, trials, re-scoring, storing; a resume continues "
-                "with what is left), e.g. 30m; also 1h30m, 90s or seconds. Trials stop when what is left is what "
-                "re-scoring and storing need; no preset sets one"),
-    option("--address", group="how", metavar="ADDR",
-           help="Ray cluster to use (ray://head:10001 or auto); default: start an embedded local Ray"),
-    option("--storage", key="storage", kind="path", group="where", metavar="DIR|URI",
-           help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)"),
-    option("--store", key="store", kind="path", group="where", metavar="URI",
-           help="policy store (default $AUTOAUG_STORE or ~/.autoaug/policies)"),
-    option("--optuna-storage", key="optuna_storage", group="where", metavar="URL",
-           help="Optuna storage URL (default: SQLite optuna.db in the run directory)"),
-    option("--mlflow-uri", key="mlflow_uri", group="where", metavar="URI",
-           help="also log every trial to MLflow at this tracking URI (folder, file://, sqlite://, http://); "
-                "TensorBoard event files are always in the run directory"),
-    option("--overwrite", group="where", action="store_true", default=None,
-           help="delete an existing run of the same name first"),
-    option("--resume", group="again", metavar="NAME", help="continue the search NAME after an interruption or crash"),
-    option("--resume-errored", group="again", action="store_true", help="with --resume: also retry trials that had failed"),
-    option("-q", "--quiet", group="output", action="store_true", help="no progress, only the result"),
-    option("-v", "--verbose", key="verbose", group="output", action="store_const", const=2,
-           help="also Ray's and Tune's own output: banners, warnings, status table, the trials' logs"),
-    dataclasses.replace(JSON, group="output"),
-)
+def _method_options() -> tuple[Option, ...]:
+    """The flags the registered methods declare (:class:`autoaug.search.method.OptionSpec`)."""
+    from autoaug.search.config import METHODS
+
+    return tuple(option(spec.flag, key=spec.key, group=spec.group, help=spec.help, **spec.argparse)
+                 for m in METHODS.values() for spec in m.options)
+
+
+def _options() -> tuple[Option, ...]:
+    """Every option of ``autoaug search``: the shared ones, then the registered methods' own."""
+    return (*_shared(), *_method_options())
+
+
+def _shared() -> tuple[Option, ...]:
+    """The options of ``autoaug search`` every method shares, with the key of the nested search
+    configuration each sets (see :class:`autoaug.search.config.SearchConfig`); the presets and
+    methods offered are those registered when the parser is built."""
+    return (
+        option("--data", key="data", kind="path", group="what", metavar="PATH",
+               help="training data: Parquet file/folder, ImageFolder, cifar10:ROOT or a URI"),
+        option("--preset", group="what", choices=_choices("SEARCH_PRESETS"), help=f"starting configuration (default {DEFAULT_PRESET})"),
+        CONFIG,
+        SET,
+        option("--name", key="name", group="what",
+               help="run name: run directory, Optuna study and stored policy name (default: search-DATE-TIME)"),
+        option("--seed", key=lambda v: {"seed": v, "train": {"seed": v}}, group="what", type=int,
+               help="seed of the sampler and of every trial's model init / data order"),
+        option("--sampler", key="sampler", group="what", choices=_choices("SAMPLERS"),
+               help="Optuna sampler (default tpe: multivariate TPE)"),
+        option("--startup-trials", key="startup_trials", group="what", type=int, metavar="N",
+               help="tpe/gp/cmaes propose at random until N trials (warm start included) have finished"),
+        option("--exclude-ops", key=lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
+               group="what", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert"),
+        option("--sub-policies", key="space.num_sub_policies", group="what", type=int, metavar="K",
+               help="sub-policies per candidate (default 5)"),
+        *split_size_options("train.", group="what"),
+        per_class_option("train.", group="what"),
+        image_size_option("train.", group="what"),
+        group_by_option("train.", group="what"),
+        base_option("or auto (the cpu preset's default): the proxy trained with each base alone before the search; of "
+                    "the best and the bases within the noise of it, the one that augments most (docs/search.md, "
+                    "\"Searching your own dataset\")", group="what", auto=True),
+        *warm_start_options(group="what"),
+        option("--no-rescore", key="rescore", group="what", dest="rescore", action="store_const", const=False,
+               help="store the assembled policy without re-scoring the final candidates under the proxy"),
+        option("--rescore-seeds", key=lambda v: {"rescore": True, "rescore_seeds": v}, group="what", type=int, metavar="N",
+               help="re-score each final candidate with N proxy runs (fresh seeds) and store the best mean"),
+        option("--rescore-val-size", key="rescore_val_size", group="what", type=int, metavar="N",
+               help="validation images of the re-scoring runs (default: the proxy's --val-size)"),
+        option("--method", key="method", group="method", choices=_choices("METHODS"), help=_method_help()),
+        option("--concurrency", key=lambda v: {"concurrency": v or None}, group="how", type=int, metavar="N",
+               help="trials at once (0: as many as resources allow)"),
+        option("--cpus-per-trial", key="cpus_per_trial", group="how", type=float, metavar="C", help="CPUs reserved per trial"),
+        option("--gpus-per-trial", key="gpus_per_trial", group="how", type=float, metavar="G",
+               help="GPUs per trial; fractions share a GPU (0.25)"),
+        option("--max-failures", key="max_failures", group="how", type=int, metavar="N", help="retries of a trial that raises"),
+        option("--time-budget", key="time_budget_s", group="how", metavar="DURATION",
+               help="wall-time budget of the whole search (calibration, trials, re-scoring, storing; a resume continues "
+                    "with what is left), e.g. 30m; also 1h30m, 90s or seconds. Trials stop when what is left is what "
+                    "re-scoring and storing need; no preset sets one"),
+        option("--address", group="how", metavar="ADDR",
+               help="Ray cluster to use (ray://head:10001 or auto); default: start an embedded local Ray"),
+        option("--storage", key="storage", kind="path", group="where", metavar="DIR|URI",
+               help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)"),
+        option("--store", key="store", kind="path", group="where", metavar="URI",
+               help="policy store (default $AUTOAUG_STORE or ~/.autoaug/policies)"),
+        option("--optuna-storage", key="optuna_storage", group="where", metavar="URL",
+               help="Optuna storage URL (default: SQLite optuna.db in the run directory)"),
+        option("--mlflow-uri", key="mlflow_uri", group="where", metavar="URI",
+               help="also log every trial to MLflow at this tracking URI (folder, file://, sqlite://, http://); "
+                    "TensorBoard event files are always in the run directory"),
+        option("--overwrite", group="where", action="store_true", default=None,
+               help="delete an existing run of the same name first"),
+        option("--resume", group="again", metavar="NAME", help="continue the search NAME after an interruption or crash"),
+        option("--resume-errored", group="again", action="store_true", help="with --resume: also retry trials that had failed"),
+        option("-q", "--quiet", group="output", action="store_true", help="no progress, only the result"),
+        option("-v", "--verbose", key="verbose", group="output", action="store_const", const=2,
+               help="also Ray's and Tune's own output: banners, warnings, status table, the trials' logs"),
+        dataclasses.replace(JSON, group="output"),
+    )
+
+
+#: Every option of ``autoaug search``: the shared ones and the built-in methods' (a parser built
+#: after another method was registered has that one's too: :func:`_options`).
+OPTIONS: tuple[Option, ...] = _options()
 _GROUPS = {"what": "what to search", "method": "search method", "how": "how to run it", "where": "where results go", "again": "resuming",
            "output": "output"}
 
@@ -350,5 +351,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Layers: --preset, then --config FILE, then --set KEY=VALUE, then the flags below."
         ),
     )
-    add_options(p, OPTIONS, _GROUPS)
+    add_options(p, _options(), _GROUPS)
     p.set_defaults(func=run)

@@ -18,34 +18,27 @@ import dataclasses
 import importlib.util
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from autoaug.core.values import deep_merge, is_int, is_number
+import autoaug.search.methods  # noqa: F401  (registers the built-in methods in METHODS)
+from autoaug.core.values import check_keys, deep_merge, invalid, is_int, is_number
 from autoaug.policies.bases import NAMES as BASE_NAMES
 from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.reference import looks_like_path
-from autoaug.search import density, pba, train_method
 from autoaug.search.budget import DURATION_HELP, parse_duration
-from autoaug.search.density import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.loggers import check_mlflow_uri
-from autoaug.search.method import Method
-from autoaug.search.pba import PbaConfig
+from autoaug.search.method import METHODS, Method, MethodSettings, default_method
 from autoaug.search.rescore import RESCORE_SEED_OFFSET
 from autoaug.search.run_dir import RUNS_ENV_VAR, default_runs_root, default_search_name
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.space import SearchSpace
 from autoaug.search.study import SAMPLERS, model_samplers
-from autoaug.search.train_method import TrainMethodConfig
 from autoaug.search.calibrate import AUTO
 from autoaug.search.warm_start import warm_start_policies
 
 __all__ = [
     "SearchConfig",
-    "TrainMethodConfig",
-    "DensityConfig",
-    "PbaConfig",
     "METHODS",
-    "DENSITY_OBJECTIVES",
     "SEARCH_PRESETS",
     "METRIC",
     "MODE",
@@ -55,28 +48,20 @@ __all__ = [
     "deep_merge",
 ]
 
-#: The search methods, by the name ``--method`` / ``method:`` takes (the first is the default):
-#: each implements :class:`autoaug.search.method.Method` and keeps its settings in the
-#: ``SearchConfig`` field its settings class names (``FIELD``).
-METHODS: Mapping[str, Method] = {m.name: m for m in (train_method.METHOD, density.METHOD, pba.METHOD)}
-
-#: Named starting points; YAML files and flags override them field by field.
-SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
-    # Plumbing check in about a minute on 2 CPU cores: 4 trials of the trainer's smoke preset.
+#: The presets every method runs: the shared settings; each method's settings in each are its
+#: own (``MethodSettings.PRESETS``), and a method may add presets of its own (``Method.presets``).
+_SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
+    # Plumbing check in about a minute on 2 CPU cores, with any method: the trainer's smoke preset.
     "smoke": {
         "train": {"preset": "smoke"},
-        "num_trials": 4, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
-        "grace_period": 1, "reduction_factor": 2,
+        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
     },
     # A real, small search on a CPU machine (33-42 minutes measured on 2 idle cores): the trainer's
     # proxy-cpu preset (ResNet-8, 1,000 images, 120 epochs: long training on few images, where
     # augmentation pays off, so the proxy ranks policies like the evaluation regime does).
-    # 28 trials; ASHA ranks them at epochs 20 and 60 by the mean validation accuracy of their
-    # last 5 epochs (one epoch's accuracy at lr 0.15 is too noisy to rank by) and keeps a third
-    # at each rung: 40 epochs per trial in ASHA's steady state (41-54 measured: the first trials
-    # to reach a rung are promoted against few peers), about the trial epochs of 16 trials cut at
-    # epoch 40, spread over almost twice the candidates (measured against that 16-trial search
-    # over search seeds: docs/search.md, "Does the search win?").
+    # Candidates are ranked by the mean validation accuracy of their last 5 epochs (one epoch's
+    # accuracy at lr 0.15 is too noisy to rank by); the training method's 28 trials and their
+    # ASHA rungs are its own settings (TrainMethodConfig.PRESETS).
     # Before the trials, the proxy is trained with each base alone and with each published policy
     # on the best base (8 runs: search/calibrate.py); every candidate then trains on that base and
     # the first 5 trials are the sub-policies of the published policy that transferred best. The
@@ -90,42 +75,46 @@ SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # calibration runs fit too (benchmarks/results/trial-throughput; docs/search.md, "Time budget").
     "cpu": {
         "train": {"preset": "proxy-cpu"},
-        "num_trials": 28, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
-        "grace_period": 20, "reduction_factor": 3, "top_n": 5, "score_window": 5,
+        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "score_window": 5,
         "warm_start": "auto", "base": "auto", "rescore": True, "time_budget_s": 1800,
     },
-    # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU
-    # as PBA did; ASHA cuts the weak candidates at epochs 15 and 45.
+    # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU.
     "paper": {
         "train": {"preset": "paper"},
-        "num_trials": 200, "concurrency": 8, "cpus_per_trial": 2, "gpus_per_trial": 0.25,
-        "grace_period": 15, "reduction_factor": 3, "warm_start": "auto", "base": "auto",
-    },
-    # Density matching (Fast AutoAugment) on a CPU: K=5 fold models of the proxy-cpu recipe on
-    # the 1,000-image search split, then T=2 rounds of B=200 scoring trials per fold, the top 10
-    # of each round merged (docs/search.md, "Two methods").
-    "density-cpu": {
-        "method": "density",
-        "train": {"preset": "proxy-cpu"},
-        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "base": "auto",
-        "density": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
-    },
-    # Population Based Augmentation on a CPU, at most 1 CPU-hour (about 25 minutes on 2 cores):
-    # 8 members of the proxy-cpu recipe (one 120-epoch run: 2.5-4 min on one core, so 20-32
-    # CPU-minutes of training) perturbed every 4 epochs (30 rounds; each costs a member a pause and
-    # a pipeline rebuild of 1-2 s: 4-8 CPU-minutes more); PBA's quantile 0.25 and resample
-    # probability 0.2; ranked on the mean validation accuracy of the last 3 epochs (mostly the
-    # current policy's). The base is measured first, as in every CPU preset (3 proxy runs, about
-    # 7 minutes on 2 cores: on traffic signs the flip of `standard` costs more than any policy
-    # finds); no transfer warm start (5 proxy runs more; PBA starts from random policies) and no
-    # re-scoring (one schedule): docs/search.md, "Population Based Augmentation".
-    "pba-cpu": {
-        "method": "pba",
-        "train": {"preset": "proxy-cpu"},
-        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "score_window": 3, "base": "auto",
-        "pba": {"population": 8, "perturbation_interval": 4, "quantile": 0.25, "resample_probability": 0.2},
+        "concurrency": 8, "cpus_per_trial": 2, "gpus_per_trial": 0.25, "warm_start": "auto", "base": "auto",
     },
 }  # fmt: skip
+
+
+class _Presets(Mapping[str, Mapping[str, Any]]):
+    """:data:`SEARCH_PRESETS`: the shared presets, then the methods' own, each with every
+    registered method's settings for it (read when asked: a method registered later is in)."""
+
+    def _names(self) -> list[str]:
+        own = [name for m in METHODS.values() for name in m.presets]
+        return list(_SHARED_PRESETS) + [n for n in own if n not in _SHARED_PRESETS]
+
+    def __getitem__(self, name: str) -> Mapping[str, Any]:
+        if name in _SHARED_PRESETS:
+            preset = dict(_SHARED_PRESETS[name])
+        else:
+            owner = next((m for m in METHODS.values() if name in m.presets), None)
+            if owner is None:
+                raise KeyError(name)
+            preset = {**owner.presets[name], "method": owner.name}
+        for m in METHODS.values():
+            preset = deep_merge(preset, m.settings.preset(name))
+        return preset
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+#: Named starting points; YAML files and flags override them field by field.
+SEARCH_PRESETS: Mapping[str, Mapping[str, Any]] = _Presets()
 
 
 def _absolute_if_file(ref: str) -> str:
@@ -153,27 +142,17 @@ def _train_config(value: Any) -> Any:
     return TrainConfig.from_preset(preset, **overrides)
 
 
-#: The order of the keys of a configuration's dict form (``to_dict``, ``search_config.json``):
-#: the training method's settings are top-level keys, as they were before methods had their own.
-_DICT_ORDER = (
-    "name", "train", "space", "num_trials", "concurrency", "cpus_per_trial", "gpus_per_trial", "sampler", "seed",
-    "startup_trials", "early_stopping", "grace_period", "reduction_factor", "max_failures", "top_n", "score_window",
-    "warm_start", "base", "calibration_seeds", "base_extra_seeds", "rescore", "rescore_seeds", "rescore_val_size", "time_budget_s",
-    "storage", "optuna_storage", "store",
-    "reuse_actors", "mlflow_uri", "verbose", "method", "density", "pba",
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SearchConfig:
     """Everything that defines a search (saved as ``search_config.json`` in its run directory).
 
     The fields shared by every method are below; each method's own settings are a frozen
-    dataclass of their own (``train_method``: :class:`~autoaug.search.train_method.TrainMethodConfig`,
-    ``density``: :class:`~autoaug.search.density.DensityConfig`), checked by the method
-    (:data:`METHODS`). In the dict form (files, ``--set``) the training method's settings are
-    top-level keys (``num_trials``, ``early_stopping``, ``grace_period``, ``reduction_factor``,
-    ``top_n``) and the density method's a ``density`` section.
+    dataclass of their own (:class:`~autoaug.search.method.MethodSettings`), checked by the
+    method (:data:`METHODS`). Every registered method's settings are held (``settings``, by
+    method name) and read as the attribute their class names (``config.pba``); the constructor
+    takes them under that name too (``SearchConfig(..., pba={"population": 4})``). In the dict
+    form (files, ``--set``) each method's settings are a section (``pba: {population: 4}``) or,
+    for the training method, top-level keys (``num_trials``), as they always were.
 
     Args:
         name: run name: the run directory ``{storage}/{name}``, the Optuna study and the stored
@@ -228,8 +207,8 @@ class SearchConfig:
             None: no MLflow logging (TensorBoard event files are always written).
         verbose: 0 silent, 1 one line per finished trial, 2 also Ray Tune's status table and
             the trials' own output.
-        method: one of :data:`METHODS` (``train``, ``density``, ``pba``).
-        train_method / density / pba: the methods' settings.
+        method: one of :data:`METHODS` (default: the first registered).
+        settings: every method's settings, by method name (a method left out: its defaults).
     """
 
     name: str
@@ -257,50 +236,83 @@ class SearchConfig:
     reuse_actors: bool = True
     mlflow_uri: str | None = None
     verbose: int = 1
-    method: str = "train"
-    train_method: Any = field(default_factory=TrainMethodConfig)
-    density: Any = field(default_factory=DensityConfig)
-    pba: Any = field(default_factory=PbaConfig)
+    method: str = field(default_factory=default_method)
+    settings: Mapping[str, MethodSettings] = field(default_factory=dict, hash=False)
+
+    def __init__(self, **values: Any) -> None:
+        """The fields by keyword; a method's settings also under their attribute name
+        (``pba={...}``, ``train_method=TrainMethodConfig(...)``)."""
+        settings = dict(values.pop("settings", None) or {})
+        for m in METHODS.values():
+            if m.settings.FIELD in values:
+                settings[m.name] = values.pop(m.settings.FIELD)
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        unexpected = sorted(set(values) - set(fields))
+        if unexpected:
+            raise TypeError(f"SearchConfig() got unexpected keyword argument(s) {unexpected}")
+        values["settings"] = settings
+        for f in fields.values():
+            if f.name in values:
+                value = values[f.name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                raise TypeError(f"SearchConfig() missing required argument {f.name!r}")
+            object.__setattr__(self, f.name, value)
+        self.__post_init__()
+
+    def __getattr__(self, name: str) -> Any:
+        """A method's settings by their attribute name (``config.density``)."""
+        if not name.startswith("_"):
+            for m in METHODS.values():
+                if m.settings.FIELD == name:
+                    return self.settings_of(m)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def settings_of(self, method: Method) -> Any:
+        """``method``'s settings in this search (its defaults if it was registered after this
+        configuration was made)."""
+        held = self.__dict__.get("settings") or {}
+        return held[method.name] if method.name in held else method.settings.from_value({})
 
     def __post_init__(self) -> None:
-        def bad(name: str, expected: str) -> ValueError:
-            return ValueError(f"SearchConfig.{name}: {getattr(self, name)!r} is invalid; expected {expected}")
-
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
-            raise bad("name", NAME_RULE)
+            raise invalid(self, "name", NAME_RULE)
         object.__setattr__(self, "train", _train_config(self.train))
         if isinstance(self.space, Mapping):
             object.__setattr__(self, "space", SearchSpace.from_dict(self.space))
         if not isinstance(self.space, SearchSpace):
-            raise bad("space", "a SearchSpace or a mapping of its fields")
+            raise invalid(self, "space", "a SearchSpace or a mapping of its fields")
         if not is_int(self.score_window) or self.score_window < 1:
-            raise bad("score_window", "an integer >= 1")
+            raise invalid(self, "score_window", "an integer >= 1")
         if self.concurrency is not None and (not is_int(self.concurrency) or self.concurrency < 1):
-            raise bad("concurrency", "an integer >= 1, or None (as many as resources allow)")
+            raise invalid(self, "concurrency", "an integer >= 1, or None (as many as resources allow)")
         if not is_number(self.cpus_per_trial) or self.cpus_per_trial <= 0:
-            raise bad("cpus_per_trial", "a number > 0")
+            raise invalid(self, "cpus_per_trial", "a number > 0")
         if not is_number(self.gpus_per_trial) or self.gpus_per_trial < 0:
-            raise bad("gpus_per_trial", "a number >= 0 (fractions such as 0.25 share a GPU)")
+            raise invalid(self, "gpus_per_trial", "a number >= 0 (fractions such as 0.25 share a GPU)")
         if self.gpus_per_trial > 1 and self.gpus_per_trial != int(self.gpus_per_trial):
-            raise bad("gpus_per_trial", "a fraction <= 1 or a whole number of GPUs")
+            raise invalid(self, "gpus_per_trial", "a fraction <= 1 or a whole number of GPUs")
         if self.sampler not in SAMPLERS:
-            raise bad("sampler", f"one of {list(SAMPLERS)}")
+            raise invalid(self, "sampler", f"one of {list(SAMPLERS)}")
         if not is_int(self.seed) or not 0 <= self.seed < 2**32:
-            raise bad("seed", "an integer in [0, 2**32)")
+            raise invalid(self, "seed", "an integer in [0, 2**32)")
         if self.startup_trials is not None:
             if not is_int(self.startup_trials) or self.startup_trials < 0:
-                raise bad("startup_trials", "an integer >= 0, or None (the sampler's default)")
+                raise invalid(self, "startup_trials", "an integer >= 0, or None (the sampler's default)")
             if not SAMPLERS[self.sampler].models_scores:
-                raise bad("startup_trials", f"unset with sampler {self.sampler!r}, which has no model of the "
+                raise invalid(self, "startup_trials", f"unset with sampler {self.sampler!r}, which has no model of the "
                           f"scores (or one of {model_samplers()})")
         if not is_int(self.max_failures) or self.max_failures < 0:
-            raise bad("max_failures", "an integer >= 0")
+            raise invalid(self, "max_failures", "an integer >= 0")
         if not isinstance(self.storage, str) or not self.storage.strip():
-            raise bad("storage", "a folder or a URI")
+            raise invalid(self, "storage", "a folder or a URI")
         if self.optuna_storage is not None and (
             not isinstance(self.optuna_storage, str) or "://" not in self.optuna_storage
         ):
-            raise bad("optuna_storage", "an Optuna storage URL such as sqlite:////abs/path.db or "
+            raise invalid(self, "optuna_storage", "an Optuna storage URL such as sqlite:////abs/path.db or "
                       "postgresql://user@host/db, or None")  # fmt: skip
         if self.optuna_storage is not None and self.optuna_storage.startswith("sqlite:///"):
             # sqlite:///rel.db is relative to the working directory: pin it, as the storage folder
@@ -308,25 +320,25 @@ class SearchConfig:
             if path and not path.startswith("/") and path != ":memory:":
                 object.__setattr__(self, "optuna_storage", "sqlite:///" + os.path.abspath(os.path.expanduser(path)))
         if self.store is not None and (not isinstance(self.store, str) or not self.store.strip()):
-            raise bad("store", "a policy store folder or URI, or None")
+            raise invalid(self, "store", "a policy store folder or URI, or None")
         if self.mlflow_uri is not None:
             if not isinstance(self.mlflow_uri, str) or not self.mlflow_uri.strip():
-                raise bad("mlflow_uri", "an MLflow tracking URI (a folder, file://, sqlite://, http://) or None")
+                raise invalid(self, "mlflow_uri", "an MLflow tracking URI (a folder, file://, sqlite://, http://) or None")
             if "://" not in self.mlflow_uri and not self.mlflow_uri.startswith("databricks"):
                 object.__setattr__(self, "mlflow_uri", os.path.abspath(os.path.expanduser(self.mlflow_uri)))
         if not isinstance(self.reuse_actors, bool):
-            raise bad("reuse_actors", "true or false")
+            raise invalid(self, "reuse_actors", "true or false")
         if not isinstance(self.rescore, bool):
-            raise bad("rescore", "true or false")
+            raise invalid(self, "rescore", "true or false")
         if not is_int(self.rescore_seeds) or not 1 <= self.rescore_seeds <= 100:
-            raise bad("rescore_seeds", "an integer in [1, 100]")
+            raise invalid(self, "rescore_seeds", "an integer in [1, 100]")
         if self.rescore_val_size is not None and (not is_int(self.rescore_val_size) or self.rescore_val_size < 1):
-            raise bad("rescore_val_size", "an integer >= 1, or None (the proxy's own validation size)")
+            raise invalid(self, "rescore_val_size", "an integer >= 1, or None (the proxy's own validation size)")
         if self.time_budget_s is not None:
             try:
                 object.__setattr__(self, "time_budget_s", parse_duration(self.time_budget_s))
             except ValueError:
-                raise bad("time_budget_s", f"{DURATION_HELP} (--time-budget), above zero, or null (no budget)") from None
+                raise invalid(self, "time_budget_s", f"{DURATION_HELP} (--time-budget), above zero, or null (no budget)") from None
         if isinstance(self.warm_start, str) and self.warm_start.strip().lower() == AUTO:
             object.__setattr__(self, "warm_start", AUTO)
         elif isinstance(self.warm_start, str):
@@ -335,29 +347,31 @@ class SearchConfig:
             if not isinstance(self.warm_start, (list, tuple)) or not all(
                 isinstance(r, str) and r.strip() for r in self.warm_start
             ):
-                raise bad("warm_start", "a list of policy references (presets, policy JSON files, stored versions), "
+                raise invalid(self, "warm_start", "a list of policy references (presets, policy JSON files, stored versions), "
                           "or 'auto' (the published policy that transfers best)")
             if AUTO in (r.strip().lower() for r in self.warm_start):
-                raise bad("warm_start", "'auto' alone (the published policy that transfers best) or policy references")
+                raise invalid(self, "warm_start", "'auto' alone (the published policy that transfers best) or policy references")
             # A policy file named relative to the working directory must still be found when the
             # search is resumed from elsewhere (the configuration is saved in the run directory).
             object.__setattr__(self, "warm_start", tuple(_absolute_if_file(r) for r in self.warm_start))
         if self.base is not None:
             if self.base != AUTO:
                 if not isinstance(self.base, str) or self.base not in BASE_NAMES:
-                    raise bad("base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)")
+                    raise invalid(self, "base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)")
                 object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
         if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
-            raise bad("calibration_seeds", "an integer in [1, 100]")
+            raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
         if not is_int(self.base_extra_seeds) or not 0 <= self.base_extra_seeds <= 100:
-            raise bad("base_extra_seeds", "an integer in [0, 100]")
+            raise invalid(self, "base_extra_seeds", "an integer in [0, 100]")
         if self.verbose not in (0, 1, 2):
-            raise bad("verbose", "0, 1 or 2")
+            raise invalid(self, "verbose", "0, 1 or 2")
         if self.method not in METHODS:
-            raise bad("method", f"one of {list(METHODS)}")
-        for m in METHODS.values():
-            field_name = m.settings.FIELD
-            object.__setattr__(self, field_name, m.settings.from_value(getattr(self, field_name)))
+            raise invalid(self, "method", f"one of {list(METHODS)}")
+        if not isinstance(self.settings, Mapping):
+            raise invalid(self, "settings", "a mapping of method names to their settings")
+        check_keys(self.settings, METHODS, "search method(s) in SearchConfig.settings")
+        object.__setattr__(self, "settings", {m.name: m.settings.from_value(self.settings.get(m.name, {}))
+                                              for m in METHODS.values()})
         object.__setattr__(self, "cpus_per_trial", float(self.cpus_per_trial))
         object.__setattr__(self, "gpus_per_trial", float(self.gpus_per_trial))
         if "://" not in self.storage:
@@ -370,7 +384,8 @@ class SearchConfig:
 
         ``preset`` starts from :data:`SEARCH_PRESETS` (the other keys override it), ``data`` is
         a shortcut for ``train.data``, ``train`` may name a trainer preset, ``name`` defaults to
-        a timestamped one; the training method's settings are top-level keys.
+        a timestamped one; each method's settings are its section (``pba: {...}``) or its
+        top-level keys (the training method's ``num_trials``...).
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"search config must be a mapping, got {type(data).__name__}")
@@ -380,14 +395,8 @@ class SearchConfig:
             if preset not in SEARCH_PRESETS:
                 raise ValueError(f"unknown search preset {preset!r}; expected one of {list(SEARCH_PRESETS)}")
             data = deep_merge(SEARCH_PRESETS[preset], data)
-        own = set(TrainMethodConfig.KEYS)
-        known = {f.name for f in dataclasses.fields(cls)} - {"train_method"}
-        unknown = sorted(set(data) - known - own - {"data"})
-        if unknown:
-            raise ValueError(
-                f"unknown search config key(s) {unknown}; expected some of {sorted(known | own | {'data', 'preset'})}"
-            )
-        data["train_method"] = {k: data.pop(k) for k in TrainMethodConfig.KEYS if k in data}
+        check_keys(data, cls.config_keys(), "search config key(s)")
+        data["settings"] = {m.name: m.settings.take(data) for m in METHODS.values()}
         if "data" in data:
             source = data.pop("data")
             train = data.get("train", {})
@@ -405,15 +414,22 @@ class SearchConfig:
         """``SearchConfig.from_dict({"preset": preset, **overrides})``."""
         return cls.from_dict({"preset": preset, **overrides})
 
+    @classmethod
+    def config_keys(cls) -> set[str]:
+        """The top-level keys of the dict form: the shared fields, every method's keys, ``data``
+        (``train.data``) and ``preset``."""
+        shared = {f.name for f in dataclasses.fields(cls)} - {"settings"}
+        return shared.union({"data", "preset"}, *(m.settings.config_keys() for m in METHODS.values()))
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able nested dict; ``SearchConfig.from_dict(c.to_dict()) == c``."""
-        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train_method"}
-        flat.update(self.train_method.to_dict())
-        flat["train"] = self.train.to_dict()
-        flat["space"] = self.space.to_dict()
-        flat["density"] = self.density.to_dict()
-        flat["pba"] = self.pba.to_dict()
-        return {k: flat[k] for k in _DICT_ORDER}
+        """JSON-able nested dict; ``SearchConfig.from_dict(c.to_dict()) == c``. The shared fields,
+        then each method's settings in its dict form."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "settings"}
+        out["train"] = self.train.to_dict()
+        out["space"] = self.space.to_dict()
+        for m in METHODS.values():
+            out.update(self.settings_of(m).dict_form())
+        return out
 
     def replace(self, **changes: Any) -> "SearchConfig":
         return dataclasses.replace(self, **changes)

@@ -34,14 +34,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int
 from autoaug.search.assemble import TrialRecord, assemble_policy, rank_trials
 from autoaug.search.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
 from autoaug.search.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
-from autoaug.search.method import MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
+from autoaug.search.method import BaseMethod, MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
@@ -90,6 +90,13 @@ class DensityConfig(MethodSettings):
 
     WHAT: ClassVar[str] = "density"
     FIELD: ClassVar[str] = "density"
+    PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        # 2 fold models of the trainer's smoke preset, one round of 8 candidates per fold: about a minute.
+        "smoke": {"folds": 2, "rounds": 1, "trials_per_round": 8, "top_per_round": 2},
+        # K=5 fold models of the proxy-cpu recipe on the 1,000-image search split, then T=2 rounds
+        # of B=200 scoring trials per fold, the top 10 of each round merged (docs/search.md).
+        "density-cpu": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
+    }
 
     folds: int = 5
     rounds: int = 2
@@ -99,20 +106,17 @@ class DensityConfig(MethodSettings):
     fold_seed: int = 0
 
     def __post_init__(self) -> None:
-        def bad(name: str, expected: str) -> ValueError:
-            return ValueError(f"SearchConfig.density.{name}: {getattr(self, name)!r} is invalid; expected {expected}")
-
         if not is_int(self.folds) or self.folds < 2:
-            raise bad("folds", "an integer >= 2")
+            raise self.invalid("folds", "an integer >= 2")
         for name in ("rounds", "trials_per_round", "top_per_round"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise bad(name, "an integer >= 1")
+                raise self.invalid(name, "an integer >= 1")
         if self.top_per_round > self.trials_per_round:
-            raise bad("top_per_round", f"at most trials_per_round ({self.trials_per_round})")
+            raise self.invalid("top_per_round", f"at most trials_per_round ({self.trials_per_round})")
         if self.objective not in DENSITY_OBJECTIVES:
-            raise bad("objective", f"one of {list(DENSITY_OBJECTIVES)}")
+            raise self.invalid("objective", f"one of {list(DENSITY_OBJECTIVES)}")
         if not is_int(self.fold_seed) or not 0 <= self.fold_seed < 2**32:
-            raise bad("fold_seed", "an integer in [0, 2**32)")
+            raise self.invalid("fold_seed", "an integer in [0, 2**32)")
 
     @property
     def num_trials(self) -> int:
@@ -127,11 +131,30 @@ def stage_name(name: str, fold: int, round_: int) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # The method
-class DensityMethod:
+class DensityMethod(BaseMethod):
     name = "density"
     help = "score candidates with K fold models trained once (Fast AutoAugment's density matching)"
     settings = DensityConfig
     unit = "candidates"
+    presets = {
+        # Density matching on a CPU: the proxy-cpu recipe's fold models (settings: DensityConfig.PRESETS).
+        "density-cpu": {"train": {"preset": "proxy-cpu"}, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
+                        "base": "auto"},
+    }
+    options = (
+        DensityConfig.option("--folds", "folds", "density: stratified folds / fold models (default 5)", type=int,
+                             metavar="K"),
+        DensityConfig.option("--rounds", "rounds", "density: search rounds per fold (default 2)", type=int, metavar="T"),
+        DensityConfig.option("--trials-per-round", "trials_per_round", "density: candidates scored per round "
+                             "(default 200)", type=int, metavar="B"),
+        DensityConfig.option("--top-per-round", "top_per_round", "density: best candidates of each round merged into "
+                             "the final policy (default 10)", type=int, metavar="N"),
+        DensityConfig.option("--objective", "objective", "density: maximise the fold model's accuracy or minus its "
+                             "loss on the augmented fold", choices=list(DENSITY_OBJECTIVES)),
+    )
+
+    def optuna_studies(self, config: "SearchConfig") -> str | None:
+        return f"studies: {config.name}.f*-r*"  # one per fold and round: stage_name
 
     def check(self, config: "SearchConfig") -> None:
         d, t = config.density, config.train

@@ -1,18 +1,24 @@
-"""One Ray Tune experiment of Optuna-proposed trials: what every method that runs trials shares.
+"""The one place a Ray Tune experiment of a search is built, restored and run: what every method
+shares.
 
 An :class:`Experiment` names everything that differs between the methods' experiments (the
-training method runs one, the density method one per fold and round): its Tune name and
-storage, its Optuna study, how many trials of how many steps, ASHA or FIFO, the sampler's seed,
-the warm-start proposals, and the trial function with its parameters. The rest comes from the
-search's configuration, the same for every experiment of a search: the space, the sampler, the
-concurrency, the trials' resources, retries, actor reuse and MLflow logging.
+training method runs one, the density method one per fold and round, PBA one population): its
+Tune name and storage, its Optuna study, how many trials of how many steps, the scheduler (ASHA,
+FIFO, or the method's own), the parameter space (Optuna's proposals, or the method's own), the
+checkpoints kept, the sampler's seed, the warm-start proposals, the trial function with its
+parameters and the method's own callbacks. The rest comes from the search's configuration, the
+same for every experiment of a search: the space, the sampler, the concurrency, the trials'
+resources, retries, actor reuse and MLflow logging.
 
 * **Search algorithm**: :class:`autoaug.search.reconcile.StudySearch` (Ray Tune's
   ``OptunaSearch``) over :meth:`SearchSpace.distributions`, wrapped in ``ConcurrencyLimiter``;
   the study lives in the Optuna storage ``study_url``, each Optuna trial carrying the user
-  attribute ``tune_trial_id``. Warm-start proposals are enqueued in a new study.
+  attribute ``tune_trial_id``. Warm-start proposals are enqueued in a new study. A method that
+  proposes its own trials gives Tune's parameter space instead (``param_space``: PBA's
+  population): no study, no concurrency limit.
 * **Scheduler**: ASHA on :data:`~autoaug.search.score.METRIC` with
-  ``time_attr="training_iteration"``, or FIFO; both guarded (:class:`~autoaug.search.reconcile.StudyGuard`).
+  ``time_attr="training_iteration"``, or FIFO; both guarded (:class:`~autoaug.search.reconcile.StudyGuard`);
+  or the method's own (``scheduler``: PBA's PBT).
 * **Trials**: the trial function under ``tune.with_parameters`` (shared values travel once
   through Ray's object store) and ``tune.with_resources``; ``FailureConfig(max_failures)``
   retries a trial that raises from its last checkpoint.
@@ -20,7 +26,7 @@ concurrency, the trials' resources, retries, actor reuse and MLflow logging.
   a restored experiment gets this driver's display (:func:`autoaug.search.reconcile.attach_display`).
 * **A full or read-only filesystem** (:mod:`autoaug.search.tune_storage`): the first trial it
   makes fail ends the experiment (the search turns that into one ``StorageError`` line); Tune's saved
-  state keeps a complete copy that :func:`restore` puts back if a full disk cut it short.
+  state keeps a complete copy that :func:`restore_tuner` puts back if a full disk cut it short.
 * **Time budget** (:class:`autoaug.search.budget.Budget`, optional): the scheduler and the
   searcher end the experiment when the search's budget says so
   (:class:`~autoaug.search.reconcile.BudgetStop`); a restored experiment gets this session's
@@ -36,7 +42,7 @@ import logging
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import optuna
 from ray import tune
@@ -50,8 +56,12 @@ from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
 from autoaug.search.tune_storage import StateCopy, StorageGuard, repair_state
 
-__all__ = ["Experiment", "build_tuner", "restore_tuner", "restore", "can_restore", "fit", "tune_output",
-           "TRIAL_DIR_PREFIX"]
+if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
+    from autoaug.search.budget import Budget
+    from autoaug.search.config import SearchConfig
+
+__all__ = ["Experiment", "build_tuner", "restore_tuner", "can_restore", "fit", "tune_output", "TRIAL_DIR_PREFIX"]
 
 #: Trial folders (and Tune's trial names) are ``trial_<id>``.
 TRIAL_DIR_PREFIX = "trial_"
@@ -63,7 +73,7 @@ class Experiment:
 
     name: str  # the Tune experiment under ``storage`` and the Optuna study in ``study_url``
     storage: str  # Tune's storage_path: a folder or URI
-    study_url: str
+    study_url: str | None  # None: no study (``param_space``)
     num_trials: int
     max_steps: int  # results a trial reports (epochs)
     seed: int  # the sampler's
@@ -72,6 +82,17 @@ class Experiment:
     asha: tuple[int, float] | None = None  # (grace period, reduction factor); None: FIFO
     warm_start: Sequence[Mapping[str, Any]] = ()  # parameter dicts proposed first (a new study)
     run_dir: str | None = None  # recorded in the study's attributes
+    #: Tune's parameter space of a method that proposes its own trials (one sample of it); None:
+    #: Optuna proposes ``num_trials`` trials in the search's space.
+    param_space: Mapping[str, Any] | None = None
+    #: The method's own Tune scheduler; None: ASHA (``asha``) or FIFO, guarded by the study.
+    scheduler: Any = None
+    #: Checkpoints kept per trial (None: every one).
+    keep_checkpoints: int | None = 2
+    #: The method's own Tune callbacks (after the progress lines, before the state copy).
+    callbacks: Sequence[Any] = ()
+    #: What proposes the trials, in the MLflow tags; None: the search's Optuna sampler.
+    proposer: str | None = None
 
     @property
     def uri(self) -> str:
@@ -84,14 +105,14 @@ def _trial_name(trial: Any) -> str:
     return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
 
 
-def _trainable(config: Any, exp: Experiment) -> Any:
+def _trainable(config: "SearchConfig", exp: Experiment) -> Any:
     fn = tune.with_parameters(exp.trainable, **dict(exp.parameters))
     return tune.with_resources(fn, {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial})
 
 
-def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) -> tune.Tuner:
-    """A new ``tune.Tuner`` for ``exp`` with ``config``'s shared settings (``config``: a
-    :class:`~autoaug.search.config.SearchConfig`), ended early by ``budget`` (None: no budget)."""
+def _study_search(config: "SearchConfig", exp: Experiment) -> Any:
+    """The Optuna search algorithm of ``exp``: its study, the warm start enqueued in a new one,
+    behind the search's concurrency limit."""
     searcher = StudySearch(
         space=config.space.distributions(),
         metric=METRIC,
@@ -107,22 +128,32 @@ def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) 
     searcher.study.set_user_attr(
         "autoaug_search", {"name": exp.name, "run_dir": exp.run_dir or exp.uri, "space": config.space.to_dict()}
     )
-    search_alg = ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
-    # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
-    stopped = StoppedTrials()
-    scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
-    callbacks: list[Any] = [StorageGuard(), ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped,
+    return ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
+
+
+def build_tuner(config: "SearchConfig", exp: Experiment, display: "Progress",
+                budget: "Budget | None" = None) -> tune.Tuner:
+    """A new ``tune.Tuner`` for ``exp`` with ``config``'s shared settings, ended early by
+    ``budget`` (None: no budget)."""
+    search_alg = _study_search(config, exp) if exp.param_space is None else None
+    scheduler, stopped = exp.scheduler, None
+    if scheduler is None:
+        # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
+        stopped = StoppedTrials()
+        scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
+    callbacks: list[Any] = [StorageGuard(), ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped or (),
                                                              display=display),
-                            TuneTrialLines(metric=METRIC), StateCopy(exp.uri)]
-    callbacks += experiment_loggers(config.mlflow_uri, exp.name, config.sampler)
+                            TuneTrialLines(metric=METRIC), *exp.callbacks, StateCopy(exp.uri)]
+    callbacks += experiment_loggers(config.mlflow_uri, exp.name, exp.proposer or config.sampler)
     tuner = tune.Tuner(
         _trainable(config, exp),
+        param_space=None if exp.param_space is None else dict(exp.param_space),
         tune_config=tune.TuneConfig(
             metric=METRIC,
             mode=MODE,
             search_alg=search_alg,
             scheduler=scheduler,
-            num_samples=exp.num_trials,
+            num_samples=exp.num_trials if exp.param_space is None else 1,
             reuse_actors=config.reuse_actors,
             trial_name_creator=_trial_name,
             trial_dirname_creator=_trial_name,
@@ -133,36 +164,31 @@ def build_tuner(config: Any, exp: Experiment, display: Any, budget: Any = None) 
             callbacks=callbacks,
             verbose=1 if config.verbose >= 2 else 0,
             failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
-            # The latest two checkpoints: Tune's experiment snapshot can lag one report behind,
-            # and a restored trial needs the checkpoint that snapshot names.
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            # Two by default: Tune's experiment snapshot can lag one report behind, and a restored
+            # trial needs the checkpoint that snapshot names.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=exp.keep_checkpoints),
         ),
     )
     # The scheduler, the searcher and the progress lines get the budget here, as a restored tuner's do.
-    attach_budget(tuner, budget, exp.name, exp.max_steps)
+    attach_budget(tuner, budget, exp.name, exp.max_steps)  # (with Ray Client: a warning)
     return tuner
 
 
-def restore_tuner(config: Any, exp: Experiment, display: Any, *, resume_errored: bool = False,
-                  budget: Any = None) -> tune.Tuner:
+def restore_tuner(config: "SearchConfig", exp: Experiment, display: "Progress", *, resume_errored: bool = False,
+                  budget: "Budget | None" = None) -> tune.Tuner:
     """``exp`` restored from its saved state (unfinished trials continue from their latest
-    checkpoints), reporting to this driver's ``display``, ended early by this session's ``budget``."""
-    return restore(exp.uri, _trainable(config, exp), display, exp.num_trials, exp.max_steps,
-                   resume_errored=resume_errored, budget=budget, name=exp.name)
-
-
-def restore(uri: str, trainable: Any, display: Any, num_trials: int, epochs: int, *,
-            resume_errored: bool = False, budget: Any = None, name: str = "") -> tune.Tuner:
-    """The Tune experiment saved at ``uri`` restored with ``trainable``: its saved state repaired
-    first if a full disk cut it short (:func:`~autoaug.search.tune_storage.repair_state`), this
-    driver's display and time ``budget`` attached (``name``: the experiment's, for the budget),
-    and the storage guard and state copy in place (a tuner saved before they existed gets them too)."""
+    checkpoints): the saved state repaired first if a full disk cut it short
+    (:func:`~autoaug.search.tune_storage.repair_state`), this driver's ``display`` and this
+    session's time ``budget`` attached, and the storage guard and state copy in place (a tuner
+    saved before they existed gets them too)."""
+    uri = exp.uri
     repaired = repair_state(uri)
     if repaired is not None:
         display.log(repaired)
-    tuner = tune.Tuner.restore(uri, trainable=trainable, resume_unfinished=True, resume_errored=resume_errored)
-    attach_display(tuner, display, num_trials, epochs)
-    attach_budget(tuner, budget, name, epochs)
+    tuner = tune.Tuner.restore(uri, trainable=_trainable(config, exp), resume_unfinished=True,
+                               resume_errored=resume_errored)
+    attach_display(tuner, display, exp.num_trials, exp.max_steps)
+    attach_budget(tuner, budget, exp.name, exp.max_steps)
     attach_callbacks(tuner, first=[StorageGuard()], last=[StateCopy(uri)])
     return tuner
 

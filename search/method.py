@@ -1,19 +1,30 @@
-"""The interface of a search method.
+"""The interface of a search method, and the registry of methods.
 
 A method turns a prepared search into scored candidate policies. It does not decide how the
 search starts or ends: :mod:`autoaug.search.tuner` checks the configuration and the data, opens
 the run directory and the Ray session, runs the method, re-scores its candidates, chooses one,
-stores it and writes the result -- the same for every method. A method implements:
+stores it and writes the result -- the same for every method. Everything that differs between
+methods is the method's own, in its own module; no shared module names a method. A method is an
+object registered in :data:`METHODS` (:func:`register_method`; the built-in ones are registered
+by :mod:`autoaug.search.methods`, the one place that lists them) with:
 
-* ``settings``: the frozen dataclass of its own settings, held by ``SearchConfig`` in the field
-  ``settings.FIELD`` (``SearchConfig.train_method``, ``SearchConfig.density``);
+* ``name``, ``help`` (for ``--method``) and ``unit`` (what it scores, in messages: ``trials``,
+  ``candidates``, ``members``);
+* ``settings``: the frozen dataclass of its settings (a :class:`MethodSettings`): their checks,
+  their dict form (a section of a configuration file, or top-level keys), its values in each
+  preset (``PRESETS``: ``--preset smoke`` runs every method in about a minute), held by
+  ``SearchConfig`` as the attribute ``settings.FIELD`` (``config.pba``);
+* ``presets``: presets of its own (``pba-cpu``: the shared settings it changes; the method is set);
+* ``options``: its ``autoaug search`` flags (:class:`OptionSpec`, turned into options by
+  :mod:`autoaug.launch.search_cmd`);
 * ``check(config)``: the checks of its settings that need the whole configuration
   (``ValueError``), run before anything starts;
 * ``describe(config)``: the lines ``autoaug search`` prints about it before it starts;
+  ``optuna_studies(config)``: how those lines name its Optuna studies (``study: NAME``; None:
+  it uses none);
 * ``num_trials(config)``: how many candidates it scores (the warm start must fit in its first
-  batch: ``warm_start_capacity(config)``), called ``unit`` in messages (``trials``, ``candidates``,
-  ``members``); ``max_candidates(config)``: how many final candidates it can return for
-  re-scoring at most (what a time budget keeps time for);
+  batch: ``warm_start_capacity(config)``); ``max_candidates(config)``: how many final
+  candidates it can return for re-scoring at most (what a time budget keeps time for);
 * ``can_resume(run)``: whether a stopped search left enough to continue from;
 * ``run(search)``: inside the Ray session, score candidates and return a :class:`MethodResult`.
   It resumes by itself from what earlier sessions left in the run directory, raises
@@ -22,10 +33,14 @@ stores it and writes the result -- the same for every method. A method implement
   reports through ``search.display`` (:class:`autoaug.core.progress.Progress`). With a time
   budget (``search.budget``, :class:`autoaug.search.budget.Budget`) it passes the budget to its
   Tune experiments, proposes nothing more once the budget says trials must end, and then
-  returns what it scored instead of raising ``SearchInterruptedError`` (``budget.ended`` set).
+  returns what it scored instead of raising ``SearchInterruptedError`` (``budget.ended`` set);
+* ``summary(record)``: the lines a finished search's summary adds about its provenance record
+  (``MethodResult.provenance``); ``report_note(name, run_uri)``: why ``autoaug report`` has no
+  Optuna study of it to draw, and where its record is (None: it has one).
 
-Methods import nothing of each other; what they share (building and running a Ray Tune
-experiment of Optuna-proposed trials) is :mod:`autoaug.search.experiment`.
+:class:`BaseMethod` gives the optional parts their defaults. Methods import nothing of each
+other; what they share (building, restoring and running a Ray Tune experiment) is
+:mod:`autoaug.search.experiment`.
 """
 from __future__ import annotations
 
@@ -34,24 +49,49 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 from autoaug.core.errors import SearchFailedError
+from autoaug.core.values import check_keys, invalid
 from autoaug.search.assemble import AssembledPolicy, TrialRecord
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir, RunState
 
 if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
+    from autoaug.search.budget import Budget
     from autoaug.search.config import SearchConfig
 
-__all__ = ["Method", "MethodSettings", "PreparedSearch", "MethodResult", "all_failed", "resume_hint",
-           "check_validation_left_to_the_method"]
+__all__ = ["Method", "BaseMethod", "MethodSettings", "OptionSpec", "PreparedSearch", "MethodResult", "METHODS",
+           "register_method", "default_method", "all_failed", "resume_hint", "check_validation_left_to_the_method"]
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One ``autoaug search`` flag of a method: the flag, the key of the configuration's dict form
+    it sets (``density.folds``), its help, the ``--help`` group it is listed in (``what``,
+    ``method``, ``how``) and its ``argparse`` settings (``type``, ``metavar``, ``choices``...).
+    :mod:`autoaug.launch.search_cmd` turns it into an option (``search`` imports nothing of
+    ``launch``). Built by :meth:`MethodSettings.option`."""
+
+    flag: str
+    key: str
+    help: str
+    group: str = "method"
+    argparse: Mapping[str, Any] = field(default_factory=dict)
 
 
 class MethodSettings:
     """Base of a method's settings dataclass: built from its mapping form (unknown keys refused
-    in one line) and written back to it. ``WHAT`` names the settings in messages and ``FIELD``
-    is the ``SearchConfig`` field holding them."""
+    in one line) and written back to it.
+
+    ``WHAT`` names the settings in messages; ``FIELD`` is the ``SearchConfig`` attribute holding
+    them and the section of the dict form (``pba: {population: 8}``), unless ``TOP_LEVEL``: then
+    the settings are top-level keys of the dict form (the training method's ``num_trials``, as
+    they always were). ``PRESETS``: the settings in each preset of :data:`SEARCH_PRESETS
+    <autoaug.search.config.SEARCH_PRESETS>` (a preset not named: the defaults)."""
 
     WHAT: ClassVar[str]
     FIELD: ClassVar[str]
+    TOP_LEVEL: ClassVar[bool] = False
+    PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     @classmethod
     def from_value(cls, value: Any) -> Any:
@@ -59,14 +99,56 @@ class MethodSettings:
             return value
         if not isinstance(value, Mapping):
             raise ValueError(f"SearchConfig.{cls.FIELD} must be a mapping of its settings, got {type(value).__name__}")
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise ValueError(f"unknown {cls.WHAT} setting(s) {unknown}; expected some of {sorted(known)}")
+        check_keys(value, cls.names(), f"{cls.WHAT} setting(s)")
         return cls(**value)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The settings' names (the dataclass's fields)."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def key(cls, name: str) -> str:
+        """The dotted key of setting ``name`` in a configuration's dict form (``--set``)."""
+        return name if cls.TOP_LEVEL else f"{cls.FIELD}.{name}"
+
+    @classmethod
+    def config_keys(cls) -> set[str]:
+        """The top-level keys of a configuration's dict form that hold these settings."""
+        return set(cls.names()) if cls.TOP_LEVEL else {cls.FIELD}
+
+    @classmethod
+    def take(cls, data: dict[str, Any]) -> Any:
+        """Remove these settings from a configuration's dict form ``data``; returns them (a mapping,
+        or the settings object a section held)."""
+        if cls.TOP_LEVEL:
+            return {k: data.pop(k) for k in cls.names() if k in data}
+        return data.pop(cls.FIELD, {})
+
+    def dict_form(self) -> dict[str, Any]:
+        """These settings as a configuration's dict form holds them."""
+        return self.to_dict() if self.TOP_LEVEL else {self.FIELD: self.to_dict()}
+
+    @classmethod
+    def preset(cls, name: str) -> dict[str, Any]:
+        """The settings of preset ``name``, as a configuration's dict form holds them ({}: none)."""
+        values = dict(cls.PRESETS.get(name, {}))
+        if not values:
+            return {}
+        return values if cls.TOP_LEVEL else {cls.FIELD: values}
+
+    @classmethod
+    def option(cls, flag: str, name: str, help: str, *, group: str = "method", **argparse: Any) -> OptionSpec:
+        """The ``autoaug search`` flag ``flag`` that sets setting ``name`` (``argparse``: its
+        ``type``, ``metavar``, ``choices``, ``action``...)."""
+        return OptionSpec(flag, cls.key(name), help, group, argparse)
+
+    def invalid(self, name: str, expected: str) -> ValueError:
+        """The one-line error of setting ``name`` (``SearchConfig.pba.quantile: 0.7 is invalid; ...``)."""
+        return invalid(self, name, expected, prefix="SearchConfig." + ("" if self.TOP_LEVEL else f"{self.FIELD}."))
 
 
 @dataclass(frozen=True)
@@ -77,13 +159,13 @@ class PreparedSearch:
     config: "SearchConfig"
     run: RunDir
     state: RunState
-    display: Any  # autoaug.core.progress.Progress
+    display: "Progress"
     #: Replaces the method's trial function (same signature), e.g. for another trainer.
     trainable: Callable | None = None
     #: A resumed search also retries the trials that had failed.
     resume_errored: bool = False
-    #: The search's time budget (:class:`autoaug.search.budget.Budget`); None: no budget.
-    budget: Any = None
+    #: The search's time budget; None: no budget.
+    budget: "Budget | None" = None
 
     def budget_ended(self) -> bool:
         """The time budget ended the search (it stopped trials or proposals, in any session)."""
@@ -112,18 +194,68 @@ class MethodResult:
 
 
 class Method(Protocol):
+    """A search method (see the module documentation)."""
+
     name: str
     help: str
-    settings: type
+    settings: type[MethodSettings]
     unit: str
+    presets: Mapping[str, Mapping[str, Any]]
+    options: Sequence[OptionSpec]
 
     def check(self, config: "SearchConfig") -> None: ...
     def describe(self, config: "SearchConfig") -> list[str]: ...
+    def optuna_studies(self, config: "SearchConfig") -> str | None: ...
     def num_trials(self, config: "SearchConfig") -> int: ...
     def max_candidates(self, config: "SearchConfig") -> int: ...
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]: ...
     def can_resume(self, run: RunDir) -> bool: ...
     def run(self, search: PreparedSearch) -> MethodResult: ...
+    def summary(self, record: Mapping[str, Any]) -> list[str]: ...
+    def report_note(self, name: str, run_uri: str) -> str | None: ...
+
+
+class BaseMethod:
+    """The optional parts of a :class:`Method`, with their defaults: no presets or flags of its
+    own, one Optuna study named like the search, nothing more in the summary, a study to report."""
+
+    presets: Mapping[str, Mapping[str, Any]] = {}
+    options: Sequence[OptionSpec] = ()
+
+    def optuna_studies(self, config: "SearchConfig") -> str | None:
+        return f"study: {config.name}"
+
+    def summary(self, record: Mapping[str, Any]) -> list[str]:
+        return []
+
+    def report_note(self, name: str, run_uri: str) -> str | None:
+        return None
+
+
+#: The search methods, by the name ``--method`` / ``method:`` takes, in the order they were
+#: registered (the first is the default): :func:`register_method`.
+METHODS: dict[str, Method] = {}
+
+
+def register_method(method: Method) -> Method:
+    """Add ``method`` to :data:`METHODS` (returned as given). Its name, its settings' attribute
+    and their keys in a configuration's dict form must be its own."""
+    if not isinstance(method.name, str) or not method.name or method.name in METHODS:
+        raise ValueError(f"method name {method.name!r} is {'taken' if method.name in METHODS else 'invalid'}")
+    settings = method.settings
+    if not (isinstance(settings, type) and issubclass(settings, MethodSettings) and dataclasses.is_dataclass(settings)):
+        raise ValueError(f"method {method.name!r}: settings must be a MethodSettings dataclass, got {settings!r}")
+    for other in METHODS.values():
+        taken = ({other.settings.FIELD} | other.settings.config_keys()) & ({settings.FIELD} | settings.config_keys())
+        if taken:
+            raise ValueError(f"method {method.name!r}: settings key(s) {sorted(taken)} are method {other.name!r}'s")
+    METHODS[method.name] = method
+    return method
+
+
+def default_method() -> str:
+    """The name of the default method: the first registered."""
+    return next(iter(METHODS))
 
 
 def check_validation_left_to_the_method(train: Any, why: str) -> None:

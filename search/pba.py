@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
-from autoaug.search.method import (MethodResult, MethodSettings, PreparedSearch, all_failed,
+from autoaug.search.method import (BaseMethod, MethodResult, MethodSettings, PreparedSearch, all_failed,
                                    check_validation_left_to_the_method, resume_hint)
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
@@ -82,6 +82,14 @@ class PbaConfig(MethodSettings):
 
     WHAT: ClassVar[str] = "pba"
     FIELD: ClassVar[str] = "pba"
+    PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        # 4 members of the trainer's smoke preset (2 epochs), perturbed after the first (the bottom
+        # one clones the top one): about a minute on 2 CPU cores.
+        "smoke": {"population": 4, "perturbation_interval": 1},
+        # 8 members perturbed every 4 epochs, PBA's quantile and resample probability (pba-cpu's
+        # comment below says why).
+        "pba-cpu": {"population": 8, "perturbation_interval": 4, "quantile": 0.25, "resample_probability": 0.2},
+    }
 
     population: int = 16
     perturbation_interval: int = 3
@@ -91,21 +99,18 @@ class PbaConfig(MethodSettings):
     init: str = "random"
 
     def __post_init__(self) -> None:
-        def bad(name: str, expected: str) -> ValueError:
-            return ValueError(f"SearchConfig.pba.{name}: {getattr(self, name)!r} is invalid; expected {expected}")
-
         if not is_int(self.population) or self.population < 2:
-            raise bad("population", "an integer >= 2 (exploit needs a member to copy)")
+            raise self.invalid("population", "an integer >= 2 (exploit needs a member to copy)")
         if not is_int(self.perturbation_interval) or self.perturbation_interval < 1:
-            raise bad("perturbation_interval", "an integer >= 1 (epochs)")
+            raise self.invalid("perturbation_interval", "an integer >= 1 (epochs)")
         if not is_number(self.quantile) or not 0 < self.quantile <= 0.5:
-            raise bad("quantile", "a number in (0, 0.5]")
+            raise self.invalid("quantile", "a number in (0, 0.5]")
         if not is_number(self.resample_probability) or not 0 <= self.resample_probability <= 1:
-            raise bad("resample_probability", "a number in [0, 1]")
+            raise self.invalid("resample_probability", "a number in [0, 1]")
         if not is_int(self.max_shift) or self.max_shift < 0:
-            raise bad("max_shift", "an integer >= 0 (grid steps)")
+            raise self.invalid("max_shift", "an integer >= 0 (grid steps)")
         if self.init not in PBA_INITS:
-            raise bad("init", f"one of {list(PBA_INITS)}")
+            raise self.invalid("init", f"one of {list(PBA_INITS)}")
         object.__setattr__(self, "quantile", float(self.quantile))
         object.__setattr__(self, "resample_probability", float(self.resample_probability))
 
@@ -181,11 +186,24 @@ def initial_population(config: "SearchConfig") -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------------------------------
 # The method
-class PbaMethod:
+class PbaMethod(BaseMethod):
     name = "pba"
     help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
     settings = PbaConfig
     unit = "members"
+    presets = {
+        # Population Based Augmentation on a CPU, at most 1 CPU-hour (about 25 minutes on 2 cores):
+        # 8 members of the proxy-cpu recipe (one 120-epoch run: 2.5-4 min on one core, so 20-32
+        # CPU-minutes of training) perturbed every 4 epochs (30 rounds; each costs a member a pause and
+        # a pipeline rebuild of 1-2 s: 4-8 CPU-minutes more); PBA's quantile 0.25 and resample
+        # probability 0.2; ranked on the mean validation accuracy of the last 3 epochs (mostly the
+        # current policy's). The base is measured first, as in every CPU preset (3 proxy runs, about
+        # 7 minutes on 2 cores: on traffic signs the flip of `standard` costs more than any policy
+        # finds); no transfer warm start (5 proxy runs more; PBA starts from random policies) and no
+        # re-scoring (one schedule): docs/search.md, "Population Based Augmentation".
+        "pba-cpu": {"train": {"preset": "proxy-cpu"}, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
+                    "score_window": 3, "base": "auto"},
+    }
 
     def check(self, config: "SearchConfig") -> None:
         s, t = config.pba, config.train
@@ -218,53 +236,72 @@ class PbaMethod:
             f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
         ]
 
-    def can_resume(self, run: RunDir) -> bool:
-        from ray import tune
+    def optuna_studies(self, config: "SearchConfig") -> str | None:
+        return None  # PBT's exploit/explore proposes the policies
 
-        return tune.Tuner.can_restore(run.uri)
+    def can_resume(self, run: RunDir) -> bool:
+        from autoaug.search.experiment import can_restore
+
+        return can_restore(run.uri)
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        from ray import tune
+        from autoaug.search.experiment import build_tuner, can_restore, fit, restore_tuner
 
-        from autoaug.search.experiment import fit, restore
-
-        config, run, s = search.config, search.run, search.config.pba
+        config, run = search.config, search.run
         t0 = time.time()
-        trainable = _trainable(search)
-        if tune.Tuner.can_restore(run.uri):
-            tuner = restore(run.uri, trainable, search.display, s.population, config.epochs,
-                            resume_errored=search.resume_errored, budget=search.budget, name=config.name)
+        exp = _experiment(search)
+        if can_restore(run.uri):
+            tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored,
+                                  budget=search.budget)
         else:
-            tuner = _build_tuner(search, trainable)
+            tuner = build_tuner(config, _population(search, exp), search.display, search.budget)
         fit(tuner)
         return _result(search, tuner.get_results(), time.time() - t0)
 
+    def summary(self, record: Mapping[str, Any]) -> list[str]:
+        """The schedule the stored policy is the last stage of."""
+        if not record.get("schedule_hash"):
+            return []
+        starts = [s["start"] for s in record["schedule"]["stages"]]
+        return [f"schedule: {len(starts)} stage(s) from {', '.join(f'{x:.0%}' for x in starts)} of training "
+                f"(stage epochs {[e + 1 for e in record.get('stage_epochs', [])]}), hash "
+                f"{record['schedule_hash'][:12]}; the policy above is its last stage; "
+                f"{len(record.get('events', []))} exploit/explore events in the population of "
+                f"{record.get('population')}"]
 
-def _trainable(search: PreparedSearch) -> Any:
-    from ray import tune
+    def report_note(self, name: str, run_uri: str) -> str | None:
+        return (f"search {name!r} is a PBA search: no Optuna study to draw (PBT proposed its policies); "
+                f"its schedule, population and events: autoaug policies show {name}, and {run_uri}/{PBA_FILE}")
 
+
+def _experiment(search: PreparedSearch) -> Any:
+    """The population's Tune experiment (:mod:`autoaug.search.experiment`), as a restore needs it."""
+    from autoaug.search.experiment import Experiment
     from autoaug.search.pba_trial import run_pba_trial
 
     config = search.config
-    fn = tune.with_parameters(
-        search.trainable or run_pba_trial, train_config=config.train.to_dict(), space=config.space.to_dict(),
-        policy_prefix=config.name, score_window=config.score_window,
-        perturbation_interval=config.pba.perturbation_interval,
-    )
-    return tune.with_resources(fn, {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial})
+    return Experiment(
+        name=config.name, storage=config.storage, study_url=None, num_trials=config.pba.population,
+        max_steps=config.epochs, seed=config.seed, trainable=search.trainable or run_pba_trial,
+        parameters={"train_config": config.train.to_dict(), "space": config.space.to_dict(),
+                    "policy_prefix": config.name, "score_window": config.score_window,
+                    "perturbation_interval": config.pba.perturbation_interval},
+        # Every checkpoint is kept (they come at perturbation boundaries only: 30 of 0.6 MB per
+        # member of pba-cpu). With a limit, a member that cloned another deletes the clone's
+        # checkpoint as its own old one, under the feet of the clone and of other exploiters
+        # (ray-project/ray#9036, #8441: FileNotFoundError when a checkpoint is registered).
+        keep_checkpoints=None, proposer="pba", run_dir=search.run.uri,
+    )  # fmt: skip
 
 
-def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
+def _population(search: PreparedSearch, exp: Any) -> Any:
+    """``exp`` as a new population starts: its members (a grid of their first policies), PBT
+    and the event log."""
+    import dataclasses
+
     from ray import tune
 
     from autoaug.search.pba_tune import EpochPBT, EventLog
-    from autoaug.search.reconcile import attach_budget
-
-    from autoaug.search.experiment import TRIAL_DIR_PREFIX
-    from autoaug.search.loggers import experiment_loggers
-    from autoaug.search.progress import ProgressCallback, TuneTrialLines
-    from autoaug.search.tune_storage import StateCopy, StorageGuard
-    from autoaug.search.score import METRIC, MODE
 
     config, s = search.config, search.config.pba
     scheduler = EpochPBT(
@@ -273,37 +310,14 @@ def _build_tuner(search: PreparedSearch, trainable: Any) -> Any:
         custom_explore_fn=PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed),
         log_config=True, synch=False,
     )  # fmt: skip
-
-    def name(trial: Any) -> str:
-        return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
-
-    callbacks: list[Any] = [StorageGuard(), ProgressCallback(s.population, config.epochs, display=search.display),
-                            TuneTrialLines(metric=METRIC), EventLog(config.storage, config.name, search.display),
-                            StateCopy(search.run.uri)]
-    callbacks += experiment_loggers(config.mlflow_uri, config.name, "pba")
-    tuner = tune.Tuner(
-        trainable,
-        param_space={"policy": tune.grid_search(initial_population(config)), "explore": {}},
-        tune_config=tune.TuneConfig(
-            # No limit on concurrent trials: a limiter would create the later members only once the
-            # first ones finished, and PBT ranks members that exist together. The cluster's resources
-            # (cpus_per_trial) decide how many train at a time; PBT pauses and rotates the others.
-            metric=METRIC, mode=MODE, scheduler=scheduler, num_samples=1, reuse_actors=config.reuse_actors,
-            trial_name_creator=name, trial_dirname_creator=name,
-        ),
-        run_config=tune.RunConfig(
-            name=config.name, storage_path=config.storage, callbacks=callbacks,
-            verbose=1 if config.verbose >= 2 else 0,
-            failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
-            # Every checkpoint is kept (they come at perturbation boundaries only: 30 of 0.6 MB per
-            # member of pba-cpu). With a limit, a member that cloned another deletes the clone's
-            # checkpoint as its own old one, under the feet of the clone and of other exploiters
-            # (ray-project/ray#9036, #8441: FileNotFoundError when a checkpoint is registered).
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
-        ),
-    )  # fmt: skip
-    attach_budget(tuner, search.budget, config.name, config.epochs)  # (with Ray Client: a warning)
-    return tuner
+    # One sample of a grid: every member exists from the start, without a limit on concurrent
+    # trials (a limiter would create the later members only once the first ones finished, and PBT
+    # ranks members that exist together). The cluster's resources (cpus_per_trial) decide how many
+    # train at a time; PBT pauses and rotates the others.
+    return dataclasses.replace(
+        exp, scheduler=scheduler, param_space={"policy": tune.grid_search(initial_population(config)), "explore": {}},
+        callbacks=(EventLog(config.storage, config.name, search.display),),
+    )
 
 
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:

@@ -17,14 +17,14 @@ this epoch, then its own perturbed policy.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from typing import Any
 
-from autoaug.search.score import METRIC, search_score
 from autoaug.search.space import SearchSpace
-from autoaug.search.trial import with_trial_threads
+from autoaug.search.trial import EpochResults, with_trial_threads
 
 __all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "start_schedule"]
 
@@ -32,9 +32,6 @@ __all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "start_schedule"]
 PBA_STATE = "pba.json"
 #: The result key of a report announcing exploit/explore events (a JSON list).
 EVENTS_KEY = "pba_events"
-#: Trainer metric names that would collide with Ray Tune's automatic ones / mean nothing outside.
-_RENAMES = {"time_total_s": "train_time_s"}
-_DROPPED = ("checkpoint_dir",)
 
 
 def start_schedule(me: str, params: dict, operations: dict, policy: Any, checkpoint: dict | None,
@@ -87,28 +84,23 @@ def run_pba_trial(config: dict, *, train_config: dict, space: dict, policy_prefi
     params = dict(config["policy"])
     policy = search_space.to_policy(params, name=f"{policy_prefix}-{me}")
 
-    val_accuracies: list[float | None] = []
     with tempfile.TemporaryDirectory(prefix="autoaug-pba-") as scratch:
         checkpoint = tune.get_checkpoint()
         trainer_state = pba_state = None
-        resume_dir = None
-        with (checkpoint.as_directory() if checkpoint is not None else _nothing()) as resume_from:
+        with (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext()) as resume_from:
             if resume_from is not None:
                 trainer_state = load_checkpoint(resume_from)
                 path = os.path.join(resume_from, PBA_STATE)
                 if os.path.exists(path):
                     with open(path) as f:
                         pba_state = json.load(f)
-                val_accuracies.extend(row.get("val_accuracy") for row in trainer_state["history"])
-                resume_dir = resume_from
+            results = EpochResults(score_window, trainer_state["history"] if trainer_state is not None else ())
             schedule, lineage, events = start_schedule(me, params, dict(config.get("explore") or {}), policy,
                                                        trainer_state, pba_state, cfg.epochs)
             pending = list(events)
 
             def report(metrics: dict[str, Any]) -> None:
-                out = {_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
-                val_accuracies.append(metrics.get("val_accuracy"))
-                out[METRIC] = search_score(val_accuracies, score_window)
+                out = results(metrics)
                 out["stage"] = schedule.stage_index(int(metrics["epoch"]) - 1, cfg.epochs)
                 if pending:
                     out[EVENTS_KEY] = json.dumps(pending)
@@ -121,12 +113,4 @@ def run_pba_trial(config: dict, *, train_config: dict, space: dict, policy_prefi
                 else:
                     tune.report(out)
 
-            train(cfg, schedule, report=report, checkpoint_dir=scratch, resume_from=resume_dir)
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+            train(cfg, schedule, report=report, checkpoint_dir=scratch, resume_from=resume_from)

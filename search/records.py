@@ -10,6 +10,7 @@ from typing import Any, Container, Mapping
 import optuna
 
 from autoaug.search.assemble import SUCCESS_STATUSES, AssembledPolicy, TrialRecord
+from autoaug.search.method import METHODS
 from autoaug.search.progress import trial_error
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC, MODE
@@ -66,14 +67,9 @@ class SearchOutcome:
             val = f", {first['val_size']} validation images" if first.get("val_size") else ""
             lines.append(f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
                          f"{scores}; stored: {selection['chosen']}")
-        method = self.provenance.get("method") or {}
-        if method.get("schedule_hash"):  # a PBA search: the stored policy is its schedule's last stage
-            starts = [s["start"] for s in method["schedule"]["stages"]]
-            lines.append(f"schedule: {len(starts)} stage(s) from {', '.join(f'{x:.0%}' for x in starts)} of training "
-                         f"(stage epochs {[e + 1 for e in method.get('stage_epochs', [])]}), hash "
-                         f"{method['schedule_hash'][:12]}; the policy above is its last stage; "
-                         f"{len(method.get('events', []))} exploit/explore events in the population of "
-                         f"{method.get('population')}")
+        method = METHODS.get(((self.provenance.get("search") or {}).get("config") or {}).get("method", ""))
+        if method is not None:  # what the method's own record says (a PBA search: its schedule)
+            lines += method.summary(self.provenance.get("method") or {})
         from autoaug.search.budget import describe_budget
         from autoaug.search.calibrate import describe_calibration
 

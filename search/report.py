@@ -25,6 +25,7 @@ from typing import Any
 import optuna
 
 from autoaug.core.errors import UserInputError
+from autoaug.search.config import METHODS
 from autoaug.search.score import METRIC
 from autoaug.search.run_dir import CONFIG_FILE, STUDY_FILE, RunDir
 from autoaug.search.study import make_storage
@@ -47,10 +48,10 @@ def load_report_data(name: str, storage: str) -> ReportData:
     if not run.exists(CONFIG_FILE):
         raise UserInputError(f"no search named {name!r} in {storage} (no {CONFIG_FILE} in {run.uri}); check NAME and --storage")
     state = run.read_json(CONFIG_FILE)
-    if (state.get("config") or {}).get("method") == "pba":
-        raise UserInputError(f"search {name!r} is a PBA search: no Optuna study to draw (PBT proposed its policies); "
-                             f"its schedule, population and events: autoaug policies show {name}, and "
-                             f"{run.uri}/pba.json")
+    method = METHODS.get((state.get("config") or {}).get("method", ""))
+    note = None if method is None else method.report_note(name, run.uri)
+    if note is not None:  # a method without an Optuna study (PBA): where its own record is
+        raise UserInputError(note)
     url = state.get("optuna", {}).get("storage")
     if not url:
         if run.local_path is None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.search.assemble import assemble_policy, union_policy
-from autoaug.search.method import (MethodResult, MethodSettings, PreparedSearch, all_failed,
+from autoaug.search.method import (BaseMethod, MethodResult, MethodSettings, PreparedSearch, all_failed,
                                    check_validation_left_to_the_method, resume_hint)
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
@@ -48,6 +48,20 @@ class TrainMethodConfig(MethodSettings):
 
     WHAT: ClassVar[str] = "training-method"
     FIELD: ClassVar[str] = "train_method"
+    TOP_LEVEL: ClassVar[bool] = True
+    PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        # 4 trials of the trainer's smoke preset: a plumbing check in about a minute on 2 CPU cores.
+        "smoke": {"num_trials": 4, "grace_period": 1, "reduction_factor": 2},
+        # 28 trials; ASHA ranks them at epochs 20 and 60 (by the mean validation accuracy of their
+        # last 5 epochs, score_window) and keeps a third at each rung: 40 epochs per trial in ASHA's
+        # steady state (41-54 measured: the first trials to reach a rung are promoted against few
+        # peers), about the trial epochs of 16 trials cut at epoch 40, spread over almost twice the
+        # candidates (measured against that 16-trial search over search seeds: docs/search.md,
+        # "Does the search win?").
+        "cpu": {"num_trials": 28, "grace_period": 20, "reduction_factor": 3, "top_n": 5},
+        # AutoAugment's proxy task: ASHA cuts the weak candidates at epochs 15 and 45.
+        "paper": {"num_trials": 200, "grace_period": 15, "reduction_factor": 3},
+    }
 
     num_trials: int = 16
     early_stopping: bool = True
@@ -55,20 +69,14 @@ class TrainMethodConfig(MethodSettings):
     reduction_factor: float = 3.0
     top_n: int = 5
 
-    #: The keys of these settings in a configuration's dict form (top-level, next to the shared ones).
-    KEYS: ClassVar[tuple[str, ...]] = ("num_trials", "early_stopping", "grace_period", "reduction_factor", "top_n")
-
     def __post_init__(self) -> None:
-        def bad(name: str, expected: str) -> ValueError:
-            return ValueError(f"SearchConfig.{name}: {getattr(self, name)!r} is invalid; expected {expected}")
-
         for name in ("num_trials", "grace_period", "top_n"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise bad(name, "an integer >= 1")
+                raise self.invalid(name, "an integer >= 1")
         if not isinstance(self.early_stopping, bool):
-            raise bad("early_stopping", "true or false")
+            raise self.invalid("early_stopping", "true or false")
         if not is_number(self.reduction_factor) or self.reduction_factor <= 1:
-            raise bad("reduction_factor", "a number > 1")
+            raise self.invalid("reduction_factor", "a number > 1")
         object.__setattr__(self, "reduction_factor", float(self.reduction_factor))
 
 
@@ -85,11 +93,23 @@ def trial_train_config(config: "SearchConfig") -> Any:
     return dataclasses.replace(t, eval_epochs=score_epochs(t.epochs, config.score_window, milestones))
 
 
-class TrainMethod:
+class TrainMethod(BaseMethod):
     name = "train"
     help = "one proxy training per candidate (AutoAugment)"
     settings = TrainMethodConfig
     unit = "trials"
+    options = (
+        TrainMethodConfig.option("--num-trials", "num_trials", "number of candidate policies to train", group="what",
+                                 type=int, metavar="N"),
+        TrainMethodConfig.option("--top-n", "top_n", "best trials concatenated into the final policy (default 5)",
+                                 group="what", type=int, metavar="N"),
+        TrainMethodConfig.option("--no-early-stopping", "early_stopping", "run every trial for all epochs (no ASHA)",
+                                 group="how", dest="early_stopping", action="store_const", const=False),
+        TrainMethodConfig.option("--grace-period", "grace_period", "ASHA: epochs before a trial can be stopped",
+                                 group="how", type=int, metavar="EPOCHS"),
+        TrainMethodConfig.option("--reduction-factor", "reduction_factor", "ASHA reduction factor", group="how",
+                                 type=float, metavar="ETA"),
+    )
 
     def check(self, config: "SearchConfig") -> None:
         s, t = config.train_method, config.train

@@ -1,22 +1,43 @@
 """What one Ray Tune trial runs: decode the candidate policy, train the proxy model, report.
 
 Kept in its own small module so that Ray workers import only this, the search space and the
-trainer (Tune pickles :func:`run_trial` by reference).
+trainer (Tune pickles :func:`run_trial` by reference). :class:`EpochResults` is what every trial
+that trains the proxy reports after each epoch (this module's and PBA's members,
+:mod:`autoaug.search.pba_trial`).
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from autoaug.search.score import METRIC, search_score
 from autoaug.search.space import SearchSpace
 
-__all__ = ["run_trial", "trial_policy", "search_score", "REPORT_RENAMES"]
+__all__ = ["run_trial", "trial_policy", "search_score", "REPORT_RENAMES", "EpochResults"]
 
 #: Trainer metric names that would collide with Ray Tune's automatic ones.
 REPORT_RENAMES = {"time_total_s": "train_time_s"}
 #: Trainer metrics that mean nothing outside the trial process.
 _DROPPED = ("checkpoint_dir",)
+
+
+class EpochResults:
+    """The result a trial reports after each epoch of the trainer: the trainer's metrics (renamed
+    where they would collide with Tune's own, without those that mean nothing outside the trial)
+    and the search score, :data:`~autoaug.search.score.METRIC` (:func:`search_score` over the last
+    ``score_window`` epochs). ``history``: the epochs a resumed trial already trained (its
+    checkpoint's), so that its scores are those of an uninterrupted run."""
+
+    def __init__(self, score_window: int, history: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.score_window = score_window
+        self.val_accuracies: list[float | None] = [row.get("val_accuracy") for row in history]
+
+    def __call__(self, metrics: Mapping[str, Any]) -> dict[str, Any]:
+        out = {REPORT_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
+        self.val_accuracies.append(metrics.get("val_accuracy"))
+        out[METRIC] = search_score(self.val_accuracies, self.score_window)
+        return out
 
 
 def trial_policy(config: Mapping[str, Any], space: SearchSpace, name: str):
@@ -68,20 +89,12 @@ def run_trial(
     trial_id = tune.get_context().get_trial_id() or "local"
     policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
 
-    val_accuracies: list[float | None] = []
-
-    with tempfile.TemporaryDirectory(prefix="autoaug-trial-") as scratch:
+    checkpoint = tune.get_checkpoint()
+    with tempfile.TemporaryDirectory(prefix="autoaug-trial-") as scratch, \
+            (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext()) as resume_from:
+        results = EpochResults(score_window, load_checkpoint(resume_from)["history"] if resume_from else ())
 
         def report(metrics: dict[str, Any]) -> None:
-            out = {REPORT_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
-            val_accuracies.append(metrics.get("val_accuracy"))
-            out[METRIC] = search_score(val_accuracies, score_window)
-            tune.report(out, checkpoint=tune.Checkpoint.from_directory(scratch))
+            tune.report(results(metrics), checkpoint=tune.Checkpoint.from_directory(scratch))
 
-        checkpoint = tune.get_checkpoint()
-        if checkpoint is None:
-            train(cfg, policy, report=report, checkpoint_dir=scratch)
-        else:
-            with checkpoint.as_directory() as resume_from:
-                val_accuracies.extend(row.get("val_accuracy") for row in load_checkpoint(resume_from)["history"])
-                train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)
+        train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)

@@ -248,7 +248,7 @@ def register_method(method: Method) -> Method:
     for other in METHODS.values():
         taken = ({other.settings.FIELD} | other.settings.config_keys()) & ({settings.FIELD} | settings.config_keys())
         if taken:
-            raise ValueError(f"method {method.name!r}: settings key(s) {sorted(taken)} are method {other.name!r}'s")
+            raise ValueError(f"method {method.name!r}: settings key(s) {sorted(taken)} are those of method {other.name!r}")
     METHODS[method.name] = method
     return method
 

@@ -1,0 +1,221 @@
+"""A search method is one module and one registration: a toy fourth method (it scores candidates
+at random) registered here is offered by ``--method``, takes its own flag, section and preset
+settings, is checked, described, run end to end by ``run_search`` on real data, summarised and
+refused by ``autoaug report`` in its own words -- without a line of the shared modules naming it."""
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+import pytest
+
+from autoaug.core.values import is_int
+from autoaug.search.assemble import TrialRecord, assemble_policy
+from autoaug.search.config import SEARCH_PRESETS, SearchConfig
+from autoaug.search.method import (METHODS, BaseMethod, MethodResult, MethodSettings, PreparedSearch,
+                                   register_method)
+from autoaug.search.rescore import Candidate
+from autoaug.search.run_dir import RunDir
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------------------------
+# The toy method: everything it needs, in one place
+@dataclass(frozen=True)
+class RandomScoreConfig(MethodSettings):
+    WHAT: ClassVar[str] = "random-score"
+    FIELD: ClassVar[str] = "random_score"
+    PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"candidates": 3}}
+
+    candidates: int = 6
+
+    def __post_init__(self) -> None:
+        if not is_int(self.candidates) or self.candidates < 1:
+            raise self.invalid("candidates", "an integer >= 1")
+
+
+class RandomScoreMethod(BaseMethod):
+    name = "random"
+    help = "candidates drawn from the space and scored at random (a test of the registry)"
+    settings = RandomScoreConfig
+    unit = "candidates"
+    options = (RandomScoreConfig.option("--candidates", "candidates", "random: candidates drawn (default 6)",
+                                        type=int, metavar="N"),)
+
+    def check(self, config: SearchConfig) -> None:
+        if config.random_score.candidates > 50:
+            raise ValueError(f"random_score.candidates {config.random_score.candidates} is above 50: "
+                             "a toy draws few")
+
+    def describe(self, config: SearchConfig) -> list[str]:
+        return [f"  method: random scores, {config.random_score.candidates} candidates"]
+
+    def optuna_studies(self, config: SearchConfig) -> str | None:
+        return None
+
+    def num_trials(self, config: SearchConfig) -> int:
+        return config.random_score.candidates
+
+    def max_candidates(self, config: SearchConfig) -> int:
+        return 1
+
+    def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
+        return config.random_score.candidates, "candidates; raise random_score.candidates"
+
+    def can_resume(self, run: RunDir) -> bool:
+        return False
+
+    def run(self, search: PreparedSearch) -> MethodResult:
+        config, space = search.config, search.config.space
+        rng = random.Random(config.seed)
+        steps = space.num_probabilities - 1
+        trials = []
+        for i in range(config.random_score.candidates):
+            params = {name: (rng.choice(space.op_choices) if name.endswith("_type") else
+                             rng.randint(0, steps) / steps if name.endswith("_prob") else
+                             rng.randint(0, space.num_magnitude_bins - 1)) for name in space.param_names()}
+            trials.append(TrialRecord(trial_id=f"r{i}", index=i, status="completed", params=params,
+                                      policy=space.to_policy(params, name=f"{config.name}-r{i}"), score=rng.random(),
+                                      epochs=1, train_time_s=0.0))
+            search.display.log(f"random: candidate r{i} scored {trials[-1].score:.4f}")
+        assembled = assemble_policy(trials, name=config.name, top_n=2, num_magnitude_bins=space.num_magnitude_bins,
+                                    base=space.base, ranges=space.ranges)
+        return MethodResult(
+            trials=trials, assembled=assembled,
+            candidates=[Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)],
+            optuna={"storage": None, "study_name": None, "num_trials": 0, "consistent_with_tune": True, "problems": []},
+            provenance={"name": "random", "candidates": len(trials)},
+        )
+
+    def summary(self, record: Mapping[str, Any]) -> list[str]:
+        return [f"random scores: {record.get('candidates')} candidates drawn"]
+
+    def report_note(self, name: str, run_uri: str) -> str | None:
+        return f"search {name!r} scored its candidates at random: no study to draw ({run_uri})"
+
+
+@pytest.fixture
+def random_method():
+    method = register_method(RandomScoreMethod())  # the one registration
+    try:
+        yield method
+    finally:
+        METHODS.pop(method.name)
+
+
+def _config(argv: list[str]) -> SearchConfig:
+    from autoaug.launch.cli import build_parser
+    from autoaug.launch.search_cmd import build_search_config
+
+    return build_search_config(build_parser().parse_args(["search", *argv]))
+
+
+# ------------------------------------------------------------------------------------------------
+def test_a_registered_method_takes_its_flag_section_and_preset_settings(random_method):
+    c = _config(["--data", "x.parquet", "--preset", "smoke", "--method", "random"])
+    assert c.method == "random" and c.search_method is random_method
+    assert c.random_score == RandomScoreConfig(candidates=3)  # its settings of the smoke preset
+    assert SEARCH_PRESETS["smoke"]["random_score"] == {"candidates": 3}
+    assert _config(["--data", "x", "--method", "random", "--candidates", "5"]).random_score.candidates == 5
+    assert _config(["--data", "x", "--set", "random_score.candidates=7"]).random_score.candidates == 7
+    # Its section of the dict form round-trips, next to the built-in methods' settings.
+    saved = json.loads(json.dumps(c.to_dict()))
+    assert saved["random_score"] == {"candidates": 3} and {"density", "pba", "num_trials"} <= set(saved)
+    assert SearchConfig.from_dict(saved) == c
+    # Its own checks: the settings' and the method's, each one line naming the value.
+    with pytest.raises(ValueError, match=r"SearchConfig\.random_score\.candidates: 0 is invalid; expected an "
+                                         r"integer >= 1"):
+        _config(["--data", "x", "--method", "random", "--candidates", "0"])
+    with pytest.raises(ValueError, match=r"unknown random-score setting\(s\) \['bogus'\]"):
+        _config(["--data", "x", "--set", "random_score.bogus=1"])
+    with pytest.raises(ValueError, match="random_score.candidates 60 is above 50"):
+        _config(["--data", "x", "--preset", "smoke", "--method", "random", "--candidates", "60"]).check_runnable()
+
+
+def test_the_cli_offers_describes_and_guards_a_registered_method(random_method, capsys):
+    from autoaug.launch.cli import command_parsers, main
+    from autoaug.launch.search_cmd import _describe
+
+    help_text = command_parsers()["search"].format_help()
+    assert "{train,density,pba,random}" in help_text and "--candidates N" in help_text
+    described = _describe(_config(["--data", "x", "--preset", "smoke", "--method", "random", "--name", "toy"]), None)
+    assert "  method: random scores, 3 candidates" in described
+    assert "Optuna" not in described  # it uses no study: no line names one
+    # Its flag defines a search: a resume cannot change it.
+    assert main(["search", "--resume", "toy", "--candidates", "4"]) == 2
+    assert "cannot be combined with --candidates" in capsys.readouterr().err
+
+
+def test_a_method_cannot_take_a_registered_name_or_settings_key(random_method):
+    with pytest.raises(ValueError, match="method name 'random' is taken"):
+        register_method(RandomScoreMethod())
+
+    class Clash(RandomScoreMethod):
+        name = "other"
+
+    with pytest.raises(ValueError, match=r"settings key\(s\) \['random_score'\] are those of method 'random'"):
+        register_method(Clash())
+    assert "other" not in METHODS
+
+
+@pytest.mark.timeout(300)
+def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(random_method, tmp_path, capsys,
+                                                                               cifar_train):
+    """Preflight (data checked and decoded), run_search (the run directory, the method, storing,
+    result.json), the summary, ``autoaug report`` -- no Ray needed by this method."""
+    from autoaug.launch import preflight
+    from autoaug.launch.cli import main
+    from autoaug.policies.store import PolicyStore
+    from autoaug.search.tuner import run_search
+
+    config = _config(["--data", str(cifar_train), "--preset", "smoke", "--method", "random", "--name", "toy",
+                      "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")])
+    config.check_runnable()
+    config = preflight.for_search(config)
+    outcome = run_search(config, session=contextlib.nullcontext)
+    out = capsys.readouterr().out
+    assert [f"random: candidate r{i} scored" in out for i in range(3)] == [True] * 3
+    assert len(outcome.trials) == 3 and outcome.reference == "toy@1"
+    summary = outcome.summary()
+    assert "random scores: 3 candidates drawn" in summary and "stored as toy@1" in summary
+    stored = PolicyStore(str(tmp_path / "store"))
+    assert stored.load("toy@1").content_hash == outcome.policy.content_hash
+    prov = stored.get("toy@1").provenance
+    assert prov["method"] == {"name": "random", "candidates": 3}
+    assert prov["search"]["config"]["method"] == "random" and prov["search"]["config"]["random_score"] == {"candidates": 3}
+    # The same outcome from result.json (what a resumed finished search returns).
+    from autoaug.search.tuner import resume_search
+
+    assert resume_search("toy", str(tmp_path / "runs")).summary() == summary
+    # `autoaug report` says, in the method's words, that it has nothing to draw.
+    code = main(["report", "toy", "--storage", str(tmp_path / "runs"), "--out", str(tmp_path / "r.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and "scored its candidates at random: no study to draw" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+SHARED = ["launch", "search/tuner.py", "search/records.py", "search/report.py", "search/config.py"]
+
+
+def test_no_shared_module_names_a_built_in_method():
+    """Method names appear in the methods' own modules and their one registration only."""
+    found = []
+    for part in SHARED:
+        path = REPO / part
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            for number, line in enumerate(file.read_text().splitlines(), 1):
+                if re.search(r"""["'](pba|density)["']""", line):
+                    found.append(f"{file.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_tune_experiments_are_built_and_restored_in_one_module():
+    users = {p.name for p in (REPO / "search").glob("*.py")
+             if "tune.Tuner(" in p.read_text() or "Tuner.restore(" in p.read_text()}
+    assert users == {"experiment.py"}

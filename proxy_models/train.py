@@ -235,7 +235,8 @@ def resolve_config(config: TrainConfig, dataset: Any = None) -> TrainConfig:
         dataset = _open(config.data, "train")
     import numpy as np
 
-    counts = np.bincount(dataset.labels, minlength=dataset.num_classes) if config.train_per_class is not None else None
+    sized_by_counts = config.train_per_class is not None or config.max_val_size is not None
+    counts = np.bincount(dataset.labels, minlength=dataset.num_classes) if sized_by_counts else None
     own = dataset.own_image_size() if config.image_size is None else None
     return config.resolved(counts, data_image_size=own)
 
@@ -299,6 +300,11 @@ class EvalStats:
     seen: int
     class_correct: tuple[int, ...]
     class_total: tuple[int, ...]
+    #: With ``per_image=True``: per image, in the loader's order (the split's validation indices),
+    #: whether the prediction was right (bool) and its cross-entropy (float32): what a paired,
+    #: per-image comparison of two runs on the same images reads (``benchmarks/score_noise.py``).
+    image_correct: Any = None
+    image_loss: Any = None
 
     @property
     def balanced_accuracy(self) -> float:
@@ -450,12 +456,12 @@ class Learner:
             loss_sum += loss.detach().double() * n
             correct += (logits.detach().argmax(1) == labels).sum()
             seen += n
+            failpoints.hit("train.mid_epoch")
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t_end = time.perf_counter()
         if seen > first_n and t_first is not None and t_end > t_first:
             rate = (seen - first_n) / (t_end - t_first)
-            failpoints.hit("train.mid_epoch")
         else:
             rate = seen / (t_end - t0) if t_end > t0 else float("inf")
         if seen == 0:
@@ -468,34 +474,45 @@ class Learner:
         stats = self.evaluate_per_class(batches)
         return stats.accuracy, stats.loss
 
-    def evaluate_per_class(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> EvalStats:
+    def evaluate_per_class(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
+                           per_image: bool = False) -> EvalStats:
         """One pass of ``batches``: accuracy, mean cross-entropy (without label smoothing) and the
         per-class counts of right predictions and images (two ``bincount`` of the predictions the
-        accuracy needs anyway)."""
+        accuracy needs anyway); with ``per_image`` also each image's right/wrong and loss."""
         model, device = self.model, self.device
         model.eval()
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         class_correct: torch.Tensor | None = None
         class_total: torch.Tensor | None = None
         seen = 0
+        image_correct: list[torch.Tensor] = []
+        image_loss: list[torch.Tensor] = []
         with torch.inference_mode():
             for images, labels in batches:
                 images, labels = self._to_device(images, labels)
                 with torch.autocast(device_type=device.type, dtype=self.amp_dtype, enabled=self.amp):
                     logits = model(images)
-                loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").double()
+                losses = nn.functional.cross_entropy(logits.float(), labels, reduction="none")
+                loss_sum += losses.double().sum()
                 k = logits.shape[1]
                 if class_total is None:
                     class_correct = torch.zeros(k, dtype=torch.int64, device=device)
                     class_total = torch.zeros(k, dtype=torch.int64, device=device)
+                right = logits.argmax(1) == labels
                 class_total += torch.bincount(labels, minlength=k)[:k]
-                class_correct += torch.bincount(labels[logits.argmax(1) == labels], minlength=k)[:k]
+                class_correct += torch.bincount(labels[right], minlength=k)[:k]
                 seen += labels.shape[0]
+                if per_image:
+                    image_correct.append(right.cpu())
+                    image_loss.append(losses.cpu())
         if seen == 0 or class_total is None or class_correct is None:
             raise ValueError("the evaluation loader yielded no images")
         correct = tuple(int(c) for c in class_correct.tolist())
+        per = {}
+        if per_image:
+            per = dict(image_correct=torch.cat(image_correct).numpy(), image_loss=torch.cat(image_loss).numpy())
         return EvalStats(accuracy=sum(correct) / seen, loss=loss_sum.item() / seen, seen=seen,
-                         class_correct=correct, class_total=tuple(int(t) for t in class_total.tolist()))
+                         class_correct=correct, class_total=tuple(int(t) for t in class_total.tolist()), **per)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -520,6 +537,7 @@ def train(
     resume_from: str | os.PathLike | None = None,
     on_batch: Callable[[int, int, int], Any] | None = None,
     split: Any = None,
+    on_validate: Callable[[int, EvalStats, Any], Any] | None = None,
 ) -> TrainResult:
     """Train ``config.model`` on ``config.data`` augmented by ``policy``; see the module docs.
 
@@ -543,6 +561,8 @@ def train(
     ``split``: a :class:`autoaug.proxy_models.splits.Split` of ``config.data`` to train and validate
     on instead of the reduced split the config describes (e.g. one fold of
     :func:`autoaug.proxy_models.splits.stratified_folds`); its fingerprint is recorded as usual.
+    ``on_validate(epoch, stats, val_indices)`` (optional) is called after each validation with its
+    :class:`EvalStats`, per-image outputs included, and the validation indices in their order.
 
     ``config`` is first sized to the data (:func:`resolve_config`: a split per class becomes a
     total, an automatic image size the data's own); the checkpoint and ``TrainResult.config`` hold
@@ -566,7 +586,7 @@ def train(
             _check_resumable(checkpoint, config, policy)
 
     with _TorchState(config, device), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        return _train(config, policy, device, report, checkpoint_dir, checkpoint, on_batch, split)
+        return _train(config, policy, device, report, checkpoint_dir, checkpoint, on_batch, split, on_validate)
 
 
 def _counted(batches: Any, on_batch: Callable[[int, int, int], Any], epoch: int, total: int) -> Any:
@@ -620,6 +640,7 @@ def _train(
     checkpoint: dict[str, Any] | None,
     on_batch: Callable[[int, int, int], Any] | None = None,
     given_split: Any = None,
+    on_validate: Callable[[int, EvalStats, Any], Any] | None = None,
 ) -> TrainResult:
     from autoaug.proxy_models.splits import config_split
 
@@ -722,7 +743,10 @@ def _train(
         # ---- validate ----
         last = epoch + 1 == config.epochs
         if val_loader is not None and config.validates(epoch + 1):
-            metrics["val_accuracy"], metrics["val_loss"] = learner.evaluate(val_loader)
+            val_stats = learner.evaluate_per_class(val_loader, per_image=on_validate is not None)
+            metrics["val_accuracy"], metrics["val_loss"] = val_stats.accuracy, val_stats.loss
+            if on_validate is not None:
+                on_validate(epoch + 1, val_stats, split.val)
         if last and test_loader is not None:
             test_stats = learner.evaluate_per_class(test_loader)
             test_accuracy, test_loss = test_stats.accuracy, test_stats.loss

@@ -23,13 +23,14 @@ RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "lo
 #: The fields that size a run to its data: the split (totals, or per class with a floor and a cap)
 #: and the image size (``None``: the data's own). :meth:`TrainConfig.resolved` turns them into
 #: concrete numbers; :func:`sizing_record` records what was asked and what it resolved to.
-SIZING_FIELDS = ("train_size", "val_size", "train_per_class", "min_train_size", "max_train_size", "image_size")
+SIZING_FIELDS = ("train_size", "val_size", "train_per_class", "min_train_size", "max_train_size", "max_val_size",
+                 "image_size")
 
 #: Fields added after run records existed: :meth:`TrainConfig.to_dict` leaves them out while they
 #: hold their default (None, or False for ``compile``), so a config that does not use them has the
 #: dictionary (and the digests of records holding it) that it had before they existed; a record
 #: that lacks one had the default (:meth:`TrainConfig.changed_fields`).
-_OMITTED_AT_DEFAULT = ("train_per_class", "min_train_size", "max_train_size", "group_by",
+_OMITTED_AT_DEFAULT = ("train_per_class", "min_train_size", "max_train_size", "max_val_size", "group_by",
                        "amp_dtype", "tf32", "compile", "eval_batch_size", "loader_threads", "eval_epochs")
 
 #: ``amp_dtype`` values (``None``: the device's default, float16 on CUDA, bfloat16 on the CPU).
@@ -58,7 +59,10 @@ class TrainConfig:
         size)``, raised to ``min_train_size`` and capped at ``max_train_size`` (both optional), and
         never more than the images not held out for validation; the split is then drawn stratified
         as for a total (in proportion to the class sizes), so ``train_per_class`` is the *average*
-        per class. :meth:`resolved` turns it into ``train_size`` against the data's class counts
+        per class. ``max_val_size``: with ``val_size`` None, validate on the images the training
+        split leaves unused, at most this many (a search's score is read on as many images as the
+        data spare, up to a bound that keeps validation cheap: ``benchmarks/score_noise.py``).
+        :meth:`resolved` turns it into ``train_size`` against the data's class counts
         (``train`` does this at its start, and records the resolved config). ``group_by``: None
         (the default: images are split one by one), or a group key, ``COLUMN`` or ``COLUMN:REGEX``
         (:mod:`autoaug.proxy_models.groups`), e.g. ``track`` or ``source_path:Images/(\\d+)/(\\d+)_``:
@@ -110,6 +114,7 @@ class TrainConfig:
     train_per_class: int | None = None
     min_train_size: int | None = None
     max_train_size: int | None = None
+    max_val_size: int | None = None
     split_seed: int = 0
     group_by: str | None = None
     seed: int = 0
@@ -158,7 +163,7 @@ class TrainConfig:
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 0):
                 raise bad(name, "a non-negative integer or None")
-        for name in ("train_per_class", "min_train_size", "max_train_size"):
+        for name in ("train_per_class", "min_train_size", "max_train_size", "max_val_size"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
                 raise bad(name, "a positive integer or None")
@@ -174,6 +179,17 @@ class TrainConfig:
                         f"TrainConfig.{name}={getattr(self, name)!r} bounds a training split sized per class, but "
                         "train_per_class is None; set train_per_class too (or size the split with train_size)"
                     )
+        if self.max_val_size is not None and self.val_size is not None:
+            raise ValueError(
+                f"TrainConfig.val_size={self.val_size!r} and max_val_size={self.max_val_size!r} both size the "
+                "validation split; set val_size to None (the images the training split leaves, at most "
+                "max_val_size) or max_val_size to None"
+            )
+        if self.max_val_size is not None and not (self.train_size or self.train_per_class):
+            raise ValueError(
+                f"TrainConfig.max_val_size={self.max_val_size!r} caps the images a sized training split leaves "
+                "for validation, but the training split is not sized; set train_size or train_per_class"
+            )
         if (self.min_train_size is not None and self.max_train_size is not None
                 and self.min_train_size > self.max_train_size):
             raise ValueError(
@@ -296,7 +312,7 @@ class TrainConfig:
     @property
     def is_resolved(self) -> bool:
         """Whether the split and image size are concrete (nothing left to resolve against data)."""
-        return self.train_per_class is None and self.image_size is not None
+        return self.train_per_class is None and self.max_val_size is None and self.image_size is not None
 
     def resolved(self, class_counts: Sequence[int] | None = None, *,
                  data_image_size: int | None = None) -> "TrainConfig":
@@ -308,14 +324,17 @@ class TrainConfig:
         ``min_train_size``, capped at ``max_train_size``, and at most the images not held out
         for validation (``len - val_size``; when that leaves nothing, the total is kept and the
         split reports that it does not fit). ``train_per_class``, ``min_train_size`` and
-        ``max_train_size`` become None, ``image_size`` the data's size. Totals (``train_size``,
-        ``val_size``) are kept as they are, ``None`` included. The resolved config is what a
+        ``max_train_size`` become None, ``image_size`` the data's size. ``max_val_size`` becomes
+        ``val_size``: ``max_val_size`` when the training split leaves more images, else None (the rest). Other totals
+        (``train_size``, ``val_size``) are kept as they are, ``None`` included. The resolved config is what a
         run records and what decides whether two runs computed the same thing.
 
         >>> TrainConfig.from_preset("eval-cpu").resolved([5000] * 10, data_image_size=32).train_size
         1000
         """
         changes: dict[str, Any] = {}
+        if (self.train_per_class is not None or self.max_val_size is not None) and class_counts is not None:
+            n = sum(int(c) for c in class_counts)
         if self.train_per_class is not None:
             if class_counts is None:
                 raise ValueError(f"TrainConfig.train_per_class={self.train_per_class} is resolved against the data: "
@@ -334,6 +353,13 @@ class TrainConfig:
             if not_held_out >= 1:
                 total = min(total, not_held_out)
             changes.update(train_size=total, train_per_class=None, min_train_size=None, max_train_size=None)
+        if self.max_val_size is not None:
+            if class_counts is None:
+                raise ValueError(f"TrainConfig.max_val_size={self.max_val_size} is resolved against the data: "
+                                 "pass the images per class (class_counts)")
+            left = n - int(changes.get("train_size", self.train_size))
+            # The cap not reached: "the rest" (None), which a grouped split meets by whole groups.
+            changes.update(val_size=self.max_val_size if self.max_val_size < left else None, max_val_size=None)
         if self.image_size is None:
             if data_image_size is None:
                 raise ValueError("TrainConfig.image_size is automatic (the data's own size): pass data_image_size")
@@ -380,6 +406,8 @@ class TrainConfig:
     def describe_val(self) -> str:
         """The validation split in words (``""`` when it is the rest of an unsized training split)."""
         if self.val_size is None:
+            if self.max_val_size is not None:
+                return f"the rest validate (at most {self.max_val_size:,})"
             return "the rest validate" if (self.train_size or self.train_per_class) else ""
         return "no validation" if self.val_size == 0 else f"{self.val_size:,} validation images"
 
@@ -411,7 +439,8 @@ _DEFAULTS: Mapping[str, Any] = types.MappingProxyType(
 def _sizing_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """``overrides`` of a preset, where sizing the training split one way replaces the preset's
     other way: ``train_size`` (a total, or None for every image not held out) clears the preset's
-    ``train_per_class`` and its bounds; ``train_per_class`` clears the preset's ``train_size``.
+    ``train_per_class`` and its bounds; ``train_per_class`` clears the preset's ``train_size``;
+    likewise ``max_val_size`` clears the preset's ``val_size`` and a ``val_size`` its ``max_val_size``.
     Overrides that give both are left for the config's own check."""
     out = dict(overrides)
     if "train_size" in out and "train_per_class" not in out:
@@ -420,6 +449,11 @@ def _sizing_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
         out.setdefault("max_train_size", None)
     elif out.get("train_per_class") is not None and "train_size" not in out:
         out["train_size"] = None
+    # Validation sized one way replaces the preset's other way, as training is.
+    if out.get("max_val_size") is not None and "val_size" not in out:
+        out["val_size"] = None
+    elif out.get("val_size") is not None and "max_val_size" not in out:
+        out["max_val_size"] = None
     return out
 
 

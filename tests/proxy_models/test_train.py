@@ -233,6 +233,46 @@ def test_per_class_resolution_floor_and_cap(counts, sizing, val_size, expected):
     assert len(reduced_split(labels, resolved.train_size, resolved.val_size, seed=0).train) == expected
 
 
+@pytest.mark.parametrize(
+    "counts, sizing, expected",
+    [
+        ([5000] * 10, {"train_per_class": 100, "max_val_size": 10000}, (1000, 10000)),  # CIFAR-10: the cap
+        ([300] * 10, {"train_per_class": 100, "max_val_size": 10000}, (1000, None)),    # 2,000 left: the rest
+        ([5000] * 10, {"train_size": 4000, "max_val_size": 5000}, (4000, 5000)),        # a total trains
+        ([5000] * 10, {"train_size": 49000, "max_val_size": 5000}, (49000, None)),
+    ],
+)
+def test_max_val_size_validates_on_what_the_split_leaves_up_to_the_cap(counts, sizing, expected):
+    """A search's score is read on as many unused images as the data spare, up to a bound: the
+    cap when the data leave more, else every image left (None: whole groups on a grouped split)."""
+    import numpy as np
+
+    from autoaug.proxy_models.splits import reduced_split
+
+    config = TrainConfig(val_size=None, **{"train_size": None, **sizing})
+    assert not config.is_resolved
+    resolved = config.resolved(counts, data_image_size=32)
+    assert (resolved.train_size, resolved.val_size) == expected and resolved.max_val_size is None
+    assert resolved.is_resolved
+    labels = np.repeat(np.arange(len(counts)), counts)
+    split = reduced_split(labels, resolved.train_size, resolved.val_size, seed=0)
+    assert len(split.val) == (expected[1] or len(labels) - expected[0])
+
+
+def test_max_val_size_replaces_a_presets_val_size_and_conflicts_are_refused():
+    sized = TrainConfig.from_preset("proxy-cpu", max_val_size=5000)  # the preset's val_size 1000 gives way
+    assert (sized.val_size, sized.max_val_size) == (None, 5000)
+    assert sized.describe_val() == "the rest validate (at most 5,000)"
+    assert TrainConfig.from_preset("proxy-cpu").to_dict() == TrainConfig.from_preset("proxy-cpu", max_val_size=None).to_dict()
+    assert "max_val_size" not in TrainConfig.from_preset("proxy-cpu").to_dict()  # records of other runs unchanged
+    with pytest.raises(ValueError, match=r"val_size=1000 and max_val_size=5 both size the validation split"):
+        TrainConfig(train_size=100, val_size=1000, max_val_size=5)
+    with pytest.raises(ValueError, match=r"max_val_size=5 caps .* the training split is not sized"):
+        TrainConfig(train_size=None, val_size=None, max_val_size=5)
+    with pytest.raises(ValueError, match=r"max_val_size=10 is resolved against the data"):
+        TrainConfig(train_size=100, val_size=None, max_val_size=10).resolved(data_image_size=32)
+
+
 def test_a_validation_set_larger_than_the_data_is_left_to_the_split_to_refuse():
     """Per-class sizes never fail on small classes; a validation *total* that the data cannot hold
     is refused, in one line saying what fits, by the split itself."""
@@ -370,6 +410,11 @@ def test_evaluation_counts_right_predictions_per_class():
     assert stats.class_correct == tuple(int(((labels == c) & (preds == c)).sum()) for c in range(4))
     assert stats.seen == 12 and stats.accuracy == pytest.approx(float((preds == labels).float().mean()))
     assert learner.evaluate(batches) == (stats.accuracy, stats.loss)
+    assert stats.image_correct is None and stats.image_loss is None  # only when asked
+    per = learner.evaluate_per_class(batches, per_image=True)
+    assert per.image_correct.tolist() == (preds == labels).tolist()  # each image, in the loader's order
+    assert per.image_loss.shape == (12,) and per.image_loss.mean() == pytest.approx(stats.loss, rel=1e-5)
+    assert (per.accuracy, per.class_correct) == (stats.accuracy, stats.class_correct)
     recalls = [stats.class_correct[c] / stats.class_total[c] for c in range(3)]
     assert stats.balanced_accuracy == pytest.approx(sum(recalls) / 3)
     assert balanced_accuracy([1, 0, 5], [1, 4, 10]) == pytest.approx((1 + 0 + 0.5) / 3)
@@ -465,9 +510,29 @@ def full_run(smoke_config, aa_policy, tmp_path_factory):
     ckpt = tmp_path_factory.mktemp("full")
     threads_before = torch.get_num_threads()
     rng_before = torch.get_rng_state()
-    result = train(smoke_config, aa_policy, report=reports.append, checkpoint_dir=ckpt)
+    validations = []
+    result = train(smoke_config, aa_policy, report=reports.append, checkpoint_dir=ckpt,
+                   on_validate=lambda epoch, stats, val: validations.append((epoch, stats, val)))
     return {"result": result, "reports": reports, "ckpt": ckpt, "threads_before": threads_before,
-            "rng_before": rng_before}
+            "rng_before": rng_before, "validations": validations}
+
+
+@pytest.mark.slow
+def test_on_validate_gets_each_images_outcome_on_the_splits_validation_images(full_run, smoke_config):
+    """What a paired per-image comparison reads: every validated epoch, each validation image's
+    right/wrong and loss, in the order of the split's validation indices; the run's reported
+    accuracy is their mean (and the hook changes nothing: ``test_same_seed_gives_identical_metrics``
+    compares this run with one without it)."""
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.splits import config_split
+
+    validations, history = full_run["validations"], full_run["result"].history
+    assert [e for e, _, _ in validations] == [1, 2, 3]
+    split = config_split(open_dataset(smoke_config.data), full_run["result"].config)
+    for (epoch, stats, val), row in zip(validations, history):
+        assert list(val) == list(split.val) and stats.image_correct.shape == (len(split.val),)
+        assert stats.image_correct.mean() == pytest.approx(row["val_accuracy"])
+        assert stats.image_loss.mean() == pytest.approx(row["val_loss"], rel=1e-5)
 
 
 @pytest.mark.slow

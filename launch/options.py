@@ -150,14 +150,22 @@ def warm_start_options(group: str | None = None) -> tuple[Option, Option]:
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
                 groups: Mapping[str, str] | None = None) -> None:
-    """Add ``options`` to ``parser``; an option's ``group`` names one of ``groups``'s titles."""
+    """Add ``options`` to ``parser``; an option's ``group`` names one of ``groups``'s titles.
+    Options that set the same destination (``--warm-start`` and ``--no-warm-start``) conflict:
+    giving both is refused (argparse's mutually exclusive group), not decided by their order."""
     made: dict[str, Any] = {}
+    dests = [opt.dest for opt in options]
+    exclusive: dict[str, Any] = {}
     for opt in options:
         target: Any = parser
         if opt.group is not None:
             if opt.group not in made:
                 made[opt.group] = parser.add_argument_group((groups or {}).get(opt.group, opt.group))
             target = made[opt.group]
+        if dests.count(opt.dest) > 1:
+            if opt.dest not in exclusive:
+                exclusive[opt.dest] = target.add_mutually_exclusive_group()
+            target = exclusive[opt.dest]
         target.add_argument(*opt.flags, **opt.argparse)
 
 

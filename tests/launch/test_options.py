@@ -71,3 +71,18 @@ def test_launch_rewrites_a_declared_path_without_a_slash(tmp_path):
     prepared = launch_cmd.prepare_command(["search", "--storage", "runs", "--name", "runs"], cwd=tmp_path)
     # --storage is declared a path: made absolute; --name is not, even though a folder has that name
     assert prepared.args == ["search", "--storage", str(tmp_path / "runs"), "--name", "runs"]
+
+
+def test_flags_that_set_the_same_setting_conflict_instead_of_the_last_winning(capsys):
+    """``--warm-start X --no-warm-start`` is refused (exit 2, the error naming both flags), in
+    either order; each alone still works."""
+    from autoaug.launch.cli import build_parser
+
+    for argv in (["--warm-start", "autoaugment-svhn", "--no-warm-start"], ["--no-warm-start", "--warm-start", "auto"]):
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(["search", "--data", "d.parquet", *argv])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "not allowed with argument" in err[-1] and "--warm-start" in err[-1] and "--no-warm-start" in err[-1]
+    assert build_parser().parse_args(["search", "--no-warm-start"]).warm_start == []
+    assert build_parser().parse_args(["search", "--warm-start", "autoaugment-svhn"]).warm_start == ["autoaugment-svhn"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -209,11 +208,9 @@ def test_search_with_a_corrupt_image_fails_before_ray(tmp_path, cifar_train, cap
     import ray
 
     data = _subset(cifar_train, tmp_path / "d.parquet", 120, corrupt_row=100)
-    started = time.monotonic()
     assert main(_search(tmp_path, "--data", str(data), "--storage", str(tmp_path / "runs"),
                         "--store", str(tmp_path / "store"))) == 2
     assert "d.parquet row 100" in _error_line(capsys)
-    assert time.monotonic() - started < 60
     assert not ray.is_initialized() and not (tmp_path / "runs").exists()
 
 

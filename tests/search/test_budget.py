@@ -135,16 +135,27 @@ def test_spent_time_is_summed_over_sessions_and_a_resume_gets_what_is_left(tmp_p
 
 
 def test_the_heartbeat_saves_the_spent_time_while_the_search_runs(tmp_path, monkeypatch):
-    import time
+    import threading
 
     from autoaug.search import budget as module
 
     monkeypatch.setattr(module, "HEARTBEAT_S", 0.05)
     run = RunDir(str(tmp_path), "r")
-    budget = Budget.open(run, 600, session="start 1")
+    clock = _Clock()
+    budget = Budget.open(run, 600, session="start 1", clock=clock)
+    clock.now += 42
+    beats = threading.Event()
+    save = budget.save
+
+    def saved() -> None:
+        save()
+        if threading.current_thread().name == "autoaug-budget":
+            beats.set()
+
+    monkeypatch.setattr(budget, "save", saved)
     with budget.running():
-        time.sleep(0.5)
-        assert run.read_json(BUDGET_FILE)["sessions"][0]["spent_s"] > 0.1  # written by the thread
+        assert beats.wait(timeout=60)  # the heartbeat thread saved (an event, not a sleep)
+        assert run.read_json(BUDGET_FILE)["sessions"][0]["spent_s"] == 42  # the time spent so far
 
 
 def test_what_is_kept_for_rescoring_and_storing():
@@ -459,3 +470,29 @@ def test_the_end_of_the_trials_is_said_once(tmp_path):
     budget.end("rounds")
     assert said == ["time budget: 10s left of 1m40s, what re-scoring and storing need (about 15s): nothing new "
                     "starts, running trials end at their next report"]
+
+
+def test_a_trial_the_budget_stops_before_its_first_score_goes_through_every_scheduler_callback(tmp_path):
+    """A trial stopped by the budget before its first validation ends with a result whose score is
+    None: ASHA's on_trial_complete (``metric_op * None``) must not see it; the searcher records it."""
+    budget, _ = _expired_budget(tmp_path)
+    budget.has_result = True  # another trial has a score
+    scheduler = GuardedASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1, metric=METRIC,
+                                     mode="max")
+    scheduler._setup_guard(f"sqlite:///{tmp_path}/none.db", "s", max_failures=1)
+    scheduler.set_budget(budget, "s", max_steps=3)
+    controller, trial = _Controller([]), _Trial("early")
+    scheduler.on_trial_add(controller, trial)
+    unscored = {METRIC: None, "training_iteration": 1, "time_this_iter_s": 1.0}
+    assert scheduler.on_trial_result(controller, trial, dict(unscored)) == "STOP"
+    scheduler.on_trial_complete(controller, trial, dict(unscored))  # Tune's stop_trial: no TypeError
+    assert budget.stopped("s") == {"early"}
+    # a scored trial still reaches ASHA's bracket
+    scored = _Trial("scored")
+    scheduler.on_trial_add(controller, scored)
+    scheduler.on_trial_complete(controller, scored, _result(1, 0.7))
+    assert "scored" not in scheduler._trial_info and "early" in scheduler._trial_info  # kept out of the rungs
+    url = f"sqlite:///{tmp_path}/study.db"
+    search = _searcher(url)
+    search.suggest("early")
+    search.on_trial_complete("early", result=dict(unscored))  # the searcher takes it too

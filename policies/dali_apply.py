@@ -29,11 +29,16 @@ matrices differ only in the table) and Invert is Solarize with threshold 0; this
 of conditional splits low, which is what dominates on small images (see docs/policies.md for the
 measurements against DALI's ``apply_auto_augment``).
 
-The operations are ``@augmentation`` objects (``nvidia.dali.auto_aug``), declared without a
-magnitude range because their parameters arrive pre-computed as named arguments; Brightness,
-Color, Contrast, AutoContrast and Posterize call the operator functions of DALI's own
-``auto_aug.augmentations`` (``.op``), Equalize and Sharpness the non-deprecated ``fn.equalize`` /
-``fn.filter``, and Cutout / SamplePairing are written here (neither DALI nor torchvision has them).
+Each operation is declared once, next to its implementation, with :func:`dali_op` (a
+:class:`DaliOp` in :data:`DALI_OPS`): the branch its samples go to (its *kind*; :func:`dali_branch`
+declares a branch several operations share, such as ``Warp``), which per-sample table the branch
+reads (``param``, ``matrix`` or ``kernel``) and how the operation's parameter (from
+:mod:`autoaug.policies.ops`) becomes its entry of that table. The branches are ``@augmentation``
+objects (``nvidia.dali.auto_aug``), declared without a magnitude range because their parameters
+arrive pre-computed as named arguments; Brightness, Color, Contrast, AutoContrast and Posterize
+call the operator functions of DALI's own ``auto_aug.augmentations`` (``.op``), Equalize and
+Sharpness the non-deprecated ``fn.equalize`` / ``fn.filter``, and Cutout / SamplePairing are
+written here (neither DALI nor torchvision has them).
 
 SamplePairing blends each image with another image of the same batch: ``fn.permute_batch`` with a
 ``fn.batch_permutation(no_fixed_points=True)`` computed once before any branching (the partner
@@ -41,42 +46,160 @@ enters as it was *before* this policy step).
 """
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import augmentations as _a
 from nvidia.dali.auto_aug.core import augmentation, select
-from nvidia.dali.auto_aug.core import _Augmentation as Augmentation
 from nvidia.dali.data_node import DataNode
 
 from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
+if TYPE_CHECKING:  # DALI's private class of @augmentation objects (pyproject.toml bounds DALI's version)
+    from nvidia.dali.auto_aug.core import _Augmentation
+
 __all__ = [
-    "apply_base", "apply_policy", "decode_trace", "DALI_OPS", "KIND_OF", "stage_tables", "affine_terms",
-    "PolicyInputs", "apply_policy_inputs",
+    "apply_base", "apply_policy", "decode_trace", "DALI_OPS", "DALI_BRANCHES", "DaliOp", "DaliBranch", "dali_op",
+    "dali_branch", "StageTables", "stage_tables", "affine_terms", "PolicyInputs", "apply_policy_inputs",
 ]
 
 _INTERP = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}
-_GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
+
+
+# --------------------------------------------------------------------------- registration
+#: The per-sample tables a branch may read, by the name of its argument (all computed before branching).
+TABLES = ("param", "matrix", "kernel")
+
+
+@dataclass(frozen=True)
+class DaliBranch:
+    """One branch of a stage's conditional selection: the ``@augmentation`` applied to the samples
+    that drew its ``kind``.
+
+    Attributes:
+        kind: the branch's name (an op's name, or a name several ops share: ``Warp``).
+        augmentation: ``fn(data, _, **arguments)`` as an ``nvidia.dali.auto_aug`` augmentation.
+        table: the per-sample table it reads (:data:`TABLES`: ``param`` a float, ``matrix`` a 2x3
+            affine matrix, ``kernel`` a 3x3 kernel), or ``None``.
+        sized: it needs the image size (computed once per policy step when any branch does).
+        arguments: ``(images, size, height, width) -> dict``, the arguments it shares with every
+            stage (built once per policy step, before any branching), or ``None``.
+    """
+
+    kind: str
+    augmentation: _Augmentation
+    table: str | None = None
+    sized: bool = False
+    arguments: Callable[..., dict] | None = None
+
+
+@dataclass(frozen=True)
+class DaliOp:
+    """How DALI applies one operation of :data:`autoaug.policies.ops.REGISTRY`.
+
+    Attributes:
+        name: the registry name.
+        branch: the branch its samples go to.
+        to_table: its entry of the branch's table from ``table_input``.
+        table_input: ``"param"``, the op's parameter (:meth:`~autoaug.policies.ops.OpSpec.param`,
+            size-relative magnitudes as fractions of the size), or ``"magnitude"``, the unsigned
+            magnitude (the branch converts it once the size is known: Cutout).
+        operator: the DALI operators used, for the docs (docs/policies.md's op table).
+    """
+
+    name: str
+    branch: DaliBranch
+    to_table: Callable[[Any], Any]
+    table_input: str
+    operator: str
+
+    @property
+    def kind(self) -> str:
+        return self.branch.kind
+
+
+#: Registry name -> :class:`DaliOp` (filled by :func:`dali_op`, checked against the registry by
+#: tests/policies/test_ops_registry.py).
+DALI_OPS: dict[str, DaliOp] = {}
+#: Kind -> :class:`DaliBranch` (filled by :func:`dali_branch` and :func:`dali_op`).
+DALI_BRANCHES: dict[str, DaliBranch] = {}
+
+
+def dali_branch(kind: str, *, table: str | None = None, sized: bool = False, arguments=None):
+    """Declare the function below (``fn(data, _, **arguments)``) as the branch ``kind``; it is
+    replaced by its :class:`DaliBranch`. See :class:`DaliBranch` for the arguments."""
+
+    def register(function) -> DaliBranch:
+        if kind in DALI_BRANCHES:
+            raise ValueError(f"dali_branch: kind {kind!r} is declared twice")
+        if table not in (None, *TABLES):
+            raise ValueError(f"dali_branch {kind!r}: table={table!r}; expected None or one of {list(TABLES)}")
+        if table is not None and table not in inspect.signature(function).parameters:
+            raise ValueError(f"dali_branch {kind!r}: {function.__name__} takes no {table!r} argument, its table")
+        branch = DaliBranch(kind, augmentation(function), table, sized, arguments)
+        DALI_BRANCHES[kind] = branch
+        return branch
+
+    return register
+
+
+def _scalar(value) -> float:
+    return 0.0 if value is None else float(value)
+
+
+def dali_op(name: str, *, operator: str, kind: str | None = None, table: str | None = None,
+            to_table: Callable[[Any], Any] = _scalar, table_input: str = "param", sized: bool = False,
+            arguments=None):  # fmt: skip
+    """Declare how DALI applies the registry op ``name`` (refused in one line when the registry has
+    no such op, or when it is declared twice).
+
+    Without ``kind``, it decorates the op's own branch ``fn(data, _, **arguments)`` (kind ``name``;
+    ``table``, ``sized``, ``arguments`` as :class:`DaliBranch`) and the op's parameter becomes its
+    table entry through ``to_table`` (a float by default). With ``kind``, the op joins that
+    already declared branch and the decorated function is its ``to_table``. ``operator``: the DALI
+    operators used, for the docs.
+    """
+    _ops.check_backend_name("dali_op", name, DALI_OPS)
+    if table_input not in ("param", "magnitude"):
+        raise ValueError(f"dali_op {name!r}: table_input={table_input!r}; expected 'param' or 'magnitude'")
+
+    def register(function):
+        if kind is None:
+            branch = dali_branch(name, table=table, sized=sized, arguments=arguments)(function)
+            DALI_OPS[name] = DaliOp(name, branch, to_table, table_input, operator)
+            return branch
+        if kind not in DALI_BRANCHES:
+            raise ValueError(f"dali_op {name!r}: no branch {kind!r}; expected one of {sorted(DALI_BRANCHES)}")
+        DALI_OPS[name] = DaliOp(name, DALI_BRANCHES[kind], function, table_input, operator)
+        return function
+
+    return register
 
 
 # --------------------------------------------------------------------------- operations
-# Each takes the (partial) batch and named per-sample parameter nodes computed before branching:
-# ``param`` (float scalar), ``matrix`` (2x3), ``kernel`` (3x3), ``paired``, ``cutout_center``,
-# ``min_side``, plus the constants ``fill_value`` / ``interp_type``.
+# Each branch takes the (partial) batch and named per-sample arguments computed before branching:
+# its table (``param`` float scalar, ``matrix`` 2x3, ``kernel`` 3x3), ``paired``, ``cutout_center``,
+# ``min_side``, ``hw``, plus the constants ``fill_value`` / ``interp_type``.
 
 
-@augmentation
+def _like(node, data):
+    """``node`` on the device of ``data`` (DALI auto_aug's ``param_device="auto"``)."""
+    return node.gpu() if data.device == "gpu" else node
+
+
+@dali_op("Identity", operator="-")
 def _identity(data, _):
     return data
 
 
-@augmentation
+@dali_branch("Warp", table="matrix", sized=True)
 def _warp(data, _, matrix, fill_value=128, interp_type=None):
     """ShearX/ShearY/TranslateX/TranslateY/Rotate: one affine warp with a per-sample matrix
     (source -> destination, pixels) looked up from the policy table (see :func:`affine_terms`)."""
@@ -85,57 +208,125 @@ def _warp(data, _, matrix, fill_value=128, interp_type=None):
     )
 
 
-def _like(node, data):
-    """``node`` on the device of ``data`` (DALI auto_aug's ``param_device="auto"``)."""
-    return node.gpu() if data.device == "gpu" else node
+def _terms(linear=((1.0, 0.0), (0.0, 1.0)), per_width=(0.0, 0.0), per_height=(0.0, 0.0)) -> np.ndarray:
+    """``[A, B, C]`` (3x2x3) of the forward matrix ``A + W*B + H*C``: ``linear`` its 2x2 part,
+    its translation ``per_width * W + per_height * H``."""
+    terms = np.zeros((3, 2, 3), dtype=np.float64)
+    terms[0, :, :2] = linear
+    terms[1, :, 2] = per_width
+    terms[2, :, 2] = per_height
+    return terms
 
 
-@augmentation
-def _solarize(data, _, param):
-    """Inverts pixels >= ``param`` (Invert is threshold 0): ``x ^ 255`` where ``x >= t``."""
-    return data ^ ((data >= _like(param, data)) * np.uint8(255))
+# PIL's AutoAugment shear is the inverse map (1, m, 0, 0, 1, 0): out(x, y) = in(x + m*y, y), as
+# torchvision's F.affine(shear=atan(m)); the forward matrix is its inverse.
+@dali_op("ShearX", kind="Warp", operator="fn.warp_affine (per-sample matrix from the policy table)")
+def _shear_x(m: float) -> np.ndarray:
+    return _terms(np.array([[1.0, -m], [0.0, 1.0]]))
 
 
-@augmentation
-def _posterize(data, _, param):
-    """Keeps the top bits: ``param`` is the uint8 mask (as float), DALI's ``posterize`` op."""
-    return _a.posterize.op(data, _like(fn.cast(param, dtype=types.UINT8), data))
+@dali_op("ShearY", kind="Warp", operator="fn.warp_affine (per-sample matrix from the policy table)")
+def _shear_y(m: float) -> np.ndarray:
+    return _terms(np.array([[1.0, 0.0], [-m, 1.0]]))
 
 
-@augmentation
-def _brightness(data, _, param):
-    return _a.brightness.op(data, param)
+# Translation moves the content by +param * size (param a fraction of the size).
+@dali_op("TranslateX", kind="Warp", operator="fn.warp_affine (per-sample matrix from the policy table)")
+def _translate_x(m: float) -> np.ndarray:
+    return _terms(per_width=(m, 0.0))
 
 
-@augmentation
-def _color(data, _, param):
-    return _a.color.op(data, param)
+@dali_op("TranslateY", kind="Warp", operator="fn.warp_affine (per-sample matrix from the policy table)")
+def _translate_y(m: float) -> np.ndarray:
+    return _terms(per_height=(0.0, m))
 
 
-@augmentation
-def _contrast(data, _, param):
-    return _a.contrast.op(data, param)
+@dali_op("Rotate", kind="Warp", operator="fn.warp_affine (rotation about the centre, as fn.rotate)")
+def _rotate(degrees: float) -> np.ndarray:
+    # y points down, so a counter-clockwise turn on screen is (x, y) -> R(-a) (x, y)
+    a = math.radians(degrees)
+    lin = np.array([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]])
+    # about the centre c = (W/2, H/2): offset (I - L) c
+    q = (np.eye(2) - lin) / 2.0
+    return _terms(lin, q[:, 0], q[:, 1])
 
 
-@augmentation
+@dali_op("AutoContrast", operator="auto_aug.auto_contrast (fn.reductions.min/max + arithmetic)")
 def _auto_contrast(data, _):
     return _a.auto_contrast.op(data, None)
 
 
-@augmentation
+@dali_op("Equalize", operator="fn.equalize")
 def _equalize(data, _):
     """Per-channel histogram equalization, ``fn.equalize`` (OpenCV's formula)."""
     return fn.equalize(data)
 
 
-@augmentation
+@dali_op("Solarize", table="param", operator="x ^ 255 where x >= threshold (arithmetic)")
+def _solarize(data, _, param):
+    """Inverts pixels >= ``param`` (Invert is threshold 0): ``x ^ 255`` where ``x >= t``."""
+    return data ^ ((data >= _like(param, data)) * np.uint8(255))
+
+
+@dali_op("Invert", kind="Solarize", operator="x ^ 255 (the Solarize branch at threshold 0)")
+def _invert(_) -> float:
+    return 0.0  # the threshold inverting every pixel
+
+
+def _posterize_mask(bits) -> float:
+    """The uint8 mask keeping the top ``bits`` bits (as a float: the ``param`` table is float)."""
+    return float(0xFF ^ ((1 << (8 - int(bits))) - 1))
+
+
+@dali_op("Posterize", table="param", to_table=_posterize_mask, operator="auto_aug.posterize (x & mask)")
+def _posterize(data, _, param):
+    """Keeps the top bits: ``param`` is the uint8 mask (as float), DALI's ``posterize`` op."""
+    return _a.posterize.op(data, _like(fn.cast(param, dtype=types.UINT8), data))
+
+
+@dali_op("Contrast", table="param", operator="auto_aug.contrast (fn.reductions.mean + arithmetic)")
+def _contrast(data, _, param):
+    return _a.contrast.op(data, param)
+
+
+@dali_op("Color", table="param", operator="fn.saturation (auto_aug.color)")
+def _color(data, _, param):
+    return _a.color.op(data, param)
+
+
+@dali_op("Brightness", table="param", operator="fn.brightness (auto_aug.brightness)")
+def _brightness(data, _, param):
+    return _a.brightness.op(data, param)
+
+
+_SHARP_BLUR = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float64) / 13.0
+_SHARP_IDENT = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=np.float64)
+
+
+def _sharpness_kernel(factor: float) -> np.ndarray:
+    m = factor - 1.0  # factor 1 + m: (1 + m) * identity - m * blur
+    return (1.0 + m) * _SHARP_IDENT - m * _SHARP_BLUR
+
+
+@dali_op("Sharpness", table="kernel", to_table=_sharpness_kernel,
+         operator="fn.filter (PIL's 3x3 smoothing kernel, per-sample)")  # fmt: skip
 def _sharpness(data, _, kernel):
     """PIL's Sharpness as one 3x3 convolution (DALI auto_aug's kernel) with ``fn.filter``.
     Border pixels are filtered with reflect-101 padding (PIL / torchvision leave them as is)."""
     return fn.filter(data, _like(kernel, data))
 
 
-@augmentation
+def _cutout_arguments(images, size, height, width) -> dict:
+    """Each image's shorter side and size, and the square's centre (a uniform [0, 1) pair)."""
+    if size is not None:
+        min_side, hw = float(min(size)), np.array(size, dtype=np.float32)
+    else:
+        min_side, hw = dmath.min(height, width), fn.stack(height, width)
+    return {"min_side": min_side, "hw": hw, "cutout_center": fn.random.uniform(range=[0.0, 1.0], shape=[2])}
+
+
+@dali_op("Cutout", table="param", table_input="magnitude", sized=True, arguments=_cutout_arguments,
+         operator="fn.erase (hand-written: random centre, fill 128)")  # fmt: skip
 def _cutout(data, _, param, min_side, cutout_center, hw, fill_value=128):
     """Fills a square of side ``round(param * min_side)`` px centred on a random pixel
     (``cutout_center`` is a uniform [0, 1) pair), clipped at the border by ``fn.erase``."""
@@ -150,39 +341,20 @@ def _cutout(data, _, param, min_side, cutout_center, hw, fill_value=128):
     )
 
 
-@augmentation
+def _sample_pairing_arguments(images, size, height, width) -> dict:
+    """Each image's partner: the batch as it entered the policy step, permuted without fixed points."""
+    return {"paired": fn.permute_batch(images, indices=fn.batch_permutation(no_fixed_points=True))}
+
+
+@dali_op("SamplePairing", table="param", arguments=_sample_pairing_arguments,
+         operator="hand-written: fn.permute_batch(fn.batch_permutation) + blend")  # fmt: skip
 def _sample_pairing(data, _, param, paired):
     """``(1 - w) * image + w * paired``, rounded; ``paired`` is another image of the batch."""
     return fn.cast_like(data * (1.0 - param) + paired * param, data)
 
 
-#: Registry name -> DALI implementation (several names share one: see :data:`KIND_OF`).
-DALI_OPS: dict[str, Augmentation] = {
-    "Identity": _identity,
-    "ShearX": _warp,
-    "ShearY": _warp,
-    "TranslateX": _warp,
-    "TranslateY": _warp,
-    "Rotate": _warp,
-    "AutoContrast": _auto_contrast,
-    "Invert": _solarize,
-    "Equalize": _equalize,
-    "Solarize": _solarize,
-    "Posterize": _posterize,
-    "Contrast": _contrast,
-    "Color": _color,
-    "Brightness": _brightness,
-    "Sharpness": _sharpness,
-    "Cutout": _cutout,
-    "SamplePairing": _sample_pairing,
-}
-assert set(DALI_OPS) == set(_ops.OP_NAMES)
-#: Registry name -> branch kind (the branch a sample goes to).
-KIND_OF: dict[str, str] = {
-    name: ("Warp" if name in _GEOMETRIC else "Solarize" if name == "Invert" else name)
-    for name in _ops.OP_NAMES
-}
-_KIND_ORDER = list(dict.fromkeys(KIND_OF[n] for n in _ops.OP_NAMES))  # Identity first
+#: Branch kinds in registry order (Identity first): the order of a stage's selection.
+_KIND_ORDER = tuple(dict.fromkeys(DALI_OPS[n].kind for n in _ops.OP_NAMES if n in DALI_OPS))
 
 
 # --------------------------------------------------------------------------- parameters
@@ -195,91 +367,69 @@ def affine_terms(name: str, param: float) -> np.ndarray:
     torchvision's AutoAugment), translation moves the content by ``+param * size``, rotation is
     about the centre, counter-clockwise for positive angles (as ``fn.rotate`` and ``F.rotate``).
     """
-    terms = np.zeros((3, 2, 3), dtype=np.float64)
-    lin = np.eye(2)
-    # PIL's AutoAugment shear is the inverse map (1, m, 0, 0, 1, 0): out(x, y) = in(x + m*y, y),
-    # as torchvision's F.affine(shear=atan(m)); the forward matrix is its inverse.
-    if name == "ShearX":
-        lin = np.array([[1.0, -param], [0.0, 1.0]])
-    elif name == "ShearY":
-        lin = np.array([[1.0, 0.0], [-param, 1.0]])
-    elif name == "TranslateX":
-        terms[1, 0, 2] = param
-    elif name == "TranslateY":
-        terms[2, 1, 2] = param
-    elif name == "Rotate":
-        # y points down, so a counter-clockwise turn on screen is (x, y) -> R(-a) (x, y)
-        a = math.radians(param)
-        lin = np.array([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]])
-        # about the centre c = (W/2, H/2): offset (I - L) c
-        q = (np.eye(2) - lin) / 2.0
-        terms[1, :, 2] = q[:, 0]
-        terms[2, :, 2] = q[:, 1]
-    elif name not in _GEOMETRIC:
-        raise ValueError(f"{name} is not a geometric op; expected one of {list(_GEOMETRIC)}")
-    terms[0, :, :2] = lin
-    return terms
+    op = DALI_OPS.get(name)
+    if op is None or op.branch.table != "matrix":
+        geometric = [n for n, d in DALI_OPS.items() if d.branch.table == "matrix"]
+        raise ValueError(f"{name} is not a geometric op; expected one of {geometric}")
+    return op.to_table(param)
 
 
-_SHARP_BLUR = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float64) / 13.0
-_SHARP_IDENT = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=np.float64)
+@dataclass(frozen=True, eq=False)
+class StageTables:
+    """The lookup tables of one stage of a policy, indexed by ``2 * sub_policy + sign`` (sign 1 =
+    the magnitude negated). Size-relative parameters (translate, cutout) are fractions of the size.
 
-
-def _scalar_param(name: str, value) -> float:
-    if name == "Invert":
-        return 0.0
-    if name == "Posterize":
-        bits = int(value)
-        return float(0xFF ^ ((1 << (8 - bits)) - 1))
-    if value is None:
-        return 0.0
-    return float(value)
-
-
-def stage_tables(policy: Policy, stage: int) -> dict:
-    """The lookup tables of one stage, keyed by ``2 * sub_policy + sign`` (sign 1 = negated).
-
-    Keys of the returned dict: ``kinds`` (branch kinds, Identity first), ``kind`` (index into
-    ``kinds``), ``prob``, ``param`` (float scalar), ``affine`` (``[2K, 3, 2, 3]``, see
-    :func:`affine_terms`), ``kernel`` (``[2K, 3, 3]``), ``signed`` (any signed op at the stage),
-    ``all_certain`` (every present op has probability 1). Size-relative parameters (translate,
-    cutout) are fractions of the image size.
+    Attributes:
+        kinds: the stage's branch kinds, Identity first.
+        kind: int64 ``[2K]``, index into ``kinds``.
+        prob: ``[2K]``, the op's probability.
+        param: ``[2K]``, the ``param`` table (float scalars).
+        affine: ``[2K, 3, 2, 3]``, the ``matrix`` table as :func:`affine_terms`.
+        kernel: ``[2K, 3, 3]``, the ``kernel`` table.
+        signed: any signed op at the stage.
+        all_certain: every present op has probability 1.
     """
+
+    kinds: tuple[str, ...]
+    kind: np.ndarray
+    prob: np.ndarray
+    param: np.ndarray
+    affine: np.ndarray
+    kernel: np.ndarray
+    signed: bool
+    all_certain: bool
+
+
+def stage_tables(policy: Policy, stage: int) -> StageTables:
+    """The :class:`StageTables` of stage ``stage`` of ``policy``."""
     subs = policy.sub_policies
-    used = {KIND_OF[s[stage].op] for s in subs if stage < len(s) and s[stage].op != "Identity"}
-    kinds = ["Identity"] + [k for k in _KIND_ORDER if k in used]
+    used = {DALI_OPS[s[stage].op].kind for s in subs if stage < len(s) and s[stage].op != _ops.IDENTITY}
+    kinds = (_ops.IDENTITY, *(k for k in _KIND_ORDER if k in used))
     n = 2 * len(subs)
     kind = np.zeros(n, dtype=np.int64)
     prob = np.zeros(n)
-    param = np.zeros(n)
-    affine = np.tile(affine_terms("ShearX", 0.0), (n, 1, 1, 1))
-    kernel = np.tile(_SHARP_IDENT, (n, 1, 1))
+    tables = {"param": np.zeros(n), "matrix": np.tile(_terms(), (n, 1, 1, 1)), "kernel": np.tile(_SHARP_IDENT, (n, 1, 1))}
     signed, all_certain = False, True
     for k, sub in enumerate(subs):
-        if stage >= len(sub) or sub[stage].op == "Identity":
+        if stage >= len(sub) or sub[stage].op == _ops.IDENTITY:
             continue
         op = sub[stage]
-        spec = _ops.REGISTRY[op.op]
+        spec, dali = _ops.REGISTRY[op.op], DALI_OPS[op.op]
         signed |= spec.signed
         all_certain &= op.probability >= 1.0
         for sign in (0, 1):
             i = 2 * k + sign
-            kind[i] = kinds.index(KIND_OF[op.op])
+            kind[i] = kinds.index(dali.kind)
             prob[i] = op.probability
-            value = policy.magnitude(op, image_size=(1, 1), negate=bool(sign))
-            if op.op in _GEOMETRIC:
-                affine[i] = affine_terms(op.op, value)
-            elif op.op == "Sharpness":
-                m = value - 1.0  # factor 1 + m: (1 + m) * identity - m * blur
-                kernel[i] = (1.0 + m) * _SHARP_IDENT - m * _SHARP_BLUR
-            elif op.op == "Cutout":
-                param[i] = spec.magnitude(op.magnitude_bin, policy.num_magnitude_bins, policy.ranges)
+            if dali.branch.table is None:
+                continue
+            if dali.table_input == "magnitude":
+                value = spec.magnitude(op.magnitude_bin, policy.num_magnitude_bins, policy.ranges)
             else:
-                param[i] = _scalar_param(op.op, value)
-    return {
-        "kinds": kinds, "kind": kind, "prob": prob, "param": param, "affine": affine,
-        "kernel": kernel, "signed": signed, "all_certain": all_certain,
-    }  # fmt: skip
+                value = policy.magnitude(op, image_size=(1, 1), negate=bool(sign))
+            tables[dali.branch.table][i] = dali.to_table(value)
+    return StageTables(kinds=kinds, kind=kind, prob=prob, param=tables["param"], affine=tables["matrix"],
+                       kernel=tables["kernel"], signed=signed, all_certain=all_certain)  # fmt: skip
 
 
 def _lookup(idx, values, dtype):
@@ -287,8 +437,6 @@ def _lookup(idx, values, dtype):
         idx, keys=list(range(len(values))), values=[float(v) for v in values], dtype=dtype,
         default_value=0.0,
     )  # fmt: skip
-
-
 def _normalize_size(image_size) -> tuple[int, int] | None:
     if image_size is None:
         return None
@@ -376,35 +524,35 @@ def apply_policy(
 
     used = set(policy.ops_used)
     height = width = None
-    if used & {*_GEOMETRIC, "Cutout"}:
+    if any(DALI_OPS[o].branch.sized for o in used):
         if size is not None:
             height, width = float(size[0]), float(size[1])
         else:
             shape = images.shape(device="cpu")
             height = fn.cast(shape[0], dtype=types.FLOAT)
             width = fn.cast(shape[1], dtype=types.FLOAT)
-    kwargs = _branch_kwargs(images, {KIND_OF[o] for o in used}, fill_value, interpolation, size, height, width)
+    kwargs = _branch_kwargs(images, {DALI_OPS[o].kind for o in used}, fill_value, interpolation, size, height, width)
 
     k = fn.random.uniform(values=list(range(len(policy))), dtype=types.INT32)
     k2 = k * 2
     trace = [k]
     for stage in range(policy.max_ops_per_sub_policy):
         t = stage_tables(policy, stage)
-        kinds = t["kinds"]
+        kinds = t.kinds
         if len(kinds) == 1:  # only Identity at this stage
             if return_trace:
                 trace += [k * 0, k * 0]
             continue
-        sign = fn.random.coin_flip(dtype=types.INT32) if t["signed"] else None
+        sign = fn.random.coin_flip(dtype=types.INT32) if t.signed else None
         idx = k2 + sign if sign is not None else k2
-        selected = _lookup(idx, t["kind"], types.INT32)
-        if not t["all_certain"]:
-            applied = fn.random.coin_flip(probability=_lookup(idx, t["prob"], types.FLOAT),
+        selected = _lookup(idx, t.kind, types.INT32)
+        if not t.all_certain:
+            applied = fn.random.coin_flip(probability=_lookup(idx, t.prob, types.FLOAT),
                                           dtype=types.INT32)  # fmt: skip
             selected = selected * applied
 
         def matrix(t=t, idx=idx):
-            terms = t["affine"]
+            terms = t.affine
             if size is not None:
                 mats = terms[:, 0] + width * terms[:, 1] + height * terms[:, 2]
                 return types.Constant(mats.astype(np.float32))[idx]
@@ -412,8 +560,8 @@ def apply_policy(
             return per_sample[0] + width * per_sample[1] + height * per_sample[2]
 
         images = _apply_stage(
-            images, kinds, selected, kwargs, param=lambda t=t, idx=idx: _lookup(idx, t["param"], types.FLOAT),
-            matrix=matrix, kernel=lambda t=t, idx=idx: types.Constant(t["kernel"].astype(np.float32))[idx],
+            images, kinds, selected, kwargs, param=lambda t=t, idx=idx: _lookup(idx, t.param, types.FLOAT),
+            matrix=matrix, kernel=lambda t=t, idx=idx: types.Constant(t.kernel.astype(np.float32))[idx],
         )  # fmt: skip
         if return_trace:
             trace += [fn.cast(selected > 0, dtype=types.INT32), sign if sign is not None else k * 0]
@@ -440,44 +588,32 @@ def decode_trace(policy: Policy, trace) -> list[tuple[int, list[str]]]:
     return out
 
 
-DALI_OPS_BY_KIND: dict[str, Augmentation] = {KIND_OF[n]: DALI_OPS[n] for n in _ops.OP_NAMES}
-#: Kinds whose branch takes the per-sample ``param`` (the rest take none, a matrix or a kernel).
-_PARAM_KINDS = frozenset({"Solarize", "Posterize", "Brightness", "Color", "Contrast", "Cutout", "SamplePairing"})
-
-
 # --------------------------------------------------------------------------- the stage, shared
 def _branch_kwargs(images, kinds, fill_value: int, interpolation: str, size, height=None, width=None) -> dict:
     """The arguments every stage's branches share (both policy steps): fill value and
-    interpolation; with Cutout its side and centre; with SamplePairing each image's partner (the
-    batch as it entered the policy step). ``size``: ``(h, w)`` when known, else per-sample
-    ``height``/``width`` nodes."""
+    interpolation, and those the branches of ``kinds`` declare (:attr:`DaliBranch.arguments`: with
+    Cutout its side and centre; with SamplePairing each image's partner, the batch as it entered the
+    policy step). ``size``: ``(h, w)`` when known, else per-sample ``height``/``width`` nodes."""
     kwargs: dict = {"fill_value": fill_value, "interp_type": _INTERP[interpolation]}
-    if "Cutout" in kinds:
-        if size is not None:
-            kwargs["min_side"] = float(min(size))
-            kwargs["hw"] = np.array(size, dtype=np.float32)
-        else:
-            kwargs["min_side"] = dmath.min(height, width)
-            kwargs["hw"] = fn.stack(height, width)
-        kwargs["cutout_center"] = fn.random.uniform(range=[0.0, 1.0], shape=[2])
-    if "SamplePairing" in kinds:
-        kwargs["paired"] = fn.permute_batch(images, indices=fn.batch_permutation(no_fixed_points=True))
+    for kind in _KIND_ORDER:
+        branch = DALI_BRANCHES[kind]
+        if kind in kinds and branch.arguments is not None:
+            kwargs.update(branch.arguments(images, size, height, width))
     return kwargs
 
 
 def _apply_stage(images, kinds: Sequence[str], selected, kwargs: dict, *, param, matrix, kernel):
     """One stage of a policy step (both steps): the conditional selection over the stage's
     ``kinds`` (``selected``: each sample's kind index, 0 = Identity), each branch receiving the
-    shared ``kwargs`` and, where its kinds need them, the per-sample parameter, affine matrix and
-    sharpness kernel (callables building those nodes, called only when needed)."""
+    shared ``kwargs`` and, where its kinds need them, the per-sample tables (:data:`TABLES`:
+    callables building the parameter, affine matrix and sharpness kernel nodes, called only when a
+    branch of the stage reads them)."""
     stage_kwargs = dict(kwargs)
-    if set(kinds) & _PARAM_KINDS:
-        stage_kwargs["param"] = param()
-    if "Warp" in kinds:
-        stage_kwargs["matrix"] = matrix()
-    if "Sharpness" in kinds:
-        stage_kwargs["kernel"] = kernel()
-    return select([DALI_OPS_BY_KIND[kind] for kind in kinds], selected, data=images, **stage_kwargs)
+    read = {DALI_BRANCHES[kind].table for kind in kinds}
+    for table, build in zip(TABLES, (param, matrix, kernel)):
+        if table in read:
+            stage_kwargs[table] = build()
+    return select([DALI_BRANCHES[kind].augmentation for kind in kinds], selected, data=images, **stage_kwargs)
 
 
 # --------------------------------------------------------------------------- tables as inputs
@@ -513,8 +649,8 @@ class PolicyInputs:
         self.num_sub_policies = num_sub_policies
         self.stages = stages
         self.image_size = size
-        used = {KIND_OF[o] for o in self.ops if o != "Identity"}
-        self.kinds = ["Identity"] + [k for k in _KIND_ORDER if k in used]
+        used = {DALI_OPS[o].kind for o in self.ops if o != _ops.IDENTITY}
+        self.kinds = (_ops.IDENTITY, *(k for k in _KIND_ORDER if k in used))
 
     #: Names of the per-stage input arrays, in the order :meth:`input_names` lists them.
     _FIELDS = ("kind", "prob", "param", "matrix", "kernel")
@@ -556,12 +692,12 @@ class PolicyInputs:
             if policy.sub_policies and stage < policy.max_ops_per_sub_policy:
                 t = stage_tables(policy, stage)
                 m = 2 * len(policy.sub_policies)
-                kind[:m] = [self.kinds.index(t["kinds"][i]) for i in t["kind"]]
-                prob[:m] = t["prob"]
-                param[:m] = t["param"]
-                terms = t["affine"]
+                kind[:m] = [self.kinds.index(t.kinds[i]) for i in t.kind]
+                prob[:m] = t.prob
+                param[:m] = t.param
+                terms = t.affine
                 matrix[:m] = terms[:, 0] + w * terms[:, 1] + h * terms[:, 2]
-                kernel[:m] = t["kernel"]
+                kernel[:m] = t.kernel
             out += [kind, prob, param, matrix, kernel]
         return out
 

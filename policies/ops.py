@@ -6,12 +6,18 @@ in :data:`REGISTRY` holding
 * its name (the string used in :class:`policies.Policy` sub-policies),
 * its magnitude range under each range convention (``"autoaugment"`` and ``"wide"``),
 * whether the magnitude is randomly negated per application (``signed``),
-* how a magnitude becomes the operation's parameter (e.g. enhance factor ``1 + m``),
-* the names of its DALI and torchvision operators (``dali_op``, ``torch_op``, for the docs).
+* how a magnitude becomes the operation's parameter (``to_param``, e.g. enhance factor ``1 + m``),
 
-The implementations live with their backends -- ``autoaug.policies.dali_apply.DALI_OPS`` and
-``autoaug.policies.torch_apply.TORCH_OPS``, keyed by op name -- which import this registry; the
-registry imports neither (no import cycle, and neither DALI nor torch is loaded by it).
+-- the facts every backend shares. Each backend declares each operation once, next to its
+implementation, with a registration decorator (``@dali_op("Rotate", ...)`` in
+:mod:`autoaug.policies.dali_apply`, ``@torch_op("Rotate", ...)`` in
+:mod:`autoaug.policies.torch_apply`) that fills its table (``DALI_OPS``, ``TORCH_OPS``) and refuses
+a name this registry does not have (:func:`check_backend_name`); ``tests/policies/
+test_ops_registry.py`` checks that each backend declares exactly the registry's operations. The
+registry imports neither backend (no import cycle, and neither DALI nor torch is loaded by it).
+
+Adding an operation: its :class:`OpSpec` here, then one ``@dali_op`` and one ``@torch_op``
+declaration next to the code applying it (and its row in the op table of docs/policies.md).
 
 Magnitude bins
 --------------
@@ -43,6 +49,7 @@ __all__ = [
     "RANDAUGMENT_OPS",
     "get",
     "bin_value",
+    "check_backend_name",
 ]
 
 #: The two magnitude-range conventions a :class:`~policies.Policy` can use.
@@ -98,31 +105,30 @@ def _enhance_factor(m: float) -> float:
     return 1.0 + m
 
 
-def _posterize_bits(m: float) -> int:
-    # bits kept, rounded half-to-even like torch.round / numpy.round (torchvision's AutoAugment)
+def _rounded(m: float) -> int:
+    # posterize's bits kept, cutout's side in pixels: rounded half-to-even like torch.round /
+    # numpy.round (torchvision's AutoAugment)
     return int(round(m))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpSpec:
-    """One operation of the registry.
+    """One operation of the registry: what every backend agrees on (no backend code).
 
     Attributes:
         name: name used in policies (``"ShearX"``, ...).
-        ranges: magnitude range per convention (``{"autoaugment": ..., "wide": ...}``); empty for
-            operations without a magnitude (AutoContrast, Invert, Equalize, Identity).
-        signed: the magnitude is negated with probability 1/2 per application.
-        to_param: maps a (signed) magnitude to the operation's parameter (e.g. ``1 + m``).
-        dali_op / torch_op: the library operators used, for documentation.
         description: one-line description.
+        ranges: magnitude range per convention (``{"autoaugment": ..., "wide": ...}``); empty (the
+            default) for operations without a magnitude (AutoContrast, Invert, Equalize, Identity).
+        signed: the magnitude is negated with probability 1/2 per application.
+        to_param: maps a (signed, in pixels for size-relative ops) magnitude to the operation's
+            parameter (e.g. ``1 + m``); the identity by default.
     """
 
     name: str
-    ranges: Mapping[str, MagnitudeRange]
-    signed: bool
-    dali_op: str
-    torch_op: str
     description: str
+    ranges: Mapping[str, MagnitudeRange] = field(default_factory=dict)
+    signed: bool = False
     to_param: Callable[[float], Any] = field(default=_identity_param, repr=False, compare=False)
 
     @property
@@ -195,171 +201,110 @@ _AA = "AutoAugment paper (Cubuk et al. 2019), Table 1 / appendix"
 _TA = "TrivialAugment-wide (Mueller & Hutter 2021), torchvision TrivialAugmentWide"
 
 _SPECS = [
-    OpSpec(
-        IDENTITY,
-        {},
-        False,
-        "-",
-        "-",
-        "returns the image unchanged (RandAugment/TrivialAugment 'Identity')",
-    ),
+    OpSpec(name=IDENTITY, description="returns the image unchanged (RandAugment/TrivialAugment 'Identity')"),
     # Shear: paper +-0.3 (shear factor, PIL affine coefficient); TA-wide +-0.99.
     OpSpec(
-        "ShearX",
-        {
+        name="ShearX",
+        description="shears along x about the top-left corner: out(x, y) = in(x + m*y, y) (PIL's affine)",
+        ranges={
             "autoaugment": MagnitudeRange(0.0, 0.3, "shear factor", source=_AA),
             "wide": MagnitudeRange(0.0, 0.99, "shear factor", source=_TA),
         },
-        True,
-        "fn.warp_affine (per-sample matrix from the policy table)",
-        "F.affine(shear=[degrees(atan(m)), 0], center=[0, 0])",
-        "shears along x about the top-left corner: out(x, y) = in(x + m*y, y) (PIL's affine)",
+        signed=True,
     ),
     OpSpec(
-        "ShearY",
-        {
+        name="ShearY",
+        description="shears along y about the top-left corner: out(x, y) = in(x, y + m*x) (PIL's affine)",
+        ranges={
             "autoaugment": MagnitudeRange(0.0, 0.3, "shear factor", source=_AA),
             "wide": MagnitudeRange(0.0, 0.99, "shear factor", source=_TA),
         },
-        True,
-        "fn.warp_affine (per-sample matrix from the policy table)",
-        "F.affine(shear=[0, degrees(atan(m))], center=[0, 0])",
-        "shears along y about the top-left corner: out(x, y) = in(x, y + m*x) (PIL's affine)",
+        signed=True,
     ),
     # Translate: paper +-150 px on 331 px images -> +-(150/331)*width (torchvision's AutoAugment
     # uses the same 150/331 scaling); TA-wide 32 px on 32 px CIFAR images -> +-1.0*width.
     OpSpec(
-        "TranslateX",
-        {
+        name="TranslateX",
+        description="shifts the image horizontally by m pixels (fill 128)",
+        ranges={
             "autoaugment": MagnitudeRange(0.0, 150 / 331, "px", "width", _AA),
             "wide": MagnitudeRange(0.0, 32 / 32, "px", "width", _TA),
         },
-        True,
-        "fn.warp_affine (per-sample matrix from the policy table)",
-        "F.affine(translate=[m, 0])",
-        "shifts the image horizontally by m pixels (fill 128)",
+        signed=True,
     ),
     OpSpec(
-        "TranslateY",
-        {
+        name="TranslateY",
+        description="shifts the image vertically by m pixels (fill 128)",
+        ranges={
             "autoaugment": MagnitudeRange(0.0, 150 / 331, "px", "height", _AA),
             "wide": MagnitudeRange(0.0, 32 / 32, "px", "height", _TA),
         },
-        True,
-        "fn.warp_affine (per-sample matrix from the policy table)",
-        "F.affine(translate=[0, m])",
-        "shifts the image vertically by m pixels (fill 128)",
+        signed=True,
     ),
     # Rotate: paper +-30 degrees; TA-wide +-135.
     OpSpec(
-        "Rotate",
-        {
+        name="Rotate",
+        description="rotates counter-clockwise by m degrees about the centre (fill 128)",
+        ranges={
             "autoaugment": MagnitudeRange(0.0, 30.0, "degrees", source=_AA),
             "wide": MagnitudeRange(0.0, 135.0, "degrees", source=_TA),
         },
-        True,
-        "fn.warp_affine (rotation about the centre, as fn.rotate)",
-        "F.rotate",
-        "rotates counter-clockwise by m degrees about the centre (fill 128)",
+        signed=True,
     ),
-    OpSpec("AutoContrast", {}, False, "auto_aug.auto_contrast (fn.reductions.min/max + arithmetic)",
-           "F.autocontrast", "stretches each channel to the full 0..255 range"),
-    OpSpec("Invert", {}, False, "x ^ 255 (the Solarize branch at threshold 0)", "F.invert", "inverts all pixels"),
-    OpSpec("Equalize", {}, False, "fn.equalize", "F.equalize",
-           "equalizes the histogram of each channel"),
+    OpSpec(name="AutoContrast", description="stretches each channel to the full 0..255 range"),
+    OpSpec(name="Invert", description="inverts all pixels"),
+    OpSpec(name="Equalize", description="equalizes the histogram of each channel"),
     # Solarize: threshold 256 (identity) -> 0 in both conventions (paper: 0-256).
     OpSpec(
-        "Solarize",
-        _same(MagnitudeRange(256.0, 0.0, "threshold", source=_AA + "; same in " + _TA)),
-        False,
-        "x ^ 255 where x >= threshold (arithmetic)",
-        "F.solarize (threshold 256 = identity)",
-        "inverts pixels >= threshold",
+        name="Solarize",
+        description="inverts pixels >= threshold",
+        ranges=_same(MagnitudeRange(256.0, 0.0, "threshold", source=_AA + "; same in " + _TA)),
     ),
     # Posterize: paper 4-8 bits kept -> 8 (identity) -> 4; the released TF code's 0-4 is a known
     # bug. TA-wide 8 -> 2 bits.
     OpSpec(
-        "Posterize",
-        {
+        name="Posterize",
+        description="keeps the top (rounded) m bits of each channel",
+        ranges={
             "autoaugment": MagnitudeRange(8.0, 4.0, "bits kept", source=_AA),
             "wide": MagnitudeRange(8.0, 2.0, "bits kept", source=_TA),
         },
-        False,
-        "auto_aug.posterize (x & mask)",
-        "F.posterize",
-        "keeps the top (rounded) m bits of each channel",
-        _posterize_bits,
+        to_param=_rounded,
     ),
     # Enhance ops: paper factor 0.1-1.9, expressed as 1 +- m with m in 0..0.9 so that bin 0 is
     # the identity (torchvision's and DALI's convention); TA-wide 1 +- 0..0.99.
-    OpSpec(
-        "Contrast",
-        {
-            "autoaugment": MagnitudeRange(0.0, 0.9, "factor 1+-m", source=_AA),
-            "wide": MagnitudeRange(0.0, 0.99, "factor 1+-m", source=_TA),
-        },
-        True,
-        "auto_aug.contrast (fn.reductions.mean + arithmetic)",
-        "F.adjust_contrast",
-        "blends with the mean grey level (factor 1 = identity)",
-        _enhance_factor,
-    ),
-    OpSpec(
-        "Color",
-        {
-            "autoaugment": MagnitudeRange(0.0, 0.9, "factor 1+-m", source=_AA),
-            "wide": MagnitudeRange(0.0, 0.99, "factor 1+-m", source=_TA),
-        },
-        True,
-        "fn.saturation (auto_aug.color)",
-        "F.adjust_saturation",
-        "blends with the greyscale image (factor 1 = identity)",
-        _enhance_factor,
-    ),
-    OpSpec(
-        "Brightness",
-        {
-            "autoaugment": MagnitudeRange(0.0, 0.9, "factor 1+-m", source=_AA),
-            "wide": MagnitudeRange(0.0, 0.99, "factor 1+-m", source=_TA),
-        },
-        True,
-        "fn.brightness (auto_aug.brightness)",
-        "F.adjust_brightness",
-        "multiplies by the factor (blend with black; factor 1 = identity)",
-        _enhance_factor,
-    ),
-    OpSpec(
-        "Sharpness",
-        {
-            "autoaugment": MagnitudeRange(0.0, 0.9, "factor 1+-m", source=_AA),
-            "wide": MagnitudeRange(0.0, 0.99, "factor 1+-m", source=_TA),
-        },
-        True,
-        "fn.filter (PIL's 3x3 smoothing kernel, per-sample)",
-        "F.adjust_sharpness",
-        "blends with a smoothed image (factor 1 = identity)",
-        _enhance_factor,
+    *(
+        OpSpec(
+            name=name,
+            description=description,
+            ranges={
+                "autoaugment": MagnitudeRange(0.0, 0.9, "factor 1+-m", source=_AA),
+                "wide": MagnitudeRange(0.0, 0.99, "factor 1+-m", source=_TA),
+            },
+            signed=True,
+            to_param=_enhance_factor,
+        )
+        for name, description in (
+            ("Contrast", "blends with the mean grey level (factor 1 = identity)"),
+            ("Color", "blends with the greyscale image (factor 1 = identity)"),
+            ("Brightness", "multiplies by the factor (blend with black; factor 1 = identity)"),
+            ("Sharpness", "blends with a smoothed image (factor 1 = identity)"),
+        )
     ),
     # Cutout: paper up to 60 px on 331 px -> (60/331)*min(H, W) px square side. Not in TA-wide.
     OpSpec(
-        "Cutout",
-        _same(MagnitudeRange(0.0, 60 / 331, "px square side", "min_side", _AA)),
-        False,
-        "fn.erase (hand-written: random centre, fill 128)",
-        "F.erase (hand-written: random centre, fill 128)",
-        "fills a square of side m pixels, centred at a uniformly random pixel, with grey 128 "
+        name="Cutout",
+        description="fills a square of side m pixels, centred at a uniformly random pixel, with grey 128 "
         "(clipped at the border)",
-        lambda m: int(round(m)),
+        ranges=_same(MagnitudeRange(0.0, 60 / 331, "px square side", "min_side", _AA)),
+        to_param=_rounded,
     ),
     # SamplePairing (Inoue 2018): blend weight of the other image 0..0.4 (paper). Not in TA-wide.
     OpSpec(
-        "SamplePairing",
-        _same(MagnitudeRange(0.0, 0.4, "blend weight", source=_AA)),
-        False,
-        "hand-written: fn.permute_batch(fn.batch_permutation) + blend",
-        "hand-written: blend with the previous image (or the rolled batch)",
-        "(1 - m) * image + m * other image (DALI: another image of the batch; torchvision: "
+        name="SamplePairing",
+        description="(1 - m) * image + m * other image (DALI: another image of the batch; torchvision: "
         "the previous image the transform saw, or the rolled batch)",
+        ranges=_same(MagnitudeRange(0.0, 0.4, "blend weight", source=_AA)),
     ),
 ]
 
@@ -394,3 +339,13 @@ def unknown_op_message(name: object) -> str:
             hint = f" (did you mean {close[0]!r}?)"
     return f"unknown op {name!r}{hint}; expected one of {list(OP_NAMES)}"
 
+
+
+def check_backend_name(backend: str, name: object, declared: Mapping[str, Any]) -> None:
+    """What a backend's registration decorator (``dali_op``, ``torch_op``) checks before it
+    records ``name``: a ``ValueError`` of one line when the registry has no such operation (add
+    its :class:`OpSpec` to :data:`REGISTRY` first) or when ``backend`` already declared it."""
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"{backend}: {unknown_op_message(name)}; declare the op in autoaug.policies.ops.REGISTRY first")
+    if name in declared:
+        raise ValueError(f"{backend}: op {name!r} is declared twice; each backend declares each op once")

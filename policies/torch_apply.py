@@ -21,6 +21,7 @@ its own "previous image".
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import PIL.Image
@@ -34,17 +35,53 @@ from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
-__all__ = ["PolicyTransform", "RandomPadCrop", "base_transforms", "to_torchvision", "TORCH_OPS", "apply_op"]
+__all__ = ["PolicyTransform", "RandomPadCrop", "base_transforms", "to_torchvision", "TORCH_OPS", "TorchOp", "torch_op",
+           "apply_op"]
 
 _INTERP = {"nearest": v2.InterpolationMode.NEAREST, "bilinear": v2.InterpolationMode.BILINEAR}
 
 
+# --------------------------------------------------------------------------- registration
+@dataclass(frozen=True)
+class TorchOp:
+    """How torchvision applies one operation of :data:`autoaug.policies.ops.REGISTRY`.
+
+    Attributes:
+        name: the registry name.
+        apply: ``fn(img uint8 [..., C, H, W], param, *, fill, interpolation, other, generator) ->
+            img``; ``param`` is :meth:`~autoaug.policies.ops.OpSpec.param` of the image's size.
+        operator: the torchvision functions used, for the docs (docs/policies.md's op table).
+    """
+
+    name: str
+    apply: Callable[..., torch.Tensor]
+    operator: str
+
+
+#: Registry name -> :class:`TorchOp` (filled by :func:`torch_op`, checked against the registry by
+#: tests/policies/test_ops_registry.py).
+TORCH_OPS: dict[str, TorchOp] = {}
+
+
+def torch_op(name: str, *, operator: str):
+    """Declare the function below as torchvision's implementation of the registry op ``name``
+    (refused in one line when the registry has no such op, or when it is declared twice)."""
+    _ops.check_backend_name("torch_op", name, TORCH_OPS)
+
+    def register(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        TORCH_OPS[name] = TorchOp(name, function, operator)
+        return function
+
+    return register
+
+
 # --------------------------------------------------------------------------- operations
-# fn(img uint8 [..., C, H, W], param, *, fill, interpolation, other, generator) -> img
+@torch_op("Identity", operator="-")
 def _identity(img, param, **_):
     return img
 
 
+@torch_op("ShearX", operator="F.affine(shear=[degrees(atan(m)), 0], center=[0, 0])")
 def _shear_x(img, m, *, fill, interpolation, **_):
     # torchvision's shear is an angle: the AutoAugment/PIL coefficient m is tan(angle).
     return F.affine(img, angle=0.0, translate=[0.0, 0.0], scale=1.0,
@@ -52,26 +89,46 @@ def _shear_x(img, m, *, fill, interpolation, **_):
                     fill=fill, center=[0.0, 0.0])  # fmt: skip
 
 
+@torch_op("ShearY", operator="F.affine(shear=[0, degrees(atan(m))], center=[0, 0])")
 def _shear_y(img, m, *, fill, interpolation, **_):
     return F.affine(img, angle=0.0, translate=[0.0, 0.0], scale=1.0,
                     shear=[0.0, math.degrees(math.atan(m))], interpolation=interpolation,
                     fill=fill, center=[0.0, 0.0])  # fmt: skip
 
 
+@torch_op("TranslateX", operator="F.affine(translate=[m, 0])")
 def _translate_x(img, px, *, fill, interpolation, **_):
     return F.affine(img, angle=0.0, translate=[float(px), 0.0], scale=1.0, shear=[0.0, 0.0],
                     interpolation=interpolation, fill=fill)  # fmt: skip
 
 
+@torch_op("TranslateY", operator="F.affine(translate=[0, m])")
 def _translate_y(img, px, *, fill, interpolation, **_):
     return F.affine(img, angle=0.0, translate=[0.0, float(px)], scale=1.0, shear=[0.0, 0.0],
                     interpolation=interpolation, fill=fill)  # fmt: skip
 
 
+@torch_op("Rotate", operator="F.rotate")
 def _rotate(img, deg, *, fill, interpolation, **_):
     return F.rotate(img, angle=float(deg), interpolation=interpolation, fill=fill)
 
 
+@torch_op("AutoContrast", operator="F.autocontrast")
+def _auto_contrast(img, _, **__):
+    return F.autocontrast(img)
+
+
+@torch_op("Invert", operator="F.invert")
+def _invert(img, _, **__):
+    return F.invert(img)
+
+
+@torch_op("Equalize", operator="F.equalize")
+def _equalize(img, _, **__):
+    return F.equalize(img)
+
+
+@torch_op("Solarize", operator="F.solarize (threshold 256 = identity)")
 def _solarize(img, threshold, **_):
     # threshold 256 (bin 0) inverts nothing; torchvision rejects thresholds above 255.
     if threshold > 255:
@@ -79,6 +136,32 @@ def _solarize(img, threshold, **_):
     return F.solarize(img, threshold=float(threshold))
 
 
+@torch_op("Posterize", operator="F.posterize")
+def _posterize(img, bits, **_):
+    return F.posterize(img, bits=int(bits))
+
+
+@torch_op("Contrast", operator="F.adjust_contrast")
+def _contrast(img, factor, **_):
+    return F.adjust_contrast(img, contrast_factor=float(factor))
+
+
+@torch_op("Color", operator="F.adjust_saturation")
+def _color(img, factor, **_):
+    return F.adjust_saturation(img, saturation_factor=float(factor))
+
+
+@torch_op("Brightness", operator="F.adjust_brightness")
+def _brightness(img, factor, **_):
+    return F.adjust_brightness(img, brightness_factor=float(factor))
+
+
+@torch_op("Sharpness", operator="F.adjust_sharpness")
+def _sharpness(img, factor, **_):
+    return F.adjust_sharpness(img, sharpness_factor=float(factor))
+
+
+@torch_op("Cutout", operator="F.erase (hand-written: random centre, fill 128)")
 def _cutout(img, side, *, fill, generator=None, **_):
     side = int(side)
     if side <= 0:
@@ -94,6 +177,7 @@ def _cutout(img, side, *, fill, generator=None, **_):
     return F.erase(img, top, left, bottom - top, right - left, value)
 
 
+@torch_op("SamplePairing", operator="hand-written: blend with the previous image (or the rolled batch)")
 def _sample_pairing(img, weight, *, other=None, **_):
     if other is None or weight == 0:
         return img
@@ -101,29 +185,6 @@ def _sample_pairing(img, weight, *, other=None, **_):
         other = F.resize(other, list(img.shape[-2:]), antialias=True)
     out = img.float() * (1.0 - weight) + other.float() * weight
     return out.round_().clamp_(0, 255).to(img.dtype)
-
-
-#: Registry name -> torchvision implementation ``fn(img, param, **ctx)``.
-TORCH_OPS: dict[str, Callable[..., torch.Tensor]] = {
-    "Identity": _identity,
-    "ShearX": _shear_x,
-    "ShearY": _shear_y,
-    "TranslateX": _translate_x,
-    "TranslateY": _translate_y,
-    "Rotate": _rotate,
-    "AutoContrast": lambda img, _, **__: F.autocontrast(img),
-    "Invert": lambda img, _, **__: F.invert(img),
-    "Equalize": lambda img, _, **__: F.equalize(img),
-    "Solarize": _solarize,
-    "Posterize": lambda img, bits, **_: F.posterize(img, bits=int(bits)),
-    "Contrast": lambda img, f, **_: F.adjust_contrast(img, contrast_factor=float(f)),
-    "Color": lambda img, f, **_: F.adjust_saturation(img, saturation_factor=float(f)),
-    "Brightness": lambda img, f, **_: F.adjust_brightness(img, brightness_factor=float(f)),
-    "Sharpness": lambda img, f, **_: F.adjust_sharpness(img, sharpness_factor=float(f)),
-    "Cutout": _cutout,
-    "SamplePairing": _sample_pairing,
-}
-assert set(TORCH_OPS) == set(_ops.OP_NAMES)
 
 
 def apply_op(
@@ -144,7 +205,7 @@ def apply_op(
     h, w = img.shape[-2:]
     param = spec.param(magnitude_bin, num_magnitude_bins, ranges, image_size=(h, w), negate=negate)
     channels = img.shape[-3]
-    return TORCH_OPS[name](
+    return TORCH_OPS[name].apply(
         img, param, fill=[float(fill)] * channels, interpolation=_INTERP[interpolation],
         other=other, generator=generator,
     )  # fmt: skip

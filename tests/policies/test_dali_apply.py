@@ -6,7 +6,7 @@ import pytest
 from nvidia.dali import fn, pipeline_def
 
 from autoaug.policies import Policy, presets
-from autoaug.policies.dali_apply import apply_policy, decode_trace, stage_tables
+from autoaug.policies.dali_apply import affine_terms, apply_policy, decode_trace, stage_tables
 from autoaug.policies.torch_apply import apply_op
 
 
@@ -102,11 +102,36 @@ def test_any_image_size(cifar_sample, dali_run):
 def test_stage_tables_fold_kinds():
     t = stage_tables(Policy("p", 10, [[("ShearX", 0.5, 3)], [("Rotate", 1.0, 9)],
                                       [("Invert", 0.2, 0)], [("Solarize", 1.0, 9)]]), 0)
-    assert t["kinds"] == ["Identity", "Warp", "Solarize"]  # 4 ops, 2 branches
-    assert list(t["kind"]) == [1, 1, 1, 1, 2, 2, 2, 2]
-    assert list(t["prob"]) == [0.5, 0.5, 1.0, 1.0, 0.2, 0.2, 1.0, 1.0]
-    assert t["signed"] and not t["all_certain"]
-    assert list(t["param"][4:]) == [0.0, 0.0, 0.0, 0.0]  # invert = solarize at threshold 0
+    assert t.kinds == ("Identity", "Warp", "Solarize")  # 4 ops, 2 branches
+    assert list(t.kind) == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert list(t.prob) == [0.5, 0.5, 1.0, 1.0, 0.2, 0.2, 1.0, 1.0]
+    assert t.signed and not t.all_certain
+    assert list(t.param[4:]) == [0.0, 0.0, 0.0, 0.0]  # invert = solarize at threshold 0
+    assert t.affine.shape == (8, 3, 2, 3) and t.kernel.shape == (8, 3, 3)
+    # ShearX at bin 3 of 10 (0.1), both signs: the forward matrix of out(x, y) = in(x + m*y, y)
+    assert np.allclose(t.affine[0, 0], [[1.0, -0.1, 0.0], [0.0, 1.0, 0.0]])
+    assert np.allclose(t.affine[1, 0], [[1.0, 0.1, 0.0], [0.0, 1.0, 0.0]])
+    assert not t.affine[:2, 1:].any()  # shear does not depend on the size
+
+
+def test_stage_tables_convert_parameters_per_op():
+    t = stage_tables(Policy("p", 10, [[("Posterize", 1.0, 9)], [("Cutout", 1.0, 9)], [("Sharpness", 1.0, 9)],
+                                      [("TranslateX", 1.0, 9)], [("AutoContrast", 1.0, 0)]]), 0)
+    assert t.kinds == ("Identity", "Warp", "AutoContrast", "Posterize", "Sharpness", "Cutout")
+    assert t.param[0] == t.param[1] == 0xF0  # 4 bits kept: the uint8 mask
+    assert t.param[2] == t.param[3] == pytest.approx(60 / 331)  # cutout: a fraction of the shorter side
+    blur, ident = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]]) / 13.0, np.zeros((3, 3))
+    ident[1, 1] = 1.0
+    assert np.allclose(t.kernel[4], 1.9 * ident - 0.9 * blur)  # factor 1.9
+    assert np.allclose(t.kernel[5], 0.1 * ident + 0.9 * blur)  # negated: factor 0.1
+    assert t.affine[6, 1, 0, 2] == pytest.approx(150 / 331) and t.affine[7, 1, 0, 2] == pytest.approx(-150 / 331)
+    assert t.param[8] == 0.0 and t.kind[8] == 2
+
+
+def test_affine_terms_refuses_other_ops():
+    with pytest.raises(ValueError, match=r"Color is not a geometric op; expected one of \['ShearX', 'ShearY', "
+                                         r"'TranslateX', 'TranslateY', 'Rotate'\]"):  # fmt: skip
+        affine_terms("Color", 0.5)
 
 
 def test_errors(images64):
@@ -122,3 +147,21 @@ def test_errors(images64):
         build(policy, images64[:2], image_size=(32, 0))
     with pytest.raises(ValueError, match=r"fill_value=300; expected an int in \[0, 255\]"):
         build(policy, images64[:2], fill_value=300)
+
+
+def test_dali_is_bounded_to_the_versions_the_policy_step_was_written_against():
+    # dali_apply builds on nvidia.dali.auto_aug's private `_Augmentation` and its augmentations' `.op`:
+    # pyproject.toml bounds DALI from above, and the installed DALI is within the bound.
+    import re
+    import tomllib
+    from importlib import metadata
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    deps = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["search"]
+    (spec,) = [d for d in deps if d.startswith("nvidia-dali-cuda120")]
+    upper = re.search(r"<\s*([\d.]+)", spec)
+    assert upper, f"{spec!r} has no upper bound"
+    installed = metadata.version("nvidia-dali-cuda120")
+    release = tuple(int(x) for x in re.findall(r"\d+", installed)[:3])
+    assert release < tuple(int(x) for x in upper.group(1).split(".")), f"DALI {installed} is outside {spec!r}"

@@ -18,14 +18,68 @@ def test_registry_has_the_16_autoaugment_ops_plus_identity():
     assert ops.OP_NAMES[0] == "Identity"
     assert len(ops.RANDAUGMENT_OPS) == 14 and set(ops.RANDAUGMENT_OPS) <= set(ops.OP_NAMES)
     for name, spec in ops.REGISTRY.items():
-        assert spec.name == name and spec.dali_op and spec.torch_op and spec.description
+        assert spec.name == name and spec.description
 
 
-def test_both_backends_implement_every_registered_op():
+def backends() -> dict:
+    from autoaug.policies import dali_apply, torch_apply
+
+    return {"dali_apply.DALI_OPS": dali_apply.DALI_OPS, "torch_apply.TORCH_OPS": torch_apply.TORCH_OPS}
+
+
+@pytest.mark.parametrize("backend", ["dali_apply.DALI_OPS", "torch_apply.TORCH_OPS"])
+def test_each_backend_declares_exactly_the_registered_ops(backend):
+    declared = backends()[backend]
+    missing = [n for n in ops.OP_NAMES if n not in declared]
+    extra = sorted(set(declared) - set(ops.OP_NAMES))
+    assert not missing, f"{backend} declares no implementation of {missing} (the registry has them)"
+    assert not extra, f"{backend} declares {extra}, which the registry does not have"
+    for name, op in declared.items():
+        assert op.name == name and op.operator, name
+
+
+def test_backend_records_are_usable():
     from autoaug.policies import dali_apply, torch_apply
 
     for name in ops.OP_NAMES:
-        assert callable(dali_apply.DALI_OPS[name]) and callable(torch_apply.TORCH_OPS[name]), name
+        dali, torch_ = dali_apply.DALI_OPS[name], torch_apply.TORCH_OPS[name]
+        assert callable(torch_.apply) and callable(dali.branch.augmentation), name
+        assert dali_apply.DALI_BRANCHES[dali.kind] is dali.branch
+    # ops sharing an operator share a branch: the five geometric ops one warp, Invert the Solarize branch
+    kinds = {name: op.kind for name, op in dali_apply.DALI_OPS.items()}
+    assert {n for n, k in kinds.items() if k == "Warp"} == {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
+    assert kinds["Invert"] == "Solarize" and kinds["Cutout"] == "Cutout"
+
+
+@pytest.mark.parametrize("decorate, message", [
+    (lambda dali, torch_: dali.dali_op("Blur", operator="fn.gaussian_blur"),
+     r"^dali_op: unknown op 'Blur'; expected one of \['Identity', .*declare the op in autoaug.policies.ops.REGISTRY first$"),
+    (lambda dali, torch_: torch_.torch_op("Blur", operator="F.gaussian_blur"),
+     r"^torch_op: unknown op 'Blur'; expected one of .*declare the op in autoaug.policies.ops.REGISTRY first$"),
+    (lambda dali, torch_: torch_.torch_op("rotate", operator="F.rotate"),
+     r"^torch_op: unknown op 'rotate' \(did you mean 'Rotate'\?\)"),
+    (lambda dali, torch_: dali.dali_op("Rotate", kind="Warp", operator="fn.warp_affine"),
+     r"^dali_op: op 'Rotate' is declared twice; each backend declares each op once$"),
+    (lambda dali, torch_: torch_.torch_op("Rotate", operator="F.rotate"), r"^torch_op: op 'Rotate' is declared twice"),
+])  # fmt: skip
+def test_a_backend_refuses_an_op_the_registry_does_not_have(decorate, message):
+    from autoaug.policies import dali_apply, torch_apply
+
+    before = {k: dict(v) for k, v in backends().items()}
+    with pytest.raises(ValueError, match=message):
+        decorate(dali_apply, torch_apply)
+    assert backends() == before  # nothing was registered
+
+
+def test_a_dali_branch_must_read_the_table_it_declares():
+    from autoaug.policies import dali_apply
+
+    with pytest.raises(ValueError, match=r"dali_branch 'Blur2': blur takes no 'kernel' argument, its table"):
+        def blur(data, _, param):
+            return data
+
+        dali_apply.dali_branch("Blur2", table="kernel")(blur)
+    assert "Blur2" not in dali_apply.DALI_BRANCHES
 
 
 def test_signed_and_magnitude_free_ops():

@@ -25,8 +25,8 @@ def test_tables_agree_with_the_constant_step():
         t = stage_tables(p, stage)
         kind, prob, param, matrix, kernel = arrays[1 + 5 * stage: 6 + 5 * stage]
         assert kind.shape == (10,) and matrix.shape == (10, 2, 3) and kernel.shape == (10, 3, 3)
-        assert [spec.kinds[i] for i in kind[:4]] == [t["kinds"][i] for i in t["kind"]]
-        assert np.allclose(prob[:4], t["prob"]) and np.allclose(param[:4], t["param"])
+        assert [spec.kinds[i] for i in kind[:4]] == [t.kinds[i] for i in t.kind]
+        assert np.allclose(prob[:4], t.prob) and np.allclose(param[:4], t.param)
         assert np.all(kind[4:] == 0) and np.all(prob[4:] == 0)  # unused sub-policy slots: Identity
 
 

@@ -7,10 +7,10 @@ follows from a configuration to a stored policy.
 * :func:`autoaug.search.tuner.run_search` / :func:`autoaug.search.tuner.resume_search` -- run (or
   continue) a search: checks, the method, re-scoring, choosing, storing (docs/ARCHITECTURE.md,
   "A search, step by step").
-* :mod:`autoaug.search.method` -- the interface a method implements; the methods are
-  :mod:`autoaug.search.train_method` (AutoAugment: one proxy training per candidate) and
-  :mod:`autoaug.search.density` (Fast AutoAugment's density matching). Both run Ray Tune
-  experiments of Optuna-proposed trials through :mod:`autoaug.search.experiment`.
+* :mod:`autoaug.search.method` -- the interface a method implements and the registry of methods
+  (``METHODS``); :mod:`autoaug.search.methods` registers the built-in ones. Each method is one
+  module owning everything about it (settings, checks, presets, flags, summary); all of them run
+  their Ray Tune experiments through :mod:`autoaug.search.experiment`.
 * :func:`autoaug.search.assemble.assemble_policy` -- the best trials' sub-policies -> the final
   Policy, with its provenance.
 

@@ -91,8 +91,8 @@ class DensityConfig(MethodSettings):
     WHAT: ClassVar[str] = "density"
     FIELD: ClassVar[str] = "density"
     PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        # 2 fold models of the trainer's smoke preset, one round of 8 candidates per fold: about a minute.
-        "smoke": {"folds": 2, "rounds": 1, "trials_per_round": 8, "top_per_round": 2},
+        # 2 fold models of the trainer's smoke preset, one round of 4 candidates per fold: about a minute.
+        "smoke": {"folds": 2, "rounds": 1, "trials_per_round": 4, "top_per_round": 2},
         # K=5 fold models of the proxy-cpu recipe on the 1,000-image search split, then T=2 rounds
         # of B=200 scoring trials per fold, the top 10 of each round merged (docs/search.md).
         "density-cpu": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},

@@ -7,7 +7,7 @@ experiment state: a restored search finds them here by name.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
@@ -18,6 +18,9 @@ from autoaug.search.progress import say
 from autoaug.search.reconcile import BudgetStop
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
+
+if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
 
 __all__ = ["EpochPBT", "EventLog", "EVENTS_FILE", "describe_event"]
 
@@ -60,7 +63,7 @@ class EventLog(tune.Callback):
 
     takes_display = True  # reconcile.attach_display gives a restored one this driver's display
 
-    def __init__(self, storage: str, name: str, display: Any = None) -> None:
+    def __init__(self, storage: str, name: str, display: "Progress | None" = None) -> None:
         self.storage, self.name, self.display = storage, name, display
 
     def __getstate__(self) -> dict[str, Any]:

@@ -13,6 +13,9 @@ storage ``search_config.json`` names):
 4. **parameter importances**: ``optuna.importance.get_param_importances`` (fANOVA) of the
    study's parameters, summed per kind (op type / probability / magnitude of each sub-policy slot)
    when there are many; skipped, saying why, with fewer than 2 finished trials.
+
+A method whose search has no Optuna study says instead, in one line, where its own record is
+(``Method.report_note``).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How far a PBA search's population could tell its members apart (docs/search.md, "What limits
+"""How far a PBA search's population could tell its members apart (docs/results.md, "What limits
 PBA here"): from a run directory's ``trial_*/result.json`` and ``pba_events.json``, the score gap
 each exploit acted on (the cloned member's score minus the cloner's, at the checkpoint's epoch) and
 the population's spread at a few epochs, in points of the search score.

@@ -496,7 +496,7 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
         # The search's proxy on a CPU (the `cpu` search preset): ResNet-8 on 100 training images per
         # class of the search split (split seed 0; 1,000 more validate), 120 epochs. Long training
         # on few images is where augmentation pays off, so the proxy ranks policies the way the
-        # evaluation regime does (docs/search.md, "Proxy fidelity"); ASHA keeps it affordable.
+        # evaluation regime does (benchmarks/results/proxy-fidelity-cpu); ASHA keeps it affordable.
         # Sized to the data (docs/training.md, "Regimes sized to the data"): at least 1,000 images
         # (CIFAR-10's 10 classes: exactly 1,000, as before) and at most 2,000 (GTSRB's 43 classes:
         # 2,000, twice CIFAR-10's epoch cost instead of 4.3 times). Validation stays 1,000 images

@@ -17,8 +17,8 @@ provenance (``selection``).
 
 Why several seeds and a large validation set are offered: the strong candidates of a search lie
 within about one point of each other, and one model's accuracy on 1,000 validation images
-differs from the same model's on 10,000 by up to 1.4 points (measured: docs/search.md, "Does the
-search win?"). Measured on the `cpu` search, though, the candidates re-scored with 2 seeds on
+differs from the same model's on 10,000 by up to 1.4 points (measured: docs/results.md, "A sharper
+re-scoring, measured"). Measured on the `cpu` search, though, the candidates re-scored with 2 seeds on
 10,000 images lay within 0.2 points of each other, and the one chosen did worse in the
 evaluation regime than the one the single 1,000-image run had chosen: a sharper proxy score does
 not fix the gap between the proxy and the evaluation regime, so the `cpu` preset keeps one run.

@@ -5,6 +5,10 @@ Per sample it draws one sub-policy uniformly and applies each of its operations,
 the operation's probability. It runs on CPU or GPU ``DataNode`` s with the same code and draws all
 its randomness from DALI random operators, so it is seeded by the pipeline ``seed``.
 
+Over 600 lines because it holds the DALI side of every operation (declared here, next to its
+code, with :func:`dali_op`) together with the tables and the two policy steps that read those
+declarations (:func:`apply_policy`, :class:`PolicyInputs`).
+
 Design: a table-driven graph of fixed size
 ------------------------------------------
 The graph does not grow with the number of sub-policies, only with the number of *kinds* of
@@ -169,6 +173,9 @@ def dali_op(name: str, *, operator: str, kind: str | None = None, table: str | N
     _ops.check_backend_name("dali_op", name, DALI_OPS)
     if table_input not in ("param", "magnitude"):
         raise ValueError(f"dali_op {name!r}: table_input={table_input!r}; expected 'param' or 'magnitude'")
+    if kind is not None and (table, sized, arguments, to_table) != (None, False, None, _scalar):
+        raise ValueError(f"dali_op {name!r}: with kind={kind!r}, table / sized / arguments are the branch's and "
+                         "the decorated function is to_table; pass none of them")
 
     def register(function):
         if kind is None:
@@ -408,7 +415,8 @@ def stage_tables(policy: Policy, stage: int) -> StageTables:
     n = 2 * len(subs)
     kind = np.zeros(n, dtype=np.int64)
     prob = np.zeros(n)
-    tables = {"param": np.zeros(n), "matrix": np.tile(_terms(), (n, 1, 1, 1)), "kernel": np.tile(_SHARP_IDENT, (n, 1, 1))}
+    tables = {"param": np.zeros(n), "matrix": np.tile(_terms(), (n, 1, 1, 1)),
+              "kernel": np.tile(_SHARP_IDENT, (n, 1, 1))}  # fmt: skip
     signed, all_certain = False, True
     for k, sub in enumerate(subs):
         if stage >= len(sub) or sub[stage].op == _ops.IDENTITY:

@@ -346,6 +346,8 @@ def check_backend_name(backend: str, name: object, declared: Mapping[str, Any]) 
     records ``name``: a ``ValueError`` of one line when the registry has no such operation (add
     its :class:`OpSpec` to :data:`REGISTRY` first) or when ``backend`` already declared it."""
     if not isinstance(name, str) or name not in REGISTRY:
-        raise ValueError(f"{backend}: {unknown_op_message(name)}; declare the op in autoaug.policies.ops.REGISTRY first")
+        raise ValueError(
+            f"{backend}: {unknown_op_message(name)}; declare the op in autoaug.policies.ops.REGISTRY first"
+        )
     if name in declared:
         raise ValueError(f"{backend}: op {name!r} is declared twice; each backend declares each op once")

@@ -53,7 +53,8 @@ def test_backend_records_are_usable():
 
 @pytest.mark.parametrize("decorate, message", [
     (lambda dali, torch_: dali.dali_op("Blur", operator="fn.gaussian_blur"),
-     r"^dali_op: unknown op 'Blur'; expected one of \['Identity', .*declare the op in autoaug.policies.ops.REGISTRY first$"),
+     r"^dali_op: unknown op 'Blur'; expected one of \['Identity', .*declare the op in "
+     r"autoaug.policies.ops.REGISTRY first$"),
     (lambda dali, torch_: torch_.torch_op("Blur", operator="F.gaussian_blur"),
      r"^torch_op: unknown op 'Blur'; expected one of .*declare the op in autoaug.policies.ops.REGISTRY first$"),
     (lambda dali, torch_: torch_.torch_op("rotate", operator="F.rotate"),
@@ -152,3 +153,23 @@ def test_describe_ranges_for_docs():
     assert ops.get("TranslateX").magnitude_range("autoaugment").describe() == "0 -> 0.4532*W px"
     assert ops.get("Posterize").magnitude_range("wide").describe() == "8 -> 2 bits kept"
     assert ops.get("Invert").magnitude_range() is None
+
+
+def test_an_op_added_to_the_registry_is_declared_once_per_backend(monkeypatch):
+    from autoaug.policies import dali_apply, torch_apply
+
+    monkeypatch.setitem(ops.REGISTRY, "Blur", ops.OpSpec(name="Blur", description="blurs"))
+    for module, table in ((dali_apply, "DALI_OPS"), (dali_apply, "DALI_BRANCHES"), (torch_apply, "TORCH_OPS")):
+        monkeypatch.setattr(module, table, dict(getattr(module, table)))  # the declarations below stay here
+
+    @dali_apply.dali_op("Blur", table="param", operator="fn.gaussian_blur")
+    def blur(data, _, param):
+        return data
+
+    assert dali_apply.DALI_OPS["Blur"].branch is blur and blur.kind == "Blur" and blur.table == "param"
+    monkeypatch.delitem(dali_apply.DALI_OPS, "Blur")  # declared again, wrongly: joining a branch with a table
+    with pytest.raises(ValueError, match=r"^dali_op 'Blur': with kind='Warp', table / sized / arguments are the "
+                                         r"branch's and the decorated function is to_table; pass none of them$"):
+        dali_apply.dali_op("Blur", kind="Warp", table="matrix", operator="fn.warp_affine")
+    torch_apply.torch_op("Blur", operator="F.gaussian_blur")(lambda img, _, **__: img)
+    assert torch_apply.TORCH_OPS["Blur"].operator == "F.gaussian_blur"

@@ -158,7 +158,9 @@ def resume_search(
     _check_store(config)
     if run.exists(RESULT_FILE):
         return outcome_from_result(run.read_json(RESULT_FILE), run)
-    if not config.search_method.can_resume(run):
+    from autoaug.search.calibrate import CALIBRATION_FILE
+
+    if not config.search_method.can_resume(run) and not run.exists(CALIBRATION_FILE):  # (killed in calibration)
         raise SearchError(
             f"the search {name!r} stopped before Ray Tune saved any state in {run.uri}; nothing to "
             f"resume: start it again with --overwrite"

@@ -11,7 +11,27 @@ import torch
 from autoaug.core.errors import AutoaugWarning
 from autoaug.proxy_models.train_config import TrainConfig
 
-__all__ = ["amp_dtype", "tf32_state", "restore_tf32", "set_tf32"]
+__all__ = ["amp_dtype", "amp_enabled", "native_on_cpu", "tf32_state", "restore_tf32", "set_tf32"]
+
+
+def native_on_cpu(name: str) -> bool:
+    """Whether this CPU has native instructions for autocast in ``name`` (``"bfloat16"``:
+    AVX512-BF16 or AMX; ``"float16"``: AVX512-FP16 or AMX-FP16), as oneDNN reports it."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported() if name == "bfloat16"
+                    else torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except (AttributeError, RuntimeError):  # no oneDNN in this torch build: nothing to say
+        return True
+
+
+def amp_enabled(config: TrainConfig, device: torch.device) -> bool:
+    """Whether a run of ``config`` on ``device`` autocasts: ``config.amp``; None: on CUDA;
+    ``"native"``: on CUDA, and on a CPU with native instructions for the autocast dtype."""
+    if config.amp is None:
+        return device.type == "cuda"
+    if config.amp == "native":
+        return device.type == "cuda" or native_on_cpu(config.amp_dtype or "bfloat16")
+    return bool(config.amp)
 
 
 def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
@@ -25,14 +45,9 @@ def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
                       "scaling) instead", AutoaugWarning, stacklevel=2)
         name = "float16"
     if device.type == "cpu":
-        try:
-            native = (torch.ops.mkldnn._is_mkldnn_bf16_supported() if name == "bfloat16"
-                      else torch.ops.mkldnn._is_mkldnn_fp16_supported())
-        except (AttributeError, RuntimeError):  # no oneDNN in this torch build: nothing to say
-            native = True
-        if not native:
+        if not native_on_cpu(name):
             warnings.warn(f"amp on the CPU with {name}: this CPU has no native {name} instructions, so autocast runs "
-                          "emulated and is likely slower than float32 (set amp=false)", AutoaugWarning, stacklevel=2)
+                          "emulated and is likely slower than float32 (set amp=false, or amp='native')", AutoaugWarning, stacklevel=2)
     return getattr(torch, name)
 
 

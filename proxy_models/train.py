@@ -39,7 +39,7 @@ from autoaug.core import failpoints
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import balanced_accuracy
 from autoaug.proxy_models.models import build_model
-from autoaug.proxy_models.precision import amp_dtype, restore_tf32, set_tf32, tf32_state
+from autoaug.proxy_models.precision import amp_dtype, amp_enabled, restore_tf32, set_tf32, tf32_state
 from autoaug.proxy_models.train_config import PRESETS, RESUMABLE_CHANGES, TrainConfig, sizing_record
 
 __all__ = [
@@ -354,7 +354,7 @@ class Learner:
                  device: torch.device | str = "cpu") -> None:
         self.config = config
         self.device = device = torch.device(device)
-        self.amp = device.type == "cuda" if config.amp is None else config.amp
+        self.amp = amp_enabled(config, device)
         # float16 + loss scaling on CUDA; bfloat16 (no scaling needed) where CPUs support it.
         self.amp_dtype = amp_dtype(config, device) if self.amp else (
             torch.float16 if device.type == "cuda" else torch.bfloat16)

@@ -80,7 +80,10 @@ class TrainConfig:
         ``seed``: model initialisation, data order and augmentation draws. ``device``: ``"cpu"``,
         ``"cuda"`` (or ``"cuda:N"``), or ``"auto"`` (CUDA when available). ``amp``: mixed
         precision (float16 autocast + gradient scaling on CUDA, bfloat16 autocast on CPU);
-        ``None`` = on for CUDA, off for CPU. ``amp_dtype``: the autocast dtype when ``amp`` is on,
+        ``None`` = on for CUDA, off for CPU; ``"native"`` = on for CUDA and on a CPU with native
+        instructions for ``amp_dtype`` (AVX512-BF16/AMX for bfloat16), float32 on other CPUs, where
+        emulated bfloat16 costs 3-4x the CPU of float32 (``benchmarks/score_noise.py --fp32``'s
+        note). ``amp_dtype``: the autocast dtype when ``amp`` is on,
         ``"bfloat16"`` or ``"float16"`` (``None``: float16 on CUDA, bfloat16 on the CPU); float16
         adds gradient scaling; bfloat16 on a GPU without it falls back to float16 with one
         warning. ``channels_last``: ``None`` = on for CUDA. ``tf32``: TF32 matmuls and
@@ -129,7 +132,7 @@ class TrainConfig:
     image_size: int | None = None
     num_threads: int | None = None
     device: str = "auto"
-    amp: bool | None = None
+    amp: bool | str | None = None
     channels_last: bool | None = None
     eval_every: int = 1
     eval_from: int = 1
@@ -241,9 +244,11 @@ class TrainConfig:
         for name in ("nesterov", "deterministic"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "true or false")
-        for name in ("amp", "channels_last"):
-            if getattr(self, name) not in (None, True, False):
-                raise bad(name, "true, false or None (automatic: on for CUDA)")
+        if self.amp not in (None, True, False, "native"):
+            raise bad("amp", "true, false, None (automatic: on for CUDA) or 'native' (on for CUDA and on a CPU with "
+                             "native instructions for the dtype)")
+        if self.channels_last not in (None, True, False):
+            raise bad("channels_last", "true, false or None (automatic: on for CUDA)")
         if self.nesterov and self.momentum == 0:
             raise ValueError("TrainConfig.nesterov=True needs momentum > 0 (got momentum=0); set nesterov=False")
         if not isinstance(self.device, str) or not (
@@ -397,6 +402,8 @@ class TrainConfig:
         parts = [f"{self.epochs} epochs", f"batch {self.batch_size}", f"lr {self.lr:g}", f"seed {self.seed}"]
         if self.amp:
             parts.append(f"{self.amp_dtype} autocast" if self.amp_dtype else "autocast (the device's dtype)")
+            if self.amp == "native":
+                parts[-1] += " where the device has it natively"
         if self.channels_last:
             parts.append("channels-last")
         if self.compile:
@@ -508,7 +515,7 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
         "proxy-cpu": TrainConfig(
             model="resnet-8", train_size=None, train_per_class=100, min_train_size=1000, max_train_size=2000,
             val_size=1000, epochs=120, batch_size=64, lr=0.2, warmup_epochs=1.0, device="cpu",
-            amp=True, amp_dtype="bfloat16", channels_last=True,
+            amp="native", amp_dtype="bfloat16", channels_last=True,
         ),
         # The evaluation regime on a CPU (benchmarks/search_quality.py, `autoaug compare --preset
         # eval-cpu`): the proxy's recipe on another training split (split seed 1), no validation,

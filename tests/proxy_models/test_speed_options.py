@@ -101,7 +101,8 @@ def _recorded_train_configs():
 PRESET_DIGESTS = {
     "smoke": "0e221e6bdb57c86326a2175fdf403273600a2b649845282fa425a2b5723f78ed",
     "cpu": "678e842589f589aa4b17173a793f521124815a8ff29cd52a90ee0d02749489e3",
-    "proxy-cpu": "c5a815cb0386543313da21e627249c6a965977348ea2d237feb9c0c9f2fa9c44",
+    # amp "native" (was true): float32 on CPUs that would only emulate bfloat16
+    "proxy-cpu": "6a1067e7c65af2fc38ca96ac10a5ad65bbb48e9d087200114acf0068a96df645",
     "eval-cpu": "7ea85dfd1db03f7fc8a438a4462615ad4b3880f9e12536e0169190355d5039b2",
     "paper": "f325c2f9d8e4a832212d72744f448dde46c00585c2a14f3b0a85eb8bb6c318dd",
     "final": "76a61fabafe15ff8591bb731322910a0d51d1d1ef74bc2740415b0b53c381944",
@@ -118,7 +119,7 @@ def test_configs_without_the_new_keys_keep_their_dicts_and_digests():
     for name, cfg in PRESETS.items():  # only the search's proxy uses one: the others' records are reused
         assert set(SPEED_FIELDS) & set(cfg.to_dict()) == ({"amp_dtype"} if name == "proxy-cpu" else set())
     proxy = PRESETS["proxy-cpu"]
-    assert (proxy.amp, proxy.amp_dtype, proxy.channels_last, proxy.compile) == (True, "bfloat16", True, False)
+    assert (proxy.amp, proxy.amp_dtype, proxy.channels_last, proxy.compile) == ("native", "bfloat16", True, False)
     assert (PRESETS["eval-cpu"].amp, PRESETS["eval-cpu"].channels_last) == (None, None)  # the yardstick stays float32
     for recorded in _recorded_train_configs():
         again = TrainConfig.from_dict(recorded).to_dict()
@@ -188,7 +189,22 @@ def test_autocast_on_a_cpu_without_native_instructions_says_it_runs_emulated(mon
         assert amp_dtype(TrainConfig(amp=True), torch.device("cpu")) == torch.bfloat16
     assert [m for m in autoaug_warnings(records) if "emulated" in m] == [
         "amp on the CPU with bfloat16: this CPU has no native bfloat16 instructions, so autocast runs emulated and "
-        "is likely slower than float32 (set amp=false)"]
+        "is likely slower than float32 (set amp=false, or amp='native')"]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_native_amp_autocasts_only_where_the_cpu_has_the_instructions(monkeypatch, native):
+    """The search's proxy (amp 'native'): bfloat16 where the CPU computes it natively, float32
+    elsewhere (emulated bfloat16 costs 3-4x the CPU), without a warning either way."""
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+    cfg = TrainConfig.from_preset("smoke", amp="native", amp_dtype="bfloat16")
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        learner = Learner(cfg, num_classes=3, steps_per_epoch=2)
+    assert learner.amp is native and not autoaug_warnings(records)
+    assert "bfloat16 autocast where the device has it natively" in cfg.describe_recipe()
+    with pytest.raises(ValueError, match=r"TrainConfig.amp must be true, false, None .* or 'native'"):
+        TrainConfig(amp="yes")
 
 
 def test_float16_autocast_on_the_cpu_scales_the_loss_and_trains():
@@ -273,7 +289,11 @@ def test_the_smoke_preset_trains_on_the_cpu_with_compile_and_bf16(smoke, changes
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
         result = train(cfg, "autoaugment-cifar10", checkpoint_dir=tmp_path)
-    assert autoaug_warnings(records) == []  # no fallback: compiled / bf16 for real
+    # No fallback: compiled / bf16 for real (on a CPU without native bfloat16, emulated, which it says).
+    from autoaug.proxy_models.precision import native_on_cpu
+
+    emulated = cfg.amp and not native_on_cpu("bfloat16")
+    assert [m for m in autoaug_warnings(records) if not (emulated and "runs emulated" in m)] == []
     assert spy.calls == (1 if cfg.compile else 0)
     assert [m["epoch"] for m in result.history] == [1, 2]
     assert all(m["train_loss"] == m["train_loss"] and m["train_loss"] < 10 for m in result.history)

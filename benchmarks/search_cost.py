@@ -8,7 +8,7 @@ of a default density-matching search.
   :func:`asha_mean_epochs`) times that, plus the measured set-up;
   candidates per hour = 2 slots x 3600 / that.
 * **density method** (``density-cpu`` preset: K=5 fold models of the same proxy recipe, T=2 rounds
-  x B candidates per fold): a real search through :func:`autoaug.search.tuner.run_search` with
+  x B candidates per fold): a real search through :func:`autoaug.search.driver.run_search` with
   ``--trials-per-round`` candidates per round (default 200 = the full default search) and fold
   models of ``--fold-epochs`` epochs (default the preset's 120). Reported:
   fold-model training wall time, scoring wall time, candidates scored per hour, the per-trial
@@ -87,7 +87,7 @@ def _train_probe(data: str, epochs: int) -> dict:
 def _density_search(data: str, storage: str, trials_per_round: int, folds: int, rounds: int,
                     fold_epochs: int | None) -> dict:
     from autoaug.search.config import SearchConfig
-    from autoaug.search.tuner import run_search
+    from autoaug.search.driver import run_search
 
     config = SearchConfig.from_preset(
         "density-cpu", name="search-cost", data=data, storage=os.path.join(storage, "runs"),

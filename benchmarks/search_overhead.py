@@ -2,7 +2,7 @@
 
 Runs a real search (``cpu`` preset by default: ResNet-8 on 4,000 CIFAR-10 images, 8 epochs per
 trial, ASHA, 2 trials at a time on 1 CPU each) of ``--trials`` trials (default 8) through
-:func:`autoaug.search.tuner.run_search` -- embedded Ray start, Tune + Optuna, DALI pipelines, checkpoints,
+:func:`autoaug.search.driver.run_search` -- embedded Ray start, Tune + Optuna, DALI pipelines, checkpoints,
 assembly and the policy store -- and reports:
 
 * **overhead**: ``1 - sum(trial training time) / (wall time x concurrency)``, the fraction of the
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from autoaug.search.config import SearchConfig
     from autoaug.core.ray_session import ray_session
-    from autoaug.search.tuner import run_search
+    from autoaug.search.driver import run_search
 
     timings: dict[str, float] = {}
 

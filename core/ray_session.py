@@ -1,6 +1,6 @@
 """The one Ray session module: connecting this process to Ray (an embedded local instance or an
 existing cluster), what is shipped to the workers, and the Ray Jobs client. ``autoaug search``,
-``autoaug compare``, ``autoaug launch``, the Python API (:func:`autoaug.search.tuner.run_search`)
+``autoaug compare``, ``autoaug launch``, the Python API (:func:`autoaug.search.driver.run_search`)
 and ``benchmarks/search_overhead.py`` all connect through :func:`ray_session`.
 
 Three ways a command reaches Ray:

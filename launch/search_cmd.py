@@ -139,7 +139,7 @@ def _configure_logging(verbose: int) -> None:
 
 def _search(config, args: argparse.Namespace) -> int:
     from autoaug.launch import preflight
-    from autoaug.search import tuner
+    from autoaug.search import driver
 
     try:
         config.check_runnable()
@@ -156,14 +156,14 @@ def _search(config, args: argparse.Namespace) -> int:
         session = _session_factory(args.address, config.verbose, display)
         with RunDir(config.storage, config.name).driver_lock():  # one driver per run: a second is refused
             return _execute(
-                lambda: tuner.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
+                lambda: driver.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
                 config.verbose, args, display,
             )
 
 
 def _resume(args: argparse.Namespace) -> int:
     from autoaug.launch import preflight
-    from autoaug.search import tuner
+    from autoaug.search import driver
 
     from autoaug.launch.output import display_for
     from autoaug.search.run_dir import RunDir
@@ -176,7 +176,7 @@ def _resume(args: argparse.Namespace) -> int:
         session = _session_factory(args.address, verbose, display)
         with RunDir(_storage(args), args.resume).driver_lock():  # not while another driver runs it
             return _execute(
-                lambda: tuner.resume_search(
+                lambda: driver.resume_search(
                     args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
                     display=display,
                 ),  # fmt: skip

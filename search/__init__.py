@@ -4,7 +4,7 @@ follows from a configuration to a stored policy.
 * :class:`autoaug.search.space.SearchSpace` -- the space and the one encoding between an Optuna
   trial's parameters and a :class:`policies.Policy` (both ways).
 * :class:`autoaug.search.config.SearchConfig` -- what a search is (presets, validation, ``METHODS``).
-* :func:`autoaug.search.tuner.run_search` / :func:`autoaug.search.tuner.resume_search` -- run (or
+* :func:`autoaug.search.driver.run_search` / :func:`autoaug.search.driver.resume_search` -- run (or
   continue) a search: checks, the method, re-scoring, choosing, storing (docs/ARCHITECTURE.md,
   "A search, step by step").
 * :mod:`autoaug.search.method` -- the interface a method implements and the registry of methods

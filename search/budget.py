@@ -19,7 +19,7 @@ How it ends a search (:class:`Budget` is the one clock every part asks):
   The budget never leaves a search without a result: until some trial has reported a score it
   does not stop trials. (:class:`autoaug.search.reconcile.BudgetStop` and
   :class:`~autoaug.search.reconcile.StudySearch` apply it inside Ray Tune.)
-* **Re-scoring** (:func:`autoaug.search.tuner._rescore`) re-scores the candidates whose runs fit
+* **Re-scoring** (:func:`autoaug.search.driver._rescore`) re-scores the candidates whose runs fit
   in the time left (the first ones, in the method's order), and stops waiting for runs when the
   time left is what storing needs; fewer than two candidates re-scored means re-scoring decides
   nothing and the method's first candidate is stored.

@@ -2,7 +2,7 @@
 
 A search configuration is a frozen dataclass holding the proxy training configuration
 (:class:`autoaug.proxy_models.train.TrainConfig`, shared by every trial), the :class:`SearchSpace` and
-the tuner's settings. :meth:`SearchConfig.from_dict` accepts the nested form used by YAML files
+the driver's settings. :meth:`SearchConfig.from_dict` accepts the nested form used by YAML files
 and by ``search_config.json`` in a run directory::
 
     preset: cpu                 # optional: start from SEARCH_PRESETS["cpu"]

@@ -200,7 +200,7 @@ def can_restore(uri: str) -> bool:
 
 def fit(tuner: tune.Tuner) -> None:
     """Run the experiment until its trials are done (or the driver is interrupted). What a full or
-    read-only filesystem makes it raise becomes one line in :func:`autoaug.search.tuner._search`."""
+    read-only filesystem makes it raise becomes one line in :func:`autoaug.search.driver._search`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         tuner.fit()

@@ -1,7 +1,7 @@
 """The interface of a search method, and the registry of methods.
 
 A method turns a prepared search into scored candidate policies. It does not decide how the
-search starts or ends: :mod:`autoaug.search.tuner` checks the configuration and the data, opens
+search starts or ends: :mod:`autoaug.search.driver` checks the configuration and the data, opens
 the run directory and the Ray session, runs the method, re-scores its candidates, chooses one,
 stores it and writes the result -- the same for every method. Everything that differs between
 methods is the method's own, in its own module; no shared module names a method. A method is an

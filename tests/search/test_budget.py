@@ -370,7 +370,7 @@ class _Display:
 def rescoring(tmp_path, monkeypatch):
     """``(config, run, budget, clock, calls)``: a re-scoring search whose runs take 100 s, two at
     once; ``calls`` receives the candidates each re-scoring was asked for."""
-    from autoaug.search import rescore, tuner
+    from autoaug.search import driver, rescore
 
     config = SearchConfig.from_preset("smoke", name="r", rescore=True, storage=str(tmp_path))
     run = RunDir(str(tmp_path), "r")
@@ -386,12 +386,12 @@ def rescoring(tmp_path, monkeypatch):
                                                                      "seed": 1000}
                 for i, c in enumerate(candidates)}
 
-    monkeypatch.setattr(tuner, "rescore_candidates", fake)
+    monkeypatch.setattr(driver, "rescore_candidates", fake)
     return config, run, budget, clock, calls
 
 
 def test_rescoring_with_time_for_every_candidate_is_unchanged(rescoring):
-    from autoaug.search.tuner import _rescore
+    from autoaug.search.driver import _rescore
 
     config, run, budget, clock, calls = rescoring
     scores = _rescore(config, run, _found(_candidates(4)), _Display(), budget)
@@ -400,7 +400,7 @@ def test_rescoring_with_time_for_every_candidate_is_unchanged(rescoring):
 
 
 def test_rescoring_keeps_the_first_candidates_the_time_left_has_room_for(rescoring):
-    from autoaug.search.tuner import _rescore
+    from autoaug.search.driver import _rescore
 
     config, run, budget, clock, calls = rescoring
     clock.now += 1000 - STORE_RESERVE_S - 150  # 150 s left: one wave of 2 runs of 100 s
@@ -414,7 +414,7 @@ def test_rescoring_keeps_the_first_candidates_the_time_left_has_room_for(rescori
 
 
 def test_no_time_for_two_candidates_stores_the_methods_first(rescoring):
-    from autoaug.search.tuner import _rescore
+    from autoaug.search.driver import _rescore
 
     config, run, budget, clock, calls = rescoring
     clock.now += 1000 - STORE_RESERVE_S - 50
@@ -424,7 +424,7 @@ def test_no_time_for_two_candidates_stores_the_methods_first(rescoring):
 
 
 def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(rescoring, monkeypatch):
-    from autoaug.search import rescore, tuner
+    from autoaug.search import driver, rescore
 
     config, run, budget, clock, _ = rescoring
     candidates = _candidates(4)
@@ -434,9 +434,9 @@ def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(re
         return {rescore.run_key(c, config.rescore_train_config(0)): {METRIC: 0.6 - 0.1 * i, "seed": 1000}
                 for i, c in enumerate(candidates[:3])}
 
-    monkeypatch.setattr(tuner, "rescore_candidates", slow)
+    monkeypatch.setattr(driver, "rescore_candidates", slow)
     monkeypatch.setattr(budget, "run_s", lambda: None)  # nothing measured: all are tried
-    scores = tuner._rescore(config, run, _found(candidates), _Display(), budget)
+    scores = driver._rescore(config, run, _found(candidates), _Display(), budget)
     assert sorted(scores) == sorted(c.key for c in candidates[:3])
     assert budget.rescore["rescored"] == 3 and budget.ended["stage"] == "rescore"
     assert budget.rescore["note"].startswith("the budget ran out during re-scoring: 3 of 4 candidates re-scored")

@@ -299,7 +299,7 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
     """The proxy runs of the calibration replaced by a table (autoaugment-imagenet transfers best on
     crop); the trials are real: the first five are its 25 sub-policies on crop, in order."""
     from autoaug.search.study import open_study
-    from autoaug.search.tuner import run_search
+    from autoaug.search.driver import run_search
 
     data = _arrows(tmp_path / "arrows.parquet", per_class=96)
     _fake_runs(monkeypatch, SCORES, [])

@@ -172,7 +172,7 @@ def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
     from autoaug.launch import preflight
     from autoaug.launch.cli import main
     from autoaug.policies.store import PolicyStore
-    from autoaug.search.tuner import run_search
+    from autoaug.search.driver import run_search
 
     config = _config(["--data", str(cifar_train), "--preset", "smoke", "--method", "random", "--name", "toy",
                       "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")])
@@ -190,7 +190,7 @@ def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
     assert prov["method"] == {"name": "random", "candidates": 3}
     assert prov["search"]["config"]["method"] == "random" and prov["search"]["config"]["random_score"] == {"candidates": 3}
     # The same outcome from result.json (what a resumed finished search returns).
-    from autoaug.search.tuner import resume_search
+    from autoaug.search.driver import resume_search
 
     assert resume_search("toy", str(tmp_path / "runs")).summary() == summary
     # `autoaug report` says, in the method's words, that it has nothing to draw.
@@ -200,7 +200,7 @@ def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
     assert len(err.strip().splitlines()) == 1
 
 
-SHARED = ["launch", "search/tuner.py", "search/records.py", "search/report.py", "search/config.py"]
+SHARED = ["launch", "search/driver.py", "search/records.py", "search/report.py", "search/config.py"]
 
 
 def test_no_shared_module_names_a_built_in_method():

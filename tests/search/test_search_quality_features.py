@@ -10,7 +10,7 @@ import pytest
 from autoaug.policies import Policy
 from autoaug.search.config import METRIC, SearchConfig
 from autoaug.search.study import open_study
-from autoaug.search.tuner import run_search
+from autoaug.search.driver import run_search
 
 WARM = Policy("warm", 10, [
     [("Rotate", 0.7, 2), ("Invert", 0.1, 0)], [("Color", 0.4, 9), ("Equalize", 1.0, 3)],

@@ -214,17 +214,17 @@ def test_a_full_disk_anywhere_in_a_search_says_how_to_resume_it(tmp_path, monkey
     """Calibration, re-scoring and storing write through autoaug's own writers: their one line says
     to resume the search once space is freed (running the command again would find the name taken)."""
     from autoaug.core.location import storage_error
-    from autoaug.search import tuner
+    from autoaug.search import driver
     from autoaug.search.config import SearchConfig
     from autoaug.search.run_dir import RunDir
 
     def full(*args, **kwargs):
         raise storage_error(OSError(28, "No space left on device"), str(tmp_path / "runs" / "s" / "rescore.json"))
 
-    monkeypatch.setattr(tuner, "_run_and_store", full)
+    monkeypatch.setattr(driver, "_run_and_store", full)
     config = SearchConfig(name="s", train={"preset": "smoke"}, storage=str(tmp_path / "runs"))
     with pytest.raises(StorageError) as info:
-        tuner._search(config, RunDir(config.storage, "s"), None, session=None, address=None, trainable=None,
+        driver._search(config, RunDir(config.storage, "s"), None, session=None, address=None, trainable=None,
                       display=None, started=0.0)
     assert str(info.value) == (f"cannot write {tmp_path / 'runs' / 's' / 'rescore.json'}: no space left on the "
                                "filesystem (ENOSPC); free space there (or write elsewhere), then resume it with: "

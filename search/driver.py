@@ -3,7 +3,7 @@
 ::
 
     from autoaug.search.config import SearchConfig
-    from autoaug.search.tuner import run_search, resume_search
+    from autoaug.search.driver import run_search, resume_search
 
     config = SearchConfig.from_preset("cpu", name="cifar10-r8", data="train.parquet")
     outcome = run_search(config)                     # embedded local Ray, or address="ray://..."

@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # (TEST_WORKERS=1: one process, for debugging).
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test bench clean
+.PHONY: install demo lint test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,12 @@ demo: install
 	    --storage "$(DEMO_DIR)/runs" --store "$(DEMO_DIR)/store"
 	$(VENV)/bin/autoaug policies show demo@latest --store "$(DEMO_DIR)/store"
 
-test: install
+# ruff (pyproject.toml's [tool.ruff]): lint, and the layout its formatter gives (`ruff format` fixes it).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: install lint
 	AUTOAUG_CIFAR10="$(DATA)" $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: install

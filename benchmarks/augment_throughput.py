@@ -17,6 +17,7 @@ images/s is reported. Run under ``flock /tmp/autoaug-cpu.lock`` on a shared mach
 
     flock /tmp/autoaug-cpu.lock python benchmarks/augment_throughput.py --data DIR
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,9 +59,14 @@ def dali_pipeline(batches, augment, *, batch_size, threads, device, seed=0):
         state["i"] += 1
         return batch
 
-    @pipeline_def(batch_size=batch_size, num_threads=threads,
-                  device_id=0 if device == "gpu" else None, seed=seed,
-                  enable_conditionals=True, prefetch_queue_depth=2)  # fmt: skip
+    @pipeline_def(
+        batch_size=batch_size,
+        num_threads=threads,
+        device_id=0 if device == "gpu" else None,
+        seed=seed,
+        enable_conditionals=True,
+        prefetch_queue_depth=2,
+    )
     def pipe():
         images = fn.external_source(source=source, batch=True, layout="HWC")
         if device == "gpu":
@@ -99,9 +105,13 @@ def torchvision_loader(images: np.ndarray, policy, *, batch_size: int, workers: 
     chw = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
     dataset = _TensorDataset(chw, policy.to_torchvision(base=False))
     return torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
-        persistent_workers=workers > 0, drop_last=True,
-    )  # fmt: skip
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        shuffle=False,
+        persistent_workers=workers > 0,
+        drop_last=True,
+    )
 
 
 def time_loader(loader) -> float:
@@ -132,8 +142,7 @@ def dali_decode_rate(blobs: list[bytes], batch_size: int, threads: int) -> float
 
     @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=0)
     def decode():
-        return fn.decoders.image(fn.external_source(source=source, batch=True),
-                                 device="cpu", output_type=types.RGB)  # fmt: skip
+        return fn.decoders.image(fn.external_source(source=source, batch=True), device="cpu", output_type=types.RGB)
 
     p = decode()
     p.build()
@@ -152,10 +161,16 @@ def gpu_available() -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"),
-                        help="folder with train.parquet (default: $AUTOAUG_CIFAR10)")
-    parser.add_argument("--policy", default="autoaugment-cifar10",
-                        help="policy reference (preset or JSON file); default autoaugment-cifar10")
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("AUTOAUG_CIFAR10"),
+        help="folder with train.parquet (default: $AUTOAUG_CIFAR10)",
+    )
+    parser.add_argument(
+        "--policy",
+        default="autoaugment-cifar10",
+        help="policy reference (preset or JSON file); default autoaugment-cifar10",
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--batches", type=int, default=40, help="batches per timed run")
     parser.add_argument("--threads", type=int, default=2, help="DALI CPU threads")
@@ -175,28 +190,36 @@ def main(argv=None) -> int:
     bs = args.batch_size
     images, blobs, pil_s = load_images(Path(args.data), bs * args.batches)
     n = len(images) // bs
-    batches = [list(images[i * bs:(i + 1) * bs]) for i in range(n)]
+    batches = [list(images[i * bs : (i + 1) * bs]) for i in range(n)]
     h, w = images.shape[1:3]
-    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
-          "(figures are only comparable on an otherwise idle machine)")
-    print(f"policy {policy.name}: {len(policy)} sub-policies, {policy.max_ops_per_sub_policy} "
-          f"ops each; {n} batches of {bs} real {h}x{w} CIFAR-10 images from {args.data}")
-    print(f"decode (excluded below): PIL {len(images) / pil_s:,.0f} img/s (1 process), "
-          f"DALI CPU {dali_decode_rate(blobs, bs, args.threads):,.0f} img/s "
-          f"({args.threads} threads)")
+    print(
+        f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+        "(figures are only comparable on an otherwise idle machine)"
+    )
+    print(
+        f"policy {policy.name}: {len(policy)} sub-policies, {policy.max_ops_per_sub_policy} "
+        f"ops each; {n} batches of {bs} real {h}x{w} CIFAR-10 images from {args.data}"
+    )
+    print(
+        f"decode (excluded below): PIL {len(images) / pil_s:,.0f} img/s (1 process), "
+        f"DALI CPU {dali_decode_rate(blobs, bs, args.threads):,.0f} img/s "
+        f"({args.threads} threads)"
+    )
 
     runners = {}
-    ours = dali_pipeline(batches, lambda x: apply_policy(policy, x, image_size=(h, w)),
-                         batch_size=bs, threads=args.threads, device="cpu")  # fmt: skip
+    ours = dali_pipeline(
+        batches, lambda x: apply_policy(policy, x, image_size=(h, w)), batch_size=bs, threads=args.threads, device="cpu"
+    )
     runners["dali-cpu"] = lambda: time_dali(ours, n, bs)
     sizes = {"dali-cpu": count_ops(ours)}
     if not args.skip_dali_autoaug:
         theirs = dali_pipeline(
             batches,
-            lambda x: auto_augment.auto_augment(x, "reduced_cifar10", shape=(h, w),
-                                                max_translate_rel=150 / 331),
-            batch_size=bs, threads=args.threads, device="cpu",
-        )  # fmt: skip
+            lambda x: auto_augment.auto_augment(x, "reduced_cifar10", shape=(h, w), max_translate_rel=150 / 331),
+            batch_size=bs,
+            threads=args.threads,
+            device="cpu",
+        )
         runners["dali-autoaug-cpu"] = lambda: time_dali(theirs, n, bs)
         sizes["dali-autoaug-cpu"] = count_ops(theirs)
     loader = torchvision_loader(images, policy, batch_size=bs, workers=args.workers)
@@ -212,18 +235,21 @@ def main(argv=None) -> int:
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(f"\n{'method':<18} {'img/s (median)':>15} {'min':>9} {'max':>9}  graph ops")
     for name, values in rates.items():
-        print(f"{name:<18} {med[name]:>15,.0f} {min(values):>9,.0f} {max(values):>9,.0f}  "
-              f"{sizes.get(name, '')}")
+        print(f"{name:<18} {med[name]:>15,.0f} {min(values):>9,.0f} {max(values):>9,.0f}  {sizes.get(name, '')}")
     if "torchvision" in med:
-        print(f"\nratio dali-cpu / torchvision ({args.workers} workers): "
-              f"{med['dali-cpu'] / med['torchvision']:.2f}")
+        print(f"\nratio dali-cpu / torchvision ({args.workers} workers): {med['dali-cpu'] / med['torchvision']:.2f}")
     if "dali-autoaug-cpu" in med:
         print(f"ratio dali-cpu / dali-autoaug-cpu: {med['dali-cpu'] / med['dali-autoaug-cpu']:.2f}")
 
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     if gpu_available():
-        gpu = dali_pipeline(batches, lambda x: apply_policy(policy, x, image_size=(h, w)),
-                            batch_size=bs, threads=args.threads, device="gpu")  # fmt: skip
+        gpu = dali_pipeline(
+            batches,
+            lambda x: apply_policy(policy, x, image_size=(h, w)),
+            batch_size=bs,
+            threads=args.threads,
+            device="gpu",
+        )
         time_dali(gpu, n, bs)
         gpu_rates = [time_dali(gpu, n, bs) for _ in range(args.repeats)]
         print(f"dali-gpu: {statistics.median(gpu_rates):,.0f} img/s (median)")

@@ -19,6 +19,7 @@ for the ``cpu`` preset, 3 seeds, 6 policies)::
 policy JSON file. ``--data`` is a folder holding ``train.parquet`` and ``test.parquet`` (default
 ``$AUTOAUG_CIFAR10``). ``--preset smoke`` checks the plumbing in about two minutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,12 +48,16 @@ def _git_commit() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--policy", required=True, help="stored policy reference (NAME@N) or policy JSON file")
     parser.add_argument("--store", default=None, help="policy store of the reference ($AUTOAUG_STORE if unset)")
-    parser.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"),
-                        help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)")
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("AUTOAUG_CIFAR10"),
+        help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)",
+    )
     parser.add_argument("--preset", default="cpu", help="training preset (cpu; smoke for a plumbing check)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per policy (at least 3)")
     parser.add_argument("--cpus-per-run", type=int, default=1, help="CPUs and trainer threads per run")
@@ -69,11 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"compare-{args.preset}"
 
     try:
-        config = config_from_dict({
-            "data": str(train), "preset": args.preset, "policies": [args.policy],
-            "baselines": list(DEFAULT_BASELINES), "seeds": args.seeds, "store": args.store,
-            "out": str(out), "cpus_per_run": args.cpus_per_run, "address": args.address,
-        })
+        config = config_from_dict(
+            {
+                "data": str(train),
+                "preset": args.preset,
+                "policies": [args.policy],
+                "baselines": list(DEFAULT_BASELINES),
+                "seeds": args.seeds,
+                "store": args.store,
+                "out": str(out),
+                "cpus_per_run": args.cpus_per_run,
+                "address": args.address,
+            }
+        )
     except CompareError as exc:
         parser.error(str(exc))
 
@@ -90,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     print(comparison.table())
     print()
     trained_times = [r["train_time_s"] for r in comparison.runs]
-    print(f"wall time {wall:.0f} s for {comparison.trained} trained run(s) "
-          f"({len(comparison.runs) - comparison.trained} reused); mean run {sum(trained_times) / len(trained_times):.0f} s")
+    print(
+        f"wall time {wall:.0f} s for {comparison.trained} trained run(s) "
+        f"({len(comparison.runs) - comparison.trained} reused); mean run {sum(trained_times) / len(trained_times):.0f} s"
+    )
     import ray
 
     import torch
@@ -108,8 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         "policy": args.policy,
         "baselines": list(DEFAULT_BASELINES),
         "cpus_per_run": config.cpus_per_run,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "torch": torch.__version__, "ray": ray.__version__},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "ray": ray.__version__,
+        },
         "git_commit": _git_commit(),
         "results": [s.to_dict() for s in comparison.summaries],
         "attached_to": comparison.attached,

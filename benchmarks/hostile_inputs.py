@@ -8,6 +8,7 @@ clipped to 300 characters (its full length is then given). Inputs are built in a
 ``AUTOAUG_STORE`` and ``AUTOAUG_RUNS`` point there, so nothing outside it is touched. A read-only
 filesystem is a read-only tmpfs mount when run as root (else a folder of mode 0555).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,10 +28,32 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 EXE = [sys.executable, "-m", "autoaug.launch.cli"]
-TINY = ["--preset", "smoke", "--set", "epochs=1", "--set", "batch_size=16", "--set", "train_size=64",
-        "--set", "val_size=32"]
-SEARCH_TINY = ["--preset", "smoke", "--num-trials", "1", "--set", "train.epochs=1", "--set", "train.batch_size=16",
-               "--set", "train.train_size=64", "--set", "train.val_size=32"]
+TINY = [
+    "--preset",
+    "smoke",
+    "--set",
+    "epochs=1",
+    "--set",
+    "batch_size=16",
+    "--set",
+    "train_size=64",
+    "--set",
+    "val_size=32",
+]
+SEARCH_TINY = [
+    "--preset",
+    "smoke",
+    "--num-trials",
+    "1",
+    "--set",
+    "train.epochs=1",
+    "--set",
+    "train.batch_size=16",
+    "--set",
+    "train.train_size=64",
+    "--set",
+    "train.val_size=32",
+]
 
 
 def _png(array: np.ndarray) -> bytes:
@@ -68,11 +91,19 @@ class Runner:
         self.rows: list[tuple[str, int, str]] = []
         self.env = {**os.environ, "AUTOAUG_STORE": str(root / "store"), "AUTOAUG_RUNS": str(root / "runs")}
 
-    def run(self, label: str, argv: list[str], *, cwd: Path | None = None, stdin: str | None = None,
-            env: dict | None = None) -> int:
+    def run(
+        self, label: str, argv: list[str], *, cwd: Path | None = None, stdin: str | None = None, env: dict | None = None
+    ) -> int:
         started = time.monotonic()
-        proc = subprocess.run([*EXE, *argv], cwd=cwd or self.root, env=env or self.env, capture_output=True, text=True,
-                              input=stdin, timeout=1800)
+        proc = subprocess.run(
+            [*EXE, *argv],
+            cwd=cwd or self.root,
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            input=stdin,
+            timeout=1800,
+        )
         return self.add(label, proc.returncode, proc.stdout, proc.stderr, started)
 
     def add(self, label: str, code: int, stdout: str, stderr: str, started: float) -> int:
@@ -101,8 +132,10 @@ class Runner:
         env = {**self.env, "D": str(mnt), "LOG": str(logs), "AUTOAUG": " ".join(EXE), "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         argv = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", "set -u\n" + script]
-        if shutil.which("unshare") is None or subprocess.run(["unshare", "--user", "--map-root-user", "--mount",
-                                                              "true"]).returncode != 0:
+        if (
+            shutil.which("unshare") is None
+            or subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"]).returncode != 0
+        ):
             for label in labels:
                 self.rows.append((label, -1, "not run: needs unprivileged user+mount namespaces (unshare)"))
             return
@@ -112,8 +145,9 @@ class Runner:
             if not rc.exists():
                 self.rows.append((label, -1, "not run (the script stopped before it)"))
                 continue
-            self.add(label, int(rc.read_text()), (logs / f"{k}.out").read_text(), (logs / f"{k}.err").read_text(),
-                     started)
+            self.add(
+                label, int(rc.read_text()), (logs / f"{k}.out").read_text(), (logs / f"{k}.err").read_text(), started
+            )
 
     def table(self) -> str:
         def cell(text: str) -> str:
@@ -137,10 +171,15 @@ def read_only_dir(root: Path) -> tuple[Path, callable]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10", "../shared/data/cifar10-jpeg"),
-                        help="folder with CIFAR-10 train.parquet")
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("AUTOAUG_CIFAR10", "../shared/data/cifar10-jpeg"),
+        help="folder with CIFAR-10 train.parquet",
+    )
     parser.add_argument("--out", help="write the table to this Markdown file too")
-    parser.add_argument("--skip-slow", action="store_true", help="leave out the runs that train (search, 9,999-image split)")
+    parser.add_argument(
+        "--skip-slow", action="store_true", help="leave out the runs that train (search, 9,999-image split)"
+    )
     args = parser.parse_args()
     cifar = Path(args.data).resolve()
     root = Path(tempfile.mkdtemp(prefix="autoaug-hostile-"))
@@ -153,30 +192,82 @@ def main() -> None:
         good = _parquet(d / "good.parquet", images[:300], labels[:300], classes=None)
 
         # --- labels ---------------------------------------------------------------------------
-        r.run("Parquet without class names, labels 0..9 and one 17", ["train", "--data", str(_parquet(
-            d / "l17.parquet", images[:300], labels[:299] + [17])), "--out", "o1", *TINY])
-        r.run("Parquet without class names, one label 1,000,000", ["train", "--data", str(_parquet(
-            d / "l1e6.parquet", images[:300], labels[:299] + [1_000_000])), "--out", "o2", *TINY])
-        r.run("Parquet without class names, one label 10^9", ["train", "--data", str(_parquet(
-            d / "l1e9.parquet", images[:300], labels[:299] + [10**9])), "--out", "o3", *TINY])
-        r.run("Parquet with class names (10), one label 10", ["train", "--data", str(_parquet(
-            d / "lnamed.parquet", images[:300], labels[:299] + [10], classes=[str(i) for i in range(10)])),
-            "--out", "o4", *TINY])
+        r.run(
+            "Parquet without class names, labels 0..9 and one 17",
+            [
+                "train",
+                "--data",
+                str(_parquet(d / "l17.parquet", images[:300], labels[:299] + [17])),
+                "--out",
+                "o1",
+                *TINY,
+            ],
+        )
+        r.run(
+            "Parquet without class names, one label 1,000,000",
+            [
+                "train",
+                "--data",
+                str(_parquet(d / "l1e6.parquet", images[:300], labels[:299] + [1_000_000])),
+                "--out",
+                "o2",
+                *TINY,
+            ],
+        )
+        r.run(
+            "Parquet without class names, one label 10^9",
+            [
+                "train",
+                "--data",
+                str(_parquet(d / "l1e9.parquet", images[:300], labels[:299] + [10**9])),
+                "--out",
+                "o3",
+                *TINY,
+            ],
+        )
+        r.run(
+            "Parquet with class names (10), one label 10",
+            [
+                "train",
+                "--data",
+                str(
+                    _parquet(
+                        d / "lnamed.parquet", images[:300], labels[:299] + [10], classes=[str(i) for i in range(10)]
+                    )
+                ),
+                "--out",
+                "o4",
+                *TINY,
+            ],
+        )
 
         # --- decoding -------------------------------------------------------------------------
         rng = np.random.default_rng(0)
         px16 = [_png((rng.integers(0, 65535, (32, 32))).astype(np.uint16)) for _ in range(120)]
-        r.run("16-bit grayscale PNGs (decoded to correct 8-bit RGB; trains)", ["train", "--data", str(_parquet(
-            d / "png16.parquet", px16, [i % 2 for i in range(120)])), "--out", "o5", *TINY])
+        r.run(
+            "16-bit grayscale PNGs (decoded to correct 8-bit RGB; trains)",
+            [
+                "train",
+                "--data",
+                str(_parquet(d / "png16.parquet", px16, [i % 2 for i in range(120)])),
+                "--out",
+                "o5",
+                *TINY,
+            ],
+        )
         corrupt = list(images[:300])
         corrupt[250] = corrupt[250][: len(corrupt[250]) // 2]
         bad_image = _parquet(d / "corrupt.parquet", corrupt, labels[:300])
-        r.run("search on a dataset with one truncated JPEG (row 250, outside the split)",
-              ["search", "--data", str(bad_image), *SEARCH_TINY])
+        r.run(
+            "search on a dataset with one truncated JPEG (row 250, outside the split)",
+            ["search", "--data", str(bad_image), *SEARCH_TINY],
+        )
         footer = bytearray((d / "good.parquet").read_bytes())
         footer[-40:-8] = b"\xff" * 32
         (d / "footer.parquet").write_bytes(bytes(footer))
-        r.run("Parquet with corrupt footer metadata", ["train", "--data", str(d / "footer.parquet"), "--out", "o6", *TINY])
+        r.run(
+            "Parquet with corrupt footer metadata", ["train", "--data", str(d / "footer.parquet"), "--out", "o6", *TINY]
+        )
         pq.write_table(pa.table({"img": pa.array(images[:10], pa.binary()), "label": labels[:10]}), d / "nocol.parquet")
         r.run("Parquet without an 'image' column", ["train", "--data", str(d / "nocol.parquet"), "--out", "o7", *TINY])
         r.run("train --data /nope --out x (x is not created)", ["train", "--data", "/nope", "--out", "x"])
@@ -184,56 +275,120 @@ def main() -> None:
 
         # --- paths and writability -------------------------------------------------------------
         (root / "afile").write_text("x")
-        r.run("search --store on a read-only filesystem", ["search", "--data", str(good), *SEARCH_TINY,
-              "--store", str(ro / "store")])
-        r.run("search --storage (run directory) on a read-only filesystem", ["search", "--data", str(good),
-              *SEARCH_TINY, "--storage", str(ro)])
-        r.run("search --store that is a file", ["search", "--data", str(good), *SEARCH_TINY, "--store", str(root / "afile")])
-        r.run("search --storage under a file", ["search", "--data", str(good), *SEARCH_TINY,
-              "--storage", str(root / "afile" / "runs")])
+        r.run(
+            "search --store on a read-only filesystem",
+            ["search", "--data", str(good), *SEARCH_TINY, "--store", str(ro / "store")],
+        )
+        r.run(
+            "search --storage (run directory) on a read-only filesystem",
+            ["search", "--data", str(good), *SEARCH_TINY, "--storage", str(ro)],
+        )
+        r.run(
+            "search --store that is a file",
+            ["search", "--data", str(good), *SEARCH_TINY, "--store", str(root / "afile")],
+        )
+        r.run(
+            "search --storage under a file",
+            ["search", "--data", str(good), *SEARCH_TINY, "--storage", str(root / "afile" / "runs")],
+        )
         r.run("train --out on a read-only filesystem", ["train", "--data", str(good), *TINY, "--out", str(ro / "o")])
-        r.run("policies import into a store on a read-only filesystem",
-              ["policies", "import", "-", "--name", "x", "--store", str(ro / "store")],
-              stdin=json.dumps({"name": "x", "num_magnitude_bins": 10, "sub_policies": [[["Rotate", 0.5, 3]]]}))
+        r.run(
+            "policies import into a store on a read-only filesystem",
+            ["policies", "import", "-", "--name", "x", "--store", str(ro / "store")],
+            stdin=json.dumps({"name": "x", "num_magnitude_bins": 10, "sub_policies": [[["Rotate", 0.5, 3]]]}),
+        )
         r.run("policies list --store that is a file", ["policies", "list", "--store", str(root / "afile")])
         if not args.skip_slow:
             mine = root / "work" / "mine"
             mine.mkdir(parents=True)
             shutil.copy(good, mine / "train.parquet")
-            r.run("search --data mine/train.parquet (relative path, as in the README)",
-                  ["search", "--data", "mine/train.parquet", *SEARCH_TINY, "--name", "relative"], cwd=root / "work")
+            r.run(
+                "search --data mine/train.parquet (relative path, as in the README)",
+                ["search", "--data", "mine/train.parquet", *SEARCH_TINY, "--name", "relative"],
+                cwd=root / "work",
+            )
 
         # --- splits ---------------------------------------------------------------------------
         if not args.skip_slow:
             many_images, many_labels = _cifar_rows(cifar, 9999)
             many = _parquet(d / "many.parquet", many_images, many_labels)
-            r.run("train --train-size 0 --val-size 1001 on 9,999 images", ["train", "--data", str(many), "--preset",
-                  "smoke", "--set", "epochs=1", "--set", "batch_size=256", "--train-size", "0", "--val-size", "1001",
-                  "--out", "o8"])
-        r.run("train --train-size 290 --val-size 20 on 300 images (more than there are)",
-              ["train", "--data", str(good), "--preset", "smoke", "--train-size", "290", "--val-size", "20", "--out", "o9"])
+            r.run(
+                "train --train-size 0 --val-size 1001 on 9,999 images",
+                [
+                    "train",
+                    "--data",
+                    str(many),
+                    "--preset",
+                    "smoke",
+                    "--set",
+                    "epochs=1",
+                    "--set",
+                    "batch_size=256",
+                    "--train-size",
+                    "0",
+                    "--val-size",
+                    "1001",
+                    "--out",
+                    "o8",
+                ],
+            )
+        r.run(
+            "train --train-size 290 --val-size 20 on 300 images (more than there are)",
+            [
+                "train",
+                "--data",
+                str(good),
+                "--preset",
+                "smoke",
+                "--train-size",
+                "290",
+                "--val-size",
+                "20",
+                "--out",
+                "o9",
+            ],
+        )
 
         # --- policy files ---------------------------------------------------------------------
         p = root / "p"
         p.mkdir()
-        (p / "deep.json").write_text('{"name": "x", "num_magnitude_bins": 10, "sub_policies": ' + _nested(100_000) + "}")
-        r.run("policy JSON nested 100,000 levels (train --policy)", ["train", "--data", str(good), "--policy",
-              str(p / "deep.json"), *TINY, "--out", "o10"])
+        (p / "deep.json").write_text(
+            '{"name": "x", "num_magnitude_bins": 10, "sub_policies": ' + _nested(100_000) + "}"
+        )
+        r.run(
+            "policy JSON nested 100,000 levels (train --policy)",
+            ["train", "--data", str(good), "--policy", str(p / "deep.json"), *TINY, "--out", "o10"],
+        )
         (p / "bins.json").write_text('{"name": "x", "num_magnitude_bins": 1' + "0" * 30 + ', "sub_policies": []}')
         r.run("num_magnitude_bins 10^30 (policies import)", ["policies", "import", str(p / "bins.json"), "--name", "x"])
-        r.run("num_magnitude_bins 10^30 (train --policy)", ["train", "--data", str(good), "--policy", str(p / "bins.json"),
-              *TINY, "--out", "o11"])
-        (p / "latin1.json").write_bytes('{"name": "caf\xe9", "num_magnitude_bins": 10, "sub_policies": []}'.encode("latin-1"))
-        r.run("policy file that is not UTF-8 (train --policy)", ["train", "--data", str(good), "--policy",
-              str(p / "latin1.json"), *TINY, "--out", "o12"])
-        r.run("policy file that is not UTF-8 (policies import)", ["policies", "import", str(p / "latin1.json"), "--name", "y"])
-        r.run("policy name of 100,000 characters (policies import --name)", ["policies", "import", str(p / "bins.json"),
-              "--name", "n" * 100_000])
+        r.run(
+            "num_magnitude_bins 10^30 (train --policy)",
+            ["train", "--data", str(good), "--policy", str(p / "bins.json"), *TINY, "--out", "o11"],
+        )
+        (p / "latin1.json").write_bytes(
+            '{"name": "caf\xe9", "num_magnitude_bins": 10, "sub_policies": []}'.encode("latin-1")
+        )
+        r.run(
+            "policy file that is not UTF-8 (train --policy)",
+            ["train", "--data", str(good), "--policy", str(p / "latin1.json"), *TINY, "--out", "o12"],
+        )
+        r.run(
+            "policy file that is not UTF-8 (policies import)",
+            ["policies", "import", str(p / "latin1.json"), "--name", "y"],
+        )
+        r.run(
+            "policy name of 100,000 characters (policies import --name)",
+            ["policies", "import", str(p / "bins.json"), "--name", "n" * 100_000],
+        )
         sub = [["Rotate", 0.5, 3]]
         for n in (40_000, 380_000):
-            (p / f"subs{n}.json").write_text(json.dumps({"name": "big", "num_magnitude_bins": 10, "sub_policies": [sub] * n}))
-            r.run(f"policy of {n:,} sub-policies (train --policy)", ["train", "--data", str(good), "--policy",
-                  str(p / f"subs{n}.json"), *TINY, "--out", f"o-{n}"])
+            (p / f"subs{n}.json").write_text(
+                json.dumps({"name": "big", "num_magnitude_bins": 10, "sub_policies": [sub] * n})
+            )
+            r.run(
+                f"policy of {n:,} sub-policies (train --policy)",
+                ["train", "--data", str(good), "--policy", str(p / f"subs{n}.json"), *TINY, "--out", f"o-{n}"],
+            )
         (p / "huge.json").write_bytes(b" " * (65 * 2**20) + b"{}")
         r.run("policy file of 65 MiB (policies import)", ["policies", "import", str(p / "huge.json"), "--name", "z"])
 
@@ -242,8 +397,11 @@ def main() -> None:
         pol = {"name": "a", "num_magnitude_bins": 10, "sub_policies": [[["Rotate", 0.5, 3]]]}
         for i in range(3):
             pol["sub_policies"][0][0][1] = 0.1 * (i + 1)
-            r.run(f"policies import (version {i + 1})", ["policies", "import", "-", "--name", "a", "--store", str(store)],
-                  stdin=json.dumps(pol))
+            r.run(
+                f"policies import (version {i + 1})",
+                ["policies", "import", "-", "--name", "a", "--store", str(store)],
+                stdin=json.dumps(pol),
+            )
         with open(store / "a" / "v000003.parquet", "r+b") as f:
             f.truncate(100)
         r.run("policies list, with the latest version a@3 truncated", ["policies", "list", "--store", str(store)])
@@ -251,19 +409,27 @@ def main() -> None:
             f.truncate(100)
         r.run("policies list a, with a@2 and a@3 truncated", ["policies", "list", "a", "--store", str(store)])
         pol["sub_policies"][0][0][1] = 0.9
-        r.run("policies import under 'a' whose latest version (a@3) is corrupt",
-              ["policies", "import", "-", "--name", "a", "--store", str(store)], stdin=json.dumps(pol))
+        r.run(
+            "policies import under 'a' whose latest version (a@3) is corrupt",
+            ["policies", "import", "-", "--name", "a", "--store", str(store)],
+            stdin=json.dumps(pol),
+        )
         os.remove(store / "a" / "v000004.parquet")
         pol["sub_policies"][0][0][1] = 0.8
-        r.run("policies import after the latest version file (a@4) was deleted",
-              ["policies", "import", "-", "--name", "a", "--store", str(store)], stdin=json.dumps(pol))
+        r.run(
+            "policies import after the latest version file (a@4) was deleted",
+            ["policies", "import", "-", "--name", "a", "--store", str(store)],
+            stdin=json.dumps(pol),
+        )
         (store / "a" / ".claims" / "v000009").mkdir(parents=True)
         (store / "a" / ".v000009.parquet.tmp-dead").write_bytes(b"x")
         old = time.time() - 7200
         for leftover in (store / "a" / ".claims" / "v000009", store / "a" / ".v000009.parquet.tmp-dead"):
             os.utime(leftover, (old, old))
-        r.run("policies check (2 corrupt versions, 2 leftovers of a killed save 2 h old)",
-              ["policies", "check", "--store", str(store)])
+        r.run(
+            "policies check (2 corrupt versions, 2 leftovers of a killed save 2 h old)",
+            ["policies", "check", "--store", str(store)],
+        )
         r.run("policies list --store that does not exist", ["policies", "list", "--store", str(root / "nostore")])
         fresh = {k: v for k, v in r.env.items() if k != "AUTOAUG_STORE"}
         fresh["HOME"] = str(root / "fresh-home")
@@ -271,41 +437,101 @@ def main() -> None:
         r.run("policies list --json on a fresh machine", ["policies", "list", "--json"], env=fresh)
 
         # --- round 3: duplicated keys, one-class data, --set of the trainer on search ------------
-        dup = ('{"name": "dup", "num_magnitude_bins": 10, "sub_policies": [[{"op": "Rotate", "op": "Invert", '
-               '"probability": 0.5, "magnitude_bin": 3}]]}')
+        dup = (
+            '{"name": "dup", "num_magnitude_bins": 10, "sub_policies": [[{"op": "Rotate", "op": "Invert", '
+            '"probability": 0.5, "magnitude_bin": 3}]]}'
+        )
         (p / "dup.json").write_text(dup)
-        r.run('policy JSON with "op" twice (policies import)', ["policies", "import", str(p / "dup.json"), "--name", "d"])
-        r.run('policy JSON with "op" twice (train --policy)', ["train", "--data", str(good), "--policy",
-              str(p / "dup.json"), *TINY, "--out", "o13"])
-        r.run("Parquet whose labels are all one class (train)", ["train", "--data", str(_parquet(
-            d / "oneclass.parquet", images[:300], [3] * 300)), *TINY, "--out", "o14"])
-        r.run("policies import --metadata with a key twice", ["policies", "import", "-", "--name", "m", "--metadata",
-              '{"a": 1, "a": 2}'], stdin=json.dumps(pol))
+        r.run(
+            'policy JSON with "op" twice (policies import)', ["policies", "import", str(p / "dup.json"), "--name", "d"]
+        )
+        r.run(
+            'policy JSON with "op" twice (train --policy)',
+            ["train", "--data", str(good), "--policy", str(p / "dup.json"), *TINY, "--out", "o13"],
+        )
+        r.run(
+            "Parquet whose labels are all one class (train)",
+            ["train", "--data", str(_parquet(d / "oneclass.parquet", images[:300], [3] * 300)), *TINY, "--out", "o14"],
+        )
+        r.run(
+            "policies import --metadata with a key twice",
+            ["policies", "import", "-", "--name", "m", "--metadata", '{"a": 1, "a": 2}'],
+            stdin=json.dumps(pol),
+        )
         if not args.skip_slow:
-            r.run("search --set epochs=1 (a trainer key without train.)", ["search", "--data", str(good), "--preset",
-                  "smoke", "--num-trials", "1", "--set", "epochs=1", "--set", "train.batch_size=16", "--set",
-                  "train.train_size=64", "--set", "train.val_size=32", "--name", "trainer-key"])
+            r.run(
+                "search --set epochs=1 (a trainer key without train.)",
+                [
+                    "search",
+                    "--data",
+                    str(good),
+                    "--preset",
+                    "smoke",
+                    "--num-trials",
+                    "1",
+                    "--set",
+                    "epochs=1",
+                    "--set",
+                    "train.batch_size=16",
+                    "--set",
+                    "train.train_size=64",
+                    "--set",
+                    "train.val_size=32",
+                    "--name",
+                    "trainer-key",
+                ],
+            )
         (root / "dup.yaml").write_text("preset: smoke\ntrain:\n  epochs: 2\n  epochs: 5\n")
-        r.run("--config YAML with a key twice (search)", ["search", "--data", str(good), "--config", str(root / "dup.yaml")])
-        r.run("policies show a@1 --store that does not exist", ["policies", "show", "a@1", "--store", str(root / "nostore")])
+        r.run(
+            "--config YAML with a key twice (search)",
+            ["search", "--data", str(good), "--config", str(root / "dup.yaml")],
+        )
+        r.run(
+            "policies show a@1 --store that does not exist",
+            ["policies", "show", "a@1", "--store", str(root / "nostore")],
+        )
 
         # --- a full filesystem met mid-run (a real tmpfs that fills up) -------------------------
         (root / "pol.json").write_text(json.dumps(pol))
-        r.full_disk(["policies import into a store whose filesystem is full (64 KiB tmpfs)",
-                     "policies import again once space is freed"], f"""
+        r.full_disk(
+            [
+                "policies import into a store whose filesystem is full (64 KiB tmpfs)",
+                "policies import again once space is freed",
+            ],
+            f"""
 mount -t tmpfs -o size=64k tmpfs "$D"
 $AUTOAUG policies import {root / "pol.json"} --name x --store "$D/s" >/dev/null 2>&1
 dd if=/dev/zero of="$D/filler" bs=4k 2>/dev/null
 $AUTOAUG policies import {root / "pol.json"} --name y --store "$D/s" >$LOG/1.out 2>$LOG/1.err; echo $? >$LOG/1.rc
 rm "$D/filler"
 $AUTOAUG policies import {root / "pol.json"} --name y --store "$D/s" >$LOG/2.out 2>$LOG/2.err; echo $? >$LOG/2.rc
-""")
+""",
+        )
         if not args.skip_slow:
-            tiny = " ".join(["--data", str(cifar / "train.parquet"), "--name", "full", "--preset", "smoke",
-                             "--num-trials", "4", "--set", "train.epochs=2", "--set", "train.train_size=256",
-                             "--set", "train.val_size=128"])
-            r.full_disk(["search whose run directory's filesystem fills up once the first trial reported (8 MiB tmpfs)",
-                         "search --resume of it once space is freed"], f"""
+            tiny = " ".join(
+                [
+                    "--data",
+                    str(cifar / "train.parquet"),
+                    "--name",
+                    "full",
+                    "--preset",
+                    "smoke",
+                    "--num-trials",
+                    "4",
+                    "--set",
+                    "train.epochs=2",
+                    "--set",
+                    "train.train_size=256",
+                    "--set",
+                    "train.val_size=128",
+                ]
+            )
+            r.full_disk(
+                [
+                    "search whose run directory's filesystem fills up once the first trial reported (8 MiB tmpfs)",
+                    "search --resume of it once space is freed",
+                ],
+                f"""
 mount -t tmpfs -o size=8m tmpfs "$D"
 $AUTOAUG search {tiny} --storage "$D/runs" --store "$D/store" >$LOG/1.out 2>$LOG/1.err &
 pid=$!
@@ -314,7 +540,8 @@ dd if=/dev/zero of="$D/filler" bs=64k 2>/dev/null
 wait $pid; echo $? >$LOG/1.rc
 rm "$D/filler"
 $AUTOAUG search --resume full --storage "$D/runs" >$LOG/2.out 2>$LOG/2.err; echo $? >$LOG/2.rc
-""")
+""",
+            )
     finally:
         undo_ro()
     table = r.table()

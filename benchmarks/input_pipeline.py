@@ -10,6 +10,7 @@ Prints images/s of both (median over --repeats epochs after one warm-up epoch) a
 
     python benchmarks/input_pipeline.py --data ../shared/data/cifar10-jpeg
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,18 @@ def dali_rate(ds, indices, batch, threads, repeats, device):
     from autoaug.proxy_models.pipeline import DaliLoader
 
     standard = SimpleNamespace(sub_policies=(), base="standard")
-    loader = DaliLoader(ds, indices, batch_size=batch, policy=standard, train=True, seed=0,
-                        decode="dali", image_size=32, num_threads=threads, device=device)
+    loader = DaliLoader(
+        ds,
+        indices,
+        batch_size=batch,
+        policy=standard,
+        train=True,
+        seed=0,
+        decode="dali",
+        image_size=32,
+        num_threads=threads,
+        device=device,
+    )
     return median_rate(loader, repeats)
 
 
@@ -47,9 +58,14 @@ class _TorchvisionSet(torch.utils.data.Dataset):
         from torchvision.transforms import v2
 
         self.ds, self.indices = ds, np.asarray(indices)
-        self.tf = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip(),
-                              v2.ToDtype(torch.float32, scale=False),
-                              v2.Normalize([125.31, 122.95, 113.87], [62.99, 62.09, 66.70])])
+        self.tf = v2.Compose(
+            [
+                v2.RandomCrop(32, padding=4),
+                v2.RandomHorizontalFlip(),
+                v2.ToDtype(torch.float32, scale=False),
+                v2.Normalize([125.31, 122.95, 113.87], [62.99, 62.09, 66.70]),
+            ]
+        )
 
     def __len__(self):
         return len(self.indices)
@@ -63,8 +79,14 @@ class _TorchvisionSet(torch.utils.data.Dataset):
 
 
 def torchvision_rate(ds, indices, batch, workers, repeats):
-    loader = torch.utils.data.DataLoader(_TorchvisionSet(ds, indices), batch_size=batch, shuffle=True,
-                                         num_workers=workers, drop_last=True, persistent_workers=workers > 0)
+    loader = torch.utils.data.DataLoader(
+        _TorchvisionSet(ds, indices),
+        batch_size=batch,
+        shuffle=True,
+        num_workers=workers,
+        drop_last=True,
+        persistent_workers=workers > 0,
+    )
     return median_rate(loader, repeats)
 
 

@@ -7,6 +7,7 @@ the population's spread at a few epochs, in points of the search score.
 
     python benchmarks/pba_population.py runs/search-quality/pba-cpu-eval-cpu/runs/sq-pba-cpu-eval-cpu
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,17 +35,24 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     scores = member_scores(a.run)
     events = json.loads((a.run / "pba_events.json").read_text())
-    gaps = [100 * (scores[e["cloned"]][e["epoch"]] - scores[e["member"]][e["epoch"]]) for e in events
-            if e["epoch"] in scores.get(e["member"], {}) and e["epoch"] in scores.get(e["cloned"], {})]
+    gaps = [
+        100 * (scores[e["cloned"]][e["epoch"]] - scores[e["member"]][e["epoch"]])
+        for e in events
+        if e["epoch"] in scores.get(e["member"], {}) and e["epoch"] in scores.get(e["cloned"], {})
+    ]
     print(f"{len(events)} exploit/explore events, {len(gaps)} with both scores at the epoch")
     if gaps:
-        print(f"gap acted on (cloned minus cloner), points: median {statistics.median(gaps):.2f}, "
-              f"range {min(gaps):.2f} to {max(gaps):.2f}")
+        print(
+            f"gap acted on (cloned minus cloner), points: median {statistics.median(gaps):.2f}, "
+            f"range {min(gaps):.2f} to {max(gaps):.2f}"
+        )
     for epoch in (int(x) for x in a.epochs.split(",")):
         values = [100 * s[epoch] for s in scores.values() if epoch in s]
         if len(values) >= 2:
-            print(f"epoch {epoch}: {len(values)} members, mean {statistics.mean(values):.2f}, "
-                  f"sd {statistics.stdev(values):.2f}, range {max(values) - min(values):.2f}")
+            print(
+                f"epoch {epoch}: {len(values)} members, mean {statistics.mean(values):.2f}, "
+                f"sd {statistics.stdev(values):.2f}, range {max(values) - min(values):.2f}"
+            )
     return 0
 
 

@@ -11,6 +11,7 @@ Solarize, Rotate at maximum strength with probability 1) as a known-bad referenc
 
 (``--data`` defaults to ``$AUTOAUG_CIFAR10/train.parquet``; ``--json FILE`` also writes the rows.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,10 +46,15 @@ def default_data() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=default_data(), help="training Parquet (default: $AUTOAUG_CIFAR10/train.parquet)")
+    parser.add_argument(
+        "--data", default=default_data(), help="training Parquet (default: $AUTOAUG_CIFAR10/train.parquet)"
+    )
     parser.add_argument("--preset", default="cpu")
-    parser.add_argument("--policies", default="none,standard,autoaugment-cifar10",
-                        help="comma-separated policy references (presets or JSON files)")
+    parser.add_argument(
+        "--policies",
+        default="none,standard,autoaugment-cifar10",
+        help="comma-separated policy references (presets or JSON files)",
+    )
     parser.add_argument("--harmful", action="store_true", help="add a deliberately destructive policy")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds")
     parser.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
@@ -68,9 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.harmful:
         policies.append(HARMFUL)
     seeds = [int(s) for s in args.seeds.split(",")]
-    print(f"preset {args.preset}: {base.model}, {base.train_size} train / {base.val_size} val images, "
-          f"{base.epochs} epochs, batch {base.batch_size}, lr {base.lr}, {torch.get_num_threads()} threads; "
-          f"seeds {seeds}", flush=True)
+    print(
+        f"preset {args.preset}: {base.model}, {base.train_size} train / {base.val_size} val images, "
+        f"{base.epochs} epochs, batch {base.batch_size}, lr {base.lr}, {torch.get_num_threads()} threads; "
+        f"seeds {seeds}",
+        flush=True,
+    )
 
     rows = []
     for policy in policies:
@@ -78,11 +87,21 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             result = train(dataclasses.replace(base, seed=seed), policy)
             wall = time.perf_counter() - t
-            rows.append({"policy": policy.name, "seed": seed, "val_accuracy": result.val_accuracy,
-                         "train_accuracy": result.history[-1]["train_accuracy"],
-                         "train_time_s": result.train_time_s, "wall_s": wall})
-            print(f"  {policy.name:<22} seed {seed}: val_acc {result.val_accuracy:.4f}  "
-                  f"train_acc {result.history[-1]['train_accuracy']:.4f}  ({wall:.0f}s)", flush=True)
+            rows.append(
+                {
+                    "policy": policy.name,
+                    "seed": seed,
+                    "val_accuracy": result.val_accuracy,
+                    "train_accuracy": result.history[-1]["train_accuracy"],
+                    "train_time_s": result.train_time_s,
+                    "wall_s": wall,
+                }
+            )
+            print(
+                f"  {policy.name:<22} seed {seed}: val_acc {result.val_accuracy:.4f}  "
+                f"train_acc {result.history[-1]['train_accuracy']:.4f}  ({wall:.0f}s)",
+                flush=True,
+            )
 
     print()
     header = f"| policy | {' | '.join(f'seed {s}' for s in seeds)} | mean | spread (max-min) | s/trial |"
@@ -91,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     for policy in policies:
         mine = [r for r in rows if r["policy"] == policy.name]
         accs = [r["val_accuracy"] for r in mine]
-        print(f"| {policy.name} | {' | '.join(f'{a:.4f}' for a in accs)} | {statistics.mean(accs):.4f} | "
-              f"{max(accs) - min(accs):.4f} | {statistics.mean(r['wall_s'] for r in mine):.0f} |")
+        print(
+            f"| {policy.name} | {' | '.join(f'{a:.4f}' for a in accs)} | {statistics.mean(accs):.4f} | "
+            f"{max(accs) - min(accs):.4f} | {statistics.mean(r['wall_s'] for r in mine):.0f} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"config": base.to_dict(), "rows": rows}, indent=2) + "\n")
     return 0

@@ -15,6 +15,7 @@ The search's configuration is read from the result (``provenance.search.config``
 replaces its data path (the result records the machine's absolute path). ``--seed`` trains one
 run with another seed instead (a second draw of a one-seed comparison).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"), help="training data (default $AUTOAUG_CIFAR10)")
     p.add_argument("--policy", action="append", default=None, help=f"policy to re-score (default: {', '.join(STRONG)})")
     p.add_argument("--workers", type=int, default=2, help="runs at a time (one CPU thread each)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="train with this seed instead of the search's re-scoring seed (a second draw of the "
-                        "same comparison; the search's candidates are then left out unless given as --policy)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="train with this seed instead of the search's re-scoring seed (a second draw of the "
+        "same comparison; the search's candidates are then left out unless given as --policy)",
+    )
     p.add_argument("--out", default=None, help="write the figures here as JSON")
     a = p.parse_args(argv)
 
@@ -78,22 +83,49 @@ def main(argv: list[str] | None = None) -> int:
     for c in prov["selection"]["candidates"]:
         c_runs = c.get("runs") or [{"seed": c.get("seed"), METRIC: c.get(METRIC)}]
         if [r.get("seed") for r in c_runs] == seeds and c.get("val_size", train.val_size) == val_size:
-            rows.append({"kind": c["kind"], "num_sub_policies": c["num_sub_policies"], METRIC: c.get(METRIC),
-                         "runs": [r.get(METRIC) for r in c_runs], "chosen": c["kind"] == prov["selection"]["chosen"]})
+            rows.append(
+                {
+                    "kind": c["kind"],
+                    "num_sub_policies": c["num_sub_policies"],
+                    METRIC: c.get(METRIC),
+                    "runs": [r.get(METRIC) for r in c_runs],
+                    "chosen": c["kind"] == prov["selection"]["chosen"],
+                }
+            )
     for ref in refs:
         mine = [r for r in runs if r["policy"] == ref]
-        rows.append({"kind": f"reference {ref}", METRIC: mean([r[METRIC] for r in mine]),
-                     "runs": [r[METRIC] for r in mine], "val_accuracy": mean([r["val_accuracy"] for r in mine]),
-                     "wall_s": sum(r["wall_s"] for r in mine)})
-    print(f"re-scores under the proxy of {config.name} (seeds {seeds}, {val_size} validation images; mean over "
-          f"seeds of the mean validation accuracy of the last {config.score_window} epochs):")
+        rows.append(
+            {
+                "kind": f"reference {ref}",
+                METRIC: mean([r[METRIC] for r in mine]),
+                "runs": [r[METRIC] for r in mine],
+                "val_accuracy": mean([r["val_accuracy"] for r in mine]),
+                "wall_s": sum(r["wall_s"] for r in mine),
+            }
+        )
+    print(
+        f"re-scores under the proxy of {config.name} (seeds {seeds}, {val_size} validation images; mean over "
+        f"seeds of the mean validation accuracy of the last {config.score_window} epochs):"
+    )
     for r in sorted(rows, key=lambda r: -(r[METRIC] or 0)):
         per_run = " ".join(f"{v:.4f}" for v in r["runs"]) if len(r["runs"]) > 1 else ""
-        print(f"  {r[METRIC]:.4f}  {r['kind']}{'  (stored)' if r.get('chosen') else ''}"
-              f"{f'   runs: {per_run}' if per_run else ''}")
+        print(
+            f"  {r[METRIC]:.4f}  {r['kind']}{'  (stored)' if r.get('chosen') else ''}"
+            f"{f'   runs: {per_run}' if per_run else ''}"
+        )
     if a.out:
-        Path(a.out).write_text(json.dumps({"search": config.name, "seeds": seeds, "val_size": val_size,
-                                           "score_window": config.score_window, "rows": rows}, indent=1))
+        Path(a.out).write_text(
+            json.dumps(
+                {
+                    "search": config.name,
+                    "seeds": seeds,
+                    "val_size": val_size,
+                    "score_window": config.score_window,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
         print(f"wrote {a.out}")
     return 0
 

@@ -40,6 +40,7 @@ and ``nll`` (minus the mean cross-entropy over the same epochs: a continuous sco
         --eval benchmarks/results/search-quality-cpu-eval-cpu/eval_random_runs.csv \\
         --out benchmarks/results/score-noise-cifar10
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,9 +104,15 @@ def _config(a: argparse.Namespace, seed: int):
     base = TrainConfig.from_preset(a.preset)
     milestones = asha_milestones(a.grace_period, a.reduction_factor, base.epochs)
     return TrainConfig.from_preset(
-        a.preset, data=a.data, seed=seed, val_size=a.pool, group_by=a.group_by, num_threads=1,
+        a.preset,
+        data=a.data,
+        seed=seed,
+        val_size=a.pool,
+        group_by=a.group_by,
+        num_threads=1,
         **({"amp": False} if a.fp32 else {}),
-        eval_epochs=list(score_epochs(base.epochs, a.window, milestones)))
+        eval_epochs=list(score_epochs(base.epochs, a.window, milestones)),
+    )
 
 
 def _train_one(a: argparse.Namespace, policy, seed: int, path: str) -> str:
@@ -126,12 +133,30 @@ def _train_one(a: argparse.Namespace, policy, seed: int, path: str) -> str:
     validated = np.array([row["val_accuracy"] is not None for row in result.history])
     tmp = path + ".tmp.npz"
     np.savez_compressed(
-        tmp, epochs=np.array(epochs), correct=np.stack(correct), loss=np.stack(loss), val=held["val"],
-        epoch_times=epoch_times, validated=validated, wall_s=time.perf_counter() - t0,
-        cpu_s=time.process_time() - c0, meta=json.dumps({
-            "policy": policy.name, "policy_hash": policy.content_hash, "seed": seed, "data": a.data,
-            "preset": a.preset, "fp32": a.fp32, "pool": a.pool, "group_by": a.group_by, "window": a.window,
-            "split_fingerprint": result.split_fingerprint}))
+        tmp,
+        epochs=np.array(epochs),
+        correct=np.stack(correct),
+        loss=np.stack(loss),
+        val=held["val"],
+        epoch_times=epoch_times,
+        validated=validated,
+        wall_s=time.perf_counter() - t0,
+        cpu_s=time.process_time() - c0,
+        meta=json.dumps(
+            {
+                "policy": policy.name,
+                "policy_hash": policy.content_hash,
+                "seed": seed,
+                "data": a.data,
+                "preset": a.preset,
+                "fp32": a.fp32,
+                "pool": a.pool,
+                "group_by": a.group_by,
+                "window": a.window,
+                "split_fingerprint": result.split_fingerprint,
+            }
+        ),
+    )
     os.replace(tmp, path)
     return path
 
@@ -186,7 +211,7 @@ def _scores(run: dict, window: int, kind: str) -> np.ndarray:
 
 def _subsets(n_pool: int, n: int, rng: np.random.Generator) -> list[np.ndarray]:
     order = rng.permutation(n_pool)
-    return [order[i * n:(i + 1) * n] for i in range(n_pool // n)]
+    return [order[i * n : (i + 1) * n] for i in range(n_pool // n)]
 
 
 def analyse(a: argparse.Namespace) -> int:
@@ -201,10 +226,18 @@ def analyse(a: argparse.Namespace) -> int:
     evaluation = _evaluation(a.eval)
     rng = np.random.default_rng(0)
     sizes = [n for n in SIZES if n <= n_pool] + ([n_pool] if n_pool not in SIZES else [])
-    report: dict = {"pool": n_pool, "policies": len(runs), "paired_policies": len(pairs), "window": window,
-                    "scores": {}}
-    lines = [f"{len(runs)} policies ({len(pairs)} with seeds 0 and 1), validation pool of {n_pool:,} images, "
-             f"score: mean over the last {window} validated epochs", ""]
+    report: dict = {
+        "pool": n_pool,
+        "policies": len(runs),
+        "paired_policies": len(pairs),
+        "window": window,
+        "scores": {},
+    }
+    lines = [
+        f"{len(runs)} policies ({len(pairs)} with seeds 0 and 1), validation pool of {n_pool:,} images, "
+        f"score: mean over the last {window} validated epochs",
+        "",
+    ]
 
     # CPU: training epochs vs validated epochs, per 1,000 validation images.
     train_t, val_extra, epochs_validated, epochs_total = [], [], 0, 0
@@ -218,19 +251,31 @@ def analyse(a: argparse.Namespace) -> int:
     epoch_s, pool_eval_s = float(np.median(train_t)), max(float(np.median(val_extra)), 0.0)
     per_1000 = pool_eval_s / n_pool * 1000
 
-    def cost(n: int) -> float:
-        run_s = epoch_s * epochs_total + per_1000 * n / 1000 * epochs_validated
-        shipped = epoch_s * epochs_total + per_1000 * epochs_validated
-        return run_s / shipped
+    def cost(n: int, epochs: int | None = None) -> float:
+        """CPU of a trial validating ``n`` images at its score epochs over the shipped score's
+        (1,000 images): a whole run, or (``epochs``) a trial ASHA stops at its first rung, which
+        validates the window before it."""
+        trained = epochs_total if epochs is None else epochs
+        validated = epochs_validated if epochs is None else window
+        return (epoch_s * trained + per_1000 * n / 1000 * validated) / (epoch_s * trained + per_1000 * validated)
 
-    report["cpu"] = {"train_epoch_s": epoch_s, "eval_s_per_1000": per_1000, "epochs": epochs_total,
-                     "validated_epochs": epochs_validated}
-    lines.append(f"CPU: a training epoch {epoch_s:.2f} s, validating 1,000 images {per_1000:.2f} s; "
-                 f"{epochs_validated} of {epochs_total} epochs validated (the search's score epochs, "
-                 f"without ASHA's cuts)")
+    report["cpu"] = {
+        "train_epoch_s": epoch_s,
+        "eval_s_per_1000": per_1000,
+        "epochs": epochs_total,
+        "validated_epochs": epochs_validated,
+    }
+    rung = int(a.rung)
+    lines.append(
+        f"CPU: a training epoch {epoch_s:.2f} s, validating 1,000 images {per_1000:.2f} s; "
+        f"{epochs_validated} of {epochs_total} epochs validated (the search's score epochs); "
+        f"CPU x: a whole run / a trial stopped at ASHA's first rung (epoch {rung})"
+    )
     lines.append("")
-    header = (f"{'score':<5} {'n':>6} {'per-run spread':>15} {'sampling':>9} {'training':>9} "
-              f"{'noise/':>7} {'rho eval':>9} {'rho seeds':>10} {'CPU x':>6}")
+    header = (
+        f"{'score':<5} {'n':>6} {'per-run spread':>15} {'sampling':>9} {'training':>9} "
+        f"{'noise/':>7} {'rho eval':>9} {'rho seeds':>10} {'CPU x':>11}"
+    )
     lines += [header, "-" * len(header)]
     for kind in ("acc", "nll"):
         unit = 100.0 if kind == "acc" else 100.0  # points (acc) / centi-nats (nll)
@@ -259,29 +304,55 @@ def analyse(a: argparse.Namespace) -> int:
             sub = subsets[0]
             means = {h: float(np.mean([v[sub].mean() for v in per_policy[h].values()])) for h in runs}
             rho_eval = _spearman(stats, means, evaluation)
-            rho_seeds = (stats.spearmanr([per_policy[h][0][sub].mean() for h in pairs],
-                                         [per_policy[h][1][sub].mean() for h in pairs])[0]
-                         if len(pairs) >= 3 else float("nan"))
+            rho_seeds = (
+                stats.spearmanr(
+                    [per_policy[h][0][sub].mean() for h in pairs], [per_policy[h][1][sub].mean() for h in pairs]
+                )[0]
+                if len(pairs) >= 3
+                else float("nan")
+            )
             # signal: how far apart the policies are (sd of their mean scores on the whole pool)
             signal = float(np.std([np.mean([v.mean() for v in per_policy[h].values()]) for h in runs], ddof=1))
-            row = {"n": n, "noise_to_signal": spread / signal, "per_run_spread": spread * unit, "sampling": samp * unit, "training": train_sd * unit,
-                   "rho_eval": rho_eval, "rho_seeds": float(rho_seeds), "cpu_ratio": cost(n),
-                   "subsets": len(subsets)}
+            row = {
+                "n": n,
+                "noise_to_signal": spread / signal,
+                "per_run_spread": spread * unit,
+                "sampling": samp * unit,
+                "training": train_sd * unit,
+                "rho_eval": rho_eval,
+                "rho_seeds": float(rho_seeds),
+                "cpu_ratio": cost(n),
+                "cpu_ratio_first_rung": cost(n, rung),
+                "subsets": len(subsets),
+            }
             report["scores"].setdefault(kind, []).append(row)
-            lines.append(f"{kind:<5} {n:>6,} {spread * unit:>15.2f} {samp * unit:>9.2f} {train_sd * unit:>9.2f} "
-                         f"{spread / signal:>7.3f} {_fmt(rho_eval):>9} {_fmt(rho_seeds):>10} {cost(n):>6.2f}")
+            lines.append(
+                f"{kind:<5} {n:>6,} {spread * unit:>15.2f} {samp * unit:>9.2f} {train_sd * unit:>9.2f} "
+                f"{spread / signal:>7.3f} {_fmt(rho_eval):>9} {_fmt(rho_seeds):>10} "
+                f"{cost(n):>5.2f}/{cost(n, rung):<5.2f}"
+            )
         lines.append("")
-    lines += ["per-run spread, sampling and training in points of accuracy (acc) or centi-nats (nll); sampling and",
-              "training are the two parts of the per-run spread (their squares add up to its square, up to",
-              "the estimators' noise); noise/: the per-run spread over the sd of the policies' mean scores on the",
-              "whole pool (the signal), comparable between the two scores; rho eval: Spearman over the policies of the mean score (both seeds) against",
-              "the evaluation regime's mean test accuracy; rho seeds: seed 0's scores against seed 1's."]
+    lines += [
+        "per-run spread, sampling and training in points of accuracy (acc) or centi-nats (nll); sampling and",
+        "training are the two parts of the per-run spread (their squares add up to its square, up to",
+        "the estimators' noise); noise/: the per-run spread over the sd of the policies' mean scores on the",
+        "whole pool (the signal), comparable between the two scores; rho eval: Spearman over the policies of the mean score (both seeds) against",
+        "the evaluation regime's mean test accuracy; rho seeds: seed 0's scores against seed 1's.",
+    ]
+    first = _subsets(n_pool, 1000, np.random.default_rng(0))[0]
     report["per_policy"] = {
-        r["name"]: {"seeds": {str(s): {"acc_1000": float(_scores(run, window, "acc")[:1000].mean()),
-                                        "acc_pool": float(_scores(run, window, "acc").mean())}
-                              for s, run in r["seeds"].items()},
-                    "eval": evaluation.get(h)}
-        for h, r in runs.items()}
+        r["name"]: {
+            "seeds": {
+                str(s): {
+                    "acc_1000": float(_scores(run, window, "acc")[first].mean()),
+                    "acc_pool": float(_scores(run, window, "acc").mean()),
+                }
+                for s, run in r["seeds"].items()
+            },
+            "eval": evaluation.get(h),
+        }
+        for h, r in runs.items()
+    }
     text = "\n".join(lines)
     print(text)
     if a.out:
@@ -319,8 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="train the policies' proxy runs, keeping per-image validation outputs")
     r.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"))
     r.add_argument("--out", required=True)
-    r.add_argument("--policies", default="none,standard,randaugment:n=2,m=9,trivialaugment,autoaugment-cifar10",
-                   help="comma-separated policy references")
+    r.add_argument(
+        "--policies",
+        default="none,standard,randaugment:n=2,m=9,trivialaugment,autoaugment-cifar10",
+        help="comma-separated policy references",
+    )
     r.add_argument("--policy", action="append", default=[], help="one more policy reference (repeatable)")
     r.add_argument("--random", type=int, default=0, help="random policies of the cpu preset's space")
     r.add_argument("--random-seed", type=int, default=0)
@@ -333,13 +407,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--grace-period", type=int, default=20)
     r.add_argument("--reduction-factor", type=float, default=3)
     r.add_argument("--workers", type=int, default=2)
-    r.add_argument("--fp32", action="store_true",
-                   help="train in float32 (amp off): on a CPU without native bfloat16, the preset's emulated "
-                        "bfloat16 autocast costs 3-4x the CPU of float32")
+    r.add_argument(
+        "--fp32",
+        action="store_true",
+        help="train in float32 (amp off): on a CPU without native bfloat16, the preset's emulated "
+        "bfloat16 autocast costs 3-4x the CPU of float32",
+    )
     an = sub.add_parser("analyse", help="the noise figures from a run folder")
     an.add_argument("folder")
     an.add_argument("--eval", action="append", default=[], help="runs.csv of the evaluation regime (repeatable)")
-    an.add_argument("--window", type=int, default=5)
+    an.add_argument("--window", type=int, default=5, help="epochs the score averages (at most the run's)")
+    an.add_argument("--rung", type=int, default=20, help="ASHA's first rung, for the CPU of a stopped trial")
     an.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.cmd == "run":

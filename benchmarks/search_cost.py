@@ -31,6 +31,7 @@ of a default density-matching search.
 Figures are printed and written to ``--out`` (default ``benchmarks/results/search-cost``) as
 ``search_cost.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,6 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-
 
 
 def asha_mean_epochs(grace: int, factor: float, max_epochs: int) -> float:
@@ -63,6 +63,8 @@ def _cpu_preset_mean_epochs() -> float:
     preset = SEARCH_PRESETS["cpu"]
     epochs = TrainConfig.from_preset(preset["train"]["preset"]).epochs
     return asha_mean_epochs(preset["grace_period"], preset["reduction_factor"], epochs)
+
+
 FULL_DENSITY_TRIALS = 5 * 2 * 200
 
 
@@ -78,24 +80,36 @@ def _train_probe(data: str, epochs: int) -> dict:
     mean_epochs = _cpu_preset_mean_epochs()
     trial_s = setup_s + mean_epochs * epoch_s
     return {
-        "probe_epochs": epochs, "epoch_time_s": epoch_s, "setup_s": setup_s,
-        "mean_epochs_with_asha": mean_epochs, "trial_time_s": trial_s,
+        "probe_epochs": epochs,
+        "epoch_time_s": epoch_s,
+        "setup_s": setup_s,
+        "mean_epochs_with_asha": mean_epochs,
+        "trial_time_s": trial_s,
         "candidates_per_hour_2_cores": 2 * 3600 / trial_s,
-    }  # fmt: skip
+    }
 
 
-def _density_search(data: str, storage: str, trials_per_round: int, folds: int, rounds: int,
-                    fold_epochs: int | None) -> dict:
+def _density_search(
+    data: str, storage: str, trials_per_round: int, folds: int, rounds: int, fold_epochs: int | None
+) -> dict:
     from autoaug.search.config import SearchConfig
     from autoaug.search.driver import run_search
 
     config = SearchConfig.from_preset(
-        "density-cpu", name="search-cost", data=data, storage=os.path.join(storage, "runs"),
-        store=os.path.join(storage, "store"), verbose=0,
-        density={"folds": folds, "rounds": rounds, "trials_per_round": trials_per_round,
-                 "top_per_round": min(10, trials_per_round)},
+        "density-cpu",
+        name="search-cost",
+        data=data,
+        storage=os.path.join(storage, "runs"),
+        store=os.path.join(storage, "store"),
+        verbose=0,
+        density={
+            "folds": folds,
+            "rounds": rounds,
+            "trials_per_round": trials_per_round,
+            "top_per_round": min(10, trials_per_round),
+        },
         **({"train": {"preset": "proxy-cpu", "epochs": fold_epochs}} if fold_epochs else {}),
-    )  # fmt: skip
+    )
     from autoaug.proxy_models.train import resolve_config
 
     config = config.replace(train=resolve_config(config.train))  # sized to the data, as the CLI's preflight does
@@ -127,8 +141,13 @@ def density_figures(prov: dict, run_dir: str, wall: float | None = None) -> dict
     full = full_fold_wall + FULL_DENSITY_TRIALS / scoring_rate * 3600 if n else None
     measured = n == FULL_DENSITY_TRIALS and epochs == full_epochs
     return {
-        "folds": folds, "rounds": rounds, "trials_per_round": trials_per_round, "trials": n,
-        "wall_s": wall, "fold_epochs": epochs, "fold_training_wall_s": fold_wall,
+        "folds": folds,
+        "rounds": rounds,
+        "trials_per_round": trials_per_round,
+        "trials": n,
+        "wall_s": wall,
+        "fold_epochs": epochs,
+        "fold_training_wall_s": fold_wall,
         "fold_training_wall_s_at_full_epochs": full_fold_wall,
         "fold_model_train_s": [f["train_time_s"] for f in prov["method"]["fold_models"]],
         "fold_model_heldout_accuracy": [f["val_accuracy"] for f in prov["method"]["fold_models"]],
@@ -138,11 +157,12 @@ def density_figures(prov: dict, run_dir: str, wall: float | None = None) -> dict
         "trial_time_median_s": statistics.median(per_trial) if per_trial else None,
         "trial_time_max_s": max(per_trial) if per_trial else None,
         "full_default_search_wall_s": wall if measured else full,
-        "full_default_search_is": "measured" if measured else
-        f"extrapolated: fold training x {full_epochs}/{epochs} epochs + {FULL_DENSITY_TRIALS} candidates at the "
+        "full_default_search_is": "measured"
+        if measured
+        else f"extrapolated: fold training x {full_epochs}/{epochs} epochs + {FULL_DENSITY_TRIALS} candidates at the "
         "measured scoring rate",
         "run_dir": run_dir,
-    }  # fmt: skip
+    }
 
 
 def _spearman(a: list[float], b: list[float]) -> float:
@@ -183,13 +203,14 @@ def _objective(data: str, run_dir: str, m: int) -> dict:
     acc = [[s[0] for s in p] for p in passes]
     loss = [[-s[1] for s in p] for p in passes]
     return {
-        "candidates": m, "heldout_images": len(splits[0].val),
+        "candidates": m,
+        "heldout_images": len(splits[0].val),
         "spearman_between_passes_accuracy": _spearman(*acc),
         "spearman_between_passes_minus_loss": _spearman(*loss),
         "distinct_accuracy_values": len(set(acc[0])),
         "score_time_per_candidate_s": per,
         "accuracy_range": [min(acc[0]), max(acc[0])],
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -199,40 +220,59 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--probe-epochs", type=int, default=4)
-    parser.add_argument("--fold-epochs", type=int, default=None,
-                        help="train the fold models this many epochs instead of the preset's 120 and scale their "
-                             "wall time (a shorter measurement; the candidates' scoring cost does not depend on it)")
+    parser.add_argument(
+        "--fold-epochs",
+        type=int,
+        default=None,
+        help="train the fold models this many epochs instead of the preset's 120 and scale their "
+        "wall time (a shorter measurement; the candidates' scoring cost does not depend on it)",
+    )
     parser.add_argument("--objective-candidates", type=int, default=40)
-    parser.add_argument("--from-run", default=None, metavar="RUN_DIR",
-                        help="a finished density search's run directory (e.g. the quality benchmark's): report its "
-                             "figures and measure the objective on its fold models instead of running a search")
+    parser.add_argument(
+        "--from-run",
+        default=None,
+        metavar="RUN_DIR",
+        help="a finished density search's run directory (e.g. the quality benchmark's): report its "
+        "figures and measure the objective on its fold models instead of running a search",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "search-cost"))
     args = parser.parse_args()
     if not args.data:
         parser.error("--data (or $AUTOAUG_CIFAR10) is required")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    figures: dict = {"host": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                              "loadavg_at_start": os.getloadavg()}}
+    figures: dict = {
+        "host": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()}
+    }
     figures["train_method"] = train = _train_probe(args.data, args.probe_epochs)
-    print(f"train method: epoch {train['epoch_time_s']:.2f} s, trial {train['trial_time_s']:.0f} s "
-          f"-> {train['candidates_per_hour_2_cores']:.0f} candidates/hour on 2 cores", flush=True)
+    print(
+        f"train method: epoch {train['epoch_time_s']:.2f} s, trial {train['trial_time_s']:.0f} s "
+        f"-> {train['candidates_per_hour_2_cores']:.0f} candidates/hour on 2 cores",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="autoaug-search-cost-") as tmp:
         if args.from_run:
             result = json.loads(Path(args.from_run, "result.json").read_text())
             figures["density_method"] = dens = density_figures(result["provenance"], str(Path(args.from_run).resolve()))
         else:
-            figures["density_method"] = dens = _density_search(args.data, tmp, args.trials_per_round, args.folds,
-                                                               args.rounds, args.fold_epochs)
-        print(f"density method: {dens['trials']} candidates, fold models {dens['fold_training_wall_s']:.0f} s, "
-              f"scoring {dens['scoring_wall_s']:.0f} s -> {dens['candidates_per_hour_2_cores']:.0f} candidates/hour; "
-              f"full default search {dens['full_default_search_wall_s'] / 60:.1f} min "
-              f"({dens['full_default_search_is']})", flush=True)
+            figures["density_method"] = dens = _density_search(
+                args.data, tmp, args.trials_per_round, args.folds, args.rounds, args.fold_epochs
+            )
+        print(
+            f"density method: {dens['trials']} candidates, fold models {dens['fold_training_wall_s']:.0f} s, "
+            f"scoring {dens['scoring_wall_s']:.0f} s -> {dens['candidates_per_hour_2_cores']:.0f} candidates/hour; "
+            f"full default search {dens['full_default_search_wall_s'] / 60:.1f} min "
+            f"({dens['full_default_search_is']})",
+            flush=True,
+        )
         if args.objective_candidates:
             figures["objective"] = obj = _objective(args.data, dens["run_dir"], args.objective_candidates)
-            print(f"objective repeatability (Spearman between two passes over {obj['candidates']} candidates): "
-                  f"accuracy {obj['spearman_between_passes_accuracy']:.3f}, minus loss "
-                  f"{obj['spearman_between_passes_minus_loss']:.3f}", flush=True)
+            print(
+                f"objective repeatability (Spearman between two passes over {obj['candidates']} candidates): "
+                f"accuracy {obj['spearman_between_passes_accuracy']:.3f}, minus loss "
+                f"{obj['spearman_between_passes_minus_loss']:.3f}",
+                flush=True,
+            )
     figures["loadavg_at_end"] = os.getloadavg()
     (out / "search_cost.json").write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures, indent=2))

@@ -25,6 +25,7 @@ Run it alone on the machine::
 (``--data`` defaults to ``$AUTOAUG_CIFAR10``.) Figures are printed and written as JSON
 (``--json``, default ``benchmarks/results/search_overhead.json``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -126,9 +127,16 @@ def main(argv: list[str] | None = None) -> int:
         spans_file = os.path.join(tmp, "spans.jsonl")
         overrides = {"train": {"epochs": args.epochs}} if args.epochs else {}
         config = SearchConfig.from_preset(
-            args.preset, name="bench", data=args.data, num_trials=args.trials, concurrency=args.concurrency,
-            early_stopping=not args.no_early_stopping, storage=f"{tmp}/runs", store=f"{tmp}/store", **overrides,
-        )  # fmt: skip
+            args.preset,
+            name="bench",
+            data=args.data,
+            num_trials=args.trials,
+            concurrency=args.concurrency,
+            early_stopping=not args.no_early_stopping,
+            storage=f"{tmp}/runs",
+            store=f"{tmp}/store",
+            **overrides,
+        )
         from autoaug.proxy_models.train import resolve_config
 
         config = config.replace(train=resolve_config(config.train))  # sized to the data, as the CLI's preflight does
@@ -174,13 +182,17 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
     }
     total_slot = wall * slots
-    print(f"search of {len(trials)} trials ({args.preset} preset, {config.epochs} epochs, concurrency {slots}, "
-          f"ASHA {'on' if config.train_method.early_stopping else 'off'}): {figures['statuses']}")
+    print(
+        f"search of {len(trials)} trials ({args.preset} preset, {config.epochs} epochs, concurrency {slots}, "
+        f"ASHA {'on' if config.train_method.early_stopping else 'off'}): {figures['statuses']}"
+    )
     print(f"  wall time                 {wall:8.1f} s   ({figures['trials_per_hour']:.1f} trials/hour)")
     print(f"  trial training (x{slots} slots) {train:8.1f} s   = {train / total_slot:6.1%} of wall x slots")
     print(f"  overhead                  {figures['overhead_fraction']:8.1%}   (target < 10%)")
-    print(f"  overhead without the tail {figures['machinery_overhead_fraction']:8.1%}   "
-          "(the tail: free slots while the last trial runs alone)")
+    print(
+        f"  overhead without the tail {figures['machinery_overhead_fraction']:8.1%}   "
+        "(the tail: free slots while the last trial runs alone)"
+    )
     for name, seconds in figures["breakdown_slot_s"].items():
         print(f"    {name:<28} {seconds:7.1f} slot-s  {seconds / total_slot:6.1%}")
     if args.json:

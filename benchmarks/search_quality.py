@@ -35,6 +35,7 @@ every finished training run; each stage's wall time is recorded in ``timings.jso
 Scratch (Ray run directories, the study, the store, checkpoints and run records) goes to
 ``--work`` (default ``runs/search-quality/<name>``); only the small result files go to ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,13 +52,23 @@ from pathlib import Path
 from typing import Any, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
-BASELINES = ("none", "crop", "standard", "randaugment:n=2,m=9", "trivialaugment", "autoaugment-cifar10",
-             "autoaugment-svhn", "autoaugment-imagenet")
+BASELINES = (
+    "none",
+    "crop",
+    "standard",
+    "randaugment:n=2,m=9",
+    "trivialaugment",
+    "autoaugment-cifar10",
+    "autoaugment-svhn",
+    "autoaugment-imagenet",
+)
 #: The published policies, evaluated as published (on the standard base).
 STRONG = ("randaugment:n=2,m=9", "trivialaugment", "autoaugment-cifar10", "autoaugment-svhn", "autoaugment-imagenet")
 #: The proxy the search used before this benchmark existed (15 epochs of ResNet-8, lr 0.2).
-OLD_PROXY = "old-cpu15=--preset cpu --set train.epochs=15 --set train.lr=0.2 --set train.train_size=4000 " \
-            "--set train.val_size=1000 --set train.model=resnet-8"
+OLD_PROXY = (
+    "old-cpu15=--preset cpu --set train.epochs=15 --set train.lr=0.2 --set train.train_size=4000 "
+    "--set train.val_size=1000 --set train.model=resnet-8"
+)
 
 
 def _now() -> str:
@@ -143,8 +154,10 @@ def results_table(summary: dict[str, dict[str, Any]], marks: dict[str, str] | No
     per policy; ``marks`` adds text after a label. A balanced accuracy over fewer seeds than the test
     accuracy says over how many; none at all shows ``–`` and a note says why."""
     marks = marks or {}
-    lines = ["| rank | policy | n | test acc % | std | 95% CI | balanced acc % | std | 95% CI |",
-             "|---:|---|---:|---:|---:|---|---:|---:|---|"]
+    lines = [
+        "| rank | policy | n | test acc % | std | 95% CI | balanced acc % | std | 95% CI |",
+        "|---:|---|---:|---:|---:|---|---:|---:|---|",
+    ]
     missing = False
     for label in sorted(summary, key=lambda k: summary[k]["rank"]):
         s, b = summary[label], summary[label].get("balanced")
@@ -154,13 +167,18 @@ def results_table(summary: dict[str, dict[str, Any]], marks: dict[str, str] | No
         else:
             bal, missing = "– | – | –", True
         missing = missing or bool(b and b["n"] < s["n"])
-        lines.append(f"| {s['rank']} | `{label}`{marks.get(label, '')} | {s['n']} | {_pct(s['mean'])} | "
-                     f"{_pct(s['std'])} | [{_pct(s['low'])}, {_pct(s['high'])}] | {bal} |")
+        lines.append(
+            f"| {s['rank']} | `{label}`{marks.get(label, '')} | {s['n']} | {_pct(s['mean'])} | "
+            f"{_pct(s['std'])} | [{_pct(s['low'])}, {_pct(s['high'])}] | {bal} |"
+        )
     if missing:
-        lines += ["", "Balanced accuracy (the mean of the per-class test accuracies) is missing for runs recorded "
-                      "before `autoaug compare` kept per-class counts, and for runs imported from a committed "
-                      "`runs.csv` (`--import-runs`, `--also`: the CSV holds no per-class counts). Delete those run "
-                      "records under `$WORK/eval/runs/` and re-run the same command to train them again."]
+        lines += [
+            "",
+            "Balanced accuracy (the mean of the per-class test accuracies) is missing for runs recorded "
+            "before `autoaug compare` kept per-class counts, and for runs imported from a committed "
+            "`runs.csv` (`--import-runs`, `--also`: the CSV holds no per-class counts). Delete those run "
+            "records under `$WORK/eval/runs/` and re-run the same command to train them again.",
+        ]
     return lines
 
 
@@ -171,16 +189,33 @@ def paired(found: dict[int, float], other: dict[int, float]) -> dict[str, Any]:
 
     d = paired_difference(found, other)
     interval = d.n >= 2
-    return {"seeds": list(d.seeds), "diffs": list(d.diffs), "n": d.n, "mean": d.mean,
-            "std": d.std if interval else None, "low": d.ci95_low if interval else None,
-            "high": d.ci95_high if interval else None, "p_value": d.p_value if interval else None}
-
+    return {
+        "seeds": list(d.seeds),
+        "diffs": list(d.diffs),
+        "n": d.n,
+        "mean": d.mean,
+        "std": d.std if interval else None,
+        "low": d.ci95_low if interval else None,
+        "high": d.ci95_high if interval else None,
+        "p_value": d.p_value if interval else None,
+    }
 
 
 # ------------------------------------------------------------------------- over search seeds
 #: Search-config keys that name, place or resource a search without changing what it does.
-_NOT_RECIPE = {"name", "seed", "storage", "optuna_storage", "store", "mlflow_uri", "verbose", "reuse_actors",
-               "max_failures", "cpus_per_trial", "gpus_per_trial"}
+_NOT_RECIPE = {
+    "name",
+    "seed",
+    "storage",
+    "optuna_storage",
+    "store",
+    "mlflow_uri",
+    "verbose",
+    "reuse_actors",
+    "max_failures",
+    "cpus_per_trial",
+    "gpus_per_trial",
+}
 
 
 def search_recipe(search_result: dict[str, Any]) -> dict[str, Any]:
@@ -190,8 +225,7 @@ def search_recipe(search_result: dict[str, Any]) -> dict[str, Any]:
 
     config = dict(search_result["provenance"]["search"]["config"])
     recipe = {k: v for k, v in config.items() if k not in _NOT_RECIPE}
-    recipe["train"] = {k: v for k, v in config.get("train", {}).items()
-                       if k != "seed" and k not in RESUMABLE_CHANGES}
+    recipe["train"] = {k: v for k, v in config.get("train", {}).items() if k != "seed" and k not in RESUMABLE_CHANGES}
     fingerprint = search_result["provenance"].get("dataset", {}).get("fingerprint")
     if fingerprint:
         recipe["dataset_fingerprint"] = fingerprint
@@ -218,8 +252,9 @@ def same_recipe(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return True
 
 
-def over_search_seeds(summary: dict[str, dict[str, Any]], found: Sequence[str],
-                      baselines: Sequence[str]) -> dict[str, Any]:
+def over_search_seeds(
+    summary: dict[str, dict[str, Any]], found: Sequence[str], baselines: Sequence[str]
+) -> dict[str, Any]:
     """The found policies of several searches that differ only in their seed, taken together.
 
     For each baseline: the per-search paired differences, their mean, and two 95% CIs: over the
@@ -233,30 +268,49 @@ def over_search_seeds(summary: dict[str, dict[str, Any]], found: Sequence[str],
     vs = {}
     for b in baselines:
         per_search = [paired({s: summary[f]["seeds"][s] for s in seeds}, summary[b]["seeds"])["mean"] for f in found]
-        vs[b] = {"per_search": per_search, "over_eval_seeds": paired(pooled, summary[b]["seeds"]),
-                 "over_searches": mean_ci(per_search)}
-    return {"searches": list(found), "search_means": means, "mean": sum(means) / len(means),
-            "between_searches": mean_ci(means), "seeds": seeds, "vs": vs}
+        vs[b] = {
+            "per_search": per_search,
+            "over_eval_seeds": paired(pooled, summary[b]["seeds"]),
+            "over_searches": mean_ci(per_search),
+        }
+    return {
+        "searches": list(found),
+        "search_means": means,
+        "mean": sum(means) / len(means),
+        "between_searches": mean_ci(means),
+        "seeds": seeds,
+        "vs": vs,
+    }
 
 
 def _seeds_table(found: str, over: dict[str, Any], best_strong: str) -> list[str]:
     n = len(over["searches"])
-    lines = ["", "## Over search seeds", "",
-             f"The found policies of {n} searches that differ only in their seed (`{found}` and the `--also` "
-             f"folders with the same search config), taken together: mean test accuracy "
-             f"{_pct(over['mean'])}% (per search: {', '.join(_pct(m) for m in over['search_means'])}). "
-             "Difference to each baseline in points: the mean over the searches of their paired differences; "
-             "the first CI is over the evaluation seeds (these searches' policies), the second over the searches "
-             f"(what a new search seed can be expected to give; Student-t, {n - 1} degrees of freedom).", "",
-             "| baseline | mean diff | 95% CI, evaluation seeds | 95% CI, searches | per search |",
-             "|---|---:|---|---|---|"]
+    lines = [
+        "",
+        "## Over search seeds",
+        "",
+        f"The found policies of {n} searches that differ only in their seed (`{found}` and the `--also` "
+        f"folders with the same search config), taken together: mean test accuracy "
+        f"{_pct(over['mean'])}% (per search: {', '.join(_pct(m) for m in over['search_means'])}). "
+        "Difference to each baseline in points: the mean over the searches of their paired differences; "
+        "the first CI is over the evaluation seeds (these searches' policies), the second over the searches "
+        f"(what a new search seed can be expected to give; Student-t, {n - 1} degrees of freedom).",
+        "",
+        "| baseline | mean diff | 95% CI, evaluation seeds | 95% CI, searches | per search |",
+        "|---|---:|---|---|---|",
+    ]
     for b, d in over["vs"].items():
         e, s = d["over_eval_seeds"], d["over_searches"]
-        lines.append(f"| `{b}` | {_pct(e['mean'])} | [{_pct(e['low'])}, {_pct(e['high'])}] | "
-                     f"[{_pct(s['low'])}, {_pct(s['high'])}] | {', '.join(_pct(x) for x in d['per_search'])} |")
+        lines.append(
+            f"| `{b}` | {_pct(e['mean'])} | [{_pct(e['low'])}, {_pct(e['high'])}] | "
+            f"[{_pct(s['low'])}, {_pct(s['high'])}] | {', '.join(_pct(x) for x in d['per_search'])} |"
+        )
     gap = over["vs"][best_strong]["over_eval_seeds"]["mean"]
-    lines += ["", f"- over the {n} searches, found minus the best strong baseline (`{best_strong}`): "
-              f"{100 * gap:+.2f} points (goal: >= 0): **{gap >= 0}**"]
+    lines += [
+        "",
+        f"- over the {n} searches, found minus the best strong baseline (`{best_strong}`): "
+        f"{100 * gap:+.2f} points (goal: >= 0): **{gap >= 0}**",
+    ]
     return lines
 
 
@@ -283,9 +337,22 @@ def stage_search(a: argparse.Namespace, work: Path, timings: Timings) -> str:
     if (runs / a.search_name).exists():
         args = ["search", "--resume", a.search_name, "--storage", str(runs)]
     else:
-        args = ["search", "--data", a.data, "--preset", a.search_preset, "--name", a.search_name,
-                "--storage", str(runs), "--store", str(store), "--seed", str(a.search_seed),
-                *shlex.split(a.search_args)]
+        args = [
+            "search",
+            "--data",
+            a.data,
+            "--preset",
+            a.search_preset,
+            "--name",
+            a.search_name,
+            "--storage",
+            str(runs),
+            "--store",
+            str(store),
+            "--seed",
+            str(a.search_seed),
+            *shlex.split(a.search_args),
+        ]
         if a.method:
             args += ["--method", a.method]
         if a.address:
@@ -293,16 +360,41 @@ def stage_search(a: argparse.Namespace, work: Path, timings: Timings) -> str:
     code, seconds = _autoaug(args, work / "search.log")
     timings.add("search", seconds, "autoaug " + shlex.join(args))
     if code != 0 or not result.exists():
-        raise SystemExit(f"search_quality: the search failed (exit {code}); see {work / 'search.log'}; "
-                         "re-run this command to resume it")
+        raise SystemExit(
+            f"search_quality: the search failed (exit {code}); see {work / 'search.log'}; "
+            "re-run this command to resume it"
+        )
     return json.loads(result.read_text())["stored"]["ref"]
 
 
-def _compare(a: argparse.Namespace, work: Path, timings: Timings, stage: str, out: Path, preset_args: list[str],
-             policies: list[str], seeds: int, baselines: bool = True) -> Path:
-    args = ["compare", "--data", a.data, *preset_args, "--store", str(work / "store"),
-            "--baselines", ",".join(BASELINES) if baselines else "", "--seeds", str(seeds), "--out", str(out),
-            "--no-attach", "--cpus-per-run", str(a.cpus_per_run)]
+def _compare(
+    a: argparse.Namespace,
+    work: Path,
+    timings: Timings,
+    stage: str,
+    out: Path,
+    preset_args: list[str],
+    policies: list[str],
+    seeds: int,
+    baselines: bool = True,
+) -> Path:
+    args = [
+        "compare",
+        "--data",
+        a.data,
+        *preset_args,
+        "--store",
+        str(work / "store"),
+        "--baselines",
+        ",".join(BASELINES) if baselines else "",
+        "--seeds",
+        str(seeds),
+        "--out",
+        str(out),
+        "--no-attach",
+        "--cpus-per-run",
+        str(a.cpus_per_run),
+    ]
     for p in policies:
         args += ["--policy", p]
     if a.address:
@@ -310,13 +402,16 @@ def _compare(a: argparse.Namespace, work: Path, timings: Timings, stage: str, ou
     code, seconds = _autoaug(args, work / f"{stage}.log")
     timings.add(stage, seconds, "autoaug " + shlex.join(args))
     if code != 0:
-        raise SystemExit(f"search_quality: {stage} failed (exit {code}); see {work / (stage + '.log')}; "
-                         "re-run this command to resume (finished runs are kept)")
+        raise SystemExit(
+            f"search_quality: {stage} failed (exit {code}); see {work / (stage + '.log')}; "
+            "re-run this command to resume (finished runs are kept)"
+        )
     return out
 
 
-def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: list[str],
-                policies: Sequence[str] = ()) -> int:
+def import_runs(
+    a: argparse.Namespace, csv_path: Path, out: Path, preset_args: list[str], policies: Sequence[str] = ()
+) -> int:
     """Seed ``out/runs/`` with finished runs recorded in a committed ``runs.csv`` (a results folder
     of an earlier session), so a clean checkout resumes instead of training them again.
 
@@ -351,11 +446,16 @@ def import_runs(a: argparse.Namespace, csv_path: Path, out: Path, preset_args: l
             if path.exists():
                 continue
             outcome = {
-                "test_accuracy": float(row["test_accuracy"]), "test_loss": float(row["test_loss"]),
+                "test_accuracy": float(row["test_accuracy"]),
+                "test_loss": float(row["test_loss"]),
                 "val_accuracy": float(row["val_accuracy"]) if row.get("val_accuracy") else None,
-                "train_time_s": float(row["train_time_s"]), "history": [],
-                "dataset_fingerprint": fingerprint, "split_fingerprint": None,
-                "node_id": row.get("node_id") or None, "hostname": row.get("hostname") or None, "pid": None,
+                "train_time_s": float(row["train_time_s"]),
+                "history": [],
+                "dataset_fingerprint": fingerprint,
+                "split_fingerprint": None,
+                "node_id": row.get("node_id") or None,
+                "hostname": row.get("hostname") or None,
+                "pid": None,
                 "imported_from": str(csv_path.relative_to(REPO)) if csv_path.is_relative_to(REPO) else str(csv_path),
             }
             record = run_record(c, seed, config.run_config(seed), outcome)
@@ -382,8 +482,10 @@ def also_policies(a: argparse.Namespace, work: Path) -> dict[str, Path]:
         src = Path(d).resolve()
         result = src / "search_result.json"
         if not result.exists():
-            raise SystemExit(f"search_quality: --also {d}: no search_result.json there (expected a results folder "
-                             "of this benchmark, e.g. benchmarks/results/search-quality-cpu16-eval-cpu)")
+            raise SystemExit(
+                f"search_quality: --also {d}: no search_result.json there (expected a results folder "
+                "of this benchmark, e.g. benchmarks/results/search-quality-cpu16-eval-cpu)"
+            )
         found = json.loads(result.read_text())
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{found['stored']['name']}.json"
@@ -473,16 +575,21 @@ def proxy_scores(compare_out: Path) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------------ report
-def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], found: str, path: Path,
-         title: str, others: Sequence[str] = ()) -> None:
+def plot(
+    summary: dict[str, dict[str, Any]],
+    diffs: dict[str, dict[str, Any]],
+    found: str,
+    path: Path,
+    title: str,
+    others: Sequence[str] = (),
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = sorted(summary, key=lambda k: summary[k]["mean"])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.55 * len(labels) + 2.2),
-                                   gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.55 * len(labels) + 2.2), gridspec_kw={"width_ratios": [3, 2]})
     for y, label in enumerate(labels):
         s = summary[label]
         color = "tab:red" if label == found else "tab:orange" if label in others else "tab:blue"
@@ -491,8 +598,10 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
         ax1.plot(100 * s["mean"], y, "o", color=color, ms=8)
         ax1.plot([100 * v for v in s["seeds"].values()], [y] * len(s["seeds"]), "|", color="k", ms=10)
     ax1.set_yticks(range(len(labels)), labels)
-    ax1.set_xlabel("test accuracy % (mean, 95% CI, | = one seed)\nred: this search's policy"
-                   + ("; orange: another search's or seed's (--also)" if others else ""))
+    ax1.set_xlabel(
+        "test accuracy % (mean, 95% CI, | = one seed)\nred: this search's policy"
+        + ("; orange: another search's or seed's (--also)" if others else "")
+    )
     ax1.grid(axis="x", alpha=0.3)
     ax1.set_title(title, fontsize=9)
     compared = [k for k in labels if k in diffs]
@@ -510,23 +619,38 @@ def plot(summary: dict[str, dict[str, Any]], diffs: dict[str, dict[str, Any]], f
     plt.close(fig)
 
 
-def _diff_table(title: str, diffs: dict[str, dict[str, Any]],
-                balanced: dict[str, dict[str, Any] | None] | None = None) -> list[str]:
+def _diff_table(
+    title: str, diffs: dict[str, dict[str, Any]], balanced: dict[str, dict[str, Any] | None] | None = None
+) -> list[str]:
     """Markdown lines: ``title`` and one row per paired difference (mean, 95% CI, seeds), and the
     paired difference of the balanced accuracies (``balanced``, per baseline; ``–`` without)."""
     balanced = balanced or {}
-    lines = ["", title, "", "| baseline | mean diff | 95% CI | seeds | balanced acc: mean diff | 95% CI |",
-             "|---|---:|---|---|---:|---|"]
+    lines = [
+        "",
+        title,
+        "",
+        "| baseline | mean diff | 95% CI | seeds | balanced acc: mean diff | 95% CI |",
+        "|---|---:|---|---|---:|---|",
+    ]
     for b, d in diffs.items():
         bd = balanced.get(b)
         bal = f"{_pct(bd['mean'])} | [{_pct(bd['low'])}, {_pct(bd['high'])}]" if bd else "– | –"
-        lines.append(f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
-                     f"{', '.join(map(str, d['seeds']))} | {bal} |")
+        lines.append(
+            f"| `{b}` | {_pct(d['mean'])} | [{_pct(d['low'])}, {_pct(d['high'])}] | "
+            f"{', '.join(map(str, d['seeds']))} | {bal} |"
+        )
     return lines
 
 
-def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings: Timings,
-           fidelity: dict[str, Any] | None, also: dict[str, Path] | None = None) -> dict[str, Any]:
+def report(
+    a: argparse.Namespace,
+    work: Path,
+    out: Path,
+    found_ref: str,
+    timings: Timings,
+    fidelity: dict[str, Any] | None,
+    also: dict[str, Path] | None = None,
+) -> dict[str, Any]:
     """Tables, verdict, plot and provenance into ``out``. ``also``: ``{policy file: results folder}``
     of the ``--also`` searches (:func:`also_policies`)."""
     also = also or {}
@@ -539,14 +663,16 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     # --also searches with this search's config and another seed: replicates of this search.
     label_src = {r["policy"]: also[r["ref"]] for r in runs if r.get("ref") in also}
     recipe = search_recipe(search_result)
-    replicates = [o for o in others
-                  if same_recipe(recipe, search_recipe(json.loads((label_src[o] / "search_result.json").read_text())))]
+    replicates = [
+        o
+        for o in others
+        if same_recipe(recipe, search_recipe(json.loads((label_src[o] / "search_result.json").read_text())))
+    ]
     rebased = [r["policy"] for r in runs if "/rebased/" in (r.get("ref") or "")]
     rebased = list(dict.fromkeys(rebased))
     rows = [*BASELINES, *rebased, *others]
     diffs = {b: paired(summary[found]["seeds"], summary[b]["seeds"]) for b in rows if b in summary}
-    also_diffs = {o: {b: paired(summary[o]["seeds"], summary[b]["seeds"]) for b in [*BASELINES, found]}
-                  for o in others}
+    also_diffs = {o: {b: paired(summary[o]["seeds"], summary[b]["seeds"]) for b in [*BASELINES, found]} for o in others}
     best_strong = max((b for b in STRONG if b in summary), key=lambda b: summary[b]["mean"])
     verdict = {
         "beats_none_beyond_ci": bool(diffs["none"]["low"] is not None and diffs["none"]["low"] > 0),
@@ -554,20 +680,25 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
         "best_strong_baseline": best_strong,
         "reaches_best_strong_mean": summary[found]["mean"] >= summary[best_strong]["mean"],
         "gap_to_best_strong_points": 100 * (summary[found]["mean"] - summary[best_strong]["mean"]),
-        "beats_every_row_beyond_ci": all(d["low"] is not None and d["low"] > 0
-                                         for b, d in diffs.items() if b not in others),
+        "beats_every_row_beyond_ci": all(
+            d["low"] is not None and d["low"] > 0 for b, d in diffs.items() if b not in others
+        ),
     }
     compare_cfg = json.loads((work / "eval" / "compare.json").read_text())
     train = compare_cfg["train_config"]
-    regime = (f"{train['model']}, {train['train_size']} training images (split seed {train['split_seed']}), "
-              f"{train['epochs']} epochs, batch {train['batch_size']}, lr {train['lr']}")
+    regime = (
+        f"{train['model']}, {train['train_size']} training images (split seed {train['split_seed']}), "
+        f"{train['epochs']} epochs, batch {train['batch_size']}, lr {train['lr']}"
+    )
     schedule = found_schedule(search_result)
     n_sub = len(search_result["policy"]["sub_policies"])
     if schedule:  # a PBA search: the schedule trains, its last stage is the stored policy
         stages = len(schedule["stages"])
-        what = (f"schedule `{found}` ({stages} stage{'' if stages == 1 else 's'}, trained as a schedule: each epoch "
-                f"with its stage's policy; last stage {n_sub} sub-policies, schedule hash "
-                f"`{schedule['content_hash'][:12]}`)")
+        what = (
+            f"schedule `{found}` ({stages} stage{'' if stages == 1 else 's'}, trained as a schedule: each epoch "
+            f"with its stage's policy; last stage {n_sub} sub-policies, schedule hash "
+            f"`{schedule['content_hash'][:12]}`)"
+        )
     else:
         what = f"policy `{found}` ({n_sub} sub-policies, hash `{search_result['policy_hash'][:12]}`)"
     lines = [
@@ -583,19 +714,35 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
 
     measured = describe_calibration(search_result["provenance"].get("calibration"))
     if measured:
-        lines += ["What the search measured on the data before its trials (proxy runs, one seed each "
-                  "unless said):", "", *[f"- {line}" for line in measured], ""]
+        lines += [
+            "What the search measured on the data before its trials (proxy runs, one seed each unless said):",
+            "",
+            *[f"- {line}" for line in measured],
+            "",
+        ]
     marks = {label: f" (the best published policy moved onto the search's base, `{found_base}`)" for label in rebased}
-    marks |= {label: " **(found)**" if label == found else " (found by the same search, another seed)"
-             if label in replicates else " (found by another search)" for label in [found, *others]}
+    marks |= {
+        label: " **(found)**"
+        if label == found
+        else " (found by the same search, another seed)"
+        if label in replicates
+        else " (found by another search)"
+        for label in [found, *others]
+    }
     lines += results_table(summary, marks)
-    lines += _diff_table(f"Paired differences, `{found}` minus baseline (same seed: same initialisation, data "
-                         "order and test set), in points:", diffs,
-                         {b: balanced_paired(summary, found, b) for b in diffs})
+    lines += _diff_table(
+        f"Paired differences, `{found}` minus baseline (same seed: same initialisation, data "
+        "order and test set), in points:",
+        diffs,
+        {b: balanced_paired(summary, found, b) for b in diffs},
+    )
     for o, od in also_diffs.items():
         what = "the same search, another seed" if o in replicates else "another search"
-        lines += _diff_table(f"Paired differences, `{o}` (found by {what}, `--also`) minus baseline, "
-                             "in points:", od, {b: balanced_paired(summary, o, b) for b in od})
+        lines += _diff_table(
+            f"Paired differences, `{o}` (found by {what}, `--also`) minus baseline, in points:",
+            od,
+            {b: balanced_paired(summary, o, b) for b in od},
+        )
     lines += [
         "",
         f"- beats `none` beyond the CI: **{verdict['beats_none_beyond_ci']}**; beats `standard` beyond the CI: "
@@ -607,14 +754,22 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     over = None
     if replicates:
         over = over_search_seeds(summary, [found, *replicates], [b for b in BASELINES if b in summary])
-        verdict["over_search_seeds"] = {"searches": 1 + len(replicates),
-                                        "gap_to_best_strong_points": 100 * over["vs"][best_strong]["over_eval_seeds"]["mean"]}
+        verdict["over_search_seeds"] = {
+            "searches": 1 + len(replicates),
+            "gap_to_best_strong_points": 100 * over["vs"][best_strong]["over_eval_seeds"]["mean"],
+        }
         lines += _seeds_table(found, over, best_strong)
     if fidelity:
-        lines += ["", "## Proxy fidelity", "",
-                  "Spearman rank correlation between each proxy's validation accuracy (the search objective; "
-                  "mean over the proxy seeds) and the evaluation regime's test accuracy (mean over seeds):", "",
-                  "| proxy | policies | Spearman rho | p |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "## Proxy fidelity",
+            "",
+            "Spearman rank correlation between each proxy's validation accuracy (the search objective; "
+            "mean over the proxy seeds) and the evaluation regime's test accuracy (mean over seeds):",
+            "",
+            "| proxy | policies | Spearman rho | p |",
+            "|---|---:|---:|---:|",
+        ]
         for name, f in fidelity.items():
             lines.append(f"| `{name}` | {f['n_policies']} | {f['spearman']:+.3f} | {f['p_value']:.3f} |")
     lines += ["", "## Wall time", "", "| stage | wall time (min, all sessions) |", "|---|---:|"]
@@ -624,17 +779,31 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
     for stage, t in timings.data.items():
         for s in t["sessions"]:
             lines.append(s["command"].replace(str(work), "$WORK"))
-    lines += ["```", "", f"Machine: {os.cpu_count()} CPUs, {platform.platform()}; written {_now()}. Wall times "
-              "include waiting for the cores when other jobs share the machine (see quality.json: timings)."]
+    lines += [
+        "```",
+        "",
+        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}; written {_now()}. Wall times "
+        "include waiting for the cores when other jobs share the machine (see quality.json: timings).",
+    ]
     out.mkdir(parents=True, exist_ok=True)
     text = "\n".join(lines).replace(str(work), "$WORK").replace(str(REPO.parent), "..")
     (out / "results.md").write_text(text + "\n")
     plot(summary, diffs, found, out / "quality.png", f"{a.eval_preset}: {regime}", others)
-    doc = {"found": found, "found_ref": found_ref, "summary": summary, "paired": diffs, "verdict": verdict,
-           "also": {o: {"paired": also_diffs[o], "same_search_other_seed": o in replicates} for o in others},
-           "over_search_seeds": over,
-           "fidelity": fidelity, "timings": timings.data, "eval_train_config": train,
-           "search_preset": a.search_preset, "eval_preset": a.eval_preset, "written_at": _now()}
+    doc = {
+        "found": found,
+        "found_ref": found_ref,
+        "summary": summary,
+        "paired": diffs,
+        "verdict": verdict,
+        "also": {o: {"paired": also_diffs[o], "same_search_other_seed": o in replicates} for o in others},
+        "over_search_seeds": over,
+        "fidelity": fidelity,
+        "timings": timings.data,
+        "eval_train_config": train,
+        "search_preset": a.search_preset,
+        "eval_preset": a.eval_preset,
+        "written_at": _now(),
+    }
     (out / "quality.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "search_result.json").write_text(json.dumps(search_result, indent=1))
     (out / "found_policy.json").write_text(json.dumps(search_result["policy"], indent=1))
@@ -650,13 +819,18 @@ def report(a: argparse.Namespace, work: Path, out: Path, found_ref: str, timings
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"),
-                   help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--data",
+        default=os.environ.get("AUTOAUG_CIFAR10"),
+        help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)",
+    )
     p.add_argument("--name", default=None, help="study name (default: <search-preset>-<eval-preset>)")
-    p.add_argument("--search-preset", default=None,
-                   help="autoaug search --preset (default: cpu; pba-cpu with --method pba)")
+    p.add_argument(
+        "--search-preset", default=None, help="autoaug search --preset (default: cpu; pba-cpu with --method pba)"
+    )
     p.add_argument("--search-seed", type=int, default=0, help="autoaug search --seed")
     p.add_argument("--search-args", default="", help="more autoaug search arguments, e.g. '--num-trials 20'")
     p.add_argument("--eval-preset", default="eval-cpu", help="training preset of the evaluation regime")
@@ -664,27 +838,49 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=5, help="evaluation seeds per policy (3 or more; 5 by default)")
     p.add_argument("--fidelity", type=int, default=0, help="random policies for the proxy-fidelity stage (0: skip)")
     p.add_argument("--fidelity-seed", type=int, default=0, help="seed of the random policies")
-    p.add_argument("--proxy", action="append", default=None, metavar="NAME=COMPARE-ARGS",
-                   help="a proxy to measure (repeatable); default: the search preset's proxy and the old "
-                        "15-epoch cpu proxy")
-    p.add_argument("--fidelity-seeds", type=int, default=2,
-                   help="evaluation-regime seeds per random policy (the fidelity stage only needs ranks)")
+    p.add_argument(
+        "--proxy",
+        action="append",
+        default=None,
+        metavar="NAME=COMPARE-ARGS",
+        help="a proxy to measure (repeatable); default: the search preset's proxy and the old 15-epoch cpu proxy",
+    )
+    p.add_argument(
+        "--fidelity-seeds",
+        type=int,
+        default=2,
+        help="evaluation-regime seeds per random policy (the fidelity stage only needs ranks)",
+    )
     p.add_argument("--proxy-seeds", type=int, default=1, help="seeds per policy under each proxy")
     p.add_argument("--cpus-per-run", type=int, default=1, help="CPUs per evaluation run")
     p.add_argument("--address", default=None, help="Ray cluster (default: embedded local Ray)")
     p.add_argument("--work", default=None, help="scratch folder (default runs/search-quality/<name>)")
     p.add_argument("--out", default=None, help="result folder (default benchmarks/results/search-quality-<name>)")
-    p.add_argument("--import-runs", action="append", default=[], metavar="CSV",
-                   help="seed the evaluation with the baselines' finished runs recorded in a committed runs.csv "
-                        "(e.g. benchmarks/results/<name>/eval_runs.csv); repeatable")
-    p.add_argument("--also", action="append", default=[], metavar="RESULTS_DIR",
-                   help="also evaluate the found policy of an earlier run of this benchmark (its results folder, "
-                        "e.g. the other search method's); its evaluation runs there are reused; repeatable")
+    p.add_argument(
+        "--import-runs",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="seed the evaluation with the baselines' finished runs recorded in a committed runs.csv "
+        "(e.g. benchmarks/results/<name>/eval_runs.csv); repeatable",
+    )
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="RESULTS_DIR",
+        help="also evaluate the found policy of an earlier run of this benchmark (its results folder, "
+        "e.g. the other search method's); its evaluation runs there are reused; repeatable",
+    )
     p.add_argument("--smoke", action="store_true", help="plumbing check: smoke presets, 2 seeds")
-    p.add_argument("--method", default=None, choices=("train", "density", "pba"),
-                   help="autoaug search --method (default: the search preset's); density also names the study "
-                        "<search-preset>-<eval-preset>-density; pba searches with the pba-cpu preset unless "
-                        "--search-preset says otherwise (the found schedule is evaluated as a schedule)")
+    p.add_argument(
+        "--method",
+        default=None,
+        choices=("train", "density", "pba"),
+        help="autoaug search --method (default: the search preset's); density also names the study "
+        "<search-preset>-<eval-preset>-density; pba searches with the pba-cpu preset unless "
+        "--search-preset says otherwise (the found schedule is evaluated as a schedule)",
+    )
     a = p.parse_args(argv)
     if not a.data:
         p.error("--data is required (or set AUTOAUG_CIFAR10)")
@@ -697,8 +893,9 @@ def main(argv: list[str] | None = None) -> int:
             a.search_args += " --set pba.population=4 --set pba.perturbation_interval=1"
     if a.seeds < 2:
         p.error("--seeds must be at least 2 for confidence intervals (3 or more recommended)")
-    a.name = a.name or f"{a.search_preset}-{a.eval_preset}" + (f"-{a.method}" if a.method in ("density", "pba")
-                                                                 and a.method not in a.search_preset else "")
+    a.name = a.name or f"{a.search_preset}-{a.eval_preset}" + (
+        f"-{a.method}" if a.method in ("density", "pba") and a.method not in a.search_preset else ""
+    )
     a.search_name = f"sq-{a.name}"
     work = Path(a.work or REPO / "runs" / "search-quality" / a.name).resolve()
     out = Path(a.out or REPO / "benchmarks" / "results" / f"search-quality-{a.name}").resolve()
@@ -709,35 +906,63 @@ def main(argv: list[str] | None = None) -> int:
     also = also_policies(a, work)
     # Runs recorded in committed results (the --also folders' own and --import-runs) are reused,
     # not trained again: of the baselines and the --also policies now, of the rebased row below.
-    committed = [*(src / "eval_runs.csv" for src in also.values() if (src / "eval_runs.csv").exists()),
-                 *(Path(p).resolve() for p in a.import_runs)]
+    committed = [
+        *(src / "eval_runs.csv" for src in also.values() if (src / "eval_runs.csv").exists()),
+        *(Path(p).resolve() for p in a.import_runs),
+    ]
     for csv_path in committed:
         import_runs(a, csv_path, work / "eval", ["--preset", a.eval_preset, *extra], list(also))
     found_ref = stage_search(a, work, timings)
-    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], [found_ref, *also],
-             a.seeds)
-    found_base = json.loads((work / "runs" / a.search_name / "result.json").read_text())["policy"].get("base", "standard")
+    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], [found_ref, *also], a.seeds)
+    found_base = json.loads((work / "runs" / a.search_name / "result.json").read_text())["policy"].get(
+        "base", "standard"
+    )
     rebased = rebased_best(work, found_base)
     if rebased is not None:  # the same comparison, one more policy: only its runs train
         for csv_path in committed:  # unless an earlier benchmark trained them
             import_runs(a, csv_path, work / "eval", ["--preset", a.eval_preset, *extra], [rebased])
-        _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra],
-                 [found_ref, *also, rebased], a.seeds)
+        _compare(
+            a,
+            work,
+            timings,
+            "eval",
+            work / "eval",
+            ["--preset", a.eval_preset, *extra],
+            [found_ref, *also, rebased],
+            a.seeds,
+        )
     fidelity = None
     if a.fidelity > 0:
         # The random policies are scored in the evaluation regime in a folder of their own (fewer
         # seeds: they only need a rank), then every policy under each proxy.
         random_paths = random_policies(a, work, a.fidelity)
-        _compare(a, work, timings, "eval-random", work / "eval-random", ["--preset", a.eval_preset, *extra],
-                 random_paths, a.fidelity_seeds, baselines=False)
+        _compare(
+            a,
+            work,
+            timings,
+            "eval-random",
+            work / "eval-random",
+            ["--preset", a.eval_preset, *extra],
+            random_paths,
+            a.fidelity_seeds,
+            baselines=False,
+        )
         eval_scores = {k: v["mean"] for k, v in summarize(_read_runs(work / "eval")).items()}
         eval_scores.update({k: v["mean"] for k, v in summarize(_read_runs(work / "eval-random")).items()})
         proxies = a.proxy or [OLD_PROXY, f"{a.search_preset}={shlex.join(search_proxy_args(a.search_preset))}"]
         fidelity = {}
         for spec in proxies:
             name, _, args = spec.partition("=")
-            pout = _compare(a, work, timings, f"proxy-{name}", work / f"proxy-{name}", shlex.split(args),
-                            [found_ref, *random_paths], a.proxy_seeds)
+            pout = _compare(
+                a,
+                work,
+                timings,
+                f"proxy-{name}",
+                work / f"proxy-{name}",
+                shlex.split(args),
+                [found_ref, *random_paths],
+                a.proxy_seeds,
+            )
             fidelity[name] = spearman(proxy_scores(pout), eval_scores)
             _write_fidelity(work, fidelity)
     report(a, work, out, found_ref, timings, fidelity, also=also)

@@ -16,6 +16,7 @@ the floor of any command that reads the store.
 
 Target (issue 13): both ``autoaug`` commands under 0.5 s on the project's 2-core machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -111,7 +112,11 @@ def main() -> int:
     load = os.getloadavg()
     record = {
         "what": "start-up time of autoaug commands, whole process",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg_1_5_15": [round(x, 2) for x in load]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_1_5_15": [round(x, 2) for x in load],
+        },
         "heavy_modules_imported_by_the_parser": heavy,
         "results": results,
     }
@@ -119,9 +124,13 @@ def main() -> int:
     print(f"{'command':<{width}}  wall s (min / median / max)   cpu s (min / median / max)")
     for name, r in results.items():
         w, c = r["wall_s"], r["cpu_s"]
-        print(f"{name:<{width}}  {w['min']:.3f} / {w['median']:.3f} / {w['max']:.3f}        "
-              f"{c['min']:.3f} / {c['median']:.3f} / {c['max']:.3f}")
-    print(f"{args.runs} counted runs each after {args.warmup} warm-up; load average {load[0]:.2f} on {os.cpu_count()} CPUs")
+        print(
+            f"{name:<{width}}  {w['min']:.3f} / {w['median']:.3f} / {w['max']:.3f}        "
+            f"{c['min']:.3f} / {c['median']:.3f} / {c['max']:.3f}"
+        )
+    print(
+        f"{args.runs} counted runs each after {args.warmup} warm-up; load average {load[0]:.2f} on {os.cpu_count()} CPUs"
+    )
     print(f"heavy modules imported by the parser: {', '.join(heavy) or 'none'}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

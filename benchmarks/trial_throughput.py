@@ -42,6 +42,7 @@ Run it alone on the machine (load average is recorded at start and end)::
 (``--data`` defaults to ``$AUTOAUG_CIFAR10/train.parquet``; ``--quick``: a smoke run of a few
 seconds per variant, not a measurement.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 
@@ -107,7 +108,11 @@ def conv_gflops(batch: int, channels: int, size: int, dtype: torch.dtype, thread
     torch.set_num_threads(threads)
     try:
         gen = torch.Generator().manual_seed(0)
-        x = torch.randn(batch, channels, size, size, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
+        x = (
+            torch.randn(batch, channels, size, size, generator=gen)
+            .to(dtype)
+            .contiguous(memory_format=torch.channels_last)
+        )
         w = torch.randn(channels, channels, 3, 3, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
         with torch.inference_mode():
             torch.nn.functional.conv2d(x, w, padding=1)
@@ -129,9 +134,13 @@ def measure_peak(all_threads: int, *, quick: bool = False, repeats: int = 5) -> 
     256 channels, 32x32, batch 32)."""
     counts = sorted({1, all_threads})
     n, (batch, channels) = (512, (4, 128)) if quick else (2048, (32, 256))
-    return {name: {"matmul": {str(t): matmul_gflops(n, dtype, t, repeats) for t in counts},
-                   "conv": {str(t): conv_gflops(batch, channels, 32, dtype, t, repeats) for t in counts}}
-            for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
+    return {
+        name: {
+            "matmul": {str(t): matmul_gflops(n, dtype, t, repeats) for t in counts},
+            "conv": {str(t): conv_gflops(batch, channels, 32, dtype, t, repeats) for t in counts},
+        }
+        for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))
+    }
 
 
 def count_flops(cfg: TrainConfig, num_classes: int, image_size: int, batch: int = 8) -> dict[str, float]:
@@ -140,8 +149,12 @@ def count_flops(cfg: TrainConfig, num_classes: int, image_size: int, batch: int 
     from torch.utils.flop_counter import FlopCounterMode
 
     torch.manual_seed(0)
-    learner = Learner(dataclasses.replace(cfg, compile=False, amp=False, channels_last=False),
-                      num_classes=num_classes, steps_per_epoch=1, device="cpu")
+    learner = Learner(
+        dataclasses.replace(cfg, compile=False, amp=False, channels_last=False),
+        num_classes=num_classes,
+        steps_per_epoch=1,
+        device="cpu",
+    )
     x = torch.randn(batch, 3, image_size, image_size)
     y = torch.randint(0, num_classes, (batch,))
     learner.model.train()
@@ -223,9 +236,14 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "cpu": model, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags, "avx512_fp16": "avx512_fp16" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx_bf16": "amx_bf16" in flags,
+        "avx512_fp16": "avx512_fp16" in flags,
     }
 
 
@@ -257,22 +275,32 @@ def lever_table(threads: int) -> dict[str, Lever]:
         Lever("bf16+channels_last", {"amp": True, "amp_dtype": "bfloat16", "channels_last": True}),
         Lever("compile", {"compile": True}),
         Lever("compile+bf16", {"compile": True, "amp": True, "amp_dtype": "bfloat16"}),
-        Lever("compile+bf16+channels_last", {"compile": True, "amp": True, "amp_dtype": "bfloat16",
-                                             "channels_last": True}),
+        Lever(
+            "compile+bf16+channels_last", {"compile": True, "amp": True, "amp_dtype": "bfloat16", "channels_last": True}
+        ),
         Lever("eval_batch_1024", {"eval_batch_size": 1024}),
         Lever("bf16+eval_batch_1024", {"amp": True, "amp_dtype": "bfloat16", "eval_batch_size": 1024}),
         Lever("nondeterministic", {"deterministic": False}),  # what use_deterministic_algorithms costs
     ]
     if threads > 1:
         # Thread placement: DALI on fewer threads than torch, and a 1-CPU trial (a search's).
-        levers += [Lever(f"threads_{threads}+dali_1", {}, threads, 1),
-                   Lever("threads_1+dali_1", {}, 1, 1),
-                   Lever("bf16 threads_1+dali_1", {"amp": True, "amp_dtype": "bfloat16"}, 1, 1)]
+        levers += [
+            Lever(f"threads_{threads}+dali_1", {}, threads, 1),
+            Lever("threads_1+dali_1", {}, 1, 1),
+            Lever("bf16 threads_1+dali_1", {"amp": True, "amp_dtype": "bfloat16"}, 1, 1),
+        ]
     return {lever.name: lever for lever in levers}
 
 
-DEFAULT_LEVERS = ("baseline", "channels_last", "bf16", "bf16+channels_last", "compile", "compile+bf16",
-                  "eval_batch_1024")
+DEFAULT_LEVERS = (
+    "baseline",
+    "channels_last",
+    "bf16",
+    "bf16+channels_last",
+    "compile",
+    "compile+bf16",
+    "eval_batch_1024",
+)
 QUICK_LEVERS = ("baseline", "bf16", "compile", "eval_batch_1024")
 
 
@@ -281,8 +309,18 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def measure_levers(args: argparse.Namespace, cfg: TrainConfig, ds: Any, split: Any, policy: Any,
-                   threads: int, dali_threads: int, peak: dict, flops: dict, names: list[str]) -> list[dict]:
+def measure_levers(
+    args: argparse.Namespace,
+    cfg: TrainConfig,
+    ds: Any,
+    split: Any,
+    policy: Any,
+    threads: int,
+    dali_threads: int,
+    peak: dict,
+    flops: dict,
+    names: list[str],
+) -> list[dict]:
     """Every lever of ``names``: a warm-up epoch each, then ``args.rounds`` rounds of one real
     epoch + one validation pass per lever (order rotating), then as many synthetic epochs."""
     table = lever_table(threads)
@@ -295,12 +333,29 @@ def measure_levers(args: argparse.Namespace, cfg: TrainConfig, ds: Any, split: A
         vcfg = dataclasses.replace(cfg, **lever.changes)
         t_threads = lever.torch_threads or threads
         d_threads = lever.dali_threads or dali_threads
-        loader = DaliLoader(ds, split.train, batch_size=vcfg.batch_size, policy=policy, train=True, seed=vcfg.seed,
-                            image_size=vcfg.image_size, num_threads=d_threads, device="cpu")
+        loader = DaliLoader(
+            ds,
+            split.train,
+            batch_size=vcfg.batch_size,
+            policy=policy,
+            train=True,
+            seed=vcfg.seed,
+            image_size=vcfg.image_size,
+            num_threads=d_threads,
+            device="cpu",
+        )
         val_loader = None
         if len(split.val):
-            val_loader = DaliLoader(ds, split.val, batch_size=eval_batch_size(vcfg), train=False, seed=vcfg.seed,
-                                    image_size=vcfg.image_size, num_threads=d_threads, device="cpu")
+            val_loader = DaliLoader(
+                ds,
+                split.val,
+                batch_size=eval_batch_size(vcfg),
+                train=False,
+                seed=vcfg.seed,
+                image_size=vcfg.image_size,
+                num_threads=d_threads,
+                device="cpu",
+            )
         torch.set_num_threads(t_threads)
         torch.manual_seed(0)
         learner = Learner(vcfg, num_classes=ds.num_classes, steps_per_epoch=len(loader), device="cpu")
@@ -308,16 +363,34 @@ def measure_levers(args: argparse.Namespace, cfg: TrainConfig, ds: Any, split: A
         _, warm_s, _ = timed(lambda: learner.train_epoch(loader))
         if val_loader is not None:
             learner.evaluate(val_loader)
-        variants.append({"lever": lever, "cfg": vcfg, "threads": t_threads, "dali_threads": d_threads,
-                         "loader": loader, "val_loader": val_loader, "learner": learner, "warmup_s": warm_s,
-                         "real": [], "real_cpu": [], "eval": [], "eval_cpu": [], "synth": [], "synth_cpu": [],
-                         "loss": None})
-        print(f"  warm-up {name}: {warm_s:.1f} s (torch {t_threads} / DALI {d_threads} threads"
-              f"{', compiled' if learner.compiled else ''})", flush=True)
+        variants.append(
+            {
+                "lever": lever,
+                "cfg": vcfg,
+                "threads": t_threads,
+                "dali_threads": d_threads,
+                "loader": loader,
+                "val_loader": val_loader,
+                "learner": learner,
+                "warmup_s": warm_s,
+                "real": [],
+                "real_cpu": [],
+                "eval": [],
+                "eval_cpu": [],
+                "synth": [],
+                "synth_cpu": [],
+                "loss": None,
+            }
+        )
+        print(
+            f"  warm-up {name}: {warm_s:.1f} s (torch {t_threads} / DALI {d_threads} threads"
+            f"{', compiled' if learner.compiled else ''})",
+            flush=True,
+        )
 
     order = list(range(len(variants)))
     for r in range(args.rounds):
-        for i in order[r % len(order):] + order[: r % len(order)]:
+        for i in order[r % len(order) :] + order[: r % len(order)]:
             v = variants[i]
             torch.set_num_threads(v["threads"])
             stats, wall, cpu = timed(lambda: v["learner"].train_epoch(v["loader"]))
@@ -328,12 +401,16 @@ def measure_levers(args: argparse.Namespace, cfg: TrainConfig, ds: Any, split: A
                 result, wall, cpu = timed(lambda: v["learner"].evaluate_per_class(v["val_loader"]))
                 v["eval"].append(result.seen / wall)
                 v["eval_cpu"].append(cpu / result.seen)
-        print(f"  round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{v['lever'].name} {v['real'][-1]:.0f}" for v in variants) + " images/s (real)", flush=True)
+        print(
+            f"  round {r + 1}/{args.rounds}: "
+            + ", ".join(f"{v['lever'].name} {v['real'][-1]:.0f}" for v in variants)
+            + " images/s (real)",
+            flush=True,
+        )
     images, labels = next(iter(variants[0]["loader"]))
     batch_list = [(images.clone(), labels.clone())] * len(variants[0]["loader"])
     for r in range(args.rounds):
-        for i in order[r % len(order):] + order[: r % len(order)]:
+        for i in order[r % len(order) :] + order[: r % len(order)]:
             v = variants[i]
             torch.set_num_threads(v["threads"])
             stats, wall, cpu = timed(lambda: v["learner"].train_epoch(batch_list))
@@ -351,26 +428,43 @@ def measure_levers(args: argparse.Namespace, cfg: TrainConfig, ds: Any, split: A
         real_cpu, ev_cpu = _median(v["real_cpu"]), _median(v["eval_cpu"]) or 0.0
         wall = epoch_cost(train_n, val_n, 1 / real, 1 / ev if ev else 0.0) if real else None
         cpu = epoch_cost(train_n, val_n, real_cpu, ev_cpu) if real_cpu else None
-        rows.append({
-            "lever": v["lever"].name, "changes": v["lever"].changes, "torch_threads": v["threads"],
-            "dali_threads": v["dali_threads"], "compiled": learner.compiled, "dtype": dtype,
-            "eval_batch_size": eval_batch_size(vcfg),
-            "real_images_per_s": real, "synthetic_images_per_s": synth, "eval_images_per_s": ev,
-            "real_runs": v["real"], "synthetic_runs": v["synth"], "eval_runs": v["eval"],
-            "fraction_of_peak_synthetic": synth * flops["train"] / 1e9 / roof if roof and synth else None,
-            "fraction_of_peak_real": real * flops["train"] / 1e9 / roof if roof and real else None,
-            "peak_gflops": roof,
-            "trial_epoch_wall_s": wall, "trial_epoch_cpu_s": cpu,
-            "eval_share_of_epoch_wall": (val_n / ev) / wall if ev and wall else None,
-            "trial_epochs_per_cpu_hour": 3600 / cpu if cpu else None,
-            "warmup_s": v["warmup_s"], "train_loss_after": v["loss"],
-        })
+        rows.append(
+            {
+                "lever": v["lever"].name,
+                "changes": v["lever"].changes,
+                "torch_threads": v["threads"],
+                "dali_threads": v["dali_threads"],
+                "compiled": learner.compiled,
+                "dtype": dtype,
+                "eval_batch_size": eval_batch_size(vcfg),
+                "real_images_per_s": real,
+                "synthetic_images_per_s": synth,
+                "eval_images_per_s": ev,
+                "real_runs": v["real"],
+                "synthetic_runs": v["synth"],
+                "eval_runs": v["eval"],
+                "fraction_of_peak_synthetic": synth * flops["train"] / 1e9 / roof if roof and synth else None,
+                "fraction_of_peak_real": real * flops["train"] / 1e9 / roof if roof and real else None,
+                "peak_gflops": roof,
+                "trial_epoch_wall_s": wall,
+                "trial_epoch_cpu_s": cpu,
+                "eval_share_of_epoch_wall": (val_n / ev) / wall if ev and wall else None,
+                "trial_epochs_per_cpu_hour": 3600 / cpu if cpu else None,
+                "warmup_s": v["warmup_s"],
+                "train_loss_after": v["loss"],
+            }
+        )
     base = next((row for row in rows if row["lever"] == "baseline"), rows[0])
     for row in rows:
         b = base["trial_epochs_per_cpu_hour"]
-        row["speedup_per_cpu_hour"] = row["trial_epochs_per_cpu_hour"] / b if b and row["trial_epochs_per_cpu_hour"] else None
-        row["speedup_wall"] = (base["trial_epoch_wall_s"] / row["trial_epoch_wall_s"]
-                               if base["trial_epoch_wall_s"] and row["trial_epoch_wall_s"] else None)
+        row["speedup_per_cpu_hour"] = (
+            row["trial_epochs_per_cpu_hour"] / b if b and row["trial_epochs_per_cpu_hour"] else None
+        )
+        row["speedup_wall"] = (
+            base["trial_epoch_wall_s"] / row["trial_epoch_wall_s"]
+            if base["trial_epoch_wall_s"] and row["trial_epoch_wall_s"]
+            else None
+        )
     return rows
 
 
@@ -398,17 +492,22 @@ def levers_markdown(rows: list[dict], header: dict) -> str:
             f"| {_fmt(r['trial_epoch_wall_s'], '.2f')} | {_fmt(r['trial_epoch_cpu_s'], '.2f')} "
             f"| {_fmt(r['eval_share_of_epoch_wall'], '.0%')} | {_fmt(r['trial_epochs_per_cpu_hour'], ',.0f')} "
             f"| {_fmt(r['speedup_per_cpu_hour'], '.2f')}x / {_fmt(r['speedup_wall'], '.2f')}x "
-            f"| {_fmt(r['warmup_s'], '.1f')} | {_fmt(r['train_loss_after'], '.4f')} |")
+            f"| {_fmt(r['warmup_s'], '.1f')} | {_fmt(r['train_loss_after'], '.4f')} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def peak_lines(peak: dict, flops: dict) -> list[str]:
-    lines = [f"FLOPs per image (FlopCounterMode: convolutions + matmuls): training step "
-             f"{flops['train'] / 1e6:.1f} MFLOP (forward + backward), evaluation {flops['eval'] / 1e6:.1f} MFLOP"]
+    lines = [
+        f"FLOPs per image (FlopCounterMode: convolutions + matmuls): training step "
+        f"{flops['train'] / 1e6:.1f} MFLOP (forward + backward), evaluation {flops['eval'] / 1e6:.1f} MFLOP"
+    ]
     for dtype, kinds in peak.items():
         for kind, by_threads in kinds.items():
-            lines.append(f"peak {dtype:8s} {kind:6s}: " + ", ".join(
-                f"{g:,.0f} GFLOP/s with {t} thread{'s' if t != '1' else ''}" for t, g in by_threads.items()))
+            lines.append(
+                f"peak {dtype:8s} {kind:6s}: "
+                + ", ".join(f"{g:,.0f} GFLOP/s with {t} thread{'s' if t != '1' else ''}" for t, g in by_threads.items())
+            )
     return lines
 
 
@@ -417,7 +516,9 @@ def peak_lines(peak: dict, flops: dict) -> list[str]:
 # --------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=default_data(), help="training Parquet (default: $AUTOAUG_CIFAR10/train.parquet)")
+    parser.add_argument(
+        "--data", default=default_data(), help="training Parquet (default: $AUTOAUG_CIFAR10/train.parquet)"
+    )
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--policy", default="autoaugment-cifar10")
     parser.add_argument("--epochs", type=int, default=None, help="measured epochs (after one warm-up epoch; default 2)")
@@ -427,18 +528,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-size", type=int, default=None, help="override the preset's validation split")
     parser.add_argument("--num-threads", type=int, default=None, help="torch threads (default: all cores)")
     parser.add_argument("--dali-threads", type=int, default=None, help="DALI threads (default: as --num-threads)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a TrainConfig field for every run, e.g. --set amp=true (YAML value)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a TrainConfig field for every run, e.g. --set amp=true (YAML value)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the real-data run and print the top entries")
-    parser.add_argument("--levers", nargs="?", const=",".join(DEFAULT_LEVERS), default=None, metavar="NAMES",
-                        help="measure the speed levers side by side (comma-separated names; default: "
-                             f"{','.join(DEFAULT_LEVERS)}; 'all' for every one)")
+    parser.add_argument(
+        "--levers",
+        nargs="?",
+        const=",".join(DEFAULT_LEVERS),
+        default=None,
+        metavar="NAMES",
+        help="measure the speed levers side by side (comma-separated names; default: "
+        f"{','.join(DEFAULT_LEVERS)}; 'all' for every one)",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="--levers: measured rounds (default 5, --quick 1)")
     parser.add_argument("--no-peak", action="store_true", help="skip the peak matmul measurement")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run (small split and matrices, one round): checks the tool, measures nothing")
-    parser.add_argument("--out", default=None, help="write JSON + Markdown into this folder "
-                                                    "(e.g. benchmarks/results/trial-throughput)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run (small split and matrices, one round): checks the tool, measures nothing",
+    )
+    parser.add_argument(
+        "--out", default=None, help="write JSON + Markdown into this folder (e.g. benchmarks/results/trial-throughput)"
+    )
     args = parser.parse_args(argv)
     if not args.data:
         parser.error("--data is required (or set AUTOAUG_CIFAR10)")
@@ -474,11 +590,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = resolve_config(cfg, ds)  # the split per class as a total, the image size the data's
     split = reduced_split(ds.labels, train_size=cfg.train_size or None, val_size=cfg.val_size, seed=cfg.split_seed)
     info = machine()
-    print(f"preset {args.preset}: {cfg.model}, {len(split.train)} training + {len(split.val)} validation images, "
-          f"batch {cfg.batch_size}, policy {policy.name!r} ({len(policy.sub_policies)} sub-policies), "
-          f"torch threads {threads}, DALI threads {dali_threads}; {info['cores']} cores ({info['cpu']}, "
-          f"AVX512-BF16 {'yes' if info['avx512_bf16'] else 'no'}), load average {load_start:.1f}"
-          + ("  [--quick: a smoke run, not a measurement]" if args.quick else ""), flush=True)
+    print(
+        f"preset {args.preset}: {cfg.model}, {len(split.train)} training + {len(split.val)} validation images, "
+        f"batch {cfg.batch_size}, policy {policy.name!r} ({len(policy.sub_policies)} sub-policies), "
+        f"torch threads {threads}, DALI threads {dali_threads}; {info['cores']} cores ({info['cpu']}, "
+        f"AVX512-BF16 {'yes' if info['avx512_bf16'] else 'no'}), load average {load_start:.1f}"
+        + ("  [--quick: a smoke run, not a measurement]" if args.quick else ""),
+        flush=True,
+    )
 
     peak: dict = {}
     if not args.no_peak:
@@ -486,10 +605,22 @@ def main(argv: list[str] | None = None) -> int:
     flops = count_flops(cfg, ds.num_classes, cfg.image_size)
     for line in peak_lines(peak, flops):
         print(line)
-    header = {"preset": args.preset, "model": cfg.model, "batch_size": cfg.batch_size, "policy": policy.name,
-              "train_images": len(split.train), "val_images": len(split.val), "rounds": rounds,
-              "threads": threads, "dali_threads": dali_threads, "machine": info, "load_start": load_start,
-              "quick": args.quick, "train_config": cfg.to_dict(), "argv": list(argv if argv is not None else sys.argv[1:])}
+    header = {
+        "preset": args.preset,
+        "model": cfg.model,
+        "batch_size": cfg.batch_size,
+        "policy": policy.name,
+        "train_images": len(split.train),
+        "val_images": len(split.val),
+        "rounds": rounds,
+        "threads": threads,
+        "dali_threads": dali_threads,
+        "machine": info,
+        "load_start": load_start,
+        "quick": args.quick,
+        "train_config": cfg.to_dict(),
+        "argv": list(argv if argv is not None else sys.argv[1:]),
+    }
 
     if args.levers is not None:
         names = [n.strip() for n in args.levers.split(",") if n.strip()]
@@ -504,8 +635,13 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         result = {**header, "kind": "levers", "peak_gflops": peak, "flops_per_image": flops, "levers": rows}
     else:
-        result = {**header, "kind": "throughput", "peak_gflops": peak, "flops_per_image": flops,
-                  **basic(args, cfg, ds, split, policy, threads, dali_threads, epochs, peak, flops)}
+        result = {
+            **header,
+            "kind": "throughput",
+            "peak_gflops": peak,
+            "flops_per_image": flops,
+            **basic(args, cfg, ds, split, policy, threads, dali_threads, epochs, peak, flops),
+        }
         header["load_end"] = result["load_end"] = os.getloadavg()[0]
         text = None
     print(f"load average at end: {header['load_end']:.1f}")
@@ -522,11 +658,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def basic(args: argparse.Namespace, cfg: TrainConfig, ds: Any, split: Any, policy: Any, threads: int,
-          dali_threads: int, epochs: int, peak: dict, flops: dict) -> dict[str, Any]:
+def basic(
+    args: argparse.Namespace,
+    cfg: TrainConfig,
+    ds: Any,
+    split: Any,
+    policy: Any,
+    threads: int,
+    dali_threads: int,
+    epochs: int,
+    peak: dict,
+    flops: dict,
+) -> dict[str, Any]:
     """(a), (b), (c) and (e) of the module docs, printed; returns the figures."""
-    loader = DaliLoader(ds, split.train, batch_size=cfg.batch_size, policy=policy, train=True, seed=cfg.seed,
-                        image_size=cfg.image_size, num_threads=dali_threads, device="cpu")
+    loader = DaliLoader(
+        ds,
+        split.train,
+        batch_size=cfg.batch_size,
+        policy=policy,
+        train=True,
+        seed=cfg.seed,
+        image_size=cfg.image_size,
+        num_threads=dali_threads,
+        device="cpu",
+    )
     steps = len(loader)
 
     def learner() -> Learner:
@@ -558,8 +713,16 @@ def basic(args: argparse.Namespace, cfg: TrainConfig, ds: Any, split: Any, polic
     # (e) evaluation of the validation split, as every trial epoch ends
     eval_rate = eval_cpu = None
     if len(split.val):
-        val_loader = DaliLoader(ds, split.val, batch_size=eval_batch_size(cfg), train=False, seed=cfg.seed,
-                                image_size=cfg.image_size, num_threads=dali_threads, device="cpu")
+        val_loader = DaliLoader(
+            ds,
+            split.val,
+            batch_size=eval_batch_size(cfg),
+            train=False,
+            seed=cfg.seed,
+            image_size=cfg.image_size,
+            num_threads=dali_threads,
+            device="cpu",
+        )
         real.evaluate(val_loader)  # warm-up pass
         seen = 0
         c0, t0 = time.process_time(), time.perf_counter()
@@ -581,69 +744,108 @@ def basic(args: argparse.Namespace, cfg: TrainConfig, ds: Any, split: Any, polic
     dtype = "bfloat16" if real.amp and real.amp_dtype == torch.bfloat16 else "float32"
     roof = peak_for(peak, dtype, threads) if peak else None
     ratio = real_rate / synth_rate
-    print(f"(a) real data + {policy.name} through DALI : {real_rate:8.0f} images/s"
-          + (f"  ({real_rate * flops['train'] / 1e9:.1f} GFLOP/s, {real_rate * flops['train'] / 1e9 / roof:.1%} of the "
-             f"{dtype} peak at {threads} threads)" if roof else ""))
-    print(f"(b) one synthetic batch repeated          : {synth_rate:8.0f} images/s"
-          + (f"  ({synth_rate * flops['train'] / 1e9:.1f} GFLOP/s, {synth_rate * flops['train'] / 1e9 / roof:.1%} "
-             f"of the peak)" if roof else ""))
+    print(
+        f"(a) real data + {policy.name} through DALI : {real_rate:8.0f} images/s"
+        + (
+            f"  ({real_rate * flops['train'] / 1e9:.1f} GFLOP/s, {real_rate * flops['train'] / 1e9 / roof:.1%} of the "
+            f"{dtype} peak at {threads} threads)"
+            if roof
+            else ""
+        )
+    )
+    print(
+        f"(b) one synthetic batch repeated          : {synth_rate:8.0f} images/s"
+        + (
+            f"  ({synth_rate * flops['train'] / 1e9:.1f} GFLOP/s, {synth_rate * flops['train'] / 1e9 / roof:.1%} "
+            f"of the peak)"
+            if roof
+            else ""
+        )
+    )
     print(f"(c) DALI loader alone (no training)       : {loader_rate:8.0f} images/s")
     if eval_rate is not None:
         print(f"(e) evaluation, batches of {eval_batch_size(cfg):<5d}         : {eval_rate:8.0f} images/s")
     print(f"ratio (a)/(b) = {ratio:.3f}  (target >= 0.90: {'met' if ratio >= 0.9 else 'MISSED'})")
-    print(f"in (a): {100 * real_wait / real_s:.1f}% of the wall time waiting for the next batch, "
-          f"{100 * (1 - real_wait / real_s):.1f}% in the training step (slowed by the DALI threads "
-          f"sharing the cores); {1000 * real_cpu / (real_n / cfg.batch_size):.1f} CPU-ms per batch")
-    print(f"per batch of {cfg.batch_size}: training step alone {1000 * synth_s / (synth_n / cfg.batch_size):.1f} ms wall, "
-          f"{1000 * synth_cpu:.1f} CPU-ms; DALI loader alone {1000 * cfg.batch_size / loader_rate:.1f} ms wall, "
-          f"{1000 * loader_cpu:.1f} CPU-ms")
+    print(
+        f"in (a): {100 * real_wait / real_s:.1f}% of the wall time waiting for the next batch, "
+        f"{100 * (1 - real_wait / real_s):.1f}% in the training step (slowed by the DALI threads "
+        f"sharing the cores); {1000 * real_cpu / (real_n / cfg.batch_size):.1f} CPU-ms per batch"
+    )
+    print(
+        f"per batch of {cfg.batch_size}: training step alone {1000 * synth_s / (synth_n / cfg.batch_size):.1f} ms wall, "
+        f"{1000 * synth_cpu:.1f} CPU-ms; DALI loader alone {1000 * cfg.batch_size / loader_rate:.1f} ms wall, "
+        f"{1000 * loader_cpu:.1f} CPU-ms"
+    )
     train_n, val_n = len(split.train), len(split.val)
     epoch_wall = epoch_cost(train_n, val_n, 1 / real_rate, 1 / eval_rate if eval_rate else 0.0)
     epoch_cpu = epoch_cost(train_n, val_n, real_cpu / real_n, eval_cpu or 0.0)
     eval_share = (val_n / eval_rate) / epoch_wall if eval_rate else 0.0
-    print(f"one trial epoch ({train_n} training + {val_n} validation images): {epoch_wall:.2f} s wall "
-          f"({eval_share:.0%} of it validation), {epoch_cpu:.2f} CPU-s: {3600 / epoch_cpu:,.0f} trial epochs per CPU-hour")
+    print(
+        f"one trial epoch ({train_n} training + {val_n} validation images): {epoch_wall:.2f} s wall "
+        f"({eval_share:.0%} of it validation), {epoch_cpu:.2f} CPU-s: {3600 / epoch_cpu:,.0f} trial epochs per CPU-hour"
+    )
     cores = min(threads, os.cpu_count() or 1)
-    bound = synth_cpu / (synth_cpu + loader_cpu) if synth_cpu / cores >= synth_s / (synth_n / cfg.batch_size) * 0.9 else None
+    bound = (
+        synth_cpu / (synth_cpu + loader_cpu)
+        if synth_cpu / cores >= synth_s / (synth_n / cfg.batch_size) * 0.9
+        else None
+    )
     if bound is not None:
-        print(f"the training step already keeps all {cores} cores busy, so the input pipeline's CPU time comes out "
-              f"of it: expected ratio <= {bound:.3f}")
+        print(
+            f"the training step already keeps all {cores} cores busy, so the input pipeline's CPU time comes out "
+            f"of it: expected ratio <= {bound:.3f}"
+        )
     if profiler:
         buf = io.StringIO()
         pstats.Stats(profiler, stream=buf).sort_stats("tottime").print_stats(15)
         print(buf.getvalue())
     return {
-        "dtype": dtype, "real_images_per_s": real_rate, "synthetic_images_per_s": synth_rate,
-        "loader_images_per_s": loader_rate, "eval_images_per_s": eval_rate, "eval_batch_size": eval_batch_size(cfg),
-        "ratio_real_synthetic": ratio, "wait_share_real": real_wait / real_s,
+        "dtype": dtype,
+        "real_images_per_s": real_rate,
+        "synthetic_images_per_s": synth_rate,
+        "loader_images_per_s": loader_rate,
+        "eval_images_per_s": eval_rate,
+        "eval_batch_size": eval_batch_size(cfg),
+        "ratio_real_synthetic": ratio,
+        "wait_share_real": real_wait / real_s,
         "fraction_of_peak_real": real_rate * flops["train"] / 1e9 / roof if roof else None,
         "fraction_of_peak_synthetic": synth_rate * flops["train"] / 1e9 / roof if roof else None,
-        "cpu_ms_per_batch_real": 1000 * real_cpu / (real_n / cfg.batch_size), "cpu_ms_per_batch_synthetic": 1000 * synth_cpu,
+        "cpu_ms_per_batch_real": 1000 * real_cpu / (real_n / cfg.batch_size),
+        "cpu_ms_per_batch_synthetic": 1000 * synth_cpu,
         "cpu_ms_per_batch_loader": 1000 * loader_cpu,
-        "trial_epoch_wall_s": epoch_wall, "trial_epoch_cpu_s": epoch_cpu, "eval_share_of_epoch_wall": eval_share,
+        "trial_epoch_wall_s": epoch_wall,
+        "trial_epoch_cpu_s": epoch_cpu,
+        "eval_share_of_epoch_wall": eval_share,
         "trial_epochs_per_cpu_hour": 3600 / epoch_cpu,
     }
 
 
 def basic_markdown(result: dict) -> str:
-    pct = (lambda v: "-" if v is None else f"{v:.1%}")
-    return "\n".join([
-        f"Trial throughput: {result['model']}, preset {result['preset']}, batch {result['batch_size']}, "
-        f"torch {result['threads']} / DALI {result['dali_threads']} threads, {result['dtype']}; load average "
-        f"{result['load_start']:.1f} at start, {result['load_end']:.1f} at end.",
-        "",
-        "| run | images/s | of peak |",
-        "| --- | ---: | ---: |",
-        f"| (a) real data + policy through DALI | {result['real_images_per_s']:,.0f} | {pct(result['fraction_of_peak_real'])} |",
-        f"| (b) synthetic batch | {result['synthetic_images_per_s']:,.0f} | {pct(result['fraction_of_peak_synthetic'])} |",
-        f"| (c) DALI loader alone | {result['loader_images_per_s']:,.0f} | |",
-        f"| (e) evaluation (batch {result['eval_batch_size']}) | "
-        f"{'-' if result['eval_images_per_s'] is None else format(result['eval_images_per_s'], ',.0f')} | |",
-        "",
-        f"One trial epoch ({result['train_images']} + {result['val_images']} images): "
-        f"{result['trial_epoch_wall_s']:.2f} s wall ({result['eval_share_of_epoch_wall']:.0%} validation), "
-        f"{result['trial_epoch_cpu_s']:.2f} CPU-s, {result['trial_epochs_per_cpu_hour']:,.0f} trial epochs per CPU-hour.",
-    ]) + "\n"
+    def pct(v):
+        return "-" if v is None else f"{v:.1%}"
+
+    return (
+        "\n".join(
+            [
+                f"Trial throughput: {result['model']}, preset {result['preset']}, batch {result['batch_size']}, "
+                f"torch {result['threads']} / DALI {result['dali_threads']} threads, {result['dtype']}; load average "
+                f"{result['load_start']:.1f} at start, {result['load_end']:.1f} at end.",
+                "",
+                "| run | images/s | of peak |",
+                "| --- | ---: | ---: |",
+                f"| (a) real data + policy through DALI | {result['real_images_per_s']:,.0f} | {pct(result['fraction_of_peak_real'])} |",
+                f"| (b) synthetic batch | {result['synthetic_images_per_s']:,.0f} | {pct(result['fraction_of_peak_synthetic'])} |",
+                f"| (c) DALI loader alone | {result['loader_images_per_s']:,.0f} | |",
+                f"| (e) evaluation (batch {result['eval_batch_size']}) | "
+                f"{'-' if result['eval_images_per_s'] is None else format(result['eval_images_per_s'], ',.0f')} | |",
+                "",
+                f"One trial epoch ({result['train_images']} + {result['val_images']} images): "
+                f"{result['trial_epoch_wall_s']:.2f} s wall ({result['eval_share_of_epoch_wall']:.0%} validation), "
+                f"{result['trial_epoch_cpu_s']:.2f} CPU-s, {result['trial_epochs_per_cpu_hour']:,.0f} trial epochs per CPU-hour.",
+            ]
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

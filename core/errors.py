@@ -29,6 +29,7 @@ Problems that do not stop a command are warnings of one branch, :class:`AutoaugW
 :class:`DataWarning` -- the data allow what was asked only approximately (e.g. a grouped split
 that cannot stratify a class).
 """
+
 from __future__ import annotations
 
 __all__ = [

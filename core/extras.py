@@ -10,6 +10,7 @@ A command module lists what it needs in ``REQUIRES`` (module names); ``autoaug``
 calls :func:`require` before running it, so a missing library is one line naming the extra
 (exit status 2), never an ``ImportError`` traceback half-way through.
 """
+
 from __future__ import annotations
 
 import importlib.util

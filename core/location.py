@@ -25,6 +25,7 @@ one :class:`~autoaug.core.errors.StorageError` line naming the path and what to 
 (:func:`writing`, :func:`storage_error`), whoever writes: every write of a :class:`Location` and
 of :func:`atomic_write_local` goes through it, and the policy store's own writes too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,15 +44,28 @@ from autoaug.core.errors import StorageAccessError, StorageError, UserInputError
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["Location", "atomic_write_local", "delete_quietly", "filesystem_from_uri", "is_uri", "list_dir",
-           "resume_with", "storage_error", "writing"]
+__all__ = [
+    "Location",
+    "atomic_write_local",
+    "delete_quietly",
+    "filesystem_from_uri",
+    "is_uri",
+    "list_dir",
+    "resume_with",
+    "storage_error",
+    "writing",
+]
 
 #: errno -> (what happened, what to do): the filesystem errors a write can meet mid-run.
-_FULL = {errno.ENOSPC: ("no space left on the filesystem", "ENOSPC"),
-         errno.EDQUOT: ("the disk quota is exceeded", "EDQUOT")}
-_DENIED = {errno.EROFS: ("the filesystem is read-only", "EROFS"),
-           errno.EACCES: ("permission denied", "EACCES"),
-           errno.EPERM: ("operation not permitted", "EPERM")}
+_FULL = {
+    errno.ENOSPC: ("no space left on the filesystem", "ENOSPC"),
+    errno.EDQUOT: ("the disk quota is exceeded", "EDQUOT"),
+}
+_DENIED = {
+    errno.EROFS: ("the filesystem is read-only", "EROFS"),
+    errno.EACCES: ("permission denied", "EACCES"),
+    errno.EPERM: ("operation not permitted", "EPERM"),
+}
 # pyarrow's OSError carries the errno in its text when its ``errno`` is unset ("[errno 28] No space...").
 _ERRNO_IN_TEXT = re.compile(r"\[errno (\d+)\]", re.I)
 
@@ -67,8 +81,9 @@ def _errno_of(exc: BaseException) -> int | None:
 _AGAIN = "run the command again"
 
 
-def storage_error(exc: BaseException, where: str, *, what: str = "", hint: str = "",
-                  then: str | None = None) -> StorageError | None:
+def storage_error(
+    exc: BaseException, where: str, *, what: str = "", hint: str = "", then: str | None = None
+) -> StorageError | None:
     """The one-line :class:`StorageError` for ``exc`` when it is a write refused by a full, over-quota,
     read-only or denying filesystem (else None). ``where``: the path or URI written; ``what``: what
     it is (``"policy store"``, ``"checkpoint"``...); ``hint``: what else to know (appended);
@@ -80,13 +95,16 @@ def storage_error(exc: BaseException, where: str, *, what: str = "", hint: str =
     tail = f"; {hint}" if hint else ""
     if code in _FULL:
         reason, name = _FULL[code]
-        error = StorageError(f"cannot write {named}: {reason} ({name}); free space there (or write elsewhere), then "
-                             f"{then or _AGAIN}{tail}")
+        error = StorageError(
+            f"cannot write {named}: {reason} ({name}); free space there (or write elsewhere), then "
+            f"{then or _AGAIN}{tail}"
+        )
     elif code in _DENIED:
         reason, name = _DENIED[code]
         again = "" if then is None else f"; then {then}"
-        error = StorageAccessError(f"cannot write {named}: {reason} ({name}); make it writable or choose another "
-                                   f"location{again}{tail}")
+        error = StorageAccessError(
+            f"cannot write {named}: {reason} ({name}); make it writable or choose another location{again}{tail}"
+        )
     else:
         return None
     error.then = lambda then: storage_error(exc, where, what=what, hint=hint, then=then)  # see resume_with

@@ -8,6 +8,7 @@ cannot hold becomes its ``str``.
 Also the definition of the one derived metric more than one package computes:
 :func:`balanced_accuracy` (the trainer's test pass, compare's per-run and per-class reports).
 """
+
 from __future__ import annotations
 
 import json

@@ -22,6 +22,7 @@ Modes (:data:`MODES`):
 anyone else: callbacks that Ray Tune pickles (:class:`autoaug.search.progress.ProgressCallback`)
 drop their reference to it when pickled.
 """
+
 from __future__ import annotations
 
 import sys
@@ -122,8 +123,9 @@ class Progress:
 
     # -- bars ------------------------------------------------------------------------------------
 
-    def add(self, key: str, description: str, total: float, *, unit: str = "", status: str = "",
-            completed: float = 0) -> None:
+    def add(
+        self, key: str, description: str, total: float, *, unit: str = "", status: str = "", completed: float = 0
+    ) -> None:
         """A bar named ``key`` (replaces an existing one of that name). No-op without bars."""
         with self._lock:
             if self._rich is None:
@@ -134,8 +136,16 @@ class Progress:
                 description, total=total, completed=completed, unit=unit, status=status
             )
 
-    def update(self, key: str, *, completed: float | None = None, advance: float | None = None,
-               total: float | None = None, description: str | None = None, status: str | None = None) -> None:
+    def update(
+        self,
+        key: str,
+        *,
+        completed: float | None = None,
+        advance: float | None = None,
+        total: float | None = None,
+        description: str | None = None,
+        status: str | None = None,
+    ) -> None:
         """Move or relabel the bar ``key`` (no-op if there is none)."""
         with self._lock:
             if self._rich is None or key not in self._ids:
@@ -143,8 +153,9 @@ class Progress:
             fields: dict[str, Any] = {}
             if status is not None:
                 fields["status"] = status
-            self._rich.update(self._ids[key], completed=completed, advance=advance, total=total,
-                              description=description, **fields)
+            self._rich.update(
+                self._ids[key], completed=completed, advance=advance, total=total, description=description, **fields
+            )
 
     def remove(self, key: str) -> None:
         with self._lock:

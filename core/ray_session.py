@@ -28,6 +28,7 @@ Example::
         print(info.describe())          # "Ray cluster at 10.0.0.5:6379: 3 nodes, 48 CPUs, 4 GPUs"
         ...                             # ray.tune.Tuner(...).fit()
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -119,7 +120,9 @@ def parse_address(address: str, *, default_kind: str = "gcs") -> Address:
     ``"dashboard"`` (for :func:`job_client`). Raises :class:`ClusterError` for anything else.
     """
     if not isinstance(address, str) or not address.strip():
-        raise ClusterInputError(f"empty Ray cluster address {address!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT")
+        raise ClusterInputError(
+            f"empty Ray cluster address {address!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT"
+        )
     text = address.strip()
     if text == "auto":
         return Address("auto", "auto")
@@ -141,7 +144,9 @@ def parse_address(address: str, *, default_kind: str = "gcs") -> Address:
         default_port = _DEFAULT_GCS_PORT if kind == "gcs" else _DEFAULT_DASHBOARD_PORT
     match = _HOST_PORT_RE.match(hostport)
     if not match:
-        raise ClusterInputError(f"malformed Ray cluster address {text!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT")
+        raise ClusterInputError(
+            f"malformed Ray cluster address {text!r}: expected HOST:PORT, ray://HOST:PORT or http://HOST:PORT"
+        )
     port = int(match.group("port")) if match.group("port") else default_port
     if not 0 < port < 65536:
         raise ClusterInputError(f"port {port} in Ray cluster address {text!r} is out of range 1-65535")
@@ -380,7 +385,6 @@ def connect(
     Raises:
         ClusterError: unreachable head, wrong kind of address, missing or rejected token.
     """
-    import ray
 
     from autoaug.core.failpoints import runtime_env_vars
 
@@ -561,7 +565,9 @@ def job_error(url: str, exc: BaseException, job_id: str | None = None) -> Cluste
         first = str(exc).strip().splitlines()[0]
         return ClusterError(f"the Ray job server at {url} refused the request ({first}); {AUTH_HELP}")
     if job_id is not None and ("does not exist" in text or "404" in text):
-        return ClusterInputError(f"no job {job_id!r} on the Ray cluster at {url} (see `autoaug launch list --address {url}`)")
+        return ClusterInputError(
+            f"no job {job_id!r} on the Ray cluster at {url} (see `autoaug launch list --address {url}`)"
+        )
     if isinstance(exc, ConnectionError):
         return ClusterError(f"cannot talk to the Ray job server at {url}: {text}")
     return ClusterError(f"Ray job server at {url}: {name}: {text[:500]}")

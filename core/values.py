@@ -3,6 +3,7 @@ of nested mappings, and strict JSON (each key once).
 
 ``bool`` is an ``int`` to Python but never a count or a seed here: both checks refuse it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -11,8 +12,17 @@ import math
 import numbers
 from typing import Any, Iterable, Mapping
 
-__all__ = ["is_int", "is_number", "deep_merge", "loads_strict", "DuplicateKeyError", "clip", "short_repr", "invalid",
-           "check_keys"]
+__all__ = [
+    "is_int",
+    "is_number",
+    "deep_merge",
+    "loads_strict",
+    "DuplicateKeyError",
+    "clip",
+    "short_repr",
+    "invalid",
+    "check_keys",
+]
 
 
 def is_int(x: Any) -> bool:
@@ -97,7 +107,8 @@ def loads_strict(text: str | bytes) -> Any:
             where = f"at {place}" if place else "at the top level"
             raise DuplicateKeyError(
                 f"the key {json.dumps(value.key)} appears twice in one object {where} "
-                f"(first {_short(value.first)}, then {_short(value.second)}); expected each key once")
+                f"(first {_short(value.first)}, then {_short(value.second)}); expected each key once"
+            )
         if isinstance(value, dict):
             stack.extend((f"{place}.{k}" if place else str(k), v) for k, v in reversed(list(value.items())))
         elif isinstance(value, list):
@@ -112,7 +123,7 @@ def clip(text: str, limit: int = 200) -> str:
     if len(text) <= limit:
         return text
     keep = limit - 3
-    return text[: keep - keep // 3] + "..." + text[len(text) - keep // 3:]
+    return text[: keep - keep // 3] + "..." + text[len(text) - keep // 3 :]
 
 
 def short_repr(value: Any, limit: int = 80, items: int = 6) -> str:

@@ -6,6 +6,7 @@
 How the screenshots under docs/ were made (rich parses the escapes, PIL draws the text with
 DejaVu Sans Mono).
 """
+
 from __future__ import annotations
 
 import sys

@@ -7,6 +7,7 @@ and sets ``func`` (a callable taking the parsed args and returning an exit code)
 stderr, without a traceback, and every :class:`autoaug.core.errors.AutoaugWarning` as one
 ``autoaug: warning:`` line (once per message, wherever it was raised).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -18,6 +18,7 @@ finished runs. See docs/compare.md.
 Exit status: 0 success; 1 a training run failed (the finished ones are kept); 2 bad input;
 130 interrupted (re-run the same command to resume).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,14 +26,25 @@ import dataclasses
 import sys
 
 from autoaug.launch.options import (
-    CONFIG, JSON, SET, Option, add_options, base_option, group_by_option, image_size_option, layered, option,
-    per_class_option, split_size_options,
+    CONFIG,
+    JSON,
+    SET,
+    Option,
+    add_options,
+    base_option,
+    group_by_option,
+    image_size_option,
+    layered,
+    option,
+    per_class_option,
+    split_size_options,
 )
 
 __all__ = ["register", "run", "build_compare_config"]
 
 #: Checked by ``autoaug``'s main before the command runs (the search extra, autoaug.core.extras).
 REQUIRES = ("ray", "nvidia.dali", "scipy", "matplotlib")
+
 
 def build_compare_config(args: argparse.Namespace):
     """The :class:`autoaug.launch.compare.CompareConfig` for parsed arguments (config file, --set, flags)."""
@@ -86,10 +98,28 @@ def comparison_json(comparison) -> dict:
     return {
         "out": comparison.config.out,
         "summaries": [dataclasses.asdict(s) for s in comparison.summaries],
-        "runs": [{k: r.get(k) for k in ("run_id", "policy", "kind", "ref", "policy_hash", "base", "seed",
-                                         "test_accuracy", "val_accuracy", "train_time_s", "history",
-                                         "test_class_correct", "test_class_total")}
-                 | {"balanced_accuracy": run_balanced_accuracy(r)} for r in comparison.runs],
+        "runs": [
+            {
+                k: r.get(k)
+                for k in (
+                    "run_id",
+                    "policy",
+                    "kind",
+                    "ref",
+                    "policy_hash",
+                    "base",
+                    "seed",
+                    "test_accuracy",
+                    "val_accuracy",
+                    "train_time_s",
+                    "history",
+                    "test_class_correct",
+                    "test_class_total",
+                )
+            }
+            | {"balanced_accuracy": run_balanced_accuracy(r)}
+            for r in comparison.runs
+        ],
         "per_class": comparison.per_class.to_dict(),
         "trained": comparison.trained,
         "reused": len(comparison.runs) - comparison.trained,
@@ -102,28 +132,77 @@ def comparison_json(comparison) -> dict:
 #: Every option of ``autoaug compare``, with the key of the compare configuration it sets (see
 #: :func:`autoaug.launch.compare.config_from_dict`).
 OPTIONS: tuple[Option, ...] = (
-    option("--policy", key="policies", group="what", dest="policies", action="append", metavar="REF",
-           help="policy to evaluate (repeatable), first match wins: a preset, a policy JSON file, a stored "
-           "reference (name, name@N, name@latest, hash prefix)"),
-    option("--baselines", key="baselines", group="what", metavar="LIST",
-           # the default is candidates.DEFAULT_BASELINES (not imported here: it would load the compare
-           # package at every start of autoaug; tests/launch/test_compare.py checks the two agree)
-           help="comma-separated preset baselines (default: none,crop,standard,randaugment:n=2,m=9,"
-           "trivialaugment,autoaugment-cifar10; '' for none)"),
-    base_option("applies to every policy with sub-policies, --policy ones and baselines such as "
-                "autoaugment-cifar10 (labelled 'NAME [base BASE]'); the presets none, crop and standard are bases "
-                "alone and keep theirs", group="what"),
+    option(
+        "--policy",
+        key="policies",
+        group="what",
+        dest="policies",
+        action="append",
+        metavar="REF",
+        help="policy to evaluate (repeatable), first match wins: a preset, a policy JSON file, a stored "
+        "reference (name, name@N, name@latest, hash prefix)",
+    ),
+    option(
+        "--baselines",
+        key="baselines",
+        group="what",
+        metavar="LIST",
+        # the default is candidates.DEFAULT_BASELINES (not imported here: it would load the compare
+        # package at every start of autoaug; tests/launch/test_compare.py checks the two agree)
+        help="comma-separated preset baselines (default: none,crop,standard,randaugment:n=2,m=9,"
+        "trivialaugment,autoaugment-cifar10; '' for none)",
+    ),
+    base_option(
+        "applies to every policy with sub-policies, --policy ones and baselines such as "
+        "autoaugment-cifar10 (labelled 'NAME [base BASE]'); the presets none, crop and standard are bases "
+        "alone and keep theirs",
+        group="what",
+    ),
     option("--seeds", key="seeds", group="what", type=int, metavar="N", help="seeds per policy (default 3)"),
-    option("--first-seed", key="first_seed", group="what", type=int, metavar="S", help="first seed (default 0): seeds S..S+N-1"),
-    option("--store", key="store", kind="path", group="what", metavar="URI",
-           help="policy store of the references (default $AUTOAUG_STORE or ~/.autoaug/policies)"),
-    option("--no-attach", key="attach", group="what", dest="attach", action="store_const", const=False,
-           help="do not attach the results to the stored policies"),
-    option("--data", key="data", kind="path", group="train", metavar="PATH",
-           help="training data: Parquet file/folder, ImageFolder root, cifar10:ROOT or a URI"),
-    option("--test-data", key="test_data", kind="path", group="train", metavar="PATH",
-           help="test data (default: the dataset's test split: test.parquet next to train.parquet)"),
-    option("--preset", key="preset", group="train", metavar="NAME", help="training preset (docs/training.md; default cpu)"),
+    option(
+        "--first-seed",
+        key="first_seed",
+        group="what",
+        type=int,
+        metavar="S",
+        help="first seed (default 0): seeds S..S+N-1",
+    ),
+    option(
+        "--store",
+        key="store",
+        kind="path",
+        group="what",
+        metavar="URI",
+        help="policy store of the references (default $AUTOAUG_STORE or ~/.autoaug/policies)",
+    ),
+    option(
+        "--no-attach",
+        key="attach",
+        group="what",
+        dest="attach",
+        action="store_const",
+        const=False,
+        help="do not attach the results to the stored policies",
+    ),
+    option(
+        "--data",
+        key="data",
+        kind="path",
+        group="train",
+        metavar="PATH",
+        help="training data: Parquet file/folder, ImageFolder root, cifar10:ROOT or a URI",
+    ),
+    option(
+        "--test-data",
+        key="test_data",
+        kind="path",
+        group="train",
+        metavar="PATH",
+        help="test data (default: the dataset's test split: test.parquet next to train.parquet)",
+    ),
+    option(
+        "--preset", key="preset", group="train", metavar="NAME", help="training preset (docs/training.md; default cpu)"
+    ),
     option("--epochs", key="train.epochs", group="train", type=int, metavar="N", help="override the preset's epochs"),
     option("--model", key="train.model", group="train", metavar="NAME", help="override the preset's model"),
     *split_size_options("train.", group="train"),
@@ -132,17 +211,47 @@ OPTIONS: tuple[Option, ...] = (
     group_by_option("train.", group="train"),
     dataclasses.replace(CONFIG, group="train"),
     dataclasses.replace(SET, group="train"),
-    option("--cpus-per-run", key="cpus_per_run", group="how", type=int, metavar="C",
-           help="CPUs (and trainer threads) per run (default 1)"),
-    option("--gpus-per-run", key="gpus_per_run", group="how", type=float, metavar="G",
-           help="GPUs per run; fractions share a GPU (default 1 for CUDA presets, else 0)"),
-    option("--address", key="address", group="how", metavar="ADDR",
-           help="Ray cluster (HOST:6379 on a cluster machine, ray://HEAD:10001, auto); default: embedded local Ray"),
-    option("--out", key="out", kind="path", group="how", metavar="DIR",
-           help="output folder (default runs/compare); re-use it to resume"),
+    option(
+        "--cpus-per-run",
+        key="cpus_per_run",
+        group="how",
+        type=int,
+        metavar="C",
+        help="CPUs (and trainer threads) per run (default 1)",
+    ),
+    option(
+        "--gpus-per-run",
+        key="gpus_per_run",
+        group="how",
+        type=float,
+        metavar="G",
+        help="GPUs per run; fractions share a GPU (default 1 for CUDA presets, else 0)",
+    ),
+    option(
+        "--address",
+        key="address",
+        group="how",
+        metavar="ADDR",
+        help="Ray cluster (HOST:6379 on a cluster machine, ray://HEAD:10001, auto); default: embedded local Ray",
+    ),
+    option(
+        "--out",
+        key="out",
+        kind="path",
+        group="how",
+        metavar="DIR",
+        help="output folder (default runs/compare); re-use it to resume",
+    ),
     option("-q", "--quiet", group="how", action="store_true", help="no progress, only the final table"),
-    option("-v", "--verbose", key="verbose", group="how", action="store_const", const=True,
-           help="also Ray's own output: the runs' logs, banners and warnings"),
+    option(
+        "-v",
+        "--verbose",
+        key="verbose",
+        group="how",
+        action="store_const",
+        const=True,
+        help="also Ray's own output: the runs' logs, banners and warnings",
+    ),
     dataclasses.replace(JSON, group="how"),
 )
 _GROUPS = {"what": "what to compare", "train": "training", "how": "how to run"}

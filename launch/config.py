@@ -15,6 +15,7 @@ and finally turned into the command's frozen dataclass (for example
 >>> set_dotted({}, "space.exclude_ops", ["SamplePairing"])
 {'space': {'exclude_ops': ['SamplePairing']}}
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,12 @@ def _strict_loader() -> Any:
                     continue  # SafeLoader reports an unhashable key itself
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"the key {key!r} appears twice in one mapping (first at line "
-                        f"{seen[key].start_mark.line + 1}); expected each key once", key_node.start_mark)
+                        None,
+                        None,
+                        f"the key {key!r} appears twice in one mapping (first at line "
+                        f"{seen[key].start_mark.line + 1}); expected each key once",
+                        key_node.start_mark,
+                    )
                 seen[key] = key_node
             return super().construct_mapping(node, deep=deep)
 

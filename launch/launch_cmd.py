@@ -28,6 +28,7 @@ the job id and returns at once. The address defaults to ``$RAY_API_SERVER_ADDRES
 ``http://`` ``$RAY_ADDRESS``); clusters with token authentication need ``RAY_AUTH_MODE=token``
 and ``RAY_AUTH_TOKEN`` in the environment (docs/cluster.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -483,12 +484,14 @@ def _job_parser(action: str) -> argparse.ArgumentParser:
     if action in ("status", "list"):
         parser.add_argument("--json", action="store_true", help="machine-readable output")
     if action == "logs":
-        parser.add_argument("--follow", "-f", action="store_true",
-                            help="stream the logs until the job ends; exit with its status")
+        parser.add_argument(
+            "--follow", "-f", action="store_true", help="stream the logs until the job ends; exit with its status"
+        )
     if action == "stop":
         parser.add_argument("--no-wait", action="store_true", help="return once the stop was requested")
-        parser.add_argument("--timeout", type=float, default=60.0,
-                            help="seconds to wait for the job to stop (default 60)")
+        parser.add_argument(
+            "--timeout", type=float, default=60.0, help="seconds to wait for the job to stop (default 60)"
+        )
     return parser
 
 
@@ -542,12 +545,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--env", action="append", metavar="K=V", help="environment variable for the job (repeatable)")
     parser.add_argument("--job-id", default=None, help="submission id (default: autoaug-COMMAND-TIME-RANDOM)")
-    parser.add_argument("--python", default="python", metavar="EXE",
-                        help="Python executable on the cluster that runs `-m autoaug.launch.cli` (default: python)")
-    parser.add_argument("--entrypoint-num-cpus", type=float, default=None, metavar="N",
-                        help="CPUs reserved for the job's driver process (default 0)")
-    parser.add_argument("--keep-paths", action="store_true",
-                        help="pass the command's arguments unchanged (no shipping or absolutising of local paths)")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
-                        help="the autoaug command to run on the cluster, e.g. -- search --preset smoke --data /data/train.parquet")
+    parser.add_argument(
+        "--python",
+        default="python",
+        metavar="EXE",
+        help="Python executable on the cluster that runs `-m autoaug.launch.cli` (default: python)",
+    )
+    parser.add_argument(
+        "--entrypoint-num-cpus",
+        type=float,
+        default=None,
+        metavar="N",
+        help="CPUs reserved for the job's driver process (default 0)",
+    )
+    parser.add_argument(
+        "--keep-paths",
+        action="store_true",
+        help="pass the command's arguments unchanged (no shipping or absolutising of local paths)",
+    )
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ARGS",
+        help="the autoaug command to run on the cluster, e.g. -- search --preset smoke --data /data/train.parquet",
+    )
     parser.set_defaults(func=run)

@@ -9,6 +9,7 @@ key it sets and its kind.
 * :func:`path_flags` lists the flags whose values are local paths or URIs (``kind="path"``), which
   ``autoaug launch`` rewrites or ships with a job.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,23 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from autoaug.launch.config import flag_overrides, layered_config
 
-__all__ = ["Option", "option", "CONFIG", "SET", "JSON", "split_size_options", "per_class_option", "image_size_option",
-           "group_by_option", "base_option", "warm_start_options", "add_options", "layered", "trainer_assignments",
-           "path_flags"]
+__all__ = [
+    "Option",
+    "option",
+    "CONFIG",
+    "SET",
+    "JSON",
+    "split_size_options",
+    "per_class_option",
+    "image_size_option",
+    "group_by_option",
+    "base_option",
+    "warm_start_options",
+    "add_options",
+    "layered",
+    "trainer_assignments",
+    "path_flags",
+]
 
 
 @dataclass(frozen=True)
@@ -55,14 +70,23 @@ def option(*flags: str, key: Any = None, kind: str = "value", group: str | None 
 
 #: ``--config FILE`` and ``--set KEY=VALUE``: the two layers every configurable command takes.
 CONFIG = option("--config", kind="path", metavar="FILE", help="YAML file with settings (--set and flags override it)")
-SET = option("--set", dest="assignments", action="append", metavar="KEY=VALUE",
-             help="override one setting, e.g. --set epochs=2 (repeatable; YAML values; for search and compare, a "
-                  "setting of the trainer means train.KEY)")
+SET = option(
+    "--set",
+    dest="assignments",
+    action="append",
+    metavar="KEY=VALUE",
+    help="override one setting, e.g. --set epochs=2 (repeatable; YAML values; for search and compare, a "
+    "setting of the trainer means train.KEY)",
+)
 
 #: ``--json``: the result as one JSON document on stdout and nothing else there (progress and
 #: messages go to stderr); ``search``, ``train``, ``compare``, ``policies list`` and ``policies show``.
-JSON = option("--json", action="store_true", default=False,
-              help="print the result as one JSON document on stdout, nothing else (progress goes to stderr)")
+JSON = option(
+    "--json",
+    action="store_true",
+    default=False,
+    help="print the result as one JSON document on stdout, nothing else (progress goes to stderr)",
+)
 
 
 def split_size_options(prefix: str = "", group: str | None = None) -> tuple[Option, Option]:
@@ -70,10 +94,22 @@ def split_size_options(prefix: str = "", group: str | None = None) -> tuple[Opti
     (``search``, ``train``, ``compare``); ``prefix`` is where the trainer's keys sit in the
     command's configuration (``"train."`` for search and compare)."""
     return (
-        option("--train-size", key=f"{prefix}train_size", group=group, type=int, metavar="N",
-               help="images in the reduced training split (0: all images not used for validation)"),
-        option("--val-size", key=f"{prefix}val_size", group=group, type=int, metavar="N",
-               help="validation images (0: none; unset: the preset's)"),
+        option(
+            "--train-size",
+            key=f"{prefix}train_size",
+            group=group,
+            type=int,
+            metavar="N",
+            help="images in the reduced training split (0: all images not used for validation)",
+        ),
+        option(
+            "--val-size",
+            key=f"{prefix}val_size",
+            group=group,
+            type=int,
+            metavar="N",
+            help="validation images (0: none; unset: the preset's)",
+        ),
     )
 
 
@@ -81,10 +117,16 @@ def per_class_option(prefix: str = "", group: str | None = None) -> Option:
     """``--train-per-class N``: the training split sized per class (the CPU presets' way);
     ``--train-size`` gives a total instead. The floor and cap on the total are the preset's
     ``min_train_size``/``max_train_size`` (``--set`` changes them)."""
-    return option("--train-per-class", key=f"{prefix}train_per_class", group=group, type=int, metavar="N",
-                  help="training images per class, on average (instead of --train-size): the total is the sum over "
-                       "classes of min(N, class size), kept within the preset's min_train_size..max_train_size "
-                       "(--set max_train_size=M to change)")
+    return option(
+        "--train-per-class",
+        key=f"{prefix}train_per_class",
+        group=group,
+        type=int,
+        metavar="N",
+        help="training images per class, on average (instead of --train-size): the total is the sum over "
+        "classes of min(N, class size), kept within the preset's min_train_size..max_train_size "
+        "(--set max_train_size=M to change)",
+    )
 
 
 def _image_size(text: str) -> int | str:
@@ -99,19 +141,30 @@ def _image_size(text: str) -> int | str:
 def image_size_option(prefix: str = "", group: str | None = None) -> Option:
     """``--image-size N|auto``: the square size images are resized and center-cropped to; ``auto``
     (the presets' default, except ``smoke``): the data's own size."""
-    return option("--image-size", key=f"{prefix}image_size", group=group, type=_image_size, metavar="N",
-                  help="square size images are resized (shorter side) and center-cropped to; auto (the default "
-                       "of every preset but smoke): the data's own size, which needs images of one size")
+    return option(
+        "--image-size",
+        key=f"{prefix}image_size",
+        group=group,
+        type=_image_size,
+        metavar="N",
+        help="square size images are resized (shorter side) and center-cropped to; auto (the default "
+        "of every preset but smoke): the data's own size, which needs images of one size",
+    )
 
 
 def group_by_option(prefix: str = "", group: str | None = None) -> Option:
     """``--group-by SPEC``: keep groups of related images (a column, or a pattern on
     ``source_path``) on one side of the reduced split (``TrainConfig.group_by``); ``prefix`` as
     for :func:`split_size_options`."""
-    return option("--group-by", key=f"{prefix}group_by", group=group, metavar="SPEC",
-                  help=r"keep each group of related images on one side of the split: a column (e.g. track) or "
-                       r"COLUMN:REGEX, whose match or capture groups are the group (e.g. "
-                       r"'source_path:Images/(\d+)/(\d+)_'); default: no groups")
+    return option(
+        "--group-by",
+        key=f"{prefix}group_by",
+        group=group,
+        metavar="SPEC",
+        help=r"keep each group of related images on one side of the split: a column (e.g. track) or "
+        r"COLUMN:REGEX, whose match or capture groups are the group (e.g. "
+        r"'source_path:Images/(\d+)/(\d+)_'); default: no groups",
+    )
 
 
 def base_option(rule: str, group: str | None = None, *, auto: bool = False) -> Option:
@@ -125,8 +178,13 @@ def base_option(rule: str, group: str | None = None, *, auto: bool = False) -> O
 
     names = (*NAMES, "auto") if auto else NAMES
     what = "the base every candidate trains on" if auto else "train on this base instead of the policy's own"
-    return option("--base", key="base", group=group, metavar="{" + ",".join(names) + "}",
-                  help=f"{what}: none, crop (pad-4 random crop) or standard (crop + horizontal flip); {rule}")
+    return option(
+        "--base",
+        key="base",
+        group=group,
+        metavar="{" + ",".join(names) + "}",
+        help=f"{what}: none, crop (pad-4 random crop) or standard (crop + horizontal flip); {rule}",
+    )
 
 
 def _refs(text: str) -> Any:
@@ -139,17 +197,31 @@ def _refs(text: str) -> Any:
 def warm_start_options(group: str | None = None) -> tuple[Option, Option]:
     """``--warm-start auto|REF,...`` and ``--no-warm-start`` (configuration key ``warm_start``)."""
     return (
-        option("--warm-start", key="warm_start", group=group, type=_refs, metavar="auto|REF,...",
-               help="first candidates: the sub-policies of these policies (presets, policy files, stored "
-                    "versions), or auto: the published policy that transfers best to the data, measured "
-                    "under the proxy before the search (the cpu preset's default)"),
-        option("--no-warm-start", key="warm_start", group=group, dest="warm_start", action="store_const", const=[],
-               help="no warm start: every candidate comes from the sampler"),
+        option(
+            "--warm-start",
+            key="warm_start",
+            group=group,
+            type=_refs,
+            metavar="auto|REF,...",
+            help="first candidates: the sub-policies of these policies (presets, policy files, stored "
+            "versions), or auto: the published policy that transfers best to the data, measured "
+            "under the proxy before the search (the cpu preset's default)",
+        ),
+        option(
+            "--no-warm-start",
+            key="warm_start",
+            group=group,
+            dest="warm_start",
+            action="store_const",
+            const=[],
+            help="no warm start: every candidate comes from the sampler",
+        ),
     )
 
 
-def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
-                groups: Mapping[str, str] | None = None) -> None:
+def add_options(
+    parser: argparse.ArgumentParser, options: Sequence[Option], groups: Mapping[str, str] | None = None
+) -> None:
     """Add ``options`` to ``parser``; an option's ``group`` names one of ``groups``'s titles.
     Options that set the same destination (``--warm-start`` and ``--no-warm-start``) conflict:
     giving both is refused (argparse's mutually exclusive group), not decided by their order."""
@@ -169,8 +241,13 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
         target.add_argument(*opt.flags, **opt.argparse)
 
 
-def layered(args: argparse.Namespace, options: Iterable[Option], *,
-            defaults: Mapping[str, Any] | None = None, own: Iterable[str] | None = None) -> dict[str, Any]:
+def layered(
+    args: argparse.Namespace,
+    options: Iterable[Option],
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    own: Iterable[str] | None = None,
+) -> dict[str, Any]:
     """The configuration mapping: ``defaults`` <- ``--config`` <- ``--set`` <- the flags given.
 
     ``own``: the top-level keys of a command whose trainer settings sit under ``train.``

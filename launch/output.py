@@ -8,6 +8,7 @@
   a C library writing to fd 1 -- lands on stdout; the document given to ``emit`` is written to
   the real stdout at the end.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -16,6 +16,7 @@ to a policy JSON file, or a stored reference (``name``, ``name@latest``, ``name@
 content-hash prefix), in that order of precedence (:mod:`autoaug.policies.reference`): a stored
 policy named like a preset is reached with ``name@latest``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -180,8 +181,14 @@ def _print_summaries(summaries: list, uri: str, as_json: bool) -> int:
         print(f"no policies in {uri}")
         return 0
     rows = [
-        [s.name, f"@{s.latest_version}", str(s.num_versions), _short_time(s.created_at) or _CORRUPT,
-         _short_time(s.updated_at) or _CORRUPT, s.content_hash[:12] or _CORRUPT]
+        [
+            s.name,
+            f"@{s.latest_version}",
+            str(s.num_versions),
+            _short_time(s.created_at) or _CORRUPT,
+            _short_time(s.updated_at) or _CORRUPT,
+            s.content_hash[:12] or _CORRUPT,
+        ]
         for s in summaries
     ]
     print(f"{len(summaries)} polic{'y' if len(summaries) == 1 else 'ies'} in {uri}")
@@ -200,15 +207,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     from autoaug.policies.store import ENV_VAR, CorruptVersion
 
     store = _open_store(args)
-    if not args.name and not args.store and not os.environ.get(ENV_VAR) and not store.exists() \
-            and not os.path.isfile(store.uri):
+    if (
+        not args.name
+        and not args.store
+        and not os.environ.get(ENV_VAR)
+        and not store.exists()
+        and not os.path.isfile(store.uri)
+    ):
         # The built-in default store (~/.autoaug/policies) is created by the first save: on a fresh
         # machine, listing it is the first command a new user types, and nothing saved is no error.
         if args.json:
             print("[]")
         else:
-            print(f"no policies yet in {store.uri} (the default store: searches and 'autoaug policies import' "
-                  "save there)")
+            print(
+                f"no policies yet in {store.uri} (the default store: searches and 'autoaug policies import' save there)"
+            )
         return 0
     # A store the user named (--store, $AUTOAUG_STORE) that does not exist is an error: a typo
     # must not read as "no policies".
@@ -217,14 +230,30 @@ def cmd_list(args: argparse.Namespace) -> int:
         records = store.history(args.name, include_corrupt=True)
         bad = [r for r in records if isinstance(r, CorruptVersion)]
         if args.json:
-            print(json.dumps([{"ref": r.ref, "name": r.name, "version": r.version, "corrupt": True,
-                               "error": r.error, "location": r.location} if isinstance(r, CorruptVersion)
-                              else _record_dict(r) for r in records], indent=2))
+            print(
+                json.dumps(
+                    [
+                        {
+                            "ref": r.ref,
+                            "name": r.name,
+                            "version": r.version,
+                            "corrupt": True,
+                            "error": r.error,
+                            "location": r.location,
+                        }
+                        if isinstance(r, CorruptVersion)
+                        else _record_dict(r)
+                        for r in records
+                    ],
+                    indent=2,
+                )
+            )
             _corrupt_note([r.ref for r in bad], [r.error for r in bad])
             return 0
         rows = [
-            [f"@{r.version}", _CORRUPT, "-", "-", "-"] if isinstance(r, CorruptVersion) else
-            [
+            [f"@{r.version}", _CORRUPT, "-", "-", "-"]
+            if isinstance(r, CorruptVersion)
+            else [
                 f"@{r.version}",
                 _short_time(r.created_at),
                 r.content_hash[:12],
@@ -248,9 +277,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     store = _open_store(args)
     report = store.check(grace_seconds=args.grace)
     if args.json:
-        print(json.dumps({"store": report.uri, "verified": list(report.verified),
-                          "corrupt": [asdict(c) for c in report.corrupt], "removed": list(report.removed),
-                          "kept": list(report.kept), "indexed": list(report.indexed)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "store": report.uri,
+                    "verified": list(report.verified),
+                    "corrupt": [asdict(c) for c in report.corrupt],
+                    "removed": list(report.removed),
+                    "kept": list(report.kept),
+                    "indexed": list(report.indexed),
+                },
+                indent=2,
+            )
+        )
     else:
         for path in report.removed:
             print(f"removed leftover of a killed save: {path}")
@@ -259,11 +298,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         for c in report.corrupt:
             print(f"CORRUPT {c.ref}: {c.error}")
         if report.indexed:
-            print(f"indexed {len(report.indexed)} version(s) saved before the store had an index "
-                  f"(so that listing verifies them without pyarrow): {', '.join(report.indexed[:10])}"
-                  + (", ..." if len(report.indexed) > 10 else ""))
-        print(f"{report.uri}: {len(report.verified)} version(s) verified, {len(report.corrupt)} corrupt, "
-              f"{len(report.removed)} leftover(s) removed")
+            print(
+                f"indexed {len(report.indexed)} version(s) saved before the store had an index "
+                f"(so that listing verifies them without pyarrow): {', '.join(report.indexed[:10])}"
+                + (", ..." if len(report.indexed) > 10 else "")
+            )
+        print(
+            f"{report.uri}: {len(report.verified)} version(s) verified, {len(report.corrupt)} corrupt, "
+            f"{len(report.removed)} leftover(s) removed"
+        )
     if report.corrupt:
         refs = ", ".join(c.ref for c in report.corrupt[:10]) + (", ..." if len(report.corrupt) > 10 else "")
         raise CorruptArtifactError(
@@ -291,8 +334,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     fields.append(("policy", _policy_line(policy)))
     fields.append(("base", _base_line(policy)))
     if schedule is not None:
-        fields.append(("schedule", f"{len(schedule.stages)} stages from {', '.join(f'{s.start:.0%}' for s in schedule.stages)} "
-                                   f"of training (hash {schedule.content_hash[:12]}); the policy is the last stage"))
+        fields.append(
+            (
+                "schedule",
+                f"{len(schedule.stages)} stages from {', '.join(f'{s.start:.0%}' for s in schedule.stages)} "
+                f"of training (hash {schedule.content_hash[:12]}); the policy is the last stage",
+            )
+        )
     for key, value in fields:
         print(f"  {key:<13} {value}")
     print()
@@ -342,7 +390,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UserInputError(
                 f"{label} is a schedule of {len(schedule.stages)} stages (from "
                 f"{', '.join(f'{s.start:.0%}' for s in schedule.stages)} of training) and timm takes one policy: "
-                f"export one stage with --stage K (0 to {len(schedule.stages) - 1}; the last is the stored policy)")
+                f"export one stage with --stage K (0 to {len(schedule.stages) - 1}; the last is the stored policy)"
+            )
         if schedule is not None:
             text = schedule_to_dali_source(schedule) if args.format == "dali" else schedule.to_json() + "\n"
         elif args.format == "dali":
@@ -404,8 +453,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     if schedule is not None and not schedule.is_fixed:
         if "method" in metadata:
             raise UserInputError("--metadata: 'method' holds an imported schedule; use another key")
-        metadata["method"] = {"name": "schedule", "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash},
-                              "schedule_hash": schedule.content_hash}
+        metadata["method"] = {
+            "name": "schedule",
+            "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash},
+            "schedule_hash": schedule.content_hash,
+        }
     store = _open_store(args)
     before = store.versions(args.name)
     version = store.save(policy, args.name, metadata, force=args.force)
@@ -447,15 +499,24 @@ def cmd_preview(args: argparse.Namespace) -> int:
     if args.backend == "dali":
         from autoaug.core.extras import require
 
-        require(("nvidia.dali",), "autoaug policies preview --backend dali", alternative="or pass --backend torchvision")
+        require(
+            ("nvidia.dali",), "autoaug policies preview --backend dali", alternative="or pass --backend torchvision"
+        )
     policy, _, label = _resolve(args.ref, args)
     images = _preview_images(args.data, args.num_images, args.image_size)
     try:
         from autoaug.policies.preview import render_grid
     except ImportError as exc:
         raise UserInputError(f"preview is not available: {exc}") from None
-    path = render_grid(policy, images, Path(args.out).expanduser(), columns=args.columns, seed=args.seed,
-                       backend=args.backend, base=args.with_base)
+    path = render_grid(
+        policy,
+        images,
+        Path(args.out).expanduser(),
+        columns=args.columns,
+        seed=args.seed,
+        backend=args.backend,
+        base=args.with_base,
+    )
     drawn = f", base {policy.base} drawn first" if args.with_base else ""
     print(f"wrote {path}: {len(images)} images x {args.columns} draws of {label} ({args.backend}{drawn})")
     return 0
@@ -465,12 +526,22 @@ def cmd_preview(args: argparse.Namespace) -> int:
 # Registration
 
 
-_STORE = option("--store", kind="path", default=None, metavar="URI",
-                help="policy store: a local folder or a pyarrow URI (s3://, gs://, hdfs://, file://); "
-                "default $AUTOAUG_STORE, else ~/.autoaug/policies")
+_STORE = option(
+    "--store",
+    kind="path",
+    default=None,
+    metavar="URI",
+    help="policy store: a local folder or a pyarrow URI (s3://, gs://, hdfs://, file://); "
+    "default $AUTOAUG_STORE, else ~/.autoaug/policies",
+)
 _EXPORT_OUT = option("--out", kind="path", metavar="FILE", help="write to FILE instead of stdout")
-_PREVIEW_DATA = option("--data", kind="path", required=True, metavar="PATH",
-                       help="dataset: a Parquet file or folder, an ImageFolder tree, or cifar10:ROOT")
+_PREVIEW_DATA = option(
+    "--data",
+    kind="path",
+    required=True,
+    metavar="PATH",
+    help="dataset: a Parquet file or folder, an ImageFolder tree, or cifar10:ROOT",
+)
 _PREVIEW_OUT = option("--out", kind="path", required=True, metavar="FILE", help="PNG file to write")
 #: The options of ``autoaug policies`` and its sub-commands that name paths (``autoaug launch``
 #: rewrites them); the others are plain argparse arguments.
@@ -494,18 +565,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     # --store is accepted after the sub-command too; SUPPRESS keeps the value given before it.
     store_opt = argparse.ArgumentParser(add_help=False)
-    add_options(store_opt, [dataclasses.replace(_STORE, argparse={**_STORE.argparse, "default": argparse.SUPPRESS,
-                                                                  "help": "policy store (see above)"})])
+    add_options(
+        store_opt,
+        [
+            dataclasses.replace(
+                _STORE, argparse={**_STORE.argparse, "default": argparse.SUPPRESS, "help": "policy store (see above)"}
+            )
+        ],
+    )
 
     p = sub.add_parser("list", parents=[store_opt], help="stored names, or the versions of one name")
     p.add_argument("name", nargs="?", help="show every version of this name")
     add_options(p, [JSON])
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("check", parents=[store_opt],
-                       help="verify every stored version; remove leftovers of killed saves (fsck)")
-    p.add_argument("--grace", type=float, default=3600.0, metavar="SECONDS",
-                   help="leave temporary files and claims younger than this alone (default 3600)")
+    p = sub.add_parser(
+        "check", parents=[store_opt], help="verify every stored version; remove leftovers of killed saves (fsck)"
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="leave temporary files and claims younger than this alone (default 3600)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_check)
 
@@ -514,15 +597,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_options(p, [JSON])
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("export", parents=[store_opt],
-                       help="write a policy as JSON, as DALI auto_aug Python source, or for timm's AutoAugment")
+    p = sub.add_parser(
+        "export",
+        parents=[store_opt],
+        help="write a policy as JSON, as DALI auto_aug Python source, or for timm's AutoAugment",
+    )
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
-    p.add_argument("--format", choices=["json", "dali", "timm"], default="json",
-                   help="json: the canonical policy JSON (default); dali: Python building an nvidia.dali.auto_aug "
-                        "Policy from DALI's own augmentations; timm: timm's AutoAugment format (JSON)")
-    p.add_argument("--stage", type=int, metavar="K",
-                   help="of a schedule (a PBA search's result): export its stage K alone, as a policy "
-                        "(default: the whole schedule; timm takes one stage)")
+    p.add_argument(
+        "--format",
+        choices=["json", "dali", "timm"],
+        default="json",
+        help="json: the canonical policy JSON (default); dali: Python building an nvidia.dali.auto_aug "
+        "Policy from DALI's own augmentations; timm: timm's AutoAugment format (JSON)",
+    )
+    p.add_argument(
+        "--stage",
+        type=int,
+        metavar="K",
+        help="of a schedule (a PBA search's result): export its stage K alone, as a policy "
+        "(default: the whole schedule; timm takes one stage)",
+    )
     add_options(p, [_EXPORT_OUT])
     p.set_defaults(func=cmd_export)
 
@@ -545,8 +639,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--columns", type=int, default=8, help="independent draws per image (default 8)")
     p.add_argument("--image-size", type=int, default=None, help="resize images to this size (needed when they differ)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the draws (default 0)")
-    p.add_argument("--backend", choices=["dali", "torchvision"], default="dali", help="implementation that applies the policy (default dali)")
-    p.add_argument("--with-base", action="store_true",
-                   help="draw the policy's base (crop, or crop + flip) before the policy, as in training; default: "
-                        "the policy step alone")
+    p.add_argument(
+        "--backend",
+        choices=["dali", "torchvision"],
+        default="dali",
+        help="implementation that applies the policy (default dali)",
+    )
+    p.add_argument(
+        "--with-base",
+        action="store_true",
+        help="draw the policy's base (crop, or crop + flip) before the policy, as in training; default: "
+        "the policy step alone",
+    )
     p.set_defaults(func=cmd_preview)

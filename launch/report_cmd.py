@@ -9,6 +9,7 @@ Panels (:mod:`autoaug.search.report`): score per trial and best so far, learning
 ops and magnitudes among the top trials, Optuna's parameter importances. Works while the search
 runs (it reads the study) and after it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,12 @@ __all__ = ["register", "run"]
 REQUIRES = ("optuna", "matplotlib")
 
 OPTIONS: tuple[Option, ...] = (
-    option("--storage", kind="path", metavar="DIR|URI",
-           help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)"),
+    option(
+        "--storage",
+        kind="path",
+        metavar="DIR|URI",
+        help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)",
+    ),
     option("--out", kind="path", metavar="FILE", help="PNG to write (default NAME-report.png here)"),
     option("--top", type=int, default=5, metavar="N", help="best trials whose ops are counted (default 5)"),
     JSON,
@@ -42,13 +47,22 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         counts, mags = op_frequencies(data.trials, args.top)
         imp, reason = importances(data.study, data.trials)
-        print(dump_json({
-            "png": path, "run_dir": data.run_dir, "finished_trials": len(data.trials),
-            "best": {"number": max(data.trials, key=lambda t: t.value).number,
-                     "value": max(t.value for t in data.trials)},
-            "top_ops": {op: {"count": n, "mean_magnitude_bin": mags[op]} for op, n in counts.most_common()},
-            "importances": imp, "importances_note": reason,
-        }))
+        print(
+            dump_json(
+                {
+                    "png": path,
+                    "run_dir": data.run_dir,
+                    "finished_trials": len(data.trials),
+                    "best": {
+                        "number": max(data.trials, key=lambda t: t.value).number,
+                        "value": max(t.value for t in data.trials),
+                    },
+                    "top_ops": {op: {"count": n, "mean_magnitude_bin": mags[op]} for op, n in counts.most_common()},
+                    "importances": imp,
+                    "importances_note": reason,
+                }
+            )
+        )
     else:
         print(f"wrote {path} ({len(data.trials)} finished trials of search {args.name})")
     return 0
@@ -57,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``autoaug report``."""
     p = subparsers.add_parser(
-        "report", help="PNG report of a search: scores, learning curves, top ops, parameter importances",
+        "report",
+        help="PNG report of a search: scores, learning curves, top ops, parameter importances",
         description="Draw a search's Optuna study: score per trial and best so far, learning curves, op and "
-                    "magnitude frequencies among the top trials, parameter importances.",
+        "magnitude frequencies among the top trials, parameter importances.",
     )
     p.add_argument("name", metavar="NAME", help="search name (its run directory under --storage)")
     add_options(p, OPTIONS)

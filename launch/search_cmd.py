@@ -13,6 +13,7 @@ docs/search.md.
 Exit status: 0 success; 1 every trial failed (the first error is shown) or Ray failed; 2 bad
 input (flags, config, data, an existing run name); 130 interrupted (resume with ``--resume``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,19 @@ import logging
 
 from autoaug.launch.config import build_config
 from autoaug.launch.options import (
-    CONFIG, JSON, SET, Option, add_options, base_option, group_by_option, image_size_option, layered, option,
-    per_class_option, split_size_options, warm_start_options,
+    CONFIG,
+    JSON,
+    SET,
+    Option,
+    add_options,
+    base_option,
+    group_by_option,
+    image_size_option,
+    layered,
+    option,
+    per_class_option,
+    split_size_options,
+    warm_start_options,
 )
 from autoaug.core.errors import UserInputError
 
@@ -35,11 +47,36 @@ DEFAULT_PRESET = "cpu"
 
 # Flags that define a search and therefore cannot change when resuming one (and every method's own).
 _DEFINING = (
-    "data", "name", "concurrency", "cpus_per_trial", "gpus_per_trial", "optuna_storage", "seed", "sampler",
-    "max_failures", "warm_start", "startup_trials", "rescore", "rescore_seeds", "rescore_val_size", "exclude_ops",
-    "sub_policies", "preset", "config", "assignments", "overwrite", "train_size", "val_size", "train_per_class",
-    "image_size", "group_by", "base", "mlflow_uri", "method", "time_budget",
-)  # fmt: skip
+    "data",
+    "name",
+    "concurrency",
+    "cpus_per_trial",
+    "gpus_per_trial",
+    "optuna_storage",
+    "seed",
+    "sampler",
+    "max_failures",
+    "warm_start",
+    "startup_trials",
+    "rescore",
+    "rescore_seeds",
+    "rescore_val_size",
+    "exclude_ops",
+    "sub_policies",
+    "preset",
+    "config",
+    "assignments",
+    "overwrite",
+    "train_size",
+    "val_size",
+    "train_per_class",
+    "image_size",
+    "group_by",
+    "base",
+    "mlflow_uri",
+    "method",
+    "time_budget",
+)
 
 
 def _defining() -> tuple[str, ...]:
@@ -70,24 +107,29 @@ def _describe(config, address: str | None) -> str:
     concurrency = config.concurrency or "as resources allow"
     startup = "" if config.startup_trials is None else f", {config.startup_trials} startup trials"
     studies = config.search_method.optuna_studies(config)  # None: the method uses no study
-    return "\n".join([
-        f"search {config.name}: concurrency {concurrency}, {config.cpus_per_trial:g} CPU + "
-        f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed}{startup})",
-        *config.search_method.describe(config),
-        f"  space: {config.space.describe()}",
-        f"  {_start_line(config)}",
-        f"  run directory: {RunDir(config.storage, config.name).uri}",
-        *([f"  Optuna {studies} in {study_url(config)}"] if studies is not None else []),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"search {config.name}: concurrency {concurrency}, {config.cpus_per_trial:g} CPU + "
+            f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed}{startup})",
+            *config.search_method.describe(config),
+            f"  space: {config.space.describe()}",
+            f"  {_start_line(config)}",
+            f"  run directory: {RunDir(config.storage, config.name).uri}",
+            *([f"  Optuna {studies} in {study_url(config)}"] if studies is not None else []),
+        ]
+    )
 
 
 def _start_line(config) -> str:
     """Which base and warm start the search uses, or that it measures them first."""
     from autoaug.search.calibrate import AUTO, TRANSFER_REFS
 
-    base = ("base: auto (each base alone trained under the proxy first; of those within the noise of "
-            "the best, the one that augments most)" if config.base == AUTO
-            else f"base: {config.space.base}")
+    base = (
+        "base: auto (each base alone trained under the proxy first; of those within the noise of "
+        "the best, the one that augments most)"
+        if config.base == AUTO
+        else f"base: {config.space.base}"
+    )
     if config.warm_start == AUTO:
         warm = f"warm start: auto (the best of {', '.join(TRANSFER_REFS)}, trained under the proxy first)"
     else:
@@ -157,7 +199,9 @@ def _search(config, args: argparse.Namespace) -> int:
         with RunDir(config.storage, config.name).driver_lock():  # one driver per run: a second is refused
             return _execute(
                 lambda: driver.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
-                config.verbose, args, display,
+                config.verbose,
+                args,
+                display,
             )
 
 
@@ -177,10 +221,16 @@ def _resume(args: argparse.Namespace) -> int:
         with RunDir(_storage(args), args.resume).driver_lock():  # not while another driver runs it
             return _execute(
                 lambda: driver.resume_search(
-                    args.resume, _storage(args), store=args.store, resume_errored=args.resume_errored, session=session,
+                    args.resume,
+                    _storage(args),
+                    store=args.store,
+                    resume_errored=args.resume_errored,
+                    session=session,
                     display=display,
-                ),  # fmt: skip
-                verbose, args, display,
+                ),
+                verbose,
+                args,
+                display,
             )
 
 
@@ -222,19 +272,31 @@ def outcome_json(outcome) -> dict:
         "run_dir": outcome.run_dir,
         "policy_hash": outcome.policy.content_hash,
         "policy": outcome.policy.to_dict(),
-        "best_trial": {"trial_id": outcome.best_trial.trial_id, "score": outcome.score,
-                       "epochs": outcome.best_trial.epochs},
+        "best_trial": {
+            "trial_id": outcome.best_trial.trial_id,
+            "score": outcome.score,
+            "epochs": outcome.best_trial.epochs,
+        },
         "counts": dict(counts),
         "trials": [
-            {"trial_id": t.trial_id, "status": t.status, "score": t.score, "epochs": t.epochs,
-             "train_time_s": t.train_time_s, "error": t.error}
+            {
+                "trial_id": t.trial_id,
+                "status": t.status,
+                "score": t.score,
+                "epochs": t.epochs,
+                "train_time_s": t.train_time_s,
+                "error": t.error,
+            }
             for t in outcome.trials
         ],
         "selection": outcome.provenance.get("selection"),
         "budget": outcome.provenance.get("budget"),  # the time budget: spent, sessions, what it ended
         "study_problems": list(outcome.study_problems),
-        **({"schedule": outcome.provenance["method"]["schedule"]}  # a PBA search's schedule (policy: its last stage)
-           if (outcome.provenance.get("method") or {}).get("schedule") else {}),
+        **(
+            {"schedule": outcome.provenance["method"]["schedule"]}  # a PBA search's schedule (policy: its last stage)
+            if (outcome.provenance.get("method") or {}).get("schedule")
+            else {}
+        ),
     }
 
 
@@ -255,8 +317,11 @@ def _method_options() -> tuple[Option, ...]:
     """The flags the registered methods declare (:class:`autoaug.search.method.OptionSpec`)."""
     from autoaug.search.config import METHODS
 
-    return tuple(option(spec.flag, key=spec.key, group=spec.group, help=spec.help, **spec.argparse)
-                 for m in METHODS.values() for spec in m.options)
+    return tuple(
+        option(spec.flag, key=spec.key, group=spec.group, help=spec.help, **spec.argparse)
+        for m in METHODS.values()
+        for spec in m.options
+    )
 
 
 def _options() -> tuple[Option, ...]:
@@ -269,66 +334,207 @@ def _shared() -> tuple[Option, ...]:
     configuration each sets (see :class:`autoaug.search.config.SearchConfig`); the presets and
     methods offered are those registered when the parser is built."""
     return (
-        option("--data", key="data", kind="path", group="what", metavar="PATH",
-               help="training data: Parquet file/folder, ImageFolder, cifar10:ROOT or a URI"),
-        option("--preset", group="what", choices=_choices("SEARCH_PRESETS"), help=f"starting configuration (default {DEFAULT_PRESET})"),
+        option(
+            "--data",
+            key="data",
+            kind="path",
+            group="what",
+            metavar="PATH",
+            help="training data: Parquet file/folder, ImageFolder, cifar10:ROOT or a URI",
+        ),
+        option(
+            "--preset",
+            group="what",
+            choices=_choices("SEARCH_PRESETS"),
+            help=f"starting configuration (default {DEFAULT_PRESET})",
+        ),
         CONFIG,
         SET,
-        option("--name", key="name", group="what",
-               help="run name: run directory, Optuna study and stored policy name (default: search-DATE-TIME)"),
-        option("--seed", key=lambda v: {"seed": v, "train": {"seed": v}}, group="what", type=int,
-               help="seed of the sampler and of every trial's model init / data order"),
-        option("--sampler", key="sampler", group="what", choices=_choices("SAMPLERS"),
-               help="Optuna sampler (default tpe: multivariate TPE)"),
-        option("--startup-trials", key="startup_trials", group="what", type=int, metavar="N",
-               help="tpe/gp/cmaes propose at random until N trials (warm start included) have finished"),
-        option("--exclude-ops", key=lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
-               group="what", metavar="OP,OP", help="operations left out of the search space, e.g. SamplePairing,Invert"),
-        option("--sub-policies", key="space.num_sub_policies", group="what", type=int, metavar="K",
-               help="sub-policies per candidate (default 5)"),
+        option(
+            "--name",
+            key="name",
+            group="what",
+            help="run name: run directory, Optuna study and stored policy name (default: search-DATE-TIME)",
+        ),
+        option(
+            "--seed",
+            key=lambda v: {"seed": v, "train": {"seed": v}},
+            group="what",
+            type=int,
+            help="seed of the sampler and of every trial's model init / data order",
+        ),
+        option(
+            "--sampler",
+            key="sampler",
+            group="what",
+            choices=_choices("SAMPLERS"),
+            help="Optuna sampler (default tpe: multivariate TPE)",
+        ),
+        option(
+            "--startup-trials",
+            key="startup_trials",
+            group="what",
+            type=int,
+            metavar="N",
+            help="tpe/gp/cmaes propose at random until N trials (warm start included) have finished",
+        ),
+        option(
+            "--exclude-ops",
+            key=lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
+            group="what",
+            metavar="OP,OP",
+            help="operations left out of the search space, e.g. SamplePairing,Invert",
+        ),
+        option(
+            "--sub-policies",
+            key="space.num_sub_policies",
+            group="what",
+            type=int,
+            metavar="K",
+            help="sub-policies per candidate (default 5)",
+        ),
         *split_size_options("train.", group="what"),
         per_class_option("train.", group="what"),
         image_size_option("train.", group="what"),
         group_by_option("train.", group="what"),
-        base_option("or auto (the cpu preset's default): the proxy trained with each base alone before the search; of "
-                    "the best and the bases within the noise of it, the one that augments most (docs/search.md, "
-                    "\"Searching your own dataset\")", group="what", auto=True),
+        base_option(
+            "or auto (the cpu preset's default): the proxy trained with each base alone before the search; of "
+            "the best and the bases within the noise of it, the one that augments most (docs/search.md, "
+            '"Searching your own dataset")',
+            group="what",
+            auto=True,
+        ),
         *warm_start_options(group="what"),
-        option("--no-rescore", key="rescore", group="what", dest="rescore", action="store_const", const=False,
-               help="store the assembled policy without re-scoring the final candidates under the proxy"),
-        option("--rescore-seeds", key=lambda v: {"rescore": True, "rescore_seeds": v}, group="what", type=int, metavar="N",
-               help="re-score each final candidate with N proxy runs (fresh seeds) and store the best mean"),
-        option("--rescore-val-size", key="rescore_val_size", group="what", type=int, metavar="N",
-               help="validation images of the re-scoring runs (default: the proxy's --val-size)"),
+        option(
+            "--no-rescore",
+            key="rescore",
+            group="what",
+            dest="rescore",
+            action="store_const",
+            const=False,
+            help="store the assembled policy without re-scoring the final candidates under the proxy",
+        ),
+        option(
+            "--rescore-seeds",
+            key=lambda v: {"rescore": True, "rescore_seeds": v},
+            group="what",
+            type=int,
+            metavar="N",
+            help="re-score each final candidate with N proxy runs (fresh seeds) and store the best mean",
+        ),
+        option(
+            "--rescore-val-size",
+            key="rescore_val_size",
+            group="what",
+            type=int,
+            metavar="N",
+            help="validation images of the re-scoring runs (default: the proxy's --val-size)",
+        ),
         option("--method", key="method", group="method", choices=_choices("METHODS"), help=_method_help()),
-        option("--concurrency", key=lambda v: {"concurrency": v or None}, group="how", type=int, metavar="N",
-               help="trials at once (0: as many as resources allow)"),
-        option("--cpus-per-trial", key="cpus_per_trial", group="how", type=float, metavar="C", help="CPUs reserved per trial"),
-        option("--gpus-per-trial", key="gpus_per_trial", group="how", type=float, metavar="G",
-               help="GPUs per trial; fractions share a GPU (0.25)"),
-        option("--max-failures", key="max_failures", group="how", type=int, metavar="N", help="retries of a trial that raises"),
-        option("--time-budget", key="time_budget_s", group="how", metavar="DURATION",
-               help="wall-time budget of the whole search (calibration, trials, re-scoring, storing; a resume continues "
-                    "with what is left), e.g. 30m; also 1h30m, 90s or seconds. Trials stop when what is left is what "
-                    "re-scoring and storing need; no preset sets one"),
-        option("--address", group="how", metavar="ADDR",
-               help="Ray cluster to use (ray://head:10001 or auto); default: start an embedded local Ray"),
-        option("--storage", key="storage", kind="path", group="where", metavar="DIR|URI",
-               help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)"),
-        option("--store", key="store", kind="path", group="where", metavar="URI",
-               help="policy store (default $AUTOAUG_STORE or ~/.autoaug/policies)"),
-        option("--optuna-storage", key="optuna_storage", group="where", metavar="URL",
-               help="Optuna storage URL (default: SQLite optuna.db in the run directory)"),
-        option("--mlflow-uri", key="mlflow_uri", group="where", metavar="URI",
-               help="also log every trial to MLflow at this tracking URI (folder, file://, sqlite://, http://); "
-                    "TensorBoard event files are always in the run directory"),
-        option("--overwrite", group="where", action="store_true", default=None,
-               help="delete an existing run of the same name first"),
-        option("--resume", group="again", metavar="NAME", help="continue the search NAME after an interruption or crash"),
-        option("--resume-errored", group="again", action="store_true", help="with --resume: also retry trials that had failed"),
+        option(
+            "--concurrency",
+            key=lambda v: {"concurrency": v or None},
+            group="how",
+            type=int,
+            metavar="N",
+            help="trials at once (0: as many as resources allow)",
+        ),
+        option(
+            "--cpus-per-trial",
+            key="cpus_per_trial",
+            group="how",
+            type=float,
+            metavar="C",
+            help="CPUs reserved per trial",
+        ),
+        option(
+            "--gpus-per-trial",
+            key="gpus_per_trial",
+            group="how",
+            type=float,
+            metavar="G",
+            help="GPUs per trial; fractions share a GPU (0.25)",
+        ),
+        option(
+            "--max-failures",
+            key="max_failures",
+            group="how",
+            type=int,
+            metavar="N",
+            help="retries of a trial that raises",
+        ),
+        option(
+            "--time-budget",
+            key="time_budget_s",
+            group="how",
+            metavar="DURATION",
+            help="wall-time budget of the whole search (calibration, trials, re-scoring, storing; a resume continues "
+            "with what is left), e.g. 30m; also 1h30m, 90s or seconds. Trials stop when what is left is what "
+            "re-scoring and storing need; no preset sets one",
+        ),
+        option(
+            "--address",
+            group="how",
+            metavar="ADDR",
+            help="Ray cluster to use (ray://head:10001 or auto); default: start an embedded local Ray",
+        ),
+        option(
+            "--storage",
+            key="storage",
+            kind="path",
+            group="where",
+            metavar="DIR|URI",
+            help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)",
+        ),
+        option(
+            "--store",
+            key="store",
+            kind="path",
+            group="where",
+            metavar="URI",
+            help="policy store (default $AUTOAUG_STORE or ~/.autoaug/policies)",
+        ),
+        option(
+            "--optuna-storage",
+            key="optuna_storage",
+            group="where",
+            metavar="URL",
+            help="Optuna storage URL (default: SQLite optuna.db in the run directory)",
+        ),
+        option(
+            "--mlflow-uri",
+            key="mlflow_uri",
+            group="where",
+            metavar="URI",
+            help="also log every trial to MLflow at this tracking URI (folder, file://, sqlite://, http://); "
+            "TensorBoard event files are always in the run directory",
+        ),
+        option(
+            "--overwrite",
+            group="where",
+            action="store_true",
+            default=None,
+            help="delete an existing run of the same name first",
+        ),
+        option(
+            "--resume", group="again", metavar="NAME", help="continue the search NAME after an interruption or crash"
+        ),
+        option(
+            "--resume-errored",
+            group="again",
+            action="store_true",
+            help="with --resume: also retry trials that had failed",
+        ),
         option("-q", "--quiet", group="output", action="store_true", help="no progress, only the result"),
-        option("-v", "--verbose", key="verbose", group="output", action="store_const", const=2,
-               help="also Ray's and Tune's own output: banners, warnings, status table, the trials' logs"),
+        option(
+            "-v",
+            "--verbose",
+            key="verbose",
+            group="output",
+            action="store_const",
+            const=2,
+            help="also Ray's and Tune's own output: banners, warnings, status table, the trials' logs",
+        ),
         dataclasses.replace(JSON, group="output"),
     )
 
@@ -336,8 +542,14 @@ def _shared() -> tuple[Option, ...]:
 #: Every option of ``autoaug search``: the shared ones and the built-in methods' (a parser built
 #: after another method was registered has that one's too: :func:`_options`).
 OPTIONS: tuple[Option, ...] = _options()
-_GROUPS = {"what": "what to search", "method": "search method", "how": "how to run it", "where": "where results go", "again": "resuming",
-           "output": "output"}
+_GROUPS = {
+    "what": "what to search",
+    "method": "search method",
+    "how": "how to run it",
+    "where": "where results go",
+    "again": "resuming",
+    "output": "output",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

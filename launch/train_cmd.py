@@ -14,6 +14,7 @@ prints one line per epoch and writes to ``--out``:
 * ``checkpoint.pt``: model, optimizer, scheduler, loader and RNG state after the last finished
   epoch (``--resume`` continues from it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,18 @@ from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import epoch_record, metrics_json
 from autoaug.launch.options import (
-    CONFIG, JSON, SET, Option, add_options, base_option, group_by_option, image_size_option, layered, option,
-    per_class_option, split_size_options,
+    CONFIG,
+    JSON,
+    SET,
+    Option,
+    add_options,
+    base_option,
+    group_by_option,
+    image_size_option,
+    layered,
+    option,
+    per_class_option,
+    split_size_options,
 )
 
 _METRICS_JSON = "metrics.json"
@@ -47,18 +58,34 @@ def _preset_names() -> list[str]:
 #: ``--config`` file and of ``--set``: ``policy``, ``store``, ``out``, ``resume``, ``preset``,
 #: ``base`` and the fields of :class:`autoaug.proxy_models.train.TrainConfig`).
 OPTIONS: tuple[Option, ...] = (
-    option("--policy", key="policy",
-           help="policy reference, first match wins: a preset (autoaugment-cifar10, randaugment:n=2,m=9, "
-                "trivialaugment, none, crop, standard...), a policy JSON file, a stored policy (name, name@N, "
-                "name@latest, hash prefix); default standard"),
-    base_option("a policy without sub-policies (none, crop, standard) is a base alone: give the preset of the "
-                "base you want as --policy instead"),
-    option("--store", key="store", kind="path", metavar="URI",
-           help="policy store for stored references (default: $AUTOAUG_STORE or ~/.autoaug/policies)"),
-    option("--data", key="data", kind="path", help="training data: Parquet file/folder, ImageFolder root or cifar10:ROOT"),
-    option("--test-data", key="test_data", kind="path",
-           help="test data (same forms; default: the dataset's test split: test.parquet next to "
-                "train.parquet); test accuracy is printed at the end"),
+    option(
+        "--policy",
+        key="policy",
+        help="policy reference, first match wins: a preset (autoaugment-cifar10, randaugment:n=2,m=9, "
+        "trivialaugment, none, crop, standard...), a policy JSON file, a stored policy (name, name@N, "
+        "name@latest, hash prefix); default standard",
+    ),
+    base_option(
+        "a policy without sub-policies (none, crop, standard) is a base alone: give the preset of the "
+        "base you want as --policy instead"
+    ),
+    option(
+        "--store",
+        key="store",
+        kind="path",
+        metavar="URI",
+        help="policy store for stored references (default: $AUTOAUG_STORE or ~/.autoaug/policies)",
+    ),
+    option(
+        "--data", key="data", kind="path", help="training data: Parquet file/folder, ImageFolder root or cifar10:ROOT"
+    ),
+    option(
+        "--test-data",
+        key="test_data",
+        kind="path",
+        help="test data (same forms; default: the dataset's test split: test.parquet next to "
+        "train.parquet); test accuracy is printed at the end",
+    ),
     option("--preset", key="preset", help="training preset (docs/training.md; default cpu)"),
     option("--model", key="model", help="model name (wrn-40-2, wrn-28-10, resnet-8, resnet-20, ...)"),
     option("--epochs", key="epochs", type=int),
@@ -72,9 +99,16 @@ OPTIONS: tuple[Option, ...] = (
     option("--split-seed", key="split_seed", type=int),
     option("--num-threads", key="num_threads", type=int, help="torch and DALI CPU threads"),
     option("--device", key="device", choices=["auto", "cpu", "cuda"]),
-    option("--out", key="out", kind="path", metavar="DIR", help="output directory (default: runs/train-<policy>-<time>)"),
-    option("--resume", key="resume", action="store_const", const=True,
-           help="continue from --out/checkpoint.pt (same config and policy)"),
+    option(
+        "--out", key="out", kind="path", metavar="DIR", help="output directory (default: runs/train-<policy>-<time>)"
+    ),
+    option(
+        "--resume",
+        key="resume",
+        action="store_const",
+        const=True,
+        help="continue from --out/checkpoint.pt (same config and policy)",
+    ),
     CONFIG,
     SET,
     option("-q", "--quiet", action="store_true", help="no progress, only the result"),
@@ -93,11 +127,15 @@ def _epilog() -> str:
     from autoaug.proxy_models.train_config import PRESETS
 
     width = max(map(len, PRESETS))
-    lines = ["presets (--preset; docs/training.md, \"Configuration and presets\"):"]
+    lines = ['presets (--preset; docs/training.md, "Configuration and presets"):']
     for name, cfg in PRESETS.items():
         size = f"{cfg.image_size}x{cfg.image_size}" if cfg.image_size else "the data's own image size"
-        lines += textwrap.wrap(f"{name:<{width}}  {cfg.model}, {cfg.epochs} epochs, {cfg.describe_split()}, {size}",
-                               width=100, initial_indent="  ", subsequent_indent="  " + " " * (width + 2))
+        lines += textwrap.wrap(
+            f"{name:<{width}}  {cfg.model}, {cfg.epochs} epochs, {cfg.describe_split()}, {size}",
+            width=100,
+            initial_indent="  ",
+            subsequent_indent="  " + " " * (width + 2),
+        )
     per_class = PRESETS["eval-cpu"]
     cifar = per_class.resolved([5000] * 10, data_image_size=32).train_size
     gtsrb = per_class.resolved([210] * 43, data_image_size=32).train_size
@@ -121,7 +159,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=textwrap.fill(
             "Train a model on --data augmented by --policy, print one line per epoch, and write "
             "metrics.json, metrics.csv and checkpoint.pt to --out. Layers: --preset (default cpu), "
-            "then --config FILE, then --set KEY=VALUE (e.g. --set epochs=2), then the flags.", width=100,
+            "then --config FILE, then --set KEY=VALUE (e.g. --set epochs=2), then the flags.",
+            width=100,
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's lines are its own
     )
@@ -247,8 +286,10 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     if resolved.schedule is not None and not resolved.schedule.is_fixed:
         from autoaug.policies.schedule import Schedule
 
-        schedule = Schedule(resolved.schedule.name, [(s.start, _on_base(s.policy, command["base"], str(command["policy"])))
-                                                      for s in resolved.schedule.stages])
+        schedule = Schedule(
+            resolved.schedule.name,
+            [(s.start, _on_base(s.policy, command["base"], str(command["policy"]))) for s in resolved.schedule.stages],
+        )
     rebased_from = stored.base if policy.base != stored.base else None
     label = policy.name + (f"-base-{policy.base}" if rebased_from else "")
     out = Path(command["out"]) if command["out"] else Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -258,7 +299,9 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
             raise UserInputError(f"--resume: no checkpoint at {out / CHECKPOINT_NAME}")
         resume_from = out
     elif (out / CHECKPOINT_NAME).is_file():
-        raise UserInputError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
+        raise UserInputError(
+            f"{out} already holds a training run; pass --resume to continue it or choose another --out"
+        )
     requested = config
     # Sized to the data (resolved), data checked and decoded, --out writable; nothing created yet.
     config = preflight.for_train(config, out)
@@ -279,16 +322,20 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
         "rebased_from": rebased_from,  # the policy's own base when --base moved it, else None
     }
     if schedule is not None:  # "policy" is then the last stage
-        base.update(schedule=schedule.to_dict(), schedule_hash=schedule.content_hash,
-                    stage_epochs=schedule.start_epochs(config.epochs))
+        base.update(
+            schedule=schedule.to_dict(),
+            schedule_hash=schedule.content_hash,
+            stage_epochs=schedule.start_epochs(config.epochs),
+        )
     history: list[dict[str, Any]] = []
 
     def report(metrics: dict[str, Any]) -> None:
         row = epoch_record(metrics)
         history.append(row)
         display.log(format_epoch(metrics, config.epochs))
-        display.update("epochs", completed=metrics["epoch"],
-                       status=f"val_acc {_fmt(metrics.get('val_accuracy'), '.4f')}")
+        display.update(
+            "epochs", completed=metrics["epoch"], status=f"val_acc {_fmt(metrics.get('val_accuracy'), '.4f')}"
+        )
         write_history_csv(history, out / _METRICS_CSV)
         _write_json(out / _METRICS_JSON, dict(base, history=history))
 
@@ -309,8 +356,10 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
         f"{config.epochs} epochs, seed {config.seed} -> {out}"
     )
     if schedule is not None:
-        display.log(f"schedule {schedule.name!r}: {len(schedule.stages)} stages, from epochs "
-                    f"{[e + 1 for e in schedule.start_epochs(config.epochs)]} of {config.epochs} (the policy above is the last)")
+        display.log(
+            f"schedule {schedule.name!r}: {len(schedule.stages)} stages, from epochs "
+            f"{[e + 1 for e in schedule.start_epochs(config.epochs)]} of {config.epochs} (the policy above is the last)"
+        )
     display.log(f"split: {_describe_sizing(requested, config)}")
     display.add("epochs", f"train {config.model}", total=config.epochs, unit="epochs", completed=len(history))
 
@@ -322,8 +371,14 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
             display.remove("batches")
 
     try:
-        result = train(config, policy if schedule is None else schedule, report=report, checkpoint_dir=out, resume_from=resume_from,
-                       on_batch=on_batch if display.live else None)
+        result = train(
+            config,
+            policy if schedule is None else schedule,
+            report=report,
+            checkpoint_dir=out,
+            resume_from=resume_from,
+            on_batch=on_batch if display.live else None,
+        )
     except (ValueError, FileNotFoundError, FloatingPointError) as exc:
         raise UserInputError(str(exc)) from None
 
@@ -342,13 +397,32 @@ def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
     _write_json(out / _METRICS_JSON, dict(base, status="finished", history=history, final=final))
     display.stop()
     if args.json:
-        emit({"out": str(out), "policy": policy.to_dict(), "policy_hash": policy.content_hash,
-              "base": policy.base, "rebased_from": rebased_from,
-              **({} if schedule is None else {"schedule": base["schedule"], "schedule_hash": base["schedule_hash"],
-                                              "stage_epochs": base["stage_epochs"]}),
-              "config": config.to_dict(), "final": final, "history": history,
-              "files": {"metrics_json": str(out / _METRICS_JSON), "metrics_csv": str(out / _METRICS_CSV),
-                        "checkpoint": str(out / CHECKPOINT_NAME)}})
+        emit(
+            {
+                "out": str(out),
+                "policy": policy.to_dict(),
+                "policy_hash": policy.content_hash,
+                "base": policy.base,
+                "rebased_from": rebased_from,
+                **(
+                    {}
+                    if schedule is None
+                    else {
+                        "schedule": base["schedule"],
+                        "schedule_hash": base["schedule_hash"],
+                        "stage_epochs": base["stage_epochs"],
+                    }
+                ),
+                "config": config.to_dict(),
+                "final": final,
+                "history": history,
+                "files": {
+                    "metrics_json": str(out / _METRICS_JSON),
+                    "metrics_csv": str(out / _METRICS_CSV),
+                    "checkpoint": str(out / CHECKPOINT_NAME),
+                },
+            }
+        )
         return 0
     summary = f"done in {result.train_time_s:.1f}s: val_acc {_fmt(result.val_accuracy, '.4f')}"
     if result.test_accuracy is not None:

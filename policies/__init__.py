@@ -11,6 +11,7 @@
 * :func:`resolve_policy` -- a preset name, a policy JSON file or a store reference to a Policy,
   by the one precedence every command uses (:mod:`autoaug.policies.reference`).
 """
+
 from __future__ import annotations
 
 from autoaug.policies import ops

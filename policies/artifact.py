@@ -7,6 +7,7 @@ content hash, the creation time and the provenance as canonical JSON; the schema
 reads it back (schema version, columns, one row, the recorded name and version, the policy, its
 hash, the provenance JSON), raising :class:`CorruptArtifactError` naming the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ from autoaug.core.errors import StoreError
 from autoaug.policies.policy import Policy
 
 __all__ = [
-    "SCHEMA", "SCHEMA_VERSION", "SCHEMA_VERSION_KEY", "CorruptArtifactError", "canonical_json",
-    "decode_version", "encode_version", "iso_utc",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "SCHEMA_VERSION_KEY",
+    "CorruptArtifactError",
+    "canonical_json",
+    "decode_version",
+    "encode_version",
+    "iso_utc",
 ]
 
 
@@ -93,7 +100,9 @@ def _json_value(obj: Any, where: str) -> Any:
         out = {}
         for key, value in obj.items():
             if not isinstance(key, str):
-                raise TypeError(f"{where} has a key {key!r} of type {type(key).__name__}; JSON object keys must be strings")
+                raise TypeError(
+                    f"{where} has a key {key!r} of type {type(key).__name__}; JSON object keys must be strings"
+                )
             out[key] = _json_value(value, f"{where}[{key!r}]")
         return out
     if isinstance(obj, (list, tuple)):
@@ -145,8 +154,7 @@ def decode_version(table: pa.Table, where: str, name: str, version: int) -> tupl
     meta = table.schema.metadata or {}
     if SCHEMA_VERSION_KEY not in meta:
         raise CorruptArtifactError(
-            f"{where} is not a policy store artifact: its schema has no "
-            f"{SCHEMA_VERSION_KEY.decode()!r} metadata"
+            f"{where} is not a policy store artifact: its schema has no {SCHEMA_VERSION_KEY.decode()!r} metadata"
         )
     try:
         file_schema_version = int(meta[SCHEMA_VERSION_KEY])
@@ -170,9 +178,7 @@ def decode_version(table: pa.Table, where: str, name: str, version: int) -> tupl
     row = table.to_pylist()[0]
     row["created_at"] = _EPOCH + timedelta(microseconds=row["created_at"])
     if row["name"] != name or row["version"] != version:
-        raise CorruptArtifactError(
-            f"{where} records {row['name']}@{row['version']} but is stored as {name}@{version}"
-        )
+        raise CorruptArtifactError(f"{where} records {row['name']}@{row['version']} but is stored as {name}@{version}")
     data: dict[str, Any] = {
         "name": row["policy_name"],
         "num_magnitude_bins": row["num_magnitude_bins"],

@@ -23,6 +23,7 @@ by -pad..+pad pixels, the uncovered border black.
 >>> crop_padding(32, 32), crop_padding(224, 180)
 (4, 22)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,7 @@ from typing import Any
 
 from autoaug.core.errors import UserInputError
 
-__all__ = ["Base", "REGISTRY", "NAMES", "DEFAULT", "FLIP_PROBABILITY", "crop_padding", "get", "check_name",
-           "rebase"]
+__all__ = ["Base", "REGISTRY", "NAMES", "DEFAULT", "FLIP_PROBABILITY", "crop_padding", "get", "check_name", "rebase"]
 
 #: Probability of the horizontal flip of a base that flips.
 FLIP_PROBABILITY = 0.5
@@ -63,8 +63,10 @@ class Base:
             return f"searched with base {self.name!r}: nothing is applied before this policy"
         steps = []
         if self.crop:
-            steps.append("a random crop of the image's size from the image zero-padded by 1/8 of its shorter side "
-                         "(4 px on 32 px images; torchvision: v2.RandomCrop(size, padding=round(size / 8)))")
+            steps.append(
+                "a random crop of the image's size from the image zero-padded by 1/8 of its shorter side "
+                "(4 px on 32 px images; torchvision: v2.RandomCrop(size, padding=round(size / 8)))"
+            )
         if self.flip:
             steps.append("a horizontal flip with probability 0.5 (v2.RandomHorizontalFlip())")
         done = " and ".join(steps) + ("" if self.flip else ", no flip,")

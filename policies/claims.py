@@ -20,6 +20,7 @@ deleting a version file (even the latest) does not hand its number to different 
 killed after claiming leaves its number unused, so numbers can have gaps, never duplicates.
 :class:`VersionClaims` owns both folders; the store decides what a version is and when it exists.
 """
+
 from __future__ import annotations
 
 import errno
@@ -74,13 +75,19 @@ class VersionClaims:
 
     def claimed(self, name: str) -> list[int]:
         """Numbers currently claimed under ``name``."""
-        return [int(m.group(1)) for info in list_dir(self._fs, self._path(name, CLAIMS_DIR))
-                if (m := _CLAIM_RE.fullmatch(info.base_name)) is not None]
+        return [
+            int(m.group(1))
+            for info in list_dir(self._fs, self._path(name, CLAIMS_DIR))
+            if (m := _CLAIM_RE.fullmatch(info.base_name)) is not None
+        ]
 
     def issued(self, name: str) -> list[int]:
         """Numbers ever issued under ``name``."""
-        return [int(m.group(1)) for info in list_dir(self._fs, self._path(name, ISSUED_DIR))
-                if (m := _CLAIM_RE.fullmatch(info.base_name)) is not None and m.group(2) is None]
+        return [
+            int(m.group(1))
+            for info in list_dir(self._fs, self._path(name, ISSUED_DIR))
+            if (m := _CLAIM_RE.fullmatch(info.base_name)) is not None and m.group(2) is None
+        ]
 
     def leftovers(self, name: str) -> list[pafs.FileInfo]:
         """Everything in ``name``'s claim folder (claims, staging and released folders): what a
@@ -92,7 +99,9 @@ class VersionClaims:
         with self._fs.open_output_stream(self._path(name, ISSUED_DIR, f"v{version:06d}")):
             pass
 
-    def claim(self, name: str, existing: Callable[[], list[int]], version_path: Callable[[int], str]) -> tuple[int, str]:
+    def claim(
+        self, name: str, existing: Callable[[], list[int]], version_path: Callable[[int], str]
+    ) -> tuple[int, str]:
         """Claim an unused version number of ``name``; returns it and the claim's path.
 
         ``existing()``: the complete versions stored under ``name`` now; ``version_path(v)``:

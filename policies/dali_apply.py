@@ -48,6 +48,7 @@ SamplePairing blends each image with another image of the same batch: ``fn.permu
 ``fn.batch_permutation(no_fixed_points=True)`` computed once before any branching (the partner
 enters as it was *before* this policy step).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -70,8 +71,20 @@ if TYPE_CHECKING:  # DALI's private class of @augmentation objects (pyproject.to
     from nvidia.dali.auto_aug.core import _Augmentation
 
 __all__ = [
-    "apply_base", "apply_policy", "decode_trace", "DALI_OPS", "DALI_BRANCHES", "DaliOp", "DaliBranch", "dali_op",
-    "dali_branch", "StageTables", "stage_tables", "affine_terms", "PolicyInputs", "apply_policy_inputs",
+    "apply_base",
+    "apply_policy",
+    "decode_trace",
+    "DALI_OPS",
+    "DALI_BRANCHES",
+    "DaliOp",
+    "DaliBranch",
+    "dali_op",
+    "dali_branch",
+    "StageTables",
+    "stage_tables",
+    "affine_terms",
+    "PolicyInputs",
+    "apply_policy_inputs",
 ]
 
 _INTERP = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}
@@ -158,9 +171,17 @@ def _scalar(value) -> float:
     return 0.0 if value is None else float(value)
 
 
-def dali_op(name: str, *, operator: str, kind: str | None = None, table: str | None = None,
-            to_table: Callable[[Any], Any] = _scalar, table_input: str = "param", sized: bool = False,
-            arguments=None):  # fmt: skip
+def dali_op(
+    name: str,
+    *,
+    operator: str,
+    kind: str | None = None,
+    table: str | None = None,
+    to_table: Callable[[Any], Any] = _scalar,
+    table_input: str = "param",
+    sized: bool = False,
+    arguments=None,
+):
     """Declare how DALI applies the registry op ``name`` (refused in one line when the registry has
     no such op, or when it is declared twice).
 
@@ -174,8 +195,10 @@ def dali_op(name: str, *, operator: str, kind: str | None = None, table: str | N
     if table_input not in ("param", "magnitude"):
         raise ValueError(f"dali_op {name!r}: table_input={table_input!r}; expected 'param' or 'magnitude'")
     if kind is not None and (table, sized, arguments, to_table) != (None, False, None, _scalar):
-        raise ValueError(f"dali_op {name!r}: with kind={kind!r}, table / sized / arguments are the branch's and "
-                         "the decorated function is to_table; pass none of them")
+        raise ValueError(
+            f"dali_op {name!r}: with kind={kind!r}, table / sized / arguments are the branch's and "
+            "the decorated function is to_table; pass none of them"
+        )
 
     def register(function):
         if kind is None:
@@ -210,9 +233,7 @@ def _identity(data, _):
 def _warp(data, _, matrix, fill_value=128, interp_type=None):
     """ShearX/ShearY/TranslateX/TranslateY/Rotate: one affine warp with a per-sample matrix
     (source -> destination, pixels) looked up from the policy table (see :func:`affine_terms`)."""
-    return fn.warp_affine(
-        data, matrix=matrix, fill_value=fill_value, interp_type=interp_type, inverse_map=False
-    )
+    return fn.warp_affine(data, matrix=matrix, fill_value=fill_value, interp_type=interp_type, inverse_map=False)
 
 
 def _terms(linear=((1.0, 0.0), (0.0, 1.0)), per_width=(0.0, 0.0), per_height=(0.0, 0.0)) -> np.ndarray:
@@ -315,8 +336,12 @@ def _sharpness_kernel(factor: float) -> np.ndarray:
     return (1.0 + m) * _SHARP_IDENT - m * _SHARP_BLUR
 
 
-@dali_op("Sharpness", table="kernel", to_table=_sharpness_kernel,
-         operator="fn.filter (PIL's 3x3 smoothing kernel, per-sample)")  # fmt: skip
+@dali_op(
+    "Sharpness",
+    table="kernel",
+    to_table=_sharpness_kernel,
+    operator="fn.filter (PIL's 3x3 smoothing kernel, per-sample)",
+)
 def _sharpness(data, _, kernel):
     """PIL's Sharpness as one 3x3 convolution (DALI auto_aug's kernel) with ``fn.filter``.
     Border pixels are filtered with reflect-101 padding (PIL / torchvision leave them as is)."""
@@ -332,8 +357,14 @@ def _cutout_arguments(images, size, height, width) -> dict:
     return {"min_side": min_side, "hw": hw, "cutout_center": fn.random.uniform(range=[0.0, 1.0], shape=[2])}
 
 
-@dali_op("Cutout", table="param", table_input="magnitude", sized=True, arguments=_cutout_arguments,
-         operator="fn.erase (hand-written: random centre, fill 128)")  # fmt: skip
+@dali_op(
+    "Cutout",
+    table="param",
+    table_input="magnitude",
+    sized=True,
+    arguments=_cutout_arguments,
+    operator="fn.erase (hand-written: random centre, fill 128)",
+)
 def _cutout(data, _, param, min_side, cutout_center, hw, fill_value=128):
     """Fills a square of side ``round(param * min_side)`` px centred on a random pixel
     (``cutout_center`` is a uniform [0, 1) pair), clipped at the border by ``fn.erase``."""
@@ -353,8 +384,12 @@ def _sample_pairing_arguments(images, size, height, width) -> dict:
     return {"paired": fn.permute_batch(images, indices=fn.batch_permutation(no_fixed_points=True))}
 
 
-@dali_op("SamplePairing", table="param", arguments=_sample_pairing_arguments,
-         operator="hand-written: fn.permute_batch(fn.batch_permutation) + blend")  # fmt: skip
+@dali_op(
+    "SamplePairing",
+    table="param",
+    arguments=_sample_pairing_arguments,
+    operator="hand-written: fn.permute_batch(fn.batch_permutation) + blend",
+)
 def _sample_pairing(data, _, param, paired):
     """``(1 - w) * image + w * paired``, rounded; ``paired`` is another image of the batch."""
     return fn.cast_like(data * (1.0 - param) + paired * param, data)
@@ -415,8 +450,11 @@ def stage_tables(policy: Policy, stage: int) -> StageTables:
     n = 2 * len(subs)
     kind = np.zeros(n, dtype=np.int64)
     prob = np.zeros(n)
-    tables = {"param": np.zeros(n), "matrix": np.tile(_terms(), (n, 1, 1, 1)),
-              "kernel": np.tile(_SHARP_IDENT, (n, 1, 1))}  # fmt: skip
+    tables = {
+        "param": np.zeros(n),
+        "matrix": np.tile(_terms(), (n, 1, 1, 1)),
+        "kernel": np.tile(_SHARP_IDENT, (n, 1, 1)),
+    }
     signed, all_certain = False, True
     for k, sub in enumerate(subs):
         if stage >= len(sub) or sub[stage].op == _ops.IDENTITY:
@@ -436,15 +474,28 @@ def stage_tables(policy: Policy, stage: int) -> StageTables:
             else:
                 value = policy.magnitude(op, image_size=(1, 1), negate=bool(sign))
             tables[dali.branch.table][i] = dali.to_table(value)
-    return StageTables(kinds=kinds, kind=kind, prob=prob, param=tables["param"], affine=tables["matrix"],
-                       kernel=tables["kernel"], signed=signed, all_certain=all_certain)  # fmt: skip
+    return StageTables(
+        kinds=kinds,
+        kind=kind,
+        prob=prob,
+        param=tables["param"],
+        affine=tables["matrix"],
+        kernel=tables["kernel"],
+        signed=signed,
+        all_certain=all_certain,
+    )
 
 
 def _lookup(idx, values, dtype):
     return fn.lookup_table(
-        idx, keys=list(range(len(values))), values=[float(v) for v in values], dtype=dtype,
+        idx,
+        keys=list(range(len(values))),
+        values=[float(v) for v in values],
+        dtype=dtype,
         default_value=0.0,
-    )  # fmt: skip
+    )
+
+
 def _normalize_size(image_size) -> tuple[int, int] | None:
     if image_size is None:
         return None
@@ -474,11 +525,21 @@ def apply_base(base, images: DataNode, *, image_size: int | tuple[int, int]) -> 
     height, width = size
     if spec.crop:
         pad = _bases.crop_padding(height, width)
-        padded = fn.crop(images, crop=(height + 2 * pad, width + 2 * pad), crop_pos_x=0.5, crop_pos_y=0.5,
-                         out_of_bounds_policy="pad", fill_values=0)
+        padded = fn.crop(
+            images,
+            crop=(height + 2 * pad, width + 2 * pad),
+            crop_pos_x=0.5,
+            crop_pos_y=0.5,
+            out_of_bounds_policy="pad",
+            fill_values=0,
+        )
         positions = [k / (2 * pad) for k in range(2 * pad + 1)]
-        images = fn.crop(padded, crop=(height, width), crop_pos_x=fn.random.uniform(values=positions),
-                         crop_pos_y=fn.random.uniform(values=positions))
+        images = fn.crop(
+            padded,
+            crop=(height, width),
+            crop_pos_x=fn.random.uniform(values=positions),
+            crop_pos_y=fn.random.uniform(values=positions),
+        )
     if spec.flip:
         images = fn.flip(images, horizontal=fn.random.coin_flip(probability=_bases.FLIP_PROBABILITY))
     return images
@@ -517,9 +578,7 @@ def apply_policy(
     if not isinstance(policy, Policy):
         raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
     if not isinstance(images, DataNode):
-        raise ValueError(
-            f"images must be a DALI DataNode (inside a pipeline_def), got {type(images).__name__}"
-        )
+        raise ValueError(f"images must be a DALI DataNode (inside a pipeline_def), got {type(images).__name__}")
     if interpolation not in _INTERP:
         raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
     if isinstance(fill_value, bool) or not isinstance(fill_value, int) or not 0 <= fill_value <= 255:
@@ -555,8 +614,7 @@ def apply_policy(
         idx = k2 + sign if sign is not None else k2
         selected = _lookup(idx, t.kind, types.INT32)
         if not t.all_certain:
-            applied = fn.random.coin_flip(probability=_lookup(idx, t.prob, types.FLOAT),
-                                          dtype=types.INT32)  # fmt: skip
+            applied = fn.random.coin_flip(probability=_lookup(idx, t.prob, types.FLOAT), dtype=types.INT32)
             selected = selected * applied
 
         def matrix(t=t, idx=idx):
@@ -568,9 +626,14 @@ def apply_policy(
             return per_sample[0] + width * per_sample[1] + height * per_sample[2]
 
         images = _apply_stage(
-            images, kinds, selected, kwargs, param=lambda t=t, idx=idx: _lookup(idx, t.param, types.FLOAT),
-            matrix=matrix, kernel=lambda t=t, idx=idx: types.Constant(t.kernel.astype(np.float32))[idx],
-        )  # fmt: skip
+            images,
+            kinds,
+            selected,
+            kwargs,
+            param=lambda t=t, idx=idx: _lookup(idx, t.param, types.FLOAT),
+            matrix=matrix,
+            kernel=lambda t=t, idx=idx: types.Constant(t.kernel.astype(np.float32))[idx],
+        )
         if return_trace:
             trace += [fn.cast(selected > 0, dtype=types.INT32), sign if sign is not None else k * 0]
     if return_trace:
@@ -673,14 +736,20 @@ class PolicyInputs:
             raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
         extra = sorted(set(policy.ops_used) - set(self.ops) - {"Identity"})
         if extra:
-            raise ValueError(f"policy {policy.name!r} uses {extra}, which this pipeline's policy step was not "
-                             f"built for (ops {list(self.ops)})")
+            raise ValueError(
+                f"policy {policy.name!r} uses {extra}, which this pipeline's policy step was not "
+                f"built for (ops {list(self.ops)})"
+            )
         if len(policy.sub_policies) > self.num_sub_policies:
-            raise ValueError(f"policy {policy.name!r} has {len(policy.sub_policies)} sub-policies; this pipeline "
-                             f"takes at most {self.num_sub_policies}")
+            raise ValueError(
+                f"policy {policy.name!r} has {len(policy.sub_policies)} sub-policies; this pipeline "
+                f"takes at most {self.num_sub_policies}"
+            )
         if policy.sub_policies and policy.max_ops_per_sub_policy > self.stages:
-            raise ValueError(f"policy {policy.name!r} has sub-policies of {policy.max_ops_per_sub_policy} "
-                             f"operations; this pipeline takes at most {self.stages}")
+            raise ValueError(
+                f"policy {policy.name!r} has sub-policies of {policy.max_ops_per_sub_policy} "
+                f"operations; this pipeline takes at most {self.stages}"
+            )
 
     def tables(self, policy: Policy) -> list[np.ndarray]:
         """The input arrays for ``policy`` (one sample's worth; the same for every sample),
@@ -732,10 +801,17 @@ def apply_policy_inputs(
     k = fn.cast(dmath.min(dmath.floor(u * count), count - 1.0), dtype=types.INT32)
     k2 = k * 2
     for stage in range(spec.stages):
-        kind, prob, param, matrix, kernel = inputs[1 + 5 * stage: 6 + 5 * stage]
+        kind, prob, param, matrix, kernel = inputs[1 + 5 * stage : 6 + 5 * stage]
         idx = k2 + fn.random.coin_flip(dtype=types.INT32)
         applied = fn.random.coin_flip(probability=prob[idx], dtype=types.INT32)
         selected = kind[idx] * applied
-        images = _apply_stage(images, spec.kinds, selected, kwargs, param=lambda: param[idx],
-                              matrix=lambda: matrix[idx], kernel=lambda: kernel[idx])
+        images = _apply_stage(
+            images,
+            spec.kinds,
+            selected,
+            kwargs,
+            param=lambda: param[idx],
+            matrix=lambda: matrix[idx],
+            kernel=lambda: kernel[idx],
+        )
     return images

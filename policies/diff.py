@@ -1,5 +1,6 @@
 """What changed between two policies: sub-policies added, removed and changed
 (:func:`diff_policies`, used by ``PolicyStore.diff`` and ``autoaug policies diff``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,6 @@ from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Op, Policy
 
 __all__ = ["PolicyDiff", "SubPolicyChange", "diff_policies"]
-
 
 
 def _fmt_op(op: Op) -> str:

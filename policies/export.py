@@ -21,6 +21,7 @@ probability above 0) is refused with a message naming the op (search with
 ``standard`` expects the pad-4 random crop and horizontal flip before it, on ``crop`` the crop alone
 (:mod:`autoaug.policies.bases`); the exports say so (:func:`base_note`).
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -30,28 +31,56 @@ from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
-__all__ = ["FORMATS", "to_dali_source", "schedule_to_dali_source", "to_timm", "base_note", "TIMM_UNITS", "DALI_NAMES", "UnsupportedOpError"]
+__all__ = [
+    "FORMATS",
+    "to_dali_source",
+    "schedule_to_dali_source",
+    "to_timm",
+    "base_note",
+    "TIMM_UNITS",
+    "DALI_NAMES",
+    "UnsupportedOpError",
+]
 
 #: ``policies export --format`` choices.
 FORMATS = ("json", "dali", "timm")
 
 #: Project op -> DALI ``auto_aug.augmentations`` function.
 DALI_NAMES = {
-    "Identity": "identity", "ShearX": "shear_x", "ShearY": "shear_y", "TranslateX": "translate_x",
-    "TranslateY": "translate_y", "Rotate": "rotate", "AutoContrast": "auto_contrast", "Invert": "invert",
-    "Equalize": "equalize", "Solarize": "solarize", "Posterize": "posterize", "Contrast": "contrast",
-    "Color": "color", "Brightness": "brightness", "Sharpness": "sharpness",
-}  # fmt: skip
+    "Identity": "identity",
+    "ShearX": "shear_x",
+    "ShearY": "shear_y",
+    "TranslateX": "translate_x",
+    "TranslateY": "translate_y",
+    "Rotate": "rotate",
+    "AutoContrast": "auto_contrast",
+    "Invert": "invert",
+    "Equalize": "equalize",
+    "Solarize": "solarize",
+    "Posterize": "posterize",
+    "Contrast": "contrast",
+    "Color": "color",
+    "Brightness": "brightness",
+    "Sharpness": "sharpness",
+}
 
 #: Project op -> (timm op name, magnitude per level); None: no magnitude.
 TIMM_UNITS: dict[str, tuple[str, float | None]] = {
-    "ShearX": ("ShearX", 0.03), "ShearY": ("ShearY", 0.03), "Rotate": ("Rotate", 3.0),
-    "TranslateX": ("TranslateXRel", None), "TranslateY": ("TranslateYRel", None),
-    "Brightness": ("BrightnessIncreasing", 0.09), "Color": ("ColorIncreasing", 0.09),
-    "Contrast": ("ContrastIncreasing", 0.09), "Sharpness": ("SharpnessIncreasing", 0.09),
-    "Solarize": ("SolarizeIncreasing", 25.6), "Posterize": ("PosterizeOriginal", None),
-    "AutoContrast": ("AutoContrast", None), "Equalize": ("Equalize", None), "Invert": ("Invert", None),
-}  # fmt: skip
+    "ShearX": ("ShearX", 0.03),
+    "ShearY": ("ShearY", 0.03),
+    "Rotate": ("Rotate", 3.0),
+    "TranslateX": ("TranslateXRel", None),
+    "TranslateY": ("TranslateYRel", None),
+    "Brightness": ("BrightnessIncreasing", 0.09),
+    "Color": ("ColorIncreasing", 0.09),
+    "Contrast": ("ContrastIncreasing", 0.09),
+    "Sharpness": ("SharpnessIncreasing", 0.09),
+    "Solarize": ("SolarizeIncreasing", 25.6),
+    "Posterize": ("PosterizeOriginal", None),
+    "AutoContrast": ("AutoContrast", None),
+    "Equalize": ("Equalize", None),
+    "Invert": ("Invert", None),
+}
 
 
 class UnsupportedOpError(ValueError):
@@ -105,12 +134,21 @@ def _dali_policy_lines(policy: Policy, ops_var: str, policy_var: str) -> list[st
             lines.append(f"    {name!r}: aug.{fn_name},")
         else:
             lines.append(f"    {name!r}: aug.{fn_name}.augmentation(mag_range=({rng.lo!r}, {rng.hi!r})),")
-    lines += ["}", "", f"{policy_var} = Policy(", f"    name={policy.name!r},",
-              f"    num_magnitude_bins={policy.num_magnitude_bins},", "    sub_policies=["]
+    lines += [
+        "}",
+        "",
+        f"{policy_var} = Policy(",
+        f"    name={policy.name!r},",
+        f"    num_magnitude_bins={policy.num_magnitude_bins},",
+        "    sub_policies=[",
+    ]
     for sub in policy.sub_policies:
-        ops = [f"({ops_var}[{op.op!r}], {op.probability!r}, "
-               f"{op.magnitude_bin if _ops.REGISTRY[op.op].has_magnitude else None})"  # DALI: None = no magnitude
-               for op in sub if op.op in DALI_NAMES]
+        ops = [
+            f"({ops_var}[{op.op!r}], {op.probability!r}, "
+            f"{op.magnitude_bin if _ops.REGISTRY[op.op].has_magnitude else None})"  # DALI: None = no magnitude
+            for op in sub
+            if op.op in DALI_NAMES
+        ]
         lines.append(f"        [{', '.join(ops)}],")
     lines += ["    ],", ")", ""]
     return lines
@@ -144,7 +182,9 @@ def schedule_to_dali_source(schedule: Any) -> str:
         "",
     ]
     for i, stage in enumerate(schedule.stages):
-        lines += [f"# stage {i}: from {stage.start!r} of training"] + _dali_policy_lines(stage.policy, f"ops_{i}", f"stage_{i}")
+        lines += [f"# stage {i}: from {stage.start!r} of training"] + _dali_policy_lines(
+            stage.policy, f"ops_{i}", f"stage_{i}"
+        )
     lines += [
         "STAGES = [" + ", ".join(f"({s.start!r}, stage_{i})" for i, s in enumerate(schedule.stages)) + "]",
         "",
@@ -198,8 +238,13 @@ def to_timm(policy: Policy) -> dict[str, Any]:
     subs = []
     for sub in policy.sub_policies:
         # Identity does nothing: leaving it out of the sub-policy is exact.
-        subs.append([[TIMM_UNITS[op.op][0], op.probability, round(_timm_level(op.op, op.magnitude_bin, policy), 6)]
-                     for op in sub if op.op in TIMM_UNITS and op.probability > 0])
+        subs.append(
+            [
+                [TIMM_UNITS[op.op][0], op.probability, round(_timm_level(op.op, op.magnitude_bin, policy), 6)]
+                for op in sub
+                if op.op in TIMM_UNITS and op.probability > 0
+            ]
+        )
     return {
         "format": "timm-autoaugment",
         "name": policy.name,

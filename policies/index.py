@@ -26,6 +26,7 @@ to ``PolicyStore.to_table``.
 
 The store's default location lives here too (no pyarrow needed to know it).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,20 @@ from typing import Any, Mapping, Sequence
 
 from autoaug.policies.names import NAME_RE
 
-__all__ = ["ENV_VAR", "DEFAULT_LOCAL_STORE", "INDEX_DIR", "VERSION_FILE_RE", "IndexEntry", "PolicySummary",
-           "default_store_uri", "index_path", "make_entry", "verified_entry", "summarize", "list_local"]
+__all__ = [
+    "ENV_VAR",
+    "DEFAULT_LOCAL_STORE",
+    "INDEX_DIR",
+    "VERSION_FILE_RE",
+    "IndexEntry",
+    "PolicySummary",
+    "default_store_uri",
+    "index_path",
+    "make_entry",
+    "verified_entry",
+    "summarize",
+    "list_local",
+]
 
 #: The environment variable naming the default policy store.
 ENV_VAR = "AUTOAUG_STORE"
@@ -88,8 +101,15 @@ class PolicySummary:
 
 def make_entry(name: str, version: int, content_hash: str, created_at: str, data: bytes, schema_version: int) -> bytes:
     """The index entry (JSON bytes) of version file bytes ``data``."""
-    entry = {"name": name, "version": version, "content_hash": content_hash, "created_at": created_at,
-             "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "schema_version": schema_version}
+    entry = {
+        "name": name,
+        "version": version,
+        "content_hash": content_hash,
+        "created_at": created_at,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "schema_version": schema_version,
+    }
     return json.dumps(entry, sort_keys=True).encode("utf-8")
 
 
@@ -165,16 +185,23 @@ def list_local(root: str) -> list[PolicySummary] | None:
     for name in names:
         folder = os.path.join(root, name)
         try:
-            versions = sorted(int(m.group(1)) for e in os.scandir(folder)
-                              if (m := VERSION_FILE_RE.fullmatch(e.name)) is not None and e.is_file())
+            versions = sorted(
+                int(m.group(1))
+                for e in os.scandir(folder)
+                if (m := VERSION_FILE_RE.fullmatch(e.name)) is not None and e.is_file()
+            )
         except OSError:
             return None
         if not versions:
             continue
         read: dict[int, IndexEntry] = {}
         for v in {versions[0], versions[-1]}:
-            entry = verified_entry(_read(os.path.join(root, index_path(name, v))),
-                                   _read(os.path.join(folder, f"v{v:06d}.parquet")), name, v)
+            entry = verified_entry(
+                _read(os.path.join(root, index_path(name, v))),
+                _read(os.path.join(folder, f"v{v:06d}.parquet")),
+                name,
+                v,
+            )
             if entry is None:
                 return None
             read[v] = entry

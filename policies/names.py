@@ -1,5 +1,6 @@
 """The one rule for names: a stored policy's name, and so a search's (its run directory, its
 Optuna study and the policy it stores share the name)."""
+
 from __future__ import annotations
 
 import re

@@ -32,6 +32,7 @@ Ranges follow the AutoAugment paper, scaled to the image size where the paper gi
 comment on each record says where its figures come from. Operations TrivialAugment does not
 have (Cutout, SamplePairing) use the AutoAugment range under both conventions.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -63,9 +64,7 @@ def bin_value(lo: float, hi: float, magnitude_bin: int, num_magnitude_bins: int)
     if num_magnitude_bins < 1:
         raise ValueError(f"num_magnitude_bins must be >= 1, got {num_magnitude_bins!r}")
     if not 0 <= magnitude_bin < num_magnitude_bins:
-        raise ValueError(
-            f"magnitude_bin {magnitude_bin!r} is outside [0, {num_magnitude_bins - 1}]"
-        )
+        raise ValueError(f"magnitude_bin {magnitude_bin!r} is outside [0, {num_magnitude_bins - 1}]")
     if num_magnitude_bins == 1:
         return float(lo)
     return float(lo) + (float(hi) - float(lo)) * magnitude_bin / (num_magnitude_bins - 1)
@@ -146,9 +145,7 @@ class OpSpec:
             return [0.0] * num_magnitude_bins
         return [bin_value(rng.lo, rng.hi, b, num_magnitude_bins) for b in range(num_magnitude_bins)]
 
-    def magnitude(
-        self, magnitude_bin: int, num_magnitude_bins: int, ranges: str = "autoaugment"
-    ) -> float:
+    def magnitude(self, magnitude_bin: int, num_magnitude_bins: int, ranges: str = "autoaugment") -> float:
         """Unsigned magnitude of one bin (relative units for size-relative ops)."""
         rng = self.magnitude_range(ranges)
         if rng is None:
@@ -316,9 +313,21 @@ OP_NAMES: tuple[str, ...] = tuple(REGISTRY)
 AUTOAUGMENT_OPS: tuple[str, ...] = tuple(n for n in OP_NAMES if n != IDENTITY)
 #: RandAugment's 14 operations (also TrivialAugment's), in the order of the RandAugment paper.
 RANDAUGMENT_OPS: tuple[str, ...] = (
-    "Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
-    "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize",
-)  # fmt: skip
+    "Identity",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "Brightness",
+    "Color",
+    "Contrast",
+    "Sharpness",
+    "Posterize",
+    "Solarize",
+    "AutoContrast",
+    "Equalize",
+)
 
 
 def get(name: str) -> OpSpec:
@@ -338,7 +347,6 @@ def unknown_op_message(name: object) -> str:
         if close:
             hint = f" (did you mean {close[0]!r}?)"
     return f"unknown op {name!r}{hint}; expected one of {list(OP_NAMES)}"
-
 
 
 def check_backend_name(backend: str, name: object, declared: Mapping[str, Any]) -> None:

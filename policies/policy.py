@@ -12,6 +12,7 @@ Op(op='Rotate', probability=0.7, magnitude_bin=2)
 >>> Policy.from_json(p.to_json()) == p
 True
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -103,8 +104,9 @@ def read_policy_text(path: "str | os.PathLike") -> str:
     with open(path, "rb") as f:
         data = f.read(MAX_POLICY_JSON_BYTES + 1)
     if len(data) > MAX_POLICY_JSON_BYTES:
-        raise PolicyError(f"the file is larger than {MAX_POLICY_JSON_BYTES:,} bytes (64 MiB), the limit for a "
-                          "policy file")
+        raise PolicyError(
+            f"the file is larger than {MAX_POLICY_JSON_BYTES:,} bytes (64 MiB), the limit for a policy file"
+        )
     return _decode_utf8(data, "the file")
 
 
@@ -112,8 +114,11 @@ def _decode_utf8(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise PolicyError(f"{what} is not UTF-8 text ({exc.reason}: byte 0x{data[exc.start]:02x} at offset "
-                          f"{exc.start}); expected a policy JSON document") from None
+        raise PolicyError(
+            f"{what} is not UTF-8 text ({exc.reason}: byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}); expected a policy JSON document"
+        ) from None
+
 
 #: What can be applied before the policy in training (:mod:`autoaug.policies.bases`): ``none``,
 #: ``crop`` (pad-and-random-crop) or ``standard`` (pad-and-random-crop + horizontal flip).
@@ -124,8 +129,7 @@ RANGES = _ops.RANGE_CONVENTIONS
 HASH_DECIMALS = 6
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,:-]{0,127}$")
 _NAME_RULE = (
-    "a string of 1-128 characters from [A-Za-z0-9_.+=,:-] starting with a letter or digit "
-    "(no '@', '/' or whitespace)"
+    "a string of 1-128 characters from [A-Za-z0-9_.+=,:-] starting with a letter or digit (no '@', '/' or whitespace)"
 )
 _OP_KEYS = ("op", "probability", "magnitude_bin")
 _POLICY_KEYS = ("name", "num_magnitude_bins", "sub_policies", "base", "ranges")
@@ -154,27 +158,17 @@ class Op:
         if not isinstance(self.op, str) or self.op not in _ops.REGISTRY:
             if isinstance(self.op, str) and len(self.op) <= 40:
                 raise PolicyError(f"field 'op': {_ops.unknown_op_message(self.op)}")
-            raise PolicyError(
-                f"field 'op': unknown op {_short(self.op)}; expected one of {list(_ops.OP_NAMES)}"
-            )
+            raise PolicyError(f"field 'op': unknown op {_short(self.op)}; expected one of {list(_ops.OP_NAMES)}")
         p = self.probability
         if not isinstance(p, numbers.Real) or isinstance(p, bool) or not _finite(p):
-            raise PolicyError(
-                f"field 'probability': {_short(p)} is not a finite number; expected a float in [0, 1]"
-            )
+            raise PolicyError(f"field 'probability': {_short(p)} is not a finite number; expected a float in [0, 1]")
         if not 0.0 <= float(p) <= 1.0:
-            raise PolicyError(
-                f"field 'probability': {_short(p)} is outside the allowed range [0, 1]"
-            )
+            raise PolicyError(f"field 'probability': {_short(p)} is outside the allowed range [0, 1]")
         b = self.magnitude_bin
         if not _is_int(b):
-            raise PolicyError(
-                f"field 'magnitude_bin': {_short(b)} is not an integer; expected an int >= 0"
-            )
+            raise PolicyError(f"field 'magnitude_bin': {_short(b)} is not an integer; expected an int >= 0")
         if b < 0:
-            raise PolicyError(
-                f"field 'magnitude_bin': {_short(b)} is negative; expected an int >= 0"
-            )
+            raise PolicyError(f"field 'magnitude_bin': {_short(b)} is negative; expected an int >= 0")
         object.__setattr__(self, "probability", float(p))
         object.__setattr__(self, "magnitude_bin", int(b))
 
@@ -247,18 +241,13 @@ class Policy:
         b = self.num_magnitude_bins
         if not _is_int(b) or not 1 <= b <= MAX_MAGNITUDE_BINS:
             raise PolicyError(
-                f"field 'num_magnitude_bins': {_short(b)} is invalid; expected an int from 1 to "
-                f"{MAX_MAGNITUDE_BINS:,}"
+                f"field 'num_magnitude_bins': {_short(b)} is invalid; expected an int from 1 to {MAX_MAGNITUDE_BINS:,}"
             )
         object.__setattr__(self, "num_magnitude_bins", int(b))
         if not isinstance(self.base, str) or self.base not in BASES:
-            raise PolicyError(
-                f"field 'base': {_short(self.base)} is invalid; expected one of {list(BASES)}"
-            )
+            raise PolicyError(f"field 'base': {_short(self.base)} is invalid; expected one of {list(BASES)}")
         if not isinstance(self.ranges, str) or self.ranges not in RANGES:
-            raise PolicyError(
-                f"field 'ranges': {_short(self.ranges)} is invalid; expected one of {list(RANGES)}"
-            )
+            raise PolicyError(f"field 'ranges': {_short(self.ranges)} is invalid; expected one of {list(RANGES)}")
         subs = self.sub_policies
         if isinstance(subs, (str, bytes, Mapping)) or not isinstance(subs, Iterable):
             raise PolicyError(
@@ -285,9 +274,7 @@ class Policy:
                     "no sub-policies at all is the identity)"
                 )
             if len(sub) > MAX_OPS_PER_SUB_POLICY:
-                raise PolicyError(
-                    f"sub-policy {i}: has more than {MAX_OPS_PER_SUB_POLICY} operations (the limit)"
-                )
+                raise PolicyError(f"sub-policy {i}: has more than {MAX_OPS_PER_SUB_POLICY} operations (the limit)")
             ops = []
             for j, raw in enumerate(sub):
                 try:
@@ -327,9 +314,12 @@ class Policy:
     def magnitude(self, op: Op, *, image_size: tuple[int, int] | None = None, negate=False):
         """The operator parameter of ``op`` under this policy's bins and ranges."""
         return _ops.REGISTRY[op.op].param(
-            op.magnitude_bin, self.num_magnitude_bins, self.ranges,
-            image_size=image_size, negate=negate,
-        )  # fmt: skip
+            op.magnitude_bin,
+            self.num_magnitude_bins,
+            self.ranges,
+            image_size=image_size,
+            negate=negate,
+        )
 
     # ----------------------------------------------------------- serialization
     def to_dict(self) -> dict[str, Any]:
@@ -385,8 +375,7 @@ class Policy:
             raise PolicyError(f"policy JSON is larger than {MAX_POLICY_JSON_BYTES:,} bytes (the limit)")
         if _json_depth(s) > MAX_JSON_DEPTH:
             raise PolicyError(
-                f"policy JSON is nested more than {MAX_JSON_DEPTH} levels deep (the limit; a policy "
-                "needs 4)"
+                f"policy JSON is nested more than {MAX_JSON_DEPTH} levels deep (the limit; a policy needs 4)"
             )
         try:
             d = loads_strict(s)  # a key given twice is refused, not read as its last value
@@ -397,8 +386,7 @@ class Policy:
         except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
             if "integer string conversion" in str(exc):
                 raise PolicyError(
-                    "policy JSON holds an integer of more than 4,300 digits (Python's limit for "
-                    "parsing integers)"
+                    "policy JSON holds an integer of more than 4,300 digits (Python's limit for parsing integers)"
                 ) from None
             raise PolicyError(f"policy JSON cannot be read: {type(exc).__name__}: {exc}") from None
         return cls.from_dict(d)

@@ -23,6 +23,7 @@ preset per base.
 
 :func:`resolve` accepts each name bare or with a ``preset:`` prefix.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -146,33 +147,23 @@ _AUTOAUGMENT = {
 def autoaugment(dataset: str) -> Policy:
     """The published AutoAugment policy for ``dataset`` (``cifar10``, ``svhn`` or ``imagenet``)."""
     if dataset not in _AUTOAUGMENT:
-        raise ValueError(
-            f"unknown AutoAugment policy {dataset!r}; expected one of {sorted(_AUTOAUGMENT)}"
-        )
+        raise ValueError(f"unknown AutoAugment policy {dataset!r}; expected one of {sorted(_AUTOAUGMENT)}")
     return Policy(f"autoaugment-{dataset}", 10, _AUTOAUGMENT[dataset])
 
 
 def randaugment(n: int = 2, m: int = 9) -> Policy:
     """RandAugment(N, M) as the uniform policy over all ordered N-tuples of its 14 operations."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RANDAUGMENT_N:
-        raise ValueError(
-            f"randaugment: n={n!r} is invalid; expected an int in [1, {MAX_RANDAUGMENT_N}]"
-        )
+        raise ValueError(f"randaugment: n={n!r} is invalid; expected an int in [1, {MAX_RANDAUGMENT_N}]")
     if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < RANDAUGMENT_NUM_BINS:
-        raise ValueError(
-            f"randaugment: m={m!r} is invalid; expected an int in [0, {RANDAUGMENT_NUM_BINS - 1}]"
-        )
-    subs = [
-        [(op, 1.0, m) for op in combo] for combo in itertools.product(RANDAUGMENT_OPS, repeat=n)
-    ]
+        raise ValueError(f"randaugment: m={m!r} is invalid; expected an int in [0, {RANDAUGMENT_NUM_BINS - 1}]")
+    subs = [[(op, 1.0, m) for op in combo] for combo in itertools.product(RANDAUGMENT_OPS, repeat=n)]
     return Policy(f"randaugment:n={n},m={m}", RANDAUGMENT_NUM_BINS, subs)
 
 
 def trivialaugment() -> Policy:
     """TrivialAugment-wide: uniform over the 14 operations x 31 bins, ``ranges="wide"``."""
-    subs = [
-        [(op, 1.0, b)] for op in RANDAUGMENT_OPS for b in range(RANDAUGMENT_NUM_BINS)
-    ]
+    subs = [[(op, 1.0, b)] for op in RANDAUGMENT_OPS for b in range(RANDAUGMENT_NUM_BINS)]
     return Policy("trivialaugment", RANDAUGMENT_NUM_BINS, subs, ranges="wide")
 
 
@@ -195,7 +186,7 @@ def names() -> list[str]:
 
 def _strip(ref: str) -> str:
     ref = ref.strip()
-    return ref[len(PREFIX):] if ref.startswith(PREFIX) else ref
+    return ref[len(PREFIX) :] if ref.startswith(PREFIX) else ref
 
 
 def is_preset(ref: str) -> bool:

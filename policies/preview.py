@@ -8,6 +8,7 @@ drawn before the policy, as in training, otherwise the cells show the policy ste
 
 >>> render_grid(presets.resolve("autoaugment-cifar10"), images, "preview.png")  # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -30,8 +31,7 @@ def _check_images(images) -> np.ndarray:
         arr = arr[None]
     if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8 or len(arr) == 0:
         raise ValueError(
-            f"images must be uint8 RGB in NHWC (or one HWC image), got dtype {arr.dtype} and "
-            f"shape {arr.shape}"
+            f"images must be uint8 RGB in NHWC (or one HWC image), got dtype {arr.dtype} and shape {arr.shape}"
         )
     return np.ascontiguousarray(arr)
 
@@ -43,8 +43,7 @@ def _augment_dali(policy: Policy, images: np.ndarray, columns: int, seed: int, b
 
     batch = np.repeat(images, columns, axis=0)  # row-major: image r, draws 0..columns-1
 
-    @pipeline_def(batch_size=len(batch), num_threads=1, device_id=None, seed=seed,
-                  enable_conditionals=True)  # fmt: skip
+    @pipeline_def(batch_size=len(batch), num_threads=1, device_id=None, seed=seed, enable_conditionals=True)
     def pipe():
         x = fn.external_source(source=lambda: list(batch), batch=True, layout="HWC")
         if base:
@@ -134,8 +133,7 @@ def render_grid(
         the path written.
     """
     arr = _check_images(images)
-    augmented, labels = augment_with_labels(policy, arr, columns=columns, seed=seed,
-                                            backend=backend, base=base)  # fmt: skip
+    augmented, labels = augment_with_labels(policy, arr, columns=columns, seed=seed, backend=backend, base=base)
     h, w = arr.shape[1:3]
     if scale is None:
         scale = max(1, -(-96 // min(h, w)))
@@ -149,12 +147,20 @@ def render_grid(
     header_h = 2 * line_h + 2 * pad
     grid = Image.new("RGB", ((columns + 1) * cell_w, header_h + len(arr) * cell_h), "white")
     draw = ImageDraw.Draw(grid)
-    draw.text((pad, pad), f"{policy.name}  ({len(policy)} sub-policies, base {policy.base}, hash "
-              f"{policy.content_hash[:12]}, backend {backend}, seed {seed})", fill="black",
-              font=font)  # fmt: skip
+    draw.text(
+        (pad, pad),
+        f"{policy.name}  ({len(policy)} sub-policies, base {policy.base}, hash "
+        f"{policy.content_hash[:12]}, backend {backend}, seed {seed})",
+        fill="black",
+        font=font,
+    )
     shown = f"base {policy.base} drawn first" if base else f"base {policy.base} not drawn"
-    draw.text((pad, pad + line_h), f"#k = sub-policy drawn; ops listed fired "
-              f"('-' = negated magnitude); {shown}", fill="dimgray", font=font)  # fmt: skip
+    draw.text(
+        (pad, pad + line_h),
+        f"#k = sub-policy drawn; ops listed fired ('-' = negated magnitude); {shown}",
+        fill="dimgray",
+        font=font,
+    )
     for r in range(len(arr)):
         y0 = header_h + r * cell_h
         cells = [(arr[r], "original")] + [
@@ -166,8 +172,7 @@ def render_grid(
             grid.paste(tile, (x0 + pad, y0 + pad))
             lines = textwrap.wrap(label, width=chars)[:text_lines]
             for i, line in enumerate(lines):
-                draw.text((x0 + pad, y0 + pad + ch + 2 + i * line_h), line,
-                          fill="black" if c else "dimgray", font=font)  # fmt: skip
+                draw.text((x0 + pad, y0 + pad + ch + 2 + i * line_h), line, fill="black" if c else "dimgray", font=font)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     grid.save(out, format="PNG")

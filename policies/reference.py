@@ -22,6 +22,7 @@ in ``method.schedule``; it is checked against its content hash and against the s
 :attr:`ResolvedPolicy.schedule` is then set and :attr:`ResolvedPolicy.policy` is the last stage;
 :func:`resolve_schedule` gives every reference as a schedule (a fixed policy: one stage).
 """
+
 from __future__ import annotations
 
 import os
@@ -157,8 +158,7 @@ def resolve(ref: "str | os.PathLike | Policy", store: Any = None) -> ResolvedPol
         if Path(text).is_file():
             return _read_file(text)
         raise PolicyNotFoundError(
-            f"not a preset ({', '.join(presets.names())}), not a policy JSON file, and not in the policy "
-            f"store: {exc}"
+            f"not a preset ({', '.join(presets.names())}), not a policy JSON file, and not in the policy store: {exc}"
         ) from None
 
 

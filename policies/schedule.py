@@ -18,6 +18,7 @@ Every stage has the same base (the crop/flip before the policy is built once int
 pipeline; :mod:`autoaug.policies.bases`). The JSON form is ``{"kind": "schedule", "name": ...,
 "stages": [{"start": 0.0, "policy": {...}}, ...]}``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +56,10 @@ def provenance_schedule(provenance: Any, policy: Policy) -> "Schedule | None":
     except PolicyError as exc:
         raise PolicyError(f"its schedule is damaged: {exc}") from None
     if schedule.final.content_hash != policy.content_hash:
-        raise PolicyError(f"its schedule's last stage ({schedule.final.content_hash[:12]}) is not the stored policy "
-                          f"({policy.content_hash[:12]}): the provenance was altered")
+        raise PolicyError(
+            f"its schedule's last stage ({schedule.final.content_hash[:12]}) is not the stored policy "
+            f"({policy.content_hash[:12]}): the provenance was altered"
+        )
     return schedule
 
 
@@ -98,11 +101,15 @@ class Schedule:
             if i == 0 and start != 0.0:
                 raise PolicyError(f"schedule stage 0 starts at {start!r}; the first stage starts at 0")
             if out and start <= out[-1].start:
-                raise PolicyError(f"schedule stage {i}: start {start!r} does not follow stage {i - 1}'s "
-                                  f"{out[-1].start!r}; starts increase strictly")
+                raise PolicyError(
+                    f"schedule stage {i}: start {start!r} does not follow stage {i - 1}'s "
+                    f"{out[-1].start!r}; starts increase strictly"
+                )
             if out and policy.base != out[0].policy.base:
-                raise PolicyError(f"schedule stage {i}: base {policy.base!r} differs from stage 0's "
-                                  f"{out[0].policy.base!r}; every stage of a schedule has one base")
+                raise PolicyError(
+                    f"schedule stage {i}: base {policy.base!r} differs from stage 0's "
+                    f"{out[0].policy.base!r}; every stage of a schedule has one base"
+                )
             out.append(Stage(start, policy))
         if not out:
             raise PolicyError("a schedule needs at least one stage")
@@ -176,19 +183,22 @@ class Schedule:
 
     # ------------------------------------------------------------------ forms
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": SCHEDULE_KIND, "name": self.name,
-                "stages": [{"start": s.start, "policy": s.policy.to_dict()} for s in self.stages]}
+        return {
+            "kind": SCHEDULE_KIND,
+            "name": self.name,
+            "stages": [{"start": s.start, "policy": s.policy.to_dict()} for s in self.stages],
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Schedule":
         if not is_schedule_dict(d):
-            raise PolicyError(f"a schedule document has \"kind\": \"{SCHEDULE_KIND}\"")
+            raise PolicyError(f'a schedule document has "kind": "{SCHEDULE_KIND}"')
         unknown = sorted(set(d) - {"kind", "name", "stages", "content_hash"})
         if unknown or "stages" not in d or "name" not in d:
             raise PolicyError(f"schedule keys {sorted(d)}; expected kind, name, stages (and optionally content_hash)")
         stages = d["stages"]
         if not isinstance(stages, list):
-            raise PolicyError("schedule 'stages' must be a list of {\"start\", \"policy\"}")
+            raise PolicyError('schedule \'stages\' must be a list of {"start", "policy"}')
         parsed = []
         for i, s in enumerate(stages):
             if not isinstance(s, Mapping) or set(s) != {"start", "policy"}:
@@ -200,8 +210,10 @@ class Schedule:
         schedule = cls(d["name"], parsed)
         recorded = d.get("content_hash")
         if recorded is not None and recorded != schedule.content_hash:
-            raise PolicyError(f"schedule {d['name']!r}: content_hash {str(recorded)[:12]} does not match its "
-                              f"stages ({schedule.content_hash[:12]}): the document was altered")
+            raise PolicyError(
+                f"schedule {d['name']!r}: content_hash {str(recorded)[:12]} does not match its "
+                f"stages ({schedule.content_hash[:12]}): the document was altered"
+            )
         return schedule
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -220,8 +232,12 @@ class Schedule:
 
     def canonical_content_json(self) -> str:
         """Canonical JSON of the content (starts and policy contents; no names)."""
-        return json.dumps([[s.start, json.loads(s.policy.canonical_content_json())] for s in self.stages],
-                          sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return json.dumps(
+            [[s.start, json.loads(s.policy.canonical_content_json())] for s in self.stages],
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=True,
+        )
 
     @property
     def content_hash(self) -> str:
@@ -236,8 +252,12 @@ class Schedule:
         lines = [f"schedule {self.name}: {len(self.stages)} stage{'s' if len(self.stages) > 1 else ''}"]
         firsts = self.start_epochs(epochs) if epochs else [None] * len(self.stages)
         for i, (s, first) in enumerate(zip(self.stages, firsts)):
-            when = f"from {s.start:.0%} of training" + (f" (epoch {first + 1} of {epochs})" if first is not None else "")
-            lines.append(f"stage {i}: {when}, {len(s.policy.sub_policies)} sub-policies, hash {s.policy.content_hash[:12]}")
+            when = f"from {s.start:.0%} of training" + (
+                f" (epoch {first + 1} of {epochs})" if first is not None else ""
+            )
+            lines.append(
+                f"stage {i}: {when}, {len(s.policy.sub_policies)} sub-policies, hash {s.policy.content_hash[:12]}"
+            )
             lines += ["  " + line for line in s.policy.table().splitlines()]
         return "\n".join(lines)
 

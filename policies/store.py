@@ -38,6 +38,7 @@ Guarantees
   a schedule (the schedule in its provenance, ``method.schedule``) only when the schedules match too. Two processes saving the same new
   content at the same moment may both write it (the check is not part of the claim).
 """
+
 from __future__ import annotations
 
 import json
@@ -67,7 +68,6 @@ from autoaug.policies.artifact import (
 )
 from autoaug.policies.claims import VersionClaims, is_local
 from autoaug.policies.index import (
-    DEFAULT_LOCAL_STORE,
     ENV_VAR,
     INDEX_DIR,
     VERSION_FILE_RE,
@@ -266,7 +266,7 @@ class PolicyStore:
     def _location(self, path: str) -> str:
         """A path as the user can find it (for messages)."""
         if self._scheme and self._root and path.startswith(self._root):
-            rel = path[len(self._root):].lstrip("/")
+            rel = path[len(self._root) :].lstrip("/")
             return f"{self._uri.partition('?')[0].rstrip('/')}/{rel}"
         if isinstance(self._fs, pafs.SubTreeFileSystem):
             return self._fs.base_path.rstrip("/") + "/" + path.lstrip("/")
@@ -294,8 +294,7 @@ class PolicyStore:
             if info.type == pafs.FileType.File:
                 raise StoreError(f"policy store {self._uri} is a file, not a store folder")
             raise StoreNotFoundError(
-                f"policy store {self._uri} does not exist (nothing was saved there; check --store or "
-                f"${ENV_VAR})"
+                f"policy store {self._uri} does not exist (nothing was saved there; check --store or ${ENV_VAR})"
             )
 
     def names(self) -> list[str]:
@@ -340,8 +339,12 @@ class PolicyStore:
 
     def _indexed(self, name: str, version: int) -> Any:
         """The index entry of a version whose file still matches it, else None."""
-        return verified_entry(self._bytes_or_none(self._path(index_path(name, version))),
-                              self._bytes_or_none(self._version_path(name, version)), name, version)
+        return verified_entry(
+            self._bytes_or_none(self._path(index_path(name, version))),
+            self._bytes_or_none(self._version_path(name, version)),
+            name,
+            version,
+        )
 
     def _write_index(self, name: str, version: int, content_hash: str, created_at: str, data: bytes) -> str:
         """Write the index entry of version bytes ``data`` (atomically); returns its path."""
@@ -548,8 +551,11 @@ class PolicyStore:
     def _read_evaluations(self, name: str, version: int, content_hash: str) -> tuple[Evaluation, ...]:
         folder = self._path(name, EVALUATIONS_DIR, f"v{version:06d}")
         infos = sorted(
-            (i for i in self._ls(folder) if i.type == pafs.FileType.File and i.base_name.endswith(".json")
-             and not i.base_name.startswith(".")),
+            (
+                i
+                for i in self._ls(folder)
+                if i.type == pafs.FileType.File and i.base_name.endswith(".json") and not i.base_name.startswith(".")
+            ),
             key=lambda i: i.base_name,
         )
         out = []
@@ -562,9 +568,7 @@ class PolicyStore:
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise CorruptArtifactError(f"evaluation file {where} is not valid JSON ({exc})") from exc
             if not isinstance(record, dict) or not {"attached_at", "content_hash", "results"} <= record.keys():
-                raise CorruptArtifactError(
-                    f"evaluation file {where} lacks attached_at/content_hash/results"
-                )
+                raise CorruptArtifactError(f"evaluation file {where} lacks attached_at/content_hash/results")
             if record["content_hash"] != content_hash:
                 raise CorruptArtifactError(
                     f"evaluation file {where} belongs to content hash {str(record['content_hash'])[:16]}..., "
@@ -601,8 +605,11 @@ class PolicyStore:
             raise StoreError(f"cannot save {name}: {exc}") from None
         if not force:
             versions = self.versions(name)
-            if versions and self._latest_hash_or_none(name, versions[-1]) == content_hash \
-                    and self._schedule_hash(name, versions[-1]) == (schedule.content_hash if schedule else None):
+            if (
+                versions
+                and self._latest_hash_or_none(name, versions[-1]) == content_hash
+                and self._schedule_hash(name, versions[-1]) == (schedule.content_hash if schedule else None)
+            ):
                 # (a schedule is stored as its last stage: the same last stage after other stages is new content)
                 return versions[-1]
         # A full, over-quota, read-only or denying filesystem, wherever the save meets it (claim,
@@ -614,9 +621,12 @@ class PolicyStore:
             except OSError as exc:  # a file in the way, or a store error of the kinds writing() names
                 if storage_error(exc, self._uri) is not None:
                     raise
-                raise StoreError(f"cannot write to policy store {self._uri}: {' '.join(str(exc).split())[:300]}") from None
-            version, claim = self._claims.claim(name, lambda: self.versions(name),
-                                                lambda v: self._version_path(name, v))
+                raise StoreError(
+                    f"cannot write to policy store {self._uri}: {' '.join(str(exc).split())[:300]}"
+                ) from None
+            version, claim = self._claims.claim(
+                name, lambda: self.versions(name), lambda v: self._version_path(name, v)
+            )
             final = self._version_path(name, version)
             tmp = self._path(name, f".v{version:06d}.parquet.tmp-{uuid.uuid4().hex}")
             index = None

@@ -6,6 +6,7 @@ walks every name's folder for the leftovers of the write protocol (temporary ver
 claims, temporary evaluation and index files), deletes those older than a grace period, reads and
 verifies every version, and writes the index entry a version lacks.
 """
+
 from __future__ import annotations
 
 import re
@@ -47,8 +48,9 @@ def check_store(store: "PolicyStore", *, grace_seconds: float, now: datetime | N
         if not old:
             kept.append(where)
             return
-        with writing(where, what="leftover of the policy store",
-                     hint="policies check removes the leftovers it could not"):
+        with writing(
+            where, what="leftover of the policy store", hint="policies check removes the leftovers it could not"
+        ):
             # not quietly: a read-only or denying store must not report leftovers as removed
             try:
                 if info.type == pafs.FileType.Directory:

@@ -4,6 +4,7 @@ does not verify, the evaluations attached to a version, and the report of ``poli
 Plain frozen records, apart from the store's operations (:mod:`autoaug.policies.store`) and its
 maintenance (:mod:`autoaug.policies.store_check`), which both build them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -18,6 +18,7 @@ the identity. Given a batched tensor it blends image ``i`` with image ``i - 1`` 
 (``batch.roll(1, 0)``). In a ``DataLoader`` each worker holds its own copy of the transform and so
 its own "previous image".
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,16 @@ from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.policy import Policy
 
-__all__ = ["PolicyTransform", "RandomPadCrop", "base_transforms", "to_torchvision", "TORCH_OPS", "TorchOp", "torch_op",
-           "apply_op"]
+__all__ = [
+    "PolicyTransform",
+    "RandomPadCrop",
+    "base_transforms",
+    "to_torchvision",
+    "TORCH_OPS",
+    "TorchOp",
+    "torch_op",
+    "apply_op",
+]
 
 _INTERP = {"nearest": v2.InterpolationMode.NEAREST, "bilinear": v2.InterpolationMode.BILINEAR}
 
@@ -84,28 +93,44 @@ def _identity(img, param, **_):
 @torch_op("ShearX", operator="F.affine(shear=[degrees(atan(m)), 0], center=[0, 0])")
 def _shear_x(img, m, *, fill, interpolation, **_):
     # torchvision's shear is an angle: the AutoAugment/PIL coefficient m is tan(angle).
-    return F.affine(img, angle=0.0, translate=[0.0, 0.0], scale=1.0,
-                    shear=[math.degrees(math.atan(m)), 0.0], interpolation=interpolation,
-                    fill=fill, center=[0.0, 0.0])  # fmt: skip
+    return F.affine(
+        img,
+        angle=0.0,
+        translate=[0.0, 0.0],
+        scale=1.0,
+        shear=[math.degrees(math.atan(m)), 0.0],
+        interpolation=interpolation,
+        fill=fill,
+        center=[0.0, 0.0],
+    )
 
 
 @torch_op("ShearY", operator="F.affine(shear=[0, degrees(atan(m))], center=[0, 0])")
 def _shear_y(img, m, *, fill, interpolation, **_):
-    return F.affine(img, angle=0.0, translate=[0.0, 0.0], scale=1.0,
-                    shear=[0.0, math.degrees(math.atan(m))], interpolation=interpolation,
-                    fill=fill, center=[0.0, 0.0])  # fmt: skip
+    return F.affine(
+        img,
+        angle=0.0,
+        translate=[0.0, 0.0],
+        scale=1.0,
+        shear=[0.0, math.degrees(math.atan(m))],
+        interpolation=interpolation,
+        fill=fill,
+        center=[0.0, 0.0],
+    )
 
 
 @torch_op("TranslateX", operator="F.affine(translate=[m, 0])")
 def _translate_x(img, px, *, fill, interpolation, **_):
-    return F.affine(img, angle=0.0, translate=[float(px), 0.0], scale=1.0, shear=[0.0, 0.0],
-                    interpolation=interpolation, fill=fill)  # fmt: skip
+    return F.affine(
+        img, angle=0.0, translate=[float(px), 0.0], scale=1.0, shear=[0.0, 0.0], interpolation=interpolation, fill=fill
+    )
 
 
 @torch_op("TranslateY", operator="F.affine(translate=[0, m])")
 def _translate_y(img, px, *, fill, interpolation, **_):
-    return F.affine(img, angle=0.0, translate=[0.0, float(px)], scale=1.0, shear=[0.0, 0.0],
-                    interpolation=interpolation, fill=fill)  # fmt: skip
+    return F.affine(
+        img, angle=0.0, translate=[0.0, float(px)], scale=1.0, shear=[0.0, 0.0], interpolation=interpolation, fill=fill
+    )
 
 
 @torch_op("Rotate", operator="F.rotate")
@@ -206,9 +231,13 @@ def apply_op(
     param = spec.param(magnitude_bin, num_magnitude_bins, ranges, image_size=(h, w), negate=negate)
     channels = img.shape[-3]
     return TORCH_OPS[name].apply(
-        img, param, fill=[float(fill)] * channels, interpolation=_INTERP[interpolation],
-        other=other, generator=generator,
-    )  # fmt: skip
+        img,
+        param,
+        fill=[float(fill)] * channels,
+        interpolation=_INTERP[interpolation],
+        other=other,
+        generator=generator,
+    )
 
 
 class PolicyTransform(v2.Transform):
@@ -236,8 +265,10 @@ class PolicyTransform(v2.Transform):
         self.last_applied: list[tuple[int, list[str]]] = []
 
     def extra_repr(self) -> str:
-        return (f"policy={self.policy.name!r} ({len(self.policy)} sub-policies), "
-                f"interpolation={self.interpolation!r}, fill={self.fill}")  # fmt: skip
+        return (
+            f"policy={self.policy.name!r} ({len(self.policy)} sub-policies), "
+            f"interpolation={self.interpolation!r}, fill={self.fill}"
+        )
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -257,9 +288,17 @@ class PolicyTransform(v2.Transform):
                 continue
             spec = _ops.REGISTRY[op.op]
             negate = spec.signed and bool(torch.randint(2, ()))
-            img = apply_op(img, op.op, op.magnitude_bin, policy.num_magnitude_bins,
-                           policy.ranges, negate=negate, interpolation=self.interpolation,
-                           fill=self.fill, other=other)  # fmt: skip
+            img = apply_op(
+                img,
+                op.op,
+                op.magnitude_bin,
+                policy.num_magnitude_bins,
+                policy.ranges,
+                negate=negate,
+                interpolation=self.interpolation,
+                fill=self.fill,
+                other=other,
+            )
             fired.append(("-" if negate else "") + op.op)
         return img, (k, fired)
 

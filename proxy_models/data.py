@@ -25,6 +25,7 @@ without names, from the labels, which must then be ``0..K-1`` with every class p
 label 17 (or 10^9) is reported, listing the labels without rows, instead of silently making an
 18-class (or 10^9-class) model.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -64,9 +65,6 @@ class DatasetError(DataError):
 MAX_MESSAGE_CHARS = 1000
 
 
-
-
-
 #: Most classes a dataset may have (class names from the data or the caller, ``num_classes``).
 MAX_CLASSES = 100_000
 _LISTED = 10  # values listed in an error message before "..."
@@ -100,25 +98,31 @@ def _check_class_names(names: Sequence[object], source: str, origin: str) -> tup
             raise TypeError
         names = list(itertools.islice(iter(names), MAX_CLASSES + 1))
     except TypeError:
-        raise DatasetError(f"{source}: class names ({origin}) must be a sequence of strings, got "
-                           f"{type(names).__name__} {short_repr(names)}") from None
+        raise DatasetError(
+            f"{source}: class names ({origin}) must be a sequence of strings, got "
+            f"{type(names).__name__} {short_repr(names)}"
+        ) from None
     if not 1 <= len(names) <= MAX_CLASSES:
         many = f"more than {MAX_CLASSES:,}" if len(names) > MAX_CLASSES else "0"
         raise DatasetError(f"{source}: {many} class names ({origin}); expected 1 to {MAX_CLASSES:,}")
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
-            raise DatasetError(f"{source}: class name {i} ({origin}) is {short_repr(name)}; "
-                               "expected a non-empty string")
+            raise DatasetError(
+                f"{source}: class name {i} ({origin}) is {short_repr(name)}; expected a non-empty string"
+            )
         if name in seen:
-            raise DatasetError(f"{source}: class name {short_repr(name)} ({origin}) appears twice "
-                               f"(classes {seen[name]} and {i}); expected distinct names")
+            raise DatasetError(
+                f"{source}: class name {short_repr(name)} ({origin}) appears twice "
+                f"(classes {seen[name]} and {i}); expected distinct names"
+            )
         seen[name] = i
     return tuple(names)
 
 
-def _resolve_classes(labels: np.ndarray, source: str, classes: Sequence[str] | None,
-                     num_classes: int | None, meta_classes: bytes | None) -> tuple[str, ...]:
+def _resolve_classes(
+    labels: np.ndarray, source: str, classes: Sequence[str] | None, num_classes: int | None, meta_classes: bytes | None
+) -> tuple[str, ...]:
     """The class names of a dataset whose rows carry integer ``labels``.
 
     In order: the caller's ``classes``; the caller's ``num_classes`` (names ``"0"..``); the names
@@ -127,10 +131,14 @@ def _resolve_classes(labels: np.ndarray, source: str, classes: Sequence[str] | N
     Labels outside the classes are reported by :meth:`ImageDataset._check_labels`.
     """
     if num_classes is not None:
-        if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or not (
-                1 <= num_classes <= MAX_CLASSES):
-            raise DatasetError(f"num_classes {short_repr(num_classes)} is invalid; expected an integer "
-                               f"from 1 to {MAX_CLASSES:,}")
+        if (
+            isinstance(num_classes, bool)
+            or not isinstance(num_classes, (int, np.integer))
+            or not (1 <= num_classes <= MAX_CLASSES)
+        ):
+            raise DatasetError(
+                f"num_classes {short_repr(num_classes)} is invalid; expected an integer from 1 to {MAX_CLASSES:,}"
+            )
     if classes is not None:
         names = _check_class_names(classes, source, "given by the caller")
         if num_classes is not None and len(names) != num_classes:
@@ -142,15 +150,16 @@ def _resolve_classes(labels: np.ndarray, source: str, classes: Sequence[str] | N
         try:
             text = meta_classes.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise DatasetError(f"{source}: the schema metadata 'classes' is not UTF-8 text ({exc.reason} "
-                               f"at byte {exc.start}); expected comma-separated class names") from None
+            raise DatasetError(
+                f"{source}: the schema metadata 'classes' is not UTF-8 text ({exc.reason} "
+                f"at byte {exc.start}); expected comma-separated class names"
+            ) from None
         return _check_class_names(text.split(","), source, "schema metadata 'classes'")
     if len(labels) == 0:
         return ()
     if labels.min() < 0:
         i = int(np.argmin(labels))
-        raise DatasetError(f"{source} row {i}: label {int(labels[i])} is negative; expected class "
-                           "labels 0..K-1")
+        raise DatasetError(f"{source} row {i}: label {int(labels[i])} is negative; expected class labels 0..K-1")
     present = np.unique(labels)
     k = int(present[-1]) + 1
     if present.size != k:
@@ -159,7 +168,8 @@ def _resolve_classes(labels: np.ndarray, source: str, classes: Sequence[str] | N
             f"{source}: the data has no class names, so its labels must be 0..K-1 with every class "
             f"present, but the labels run 0..{k - 1} and {k - present.size:,} of these {k:,} labels have "
             f"no rows: {_list_values(missing, k - present.size)}; store the class names (schema "
-            "metadata 'classes', comma-separated) or pass classes=/num_classes= to open_dataset")
+            "metadata 'classes', comma-separated) or pass classes=/num_classes= to open_dataset"
+        )
     return tuple(str(i) for i in range(k))
 
 
@@ -211,8 +221,9 @@ class ImageDataset:
         except ValueError as exc:
             raise DatasetError(f"{self.describe_row(index)}: {exc}") from None
 
-    def images(self, indices: Sequence[int] | np.ndarray, size: int | None = None, *,
-               skip_corrupt: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def images(
+        self, indices: Sequence[int] | np.ndarray, size: int | None = None, *, skip_corrupt: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Decode ``indices`` into one uint8 NHWC array (all images must share a size, or pass
         ``size``). Returns ``(images, kept_indices)``; ``kept_indices`` differs from ``indices`` only
         with ``skip_corrupt=True``, in which case the skipped rows are counted in
@@ -243,7 +254,8 @@ class ImageDataset:
         if len(shapes) > 1:
             raise DatasetError(
                 f"{self.source}: images have different sizes {sorted(shapes)[:4]}...; "
-                "pass an image size (e.g. --image-size 32) so they are resized to one size")
+                "pass an image size (e.g. --image-size 32) so they are resized to one size"
+            )
         batch = np.stack(out)
         kept = np.asarray(kept_list, dtype=np.int64)
         self.skipped_rows = getattr(self, "skipped_rows", []) + skipped
@@ -293,7 +305,7 @@ class ImageDataset:
         :class:`DatasetError` asking for an explicit size."""
         shapes = self.image_shapes()
         if len(shapes) == 1:
-            (height, width), = shapes
+            ((height, width),) = shapes
             return min(height, width)
         listed = ", ".join(f"{w}x{h}: {n:,} images" for (h, w), n in list(shapes.items())[:4])
         common = min(next(iter(shapes)))
@@ -301,7 +313,8 @@ class ImageDataset:
             f"{self.source}: the image size is automatic (the data's own size), but the images come in "
             f"{len(shapes):,} sizes (width x height {listed}{', ...' if len(shapes) > 4 else ''}); give one: --image-size N "
             f"(or image_size: N in the config), e.g. --image-size {common}, the shorter side of the most common "
-            "size (each image is resized so that its shorter side is N, then center-cropped to N x N)")
+            "size (each image is resized so that its shorter side is N, then center-cropped to N x N)"
+        )
 
     def validate_encoded(self, indices: Sequence[int] | np.ndarray, *, skip_corrupt: bool = False) -> np.ndarray:
         """Structural check (:func:`check_encoded`) of the rows DALI will decode. Raises
@@ -340,9 +353,11 @@ class ImageDataset:
 
     def _group_values(self, spec: "GroupSpec") -> Sequence[object]:
         """One value per row of ``spec.column`` (text when ``spec.pattern`` is set)."""
-        raise DatasetError(f"{clip(self.source)}: group_by {spec.quoted}: this dataset has no columns or "
-                           "file paths to group by (expected a Parquet file with a group column or source_path, or "
-                           "an ImageFolder tree)")
+        raise DatasetError(
+            f"{clip(self.source)}: group_by {spec.quoted}: this dataset has no columns or "
+            "file paths to group by (expected a Parquet file with a group column or source_path, or "
+            "an ImageFolder tree)"
+        )
 
     def fingerprint(self) -> str:
         """sha256 identifying the dataset's content (labels and image bytes), stable across
@@ -373,7 +388,8 @@ class ImageDataset:
             raise DatasetError(
                 f"{self.describe_row(i)}: label {int(self.labels[i])} is outside the class range "
                 f"0..{k - 1} ({k} classes); {bad.size} row(s) affected, with label(s) "
-                f"{_list_values(values.tolist(), values.size)}")
+                f"{_list_values(values.tolist(), values.size)}"
+            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.source!r}, {len(self)} images, {len(self.classes)} classes)"
@@ -382,12 +398,17 @@ class ImageDataset:
 class ParquetDataset(ImageDataset):
     """Encoded images + labels in Parquet (one file, or every ``*.parquet`` of a folder)."""
 
-    def __init__(self, source: str, *, image_column: str = "image", label_column: str = "label",
-                 classes: Sequence[str] | None = None, num_classes: int | None = None,
-                 split: str = "train"):
+    def __init__(
+        self,
+        source: str,
+        *,
+        image_column: str = "image",
+        label_column: str = "label",
+        classes: Sequence[str] | None = None,
+        num_classes: int | None = None,
+        split: str = "train",
+    ):
         import pyarrow as pa
-        import pyarrow.dataset as pads
-        import pyarrow.fs as pafs
 
         source = os.fspath(source)
         self.source = source  # messages are clipped by DatasetError; the cache key needs all of it
@@ -408,15 +429,23 @@ class ParquetDataset(ImageDataset):
         raw = labels.to_numpy()
         if raw.dtype == np.uint64 and raw.size and raw.max() > np.iinfo(np.int64).max:
             i = int(np.argmax(raw))
-            raise DatasetError(f"{self.source} row {i}: label {int(raw[i])} is outside any class range "
-                               "(expected class labels 0..K-1)")
+            raise DatasetError(
+                f"{self.source} row {i}: label {int(raw[i])} is outside any class range (expected class labels 0..K-1)"
+            )
         self.labels = raw.astype(np.int64)
         self._label_column = label_column
         # Parquet strings are not checked for UTF-8 when read: decode leniently (they only label rows).
-        self._paths = [None if b is None else b.decode("utf-8", "replace") for b in
-                       table.column("source_path").cast(pa.binary()).to_pylist()] if extra else None
-        self.classes = _resolve_classes(self.labels, self.source, classes, num_classes,
-                                        (schema.metadata or {}).get(b"classes"))
+        self._paths = (
+            [
+                None if b is None else b.decode("utf-8", "replace")
+                for b in table.column("source_path").cast(pa.binary()).to_pylist()
+            ]
+            if extra
+            else None
+        )
+        self.classes = _resolve_classes(
+            self.labels, self.source, classes, num_classes, (schema.metadata or {}).get(b"classes")
+        )
         self._check_labels()
 
     def _read(self, source: str, image_column: str, label_column: str, split: str) -> None:
@@ -430,8 +459,10 @@ class ParquetDataset(ImageDataset):
         fs, path = location.fs, location.path
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
-            raise DatasetError(f"dataset not found: {self.source} (expected a Parquet file, a folder of Parquet "
-                               "files, an ImageFolder tree or cifar10:ROOT)")
+            raise DatasetError(
+                f"dataset not found: {self.source} (expected a Parquet file, a folder of Parquet "
+                "files, an ImageFolder tree or cifar10:ROOT)"
+            )
         files: str | list[str] = path
         if info.type == pafs.FileType.Directory:
             split_file = f"{path.rstrip('/')}/{split}.parquet"
@@ -440,11 +471,18 @@ class ParquetDataset(ImageDataset):
                 self.source = source.rstrip("/") + f"/{split}.parquet"
             else:  # every *.parquet below the folder (not a README or checksum file next to them)
                 found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-                files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")
-                               and not any(part.startswith((".", "_")) for part in f.path[len(path):].split("/")))
+                files = sorted(
+                    f.path
+                    for f in found
+                    if f.type == pafs.FileType.File
+                    and f.path.endswith(".parquet")
+                    and not any(part.startswith((".", "_")) for part in f.path[len(path) :].split("/"))
+                )
                 if not files:
-                    raise DatasetError(f"{self.source}: a folder without .parquet files (expected a Parquet file, "
-                                       "a folder of Parquet files, an ImageFolder tree or cifar10:ROOT)")
+                    raise DatasetError(
+                        f"{self.source}: a folder without .parquet files (expected a Parquet file, "
+                        "a folder of Parquet files, an ImageFolder tree or cifar10:ROOT)"
+                    )
         # Which bytes were read (sizes and modification times): part of the decode-cache key, so a
         # file rewritten in place is decoded again rather than served from the cache.
         stats = fs.get_file_info([files] if isinstance(files, str) else files)
@@ -455,18 +493,29 @@ class ParquetDataset(ImageDataset):
         names = list(schema.names)
         missing = [c for c in (image_column, label_column) if c not in names]
         if missing:
-            raise DatasetError(f"{self.source}: missing column(s) {short_repr(missing)}; the file has columns "
-                               f"{short_repr(names, 300)} (choose them with image_column=/label_column=, CLI "
-                               "--image-column/--label-column)")
+            raise DatasetError(
+                f"{self.source}: missing column(s) {short_repr(missing)}; the file has columns "
+                f"{short_repr(names, 300)} (choose them with image_column=/label_column=, CLI "
+                "--image-column/--label-column)"
+            )
         image_type, label_type = schema.field(image_column).type, schema.field(label_column).type
         if not (pa.types.is_binary(image_type) or pa.types.is_large_binary(image_type)):
-            raise DatasetError(f"{self.source}: column {short_repr(image_column)} has type {clip(str(image_type), 100)}, "
-                               "expected binary (encoded JPEG/PNG bytes)")
+            raise DatasetError(
+                f"{self.source}: column {short_repr(image_column)} has type {clip(str(image_type), 100)}, "
+                "expected binary (encoded JPEG/PNG bytes)"
+            )
         if not pa.types.is_integer(label_type):
-            raise DatasetError(f"{self.source}: column {short_repr(label_column)} has type {clip(str(label_type), 100)}, "
-                               "expected an integer class index")
-        extra = ["source_path"] if "source_path" in names and pa.types.is_string(
-            schema.field("source_path").type) and "source_path" not in (image_column, label_column) else []
+            raise DatasetError(
+                f"{self.source}: column {short_repr(label_column)} has type {clip(str(label_type), 100)}, "
+                "expected an integer class index"
+            )
+        extra = (
+            ["source_path"]
+            if "source_path" in names
+            and pa.types.is_string(schema.field("source_path").type)
+            and "source_path" not in (image_column, label_column)
+            else []
+        )
         table = dataset.to_table(columns=[image_column, label_column, *extra])
         column = table.column(image_column)
         try:
@@ -477,7 +526,7 @@ class ParquetDataset(ImageDataset):
         _, offsets_buf, data_buf = images.buffers()
         offset_type = np.int64 if pa.types.is_large_binary(images.type) else np.int32
         self._images = images
-        self._offsets = np.frombuffer(offsets_buf, dtype=offset_type)[images.offset: images.offset + len(images) + 1]
+        self._offsets = np.frombuffer(offsets_buf, dtype=offset_type)[images.offset : images.offset + len(images) + 1]
         self._data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         self._schema, self._table, self._extra = schema, table, extra
 
@@ -508,36 +557,47 @@ class ParquetDataset(ImageDataset):
         names = list(self._schema.names)
         what = f"{self.source}: group_by {spec.quoted}"
         if spec.column not in names:
-            raise DatasetError(f"{what}: no column {short_repr(spec.column)}; the file has columns {short_repr(names, 300)} "
-                               "(expected a column of group keys, e.g. a track or patient id, or source_path:REGEX)")
+            raise DatasetError(
+                f"{what}: no column {short_repr(spec.column)}; the file has columns {short_repr(names, 300)} "
+                "(expected a column of group keys, e.g. a track or patient id, or source_path:REGEX)"
+            )
         if spec.column == self._label_column:
-            raise DatasetError(f"{what}: {short_repr(spec.column)} is the class label column, so every class would be one "
-                               "group and no class could be on both sides of a split; expected a column of group keys")
+            raise DatasetError(
+                f"{what}: {short_repr(spec.column)} is the class label column, so every class would be one "
+                "group and no class could be on both sides of a split; expected a column of group keys"
+            )
         kind = self._schema.field(spec.column).type
         if pa.types.is_dictionary(kind):
             kind = kind.value_type
         text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
         if spec.pattern is not None and not text:
-            raise DatasetError(f"{what}: column {short_repr(spec.column)} has type {clip(str(kind), 100)}; a pattern "
-                               f"searches text: group by {short_repr(spec.column)} alone")
+            raise DatasetError(
+                f"{what}: column {short_repr(spec.column)} has type {clip(str(kind), 100)}; a pattern "
+                f"searches text: group by {short_repr(spec.column)} alone"
+            )
         if not (text or pa.types.is_integer(kind)):
-            raise DatasetError(f"{what}: column {short_repr(spec.column)} has type {clip(str(kind), 100)}; expected "
-                               "integer or text group keys")
+            raise DatasetError(
+                f"{what}: column {short_repr(spec.column)} has type {clip(str(kind), 100)}; expected "
+                "integer or text group keys"
+            )
         files, fs = self._scan
         try:
             column = pads.dataset(files, filesystem=fs, format="parquet").to_table(columns=[spec.column])
         except (pa.ArrowException, OSError) as exc:
-            raise DatasetError(f"{what}: cannot read column {short_repr(spec.column)} ({type(exc).__name__}: "
-                               f"{clip(str(exc), 300)})") from None
+            raise DatasetError(
+                f"{what}: cannot read column {short_repr(spec.column)} ({type(exc).__name__}: {clip(str(exc), 300)})"
+            ) from None
         values = column.column(spec.column).to_pylist()
         if len(values) != len(self):
-            raise DatasetError(f"{what}: column {short_repr(spec.column)} has {len(values):,} rows, the images "
-                               f"{len(self):,} (the files changed while open?)")
+            raise DatasetError(
+                f"{what}: column {short_repr(spec.column)} has {len(values):,} rows, the images "
+                f"{len(self):,} (the files changed while open?)"
+            )
         return values
 
     def _update_content_hash(self, h) -> None:
         h.update((self._offsets - self._offsets[0]).astype("<i8").tobytes())
-        h.update(self._data[int(self._offsets[0]): int(self._offsets[-1])].tobytes())
+        h.update(self._data[int(self._offsets[0]) : int(self._offsets[-1])].tobytes())
 
 
 class ImageFolderDataset(ImageDataset):
@@ -562,8 +622,10 @@ class ImageFolderDataset(ImageDataset):
         self._files = files
         self.labels = np.asarray(labels, dtype=np.int64)
         if not files:
-            raise DatasetError(f"{root}: the dataset is empty (no files ending in {', '.join(IMAGE_EXTENSIONS)} "
-                               f"under {len(class_dirs)} class folders)")
+            raise DatasetError(
+                f"{root}: the dataset is empty (no files ending in {', '.join(IMAGE_EXTENSIONS)} "
+                f"under {len(class_dirs)} class folders)"
+            )
         self._check_labels()
 
     def describe_row(self, index: int) -> str:
@@ -586,9 +648,11 @@ class ImageFolderDataset(ImageDataset):
         root = Path(self.source)
         paths = [f.relative_to(root).as_posix() for f in self._files]
         if spec.column != "source_path":
-            raise DatasetError(f"{self.source}: group_by {spec.quoted}: an ImageFolder tree has no column "
-                               f"{short_repr(spec.column)}; group its images by their paths with source_path:REGEX "
-                               f"(paths relative to the root, e.g. {short_repr(paths[0])})")
+            raise DatasetError(
+                f"{self.source}: group_by {spec.quoted}: an ImageFolder tree has no column "
+                f"{short_repr(spec.column)}; group its images by their paths with source_path:REGEX "
+                f"(paths relative to the root, e.g. {short_repr(paths[0])})"
+            )
         return paths
 
     def _update_content_hash(self, h) -> None:
@@ -611,8 +675,9 @@ class TorchvisionCIFAR10(ImageDataset):
             ds = CIFAR10(str(root), train=(split == "train"), download=False)
         except RuntimeError:
             if not download:
-                raise DatasetError(f"CIFAR-10 not found or corrupted under {root} (expected torchvision's "
-                                   f"{root}/cifar-10-batches-py)") from None
+                raise DatasetError(
+                    f"CIFAR-10 not found or corrupted under {root} (expected torchvision's {root}/cifar-10-batches-py)"
+                ) from None
             try:
                 ds = CIFAR10(str(root), train=(split == "train"), download=True)
             except Exception as exc:  # URLError, socket errors, HTTP errors...
@@ -620,7 +685,8 @@ class TorchvisionCIFAR10(ImageDataset):
                     f"CIFAR-10 is not under {root} and downloading it failed ({type(exc).__name__}: {exc}). "
                     "Offline? Point --data at local data instead: a Parquet file/folder with image bytes "
                     "and labels (e.g. AUTOAUG_CIFAR10=/path/cifar10-jpeg), an ImageFolder tree, or a folder "
-                    "holding cifar-10-batches-py") from None
+                    "holding cifar-10-batches-py"
+                ) from None
         self._data = ds.data  # N x 32 x 32 x 3 uint8
         self.labels = np.asarray(ds.targets, dtype=np.int64)
         self.classes = tuple(ds.classes)
@@ -640,9 +706,16 @@ class TorchvisionCIFAR10(ImageDataset):
         h.update(np.ascontiguousarray(self._data).tobytes())
 
 
-def open_dataset(source: str | os.PathLike, split: str = "train", *, image_column: str = "image",
-                 label_column: str = "label", classes: Sequence[str] | None = None,
-                 num_classes: int | None = None, download: bool = True) -> ImageDataset:
+def open_dataset(
+    source: str | os.PathLike,
+    split: str = "train",
+    *,
+    image_column: str = "image",
+    label_column: str = "label",
+    classes: Sequence[str] | None = None,
+    num_classes: int | None = None,
+    download: bool = True,
+) -> ImageDataset:
     """Open a dataset from a path or URI.
 
     - ``cifar10:ROOT`` (or ``cifar10`` for ``~/.cache/autoaug/cifar10``), or a folder containing
@@ -660,15 +733,17 @@ def open_dataset(source: str | os.PathLike, split: str = "train", *, image_colum
     try:
         text = os.fspath(source)
     except TypeError:
-        raise DatasetError(f"dataset source {short_repr(source)} is a {type(source).__name__}; expected a "
-                           "path or URI string") from None
+        raise DatasetError(
+            f"dataset source {short_repr(source)} is a {type(source).__name__}; expected a path or URI string"
+        ) from None
     if isinstance(text, bytes) or "\0" in text:
         raise DatasetError(f"dataset source {short_repr(text)} is not a valid path (bytes or a NUL character)")
     if text == "cifar10" or text.startswith("cifar10:"):
         root = text.partition(":")[2] or os.path.join(Path.home(), ".cache", "autoaug", "cifar10")
         return _agree(TorchvisionCIFAR10(root, split=split, download=download), classes, num_classes)
-    parquet = dict(image_column=image_column, label_column=label_column, classes=classes,
-                   num_classes=num_classes, split=split)
+    parquet = dict(
+        image_column=image_column, label_column=label_column, classes=classes, num_classes=num_classes, split=split
+    )
     if is_uri(text):
         return ParquetDataset(text, **parquet)
     path = Path(text.removeprefix("file://")).expanduser()
@@ -677,12 +752,16 @@ def open_dataset(source: str | os.PathLike, split: str = "train", *, image_colum
     except OSError as exc:  # e.g. a name longer than the filesystem allows
         raise DatasetError(f"dataset {clip(text)} cannot be opened: {clip(exc.strerror or str(exc))}") from None
     if not exists:
-        raise DatasetError(f"dataset not found: {clip(text)} (expected a Parquet file, a folder of Parquet "
-                           "files, an ImageFolder tree, or cifar10:ROOT)")
+        raise DatasetError(
+            f"dataset not found: {clip(text)} (expected a Parquet file, a folder of Parquet "
+            "files, an ImageFolder tree, or cifar10:ROOT)"
+        )
     if is_file:
         if path.suffix != ".parquet":
-            raise DatasetError(f"{clip(str(path))}: unsupported file type {short_repr(path.suffix)}; expected a "
-                               ".parquet file or a folder")
+            raise DatasetError(
+                f"{clip(str(path))}: unsupported file type {short_repr(path.suffix)}; expected a "
+                ".parquet file or a folder"
+            )
         return ParquetDataset(str(path), **parquet)
     if (path / "cifar-10-batches-py").is_dir():
         return _agree(TorchvisionCIFAR10(path, split=split, download=False), classes, num_classes)
@@ -694,9 +773,12 @@ def open_dataset(source: str | os.PathLike, split: str = "train", *, image_colum
 def _agree(ds: ImageDataset, classes: Sequence[str] | None, num_classes: int | None) -> ImageDataset:
     """``ds`` when the caller's ``classes``/``num_classes`` (if any) match the classes it names itself."""
     if num_classes is not None and num_classes != ds.num_classes:
-        raise DatasetError(f"{clip(ds.source)}: has {ds.num_classes} classes, but num_classes="
-                           f"{short_repr(num_classes)} was given")
+        raise DatasetError(
+            f"{clip(ds.source)}: has {ds.num_classes} classes, but num_classes={short_repr(num_classes)} was given"
+        )
     if classes is not None and tuple(classes) != ds.classes:
-        raise DatasetError(f"{clip(ds.source)}: its classes {short_repr(list(ds.classes))} differ from the "
-                           f"class names given, {short_repr(list(classes))}")
+        raise DatasetError(
+            f"{clip(ds.source)}: its classes {short_repr(list(ds.classes))} differ from the "
+            f"class names given, {short_repr(list(classes))}"
+        )
     return ds

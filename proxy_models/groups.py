@@ -17,6 +17,7 @@ For an ImageFolder tree, ``source_path`` is each image's path relative to the ro
 (everything after the first ``:`` is the pattern). Images never need decoding: a Parquet dataset
 reads the one column (:meth:`autoaug.proxy_models.data.ImageDataset.groups`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,8 +65,10 @@ class GroupSpec:
             re.compile(pattern)
         except re.error as exc:
             where = f" at position {exc.pos}" if exc.pos is not None else ""
-            raise UserInputError(f"group_by {_quote(spec)}: the pattern {_quote(pattern)} is not a valid regular "
-                                 f"expression ({exc.msg}{where}); {EXPECTED}") from None
+            raise UserInputError(
+                f"group_by {_quote(spec)}: the pattern {_quote(pattern)} is not a valid regular "
+                f"expression ({exc.msg}{where}); {EXPECTED}"
+            ) from None
         return cls(column, pattern)
 
     @property
@@ -100,8 +103,10 @@ def group_ids(values: Sequence[Any], spec: GroupSpec, source: str, describe_row:
     missed, first_miss = 0, None
     for i, value in enumerate(values):
         if value is None:
-            raise DatasetError(f"{describe(i)}: group_by {spec.quoted}: the {short_repr(spec.column)} value is "
-                               "null; every row needs a group")
+            raise DatasetError(
+                f"{describe(i)}: group_by {spec.quoted}: the {short_repr(spec.column)} value is "
+                "null; every row needs a group"
+            )
         if rx is not None:
             m = rx.search(value)
             if m is None:
@@ -116,5 +121,6 @@ def group_ids(values: Sequence[Any], spec: GroupSpec, source: str, describe_row:
         how = f"matches none of the {n:,}" if missed == n else f"matches {n - missed:,} of the {n:,}"
         raise DatasetError(
             f"{source}: group_by {spec.quoted}: the pattern {how} {short_repr(spec.column)} values; {missed:,} do "
-            f"not, e.g. row {first_miss} {short_repr(values[first_miss], 200)}; expected a pattern that matches every row")
+            f"not, e.g. row {first_miss} {short_repr(values[first_miss], 200)}; expected a pattern that matches every row"
+        )
     return ids

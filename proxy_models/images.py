@@ -2,6 +2,7 @@
 way DALI's decoder does it (any mode and bit depth), and which images DALI would decode
 differently (so the DALI path can refuse them before training). The datasets of
 :mod:`autoaug.proxy_models.data` use these for every source."""
+
 from __future__ import annotations
 
 import io
@@ -16,7 +17,6 @@ if TYPE_CHECKING:
     from PIL import Image
 
 __all__ = ["check_encoded", "to_rgb8", "to_rgb_array", "decode_image", "dali_decode_problem", "DALI_TIFF_MODES"]
-
 
 
 def check_encoded(data: bytes) -> str | None:
@@ -37,7 +37,12 @@ def check_encoded(data: bytes) -> str | None:
         if b"IEND" not in data[-16:]:
             return "truncated PNG (no IEND chunk)"
         return None
-    if data[:2] == b"BM" or data[:4] in (b"RIFF",) or data[:4] in (b"II*\x00", b"MM\x00*") or data[:2] in (b"P5", b"P6"):
+    if (
+        data[:2] == b"BM"
+        or data[:4] in (b"RIFF",)
+        or data[:4] in (b"II*\x00", b"MM\x00*")
+        or data[:2] in (b"P5", b"P6")
+    ):
         return None
     return f"unrecognised image format (first bytes {data[:8]!r}; expected JPEG, PNG, BMP, WebP, TIFF or PNM)"
 
@@ -75,8 +80,10 @@ def to_rgb8(img) -> "Image.Image":
     if mode in _SIXTEEN_BIT_MODES or mode == "I":
         values = np.asarray(img).astype(np.int64)
         if mode == "I" and values.size and (values.min() < 0 or values.max() > 65535):
-            raise ValueError(f"32-bit integer image (PIL mode 'I') with values {values.min()}..{values.max()}; "
-                             "expected 8- or 16-bit data (0..65535)")
+            raise ValueError(
+                f"32-bit integer image (PIL mode 'I') with values {values.min()}..{values.max()}; "
+                "expected 8- or 16-bit data (0..65535)"
+            )
         gray = ((values * 255 + 32767) // 65535).astype(np.uint8)
     elif mode == "F":
         values = np.asarray(img, dtype=np.float64)
@@ -119,8 +126,10 @@ def dali_decode_problem(data: bytes) -> str | None:
         fields = re.sub(rb"#[^\n]*", b" ", data[:1024]).split()
         maxval = fields[3] if len(fields) > 3 else b""
         if maxval not in (b"255", b"65535"):
-            return (f"PNM image with maximum value {short_repr(maxval.decode('latin-1'), 12)}: DALI's decoder does "
-                    "not scale it (only 255 and 65535 are read correctly)")
+            return (
+                f"PNM image with maximum value {short_repr(maxval.decode('latin-1'), 12)}: DALI's decoder does "
+                "not scale it (only 255 and 65535 are read correctly)"
+            )
     elif data[:4] in (b"II*\x00", b"MM\x00*"):
         from PIL import Image
 
@@ -130,8 +139,10 @@ def dali_decode_problem(data: bytes) -> str | None:
         except Exception as exc:
             return f"cannot decode image: {clip(str(exc), 300)}"
         if mode not in DALI_TIFF_MODES:
-            return (f"TIFF in PIL mode {short_repr(mode, 20)}: DALI's decoder mis-decodes or fails on it "
-                    f"(it reads TIFF modes {', '.join(DALI_TIFF_MODES)})")
+            return (
+                f"TIFF in PIL mode {short_repr(mode, 20)}: DALI's decoder mis-decodes or fails on it "
+                f"(it reads TIFF modes {', '.join(DALI_TIFF_MODES)})"
+            )
     return None
 
 

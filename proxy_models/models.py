@@ -21,6 +21,7 @@ number of classes work:
 Names in :data:`MODELS` are the ones this project uses; :func:`build_model` also accepts any valid
 ``wrn-D-K`` (D = 6n + 4) or ``resnet-D`` (D = 6n + 2), e.g. ``resnet-56``.
 """
+
 from __future__ import annotations
 
 import re

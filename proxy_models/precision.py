@@ -1,6 +1,7 @@
 """Numeric precision of a training run: the autocast dtype (``TrainConfig.amp_dtype``) and CUDA's
 TF32 settings (``TrainConfig.tf32``), read, set and put back around a run
 (:class:`autoaug.proxy_models.train._TorchState`)."""
+
 from __future__ import annotations
 
 import warnings
@@ -18,8 +19,11 @@ def native_on_cpu(name: str) -> bool:
     """Whether this CPU has native instructions for autocast in ``name`` (``"bfloat16"``:
     AVX512-BF16 or AMX; ``"float16"``: AVX512-FP16 or AMX-FP16), as oneDNN reports it."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported() if name == "bfloat16"
-                    else torch.ops.mkldnn._is_mkldnn_fp16_supported())
+        return bool(
+            torch.ops.mkldnn._is_mkldnn_bf16_supported()
+            if name == "bfloat16"
+            else torch.ops.mkldnn._is_mkldnn_fp16_supported()
+        )
     except (AttributeError, RuntimeError):  # no oneDNN in this torch build: nothing to say
         return True
 
@@ -41,13 +45,21 @@ def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
     bfloat16, AVX512-FP16/AMX-FP16 for float16) runs it emulated, and a warning says so."""
     name = config.amp_dtype or ("float16" if device.type == "cuda" else "bfloat16")
     if device.type == "cuda" and name == "bfloat16" and not torch.cuda.is_bf16_supported():
-        warnings.warn("amp_dtype bfloat16: this GPU has no bfloat16 support; autocast uses float16 (with gradient "
-                      "scaling) instead", AutoaugWarning, stacklevel=2)
+        warnings.warn(
+            "amp_dtype bfloat16: this GPU has no bfloat16 support; autocast uses float16 (with gradient "
+            "scaling) instead",
+            AutoaugWarning,
+            stacklevel=2,
+        )
         name = "float16"
     if device.type == "cpu":
         if not native_on_cpu(name):
-            warnings.warn(f"amp on the CPU with {name}: this CPU has no native {name} instructions, so autocast runs "
-                          "emulated and is likely slower than float32 (set amp=false, or amp='native')", AutoaugWarning, stacklevel=2)
+            warnings.warn(
+                f"amp on the CPU with {name}: this CPU has no native {name} instructions, so autocast runs "
+                "emulated and is likely slower than float32 (set amp=false, or amp='native')",
+                AutoaugWarning,
+                stacklevel=2,
+            )
     return getattr(torch, name)
 
 

@@ -10,6 +10,7 @@ Grouped splits (the reasoning behind :func:`_grouped_split`): every group goes w
 its groups, so a side may use only part of a group, but no group ever has images on both sides.
 The per-class counts are the ungrouped split's (:func:`_joint_counts`) whenever the groups allow.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,8 +52,13 @@ class Split:
         return h.hexdigest()
 
     def to_dict(self, include_indices: bool = False) -> dict:
-        d = {"seed": self.seed, "train_size": int(len(self.train)), "val_size": int(len(self.val)),
-             "fingerprint": self.fingerprint, "dataset_fingerprint": self.dataset_fingerprint}
+        d = {
+            "seed": self.seed,
+            "train_size": int(len(self.train)),
+            "val_size": int(len(self.val)),
+            "fingerprint": self.fingerprint,
+            "dataset_fingerprint": self.dataset_fingerprint,
+        }
         if self.grouping is not None:
             d["grouping"] = self.grouping
         if include_indices:
@@ -87,11 +93,11 @@ def _joint_counts(class_sizes: Sequence[int], train_total: int, val_total: int) 
     n = sum(sizes)
     t_floor = [x * train_total // n for x in sizes]
     v_floor = [x * val_total // n for x in sizes]
-    t_rem = [x * train_total % n for x in sizes]   # remainders as numerators over n
+    t_rem = [x * train_total % n for x in sizes]  # remainders as numerators over n
     v_rem = [x * val_total % n for x in sizes]
     need = [train_total - sum(t_floor), val_total - sum(v_floor)]
     cap = [x - t - v for x, t, v in zip(sizes, t_floor, v_floor)]  # round-ups class c can still take
-    open_ = [[r > 0 for r in t_rem], [r > 0 for r in v_rem]]      # share not yet rounded up
+    open_ = [[r > 0 for r in t_rem], [r > 0 for r in v_rem]]  # share not yet rounded up
 
     def kind(c: int) -> tuple[int, int, int]:
         """(train-only, validation-only, competing) contribution of class ``c``."""
@@ -132,8 +138,9 @@ def _joint_counts(class_sizes: Sequence[int], train_total: int, val_total: int) 
             open_[col][c] = True
             cap[c] += 1
     if need != [0, 0]:  # impossible when train_total + val_total <= n (see above)
-        raise AssertionError(f"joint split allocation failed for sizes {sizes[:10]}..., "
-                             f"train {train_total}, val {val_total}")
+        raise AssertionError(
+            f"joint split allocation failed for sizes {sizes[:10]}..., train {train_total}, val {val_total}"
+        )
     train_counts = [f + (not o and r > 0) for f, o, r in zip(t_floor, open_[0], t_rem)]
     val_counts = [f + (not o and r > 0) for f, o, r in zip(v_floor, open_[1], v_rem)]
     return train_counts, val_counts
@@ -145,17 +152,27 @@ def _fitting_split(n: int, train_size: int, val_size: int) -> str:
     if train_size and val_size:
         train = max(1, train_size * n // (train_size + val_size))
         val = min(val_size * n // (train_size + val_size), n - train)
-        return (f"the largest split in the same proportion is train_size {train} + val_size {val}: pass "
-                f"--train-size {train} --val-size {val} (or set train_size/val_size in the config)")
+        return (
+            f"the largest split in the same proportion is train_size {train} + val_size {val}: pass "
+            f"--train-size {train} --val-size {val} (or set train_size/val_size in the config)"
+        )
     if train_size:
         return f"train_size {n} at most fits: pass --train-size {n} or smaller (or set train_size in the config)"
-    return (f"val_size {n - 1} at most fits (one training image must remain): pass --val-size {n - 1} or smaller "
-            "(or set val_size in the config)")
+    return (
+        f"val_size {n - 1} at most fits (one training image must remain): pass --val-size {n - 1} or smaller "
+        "(or set val_size in the config)"
+    )
 
 
-def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4000,
-                  val_size: int | None = None, seed: int = 0, *,
-                  dataset_fingerprint: str | None = None, groups: Sequence[Any] | np.ndarray | None = None) -> Split:
+def reduced_split(
+    labels: Sequence[int] | np.ndarray,
+    train_size: int | None = 4000,
+    val_size: int | None = None,
+    seed: int = 0,
+    *,
+    dataset_fingerprint: str | None = None,
+    groups: Sequence[Any] | np.ndarray | None = None,
+) -> Split:
     """AutoAugment's reduced split: a stratified, seeded subset of ``train_size`` images (4,000 =
     400 per class on CIFAR-10) and a disjoint stratified validation subset of ``val_size`` images
     (``None``: every remaining image, as in the paper). ``train_size`` ``None``/0 takes every image
@@ -185,7 +202,9 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
     want_train = int(train_size or 0)
     if want_train + int(val_size or 0) > n:
         asked = f"train_size {want_train}" + (f" + val_size {val_size}" if val_size else "")
-        raise DatasetError(f"{asked} exceeds the dataset's {n} images; {_fitting_split(n, want_train, int(val_size or 0))}")
+        raise DatasetError(
+            f"{asked} exceeds the dataset's {n} images; {_fitting_split(n, want_train, int(val_size or 0))}"
+        )
     want_val = int(val_size) if val_size is not None else n - want_train
     if not want_train:
         want_train = n - want_val
@@ -193,8 +212,17 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
         raise DatasetError(f"the split leaves no training images (dataset of {n}, val_size {want_val})")
     grouping = None if gid is None else grouping_fingerprint(gid)
     if gid is not None and want_val:
-        return _grouped_split(classes, inverse, sizes, gid, (want_train, want_val),
-                              (not train_size, val_size is None), seed, dataset_fingerprint, grouping)
+        return _grouped_split(
+            classes,
+            inverse,
+            sizes,
+            gid,
+            (want_train, want_val),
+            (not train_size, val_size is None),
+            seed,
+            dataset_fingerprint,
+            grouping,
+        )
     # Image by image (with groups but no validation images there is nothing a group could leak
     # into: the same draw).
     rng = np.random.default_rng(seed)
@@ -204,7 +232,7 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
         members = np.flatnonzero(inverse == c)
         perm = rng.permutation(members)
         train_parts.append(perm[: train_counts[c]])
-        val_parts.append(perm[train_counts[c]: train_counts[c] + val_counts[c]])
+        val_parts.append(perm[train_counts[c] : train_counts[c] + val_counts[c]])
     train = np.sort(np.concatenate(train_parts))
     val = np.sort(np.concatenate(val_parts))
     return Split(train=train, val=val, seed=seed, dataset_fingerprint=dataset_fingerprint, grouping=grouping)
@@ -213,6 +241,7 @@ def reduced_split(labels: Sequence[int] | np.ndarray, train_size: int | None = 4
 # ----------------------------------------------------------------------------------------------
 # Groups
 
+
 def _canonical_groups(groups: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
     """``groups`` (one hashable key per image: ints or strings) as int64 ids ``0..G-1`` numbered
     in order of first appearance: the same partition of the images gives the same ids whatever
@@ -220,13 +249,20 @@ def _canonical_groups(groups: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
     arr = np.asarray(groups)
     if arr.ndim != 1 or len(arr) != n:
         raise DatasetError(f"groups has shape {arr.shape} for {n:,} labels; expected one group key per image")
-    if arr.dtype.kind not in "iuUSO" or arr.dtype.kind == "O" and not all(
-            isinstance(x, (int, str, np.integer)) and not isinstance(x, bool) for x in arr.tolist()):
-        raise DatasetError(f"groups must be integer or string keys, got {arr.dtype} values such as {short_repr(arr[:3].tolist())}")
+    if (
+        arr.dtype.kind not in "iuUSO"
+        or arr.dtype.kind == "O"
+        and not all(isinstance(x, (int, str, np.integer)) and not isinstance(x, bool) for x in arr.tolist())
+    ):
+        raise DatasetError(
+            f"groups must be integer or string keys, got {arr.dtype} values such as {short_repr(arr[:3].tolist())}"
+        )
     try:
         _, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
     except TypeError:  # ints and strings mixed in an object array
-        raise DatasetError(f"groups mixes key types ({short_repr(arr[:6].tolist())}); expected integer or string keys") from None
+        raise DatasetError(
+            f"groups mixes key types ({short_repr(arr[:6].tolist())}); expected integer or string keys"
+        ) from None
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
     return rank[inverse.reshape(-1)]
@@ -274,9 +310,17 @@ class _GroupTable:
 _MAX_PASSES = 10
 
 
-def _grouped_split(classes: np.ndarray, inverse: np.ndarray, sizes: np.ndarray, gid: np.ndarray,
-                   want: tuple[int, int], take_all: tuple[bool, bool], seed: int,
-                   dataset_fingerprint: str | None, grouping: str) -> Split:
+def _grouped_split(
+    classes: np.ndarray,
+    inverse: np.ndarray,
+    sizes: np.ndarray,
+    gid: np.ndarray,
+    want: tuple[int, int],
+    take_all: tuple[bool, bool],
+    seed: int,
+    dataset_fingerprint: str | None,
+    grouping: str,
+) -> Split:
     """A reduced split with every group on one side. ``want``: the resolved (train, validation)
     sizes; ``take_all``: which side was asked for as "every remaining image" (size None).
 
@@ -313,8 +357,9 @@ def _grouped_split(classes: np.ndarray, inverse: np.ndarray, sizes: np.ndarray, 
     n, num_classes = len(inverse), len(sizes)
     table = _GroupTable(inverse, gid, num_classes)
     if table.num_groups < 2:
-        raise DatasetError(f"cannot split {n:,} images that form one group: a split needs at least two groups "
-                           "(check the group key)")
+        raise DatasetError(
+            f"cannot split {n:,} images that form one group: a split needs at least two groups (check the group key)"
+        )
     want_train, want_val = want
     train_all, val_all = take_all
     t, v = _joint_counts(sizes, want_train, want_val)
@@ -330,14 +375,21 @@ def _grouped_split(classes: np.ndarray, inverse: np.ndarray, sizes: np.ndarray, 
     if shortfall:
         smallest, largest = int(table.size.min()), int(table.size.max())
         groups_text = f"{smallest:,}" if smallest == largest else f"{smallest:,} to {largest:,}"
-        asked = (f"train_size {want_train:,} (validation: every image of the other groups)" if val_all else
-                 f"val_size {want_val:,} (training: every image of the other groups)" if train_all else
-                 f"train_size {want_train:,} + val_size {want_val:,}")
-        hint = "" if train_all or val_all else ", or leave val_size unset (validation on every image of the other groups)"
+        asked = (
+            f"train_size {want_train:,} (validation: every image of the other groups)"
+            if val_all
+            else f"val_size {want_val:,} (training: every image of the other groups)"
+            if train_all
+            else f"train_size {want_train:,} + val_size {want_val:,}"
+        )
+        hint = (
+            "" if train_all or val_all else ", or leave val_size unset (validation on every image of the other groups)"
+        )
         raise DatasetError(
             f"cannot draw {asked} with each group on one side: the best grouping found puts {int(cap_t.sum()):,} "
             f"images on the training side and {int(cap_v.sum()):,} on the validation side ({table.num_groups:,} "
-            f"groups of {groups_text} images); ask for smaller sizes{hint}")
+            f"groups of {groups_text} images); ask for smaller sizes{hint}"
+        )
     _report_strata(classes, sizes, table.groups_per_class, (t, v), (cap_t, cap_v), want, take_all)
 
     counts_t = cap_t if train_all else _fill(t, cap_t, want_train, sizes)
@@ -346,16 +398,28 @@ def _grouped_split(classes: np.ndarray, inverse: np.ndarray, sizes: np.ndarray, 
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     train_parts, val_parts = [], []
     for c in range(num_classes):
-        members = by_class[bounds[c]: bounds[c + 1]]
+        members = by_class[bounds[c] : bounds[c + 1]]
         side = row_train[members]
         train_parts.append(rng.permutation(members[side])[: counts_t[c]])
         val_parts.append(rng.permutation(members[~side])[: counts_v[c]])
-    return Split(train=np.sort(np.concatenate(train_parts)), val=np.sort(np.concatenate(val_parts)), seed=seed,
-                 dataset_fingerprint=dataset_fingerprint, grouping=grouping)
+    return Split(
+        train=np.sort(np.concatenate(train_parts)),
+        val=np.sort(np.concatenate(val_parts)),
+        seed=seed,
+        dataset_fingerprint=dataset_fingerprint,
+        grouping=grouping,
+    )
 
 
-def _deal_sides(table: _GroupTable, sizes: list[int], t: list[int], v: list[int], want: tuple[int, int],
-                take_all: tuple[bool, bool], rng: np.random.Generator) -> np.ndarray:
+def _deal_sides(
+    table: _GroupTable,
+    sizes: list[int],
+    t: list[int],
+    v: list[int],
+    want: tuple[int, int],
+    take_all: tuple[bool, bool],
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Step 2 of :func:`_grouped_split`: ``on_train[g]`` for every group, dealt largest first."""
     total_t, total_v = want
     train_all, val_all = take_all
@@ -398,8 +462,16 @@ def _size_shortfall(cap_t: int, cap_v: int, want: tuple[int, int], take_all: tup
     return out
 
 
-def _improve_sides(table: _GroupTable, on_train: np.ndarray, sizes: list[int], t: list[int], v: list[int],
-                   want: tuple[int, int], take_all: tuple[bool, bool], rng: np.random.Generator) -> np.ndarray:
+def _improve_sides(
+    table: _GroupTable,
+    on_train: np.ndarray,
+    sizes: list[int],
+    t: list[int],
+    v: list[int],
+    want: tuple[int, int],
+    take_all: tuple[bool, bool],
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Step 3 of :func:`_grouped_split`: single-group moves while they reduce (size shortfall,
     classes missing from a side, per-class shortfall as a fraction of the side) lexicographically."""
     k = len(sizes)
@@ -438,7 +510,8 @@ def _improve_sides(table: _GroupTable, on_train: np.ndarray, sizes: list[int], t
                 d_sum += a
             new_size_short = _size_shortfall(sum_t + d_sum, n - sum_t - d_sum, want, take_all)
             better = (new_size_short, missing + d_missing) < (size_short, missing) or (
-                (new_size_short, missing + d_missing) == (size_short, missing) and d_short < -1e-12)
+                (new_size_short, missing + d_missing) == (size_short, missing) and d_short < -1e-12
+            )
             if better:
                 on_train[g] = not on_train[g]
                 for j in table.pairs(g):
@@ -470,43 +543,65 @@ def _fill(targets: np.ndarray, caps: np.ndarray, total: int, weights: np.ndarray
     return counts
 
 
-def _report_strata(classes: np.ndarray, sizes: np.ndarray, groups_per_class: np.ndarray,
-                   targets: tuple[np.ndarray, np.ndarray], caps: tuple[np.ndarray, np.ndarray],
-                   want: tuple[int, int], take_all: tuple[bool, bool]) -> None:
+def _report_strata(
+    classes: np.ndarray,
+    sizes: np.ndarray,
+    groups_per_class: np.ndarray,
+    targets: tuple[np.ndarray, np.ndarray],
+    caps: tuple[np.ndarray, np.ndarray],
+    want: tuple[int, int],
+    take_all: tuple[bool, bool],
+) -> None:
     """Classes a grouped split cannot give their counts: a :class:`DataWarning`, or a
     :class:`DatasetError` when more than half of the classes, or of a side, would be affected (see
     :func:`_grouped_split`)."""
     problems: list[str] = []
     affected: set[int] = set()
     lost: list[tuple[str, int, int, bool]] = []
-    for side, target, cap, size, whole in (("training", targets[0], caps[0], want[0], take_all[0]),
-                                          ("validation", targets[1], caps[1], want[1], take_all[1])):
+    for side, target, cap, size, whole in (
+        ("training", targets[0], caps[0], want[0], take_all[0]),
+        ("validation", targets[1], caps[1], want[1], take_all[1]),
+    ):
         bad = np.flatnonzero((target > 0) & (cap == 0)) if whole else np.flatnonzero(cap < target)
         affected.update(bad.tolist())
         for c in bad.tolist():
             got = int(min(cap[c], target[c]))
             groups = int(groups_per_class[c])
-            problems.append(f"label {int(classes[c])} ({int(sizes[c]):,} images in {groups:,} group"
-                            f"{'s' if groups != 1 else ''}): {got:,} of {int(target[c]):,} {side} images")
+            problems.append(
+                f"label {int(classes[c])} ({int(sizes[c]):,} images in {groups:,} group"
+                f"{'s' if groups != 1 else ''}): {got:,} of {int(target[c]):,} {side} images"
+            )
         lost.append((side, int(np.maximum(target - cap, 0)[bad].sum()), size, whole))
     if not problems:
         return
     shown = "; ".join(problems[:5]) + (f"; ... ({len(problems):,} in all)" if len(problems) > 5 else "")
-    classes_text = f"{len(affected):,} of the {len(sizes):,} classes cannot get their counts with each group on one side"
+    classes_text = (
+        f"{len(affected):,} of the {len(sizes):,} classes cannot get their counts with each group on one side"
+    )
     if 2 * len(affected) > len(sizes) or any(2 * missing > size for _, missing, size, _ in lost):
         what = "; ".join(
             f"{missing:,} of the {size:,} {side} images would "
             + ("belong to classes missing from it" if whole else "have to come from other classes")
-            for side, missing, size, whole in lost if missing)
-        raise DatasetError(f"cannot stratify a grouped split by class: {classes_text} ({shown}); {what}; check the "
-                           "group key (does it group by class?)")
+            for side, missing, size, whole in lost
+            if missing
+        )
+        raise DatasetError(
+            f"cannot stratify a grouped split by class: {classes_text} ({shown}); {what}; check the "
+            "group key (does it group by class?)"
+        )
     instead = [f"{missing:,} {side}" for side, missing, _, whole in lost if missing and not whole]
     tail = f"; {' and '.join(instead)} images come from other classes instead" if instead else ""
     warnings.warn(f"grouped split: {classes_text}: {shown}{tail}", DataWarning, stacklevel=4)
 
 
-def stratified_folds(split: Split, labels: Sequence[int] | np.ndarray, k: int = 5, seed: int = 0, *,
-                     groups: Sequence[Any] | np.ndarray | None = None) -> list[Split]:
+def stratified_folds(
+    split: Split,
+    labels: Sequence[int] | np.ndarray,
+    k: int = 5,
+    seed: int = 0,
+    *,
+    groups: Sequence[Any] | np.ndarray | None = None,
+) -> list[Split]:
     """``k`` stratified, seeded folds of ``split.train`` (Fast AutoAugment's K-fold split of the
     reduced training set): fold ``i`` is a :class:`Split` whose ``val`` is the ``i``-th held-out
     part and whose ``train`` is every other image of ``split.train``.
@@ -534,8 +629,10 @@ def stratified_folds(split: Split, labels: Sequence[int] | np.ndarray, k: int = 
     if groups is not None:
         return _grouped_folds(split, labels, int(k), seed, _canonical_groups(groups, len(labels)))
     if split.grouping is not None:
-        raise DatasetError("the split was drawn with groups: pass the same groups= to stratified_folds, or folds "
-                           "would put one group in several parts")
+        raise DatasetError(
+            "the split was drawn with groups: pass the same groups= to stratified_folds, or folds "
+            "would put one group in several parts"
+        )
     classes, inverse = np.unique(labels[members], return_inverse=True)
     rng = np.random.default_rng([seed, k])
     # Each class's members in random order, classes one after another; position i goes to part
@@ -555,15 +652,19 @@ def _grouped_folds(split: Split, labels: np.ndarray, k: int, seed: int, gid_all:
     """:func:`stratified_folds` with every group in one part."""
     grouping = grouping_fingerprint(gid_all)
     if split.grouping is not None and split.grouping != grouping:
-        raise DatasetError(f"the groups given differ from the ones the split was drawn with (grouping "
-                           f"{grouping[:12]} vs {split.grouping[:12]}); pass the same groups")
+        raise DatasetError(
+            f"the groups given differ from the ones the split was drawn with (grouping "
+            f"{grouping[:12]} vs {split.grouping[:12]}); pass the same groups"
+        )
     members = np.asarray(split.train, dtype=np.int64)
     gid = _canonical_groups(gid_all[members], len(members))
     classes, inverse = np.unique(labels[members], return_inverse=True)
     table = _GroupTable(inverse, gid, len(classes))
     if table.num_groups < k:
-        raise DatasetError(f"cannot make {k} folds of a training split of {len(members):,} images in "
-                           f"{table.num_groups:,} group(s): each group lies in one fold, so at least {k} are needed")
+        raise DatasetError(
+            f"cannot make {k} folds of a training split of {len(members):,} images in "
+            f"{table.num_groups:,} group(s): each group lies in one fold, so at least {k} are needed"
+        )
     rng = np.random.default_rng([seed, k])
     sizes = np.bincount(inverse, minlength=len(classes)).tolist()
     load = [[0] * len(classes) for _ in range(k)]
@@ -572,15 +673,25 @@ def _grouped_folds(split: Split, labels: np.ndarray, k: int, seed: int, gid_all:
     cls, count = table.cls, table.count
     for g in table.largest_first(rng):
         pairs = table.pairs(g)
-        best = min(range(k), key=lambda f: (sum(count[j] * load[f][cls[j]] / sizes[cls[j]] for j in pairs), total[f], f))
+        best = min(
+            range(k), key=lambda f: (sum(count[j] * load[f][cls[j]] / sizes[cls[j]] for j in pairs), total[f], f)
+        )
         part_of[g] = best
         for j in pairs:
             load[best][cls[j]] += count[j]
         total[best] += int(table.size[g])
     _balance_folds(table, part_of, load, total)
     row_part = part_of[gid]
-    return [Split(train=np.sort(members[row_part != i]), val=np.sort(members[row_part == i]), seed=split.seed,
-                  dataset_fingerprint=split.dataset_fingerprint, grouping=grouping) for i in range(k)]
+    return [
+        Split(
+            train=np.sort(members[row_part != i]),
+            val=np.sort(members[row_part == i]),
+            seed=split.seed,
+            dataset_fingerprint=split.dataset_fingerprint,
+            grouping=grouping,
+        )
+        for i in range(k)
+    ]
 
 
 #: Moves :func:`_balance_folds` makes at most (each strictly reduces the sum of squared fold sizes),
@@ -629,7 +740,11 @@ def _balance_folds(table: _GroupTable, part_of: np.ndarray, load: list[list[int]
         diff = total[hi] - total[lo]
         best: tuple[int, int, int] | None = None  # (|new difference|, group out of hi, group out of lo or -1)
         for g in folds[hi]:
-            if 0 < size[g] < diff and (best is None or (abs(diff - 2 * size[g]), g, -1) < best) and allowed(moves(g, hi, lo)):
+            if (
+                0 < size[g] < diff
+                and (best is None or (abs(diff - 2 * size[g]), g, -1) < best)
+                and allowed(moves(g, hi, lo))
+            ):
                 best = (abs(diff - 2 * size[g]), g, -1)
         if best is None or best[0] > 1:
             by_size: dict[int, list[int]] = {}
@@ -641,7 +756,9 @@ def _balance_folds(table: _GroupTable, part_of: np.ndarray, load: list[list[int]
                     if not 0 < delta < diff or (best is not None and (abs(diff - 2 * delta), g) >= best[:2]):
                         continue
                     # the first few groups of that size whose swap keeps the classes spread
-                    h = next((h for h in candidates[:_SWAP_CANDIDATES] if allowed(moves(g, hi, lo) + moves(h, lo, hi))), -1)
+                    h = next(
+                        (h for h in candidates[:_SWAP_CANDIDATES] if allowed(moves(g, hi, lo) + moves(h, lo, hi))), -1
+                    )
                     if h >= 0:
                         best = (abs(diff - 2 * delta), g, h)
         if best is None:
@@ -660,6 +777,7 @@ def _balance_folds(table: _GroupTable, part_of: np.ndarray, load: list[list[int]
 # ----------------------------------------------------------------------------------------------
 # The split a training configuration describes
 
+
 def config_groups(ds: Any, config: Any) -> np.ndarray | None:
     """The group ids of dataset ``ds`` by ``config.group_by`` (a
     :class:`autoaug.proxy_models.train.TrainConfig`), or None when it groups nothing: what
@@ -677,8 +795,13 @@ def config_split(ds: Any, config: Any, *, val_size: Any = _CONFIG, dataset_finge
     ``split_seed``, ``group_by`` --, exactly what :func:`autoaug.proxy_models.train.train` trains
     and validates on. Errors and warnings of a grouped split name the group key."""
     groups = config_groups(ds, config)
-    kwargs = dict(train_size=config.train_size or None, val_size=config.val_size if val_size is _CONFIG else val_size,
-                  seed=config.split_seed, dataset_fingerprint=dataset_fingerprint, groups=groups)
+    kwargs = dict(
+        train_size=config.train_size or None,
+        val_size=config.val_size if val_size is _CONFIG else val_size,
+        seed=config.split_seed,
+        dataset_fingerprint=dataset_fingerprint,
+        groups=groups,
+    )
     if groups is None:
         split = reduced_split(ds.labels, **kwargs)
         check_classes(ds, split)
@@ -707,8 +830,11 @@ def config_split(ds: Any, config: Any, *, val_size: Any = _CONFIG, dataset_finge
 
 def _class_list(ds: Any, classes: np.ndarray, counts: np.ndarray, limit: int = 5) -> str:
     names = list(getattr(ds, "classes", ()))
-    shown = [f"{short_repr(names[c]) if c < len(names) else c} ({int(counts[c]):,} image{'s' if counts[c] != 1 else ''} "
-             "in the data)" for c in classes[:limit]]
+    shown = [
+        f"{short_repr(names[c]) if c < len(names) else c} ({int(counts[c]):,} image{'s' if counts[c] != 1 else ''} "
+        "in the data)"
+        for c in classes[:limit]
+    ]
     return ", ".join(shown) + (f", ... ({len(classes):,} in all)" if len(classes) > limit else "")
 
 
@@ -726,12 +852,16 @@ def check_classes(ds: Any, split: Split, *, warn: bool = True) -> None:
     trained = np.flatnonzero(in_train)
     if len(trained) < 2:
         present = np.flatnonzero(in_data)
-        what = (f"all {len(split.train):,} training images are of one class, "
-                f"{_class_list(ds, trained, in_data)}" if len(trained) == 1 else "there are no training images")
+        what = (
+            f"all {len(split.train):,} training images are of one class, {_class_list(ds, trained, in_data)}"
+            if len(trained) == 1
+            else "there are no training images"
+        )
         raise DatasetError(
             f"{ds.source}: {what}; the data hold {len(present):,} class{'es' if len(present) != 1 else ''} "
             f"({num_classes:,} declared); expected at least 2 classes in training (a classifier of one class learns "
-            "nothing)")
+            "nothing)"
+        )
     if not warn:
         return
     missing = np.flatnonzero(in_train == 0)
@@ -740,7 +870,9 @@ def check_classes(ds: Any, split: Split, *, warn: bool = True) -> None:
             f"{ds.source}: {len(missing):,} of {num_classes:,} classes have no training image in the split "
             f"({len(split.train):,} training images): {_class_list(ds, missing, in_data)}; the model never learns "
             "them (a larger train_size or --train-per-class gives every class images)",
-            DataWarning, stacklevel=3)
+            DataWarning,
+            stacklevel=3,
+        )
     if len(split.val):
         in_val = np.bincount(labels[split.val], minlength=num_classes)
         unmeasured = np.flatnonzero((in_train > 0) & (in_val == 0))
@@ -749,4 +881,6 @@ def check_classes(ds: Any, split: Split, *, warn: bool = True) -> None:
                 f"{ds.source}: validation ({len(split.val):,} images) has no image of {len(unmeasured):,} of the "
                 f"{len(trained):,} classes in training: {_class_list(ds, unmeasured, in_data)}; their accuracy is "
                 "not measured (a larger val_size covers them)",
-                DataWarning, stacklevel=3)
+                DataWarning,
+                stacklevel=3,
+            )

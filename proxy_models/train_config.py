@@ -1,37 +1,77 @@
 """The training configuration: :class:`TrainConfig` (everything one run depends on) and its named
 :data:`PRESETS`. :mod:`autoaug.proxy_models.train` runs it (and re-exports both names).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import types
-from typing import Any, ClassVar, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
 from autoaug.core.values import is_int as _is_int, is_number as _is_number
 from autoaug.proxy_models.models import check_model_name
 
-__all__ = ["TrainConfig", "PRESETS", "RESUMABLE_CHANGES", "SIZING_FIELDS", "AMP_DTYPES", "COMPILE_MODES",
-           "sizing_record"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "TrainConfig",
+    "PRESETS",
+    "RESUMABLE_CHANGES",
+    "SIZING_FIELDS",
+    "AMP_DTYPES",
+    "COMPILE_MODES",
+    "sizing_record",
+]
 
 # Config fields that may differ between a checkpoint and the run resuming it: they do not change
 # what is computed (where the data lives, where it runs, how many threads run it -- DALI's output
 # does not depend on its thread count --, how often and in which batches validation is reported).
-RESUMABLE_CHANGES = frozenset({"data", "test_data", "device", "num_threads", "loader_threads", "eval_every",
-                               "eval_from", "eval_epochs", "eval_batch_size"})
+RESUMABLE_CHANGES = frozenset(
+    {
+        "data",
+        "test_data",
+        "device",
+        "num_threads",
+        "loader_threads",
+        "eval_every",
+        "eval_from",
+        "eval_epochs",
+        "eval_batch_size",
+    }
+)
 
 #: The fields that size a run to its data: the split (totals, or per class with a floor and a cap)
 #: and the image size (``None``: the data's own). :meth:`TrainConfig.resolved` turns them into
 #: concrete numbers; :func:`sizing_record` records what was asked and what it resolved to.
-SIZING_FIELDS = ("train_size", "val_size", "train_per_class", "min_train_size", "max_train_size", "max_val_size",
-                 "image_size")
+SIZING_FIELDS = (
+    "train_size",
+    "val_size",
+    "train_per_class",
+    "min_train_size",
+    "max_train_size",
+    "max_val_size",
+    "image_size",
+)
 
 #: Fields added after run records existed: :meth:`TrainConfig.to_dict` leaves them out while they
 #: hold their default (None, or False for ``compile``), so a config that does not use them has the
 #: dictionary (and the digests of records holding it) that it had before they existed; a record
 #: that lacks one had the default (:meth:`TrainConfig.changed_fields`).
-_OMITTED_AT_DEFAULT = ("train_per_class", "min_train_size", "max_train_size", "max_val_size", "group_by",
-                       "amp_dtype", "tf32", "compile", "eval_batch_size", "loader_threads", "eval_epochs")
+_OMITTED_AT_DEFAULT = (
+    "train_per_class",
+    "min_train_size",
+    "max_train_size",
+    "max_val_size",
+    "group_by",
+    "amp_dtype",
+    "tf32",
+    "compile",
+    "eval_batch_size",
+    "loader_threads",
+    "eval_epochs",
+)
 
 #: ``amp_dtype`` values (``None``: the device's default, float16 on CUDA, bfloat16 on the CPU).
 AMP_DTYPES = ("bfloat16", "float16")
@@ -193,8 +233,11 @@ class TrainConfig:
                 f"TrainConfig.max_val_size={self.max_val_size!r} caps the images a sized training split leaves "
                 "for validation, but the training split is not sized; set train_size or train_per_class"
             )
-        if (self.min_train_size is not None and self.max_train_size is not None
-                and self.min_train_size > self.max_train_size):
+        if (
+            self.min_train_size is not None
+            and self.max_train_size is not None
+            and self.min_train_size > self.max_train_size
+        ):
             raise ValueError(
                 f"TrainConfig.min_train_size={self.min_train_size} exceeds max_train_size={self.max_train_size}; "
                 "expected min_train_size <= max_train_size"
@@ -215,8 +258,11 @@ class TrainConfig:
             raise bad("eval_from", f"an integer in [1, epochs={self.epochs}]")
         if self.eval_epochs is not None:
             epochs = self.eval_epochs
-            if (isinstance(epochs, (str, bytes)) or not hasattr(epochs, "__iter__")
-                    or not all(_is_int(e) and 1 <= e <= self.epochs for e in epochs)):
+            if (
+                isinstance(epochs, (str, bytes))
+                or not hasattr(epochs, "__iter__")
+                or not all(_is_int(e) and 1 <= e <= self.epochs for e in epochs)
+            ):
                 raise bad("eval_epochs", f"a list of epochs, integers in [1, epochs={self.epochs}], or None")
             object.__setattr__(self, "eval_epochs", tuple(sorted(set(int(e) for e in epochs))))
         for name in ("num_threads", "loader_threads", "eval_batch_size"):
@@ -245,8 +291,11 @@ class TrainConfig:
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "true or false")
         if self.amp not in (None, True, False, "native"):
-            raise bad("amp", "true, false, None (automatic: on for CUDA) or 'native' (on for CUDA and on a CPU with "
-                             "native instructions for the dtype)")
+            raise bad(
+                "amp",
+                "true, false, None (automatic: on for CUDA) or 'native' (on for CUDA and on a CPU with "
+                "native instructions for the dtype)",
+            )
         if self.channels_last not in (None, True, False):
             raise bad("channels_last", "true, false or None (automatic: on for CUDA)")
         if self.nesterov and self.momentum == 0:
@@ -319,8 +368,9 @@ class TrainConfig:
         """Whether the split and image size are concrete (nothing left to resolve against data)."""
         return self.train_per_class is None and self.max_val_size is None and self.image_size is not None
 
-    def resolved(self, class_counts: Sequence[int] | None = None, *,
-                 data_image_size: int | None = None) -> "TrainConfig":
+    def resolved(
+        self, class_counts: Sequence[int] | None = None, *, data_image_size: int | None = None
+    ) -> "TrainConfig":
         """This config sized to a dataset: a pure function of the dataset's ``class_counts``
         (images per class, in class order) and its own image size (``data_image_size``, used only
         when ``image_size`` is None). Returns ``self`` when there is nothing to resolve.
@@ -342,12 +392,16 @@ class TrainConfig:
             n = sum(int(c) for c in class_counts)
         if self.train_per_class is not None:
             if class_counts is None:
-                raise ValueError(f"TrainConfig.train_per_class={self.train_per_class} is resolved against the data: "
-                                 "pass the images per class (class_counts)")
+                raise ValueError(
+                    f"TrainConfig.train_per_class={self.train_per_class} is resolved against the data: "
+                    "pass the images per class (class_counts)"
+                )
             counts = [int(c) for c in class_counts]
             if any(c < 0 for c in counts) or sum(counts) == 0:
-                raise ValueError(f"class_counts must be non-negative image counts with at least one image, "
-                                 f"got {counts[:10]}{'...' if len(counts) > 10 else ''}")
+                raise ValueError(
+                    f"class_counts must be non-negative image counts with at least one image, "
+                    f"got {counts[:10]}{'...' if len(counts) > 10 else ''}"
+                )
             n = sum(counts)
             total = sum(min(self.train_per_class, c) for c in counts)
             if self.min_train_size is not None:
@@ -360,8 +414,10 @@ class TrainConfig:
             changes.update(train_size=total, train_per_class=None, min_train_size=None, max_train_size=None)
         if self.max_val_size is not None:
             if class_counts is None:
-                raise ValueError(f"TrainConfig.max_val_size={self.max_val_size} is resolved against the data: "
-                                 "pass the images per class (class_counts)")
+                raise ValueError(
+                    f"TrainConfig.max_val_size={self.max_val_size} is resolved against the data: "
+                    "pass the images per class (class_counts)"
+                )
             left = n - int(changes.get("train_size", self.train_size))
             # The cap not reached: "the rest" (None), which a grouped split meets by whole groups.
             changes.update(val_size=self.max_val_size if self.max_val_size < left else None, max_val_size=None)
@@ -389,8 +445,15 @@ class TrainConfig:
         """The training split in words (``"100 training images per class (1,000 to 2,000 in all)"``)."""
         if self.train_per_class is not None:
             low, high = self.min_train_size, self.max_train_size
-            bound = (f"{low:,} to {high:,}" if low and high else f"at least {low:,}" if low
-                     else f"at most {high:,}" if high else "")
+            bound = (
+                f"{low:,} to {high:,}"
+                if low and high
+                else f"at least {low:,}"
+                if low
+                else f"at most {high:,}"
+                if high
+                else ""
+            )
             return f"{self.train_per_class:,} training images per class" + (f" ({bound} in all)" if bound else "")
         if self.train_size:
             return f"{self.train_size:,} training images"
@@ -440,7 +503,8 @@ class TrainConfig:
 
 
 _DEFAULTS: Mapping[str, Any] = types.MappingProxyType(
-    {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING})
+    {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+)
 
 
 def _sizing_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -491,14 +555,27 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
         # validation accuracy on CIFAR-10 with `standard` or `autoaugment-cifar10` over seeds 0-3
         # (chance: 0.10). 32x32 whatever the data's size, so that it stays a few seconds.
         "smoke": TrainConfig(
-            model="resnet-8", train_size=1024, val_size=256, epochs=2, batch_size=32, lr=0.1,
-            warmup_epochs=0.0, image_size=32, device="cpu",
+            model="resnet-8",
+            train_size=1024,
+            val_size=256,
+            epochs=2,
+            batch_size=32,
+            lr=0.1,
+            warmup_epochs=0.0,
+            image_size=32,
+            device="cpu",
         ),
         # One proxy trial of 45-60 s on 2 idle CPU cores (measured on 32x32 images; docs/training.md).
         # The high peak lr makes the 15 epochs reach the regime where crop+flip beats no augmentation.
         "cpu": TrainConfig(
-            model="resnet-8", train_size=4000, val_size=1000, epochs=15, batch_size=64, lr=0.2,
-            warmup_epochs=1.0, device="cpu",
+            model="resnet-8",
+            train_size=4000,
+            val_size=1000,
+            epochs=15,
+            batch_size=64,
+            lr=0.2,
+            warmup_epochs=1.0,
+            device="cpu",
         ),
         # The search's proxy on a CPU (the `cpu` search preset): ResNet-8 on 100 training images per
         # class of the search split (split seed 0; 1,000 more validate), 120 epochs. Long training
@@ -513,9 +590,20 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
         # as a float32 proxy of another seed does (benchmarks/results/trial-throughput/README.md).
         # A CPU without native bfloat16 gets one warning (emulated: slower).
         "proxy-cpu": TrainConfig(
-            model="resnet-8", train_size=None, train_per_class=100, min_train_size=1000, max_train_size=2000,
-            val_size=1000, epochs=120, batch_size=64, lr=0.2, warmup_epochs=1.0, device="cpu",
-            amp="native", amp_dtype="bfloat16", channels_last=True,
+            model="resnet-8",
+            train_size=None,
+            train_per_class=100,
+            min_train_size=1000,
+            max_train_size=2000,
+            val_size=1000,
+            epochs=120,
+            batch_size=64,
+            lr=0.2,
+            warmup_epochs=1.0,
+            device="cpu",
+            amp="native",
+            amp_dtype="bfloat16",
+            channels_last=True,
         ),
         # The evaluation regime on a CPU (benchmarks/search_quality.py, `autoaug compare --preset
         # eval-cpu`): the proxy's recipe on another training split (split seed 1), no validation,
@@ -523,19 +611,43 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
         # "Evaluation regime"): crop+flip beats no augmentation by ~10 points and AutoAugment beats
         # crop+flip by ~4. Sized per class as `proxy-cpu` is (CIFAR-10: 1,000 images, as measured).
         "eval-cpu": TrainConfig(
-            model="resnet-8", train_size=None, train_per_class=100, min_train_size=1000, max_train_size=2000,
-            val_size=0, split_seed=1, epochs=120, batch_size=64, lr=0.2, warmup_epochs=1.0, device="cpu",
+            model="resnet-8",
+            train_size=None,
+            train_per_class=100,
+            min_train_size=1000,
+            max_train_size=2000,
+            val_size=0,
+            split_seed=1,
+            epochs=120,
+            batch_size=64,
+            lr=0.2,
+            warmup_epochs=1.0,
+            device="cpu",
         ),
         # AutoAugment's proxy task: WRN-40-2 on reduced CIFAR-10 (4,000 images; the rest of the
         # training set validates), 120 epochs, batch 128, lr 0.1, weight decay 5e-4, cosine.
         "paper": TrainConfig(
-            model="wrn-40-2", train_size=4000, val_size=None, epochs=120, batch_size=128, lr=0.1,
-            weight_decay=5e-4, device="cuda", deterministic=False,
+            model="wrn-40-2",
+            train_size=4000,
+            val_size=None,
+            epochs=120,
+            batch_size=128,
+            lr=0.1,
+            weight_decay=5e-4,
+            device="cuda",
+            deterministic=False,
         ),
         # Final evaluation: WRN-28-10 on the whole training set, 200 epochs (pass test_data).
         "final": TrainConfig(
-            model="wrn-28-10", train_size=None, val_size=0, epochs=200, batch_size=128, lr=0.1,
-            weight_decay=5e-4, device="cuda", deterministic=False,
+            model="wrn-28-10",
+            train_size=None,
+            val_size=0,
+            epochs=200,
+            batch_size=128,
+            lr=0.1,
+            weight_decay=5e-4,
+            device="cuda",
+            deterministic=False,
         ),
     }
 )

@@ -13,6 +13,7 @@ creation order.
 dataset and split fingerprints, every trial's policy, score and status, library versions, the git
 commit of the code and wall time.
 """
+
 from __future__ import annotations
 
 import os
@@ -91,11 +92,19 @@ class TrialRecord:
     def from_dict(cls, t: Mapping[str, Any]) -> "TrialRecord":
         """The record :meth:`to_dict` wrote (in ``result.json`` and the provenance)."""
         return cls(
-            trial_id=t["trial_id"], index=t["index"], status=t["status"], params=t["params"],
-            policy=None if t["policy"] is None else Policy.from_dict(t["policy"]), score=t["score"],
-            epochs=t["epochs"], train_time_s=t["train_time_s"], error=t["error"], optuna_number=t["optuna_number"],
-            num_failures=t["num_failures"], note=t.get("note"),
-        )  # fmt: skip
+            trial_id=t["trial_id"],
+            index=t["index"],
+            status=t["status"],
+            params=t["params"],
+            policy=None if t["policy"] is None else Policy.from_dict(t["policy"]),
+            score=t["score"],
+            epochs=t["epochs"],
+            train_time_s=t["train_time_s"],
+            error=t["error"],
+            optuna_number=t["optuna_number"],
+            num_failures=t["num_failures"],
+            note=t.get("note"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -233,6 +242,7 @@ _LIBRARIES = ("torch", "torchvision", "ray", "optuna", "pyarrow", "numpy", "auto
 def library_versions() -> dict[str, str | None]:
     """Installed versions of the libraries a search result depends on (None when missing)."""
     import importlib.metadata
+
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for dist in _LIBRARIES:
         try:
@@ -263,8 +273,10 @@ def git_info(path: str | os.PathLike | None = None) -> dict[str, Any] | None:
             return None
         status = subprocess.run(
             ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
@@ -295,8 +307,12 @@ def build_provenance(
         "dataset": dict(data.get("dataset", {})),
         "split": dict(data.get("split", {})),
         "metric": {"name": metric, "mode": mode},
-        "best": {"trial_id": best.trial_id, "score": best.score, "epochs": best.epochs,
-                 "policy": best.policy.to_dict()},
+        "best": {
+            "trial_id": best.trial_id,
+            "score": best.score,
+            "epochs": best.epochs,
+            "policy": best.policy.to_dict(),
+        },
         "assembly": assembled.to_dict(),
         "counts": {"trials": len(trials), **counts},
         "trials": [t.to_dict() for t in trials],

@@ -32,6 +32,7 @@ the search's summary says it: ``the time budget (30m) ended the search after 12 
 
 This module imports neither Ray nor Optuna: the configuration parses durations with it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,8 +44,18 @@ from typing import Any, Callable, Iterator, Mapping
 
 from autoaug.core import failpoints
 
-__all__ = ["BUDGET_FILE", "HEARTBEAT_S", "STORE_RESERVE_S", "RUN_OVERHEAD_S", "DURATION_HELP", "parse_duration",
-           "format_duration", "Budget", "measured_run_s", "describe_budget"]
+__all__ = [
+    "BUDGET_FILE",
+    "HEARTBEAT_S",
+    "STORE_RESERVE_S",
+    "RUN_OVERHEAD_S",
+    "DURATION_HELP",
+    "parse_duration",
+    "format_duration",
+    "Budget",
+    "measured_run_s",
+    "describe_budget",
+]
 
 #: The budget's record in the run directory: every driver session's spent time, what ended.
 BUDGET_FILE = "budget.json"
@@ -95,8 +106,9 @@ def measured_run_s(runs: Mapping[str, Any] | None) -> float | None:
     """One proxy run's wall time estimated from saved runs (calibration or re-scoring:
     ``{key: {"train_time_s": ...}}``): their mean training time plus :data:`RUN_OVERHEAD_S`;
     None when none recorded a time."""
-    times = [float(r["train_time_s"]) for r in (runs or {}).values()
-             if isinstance(r, Mapping) and r.get("train_time_s")]
+    times = [
+        float(r["train_time_s"]) for r in (runs or {}).values() if isinstance(r, Mapping) and r.get("train_time_s")
+    ]
     return sum(times) / len(times) + RUN_OVERHEAD_S if times else None
 
 
@@ -109,9 +121,17 @@ class Budget:
     pickled, and a restored experiment gets this session's (:func:`autoaug.search.reconcile.attach_budget`).
     """
 
-    def __init__(self, total_s: float, *, sessions: list[dict] | None = None, started: float | None = None,
-                 session: str = "start 1", record: Mapping[str, Any] | None = None,
-                 clock: Callable[[], float] = time.time, say: Callable[[str], Any] | None = None) -> None:
+    def __init__(
+        self,
+        total_s: float,
+        *,
+        sessions: list[dict] | None = None,
+        started: float | None = None,
+        session: str = "start 1",
+        record: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
+        say: Callable[[str], Any] | None = None,
+    ) -> None:
         from autoaug.search.assemble import utc_now
 
         record = dict(record or {})
@@ -120,8 +140,14 @@ class Budget:
         self._started = clock() if started is None else float(started)
         self._sessions = [dict(s) for s in (sessions if sessions is not None else record.get("sessions", []))]
         self.spent_before_s = math.fsum(float(s.get("spent_s") or 0.0) for s in self._sessions)
-        self._sessions.append({"session": session, "started_at": utc_now(),
-                               "remaining_at_start_s": self.total_s - self.spent_before_s, "spent_s": 0.0})
+        self._sessions.append(
+            {
+                "session": session,
+                "started_at": utc_now(),
+                "remaining_at_start_s": self.total_s - self.spent_before_s,
+                "spent_s": 0.0,
+            }
+        )
         #: Some trial has reported a score (the budget stops trials only then).
         self.has_result = bool(record.get("has_result", False))
         #: ``{"stage", "spent_s", "at", ...}`` once the budget ended (cut) part of the search.
@@ -139,8 +165,16 @@ class Budget:
 
     # ------------------------------------------------------------------ construction, saving
     @classmethod
-    def open(cls, run: Any, total_s: float, *, session: str, started: float | None = None,
-             clock: Callable[[], float] = time.time, say: Callable[[str], Any] | None = None) -> "Budget":
+    def open(
+        cls,
+        run: Any,
+        total_s: float,
+        *,
+        session: str,
+        started: float | None = None,
+        clock: Callable[[], float] = time.time,
+        say: Callable[[str], Any] | None = None,
+    ) -> "Budget":
         """The budget of ``run`` (a :class:`~autoaug.search.run_dir.RunDir`) for a new driver
         session that started at ``started`` (``time.time()``), continuing the sessions recorded
         in :data:`BUDGET_FILE`; written back at once."""
@@ -230,7 +264,12 @@ class Budget:
 
     def observe_epoch(self, seconds: Any) -> None:
         """One trial epoch took ``seconds`` (a Tune result's ``time_this_iter_s``)."""
-        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds > 0:
+        if (
+            isinstance(seconds, (int, float))
+            and not isinstance(seconds, bool)
+            and math.isfinite(seconds)
+            and seconds > 0
+        ):
             with self._lock:
                 self._epoch_sum += float(seconds)
                 self._epoch_count += 1
@@ -273,14 +312,21 @@ class Budget:
         with self._lock:
             if self.ended is None:
                 first = True
-                self.ended = {"stage": stage, "spent_s": self.spent_s(), "at": utc_now(),
-                              "reserve_s": self.reserve_s(), **info}
+                self.ended = {
+                    "stage": stage,
+                    "spent_s": self.spent_s(),
+                    "at": utc_now(),
+                    "reserve_s": self.reserve_s(),
+                    **info,
+                }
         self.save()
         if first and stage != "rescore" and self.say is not None:
             left = max(self.remaining_s(), 0.0)
-            self.say(f"time budget: {format_duration(left)} left of {format_duration(self.total_s)}, what re-scoring "
-                     f"and storing need (about {format_duration(self.reserve_s())}): nothing new starts, running "
-                     "trials end at their next report")
+            self.say(
+                f"time budget: {format_duration(left)} left of {format_duration(self.total_s)}, what re-scoring "
+                f"and storing need (about {format_duration(self.reserve_s())}): nothing new starts, running "
+                "trials end at their next report"
+            )
 
     def stop(self, experiment: str, trial_id: str) -> None:
         """Record that the budget stopped trial ``trial_id`` of the Tune experiment ``experiment``."""
@@ -301,11 +347,15 @@ class Budget:
     def describe_start(self) -> str:
         """The line a session prints when it starts."""
         if not self.spent_before_s:
-            return (f"time budget: {format_duration(self.total_s)} for the whole search (calibration, trials, "
-                    "re-scoring, storing)")
+            return (
+                f"time budget: {format_duration(self.total_s)} for the whole search (calibration, trials, "
+                "re-scoring, storing)"
+            )
         left = self.remaining_at_start_s
-        return (f"time budget: {format_duration(max(left, 0.0))} left of {format_duration(self.total_s)} "
-                f"({format_duration(self.spent_before_s)} spent in earlier driver sessions)")
+        return (
+            f"time budget: {format_duration(max(left, 0.0))} left of {format_duration(self.total_s)} "
+            f"({format_duration(self.spent_before_s)} spent in earlier driver sessions)"
+        )
 
 
 def describe_budget(record: Mapping[str, Any] | None) -> list[str]:
@@ -322,12 +372,16 @@ def describe_budget(record: Mapping[str, Any] | None) -> list[str]:
     if ended and ended.get("stage") != "rescore" and trials:
         unit = trials.get("unit", "trials")
         stopped, unstarted = int(trials.get("stopped") or 0), int(trials.get("not_started") or 0)
-        detail = "".join([
-            f"; {stopped} stopped by it, scored on what they had reported" if stopped else "",
-            f"; {unstarted} not started" if unstarted else "",
-        ])
-        lines.append(f"the time budget ({total}) ended the search after {trials.get('scored')} of "
-                     f"{trials.get('planned')} {unit}{detail} ({spent} spent)")
+        detail = "".join(
+            [
+                f"; {stopped} stopped by it, scored on what they had reported" if stopped else "",
+                f"; {unstarted} not started" if unstarted else "",
+            ]
+        )
+        lines.append(
+            f"the time budget ({total}) ended the search after {trials.get('scored')} of "
+            f"{trials.get('planned')} {unit}{detail} ({spent} spent)"
+        )
     elif ended:
         stage = "re-scoring" if ended.get("stage") == "rescore" else ended.get("stage")
         lines.append(f"the time budget ({total}) ended the search during {stage} ({spent} spent)")

@@ -35,6 +35,7 @@ Every run is a Ray task with the trials' resources, saved as it finishes in the 
 choice. The scores, the choice and why are in the stored policy's provenance (``calibration``),
 printed by the search's summary and by ``autoaug policies show``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,9 +46,22 @@ from typing import Any, Mapping, Sequence
 from autoaug.core import failpoints
 from autoaug.search.score import METRIC
 
-__all__ = ["AUTO", "CALIBRATION_FILE", "CALIBRATION_SEED_OFFSET", "TRANSFER_REFS", "RUN_NOISE", "BASE_STRENGTH", "Calibration",
-           "needs_calibration", "calibration_train_config", "calibrate", "choose_base", "rank_transfer",
-           "transfer_candidate", "describe_calibration"]
+__all__ = [
+    "AUTO",
+    "CALIBRATION_FILE",
+    "CALIBRATION_SEED_OFFSET",
+    "TRANSFER_REFS",
+    "RUN_NOISE",
+    "BASE_STRENGTH",
+    "Calibration",
+    "needs_calibration",
+    "calibration_train_config",
+    "calibrate",
+    "choose_base",
+    "rank_transfer",
+    "transfer_candidate",
+    "describe_calibration",
+]
 
 AUTO = "auto"
 CALIBRATION_FILE = "calibration.json"
@@ -115,12 +129,15 @@ def _noise(scores: Mapping[str, Sequence[float]]) -> tuple[float, str]:
     known = f"a proxy run's seed-to-seed spread is about {RUN_NOISE * 100:.1f} points"
     if not groups:
         return RUN_NOISE, f"one run each; {known}"
-    pooled = math.sqrt(math.fsum(statistics.variance(g) * (len(g) - 1) for g in groups)
-                       / sum(len(g) - 1 for g in groups))
+    pooled = math.sqrt(
+        math.fsum(statistics.variance(g) * (len(g) - 1) for g in groups) / sum(len(g) - 1 for g in groups)
+    )
     runs = " or ".join(str(n) for n in sorted({len(v) for v in scores.values()}, reverse=True))
     if pooled < RUN_NOISE:
-        return RUN_NOISE, (f"{runs} runs each; pooled spread {pooled * 100:.2f} points, taken as no less than "
-                           f"{RUN_NOISE * 100:.1f}, a proxy run's known seed-to-seed spread")
+        return RUN_NOISE, (
+            f"{runs} runs each; pooled spread {pooled * 100:.2f} points, taken as no less than "
+            f"{RUN_NOISE * 100:.1f}, a proxy run's known seed-to-seed spread"
+        )
     return pooled, f"{runs} runs each; pooled seed-to-seed spread {pooled * 100:.2f} points"
 
 
@@ -170,8 +187,15 @@ def rank_transfer(scores: Mapping[str, Sequence[float]], fits: Mapping[str, str 
     return {
         "best": best,
         "warm_start": [] if warm is None else [warm],
-        "scores": {ref: {"mean": mean, "runs": list(scores[ref]), "margin": top - mean,
-                         **({"unfit": fits[ref]} if fits.get(ref) else {})} for ref, mean in ranked},
+        "scores": {
+            ref: {
+                "mean": mean,
+                "runs": list(scores[ref]),
+                "margin": top - mean,
+                **({"unfit": fits[ref]} if fits.get(ref) else {}),
+            }
+            for ref, mean in ranked
+        },
     }
 
 
@@ -188,16 +212,23 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
     cached = run.read_json(CALIBRATION_FILE) if run.exists(CALIBRATION_FILE) else {}
     runs: dict[str, Any] = dict(cached.get("runs", {}))
     cfgs = [calibration_train_config(config, i) for i in range(config.calibration_seeds)]
-    record: dict[str, Any] = {"seeds": [c.seed for c in cfgs], "epochs": config.train.epochs,
-                              "train_size": config.train.train_size, "val_size": config.train.val_size}
+    record: dict[str, Any] = {
+        "seeds": [c.seed for c in cfgs],
+        "epochs": config.train.epochs,
+        "train_size": config.train.train_size,
+        "val_size": config.train.val_size,
+    }
 
-    def train(stage: str, policies: Mapping[str, Any], what: str,
-              seeds: Sequence[Any] = tuple(cfgs)) -> dict[str, list[float]]:
+    def train(
+        stage: str, policies: Mapping[str, Any], what: str, seeds: Sequence[Any] = tuple(cfgs)
+    ) -> dict[str, list[float]]:
         todo = [(_key(stage, label, c), policy, c) for label, policy in policies.items() for c in seeds]
         missing = sum(1 for key, _, _ in todo if key not in runs)
         if missing:
-            display.log(f"calibration: {what}: {missing} proxy run(s) of {config.train.epochs} epochs "
-                        f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''} each)")
+            display.log(
+                f"calibration: {what}: {missing} proxy run(s) of {config.train.epochs} epochs "
+                f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''} each)"
+            )
 
         def save(results: Mapping[str, Any]) -> None:
             for key in [k for k in results if k not in runs]:
@@ -228,13 +259,20 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
         tied = [first["best"], *first["within_noise"]]
         if len(tied) > 1 and config.base_extra_seeds:
             # Bases within the noise of each other: more runs for those alone, then choose again.
-            extra = [calibration_train_config(config, i) for i in
-                     range(config.calibration_seeds, config.calibration_seeds + config.base_extra_seeds)]
+            extra = [
+                calibration_train_config(config, i)
+                for i in range(config.calibration_seeds, config.calibration_seeds + config.base_extra_seeds)
+            ]
             record["base_extra_seeds"] = [c.seed for c in extra]
             more = train("base", {b: bases[b] for b in tied}, f"{', '.join(tied)} within the noise, more runs", extra)
-            record["base"] = {**choose_base({b: scores[b] + more.get(b, []) for b in scores}),
-                              "first_round": {"within_noise": first["within_noise"], "best": first["best"],
-                                              "threshold": first["noise"]["threshold"]}}
+            record["base"] = {
+                **choose_base({b: scores[b] + more.get(b, []) for b in scores}),
+                "first_round": {
+                    "within_noise": first["within_noise"],
+                    "best": first["best"],
+                    "threshold": first["noise"]["threshold"],
+                },
+            }
         base = record["base"]["chosen"]
     chosen_base = base if base is not None else config.space.base
     warm = None
@@ -251,9 +289,10 @@ def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
                 fits[ref] = None
             except ValueError as exc:
                 fits[ref] = str(exc).split(": ", 1)[-1]
-        record["transfer"] = {"base": chosen_base,
-                              **rank_transfer(train("transfer", policies, f"the published policies on base {chosen_base}"),
-                                              fits)}
+        record["transfer"] = {
+            "base": chosen_base,
+            **rank_transfer(train("transfer", policies, f"the published policies on base {chosen_base}"), fits),
+        }
         warm = tuple(record["transfer"]["warm_start"])
     run.write_json(CALIBRATION_FILE, {"runs": runs, "record": record})
     for line in describe_calibration(record):
@@ -303,16 +342,22 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
         if not base["within_noise"]:
             why = f"ahead of the others beyond the noise ({_pts(noise['threshold'])} points; {noise['source']})"
         elif best == base["chosen"]:
-            why = (f"the best mean; within the noise of it ({_pts(noise['threshold'])} points; {noise['source']}): "
-                   + ", ".join(base["within_noise"])
-                   + (", which augments less" if len(base["within_noise"]) == 1 else ", which augment less"))
+            why = (
+                f"the best mean; within the noise of it ({_pts(noise['threshold'])} points; {noise['source']}): "
+                + ", ".join(base["within_noise"])
+                + (", which augments less" if len(base["within_noise"]) == 1 else ", which augment less")
+            )
         else:
-            why = (f"within the noise of the best mean, {best} ({_pts(noise['threshold'])} points; {noise['source']}), "
-                   f"and augments more: a weaker base wins only beyond the noise")
+            why = (
+                f"within the noise of the best mean, {best} ({_pts(noise['threshold'])} points; {noise['source']}), "
+                f"and augments more: a weaker base wins only beyond the noise"
+            )
         first = base.get("first_round")
         if first:
-            why += (f" (first round: {', '.join(first['within_noise'])} within "
-                    f"{_pts(first['threshold'])} points of {first['best']}, so they ran again)")
+            why += (
+                f" (first round: {', '.join(first['within_noise'])} within "
+                f"{_pts(first['threshold'])} points of {first['best']}, so they ran again)"
+            )
         lines.append(f"base: {base['chosen']} (proxy score %, {each}: {scores}); {why}")
     transfer = record.get("transfer")
     if transfer:
@@ -326,7 +371,9 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
         lines.append(f"transferred best: {best}{margin}")
         warm = transfer["warm_start"]
         if warm and warm[0] != best:
-            lines.append(f"warm start: {warm[0]} ({best}: {scores[best].get('unfit', 'does not fit the search space')})")
+            lines.append(
+                f"warm start: {warm[0]} ({best}: {scores[best].get('unfit', 'does not fit the search space')})"
+            )
         elif warm:
             lines.append(f"warm start: {warm[0]}")
         else:

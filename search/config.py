@@ -12,6 +12,7 @@ and by ``search_config.json`` in a run directory::
     train: {preset: cpu, epochs: 6}     # TrainConfig preset + overrides (or a full TrainConfig)
     space: {exclude_ops: [SamplePairing]}
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,7 +55,9 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # Plumbing check in about a minute on 2 CPU cores, with any method: the trainer's smoke preset.
     "smoke": {
         "train": {"preset": "smoke"},
-        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
+        "concurrency": 2,
+        "cpus_per_trial": 1,
+        "gpus_per_trial": 0,
     },
     # A real, small search on a CPU machine (33-42 minutes measured on 2 idle cores): the trainer's
     # proxy-cpu preset (ResNet-8, 1,000 images, 120 epochs: long training on few images, where
@@ -75,15 +78,25 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # calibration runs fit too (benchmarks/results/trial-throughput; docs/search.md, "Time budget").
     "cpu": {
         "train": {"preset": "proxy-cpu"},
-        "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0, "score_window": 5,
-        "warm_start": "auto", "base": "auto", "rescore": True, "time_budget_s": 1800,
+        "concurrency": 2,
+        "cpus_per_trial": 1,
+        "gpus_per_trial": 0,
+        "score_window": 5,
+        "warm_start": "auto",
+        "base": "auto",
+        "rescore": True,
+        "time_budget_s": 1800,
     },
     # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU.
     "paper": {
         "train": {"preset": "paper"},
-        "concurrency": 8, "cpus_per_trial": 2, "gpus_per_trial": 0.25, "warm_start": "auto", "base": "auto",
+        "concurrency": 8,
+        "cpus_per_trial": 2,
+        "gpus_per_trial": 0.25,
+        "warm_start": "auto",
+        "base": "auto",
     },
-}  # fmt: skip
+}
 
 
 class _Presets(Mapping[str, Mapping[str, Any]]):
@@ -303,8 +316,12 @@ class SearchConfig:
             if not is_int(self.startup_trials) or self.startup_trials < 0:
                 raise invalid(self, "startup_trials", "an integer >= 0, or None (the sampler's default)")
             if not SAMPLERS[self.sampler].models_scores:
-                raise invalid(self, "startup_trials", f"unset with sampler {self.sampler!r}, which has no model of the "
-                          f"scores (or one of {model_samplers()})")
+                raise invalid(
+                    self,
+                    "startup_trials",
+                    f"unset with sampler {self.sampler!r}, which has no model of the "
+                    f"scores (or one of {model_samplers()})",
+                )
         if not is_int(self.max_failures) or self.max_failures < 0:
             raise invalid(self, "max_failures", "an integer >= 0")
         if not isinstance(self.storage, str) or not self.storage.strip():
@@ -312,18 +329,23 @@ class SearchConfig:
         if self.optuna_storage is not None and (
             not isinstance(self.optuna_storage, str) or "://" not in self.optuna_storage
         ):
-            raise invalid(self, "optuna_storage", "an Optuna storage URL such as sqlite:////abs/path.db or "
-                      "postgresql://user@host/db, or None")  # fmt: skip
+            raise invalid(
+                self,
+                "optuna_storage",
+                "an Optuna storage URL such as sqlite:////abs/path.db or postgresql://user@host/db, or None",
+            )
         if self.optuna_storage is not None and self.optuna_storage.startswith("sqlite:///"):
             # sqlite:///rel.db is relative to the working directory: pin it, as the storage folder
-            path = self.optuna_storage[len("sqlite:///"):]
+            path = self.optuna_storage[len("sqlite:///") :]
             if path and not path.startswith("/") and path != ":memory:":
                 object.__setattr__(self, "optuna_storage", "sqlite:///" + os.path.abspath(os.path.expanduser(path)))
         if self.store is not None and (not isinstance(self.store, str) or not self.store.strip()):
             raise invalid(self, "store", "a policy store folder or URI, or None")
         if self.mlflow_uri is not None:
             if not isinstance(self.mlflow_uri, str) or not self.mlflow_uri.strip():
-                raise invalid(self, "mlflow_uri", "an MLflow tracking URI (a folder, file://, sqlite://, http://) or None")
+                raise invalid(
+                    self, "mlflow_uri", "an MLflow tracking URI (a folder, file://, sqlite://, http://) or None"
+                )
             if "://" not in self.mlflow_uri and not self.mlflow_uri.startswith("databricks"):
                 object.__setattr__(self, "mlflow_uri", os.path.abspath(os.path.expanduser(self.mlflow_uri)))
         if not isinstance(self.reuse_actors, bool):
@@ -338,7 +360,9 @@ class SearchConfig:
             try:
                 object.__setattr__(self, "time_budget_s", parse_duration(self.time_budget_s))
             except ValueError:
-                raise invalid(self, "time_budget_s", f"{DURATION_HELP} (--time-budget), above zero, or null (no budget)") from None
+                raise invalid(
+                    self, "time_budget_s", f"{DURATION_HELP} (--time-budget), above zero, or null (no budget)"
+                ) from None
         if isinstance(self.warm_start, str) and self.warm_start.strip().lower() == AUTO:
             object.__setattr__(self, "warm_start", AUTO)
         elif isinstance(self.warm_start, str):
@@ -347,17 +371,25 @@ class SearchConfig:
             if not isinstance(self.warm_start, (list, tuple)) or not all(
                 isinstance(r, str) and r.strip() for r in self.warm_start
             ):
-                raise invalid(self, "warm_start", "a list of policy references (presets, policy JSON files, stored versions), "
-                          "or 'auto' (the published policy that transfers best)")
+                raise invalid(
+                    self,
+                    "warm_start",
+                    "a list of policy references (presets, policy JSON files, stored versions), "
+                    "or 'auto' (the published policy that transfers best)",
+                )
             if AUTO in (r.strip().lower() for r in self.warm_start):
-                raise invalid(self, "warm_start", "'auto' alone (the published policy that transfers best) or policy references")
+                raise invalid(
+                    self, "warm_start", "'auto' alone (the published policy that transfers best) or policy references"
+                )
             # A policy file named relative to the working directory must still be found when the
             # search is resumed from elsewhere (the configuration is saved in the run directory).
             object.__setattr__(self, "warm_start", tuple(_absolute_if_file(r) for r in self.warm_start))
         if self.base is not None:
             if self.base != AUTO:
                 if not isinstance(self.base, str) or self.base not in BASE_NAMES:
-                    raise invalid(self, "base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)")
+                    raise invalid(
+                        self, "base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)"
+                    )
                 object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
         if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
             raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
@@ -370,8 +402,9 @@ class SearchConfig:
         if not isinstance(self.settings, Mapping):
             raise invalid(self, "settings", "a mapping of method names to their settings")
         check_keys(self.settings, METHODS, "search method(s) in SearchConfig.settings")
-        object.__setattr__(self, "settings", {m.name: m.settings.from_value(self.settings.get(m.name, {}))
-                                              for m in METHODS.values()})
+        object.__setattr__(
+            self, "settings", {m.name: m.settings.from_value(self.settings.get(m.name, {})) for m in METHODS.values()}
+        )
         object.__setattr__(self, "cpus_per_trial", float(self.cpus_per_trial))
         object.__setattr__(self, "gpus_per_trial", float(self.gpus_per_trial))
         if "://" not in self.storage:

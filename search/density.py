@@ -29,6 +29,7 @@ Instead of training the proxy model once per candidate,
 Each round is its own Tune experiment in ``{run}/stages/NAME.f{k}-r{t}`` with Tune's own resume;
 finished rounds are recorded in ``density.json`` and never run again.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -138,19 +139,41 @@ class DensityMethod(BaseMethod):
     unit = "candidates"
     presets = {
         # Density matching on a CPU: the proxy-cpu recipe's fold models (settings: DensityConfig.PRESETS).
-        "density-cpu": {"train": {"preset": "proxy-cpu"}, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
-                        "base": "auto"},
+        "density-cpu": {
+            "train": {"preset": "proxy-cpu"},
+            "concurrency": 2,
+            "cpus_per_trial": 1,
+            "gpus_per_trial": 0,
+            "base": "auto",
+        },
     }
     options = (
-        DensityConfig.option("--folds", "folds", "density: stratified folds / fold models (default 5)", type=int,
-                             metavar="K"),
-        DensityConfig.option("--rounds", "rounds", "density: search rounds per fold (default 2)", type=int, metavar="T"),
-        DensityConfig.option("--trials-per-round", "trials_per_round", "density: candidates scored per round "
-                             "(default 200)", type=int, metavar="B"),
-        DensityConfig.option("--top-per-round", "top_per_round", "density: best candidates of each round merged into "
-                             "the final policy (default 10)", type=int, metavar="N"),
-        DensityConfig.option("--objective", "objective", "density: maximise the fold model's accuracy or minus its "
-                             "loss on the augmented fold", choices=list(DENSITY_OBJECTIVES)),
+        DensityConfig.option(
+            "--folds", "folds", "density: stratified folds / fold models (default 5)", type=int, metavar="K"
+        ),
+        DensityConfig.option(
+            "--rounds", "rounds", "density: search rounds per fold (default 2)", type=int, metavar="T"
+        ),
+        DensityConfig.option(
+            "--trials-per-round",
+            "trials_per_round",
+            "density: candidates scored per round (default 200)",
+            type=int,
+            metavar="B",
+        ),
+        DensityConfig.option(
+            "--top-per-round",
+            "top_per_round",
+            "density: best candidates of each round merged into the final policy (default 10)",
+            type=int,
+            metavar="N",
+        ),
+        DensityConfig.option(
+            "--objective",
+            "objective",
+            "density: maximise the fold model's accuracy or minus its loss on the augmented fold",
+            choices=list(DENSITY_OBJECTIVES),
+        ),
     )
 
     def optuna_studies(self, config: "SearchConfig") -> str | None:
@@ -170,8 +193,10 @@ class DensityMethod(BaseMethod):
                     f"a fold model, fewer than one batch of {t.batch_size}; lower train.batch_size or the number of folds"
                 )
         if len(stage_name(config.name, d.folds - 1, d.rounds - 1)) > 128:
-            raise ValueError(f"search name {config.name!r} is too long for the density method's round names; "
-                             "use at most 110 characters")
+            raise ValueError(
+                f"search name {config.name!r} is too long for the density method's round names; "
+                "use at most 110 characters"
+            )
 
     def num_trials(self, config: "SearchConfig") -> int:
         return config.density.num_trials
@@ -223,24 +248,35 @@ class DensityMethod(BaseMethod):
         order = [stage_name(config.name, k, r) for k in range(d.folds) for r in range(d.rounds)]
         stages = [done["stages"][stage] for stage in order if stage in done["stages"]]
         if len(stages) < len(order) and not search.budget_ended():
-            raise SearchInterruptedError(f"search {config.name!r} stopped with {len(stages)} of {len(order)} rounds "
-                                         "done; " + resume_hint(config))
+            raise SearchInterruptedError(
+                f"search {config.name!r} stopped with {len(stages)} of {len(order)} rounds done; " + resume_hint(config)
+            )
         trials = [TrialRecord.from_dict(t) for s in stages for t in s["trials"]]
         trials = [dataclasses.replace(t, index=i) for i, t in enumerate(trials)]
         by_id = {t.trial_id: t for t in trials}
         kept = [by_id[i] for s in stages for i in s["top"]]
         if not kept:
             raise all_failed(trials, config.name, "candidates")
-        assembled = assemble_policy(kept, name=config.name, top_n=len(kept),
-                                    num_magnitude_bins=config.space.num_magnitude_bins, base=config.space.base,
-                                    ranges=config.space.ranges)  # fmt: skip
+        assembled = assemble_policy(
+            kept,
+            name=config.name,
+            top_n=len(kept),
+            num_magnitude_bins=config.space.num_magnitude_bins,
+            base=config.space.base,
+            ranges=config.space.ranges,
+        )
         problems = [f"{s['stage']}: {p}" for s in stages for p in s["problems"]]
         return MethodResult(
             trials=trials,
             assembled=assembled,
             candidates=[Candidate("assembled", assembled.policy, tuple(t.trial_id for t in kept), None)],
-            optuna={"storage": redact(search.study_url), "study_name": [s["stage"] for s in stages],
-                    "num_trials": len(trials), "consistent_with_tune": not problems, "problems": problems},
+            optuna={
+                "storage": redact(search.study_url),
+                "study_name": [s["stage"] for s in stages],
+                "num_trials": len(trials),
+                "consistent_with_tune": not problems,
+                "problems": problems,
+            },
             timing={
                 "fold_training_s": sum(float(f.get("train_time_s") or 0.0) for f in done["folds"]),
                 "fold_training_wall_s": done.get("fold_training_wall_s", {}),
@@ -250,12 +286,16 @@ class DensityMethod(BaseMethod):
                 "name": "density",
                 "objective": d.objective,
                 "metric_is": "fold accuracy" if d.objective == "accuracy" else "minus the fold loss",
-                "folds": d.folds, "rounds": d.rounds, "trials_per_round": d.trials_per_round,
-                "top_per_round": d.top_per_round, "fold_seed": d.fold_seed,
+                "folds": d.folds,
+                "rounds": d.rounds,
+                "trials_per_round": d.trials_per_round,
+                "top_per_round": d.top_per_round,
+                "fold_seed": d.fold_seed,
                 "fold_models": done["folds"],
-                "rounds_kept": [{"stage": s["stage"], "fold": s["fold"], "round": s["round"], "kept": s["top"]}
-                                for s in stages],
-            },  # fmt: skip
+                "rounds_kept": [
+                    {"stage": s["stage"], "fold": s["fold"], "round": s["round"], "kept": s["top"]} for s in stages
+                ],
+            },
         )
 
 
@@ -286,15 +326,25 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     stage = stage_name(config.name, k, round_)
     stage_run = RunDir((search.run.location / STAGES_DIR).uri, stage)
     exp = Experiment(
-        name=stage, storage=stage_run.storage, study_url=search.study_url, num_trials=d.trials_per_round,
-        max_steps=1, seed=(config.seed + 7919 * (k * d.rounds + round_)) % 2**32,
+        name=stage,
+        storage=stage_run.storage,
+        study_url=search.study_url,
+        num_trials=d.trials_per_round,
+        max_steps=1,
+        seed=(config.seed + 7919 * (k * d.rounds + round_)) % 2**32,
         trainable=search.trainable or DensityTrial,
-        parameters={"train_config": dataclasses.replace(config.train, epochs=1, warmup_epochs=0.0).to_dict(),
-                    "space": config.space.to_dict(), "policy_prefix": stage, "fold": fold},
+        parameters={
+            "train_config": dataclasses.replace(config.train, epochs=1, warmup_epochs=0.0).to_dict(),
+            "space": config.space.to_dict(),
+            "policy_prefix": stage,
+            "fold": fold,
+        },
         run_dir=stage_run.uri,
-    )  # fmt: skip
-    search.display.log(f"fold {k + 1}/{d.folds}, round {round_ + 1}/{d.rounds}: scoring {d.trials_per_round} "
-                       f"candidates on {len(fold['heldout'])} held-out images")
+    )
+    search.display.log(
+        f"fold {k + 1}/{d.folds}, round {round_ + 1}/{d.rounds}: scoring {d.trials_per_round} "
+        f"candidates on {len(fold['heldout'])} held-out images"
+    )
     budget = search.budget
     if stage_run.exists() and can_restore(stage_run.uri):
         tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
@@ -307,8 +357,14 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     t0 = time.time()
     fit(tuner)
     study = optuna.load_study(study_name=stage, storage=make_storage(search.study_url))
-    records = trial_records(stage_run, study, space=config.space, name=stage, epochs=1,
-                            budget_stopped=budget.stopped(stage) if budget is not None else ())
+    records = trial_records(
+        stage_run,
+        study,
+        space=config.space,
+        name=stage,
+        epochs=1,
+        budget_stopped=budget.stopped(stage) if budget is not None else (),
+    )
     finished = sum(r.finished for r in records)
     cut = search.budget_ended() and finished == len(records)  # the budget ended the round early
     if finished < d.trials_per_round and not cut:
@@ -320,12 +376,19 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     records = _with_fold_scores(records, stage_run, stage)
     top = rank_trials(records)[: d.top_per_round]
     best = f"best {METRIC} {top[0].score:.4f}" if top else "no candidate scored"
-    search.display.log(f"fold {k + 1}/{d.folds}, round {round_ + 1}/{d.rounds} done in {time.time() - t0:.0f} s: {best}")
+    search.display.log(
+        f"fold {k + 1}/{d.folds}, round {round_ + 1}/{d.rounds} done in {time.time() - t0:.0f} s: {best}"
+    )
     return {
-        "fold": k, "round": round_, "stage": stage, "trials": [r.to_dict() for r in records],
-        "top": [r.trial_id for r in top], "problems": problems, "wall_time_s": time.time() - t0,
+        "fold": k,
+        "round": round_,
+        "stage": stage,
+        "trials": [r.to_dict() for r in records],
+        "top": [r.trial_id for r in top],
+        "problems": problems,
+        "wall_time_s": time.time() - t0,
         **({"ended_by_budget": True} if finished < d.trials_per_round else {}),
-    }  # fmt: skip
+    }
 
 
 def _with_fold_scores(records: list[TrialRecord], stage_run: RunDir, stage: str) -> list[TrialRecord]:

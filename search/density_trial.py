@@ -1,6 +1,7 @@
 """What one scoring trial of the density method runs (:class:`DensityTrial`, a Ray Tune class
 trainable). Kept in its own module, like :mod:`autoaug.search.trial`, so that Ray workers import
 only this, the fold models and the space."""
+
 from __future__ import annotations
 
 import time
@@ -27,8 +28,9 @@ class DensityTrial(tune.Trainable):
         self.space = SearchSpace.from_dict(space)
         self.policy_prefix = policy_prefix
         self.fold = {k: v for k, v in fold.items() if k != "weights"}
-        self.scorer = FoldScorer(TrainConfig.from_dict(train_config), self.space, fold["weights"], fold["heldout"],
-                                 seed=fold["seed"])
+        self.scorer = FoldScorer(
+            TrainConfig.from_dict(train_config), self.space, fold["weights"], fold["heldout"], seed=fold["seed"]
+        )
         self.candidate = dict(config)
 
     def reset_config(self, new_config: dict) -> bool:
@@ -52,7 +54,12 @@ class DensityTrial(tune.Trainable):
         t2 = time.perf_counter()
         return {
             METRIC: objective_value(self.fold["objective"], accuracy, loss),
-            "fold_accuracy": accuracy, "fold_loss": loss, "epoch": 1, "fold": self.fold["index"],
-            "score_time_s": t2 - t1, "setup_time_s": t1 - self._started, "train_time_s": t2 - self._started,
+            "fold_accuracy": accuracy,
+            "fold_loss": loss,
+            "epoch": 1,
+            "fold": self.fold["index"],
+            "score_time_s": t2 - t1,
+            "setup_time_s": t1 - self._started,
+            "train_time_s": t2 - self._started,
             "done": True,
-        }  # fmt: skip
+        }

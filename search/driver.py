@@ -37,6 +37,7 @@ to what is left, and a resumed search continues with the time its earlier sessio
 For Ray Tune, Optuna and their consistency across a driver crash see
 :mod:`autoaug.search.experiment` and :mod:`autoaug.search.reconcile`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -119,8 +120,9 @@ def run_search(
         check_no_study(config.name, study_url)
     state = RunState.new(config.to_dict(), data, study_url, address=address, started=started)
     run.write_json(CONFIG_FILE, state.to_dict())
-    return _search(config, run, state, session=session, address=address, trainable=trainable,
-                   display=display, started=started)
+    return _search(
+        config, run, state, session=session, address=address, trainable=trainable, display=display, started=started
+    )
 
 
 def resume_search(
@@ -167,18 +169,45 @@ def resume_search(
         )
     state = state.resumed(address)
     run.write_json(CONFIG_FILE, state.to_dict())
-    return _search(config, run, state, session=session, address=address, trainable=trainable, display=display,
-                   started=started, resume_errored=resume_errored)
+    return _search(
+        config,
+        run,
+        state,
+        session=session,
+        address=address,
+        trainable=trainable,
+        display=display,
+        started=started,
+        resume_errored=resume_errored,
+    )
 
 
-def _search(config: SearchConfig, run: RunDir, state: RunState, *, session: Callable[[], Any] | None,
-            address: str | None, trainable: Callable | None, display: Any, started: float,
-            resume_errored: bool = False) -> SearchOutcome:
+def _search(
+    config: SearchConfig,
+    run: RunDir,
+    state: RunState,
+    *,
+    session: Callable[[], Any] | None,
+    address: str | None,
+    trainable: Callable | None,
+    display: Any,
+    started: float,
+    resume_errored: bool = False,
+) -> SearchOutcome:
     """The method, then re-scoring (both inside the Ray session), then choosing and storing; a full
     or read-only filesystem on the way is one line that says how to resume."""
     try:
-        return _run_and_store(config, run, state, session=session, address=address, trainable=trainable,
-                              display=display, started=started, resume_errored=resume_errored)
+        return _run_and_store(
+            config,
+            run,
+            state,
+            session=session,
+            address=address,
+            trainable=trainable,
+            display=display,
+            started=started,
+            resume_errored=resume_errored,
+        )
     except Exception as exc:  # a full disk mid-search: what is saved is kept, and the search resumes
         from autoaug.search.tune_storage import storage_failure
 
@@ -188,9 +217,18 @@ def _search(config: SearchConfig, run: RunDir, state: RunState, *, session: Call
         raise error from None
 
 
-def _run_and_store(config: SearchConfig, run: RunDir, state: RunState, *, session: Callable[[], Any] | None,
-                   address: str | None, trainable: Callable | None, display: Any, started: float,
-                   resume_errored: bool) -> SearchOutcome:
+def _run_and_store(
+    config: SearchConfig,
+    run: RunDir,
+    state: RunState,
+    *,
+    session: Callable[[], Any] | None,
+    address: str | None,
+    trainable: Callable | None,
+    display: Any,
+    started: float,
+    resume_errored: bool,
+) -> SearchOutcome:
     from autoaug.search.calibrate import calibrate, transfer_candidate
     from autoaug.search.experiment import tune_output
 
@@ -206,16 +244,31 @@ def _run_and_store(config: SearchConfig, run: RunDir, state: RunState, *, sessio
                 config = calibration.apply(config)
             if budget is not None:
                 _plan_rescore(config, run, budget, transfer=bool(calibration and calibration.record.get("transfer")))
-            search = PreparedSearch(config=config, run=run, state=state, display=display, trainable=trainable,
-                                    resume_errored=resume_errored, budget=budget)
+            search = PreparedSearch(
+                config=config,
+                run=run,
+                state=state,
+                display=display,
+                trainable=trainable,
+                resume_errored=resume_errored,
+                budget=budget,
+            )
             found = config.search_method.run(search)
             if calibration is not None and config.rescore:  # the best published policy competes too
                 extra = transfer_candidate(calibration.record, config.name)
                 if extra is not None:
                     found = dataclasses.replace(found, candidates=[*found.candidates, extra])
             scores = _rescore(config, run, found, display, budget)
-        return _store(config, run, state, found, scores, started=started,
-                      calibration=None if calibration is None else calibration.record, budget=budget)
+        return _store(
+            config,
+            run,
+            state,
+            found,
+            scores,
+            started=started,
+            calibration=None if calibration is None else calibration.record,
+            budget=budget,
+        )
 
 
 def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer: bool) -> None:
@@ -234,8 +287,9 @@ def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer
     budget.plan_rescore(runs, parallel_runs(config) if runs else 1, measured_run_s(measured), config.epochs)
 
 
-def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: Any,
-             budget: Budget | None = None) -> dict | None:
+def _rescore(
+    config: SearchConfig, run: RunDir, found: MethodResult, display: Any, budget: Budget | None = None
+) -> dict | None:
     """With ``config.rescore`` and more than one candidate: train each candidate under the proxy
     (``rescore_seeds`` fresh seeds), saving the runs in the run directory; their mean scores.
     Under a time budget only the candidates whose runs fit in the time left (:func:`_within_budget`)."""
@@ -256,7 +310,10 @@ def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: An
             f"{config.rescore_seeds} fresh seed{'s' if config.rescore_seeds > 1 else ''}, {val} validation images): {what}"
         )
     runs = rescore_candidates(
-        candidates, config, cached=cached, save=lambda results: run.write_json(RESCORE_FILE, results),
+        candidates,
+        config,
+        cached=cached,
+        save=lambda results: run.write_json(RESCORE_FILE, results),
         deadline=deadline,
     )
     scores = candidate_scores(candidates, config, runs)
@@ -266,13 +323,16 @@ def _rescore(config: SearchConfig, run: RunDir, found: MethodResult, display: An
                 f"search {config.name!r} stopped before its final policy was re-scored; " + resume_hint(config)
             )
         return _cut_rescore(candidates, scores, budget, display)
-    display.log(f"re-scored ({METRIC}, mean of {config.rescore_seeds}): "
-                + ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f}" for c in candidates))
+    display.log(
+        f"re-scored ({METRIC}, mean of {config.rescore_seeds}): "
+        + ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f}" for c in candidates)
+    )
     return scores
 
 
-def _within_budget(config: SearchConfig, run: RunDir, found: MethodResult, cached: dict, budget: Budget,
-                   display: Any) -> tuple[list, float]:
+def _within_budget(
+    config: SearchConfig, run: RunDir, found: MethodResult, cached: dict, budget: Budget, display: Any
+) -> tuple[list, float]:
     """The candidates re-scoring has time for -- the first ones, in the method's order, whose runs
     not yet done fit in the time left less what storing needs, in waves of as many runs as the
     cluster runs at once, each as long as a measured proxy run -- and the deadline of their runs.
@@ -283,8 +343,11 @@ def _within_budget(config: SearchConfig, run: RunDir, found: MethodResult, cache
     candidates = list(found.candidates)
     left = budget.remaining_s() - STORE_RESERVE_S
     deadline = time.time() + max(left, 0.0)
-    run_s = measured_run_s({**(cached or {}), **_trial_runs(found.trials, config)}) if budget.run_s() is None \
+    run_s = (
+        measured_run_s({**(cached or {}), **_trial_runs(found.trials, config)})
+        if budget.run_s() is None
         else budget.run_s()
+    )
     if run_s is None:  # nothing measured: try them all, the deadline stops what does not fit
         return candidates, deadline
     slots = parallel_runs(config)
@@ -293,22 +356,31 @@ def _within_budget(config: SearchConfig, run: RunDir, found: MethodResult, cache
         fits -= 1
     if fits == len(candidates):
         return candidates, deadline
-    what = (f"{format_duration(max(left, 0.0))} left for re-scoring runs of about {format_duration(run_s)} "
-            f"({slots} at once)")
+    what = (
+        f"{format_duration(max(left, 0.0))} left for re-scoring runs of about {format_duration(run_s)} "
+        f"({slots} at once)"
+    )
     if fits >= 2:
-        note = (f"re-scored the first {fits} of {len(candidates)} candidates "
-                f"({', '.join(c.kind for c in candidates[:fits])}): {what}")
+        note = (
+            f"re-scored the first {fits} of {len(candidates)} candidates "
+            f"({', '.join(c.kind for c in candidates[:fits])}): {what}"
+        )
     else:
-        note = (f"not re-scored ({len(candidates)} candidates): {what}; stored the method's first candidate, "
-                f"{candidates[0].kind}")
+        note = (
+            f"not re-scored ({len(candidates)} candidates): {what}; stored the method's first candidate, "
+            f"{candidates[0].kind}"
+        )
     _budget_cut(budget, display, note, len(candidates), fits)
     return candidates[:fits], deadline
 
 
 def _trial_runs(trials: Any, config: SearchConfig) -> dict:
     """The trials that trained every epoch, as measured proxy runs (their training time)."""
-    return {t.trial_id: {"train_time_s": t.train_time_s} for t in trials
-            if t.status == "completed" and t.train_time_s and t.epochs >= config.epochs}
+    return {
+        t.trial_id: {"train_time_s": t.train_time_s}
+        for t in trials
+        if t.status == "completed" and t.train_time_s and t.epochs >= config.epochs
+    }
 
 
 def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Any) -> dict | None:
@@ -316,11 +388,15 @@ def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Any) -
     there are two or more, else the method's first candidate is stored."""
     done = [c for c in candidates if c.key in scores]
     if len(done) >= 2:
-        note = (f"the budget ran out during re-scoring: {len(done)} of {len(candidates)} candidates re-scored "
-                f"({', '.join(c.kind for c in done)}); the others were not")
+        note = (
+            f"the budget ran out during re-scoring: {len(done)} of {len(candidates)} candidates re-scored "
+            f"({', '.join(c.kind for c in done)}); the others were not"
+        )
     else:
-        note = (f"the budget ran out during re-scoring, with {len(done)} of {len(candidates)} candidates re-scored; "
-                f"stored the method's first candidate, {candidates[0].kind}")
+        note = (
+            f"the budget ran out during re-scoring, with {len(done)} of {len(candidates)} candidates re-scored; "
+            f"stored the method's first candidate, {candidates[0].kind}"
+        )
     _budget_cut(budget, display, note, len(candidates), len(done))
     return {c.key: scores[c.key] for c in done} if len(done) >= 2 else None
 
@@ -332,18 +408,33 @@ def _budget_cut(budget: Budget, display: Any, note: str, candidates: int, rescor
     budget.end("rescore")
 
 
-def _store(config: SearchConfig, run: RunDir, state: RunState, found: MethodResult, scores: dict | None, *,
-           started: float, calibration: dict | None = None, budget: Budget | None = None) -> SearchOutcome:
+def _store(
+    config: SearchConfig,
+    run: RunDir,
+    state: RunState,
+    found: MethodResult,
+    scores: dict | None,
+    *,
+    started: float,
+    calibration: dict | None = None,
+    budget: Budget | None = None,
+) -> SearchOutcome:
     """Choose the final policy, store it with its provenance and write ``result.json``.
     ``config`` is the configuration the method ran (base and warm start as calibrated)."""
     from autoaug.policies.store import PolicyStore
 
-    timing = state.timing(started, trial_train_time_s=sum(t.train_time_s or 0.0 for t in found.trials),
-                          **found.timing)
+    timing = state.timing(started, trial_train_time_s=sum(t.train_time_s or 0.0 for t in found.trials), **found.timing)
     provenance = build_provenance(
-        search_config=config.to_dict(), data=state.data, trials=found.trials, assembled=found.assembled,
-        metric=METRIC, mode=MODE, run_dir=run.uri, optuna=found.optuna, timing=timing,
-    )  # fmt: skip
+        search_config=config.to_dict(),
+        data=state.data,
+        trials=found.trials,
+        assembled=found.assembled,
+        metric=METRIC,
+        mode=MODE,
+        run_dir=run.uri,
+        optuna=found.optuna,
+        timing=timing,
+    )
     if found.provenance is not None:
         provenance["method"] = dict(found.provenance)
     if calibration is not None:

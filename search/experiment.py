@@ -35,6 +35,7 @@ resources, retries, actor reuse and MLflow logging.
 :func:`tune_output` sets, for the time of a search only, the environment variables that keep
 Ray Tune's own console output out of the way of the progress display.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +51,14 @@ from ray.tune.search import ConcurrencyLimiter
 
 from autoaug.search.loggers import experiment_loggers
 from autoaug.search.progress import ProgressCallback, TuneTrialLines
-from autoaug.search.reconcile import (StoppedTrials, StudySearch, attach_budget, attach_callbacks, attach_display,
-                                      make_scheduler)
+from autoaug.search.reconcile import (
+    StoppedTrials,
+    StudySearch,
+    attach_budget,
+    attach_callbacks,
+    attach_display,
+    make_scheduler,
+)
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
 from autoaug.search.tune_storage import StateCopy, StorageGuard, repair_state
@@ -131,8 +138,9 @@ def _study_search(config: "SearchConfig", exp: Experiment) -> Any:
     return ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
 
 
-def build_tuner(config: "SearchConfig", exp: Experiment, display: "Progress",
-                budget: "Budget | None" = None) -> tune.Tuner:
+def build_tuner(
+    config: "SearchConfig", exp: Experiment, display: "Progress", budget: "Budget | None" = None
+) -> tune.Tuner:
     """A new ``tune.Tuner`` for ``exp`` with ``config``'s shared settings, ended early by
     ``budget`` (None: no budget)."""
     search_alg = _study_search(config, exp) if exp.param_space is None else None
@@ -141,9 +149,13 @@ def build_tuner(config: "SearchConfig", exp: Experiment, display: "Progress",
         # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
         stopped = StoppedTrials()
         scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
-    callbacks: list[Any] = [StorageGuard(), ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped or (),
-                                                             display=display),
-                            TuneTrialLines(metric=METRIC), *exp.callbacks, StateCopy(exp.uri)]
+    callbacks: list[Any] = [
+        StorageGuard(),
+        ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped or (), display=display),
+        TuneTrialLines(metric=METRIC),
+        *exp.callbacks,
+        StateCopy(exp.uri),
+    ]
     callbacks += experiment_loggers(config.mlflow_uri, exp.name, exp.proposer or config.sampler)
     tuner = tune.Tuner(
         _trainable(config, exp),
@@ -174,8 +186,14 @@ def build_tuner(config: "SearchConfig", exp: Experiment, display: "Progress",
     return tuner
 
 
-def restore_tuner(config: "SearchConfig", exp: Experiment, display: "Progress", *, resume_errored: bool = False,
-                  budget: "Budget | None" = None) -> tune.Tuner:
+def restore_tuner(
+    config: "SearchConfig",
+    exp: Experiment,
+    display: "Progress",
+    *,
+    resume_errored: bool = False,
+    budget: "Budget | None" = None,
+) -> tune.Tuner:
     """``exp`` restored from its saved state (unfinished trials continue from their latest
     checkpoints): the saved state repaired first if a full disk cut it short
     (:func:`~autoaug.search.tune_storage.repair_state`), this driver's ``display`` and this
@@ -185,8 +203,9 @@ def restore_tuner(config: "SearchConfig", exp: Experiment, display: "Progress", 
     repaired = repair_state(uri)
     if repaired is not None:
         display.log(repaired)
-    tuner = tune.Tuner.restore(uri, trainable=_trainable(config, exp), resume_unfinished=True,
-                               resume_errored=resume_errored)
+    tuner = tune.Tuner.restore(
+        uri, trainable=_trainable(config, exp), resume_unfinished=True, resume_errored=resume_errored
+    )
     attach_display(tuner, display, exp.num_trials, exp.max_steps)
     attach_budget(tuner, budget, exp.name, exp.max_steps)
     attach_callbacks(tuner, first=[StorageGuard()], last=[StateCopy(uri)])

@@ -1,6 +1,7 @@
 """The density method's fold models (Fast AutoAugment): the folds of the reduced training split,
 the fold models trained on them (Ray tasks, saved in the run directory) and :class:`FoldScorer`,
 which evaluates a fold model on its held-out fold augmented by a candidate policy."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,9 @@ def train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any, base
     from autoaug.proxy_models.train import TrainConfig, train
 
     cfg = TrainConfig.from_dict(train_config)
-    split = Split(train=np.asarray(train_idx, dtype=np.int64), val=np.asarray(val_idx, dtype=np.int64),
-                  seed=cfg.split_seed)
+    split = Split(
+        train=np.asarray(train_idx, dtype=np.int64), val=np.asarray(val_idx, dtype=np.int64), seed=cfg.split_seed
+    )
     result = train(cfg, base, split=split)  # the presets none, crop, standard are the bases alone
     buf = io.BytesIO()
     torch.save({k: v.detach().cpu() for k, v in result.model.state_dict().items()}, buf)
@@ -81,15 +83,17 @@ def train_fold_models(config: "SearchConfig", run: RunDir, *, session: str = "st
     if todo:
         cfg = dataclasses.replace(config.train, num_threads=max(1, int(config.cpus_per_trial))).to_dict()
         if log:
-            log(f"training {len(todo)} fold model(s) ({config.train.model}, {config.train.epochs} epochs, "
-                f"base {config.space.base} alone) on {len(splits[0].train)}-{len(splits[-1].train)} images each")
+            log(
+                f"training {len(todo)} fold model(s) ({config.train.model}, {config.train.epochs} epochs, "
+                f"base {config.space.base} alone) on {len(splits[0].train)}-{len(splits[-1].train)} images each"
+            )
         task = ray.remote(train_fold)
         pending = {
-            task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial,
-                         name=f"autoaug-fold:{config.name}:{k}").remote(
-                cfg, k, splits[k].train.tolist(), splits[k].val.tolist(), config.space.base): k
+            task.options(
+                num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial, name=f"autoaug-fold:{config.name}:{k}"
+            ).remote(cfg, k, splits[k].train.tolist(), splits[k].val.tolist(), config.space.base): k
             for k in todo
-        }  # fmt: skip
+        }
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
@@ -102,8 +106,10 @@ def train_fold_models(config: "SearchConfig", run: RunDir, *, session: str = "st
                     folder.write_text(metrics_json(info), f"fold{k}.json")
                     out[k] = {**info, "weights": weights}
                     if log:
-                        log(f"fold model {k + 1}/{d.folds}: held-out accuracy {info['val_accuracy']:.4f}, "
-                            f"loss {info['val_loss']:.4f} ({info['train_time_s']:.0f} s)")
+                        log(
+                            f"fold model {k + 1}/{d.folds}: held-out accuracy {info['val_accuracy']:.4f}, "
+                            f"loss {info['val_loss']:.4f} ({info['train_time_s']:.0f} s)"
+                        )
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)
@@ -134,10 +140,16 @@ class FoldScorer:
         self.learner.model.load_state_dict(state)
         spec = PolicyInputs(space.op_choices, space.num_sub_policies, space.ops_per_sub_policy, cfg.image_size)
         self.loader = DaliLoader(
-            ds, np.asarray(heldout, dtype=np.int64), batch_size=eval_batch_size(cfg), train=False, seed=seed,
-            image_size=cfg.image_size, num_threads=cfg.loader_threads or cfg.num_threads or 1,
-            device="gpu" if self.device.type == "cuda" else "cpu", policy_inputs=spec,
-        )  # fmt: skip
+            ds,
+            np.asarray(heldout, dtype=np.int64),
+            batch_size=eval_batch_size(cfg),
+            train=False,
+            seed=seed,
+            image_size=cfg.image_size,
+            num_threads=cfg.loader_threads or cfg.num_threads or 1,
+            device="gpu" if self.device.type == "cuda" else "cpu",
+            policy_inputs=spec,
+        )
         self.num_images = len(self.loader.indices)
 
     def score(self, policy: Any) -> tuple[float, float]:

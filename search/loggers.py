@@ -11,6 +11,7 @@
   named like the search, at that tracking URI (a local folder / ``file://`` URI, a ``sqlite://``
   database or an ``http(s)://`` tracking server).
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,9 @@ def check_mlflow_uri(uri: str) -> None:
         MlflowClient(tracking_uri=_tracking_uri(uri)).search_experiments(max_results=1)
     except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds; the user gets one line
         first = " ".join(str(exc).split())[:300]
-        raise ValueError(f"--mlflow-uri {uri}: MLflow cannot use this tracking URI ({type(exc).__name__}: {first})") from None
+        raise ValueError(
+            f"--mlflow-uri {uri}: MLflow cannot use this tracking URI ({type(exc).__name__}: {first})"
+        ) from None
 
 
 def allow_file_store(uri: str) -> None:

@@ -42,6 +42,7 @@ by :mod:`autoaug.search.methods`, the one place that lists them) with:
 other; what they share (building, restoring and running a Ray Tune experiment) is
 :mod:`autoaug.search.experiment`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,8 +60,20 @@ if TYPE_CHECKING:
     from autoaug.search.budget import Budget
     from autoaug.search.config import SearchConfig
 
-__all__ = ["Method", "BaseMethod", "MethodSettings", "OptionSpec", "PreparedSearch", "MethodResult", "METHODS",
-           "register_method", "default_method", "all_failed", "resume_hint", "check_validation_left_to_the_method"]
+__all__ = [
+    "Method",
+    "BaseMethod",
+    "MethodSettings",
+    "OptionSpec",
+    "PreparedSearch",
+    "MethodResult",
+    "METHODS",
+    "register_method",
+    "default_method",
+    "all_failed",
+    "resume_hint",
+    "check_validation_left_to_the_method",
+]
 
 
 @dataclass(frozen=True)
@@ -248,7 +261,9 @@ def register_method(method: Method) -> Method:
     for other in METHODS.values():
         taken = ({other.settings.FIELD} | other.settings.config_keys()) & ({settings.FIELD} | settings.config_keys())
         if taken:
-            raise ValueError(f"method {method.name!r}: settings key(s) {sorted(taken)} are those of method {other.name!r}")
+            raise ValueError(
+                f"method {method.name!r}: settings key(s) {sorted(taken)} are those of method {other.name!r}"
+            )
     METHODS[method.name] = method
     return method
 
@@ -265,8 +280,9 @@ def check_validation_left_to_the_method(train: Any, why: str) -> None:
     for setting, default in (("eval_every", 1), ("eval_from", 1), ("eval_epochs", None)):
         value = getattr(train, setting)
         if value != default:
-            raise ValueError(f"train.{setting} is {value}: {why}; set {setting} to "
-                             f"{'null' if default is None else default}")
+            raise ValueError(
+                f"train.{setting} is {value}: {why}; set {setting} to {'null' if default is None else default}"
+            )
 
 
 def all_failed(trials: Sequence[TrialRecord], name: str, what: str = "trials") -> SearchFailedError:

@@ -2,6 +2,7 @@
 (the first is the default): the one place that lists them. :mod:`autoaug.search.config` imports
 this module, so every configuration sees them; another method is one module and one
 :func:`~autoaug.search.method.register_method` call."""
+
 from __future__ import annotations
 
 from autoaug.search import density, pba, train_method

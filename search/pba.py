@@ -37,6 +37,7 @@ its provenance (``method.schedule``, with its content hash, checked when read:
 :func:`autoaug.policies.reference.resolve_schedule`), together with the population, every
 exploit/explore event and each member's lineage.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
-from autoaug.search.method import (BaseMethod, MethodResult, MethodSettings, PreparedSearch, all_failed,
-                                   check_validation_left_to_the_method, resume_hint)
+from autoaug.search.method import (
+    BaseMethod,
+    MethodResult,
+    MethodSettings,
+    PreparedSearch,
+    all_failed,
+    check_validation_left_to_the_method,
+    resume_hint,
+)
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
 
@@ -117,8 +125,9 @@ class PbaConfig(MethodSettings):
 
 # ----------------------------------------------------------------------------------------------
 # Explore and the first population
-def explore_params(params: Mapping[str, Any], space: SearchSpace, rng: random.Random, resample_probability: float,
-                   max_shift: int) -> tuple[dict[str, Any], dict[str, str]]:
+def explore_params(
+    params: Mapping[str, Any], space: SearchSpace, rng: random.Random, resample_probability: float, max_shift: int
+) -> tuple[dict[str, Any], dict[str, str]]:
     """PBA's explore over ``space``: returns the perturbed parameters and, per parameter, what was
     done (``resample``, ``+k``/``-k`` steps, ``keep``). Every value stays on the space's grid:
     operation types among its candidates, probabilities on its grid, magnitudes in its bins."""
@@ -157,8 +166,9 @@ class PbaExplore:
         self.rng = random.Random(seed)
 
     def __call__(self, config: dict) -> dict:
-        params, ops = explore_params(config["policy"], SearchSpace.from_dict(self.space), self.rng,
-                                     self.resample_probability, self.max_shift)
+        params, ops = explore_params(
+            config["policy"], SearchSpace.from_dict(self.space), self.rng, self.resample_probability, self.max_shift
+        )
         return {**config, "policy": params, "explore": ops}
 
 
@@ -201,22 +211,34 @@ class PbaMethod(BaseMethod):
         # 7 minutes on 2 cores: on traffic signs the flip of `standard` costs more than any policy
         # finds); no transfer warm start (5 proxy runs more; PBA starts from random policies) and no
         # re-scoring (one schedule): docs/search.md, "Population Based Augmentation".
-        "pba-cpu": {"train": {"preset": "proxy-cpu"}, "concurrency": 2, "cpus_per_trial": 1, "gpus_per_trial": 0,
-                    "score_window": 3, "base": "auto"},
+        "pba-cpu": {
+            "train": {"preset": "proxy-cpu"},
+            "concurrency": 2,
+            "cpus_per_trial": 1,
+            "gpus_per_trial": 0,
+            "score_window": 3,
+            "base": "auto",
+        },
     }
 
     def check(self, config: "SearchConfig") -> None:
         s, t = config.pba, config.train
         if t.val_size == 0:
-            raise ValueError("train.val_size is 0: PBA ranks the population on the validation split; "
-                             "give a validation size (None = every image not used for training)")
+            raise ValueError(
+                "train.val_size is 0: PBA ranks the population on the validation split; "
+                "give a validation size (None = every image not used for training)"
+            )
         check_validation_left_to_the_method(t, "PBA ranks the population on the validation accuracy after every epoch")
         if s.perturbation_interval >= t.epochs:
-            raise ValueError(f"pba.perturbation_interval {s.perturbation_interval} is not below train.epochs "
-                             f"{t.epochs}: no member would ever exploit another; lower the interval")
+            raise ValueError(
+                f"pba.perturbation_interval {s.perturbation_interval} is not below train.epochs "
+                f"{t.epochs}: no member would ever exploit another; lower the interval"
+            )
         if config.rescore:
-            raise ValueError("rescore is on (as in the cpu preset), but PBA returns one schedule: "
-                             "no candidates to choose from; use --preset pba-cpu, or --set rescore=false")
+            raise ValueError(
+                "rescore is on (as in the cpu preset), but PBA returns one schedule: "
+                "no candidates to choose from; use --preset pba-cpu, or --set rescore=false"
+            )
 
     def num_trials(self, config: "SearchConfig") -> int:
         return config.pba.population
@@ -251,8 +273,9 @@ class PbaMethod(BaseMethod):
         t0 = time.time()
         exp = _experiment(search)
         if can_restore(run.uri):
-            tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored,
-                                  budget=search.budget)
+            tuner = restore_tuner(
+                config, exp, search.display, resume_errored=search.resume_errored, budget=search.budget
+            )
         else:
             tuner = build_tuner(config, _population(search, exp), search.display, search.budget)
         fit(tuner)
@@ -263,15 +286,19 @@ class PbaMethod(BaseMethod):
         if not record.get("schedule_hash"):
             return []
         starts = [s["start"] for s in record["schedule"]["stages"]]
-        return [f"schedule: {len(starts)} stage(s) from {', '.join(f'{x:.0%}' for x in starts)} of training "
-                f"(stage epochs {[e + 1 for e in record.get('stage_epochs', [])]}), hash "
-                f"{record['schedule_hash'][:12]}; the policy above is its last stage; "
-                f"{len(record.get('events', []))} exploit/explore events in the population of "
-                f"{record.get('population')}"]
+        return [
+            f"schedule: {len(starts)} stage(s) from {', '.join(f'{x:.0%}' for x in starts)} of training "
+            f"(stage epochs {[e + 1 for e in record.get('stage_epochs', [])]}), hash "
+            f"{record['schedule_hash'][:12]}; the policy above is its last stage; "
+            f"{len(record.get('events', []))} exploit/explore events in the population of "
+            f"{record.get('population')}"
+        ]
 
     def report_note(self, name: str, run_uri: str) -> str | None:
-        return (f"search {name!r} is a PBA search: no Optuna study to draw (PBT proposed its policies); "
-                f"its schedule, population and events: autoaug policies show {name}, and {run_uri}/{PBA_FILE}")
+        return (
+            f"search {name!r} is a PBA search: no Optuna study to draw (PBT proposed its policies); "
+            f"its schedule, population and events: autoaug policies show {name}, and {run_uri}/{PBA_FILE}"
+        )
 
 
 def _experiment(search: PreparedSearch) -> Any:
@@ -281,17 +308,28 @@ def _experiment(search: PreparedSearch) -> Any:
 
     config = search.config
     return Experiment(
-        name=config.name, storage=config.storage, study_url=None, num_trials=config.pba.population,
-        max_steps=config.epochs, seed=config.seed, trainable=search.trainable or run_pba_trial,
-        parameters={"train_config": config.train.to_dict(), "space": config.space.to_dict(),
-                    "policy_prefix": config.name, "score_window": config.score_window,
-                    "perturbation_interval": config.pba.perturbation_interval},
+        name=config.name,
+        storage=config.storage,
+        study_url=None,
+        num_trials=config.pba.population,
+        max_steps=config.epochs,
+        seed=config.seed,
+        trainable=search.trainable or run_pba_trial,
+        parameters={
+            "train_config": config.train.to_dict(),
+            "space": config.space.to_dict(),
+            "policy_prefix": config.name,
+            "score_window": config.score_window,
+            "perturbation_interval": config.pba.perturbation_interval,
+        },
         # Every checkpoint is kept (they come at perturbation boundaries only: 30 of 0.6 MB per
         # member of pba-cpu). With a limit, a member that cloned another deletes the clone's
         # checkpoint as its own old one, under the feet of the clone and of other exploiters
         # (ray-project/ray#9036, #8441: FileNotFoundError when a checkpoint is registered).
-        keep_checkpoints=None, proposer="pba", run_dir=search.run.uri,
-    )  # fmt: skip
+        keep_checkpoints=None,
+        proposer="pba",
+        run_dir=search.run.uri,
+    )
 
 
 def _population(search: PreparedSearch, exp: Any) -> Any:
@@ -305,17 +343,24 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 
     config, s = search.config, search.config.pba
     scheduler = EpochPBT(
-        last_epoch=config.epochs, time_attr="epoch", perturbation_interval=s.perturbation_interval, quantile_fraction=s.quantile,
-        resample_probability=s.resample_probability, hyperparam_mutations={},
+        last_epoch=config.epochs,
+        time_attr="epoch",
+        perturbation_interval=s.perturbation_interval,
+        quantile_fraction=s.quantile,
+        resample_probability=s.resample_probability,
+        hyperparam_mutations={},
         custom_explore_fn=PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed),
-        log_config=True, synch=False,
-    )  # fmt: skip
+        log_config=True,
+        synch=False,
+    )
     # One sample of a grid: every member exists from the start, without a limit on concurrent
     # trials (a limiter would create the later members only once the first ones finished, and PBT
     # ranks members that exist together). The cluster's resources (cpus_per_trial) decide how many
     # train at a time; PBT pauses and rotates the others.
     return dataclasses.replace(
-        exp, scheduler=scheduler, param_space={"policy": tune.grid_search(initial_population(config)), "explore": {}},
+        exp,
+        scheduler=scheduler,
+        param_space={"policy": tune.grid_search(initial_population(config)), "explore": {}},
         callbacks=(EventLog(config.storage, config.name, search.display),),
     )
 
@@ -351,17 +396,24 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         if schedule is not None:
             policy = schedule.final
         record = TrialRecord(
-            trial_id=trial_id, index=index, status=status, params=params, policy=policy,
-            score=last.get(METRIC) if status in ("completed", "budget_stopped") else None, epochs=epochs,
-            train_time_s=last.get("train_time_s"), num_failures=0,
+            trial_id=trial_id,
+            index=index,
+            status=status,
+            params=params,
+            policy=policy,
+            score=last.get(METRIC) if status in ("completed", "budget_stopped") else None,
+            epochs=epochs,
+            train_time_s=last.get("train_time_s"),
+            num_failures=0,
             error=None if r.error is None else f"{type(r.error).__name__}: {str(r.error).splitlines()[0][:300]}",
-        )  # fmt: skip
+        )
         members.append((record, schedule, state))
     records = [m[0] for m in members]
     events = list(search.run.read_json(EVENTS_FILE)) if search.run.exists(EVENTS_FILE) else []
     finished = [r for r in records if r.finished]
-    if len(finished) < s.population and not (search.budget_ended() and all(
-            r.finished or r.epochs == 0 for r in records)):
+    if len(finished) < s.population and not (
+        search.budget_ended() and all(r.finished or r.epochs == 0 for r in records)
+    ):
         raise SearchInterruptedError(
             f"search {config.name!r} stopped with {len(finished)} of {s.population} members trained to the end; "
             + resume_hint(config)
@@ -372,14 +424,15 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     best, schedule, state = max(scored, key=lambda m: (m[0].score, -m[0].index))
     schedule = schedule.with_name(config.name)
     final = schedule.final.with_name(config.name)
-    assembled = AssembledPolicy(policy=final, selected=(best,), duplicates_removed=0,
-                                sources=(best.trial_id,) * len(final.sub_policies))
+    assembled = AssembledPolicy(
+        policy=final, selected=(best,), duplicates_removed=0, sources=(best.trial_id,) * len(final.sub_policies)
+    )
     events.sort(key=lambda e: (e["epoch"], e["member"]))
     record = {
         "name": "pba",
         **s.to_dict(),
         "explore": "resample each parameter with resample_probability, else shift a probability/magnitude by "
-                   "0..max_shift grid steps (clipped); operation types resampled or kept",
+        "0..max_shift grid steps (clipped); operation types resampled or kept",
         "best_member": best.trial_id,
         "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash},
         "schedule_hash": schedule.content_hash,
@@ -387,11 +440,17 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         "stage_epochs": schedule.start_epochs(config.epochs),
         "lineage": list(state.get("lineage", [])),
         "events": events,
-        "members": [{"trial_id": r.trial_id, "score": r.score, "status": r.status,
-                     "stages": None if sch is None else len(sch.stages),
-                     "schedule_hash": None if sch is None else sch.content_hash}
-                    for r, sch, _ in members],
-    }  # fmt: skip
+        "members": [
+            {
+                "trial_id": r.trial_id,
+                "score": r.score,
+                "status": r.status,
+                "stages": None if sch is None else len(sch.stages),
+                "schedule_hash": None if sch is None else sch.content_hash,
+            }
+            for r, sch, _ in members
+        ],
+    }
     search.run.write_json(PBA_FILE, record)
     search.display.log(
         f"pba: best member {best.trial_id} ({METRIC} {best.score:.4f}), schedule of {len(schedule.stages)} "
@@ -399,13 +458,20 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         f"{sum(1 for e in events)} exploit/explore events in the population"
     )
     return MethodResult(
-        trials=records, assembled=assembled,
+        trials=records,
+        assembled=assembled,
         candidates=[Candidate("pba_schedule", final, (best.trial_id,), best.score)],
-        optuna={"storage": None, "study_name": None, "num_trials": 0, "consistent_with_tune": True,
-                "problems": [], "note": "PBA uses no Optuna study: PBT's exploit/explore proposes the policies"},
+        optuna={
+            "storage": None,
+            "study_name": None,
+            "num_trials": 0,
+            "consistent_with_tune": True,
+            "problems": [],
+            "note": "PBA uses no Optuna study: PBT's exploit/explore proposes the policies",
+        },
         timing={"population_wall_s": wall},
         provenance=record,
-    )  # fmt: skip
+    )
 
 
 METHOD = PbaMethod()

@@ -15,6 +15,7 @@ the strong one's checkpoint with a perturbed copy of its configuration -- the me
 the strong one's *weights and policy history* together: its schedule is the strong member's up to
 this epoch, then its own perturbed policy.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,8 +35,9 @@ PBA_STATE = "pba.json"
 EVENTS_KEY = "pba_events"
 
 
-def start_schedule(me: str, params: dict, operations: dict, policy: Any, checkpoint: dict | None,
-                   state: dict | None, epochs: int) -> tuple[Any, list[dict], list[dict]]:
+def start_schedule(
+    me: str, params: dict, operations: dict, policy: Any, checkpoint: dict | None, state: dict | None, epochs: int
+) -> tuple[Any, list[dict], list[dict]]:
     """The schedule a member trains, its lineage and the events of this start.
 
     ``checkpoint``/``state``: the trainer checkpoint and ``pba.json`` it starts from (None: a new
@@ -58,16 +60,26 @@ def start_schedule(me: str, params: dict, operations: dict, policy: Any, checkpo
     old = state.get("params", {})
     changes = {k: [old.get(k), v] for k, v in params.items() if old.get(k) != v}
     event = {
-        "epoch": done, "member": me, "cloned": owner, "clone_policy_hash": prior.at(done - 1, epochs).content_hash
-        if done > 0 else None, "policy_hash": policy.content_hash,
+        "epoch": done,
+        "member": me,
+        "cloned": owner,
+        "clone_policy_hash": prior.at(done - 1, epochs).content_hash if done > 0 else None,
+        "policy_hash": policy.content_hash,
         "changes": {k: [*v, operations.get(k)] for k, v in sorted(changes.items())},
-    }  # fmt: skip
+    }
     lineage.append(event)
     return prior.then(done / epochs, policy), lineage, [event]
 
 
-def run_pba_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1,
-                  perturbation_interval: int = 1) -> None:
+def run_pba_trial(
+    config: dict,
+    *,
+    train_config: dict,
+    space: dict,
+    policy_prefix: str,
+    score_window: int = 1,
+    perturbation_interval: int = 1,
+) -> None:
     """Ray Tune function trainable of one PBA member (see the module documentation).
 
     ``config["policy"]``: the member's current search-space parameters (PBT's explore rewrites
@@ -87,7 +99,7 @@ def run_pba_trial(config: dict, *, train_config: dict, space: dict, policy_prefi
     with tempfile.TemporaryDirectory(prefix="autoaug-pba-") as scratch:
         checkpoint = tune.get_checkpoint()
         trainer_state = pba_state = None
-        with (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext()) as resume_from:
+        with checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext() as resume_from:
             if resume_from is not None:
                 trainer_state = load_checkpoint(resume_from)
                 path = os.path.join(resume_from, PBA_STATE)
@@ -95,8 +107,9 @@ def run_pba_trial(config: dict, *, train_config: dict, space: dict, policy_prefi
                     with open(path) as f:
                         pba_state = json.load(f)
             results = EpochResults(score_window, trainer_state["history"] if trainer_state is not None else ())
-            schedule, lineage, events = start_schedule(me, params, dict(config.get("explore") or {}), policy,
-                                                       trainer_state, pba_state, cfg.epochs)
+            schedule, lineage, events = start_schedule(
+                me, params, dict(config.get("explore") or {}), policy, trainer_state, pba_state, cfg.epochs
+            )
             pending = list(events)
 
             def report(metrics: dict[str, Any]) -> None:

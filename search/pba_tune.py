@@ -4,6 +4,7 @@ callback recording the population's exploit/explore events.
 Their own module because they subclass Ray classes (importing Ray), and Tune pickles both with the
 experiment state: a restored search finds them here by name.
 """
+
 from __future__ import annotations
 
 import json
@@ -97,10 +98,15 @@ def describe_event(event: dict, cloned_score: float | None = None) -> str:
     changes = event.get("changes") or {}
     resampled = sum(1 for c in changes.values() if c[2] == "resample")
     score = f" ({METRIC} {cloned_score:.4f})" if isinstance(cloned_score, (int, float)) else ""
-    what = (f"{len(changes)} value(s) changed: {resampled} resampled, {len(changes) - resampled} shifted"
-            if changes else "no value changed")
-    return (f"epoch {event['epoch']}: member {event['member']} continues from {event['cloned']}{score}, "
-            f"weights and policy; explore: {what}")
+    what = (
+        f"{len(changes)} value(s) changed: {resampled} resampled, {len(changes) - resampled} shifted"
+        if changes
+        else "no value changed"
+    )
+    return (
+        f"epoch {event['epoch']}: member {event['member']} continues from {event['cloned']}{score}, "
+        f"weights and policy; explore: {what}"
+    )
 
 
 def _key(event: dict) -> tuple:

@@ -5,6 +5,7 @@ trial errors as one line.
 The display is an :class:`autoaug.core.progress.Progress` owned by the command (rich bars on a
 terminal, plain lines otherwise, nothing with ``-q``); the Tune callback only feeds it.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,16 @@ class ProgressCallback(tune.Callback):
     trials of the Tune experiment ``experiment`` are said so.
     """
 
-    def __init__(self, num_trials: int, epochs: int, stream: str = "stdout", stopped: Container[str] = (),
-                 display: Any = None, budget: Any = None, experiment: str = ""):
+    def __init__(
+        self,
+        num_trials: int,
+        epochs: int,
+        stream: str = "stdout",
+        stopped: Container[str] = (),
+        display: Any = None,
+        budget: Any = None,
+        experiment: str = "",
+    ):
         self.num_trials = num_trials
         self.epochs = epochs
         self.stream = stream
@@ -87,9 +96,15 @@ class ProgressCallback(tune.Callback):
         stopped = sum(v == "stopped" for v in self._done.values())
         failed = sum(v == "failed" for v in self._done.values())
         budget = sum(v == "budget" for v in self._done.values())
-        extra = ", ".join(x for x in (f"{stopped} stopped early" if stopped else "",
-                                      f"{budget} stopped by the time budget" if budget else "",
-                                      f"{failed} failed" if failed else "") if x)
+        extra = ", ".join(
+            x
+            for x in (
+                f"{stopped} stopped early" if stopped else "",
+                f"{budget} stopped by the time budget" if budget else "",
+                f"{failed} failed" if failed else "",
+            )
+            if x
+        )
         text = f"{done}/{self.num_trials} trials{f' ({extra})' if extra else ''}, {len(self._epochs)} running"
         if self._best is not None:
             text += f" | best {self._best[0]:.4f} ({self._best[1]})"
@@ -111,8 +126,14 @@ class ProgressCallback(tune.Callback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._epochs[trial.trial_id] = int((trial.last_result or {}).get("training_iteration") or 0)
         if self.display is not None:
-            self.display.add(f"trial:{trial.trial_id}", f"  trial {trial.trial_id}", total=self.epochs,
-                             unit="epochs", completed=self._epochs[trial.trial_id], status="starting")
+            self.display.add(
+                f"trial:{trial.trial_id}",
+                f"  trial {trial.trial_id}",
+                total=self.epochs,
+                unit="epochs",
+                completed=self._epochs[trial.trial_id],
+                status="starting",
+            )
         self._refresh()
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
@@ -152,9 +173,12 @@ class ProgressCallback(tune.Callback):
                 what = "had finished before the driver stopped (its result is in the Optuna study)"
             elif early and self._by_budget(trial.trial_id):
                 kind = "budget"
-                what = ("not run: the time budget ran out before it started" if score is None else
-                        f"{METRIC} {score:.4f} after {epochs}/{self.epochs} epochs (stopped by the time budget), "
-                        f"{result.get('time_total_s', 0.0):.0f} s")
+                what = (
+                    "not run: the time budget ran out before it started"
+                    if score is None
+                    else f"{METRIC} {score:.4f} after {epochs}/{self.epochs} epochs (stopped by the time budget), "
+                    f"{result.get('time_total_s', 0.0):.0f} s"
+                )
             elif score is None:
                 what = f"ended after {epochs}/{self.epochs} epochs without a score"
             else:

@@ -33,6 +33,7 @@ would stay RUNNING) and it keeps no time across a driver restart. A budget belon
 session: the objects holding it drop it when pickled, and :func:`attach_budget` gives a restored
 experiment this session's.
 """
+
 from __future__ import annotations
 
 import logging
@@ -234,13 +235,18 @@ class StudySearch(OptunaSearch):
                     user_attrs={TUNE_TRIAL_ATTR: trial_id, RETRY_ATTR: told.number},
                 )
             )
-        elif told.state == optuna.trial.TrialState.COMPLETE and value is not None and (
-            told.value is None or not math.isclose(told.value, value, rel_tol=1e-9)
+        elif (
+            told.state == optuna.trial.TrialState.COMPLETE
+            and value is not None
+            and (told.value is None or not math.isclose(told.value, value, rel_tol=1e-9))
         ):
             logger.warning(
                 "trial %s finished again after the restore with %s=%s; the study keeps %s",
-                trial_id, self.metric, value, told.value,
-            )  # fmt: skip
+                trial_id,
+                self.metric,
+                value,
+                told.value,
+            )
 
     # -- restore-time reconciliation -----------------------------------------------------------
     def restore(self, checkpoint_path: str) -> None:
@@ -272,8 +278,9 @@ class StudySearch(OptunaSearch):
         if self._orphans or self._already_told:
             logger.info(
                 "restored study: %d orphaned Optuna trial(s) to re-use, %d trial(s) already told",
-                len(self._orphans), len(self._already_told),
-            )  # fmt: skip
+                len(self._orphans),
+                len(self._already_told),
+            )
 
     def set_sampler_spec(self, name: str, seed: int, startup_trials: int | None = None) -> None:
         """Remember how the sampler was made (:func:`make_sampler`), to reseed it on restore."""
@@ -366,9 +373,7 @@ class StudyGuard:
         if not pending:
             return
         try:
-            study = optuna.load_study(
-                study_name=self._guard_study_name, storage=make_storage(self._guard_study_url)
-            )
+            study = optuna.load_study(study_name=self._guard_study_name, storage=make_storage(self._guard_study_url))
         except Exception as exc:  # the search itself will fail with a clearer error
             logger.warning("cannot read the Optuna study to reconcile restored trials: %s", exc)
             return
@@ -378,15 +383,15 @@ class StudyGuard:
             if frozen is None or not frozen.state.is_finished():
                 continue
             resumed_on_purpose = (
-                frozen.state == optuna.trial.TrialState.FAIL
-                and trial.num_failures > self._guard_max_failures
+                frozen.state == optuna.trial.TrialState.FAIL and trial.num_failures > self._guard_max_failures
             )
             if resumed_on_purpose:
                 continue
             logger.info(
                 "trial %s finished (%s) before the driver stopped; not running it again",
-                trial.trial_id, frozen.state.name,
-            )  # fmt: skip
+                trial.trial_id,
+                frozen.state.name,
+            )
             self._guard_stopped.add(trial.trial_id)
             try:
                 tune_controller.stop_trial(trial)
@@ -471,15 +476,24 @@ class GuardedFIFOScheduler(StudyGuard, BudgetStop, FIFOScheduler):
     """``FIFOScheduler`` with :class:`StudyGuard` and :class:`BudgetStop`."""
 
 
-def make_scheduler(asha: tuple[int, float] | None, max_t: int, study_url: str, study_name: str,
-                   max_failures: int, stopped: StoppedTrials) -> StudyGuard:
+def make_scheduler(
+    asha: tuple[int, float] | None,
+    max_t: int,
+    study_url: str,
+    study_name: str,
+    max_failures: int,
+    stopped: StoppedTrials,
+) -> StudyGuard:
     """ASHA (``asha``: grace period and reduction factor) or FIFO (``asha`` None), with
     :class:`StudyGuard` on the study ``study_name`` and :class:`BudgetStop`, without a budget until
     :func:`attach_budget` gives it one."""
     if asha is not None:
         grace_period, reduction_factor = asha
         scheduler: StudyGuard = GuardedASHAScheduler(
-            time_attr="training_iteration", max_t=max_t, grace_period=grace_period, reduction_factor=reduction_factor,
+            time_attr="training_iteration",
+            max_t=max_t,
+            grace_period=grace_period,
+            reduction_factor=reduction_factor,
         )
     else:
         scheduler = GuardedFIFOScheduler()
@@ -531,10 +545,13 @@ def attach_budget(tuner: Any, budget: Any, experiment: str, max_steps: int | Non
 
             from autoaug.core.errors import AutoaugWarning
 
-            warnings.warn(f"Ray Client (--address ray://...) runs the Tune experiment {experiment} on the cluster, where "
-                          "the time budget cannot stop its trials (it still counts, and re-scoring keeps to it); run "
-                          "the search on the cluster (autoaug launch) for the budget to end trials", AutoaugWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"Ray Client (--address ray://...) runs the Tune experiment {experiment} on the cluster, where "
+                "the time budget cannot stop its trials (it still counts, and re-scoring keeps to it); run "
+                "the search on the cluster (autoaug launch) for the budget to end trials",
+                AutoaugWarning,
+                stacklevel=2,
+            )
         return
     tune_config = getattr(local, "_tune_config", None)
     scheduler = getattr(tune_config, "scheduler", None)

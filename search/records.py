@@ -1,5 +1,6 @@
 """What a search records: the data it ran on, one :class:`TrialRecord` per Tune trial, and the
 :class:`SearchOutcome` (rebuilt from ``result.json`` for a finished search)."""
+
 from __future__ import annotations
 
 import math
@@ -58,15 +59,18 @@ class SearchOutcome:
         if selection:
             scores = ", ".join(
                 f"{c['kind']} ({c['num_sub_policies']} sub-policies) {c[METRIC]:.4f}"
-                for c in selection["candidates"] if c.get(METRIC) is not None
+                for c in selection["candidates"]
+                if c.get(METRIC) is not None
             )
             # the first candidate re-scored (under a time budget, not every candidate is)
             first = next((c for c in selection["candidates"] if c.get("runs")), selection["candidates"][0])
             runs = first.get("runs") or [{"seed": first.get("seed", "?")}]
             seeds = ", ".join(str(r.get("seed")) for r in runs)
             val = f", {first['val_size']} validation images" if first.get("val_size") else ""
-            lines.append(f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
-                         f"{scores}; stored: {selection['chosen']}")
+            lines.append(
+                f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
+                f"{scores}; stored: {selection['chosen']}"
+            )
         method = METHODS.get(((self.provenance.get("search") or {}).get("config") or {}).get("method", ""))
         if method is not None:  # what the method's own record says (a PBA search: its schedule)
             lines += method.summary(self.provenance.get("method") or {})
@@ -111,8 +115,9 @@ def describe_data(train_config: Any) -> dict[str, Any]:
     }
 
 
-def trial_records(run: RunDir, study: optuna.Study, *, space: SearchSpace, name: str, epochs: int,
-                  budget_stopped: Container[str] = ()) -> list[TrialRecord]:
+def trial_records(
+    run: RunDir, study: optuna.Study, *, space: SearchSpace, name: str, epochs: int, budget_stopped: Container[str] = ()
+) -> list[TrialRecord]:
     """One :class:`TrialRecord` per trial of the Tune experiment in ``run``, in creation order:
     its parameters decoded in ``space`` (policies named ``{name}-{trial id}``), ``completed``
     when it reported ``epochs`` results, ``budget_stopped`` when the search's time budget ended it
@@ -156,9 +161,10 @@ def trial_records(run: RunDir, study: optuna.Study, *, space: SearchSpace, name:
             # in between): the study's result is the trial's result.
             step = final_step(frozen)
             if frozen.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) and (
-                int(last.get("training_iteration") or 0) != step or score is None
+                int(last.get("training_iteration") or 0) != step
+                or score is None
                 or not math.isclose(float(score), frozen.value, rel_tol=1e-9)
-            ):  # fmt: skip
+            ):
                 score, epochs = frozen.value, step
                 status = "completed" if step >= epochs_needed else _stopped(trial.trial_id, budget_stopped)
                 note = "result from the Optuna study: the trial ended after Tune's last snapshot"
@@ -205,9 +211,7 @@ def outcome_from_result(result: Mapping[str, Any], run: RunDir) -> SearchOutcome
     assembly = prov["assembly"]
     selected = tuple(by_id[i] for i in assembly["selected_trials"])
     policy = Policy.from_dict(result["policy"])
-    assembled = AssembledPolicy(
-        policy, selected, assembly["duplicates_removed"], tuple(assembly["sub_policy_sources"])
-    )
+    assembled = AssembledPolicy(policy, selected, assembly["duplicates_removed"], tuple(assembly["sub_policy_sources"]))
     return SearchOutcome(
         policy=policy,
         score=selected[0].score,

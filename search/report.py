@@ -17,6 +17,7 @@ storage ``search_config.json`` names):
 A method whose search has no Optuna study says instead, in one line, where its own record is
 (``Method.report_note``).
 """
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,9 @@ def load_report_data(name: str, storage: str) -> ReportData:
     """The study and settings of search ``name`` in the runs root ``storage``."""
     run = RunDir(storage, name)
     if not run.exists(CONFIG_FILE):
-        raise UserInputError(f"no search named {name!r} in {storage} (no {CONFIG_FILE} in {run.uri}); check NAME and --storage")
+        raise UserInputError(
+            f"no search named {name!r} in {storage} (no {CONFIG_FILE} in {run.uri}); check NAME and --storage"
+        )
     state = run.read_json(CONFIG_FILE)
     method = METHODS.get((state.get("config") or {}).get("method", ""))
     note = None if method is None else method.report_note(name, run.uri)
@@ -129,11 +132,22 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
     numbers = [t.number for t in data.trials]
     values = [t.value for t in data.trials]
     pruned = [t.state == optuna.trial.TrialState.PRUNED for t in data.trials]
-    ax.scatter([n for n, p in zip(numbers, pruned) if not p], [v for v, p in zip(values, pruned) if not p],
-               color="tab:blue", label="completed", zorder=3)
+    ax.scatter(
+        [n for n, p in zip(numbers, pruned) if not p],
+        [v for v, p in zip(values, pruned) if not p],
+        color="tab:blue",
+        label="completed",
+        zorder=3,
+    )
     if any(pruned):
-        ax.scatter([n for n, p in zip(numbers, pruned) if p], [v for v, p in zip(values, pruned) if p],
-                   color="tab:gray", marker="x", label="stopped early (ASHA)", zorder=3)
+        ax.scatter(
+            [n for n, p in zip(numbers, pruned) if p],
+            [v for v, p in zip(values, pruned) if p],
+            color="tab:gray",
+            marker="x",
+            label="stopped early (ASHA)",
+            zorder=3,
+        )
     best, running = float("-inf"), []
     for v in values:
         best = max(best, v)
@@ -153,9 +167,15 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
         if not steps:
             continue
         highlight = t.number in top_ids
-        ax.plot(steps, [t.intermediate_values[s] for s in steps], marker="o", markersize=3,
-                alpha=0.9 if highlight else 0.35, linewidth=1.8 if highlight else 0.8,
-                label=f"#{t.number} ({t.value:.3f})" if highlight else None)
+        ax.plot(
+            steps,
+            [t.intermediate_values[s] for s in steps],
+            marker="o",
+            markersize=3,
+            alpha=0.9 if highlight else 0.35,
+            linewidth=1.8 if highlight else 0.8,
+            label=f"#{t.number} ({t.value:.3f})" if highlight else None,
+        )
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel(METRIC)

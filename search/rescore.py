@@ -27,6 +27,7 @@ The re-scoring runs are Ray tasks with the trials' resources, run in parallel, a
 run is saved in the run directory (``rescore.json``, keyed by candidate, seed and validation
 size), so a resumed search trains only the runs it lacks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,19 @@ from autoaug.core import failpoints
 from autoaug.policies import Policy
 from autoaug.search.score import METRIC
 
-__all__ = ["RESCORE_FILE", "RESCORE_SEED_OFFSET", "Candidate", "run_key", "train_and_score", "train_runs",
-           "parallel_runs", "rescore_candidates", "missing_runs", "candidate_scores", "choose"]
+__all__ = [
+    "RESCORE_FILE",
+    "RESCORE_SEED_OFFSET",
+    "Candidate",
+    "run_key",
+    "train_and_score",
+    "train_runs",
+    "parallel_runs",
+    "rescore_candidates",
+    "missing_runs",
+    "candidate_scores",
+    "choose",
+]
 
 RESCORE_FILE = "rescore.json"
 #: Re-scoring run ``i`` uses seed ``train.seed + RESCORE_SEED_OFFSET + i``: seeds no trial used.
@@ -66,8 +78,12 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
 
     result = train(TrainConfig.from_dict(train_config), Policy.from_dict(policy))
     score = search_score([row.get("val_accuracy") for row in result.history], score_window)
-    return {METRIC: score, "val_accuracy": result.val_accuracy, "train_time_s": result.train_time_s,
-            "epochs": len(result.history)}
+    return {
+        METRIC: score,
+        "val_accuracy": result.val_accuracy,
+        "train_time_s": result.train_time_s,
+        "epochs": len(result.history),
+    }
 
 
 def run_key(candidate: Candidate, train_config: Any) -> str:
@@ -121,12 +137,11 @@ def train_runs(
     threads = max(1, int(config.cpus_per_trial))
     task = ray.remote(train_and_score)
     pending = {
-        task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial,
-                     name=f"{task_name}:{key}").remote(
+        task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial, name=f"{task_name}:{key}").remote(
             dataclasses.replace(cfg, num_threads=threads).to_dict(), policy.to_dict(), config.score_window
         ): (key, cfg)
         for key, policy, cfg in todo
-    }  # fmt: skip
+    }
     try:
         while pending:
             timeout = None if deadline is None else max(0.0, deadline - time.time())
@@ -184,12 +199,19 @@ def rescore_candidates(
         save(results)
         failpoints.hit("rescore.after_run_saved")
 
-    return train_runs(runs, config, cached=_upgraded(cached or {}, config), save=saved if save is not None else None,
-                      task_name="autoaug-rescore", deadline=deadline)
+    return train_runs(
+        runs,
+        config,
+        cached=_upgraded(cached or {}, config),
+        save=saved if save is not None else None,
+        task_name="autoaug-rescore",
+        deadline=deadline,
+    )
 
 
-def candidate_scores(candidates: Sequence[Candidate], config: Any,
-                     runs: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+def candidate_scores(
+    candidates: Sequence[Candidate], config: Any, runs: Mapping[str, Any] | None
+) -> dict[str, dict[str, Any]]:
     """``{candidate key: score}`` from the saved re-scoring runs: ``METRIC`` and
     ``val_accuracy`` are the means over the candidate's runs, ``runs`` lists each run. A
     candidate is left out until all its runs are there."""
@@ -210,8 +232,14 @@ def candidate_scores(candidates: Sequence[Candidate], config: Any,
             "val_accuracy": mean("val_accuracy"),
             "train_time_s": sum(float(r.get("train_time_s") or 0.0) for r in mine),
             "val_size": mine[0].get("val_size", config.train.val_size),
-            "runs": [{"seed": r.get("seed"), METRIC: r.get(METRIC, r.get("val_accuracy")),
-                      "val_accuracy": r.get("val_accuracy")} for r in mine],
+            "runs": [
+                {
+                    "seed": r.get("seed"),
+                    METRIC: r.get(METRIC, r.get("val_accuracy")),
+                    "val_accuracy": r.get("val_accuracy"),
+                }
+                for r in mine
+            ],
         }
     return out
 

@@ -4,6 +4,7 @@ a search keeps there.
 It holds Ray Tune's experiment state and trial checkpoints (written by Tune), and the files
 below, written atomically through :class:`autoaug.core.location.Location`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,16 @@ from autoaug.core.location import Location
 from autoaug.core.metrics import metrics_json
 from autoaug.search.assemble import utc_now
 
-__all__ = ["RunDir", "RunState", "CONFIG_FILE", "RESULT_FILE", "STUDY_FILE", "RUNS_ENV_VAR", "default_runs_root",
-           "default_search_name"]
+__all__ = [
+    "RunDir",
+    "RunState",
+    "CONFIG_FILE",
+    "RESULT_FILE",
+    "STUDY_FILE",
+    "RUNS_ENV_VAR",
+    "default_runs_root",
+    "default_search_name",
+]
 
 #: The search's configuration, data description, Optuna storage and driver sessions (:class:`RunState`).
 CONFIG_FILE = "search_config.json"
@@ -103,7 +112,8 @@ class RunDir:
                     who = ""
                 raise RunExistsError(
                     f"a search named {self.name!r} is running in {self.storage}{who}; wait for it to finish "
-                    "(then resume or inspect it), or choose another --name") from None
+                    "(then resume or inspect it), or choose another --name"
+                ) from None
             lock.seek(0)
             lock.truncate()
             lock.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started_at": utc_now()}))
@@ -129,17 +139,31 @@ class RunState:
     sessions: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
-    def new(cls, config: Mapping[str, Any], data: Mapping[str, Any], study_url: str, *, address: str | None,
-            started: float) -> "RunState":
-        return cls(config=config, data=data, study_url=study_url, study_name=config["name"], started_at=utc_now(),
-                   started_ts=started, sessions=({"started_at": utc_now(), "kind": "start", "address": address},))
+    def new(
+        cls, config: Mapping[str, Any], data: Mapping[str, Any], study_url: str, *, address: str | None, started: float
+    ) -> "RunState":
+        return cls(
+            config=config,
+            data=data,
+            study_url=study_url,
+            study_name=config["name"],
+            started_at=utc_now(),
+            started_ts=started,
+            sessions=({"started_at": utc_now(), "kind": "start", "address": address},),
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RunState":
         optuna = d.get("optuna") or {}
-        return cls(config=d["config"], data=d.get("data") or {}, study_url=optuna.get("storage"),
-                   study_name=optuna.get("study_name") or d["config"]["name"], started_at=d.get("started_at"),
-                   started_ts=d.get("started_ts"), sessions=tuple(d.get("sessions") or ()))
+        return cls(
+            config=d["config"],
+            data=d.get("data") or {},
+            study_url=optuna.get("storage"),
+            study_name=optuna.get("study_name") or d["config"]["name"],
+            started_at=d.get("started_at"),
+            started_ts=d.get("started_ts"),
+            sessions=tuple(d.get("sessions") or ()),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,7 +178,8 @@ class RunState:
     def resumed(self, address: str | None) -> "RunState":
         """This state with one more driver session, a resume."""
         return dataclasses.replace(
-            self, sessions=(*self.sessions, {"started_at": utc_now(), "kind": "resume", "address": address}))
+            self, sessions=(*self.sessions, {"started_at": utc_now(), "kind": "resume", "address": address})
+        )
 
     @property
     def session_label(self) -> str:

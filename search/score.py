@@ -4,6 +4,7 @@ training's validation accuracies become it.
 The bottom of ``search/``: it imports nothing of the package, so every module (the methods, the
 Tune callbacks, the records, re-scoring) can name the score without importing the configuration.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,7 @@ def search_score(val_accuracies: Sequence[float | None], window: int) -> float |
     seen = [float(v) for v in val_accuracies if v is not None]
     if not seen:
         return None
-    last = seen[-max(1, int(window)):]
+    last = seen[-max(1, int(window)) :]
     return sum(last) / len(last)
 
 

@@ -24,6 +24,7 @@ equivalent define-by-run function is :meth:`suggest`.
 ...                                                       [("Color", 0.4, 9), ("Equalize", 1.0, 3)]])
 True
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -163,9 +164,7 @@ class SearchSpace:
         for i in range(self.num_sub_policies):
             for j in range(self.ops_per_sub_policy):
                 dists[self.param_name(i, j, "type")] = CategoricalDistribution(self.op_choices)
-                dists[self.param_name(i, j, "prob")] = FloatDistribution(
-                    0.0, 1.0, step=self.probability_step
-                )
+                dists[self.param_name(i, j, "prob")] = FloatDistribution(0.0, 1.0, step=self.probability_step)
                 dists[self.param_name(i, j, "mag")] = IntDistribution(0, self.num_magnitude_bins - 1)
         return dists
 
@@ -190,8 +189,7 @@ class SearchSpace:
         # Optuna's stepped floats come back as e.g. 0.6000000000000001: snap to the grid.
         if not 0 <= k <= steps or abs(float(value) * steps - k) > 1e-6:
             raise ValueError(
-                f"{where}: {value!r} is not on the probability grid; expected one of "
-                f"{list(self.probabilities)}"
+                f"{where}: {value!r} is not on the probability grid; expected one of {list(self.probabilities)}"
             )
         return k / steps
 
@@ -236,9 +234,7 @@ class SearchSpace:
                     )
                 sub.append((op, prob, int(mag)))
             sub_policies.append(sub)
-        return Policy(
-            name, self.num_magnitude_bins, sub_policies, base=self.base, ranges=self.ranges
-        )
+        return Policy(name, self.num_magnitude_bins, sub_policies, base=self.base, ranges=self.ranges)
 
     def to_params(self, policy: Policy) -> dict[str, Any]:
         """Encode a Policy of this space's shape as a parameter dict (inverse of :meth:`to_policy`).
@@ -278,13 +274,10 @@ class SearchSpace:
                 where = f"policy {policy.name!r}, sub-policy {i}, op {j}"
                 if op.op not in self.op_choices:
                     raise ValueError(
-                        f"{where}: {op.op!r} is not a candidate operation; expected one of "
-                        f"{list(self.op_choices)}"
+                        f"{where}: {op.op!r} is not a candidate operation; expected one of {list(self.op_choices)}"
                     )
                 params[self.param_name(i, j, "type")] = op.op
-                params[self.param_name(i, j, "prob")] = self._probability(
-                    op.probability, f"{where}: probability"
-                )
+                params[self.param_name(i, j, "prob")] = self._probability(op.probability, f"{where}: probability")
                 params[self.param_name(i, j, "mag")] = op.magnitude_bin
         return params
 
@@ -302,9 +295,7 @@ class SearchSpace:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(
-                f"unknown search space key(s) {unknown}; expected some of {sorted(known)}"
-            )
+            raise ValueError(f"unknown search space key(s) {unknown}; expected some of {sorted(known)}")
         return cls(**dict(data))
 
     def describe(self) -> str:

@@ -5,6 +5,7 @@ Every Optuna trial of a search carries the user attribute :data:`TUNE_TRIAL_ATTR
 trial id); the other attributes below are written by :mod:`autoaug.search.reconcile` after a
 driver crash.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,20 +74,28 @@ SAMPLERS: Mapping[str, Sampler] = {
     # multivariate: models the joint distribution of the parameters; constant_liar: concurrent
     # trials do not all get the same proposal.
     "tpe": Sampler(
-        "multivariate TPE with constant liar", None,
+        "multivariate TPE with constant liar",
+        None,
         lambda seed, kw: _optuna().samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, **kw),
         models_scores=True,
     ),
     "random": Sampler("uniform random", None, lambda seed, kw: _optuna().samplers.RandomSampler(seed=seed)),
-    "qmc": Sampler("scrambled Sobol sequence", "scipy", lambda seed, kw: _optuna().samplers.QMCSampler(seed=seed, scramble=True)),
+    "qmc": Sampler(
+        "scrambled Sobol sequence", "scipy", lambda seed, kw: _optuna().samplers.QMCSampler(seed=seed, scramble=True)
+    ),
     "cmaes": Sampler(
-        "CMA-ES (categorical parameters fall back to random sampling)", "cmaes",
+        "CMA-ES (categorical parameters fall back to random sampling)",
+        "cmaes",
         lambda seed, kw: _optuna().samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False, **kw),
         models_scores=True,
     ),
-    "gp": Sampler("Gaussian-process Bayesian optimisation", "scipy",
-                  lambda seed, kw: _optuna().samplers.GPSampler(seed=seed, **kw), models_scores=True),
-}  # fmt: skip
+    "gp": Sampler(
+        "Gaussian-process Bayesian optimisation",
+        "scipy",
+        lambda seed, kw: _optuna().samplers.GPSampler(seed=seed, **kw),
+        models_scores=True,
+    ),
+}
 
 
 def model_samplers() -> list[str]:
@@ -222,8 +231,9 @@ def study_trials_by_tune_id(study: optuna.Study) -> dict[str, optuna.trial.Froze
     return out
 
 
-def check_study(study: optuna.Study, trials: Sequence[TrialRecord], space: SearchSpace, *,
-                budget_ended: bool = False) -> list[str]:
+def check_study(
+    study: optuna.Study, trials: Sequence[TrialRecord], space: SearchSpace, *, budget_ended: bool = False
+) -> list[str]:
     """Problems between the Optuna study and Tune's trials (empty list: consistent).
 
     Consistent means: every finished Tune trial has an Optuna trial (matched through

@@ -10,6 +10,7 @@ stops the weak ones at its rungs. The candidates it returns for re-scoring
 alone, the warm start extended by what the search found, and every trial ASHA let run the full
 budget (``survivors``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,15 @@ from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.search.assemble import assemble_policy, union_policy
-from autoaug.search.method import (BaseMethod, MethodResult, MethodSettings, PreparedSearch, all_failed,
-                                   check_validation_left_to_the_method, resume_hint)
+from autoaug.search.method import (
+    BaseMethod,
+    MethodResult,
+    MethodSettings,
+    PreparedSearch,
+    all_failed,
+    check_validation_left_to_the_method,
+    resume_hint,
+)
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
@@ -99,16 +107,37 @@ class TrainMethod(BaseMethod):
     settings = TrainMethodConfig
     unit = "trials"
     options = (
-        TrainMethodConfig.option("--num-trials", "num_trials", "number of candidate policies to train", group="what",
-                                 type=int, metavar="N"),
-        TrainMethodConfig.option("--top-n", "top_n", "best trials concatenated into the final policy (default 5)",
-                                 group="what", type=int, metavar="N"),
-        TrainMethodConfig.option("--no-early-stopping", "early_stopping", "run every trial for all epochs (no ASHA)",
-                                 group="how", dest="early_stopping", action="store_const", const=False),
-        TrainMethodConfig.option("--grace-period", "grace_period", "ASHA: epochs before a trial can be stopped",
-                                 group="how", type=int, metavar="EPOCHS"),
-        TrainMethodConfig.option("--reduction-factor", "reduction_factor", "ASHA reduction factor", group="how",
-                                 type=float, metavar="ETA"),
+        TrainMethodConfig.option(
+            "--num-trials", "num_trials", "number of candidate policies to train", group="what", type=int, metavar="N"
+        ),
+        TrainMethodConfig.option(
+            "--top-n",
+            "top_n",
+            "best trials concatenated into the final policy (default 5)",
+            group="what",
+            type=int,
+            metavar="N",
+        ),
+        TrainMethodConfig.option(
+            "--no-early-stopping",
+            "early_stopping",
+            "run every trial for all epochs (no ASHA)",
+            group="how",
+            dest="early_stopping",
+            action="store_const",
+            const=False,
+        ),
+        TrainMethodConfig.option(
+            "--grace-period",
+            "grace_period",
+            "ASHA: epochs before a trial can be stopped",
+            group="how",
+            type=int,
+            metavar="EPOCHS",
+        ),
+        TrainMethodConfig.option(
+            "--reduction-factor", "reduction_factor", "ASHA reduction factor", group="how", type=float, metavar="ETA"
+        ),
     )
 
     def check(self, config: "SearchConfig") -> None:
@@ -119,7 +148,8 @@ class TrainMethod(BaseMethod):
                 "give a validation size (None = every image not used for training)"
             )
         check_validation_left_to_the_method(
-            t, "the search chooses the epochs its trials validate (those its score is read from, trial_train_config)")
+            t, "the search chooses the epochs its trials validate (those its score is read from, trial_train_config)"
+        )
         if s.early_stopping and s.grace_period > t.epochs:
             raise ValueError(
                 f"grace_period {s.grace_period} exceeds train.epochs {t.epochs}: ASHA "
@@ -138,8 +168,11 @@ class TrainMethod(BaseMethod):
 
     def describe(self, config: "SearchConfig") -> list[str]:
         s, t = config.train_method, config.train
-        stopping = (f"ASHA (grace {s.grace_period} epochs, reduction factor {s.reduction_factor:g})"
-                    if s.early_stopping else "off")
+        stopping = (
+            f"ASHA (grace {s.grace_period} epochs, reduction factor {s.reduction_factor:g})"
+            if s.early_stopping
+            else "off"
+        )
         return [
             f"  method: one proxy training per candidate, {s.num_trials} trials, early stopping {stopping}",
             f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
@@ -161,12 +194,22 @@ class TrainMethod(BaseMethod):
 
         config, run, s = search.config, search.run, search.config.train_method
         exp = Experiment(
-            name=config.name, storage=config.storage, study_url=search.study_url, num_trials=s.num_trials,
-            max_steps=config.epochs, seed=config.seed, trainable=search.trainable or run_trial,
-            parameters={"train_config": trial_train_config(config).to_dict(), "space": config.space.to_dict(),
-                        "policy_prefix": config.name, "score_window": config.score_window},
-            asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None, run_dir=run.uri,
-        )  # fmt: skip
+            name=config.name,
+            storage=config.storage,
+            study_url=search.study_url,
+            num_trials=s.num_trials,
+            max_steps=config.epochs,
+            seed=config.seed,
+            trainable=search.trainable or run_trial,
+            parameters={
+                "train_config": trial_train_config(config).to_dict(),
+                "space": config.space.to_dict(),
+                "policy_prefix": config.name,
+                "score_window": config.score_window,
+            },
+            asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None,
+            run_dir=run.uri,
+        )
         budget = search.budget
         if can_restore(run.uri):
             tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
@@ -177,8 +220,14 @@ class TrainMethod(BaseMethod):
         fit(tuner)
 
         study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
-        trials = trial_records(run, study, space=config.space, name=config.name, epochs=config.epochs,
-                               budget_stopped=budget.stopped(config.name) if budget is not None else ())
+        trials = trial_records(
+            run,
+            study,
+            space=config.space,
+            name=config.name,
+            epochs=config.epochs,
+            budget_stopped=budget.stopped(config.name) if budget is not None else (),
+        )
         finished = [t for t in trials if t.finished]
         if len(finished) < s.num_trials and not (search.budget_ended() and len(finished) == len(trials)):
             raise SearchInterruptedError(
@@ -191,15 +240,24 @@ class TrainMethod(BaseMethod):
         for problem in problems:
             logger.warning("Optuna study %s: %s", config.name, problem)
         assembled = assemble_policy(
-            trials, name=config.name, top_n=s.top_n, num_magnitude_bins=config.space.num_magnitude_bins,
-            base=config.space.base, ranges=config.space.ranges,
-        )  # fmt: skip
+            trials,
+            name=config.name,
+            top_n=s.top_n,
+            num_magnitude_bins=config.space.num_magnitude_bins,
+            base=config.space.base,
+            ranges=config.space.ranges,
+        )
         return MethodResult(
             trials=trials,
             assembled=assembled,
             candidates=final_candidates(config, trials, assembled),
-            optuna={"storage": redact(search.study_url), "study_name": config.name, "num_trials": len(study.trials),
-                    "consistent_with_tune": not problems, "problems": problems},
+            optuna={
+                "storage": redact(search.study_url),
+                "study_name": config.name,
+                "num_trials": len(study.trials),
+                "consistent_with_tune": not problems,
+                "problems": problems,
+            },
         )
 
 
@@ -214,15 +272,22 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     from autoaug.search.warm_start import warm_start_policies
 
     best = assembled.selected[0]
-    single = Policy(config.name, best.policy.num_magnitude_bins, best.policy.sub_policies,
-                    base=best.policy.base, ranges=best.policy.ranges)
+    single = Policy(
+        config.name,
+        best.policy.num_magnitude_bins,
+        best.policy.sub_policies,
+        base=best.policy.base,
+        ranges=best.policy.ranges,
+    )
     out = [Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)]
     out.append(Candidate("best_trial", single, (best.trial_id,), best.score))
     if config.warm_start:
         # Warm-start candidates as the trials decode them (to_params -> to_policy is the identity
         # on the space's grid, so these compare equal to the warm-start trials' policies).
-        warm = [config.space.to_policy(config.space.to_params(p), name=p.name)
-                for p in warm_start_policies(config.warm_start, config.space, store=config.store)]
+        warm = [
+            config.space.to_policy(config.space.to_params(p), name=p.name)
+            for p in warm_start_policies(config.warm_start, config.space, store=config.store)
+        ]
         warm_subs = {p.sub_policies for p in warm}
         found = [t for t in assembled.selected if t.policy.sub_policies not in warm_subs]
         if found:
@@ -230,9 +295,14 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
             out.append(Candidate("warm_start+found", extended, tuple(t.trial_id for t in found), None))
     survivors = [t for t in trials if t.succeeded and t.epochs >= config.epochs]
     if config.train_method.early_stopping and len(survivors) > len(assembled.selected):
-        union = assemble_policy(survivors, name=config.name, top_n=len(survivors),
-                                num_magnitude_bins=config.space.num_magnitude_bins, base=config.space.base,
-                                ranges=config.space.ranges)  # fmt: skip
+        union = assemble_policy(
+            survivors,
+            name=config.name,
+            top_n=len(survivors),
+            num_magnitude_bins=config.space.num_magnitude_bins,
+            base=config.space.base,
+            ranges=config.space.ranges,
+        )
         out.append(Candidate("survivors", union.policy, tuple(t.trial_id for t in union.selected), None))
     unique: dict[str, Candidate] = {}
     for c in out:

@@ -5,6 +5,7 @@ trainer (Tune pickles :func:`run_trial` by reference). :class:`EpochResults` is 
 that trains the proxy reports after each epoch (this module's and PBA's members,
 :mod:`autoaug.search.pba_trial`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,9 +68,7 @@ def with_trial_threads(cfg: Any) -> Any:
     return dataclasses.replace(cfg, num_threads=max(1, int(cpus)))
 
 
-def run_trial(
-    config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1
-) -> None:
+def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1) -> None:
     """Ray Tune function trainable: one candidate policy, one proxy training run.
 
     Every trial of a search gets the same ``train_config`` -- the same split, model-init seed and
@@ -90,8 +89,10 @@ def run_trial(
     policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
 
     checkpoint = tune.get_checkpoint()
-    with tempfile.TemporaryDirectory(prefix="autoaug-trial-") as scratch, \
-            (checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext()) as resume_from:
+    with (
+        tempfile.TemporaryDirectory(prefix="autoaug-trial-") as scratch,
+        checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext() as resume_from,
+    ):
         results = EpochResults(score_window, load_checkpoint(resume_from)["history"] if resume_from else ())
 
         def report(metrics: dict[str, Any]) -> None:

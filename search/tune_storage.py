@@ -21,6 +21,7 @@ This module keeps that to one line and a search that resumes once the space is f
 Only local run directories are copied and repaired: the object stores pyarrow reaches (S3, GCS)
 write an object whole or not at all.
 """
+
 from __future__ import annotations
 
 import errno
@@ -121,8 +122,9 @@ def storage_failure(exc: BaseException, where: str, hint: str = "") -> StorageEr
             what = "search run directory" if folder == where else "Ray's temporary folder"
             return storage_error(OSError(e.error), folder, what=what, then=hint or None)
         if isinstance(e, OSError):
-            found = storage_error(e, os.fspath(e.filename) if getattr(e, "filename", None) else where,
-                                  then=hint or None)
+            found = storage_error(
+                e, os.fspath(e.filename) if getattr(e, "filename", None) else where, then=hint or None
+            )
             if found is not None:
                 return found
         if isinstance(e, sqlite3.OperationalError):
@@ -176,8 +178,9 @@ def _damage(path: Path) -> str | None:
 
 def _newest_session(run: Path) -> tuple[str, list[Path]] | None:
     """The session whose ``experiment_state`` Tune restores from (the newest by name), with its files."""
-    sessions = {s: files for s, files in _state_files(run).items()
-                if any(f.name.startswith("experiment_state-") for f in files)}
+    sessions = {
+        s: files for s, files in _state_files(run).items() if any(f.name.startswith("experiment_state-") for f in files)
+    }
     if not sessions:
         return None
     session = max(sessions)
@@ -266,5 +269,7 @@ def repair_state(run_dir: str) -> str | None:
     for p in copies:
         shutil.copyfile(p, run / p.name)
     when = datetime.fromtimestamp(copied_at).strftime("%H:%M:%S")
-    return (f"Ray Tune's saved state {name} was {why} (a full disk?); resuming from its last complete copy "
-            f"(saved at {when}); what the search did after it is done again")
+    return (
+        f"Ray Tune's saved state {name} was {why} (a full disk?); resuming from its last complete copy "
+        f"(saved at {when}); what the search did after it is done again"
+    )

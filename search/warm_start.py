@@ -13,6 +13,7 @@ learns from them like from any other trial.
 >>> len(points)                                              # 25 published sub-policies
 5
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -49,7 +50,7 @@ def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = No
         if not subs:
             raise UserInputError(f"warm start {ref!r}: the policy has no sub-policies to start from")
         for start in range(0, len(subs), k):
-            chunk = subs[start:start + k]
+            chunk = subs[start : start + k]
             chunk += subs[: k - len(chunk)]  # fill a short last chunk from the beginning
             while len(chunk) < k:  # a policy with fewer than K sub-policies: repeat them
                 chunk += subs[: k - len(chunk)]

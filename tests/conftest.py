@@ -7,6 +7,7 @@ falling back to ``../shared/data/gtsrb-32-png``. When they are absent, tests tha
 skipped, unless ``AUTOAUG_REQUIRE_DATA=1`` (set by ``.ci/run``), in which case they fail: CI must
 never pass by skipping real-data tests.
 """
+
 from __future__ import annotations
 
 import io
@@ -146,7 +147,9 @@ def marker_image() -> np.ndarray:
 def _shifted(img: np.ndarray, dy: int, dx: int) -> np.ndarray:
     out = np.zeros_like(img)  # the crop's zero padding
     h, w = img.shape[:2]
-    out[max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)] = img[max(-dy, 0):h - max(dy, 0), max(-dx, 0):w - max(dx, 0)]
+    out[max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)] = img[
+        max(-dy, 0) : h - max(dy, 0), max(-dx, 0) : w - max(dx, 0)
+    ]
     return out
 
 
@@ -188,11 +191,15 @@ def s3_server():
     import urllib.request
 
     import moto.server  # noqa: F401  (moto[server] is a dev dependency: if it is missing, fail, never skip)
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -222,14 +229,24 @@ def s3_bucket(s3_server, monkeypatch):
 
     import pyarrow.fs as pafs
 
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": s3_server,
-                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
         monkeypatch.setenv(key, value)
     bucket = f"autoaug-{uuid.uuid4().hex[:12]}"
     host = s3_server.removeprefix("http://")
-    pafs.S3FileSystem(endpoint_override=host, scheme="http", access_key="testing", secret_key="testing",
-                      region="us-east-1", allow_bucket_creation=True).create_dir(bucket)
+    pafs.S3FileSystem(
+        endpoint_override=host,
+        scheme="http",
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        allow_bucket_creation=True,
+    ).create_dir(bucket)
     return bucket
 
 
@@ -249,8 +266,13 @@ def in_mount_namespace():
         pytest.skip(why)
 
     def run(script: str, env: dict, timeout: float = 300) -> "subprocess.CompletedProcess[str]":
-        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script], env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     return run
 
@@ -261,8 +283,7 @@ def armed_env(points: str, fired: Path, env: dict | None = None) -> dict:
     processes, with its marker file in ``fired``."""
     from autoaug.core.failpoints import ENV_VAR, FIRED_ENV_VAR
 
-    return {**(os.environ if env is None else env), ENV_VAR: points, FIRED_ENV_VAR: str(fired),
-            "PYTHONUNBUFFERED": "1"}
+    return {**(os.environ if env is None else env), ENV_VAR: points, FIRED_ENV_VAR: str(fired), "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.fixture
@@ -292,8 +313,15 @@ def kill_driver(tmp_path):
 
     def kill(argv: list, env: dict, point: str, timeout: float) -> str:
         name = point.split(":")[0]
-        proc = subprocess.Popen(argv, cwd=REPO, env=armed_env(f"{point}=kill", fired, env), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=armed_env(f"{point}=kill", fired, env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         lines: list[str] = []
         timed_out = False
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
@@ -314,7 +342,8 @@ def kill_driver(tmp_path):
         assert not timed_out and proc.returncode == -signal.SIGKILL and (fired / name).is_file(), (
             f"the driver was to die by SIGKILL at the failpoint {point}; it "
             f"{'did not end in %s s' % timeout if timed_out else 'ended with %s' % proc.returncode} "
-            f"({'reached' if (fired / name).is_file() else 'not reached'}):\n{out[-3000:]}")
+            f"({'reached' if (fired / name).is_file() else 'not reached'}):\n{out[-3000:]}"
+        )
         return out
 
     return kill

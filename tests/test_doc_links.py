@@ -5,6 +5,7 @@ punctuation dropped, spaces to hyphens, ``-1``, ``-2`` for repeated headings).
 Links inside code (fenced blocks, inline code) are not links and are not checked; nor are
 absolute URLs (``http:``, ``mailto:``...).
 """
+
 from __future__ import annotations
 
 import re
@@ -87,7 +88,8 @@ def test_anchors_are_generated_as_github_does():
     assert slug("Time budget: `--time-budget`") == "time-budget---time-budget"
     assert slug("Does the search win? (measured)") == "does-the-search-win-measured"
     assert slug("Population Based Augmentation: `--method pba` (a schedule)") == (
-        "population-based-augmentation---method-pba-a-schedule")
+        "population-based-augmentation---method-pba-a-schedule"
+    )
     assert slug("Per-class, **balanced** accuracy") == "per-class-balanced-accuracy"
 
 

@@ -7,6 +7,7 @@ CIFAR-10 Parquet) and ``cifar10-images/train`` (an ImageFolder tree), with a pol
 Optuna study under ``~/.autoaug/runs``. The test builds that folder (``HOME`` pointed into it)
 and shortens the upper-case constants the examples tell you to set (``EPOCHS = 1``).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,12 @@ def workdir(tmp_path_factory, cifar_dir, cifar_sample):
     run.mkdir(parents=True)
     space = SearchSpace()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name="cifar10-r8", storage=f"sqlite:///{run / 'optuna.db'}",
-                                direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(
+        study_name="cifar10-r8",
+        storage=f"sqlite:///{run / 'optuna.db'}",
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+    )
 
     def objective(trial):
         space.suggest(trial)
@@ -84,8 +89,9 @@ def test_every_python_block_of_the_page_runs(page, workdir):
     script.write_text(script_for(page), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOAUG_")}
     env.update(HOME=str(workdir / "home"), MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, str(script)], cwd=workdir, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=workdir, env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, f"{page.name}: {proc.stderr[-4000:]}"
 
 

@@ -4,6 +4,7 @@ Layers (docs/ARCHITECTURE.md): core <- policies <- proxy_models <- search <- lau
 imports only packages of lower layers (lazy, function-level imports included). Inside a package,
 the top-level imports of its modules form no cycle.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,10 @@ def _modules() -> dict[str, Path]:
 
 def _is_type_checking_block(node: ast.AST) -> bool:
     test = getattr(node, "test", None) if isinstance(node, ast.If) else None
-    return isinstance(test, (ast.Name, ast.Attribute)) and (getattr(test, "id", None) or getattr(test, "attr", None)) == "TYPE_CHECKING"
+    return (
+        isinstance(test, (ast.Name, ast.Attribute))
+        and (getattr(test, "id", None) or getattr(test, "attr", None)) == "TYPE_CHECKING"
+    )
 
 
 def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
@@ -76,8 +80,10 @@ def test_the_op_registry_imports_no_backend():
 
 def _cycles(top_level_only: bool) -> list[str]:
     modules = _modules()
-    graph = {m: {t for t in _imports(p, top_level_only=top_level_only) if t in modules and t != m}
-             for m, p in modules.items()}
+    graph = {
+        m: {t for t in _imports(p, top_level_only=top_level_only) if t in modules and t != m}
+        for m, p in modules.items()
+    }
     # A package's __init__ importing its own modules is how a package is assembled, not a cycle.
     for m in graph:
         graph[m] = {t for t in graph[m] if not m.startswith(t + ".")}
@@ -88,7 +94,7 @@ def _cycles(top_level_only: bool) -> list[str]:
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]) if nxt in stack else f"{node} -> {nxt}")
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]) if nxt in stack else f"{node} -> {nxt}")
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = 2
@@ -107,7 +113,9 @@ def test_no_import_cycle_even_through_function_level_imports():
     # that works on such objects. Policy.to_torchvision() delegates to its backend, which
     # type-checks the value object it is given; ImageDataset.groups(spec) delegates the parsing
     # and numbering of group keys to proxy_models.groups, which raises the dataset's DatasetError.
-    allowed = {frozenset({"autoaug.policies.policy", "autoaug.policies.torch_apply"}),
-               frozenset({"autoaug.proxy_models.data", "autoaug.proxy_models.groups"})}
+    allowed = {
+        frozenset({"autoaug.policies.policy", "autoaug.policies.torch_apply"}),
+        frozenset({"autoaug.proxy_models.data", "autoaug.proxy_models.groups"}),
+    }
     unexpected = [c for c in cycles if frozenset(c.split(" -> ")) not in allowed]  # any rotation of a cycle
     assert not unexpected, "\n".join(unexpected)

@@ -5,6 +5,7 @@ Each test runs Python in a subprocess whose first act is to put a ``sys.meta_pat
 front that refuses ``ray``, ``optuna`` and ``nvidia.dali`` (and their submodules), as if they
 were not installed.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,13 +34,28 @@ BLOCK = textwrap.dedent(
 
 # Every module a user of the light install reaches.
 LIGHT_MODULES = (
-    "autoaug.core.errors", "autoaug.core.location", "autoaug.core.metrics", "autoaug.core.extras",
-    "autoaug.core.ray_session", "autoaug.policies", "autoaug.policies.ops", "autoaug.policies.bases", "autoaug.policies.policy",
-    "autoaug.policies.presets", "autoaug.policies.reference", "autoaug.policies.store",
-    "autoaug.policies.torch_apply", "autoaug.policies.preview", "autoaug.proxy_models.data",
-    "autoaug.launch.cli", "autoaug.launch.policies_cmd", "autoaug.launch.search_cmd",
-    "autoaug.launch.train_cmd", "autoaug.launch.compare_cmd", "autoaug.launch.launch_cmd",
-)  # fmt: skip
+    "autoaug.core.errors",
+    "autoaug.core.location",
+    "autoaug.core.metrics",
+    "autoaug.core.extras",
+    "autoaug.core.ray_session",
+    "autoaug.policies",
+    "autoaug.policies.ops",
+    "autoaug.policies.bases",
+    "autoaug.policies.policy",
+    "autoaug.policies.presets",
+    "autoaug.policies.reference",
+    "autoaug.policies.store",
+    "autoaug.policies.torch_apply",
+    "autoaug.policies.preview",
+    "autoaug.proxy_models.data",
+    "autoaug.launch.cli",
+    "autoaug.launch.policies_cmd",
+    "autoaug.launch.search_cmd",
+    "autoaug.launch.train_cmd",
+    "autoaug.launch.compare_cmd",
+    "autoaug.launch.launch_cmd",
+)
 
 
 def _run_light(code: str) -> subprocess.CompletedProcess:
@@ -168,8 +184,11 @@ def _listdir(path) -> list[str]:
 def test_the_base_requirements_leave_out_the_search_stack():
     requires = metadata.requires("autoaug") or []
     base = [r for r in requires if "extra ==" not in r]
-    search = [r for r in requires if "extra == \"search\"" in r or "extra == 'search'" in r]
-    names = lambda reqs: {r.split(";")[0].split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower() for r in reqs}
+    search = [r for r in requires if 'extra == "search"' in r or "extra == 'search'" in r]
+
+    def names(reqs):
+        return {r.split(";")[0].split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower() for r in reqs}
+
     assert {"torch", "torchvision", "pyarrow", "numpy", "pillow"} <= names(base)
     assert not {"ray", "optuna", "nvidia-dali-cuda120", "scipy", "matplotlib", "cmaes"} & names(base)
     assert {"ray", "optuna", "nvidia-dali-cuda120"} <= names(search)

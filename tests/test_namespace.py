@@ -1,6 +1,7 @@
 """The installed import names live under ``autoaug``: a user's own ``policies.py`` (or
 ``search.py``, ``launch.py``, ``proxy_models.py``, ``core.py``) next to their script must not be imported by
 autoaug, and autoaug must not install a generic top-level name that would shadow theirs."""
+
 from __future__ import annotations
 
 import subprocess

@@ -42,10 +42,17 @@ resolver), :mod:`~autoaug.launch.compare.runner` (Ray tasks, saved runs),
 best baseline) and :mod:`~autoaug.launch.compare.stats` (mean and Student t interval, paired
 differences, Benjamini-Hochberg; scipy).
 """
+
 from __future__ import annotations
 
 from autoaug.core.errors import CompareError, RunFailedError
-from autoaug.launch.compare.candidates import DEFAULT_BASELINES, Candidate, default_test_data, parse_baselines, resolve_candidates
+from autoaug.launch.compare.candidates import (
+    DEFAULT_BASELINES,
+    Candidate,
+    default_test_data,
+    parse_baselines,
+    resolve_candidates,
+)
 from autoaug.launch.compare.config import CONFIG_KEYS, CompareConfig, config_from_dict
 from autoaug.launch.compare.per_class import ClassResult, PerClass
 from autoaug.launch.compare.report import Comparison, PolicySummary, attach_evaluations, summarize, write_outputs

@@ -1,5 +1,6 @@
 """What a comparison compares: candidates (found policies and baseline presets), and the test
 split that goes with the training data."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,8 +67,13 @@ class Candidate:
             from autoaug.policies.schedule import Schedule
 
             schedule = Schedule(schedule.name, [(s.start, rebase(s.policy, base)) for s in schedule.stages])
-        return dataclasses.replace(self, label=f"{self.label} [base {moved.base}]", policy=moved,
-                                   rebased_from=self.policy.base, schedule=schedule)
+        return dataclasses.replace(
+            self,
+            label=f"{self.label} [base {moved.base}]",
+            policy=moved,
+            rebased_from=self.policy.base,
+            schedule=schedule,
+        )
 
 
 def parse_baselines(text: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -118,8 +124,9 @@ def resolve_candidates(
         except (AutoaugError, ValueError, LookupError) as exc:
             raise CompareError(f"--policy {ref!r}: {exc}") from None
         schedule = found.schedule if found.schedule is not None and not found.schedule.is_fixed else None
-        candidates.append(Candidate(found.label, ref, found.policy, "policy", store_ref=found.store_ref,
-                                    schedule=schedule))
+        candidates.append(
+            Candidate(found.label, ref, found.policy, "policy", store_ref=found.store_ref, schedule=schedule)
+        )
     for ref in baselines:
         ref = str(ref).strip()
         if not presets.is_preset(ref):

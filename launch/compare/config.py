@@ -1,5 +1,6 @@
 """The configuration of a comparison: :class:`CompareConfig` and the mapping (YAML file +
 ``--set`` + flags) it is built from."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,7 +43,9 @@ class CompareConfig:
         if not isinstance(self.train, TrainConfig):
             raise CompareError(f"CompareConfig.train must be a TrainConfig, got {type(self.train).__name__}")
         if self.train.data is None:
-            raise CompareError("no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)")
+            raise CompareError(
+                "no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)"
+            )
         if self.train.test_data is None:
             raise CompareError(
                 f"no test data for {self.train.data}: give --test-data (no test split was found next to it)"
@@ -60,7 +63,11 @@ class CompareConfig:
         object.__setattr__(self, "seeds", seeds)
         if isinstance(self.cpus_per_run, bool) or not isinstance(self.cpus_per_run, int) or self.cpus_per_run < 1:
             raise CompareError(f"cpus_per_run must be a positive integer, got {self.cpus_per_run!r}")
-        if not isinstance(self.gpus_per_run, (int, float)) or isinstance(self.gpus_per_run, bool) or self.gpus_per_run < 0:
+        if (
+            not isinstance(self.gpus_per_run, (int, float))
+            or isinstance(self.gpus_per_run, bool)
+            or self.gpus_per_run < 0
+        ):
             raise CompareError(f"gpus_per_run must be a number >= 0, got {self.gpus_per_run!r}")
         object.__setattr__(self, "out", os.fspath(self.out))
         if self.base is not None:
@@ -77,9 +84,23 @@ class CompareConfig:
 
 #: Keys of the mapping :func:`config_from_dict` accepts (a ``--config`` YAML file, ``--set``).
 CONFIG_KEYS = (
-    "policies", "baselines", "seeds", "first_seed", "preset", "data", "test_data", "out", "store",
-    "address", "cpus_per_run", "gpus_per_run", "attach", "verbose", "base", "train",
-)  # fmt: skip
+    "policies",
+    "baselines",
+    "seeds",
+    "first_seed",
+    "preset",
+    "data",
+    "test_data",
+    "out",
+    "store",
+    "address",
+    "cpus_per_run",
+    "gpus_per_run",
+    "attach",
+    "verbose",
+    "base",
+    "train",
+)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
@@ -100,10 +121,14 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
         raise CompareError(f"compare configuration must be a mapping, got {type(data).__name__}")
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
-        raise CompareError(f"unknown compare setting(s) {', '.join(map(repr, unknown))}; expected {', '.join(CONFIG_KEYS)}")
+        raise CompareError(
+            f"unknown compare setting(s) {', '.join(map(repr, unknown))}; expected {', '.join(CONFIG_KEYS)}"
+        )
     source = data.get("data")
     if not source:
-        raise CompareError("no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)")
+        raise CompareError(
+            "no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)"
+        )
     source = os.fspath(source)
     is_local = not is_uri(source) and not (source == "cifar10" or source.startswith("cifar10:"))
     if is_local and not Path(source.removeprefix("file://")).expanduser().exists():
@@ -125,8 +150,12 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
         if key in overrides:
             raise CompareError(
                 f"train.{key} cannot be set for a comparison: "
-                + {"data": "use --data", "test_data": "use --test-data", "seed": "use --seeds",
-                   "num_threads": "use --cpus-per-run"}[key]
+                + {
+                    "data": "use --data",
+                    "test_data": "use --test-data",
+                    "seed": "use --seeds",
+                    "num_threads": "use --cpus-per-run",
+                }[key]
             )
     preset = data.get("preset") or "cpu"
     try:

@@ -32,6 +32,7 @@ Bonferroni) would keep the chance of *any* false name under 5% but, with 3-5 see
 name anything; controlling the false discovery rate keeps the named list mostly right while still
 naming a group of destroyed classes (e.g. the mirrored signs a flip confuses).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,10 +64,27 @@ MAX_PLOTTED = 60
 RERUN_HINT = "delete those run files and run the same command again (only those runs are trained again)"
 
 CSV_COLUMNS = [
-    "class_index", "class", "test_images", "policy", "kind", "n", "mean", "std", "ci95_low", "ci95_high",
-    "seeds", "accuracies", "baseline", "diff_n", "diff_mean", "diff_ci95_low", "diff_ci95_high", "p_value",
-    "p_adjusted", "verdict",
-]  # fmt: skip
+    "class_index",
+    "class",
+    "test_images",
+    "policy",
+    "kind",
+    "n",
+    "mean",
+    "std",
+    "ci95_low",
+    "ci95_high",
+    "seeds",
+    "accuracies",
+    "baseline",
+    "diff_n",
+    "diff_mean",
+    "diff_ci95_low",
+    "diff_ci95_high",
+    "p_value",
+    "p_adjusted",
+    "verdict",
+]
 
 
 def class_counts(record: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -151,17 +169,27 @@ class ClassResult:
     def to_dict(self) -> dict[str, Any]:
         d = self.diff
         return {
-            "class_index": self.class_index, "class": self.class_name, "test_images": self.test_images,
-            "policy": self.policy, "kind": self.kind, "n": len(self.accuracies), "mean": self.mean,
-            "std": self.std, "ci95_low": self.ci95_low, "ci95_high": self.ci95_high, "seeds": list(self.seeds),
-            "accuracies": list(self.accuracies), "baseline": self.baseline if d is not None else None,
-            "diff_n": d.n if d is not None else None, "diff_mean": d.mean if d is not None else None,
+            "class_index": self.class_index,
+            "class": self.class_name,
+            "test_images": self.test_images,
+            "policy": self.policy,
+            "kind": self.kind,
+            "n": len(self.accuracies),
+            "mean": self.mean,
+            "std": self.std,
+            "ci95_low": self.ci95_low,
+            "ci95_high": self.ci95_high,
+            "seeds": list(self.seeds),
+            "accuracies": list(self.accuracies),
+            "baseline": self.baseline if d is not None else None,
+            "diff_n": d.n if d is not None else None,
+            "diff_mean": d.mean if d is not None else None,
             "diff_ci95_low": d.ci95_low if d is not None else None,
             "diff_ci95_high": d.ci95_high if d is not None else None,
             "p_value": d.p_value if d is not None else None,
             "p_adjusted": self.p_adjusted if d is not None else None,
             "verdict": self.verdict or ("suspect" if self.suspect else ""),
-        }  # fmt: skip
+        }
 
     def describe_diff(self) -> str:
         """``-12.30 points [-20.10, -4.50], q=0.012``: the difference to the baseline."""
@@ -241,19 +269,26 @@ class PerClass:
                 ci = f" [{_pts(b.ci95_low)}, {_pts(b.ci95_high)}]" if math.isfinite(b.ci95_low) else ""
                 bal = f"; balanced accuracy {_pts(b.mean)} points{ci}"
             if not self.tested(policy):
-                lines.append(f"{policy}: not tested (needs 2 seeds of it and of {self.baseline} with per-class counts){bal}")
+                lines.append(
+                    f"{policy}: not tested (needs 2 seeds of it and of {self.baseline} with per-class counts){bal}"
+                )
                 continue
             worse, suspects = self.worse(policy), self.suspects(policy)
             if worse:
-                line = (f"{policy} is worse than {self.baseline} on {len(worse)} class(es): "
-                        + "; ".join(r.describe() for r in worse) + bal)
+                line = (
+                    f"{policy} is worse than {self.baseline} on {len(worse)} class(es): "
+                    + "; ".join(r.describe() for r in worse)
+                    + bal
+                )
             else:
                 line = f"{policy}: no class worse than {self.baseline} beyond the noise{bal}"
             if suspects:
-                line += (f"; {len(suspects)} {'more ' if worse else ''}class(es) with their own 95% CI below 0, "
-                         f"not beyond the noise over {len(self.tested(policy))} classes (more seeds can tell): "
-                         + ", ".join(f"{r.class_name} {_pts(r.diff.mean)}" for r in suspects[:8])
-                         + (", ..." if len(suspects) > 8 else ""))
+                line += (
+                    f"; {len(suspects)} {'more ' if worse else ''}class(es) with their own 95% CI below 0, "
+                    f"not beyond the noise over {len(self.tested(policy))} classes (more seeds can tell): "
+                    + ", ".join(f"{r.class_name} {_pts(r.diff.mean)}" for r in suspects[:8])
+                    + (", ..." if len(suspects) > 8 else "")
+                )
             lines.append(line)
         return lines
 
@@ -274,7 +309,8 @@ class PerClass:
             text += (
                 f" With {seeds} seeds a class is named on its own only if its mean difference is at least "
                 f"{ratio:.1f} times the standard deviation of its per-seed differences"
-                + (f" (with {', '.join(more)})" if more else "") + "; several classes hurt together are named "
+                + (f" (with {', '.join(more)})" if more else "")
+                + "; several classes hurt together are named "
                 "sooner. Classes whose own 95% CI is below 0 but are not named are listed apart: more seeds can tell."
             )
         return text
@@ -296,33 +332,51 @@ class PerClass:
             return lines + [""]
         if self.baseline and self.compared:
             lines += ["", "### Classes worse than the best baseline", ""]
-            what = "each `--policy`" if any(r.kind == "policy" for r in self.results if r.policy in self.compared) \
+            what = (
+                "each `--policy`"
+                if any(r.kind == "policy" for r in self.results if r.policy in self.compared)
                 else "each other baseline"
-            lines.append(f"The best baseline is `{self.baseline}` (the highest mean test accuracy of the baselines); "
-                         f"{what} is compared with it. " + self.method())
-            lines += ["", f"| policy | balanced acc minus `{self.baseline}`, points [95% CI] | "
-                          "worse beyond the noise: points [95% CI], q | own 95% CI below 0, not beyond the noise | "
-                          "better beyond the noise |",
-                      "|---|---|---|---|---|"]
+            )
+            lines.append(
+                f"The best baseline is `{self.baseline}` (the highest mean test accuracy of the baselines); "
+                f"{what} is compared with it. " + self.method()
+            )
+            lines += [
+                "",
+                f"| policy | balanced acc minus `{self.baseline}`, points [95% CI] | "
+                "worse beyond the noise: points [95% CI], q | own 95% CI below 0, not beyond the noise | "
+                "better beyond the noise |",
+                "|---|---|---|---|---|",
+            ]
             for policy in self.compared:
                 b = self.balanced_diffs.get(policy)
-                bal = "-" if b is None or not b.n else _pts(b.mean) + (
-                    f" [{_pts(b.ci95_low)}, {_pts(b.ci95_high)}]" if math.isfinite(b.ci95_low) else "")
+                bal = (
+                    "-"
+                    if b is None or not b.n
+                    else _pts(b.mean)
+                    + (f" [{_pts(b.ci95_low)}, {_pts(b.ci95_high)}]" if math.isfinite(b.ci95_low) else "")
+                )
                 suspects = self.suspects(policy)
                 suspect_txt = ", ".join(f"{r.class_name} {_pts(r.diff.mean)}" for r in suspects) or "none"
                 if not self.tested(policy):
                     worse_txt, better_txt, suspect_txt = "not tested (fewer than 2 paired seeds)", "-", "-"
                 else:
                     worse = self.worse(policy)
-                    worse_txt = "; ".join(f"**{r.class_name}** {r.describe_diff()}" for r in worse) \
-                        if worse else "none beyond the noise"
+                    worse_txt = (
+                        "; ".join(f"**{r.class_name}** {r.describe_diff()}" for r in worse)
+                        if worse
+                        else "none beyond the noise"
+                    )
                     better = self.better(policy)
                     better_txt = ", ".join(r.class_name for r in better) if better else "none"
                 lines.append(f"| `{policy}` | {bal} | {worse_txt} | {suspect_txt} | {better_txt} |")
         lines += ["", "### Per-class accuracy, mean over seeds (%)", ""]
         if self.baseline and self.compared:
-            lines += [f"▼ / ▲: worse / better than `{self.baseline}` beyond the noise; ▽: own 95% CI below 0, "
-                      "not beyond the noise.", ""]
+            lines += [
+                f"▼ / ▲: worse / better than `{self.baseline}` beyond the noise; ▽: own 95% CI below 0, "
+                "not beyond the noise.",
+                "",
+            ]
         lines.append("| label | class | test images | " + " | ".join(f"`{p}`" for p in self.policies) + " |")
         lines.append("|---:|---|---:|" + "---:|" * len(self.policies))
         by = {(r.class_index, r.policy): r for r in self.results}
@@ -330,11 +384,17 @@ class PerClass:
             cells = []
             for p in self.policies:
                 r = by.get((i, p))
-                mark = ({"worse": " ▼", "better": " ▲"}.get(r.verdict, "") or (" ▽" if r.suspect else "")
-                        if r is not None else "")
+                mark = (
+                    {"worse": " ▼", "better": " ▲"}.get(r.verdict, "") or (" ▽" if r.suspect else "")
+                    if r is not None
+                    else ""
+                )
                 cells.append((_pct(r.mean) if r is not None else "-") + mark)
-            lines.append(f"| {i} | {name} | {self.test_images[i] if i < len(self.test_images) else '-'} | "
-                         + " | ".join(cells) + " |")
+            lines.append(
+                f"| {i} | {name} | {self.test_images[i] if i < len(self.test_images) else '-'} | "
+                + " | ".join(cells)
+                + " |"
+            )
         return lines + [""]
 
     def csv_rows(self) -> list[dict[str, Any]]:
@@ -359,8 +419,13 @@ class PerClass:
         }
 
 
-def analyze(candidates: Sequence[Candidate], summaries: Sequence[Any], runs: Sequence[Mapping[str, Any]],
-            classes: Sequence[str] = (), alpha: float = ALPHA) -> PerClass:
+def analyze(
+    candidates: Sequence[Candidate],
+    summaries: Sequence[Any],
+    runs: Sequence[Mapping[str, Any]],
+    classes: Sequence[str] = (),
+    alpha: float = ALPHA,
+) -> PerClass:
     """The per-class results of the runs (see the module docs). ``classes``: the dataset's class
     names (label order); without them the classes are named by their labels."""
     counted: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
@@ -379,13 +444,17 @@ def analyze(candidates: Sequence[Candidate], summaries: Sequence[Any], runs: Seq
             out.notes.append("No run has per-class counts: balanced and per-class accuracies are unavailable.")
         return out
     if sizes != {len(names)}:
-        out.notes.append(f"The runs' per-class counts have {sorted(sizes)} classes but the data have {len(names)}: "
-                         "per-class results are not shown; re-run in a new --out.")
+        out.notes.append(
+            f"The runs' per-class counts have {sorted(sizes)} classes but the data have {len(names)}: "
+            "per-class results are not shown; re-run in a new --out."
+        )
         return out
     totals = {c[1] for per_seed in counted.values() for c in per_seed.values()}
     if len(totals) > 1:
-        out.notes.append("The runs were tested on different test sets (their per-class image counts differ): "
-                         "per-class results are not shown; re-run in a new --out.")
+        out.notes.append(
+            "The runs were tested on different test sets (their per-class image counts differ): "
+            "per-class results are not shown; re-run in a new --out."
+        )
         return out
     (total,) = totals
     out.test_images = total
@@ -394,8 +463,10 @@ def analyze(candidates: Sequence[Candidate], summaries: Sequence[Any], runs: Seq
     for c in candidates:
         per_seed = counted.get(c.policy_hash)
         if per_seed:
-            accs[c.label] = [{s: correct[k] / total[k] for s, (correct, _) in sorted(per_seed.items())}
-                             if total[k] > 0 else {} for k in range(len(names))]
+            accs[c.label] = [
+                {s: correct[k] / total[k] for s, (correct, _) in sorted(per_seed.items())} if total[k] > 0 else {}
+                for k in range(len(names))
+            ]
     out.policies = tuple(accs)
 
     baseline = best_baseline(summaries)
@@ -403,7 +474,9 @@ def analyze(candidates: Sequence[Candidate], summaries: Sequence[Any], runs: Seq
     if baseline is None:
         out.notes.append("No baseline to compare with (--baselines ''): the classes are not tested.")
     elif baseline not in accs:
-        out.notes.append(f"The best baseline `{baseline}` has no run with per-class counts: the classes are not tested.")
+        out.notes.append(
+            f"The best baseline `{baseline}` has no run with per-class counts: the classes are not tested."
+        )
         baseline = None
     else:
         policies = [c.label for c in candidates if c.kind == "policy"]
@@ -414,24 +487,42 @@ def analyze(candidates: Sequence[Candidate], summaries: Sequence[Any], runs: Seq
     diffs: dict[str, list[PairedDifference | None]] = {}
     adjusted: dict[str, list[float]] = {}
     for p in compared:
-        diffs[p] = [paired_difference(accs[p][k], accs[baseline][k]) if total[k] > 0 else None
-                    for k in range(len(names))]
+        diffs[p] = [
+            paired_difference(accs[p][k], accs[baseline][k]) if total[k] > 0 else None for k in range(len(names))
+        ]
         adjusted[p] = adjust_p_values([d.p_value if d is not None else math.nan for d in diffs[p]])
-        balanced = {label: {s: balanced_accuracy(*counted[by_label[label].policy_hash][s])
-                            for s in counted[by_label[label].policy_hash]} for label in (p, baseline)}
+        balanced = {
+            label: {
+                s: balanced_accuracy(*counted[by_label[label].policy_hash][s])
+                for s in counted[by_label[label].policy_hash]
+            }
+            for label in (p, baseline)
+        }
         out.balanced_diffs[p] = paired_difference(balanced[p], balanced[baseline])
     kinds = {c.label: c.kind for c in candidates}
     for k, name in enumerate(names):
         for p in out.policies:
             per_seed = accs[p][k]
             mean, std, lo, hi = mean_ci(list(per_seed.values()))
-            out.results.append(ClassResult(
-                policy=p, kind=kinds[p], class_index=k, class_name=name, test_images=total[k],
-                seeds=tuple(per_seed), accuracies=tuple(per_seed.values()), mean=mean, std=std, ci95_low=lo,
-                ci95_high=hi, baseline=baseline if p in diffs else None,
-                diff=diffs[p][k] if p in diffs else None,
-                p_adjusted=adjusted[p][k] if p in adjusted else math.nan, alpha=alpha,
-            ))
+            out.results.append(
+                ClassResult(
+                    policy=p,
+                    kind=kinds[p],
+                    class_index=k,
+                    class_name=name,
+                    test_images=total[k],
+                    seeds=tuple(per_seed),
+                    accuracies=tuple(per_seed.values()),
+                    mean=mean,
+                    std=std,
+                    ci95_low=lo,
+                    ci95_high=hi,
+                    baseline=baseline if p in diffs else None,
+                    diff=diffs[p][k] if p in diffs else None,
+                    p_adjusted=adjusted[p][k] if p in adjusted else math.nan,
+                    alpha=alpha,
+                )
+            )
     return out
 
 
@@ -486,13 +577,20 @@ def plot(per_class: PerClass, title: str = "") -> bytes | None:
         if len(rs) > len(shown):
             head += f"\n(the {len(shown)} lowest of {len(rs)} classes)"
         ax.set_title(head, fontsize=10)
-        ax.set_xlabel("per-class accuracy difference, points\n(mean over seeds, 95% CI; class (test images))", fontsize=9)
-    for ax in list(axes.flat)[len(panels):]:
+        ax.set_xlabel(
+            "per-class accuracy difference, points\n(mean over seeds, 95% CI; class (test images))", fontsize=9
+        )
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
-    handles = [Line2D([], [], marker="o", ls="", color=colors[v], label=label) for v, label in
-               (("worse", f"worse beyond the noise (BH q <= {per_class.alpha:g})"),
-                ("better", "better beyond the noise"),
-                ("suspect", "own 95% CI below 0, not beyond the noise"), ("", "within the noise"))]
+    handles = [
+        Line2D([], [], marker="o", ls="", color=colors[v], label=label)
+        for v, label in (
+            ("worse", f"worse beyond the noise (BH q <= {per_class.alpha:g})"),
+            ("better", "better beyond the noise"),
+            ("suspect", "own 95% CI below 0, not beyond the noise"),
+            ("", "within the noise"),
+        )
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)

@@ -3,6 +3,7 @@ table, and the files written to ``--out`` (``runs.csv``, ``results.md|csv|parque
 ``comparison.png``, ``per_class.csv|png``, ``evaluations.json``), and the evaluations attached to
 stored policies. The per-class analysis is :mod:`autoaug.launch.compare.per_class`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -156,27 +157,41 @@ class Comparison:
         for s in self.summaries:
             mark = " *" if math.isfinite(s.mean) and s.mean == best else ""
             partial = " †" if 0 < s.balanced_n < s.n else ""
-            rows.append([
-                s.policy + mark,
-                s.kind,
-                str(s.n),
-                _pct(s.mean),
-                _pct(s.std),
-                _ci(s.ci95_low, s.ci95_high),
-                _pct(s.balanced_mean) + partial,
-                _pct(s.balanced_std),
-                _ci(s.balanced_ci95_low, s.balanced_ci95_high),
-                "-" if not math.isfinite(s.mean_train_time_s) else f"{s.mean_train_time_s:.1f}",
-            ])
+            rows.append(
+                [
+                    s.policy + mark,
+                    s.kind,
+                    str(s.n),
+                    _pct(s.mean),
+                    _pct(s.std),
+                    _ci(s.ci95_low, s.ci95_high),
+                    _pct(s.balanced_mean) + partial,
+                    _pct(s.balanced_std),
+                    _ci(s.balanced_ci95_low, s.balanced_ci95_high),
+                    "-" if not math.isfinite(s.mean_train_time_s) else f"{s.mean_train_time_s:.1f}",
+                ]
+            )
         return rows
 
-    HEADER = ["policy", "kind", "n", "test acc % (mean)", "std", "95% CI", "balanced acc % (mean)", "std",
-              "95% CI", "train time s (mean)"]
+    HEADER = [
+        "policy",
+        "kind",
+        "n",
+        "test acc % (mean)",
+        "std",
+        "95% CI",
+        "balanced acc % (mean)",
+        "std",
+        "95% CI",
+        "train time s (mean)",
+    ]
 
     def _partial_note(self) -> list[str]:
         if any(0 < s.balanced_n < s.n for s in self.summaries):
-            return ["† balanced accuracy over the runs with per-class counts only (the others were recorded "
-                    "before compare kept them)."]
+            return [
+                "† balanced accuracy over the runs with per-class counts only (the others were recorded "
+                "before compare kept them)."
+            ]
         return []
 
     def table(self) -> str:
@@ -186,15 +201,20 @@ class Comparison:
         numeric = {2, 3, 4, 6, 7, 9}
 
         def fmt(row: list[str]) -> str:
-            return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            return "  ".join(
+                c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))
+            ).rstrip()
 
         lines = [fmt(self.HEADER), fmt(["-" * w for w in widths])]
         lines += [fmt(r) for r in rows]
         per_class = self.per_class
         verdicts = per_class.verdict_lines()
         if verdicts:
-            lines += ["", f"per class, against the best baseline {per_class.baseline} (paired t over seeds, "
-                          f"Benjamini-Hochberg q <= {per_class.alpha:g} over the classes; per_class.csv):"]
+            lines += [
+                "",
+                f"per class, against the best baseline {per_class.baseline} (paired t over seeds, "
+                f"Benjamini-Hochberg q <= {per_class.alpha:g} over the classes; per_class.csv):",
+            ]
             lines += [f"  {v}" for v in verdicts]
         notes = [f"per class: {n}" for n in [per_class.missing_note(), *per_class.notes] if n]
         if self._partial_note() or notes:
@@ -237,13 +257,49 @@ class Comparison:
 
 
 _RUN_COLUMNS = [
-    "run_id", "policy", "kind", "ref", "store_ref", "policy_hash", "base", "seed", "test_accuracy", "test_loss",
-    "val_accuracy", "train_time_s", "epochs", "model", "node_id", "hostname", "finished_at", "balanced_accuracy",
+    "run_id",
+    "policy",
+    "kind",
+    "ref",
+    "store_ref",
+    "policy_hash",
+    "base",
+    "seed",
+    "test_accuracy",
+    "test_loss",
+    "val_accuracy",
+    "train_time_s",
+    "epochs",
+    "model",
+    "node_id",
+    "hostname",
+    "finished_at",
+    "balanced_accuracy",
 ]
 _RESULT_COLUMNS = [
-    "policy", "kind", "ref", "store_ref", "policy_hash", "base", "rebased_from", "n", "mean", "std", "ci95_low",
-    "ci95_high", "ci95_half_width", "mean_train_time_s", "seeds", "test_accuracies", "balanced_n", "balanced_mean",
-    "balanced_std", "balanced_ci95_low", "balanced_ci95_high", "balanced_ci95_half_width", "balanced_seeds",
+    "policy",
+    "kind",
+    "ref",
+    "store_ref",
+    "policy_hash",
+    "base",
+    "rebased_from",
+    "n",
+    "mean",
+    "std",
+    "ci95_low",
+    "ci95_high",
+    "ci95_half_width",
+    "mean_train_time_s",
+    "seeds",
+    "test_accuracies",
+    "balanced_n",
+    "balanced_mean",
+    "balanced_std",
+    "balanced_ci95_low",
+    "balanced_ci95_high",
+    "balanced_ci95_half_width",
+    "balanced_seeds",
     "balanced_accuracies",
 ]
 
@@ -333,8 +389,17 @@ def plot(comparison: Comparison) -> bytes:
         seeds_x = [x + 0.12 + 0.06 * ((k % 3) - 1) for k in range(len(s.test_accuracies))]
         ax1.scatter(seeds_x, [100 * a for a in s.test_accuracies], color=c, s=14, alpha=0.6, zorder=2)
         err = 100 * s.ci95_half_width if math.isfinite(s.ci95_half_width) else None
-        ax1.errorbar([x], [100 * s.mean], yerr=None if err is None else [[err], [err]], fmt="o",
-                     color=c, markersize=8, capsize=6, elinewidth=1.6, zorder=3)
+        ax1.errorbar(
+            [x],
+            [100 * s.mean],
+            yerr=None if err is None else [[err], [err]],
+            fmt="o",
+            color=c,
+            markersize=8,
+            capsize=6,
+            elinewidth=1.6,
+            zorder=3,
+        )
     ax1.set_xticks(xs)
     ax1.set_xticklabels([s.policy for s in summaries], rotation=30, ha="right")
     ax1.set_xlim(-0.6, len(summaries) - 0.4)
@@ -358,8 +423,14 @@ def plot(comparison: Comparison) -> bytes:
                     per_epoch.setdefault(int(row["epoch"]), []).append(float(row["val_accuracy"]))
         if per_epoch:
             epochs = sorted(per_epoch)
-            ax2.plot(epochs, [100 * sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs],
-                     marker="o", markersize=3, color=c, label=s.policy)
+            ax2.plot(
+                epochs,
+                [100 * sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs],
+                marker="o",
+                markersize=3,
+                color=c,
+                label=s.policy,
+            )
     ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2.set_xlabel("epoch")
     ax2.set_ylabel("validation accuracy (%)")
@@ -393,8 +464,9 @@ def write_outputs(comparison: Comparison) -> dict[str, str]:
     if per_class.available:
         contents["per_class_csv"] = ("per_class.csv", _csv_bytes(per_class.csv_rows(), PER_CLASS_COLUMNS))
         t = comparison.config.train
-        png = plot_per_class(per_class, f"{t.model}, {t.epochs} epochs, train_size={t.train_size}, "
-                                        f"seeds={len(comparison.config.seeds)}")
+        png = plot_per_class(
+            per_class, f"{t.model}, {t.epochs} epochs, train_size={t.train_size}, seeds={len(comparison.config.seeds)}"
+        )
         if png is not None:
             contents["per_class_plot"] = ("per_class.png", png)
     files = {}
@@ -411,8 +483,11 @@ def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any
     # evaluations of comparisons that do not use them keep the digest they had before the fields
     # existed (evaluations.json would otherwise attach them a second time). Threads and device
     # change no result.
-    train = {k: v for k, v in cfg.train.to_dict().items()
-             if k not in ("seed", "num_threads", "loader_threads", "device") and not (k == "group_by" and v is None)}
+    train = {
+        k: v
+        for k, v in cfg.train.to_dict().items()
+        if k not in ("seed", "num_threads", "loader_threads", "device") and not (k == "group_by" and v is None)
+    }
     ranked = sorted((s for s in comparison.summaries if math.isfinite(s.mean)), key=lambda s: -s.mean)
     ranks = {s.policy_hash: i for i, s in enumerate(ranked, 1)}
     # A stored policy trained on another base (--base) was not evaluated as stored: say on which base.
@@ -449,11 +524,14 @@ def _per_class_evaluation(comparison: Comparison, summary: PolicySummary) -> dic
         return {}
     out: dict[str, Any] = {
         "balanced_accuracy": {
-            "n": summary.balanced_n, "mean": summary.balanced_mean,
+            "n": summary.balanced_n,
+            "mean": summary.balanced_mean,
             "std": summary.balanced_std if math.isfinite(summary.balanced_std) else None,
             "ci95": [summary.balanced_ci95_low, summary.balanced_ci95_high]
-            if math.isfinite(summary.balanced_ci95_low) else None,
-            "seeds": list(summary.balanced_seeds), "per_seed": list(summary.balanced_accuracies),
+            if math.isfinite(summary.balanced_ci95_low)
+            else None,
+            "seeds": list(summary.balanced_seeds),
+            "per_seed": list(summary.balanced_accuracies),
         },
     }
     per_class = comparison.per_class
@@ -462,9 +540,16 @@ def _per_class_evaluation(comparison: Comparison, summary: PolicySummary) -> dic
             "baseline": per_class.baseline,
             "test": "paired t over seeds, Benjamini-Hochberg over the classes",
             "alpha": per_class.alpha,
-            "classes": [{"class": r.class_name, "label": r.class_index, "diff": r.diff.mean,
-                         "ci95": [r.diff.ci95_low, r.diff.ci95_high] if math.isfinite(r.diff.ci95_low) else None,
-                         "q": r.p_adjusted} for r in per_class.worse(summary.policy)],
+            "classes": [
+                {
+                    "class": r.class_name,
+                    "label": r.class_index,
+                    "diff": r.diff.mean,
+                    "ci95": [r.diff.ci95_low, r.diff.ci95_high] if math.isfinite(r.diff.ci95_low) else None,
+                    "q": r.p_adjusted,
+                }
+                for r in per_class.worse(summary.policy)
+            ],
         }
     return out
 
@@ -488,7 +573,9 @@ def attach_evaluations(comparison: Comparison, store: Any = None) -> list[str]:
     for summary in stored:
         evaluation = _evaluation(comparison, summary)
         digest = hashlib.sha256(json.dumps(evaluation, sort_keys=True, default=str).encode()).hexdigest()
-        key = f"{getattr(store, 'uri', '')}|{summary.store_ref}" + (f"|base {summary.base}" if summary.rebased_from else "")
+        key = f"{getattr(store, 'uri', '')}|{summary.store_ref}" + (
+            f"|base {summary.base}" if summary.rebased_from else ""
+        )
         if ledger.get(key) == digest:
             continue
         store.attach_evaluation(summary.store_ref, evaluation)

@@ -2,6 +2,7 @@
 seeds with a two-sided Student t confidence interval; the paired difference of two policies over
 the seeds they share (with its interval and a paired t test); Benjamini-Hochberg adjusted
 p-values for many such tests at once (one per class)."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,6 @@
 """The statistics benchmarks/search_quality.py reports: which ``--also`` searches count as the same
 search with another seed, and what the found policies of several seeds give together."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,9 +20,17 @@ def sq():
 
 
 def _result(seed: int, name: str, fingerprint: str = "bf23", **changes) -> dict:
-    config = {"name": name, "seed": seed, "storage": f"/w/{name}/runs", "store": f"/w/{name}/store",
-              "num_trials": 28, "grace_period": 20, "concurrency": 2, "warm_start": ["autoaugment-cifar10"],
-              "train": {"model": "resnet-8", "seed": seed, "data": "/data", "epochs": 120}}
+    config = {
+        "name": name,
+        "seed": seed,
+        "storage": f"/w/{name}/runs",
+        "store": f"/w/{name}/store",
+        "num_trials": 28,
+        "grace_period": 20,
+        "concurrency": 2,
+        "warm_start": ["autoaugment-cifar10"],
+        "train": {"model": "resnet-8", "seed": seed, "data": "/data", "epochs": 120},
+    }
     for key, value in changes.items():
         if key.startswith("train_"):
             config["train"][key[6:]] = value
@@ -35,8 +44,9 @@ def test_a_search_with_another_seed_name_and_place_is_the_same_recipe(sq):
     assert sq.same_recipe(a, sq.search_recipe(_result(1, "sq-b")))
 
 
-@pytest.mark.parametrize("change", [{"num_trials": 16}, {"grace_period": 40}, {"train_epochs": 60},
-                                    {"warm_start": []}, {"concurrency": 1}])
+@pytest.mark.parametrize(
+    "change", [{"num_trials": 16}, {"grace_period": 40}, {"train_epochs": 60}, {"warm_start": []}, {"concurrency": 1}]
+)
 def test_a_search_that_differs_in_what_it_does_is_another_recipe(sq, change):
     a = sq.search_recipe(_result(0, "sq-a"))
     assert not sq.same_recipe(a, sq.search_recipe(_result(0, "sq-b", **change)))
@@ -44,6 +54,7 @@ def test_a_search_that_differs_in_what_it_does_is_another_recipe(sq, change):
 
 def test_searches_that_measured_another_base_or_warm_start_are_the_same_recipe(sq):
     """--base auto / --warm-start auto: what each seed's calibration chose is not the recipe."""
+
     def measured(seed, base, warm):
         result = _result(seed, f"sq-{seed}", base=base, warm_start=[warm], space={"base": base, "num_sub_policies": 5})
         result["provenance"]["calibration"] = {"base": {"chosen": base}, "transfer": {"warm_start": [warm]}}
@@ -69,8 +80,8 @@ def test_a_key_only_a_newer_version_records_does_not_make_searches_differ(sq):
 def test_over_search_seeds_averages_paired_differences_and_gives_both_intervals(sq):
     runs = []
     base = {0: 0.50, 1: 0.52, 2: 0.51}
-    found_a = {0: 0.52, 1: 0.53, 2: 0.54}   # +0.02, +0.01, +0.03: mean +0.02
-    found_b = {0: 0.49, 1: 0.52, 2: 0.50}   # -0.01, 0, -0.01: mean -0.0067
+    found_a = {0: 0.52, 1: 0.53, 2: 0.54}  # +0.02, +0.01, +0.03: mean +0.02
+    found_b = {0: 0.49, 1: 0.52, 2: 0.50}  # -0.01, 0, -0.01: mean -0.0067
     for label, accs in {"base": base, "a": found_a, "b": found_b}.items():
         runs += [{"policy": label, "seed": s, "test_accuracy": v} for s, v in accs.items()]
     summary = sq.summarize(runs)
@@ -103,10 +114,14 @@ def test_over_search_seeds_pairs_only_the_evaluation_seeds_every_search_has(sq):
 def test_results_table_shows_balanced_accuracy_and_says_where_it_is_missing(sq):
     """compare's runs.csv has a balanced_accuracy column (empty for runs recorded without per-class
     counts); committed CSVs from before it have none at all."""
-    runs = [{"policy": "found", "seed": s, "test_accuracy": a, "balanced_accuracy": b}
-            for s, a, b in ((0, 0.60, 0.50), (1, 0.62, 0.54), (2, 0.61, 0.52))]
-    runs += [{"policy": "standard", "seed": s, "test_accuracy": a, "balanced_accuracy": b}
-             for s, a, b in ((0, 0.58, 0.56), (1, 0.57, ""), (2, 0.59, 0.58))]
+    runs = [
+        {"policy": "found", "seed": s, "test_accuracy": a, "balanced_accuracy": b}
+        for s, a, b in ((0, 0.60, 0.50), (1, 0.62, 0.54), (2, 0.61, 0.52))
+    ]
+    runs += [
+        {"policy": "standard", "seed": s, "test_accuracy": a, "balanced_accuracy": b}
+        for s, a, b in ((0, 0.58, 0.56), (1, 0.57, ""), (2, 0.59, 0.58))
+    ]
     runs += [{"policy": "none", "seed": s, "test_accuracy": 0.4} for s in (0, 1, 2)]  # an older runs.csv
     summary = sq.summarize(runs)
     assert summary["found"]["balanced"]["mean"] == pytest.approx(0.52)
@@ -115,8 +130,10 @@ def test_results_table_shows_balanced_accuracy_and_says_where_it_is_missing(sq):
     table = "\n".join(sq.results_table(summary, {"found": " **(found)**"}))
     assert "| balanced acc % | std | 95% CI |" in table.splitlines()[0]
     b = summary["found"]["balanced"]
-    assert (f"| 1 | `found` **(found)** | 3 | 61.00 | 1.00 | [{100 * summary['found']['low']:.2f}, "
-            f"{100 * summary['found']['high']:.2f}] | 52.00 | 2.00 | [{100 * b['low']:.2f}, {100 * b['high']:.2f}] |") in table
+    assert (
+        f"| 1 | `found` **(found)** | 3 | 61.00 | 1.00 | [{100 * summary['found']['low']:.2f}, "
+        f"{100 * summary['found']['high']:.2f}] | 52.00 | 2.00 | [{100 * b['low']:.2f}, {100 * b['high']:.2f}] |"
+    ) in table
     assert "| 57.00 (2 of 3 seeds) |" in table
     assert "| `none` | 3 | 40.00 | 0.00 | [40.00, 40.00] | – | – | – |" in table
     assert "re-run the same command" in table
@@ -124,15 +141,24 @@ def test_results_table_shows_balanced_accuracy_and_says_where_it_is_missing(sq):
     d = sq.balanced_paired(summary, "found", "standard")
     assert d["seeds"] == [0, 2] and d["mean"] == pytest.approx(((0.50 - 0.56) + (0.52 - 0.58)) / 2)
     assert sq.balanced_paired(summary, "found", "none") is None
-    diff_table = "\n".join(sq._diff_table("t", {"standard": sq.paired(summary["found"]["seeds"], summary["standard"]["seeds"]),
-                                                 "none": sq.paired(summary["found"]["seeds"], summary["none"]["seeds"])},
-                                          {"standard": d, "none": None}))
+    diff_table = "\n".join(
+        sq._diff_table(
+            "t",
+            {
+                "standard": sq.paired(summary["found"]["seeds"], summary["standard"]["seeds"]),
+                "none": sq.paired(summary["found"]["seeds"], summary["none"]["seeds"]),
+            },
+            {"standard": d, "none": None},
+        )
+    )
     assert "| `standard` | 3.00 | [" in diff_table and "| -6.00 | [" in diff_table
     assert diff_table.rstrip().endswith("| – | – |")
 
 
 def test_results_table_of_a_file_with_balanced_accuracy_everywhere_has_no_note(sq):
-    runs = [{"policy": p, "seed": s, "test_accuracy": 0.5, "balanced_accuracy": 0.4} for p in ("a", "b") for s in (0, 1)]
+    runs = [
+        {"policy": p, "seed": s, "test_accuracy": 0.5, "balanced_accuracy": 0.4} for p in ("a", "b") for s in (0, 1)
+    ]
     assert "re-run" not in "\n".join(sq.results_table(sq.summarize(runs)))
 
 
@@ -148,9 +174,22 @@ def test_imported_runs_are_the_records_compare_reuses_for_a_regime_sized_per_cla
     from autoaug.launch.compare.runner import load_run, run_id, sized_to_data
 
     (none,) = resolve_candidates((), ["none"], None)
-    rows = [{"run_id": "x", "policy": "none", "policy_hash": none.policy_hash, "seed": s, "test_accuracy": 0.45,
-             "test_loss": 1.7, "val_accuracy": "", "train_time_s": 200.0, "node_id": "", "hostname": "vm",
-             "finished_at": "2026-11-23T03:32:16Z"} for s in (0, 1)]
+    rows = [
+        {
+            "run_id": "x",
+            "policy": "none",
+            "policy_hash": none.policy_hash,
+            "seed": s,
+            "test_accuracy": 0.45,
+            "test_loss": 1.7,
+            "val_accuracy": "",
+            "train_time_s": 200.0,
+            "node_id": "",
+            "hostname": "vm",
+            "finished_at": "2026-11-23T03:32:16Z",
+        }
+        for s in (0, 1)
+    ]
     rows.append({**rows[0], "policy": "gone", "policy_hash": "0" * 64})  # a policy this comparison lacks
     csv_path = tmp_path / "eval_runs.csv"
     with open(csv_path, "w", newline="") as f:
@@ -162,7 +201,8 @@ def test_imported_runs_are_the_records_compare_reuses_for_a_regime_sized_per_cla
     assert sq.import_runs(a, csv_path, out, ["--preset", "eval-cpu"]) == 2
     assert sq.import_runs(a, csv_path, out, ["--preset", "eval-cpu"]) == 0  # never overwrites a record
     config, fingerprint, _, _ = sized_to_data(
-        config_from_dict({"data": str(cifar_dir), "preset": "eval-cpu", "baselines": ["none"], "out": str(out)}))
+        config_from_dict({"data": str(cifar_dir), "preset": "eval-cpu", "baselines": ["none"], "out": str(out)})
+    )
     assert config.train.train_size == 1000 and config.train.train_per_class is None  # resolved: 100 per class
     for seed in (0, 1):
         path = out / "runs" / f"{run_id(none, seed)}.json"
@@ -181,16 +221,32 @@ def test_the_rebased_rows_runs_are_imported_like_any_policy_of_the_comparison(sq
     with open(work / "eval" / "runs.csv", "w", newline="") as f:  # randaugment leads the evaluation so far
         writer = csv.DictWriter(f, fieldnames=["policy", "seed", "test_accuracy"])
         writer.writeheader()
-        writer.writerows({"policy": ref, "seed": seed, "test_accuracy": acc} for seed in (0, 1)
-                         for ref, acc in (("randaugment:n=2,m=9", 0.6), ("autoaugment-cifar10", 0.5)))
+        writer.writerows(
+            {"policy": ref, "seed": seed, "test_accuracy": acc}
+            for seed in (0, 1)
+            for ref, acc in (("randaugment:n=2,m=9", 0.6), ("autoaugment-cifar10", 0.5))
+        )
     rebased = sq.rebased_best(work, "crop")
     assert rebased.endswith("randaugment-on-crop.json")
     from autoaug.launch.compare.candidates import resolve_candidates
 
     (candidate,) = resolve_candidates((rebased,), [], None)
-    rows = [{"run_id": "x", "policy": "randaugment-on-crop.json", "policy_hash": candidate.policy_hash, "seed": s,
-             "test_accuracy": 0.97, "test_loss": 0.1, "val_accuracy": "", "train_time_s": 300.0, "node_id": "",
-             "hostname": "vm", "finished_at": "2026-11-23T03:32:16Z"} for s in (0, 1)]
+    rows = [
+        {
+            "run_id": "x",
+            "policy": "randaugment-on-crop.json",
+            "policy_hash": candidate.policy_hash,
+            "seed": s,
+            "test_accuracy": 0.97,
+            "test_loss": 0.1,
+            "val_accuracy": "",
+            "train_time_s": 300.0,
+            "node_id": "",
+            "hostname": "vm",
+            "finished_at": "2026-11-23T03:32:16Z",
+        }
+        for s in (0, 1)
+    ]
     csv_path = tmp_path / "eval_runs.csv"
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -216,19 +272,53 @@ def test_also_a_pba_result_compares_its_schedule_not_its_last_stage(sq, tmp_path
     schedule = Schedule("sq-pba", [(0.0, first.with_name("sq-pba")), (0.5, last.with_name("sq-pba"))])
     folder = tmp_path / "search-quality-pba"
     folder.mkdir()
-    (folder / "search_result.json").write_text(json.dumps({
-        "policy": json.loads(schedule.final.to_json()), "stored": {"name": "sq-pba"},
-        "provenance": {"method": {"name": "pba", "schedule": schedule.to_dict()}}}))
+    (folder / "search_result.json").write_text(
+        json.dumps(
+            {
+                "policy": json.loads(schedule.final.to_json()),
+                "stored": {"name": "sq-pba"},
+                "provenance": {"method": {"name": "pba", "schedule": schedule.to_dict()}},
+            }
+        )
+    )
     a = argparse.Namespace(data=str(cifar_dir), also=[str(folder)])
     (path,) = sq.also_policies(a, tmp_path / "work")
     (candidate,) = resolve_candidates((path,), [], None)
     assert candidate.policy_hash == schedule.content_hash != schedule.final.content_hash
     with open(folder / "eval_runs.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["run_id", "policy", "policy_hash", "seed", "test_accuracy", "test_loss",
-                                               "val_accuracy", "train_time_s", "node_id", "hostname", "finished_at"])
+        writer = csv.DictWriter(
+            f,
+            fieldnames=[
+                "run_id",
+                "policy",
+                "policy_hash",
+                "seed",
+                "test_accuracy",
+                "test_loss",
+                "val_accuracy",
+                "train_time_s",
+                "node_id",
+                "hostname",
+                "finished_at",
+            ],
+        )
         writer.writeheader()
-        writer.writerows({"run_id": "x", "policy": "sq-pba@1", "policy_hash": schedule.content_hash, "seed": s,
-                          "test_accuracy": 0.58, "test_loss": 1.3, "val_accuracy": "", "train_time_s": 250.0,
-                          "node_id": "", "hostname": "vm", "finished_at": "2026-11-25T17:40:01Z"} for s in (0, 1))
-    assert sq.import_runs(a, folder / "eval_runs.csv", tmp_path / "work" / "eval", ["--preset", "eval-cpu"],
-                          [path]) == 2
+        writer.writerows(
+            {
+                "run_id": "x",
+                "policy": "sq-pba@1",
+                "policy_hash": schedule.content_hash,
+                "seed": s,
+                "test_accuracy": 0.58,
+                "test_loss": 1.3,
+                "val_accuracy": "",
+                "train_time_s": 250.0,
+                "node_id": "",
+                "hostname": "vm",
+                "finished_at": "2026-11-25T17:40:01Z",
+            }
+            for s in (0, 1)
+        )
+    assert (
+        sq.import_runs(a, folder / "eval_runs.csv", tmp_path / "work" / "eval", ["--preset", "eval-cpu"], [path]) == 2
+    )

@@ -1,5 +1,6 @@
 """benchmarks/trial_throughput.py: the FLOPs it counts per image, the peak it divides by, and a
 ``--quick --levers`` smoke run writing its JSON and Markdown (a check of the tool, not a timing)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,8 +37,10 @@ def test_flops_per_image_of_resnet8_are_its_convolutions_and_matmul(tt):
 
 
 def test_peak_lookup_and_epoch_cost(tt):
-    peak = {"float32": {"matmul": {"1": 100.0, "2": 180.0}, "conv": {"1": 150.0, "2": 170.0}},
-            "bfloat16": {"matmul": {"1": 400.0}, "conv": {"1": 300.0}}}
+    peak = {
+        "float32": {"matmul": {"1": 100.0, "2": 180.0}, "conv": {"1": 150.0, "2": 170.0}},
+        "bfloat16": {"matmul": {"1": 400.0}, "conv": {"1": 300.0}},
+    }
     assert tt.peak_for(peak, "float32", 1) == 150.0  # the best kernel of the dtype
     assert tt.peak_for(peak, "float32", 2) == 180.0
     assert tt.peak_for(peak, "bfloat16", 2) == 800.0  # one thread's, times the threads
@@ -50,8 +53,23 @@ def test_peak_lookup_and_epoch_cost(tt):
 @pytest.mark.slow
 def test_a_quick_levers_run_writes_its_table(tt, cifar_train, tmp_path, capsys):
     out = tmp_path / "tt"
-    assert tt.main(["--data", str(cifar_train), "--quick", "--num-threads", "1", "--no-peak",
-                    "--levers", "baseline,bf16,eval_batch_1024", "--out", str(out)]) == 0
+    assert (
+        tt.main(
+            [
+                "--data",
+                str(cifar_train),
+                "--quick",
+                "--num-threads",
+                "1",
+                "--no-peak",
+                "--levers",
+                "baseline,bf16,eval_batch_1024",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "[--quick: a smoke run, not a measurement]" in printed
     (json_file,) = out.glob("levers-cpu-*-quick.json")

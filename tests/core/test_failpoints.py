@@ -1,5 +1,6 @@
 """Failpoints (autoaug.core.failpoints): the spec a test arms, each action, once across processes,
 and that every point in the list is one call in the product code and one entry in the docs."""
+
 from __future__ import annotations
 
 import errno
@@ -19,7 +20,9 @@ PACKAGES = ("core", "policies", "proxy_models", "search", "launch")
 
 
 def test_a_spec_arms_named_points_with_a_count_and_an_argument():
-    assert parse("store.after_version_write=kill; train.mid_epoch:3=stall(/tmp/go);rescore.after_run_saved=raise(KeyboardInterrupt)") == {
+    assert parse(
+        "store.after_version_write=kill; train.mid_epoch:3=stall(/tmp/go);rescore.after_run_saved=raise(KeyboardInterrupt)"
+    ) == {
         "store.after_version_write": Failpoint("store.after_version_write", "kill"),
         "train.mid_epoch": Failpoint("train.mid_epoch", "stall", 3, "/tmp/go"),
         "rescore.after_run_saved": Failpoint("rescore.after_run_saved", "raise", 1, "KeyboardInterrupt"),
@@ -27,13 +30,19 @@ def test_a_spec_arms_named_points_with_a_count_and_an_argument():
     assert parse("") == {} and parse(None) == {}
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("store.after_write=kill", "unknown failpoint 'store.after_write': expected one of search.after_trial_saved, "),
-    ("train.mid_epoch=explode", "unknown action 'explode' of train.mid_epoch: expected one of kill, raise, enospc, stall"),
-    ("train.mid_epoch", "bad entry 'train.mid_epoch': expected NAME[:N]=ACTION[(ARG)]"),
-    ("train.mid_epoch:0=kill", "the hit of train.mid_epoch must be 1 or more, got 0"),
-    ("train.mid_epoch=raise(NoSuchError)", "train.mid_epoch=raise(NoSuchError): not a built-in exception"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("store.after_write=kill", "unknown failpoint 'store.after_write': expected one of search.after_trial_saved, "),
+        (
+            "train.mid_epoch=explode",
+            "unknown action 'explode' of train.mid_epoch: expected one of kill, raise, enospc, stall",
+        ),
+        ("train.mid_epoch", "bad entry 'train.mid_epoch': expected NAME[:N]=ACTION[(ARG)]"),
+        ("train.mid_epoch:0=kill", "the hit of train.mid_epoch must be 1 or more, got 0"),
+        ("train.mid_epoch=raise(NoSuchError)", "train.mid_epoch=raise(NoSuchError): not a built-in exception"),
+    ],
+)
 def test_a_bad_spec_is_refused_naming_the_entry(spec, message):
     with pytest.raises(ValueError, match=re.escape(f"{ENV_VAR}: {message}")):
         parse(spec)
@@ -80,8 +89,11 @@ def test_stall_blocks_until_its_file_appears(tmp_path):
 
     go = tmp_path / "go"
     env = {**os.environ, ENV_VAR: f"rescore.after_run_saved=stall({go})"}
-    proc = _python("from autoaug.core import failpoints; print('stalling', flush=True); "
-                   "failpoints.hit('rescore.after_run_saved'); print('released')", env)
+    proc = _python(
+        "from autoaug.core import failpoints; print('stalling', flush=True); "
+        "failpoints.hit('rescore.after_run_saved'); print('released')",
+        env,
+    )
     assert proc.stdout.readline() == "stalling\n"
     go.touch()
     assert proc.wait(timeout=60) == 0 and proc.stdout.read() == "released\n"
@@ -90,8 +102,13 @@ def test_stall_blocks_until_its_file_appears(tmp_path):
 def test_a_bad_spec_in_the_environment_stops_the_process_at_import(tmp_path):
     import os
 
-    proc = subprocess.run([sys.executable, "-c", "import autoaug.core.failpoints"], capture_output=True, text=True,
-                          env={**os.environ, ENV_VAR: "nope=kill"}, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import autoaug.core.failpoints"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, ENV_VAR: "nope=kill"},
+        timeout=60,
+    )
     assert proc.returncode != 0 and "AUTOAUG_FAILPOINTS: unknown failpoint 'nope'" in proc.stderr
 
 

@@ -1,5 +1,6 @@
 """A full, over-quota, read-only or denying filesystem met by a write of ``core.location``: one
 StorageError line naming the path and what to do, the old file intact, no temporary file left."""
+
 from __future__ import annotations
 
 import errno
@@ -18,12 +19,15 @@ def _failing_fsync(code):
     return fsync
 
 
-@pytest.mark.parametrize("code, kind, words", [
-    (errno.ENOSPC, StorageError, "no space left on the filesystem (ENOSPC); free space there"),
-    (errno.EDQUOT, StorageError, "the disk quota is exceeded (EDQUOT); free space there"),
-    (errno.EROFS, StorageAccessError, "the filesystem is read-only (EROFS); make it writable"),
-    (errno.EACCES, StorageAccessError, "permission denied (EACCES); make it writable"),
-])
+@pytest.mark.parametrize(
+    "code, kind, words",
+    [
+        (errno.ENOSPC, StorageError, "no space left on the filesystem (ENOSPC); free space there"),
+        (errno.EDQUOT, StorageError, "the disk quota is exceeded (EDQUOT); free space there"),
+        (errno.EROFS, StorageAccessError, "the filesystem is read-only (EROFS); make it writable"),
+        (errno.EACCES, StorageAccessError, "permission denied (EACCES); make it writable"),
+    ],
+)
 def test_a_refused_write_is_one_line_and_leaves_the_old_file(tmp_path, monkeypatch, code, kind, words):
     run = Location.parse(tmp_path / "run")
     run.write_json({"trials": 1}, "result.json")
@@ -74,16 +78,23 @@ def test_policies_import_on_a_full_filesystem_is_one_line_and_resumes_once_space
     p1.write_text(presets.resolve("autoaugment-svhn").to_json())
     p2.write_text(presets.resolve("autoaugment-cifar10").to_json())
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "D": str(tmp_path / "mnt"), "P1": str(p1), "P2": str(p2),
-           "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    env = {
+        **os.environ,
+        "D": str(tmp_path / "mnt"),
+        "P1": str(p1),
+        "P2": str(p2),
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+    }
     proc = in_mount_namespace(FULL_DISK, env)
     out, err = proc.stdout, proc.stderr
     assert "rc1=0" in out, out + err
     assert "rc2=1" in out, out + err
     errors = [line for line in err.splitlines() if line.strip()]
     store = tmp_path / "mnt" / "store"
-    assert errors == [f"autoaug: error: cannot write policy store {store}: no space left on the filesystem "
-                      "(ENOSPC); free space there (or write elsewhere), then run the command again"], err
+    assert errors == [
+        f"autoaug: error: cannot write policy store {store}: no space left on the filesystem "
+        "(ENOSPC); free space there (or write elsewhere), then run the command again"
+    ], err
     assert "claims=0 tmp=0" in out
     assert "rc3=0" in out and "saved p@2 (hash" in out
     assert "rc4=0" in out and "2 version(s) verified, 0 corrupt, 0 leftover(s) removed" in out  # nothing left over

@@ -1,4 +1,5 @@
 """The progress display: rich bars on a terminal, plain lines otherwise, nothing when quiet."""
+
 from __future__ import annotations
 
 import io

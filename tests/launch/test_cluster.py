@@ -1,4 +1,5 @@
 """Unit tests of core.ray_session (no Ray cluster needed; see test_cluster_ray.py for the real one)."""
+
 from __future__ import annotations
 
 import socket
@@ -39,8 +40,10 @@ def test_parse_address_bare_host_port_is_a_dashboard_for_jobs():
     assert parsed.kind == "dashboard" and parsed.url == "http://127.0.0.1:8265"
 
 
-@pytest.mark.parametrize("text, fragment", [("", "empty"), ("s3://bucket", "unsupported scheme"),
-                                            ("head:99999", "out of range"), ("a b:1", "malformed")])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [("", "empty"), ("s3://bucket", "unsupported scheme"), ("head:99999", "out of range"), ("a b:1", "malformed")],
+)
 def test_parse_address_rejects_bad_input(text, fragment):
     with pytest.raises(ClusterError, match=fragment):
         parse_address(text)
@@ -103,8 +106,10 @@ def test_project_runtime_env_ships_the_project_under_its_import_name(tmp_path):
     import subprocess
     import sys
 
-    code = (f"import sys; sys.path.insert(0, {str(Path(shipped).parent)!r}); import autoaug.search.trial as m; "
-            "print(m.__file__)")
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(shipped).parent)!r}); import autoaug.search.trial as m; "
+        "print(m.__file__)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().startswith(str(shipped)), result.stdout
@@ -127,8 +132,9 @@ def test_project_runtime_env_rejects_bad_input(tmp_path):
 
 
 def test_cluster_info_describe():
-    info = cluster.ClusterInfo(address="10.0.0.5:6379", embedded=False, num_nodes=3,
-                               resources={"CPU": 48.0, "GPU": 4.0})
+    info = cluster.ClusterInfo(
+        address="10.0.0.5:6379", embedded=False, num_nodes=3, resources={"CPU": 48.0, "GPU": 4.0}
+    )
     assert info.describe() == "Ray cluster at 10.0.0.5:6379: 3 nodes, 48 CPUs, 4 GPUs"
     local = cluster.ClusterInfo(address=None, embedded=True, num_nodes=1, resources={"CPU": 2.0})
     assert local.describe() == "local Ray (embedded): 1 node, 2 CPUs, 0 GPUs"
@@ -148,16 +154,46 @@ def test_prepare_command_ships_small_files_and_absolutises_paths(tmp_path, monke
     (tmp_path / "data").mkdir()
     big = tmp_path / "big.parquet"
     big.write_bytes(b"0" * (launch_cmd.MAX_SHIPPED_FILE_BYTES + 1))
-    args = ["search", "--config", "cfg.yaml", "--data", "data", "--storage", "runs", "--name", "demo",
-            "--store=s3://bucket/policies", "--set", "train.epochs=2", "--test-data", str(big),
-            "--policy", "randaugment:n=2,m=9", "--extra=cfg.yaml"]
+    args = [
+        "search",
+        "--config",
+        "cfg.yaml",
+        "--data",
+        "data",
+        "--storage",
+        "runs",
+        "--name",
+        "demo",
+        "--store=s3://bucket/policies",
+        "--set",
+        "train.epochs=2",
+        "--test-data",
+        str(big),
+        "--policy",
+        "randaugment:n=2,m=9",
+        "--extra=cfg.yaml",
+    ]
     prepared = launch_cmd.prepare_command(args)
     try:
         shipped = "_autoaug_files/0/cfg.yaml"
         assert prepared.args == [
-            "search", "--config", shipped, "--data", str(tmp_path / "data"), "--storage", str(tmp_path / "runs"),
-            "--name", "demo", "--store=s3://bucket/policies", "--set", "train.epochs=2", "--test-data", str(big),
-            "--policy", "randaugment:n=2,m=9", f"--extra={shipped}",
+            "search",
+            "--config",
+            shipped,
+            "--data",
+            str(tmp_path / "data"),
+            "--storage",
+            str(tmp_path / "runs"),
+            "--name",
+            "demo",
+            "--store=s3://bucket/policies",
+            "--set",
+            "train.epochs=2",
+            "--test-data",
+            str(big),
+            "--policy",
+            "randaugment:n=2,m=9",
+            f"--extra={shipped}",
         ]
         assert prepared.working_dir == prepared.staged_dir
         assert (Path(prepared.working_dir) / shipped).read_text() == "num_trials: 2\n"
@@ -175,8 +211,9 @@ def test_prepare_command_with_working_dir_and_keep_paths(tmp_path, monkeypatch):
     outside = tmp_path / "outside.json"
     outside.write_text("{}")
     monkeypatch.chdir(project)
-    prepared = launch_cmd.prepare_command(["search", "--config", "configs/s.yaml", "--policy", str(outside)],
-                                          working_dir=project)
+    prepared = launch_cmd.prepare_command(
+        ["search", "--config", "configs/s.yaml", "--policy", str(outside)], working_dir=project
+    )
     assert prepared.args == ["search", "--config", "configs/s.yaml", "--policy", str(outside)]
     assert prepared.working_dir == str(project) and prepared.staged_dir is None
     assert any("outside --working-dir" in n for n in prepared.notes)
@@ -243,8 +280,22 @@ def fake_client(monkeypatch):
 @pytest.mark.parametrize("final, code", [("SUCCEEDED", 0), ("FAILED", 1), ("STOPPED", 1)])
 def test_launch_streams_logs_and_exits_with_the_job_status(fake_client, capsys, final, code):
     fake_client["client"] = client = FakeJobClient(final)
-    rc = main(["launch", "--address", "http://head:8265", "--env", "A=1", "--job-id", "j1", "--",
-               "policies", "list", "--store", "s3://bucket/p"])
+    rc = main(
+        [
+            "launch",
+            "--address",
+            "http://head:8265",
+            "--env",
+            "A=1",
+            "--job-id",
+            "j1",
+            "--",
+            "policies",
+            "list",
+            "--store",
+            "s3://bucket/p",
+        ]
+    )
     assert rc == code
     out, err = capsys.readouterr()
     assert out == "epoch 1\ndone\n"

@@ -9,6 +9,7 @@ processes (which stop their node's raylet, GCS, dashboard and workers), then SIG
 process still carrying this cluster's token in its environment. ``ray stop`` is deliberately
 not used: it kills every Ray process on the machine, including other users' clusters.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,14 +58,16 @@ class LocalCluster:
 
     def run(self, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """Run a command with this cluster's environment (token, PATH with the venv)."""
-        return subprocess.run(list(args), env=env or self.env, capture_output=True, text=True, timeout=timeout,
-                              cwd=str(self.temp_dir))
+        return subprocess.run(
+            list(args), env=env or self.env, capture_output=True, text=True, timeout=timeout, cwd=str(self.temp_dir)
+        )
 
     def api(self, path: str, **params: object) -> object:
         """GET a dashboard REST endpoint (Ray's job and state APIs) with this cluster's token."""
         query = ("?" + urllib.parse.urlencode(params, doseq=True)) if params else ""
-        request = urllib.request.Request(self.dashboard_url + path + query,
-                                         headers={"Authorization": f"Bearer {self.token}"})
+        request = urllib.request.Request(
+            self.dashboard_url + path + query, headers={"Authorization": f"Bearer {self.token}"}
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
@@ -72,8 +75,9 @@ class LocalCluster:
         """``ray.util.state.list_<resource>(detail=True, filters=[(k, "=", v)...])`` over REST."""
         params: dict[str, object] = {"limit": 10000, "detail": "true"}
         if filters:
-            params.update(filter_keys=list(filters), filter_predicates=["="] * len(filters),
-                          filter_values=list(filters.values()))
+            params.update(
+                filter_keys=list(filters), filter_predicates=["="] * len(filters), filter_values=list(filters.values())
+            )
         return self.api(f"/api/v0/{resource}", **params)["data"]["result"]["result"]
 
     def alive_nodes(self) -> list[dict]:
@@ -128,21 +132,37 @@ def start_cluster() -> LocalCluster:
     )
     common = ["--num-cpus=1", "--num-gpus=0", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
     head = [
-        str(BIN / "ray"), "start", "--head", f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-        f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent1}",
-        f"--metrics-export-port={metrics1}", f"--temp-dir={temp_dir}", *common,
+        str(BIN / "ray"),
+        "start",
+        "--head",
+        f"--port={gcs}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dash}",
+        f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent1}",
+        f"--metrics-export-port={metrics1}",
+        f"--temp-dir={temp_dir}",
+        *common,
     ]
     second = [
-        str(BIN / "ray"), "start", f"--address=127.0.0.1:{gcs}", '--resources={"node2": 1}',
-        f"--dashboard-agent-listen-port={agent2}", f"--metrics-export-port={metrics2}", *common,
+        str(BIN / "ray"),
+        "start",
+        f"--address=127.0.0.1:{gcs}",
+        '--resources={"node2": 1}',
+        f"--dashboard-agent-listen-port={agent2}",
+        f"--metrics-export-port={metrics2}",
+        *common,
     ]
     try:
         for name, argv in (("head", head), ("node2", second)):
             log = temp_dir / f"{name}.log"
             cluster.logs.append(log)
             with open(log, "wb") as out:
-                cluster.procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                      start_new_session=True, cwd=str(temp_dir)))
+                cluster.procs.append(
+                    subprocess.Popen(
+                        argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(temp_dir)
+                    )
+                )
             want = 1 if name == "head" else 2
             deadline = time.monotonic() + 120
             while True:
@@ -185,9 +205,29 @@ def _trial_nodes(cluster: LocalCluster, ray_job_id: str) -> dict[str, str]:
 
 def _search_args(cifar_train: Path, work: Path, name: str) -> list[str]:
     return [
-        "search", "--preset", "smoke", "--data", str(cifar_train), "--name", name, "--num-trials", "2",
-        "--concurrency", "2", "--cpus-per-trial", "1", "--storage", str(work / "runs"), "--store", str(work / "store"),
-        "--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.val_size=128",
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        name,
+        "--num-trials",
+        "2",
+        "--concurrency",
+        "2",
+        "--cpus-per-trial",
+        "1",
+        "--storage",
+        str(work / "runs"),
+        "--store",
+        str(work / "store"),
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "train.train_size=256",
+        "--set",
+        "train.val_size=128",
     ]
 
 
@@ -206,8 +246,16 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_trai
 
     autoaug = str(BIN / "autoaug")
     job_id = f"autoaug-test-{secrets.token_hex(4)}"
-    proc = ray_cluster.run(autoaug, "launch", "--address", ray_cluster.dashboard_url, "--job-id", job_id, "--",
-                           *_search_args(cifar_train, tmp_path, "jobsearch"))
+    proc = ray_cluster.run(
+        autoaug,
+        "launch",
+        "--address",
+        ray_cluster.dashboard_url,
+        "--job-id",
+        job_id,
+        "--",
+        *_search_args(cifar_train, tmp_path, "jobsearch"),
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert f"job {job_id} SUCCEEDED" in proc.stderr
     assert "stored as jobsearch@1" in proc.stdout  # the search's own output, streamed from the job
@@ -232,16 +280,21 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_trai
 def test_search_with_address_uses_both_nodes(ray_cluster, cifar_train, tmp_path):
     from autoaug.policies.store import PolicyStore
 
-    proc = ray_cluster.run(str(BIN / "autoaug"), *_search_args(cifar_train, tmp_path, "addrsearch"),
-                           "--address", ray_cluster.gcs_address)
+    proc = ray_cluster.run(
+        str(BIN / "autoaug"), *_search_args(cifar_train, tmp_path, "addrsearch"), "--address", ray_cluster.gcs_address
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     record = PolicyStore(str(tmp_path / "store")).get("addrsearch@latest")
     assert len(record.policy.sub_policies) > 0
 
     # The driver was an ordinary process here: find its Ray job by its entrypoint.
-    drivers = [j for j in ray_cluster.api("/api/jobs/")
-               if j["type"] == "DRIVER" and "addrsearch" in (j.get("entrypoint") or "")
-               and "autoaug.launch.cli" not in j["entrypoint"]]
+    drivers = [
+        j
+        for j in ray_cluster.api("/api/jobs/")
+        if j["type"] == "DRIVER"
+        and "addrsearch" in (j.get("entrypoint") or "")
+        and "autoaug.launch.cli" not in j["entrypoint"]
+    ]
     assert len(drivers) == 1, drivers
     nodes = _trial_nodes(ray_cluster, drivers[0]["job_id"])
     assert len(nodes) >= 2, nodes
@@ -253,17 +306,29 @@ def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes
     from autoaug.policies.store import PolicyStore
 
     proc = ray_cluster.run(
-        str(BIN / "autoaug"), *_search_args(cifar_train, tmp_path, "densaddr"), "--method", "density",
-        "--folds", "2", "--rounds", "1", "--trials-per-round", "4", "--top-per-round", "2",
-        "--address", ray_cluster.gcs_address,
+        str(BIN / "autoaug"),
+        *_search_args(cifar_train, tmp_path, "densaddr"),
+        "--method",
+        "density",
+        "--folds",
+        "2",
+        "--rounds",
+        "1",
+        "--trials-per-round",
+        "4",
+        "--top-per-round",
+        "2",
+        "--address",
+        ray_cluster.gcs_address,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     record = PolicyStore(str(tmp_path / "store")).get("densaddr@latest")
     assert record.provenance["method"]["name"] == "density"
     assert len(record.provenance["trials"]) == 8
 
-    drivers = [j for j in ray_cluster.api("/api/jobs/")
-               if j["type"] == "DRIVER" and "densaddr" in (j.get("entrypoint") or "")]
+    drivers = [
+        j for j in ray_cluster.api("/api/jobs/") if j["type"] == "DRIVER" and "densaddr" in (j.get("entrypoint") or "")
+    ]
     assert len(drivers) == 1, drivers
     job = drivers[0]["job_id"]
     alive = {n["node_id"] for n in ray_cluster.alive_nodes()}
@@ -281,9 +346,20 @@ def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, 
     from autoaug.policies.store import PolicyStore
 
     proc = ray_cluster.run(
-        str(BIN / "autoaug"), *_search_args(cifar_train, tmp_path, "pbaaddr"), "--method", "pba",
-        "--set", "pba.population=3", "--set", "pba.perturbation_interval=1", "--set", "pba.quantile=0.5",
-        "--set", "train.epochs=3", "--address", ray_cluster.gcs_address,
+        str(BIN / "autoaug"),
+        *_search_args(cifar_train, tmp_path, "pbaaddr"),
+        "--method",
+        "pba",
+        "--set",
+        "pba.population=3",
+        "--set",
+        "pba.perturbation_interval=1",
+        "--set",
+        "pba.quantile=0.5",
+        "--set",
+        "train.epochs=3",
+        "--address",
+        ray_cluster.gcs_address,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     store = PolicyStore(str(tmp_path / "store"))
@@ -292,11 +368,14 @@ def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, 
     assert method["name"] == "pba" and len(method["members"]) == 3
     assert resolve_schedule("pbaaddr@latest", store=store).final.content_hash == record.policy.content_hash
 
-    drivers = [j for j in ray_cluster.api("/api/jobs/")
-               if j["type"] == "DRIVER" and "pbaaddr" in (j.get("entrypoint") or "")]
+    drivers = [
+        j for j in ray_cluster.api("/api/jobs/") if j["type"] == "DRIVER" and "pbaaddr" in (j.get("entrypoint") or "")
+    ]
     assert len(drivers) == 1, drivers
     # The members' trial actors ran on both nodes.
-    assert set(_trial_nodes(ray_cluster, drivers[0]["job_id"]).values()) == {n["node_id"] for n in ray_cluster.alive_nodes()}
+    assert set(_trial_nodes(ray_cluster, drivers[0]["job_id"]).values()) == {
+        n["node_id"] for n in ray_cluster.alive_nodes()
+    }
 
 
 @pytest.mark.slow
@@ -320,9 +399,27 @@ def test_no_wait_logs_list_and_stop(ray_cluster, cifar_train, tmp_path):
 
     # Stopping a running job: STOPPED, and following it exits with status 1.
     work = tmp_path / "stopped"
-    proc = ray_cluster.run(autoaug, "launch", "--address", url, "--no-wait", "--",
-                           "search", "--preset", "smoke", "--data", str(cifar_train), "--name", "stopped",
-                           "--num-trials", "50", "--storage", str(work / "runs"), "--store", str(work / "store"))
+    proc = ray_cluster.run(
+        autoaug,
+        "launch",
+        "--address",
+        url,
+        "--no-wait",
+        "--",
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "stopped",
+        "--num-trials",
+        "50",
+        "--storage",
+        str(work / "runs"),
+        "--store",
+        str(work / "store"),
+    )
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().splitlines()[-1]
     stopped = ray_cluster.run(autoaug, "launch", "stop", job_id, "--address", url)

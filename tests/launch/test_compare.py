@@ -2,6 +2,7 @@
 
 The unit tests build run records by hand; the ``slow`` test trains real runs on CIFAR-10.
 """
+
 from __future__ import annotations
 
 import csv
@@ -64,7 +65,10 @@ def test_benjamini_hochberg_adjustment_skips_tests_not_made():
 
 
 def test_parse_baselines_keeps_preset_parameters_together():
-    assert parse_baselines("none,crop,standard,randaugment:n=2,m=9,trivialaugment,autoaugment-cifar10") == compare.DEFAULT_BASELINES
+    assert (
+        parse_baselines("none,crop,standard,randaugment:n=2,m=9,trivialaugment,autoaugment-cifar10")
+        == compare.DEFAULT_BASELINES
+    )
     assert parse_baselines("randaugment:n=1,m=5, standard") == ("randaugment:n=1,m=5", "standard")
     assert parse_baselines("") == ()
     assert parse_baselines(None) == compare.DEFAULT_BASELINES
@@ -95,8 +99,16 @@ def test_default_test_data(tmp_path):
 def test_config_from_dict(tmp_path):
     data = _parquet_pair(tmp_path / "d")
     cfg = compare.config_from_dict(
-        {"data": str(data / "train.parquet"), "preset": "smoke", "seeds": 2, "first_seed": 5,
-         "policies": "mine@1", "baselines": "standard", "train": {"epochs": 1}, "out": str(tmp_path / "o")}
+        {
+            "data": str(data / "train.parquet"),
+            "preset": "smoke",
+            "seeds": 2,
+            "first_seed": 5,
+            "policies": "mine@1",
+            "baselines": "standard",
+            "train": {"epochs": 1},
+            "out": str(tmp_path / "o"),
+        }
     )
     assert cfg.seeds == (5, 6)
     assert cfg.policies == ("mine@1",) and cfg.baselines == ("standard",)
@@ -151,8 +163,9 @@ def test_resolve_candidates_kinds_and_labels(tmp_path, store):
 
     path = tmp_path / "mine.json"
     path.write_text(presets.resolve("autoaugment-svhn").with_name("mine").to_json())
-    cands = compare.resolve_candidates(["found@latest", str(path), "preset:trivialaugment"],
-                                       ["none", "randaugment:n=2,m=9"], store)
+    cands = compare.resolve_candidates(
+        ["found@latest", str(path), "preset:trivialaugment"], ["none", "randaugment:n=2,m=9"], store
+    )
     assert [(c.label, c.kind, c.store_ref) for c in cands] == [
         ("found@1", "policy", "found@1"),
         ("mine.json", "policy", None),
@@ -194,8 +207,9 @@ def test_base_moves_every_candidate_with_sub_policies_and_labels_it(store, tmp_p
     signs = presets.resolve("autoaugment-svhn").with_name("signs").with_base("crop")
     path = tmp_path / "signs.json"
     path.write_text(signs.to_json())
-    cands = compare.resolve_candidates(["found@latest", str(path)], ["none", "crop", "standard", "autoaugment-imagenet"],
-                                       store, base="crop")
+    cands = compare.resolve_candidates(
+        ["found@latest", str(path)], ["none", "crop", "standard", "autoaugment-imagenet"], store, base="crop"
+    )
     assert [(c.label, c.kind, c.base, c.rebased_from) for c in cands] == [
         ("found@1 [base crop]", "policy", "crop", "standard"),
         ("signs.json", "policy", "crop", None),  # already on crop: not moved, not relabelled
@@ -220,8 +234,18 @@ def test_bad_base_is_one_line_exit_2(tmp_path, capsys, how):
     from autoaug.launch.cli import main
 
     data = _parquet_pair(tmp_path / "d")
-    code = main(["compare", "--data", str(data / "train.parquet"), "--baselines", "standard", "--out", str(tmp_path / "o"),
-                 *how])
+    code = main(
+        [
+            "compare",
+            "--data",
+            str(data / "train.parquet"),
+            "--baselines",
+            "standard",
+            "--out",
+            str(tmp_path / "o"),
+            *how,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err == "autoaug: error: --base 'flip' is not a base; expected one of none, crop, standard\n"
     assert not (tmp_path / "o").exists()
@@ -244,8 +268,18 @@ def test_base_from_flag_config_file_and_set(tmp_path):
 # Outputs from hand-made runs
 
 
-def _fake_comparison(tmp_path, store, accuracies=None, *, correct=None, total=None, classes=(),
-                     policies=("found@1",), baselines="standard", **settings):
+def _fake_comparison(
+    tmp_path,
+    store,
+    accuracies=None,
+    *,
+    correct=None,
+    total=None,
+    classes=(),
+    policies=("found@1",),
+    baselines="standard",
+    **settings,
+):
     """A comparison of hand-made run records. ``accuracies``: ``{label: [test accuracy per seed]}``
     (records without per-class counts, as written before they existed); or ``correct``:
     ``{label: [[right predictions per class] per seed]}`` with ``total`` (test images per class).
@@ -253,9 +287,16 @@ def _fake_comparison(tmp_path, store, accuracies=None, *, correct=None, total=No
     per_seed = accuracies if accuracies is not None else correct
     data = _parquet_pair(tmp_path / "d")
     cfg = compare.config_from_dict(
-        {"data": str(data / "train.parquet"), "preset": "smoke", "seeds": len(next(iter(per_seed.values()))),
-         "policies": list(policies), "baselines": baselines, "out": str(tmp_path / "out"), "store": store.uri,
-         **settings}
+        {
+            "data": str(data / "train.parquet"),
+            "preset": "smoke",
+            "seeds": len(next(iter(per_seed.values()))),
+            "policies": list(policies),
+            "baselines": baselines,
+            "out": str(tmp_path / "out"),
+            "store": store.uri,
+            **settings,
+        }
     )
     cands = compare.resolve_candidates(cfg.policies, cfg.baselines, store, cfg.base)
     runs = []
@@ -263,16 +304,28 @@ def _fake_comparison(tmp_path, store, accuracies=None, *, correct=None, total=No
         for seed, value in zip(cfg.seeds, per_seed[c.label]):
             acc = value if accuracies is not None else sum(value) / sum(total)
             outcome = {
-                "test_accuracy": acc, "test_loss": 1.0, "val_accuracy": acc - 0.01, "train_time_s": 10.0 + seed,
+                "test_accuracy": acc,
+                "test_loss": 1.0,
+                "val_accuracy": acc - 0.01,
+                "train_time_s": 10.0 + seed,
                 "history": [{"epoch": e, "val_accuracy": acc * e / 2} for e in (1, 2)],
-                "dataset_fingerprint": "f" * 64, "split_fingerprint": "s" * 64,
-                "node_id": "n" * 56, "hostname": "h", "pid": 1,
+                "dataset_fingerprint": "f" * 64,
+                "split_fingerprint": "s" * 64,
+                "node_id": "n" * 56,
+                "hostname": "h",
+                "pid": 1,
             }
             if accuracies is None:
                 outcome |= {"test_class_correct": list(value), "test_class_total": list(total)}
             runs.append(runner.run_record(c, seed, cfg.run_config(seed), outcome))
-    return compare.Comparison(config=cfg, candidates=cands, runs=runs, classes=tuple(classes),
-                              summaries=compare.summarize(cands, runs), dataset_fingerprint="f" * 64)
+    return compare.Comparison(
+        config=cfg,
+        candidates=cands,
+        runs=runs,
+        classes=tuple(classes),
+        summaries=compare.summarize(cands, runs),
+        dataset_fingerprint="f" * 64,
+    )
 
 
 def test_outputs_have_one_row_per_policy_and_run(tmp_path, store):
@@ -311,19 +364,35 @@ IMBALANCED = {
     # Best overall on the frequent classes, but keep_left is destroyed in every seed.
     "found@1": [[480, 280, 135, 3], [478, 282, 136, 2], [481, 279, 134, 4], [479, 281, 137, 3], [482, 280, 135, 2]],
     # One bad seed on keep_left: a big mean difference that is not consistent, so not beyond the noise.
-    "trivialaugment": [[460, 270, 135, 18], [462, 268, 134, 3], [459, 271, 136, 17], [461, 270, 135, 18],
-                       [460, 269, 136, 19]],
-    "standard": [[455, 265, 133, 18], [457, 266, 134, 17], [454, 264, 135, 18], [456, 265, 133, 19],
-                 [455, 267, 134, 18]],
-    "none": [[400, 230, 110, 12], [402, 228, 112, 13], [401, 231, 111, 11], [399, 229, 110, 12],
-             [400, 230, 111, 12]],
+    "trivialaugment": [
+        [460, 270, 135, 18],
+        [462, 268, 134, 3],
+        [459, 271, 136, 17],
+        [461, 270, 135, 18],
+        [460, 269, 136, 19],
+    ],
+    "standard": [
+        [455, 265, 133, 18],
+        [457, 266, 134, 17],
+        [454, 264, 135, 18],
+        [456, 265, 133, 19],
+        [455, 267, 134, 18],
+    ],
+    "none": [[400, 230, 110, 12], [402, 228, 112, 13], [401, 231, 111, 11], [399, 229, 110, 12], [400, 230, 111, 12]],
 }
 
 
 @pytest.fixture()
 def imbalanced(tmp_path, store):
-    return _fake_comparison(tmp_path, store, correct=IMBALANCED, total=TOTAL, classes=CLASSES,
-                            policies=("found@1", "trivialaugment"), baselines="none,standard")
+    return _fake_comparison(
+        tmp_path,
+        store,
+        correct=IMBALANCED,
+        total=TOTAL,
+        classes=CLASSES,
+        policies=("found@1", "trivialaugment"),
+        baselines="none,standard",
+    )
 
 
 def test_balanced_accuracy_is_the_mean_per_class_accuracy(imbalanced):
@@ -332,8 +401,12 @@ def test_balanced_accuracy_is_the_mean_per_class_accuracy(imbalanced):
         expected = [sum(c / t for c, t in zip(row, TOTAL)) / len(TOTAL) for row in rows]
         assert by[label].balanced_accuracies == pytest.approx(expected)
         assert by[label].balanced_n == SEEDS5 and by[label].balanced_seeds == (0, 1, 2, 3, 4)
-        assert (by[label].balanced_mean, by[label].balanced_std, by[label].balanced_ci95_low,
-                by[label].balanced_ci95_high) == pytest.approx(compare.mean_ci(expected))
+        assert (
+            by[label].balanced_mean,
+            by[label].balanced_std,
+            by[label].balanced_ci95_low,
+            by[label].balanced_ci95_high,
+        ) == pytest.approx(compare.mean_ci(expected))
     # Overall accuracy hides the rare class; balanced accuracy does not.
     assert by["found@1"].mean > by["standard"].mean
     assert by["found@1"].balanced_mean < by["standard"].balanced_mean
@@ -376,7 +449,7 @@ def test_per_class_table_has_every_class_of_every_policy_by_name(imbalanced):
     # The best baseline by mean test accuracy is the reference; the baselines are not tested.
     assert keep_left["found@1"]["baseline"] == "standard" and keep_left["none"]["baseline"] == ""
     md = Path(files["results_md"]).read_text()
-    section = md[md.index("### Per-class accuracy"):]
+    section = md[md.index("### Per-class accuracy") :]
     for label, name in enumerate(CLASSES):
         assert f"| {label} | {name} | {TOTAL[label]} |" in section
     assert "| 3 | keep_left | 20 | 14.00 ▼ |" in section  # found@1's column first
@@ -408,14 +481,25 @@ def test_a_class_worse_beyond_the_noise_is_named_and_a_noisy_one_is_not(imbalanc
 def test_a_drop_below_zero_for_one_class_but_not_after_correction_is_listed_apart(tmp_path, store):
     """keep_left drops by 5-8 images of 20 in each of 3 seeds: its own 95% CI is below 0 (p = 0.019),
     but after Benjamini-Hochberg over the 4 classes (q = 0.076) it is not beyond the noise."""
-    counts = {"standard": [[455, 265, 133, 18], [457, 266, 134, 17], [454, 264, 135, 18]],
-              "trivialaugment": [[458, 262, 135, 12], [452, 268, 131, 9], [457, 263, 136, 13]]}
-    comparison = _fake_comparison(tmp_path, store, correct=counts, total=TOTAL, classes=CLASSES,
-                                  policies=("trivialaugment",), baselines="standard")
+    counts = {
+        "standard": [[455, 265, 133, 18], [457, 266, 134, 17], [454, 264, 135, 18]],
+        "trivialaugment": [[458, 262, 135, 12], [452, 268, 131, 9], [457, 263, 136, 13]],
+    }
+    comparison = _fake_comparison(
+        tmp_path,
+        store,
+        correct=counts,
+        total=TOTAL,
+        classes=CLASSES,
+        policies=("trivialaugment",),
+        baselines="standard",
+    )
     per_class = comparison.per_class
     (suspect,) = per_class.suspects("trivialaugment")
     assert suspect.class_name == "keep_left" and suspect.diff.ci95_high < 0
-    assert suspect.diff.p_value == pytest.approx(0.0189, abs=1e-3) and suspect.p_adjusted == pytest.approx(4 * suspect.diff.p_value)
+    assert suspect.diff.p_value == pytest.approx(0.0189, abs=1e-3) and suspect.p_adjusted == pytest.approx(
+        4 * suspect.diff.p_value
+    )
     assert per_class.worse("trivialaugment") == [] and suspect.verdict == ""
     line = next(v for v in per_class.verdict_lines() if v.startswith("trivialaugment"))
     assert "no class worse than standard beyond the noise" in line
@@ -432,8 +516,11 @@ def test_a_class_without_test_images_has_no_accuracy_and_malformed_counts_count_
     from autoaug.launch.compare.per_class import class_counts
 
     total = [500, 300, 150, 0]  # no keep_left image in the test set
-    counts = {label: [row[:3] + [0] for row in rows[:3]] for label, rows in IMBALANCED.items()
-              if label in ("found@1", "standard")}
+    counts = {
+        label: [row[:3] + [0] for row in rows[:3]]
+        for label, rows in IMBALANCED.items()
+        if label in ("found@1", "standard")
+    }
     comparison = _fake_comparison(tmp_path, store, correct=counts, total=total, classes=CLASSES)
     found = comparison.summaries[0]
     assert found.balanced_accuracies[0] == pytest.approx((480 / 500 + 280 / 300 + 135 / 150) / 3)
@@ -461,14 +548,22 @@ def test_evaluation_of_a_stored_policy_holds_balanced_accuracy_and_worse_classes
 
 def test_without_baseline_or_with_one_seed_nothing_is_tested(tmp_path, store):
     one_seed = {label: rows[:1] for label, rows in IMBALANCED.items()}
-    comparison = _fake_comparison(tmp_path / "a", store, correct=one_seed, total=TOTAL, classes=CLASSES,
-                                  policies=("found@1", "trivialaugment"), baselines="none,standard")
+    comparison = _fake_comparison(
+        tmp_path / "a",
+        store,
+        correct=one_seed,
+        total=TOTAL,
+        classes=CLASSES,
+        policies=("found@1", "trivialaugment"),
+        baselines="none,standard",
+    )
     assert comparison.per_class.worse("found@1") == [] and comparison.per_class.available
     assert "found@1: not tested (needs 2 seeds" in comparison.table()
     files = compare.write_outputs(comparison)
     assert "per_class_csv" in files  # differences without intervals are still drawn
-    no_baseline = _fake_comparison(tmp_path / "b", store, correct={"found@1": IMBALANCED["found@1"]}, total=TOTAL,
-                                   classes=CLASSES, baselines="")
+    no_baseline = _fake_comparison(
+        tmp_path / "b", store, correct={"found@1": IMBALANCED["found@1"]}, total=TOTAL, classes=CLASSES, baselines=""
+    )
     assert no_baseline.per_class.compared == () and "No baseline to compare with" in no_baseline.markdown()
     files = compare.write_outputs(no_baseline)
     assert "per_class_csv" in files and "per_class_plot" not in files
@@ -494,8 +589,15 @@ def test_runs_recorded_without_per_class_counts_still_load_and_are_reported_unav
     assert "balanced_accuracy" not in store.get("found@1").evaluations[0].results
 
     # Some runs old, some new: balanced accuracy over the new ones (marked), the old ones listed.
-    mixed = _fake_comparison(tmp_path / "mixed", store, correct=IMBALANCED, total=TOTAL, classes=CLASSES,
-                             policies=("found@1",), baselines="standard")
+    mixed = _fake_comparison(
+        tmp_path / "mixed",
+        store,
+        correct=IMBALANCED,
+        total=TOTAL,
+        classes=CLASSES,
+        policies=("found@1",),
+        baselines="standard",
+    )
     for key in ("test_class_correct", "test_class_total"):
         del mixed.runs[0][key]
     mixed.summaries = compare.summarize(mixed.candidates, mixed.runs)
@@ -541,7 +643,9 @@ def test_stale_run_records_are_refused(tmp_path, store):
     older = dict(comparison.runs[0], train_config={k: v for k, v in cfg.to_dict().items() if k != "eval_from"})
     assert runner.load_run(json.dumps(older).encode(), "r.json", cand, seed, cfg, "f" * 64) is not None
     with pytest.raises(CompareError, match="eval_from: 1 vs 2"):
-        runner.load_run(json.dumps(older).encode(), "r.json", cand, seed, dataclasses.replace(cfg, eval_from=2), "f" * 64)
+        runner.load_run(
+            json.dumps(older).encode(), "r.json", cand, seed, dataclasses.replace(cfg, eval_from=2), "f" * 64
+        )
 
 
 def _images_pair(folder: Path, counts, shape=(48, 40, 3)) -> Path:
@@ -559,11 +663,14 @@ def _images_pair(folder: Path, counts, shape=(48, 40, 3)) -> Path:
         images = []
         for i in range(len(labels)):
             buf = io.BytesIO()
-            Image.fromarray(rng.integers(0, 256, shape(i) if callable(shape) else shape, dtype=np.uint8)).save(buf, "PNG")
+            Image.fromarray(rng.integers(0, 256, shape(i) if callable(shape) else shape, dtype=np.uint8)).save(
+                buf, "PNG"
+            )
             images.append(buf.getvalue())
         table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int16())})
-        pq.write_table(table.replace_schema_metadata({"classes": ",".join(f"c{c}" for c in range(len(counts)))}),
-                       folder / name)
+        pq.write_table(
+            table.replace_schema_metadata({"classes": ",".join(f"c{c}" for c in range(len(counts)))}), folder / name
+        )
     return folder
 
 
@@ -571,16 +678,27 @@ def test_a_comparison_is_sized_to_its_data_once_and_records_both(tmp_path):
     """The per-class split and the automatic image size become numbers before any run: every run
     trains (and its record keeps) the resolved config; compare.json keeps what was asked too."""
     data = _images_pair(tmp_path / "d", [12, 30, 6])
-    cfg = compare.config_from_dict({"data": str(data), "preset": "eval-cpu", "baselines": "standard",
-                                    "train": {"train_per_class": 8, "min_train_size": 10, "max_train_size": 20}})
+    cfg = compare.config_from_dict(
+        {
+            "data": str(data),
+            "preset": "eval-cpu",
+            "baselines": "standard",
+            "train": {"train_per_class": 8, "min_train_size": 10, "max_train_size": 20},
+        }
+    )
     assert (cfg.train.train_size, cfg.train.train_per_class, cfg.train.image_size) == (None, 8, None)  # as asked
     sized, fingerprint, sizing, _ = runner.sized_to_data(cfg)
     assert (sized.train.train_size, sized.train.val_size, sized.train.image_size) == (20, 0, 40)  # 8+8+6 = 22, capped
     assert sized.train.is_resolved and sized.run_config(1).train_size == 20
-    assert sizing["requested"]["train_per_class"] == 8 and sizing["resolved"] == {"train_size": 20, "val_size": 0,
-                                                                                  "image_size": 40}
+    assert sizing["requested"]["train_per_class"] == 8 and sizing["resolved"] == {
+        "train_size": 20,
+        "val_size": 0,
+        "image_size": 40,
+    }
     assert sizing["num_classes"] == 3 and len(fingerprint) == 64
-    flags = compare_cmd_config(["--data", str(data), "--preset", "smoke", "--train-per-class", "8", "--image-size", "auto"])
+    flags = compare_cmd_config(
+        ["--data", str(data), "--preset", "smoke", "--train-per-class", "8", "--image-size", "auto"]
+    )
     assert (flags.train.train_per_class, flags.train.train_size, flags.train.image_size) == (8, None, None)
 
 
@@ -608,9 +726,51 @@ def test_run_reuse_tells_regimes_apart_by_what_they_resolve_to(tmp_path, store):
 
     comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8], "standard": [0.7]})
     cand, seed = comparison.candidates[0], 0
-    gtsrb = [210, 2220, 2250, 1410, 1980, 1860, 420, 1440, 1410, 1470, 2010, 1320, 2100, 2160, 780, 630, 420, 1110,
-             1200, 210, 360, 330, 390, 510, 270, 1500, 600, 240, 540, 270, 450, 780, 240, 689, 420, 1200, 390, 210,
-             2070, 300, 360, 240, 240]
+    gtsrb = [
+        210,
+        2220,
+        2250,
+        1410,
+        1980,
+        1860,
+        420,
+        1440,
+        1410,
+        1470,
+        2010,
+        1320,
+        2100,
+        2160,
+        780,
+        630,
+        420,
+        1110,
+        1200,
+        210,
+        360,
+        330,
+        390,
+        510,
+        270,
+        1500,
+        600,
+        240,
+        540,
+        270,
+        450,
+        780,
+        240,
+        689,
+        420,
+        1200,
+        390,
+        210,
+        2070,
+        300,
+        360,
+        240,
+        240,
+    ]
 
     def run_config(**overrides):
         cfg = TrainConfig.from_preset("eval-cpu", data="/d/train.parquet", test_data="/d/test.parquet", **overrides)
@@ -625,15 +785,28 @@ def test_run_reuse_tells_regimes_apart_by_what_they_resolve_to(tmp_path, store):
         runner.load_run(record, "r.json", cand, seed, run_config(train_per_class=25), "f" * 64)
     assert runner.load_run(record, "r.json", cand, seed, run_config(train_size=2000), "f" * 64) is not None
     # A CIFAR-10 eval-cpu run recorded before the per-class presets (train_size 1000, 32x32, no new keys).
-    quality = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-                          / "search-quality-cpu-eval-cpu" / "quality.json").read_text())
+    quality = json.loads(
+        (
+            Path(__file__).resolve().parents[2]
+            / "benchmarks"
+            / "results"
+            / "search-quality-cpu-eval-cpu"
+            / "quality.json"
+        ).read_text()
+    )
     old = json.dumps(runner.run_record(cand, seed, TrainConfig.from_dict(quality["eval_train_config"]), outcome))
-    now = dataclasses.replace(TrainConfig.from_preset("eval-cpu", data="/elsewhere").resolved([5000] * 10, data_image_size=32),
-                              seed=seed, num_threads=1)
+    now = dataclasses.replace(
+        TrainConfig.from_preset("eval-cpu", data="/elsewhere").resolved([5000] * 10, data_image_size=32),
+        seed=seed,
+        num_threads=1,
+    )
     assert runner.load_run(old.encode(), "r.json", cand, seed, now, "f" * 64) is not None
+
+
 def test_a_rebased_run_is_recorded_and_reported_with_its_base(tmp_path, store):
-    comparison = _fake_comparison(tmp_path, store, {"found@1 [base crop]": [0.8, 0.9], "standard": [0.7, 0.75]},
-                                  base="crop")
+    comparison = _fake_comparison(
+        tmp_path, store, {"found@1 [base crop]": [0.8, 0.9], "standard": [0.7, 0.75]}, base="crop"
+    )
     record = comparison.runs[0]
     assert (record["policy"], record["base"], record["rebased_from"]) == ("found@1 [base crop]", "crop", "standard")
     assert record["policy_json"]["base"] == "crop" and record["run_id"].startswith("found_1_base_crop-")
@@ -642,7 +815,9 @@ def test_a_rebased_run_is_recorded_and_reported_with_its_base(tmp_path, store):
     with open(files["results_csv"], newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["policy"], r["base"], r["rebased_from"]) for r in rows] == [
-        ("found@1 [base crop]", "crop", "standard"), ("standard", "standard", "")]
+        ("found@1 [base crop]", "crop", "standard"),
+        ("standard", "standard", ""),
+    ]
     with open(files["runs_csv"], newline="") as f:
         assert [r["base"] for r in csv.DictReader(f)] == ["crop", "crop", "standard", "standard"]
     assert pq.read_table(files["results_parquet"]).column("base").to_pylist() == ["crop", "standard"]
@@ -661,7 +836,9 @@ def test_a_run_on_another_base_is_not_reused(tmp_path, store):
     cfg = comparison.config.run_config(seed)
     assert runner.run_id(moved, seed) != runner.run_id(stored, seed)
     data = json.dumps(comparison.runs[0]).encode()
-    with pytest.raises(CompareError, match=r"holds a run of another comparison \(policy hash .*; base standard vs crop\)"):
+    with pytest.raises(
+        CompareError, match=r"holds a run of another comparison \(policy hash .*; base standard vs crop\)"
+    ):
         runner.load_run(data, "r.json", moved, seed, cfg, "f" * 64)
     # a record written before runs recorded their base: read from the policy it holds
     older = {k: v for k, v in comparison.runs[0].items() if k not in ("base", "rebased_from")}
@@ -715,9 +892,27 @@ def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_
 
     out = tmp_path / "cmp"
     argv = [
-        "compare", "--policy", "found@1", "--baselines", "standard", "--seeds", "2", "--preset", "smoke",
-        "--data", str(cifar_train), "--test-data", str(small_test_split), "--store", store.uri,
-        "--out", str(out), "--set", "train.train_size=512", "--set", "train.val_size=256",
+        "compare",
+        "--policy",
+        "found@1",
+        "--baselines",
+        "standard",
+        "--seeds",
+        "2",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--test-data",
+        str(small_test_split),
+        "--store",
+        store.uri,
+        "--out",
+        str(out),
+        "--set",
+        "train.train_size=512",
+        "--set",
+        "train.val_size=256",
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -727,13 +922,23 @@ def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_
     run_files = sorted((out / "runs").glob("*.json"))
     assert len(run_files) == 4
     records = [json.loads(p.read_text()) for p in run_files]
-    assert {(r["policy"], r["seed"]) for r in records} == {("found@1", 0), ("found@1", 1), ("standard", 0), ("standard", 1)}
+    assert {(r["policy"], r["seed"]) for r in records} == {
+        ("found@1", 0),
+        ("found@1", 1),
+        ("standard", 0),
+        ("standard", 1),
+    }
     for r in records:
         assert 0.0 < r["test_accuracy"] <= 1.0
         assert [h["epoch"] for h in r["history"]] == [1, 2]
     # Different seeds give different models.
-    assert len({r["test_accuracy"] for r in records if r["policy"] == "standard"} |
-               {r["history"][0]["train_loss"] for r in records if r["policy"] == "standard"}) > 1
+    assert (
+        len(
+            {r["test_accuracy"] for r in records if r["policy"] == "standard"}
+            | {r["history"][0]["train_loss"] for r in records if r["policy"] == "standard"}
+        )
+        > 1
+    )
 
     results = pq.read_table(out / "results.parquet").to_pylist()
     assert [(r["policy"], r["n"]) for r in results] == [("found@1", 2), ("standard", 2)]
@@ -751,7 +956,8 @@ def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_
     # The stored policy carries the evaluation, and `autoaug policies show` displays it.
     (evaluation,) = store.get("found@1").evaluations
     assert sorted(evaluation.results["test_accuracy"]) == sorted(
-        x["test_accuracy"] for x in records if x["policy"] == "found@1")
+        x["test_accuracy"] for x in records if x["policy"] == "found@1"
+    )
     assert main(["policies", "show", "found@1", "--store", store.uri]) == 0
     shown = capsys.readouterr().out
     assert "evaluations (1)" in shown and "autoaug compare" in shown
@@ -810,9 +1016,28 @@ def test_compare_writes_per_class_results_on_an_imbalanced_dataset(tmp_path, cap
     _toy_parquet(data / "train.parquet", classes, seed=0)
     _toy_parquet(data / "test.parquet", {"red": 60, "green": 60, "blue_rare": 9}, seed=1)
     out = tmp_path / "cmp"
-    argv = ["compare", "--policy", "none", "--baselines", "standard", "--seeds", "2", "--preset", "smoke",
-            "--data", str(data), "--out", str(out), "--no-attach", "--set", "train.train_size=192",
-            "--set", "train.val_size=64", "--set", "train.epochs=1"]
+    argv = [
+        "compare",
+        "--policy",
+        "none",
+        "--baselines",
+        "standard",
+        "--seeds",
+        "2",
+        "--preset",
+        "smoke",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--no-attach",
+        "--set",
+        "train.train_size=192",
+        "--set",
+        "train.val_size=64",
+        "--set",
+        "train.epochs=1",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "balanced acc % (mean)" in printed and "per class, against the best baseline standard" in printed
@@ -828,6 +1053,8 @@ def test_compare_writes_per_class_results_on_an_imbalanced_dataset(tmp_path, cap
     results = pq.read_table(out / "results.parquet").to_pylist()
     assert all(r["balanced_n"] == 2 and 0.0 <= r["balanced_mean"] <= 1.0 for r in results)
     assert "| 2 | blue_rare | 9 |" in (out / "results.md").read_text()
+
+
 @pytest.mark.slow
 def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_train, small_test_split, capsys):
     """--base crop: AutoAugment's CIFAR-10 policy is trained on crop (the run is exactly a training of
@@ -839,9 +1066,32 @@ def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_train, smal
     from autoaug.proxy_models.train import train
 
     out = tmp_path / "cmp"
-    argv = ["compare", "--policy", "autoaugment-cifar10", "--baselines", "crop", "--base", "crop", "--seeds", "1",
-            "--preset", "smoke", "--epochs", "1", "--data", str(cifar_train), "--test-data", str(small_test_split),
-            "--out", str(out), "--set", "train.train_size=256", "--set", "train.val_size=64", "--no-attach"]
+    argv = [
+        "compare",
+        "--policy",
+        "autoaugment-cifar10",
+        "--baselines",
+        "crop",
+        "--base",
+        "crop",
+        "--seeds",
+        "1",
+        "--preset",
+        "smoke",
+        "--epochs",
+        "1",
+        "--data",
+        str(cifar_train),
+        "--test-data",
+        str(small_test_split),
+        "--out",
+        str(out),
+        "--set",
+        "train.train_size=256",
+        "--set",
+        "train.val_size=64",
+        "--no-attach",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "autoaugment-cifar10 [base crop]" in printed
@@ -853,8 +1103,14 @@ def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_train, smal
     config = json.loads((out / "compare.json").read_text())
     assert config["base"] == "crop" and [c["base"] for c in config["candidates"]] == ["crop", "crop"]
 
-    cfg = compare.config_from_dict({"data": str(cifar_train), "test_data": str(small_test_split), "preset": "smoke",
-                                    "train": {"epochs": 1, "train_size": 256, "val_size": 64}}).run_config(0)
+    cfg = compare.config_from_dict(
+        {
+            "data": str(cifar_train),
+            "test_data": str(small_test_split),
+            "preset": "smoke",
+            "train": {"epochs": 1, "train_size": 256, "val_size": 64},
+        }
+    ).run_config(0)
     cfg = dataclasses.replace(cfg, test_data=None)
     aa = presets.resolve("autoaugment-cifar10")
     losses = {base: train(cfg, aa.with_base(base)).history[0]["train_loss"] for base in ("crop", "standard")}
@@ -876,11 +1132,18 @@ def test_compare_live_display_shows_epochs_of_running_runs(tmp_path, cifar_train
     from autoaug.core.progress import Progress
     from autoaug.launch.compare import config_from_dict, run_compare
 
-    config = config_from_dict({
-        "baselines": "none,standard", "seeds": 1, "preset": "smoke", "data": str(cifar_train),
-        "test_data": str(small_test_split), "out": str(tmp_path / "cmp"), "attach": False,
-        "train": {"train_size": 256, "val_size": 128, "epochs": 2},
-    })
+    config = config_from_dict(
+        {
+            "baselines": "none,standard",
+            "seeds": 1,
+            "preset": "smoke",
+            "data": str(cifar_train),
+            "test_data": str(small_test_split),
+            "out": str(tmp_path / "cmp"),
+            "attach": False,
+            "train": {"train_size": 256, "val_size": 128, "epochs": 2},
+        }
+    )
     seen: list[tuple[str, float]] = []
 
     class Recording(Progress):
@@ -911,8 +1174,9 @@ autoaug compare $ARGS; echo "rc2=$?"
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_compare_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_freed(tmp_path, cifar_train,
-                                                                                      in_mount_namespace):
+def test_a_compare_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_freed(
+    tmp_path, cifar_train, in_mount_namespace
+):
     """A real full filesystem (a 512 KiB tmpfs in a user namespace, 16 KiB left) under --out, real processes: the
     comparison stops at the run record that does not fit, with one line naming it and saying to
     free space; no half-written record is left; run again once space is freed, it trains only the
@@ -927,20 +1191,26 @@ def test_a_compare_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_
     pq.write_table(table.take(list(range(7, len(table), len(table) // 100))[:100]), data / "test.parquet")
     (tmp_path / "mnt").mkdir()
     out = tmp_path / "mnt" / "cmp"
-    args = (f"--data {data / 'train.parquet'} --test-data {data / 'test.parquet'} --policy none --baselines standard "
-            f"--seeds 2 --preset smoke --set train.epochs=1 --set train.train_size=128 --set train.val_size=64 "
-            f"--out {out} --no-attach --cpus-per-run 1")
-    env = {**os.environ, "D": str(tmp_path / "mnt"), "ARGS": args,
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    args = (
+        f"--data {data / 'train.parquet'} --test-data {data / 'test.parquet'} --policy none --baselines standard "
+        f"--seeds 2 --preset smoke --set train.epochs=1 --set train.train_size=128 --set train.val_size=64 "
+        f"--out {out} --no-attach --cpus-per-run 1"
+    )
+    env = {
+        **os.environ,
+        "D": str(tmp_path / "mnt"),
+        "ARGS": args,
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    }
     proc = in_mount_namespace(COMPARE_ON_A_FULL_DISK, env)
     text, err = proc.stdout, proc.stderr
     assert "rc1=1" in text, text + err
-    first = err[:err.index("autoaug: error:") + 400] if "autoaug: error:" in err else err
+    first = err[: err.index("autoaug: error:") + 400] if "autoaug: error:" in err else err
     errors = [line for line in err.splitlines() if line.startswith("autoaug: error:")]
     assert len(errors) == 1 and f"cannot write {out / 'runs'}" in errors[0], first
     assert "no space left on the filesystem (ENOSPC); free space there" in errors[0]
     assert "records=3 tmp=0" in text, text  # three whole records, nothing half-written
     assert "rc2=0" in text, text + err
-    second = text[text.index("rc1=1"):]
+    second = text[text.index("rc1=1") :]
     assert second.count("] reused ") == 3 and second.count("] trained ") == 1, second
     assert "wrote " + str(out / "comparison.png") in second

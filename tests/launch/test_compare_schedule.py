@@ -1,5 +1,6 @@
 """``autoaug compare --policy`` with a schedule: its runs train the schedule (stages switched at their
 epochs) and are recorded under the schedule's hash."""
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,29 @@ def test_compare_trains_a_schedule_against_a_baseline(tmp_path, capsys, cifar_tr
     file = tmp_path / "schedule.json"
     file.write_text(schedule.to_json())
     out = tmp_path / "cmp"
-    code = main(["compare", "--data", str(cifar_train), "--policy", str(file), "--baselines", "crop", "--seeds", "1",
-                 "--preset", "smoke", "--set", "epochs=2", "--set", "train_size=128", "--set", "val_size=64",
-                 "--out", str(out)])
+    code = main(
+        [
+            "compare",
+            "--data",
+            str(cifar_train),
+            "--policy",
+            str(file),
+            "--baselines",
+            "crop",
+            "--seeds",
+            "1",
+            "--preset",
+            "smoke",
+            "--set",
+            "epochs=2",
+            "--set",
+            "train_size=128",
+            "--set",
+            "val_size=64",
+            "--out",
+            str(out),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:] + captured.out[-3000:]
     runs = {json.loads(p.read_text())["policy"]: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
@@ -34,7 +55,30 @@ def test_compare_trains_a_schedule_against_a_baseline(tmp_path, capsys, cifar_tr
     assert "schedule_json" not in runs["crop"] and runs["crop"]["policy_hash"] == PLAIN.content_hash
     assert run["test_accuracy"] is not None and len(run["history"]) == 2
     # A second compare in the same folder reuses the finished runs (keyed by the schedule's hash).
-    assert main(["compare", "--data", str(cifar_train), "--policy", str(file), "--baselines", "crop", "--seeds", "1",
-                 "--preset", "smoke", "--set", "epochs=2", "--set", "train_size=128", "--set", "val_size=64",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--data",
+                str(cifar_train),
+                "--policy",
+                str(file),
+                "--baselines",
+                "crop",
+                "--seeds",
+                "1",
+                "--preset",
+                "smoke",
+                "--set",
+                "epochs=2",
+                "--set",
+                "train_size=128",
+                "--set",
+                "val_size=64",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "trained 0 run(s), reused 2" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """Exit statuses come from one table in ``autoaug.launch.cli.main`` (docs/search.md: 1 when Ray
 fails, 2 for bad input, 130 for an interrupted search)."""
+
 from __future__ import annotations
 
 import socket
@@ -19,8 +20,22 @@ def _closed_port() -> int:
 
 def test_a_failed_cluster_connection_exits_with_the_documented_status_1(cifar_train, tmp_path, capsys):
     port = _closed_port()
-    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "nowhere", "--address",
-            f"127.0.0.1:{port}", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store"), "-q"]
+    argv = [
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "nowhere",
+        "--address",
+        f"127.0.0.1:{port}",
+        "--storage",
+        str(tmp_path / "runs"),
+        "--store",
+        str(tmp_path / "store"),
+        "-q",
+    ]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"autoaug: error: cannot reach the Ray cluster at 127.0.0.1:{port}")
@@ -28,8 +43,22 @@ def test_a_failed_cluster_connection_exits_with_the_documented_status_1(cifar_tr
 
 
 def test_a_malformed_cluster_address_is_bad_input_status_2(cifar_train, tmp_path, capsys):
-    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "bad-address", "--address",
-            "s3://head", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store"), "-q"]
+    argv = [
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "bad-address",
+        "--address",
+        "s3://head",
+        "--storage",
+        str(tmp_path / "runs"),
+        "--store",
+        str(tmp_path / "store"),
+        "-q",
+    ]
     assert main(argv) == 2
     assert "unsupported scheme 's3://' in Ray cluster address" in capsys.readouterr().err
 

@@ -7,9 +7,9 @@ command can go without data or a cluster: parsed by the command's parser and tur
 command's configuration by the same functions the command uses (which refuse unknown keys and
 bad values with one line).
 """
+
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 
@@ -107,8 +107,9 @@ def test_a_trainer_key_given_to_search_or_compare_means_train_key(base, tmp_path
 
     monkeypatch.setenv("AUTOAUG_RUNS", str(tmp_path / "runs"))
     for command in ("search", "compare"):
-        config = _build(command, [*base[command], "--set", "epochs=3", "--set", "train.batch_size=16",
-                                  "--set", "lr=0.05"])
+        config = _build(
+            command, [*base[command], "--set", "epochs=3", "--set", "train.batch_size=16", "--set", "lr=0.05"]
+        )
         assert (config.epochs, config.batch_size, config.lr) == (3, 16, 0.05)
     args = build_parser().parse_args(["search", *base["search"], "--set", "seed=7", "--set", "epochs=2"])
     from autoaug.launch.search_cmd import build_search_config

@@ -1,4 +1,5 @@
 """autoaug.launch.config: YAML files, --set assignments, flag overrides, layering."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,11 @@ def test_load_yaml(tmp_path):
         ("name: [unclosed\n", r"is not valid YAML \(line 2, column 1\)"),
         ("- a\n- b\n", "must hold a mapping of keys to values at the top level, got a list"),
         # a key given twice is refused (PyYAML would keep the last value without a word)
-        ("train:\n  epochs: 2\n  epochs: 5\n", r"is not valid YAML \(line 3, column 3\): the key 'epochs' appears "
-                                                r"twice in one mapping \(first at line 2\); expected each key once"),
+        (
+            "train:\n  epochs: 2\n  epochs: 5\n",
+            r"is not valid YAML \(line 3, column 3\): the key 'epochs' appears "
+            r"twice in one mapping \(first at line 2\); expected each key once",
+        ),
     ],
 )
 def test_bad_yaml_is_one_line(tmp_path, content, message):
@@ -55,10 +59,24 @@ def test_deep_merge_merges_sections_and_replaces_values():
 
 
 def test_assignments_parse_yaml_values():
-    out = parse_assignments(["train.epochs=2", "space.exclude_ops=[Invert, Rotate]", "store=s3://b/p",
-                             "early_stopping=false", "concurrency=null", "name="])
-    assert out == {"train": {"epochs": 2}, "space": {"exclude_ops": ["Invert", "Rotate"]},
-                   "store": "s3://b/p", "early_stopping": False, "concurrency": None, "name": None}
+    out = parse_assignments(
+        [
+            "train.epochs=2",
+            "space.exclude_ops=[Invert, Rotate]",
+            "store=s3://b/p",
+            "early_stopping=false",
+            "concurrency=null",
+            "name=",
+        ]
+    )
+    assert out == {
+        "train": {"epochs": 2},
+        "space": {"exclude_ops": ["Invert", "Rotate"]},
+        "store": "s3://b/p",
+        "early_stopping": False,
+        "concurrency": None,
+        "name": None,
+    }
     with pytest.raises(UserInputError, match="expected KEY=VALUE"):
         parse_assignments(["train.epochs"])
     with pytest.raises(UserInputError, match="invalid config key 'a..b'"):
@@ -72,16 +90,18 @@ def test_set_dotted_refuses_to_descend_into_a_value():
 
 def test_flag_overrides_only_take_given_flags():
     args = argparse.Namespace(data="d", epochs=None, seed=3)
-    out = flag_overrides(args, {"data": "data", "epochs": "train.epochs",
-                                "seed": lambda v: {"seed": v, "train": {"seed": v}}})
+    out = flag_overrides(
+        args, {"data": "data", "epochs": "train.epochs", "seed": lambda v: {"seed": v, "train": {"seed": v}}}
+    )
     assert out == {"data": "d", "seed": 3, "train": {"seed": 3}}
 
 
 def test_layers_win_in_order(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("a: file\nb: file\nc: file\n")
-    out = layered_config(defaults={"a": "default", "d": "default"}, file=path,
-                         assignments=["b=set", "c=set"], flags={"c": "flag"})
+    out = layered_config(
+        defaults={"a": "default", "d": "default"}, file=path, assignments=["b=set", "c=set"], flags={"c": "flag"}
+    )
     assert out == {"a": "file", "b": "set", "c": "flag", "d": "default"}
 
 
@@ -89,5 +109,7 @@ def test_build_config_turns_validation_errors_into_user_errors():
     def factory(d):
         raise ValueError("SearchConfig.num_trials: 0 is invalid;\n expected >= 1")
 
-    with pytest.raises(UserInputError, match=r"^invalid search config: SearchConfig.num_trials: 0 is invalid; expected >= 1$"):
+    with pytest.raises(
+        UserInputError, match=r"^invalid search config: SearchConfig.num_trials: 0 is invalid; expected >= 1$"
+    ):
         build_config(factory, {}, what="search config")

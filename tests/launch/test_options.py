@@ -1,5 +1,6 @@
 """The one CLI option layer: train, search and compare take --config FILE and --set KEY=VALUE with
 the same layering, and `autoaug launch` knows path arguments from their declared kind."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,15 +47,32 @@ def test_train_rejects_an_unknown_setting(tmp_path):
 def test_search_and_compare_layer_the_same_way(tmp_path):
     config = tmp_path / "s.yaml"
     config.write_text("num_trials: 7\ntrain:\n  epochs: 3\n")
-    search = search_cmd.build_search_config(_args(
-        ["search", "--config", str(config), "--set", "train.epochs=2", "--data", str(tmp_path), "--num-trials", "9"]))
+    search = search_cmd.build_search_config(
+        _args(
+            ["search", "--config", str(config), "--set", "train.epochs=2", "--data", str(tmp_path), "--num-trials", "9"]
+        )
+    )
     assert search.train_method.num_trials == 9 and search.train.epochs == 2
     (tmp_path / "train.parquet").write_bytes(b"PAR1")
     (tmp_path / "test.parquet").write_bytes(b"PAR1")
     config.write_text("seeds: 4\ntrain:\n  epochs: 3\n")
-    compare = compare_cmd.build_compare_config(_args(
-        ["compare", "--config", str(config), "--set", "train.epochs=2", "--data", str(tmp_path / "train.parquet"),
-         "--seeds", "2", "--preset", "smoke"]))
+    compare = compare_cmd.build_compare_config(
+        _args(
+            [
+                "compare",
+                "--config",
+                str(config),
+                "--set",
+                "train.epochs=2",
+                "--data",
+                str(tmp_path / "train.parquet"),
+                "--seeds",
+                "2",
+                "--preset",
+                "smoke",
+            ]
+        )
+    )
     assert compare.seeds == (0, 1) and compare.train.epochs == 2
 
 

@@ -1,4 +1,5 @@
 """--json: one JSON document on stdout and nothing else, whatever writes to stdout meanwhile."""
+
 from __future__ import annotations
 
 import json
@@ -38,15 +39,20 @@ def test_disabled_is_a_no_op(capfd):
     assert out == "plain output\n"
 
 
-@pytest.mark.parametrize("argv", [["policies", "show", "autoaugment-cifar10", "--json"],
-                                  ["policies", "list", "--json"]])
+@pytest.mark.parametrize(
+    "argv", [["policies", "show", "autoaugment-cifar10", "--json"], ["policies", "list", "--json"]]
+)
 def test_policies_json_is_one_document(argv, tmp_path):
     from autoaug.policies.presets import resolve
     from autoaug.policies.store import PolicyStore
 
     PolicyStore(str(tmp_path / "store")).save(resolve("autoaugment-cifar10"), "aa")  # a store that exists
-    proc = subprocess.run([sys.executable, "-m", "autoaug.launch.cli", *argv, "--store", str(tmp_path / "store")],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoaug.launch.cli", *argv, "--store", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     json.loads(proc.stdout)  # the whole of stdout is one document
 

@@ -1,4 +1,5 @@
 """``autoaug policies``: every sub-command on a store made here, in-process and as a real process."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,15 @@ from autoaug.policies.store import PolicyStore
 REPO = Path(__file__).resolve().parents[2]
 
 V1 = Policy("found", 10, [[("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)], [("Invert", 0.1, 0), ("Contrast", 0.2, 6)]])
-V2 = Policy("found", 10, [[("Rotate", 0.8, 2), ("TranslateX", 0.3, 9)], [("Invert", 0.1, 0), ("Contrast", 0.2, 6)],
-                          [("Color", 0.9, 9), ("Brightness", 0.1, 3)]])
+V2 = Policy(
+    "found",
+    10,
+    [
+        [("Rotate", 0.8, 2), ("TranslateX", 0.3, 9)],
+        [("Invert", 0.1, 0), ("Contrast", 0.2, 6)],
+        [("Color", 0.9, 9), ("Brightness", 0.1, 3)],
+    ],
+)
 
 
 @pytest.fixture
@@ -61,7 +69,10 @@ def test_list_name_and_json(store, capsys):
     assert rows[1][-3:] == [V2.content_hash[:12], "3", "1"]  # hash, sub-policies, evaluations
     code, out, _ = run(capsys, "policies", "list", "--json", "--store", store.uri)
     data = json.loads(out)
-    assert [(d["name"], d["latest_version"], d["num_versions"]) for d in data] == [("cifar10-wrn", 2, 2), ("svhn", 1, 1)]
+    assert [(d["name"], d["latest_version"], d["num_versions"]) for d in data] == [
+        ("cifar10-wrn", 2, 2),
+        ("svhn", 1, 1),
+    ]
     code, out, _ = run(capsys, "policies", "list", "cifar10-wrn", "--json", "--store", store.uri)
     data = json.loads(out)
     assert [d["ref"] for d in data] == ["cifar10-wrn@1", "cifar10-wrn@2"]
@@ -91,8 +102,10 @@ def test_list_empty_store_and_default_store(tmp_path, capsys, monkeypatch):
     assert code == 0 and out.strip() == f"no policies in {tmp_path / 'empty'}"
 
 
-@pytest.mark.parametrize("argv", [["list"], ["list", "x"], ["show", "x"], ["show", "x@1"], ["export", "abcdef12"],
-                                  ["diff", "x", "y"], ["check"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["list"], ["list", "x"], ["show", "x"], ["show", "x@1"], ["export", "abcdef12"], ["diff", "x", "y"], ["check"]],
+)
 def test_read_commands_on_a_store_that_does_not_exist_exit_2(tmp_path, capsys, argv):
     missing = tmp_path / "nope"
     code, out, err = run(capsys, "policies", *argv, "--store", str(missing))
@@ -158,7 +171,9 @@ def test_check_verifies_every_version_and_removes_old_leftovers(store, capsys):
     code, out, err = run(capsys, "policies", "check", "--store", root, "--grace", "0")
     assert code == 2
     assert f"CORRUPT cifar10-wrn@1: cannot read policy artifact {path}" in out
-    assert err.strip() == f"autoaug: error: 1 corrupt version(s) in {root}: cifar10-wrn@1 (delete or restore those files)"
+    assert (
+        err.strip() == f"autoaug: error: 1 corrupt version(s) in {root}: cifar10-wrn@1 (delete or restore those files)"
+    )
     assert not os.listdir(claims)  # --grace 0: every leftover goes
 
 
@@ -171,7 +186,7 @@ def test_show_stored(store, capsys):
     assert "location      " + os.path.join(store.uri, "cifar10-wrn", "v000002.parquet") in out
     assert "'found': 3 sub-policies, 10 magnitude bins, base=standard, ranges=autoaugment" in out
     start = lines.index("") + 1
-    table = [line.split() for line in lines[start:lines.index("", start)]]
+    table = [line.split() for line in lines[start : lines.index("", start)]]
     assert table[0] == ["#", "op", "1", "p", "bin", "op", "2", "p", "bin"]
     assert table[1:] == [
         ["0", "Rotate", "0.8", "2", "TranslateX", "0.3", "9"],
@@ -209,7 +224,9 @@ def test_reference_precedence(store, capsys, tmp_path, monkeypatch):
     # (the one precedence, autoaug.policies.reference; test_policy_reference.py checks it is every command's)
     store.save(V1, "standard")
     monkeypatch.chdir(tmp_path)
-    assert run(capsys, "policies", "show", "standard", "--store", store.uri)[1].startswith("preset:standard (not stored)")
+    assert run(capsys, "policies", "show", "standard", "--store", store.uri)[1].startswith(
+        "preset:standard (not stored)"
+    )
     assert run(capsys, "policies", "show", "standard@latest", "--store", store.uri)[1].startswith("standard@1\n")
     # a stored name wins over a file of the same name in the cwd; ./NAME is the file
     (tmp_path / "svhn").write_text(V1.to_json())
@@ -224,7 +241,9 @@ def test_export(store, capsys, tmp_path):
     assert code == 0 and out == V1.to_json() + "\n"
     assert Policy.from_json(out) == V1
     target = tmp_path / "out.json"
-    code, out, err = run(capsys, "policies", "export", "svhn", "--format", "json", "--out", str(target), "--store", store.uri)
+    code, out, err = run(
+        capsys, "policies", "export", "svhn", "--format", "json", "--out", str(target), "--store", store.uri
+    )
     assert code == 0 and out == "" and str(target) in err
     assert Policy.from_json(target.read_text()) == presets.resolve("autoaugment-svhn")
     code, out, _ = run(capsys, "policies", "export", "preset:randaugment:n=1,m=5")
@@ -235,8 +254,18 @@ def test_import(store, capsys, tmp_path):
     path = tmp_path / "p.json"
     policy = presets.resolve("autoaugment-imagenet")
     path.write_text(policy.to_json())
-    code, out, _ = run(capsys, "policies", "import", str(path), "--name", "imagenet", "--store", store.uri,
-                       "--metadata", '{"note": "from the paper"}')
+    code, out, _ = run(
+        capsys,
+        "policies",
+        "import",
+        str(path),
+        "--name",
+        "imagenet",
+        "--store",
+        store.uri,
+        "--metadata",
+        '{"note": "from the paper"}',
+    )
     assert code == 0 and out.startswith(f"saved imagenet@1 (hash {policy.content_hash[:12]})")
     record = store.get("imagenet")
     assert record.policy == policy
@@ -259,7 +288,9 @@ def test_diff(store, capsys):
         "1 added, 0 removed, 1 changed, 1 unchanged sub-policies",
     ]
     code, out, _ = run(capsys, "policies", "diff", "svhn", "preset:autoaugment-svhn", "--store", store.uri)
-    assert code == 0 and out.splitlines()[-1] == "0 added, 0 removed, 0 changed, 25 unchanged sub-policies (same content)"
+    assert (
+        code == 0 and out.splitlines()[-1] == "0 added, 0 removed, 0 changed, 25 unchanged sub-policies (same content)"
+    )
 
 
 def test_a_policy_on_base_crop_through_the_store_show_diff_and_export(store, capsys, tmp_path):
@@ -290,9 +321,25 @@ def test_preview(store, capsys, tmp_path, cifar_train):
     from PIL import Image
 
     def preview(out, *extra):
-        code, stdout, err = run(capsys, "policies", "preview", "cifar10-wrn@2", "--data", str(cifar_train),
-                                "--out", str(out), "--num-images", "3", "--columns", "2",
-                                "--backend", "torchvision", "--store", store.uri, *extra)
+        code, stdout, err = run(
+            capsys,
+            "policies",
+            "preview",
+            "cifar10-wrn@2",
+            "--data",
+            str(cifar_train),
+            "--out",
+            str(out),
+            "--num-images",
+            "3",
+            "--columns",
+            "2",
+            "--backend",
+            "torchvision",
+            "--store",
+            store.uri,
+            *extra,
+        )
         assert code == 0, err
         return stdout
 
@@ -305,16 +352,30 @@ def test_preview(store, capsys, tmp_path, cifar_train):
     assert out.read_bytes() == (tmp_path / "b.png").read_bytes()  # same seed, same grid
     assert out.read_bytes() != (tmp_path / "c.png").read_bytes()
     assert preview(tmp_path / "d.png", "--with-base") == (
-        f"wrote {tmp_path / 'd.png'}: 3 images x 2 draws of cifar10-wrn@2 (torchvision, base standard drawn first)\n")
+        f"wrote {tmp_path / 'd.png'}: 3 images x 2 draws of cifar10-wrn@2 (torchvision, base standard drawn first)\n"
+    )
     assert (tmp_path / "d.png").read_bytes() != (tmp_path / "b.png").read_bytes()
 
 
 @pytest.mark.slow
 def test_preview_dali_of_a_preset(capsys, tmp_path, cifar_test):
     out = tmp_path / "grid.png"
-    code, stdout, err = run(capsys, "policies", "preview", "preset:autoaugment-cifar10", "--data", str(cifar_test),
-                            "--out", str(out), "--num-images", "2", "--columns", "3",
-                            "--store", str(tmp_path / "unused"))
+    code, stdout, err = run(
+        capsys,
+        "policies",
+        "preview",
+        "preset:autoaugment-cifar10",
+        "--data",
+        str(cifar_test),
+        "--out",
+        str(out),
+        "--num-images",
+        "2",
+        "--columns",
+        "3",
+        "--store",
+        str(tmp_path / "unused"),
+    )
     assert code == 0, err
     assert stdout == f"wrote {out}: 2 images x 3 draws of preset:autoaugment-cifar10 (dali)\n"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -406,17 +467,26 @@ def test_show_says_what_the_search_measured_before_its_trials(store, capsys):
 
     record = {
         "base": choose_base({"none": [0.8666], "crop": [0.963], "standard": [0.9034]}),
-        "transfer": {"base": "crop", **rank_transfer(
-            {"autoaugment-cifar10": [0.97], "autoaugment-svhn": [0.90], "randaugment": [0.975]},
-            {"autoaugment-cifar10": None, "autoaugment-svhn": None, "randaugment": "31 magnitude bins"})},
+        "transfer": {
+            "base": "crop",
+            **rank_transfer(
+                {"autoaugment-cifar10": [0.97], "autoaugment-svhn": [0.90], "randaugment": [0.975]},
+                {"autoaugment-cifar10": None, "autoaugment-svhn": None, "randaugment": "31 magnitude bins"},
+            ),
+        },
     }
-    store.save(Policy("signs", 10, [[("Rotate", 0.8, 2), ("Color", 0.3, 9)]], base="crop"), "signs",
-               metadata={"calibration": record})
+    store.save(
+        Policy("signs", 10, [[("Rotate", 0.8, 2), ("Color", 0.3, 9)]], base="crop"),
+        "signs",
+        metadata={"calibration": record},
+    )
     code, out, _ = run(capsys, "policies", "show", "signs@latest", "--store", store.uri)
     assert code == 0
-    measured = out[out.index("measured before the search"):out.index("provenance")]
-    assert "base: crop (proxy score %, each base alone: crop 96.30, standard 90.34, none 86.66); ahead of the " \
-           "others beyond the noise" in measured
+    measured = out[out.index("measured before the search") : out.index("provenance")]
+    assert (
+        "base: crop (proxy score %, each base alone: crop 96.30, standard 90.34, none 86.66); ahead of the "
+        "others beyond the noise" in measured
+    )
     assert "transferred best: randaugment by 0.50 points over the next" in measured
     assert "warm start: autoaugment-cifar10 (randaugment: 31 magnitude bins)" in measured
 
@@ -450,8 +520,10 @@ def test_a_new_users_first_list_of_the_default_store_is_no_error(tmp_path):
     assert [row["name"] for row in json.loads(proc.stdout)] == ["first"]
 
 
-DUPLICATED_OP = ('{"name": "dup", "num_magnitude_bins": 10, "sub_policies": [[{"op": "Rotate", "probability": 0.5, '
-                 '"magnitude_bin": 3}], [{"op": "Rotate", "op": "Invert", "probability": 0.5, "magnitude_bin": 3}]]}')
+DUPLICATED_OP = (
+    '{"name": "dup", "num_magnitude_bins": 10, "sub_policies": [[{"op": "Rotate", "probability": 0.5, '
+    '"magnitude_bin": 3}], [{"op": "Rotate", "op": "Invert", "probability": 0.5, "magnitude_bin": 3}]]}'
+)
 
 
 def test_a_policy_with_a_duplicated_key_is_refused_by_every_reader(tmp_path, cifar_train):
@@ -461,18 +533,35 @@ def test_a_policy_with_a_duplicated_key_is_refused_by_every_reader(tmp_path, cif
     env = {**os.environ, "AUTOAUG_STORE": str(tmp_path / "store")}
     dup = tmp_path / "dup.json"
     dup.write_text(DUPLICATED_OP)
-    expected = ('the key "op" appears twice in one object at sub_policies[1][0] (first "Rotate", then "Invert"); '
-                "expected each key once")
-    for argv, stdin in ((["policies", "import", str(dup), "--name", "dup"], None),
-                        (["policies", "import", "-", "--name", "dup"], DUPLICATED_OP),
-                        (["train", "--data", str(cifar_train), "--policy", str(dup), "--preset", "smoke",
-                          "--out", str(tmp_path / "out")], None)):
+    expected = (
+        'the key "op" appears twice in one object at sub_policies[1][0] (first "Rotate", then "Invert"); '
+        "expected each key once"
+    )
+    for argv, stdin in (
+        (["policies", "import", str(dup), "--name", "dup"], None),
+        (["policies", "import", "-", "--name", "dup"], DUPLICATED_OP),
+        (
+            [
+                "train",
+                "--data",
+                str(cifar_train),
+                "--policy",
+                str(dup),
+                "--preset",
+                "smoke",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            None,
+        ),
+    ):
         proc = _autoaug(*argv, env=env, stdin=stdin)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and proc.stderr.rstrip().endswith(expected), proc.stderr
     assert not (tmp_path / "store").exists() and not (tmp_path / "out").exists()
-    proc = _autoaug("policies", "import", "-", "--name", "dup", "--metadata", '{"a": 1, "a": 2}', env=env,
-                    stdin=V1.to_json())
+    proc = _autoaug(
+        "policies", "import", "-", "--name", "dup", "--metadata", '{"a": 1, "a": 2}', env=env, stdin=V1.to_json()
+    )
     assert proc.returncode == 2 and 'the key "a" appears twice' in proc.stderr
 
 
@@ -483,9 +572,20 @@ def test_train_policy_and_policies_import_give_one_message_for_a_utf16_file(tmp_
     utf16 = tmp_path / "utf16.json"
     utf16.write_bytes(V1.to_json().encode("utf-16"))
     reason = "the file is not UTF-8 text (invalid start byte: byte 0xff at offset 0); expected a policy JSON document"
-    for argv in (["policies", "import", str(utf16), "--name", "x"],
-                 ["train", "--data", str(cifar_train), "--policy", str(utf16), "--preset", "smoke",
-                  "--out", str(tmp_path / "out")]):
+    for argv in (
+        ["policies", "import", str(utf16), "--name", "x"],
+        [
+            "train",
+            "--data",
+            str(cifar_train),
+            "--policy",
+            str(utf16),
+            "--preset",
+            "smoke",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    ):
         proc = _autoaug(*argv, env=env)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert str(utf16) in proc.stderr and proc.stderr.rstrip().endswith(reason), proc.stderr

@@ -1,6 +1,7 @@
 """One policy-reference precedence (autoaug.policies.reference) for every command and the API:
 ``autoaug train --policy``, ``autoaug compare --policy``, ``autoaug policies show`` and
 ``resolve_policy`` pick the same policy for the same reference."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -56,15 +57,30 @@ def _via_train(ref, store, data, monkeypatch):
     from autoaug.launch import preflight
     from autoaug.proxy_models import train
 
-    monkeypatch.setattr(preflight, "check_data", lambda config: SimpleNamespace(config=config))  # the data here are a stub
+    monkeypatch.setattr(
+        preflight, "check_data", lambda config: SimpleNamespace(config=config)
+    )  # the data here are a stub
 
     def fake_train(config, policy, **kwargs):
         raise Picked(policy)
 
     monkeypatch.setattr(train, "train", fake_train)
     with pytest.raises(Picked) as caught:
-        main(["train", "--policy", ref, "--store", store.uri, "--data", str(data / "train.parquet"),
-              "--preset", "smoke", "--out", str(data.parent / "train-out")])
+        main(
+            [
+                "train",
+                "--policy",
+                ref,
+                "--store",
+                store.uri,
+                "--data",
+                str(data / "train.parquet"),
+                "--preset",
+                "smoke",
+                "--out",
+                str(data.parent / "train-out"),
+            ]
+        )
     return caught.value.policy
 
 
@@ -72,7 +88,9 @@ def _via_compare(ref, store, data, monkeypatch):
     from autoaug.launch import preflight
     from autoaug.launch.compare import runner
 
-    monkeypatch.setattr(preflight, "check_data", lambda config: SimpleNamespace(config=config))  # the data here are a stub
+    monkeypatch.setattr(
+        preflight, "check_data", lambda config: SimpleNamespace(config=config)
+    )  # the data here are a stub
 
     real = runner.resolve_candidates
 
@@ -82,8 +100,23 @@ def _via_compare(ref, store, data, monkeypatch):
 
     monkeypatch.setattr(runner, "resolve_candidates", picking)
     with pytest.raises(Picked) as caught:
-        main(["compare", "--policy", ref, "--baselines", "", "--store", store.uri, "--data",
-              str(data / "train.parquet"), "--out", str(data.parent / "cmp"), "--seeds", "1"])
+        main(
+            [
+                "compare",
+                "--policy",
+                ref,
+                "--baselines",
+                "",
+                "--store",
+                store.uri,
+                "--data",
+                str(data / "train.parquet"),
+                "--out",
+                str(data.parent / "cmp"),
+                "--seeds",
+                "1",
+            ]
+        )
     return caught.value.policy
 
 
@@ -110,6 +143,9 @@ def test_every_command_resolves_a_reference_the_same_way(ref, expected, world, m
 
 def test_a_reference_nothing_matches_names_every_rule(world):
     store, _ = world
-    with pytest.raises(LookupError, match=r"not a preset \(autoaugment-cifar10.*not a policy JSON file.*not in the "
-                                          r"policy store: .*'ghost'"):  # fmt: skip
+    with pytest.raises(
+        LookupError,
+        match=r"not a preset \(autoaugment-cifar10.*not a policy JSON file.*not in the "
+        r"policy store: .*'ghost'",
+    ):
         resolve_policy("ghost", store=store)

@@ -1,5 +1,6 @@
 """``autoaug search``: configuration layering, user errors, and (slow) real searches on CIFAR-10:
 a smoke search, a search whose trials all fail, and a driver killed with SIGKILL then resumed."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,22 @@ def test_preset_file_set_and_flags_layer_in_that_order(tmp_path):
         "preset: smoke\nname: from-file\nnum_trials: 7\nsampler: random\n"
         "train: {epochs: 3, lr: 0.2}\nspace: {num_sub_policies: 3}\n"
     )
-    config = _config(["--config", str(path), "--set", "train.epochs=4", "--set", "num_trials=9",
-                      "--num-trials", "11", "--data", "d.parquet", "--seed", "5"])
+    config = _config(
+        [
+            "--config",
+            str(path),
+            "--set",
+            "train.epochs=4",
+            "--set",
+            "num_trials=9",
+            "--num-trials",
+            "11",
+            "--data",
+            "d.parquet",
+            "--seed",
+            "5",
+        ]
+    )
     assert config.name == "from-file" and config.sampler == "random"
     assert config.train_method.num_trials == 11  # flag > --set > file
     assert config.train == TrainConfig.from_preset("smoke", epochs=4, lr=0.2, data="d.parquet", seed=5)
@@ -54,15 +69,42 @@ def test_preset_file_set_and_flags_layer_in_that_order(tmp_path):
 
 
 def test_flags_map_onto_the_config(tmp_path):
-    config = _config(["--preset", "cpu", "--concurrency", "0", "--cpus-per-trial", "0.5",
-                      "--gpus-per-trial", "0.25", "--no-early-stopping", "--grace-period", "3",
-                      "--reduction-factor", "4", "--max-failures", "2", "--top-n", "3",
-                      "--exclude-ops", "SamplePairing, Invert", "--sub-policies", "4",
-                      "--sampler", "random", "--optuna-storage", "sqlite:////tmp/x.db", "--name", "n",
-                      *_dirs(tmp_path)])
+    config = _config(
+        [
+            "--preset",
+            "cpu",
+            "--concurrency",
+            "0",
+            "--cpus-per-trial",
+            "0.5",
+            "--gpus-per-trial",
+            "0.25",
+            "--no-early-stopping",
+            "--grace-period",
+            "3",
+            "--reduction-factor",
+            "4",
+            "--max-failures",
+            "2",
+            "--top-n",
+            "3",
+            "--exclude-ops",
+            "SamplePairing, Invert",
+            "--sub-policies",
+            "4",
+            "--sampler",
+            "random",
+            "--optuna-storage",
+            "sqlite:////tmp/x.db",
+            "--name",
+            "n",
+            *_dirs(tmp_path),
+        ]
+    )
     assert config.concurrency is None and config.cpus_per_trial == 0.5 and config.gpus_per_trial == 0.25
-    assert config.train_method == TrainMethodConfig(num_trials=28, early_stopping=False, grace_period=3,
-                                                    reduction_factor=4, top_n=3)
+    assert config.train_method == TrainMethodConfig(
+        num_trials=28, early_stopping=False, grace_period=3, reduction_factor=4, top_n=3
+    )
     assert config.max_failures == 2 and config.sampler == "random"
     assert config.space.exclude_ops == ("SamplePairing", "Invert") and config.space.num_sub_policies == 4
     assert config.optuna_storage == "sqlite:////tmp/x.db"
@@ -80,21 +122,24 @@ def test_base_and_warm_start_flags(tmp_path):
     """The cpu preset measures both on the data; the flags give them, or turn the warm start off."""
     default = _config(["--name", "n", *_dirs(tmp_path)])
     assert (default.base, default.warm_start) == ("auto", "auto")
-    given = _config(["--name", "n", "--base", "crop", "--warm-start", "autoaugment-svhn, autoaugment-imagenet",
-                     *_dirs(tmp_path)])
+    given = _config(
+        ["--name", "n", "--base", "crop", "--warm-start", "autoaugment-svhn, autoaugment-imagenet", *_dirs(tmp_path)]
+    )
     assert (given.base, given.space.base) == ("crop", "crop")
     assert given.warm_start == ("autoaugment-svhn", "autoaugment-imagenet")
     assert _config(["--name", "n", "--no-warm-start", *_dirs(tmp_path)]).warm_start == ()
     assert _config(["--name", "n", "--warm-start", "AUTO", "--preset", "smoke", *_dirs(tmp_path)]).warm_start == "auto"
     assert _config(["--name", "n", "--set", "base=none", *_dirs(tmp_path)]).space.base == "none"
-    with pytest.raises(UserInputError, match="SearchConfig.base: 'flip' is invalid; expected one of none, crop, "
-                                             "standard, or 'auto'"):
+    with pytest.raises(
+        UserInputError, match="SearchConfig.base: 'flip' is invalid; expected one of none, crop, standard, or 'auto'"
+    ):
         _config(["--base", "flip"])
 
 
 def test_the_regime_and_grouping_flags_reach_the_trials_config(tmp_path):
-    config = _config(["--name", "n", "--train-per-class", "50", "--image-size", "auto", "--group-by", "track",
-                      *_dirs(tmp_path)])
+    config = _config(
+        ["--name", "n", "--train-per-class", "50", "--image-size", "auto", "--group-by", "track", *_dirs(tmp_path)]
+    )
     assert (config.train.train_per_class, config.train.image_size, config.train.group_by) == (50, None, "track")
 
 
@@ -149,8 +194,19 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
     from autoaug.proxy_models.data import open_dataset
     from autoaug.proxy_models.splits import reduced_split
 
-    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "smoke", "--num-trials", "3",
-            *TINY, *_dirs(tmp_path)]
+    argv = [
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "smoke",
+        "--num-trials",
+        "3",
+        *TINY,
+        *_dirs(tmp_path),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.count("] trial ") >= 3 and "best " in out  # a progress line per finished trial
@@ -199,8 +255,21 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
         raise ValueError(f"proxy training exploded for {policy_prefix}")
 
     monkeypatch.setattr("autoaug.search.trial.run_trial", exploding_trial)
-    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "doomed", "--num-trials", "2",
-            "--max-failures", "0", *TINY, *_dirs(tmp_path)]
+    argv = [
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "doomed",
+        "--num-trials",
+        "2",
+        "--max-failures",
+        "0",
+        *TINY,
+        *_dirs(tmp_path),
+    ]
     assert main(argv) == 1
     captured = capsys.readouterr()
     assert "autoaug: error: all 2 trials of search 'doomed' failed; first error (trial " in captured.err
@@ -216,9 +285,24 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_t
     num_trials, kill_after = 5, 2
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
-    argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", "--num-trials",
-            str(num_trials), "--set", "train.epochs=2", "--set", "train.train_size=256",
-            "--set", "train.val_size=128", *dirs]
+    argv = [
+        *base,
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "crash",
+        "--num-trials",
+        str(num_trials),
+        "--set",
+        "train.epochs=2",
+        "--set",
+        "train.train_size=256",
+        "--set",
+        "train.val_size=128",
+        *dirs,
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
     # Killed right after the 2nd trial's end was saved: in Tune's state (the guard's snapshot) and
@@ -234,12 +318,21 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_t
     state = sorted(run.glob("experiment_state-*.json"))[-1]
     state.write_bytes(state.read_bytes()[:100])
 
-    resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
-                             text=True, timeout=400, start_new_session=True)
+    resumed = subprocess.run(
+        [*base, "--resume", "crash", *dirs],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        start_new_session=True,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stored as crash@1" in resumed.stdout
-    assert f"Ray Tune's saved state {state.name} was cut short or damaged (JSONDecodeError) at 100 bytes (a full " \
-           "disk?); resuming from its last complete copy" in resumed.stdout + resumed.stderr
+    assert (
+        f"Ray Tune's saved state {state.name} was cut short or damaged (JSONDecodeError) at 100 bytes (a full "
+        "disk?); resuming from its last complete copy" in resumed.stdout + resumed.stderr
+    )
 
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]
@@ -273,8 +366,11 @@ def test_one_driver_per_run_directory(tmp_path):
 
     first = RunDir(str(tmp_path / "runs"), "same")
     with first.driver_lock():
-        with pytest.raises(RunExistsError, match=rf"^a search named 'same' is running in {tmp_path / 'runs'} "
-                                                 rf"\(pid {os.getpid()} on .*\); wait for it to finish"):
+        with pytest.raises(
+            RunExistsError,
+            match=rf"^a search named 'same' is running in {tmp_path / 'runs'} "
+            rf"\(pid {os.getpid()} on .*\); wait for it to finish",
+        ):
             with RunDir(str(tmp_path / "runs"), "same").driver_lock():
                 pass
         with RunDir(str(tmp_path / "runs"), "other").driver_lock():  # another name: its own lock
@@ -290,11 +386,29 @@ def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_tra
     """Two real `autoaug search` processes started together with the same --name and storage: one is
     refused (exit 2, one line) before it trains anything, the other finishes intact (its result, one
     stored version, a study with exactly its trials)."""
-    argv = [sys.executable, "-m", "autoaug.launch.cli", "search", "--preset", "smoke", "--data", str(cifar_train),
-            "--name", "twice", "--num-trials", "2", *TINY, *_dirs(tmp_path)]
+    argv = [
+        sys.executable,
+        "-m",
+        "autoaug.launch.cli",
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "twice",
+        "--num-trials",
+        "2",
+        *TINY,
+        *_dirs(tmp_path),
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        for _ in range(2)
+    ]
     try:
         outputs = [p.communicate(timeout=800) for p in procs]
     finally:
@@ -333,9 +447,26 @@ def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_s
     and the policy assembled from them is stored; stdout and the provenance say the budget ended it."""
     from autoaug.policies.store import PolicyStore
 
-    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "brief", "--num-trials", "4",
-            "--set", "train.epochs=3", "--set", "train.train_size=256", "--set", "train.val_size=128",
-            "--time-budget", "2s", *_dirs(tmp_path)]
+    argv = [
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "brief",
+        "--num-trials",
+        "4",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.train_size=256",
+        "--set",
+        "train.val_size=128",
+        "--time-budget",
+        "2s",
+        *_dirs(tmp_path),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "time budget: 2s for the whole search (calibration, trials, re-scoring, storing)" in out
@@ -354,8 +485,13 @@ def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_s
     # every trial ended by the budget: scored at its first report, or never started
     assert all(t["status"] == "budget_stopped" for t in trials)
     assert scored and all(t["epochs"] == 1 for t in scored) and len(trials) < 4
-    assert budget["trials"] == {"unit": "trials", "planned": 4, "scored": len(scored), "stopped": len(scored),
-                                "not_started": len(trials) - len(scored)}
+    assert budget["trials"] == {
+        "unit": "trials",
+        "planned": 4,
+        "scored": len(scored),
+        "stopped": len(scored),
+        "not_started": len(trials) - len(scored),
+    }
     assert set(budget["stopped_trials"]["brief"]) == {t["trial_id"] for t in trials}
     assert prov["counts"]["budget_stopped"] == len(trials)
     # Optuna agrees: the trials the budget ended are PRUNED, as an ASHA stop, nothing left RUNNING
@@ -384,9 +520,26 @@ def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_p
 
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
-    argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "later", "--num-trials", "4",
-            "--set", "train.epochs=2", "--set", "train.train_size=256", "--set", "train.val_size=128",
-            "--time-budget", "1h", *dirs]
+    argv = [
+        *base,
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "later",
+        "--num-trials",
+        "4",
+        "--set",
+        "train.epochs=2",
+        "--set",
+        "train.train_size=256",
+        "--set",
+        "train.val_size=128",
+        "--time-budget",
+        "1h",
+        *dirs,
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     kill_driver(argv, env, "budget.after_save:2", 300)  # right after the first heartbeat saved budget.json
     run = tmp_path / "runs" / "later"
@@ -395,11 +548,20 @@ def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_p
     spent = killed["sessions"][0]["spent_s"]
     assert spent > 0
 
-    resumed = subprocess.run([*base, "--resume", "later", *dirs], cwd=REPO, env=env, capture_output=True,
-                             text=True, timeout=600, start_new_session=True)
+    resumed = subprocess.run(
+        [*base, "--resume", "later", *dirs],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert f"time budget: {format_duration(3600 - spent)} left of 1h ({format_duration(spent)} spent in earlier " \
-           "driver sessions)" in resumed.stdout
+    assert (
+        f"time budget: {format_duration(3600 - spent)} left of 1h ({format_duration(spent)} spent in earlier "
+        "driver sessions)" in resumed.stdout
+    )
     assert "time budget: 1h, " in resumed.stdout and "it did not end the search" in resumed.stdout
     after = json.loads((run / "budget.json").read_text())
     first, second = after["sessions"]
@@ -429,26 +591,37 @@ cp "$D/runs/full/result.json" "$LOG/result.json" 2>/dev/null
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_freed(tmp_path, cifar_train,
-                                                                                     in_mount_namespace):
+def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_freed(
+    tmp_path, cifar_train, in_mount_namespace
+):
     """A real full filesystem (an 8 MiB tmpfs in a user namespace, filled up once the first trial
     has reported), real processes: the search stops at the first write that fails, with one line
     naming the run directory and how to resume, no traceback; resumed once space is freed, it
     finishes exactly the requested trials and stores the policy."""
     mnt, logs = tmp_path / "mnt", tmp_path / "logs"
     mnt.mkdir(), logs.mkdir()
-    args = (f"--preset smoke --data {cifar_train} --name full --num-trials 4 --set train.epochs=2 "
-            f"--set train.train_size=256 --set train.val_size=128")
-    env = {**os.environ, "D": str(mnt), "LOG": str(logs), "ARGS": args, "PYTHONUNBUFFERED": "1",
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    args = (
+        f"--preset smoke --data {cifar_train} --name full --num-trials 4 --set train.epochs=2 "
+        f"--set train.train_size=256 --set train.val_size=128"
+    )
+    env = {
+        **os.environ,
+        "D": str(mnt),
+        "LOG": str(logs),
+        "ARGS": args,
+        "PYTHONUNBUFFERED": "1",
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    }
     proc = in_mount_namespace(SEARCH_ON_A_FILLING_DISK, env, timeout=800)
     out1, err1 = (logs / "out1").read_text(), (logs / "err1").read_text()
     assert "rc1=1" in proc.stdout, proc.stdout + proc.stderr + err1[-3000:]
     errors = [line for line in err1.splitlines() if line.startswith("autoaug: error:")]
     assert len(errors) == 1, err1[-3000:]
-    assert f"cannot write " in errors[0] and str(mnt / "runs" / "full") in errors[0], errors[0]
-    assert "no space left on the filesystem (ENOSPC); free space there (or write elsewhere), then resume it with: " \
-           f"autoaug search --resume full --storage {mnt / 'runs'}" in errors[0], errors[0]
+    assert "cannot write " in errors[0] and str(mnt / "runs" / "full") in errors[0], errors[0]
+    assert (
+        "no space left on the filesystem (ENOSPC); free space there (or write elsewhere), then resume it with: "
+        f"autoaug search --resume full --storage {mnt / 'runs'}" in errors[0]
+    ), errors[0]
     assert "Traceback" not in err1 and "Unhandled error" not in err1, err1[-3000:]
     assert "stored as" not in out1
 

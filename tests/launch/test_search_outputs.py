@@ -1,6 +1,7 @@
 """What a real search leaves for the researcher's tools: --json on stdout, TensorBoard event
 files in the run directory, MLflow runs (file store), a valid Optuna study (what
 optuna-dashboard opens), the report PNG; and what -q prints (only the result)."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,22 @@ def test_json_tensorboard_mlflow_study_and_report(tmp_path, capfd, cifar_train):
     from autoaug.search.study import open_study
 
     mlruns = tmp_path / "mlruns"
-    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "out1", "--num-trials", "2",
-            *SMALL, *_dirs(tmp_path), "--json", "--mlflow-uri", str(mlruns)]
+    argv = [
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "out1",
+        "--num-trials",
+        "2",
+        *SMALL,
+        *_dirs(tmp_path),
+        "--json",
+        "--mlflow-uri",
+        str(mlruns),
+    ]
     assert main(argv) == 0
     out, err = capfd.readouterr()
     doc = json.loads(out)  # stdout is exactly one JSON document
@@ -93,11 +108,30 @@ def test_json_tensorboard_mlflow_study_and_report(tmp_path, capfd, cifar_train):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_quiet_prints_only_the_result(tmp_path, cifar_train):
-    argv = ["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "q", "--num-trials", "1",
-            "--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.val_size=128",
-            "--grace-period", "1", *_dirs(tmp_path), "-q"]
-    proc = subprocess.run([sys.executable, "-m", "autoaug.launch.cli", *argv], capture_output=True, text=True,
-                          timeout=850)
+    argv = [
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "q",
+        "--num-trials",
+        "1",
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "train.train_size=256",
+        "--set",
+        "train.val_size=128",
+        "--grace-period",
+        "1",
+        *_dirs(tmp_path),
+        "-q",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoaug.launch.cli", *argv], capture_output=True, text=True, timeout=850
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no Ray banner, token-auth warning, Tune box or TensorBoard hint
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]

@@ -1,6 +1,7 @@
 """Small datasets and consistent flags (issue 13): --train-size/--val-size on every command that
 trains, an unfitting split says what fits and which flags ask for it, `train` finds the test split
 as `compare` does, and written files honour the umask."""
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,19 @@ def test_the_per_class_and_image_size_flags_are_declared_once():
 
 
 def test_a_split_too_big_for_the_data_names_the_sizes_and_flags_that_fit(small_imagefolder, tmp_path, capsys):
-    code = cli.main(["search", "--preset", "smoke", "--data", str(small_imagefolder),
-                     "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")])
+    code = cli.main(
+        [
+            "search",
+            "--preset",
+            "smoke",
+            "--data",
+            str(small_imagefolder),
+            "--storage",
+            str(tmp_path / "runs"),
+            "--store",
+            str(tmp_path / "store"),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1
@@ -71,8 +83,11 @@ def test_a_split_too_big_for_the_data_names_the_sizes_and_flags_that_fit(small_i
     # The sizes it names do fit.
     from autoaug.search.records import describe_data
 
-    config = search_cmd.build_search_config(_args(
-        ["search", "--preset", "smoke", "--data", str(small_imagefolder), "--train-size", "240", "--val-size", "60"]))
+    config = search_cmd.build_search_config(
+        _args(
+            ["search", "--preset", "smoke", "--data", str(small_imagefolder), "--train-size", "240", "--val-size", "60"]
+        )
+    )
     describe_data(config.train)
 
 

@@ -1,6 +1,7 @@
 """`autoaug --help` builds its parser without the heavy libraries (start-up time, issue 13).
 
 Timings are measured by benchmarks/startup.py; this checks the import structure that makes them."""
+
 from __future__ import annotations
 
 import subprocess
@@ -40,8 +41,10 @@ def test_listing_a_local_store_imports_no_heavy_library(tmp_path):
     store.save(resolve("autoaugment-svhn"), "p")
     store.save(resolve("trivialaugment"), "q")
     for flags in ([], ["--json"]):
-        code = ("import contextlib, io\nfrom autoaug.launch.cli import main\n"
-                "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-                f"    assert main(['policies', 'list', '--store', {str(tmp_path)!r}, *{flags!r}]) == 0\n"
-                "assert 'p ' in out.getvalue() or '\"p\"' in out.getvalue()")
+        code = (
+            "import contextlib, io\nfrom autoaug.launch.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            f"    assert main(['policies', 'list', '--store', {str(tmp_path)!r}, *{flags!r}]) == 0\n"
+            "assert 'p ' in out.getvalue() or '\"p\"' in out.getvalue()"
+        )
         assert _imported_after(code) == set()

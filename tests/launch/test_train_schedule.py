@@ -1,5 +1,6 @@
 """``autoaug train --policy`` with a schedule: its stages switch at their epochs, and the run's
 files say which policy trained when."""
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,28 @@ def test_train_with_a_schedule_file_records_its_stages(tmp_path, capsys, cifar_t
     file = tmp_path / "schedule.json"
     file.write_text(schedule.to_json())
     out = tmp_path / "run"
-    code = main(["train", "--data", str(data / "train.parquet"), "--policy", str(file), "--preset", "smoke",
-                 "--set", "epochs=4", "--set", "train_size=64", "--set", "val_size=64", "--set", "batch_size=32",
-                 "--out", str(out), "--json"])
+    code = main(
+        [
+            "train",
+            "--data",
+            str(data / "train.parquet"),
+            "--policy",
+            str(file),
+            "--preset",
+            "smoke",
+            "--set",
+            "epochs=4",
+            "--set",
+            "train_size=64",
+            "--set",
+            "val_size=64",
+            "--set",
+            "batch_size=32",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err[-2000:]
     result = json.loads(captured.out)

@@ -1,5 +1,6 @@
 """Helpers for the policy tests: run a policy through a DALI CPU pipeline or the torchvision
 transform on real CIFAR-10 images."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +8,9 @@ import pytest
 import torch
 
 
-def run_dali(policy, images, *, seed=0, iterations=1, image_size=None, return_trace=False,
-             interpolation="nearest", num_threads=2):
+def run_dali(
+    policy, images, *, seed=0, iterations=1, image_size=None, return_trace=False, interpolation="nearest", num_threads=2
+):
     """Run ``apply_policy`` on ``images`` (uint8 NHWC, one batch) ``iterations`` times.
 
     Returns a list (one entry per iteration) of uint8 NHWC arrays, or of ``(images, trace)``
@@ -20,12 +22,10 @@ def run_dali(policy, images, *, seed=0, iterations=1, image_size=None, return_tr
 
     batch = [np.ascontiguousarray(x) for x in images]
 
-    @pipeline_def(batch_size=len(batch), num_threads=num_threads, device_id=None, seed=seed,
-                  enable_conditionals=True)  # fmt: skip
+    @pipeline_def(batch_size=len(batch), num_threads=num_threads, device_id=None, seed=seed, enable_conditionals=True)
     def pipe():
         x = fn.external_source(source=lambda: batch, batch=True, layout="HWC")
-        return apply_policy(policy, x, image_size=image_size, return_trace=return_trace,
-                            interpolation=interpolation)  # fmt: skip
+        return apply_policy(policy, x, image_size=image_size, return_trace=return_trace, interpolation=interpolation)
 
     p = pipe()
     p.build()

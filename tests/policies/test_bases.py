@@ -1,5 +1,6 @@
 """The base augmentations (policies.bases): each base does what its record says in DALI and in
 torchvision, and the two agree; the exports say what to apply before a policy."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,8 +44,11 @@ def _torch_draws(base, image, n=DRAWS, seed=0):
 def outcomes(marker_image, outcome_of):
     """``{(backend, base): [(dy, dx, mirrored), ...]}`` over DRAWS draws each."""
     draws = {"dali": _dali_draws, "torchvision": _torch_draws}
-    return {(backend, base): [outcome_of(marker_image, out) for out in run(base, marker_image)]
-            for backend, run in draws.items() for base in NAMES}
+    return {
+        (backend, base): [outcome_of(marker_image, out) for out in run(base, marker_image)]
+        for backend, run in draws.items()
+        for base in NAMES
+    }
 
 
 @pytest.mark.parametrize("backend", ["dali", "torchvision"])
@@ -89,18 +93,23 @@ def test_to_torchvision_composes_the_base_of_the_policy():
     from autoaug.policies.torch_apply import PolicyTransform, RandomPadCrop
 
     aa = presets.resolve("autoaugment-cifar10")
-    kinds = {base: [type(t) for t in getattr(aa.with_base(base).to_torchvision(), "transforms", [])]
-             for base in NAMES}
-    assert kinds == {"none": [], "crop": [RandomPadCrop, PolicyTransform],
-                     "standard": [RandomPadCrop, v2.RandomHorizontalFlip, PolicyTransform]}
+    kinds = {base: [type(t) for t in getattr(aa.with_base(base).to_torchvision(), "transforms", [])] for base in NAMES}
+    assert kinds == {
+        "none": [],
+        "crop": [RandomPadCrop, PolicyTransform],
+        "standard": [RandomPadCrop, v2.RandomHorizontalFlip, PolicyTransform],
+    }
     assert isinstance(aa.with_base("crop").to_torchvision(base=False), PolicyTransform)
 
 
-@pytest.mark.parametrize("base, says", [
-    ("none", "searched with base 'none': nothing is applied before this policy"),
-    ("crop", "searched with base 'crop': apply a random crop"),
-    ("standard", "searched with base 'standard': apply a random crop"),
-])
+@pytest.mark.parametrize(
+    "base, says",
+    [
+        ("none", "searched with base 'none': nothing is applied before this policy"),
+        ("crop", "searched with base 'crop': apply a random crop"),
+        ("standard", "searched with base 'standard': apply a random crop"),
+    ],
+)
 def test_exports_say_what_to_apply_before_the_policy(base, says):
     policy = presets.resolve("autoaugment-cifar10").with_base(base)
     timm = to_timm(policy)

@@ -1,4 +1,5 @@
 """The DALI policy step: determinism, fixed graph size, presets, trace, errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,7 @@ from autoaug.policies.torch_apply import apply_op
 def build(policy, images, **kwargs):
     batch = list(images)
 
-    @pipeline_def(batch_size=len(batch), num_threads=1, device_id=None, seed=0,
-                  enable_conditionals=True)  # fmt: skip
+    @pipeline_def(batch_size=len(batch), num_threads=1, device_id=None, seed=0, enable_conditionals=True)
     def pipe():
         x = fn.external_source(source=lambda: batch, batch=True, layout="HWC")
         return apply_policy(policy, x, **kwargs)
@@ -36,9 +36,22 @@ def test_same_seed_same_output_different_seed_different(images64, dali_run):
 
 
 def test_graph_size_does_not_grow_with_the_number_of_sub_policies(images64):
-    kinds = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
-             "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast",
-             "Equalize"]  # fmt: skip
+    kinds = [
+        "Identity",
+        "ShearX",
+        "ShearY",
+        "TranslateX",
+        "TranslateY",
+        "Rotate",
+        "Brightness",
+        "Color",
+        "Contrast",
+        "Sharpness",
+        "Posterize",
+        "Solarize",
+        "AutoContrast",
+        "Equalize",
+    ]
     small = Policy("small", 31, [[(k, 1.0, 30)] for k in kinds], ranges="wide")
     trivial = presets.resolve("trivialaugment")  # 434 sub-policies, the same 14 kinds
     assert len(build(small, images64[:4])._ops) == len(build(trivial, images64[:4])._ops)
@@ -48,8 +61,7 @@ def test_graph_size_does_not_grow_with_the_number_of_sub_policies(images64):
     assert two - one < one
 
 
-@pytest.mark.parametrize("ref", ["randaugment:n=2,m=9", "trivialaugment", "autoaugment-svhn",
-                                 "autoaugment-imagenet"])  # fmt: skip
+@pytest.mark.parametrize("ref", ["randaugment:n=2,m=9", "trivialaugment", "autoaugment-svhn", "autoaugment-imagenet"])
 def test_presets_run(ref, images64, dali_run):
     policy = presets.resolve(ref)
     [(out, trace)] = dali_run(policy, images64, seed=1, return_trace=True)
@@ -65,8 +77,7 @@ def test_presets_run(ref, images64, dali_run):
 
 def test_trace_matches_the_images(images64, dali_run):
     # deterministic exact ops: the output must be what the trace says was applied
-    policy = Policy("exact", 10, [[("Invert", 0.5, 0), ("Posterize", 0.5, 9)],
-                                  [("Solarize", 0.5, 5)]])  # fmt: skip
+    policy = Policy("exact", 10, [[("Invert", 0.5, 0), ("Posterize", 0.5, 9)], [("Solarize", 0.5, 5)]])
     [(out, trace)] = dali_run(policy, images64, seed=3, return_trace=True)
     import torch
 
@@ -100,8 +111,9 @@ def test_any_image_size(cifar_sample, dali_run):
 
 
 def test_stage_tables_fold_kinds():
-    t = stage_tables(Policy("p", 10, [[("ShearX", 0.5, 3)], [("Rotate", 1.0, 9)],
-                                      [("Invert", 0.2, 0)], [("Solarize", 1.0, 9)]]), 0)
+    t = stage_tables(
+        Policy("p", 10, [[("ShearX", 0.5, 3)], [("Rotate", 1.0, 9)], [("Invert", 0.2, 0)], [("Solarize", 1.0, 9)]]), 0
+    )
     assert t.kinds == ("Identity", "Warp", "Solarize")  # 4 ops, 2 branches
     assert list(t.kind) == [1, 1, 1, 1, 2, 2, 2, 2]
     assert list(t.prob) == [0.5, 0.5, 1.0, 1.0, 0.2, 0.2, 1.0, 1.0]
@@ -115,8 +127,20 @@ def test_stage_tables_fold_kinds():
 
 
 def test_stage_tables_convert_parameters_per_op():
-    t = stage_tables(Policy("p", 10, [[("Posterize", 1.0, 9)], [("Cutout", 1.0, 9)], [("Sharpness", 1.0, 9)],
-                                      [("TranslateX", 1.0, 9)], [("AutoContrast", 1.0, 0)]]), 0)
+    t = stage_tables(
+        Policy(
+            "p",
+            10,
+            [
+                [("Posterize", 1.0, 9)],
+                [("Cutout", 1.0, 9)],
+                [("Sharpness", 1.0, 9)],
+                [("TranslateX", 1.0, 9)],
+                [("AutoContrast", 1.0, 0)],
+            ],
+        ),
+        0,
+    )
     assert t.kinds == ("Identity", "Warp", "AutoContrast", "Posterize", "Sharpness", "Cutout")
     assert t.param[0] == t.param[1] == 0xF0  # 4 bits kept: the uint8 mask
     assert t.param[2] == t.param[3] == pytest.approx(60 / 331)  # cutout: a fraction of the shorter side
@@ -129,8 +153,11 @@ def test_stage_tables_convert_parameters_per_op():
 
 
 def test_affine_terms_refuses_other_ops():
-    with pytest.raises(ValueError, match=r"Color is not a geometric op; expected one of \['ShearX', 'ShearY', "
-                                         r"'TranslateX', 'TranslateY', 'Rotate'\]"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"Color is not a geometric op; expected one of \['ShearX', 'ShearY', "
+        r"'TranslateX', 'TranslateY', 'Rotate'\]",
+    ):
         affine_terms("Color", 0.5)
 
 
@@ -140,8 +167,11 @@ def test_errors(images64):
         apply_policy("autoaugment-cifar10", None)
     with pytest.raises(ValueError, match="images must be a DALI DataNode .* got ndarray"):
         apply_policy(policy, images64)
-    with pytest.raises(ValueError, match=r"interpolation='cubic'; expected one of "
-                                         r"\['bilinear', 'nearest'\]"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"interpolation='cubic'; expected one of "
+        r"\['bilinear', 'nearest'\]",
+    ):
         build(policy, images64[:2], interpolation="cubic")
     with pytest.raises(ValueError, match=r"image_size=\(32, 0\); expected positive integers"):
         build(policy, images64[:2], image_size=(32, 0))

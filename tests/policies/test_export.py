@@ -1,5 +1,6 @@
 """policies export --format dali / timm: the exported policy, parsed and applied by the other
 library, draws the same ops with the same probabilities and magnitudes (docs/store.md)."""
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,20 @@ from autoaug.policies.export import UnsupportedOpError, to_dali_source, to_timm
 from autoaug.policies.policy import Policy
 from autoaug.policies.presets import resolve
 
-EVERY_OP = Policy("every-op", 10, [
-    [("ShearX", 0.7, 9), ("ShearY", 0.2, 3)], [("TranslateX", 0.5, 4), ("TranslateY", 1.0, 9)],
-    [("Rotate", 0.4, 7), ("AutoContrast", 0.3, 0)], [("Invert", 0.1, 0), ("Equalize", 0.6, 0)],
-    [("Solarize", 0.8, 5), ("Posterize", 0.9, 9)], [("Contrast", 0.2, 6), ("Color", 0.3, 1)],
-    [("Brightness", 0.5, 8), ("Sharpness", 0.6, 2)], [("Identity", 1.0, 0), ("Posterize", 0.4, 0)],
-])
+EVERY_OP = Policy(
+    "every-op",
+    10,
+    [
+        [("ShearX", 0.7, 9), ("ShearY", 0.2, 3)],
+        [("TranslateX", 0.5, 4), ("TranslateY", 1.0, 9)],
+        [("Rotate", 0.4, 7), ("AutoContrast", 0.3, 0)],
+        [("Invert", 0.1, 0), ("Equalize", 0.6, 0)],
+        [("Solarize", 0.8, 5), ("Posterize", 0.9, 9)],
+        [("Contrast", 0.2, 6), ("Color", 0.3, 1)],
+        [("Brightness", 0.5, 8), ("Sharpness", 0.6, 2)],
+        [("Identity", 1.0, 0), ("Posterize", 0.4, 0)],
+    ],
+)
 
 
 def _dali_policy(policy):
@@ -106,7 +115,9 @@ def test_timm_export_same_ops_probabilities_and_magnitudes():
                 assert t.level_fn is None
                 continue
             (arg,) = t.level_fn(t.magnitude, t.hparams)
-            ours_param = spec.param(op.magnitude_bin, 10, image_size=(1, 1) if spec.magnitude_range().relative_to else None)
+            ours_param = spec.param(
+                op.magnitude_bin, 10, image_size=(1, 1) if spec.magnitude_range().relative_to else None
+            )
             if op.op in ("Brightness", "Color", "Contrast", "Sharpness"):
                 assert abs(arg - 1) == pytest.approx(abs(ours_param - 1), abs=1e-6)
             elif op.op == "Solarize":

@@ -1,5 +1,6 @@
 """Every op on real CIFAR-10 images through both backends (DALI CPU pipeline and torchvision),
 at bin 0 and at the highest bin with probability 1: shapes, identity at bin 0, agreement."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,23 +15,32 @@ from autoaug.policies.torch_apply import PolicyTransform, apply_op
 # the DALI and torchvision outputs of one op at the highest bin, with the same sign.
 TOLERANCE = {
     # geometric ops: same matrices and nearest interpolation -> identical in practice
-    "ShearX": 0.5, "ShearY": 0.5, "TranslateX": 0.5, "TranslateY": 0.5, "Rotate": 0.5,
-    "Identity": 0.0, "Invert": 0.0, "Solarize": 0.0, "Posterize": 0.0,
+    "ShearX": 0.5,
+    "ShearY": 0.5,
+    "TranslateX": 0.5,
+    "TranslateY": 0.5,
+    "Rotate": 0.5,
+    "Identity": 0.0,
+    "Invert": 0.0,
+    "Solarize": 0.0,
+    "Posterize": 0.0,
     # rounding (DALI rounds, torchvision truncates) and greyscale weights
-    "AutoContrast": 1.0, "Contrast": 1.5, "Color": 1.5, "Brightness": 1.0,
+    "AutoContrast": 1.0,
+    "Contrast": 1.5,
+    "Color": 1.5,
+    "Brightness": 1.0,
     # DALI filters the 1-px border (reflect-101), PIL/torchvision keep it
     "Sharpness": 2.0,
     # DALI's fn.equalize follows OpenCV (inclusive CDF), torchvision follows PIL (exclusive
     # CDF): on 32x32 images the mapped levels differ by ~10 on average (documented)
     "Equalize": 16.0,
-}  # fmt: skip
+}
 RANDOM_POSITION = {"Cutout", "SamplePairing"}  # compared structurally below
 
 
 def torch_reference(images: np.ndarray, name: str, magnitude_bin: int, negated) -> np.ndarray:
     chw = torch.from_numpy(images).permute(0, 3, 1, 2)
-    out = [apply_op(chw[i], name, magnitude_bin, 10, negate=bool(negated[i]))
-           for i in range(len(chw))]  # fmt: skip
+    out = [apply_op(chw[i], name, magnitude_bin, 10, negate=bool(negated[i])) for i in range(len(chw))]
     return torch.stack(out).permute(0, 2, 3, 1).numpy()
 
 
@@ -99,8 +109,7 @@ def test_cutout_both_backends(images64, dali_run):
     assert np.array_equal(out0, images64)
     torch.manual_seed(0)
     t = PolicyTransform(policy)
-    ref = np.stack([t(torch.from_numpy(x).permute(2, 0, 1)).permute(1, 2, 0).numpy()
-                    for x in images64])  # fmt: skip
+    ref = np.stack([t(torch.from_numpy(x).permute(2, 0, 1)).permute(1, 2, 0).numpy() for x in images64])
     # squares are clipped at the border, so on average a bit under side**2 pixels change
     dali_mean, torch_mean = cutout_check(out, images64, side), cutout_check(ref, images64, side)
     assert 0.5 * side**2 < dali_mean <= side**2
@@ -116,8 +125,7 @@ def test_sample_pairing_dali_blends_with_another_image_of_the_batch(images64, da
     [out] = dali_run(Policy("t", 10, [[("SamplePairing", 1.0, 9)]]), images64, seed=5)
     partners = []
     for i, img in enumerate(out):
-        errors = [np.abs(img - blend(images64[i], images64[j], 0.4)).max()
-                  for j in range(len(images64))]  # fmt: skip
+        errors = [np.abs(img - blend(images64[i], images64[j], 0.4)).max() for j in range(len(images64))]
         j = int(np.argmin(errors))
         assert errors[j] <= 1.0 and j != i
         partners.append(j)
@@ -152,10 +160,10 @@ def test_geometric_ops_on_non_square_images(name, images64, dali_run):
 
 def test_bilinear_interpolation_agrees(images64, dali_run):
     policy = Policy("t", 10, [[("Rotate", 1.0, 9)]])
-    [(out, trace)] = dali_run(policy, images64[:16], seed=1, return_trace=True,
-                              interpolation="bilinear")  # fmt: skip
+    [(out, trace)] = dali_run(policy, images64[:16], seed=1, return_trace=True, interpolation="bilinear")
     negated = [f[0].startswith("-") for _, f in decode_trace(policy, trace)]
     chw = torch.from_numpy(images64[:16]).permute(0, 3, 1, 2)
-    ref = torch.stack([apply_op(chw[i], "Rotate", 9, 10, negate=negated[i],
-                                interpolation="bilinear") for i in range(16)])  # fmt: skip
+    ref = torch.stack(
+        [apply_op(chw[i], "Rotate", 9, 10, negate=negated[i], interpolation="bilinear") for i in range(16)]
+    )
     assert mad(out, ref.permute(0, 2, 3, 1).numpy()).mean() < 3.0

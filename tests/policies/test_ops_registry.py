@@ -1,4 +1,5 @@
 """The op registry: names, magnitude ranges per convention, signs, bin -> parameter mapping."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,10 +7,23 @@ import pytest
 from autoaug.policies import ops
 
 AUTOAUGMENT_16 = {
-    "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "AutoContrast", "Invert",
-    "Equalize", "Solarize", "Posterize", "Contrast", "Color", "Brightness", "Sharpness",
-    "Cutout", "SamplePairing",
-}  # fmt: skip
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "AutoContrast",
+    "Invert",
+    "Equalize",
+    "Solarize",
+    "Posterize",
+    "Contrast",
+    "Color",
+    "Brightness",
+    "Sharpness",
+    "Cutout",
+    "SamplePairing",
+}
 
 
 def test_registry_has_the_16_autoaugment_ops_plus_identity():
@@ -51,18 +65,32 @@ def test_backend_records_are_usable():
     assert kinds["Invert"] == "Solarize" and kinds["Cutout"] == "Cutout"
 
 
-@pytest.mark.parametrize("decorate, message", [
-    (lambda dali, torch_: dali.dali_op("Blur", operator="fn.gaussian_blur"),
-     r"^dali_op: unknown op 'Blur'; expected one of \['Identity', .*declare the op in "
-     r"autoaug.policies.ops.REGISTRY first$"),
-    (lambda dali, torch_: torch_.torch_op("Blur", operator="F.gaussian_blur"),
-     r"^torch_op: unknown op 'Blur'; expected one of .*declare the op in autoaug.policies.ops.REGISTRY first$"),
-    (lambda dali, torch_: torch_.torch_op("rotate", operator="F.rotate"),
-     r"^torch_op: unknown op 'rotate' \(did you mean 'Rotate'\?\)"),
-    (lambda dali, torch_: dali.dali_op("Rotate", kind="Warp", operator="fn.warp_affine"),
-     r"^dali_op: op 'Rotate' is declared twice; each backend declares each op once$"),
-    (lambda dali, torch_: torch_.torch_op("Rotate", operator="F.rotate"), r"^torch_op: op 'Rotate' is declared twice"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "decorate, message",
+    [
+        (
+            lambda dali, torch_: dali.dali_op("Blur", operator="fn.gaussian_blur"),
+            r"^dali_op: unknown op 'Blur'; expected one of \['Identity', .*declare the op in "
+            r"autoaug.policies.ops.REGISTRY first$",
+        ),
+        (
+            lambda dali, torch_: torch_.torch_op("Blur", operator="F.gaussian_blur"),
+            r"^torch_op: unknown op 'Blur'; expected one of .*declare the op in autoaug.policies.ops.REGISTRY first$",
+        ),
+        (
+            lambda dali, torch_: torch_.torch_op("rotate", operator="F.rotate"),
+            r"^torch_op: unknown op 'rotate' \(did you mean 'Rotate'\?\)",
+        ),
+        (
+            lambda dali, torch_: dali.dali_op("Rotate", kind="Warp", operator="fn.warp_affine"),
+            r"^dali_op: op 'Rotate' is declared twice; each backend declares each op once$",
+        ),
+        (
+            lambda dali, torch_: torch_.torch_op("Rotate", operator="F.rotate"),
+            r"^torch_op: op 'Rotate' is declared twice",
+        ),
+    ],
+)
 def test_a_backend_refuses_an_op_the_registry_does_not_have(decorate, message):
     from autoaug.policies import dali_apply, torch_apply
 
@@ -76,6 +104,7 @@ def test_a_dali_branch_must_read_the_table_it_declares():
     from autoaug.policies import dali_apply
 
     with pytest.raises(ValueError, match=r"dali_branch 'Blur2': blur takes no 'kernel' argument, its table"):
+
         def blur(data, _, param):
             return data
 
@@ -85,8 +114,17 @@ def test_a_dali_branch_must_read_the_table_it_declares():
 
 def test_signed_and_magnitude_free_ops():
     signed = {n for n, s in ops.REGISTRY.items() if s.signed}
-    assert signed == {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Contrast",
-                      "Color", "Brightness", "Sharpness"}  # fmt: skip
+    assert signed == {
+        "ShearX",
+        "ShearY",
+        "TranslateX",
+        "TranslateY",
+        "Rotate",
+        "Contrast",
+        "Color",
+        "Brightness",
+        "Sharpness",
+    }
     no_mag = {n for n, s in ops.REGISTRY.items() if not s.has_magnitude}
     assert no_mag == {"Identity", "AutoContrast", "Invert", "Equalize"}
 
@@ -140,8 +178,11 @@ def test_bins_are_linear_and_signs_negate():
 def test_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"unknown op 'Shear' .*expected one of \['Identity'"):
         ops.get("Shear")
-    with pytest.raises(ValueError, match=r"TranslateX: its magnitude is relative to the image "
-                                         r"width; pass image_size"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"TranslateX: its magnitude is relative to the image "
+        r"width; pass image_size",
+    ):
         ops.get("TranslateX").param(3, 10)
     with pytest.raises(ValueError, match=r"unknown ranges 'paper'; expected one of"):
         ops.get("Rotate").param(3, 10, "paper")
@@ -168,8 +209,11 @@ def test_an_op_added_to_the_registry_is_declared_once_per_backend(monkeypatch):
 
     assert dali_apply.DALI_OPS["Blur"].branch is blur and blur.kind == "Blur" and blur.table == "param"
     monkeypatch.delitem(dali_apply.DALI_OPS, "Blur")  # declared again, wrongly: joining a branch with a table
-    with pytest.raises(ValueError, match=r"^dali_op 'Blur': with kind='Warp', table / sized / arguments are the "
-                                         r"branch's and the decorated function is to_table; pass none of them$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^dali_op 'Blur': with kind='Warp', table / sized / arguments are the "
+        r"branch's and the decorated function is to_table; pass none of them$",
+    ):
         dali_apply.dali_op("Blur", kind="Warp", table="matrix", operator="fn.warp_affine")
     torch_apply.torch_op("Blur", operator="F.gaussian_blur")(lambda img, _, **__: img)
     assert torch_apply.TORCH_OPS["Blur"].operator == "F.gaussian_blur"

@@ -1,4 +1,5 @@
 """Policy / Op value object: construction, validation, canonical JSON, hash, pickle."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,7 @@ def test_architecture_example():
 
 def test_accepts_tuples_dicts_and_ops_alike():
     a = Policy("a", 10, SUBS)
-    b = Policy("a", 10, [[{"op": o, "probability": p, "magnitude_bin": m} for o, p, m in s]
-                         for s in SUBS])  # fmt: skip
+    b = Policy("a", 10, [[{"op": o, "probability": p, "magnitude_bin": m} for o, p, m in s] for s in SUBS])
     c = Policy("a", 10, [[Op(*t) for t in s] for s in SUBS])
     assert a == b == c
     assert hash(a) == hash(b)
@@ -56,49 +56,65 @@ def test_equality_includes_name_hash_does_not():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(sub_policies=[[("Rotat", 0.5, 1)]]),
-         r"sub-policy 0, op 0: field 'op': unknown op 'Rotat' \(did you mean 'Rotate'\?\); "
-         r"expected one of \['Identity', 'ShearX'"),
-        (dict(sub_policies=[[("Rotate", 0.5, 1)], [("Invert", 1.5, 0)]]),
-         r"sub-policy 1, op 0: field 'probability': 1.5 is outside the allowed range \[0, 1\]"),
-        (dict(sub_policies=[[("Rotate", -0.1, 1)]]),
-         r"sub-policy 0, op 0: field 'probability': -0.1 is outside the allowed range \[0, 1\]"),
-        (dict(sub_policies=[[("Rotate", float("nan"), 1)]]),
-         r"field 'probability': nan is not a finite number"),
-        (dict(sub_policies=[[("Rotate", "0.5", 1)]]),
-         r"field 'probability': '0.5' is not a finite number"),
-        (dict(sub_policies=[[("Rotate", 0.5, 1), ("Rotate", 0.5, 10)]]),
-         r"sub-policy 0, op 1 \(Rotate\): field 'magnitude_bin': 10 is outside the allowed "
-         r"range \[0, 9\]"),
-        (dict(sub_policies=[[("Rotate", 0.5, -1)]]),
-         r"sub-policy 0, op 0: field 'magnitude_bin': -1 is negative"),
-        (dict(sub_policies=[[("Rotate", 0.5, 1.5)]]),
-         r"field 'magnitude_bin': 1.5 is not an integer"),
-        (dict(sub_policies=[[("Rotate", 0.5, True)]]),
-         r"field 'magnitude_bin': True is not an integer"),
-        (dict(sub_policies=[[("Rotate", 0.5, 1)], []]),
-         r"sub-policy 1: is empty; expected at least one operation"),
-        (dict(sub_policies=[[("Rotate", 0.5)]]),
-         r"sub-policy 0, op 0: op \('Rotate', 0.5\) has 2 elements; expected a tuple "
-         r"\(op, probability, magnitude_bin\)"),
-        (dict(sub_policies=[[{"op": "Rotate", "probability": 0.5}]]),
-         r"sub-policy 0, op 0: op dict has keys .*\(missing: \['magnitude_bin'\]\)"),
-        (dict(sub_policies=[[{"op": "Rotate", "probability": 0.5, "magnitude_bin": 1,
-                              "mag": 2}]]),
-         r"\(unknown: \['mag'\]\)"),
+        (
+            dict(sub_policies=[[("Rotat", 0.5, 1)]]),
+            r"sub-policy 0, op 0: field 'op': unknown op 'Rotat' \(did you mean 'Rotate'\?\); "
+            r"expected one of \['Identity', 'ShearX'",
+        ),
+        (
+            dict(sub_policies=[[("Rotate", 0.5, 1)], [("Invert", 1.5, 0)]]),
+            r"sub-policy 1, op 0: field 'probability': 1.5 is outside the allowed range \[0, 1\]",
+        ),
+        (
+            dict(sub_policies=[[("Rotate", -0.1, 1)]]),
+            r"sub-policy 0, op 0: field 'probability': -0.1 is outside the allowed range \[0, 1\]",
+        ),
+        (dict(sub_policies=[[("Rotate", float("nan"), 1)]]), r"field 'probability': nan is not a finite number"),
+        (dict(sub_policies=[[("Rotate", "0.5", 1)]]), r"field 'probability': '0.5' is not a finite number"),
+        (
+            dict(sub_policies=[[("Rotate", 0.5, 1), ("Rotate", 0.5, 10)]]),
+            r"sub-policy 0, op 1 \(Rotate\): field 'magnitude_bin': 10 is outside the allowed "
+            r"range \[0, 9\]",
+        ),
+        (dict(sub_policies=[[("Rotate", 0.5, -1)]]), r"sub-policy 0, op 0: field 'magnitude_bin': -1 is negative"),
+        (dict(sub_policies=[[("Rotate", 0.5, 1.5)]]), r"field 'magnitude_bin': 1.5 is not an integer"),
+        (dict(sub_policies=[[("Rotate", 0.5, True)]]), r"field 'magnitude_bin': True is not an integer"),
+        (dict(sub_policies=[[("Rotate", 0.5, 1)], []]), r"sub-policy 1: is empty; expected at least one operation"),
+        (
+            dict(sub_policies=[[("Rotate", 0.5)]]),
+            r"sub-policy 0, op 0: op \('Rotate', 0.5\) has 2 elements; expected a tuple "
+            r"\(op, probability, magnitude_bin\)",
+        ),
+        (
+            dict(sub_policies=[[{"op": "Rotate", "probability": 0.5}]]),
+            r"sub-policy 0, op 0: op dict has keys .*\(missing: \['magnitude_bin'\]\)",
+        ),
+        (
+            dict(sub_policies=[[{"op": "Rotate", "probability": 0.5, "magnitude_bin": 1, "mag": 2}]]),
+            r"\(unknown: \['mag'\]\)",
+        ),
         (dict(sub_policies=["Rotate"]), r"sub-policy 0: 'Rotate' is not a sequence of operations"),
         (dict(sub_policies="Rotate"), r"field 'sub_policies': 'Rotate' is not a sequence"),
         (dict(name="has space"), r"field 'name': 'has space' is invalid; expected a string"),
         (dict(name="a@3"), r"field 'name': 'a@3' is invalid"),
         (dict(name=""), r"field 'name': '' is invalid"),
-        (dict(num_magnitude_bins=0), r"field 'num_magnitude_bins': 0 is invalid; expected an "
-                                     r"int from 1 to 1,000"),
-        (dict(base="flip"), r"field 'base': 'flip' is invalid; expected one of "
-                            r"\['none', 'crop', 'standard'\]"),
-        (dict(ranges="paper"), r"field 'ranges': 'paper' is invalid; expected one of "
-                               r"\['autoaugment', 'wide'\]"),
+        (
+            dict(num_magnitude_bins=0),
+            r"field 'num_magnitude_bins': 0 is invalid; expected an "
+            r"int from 1 to 1,000",
+        ),
+        (
+            dict(base="flip"),
+            r"field 'base': 'flip' is invalid; expected one of "
+            r"\['none', 'crop', 'standard'\]",
+        ),
+        (
+            dict(ranges="paper"),
+            r"field 'ranges': 'paper' is invalid; expected one of "
+            r"\['autoaugment', 'wide'\]",
+        ),
     ],
-)  # fmt: skip
+)
 def test_validation_errors(kwargs, match):
     args = dict(name="p", num_magnitude_bins=10, sub_policies=[[("Rotate", 0.5, 1)]])
     args.update(kwargs)
@@ -109,8 +125,7 @@ def test_validation_errors(kwargs, match):
 def test_op_validates_on_its_own():
     with pytest.raises(ValueError, match=r"field 'op': unknown op 'rotate' \(did you mean"):
         Op("rotate", 0.5, 1)
-    assert Op("Rotate", 1, 3).probability == 1.0 and isinstance(Op("Rotate", 1, 3).probability,
-                                                                  float)  # fmt: skip
+    assert Op("Rotate", 1, 3).probability == 1.0 and isinstance(Op("Rotate", 1, 3).probability, float)
 
 
 def test_canonical_dict_and_json_round_trip():
@@ -165,7 +180,8 @@ def test_default_base_stays_out_of_the_dict_and_hash_other_bases_round_trip():
     assert presets.resolve("autoaugment-cifar10").with_base("standard").content_hash == AUTOAUGMENT_CIFAR10_HASH
     standard = presets.resolve("standard")
     assert "base" not in standard.to_dict() and standard.canonical_content_json() == (
-        '{"num_magnitude_bins":10,"sub_policies":[]}')
+        '{"num_magnitude_bins":10,"sub_policies":[]}'
+    )
     assert standard.content_hash == "3d3be33ce31b0ead6765da7c3b2b7764153856085d683742dd467668d1641cf5"
     assert presets.resolve("none").content_hash == "6a3a82ff57e067f91fd666339996547369a39b6c1c2e9306f4b3b0fab3d63605"
     crop = Policy("mine", 10, SUBS, base="crop")
@@ -180,9 +196,15 @@ def test_with_base_moves_only_the_base():
     moved = aa.with_base("crop")
     assert moved.base == "crop" and aa.base == "standard"  # a new value, the original untouched
     assert (moved.name, moved.sub_policies, moved.num_magnitude_bins, moved.ranges) == (
-        aa.name, aa.sub_policies, aa.num_magnitude_bins, aa.ranges)
+        aa.name,
+        aa.sub_policies,
+        aa.num_magnitude_bins,
+        aa.ranges,
+    )
     assert moved.content_hash != aa.content_hash and moved.with_base("standard") == aa
-    with pytest.raises(ValueError, match=r"field 'base': 'flip' is invalid; expected one of \['none', 'crop', 'standard'\]"):
+    with pytest.raises(
+        ValueError, match=r"field 'base': 'flip' is invalid; expected one of \['none', 'crop', 'standard'\]"
+    ):
         aa.with_base("flip")
 
 
@@ -253,14 +275,19 @@ def test_too_many_sub_policies_is_refused_quickly():
 
     # Before: a policy of 380,000 sub-policies was accepted and `autoaug train` hung building it.
     start = time.perf_counter()
-    with pytest.raises(PolicyError, match=r"field 'sub_policies': more than 32,768 sub-policies "
-                                          r"\(the limit: DALI's lookup tables hold 65,536 entries") as info:
+    with pytest.raises(
+        PolicyError,
+        match=r"field 'sub_policies': more than 32,768 sub-policies "
+        r"\(the limit: DALI's lookup tables hold 65,536 entries",
+    ) as info:
         Policy("big", 10, [[("Rotate", 0.5, 1)]] * 380_000)
     _one_line(info.value)
     assert time.perf_counter() - start < 2
     assert len(Policy("max", 10, [[("Rotate", 0.5, 1)]] * MAX_SUB_POLICIES)) == MAX_SUB_POLICIES
-    doc = json.dumps({"name": "big", "num_magnitude_bins": 10,
-                      "sub_policies": [[["Rotate", 0.5, 1]]] * 380_000}, separators=(",", ":"))
+    doc = json.dumps(
+        {"name": "big", "num_magnitude_bins": 10, "sub_policies": [[["Rotate", 0.5, 1]]] * 380_000},
+        separators=(",", ":"),
+    )
     with pytest.raises(PolicyError, match="more than 32,768 sub-policies"):
         Policy.from_json(doc)
     # A generator is not consumed beyond the limit.
@@ -275,18 +302,24 @@ def test_too_many_ops_in_a_sub_policy():
         Policy("p", 10, [[("Rotate", 0.5, 1)], [("Rotate", 0.5, 1)] * 100_000])
 
 
-@pytest.mark.parametrize("bins", [10**30, 1001, 10**5000, -1, 2.5, "10"],
-                         ids=["1e30", "1001", "1e5000", "-1", "2.5", "str"])
+@pytest.mark.parametrize(
+    "bins", [10**30, 1001, 10**5000, -1, 2.5, "10"], ids=["1e30", "1001", "1e5000", "-1", "2.5", "str"]
+)
 def test_num_magnitude_bins_out_of_range(bins):
-    with pytest.raises(PolicyError, match=r"field 'num_magnitude_bins': .* is invalid; expected an int "
-                                          r"from 1 to 1,000") as info:
+    with pytest.raises(
+        PolicyError,
+        match=r"field 'num_magnitude_bins': .* is invalid; expected an int "
+        r"from 1 to 1,000",
+    ) as info:
         Policy("p", bins, [[("Rotate", 0.5, 0)]])
     _one_line(info.value, 200)
 
 
 def test_num_magnitude_bins_huge_in_json():
     with pytest.raises(PolicyError, match=r"field 'num_magnitude_bins': 1000000000000000000000000000000 is"):
-        Policy.from_json('{"name": "p", "num_magnitude_bins": 1e30, "sub_policies": []}'.replace("1e30", "1" + "0" * 30))
+        Policy.from_json(
+            '{"name": "p", "num_magnitude_bins": 1e30, "sub_policies": []}'.replace("1e30", "1" + "0" * 30)
+        )
     # More than 4,300 digits: Python's int parser refuses; still a one-line PolicyError.
     doc = '{"name": "p", "num_magnitude_bins": ' + "9" * 5000 + ', "sub_policies": []}'
     with pytest.raises(PolicyError, match=r"policy JSON holds an integer of more than 4,300 digits") as info:
@@ -296,17 +329,22 @@ def test_num_magnitude_bins_huge_in_json():
 
 def test_deeply_nested_json_is_refused_before_parsing():
     # Before: 100,000 levels raised RecursionError from json.loads.
-    for doc in ("[" * 100_000 + "]" * 100_000, '{"name": "p", "num_magnitude_bins": 10, "sub_policies": '
-                + "[" * 100_000 + "]" * 100_000 + "}", "[" * 100_000):
-        with pytest.raises(PolicyError, match=r"policy JSON is nested more than 32 levels deep \(the "
-                                              r"limit; a policy needs 4\)"):
+    for doc in (
+        "[" * 100_000 + "]" * 100_000,
+        '{"name": "p", "num_magnitude_bins": 10, "sub_policies": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "[" * 100_000,
+    ):
+        with pytest.raises(
+            PolicyError,
+            match=r"policy JSON is nested more than 32 levels deep \(the "
+            r"limit; a policy needs 4\)",
+        ):
             Policy.from_json(doc)
     ok = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     with pytest.raises(PolicyError, match="policy must be a dict, got list"):
         Policy.from_json(ok)
     # Brackets inside strings do not count.
-    name_with_brackets = json.dumps({"name": "p", "num_magnitude_bins": 10, "sub_policies": [],
-                                     "base": "[" * 1000})
+    name_with_brackets = json.dumps({"name": "p", "num_magnitude_bins": 10, "sub_policies": [], "base": "[" * 1000})
     with pytest.raises(PolicyError, match=r"field 'base': '\[\[\[\["):
         Policy.from_json(name_with_brackets)
 
@@ -321,9 +359,17 @@ def test_long_values_give_short_messages():
     with pytest.raises(PolicyError, match=r"^field 'name': 'xxx+\.\.\.x+' is invalid; expected a string") as info:
         Policy(name, 10, [])
     _one_line(info.value)
-    for subs in ([[("R" * 100_000, 0.5, 1)]], [[(["x"] * 100_000, 0.5, 1)]], [[("Rotate", 10**100_000, 1)]],
-                 [[("Rotate", 0.5, 10**100_000)]], [[("Rotate", 0.5, 10**30)]], [[("Rotate", "0.5\n" * 1000, 1)]],
-                 [[{"k" * 100_000: 1, "op": "Rotate"}]], [[tuple(range(100_000))]], ["x\n" * 100_000]):
+    for subs in (
+        [[("R" * 100_000, 0.5, 1)]],
+        [[(["x"] * 100_000, 0.5, 1)]],
+        [[("Rotate", 10**100_000, 1)]],
+        [[("Rotate", 0.5, 10**100_000)]],
+        [[("Rotate", 0.5, 10**30)]],
+        [[("Rotate", "0.5\n" * 1000, 1)]],
+        [[{"k" * 100_000: 1, "op": "Rotate"}]],
+        [[tuple(range(100_000))]],
+        ["x\n" * 100_000],
+    ):
         with pytest.raises(PolicyError) as info:
             Policy("p", 10, subs)
         _one_line(info.value)
@@ -352,16 +398,22 @@ def test_policy_file_errors_name_the_file(tmp_path):
 
     latin1 = tmp_path / "latin1.json"
     latin1.write_bytes('{"name": "caf\xe9", "num_magnitude_bins": 10, "sub_policies": []}'.encode("latin-1"))
-    with pytest.raises(PolicyError, match=r"^policy file '.*latin1.json': the file is not UTF-8 text "
-                                          r"\(invalid continuation byte: byte 0xe9 at offset 13\)") as info:
+    with pytest.raises(
+        PolicyError,
+        match=r"^policy file '.*latin1.json': the file is not UTF-8 text "
+        r"\(invalid continuation byte: byte 0xe9 at offset 13\)",
+    ) as info:
         Policy.from_file(latin1)
     _one_line(info.value)
 
     big = tmp_path / "big.json"
     with open(big, "wb") as f:
         f.truncate(MAX_POLICY_JSON_BYTES + 1)
-    with pytest.raises(PolicyError, match=r"^policy file '.*big.json': the file is larger than 67,108,864 "
-                                          r"bytes \(64 MiB\), the limit for a policy file$"):
+    with pytest.raises(
+        PolicyError,
+        match=r"^policy file '.*big.json': the file is larger than 67,108,864 "
+        r"bytes \(64 MiB\), the limit for a policy file$",
+    ):
         Policy.from_file(big)
 
     with pytest.raises(PolicyError, match=r"^policy file '.*missing.json' cannot be read: No such file"):
@@ -384,13 +436,19 @@ def test_a_key_given_twice_is_refused_with_its_place_and_both_values():
     from autoaug.core.values import DuplicateKeyError, loads_strict
     from autoaug.policies.policy import PolicyError
 
-    doc = {"name": "x", "num_magnitude_bins": 10,
-           "sub_policies": [[{"op": "Rotate", "probability": 0.5, "magnitude_bin": 3}]]}
+    doc = {
+        "name": "x",
+        "num_magnitude_bins": 10,
+        "sub_policies": [[{"op": "Rotate", "probability": 0.5, "magnitude_bin": 3}]],
+    }
     text = json.dumps(doc)
     assert Policy.from_json(text) == Policy.from_dict(doc)  # no duplicates: accepted as before
     twice = text.replace('"op": "Rotate"', '"op": "Rotate", "op": "Invert"')
-    with pytest.raises(PolicyError, match=r'^the key "op" appears twice in one object at sub_policies\[0\]\[0\] '
-                                          r'\(first "Rotate", then "Invert"\); expected each key once$'):
+    with pytest.raises(
+        PolicyError,
+        match=r'^the key "op" appears twice in one object at sub_policies\[0\]\[0\] '
+        r'\(first "Rotate", then "Invert"\); expected each key once$',
+    ):
         Policy.from_json(twice)
     with pytest.raises(PolicyError, match=r'"name" appears twice in one object at the top level'):
         Policy.from_json(b'{"name": "a", "name": "b", "num_magnitude_bins": 10, "sub_policies": []}')

@@ -1,4 +1,5 @@
 """docs/policies.md: its Python examples run on real images, its op table matches the registry."""
+
 from __future__ import annotations
 
 import re
@@ -37,7 +38,9 @@ def test_op_table_matches_the_registry():
     text = DOC.read_text(encoding="utf-8")
     for name, spec in ops.REGISTRY.items():
         auto, wide = spec.magnitude_range("autoaugment"), spec.magnitude_range("wide")
-        row = (f"| {name} | {auto.describe() if auto else '-'} | "
-               f"{wide.describe() if wide else '-'} | {'yes' if spec.signed else 'no'} | "
-               f"`{DALI_OPS[name].operator}` | `{TORCH_OPS[name].operator}` |")  # fmt: skip
+        row = (
+            f"| {name} | {auto.describe() if auto else '-'} | "
+            f"{wide.describe() if wide else '-'} | {'yes' if spec.signed else 'no'} | "
+            f"`{DALI_OPS[name].operator}` | `{TORCH_OPS[name].operator}` |"
+        )
         assert row in text, f"docs/policies.md op table is out of date for {name}:\n{row}"

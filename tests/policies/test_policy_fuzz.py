@@ -6,6 +6,7 @@ raise their documented error -- :class:`PolicyError` (``UserInputError`` for ``r
 -- with a one-line message of bounded length; never another exception (``RecursionError``,
 ``TypeError``, ``KeyError``, ``OverflowError``, ``UnicodeDecodeError``...).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,25 +19,65 @@ from autoaug.core.errors import UserInputError
 from autoaug.policies import Policy, presets, resolve_policy
 from autoaug.policies.policy import MAX_MESSAGE_CHARS, PolicyError
 
-SETTINGS = settings(max_examples=250, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
-VALID = [presets.resolve("autoaugment-cifar10").to_json(),
-         Policy("w", 31, [[("Rotate", 1.0, 30)], [("Invert", 0.0, 0), ("Cutout", 0.5, 3)]],
-                base="none", ranges="wide").to_json(indent=None)]
+VALID = [
+    presets.resolve("autoaugment-cifar10").to_json(),
+    Policy(
+        "w", 31, [[("Rotate", 1.0, 30)], [("Invert", 0.0, 0), ("Cutout", 0.5, 3)]], base="none", ranges="wide"
+    ).to_json(indent=None),
+]
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(10**40), max_value=10**40),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
-    st.sampled_from(["Rotate", "Invert", "standard", "none", "wide", "autoaugment", "name", "op",
-                     "probability", "magnitude_bin", "sub_policies", "num_magnitude_bins"]),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            "Rotate",
+            "Invert",
+            "standard",
+            "none",
+            "wide",
+            "autoaugment",
+            "name",
+            "op",
+            "probability",
+            "magnitude_bin",
+            "sub_policies",
+            "num_magnitude_bins",
+        ]
+    ),
 )
 _json = st.recursive(
     _scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=5),
-                            st.dictionaries(st.one_of(st.text(max_size=12), st.sampled_from(
-                                ["name", "num_magnitude_bins", "sub_policies", "base", "ranges", "op",
-                                 "probability", "magnitude_bin"])), inner, max_size=5)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.dictionaries(
+            st.one_of(
+                st.text(max_size=12),
+                st.sampled_from(
+                    [
+                        "name",
+                        "num_magnitude_bins",
+                        "sub_policies",
+                        "base",
+                        "ranges",
+                        "op",
+                        "probability",
+                        "magnitude_bin",
+                    ]
+                ),
+            ),
+            inner,
+            max_size=5,
+        ),
+    ),
     max_leaves=30,
 )
 
@@ -105,7 +146,7 @@ def _mutated(draw) -> bytes:
         elif kind == "insert":
             data[i:i] = draw(st.binary(min_size=1, max_size=8))
         elif kind == "delete":
-            del data[i:i + draw(st.integers(1, 16))]
+            del data[i : i + draw(st.integers(1, 16))]
         elif kind == "truncate":
             del data[i:]
         else:  # wrap a span in deep nesting
@@ -138,7 +179,17 @@ def test_mutated_policy_files(tmp_path, data):
         assert "\n" not in str(exc) and len(str(exc)) <= 2 * MAX_MESSAGE_CHARS
 
 
-@pytest.mark.parametrize("doc", [b"\xff\xfe{}", b"", b"\x00" * 10, "\ud800".encode("utf-8", "surrogatepass"),
-                                 b"[" * 200_000, b'{"name": "' + b"x" * 100_000 + b'"}', b"1" * 5000])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b"\xff\xfe{}",
+        b"",
+        b"\x00" * 10,
+        "\ud800".encode("utf-8", "surrogatepass"),
+        b"[" * 200_000,
+        b'{"name": "' + b"x" * 100_000 + b'"}',
+        b"1" * 5000,
+    ],
+)
 def test_hostile_documents(doc):
     _load(doc)

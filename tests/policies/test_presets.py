@@ -1,4 +1,5 @@
 """Presets and resolve_policy."""
+
 from __future__ import annotations
 
 import itertools
@@ -24,18 +25,13 @@ def test_published_autoaugment_policies(dataset):
 def test_autoaugment_cifar10_transcription_spot_checks():
     # first, middle and last sub-policies of the paper's reduced CIFAR-10 table
     p = presets.resolve("autoaugment-cifar10").sub_policies
-    assert [(o.op, o.probability, o.magnitude_bin) for o in p[0]] == [
-        ("Invert", 0.1, 7), ("Contrast", 0.2, 6)]  # fmt: skip
-    assert [(o.op, o.probability, o.magnitude_bin) for o in p[12]] == [
-        ("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)]  # fmt: skip
-    assert [(o.op, o.probability, o.magnitude_bin) for o in p[24]] == [
-        ("TranslateY", 0.7, 9), ("AutoContrast", 0.9, 1)]  # fmt: skip
+    assert [(o.op, o.probability, o.magnitude_bin) for o in p[0]] == [("Invert", 0.1, 7), ("Contrast", 0.2, 6)]
+    assert [(o.op, o.probability, o.magnitude_bin) for o in p[12]] == [("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)]
+    assert [(o.op, o.probability, o.magnitude_bin) for o in p[24]] == [("TranslateY", 0.7, 9), ("AutoContrast", 0.9, 1)]
     svhn = presets.resolve("autoaugment-svhn").sub_policies
-    assert [(o.op, o.probability, o.magnitude_bin) for o in svhn[0]] == [
-        ("ShearX", 0.9, 4), ("Invert", 0.2, 3)]  # fmt: skip
+    assert [(o.op, o.probability, o.magnitude_bin) for o in svhn[0]] == [("ShearX", 0.9, 4), ("Invert", 0.2, 3)]
     imagenet = presets.resolve("autoaugment-imagenet").sub_policies
-    assert [(o.op, o.probability, o.magnitude_bin) for o in imagenet[0]] == [
-        ("Posterize", 0.4, 8), ("Rotate", 0.6, 9)]  # fmt: skip
+    assert [(o.op, o.probability, o.magnitude_bin) for o in imagenet[0]] == [("Posterize", 0.4, 8), ("Rotate", 0.6, 9)]
 
 
 def test_randaugment_is_every_ordered_tuple():
@@ -84,16 +80,19 @@ def test_names_resolve_with_and_without_prefix():
 @pytest.mark.parametrize(
     "ref, match",
     [
-        ("autoaugment-cifar100", r"unknown preset 'autoaugment-cifar100'; known presets: "
-                                 r"autoaugment-cifar10, autoaugment-svhn, autoaugment-imagenet, "
-                                 r"randaugment:n=2,m=9, trivialaugment, none, crop, standard"),
+        (
+            "autoaugment-cifar100",
+            r"unknown preset 'autoaugment-cifar100'; known presets: "
+            r"autoaugment-cifar10, autoaugment-svhn, autoaugment-imagenet, "
+            r"randaugment:n=2,m=9, trivialaugment, none, crop, standard",
+        ),
         ("preset:nope", r"unknown preset 'preset:nope'; known presets:"),
         ("randaugment:n=0", r"randaugment: n=0 is invalid; expected an int in \[1, 4\]"),
         ("randaugment:m=31", r"randaugment: m=31 is invalid; expected an int in \[0, 30\]"),
         ("randaugment:k=2", r"bad argument 'k=2'; expected randaugment:n=N,m=M"),
         ("randaugment:n=2,n=3", r"bad argument 'n=3'"),
     ],
-)  # fmt: skip
+)
 def test_unknown_or_bad_presets(ref, match):
     with pytest.raises(ValueError, match=match):
         presets.resolve(ref)
@@ -114,15 +113,21 @@ def test_resolve_policy_preset_file_and_store(tmp_path):
             return mine
 
     assert policies.resolve_policy("mine@latest", store=FakeStore()) == mine
-    with pytest.raises(ValueError, match=r"cannot resolve policy 'mine@latest': not a preset "
-                                         r"\(known: autoaugment-cifar10"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"cannot resolve policy 'mine@latest': not a preset "
+        r"\(known: autoaugment-cifar10",
+    ):
         policies.resolve_policy("mine@latest")
     with pytest.raises(ValueError, match=r"policy file '.*missing.json' does not exist"):
         policies.resolve_policy(str(tmp_path / "missing.json"))
     bad = tmp_path / "bad.json"
     bad.write_text('{"name": "x", "num_magnitude_bins": 10, "sub_policies": [[["Nope", 1, 0]]]}')
-    with pytest.raises(ValueError, match=r"bad.json' is not a valid policy: sub-policy 0, op 0: "
-                                         r"field 'op': unknown op 'Nope'"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"bad.json' is not a valid policy: sub-policy 0, op 0: "
+        r"field 'op': unknown op 'Nope'",
+    ):
         policies.resolve_policy(str(bad))
     with pytest.raises(ValueError, match=r"policy reference 3 is a int"):
         policies.resolve_policy(3)
@@ -142,5 +147,7 @@ def test_every_reader_of_a_policy_file_takes_the_same_files(tmp_path):
     utf16 = tmp_path / "utf16.json"
     utf16.write_bytes(mine.to_json().encode("utf-16"))
     for read in (lambda: policies.resolve_policy(str(utf16)), lambda: Policy.from_file(utf16)):
-        with pytest.raises(ValueError, match=r"the file is not UTF-8 text \(invalid start byte: byte 0xff at offset 0\)"):
+        with pytest.raises(
+            ValueError, match=r"the file is not UTF-8 text \(invalid start byte: byte 0xff at offset 0\)"
+        ):
             read()

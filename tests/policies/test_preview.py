@@ -1,4 +1,5 @@
 """Preview grid PNG of a policy on real images."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,7 @@ from autoaug.policies.preview import augment_with_labels, render_grid
 @pytest.mark.parametrize("backend", ["dali", "torchvision"])
 def test_render_grid_writes_a_png_of_real_images(backend, images64, tmp_path):
     policy = presets.resolve("autoaugment-cifar10")
-    out = render_grid(policy, images64[:4], tmp_path / "sub" / "grid.png", columns=6, seed=0,
-                      backend=backend)  # fmt: skip
+    out = render_grid(policy, images64[:4], tmp_path / "sub" / "grid.png", columns=6, seed=0, backend=backend)
     assert out.is_file()
     with Image.open(out) as png:
         assert png.format == "PNG"
@@ -23,8 +23,7 @@ def test_render_grid_writes_a_png_of_real_images(backend, images64, tmp_path):
     assert width >= 7 * 96 and height >= 4 * 96
     # the first cell (below the 2-line header, 4 px padding) is the original, upscaled x3
     assert np.array_equal(grid[36:132:3, 4:100:3], images64[0])
-    again = render_grid(policy, images64[:4], tmp_path / "again.png", columns=6, seed=0,
-                        backend=backend)  # fmt: skip
+    again = render_grid(policy, images64[:4], tmp_path / "again.png", columns=6, seed=0, backend=backend)
     assert again.read_bytes() == out.read_bytes()  # same seed, same grid
 
 
@@ -41,8 +40,11 @@ def test_labels_name_the_ops_that_fired(images64):
 
 def test_preview_errors(images64, tmp_path):
     policy = presets.resolve("autoaugment-cifar10")
-    with pytest.raises(ValueError, match=r"backend='opencv'; expected one of \['dali', "
-                                         r"'torchvision'\]"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"backend='opencv'; expected one of \['dali', "
+        r"'torchvision'\]",
+    ):
         render_grid(policy, images64[:2], tmp_path / "x.png", backend="opencv")
     with pytest.raises(ValueError, match="images must be uint8 RGB in NHWC"):
         render_grid(policy, images64[:2].astype(np.float32), tmp_path / "x.png")

@@ -8,6 +8,7 @@
 scipy is not installed, so the statistic is compared with hard-coded critical values. Seeds are
 fixed, so the outcome is deterministic; alpha = 0.001 keeps it robust to library changes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,14 +22,18 @@ CHI2_CRITICAL = {
     3: 16.266,  # df = 3, alpha = 0.001
     5: 20.515,  # df = 5, alpha = 0.001
 }
-UNIFORM = Policy("uniform6", 10, [
-    [("Identity", 1.0, 0)],
-    [("Invert", 1.0, 0)],
-    [("Solarize", 1.0, 5)],   # threshold 113.8
-    [("Solarize", 1.0, 2)],   # threshold 199.1
-    [("Posterize", 1.0, 9)],  # 4 bits
-    [("Posterize", 1.0, 4)],  # 6 bits
-])  # fmt: skip
+UNIFORM = Policy(
+    "uniform6",
+    10,
+    [
+        [("Identity", 1.0, 0)],
+        [("Invert", 1.0, 0)],
+        [("Solarize", 1.0, 5)],  # threshold 113.8
+        [("Solarize", 1.0, 2)],  # threshold 199.1
+        [("Posterize", 1.0, 9)],  # 4 bits
+        [("Posterize", 1.0, 4)],  # 6 bits
+    ],
+)
 ORDERED = Policy("ordered", 10, [[("Invert", 0.3, 0), ("Posterize", 0.6, 9)]])
 # outcomes of ORDERED: nothing, Invert only, Posterize only, Invert then Posterize
 ORDERED_P = np.array([0.7 * 0.4, 0.3 * 0.4, 0.7 * 0.6, 0.3 * 0.6])
@@ -50,11 +55,9 @@ def _op(images, name, magnitude_bin):
 def references(images: np.ndarray, policy: Policy) -> np.ndarray:
     """[outcome, image, H, W, C]: the exact output of each outcome for each image."""
     if policy is UNIFORM:
-        return np.stack([_op(images, s[0].op, s[0].magnitude_bin).numpy()
-                         for s in UNIFORM.sub_policies])  # fmt: skip
+        return np.stack([_op(images, s[0].op, s[0].magnitude_bin).numpy() for s in UNIFORM.sub_policies])
     inverted = _op(images, "Invert", 0).numpy()
-    return np.stack([images, inverted, _op(images, "Posterize", 9).numpy(),
-                     _op(inverted, "Posterize", 9).numpy()])  # fmt: skip
+    return np.stack([images, inverted, _op(images, "Posterize", 9).numpy(), _op(inverted, "Posterize", 9).numpy()])
 
 
 def distinguishable(refs: np.ndarray) -> np.ndarray:
@@ -73,8 +76,7 @@ def outputs(backend: str, policy: Policy, images: np.ndarray, dali_run) -> list[
     chw = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
     if backend == "torchvision-batched":
         return [transform(chw).permute(0, 2, 3, 1).numpy() for _ in range(ITERATIONS)]
-    return [torch.stack([transform(x) for x in chw]).permute(0, 2, 3, 1).numpy()
-            for _ in range(ITERATIONS)]  # fmt: skip
+    return [torch.stack([transform(x) for x in chw]).permute(0, 2, 3, 1).numpy() for _ in range(ITERATIONS)]
 
 
 def outcome_counts(policy, images, backend, dali_run) -> np.ndarray:
@@ -101,9 +103,7 @@ def test_sub_policies_are_drawn_uniformly(backend, images256, dali_run):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_ops_applied_with_their_probability_independently_and_in_order(
-    backend, images256, dali_run
-):
+def test_ops_applied_with_their_probability_independently_and_in_order(backend, images256, dali_run):
     counts = outcome_counts(ORDERED, images256, backend, dali_run)
     stat = chi_square(counts, ORDERED_P)
     assert stat < CHI2_CRITICAL[3], (counts, stat)

@@ -1,6 +1,7 @@
 """Schedules: the policy of each epoch (stretched to any training length), the JSON form and its
 content hash, the torchvision transform following the epoch, and the round trip through the store
 (a schedule stored with its last stage, read back hash-checked)."""
+
 from __future__ import annotations
 
 import json
@@ -33,14 +34,17 @@ def test_the_policy_of_an_epoch_follows_the_stages_as_fractions_of_training():
         S.at(-1, 10)
 
 
-@pytest.mark.parametrize("stages, message", [
-    ([], "at least one stage"),
-    ([(0.1, P0)], "the first stage starts at 0"),
-    ([(0.0, P0), (0.5, P1), (0.5, P2)], "starts increase strictly"),
-    ([(0.0, P0), (1.0, P1)], "outside [0, 1)"),
-    ([(0.0, P0), (0.5, P1.with_base("standard"))], "every stage of a schedule has one base"),
-    ([(0.0, "p0")], "is not a Policy"),
-])
+@pytest.mark.parametrize(
+    "stages, message",
+    [
+        ([], "at least one stage"),
+        ([(0.1, P0)], "the first stage starts at 0"),
+        ([(0.0, P0), (0.5, P1), (0.5, P2)], "starts increase strictly"),
+        ([(0.0, P0), (1.0, P1)], "outside [0, 1)"),
+        ([(0.0, P0), (0.5, P1.with_base("standard"))], "every stage of a schedule has one base"),
+        ([(0.0, "p0")], "is not a Policy"),
+    ],
+)
 def test_bad_schedules_are_refused_naming_the_stage(stages, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(")", r"\)")):
         Schedule("s", stages)
@@ -86,7 +90,9 @@ def test_a_schedule_round_trips_through_the_store_and_the_resolver(tmp_path, cap
     assert main(["policies", "import", str(path), "--name", "sched", "--store", str(store)]) == 0
     found = resolve("sched@1", store=str(store))
     assert found.policy.content_hash == P2.content_hash  # stored: its last stage, hash-verified
-    assert found.schedule == S.with_name(found.schedule.name) and resolve_schedule("sched", str(store)) == found.schedule
+    assert (
+        found.schedule == S.with_name(found.schedule.name) and resolve_schedule("sched", str(store)) == found.schedule
+    )
     assert resolve_schedule(str(path)) == S and resolve(str(path)).policy == P2
     assert resolve_schedule("standard").is_fixed  # a fixed policy: one stage
     capsys.readouterr()
@@ -114,8 +120,10 @@ def test_a_schedule_round_trips_through_the_store_and_the_resolver(tmp_path, cap
     from autoaug.policies.artifact import canonical_json, encode_version
 
     (store / "forged").mkdir()  # ... and when a file altered behind the store's back is read
-    pq.write_table(encode_version(P2, "forged", 1, canonical_json(meta, "metadata"),
-                                  datetime.datetime.now(datetime.timezone.utc)), store / "forged" / "v000001.parquet")
+    pq.write_table(
+        encode_version(P2, "forged", 1, canonical_json(meta, "metadata"), datetime.datetime.now(datetime.timezone.utc)),
+        store / "forged" / "v000001.parquet",
+    )
     with pytest.raises(StoreError, match="is not the stored policy"):
         resolve("forged", store=str(store))
     # Another schedule ending with the same policy is a new version, the same schedule is not.

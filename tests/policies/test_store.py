@@ -1,4 +1,5 @@
 """PolicyStore: round trips on several pyarrow filesystems, versions, references, integrity."""
+
 from __future__ import annotations
 
 import json
@@ -241,7 +242,10 @@ def test_save_validates_arguments(store):
         store.save(make_policy().to_dict(), "x")
     with pytest.raises(TypeError, match=r"metadata must be a dict"):
         store.save(make_policy(), "x", metadata=[1, 2])
-    with pytest.raises(TypeError, match=r"metadata\['cfg'\]\['fn'\] is a builtins.builtin_function_or_method, which is not JSON-serializable"):
+    with pytest.raises(
+        TypeError,
+        match=r"metadata\['cfg'\]\['fn'\] is a builtins.builtin_function_or_method, which is not JSON-serializable",
+    ):
         store.save(make_policy(), "x", metadata={"cfg": {"fn": print}})
     with pytest.raises(ValueError, match=r"metadata\['scores'\]\[1\] is nan"):
         store.save(make_policy(), "x", metadata={"scores": [0.1, float("nan")]})
@@ -364,8 +368,10 @@ def test_whole_store_reads_as_one_arrow_table(store):
     assert table.num_rows == 3
     assert table.schema.equals(SCHEMA, check_metadata=False)
     assert table.schema.metadata[b"autoaug.store.schema_version"] == str(SCHEMA_VERSION).encode()
-    rows = sorted(table.select(["name", "version", "content_hash", "schema_version"]).to_pylist(),
-                  key=lambda r: (r["name"], r["version"]))
+    rows = sorted(
+        table.select(["name", "version", "content_hash", "schema_version"]).to_pylist(),
+        key=lambda r: (r["name"], r["version"]),
+    )
     assert [(r["name"], r["version"]) for r in rows] == [("a", 1), ("a", 2), ("b", 1)]
     assert rows[2]["content_hash"] == presets.resolve("autoaugment-svhn").content_hash
     assert {r["schema_version"] for r in rows} == {SCHEMA_VERSION}
@@ -379,11 +385,23 @@ def test_whole_store_reads_as_one_arrow_table(store):
 
 def test_schema_types():
     assert SCHEMA.field("sub_policies").type == pa.list_(
-        pa.field("sub_policy", pa.list_(pa.field("op", pa.struct([
-            pa.field("op", pa.string(), nullable=False),
-            pa.field("probability", pa.float64(), nullable=False),
-            pa.field("magnitude_bin", pa.int32(), nullable=False),
-        ]), nullable=False)), nullable=False)
+        pa.field(
+            "sub_policy",
+            pa.list_(
+                pa.field(
+                    "op",
+                    pa.struct(
+                        [
+                            pa.field("op", pa.string(), nullable=False),
+                            pa.field("probability", pa.float64(), nullable=False),
+                            pa.field("magnitude_bin", pa.int32(), nullable=False),
+                        ]
+                    ),
+                    nullable=False,
+                )
+            ),
+            nullable=False,
+        )
     )
     assert SCHEMA.field("created_at").type == pa.timestamp("us", tz="UTC")
 
@@ -402,16 +420,24 @@ def test_export_and_import_json(store):
 
 
 def test_diff_added_removed_changed(store):
-    a = Policy("a", 10, [
-        [("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)],
-        [("Invert", 0.1, 0), ("Contrast", 0.2, 6)],
-        [("Equalize", 0.5, 0), ("Solarize", 0.4, 5)],
-    ])
-    b = Policy("a", 10, [
-        [("Invert", 0.1, 0), ("Contrast", 0.2, 6)],
-        [("Rotate", 0.8, 2), ("TranslateX", 0.3, 7)],  # changed: same ops, other p / bin
-        [("Color", 0.9, 9), ("Brightness", 0.1, 3)],  # added
-    ])
+    a = Policy(
+        "a",
+        10,
+        [
+            [("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)],
+            [("Invert", 0.1, 0), ("Contrast", 0.2, 6)],
+            [("Equalize", 0.5, 0), ("Solarize", 0.4, 5)],
+        ],
+    )
+    b = Policy(
+        "a",
+        10,
+        [
+            [("Invert", 0.1, 0), ("Contrast", 0.2, 6)],
+            [("Rotate", 0.8, 2), ("TranslateX", 0.3, 7)],  # changed: same ops, other p / bin
+            [("Color", 0.9, 9), ("Brightness", 0.1, 3)],  # added
+        ],
+    )
     store.save(a, "p")
     store.save(b, "p")
     d = store.diff("p@1", "p@2")
@@ -534,8 +560,11 @@ def test_check_on_a_read_only_store_does_not_report_leftovers_as_removed(store):
             raise OSError(errno.EROFS, "Read-only file system", path)
 
     store._fs = ReadOnly(store._fs)
-    with pytest.raises(StorageAccessError, match=r"leftover of the policy store .*\.v000007\.parquet\.tmp-abc: "
-                                                 r".*read-only") as info:
+    with pytest.raises(
+        StorageAccessError,
+        match=r"leftover of the policy store .*\.v000007\.parquet\.tmp-abc: "
+        r".*read-only",
+    ) as info:
         store.check(grace_seconds=0)
     assert "\n" not in str(info.value) and os.path.exists(leftover)
 
@@ -570,9 +599,15 @@ def test_every_save_writes_an_index_entry_that_lists_the_store_without_reading_p
     store.save(make_policy(p=0.3), "a-policy")
     entry = json.loads(open(_entry_path(store, "b-policy", 2)).read())
     data = open(_version_file(store, "b-policy", 2), "rb").read()
-    assert entry == {"name": "b-policy", "version": 2, "content_hash": make_policy(p=0.2).content_hash,
-                     "created_at": store.get("b-policy@2").created_at, "size": len(data),
-                     "sha256": hashlib.sha256(data).hexdigest(), "schema_version": SCHEMA_VERSION}
+    assert entry == {
+        "name": "b-policy",
+        "version": 2,
+        "content_hash": make_policy(p=0.2).content_hash,
+        "created_at": store.get("b-policy@2").created_at,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "schema_version": SCHEMA_VERSION,
+    }
     listed = store.list()
     assert list_local(store.root) == listed  # what the command prints, from the index alone
     assert ds.dataset(store.root, format="parquet").to_table().num_rows == 3  # the index is not a version
@@ -628,8 +663,10 @@ def test_a_save_killed_before_publishing_leaves_no_index_entry_behind(store, mon
 # Crashes at a failpoint (autoaug.core.failpoints, docs/failpoints.md)
 
 
-_SAVE = "from autoaug.policies import presets; from autoaug.policies.store import PolicyStore; " \
-        "PolicyStore({root!r}).save(presets.resolve('autoaugment-svhn'), 'x')"
+_SAVE = (
+    "from autoaug.policies import presets; from autoaug.policies.store import PolicyStore; "
+    "PolicyStore({root!r}).save(presets.resolve('autoaugment-svhn'), 'x')"
+)
 
 
 def test_a_saver_killed_between_the_parquet_and_its_index_leaves_nothing_visible_and_check_repairs(store, tmp_path):
@@ -651,7 +688,9 @@ def test_a_saver_killed_between_the_parquet_and_its_index_leaves_nothing_visible
     left = sorted(os.listdir(folder))
     assert any(n.startswith(".v000002.parquet.tmp-") for n in left) and "v000002.parquet" not in left
     assert sorted(os.listdir(os.path.join(folder, "_index"))) == ["v000001.json"]  # no index entry for it
-    assert store.versions("x") == [1] and [(s.latest_version, s.num_versions, s.corrupt) for s in store.list()] == [(1, 1, ())]
+    assert store.versions("x") == [1] and [(s.latest_version, s.num_versions, s.corrupt) for s in store.list()] == [
+        (1, 1, ())
+    ]
     assert store.load("x") == make_policy(p=0.1)
 
     report = store.check(grace_seconds=0)

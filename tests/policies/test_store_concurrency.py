@@ -1,4 +1,5 @@
 """PolicyStore under concurrency and crashes: separate processes (spawn), SIGKILL mid-save."""
+
 from __future__ import annotations
 
 import multiprocessing as mp

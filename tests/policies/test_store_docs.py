@@ -1,4 +1,5 @@
 """The training examples of docs/store.md run as written (constants pointed at a test store)."""
+
 from __future__ import annotations
 
 import re
@@ -51,8 +52,13 @@ def store_uri(tmp_path_factory):
 def run_example(tmp_path, code: str) -> str:
     script = tmp_path / "example.py"
     script.write_text(code)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 

@@ -1,6 +1,7 @@
 """The policy store on real object storage: an S3-compatible server (moto, started on 127.0.0.1
 by tests/conftest.py) reached through pyarrow's S3FileSystem, by ``AWS_ENDPOINT_URL`` or by the
 URI's own ``?endpoint_override=`` query string."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -116,8 +117,10 @@ def test_claims_numbers_and_check_on_object_storage(s3_bucket):
     assert isinstance(records[0], CorruptVersion) and records[1].version == 4
     report = store.check(grace_seconds=0)
     assert [c.ref for c in report.corrupt] == ["x@1"] and report.verified == ("x@4",)
-    assert sorted(report.removed) == sorted(f"s3://{s3_bucket}/{p}" for p in (
-        "policies/x/.claims/v000002.0123456789abcdef0123456789abcdef", "policies/x/.v000002.parquet.tmp-abc"))
+    assert sorted(report.removed) == sorted(
+        f"s3://{s3_bucket}/{p}"
+        for p in ("policies/x/.claims/v000002.0123456789abcdef0123456789abcdef", "policies/x/.v000002.parquet.tmp-abc")
+    )
     assert fs.get_file_info(stale).type == pafs.FileType.NotFound
 
 
@@ -128,7 +131,10 @@ def test_missing_store_and_unwritable_bucket(s3_bucket, capsys):
     assert f"policy store s3://{s3_bucket}/nothing-here does not exist" in capsys.readouterr().err
     check_writable(f"s3://{s3_bucket}/policies", what="--store")  # the probe is removed again
     fs, root = _fs(f"s3://{s3_bucket}/policies")
-    assert [i.base_name for i in fs.get_file_info(pafs.FileSelector(s3_bucket, recursive=True))
-            if i.type == pafs.FileType.File] == []
+    assert [
+        i.base_name
+        for i in fs.get_file_info(pafs.FileSelector(s3_bucket, recursive=True))
+        if i.type == pafs.FileType.File
+    ] == []
     with pytest.raises(UserInputError, match=r"^--store s3://no-such-bucket-[0-9a-f]+/p is not writable"):
         check_writable(f"s3://no-such-bucket-{s3_bucket[-12:]}/p", what="--store")

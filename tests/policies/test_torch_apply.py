@@ -1,4 +1,5 @@
 """The torchvision v2 transform: input kinds, seeding, base recipe, DataLoader, errors."""
+
 from __future__ import annotations
 
 import pickle
@@ -63,8 +64,7 @@ def test_base_recipe_prepends_pad_crop_and_flip(chw):
     assert isinstance(composed, v2.Compose)
     assert [type(t) for t in standard.to_torchvision(base=True).transforms] == [type(t) for t in composed.transforms]
     assert isinstance(standard.to_torchvision(base=False), PolicyTransform)
-    assert [type(t) for t in composed.transforms] == [RandomPadCrop, v2.RandomHorizontalFlip,
-                                                      PolicyTransform]  # fmt: skip
+    assert [type(t) for t in composed.transforms] == [RandomPadCrop, v2.RandomHorizontalFlip, PolicyTransform]
     torch.manual_seed(1)
     out = composed(chw[0])
     assert out.shape == chw[0].shape and out.dtype == torch.uint8
@@ -108,8 +108,11 @@ def test_errors(chw):
     t = presets.resolve("autoaugment-cifar10").to_torchvision(base=False)
     with pytest.raises(ValueError, match="expects uint8 images, got dtype torch.float32"):
         t(chw[0].float())
-    with pytest.raises(ValueError, match=r"shape \[C, H, W\] or \[N, C, H, W\] with C in "
-                                         r"\(1, 3\), got shape \(4, 32, 32\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"shape \[C, H, W\] or \[N, C, H, W\] with C in "
+        r"\(1, 3\), got shape \(4, 32, 32\)",
+    ):
         t(torch.zeros(4, 32, 32, dtype=torch.uint8))
     with pytest.raises(ValueError, match="found no image in its input"):
         t(3)

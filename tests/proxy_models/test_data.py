@@ -1,4 +1,5 @@
 """Datasets (Parquet, ImageFolder, torchvision CIFAR-10), reduced splits and bad-input errors."""
+
 from __future__ import annotations
 
 import io
@@ -23,8 +24,9 @@ def _png(array: np.ndarray, mode: str | None = None) -> bytes:
     return buf.getvalue()
 
 
-def _write_parquet(path: Path, images: list[bytes], labels: list[int], *, classes=None, image_col="image",
-                   label_col="label") -> Path:
+def _write_parquet(
+    path: Path, images: list[bytes], labels: list[int], *, classes=None, image_col="image", label_col="label"
+) -> Path:
     table = pa.table({image_col: pa.array(images, pa.binary()), label_col: pa.array(labels, pa.int16())})
     if classes:
         table = table.replace_schema_metadata({"classes": ",".join(classes)})
@@ -40,6 +42,7 @@ def cifar(cifar_dir):
 # ------------------------------------------------------------------------------------------------
 # Real CIFAR-10 Parquet
 # ------------------------------------------------------------------------------------------------
+
 
 def test_parquet_folder_picks_split_file_and_reads_classes(cifar_dir, cifar):
     assert cifar.source.endswith("train.parquet")
@@ -95,10 +98,13 @@ def test_reduced_split_unbalanced_classes_are_proportional():
     assert list(np.bincount(labels[s.val])) == [30, 15, 5]
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"train_size": 900, "val_size": 200}, "exceeds the dataset's 1000 images"),
-    ({"train_size": -5}, "train_size must be a non-negative integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"train_size": 900, "val_size": 200}, "exceeds the dataset's 1000 images"),
+        ({"train_size": -5}, "train_size must be a non-negative integer"),
+    ],
+)
 def test_reduced_split_rejects_impossible_sizes(kwargs, match):
     with pytest.raises(DatasetError, match=match):
         reduced_split(np.arange(1000) % 10, **kwargs)
@@ -131,12 +137,15 @@ def test_reduced_split_accepts_every_pair_that_fits_a_181_image_set():
             assert all(a + b <= n for a, b, n in zip(t, v, sizes))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"train_size": 2000}, "train_size 2000 exceeds the dataset's 1000 images"),
-    ({"train_size": 0, "val_size": 1000}, "the split leaves no training images"),
-    ({"train_size": 0, "val_size": 1001}, "val_size 1001 exceeds the dataset's 1000 images"),
-    ({"val_size": "x" * 10_000}, "val_size must be a non-negative integer or None, got 'xxx"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"train_size": 2000}, "train_size 2000 exceeds the dataset's 1000 images"),
+        ({"train_size": 0, "val_size": 1000}, "the split leaves no training images"),
+        ({"train_size": 0, "val_size": 1001}, "val_size 1001 exceeds the dataset's 1000 images"),
+        ({"val_size": "x" * 10_000}, "val_size must be a non-negative integer or None, got 'xxx"),
+    ],
+)
 def test_reduced_split_refuses_only_what_does_not_fit(kwargs, match):
     with pytest.raises(DatasetError, match=match) as info:
         reduced_split(np.arange(1000) % 10, **kwargs)
@@ -160,6 +169,7 @@ def test_fingerprint_is_stable_and_content_sensitive(tmp_path, cifar):
 # ------------------------------------------------------------------------------------------------
 # ImageFolder and torchvision CIFAR-10
 # ------------------------------------------------------------------------------------------------
+
 
 def test_imagefolder_tree_loads_with_same_labels(tmp_path, cifar):
     idx = np.concatenate([np.flatnonzero(cifar.labels == c)[:3] for c in range(10)])
@@ -232,8 +242,10 @@ def test_own_image_size_of_images_of_several_sizes_asks_for_one(tmp_path):
         ds.own_image_size()
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith(f"{ds.source}: the image size is automatic (the data's own size), but the images come "
-                              "in 2 sizes (width x height 40x30: 3 images, 64x64: 2 images); give one: --image-size N")
+    assert message.startswith(
+        f"{ds.source}: the image size is automatic (the data's own size), but the images come "
+        "in 2 sizes (width x height 40x30: 3 images, 64x64: 2 images); give one: --image-size N"
+    )
     assert "e.g. --image-size 30, the shorter side of the most common size" in message
 
 
@@ -269,13 +281,17 @@ def test_split_classes_are_checked_before_training(tmp_path):
 
     images = [_png(np.full((8, 8, 3), i, dtype=np.uint8)) for i in range(60)]
     one = open_dataset(str(_write_parquet(tmp_path / "one.parquet", images, [0] * 60, classes=["cat", "dog"])))
-    with pytest.raises(DatasetError, match=r"one.parquet: all 40 training images are of one class, 'cat' \(60 images "
-                                           r"in the data\); the data hold 1 class \(2 declared\); expected at least 2"):
+    with pytest.raises(
+        DatasetError,
+        match=r"one.parquet: all 40 training images are of one class, 'cat' \(60 images "
+        r"in the data\); the data hold 1 class \(2 declared\); expected at least 2",
+    ):
         config_split(one, TrainConfig(train_size=40, val_size=10))
 
     labels = [i % 2 for i in range(57)] + [2, 2, 2]  # 'bird': 3 images; 'ship' declared, none
-    rare = open_dataset(str(_write_parquet(tmp_path / "rare.parquet", images, labels,
-                                           classes=["cat", "dog", "bird", "ship"])))
+    rare = open_dataset(
+        str(_write_parquet(tmp_path / "rare.parquet", images, labels, classes=["cat", "dog", "bird", "ship"]))
+    )
 
     def split_warnings(**sizes):
         with warnings.catch_warnings(record=True) as caught:
@@ -285,12 +301,16 @@ def test_split_classes_are_checked_before_training(tmp_path):
         return split, [str(w.message) for w in caught]
 
     split, messages = split_warnings(train_size=40, val_size=4)
-    assert messages[0] == (f"{rare.source}: 1 of 4 classes have no training image in the split (40 training images): "
-                           "'ship' (0 images in the data); the model never learns them (a larger train_size or "
-                           "--train-per-class gives every class images)")
+    assert messages[0] == (
+        f"{rare.source}: 1 of 4 classes have no training image in the split (40 training images): "
+        "'ship' (0 images in the data); the model never learns them (a larger train_size or "
+        "--train-per-class gives every class images)"
+    )
     assert set(rare.labels[split.val]) == {0, 1} and len(messages) == 2
-    assert messages[1] == (f"{rare.source}: validation (4 images) has no image of 1 of the 3 classes in training: "
-                           "'bird' (3 images in the data); their accuracy is not measured (a larger val_size covers them)")
+    assert messages[1] == (
+        f"{rare.source}: validation (4 images) has no image of 1 of the 3 classes in training: "
+        "'bird' (3 images in the data); their accuracy is not measured (a larger val_size covers them)"
+    )
     _, messages = split_warnings(train_size=40, val_size=0)  # no validation asked for: nothing to warn about it
     assert len(messages) == 1 and "no training image" in messages[0]
 
@@ -344,6 +364,7 @@ def test_torchvision_cifar10_offline_says_how_to_point_at_local_data(tmp_path, m
 # ------------------------------------------------------------------------------------------------
 # Bad input
 # ------------------------------------------------------------------------------------------------
+
 
 def test_missing_path():
     with pytest.raises(DatasetError, match="dataset not found: /nonexistent/data"):
@@ -400,21 +421,23 @@ def test_garbage_bytes_are_reported(tmp_path):
 # Labels and class names
 # ------------------------------------------------------------------------------------------------
 
+
 def _tiny_png() -> bytes:
     return _png(np.zeros((4, 4, 3), np.uint8))
 
 
 def _labels_parquet(path: Path, labels, *, classes_meta: bytes | None = None, type_=pa.int64()) -> Path:
-    table = pa.table({"image": pa.array([_tiny_png()] * len(labels), pa.binary()),
-                      "label": pa.array(labels, type_)})
+    table = pa.table({"image": pa.array([_tiny_png()] * len(labels), pa.binary()), "label": pa.array(labels, type_)})
     if classes_meta is not None:
         table = table.replace_schema_metadata({b"classes": classes_meta})
     pq.write_table(table, path)
     return path
 
 
-@pytest.mark.parametrize("label, k", [(17, "18"), (1_000_000, "1,000,001"), (10**9, "1,000,000,001"),
-                                      (2**63 - 1, "9,223,372,036,854,775,808")])
+@pytest.mark.parametrize(
+    "label, k",
+    [(17, "18"), (1_000_000, "1,000,001"), (10**9, "1,000,000,001"), (2**63 - 1, "9,223,372,036,854,775,808")],
+)
 def test_labels_without_class_names_must_be_0_to_k_minus_1(tmp_path, label, k):
     # Before: 17 trained an 18-class model, 10^6 a 1,000,001-class one, 10^9 ran out of memory.
     path = _labels_parquet(tmp_path / "l.parquet", [0, 1, 1, label])
@@ -441,19 +464,28 @@ def test_num_classes_and_class_names_from_the_caller(tmp_path):
     path = _labels_parquet(tmp_path / "l.parquet", [0, 1, 17])
     ds = open_dataset(path, num_classes=20)  # classes without rows are fine when the caller says so
     assert ds.num_classes == 20 and ds.classes[17] == "17"
-    with pytest.raises(DatasetError, match=r"row 2: label 17 is outside the class range 0..9 \(10 classes\); "
-                                           r"1 row\(s\) affected, with label\(s\) 17$"):
+    with pytest.raises(
+        DatasetError,
+        match=r"row 2: label 17 is outside the class range 0..9 \(10 classes\); "
+        r"1 row\(s\) affected, with label\(s\) 17$",
+    ):
         open_dataset(path, num_classes=10)
     names = [f"c{i}" for i in range(18)]
     assert open_dataset(path, classes=names).classes == tuple(names)
     assert open_dataset(path, classes=np.array(names)).classes == tuple(names)
-    with pytest.raises(DatasetError, match=r"class names \(given by the caller\) must be a sequence of strings, "
-                                           r"got str 'c0,c1"):
+    with pytest.raises(
+        DatasetError,
+        match=r"class names \(given by the caller\) must be a sequence of strings, "
+        r"got str 'c0,c1",
+    ):
         open_dataset(path, classes=",".join(names))
     with pytest.raises(DatasetError, match="3 class names given but num_classes=18"):
         open_dataset(path, classes=["a", "b", "c"], num_classes=18)
-    with pytest.raises(DatasetError, match=r"num_classes 1000000000000000000000000000000 is invalid; "
-                                           r"expected an integer from 1 to 100,000"):
+    with pytest.raises(
+        DatasetError,
+        match=r"num_classes 1000000000000000000000000000000 is invalid; "
+        r"expected an integer from 1 to 100,000",
+    ):
         open_dataset(path, num_classes=10**30)
     with pytest.raises(DatasetError, match=r"class name 1 \(given by the caller\) is ''"):
         open_dataset(path, classes=["a", ""] + names[2:])
@@ -461,21 +493,30 @@ def test_num_classes_and_class_names_from_the_caller(tmp_path):
 
 def test_labels_outside_the_stored_class_names_are_listed(tmp_path):
     path = _labels_parquet(tmp_path / "l.parquet", [0, 1, 12, 15, 12], classes_meta=b"a,b,c")
-    with pytest.raises(DatasetError, match=r"l.parquet row 2: label 12 is outside the class range 0..2 "
-                                           r"\(3 classes\); 3 row\(s\) affected, with label\(s\) 12, 15$"):
+    with pytest.raises(
+        DatasetError,
+        match=r"l.parquet row 2: label 12 is outside the class range 0..2 "
+        r"\(3 classes\); 3 row\(s\) affected, with label\(s\) 12, 15$",
+    ):
         open_dataset(path)
     many = _labels_parquet(tmp_path / "many.parquet", list(range(3, 40)), classes_meta=b"a,b,c")
     with pytest.raises(DatasetError, match=r"label\(s\) 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, \.\.\. \(37 in all\)$"):
         open_dataset(many)
 
 
-@pytest.mark.parametrize("meta, match", [
-    (b"a,,b", r"class name 1 \(schema metadata 'classes'\) is ''; expected a non-empty string"),
-    (b"a,b,a", r"class name 'a' \(schema metadata 'classes'\) appears twice \(classes 0 and 2\)"),
-    (b"\xff\xfe,b", r"the schema metadata 'classes' is not UTF-8 text \(invalid start byte at byte 0\)"),
-    (b",".join(b"c%d" % i for i in range(100_001)), r"more than 100,000 class names \(schema metadata "
-                                                   r"'classes'\); expected 1 to 100,000"),
-])
+@pytest.mark.parametrize(
+    "meta, match",
+    [
+        (b"a,,b", r"class name 1 \(schema metadata 'classes'\) is ''; expected a non-empty string"),
+        (b"a,b,a", r"class name 'a' \(schema metadata 'classes'\) appears twice \(classes 0 and 2\)"),
+        (b"\xff\xfe,b", r"the schema metadata 'classes' is not UTF-8 text \(invalid start byte at byte 0\)"),
+        (
+            b",".join(b"c%d" % i for i in range(100_001)),
+            r"more than 100,000 class names \(schema metadata "
+            r"'classes'\); expected 1 to 100,000",
+        ),
+    ],
+)
 def test_bad_class_names_in_the_metadata(tmp_path, meta, match):
     with pytest.raises(DatasetError, match=match) as info:
         open_dataset(_labels_parquet(tmp_path / "m.parquet", [0, 1], classes_meta=meta))

@@ -7,6 +7,7 @@ raw 16-bit values, the palette, the EXIF rotation...). The in-memory path (:func
 ``fn.decoders.image``) within 1 (it rounds 16-bit RGB where PIL keeps the high byte). Images DALI
 mis-decodes are rejected up front on the DALI path, naming the row.
 """
+
 from __future__ import annotations
 
 import io
@@ -36,13 +37,17 @@ def _png16(array: np.ndarray, color_type: int) -> bytes:
     h, w = array.shape[:2]
     rows = array.astype(">u2").reshape(h, -1).tobytes()
     stride = len(rows) // h
-    raw = b"".join(b"\x00" + rows[i * stride:(i + 1) * stride] for i in range(h))
+    raw = b"".join(b"\x00" + rows[i * stride : (i + 1) * stride] for i in range(h))
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _gray(values: np.ndarray) -> np.ndarray:
@@ -102,8 +107,12 @@ def _cases() -> dict[str, tuple[bytes, np.ndarray]]:
         assert im.mode == "CMYK"
         cases["jpeg-cmyk"] = (data, np.asarray(im.convert("RGB")))
 
-    for orientation, turn in ((6, Image.Transpose.ROTATE_270), (8, Image.Transpose.ROTATE_90),
-                              (3, Image.Transpose.ROTATE_180), (2, Image.Transpose.FLIP_LEFT_RIGHT)):
+    for orientation, turn in (
+        (6, Image.Transpose.ROTATE_270),
+        (8, Image.Transpose.ROTATE_90),
+        (3, Image.Transpose.ROTATE_180),
+        (2, Image.Transpose.FLIP_LEFT_RIGHT),
+    ):
         exif = Image.Exif()
         exif[0x0112] = orientation
         data = _encode(Image.fromarray(rgb8), "JPEG", quality=95, exif=exif.tobytes())
@@ -111,13 +120,17 @@ def _cases() -> dict[str, tuple[bytes, np.ndarray]]:
             cases[f"jpeg-exif{orientation}"] = (data, np.asarray(im.convert("RGB").transpose(turn)))
     exif = Image.Exif()
     exif[0x0112] = 6
-    cases["png-exif6"] = (_encode(Image.fromarray(rgb8), "PNG", exif=exif.tobytes()),
-                          np.asarray(Image.fromarray(rgb8).transpose(Image.Transpose.ROTATE_270)))
+    cases["png-exif6"] = (
+        _encode(Image.fromarray(rgb8), "PNG", exif=exif.tobytes()),
+        np.asarray(Image.fromarray(rgb8).transpose(Image.Transpose.ROTATE_270)),
+    )
 
     cases["tiff-gray16"] = (_encode(Image.fromarray(gray16), "TIFF"), _gray(_round16(gray16)))
     floats = (gray16 / 65535).astype(np.float32)
-    cases["tiff-float"] = (_encode(Image.fromarray(floats, "F"), "TIFF"),
-                           _gray(np.rint(floats.astype(np.float64) * 255)))
+    cases["tiff-float"] = (
+        _encode(Image.fromarray(floats, "F"), "TIFF"),
+        _gray(np.rint(floats.astype(np.float64) * 255)),
+    )
     cases["pgm-16bit"] = (b"P5\n%d %d\n65535\n" % (S, S) + gray16.astype(">u2").tobytes(), _gray(_round16(gray16)))
     return cases
 
@@ -128,8 +141,12 @@ CASES = _cases()
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> ParquetDataset:
     path = tmp_path_factory.mktemp("modes") / "modes.parquet"
-    table = pa.table({"image": pa.array([b for b, _ in CASES.values()], pa.binary()),
-                      "label": pa.array([0] * len(CASES), pa.int64())})
+    table = pa.table(
+        {
+            "image": pa.array([b for b, _ in CASES.values()], pa.binary()),
+            "label": pa.array([0] * len(CASES), pa.int64()),
+        }
+    )
     pq.write_table(table, path)
     return ParquetDataset(str(path))
 
@@ -160,9 +177,18 @@ def test_16bit_rgb_is_the_8bit_reading_of_the_16bit_values():
 def _loader_pixels(ds, decode: str) -> np.ndarray:
     from autoaug.proxy_models.pipeline import DaliLoader
 
-    loader = DaliLoader(ds, np.arange(len(ds)), batch_size=len(ds), train=False, image_size=S,
-                        decode=decode, mean=(0, 0, 0), std=(1, 1, 1), num_threads=1)
-    (images, _), = list(loader)
+    loader = DaliLoader(
+        ds,
+        np.arange(len(ds)),
+        batch_size=len(ds),
+        train=False,
+        image_size=S,
+        decode=decode,
+        mean=(0, 0, 0),
+        std=(1, 1, 1),
+        num_threads=1,
+    )
+    ((images, _),) = list(loader)
     return images.permute(0, 2, 3, 1).numpy()
 
 
@@ -198,8 +224,11 @@ def test_dali_path_rejects_what_dali_misdecodes_up_front(tmp_path, name):
     # The in-memory path decodes it correctly...
     assert ds.image(1).shape == (S, S, 3)
     # ...the DALI path refuses it before any batch, naming the row and the way out.
-    with pytest.raises(DatasetError, match=r"bad.parquet row 1: (TIFF in PIL mode|PNM image with maximum value)"
-                                           r".*decode it in memory \(DaliLoader\(decode='memory'\)\)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"bad.parquet row 1: (TIFF in PIL mode|PNM image with maximum value)"
+        r".*decode it in memory \(DaliLoader\(decode='memory'\)\)",
+    ):
         ds.validate_encoded([0, 1])
     assert list(ds.validate_encoded([0, 1], skip_corrupt=True)) == [0]
     from autoaug.proxy_models.pipeline import DaliLoader
@@ -214,12 +243,19 @@ def test_pgm_with_other_maximum_is_scaled_on_the_memory_path():
     assert decoded[0, :, 0].tolist() == [0, 128, 255, 64]
 
 
-@pytest.mark.parametrize("data, match", [
-    (_encode(Image.fromarray(np.array([[0, 70_000]], np.int32), "I"), "TIFF"),
-     r"32-bit integer image \(PIL mode 'I'\) with values 0..70000; expected 8- or 16-bit data"),
-    (_encode(Image.fromarray(np.array([[0, np.nan]], np.float32), "F"), "TIFF"),
-     r"floating-point image \(PIL mode 'F'\) with NaN or infinite values"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (
+            _encode(Image.fromarray(np.array([[0, 70_000]], np.int32), "I"), "TIFF"),
+            r"32-bit integer image \(PIL mode 'I'\) with values 0..70000; expected 8- or 16-bit data",
+        ),
+        (
+            _encode(Image.fromarray(np.array([[0, np.nan]], np.float32), "F"), "TIFF"),
+            r"floating-point image \(PIL mode 'F'\) with NaN or infinite values",
+        ),
+    ],
+)
 def test_values_without_an_8bit_reading_are_refused(data, match):
     with pytest.raises(ValueError, match=match):
         decode_image(data)

@@ -2,6 +2,7 @@
 are disjoint, cover it exactly, are stratified (each class gives each part the floor or the
 ceiling of ``n_c / K``), have sizes within one of each other, and each fold trains on exactly the
 images it does not hold out. Same input and seed, same folds."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -16,6 +16,7 @@ What a user relies on:
 * same input and seed, same split; the fingerprint records the grouping, and a split drawn
   without groups has exactly the fingerprint it had before groups existed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -176,12 +177,30 @@ def test_without_groups_the_split_and_fingerprint_are_the_ungrouped_ones(data, d
 
 # Fingerprints computed before grouped splits existed (commit 5cb8976): they must never change.
 GOLDEN = [
-    (np.repeat(np.arange(10), 500), 4000, 1000, 0, None,
-     "5e2c5fef11492caa2102202599cce738eccb7335927286fb0539b07bb5cb4e7c"),
-    (np.repeat(np.arange(10), 500), 4000, None, 3, "abc",
-     "1c84b77e30152afd68ce60f270edbc36894213281b96aa362e7d96f311f0305a"),
-    (np.random.default_rng(7).integers(0, 7, 333), 100, 50, 11, None,
-     "653de4f572fa6be75ed677cece2cf8c5218dbffcc8c9eabdd21b310cdfa23874"),
+    (
+        np.repeat(np.arange(10), 500),
+        4000,
+        1000,
+        0,
+        None,
+        "5e2c5fef11492caa2102202599cce738eccb7335927286fb0539b07bb5cb4e7c",
+    ),
+    (
+        np.repeat(np.arange(10), 500),
+        4000,
+        None,
+        3,
+        "abc",
+        "1c84b77e30152afd68ce60f270edbc36894213281b96aa362e7d96f311f0305a",
+    ),
+    (
+        np.random.default_rng(7).integers(0, 7, 333),
+        100,
+        50,
+        11,
+        None,
+        "653de4f572fa6be75ed677cece2cf8c5218dbffcc8c9eabdd21b310cdfa23874",
+    ),
 ]
 
 
@@ -240,8 +259,9 @@ def test_folds_keep_groups_whole_cover_the_split_and_are_stratified(data, draw, 
     sizes = [len(h) for h in held]
     assert max(sizes) - min(sizes) <= 2 * largest, (sizes, largest)
     # Groups of one class: a class's counts in two folds differ by at most its largest group.
-    single_class = all(len(np.unique(labels[split.train][groups[split.train] == g])) == 1
-                       for g in np.unique(groups[split.train]))
+    single_class = all(
+        len(np.unique(labels[split.train][groups[split.train] == g])) == 1 for g in np.unique(groups[split.train])
+    )
     if single_class:
         for c in np.unique(labels[split.train]):
             rows = split.train[labels[split.train] == c]

@@ -1,4 +1,5 @@
 """Models by name: parameter counts against the published figures, shapes, errors, seeding."""
+
 from __future__ import annotations
 
 import pytest

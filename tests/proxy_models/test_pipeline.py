@@ -1,4 +1,5 @@
 """The DALI input pipeline: batches, seeding, exact resume, decode paths, bad input."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -86,7 +87,7 @@ def test_standard_crop_flip_changes_images_within_pad(cifar, split):
             padded[4:36, 4:36] = img
             for dy in range(9):
                 for dx in range(9):
-                    if torch.equal(padded[dy:dy + 32, dx:dx + 32], o):
+                    if torch.equal(padded[dy : dy + 32, dx : dx + 32], o):
                         found = True
         assert found, f"image {i} is not a pad-4 crop/flip of its source"
 
@@ -103,11 +104,14 @@ def test_training_applies_the_policys_base(policy, marker_image, outcome_of, tmp
     buf = io.BytesIO()
     Image.fromarray(marker_image).save(buf, format="PNG")
     path = tmp_path / "marker.parquet"
-    pq.write_table(pa.table({"image": pa.array([buf.getvalue()] * 256, pa.binary()),
-                             "label": pa.array([0, 1] * 128, pa.int8())}), path)
+    pq.write_table(
+        pa.table({"image": pa.array([buf.getvalue()] * 256, pa.binary()), "label": pa.array([0, 1] * 128, pa.int8())}),
+        path,
+    )
     for decode in ("memory", "dali"):
-        loader = DaliLoader(open_dataset(path), range(256), batch_size=256, policy=policy, seed=3, decode=decode,
-                            image_size=32)
+        loader = DaliLoader(
+            open_dataset(path), range(256), batch_size=256, policy=policy, seed=3, decode=decode, image_size=32
+        )
         x, _ = next(iter(loader))
         got = [outcome_of(marker_image, img) for img in _unnormalize(x).numpy()]
         shifts = {(dy, dx) for dy, dx, _ in got}
@@ -185,13 +189,16 @@ def test_corrupt_image_fails_before_training_in_both_decode_modes(tmp_path, cifa
     assert loader.num_skipped == 1 and sum(len(y) for _, y in loader) == 9
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"indices": []}, "no images selected"),
-    ({"indices": [0, 10**6]}, "out of range"),
-    ({"indices": range(10), "batch_size": 0}, "batch_size must be a positive integer"),
-    ({"indices": range(10), "batch_size": 64}, "fewer than one batch of 64"),
-    ({"indices": range(10), "device": "tpu"}, "device must be one of"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"indices": []}, "no images selected"),
+        ({"indices": [0, 10**6]}, "out of range"),
+        ({"indices": range(10), "batch_size": 0}, "batch_size must be a positive integer"),
+        ({"indices": range(10), "batch_size": 64}, "fewer than one batch of 64"),
+        ({"indices": range(10), "device": "tpu"}, "device must be one of"),
+    ],
+)
 def test_bad_loader_arguments(cifar, kwargs, match):
     with pytest.raises(ValueError, match=match):
         DaliLoader(cifar, **{"batch_size": 4, **kwargs})

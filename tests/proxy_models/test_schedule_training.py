@@ -1,5 +1,6 @@
 """Training with a schedule: the DALI policy tables switch at the stage boundaries (one pipeline),
 and a schedule's checkpoint resumes with the same earlier stages only."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,8 +47,9 @@ def recorded(monkeypatch):
 
 def _config(cifar_train, **kw):
     kw = {"epochs": 4, **kw}
-    return TrainConfig.from_preset("smoke", data=str(cifar_train), train_size=64, val_size=0, batch_size=64,
-                                   num_threads=1, **kw)
+    return TrainConfig.from_preset(
+        "smoke", data=str(cifar_train), train_size=64, val_size=0, batch_size=64, num_threads=1, **kw
+    )
 
 
 def test_a_schedule_switches_the_dali_policy_at_its_stage_boundaries(cifar_train, recorded):

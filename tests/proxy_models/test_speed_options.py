@@ -3,6 +3,7 @@
 them (so old run records keep their digests and are reused), reachable with ``--set`` on
 ``train``/``compare``/``search``; the smoke preset trains with compile and bfloat16 on the CPU,
 and a lever that fails falls back with one warning and trains on."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,19 +38,31 @@ def autoaug_warnings(records):
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        ({"amp_dtype": "fp8"}, r"^TrainConfig.amp_dtype must be 'bfloat16' or 'float16' or None \(the device's "
-                               r"default\), got 'fp8'$"),
+        (
+            {"amp_dtype": "fp8"},
+            r"^TrainConfig.amp_dtype must be 'bfloat16' or 'float16' or None \(the device's "
+            r"default\), got 'fp8'$",
+        ),
         ({"amp_dtype": True}, r"^TrainConfig.amp_dtype must be .*, got True$"),
-        ({"tf32": "yes"}, r"^TrainConfig.tf32 must be true, false or None \(torch's settings as they are\), got 'yes'$"),
-        ({"compile": "fast"}, r"^TrainConfig.compile must be true, false or a torch.compile mode \('default', "
-                              r"'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'\), got 'fast'$"),
+        (
+            {"tf32": "yes"},
+            r"^TrainConfig.tf32 must be true, false or None \(torch's settings as they are\), got 'yes'$",
+        ),
+        (
+            {"compile": "fast"},
+            r"^TrainConfig.compile must be true, false or a torch.compile mode \('default', "
+            r"'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'\), got 'fast'$",
+        ),
         ({"compile": None}, r"^TrainConfig.compile must be true, false or a torch.compile mode .*, got None$"),
         ({"compile": 1}, r"^TrainConfig.compile must be .*, got 1$"),
         ({"eval_batch_size": 0}, r"^TrainConfig.eval_batch_size must be a positive integer or None, got 0$"),
         ({"eval_batch_size": 2.5}, r"^TrainConfig.eval_batch_size must be a positive integer or None, got 2.5$"),
         ({"loader_threads": -1}, r"^TrainConfig.loader_threads must be a positive integer or None, got -1$"),
-        ({"eval_epochs": [0]}, r"^TrainConfig.eval_epochs must be a list of epochs, integers in \[1, epochs=2\], "
-                               r"or None, got \[0\]$"),
+        (
+            {"eval_epochs": [0]},
+            r"^TrainConfig.eval_epochs must be a list of epochs, integers in \[1, epochs=2\], "
+            r"or None, got \[0\]$",
+        ),
         ({"eval_epochs": [3]}, r"^TrainConfig.eval_epochs must be a list of epochs, .*, got \[3\]$"),
         ({"eval_epochs": "1,2"}, r"^TrainConfig.eval_epochs must be a list of epochs, .*, got '1,2'$"),
         ({"eval_epochs": [1.5]}, r"^TrainConfig.eval_epochs must be a list of epochs, .*, got \[1.5\]$"),
@@ -62,11 +75,23 @@ def test_bad_speed_options_are_one_line_naming_key_value_and_expected(overrides,
 
 
 def test_good_speed_options_round_trip_and_compile_has_one_spelling():
-    cfg = TrainConfig.from_preset("smoke", amp=True, amp_dtype="bfloat16", tf32=True, compile="max-autotune",
-                                  eval_batch_size=1024, loader_threads=1)
+    cfg = TrainConfig.from_preset(
+        "smoke",
+        amp=True,
+        amp_dtype="bfloat16",
+        tf32=True,
+        compile="max-autotune",
+        eval_batch_size=1024,
+        loader_threads=1,
+    )
     d = json.loads(json.dumps(cfg.to_dict()))
-    assert {k: d[k] for k in SPEED_FIELDS} == {"amp_dtype": "bfloat16", "tf32": True, "compile": "max-autotune",
-                                               "eval_batch_size": 1024, "loader_threads": 1}
+    assert {k: d[k] for k in SPEED_FIELDS} == {
+        "amp_dtype": "bfloat16",
+        "tf32": True,
+        "compile": "max-autotune",
+        "eval_batch_size": 1024,
+        "loader_threads": 1,
+    }
     assert TrainConfig.from_dict(d) == cfg
     # compile=true and compile="default" are the same run: one dict, one digest
     assert TrainConfig(compile="default") == TrainConfig(compile=True)
@@ -77,11 +102,24 @@ def test_a_bad_speed_option_on_the_command_line_is_one_line_exit_2(tmp_path, cap
     from autoaug.launch.cli import main
 
     (tmp_path / "train.parquet").write_bytes(b"PAR1")
-    code = main(["train", "--data", str(tmp_path / "train.parquet"), "--preset", "smoke", "--set", "compile=fast",
-                 "--out", str(tmp_path / "o")])
+    code = main(
+        [
+            "train",
+            "--data",
+            str(tmp_path / "train.parquet"),
+            "--preset",
+            "smoke",
+            "--set",
+            "compile=fast",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert err.startswith("autoaug: error: ") and "TrainConfig.compile must be true, false or a torch.compile mode" in err
+    assert (
+        err.startswith("autoaug: error: ") and "TrainConfig.compile must be true, false or a torch.compile mode" in err
+    )
     assert "got 'fast'" in err and not (tmp_path / "o").exists()
 
 
@@ -127,8 +165,9 @@ def test_configs_without_the_new_keys_keep_their_dicts_and_digests():
         assert {k: v for k, v in again.items() if k != "eval_from"} == recorded
         assert TrainConfig.from_dict(recorded).changed_fields(recorded) == []  # reused, resumed
     # Set to their defaults explicitly, they are still left out.
-    plain = TrainConfig.from_preset("cpu", amp_dtype=None, tf32=None, compile=False, eval_batch_size=None,
-                                    loader_threads=None)
+    plain = TrainConfig.from_preset(
+        "cpu", amp_dtype=None, tf32=None, compile=False, eval_batch_size=None, loader_threads=None
+    )
     assert plain.to_dict() == TrainConfig.from_preset("cpu").to_dict()
 
 
@@ -156,14 +195,33 @@ def test_speed_options_are_reachable_with_set_on_train_compare_and_search(tmp_pa
     (tmp_path / "test.parquet").write_bytes(b"PAR1")
     data = str(tmp_path / "train.parquet")
     parse = cli.build_parser().parse_args
-    sets = ["--set", "compile=true", "--set", "amp=true", "--set", "amp_dtype=bfloat16", "--set", "eval_batch_size=1000",
-            "--set", "loader_threads=1", "--set", "tf32=true"]
-    expected = {"compile": True, "amp": True, "amp_dtype": "bfloat16", "eval_batch_size": 1000, "loader_threads": 1,
-                "tf32": True}
+    sets = [
+        "--set",
+        "compile=true",
+        "--set",
+        "amp=true",
+        "--set",
+        "amp_dtype=bfloat16",
+        "--set",
+        "eval_batch_size=1000",
+        "--set",
+        "loader_threads=1",
+        "--set",
+        "tf32=true",
+    ]
+    expected = {
+        "compile": True,
+        "amp": True,
+        "amp_dtype": "bfloat16",
+        "eval_batch_size": 1000,
+        "loader_threads": 1,
+        "tf32": True,
+    }
     _, trained = train_cmd._settings(parse(["train", "--data", data, "--preset", "smoke", *sets]))
     compared = compare_cmd.build_compare_config(parse(["compare", "--data", data, "--preset", "smoke", *sets])).train
-    searched = build_search_config(parse(["search", "--data", data, "--preset", "smoke",
-                                          *[s.replace("compile", "train.compile") for s in sets]])).train
+    searched = build_search_config(
+        parse(["search", "--data", data, "--preset", "smoke", *[s.replace("compile", "train.compile") for s in sets]])
+    ).train
     for cfg in (trained, compared, searched):
         assert {k: getattr(cfg, k) for k in expected} == expected
 
@@ -178,7 +236,8 @@ def test_bfloat16_on_a_gpu_without_it_falls_back_to_float16_with_one_warning(mon
         dtype = amp_dtype(TrainConfig(amp=True, amp_dtype="bfloat16", device="cpu"), torch.device("cuda"))
     assert dtype == torch.float16
     assert autoaug_warnings(records) == [
-        "amp_dtype bfloat16: this GPU has no bfloat16 support; autocast uses float16 (with gradient scaling) instead"]
+        "amp_dtype bfloat16: this GPU has no bfloat16 support; autocast uses float16 (with gradient scaling) instead"
+    ]
     assert amp_dtype(TrainConfig(amp=True), torch.device("cuda")) == torch.float16  # CUDA's default
 
 
@@ -189,7 +248,8 @@ def test_autocast_on_a_cpu_without_native_instructions_says_it_runs_emulated(mon
         assert amp_dtype(TrainConfig(amp=True), torch.device("cpu")) == torch.bfloat16
     assert [m for m in autoaug_warnings(records) if "emulated" in m] == [
         "amp on the CPU with bfloat16: this CPU has no native bfloat16 instructions, so autocast runs emulated and "
-        "is likely slower than float32 (set amp=false, or amp='native')"]
+        "is likely slower than float32 (set amp=false, or amp='native')"
+    ]
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -228,8 +288,11 @@ def test_tf32_is_set_for_a_cuda_run_and_put_back():
     for on in (True, False):
         with _TorchState(TrainConfig(tf32=on, device="cpu"), torch.device("cuda")):
             kind, (matmul, conv) = _tf32_state()
-            assert (matmul, conv) == (("tf32", "tf32") if on else ("ieee", "ieee")) if kind == "precision" \
+            assert (
+                (matmul, conv) == (("tf32", "tf32") if on else ("ieee", "ieee"))
+                if kind == "precision"
                 else (matmul, conv) == (on, on)
+            )
         assert _tf32_state() == before
     with _TorchState(TrainConfig(tf32=True, device="cpu"), torch.device("cpu")):
         assert _tf32_state() == before  # nothing to do on the CPU
@@ -256,8 +319,9 @@ def test_validating_only_some_epochs_changes_nothing_in_training(smoke, eager_ru
     assert cfg.eval_epochs == () and TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     sparse = train(cfg, "autoaugment-cifar10")
     full = metrics_of(eager_run.history)
-    assert [(m["train_loss"], m["train_accuracy"]) for m in metrics_of(sparse.history)] == \
-        [(m["train_loss"], m["train_accuracy"]) for m in full]
+    assert [(m["train_loss"], m["train_accuracy"]) for m in metrics_of(sparse.history)] == [
+        (m["train_loss"], m["train_accuracy"]) for m in full
+    ]
     assert [m["val_accuracy"] for m in metrics_of(sparse.history)] == [None, full[1]["val_accuracy"]]
     assert sparse.val_accuracy == eager_run.val_accuracy
     assert [cfg.validates(e) for e in (1, 2)] == [False, True]
@@ -279,9 +343,14 @@ class _Spy:
 _SLOW = pytest.mark.slow
 
 
-@pytest.mark.parametrize("changes", [pytest.param({"compile": True}, id="compile", marks=_SLOW),
-                                     pytest.param({"amp": True}, id="bf16"),
-                                     pytest.param({"compile": True, "amp": True}, id="compile+bf16", marks=_SLOW)])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"compile": True}, id="compile", marks=_SLOW),
+        pytest.param({"amp": True}, id="bf16"),
+        pytest.param({"compile": True, "amp": True}, id="compile+bf16", marks=_SLOW),
+    ],
+)
 def test_the_smoke_preset_trains_on_the_cpu_with_compile_and_bf16(smoke, changes, monkeypatch, tmp_path):
     spy = _Spy(torch.compile)
     monkeypatch.setattr(torch, "compile", spy)
@@ -345,11 +414,15 @@ def _raise(*args, **kwargs):
     raise RuntimeError("simulated: torch.compile is not supported here")
 
 
-@pytest.mark.parametrize("failing", [
-    lambda model, **kw: _FailsToCompile(),
-    lambda model, **kw: _FailsInBackward(model),
-    _raise,
-], ids=["at-first-call", "in-backward", "at-wrap"])
+@pytest.mark.parametrize(
+    "failing",
+    [
+        lambda model, **kw: _FailsToCompile(),
+        lambda model, **kw: _FailsInBackward(model),
+        _raise,
+    ],
+    ids=["at-first-call", "in-backward", "at-wrap"],
+)
 def test_a_compile_that_fails_falls_back_with_one_warning_and_trains_as_eager(smoke, eager_run, failing, monkeypatch):
     monkeypatch.setattr(torch, "compile", failing)
     with warnings.catch_warnings(record=True) as records:

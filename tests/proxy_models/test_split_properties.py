@@ -8,6 +8,7 @@ do not fit are refused with :class:`DatasetError`. When rounding train and valid
 (the allocation before joint rounding) fits every class, the split is exactly that one, so the
 splits (and fingerprints) recorded before joint rounding are unchanged.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """The trainer: config validation, presets, schedule, and real smoke runs on CIFAR-10 (seeded,
 reported per epoch, checkpointed, resumed to the same metrics)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,7 +41,13 @@ def test_presets_are_the_documented_ones():
     assert TrainConfig.PRESETS is PRESETS
     paper = TrainConfig.from_preset("paper")
     assert (paper.model, paper.train_size, paper.epochs, paper.batch_size, paper.lr, paper.weight_decay) == (
-        "wrn-40-2", 4000, 120, 128, 0.1, 5e-4)
+        "wrn-40-2",
+        4000,
+        120,
+        128,
+        0.1,
+        5e-4,
+    )
     assert paper.device == "cuda" and paper.val_size is None  # the rest of the training set validates
     final = TrainConfig.from_preset("final")
     assert (final.model, final.train_size, final.val_size, final.epochs) == ("wrn-28-10", None, 0, 200)
@@ -108,17 +115,30 @@ def test_to_dict_is_json_and_round_trips():
         ({"eval_every": 0}, r"TrainConfig.eval_every must be a positive integer"),
         ({"eval_from": 3, "epochs": 2}, r"TrainConfig.eval_from must be an integer in \[1, epochs=2\], got 3"),
         ({"data": 3}, r"TrainConfig.data must be a path or URI string, got 3"),
-        ({"image_size": 0}, r"TrainConfig.image_size must be a positive integer, or 'auto'/None \(the data's own size\), got 0"),
+        (
+            {"image_size": 0},
+            r"TrainConfig.image_size must be a positive integer, or 'auto'/None \(the data's own size\), got 0",
+        ),
         ({"image_size": "big"}, r"TrainConfig.image_size must be a positive integer, or 'auto'/None .*, got 'big'"),
         ({"train_per_class": 0}, r"TrainConfig.train_per_class must be a positive integer or None, got 0"),
         ({"train_per_class": 2.5}, r"TrainConfig.train_per_class must be a positive integer or None, got 2.5"),
-        ({"train_per_class": 50, "min_train_size": -1}, r"TrainConfig.min_train_size must be a positive integer or None, got -1"),
-        ({"train_per_class": 50, "train_size": 500},
-         r"TrainConfig.train_size=500 and train_per_class=50 both size the training split; set one of them"),
-        ({"max_train_size": 2000}, r"TrainConfig.max_train_size=2000 bounds a training split sized per class, but "
-                                   r"train_per_class is None; set train_per_class too \(or size the split with train_size\)"),
-        ({"train_per_class": 50, "min_train_size": 3000, "max_train_size": 2000},
-         r"TrainConfig.min_train_size=3000 exceeds max_train_size=2000; expected min_train_size <= max_train_size"),
+        (
+            {"train_per_class": 50, "min_train_size": -1},
+            r"TrainConfig.min_train_size must be a positive integer or None, got -1",
+        ),
+        (
+            {"train_per_class": 50, "train_size": 500},
+            r"TrainConfig.train_size=500 and train_per_class=50 both size the training split; set one of them",
+        ),
+        (
+            {"max_train_size": 2000},
+            r"TrainConfig.max_train_size=2000 bounds a training split sized per class, but "
+            r"train_per_class is None; set train_per_class too \(or size the split with train_size\)",
+        ),
+        (
+            {"train_per_class": 50, "min_train_size": 3000, "max_train_size": 2000},
+            r"TrainConfig.min_train_size=3000 exceeds max_train_size=2000; expected min_train_size <= max_train_size",
+        ),
     ],
 )
 def test_bad_config_values_raise_naming_field_and_value(overrides, match):
@@ -131,9 +151,51 @@ def test_bad_config_values_raise_naming_field_and_value(overrides, match):
 # Regimes sized to the data: a split per class with a floor and a cap, the data's own image size
 # ------------------------------------------------------------------------------------------------
 #: GTSRB's training images per class (the README of shared/data/gtsrb-32-png): 43 classes, 210-2,250.
-GTSRB_COUNTS = [210, 2220, 2250, 1410, 1980, 1860, 420, 1440, 1410, 1470, 2010, 1320, 2100, 2160, 780, 630, 420,
-                1110, 1200, 210, 360, 330, 390, 510, 270, 1500, 600, 240, 540, 270, 450, 780, 240, 689, 420, 1200,
-                390, 210, 2070, 300, 360, 240, 240]
+GTSRB_COUNTS = [
+    210,
+    2220,
+    2250,
+    1410,
+    1980,
+    1860,
+    420,
+    1440,
+    1410,
+    1470,
+    2010,
+    1320,
+    2100,
+    2160,
+    780,
+    630,
+    420,
+    1110,
+    1200,
+    210,
+    360,
+    330,
+    390,
+    510,
+    270,
+    1500,
+    600,
+    240,
+    540,
+    270,
+    450,
+    780,
+    240,
+    689,
+    420,
+    1200,
+    390,
+    210,
+    2070,
+    300,
+    360,
+    240,
+    240,
+]
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
@@ -154,12 +216,14 @@ def test_cpu_presets_resolve_on_cifar10_to_exactly_the_recorded_regimes():
     for name, recorded in _recorded_train_configs().items():
         resolved = TrainConfig.from_preset(name).resolved([5000] * 10, data_image_size=32)
         assert (resolved.train_size, resolved.val_size, resolved.image_size) == (
-            (1000, 1000, 32) if name == "proxy-cpu" else (1000, 0, 32))
+            (1000, 1000, 32) if name == "proxy-cpu" else (1000, 0, 32)
+        )
         # proxy-cpu has trained in bf16 + channels_last since they were measured (on purpose: another
         # recipe, so earlier proxy runs are not reused); eval-cpu, the yardstick, is what it was.
         numerics = [("amp", None, True), ("channels_last", None, True), ("amp_dtype", None, "bfloat16")]
         assert resolved.changed_fields(recorded, ignore=("data", "test_data")) == (
-            numerics if name == "proxy-cpu" else [])
+            numerics if name == "proxy-cpu" else []
+        )
         new_keys = {"eval_from"} | ({"amp_dtype"} if name == "proxy-cpu" else set())
         assert set(resolved.to_dict()) == set(recorded) | new_keys  # no other new keys in its records
         assert resolved.is_resolved and resolved.resolved([1] * 10) is resolved  # nothing left to resolve
@@ -175,8 +239,9 @@ def test_cifar10_resolution_reproduces_the_recorded_split_fingerprint(cifar_trai
     recorded = json.loads((RESULTS / "search-quality-cpu-eval-cpu" / "search_result.json").read_text())["provenance"]
     ds = open_dataset(cifar_train)
     config = resolve_config(TrainConfig.from_preset("proxy-cpu", data=str(cifar_train)), ds)
-    split = reduced_split(ds.labels, config.train_size, config.val_size, seed=config.split_seed,
-                          dataset_fingerprint=ds.fingerprint())
+    split = reduced_split(
+        ds.labels, config.train_size, config.val_size, seed=config.split_seed, dataset_fingerprint=ds.fingerprint()
+    )
     assert ds.fingerprint() == recorded["dataset"]["fingerprint"]
     assert split.fingerprint == recorded["split"]["fingerprint"]
 
@@ -187,7 +252,10 @@ def test_cpu_presets_on_gtsrb_train_on_the_cap():
     proxy = TrainConfig.from_preset("proxy-cpu").resolved(GTSRB_COUNTS, data_image_size=32)
     evaluation = TrainConfig.from_preset("eval-cpu").resolved(GTSRB_COUNTS, data_image_size=32)
     assert (proxy.train_size, proxy.val_size, evaluation.train_size, evaluation.val_size) == (2000, 1000, 2000, 0)
-    assert TrainConfig.from_preset("eval-cpu", max_train_size=None).resolved(GTSRB_COUNTS, data_image_size=32).train_size == 4300
+    assert (
+        TrainConfig.from_preset("eval-cpu", max_train_size=None).resolved(GTSRB_COUNTS, data_image_size=32).train_size
+        == 4300
+    )
 
 
 def test_gtsrb_like_labels_give_a_stratified_split_of_the_resolved_size():
@@ -209,14 +277,14 @@ def test_gtsrb_like_labels_give_a_stratified_split_of_the_resolved_size():
 @pytest.mark.parametrize(
     "counts, sizing, val_size, expected",
     [
-        ([5000] * 10, {"train_per_class": 100}, 1000, 1000),          # CIFAR-10-like
-        ([30, 250, 80], {"train_per_class": 100}, 0, 210),             # small classes give all they have
-        ([30, 250, 80], {"train_per_class": 100, "min_train_size": 300}, 0, 300),   # the floor
-        ([30, 250, 80], {"train_per_class": 100, "max_train_size": 150}, 0, 150),   # the cap
+        ([5000] * 10, {"train_per_class": 100}, 1000, 1000),  # CIFAR-10-like
+        ([30, 250, 80], {"train_per_class": 100}, 0, 210),  # small classes give all they have
+        ([30, 250, 80], {"train_per_class": 100, "min_train_size": 300}, 0, 300),  # the floor
+        ([30, 250, 80], {"train_per_class": 100, "max_train_size": 150}, 0, 150),  # the cap
         ([30, 250, 80], {"train_per_class": 100, "min_train_size": 200, "max_train_size": 200}, 0, 200),
-        ([30, 40], {"train_per_class": 100, "min_train_size": 1000}, 20, 50),       # floor > what is not held out
-        ([30, 40], {"train_per_class": 100, "min_train_size": 1000}, None, 70),     # val_size None: no image left over
-        ([0, 12, 7], {"train_per_class": 5}, 0, 10),                   # a class without images gives none
+        ([30, 40], {"train_per_class": 100, "min_train_size": 1000}, 20, 50),  # floor > what is not held out
+        ([30, 40], {"train_per_class": 100, "min_train_size": 1000}, None, 70),  # val_size None: no image left over
+        ([0, 12, 7], {"train_per_class": 5}, 0, 10),  # a class without images gives none
     ],
 )
 def test_per_class_resolution_floor_and_cap(counts, sizing, val_size, expected):
@@ -237,8 +305,8 @@ def test_per_class_resolution_floor_and_cap(counts, sizing, val_size, expected):
     "counts, sizing, expected",
     [
         ([5000] * 10, {"train_per_class": 100, "max_val_size": 10000}, (1000, 10000)),  # CIFAR-10: the cap
-        ([300] * 10, {"train_per_class": 100, "max_val_size": 10000}, (1000, None)),    # 2,000 left: the rest
-        ([5000] * 10, {"train_size": 4000, "max_val_size": 5000}, (4000, 5000)),        # a total trains
+        ([300] * 10, {"train_per_class": 100, "max_val_size": 10000}, (1000, None)),  # 2,000 left: the rest
+        ([5000] * 10, {"train_size": 4000, "max_val_size": 5000}, (4000, 5000)),  # a total trains
         ([5000] * 10, {"train_size": 49000, "max_val_size": 5000}, (49000, None)),
     ],
 )
@@ -263,7 +331,10 @@ def test_max_val_size_replaces_a_presets_val_size_and_conflicts_are_refused():
     sized = TrainConfig.from_preset("proxy-cpu", max_val_size=5000)  # the preset's val_size 1000 gives way
     assert (sized.val_size, sized.max_val_size) == (None, 5000)
     assert sized.describe_val() == "the rest validate (at most 5,000)"
-    assert TrainConfig.from_preset("proxy-cpu").to_dict() == TrainConfig.from_preset("proxy-cpu", max_val_size=None).to_dict()
+    assert (
+        TrainConfig.from_preset("proxy-cpu").to_dict()
+        == TrainConfig.from_preset("proxy-cpu", max_val_size=None).to_dict()
+    )
     assert "max_val_size" not in TrainConfig.from_preset("proxy-cpu").to_dict()  # records of other runs unchanged
     with pytest.raises(ValueError, match=r"val_size=1000 and max_val_size=5 both size the validation split"):
         TrainConfig(train_size=100, val_size=1000, max_val_size=5)
@@ -284,14 +355,19 @@ def test_a_validation_set_larger_than_the_data_is_left_to_the_split_to_refuse():
     counts = [20] * 10
     resolved = TrainConfig.from_preset("proxy-cpu").resolved(counts, data_image_size=32)
     assert (resolved.train_size, resolved.val_size) == (1000, 1000)
-    with pytest.raises(DatasetError, match=r"train_size 1000 \+ val_size 1000 exceeds the dataset's 200 images; .*"
-                                           r"--train-size 100 --val-size 100"):
+    with pytest.raises(
+        DatasetError,
+        match=r"train_size 1000 \+ val_size 1000 exceeds the dataset's 200 images; .*"
+        r"--train-size 100 --val-size 100",
+    ):
         reduced_split(np.repeat(np.arange(10), counts), resolved.train_size, resolved.val_size, seed=0)
 
 
 def test_resolution_needs_the_data_it_depends_on():
     per_class = TrainConfig.from_preset("eval-cpu")
-    with pytest.raises(ValueError, match=r"train_per_class=100 is resolved against the data: pass the images per class"):
+    with pytest.raises(
+        ValueError, match=r"train_per_class=100 is resolved against the data: pass the images per class"
+    ):
         per_class.resolved(data_image_size=32)
     with pytest.raises(ValueError, match=r"image_size is automatic \(the data's own size\): pass data_image_size"):
         per_class.resolved([5000] * 10)
@@ -308,7 +384,12 @@ def test_a_layer_that_sizes_the_split_one_way_replaces_the_presets_other_way():
     """--train-size (or train_size: in a file) on a per-class preset gives a total; --train-per-class
     on a total preset sizes per class; the bounds alone keep the preset's per-class sizing."""
     total = TrainConfig.from_preset("proxy-cpu", train_size=500)
-    assert (total.train_size, total.train_per_class, total.min_train_size, total.max_train_size) == (500, None, None, None)
+    assert (total.train_size, total.train_per_class, total.min_train_size, total.max_train_size) == (
+        500,
+        None,
+        None,
+        None,
+    )
     rest = TrainConfig.from_preset("eval-cpu", train_size=None)  # every image trains
     assert (rest.train_size, rest.train_per_class) == (None, None)
     per_class = TrainConfig.from_preset("cpu", train_per_class=50)
@@ -334,7 +415,12 @@ def test_sizing_fields_round_trip_and_appear_in_records_only_when_used():
     resolved = per_class.resolved([5000] * 10, data_image_size=32)
     assert resolved.changed_fields(resolved.to_dict()) == []
     assert [k for k, _, _ in per_class.changed_fields(resolved.to_dict())] == [
-        "train_size", "train_per_class", "min_train_size", "max_train_size", "image_size"]
+        "train_size",
+        "train_per_class",
+        "min_train_size",
+        "max_train_size",
+        "image_size",
+    ]
 
 
 def test_sizing_record_and_descriptions():
@@ -344,12 +430,20 @@ def test_sizing_record_and_descriptions():
     resolved = requested.resolved(GTSRB_COUNTS, data_image_size=32)
     record = sizing_record(requested, resolved, num_classes=43)
     assert record == {
-        "requested": {"train_size": None, "val_size": 1000, "train_per_class": 100, "min_train_size": 1000,
-                      "max_train_size": 2000, "image_size": None},
+        "requested": {
+            "train_size": None,
+            "val_size": 1000,
+            "train_per_class": 100,
+            "min_train_size": 1000,
+            "max_train_size": 2000,
+            "image_size": None,
+        },
         "resolved": {"train_size": 2000, "val_size": 1000, "image_size": 32},
         "num_classes": 43,
     }
-    assert requested.describe_split() == "100 training images per class (1,000 to 2,000 in all), 1,000 validation images"
+    assert (
+        requested.describe_split() == "100 training images per class (1,000 to 2,000 in all), 1,000 validation images"
+    )
     assert resolved.describe_split() == "2,000 training images, 1,000 validation images"
     assert TrainConfig.from_preset("final").describe_split() == "every image trains, no validation"
     assert TrainConfig.from_preset("paper").describe_split() == "4,000 training images, the rest validate"
@@ -422,10 +516,16 @@ def test_evaluation_counts_right_predictions_per_class():
 
 
 def test_result_history_csv(tmp_path):
-    history = [{"epoch": 1, "val_accuracy": None, "lr": 0.1}, {"epoch": 2, "val_accuracy": 0.5, "lr": 0.0, "test_accuracy": 0.4}]
+    history = [
+        {"epoch": 1, "val_accuracy": None, "lr": 0.1},
+        {"epoch": 2, "val_accuracy": 0.5, "lr": 0.0, "test_accuracy": 0.4},
+    ]
     write_history_csv(history, tmp_path / "m.csv")
     assert (tmp_path / "m.csv").read_text().splitlines() == [
-        "epoch,val_accuracy,lr,test_accuracy", "1,,0.1,", "2,0.5,0.0,0.4"]
+        "epoch,val_accuracy,lr,test_accuracy",
+        "1,,0.1,",
+        "2,0.5,0.0,0.4",
+    ]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -495,8 +595,7 @@ def small_test_set(cifar_test, folder, n=500):
 def smoke_config(cifar_train, cifar_test, tmp_path_factory):
     # 3 epochs so that resuming after epoch 1 still has two epochs (and a scheduler) to get right.
     test_data = small_test_set(cifar_test, tmp_path_factory.mktemp("test-data"))
-    return TrainConfig.from_preset("smoke", data=str(cifar_train), test_data=str(test_data), epochs=3,
-                                   num_threads=2)
+    return TrainConfig.from_preset("smoke", data=str(cifar_train), test_data=str(test_data), epochs=3, num_threads=2)
 
 
 @pytest.fixture(scope="module")
@@ -511,10 +610,21 @@ def full_run(smoke_config, aa_policy, tmp_path_factory):
     threads_before = torch.get_num_threads()
     rng_before = torch.get_rng_state()
     validations = []
-    result = train(smoke_config, aa_policy, report=reports.append, checkpoint_dir=ckpt,
-                   on_validate=lambda epoch, stats, val: validations.append((epoch, stats, val)))
-    return {"result": result, "reports": reports, "ckpt": ckpt, "threads_before": threads_before,
-            "rng_before": rng_before, "validations": validations}
+    result = train(
+        smoke_config,
+        aa_policy,
+        report=reports.append,
+        checkpoint_dir=ckpt,
+        on_validate=lambda epoch, stats, val: validations.append((epoch, stats, val)),
+    )
+    return {
+        "result": result,
+        "reports": reports,
+        "ckpt": ckpt,
+        "threads_before": threads_before,
+        "rng_before": rng_before,
+        "validations": validations,
+    }
 
 
 @pytest.mark.slow
@@ -608,7 +718,9 @@ def test_resume_from_checkpoint_ends_with_the_uninterrupted_metrics(full_run, sm
 def test_resume_refuses_a_different_config_or_policy(full_run, smoke_config, aa_policy):
     with pytest.raises(ValueError, match=r"cannot resume: the config differs .*lr: checkpoint 0.1 vs now 0.2"):
         train(dataclasses.replace(smoke_config, lr=0.2), aa_policy, report=_never, resume_from=full_run["ckpt"])
-    with pytest.raises(ValueError, match=r"cannot resume: the checkpoint was trained with policy 'autoaugment-cifar10'"):
+    with pytest.raises(
+        ValueError, match=r"cannot resume: the checkpoint was trained with policy 'autoaugment-cifar10'"
+    ):
         train(smoke_config, presets.resolve("standard"), report=_never, resume_from=full_run["ckpt"])
 
 

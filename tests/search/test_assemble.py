@@ -1,4 +1,5 @@
 """Assembly of the final policy from the best trials, and the provenance pieces."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,7 @@ from autoaug.search.assemble import (
 
 def _trial(i, score, subs, *, status="completed", epochs=2, bins=10):
     policy = None if subs is None else Policy(f"t{i}", bins, subs)
-    return TrialRecord(trial_id=f"t{i}", index=i, status=status, params={}, policy=policy,
-                       score=score, epochs=epochs)
+    return TrialRecord(trial_id=f"t{i}", index=i, status=status, params={}, policy=policy, score=score, epochs=epochs)
 
 
 A = [("Rotate", 0.5, 3), ("Color", 0.2, 7)]
@@ -80,8 +80,13 @@ def test_provenance_is_json_and_complete():
     prov = build_provenance(
         search_config={"name": "final", "num_trials": 2},
         data={"dataset": {"fingerprint": "d" * 64}, "split": {"fingerprint": "s" * 64}},
-        trials=trials, assembled=assembled, metric="val_accuracy", mode="max",
-        run_dir="/runs/final", optuna={"storage": "sqlite:///x"}, timing={"elapsed_s": 1.0},
+        trials=trials,
+        assembled=assembled,
+        metric="val_accuracy",
+        mode="max",
+        run_dir="/runs/final",
+        optuna={"storage": "sqlite:///x"},
+        timing={"elapsed_s": 1.0},
     )
     json.dumps(prov)  # stored as canonical JSON: must serialize
     assert prov["dataset"]["fingerprint"] == "d" * 64 and prov["split"]["fingerprint"] == "s" * 64

@@ -1,5 +1,6 @@
 """The search's time budget without Ray: durations, the clock across driver sessions, what it keeps
 for re-scoring, and how the scheduler and the searcher apply it (fake Tune controllers)."""
+
 from __future__ import annotations
 
 import pickle
@@ -7,7 +8,6 @@ import pickle
 import optuna
 import pytest
 
-from autoaug.core.errors import UserInputError
 from autoaug.search.assemble import TrialRecord
 from autoaug.search.budget import (
     BUDGET_FILE,
@@ -32,16 +32,29 @@ SPACE = SearchSpace(num_sub_policies=2)
 # Durations and the configuration
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("30m", 1800), ("1h30m", 5400), ("90s", 90), ("45", 45), (45, 45), (2.5, 2.5), ("1.5h", 5400),
-    (" 2M ", 120), ("1h", 3600), ("1m30s", 90), ("0.5s", 0.5),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("30m", 1800),
+        ("1h30m", 5400),
+        ("90s", 90),
+        ("45", 45),
+        (45, 45),
+        (2.5, 2.5),
+        ("1.5h", 5400),
+        (" 2M ", 120),
+        ("1h", 3600),
+        ("1m30s", 90),
+        ("0.5s", 0.5),
+    ],
+)
 def test_durations_parse(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["", "m", "3x", "30 minutes", "-5", "0", 0, -1, "1h-5m", True, None, "nan",
-                                 float("inf")])
+@pytest.mark.parametrize(
+    "bad", ["", "m", "3x", "30 minutes", "-5", "0", 0, -1, "1h-5m", True, None, "nan", float("inf")]
+)
 def test_bad_durations_are_refused(bad):
     with pytest.raises(ValueError, match="expected a duration such as 30m, 1h30m, 90s or 45 \\(seconds\\)"):
         parse_duration(bad)
@@ -49,7 +62,15 @@ def test_bad_durations_are_refused(bad):
 
 def test_durations_format_as_they_are_written():
     assert [format_duration(s) for s in (1800, 5400, 90, 2, 2.5, 3600, 0, 59.6)] == [
-        "30m", "1h30m", "1m30s", "2s", "2.5s", "1h", "0s", "1m"]
+        "30m",
+        "1h30m",
+        "1m30s",
+        "2s",
+        "2.5s",
+        "1h",
+        "0s",
+        "1m",
+    ]
 
 
 def test_the_budget_is_a_config_field_parsed_from_durations(tmp_path):
@@ -64,20 +85,39 @@ def test_the_budget_is_a_config_field_parsed_from_durations(tmp_path):
     old = config.to_dict()
     del old["time_budget_s"]
     assert SearchConfig.from_dict(old).time_budget_s is None
-    with pytest.raises(ValueError, match=r"^SearchConfig.time_budget_s: '3x' is invalid; expected a duration such as "
-                                         r"30m, 1h30m, 90s or 45 \(seconds\) \(--time-budget\), above zero"):
+    with pytest.raises(
+        ValueError,
+        match=r"^SearchConfig.time_budget_s: '3x' is invalid; expected a duration such as "
+        r"30m, 1h30m, 90s or 45 \(seconds\) \(--time-budget\), above zero",
+    ):
         SearchConfig.from_preset("smoke", name="b", time_budget_s="3x")
 
 
 def test_a_bad_time_budget_flag_is_one_line_exit_2(tmp_path, capsys):
     from autoaug.launch.cli import main
 
-    assert main(["search", "--data", str(tmp_path / "d.parquet"), "--time-budget", "soon",
-                 "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]) == 2
+    assert (
+        main(
+            [
+                "search",
+                "--data",
+                str(tmp_path / "d.parquet"),
+                "--time-budget",
+                "soon",
+                "--storage",
+                str(tmp_path / "runs"),
+                "--store",
+                str(tmp_path / "store"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert err.startswith("autoaug: error: invalid search config: SearchConfig.time_budget_s: 'soon' is invalid; "
-                          "expected a duration such as 30m")
+    assert err.startswith(
+        "autoaug: error: invalid search config: SearchConfig.time_budget_s: 'soon' is invalid; "
+        "expected a duration such as 30m"
+    )
 
 
 def test_the_budget_cannot_change_on_resume(tmp_path, capsys):
@@ -196,16 +236,21 @@ def test_an_earlier_sessions_end_stands(tmp_path):
 
 
 def test_the_summary_says_what_the_budget_did():
-    record = {"time_budget_s": 1800.0, "spent_s": 1790.0, "ended": {"stage": "trials"},
-              "trials": {"unit": "trials", "planned": 28, "scored": 12, "stopped": 2, "not_started": 1},
-              "rescore": {"note": "re-scored the first 2 of 4 candidates (assembled, best_trial): ..."}}
+    record = {
+        "time_budget_s": 1800.0,
+        "spent_s": 1790.0,
+        "ended": {"stage": "trials"},
+        "trials": {"unit": "trials", "planned": 28, "scored": 12, "stopped": 2, "not_started": 1},
+        "rescore": {"note": "re-scored the first 2 of 4 candidates (assembled, best_trial): ..."},
+    }
     assert describe_budget(record) == [
         "the time budget (30m) ended the search after 12 of 28 trials; 2 stopped by it, scored on what they had "
         "reported; 1 not started (29m50s spent)",
         "re-scoring under the time budget: re-scored the first 2 of 4 candidates (assembled, best_trial): ...",
     ]
     assert describe_budget({"time_budget_s": 1800.0, "spent_s": 600.0, "ended": None}) == [
-        "time budget: 30m, 10m spent; it did not end the search"]
+        "time budget: 30m, 10m spent; it did not end the search"
+    ]
     assert describe_budget(None) == []
 
 
@@ -295,8 +340,14 @@ def test_nothing_is_stopped_while_the_budget_lasts(tmp_path):
 
 
 def _searcher(url: str) -> StudySearch:
-    search = StudySearch(space=SPACE.distributions(), metric=METRIC, mode="max", sampler=make_sampler("tpe", 0),
-                         study_name="s", storage=optuna.storages.RDBStorage(url))
+    search = StudySearch(
+        space=SPACE.distributions(),
+        metric=METRIC,
+        mode="max",
+        sampler=make_sampler("tpe", 0),
+        study_name="s",
+        storage=optuna.storages.RDBStorage(url),
+    )
     search.set_sampler_spec("tpe", 0)
     search.set_max_steps(3)
     return search
@@ -316,8 +367,15 @@ def test_the_searcher_proposes_nothing_once_trials_must_end_and_the_study_stays_
     search.on_trial_complete("t1", _result(2, 0.4))
     study = optuna.load_study(study_name="s", storage=url)
     assert [(t.state.name, t.value) for t in study.trials] == [("PRUNED", 0.4)]
-    record = TrialRecord(trial_id="t1", index=0, status="budget_stopped", params=config,
-                         policy=SPACE.to_policy(config), score=0.4, epochs=2)
+    record = TrialRecord(
+        trial_id="t1",
+        index=0,
+        status="budget_stopped",
+        params=config,
+        policy=SPACE.to_policy(config),
+        score=0.4,
+        epochs=2,
+    )
     assert record.succeeded and check_study(study, [record], SPACE) == []
 
 
@@ -354,8 +412,9 @@ def _found(candidates):
     from autoaug.search.assemble import AssembledPolicy
     from autoaug.search.method import MethodResult
 
-    return MethodResult(trials=[], assembled=AssembledPolicy(candidates[0].policy, (), 0), candidates=candidates,
-                        optuna={})
+    return MethodResult(
+        trials=[], assembled=AssembledPolicy(candidates[0].policy, (), 0), candidates=candidates, optuna={}
+    )
 
 
 class _Display:
@@ -382,9 +441,14 @@ def rescoring(tmp_path, monkeypatch):
 
     def fake(candidates, config, *, cached=None, save=None, deadline=None):
         calls.append([c.kind for c in candidates])
-        return {rescore.run_key(c, config.rescore_train_config(0)): {METRIC: 0.5 + 0.01 * i, "val_accuracy": 0.5,
-                                                                     "seed": 1000}
-                for i, c in enumerate(candidates)}
+        return {
+            rescore.run_key(c, config.rescore_train_config(0)): {
+                METRIC: 0.5 + 0.01 * i,
+                "val_accuracy": 0.5,
+                "seed": 1000,
+            }
+            for i, c in enumerate(candidates)
+        }
 
     monkeypatch.setattr(driver, "rescore_candidates", fake)
     return config, run, budget, clock, calls
@@ -408,8 +472,10 @@ def test_rescoring_keeps_the_first_candidates_the_time_left_has_room_for(rescori
     scores = _rescore(config, run, _found(_candidates(4)), display, budget)
     assert calls == [["assembled", "best_trial"]] and len(scores) == 2
     assert budget.rescore["rescored"] == 2 and budget.ended["stage"] == "rescore"
-    assert budget.rescore["note"].startswith("re-scored the first 2 of 4 candidates (assembled, best_trial): 2m30s "
-                                             "left for re-scoring runs of about 1m40s (2 at once)")
+    assert budget.rescore["note"].startswith(
+        "re-scored the first 2 of 4 candidates (assembled, best_trial): 2m30s "
+        "left for re-scoring runs of about 1m40s (2 at once)"
+    )
     assert display.lines[0] == "time budget: " + budget.rescore["note"]
 
 
@@ -431,8 +497,10 @@ def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(re
 
     def slow(candidates, config, *, cached=None, save=None, deadline=None):  # 3 runs done, then the deadline
         clock.now += 1000
-        return {rescore.run_key(c, config.rescore_train_config(0)): {METRIC: 0.6 - 0.1 * i, "seed": 1000}
-                for i, c in enumerate(candidates[:3])}
+        return {
+            rescore.run_key(c, config.rescore_train_config(0)): {METRIC: 0.6 - 0.1 * i, "seed": 1000}
+            for i, c in enumerate(candidates[:3])
+        }
 
     monkeypatch.setattr(driver, "rescore_candidates", slow)
     monkeypatch.setattr(budget, "run_s", lambda: None)  # nothing measured: all are tried
@@ -452,8 +520,11 @@ def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning():
     class RemoteTuner:  # a tune.Tuner in Ray Client mode has no local tuner
         pass
 
-    with pytest.warns(AutoaugWarning, match=r"^Ray Client \(--address ray://...\) runs the Tune experiment x on the "
-                                            r"cluster, where the time budget cannot stop its trials"):
+    with pytest.warns(
+        AutoaugWarning,
+        match=r"^Ray Client \(--address ray://...\) runs the Tune experiment x on the "
+        r"cluster, where the time budget cannot stop its trials",
+    ):
         attach_budget(RemoteTuner(), Budget(60), "x", 3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -468,8 +539,10 @@ def test_the_end_of_the_trials_is_said_once(tmp_path):
     budget.stop("exp", "t1")
     budget.stop("exp", "t2")
     budget.end("rounds")
-    assert said == ["time budget: 10s left of 1m40s, what re-scoring and storing need (about 15s): nothing new "
-                    "starts, running trials end at their next report"]
+    assert said == [
+        "time budget: 10s left of 1m40s, what re-scoring and storing need (about 15s): nothing new "
+        "starts, running trials end at their next report"
+    ]
 
 
 def test_a_trial_the_budget_stops_before_its_first_score_goes_through_every_scheduler_callback(tmp_path):
@@ -477,8 +550,7 @@ def test_a_trial_the_budget_stops_before_its_first_score_goes_through_every_sche
     None: ASHA's on_trial_complete (``metric_op * None``) must not see it; the searcher records it."""
     budget, _ = _expired_budget(tmp_path)
     budget.has_result = True  # another trial has a score
-    scheduler = GuardedASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1, metric=METRIC,
-                                     mode="max")
+    scheduler = GuardedASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1, metric=METRIC, mode="max")
     scheduler._setup_guard(f"sqlite:///{tmp_path}/none.db", "s", max_failures=1)
     scheduler.set_budget(budget, "s", max_steps=3)
     controller, trial = _Controller([]), _Trial("early")

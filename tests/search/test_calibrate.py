@@ -1,4 +1,5 @@
 """Calibration before a search: the base and the warm start measured on the user's data."""
+
 from __future__ import annotations
 
 import io
@@ -9,8 +10,14 @@ import pytest
 
 from autoaug.policies import presets
 from autoaug.search.calibrate import (
-    CALIBRATION_FILE, RUN_NOISE, TRANSFER_REFS, calibrate, calibration_train_config, choose_base,
-    describe_calibration, rank_transfer,
+    CALIBRATION_FILE,
+    RUN_NOISE,
+    TRANSFER_REFS,
+    calibrate,
+    calibration_train_config,
+    choose_base,
+    describe_calibration,
+    rank_transfer,
 )
 from autoaug.search.config import SearchConfig
 from autoaug.search.run_dir import RunDir
@@ -27,10 +34,16 @@ class _Log:
 
 
 def _config(tmp_path, **changes):
-    return SearchConfig.from_dict({
-        "preset": "smoke", "name": "cal", "data": "unused.parquet", "storage": str(tmp_path / "runs"),
-        "store": str(tmp_path / "store"), **changes,
-    })  # fmt: skip
+    return SearchConfig.from_dict(
+        {
+            "preset": "smoke",
+            "name": "cal",
+            "data": "unused.parquet",
+            "storage": str(tmp_path / "runs"),
+            "store": str(tmp_path / "store"),
+            **changes,
+        }
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -74,17 +87,26 @@ def test_the_base_line_says_why_in_each_case():
 
     assert line({"none": [0.70], "crop": [0.76], "standard": [0.765]}).endswith(
         "the best mean; within the noise of it (3.68 points; one run each; a proxy run's seed-to-seed spread is "
-        "about 1.3 points): crop, which augments less")
+        "about 1.3 points): crop, which augments less"
+    )
     assert "base: standard (" in line({"none": [0.70], "crop": [0.76], "standard": [0.755]})
-    assert "within the noise of the best mean, crop (3.68 points" in line({"none": [0.70], "crop": [0.76], "standard": [0.755]})
+    assert "within the noise of the best mean, crop (3.68 points" in line(
+        {"none": [0.70], "crop": [0.76], "standard": [0.755]}
+    )
     assert line({"none": [0.70], "crop": [0.80], "standard": [0.60]}).endswith(
         "ahead of the others beyond the noise (3.68 points; one run each; a proxy run's seed-to-seed spread is "
-        "about 1.3 points)")
+        "about 1.3 points)"
+    )
 
 
 def test_the_warm_start_is_the_best_published_policy_that_fits_the_search_space():
-    scores = {"autoaugment-cifar10": [0.80], "autoaugment-svhn": [0.60], "autoaugment-imagenet": [0.82],
-              "randaugment": [0.85], "trivialaugment": [0.79]}
+    scores = {
+        "autoaugment-cifar10": [0.80],
+        "autoaugment-svhn": [0.60],
+        "autoaugment-imagenet": [0.82],
+        "randaugment": [0.85],
+        "trivialaugment": [0.79],
+    }
     fits = {ref: None for ref in scores} | {"randaugment": "num_magnitude_bins=31", "trivialaugment": "31 bins"}
     ranked = rank_transfer(scores, fits)
     assert ranked["best"] == "randaugment" and ranked["warm_start"] == ["autoaugment-imagenet"]
@@ -115,10 +137,22 @@ def _fake_runs(monkeypatch, scores, calls):
     monkeypatch.setattr(rescore, "train_runs", train_runs)
 
 
-SCORES = {"none": 0.70, "crop": 0.78, "standard": 0.72, "autoaugment-cifar10": 0.79, "autoaugment-svhn": 0.55,
-          "autoaugment-imagenet": 0.81, "randaugment": 0.83, "trivialaugment": 0.76,
-          # re-scoring, by candidate kind
-          "assembled": 0.80, "best_trial": 0.79, "warm_start+found": 0.80, "survivors": 0.78, "transfer": 0.84}
+SCORES = {
+    "none": 0.70,
+    "crop": 0.78,
+    "standard": 0.72,
+    "autoaugment-cifar10": 0.79,
+    "autoaugment-svhn": 0.55,
+    "autoaugment-imagenet": 0.81,
+    "randaugment": 0.83,
+    "trivialaugment": 0.76,
+    # re-scoring, by candidate kind
+    "assembled": 0.80,
+    "best_trial": 0.79,
+    "warm_start+found": 0.80,
+    "survivors": 0.78,
+    "transfer": 0.84,
+}
 
 
 def test_calibration_chooses_the_base_then_scores_the_published_policies_on_it_and_resumes(tmp_path, monkeypatch):
@@ -176,8 +210,10 @@ def test_bases_within_the_noise_run_again_and_the_choice_is_made_on_all_their_ru
     # Still within the noise after three runs each: the base with the flip is kept, and said why.
     assert base["best"] == "crop" and base["within_noise"] == ["standard"] and result.base == "standard"
     text = "\n".join(describe_calibration(result.record))
-    assert "base: standard (proxy score %, each base alone, mean of 1 or 3 runs: crop 78.00, standard 77.50, " \
-           "none 70.00); within the noise of the best mean, crop" in text
+    assert (
+        "base: standard (proxy score %, each base alone, mean of 1 or 3 runs: crop 78.00, standard 77.50, "
+        "none 70.00); within the noise of the best mean, crop" in text
+    )
     assert "(first round: standard within 3.68 points of crop, so they ran again)" in text
     assert text in "\n".join(log.lines)
     calls.clear()
@@ -199,25 +235,46 @@ def test_a_resumed_search_keeps_the_choice_its_calibration_made_even_under_anoth
     config = _config(tmp_path, base="auto", warm_start="auto")
     run = RunDir(config.storage, config.name)
     run.location.mkdir()
-    old = {"base": {"chosen": "crop", "scores": {"crop": {"mean": 0.78, "runs": [0.78]},
-                                                  "standard": {"mean": 0.775, "runs": [0.775]},
-                                                  "none": {"mean": 0.70, "runs": [0.70]}},
-                    "noise": {"sd": 0.007, "threshold": 0.0198, "source": "one run each"}, "within_noise": ["standard"]},
-           "transfer": {"base": "crop", **rank_transfer({"autoaugment-svhn": [0.9], "autoaugment-cifar10": [0.95]},
-                                                        {"autoaugment-svhn": None, "autoaugment-cifar10": None})}}
+    old = {
+        "base": {
+            "chosen": "crop",
+            "scores": {
+                "crop": {"mean": 0.78, "runs": [0.78]},
+                "standard": {"mean": 0.775, "runs": [0.775]},
+                "none": {"mean": 0.70, "runs": [0.70]},
+            },
+            "noise": {"sd": 0.007, "threshold": 0.0198, "source": "one run each"},
+            "within_noise": ["standard"],
+        },
+        "transfer": {
+            "base": "crop",
+            **rank_transfer(
+                {"autoaugment-svhn": [0.9], "autoaugment-cifar10": [0.95]},
+                {"autoaugment-svhn": None, "autoaugment-cifar10": None},
+            ),
+        },
+    }
     run.write_json(CALIBRATION_FILE, {"runs": {}, "record": old})
     result = calibrate(config, run, _Log())
     assert calls == [] and result.base == "crop" and result.warm_start == ("autoaugment-cifar10",)
     assert result.record["base"] == old["base"]
-    assert "base: crop (proxy score %, each base alone: crop 78.00, standard 77.50, none 70.00); the best mean" in \
-        "\n".join(describe_calibration(result.record))
+    assert (
+        "base: crop (proxy score %, each base alone: crop 78.00, standard 77.50, none 70.00); the best mean"
+        in "\n".join(describe_calibration(result.record))
+    )
 
 
 def test_the_best_published_policy_is_a_final_candidate_on_the_chosen_base():
     from autoaug.search.calibrate import transfer_candidate
 
-    record = {"transfer": {"base": "crop", **rank_transfer({"autoaugment-svhn": [0.9], "randaugment": [0.95]},
-                                                          {"autoaugment-svhn": None, "randaugment": "31 bins"})}}
+    record = {
+        "transfer": {
+            "base": "crop",
+            **rank_transfer(
+                {"autoaugment-svhn": [0.9], "randaugment": [0.95]}, {"autoaugment-svhn": None, "randaugment": "31 bins"}
+            ),
+        }
+    }
     candidate = transfer_candidate(record, "signs")
     assert candidate.kind == "transfer" and candidate.policy.name == "signs" and candidate.policy.base == "crop"
     assert candidate.policy.sub_policies == presets.resolve("randaugment").sub_policies
@@ -276,10 +333,31 @@ def test_base_auto_picks_crop_over_standard_when_a_flip_changes_the_label(tmp_pa
     from autoaug.launch.cli import main
 
     data = _arrows(tmp_path / "arrows.parquet")
-    argv = ["search", "--data", str(data), "--preset", "smoke", "--name", "arrows", "--base", "auto",
-            "--no-warm-start", "--num-trials", "2", "--no-rescore", "--set", "train.train_size=512",
-            "--set", "train.val_size=128", "--set", "train.epochs=6", "--storage", str(tmp_path / "runs"),
-            "--store", str(tmp_path / "store")]
+    argv = [
+        "search",
+        "--data",
+        str(data),
+        "--preset",
+        "smoke",
+        "--name",
+        "arrows",
+        "--base",
+        "auto",
+        "--no-warm-start",
+        "--num-trials",
+        "2",
+        "--no-rescore",
+        "--set",
+        "train.train_size=512",
+        "--set",
+        "train.val_size=128",
+        "--set",
+        "train.epochs=6",
+        "--storage",
+        str(tmp_path / "runs"),
+        "--store",
+        str(tmp_path / "store"),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     result = json.loads((tmp_path / "runs" / "arrows" / "result.json").read_text())
@@ -303,12 +381,23 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
 
     data = _arrows(tmp_path / "arrows.parquet", per_class=96)
     _fake_runs(monkeypatch, SCORES, [])
-    config = SearchConfig.from_dict({
-        "preset": "smoke", "name": "transfer", "data": str(data), "base": "auto", "warm_start": "auto",
-        "num_trials": 5, "concurrency": 1, "early_stopping": False, "rescore": True,
-        "train": {"preset": "smoke", "epochs": 1, "train_size": 64, "val_size": 32},
-        "storage": str(tmp_path / "runs"), "store": str(tmp_path / "store"), "verbose": 0,
-    })  # fmt: skip
+    config = SearchConfig.from_dict(
+        {
+            "preset": "smoke",
+            "name": "transfer",
+            "data": str(data),
+            "base": "auto",
+            "warm_start": "auto",
+            "num_trials": 5,
+            "concurrency": 1,
+            "early_stopping": False,
+            "rescore": True,
+            "train": {"preset": "smoke", "epochs": 1, "train_size": 64, "val_size": 32},
+            "storage": str(tmp_path / "runs"),
+            "store": str(tmp_path / "store"),
+            "verbose": 0,
+        }
+    )
     outcome = run_search(config)
     study = open_study("transfer", runs_root=str(tmp_path / "runs"))
     space = config.replace(base="crop").space

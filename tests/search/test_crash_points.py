@@ -1,6 +1,7 @@
 """Crashes at the failpoints no other test arms (docs/failpoints.md, the crash matrix): the driver
 killed in calibration and while re-scoring, a trial killed mid-epoch under ASHA, and the store's
 disk filling while a search stores. Small real searches on CIFAR-10 (smoke preset)."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,15 @@ def _dirs(tmp_path: Path) -> list[str]:
 
 
 def _resume(name: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    resumed = subprocess.run([*SEARCH, "--resume", name, *_dirs(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=400, start_new_session=True)
+    resumed = subprocess.run(
+        [*SEARCH, "--resume", name, *_dirs(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        timeout=400,
+        start_new_session=True,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"stored as {name}@1" in resumed.stdout
     return resumed
@@ -32,15 +40,28 @@ def _resume(name: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_driver_killed_in_calibration_resumes_without_running_the_saved_run_again(tmp_path, cifar_train,
-                                                                                   kill_driver):
-    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_train), "--name", "cal", "--base", "auto",
-            "--no-warm-start", "--num-trials", "2", *TINY, *_dirs(tmp_path)]
+def test_a_driver_killed_in_calibration_resumes_without_running_the_saved_run_again(tmp_path, cifar_train, kill_driver):
+    argv = [
+        *SEARCH,
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "cal",
+        "--base",
+        "auto",
+        "--no-warm-start",
+        "--num-trials",
+        "2",
+        *TINY,
+        *_dirs(tmp_path),
+    ]
     kill_driver(argv, dict(os.environ), "calibrate.after_run_saved:1", 300)
     run = tmp_path / "runs" / "cal"
     saved = json.loads((run / "calibration.json").read_text())["runs"]
     assert len(saved) == 1 and not (run / "result.json").exists()  # the first base run, nothing after it
-    (key, first), = saved.items()
+    ((key, first),) = saved.items()
 
     resumed = _resume("cal", tmp_path)
     assert f"calibration: {key}:" not in resumed.stdout  # not trained again
@@ -53,13 +74,29 @@ def test_a_driver_killed_in_calibration_resumes_without_running_the_saved_run_ag
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_driver_killed_while_rescoring_resumes_with_the_runs_it_saved(tmp_path, cifar_train, kill_driver):
-    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_train), "--name", "resc", "--base", "crop",
-            "--no-warm-start", "--num-trials", "3", "--set", "rescore=true", *TINY, *_dirs(tmp_path)]
+    argv = [
+        *SEARCH,
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "resc",
+        "--base",
+        "crop",
+        "--no-warm-start",
+        "--num-trials",
+        "3",
+        "--set",
+        "rescore=true",
+        *TINY,
+        *_dirs(tmp_path),
+    ]
     kill_driver(argv, dict(os.environ), "rescore.after_run_saved:1", 300)
     run = tmp_path / "runs" / "resc"
     saved = json.loads((run / "rescore.json").read_text())
     assert len(saved) == 1 and not (run / "result.json").exists()
-    (key, first), = saved.items()
+    ((key, first),) = saved.items()
 
     _resume("resc", tmp_path)
     runs = json.loads((run / "rescore.json").read_text())
@@ -70,14 +107,44 @@ def test_a_driver_killed_while_rescoring_resumes_with_the_runs_it_saved(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_trial_killed_mid_epoch_under_asha_is_retried_and_the_search_completes(tmp_path, cifar_train,
-                                                                                 failpoints_armed):
-    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_train), "--name", "mid", "--base", "crop",
-            "--no-warm-start", "--num-trials", "4", "--set", "train.epochs=2", "--set", "train.train_size=256",
-            "--set", "train.val_size=128", "--grace-period", "1", "--max-failures", "1", *_dirs(tmp_path)]
+def test_a_trial_killed_mid_epoch_under_asha_is_retried_and_the_search_completes(
+    tmp_path, cifar_train, failpoints_armed
+):
+    argv = [
+        *SEARCH,
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "mid",
+        "--base",
+        "crop",
+        "--no-warm-start",
+        "--num-trials",
+        "4",
+        "--set",
+        "train.epochs=2",
+        "--set",
+        "train.train_size=256",
+        "--set",
+        "train.val_size=128",
+        "--grace-period",
+        "1",
+        "--max-failures",
+        "1",
+        *_dirs(tmp_path),
+    ]
     # The first process to reach its 2nd training step (a trial's Ray worker) is killed, once.
-    done = subprocess.run(argv, cwd=REPO, env=failpoints_armed("train.mid_epoch:2=kill"), capture_output=True,
-                          text=True, timeout=500, start_new_session=True)
+    done = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=failpoints_armed("train.mid_epoch:2=kill"),
+        capture_output=True,
+        text=True,
+        timeout=500,
+        start_new_session=True,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert failpoints_armed.fired("train.mid_epoch")
     assert "stored as mid@1" in done.stdout  # (the driver ended 0: the process killed was a trial's)
@@ -91,14 +158,32 @@ def test_a_full_store_while_a_search_stores_is_one_line_and_no_half_written_vers
     from autoaug.core.failpoints import armed
 
     with armed("store.after_version_write=enospc"):
-        code = main(["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "full", "--base", "crop",
-                     "--no-warm-start", "--num-trials", "2", *TINY, *_dirs(tmp_path)])
+        code = main(
+            [
+                "search",
+                "--preset",
+                "smoke",
+                "--data",
+                str(cifar_train),
+                "--name",
+                "full",
+                "--base",
+                "crop",
+                "--no-warm-start",
+                "--num-trials",
+                "2",
+                *TINY,
+                *_dirs(tmp_path),
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 1, err[-3000:]
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err
     errors = [line for line in lines if line.startswith("autoaug: error:")]
-    assert len(errors) == 1 and errors[0].startswith(f"autoaug: error: cannot write policy store {tmp_path / 'store'}: no spa")
+    assert len(errors) == 1 and errors[0].startswith(
+        f"autoaug: error: cannot write policy store {tmp_path / 'store'}: no spa"
+    )
     assert "autoaug search --resume full" in errors[0]  # the run is kept: once space is freed, it stores
     folder = tmp_path / "store" / "full"
     left = [p.name for p in folder.iterdir()] if folder.exists() else []

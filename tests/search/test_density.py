@@ -2,6 +2,7 @@
 path (an identity candidate scores exactly the fold model's plain held-out accuracy and loss), a
 smoke search that stores a policy with method provenance, and a driver killed with SIGKILL whose
 resumed search reuses the fold models instead of training them again."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,24 @@ def _dirs(tmp_path):
 
 
 def test_method_flags_map_onto_the_config(tmp_path):
-    c = _config(["--data", "x.parquet", "--method", "density", "--folds", "3", "--rounds", "1",
-                 "--trials-per-round", "20", "--top-per-round", "4", "--objective", "loss"])
+    c = _config(
+        [
+            "--data",
+            "x.parquet",
+            "--method",
+            "density",
+            "--folds",
+            "3",
+            "--rounds",
+            "1",
+            "--trials-per-round",
+            "20",
+            "--top-per-round",
+            "4",
+            "--objective",
+            "loss",
+        ]
+    )
     assert c.method == "density"
     assert c.density == DensityConfig(folds=3, rounds=1, trials_per_round=20, top_per_round=4, objective="loss")
     assert _config(["--data", "x.parquet", "--objective", "accuracy"]).density.objective == "accuracy"
@@ -43,15 +60,25 @@ def test_method_flags_map_onto_the_config(tmp_path):
     assert _config(["--data", "x.parquet"]).method == "train"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--method", "density", "--folds", "1"], "SearchConfig.density.folds: 1 is invalid; expected an integer >= 2"),
-    (["--method", "density", "--rounds", "0"], "SearchConfig.density.rounds: 0 is invalid; expected an integer >= 1"),
-    (["--method", "density", "--trials-per-round", "5", "--top-per-round", "6"],
-     "SearchConfig.density.top_per_round: 6 is invalid; expected at most trials_per_round (5)"),
-    (["--method", "density", "--set", "density.bogus=1"], "unknown density setting(s) ['bogus']"),
-    (["--method", "density", "--folds", "9", "--set", "train.train_size=64", "--set", "train.batch_size=64"],
-     "leave 56 images to train a fold model, fewer than one batch of 64"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--method", "density", "--folds", "1"], "SearchConfig.density.folds: 1 is invalid; expected an integer >= 2"),
+        (
+            ["--method", "density", "--rounds", "0"],
+            "SearchConfig.density.rounds: 0 is invalid; expected an integer >= 1",
+        ),
+        (
+            ["--method", "density", "--trials-per-round", "5", "--top-per-round", "6"],
+            "SearchConfig.density.top_per_round: 6 is invalid; expected at most trials_per_round (5)",
+        ),
+        (["--method", "density", "--set", "density.bogus=1"], "unknown density setting(s) ['bogus']"),
+        (
+            ["--method", "density", "--folds", "9", "--set", "train.train_size=64", "--set", "train.batch_size=64"],
+            "leave 56 images to train a fold model, fewer than one batch of 64",
+        ),
+    ],
+)
 def test_bad_density_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_train, argv, message):
     code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "bad", *argv, *_dirs(tmp_path)])
     err = capsys.readouterr().err
@@ -75,8 +102,9 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
     from autoaug.search.density import FoldScorer, _train_fold, fold_splits
     from autoaug.search.space import SearchSpace
 
-    cfg = TrainConfig.from_preset("smoke", data=str(cifar_train), train_size=512, val_size=0, epochs=2,
-                                  batch_size=32, num_threads=1)
+    cfg = TrainConfig.from_preset(
+        "smoke", data=str(cifar_train), train_size=512, val_size=0, epochs=2, batch_size=32, num_threads=1
+    )
     _, folds = fold_splits(cfg, 2, 0)
     result = _train_fold(cfg.to_dict(), 0, folds[0].train.tolist(), folds[0].val.tolist())
     space = SearchSpace()
@@ -105,9 +133,31 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
 def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, capsys, cifar_train):
     from autoaug.policies.store import PolicyStore
 
-    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "dens", "--method", "density",
-                 "--folds", "2", "--rounds", "2", "--trials-per-round", "4", "--top-per-round", "2", "--base", "crop",
-                 *TINY, *_dirs(tmp_path)])
+    code = main(
+        [
+            "search",
+            "--data",
+            str(cifar_train),
+            "--preset",
+            "smoke",
+            "--name",
+            "dens",
+            "--method",
+            "density",
+            "--folds",
+            "2",
+            "--rounds",
+            "2",
+            "--trials-per-round",
+            "4",
+            "--top-per-round",
+            "2",
+            "--base",
+            "crop",
+            *TINY,
+            *_dirs(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "stored as dens@1" in out
@@ -145,8 +195,27 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
 def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, cifar_train, kill_driver):
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
-    argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", "--method", "density",
-            "--folds", "2", "--rounds", "1", "--trials-per-round", "6", "--top-per-round", "2", *TINY, *dirs]
+    argv = [
+        *base,
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "crash",
+        "--method",
+        "density",
+        "--folds",
+        "2",
+        "--rounds",
+        "1",
+        "--trials-per-round",
+        "6",
+        "--top-per-round",
+        "2",
+        *TINY,
+        *dirs,
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
     # Killed once both fold models are saved and the first round's first candidate is scored and saved.
@@ -156,8 +225,15 @@ def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, 
     saved = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())}
     assert sorted(saved) == ["fold0.json", "fold0.pt", "fold1.json", "fold1.pt"]
 
-    resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
-                             text=True, timeout=600, start_new_session=True)
+    resumed = subprocess.run(
+        [*base, "--resume", "crash", *dirs],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stored as crash@1" in resumed.stdout
     assert "training" not in resumed.stdout.split("fold 1/2, round 1/1")[0]  # no fold model trained again
@@ -176,9 +252,33 @@ def test_a_time_budget_spans_the_fold_models_and_every_round(tmp_path, capsys, c
     """Under a budget of seconds the fold models still train (nothing is scored without them), the
     first round scores until its first candidates reported, no more are proposed, the rounds left
     are not run, and what was kept is stored; the study of the round is consistent."""
-    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "dbudget", "--method", "density",
-                 "--folds", "2", "--rounds", "2", "--trials-per-round", "8", "--top-per-round", "2", "--base", "crop",
-                 *TINY, "--time-budget", "3s", *_dirs(tmp_path)])
+    code = main(
+        [
+            "search",
+            "--data",
+            str(cifar_train),
+            "--preset",
+            "smoke",
+            "--name",
+            "dbudget",
+            "--method",
+            "density",
+            "--folds",
+            "2",
+            "--rounds",
+            "2",
+            "--trials-per-round",
+            "8",
+            "--top-per-round",
+            "2",
+            "--base",
+            "crop",
+            *TINY,
+            "--time-budget",
+            "3s",
+            *_dirs(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "the time budget (3s) ended the search after " in out and " of 32 candidates" in out

@@ -1,5 +1,6 @@
 """Tuner pieces that need no Ray cluster: the Optuna searcher's crash reconciliation, the study
 consistency check, samplers, the run directory, error formatting."""
+
 from __future__ import annotations
 
 import pickle
@@ -21,9 +22,13 @@ SPACE = SearchSpace(num_sub_policies=2)
 
 def _searcher(url: str) -> StudySearch:
     search = StudySearch(
-        space=SPACE.distributions(), metric=METRIC, mode="max",
-        sampler=make_sampler("tpe", 0), study_name="s", storage=optuna.storages.RDBStorage(url),
-    )  # fmt: skip
+        space=SPACE.distributions(),
+        metric=METRIC,
+        mode="max",
+        sampler=make_sampler("tpe", 0),
+        study_name="s",
+        storage=optuna.storages.RDBStorage(url),
+    )
     search.set_sampler_spec("tpe", 0)
     return search
 
@@ -33,8 +38,9 @@ def _result(value: float, step: int) -> dict:
 
 
 def _record(search: StudySearch, trial_id: str, config: dict, score, status="completed") -> TrialRecord:
-    return TrialRecord(trial_id=trial_id, index=0, status=status, params=config,
-                       policy=SPACE.to_policy(config), score=score, epochs=2)
+    return TrialRecord(
+        trial_id=trial_id, index=0, status=status, params=config, policy=SPACE.to_policy(config), score=score, epochs=2
+    )
 
 
 def test_driver_crash_between_snapshot_and_study_writes_is_reconciled(tmp_path):
@@ -79,9 +85,11 @@ def test_driver_crash_between_snapshot_and_study_writes_is_reconciled(tmp_path):
         (3, "COMPLETE", 0.1, "t5"),
     ]
     records = [
-        _record(second, "t1", c1, 0.5), _record(second, "t2", c2, 0.6),
-        _record(second, "t4", c4, 0.8), _record(second, "t5", c5, 0.1),
-    ]  # fmt: skip
+        _record(second, "t1", c1, 0.5),
+        _record(second, "t2", c2, 0.6),
+        _record(second, "t4", c4, 0.8),
+        _record(second, "t5", c5, 0.1),
+    ]
     assert check_study(study, records, SPACE) == []
 
 
@@ -151,14 +159,24 @@ def test_warm_start_points_the_time_budget_never_reached_are_not_a_problem(tmp_p
     study.enqueue_trial(dict(config))
     records = [_record(search, "a", config, 0.5)]
     assert check_study(study, records, SPACE, budget_ended=True) == []
-    assert check_study(study, records, SPACE) == ["Optuna trial 1 is still WAITING",
-                                                  "Optuna trial 1 belongs to no Tune trial",
-                                                  "Optuna trial 2 is still WAITING",
-                                                  "Optuna trial 2 belongs to no Tune trial"]
+    assert check_study(study, records, SPACE) == [
+        "Optuna trial 1 is still WAITING",
+        "Optuna trial 1 belongs to no Tune trial",
+        "Optuna trial 2 is still WAITING",
+        "Optuna trial 2 belongs to no Tune trial",
+    ]
 
 
-@pytest.mark.parametrize("name, cls", [("tpe", "TPESampler"), ("random", "RandomSampler"), ("qmc", "QMCSampler"),
-                                       ("cmaes", "CmaEsSampler"), ("gp", "GPSampler")])
+@pytest.mark.parametrize(
+    "name, cls",
+    [
+        ("tpe", "TPESampler"),
+        ("random", "RandomSampler"),
+        ("qmc", "QMCSampler"),
+        ("cmaes", "CmaEsSampler"),
+        ("gp", "GPSampler"),
+    ],
+)
 def test_samplers_by_name_are_seeded(name, cls):
     a, b = make_sampler(name, 7), make_sampler(name, 7)
     assert type(a).__name__ == cls
@@ -338,8 +356,9 @@ def test_asha_waits_for_a_trials_first_score_and_cuts_on_real_ones():
         def __init__(self, trial_id):
             self.trial_id = trial_id
 
-    scheduler = GuardedASHAScheduler(time_attr="training_iteration", max_t=4, grace_period=2, reduction_factor=2,
-                                     metric=METRIC, mode="max")
+    scheduler = GuardedASHAScheduler(
+        time_attr="training_iteration", max_t=4, grace_period=2, reduction_factor=2, metric=METRIC, mode="max"
+    )
     scheduler._budget = None
     strong, weak = _Trial("strong"), _Trial("weak")
     for t in (strong, weak):

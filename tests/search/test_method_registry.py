@@ -2,6 +2,7 @@
 at random) registered here is offered by ``--method``, takes its own flag, section and preset
 settings, is checked, described, run end to end by ``run_search`` on real data, summarised and
 refused by ``autoaug report`` in its own words -- without a line of the shared modules naming it."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,7 @@ import pytest
 from autoaug.core.values import is_int
 from autoaug.search.assemble import TrialRecord, assemble_policy
 from autoaug.search.config import SEARCH_PRESETS, SearchConfig
-from autoaug.search.method import (METHODS, BaseMethod, MethodResult, MethodSettings, PreparedSearch,
-                                   register_method)
+from autoaug.search.method import METHODS, BaseMethod, MethodResult, MethodSettings, PreparedSearch, register_method
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
@@ -45,13 +45,15 @@ class RandomScoreMethod(BaseMethod):
     help = "candidates drawn from the space and scored at random (a test of the registry)"
     settings = RandomScoreConfig
     unit = "candidates"
-    options = (RandomScoreConfig.option("--candidates", "candidates", "random: candidates drawn (default 6)",
-                                        type=int, metavar="N"),)
+    options = (
+        RandomScoreConfig.option(
+            "--candidates", "candidates", "random: candidates drawn (default 6)", type=int, metavar="N"
+        ),
+    )
 
     def check(self, config: SearchConfig) -> None:
         if config.random_score.candidates > 50:
-            raise ValueError(f"random_score.candidates {config.random_score.candidates} is above 50: "
-                             "a toy draws few")
+            raise ValueError(f"random_score.candidates {config.random_score.candidates} is above 50: a toy draws few")
 
     def describe(self, config: SearchConfig) -> list[str]:
         return [f"  method: random scores, {config.random_score.candidates} candidates"]
@@ -77,17 +79,40 @@ class RandomScoreMethod(BaseMethod):
         steps = space.num_probabilities - 1
         trials = []
         for i in range(config.random_score.candidates):
-            params = {name: (rng.choice(space.op_choices) if name.endswith("_type") else
-                             rng.randint(0, steps) / steps if name.endswith("_prob") else
-                             rng.randint(0, space.num_magnitude_bins - 1)) for name in space.param_names()}
-            trials.append(TrialRecord(trial_id=f"r{i}", index=i, status="completed", params=params,
-                                      policy=space.to_policy(params, name=f"{config.name}-r{i}"), score=rng.random(),
-                                      epochs=1, train_time_s=0.0))
+            params = {
+                name: (
+                    rng.choice(space.op_choices)
+                    if name.endswith("_type")
+                    else rng.randint(0, steps) / steps
+                    if name.endswith("_prob")
+                    else rng.randint(0, space.num_magnitude_bins - 1)
+                )
+                for name in space.param_names()
+            }
+            trials.append(
+                TrialRecord(
+                    trial_id=f"r{i}",
+                    index=i,
+                    status="completed",
+                    params=params,
+                    policy=space.to_policy(params, name=f"{config.name}-r{i}"),
+                    score=rng.random(),
+                    epochs=1,
+                    train_time_s=0.0,
+                )
+            )
             search.display.log(f"random: candidate r{i} scored {trials[-1].score:.4f}")
-        assembled = assemble_policy(trials, name=config.name, top_n=2, num_magnitude_bins=space.num_magnitude_bins,
-                                    base=space.base, ranges=space.ranges)
+        assembled = assemble_policy(
+            trials,
+            name=config.name,
+            top_n=2,
+            num_magnitude_bins=space.num_magnitude_bins,
+            base=space.base,
+            ranges=space.ranges,
+        )
         return MethodResult(
-            trials=trials, assembled=assembled,
+            trials=trials,
+            assembled=assembled,
             candidates=[Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)],
             optuna={"storage": None, "study_name": None, "num_trials": 0, "consistent_with_tune": True, "problems": []},
             provenance={"name": "random", "candidates": len(trials)},
@@ -129,8 +154,11 @@ def test_a_registered_method_takes_its_flag_section_and_preset_settings(random_m
     assert saved["random_score"] == {"candidates": 3} and {"density", "pba", "num_trials"} <= set(saved)
     assert SearchConfig.from_dict(saved) == c
     # Its own checks: the settings' and the method's, each one line naming the value.
-    with pytest.raises(ValueError, match=r"SearchConfig\.random_score\.candidates: 0 is invalid; expected an "
-                                         r"integer >= 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"SearchConfig\.random_score\.candidates: 0 is invalid; expected an "
+        r"integer >= 1",
+    ):
         _config(["--data", "x", "--method", "random", "--candidates", "0"])
     with pytest.raises(ValueError, match=r"unknown random-score setting\(s\) \['bogus'\]"):
         _config(["--data", "x", "--set", "random_score.bogus=1"])
@@ -165,8 +193,9 @@ def test_a_method_cannot_take_a_registered_name_or_settings_key(random_method):
 
 
 @pytest.mark.timeout(300)
-def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(random_method, tmp_path, capsys,
-                                                                               cifar_train):
+def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
+    random_method, tmp_path, capsys, cifar_train
+):
     """Preflight (data checked and decoded), run_search (the run directory, the method, storing,
     result.json), the summary, ``autoaug report`` -- no Ray needed by this method."""
     from autoaug.launch import preflight
@@ -174,8 +203,22 @@ def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
     from autoaug.policies.store import PolicyStore
     from autoaug.search.driver import run_search
 
-    config = _config(["--data", str(cifar_train), "--preset", "smoke", "--method", "random", "--name", "toy",
-                      "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")])
+    config = _config(
+        [
+            "--data",
+            str(cifar_train),
+            "--preset",
+            "smoke",
+            "--method",
+            "random",
+            "--name",
+            "toy",
+            "--storage",
+            str(tmp_path / "runs"),
+            "--store",
+            str(tmp_path / "store"),
+        ]
+    )
     config.check_runnable()
     config = preflight.for_search(config)
     outcome = run_search(config, session=contextlib.nullcontext)
@@ -188,7 +231,9 @@ def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
     assert stored.load("toy@1").content_hash == outcome.policy.content_hash
     prov = stored.get("toy@1").provenance
     assert prov["method"] == {"name": "random", "candidates": 3}
-    assert prov["search"]["config"]["method"] == "random" and prov["search"]["config"]["random_score"] == {"candidates": 3}
+    assert prov["search"]["config"]["method"] == "random" and prov["search"]["config"]["random_score"] == {
+        "candidates": 3
+    }
     # The same outcome from result.json (what a resumed finished search returns).
     from autoaug.search.driver import resume_search
 
@@ -216,6 +261,9 @@ def test_no_shared_module_names_a_built_in_method():
 
 
 def test_tune_experiments_are_built_and_restored_in_one_module():
-    users = {p.name for p in (REPO / "search").glob("*.py")
-             if "tune.Tuner(" in p.read_text() or "Tuner.restore(" in p.read_text()}
+    users = {
+        p.name
+        for p in (REPO / "search").glob("*.py")
+        if "tune.Tuner(" in p.read_text() or "Tuner.restore(" in p.read_text()
+    }
     assert users == {"experiment.py"}

@@ -1,6 +1,7 @@
 """The PBA method (Population Based Augmentation on Ray Tune's PBT): its settings and bad input,
 explore inside the search space, exploit carrying weights and policy history together, a smoke
 search that stores a schedule, and a driver killed with SIGKILL whose search resumes."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,6 @@ import pytest
 
 from autoaug.launch.cli import build_parser, main
 from autoaug.launch.search_cmd import build_search_config
-from autoaug.policies import Policy
 from autoaug.policies.schedule import Schedule
 from autoaug.search.config import SearchConfig
 from autoaug.search.pba import PbaConfig, explore_params, initial_population
@@ -22,9 +22,22 @@ from autoaug.search.space import SearchSpace
 
 REPO = Path(__file__).resolve().parents[2]
 # Four members of 256 images, 4 epochs, perturbed after every epoch, half the population cloning.
-TINY = ["--method", "pba", "--set", "pba.population=4", "--set", "pba.perturbation_interval=1",
-        "--set", "pba.quantile=0.5", "--set", "train.epochs=4", "--set", "train.train_size=256",
-        "--set", "train.batch_size=32"]
+TINY = [
+    "--method",
+    "pba",
+    "--set",
+    "pba.population=4",
+    "--set",
+    "pba.perturbation_interval=1",
+    "--set",
+    "pba.quantile=0.5",
+    "--set",
+    "train.epochs=4",
+    "--set",
+    "train.train_size=256",
+    "--set",
+    "train.batch_size=32",
+]
 
 
 def _config(argv):
@@ -42,26 +55,34 @@ def test_pba_settings_come_from_the_preset_and_set():
     assert preset.method == "pba" and preset.pba.population == 8 and preset.pba.perturbation_interval == 4
     assert preset.train.epochs == 120 and not preset.rescore and preset.base == "auto" and not preset.warm_start
     c = _config(["--data", "x.parquet", *TINY, "--set", "pba.resample_probability=0.5", "--set", "pba.init=zero"])
-    assert c.pba == PbaConfig(population=4, perturbation_interval=1, quantile=0.5, resample_probability=0.5,
-                              init="zero")
+    assert c.pba == PbaConfig(
+        population=4, perturbation_interval=1, quantile=0.5, resample_probability=0.5, init="zero"
+    )
     assert SearchConfig.from_dict(c.to_dict()) == c
     assert c.search_method.num_trials(c) == 4
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--set", "pba.population=1"], "SearchConfig.pba.population: 1 is invalid; expected an integer >= 2"),
-    (["--set", "pba.quantile=0.7"], "SearchConfig.pba.quantile: 0.7 is invalid; expected a number in (0, 0.5]"),
-    (["--set", "pba.resample_probability=2"], "SearchConfig.pba.resample_probability: 2 is invalid"),
-    (["--set", "pba.bogus=1"], "unknown pba setting(s) ['bogus']"),
-    (["--set", "pba.perturbation_interval=4"], "pba.perturbation_interval 4 is not below train.epochs 4"),
-    (["--set", "train.val_size=0"], "train.val_size is 0: PBA ranks the population"),
-    (["--set", "train.eval_epochs=[2]"], "train.eval_epochs is (2,): PBA ranks the population on the validation "
-                                         "accuracy after every epoch; set eval_epochs to null"),
-    (["--set", "rescore=true"], "use --preset pba-cpu, or --set rescore=false"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "pba.population=1"], "SearchConfig.pba.population: 1 is invalid; expected an integer >= 2"),
+        (["--set", "pba.quantile=0.7"], "SearchConfig.pba.quantile: 0.7 is invalid; expected a number in (0, 0.5]"),
+        (["--set", "pba.resample_probability=2"], "SearchConfig.pba.resample_probability: 2 is invalid"),
+        (["--set", "pba.bogus=1"], "unknown pba setting(s) ['bogus']"),
+        (["--set", "pba.perturbation_interval=4"], "pba.perturbation_interval 4 is not below train.epochs 4"),
+        (["--set", "train.val_size=0"], "train.val_size is 0: PBA ranks the population"),
+        (
+            ["--set", "train.eval_epochs=[2]"],
+            "train.eval_epochs is (2,): PBA ranks the population on the validation "
+            "accuracy after every epoch; set eval_epochs to null",
+        ),
+        (["--set", "rescore=true"], "use --preset pba-cpu, or --set rescore=false"),
+    ],
+)
 def test_bad_pba_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_train, argv, message):
-    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "bad", *TINY, *argv,
-                 *_dirs(tmp_path)])
+    code = main(
+        ["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "bad", *TINY, *argv, *_dirs(tmp_path)]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert message in err and "Traceback" not in err
@@ -73,8 +94,9 @@ def test_bad_pba_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cif
 # Explore
 @pytest.mark.parametrize("resample, shift", [(0.0, 0), (0.0, 3), (0.2, 3), (1.0, 3), (0.5, 9)])
 def test_explore_stays_inside_the_space(resample, shift):
-    space = SearchSpace(num_sub_policies=3, exclude_ops=("SamplePairing", "Invert"), num_magnitude_bins=7,
-                        num_probabilities=6)
+    space = SearchSpace(
+        num_sub_policies=3, exclude_ops=("SamplePairing", "Invert"), num_magnitude_bins=7, num_probabilities=6
+    )
     config = SearchConfig(name="x", train={"preset": "smoke"}, space=space, method="pba")
     rng = random.Random(7)
     params = initial_population(config)[0]
@@ -100,12 +122,20 @@ def test_explore_stays_inside_the_space(resample, shift):
 
 
 def test_zero_init_starts_unaugmented_and_warm_start_comes_first():
-    config = SearchConfig(name="x", train={"preset": "smoke"}, method="pba", pba={"population": 3, "init": "zero"},
-                          warm_start=("autoaugment-cifar10",), space={"num_sub_policies": 25})
+    config = SearchConfig(
+        name="x",
+        train={"preset": "smoke"},
+        method="pba",
+        pba={"population": 3, "init": "zero"},
+        warm_start=("autoaugment-cifar10",),
+        space={"num_sub_policies": 25},
+    )
     members = initial_population(config)
     assert len(members) == 3
-    assert config.space.to_policy(members[0]).sub_policies == config.space.to_policy(
-        config.space.to_params(config.space.to_policy(members[0]))).sub_policies
+    assert (
+        config.space.to_policy(members[0]).sub_policies
+        == config.space.to_policy(config.space.to_params(config.space.to_policy(members[0]))).sub_policies
+    )
     assert all(m[k] == 0 for m in members[1:] for k in m if k.endswith(("_prob", "_mag")))
 
 
@@ -147,8 +177,13 @@ def _run_member(monkeypatch, trial_id, params, space, train_config, checkpoint=N
     fake = _FakeTune(trial_id, None if checkpoint is None else tune.Checkpoint.from_directory(checkpoint))
     with monkeypatch.context() as m:
         fake.install(m)
-        run_pba_trial({"policy": params, "explore": explore or {}}, train_config=train_config.to_dict(),
-                      space=space.to_dict(), policy_prefix="t", perturbation_interval=2)
+        run_pba_trial(
+            {"policy": params, "explore": explore or {}},
+            train_config=train_config.to_dict(),
+            space=space.to_dict(),
+            policy_prefix="t",
+            perturbation_interval=2,
+        )
     return fake
 
 
@@ -156,8 +191,9 @@ def test_a_member_that_clones_another_continues_its_weights_with_its_policy_hist
     from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
 
     space = SearchSpace(num_sub_policies=2)
-    cfg = TrainConfig.from_preset("smoke", data=str(cifar_train), train_size=128, val_size=64, epochs=4,
-                                  batch_size=32, num_threads=1)
+    cfg = TrainConfig.from_preset(
+        "smoke", data=str(cifar_train), train_size=128, val_size=64, epochs=4, batch_size=32, num_threads=1
+    )
     rng = random.Random(3)
     config = SearchConfig(name="x", train={"preset": "smoke"}, space=space, method="pba", pba={"population": 2})
     params_a, params_b = initial_population(config)
@@ -188,8 +224,9 @@ def test_a_member_that_clones_another_continues_its_weights_with_its_policy_hist
     again = _run_member(monkeypatch, "A", params_a, space, cfg, checkpoint=a.saved[0])
     assert [r["epoch"] for r in again.reports] == [3, 4] and "pba_events" not in again.reports[0]
     assert [{k: r[k] for k in keys} for r in again.reports] == [{k: r[k] for k in keys} for r in a.reports[2:]]
-    assert [s.policy.content_hash for s in Schedule.from_dict(load_checkpoint(again.saved[-1])["schedule"]).stages] \
-        == [pa.content_hash]
+    assert [s.policy.content_hash for s in Schedule.from_dict(load_checkpoint(again.saved[-1])["schedule"]).stages] == [
+        pa.content_hash
+    ]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -204,8 +241,21 @@ def _stored_schedule(store_dir, ref):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_path, capsys, cifar_train):
-    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "pb", *TINY, "--base", "auto",
-                 *_dirs(tmp_path)])
+    code = main(
+        [
+            "search",
+            "--data",
+            str(cifar_train),
+            "--preset",
+            "smoke",
+            "--name",
+            "pb",
+            *TINY,
+            "--base",
+            "auto",
+            *_dirs(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "stored as pb@1" in out and "pba: best member" in out and "schedule: " in out
@@ -245,8 +295,19 @@ def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_p
 def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cifar_train, kill_driver):
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
-    argv = [*base, "--preset", "smoke", "--data", str(cifar_train), "--name", "crash", *TINY,
-            "--set", "train.epochs=6", *dirs]
+    argv = [
+        *base,
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "crash",
+        *TINY,
+        "--set",
+        "train.epochs=6",
+        *dirs,
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
     # Killed once Tune has recorded the population's 6th checkpoint (4 members x 6 epochs: mid-search).
@@ -255,8 +316,15 @@ def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cif
     before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
     assert len(before) == 4 and sum(map(len, before.values())) >= 6
 
-    resumed = subprocess.run([*base, "--resume", "crash", *dirs], cwd=REPO, env=env, capture_output=True,
-                             text=True, timeout=600, start_new_session=True)
+    resumed = subprocess.run(
+        [*base, "--resume", "crash", *dirs],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stored as crash@1" in resumed.stdout
     # The same four members finished (no new population), keeping what the killed driver had saved.
@@ -288,14 +356,29 @@ def test_report_of_a_pba_search_says_where_its_record_is_in_one_line(tmp_path, c
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_best_schedule(tmp_path, capsys,
-                                                                                          cifar_train):
+def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_best_schedule(
+    tmp_path, capsys, cifar_train
+):
     """Under a budget of seconds, members end at their next perturbation boundary (their checkpoint
     holds the schedule they were scored under), members not started are not run, and the best
     member's schedule so far is stored."""
-    argv = ["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "pbudget", *TINY,
-            "--set", "train.epochs=6", "--set", "pba.perturbation_interval=2", "--time-budget", "3s",
-            *_dirs(tmp_path)]
+    argv = [
+        "search",
+        "--data",
+        str(cifar_train),
+        "--preset",
+        "smoke",
+        "--name",
+        "pbudget",
+        *TINY,
+        "--set",
+        "train.epochs=6",
+        "--set",
+        "pba.perturbation_interval=2",
+        "--time-budget",
+        "3s",
+        *_dirs(tmp_path),
+    ]
     code = main(argv)
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
@@ -313,11 +396,21 @@ def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_be
 def test_an_event_is_said_in_one_line_with_what_explore_changed():
     from autoaug.search.pba_tune import describe_event
 
-    event = {"epoch": 16, "member": "a_00004", "cloned": "a_00007",
-             "changes": {"sp0_op0_mag": [6, 9, "+3"], "sp1_op1_prob": [0.2, 0.6, "resample"],
-                         "sp2_op0_type": ["Rotate", "Color", "resample"]}}
+    event = {
+        "epoch": 16,
+        "member": "a_00004",
+        "cloned": "a_00007",
+        "changes": {
+            "sp0_op0_mag": [6, 9, "+3"],
+            "sp1_op1_prob": [0.2, 0.6, "resample"],
+            "sp2_op0_type": ["Rotate", "Color", "resample"],
+        },
+    }
     line = describe_event(event, 0.5612)
-    assert line == ("epoch 16: member a_00004 continues from a_00007 (search_score 0.5612), weights and "
-                    "policy; explore: 3 value(s) changed: 2 resampled, 1 shifted")
-    assert "no value changed" in describe_event({**event, "changes": {}}) and "(search_score" not in \
-        describe_event(event)
+    assert line == (
+        "epoch 16: member a_00004 continues from a_00007 (search_score 0.5612), weights and "
+        "policy; explore: 3 value(s) changed: 2 resampled, 1 shifted"
+    )
+    assert "no value changed" in describe_event({**event, "changes": {}}) and "(search_score" not in describe_event(
+        event
+    )

@@ -1,5 +1,6 @@
 """The reconciliation of Optuna and Tune uses private attributes of both: it must run only on the
 Ray and Optuna versions it was written against, and the install pins must say so."""
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,10 @@ def test_installed_ray_and_optuna_are_versions_the_reconciliation_was_written_ag
     check_versions()
 
 
-@pytest.mark.parametrize("installed, named", [({"ray": "2.70.1"}, "ray 2.70.1"), ({"optuna": "6.0.0"}, "optuna 6.0.0"),
-                                              ({"ray": "2.39.0"}, "ray 2.39.0")])
+@pytest.mark.parametrize(
+    "installed, named",
+    [({"ray": "2.70.1"}, "ray 2.70.1"), ({"optuna": "6.0.0"}, "optuna 6.0.0"), ({"ray": "2.39.0"}, "ray 2.39.0")],
+)
 def test_an_unknown_version_is_refused_with_a_clear_message(installed, named):
     with pytest.raises(SearchError, match=re.escape(named) + r" \(known: .*\).*widen WRITTEN_AGAINST"):
         check_versions(installed)
@@ -68,11 +71,15 @@ def test_a_finished_trial_is_in_the_saved_experiment_state_before_the_progress_l
             trainable,
             param_space={"x": tune.uniform(0, 1)},
             tune_config=tune.TuneConfig(
-                metric="score", mode="max", num_samples=3, scheduler=scheduler,
+                metric="score",
+                mode="max",
+                num_samples=3,
+                scheduler=scheduler,
                 search_alg=ConcurrencyLimiter(OptunaSearch(seed=0), max_concurrent=1),
             ),
-            run_config=tune.RunConfig(name="exp", storage_path=str(tmp_path), verbose=0,
-                                      callbacks=[ReadsTheSavedState()]),
+            run_config=tune.RunConfig(
+                name="exp", storage_path=str(tmp_path), verbose=0, callbacks=[ReadsTheSavedState()]
+            ),
         ).fit()
     assert len(seen) == 3
     assert all(seen.values()), seen

@@ -1,4 +1,5 @@
 """autoaug report: the PNG of a search, drawn from its Optuna study and run directory."""
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,19 @@ def _run_dir(tmp_path, name="s", n=8):
     run = tmp_path / "runs" / name
     run.mkdir(parents=True)
     url = f"sqlite:///{run / 'optuna.db'}"
-    (run / "search_config.json").write_text(json.dumps(
-        {"config": {"train": {"epochs": 3}}, "optuna": {"storage": url, "study_name": name}}))
+    (run / "search_config.json").write_text(
+        json.dumps({"config": {"train": {"epochs": 3}}, "optuna": {"storage": url, "study_name": name}})
+    )
     study = optuna.create_study(study_name=name, storage=url, direction="maximize")
     ops = ["Rotate", "Equalize", "Cutout", "ShearX"]
     for i in range(n):
-        t = study.ask({
-            "sp0_op0_type": optuna.distributions.CategoricalDistribution(ops),
-            "sp0_op0_prob": optuna.distributions.FloatDistribution(0, 1, step=0.1),
-            "sp0_op0_mag": optuna.distributions.IntDistribution(0, 9),
-        })
+        t = study.ask(
+            {
+                "sp0_op0_type": optuna.distributions.CategoricalDistribution(ops),
+                "sp0_op0_prob": optuna.distributions.FloatDistribution(0, 1, step=0.1),
+                "sp0_op0_mag": optuna.distributions.IntDistribution(0, 9),
+            }
+        )
         score = 0.2 + 0.05 * (t.params["sp0_op0_type"] == "Rotate") + 0.01 * i
         for epoch in (1, 2, 3):
             t.report(score * epoch / 3, epoch)

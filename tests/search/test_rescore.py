@@ -1,4 +1,5 @@
 """Choosing the stored policy among the final candidates: their re-scoring runs and the choice."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,14 +9,18 @@ from autoaug.search.rescore import Candidate, choose
 
 
 def _candidates():
-    assembled = Candidate("assembled", Policy("a", 10, [[("Rotate", 0.7, 2)], [("Invert", 0.1, 0)]]), ("t1", "t2"), None)
+    assembled = Candidate(
+        "assembled", Policy("a", 10, [[("Rotate", 0.7, 2)], [("Invert", 0.1, 0)]]), ("t1", "t2"), None
+    )
     best = Candidate("best_trial", Policy("b", 10, [[("Rotate", 0.7, 2)]]), ("t1",), 0.61)
     return assembled, best
 
 
 def test_the_higher_rescored_validation_accuracy_wins_and_every_score_is_recorded():
     assembled, best = _candidates()
-    chosen, record = choose([assembled, best], {assembled.key: {"val_accuracy": 0.55}, best.key: {"val_accuracy": 0.58}})
+    chosen, record = choose(
+        [assembled, best], {assembled.key: {"val_accuracy": 0.55}, best.key: {"val_accuracy": 0.58}}
+    )
     assert chosen is best and record["chosen"] == "best_trial"
     assert [c["val_accuracy"] for c in record["candidates"]] == [0.55, 0.58]
     assert record["candidates"][1]["trial_score"] == 0.61  # the trial's own (optimistic) score is kept apart
@@ -43,7 +48,9 @@ def test_rescore_runs_keep_the_proxy_recipe_with_fresh_seeds_and_validate_only_t
     assert {r.eval_from for r in runs} == {config.epochs - config.score_window + 1}  # the 5 scored epochs
     same = {"model", "train_size", "split_seed", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "data"}
     assert all(getattr(r, f) == getattr(config.train, f) for r in runs for f in same)
-    assert _rescore_config(rescore_val_size=None).rescore_train_config().val_size == config.train.val_size  # the proxy's
+    assert (
+        _rescore_config(rescore_val_size=None).rescore_train_config().val_size == config.train.val_size
+    )  # the proxy's
 
 
 def test_a_larger_rescoring_validation_set_keeps_the_trials_training_images():
@@ -52,7 +59,7 @@ def test_a_larger_rescoring_validation_set_keeps_the_trials_training_images():
     from autoaug.proxy_models.splits import reduced_split
 
     rng = np.random.default_rng(5)
-    for labels in (np.repeat(np.arange(10), 500), rng.choice(7, size=3_000, p=[.3, .2, .15, .1, .1, .1, .05])):
+    for labels in (np.repeat(np.arange(10), 500), rng.choice(7, size=3_000, p=[0.3, 0.2, 0.15, 0.1, 0.1, 0.1, 0.05])):
         proxy = reduced_split(labels, train_size=400, val_size=100, seed=3)
         wide = reduced_split(labels, train_size=400, val_size=2_000, seed=3)
         assert np.array_equal(proxy.train, wide.train)
@@ -67,8 +74,20 @@ def test_a_candidates_rescore_is_the_mean_of_its_runs_and_waits_for_all_of_them(
     assembled, best = _candidates()
     cfg0, cfg1 = config.rescore_train_config(0), config.rescore_train_config(1)
     runs = {
-        run_key(assembled, cfg0): {METRIC: 0.60, "val_accuracy": 0.61, "seed": 1000, "val_size": 5000, "train_time_s": 10},
-        run_key(assembled, cfg1): {METRIC: 0.58, "val_accuracy": 0.57, "seed": 1001, "val_size": 5000, "train_time_s": 12},
+        run_key(assembled, cfg0): {
+            METRIC: 0.60,
+            "val_accuracy": 0.61,
+            "seed": 1000,
+            "val_size": 5000,
+            "train_time_s": 10,
+        },
+        run_key(assembled, cfg1): {
+            METRIC: 0.58,
+            "val_accuracy": 0.57,
+            "seed": 1001,
+            "val_size": 5000,
+            "train_time_s": 12,
+        },
         run_key(best, cfg0): {METRIC: 0.65, "val_accuracy": 0.65, "seed": 1000, "val_size": 5000, "train_time_s": 9},
     }
     scores = candidate_scores([assembled, best], config, runs)
@@ -88,8 +107,10 @@ def test_rescore_files_of_the_first_format_are_read_as_one_run_at_the_proxys_val
     from autoaug.search.rescore import candidate_scores
 
     assembled, best = _candidates()
-    legacy = {assembled.key: {METRIC: 0.61, "val_accuracy": 0.6, "seed": 1000},
-              best.key: {METRIC: 0.6, "val_accuracy": 0.6, "seed": 1000}}
+    legacy = {
+        assembled.key: {METRIC: 0.61, "val_accuracy": 0.6, "seed": 1000},
+        best.key: {METRIC: 0.6, "val_accuracy": 0.6, "seed": 1000},
+    }
     scores = candidate_scores([assembled, best], _rescore_config(rescore_seeds=1, rescore_val_size=None), legacy)
     assert scores[assembled.key][METRIC] == 0.61 and scores[best.key][METRIC] == 0.6
     assert candidate_scores([assembled, best], _rescore_config(rescore_seeds=1, rescore_val_size=5_000), legacy) == {}
@@ -106,10 +127,16 @@ def test_the_search_score_is_preferred_over_the_last_epochs_accuracy():
 
 
 # ---------------------------------------------------------------- the final candidates
-WARM = Policy("warm", 10, [
-    [("Rotate", 0.7, 2), ("Invert", 0.1, 0)], [("Color", 0.4, 9), ("Equalize", 1.0, 3)],
-    [("Cutout", 0.5, 5), ("Posterize", 0.3, 4)], [("ShearX", 0.2, 7), ("Solarize", 0.6, 1)],
-])  # fmt: skip
+WARM = Policy(
+    "warm",
+    10,
+    [
+        [("Rotate", 0.7, 2), ("Invert", 0.1, 0)],
+        [("Color", 0.4, 9), ("Equalize", 1.0, 3)],
+        [("Cutout", 0.5, 5), ("Posterize", 0.3, 4)],
+        [("ShearX", 0.2, 7), ("Solarize", 0.6, 1)],
+    ],
+)
 FOUND_A = [[("TranslateX", 0.9, 4), ("Brightness", 0.6, 8)], [("Sharpness", 0.3, 1), ("AutoContrast", 0.5, 0)]]
 FOUND_B = [[("Contrast", 0.2, 6), ("ShearY", 0.8, 3)], [("Rotate", 0.7, 2), ("Invert", 0.1, 0)]]
 
@@ -122,14 +149,29 @@ def _final_candidates_for(tmp_path, ranked_subs, epochs=None):
     from autoaug.search.train_method import final_candidates as _final_candidates
 
     (tmp_path / "warm.json").write_text(WARM.to_json())
-    config = SearchConfig.from_dict({
-        "preset": "smoke", "name": "cands", "data": "unused.parquet", "top_n": 3,
-        "space": {"num_sub_policies": 2}, "warm_start": [str(tmp_path / "warm.json")], "rescore": True,
-        "storage": str(tmp_path / "runs"), "store": str(tmp_path / "store"),
-    })  # fmt: skip
+    config = SearchConfig.from_dict(
+        {
+            "preset": "smoke",
+            "name": "cands",
+            "data": "unused.parquet",
+            "top_n": 3,
+            "space": {"num_sub_policies": 2},
+            "warm_start": [str(tmp_path / "warm.json")],
+            "rescore": True,
+            "storage": str(tmp_path / "runs"),
+            "store": str(tmp_path / "store"),
+        }
+    )
     trials = [
-        TrialRecord(f"t{i}", i, "completed", {}, config.space.to_policy(config.space.to_params(
-            Policy(f"p{i}", 10, subs)), name=f"p{i}"), 0.9 - 0.1 * i, epochs=(epochs or [2] * len(ranked_subs))[i])
+        TrialRecord(
+            f"t{i}",
+            i,
+            "completed",
+            {},
+            config.space.to_policy(config.space.to_params(Policy(f"p{i}", 10, subs)), name=f"p{i}"),
+            0.9 - 0.1 * i,
+            epochs=(epochs or [2] * len(ranked_subs))[i],
+        )
         for i, subs in enumerate(ranked_subs)
     ]
     assert config.epochs == 2 and config.train_method.early_stopping
@@ -140,7 +182,12 @@ def _final_candidates_for(tmp_path, ranked_subs, epochs=None):
 def test_a_warm_started_search_also_offers_the_warm_start_extended_by_the_found_trials(tmp_path):
     # Ranked: a found trial, a warm-start chunk, another found trial (its second sub-policy is
     # also WARM's first), and a found trial outside the top 3.
-    ranked = [FOUND_A, WARM.sub_policies[2:], FOUND_B, [[("Equalize", 0.1, 0), ("Color", 0.3, 3)], [("Invert", 0.2, 0), ("Solarize", 0.9, 8)]]]
+    ranked = [
+        FOUND_A,
+        WARM.sub_policies[2:],
+        FOUND_B,
+        [[("Equalize", 0.1, 0), ("Color", 0.3, 3)], [("Invert", 0.2, 0), ("Solarize", 0.9, 8)]],
+    ]
     cands = _final_candidates_for(tmp_path, ranked, epochs=[2, 2, 2, 1])  # the 4th was stopped early
     assert [c.kind for c in cands] == ["assembled", "best_trial", "warm_start+found"]
     extended = cands[2]
@@ -161,16 +208,18 @@ def test_survivors_assembles_every_trial_that_ran_the_full_budget_when_more_than
     other = [[("Equalize", 0.1, 0), ("Color", 0.3, 3)], [("Invert", 0.2, 0), ("Solarize", 0.9, 8)]]
     stopped = [[("ShearY", 0.4, 4), ("Brightness", 0.1, 2)], [("Sharpness", 0.6, 6), ("Contrast", 0.9, 1)]]
     # Ranked: 4 trials ran both epochs (top_n is 3), one was stopped after its first.
-    cands = _final_candidates_for(tmp_path, [FOUND_A, WARM.sub_policies[2:], FOUND_B, other, stopped],
-                                  epochs=[2, 2, 2, 2, 1])
+    cands = _final_candidates_for(
+        tmp_path, [FOUND_A, WARM.sub_policies[2:], FOUND_B, other, stopped], epochs=[2, 2, 2, 2, 1]
+    )
     assert [c.kind for c in cands] == ["assembled", "best_trial", "warm_start+found", "survivors"]
     survivors = cands[3]
     assert survivors.trial_ids == ("t0", "t1", "t2", "t3")  # the stopped trial is left out
     subs = [tuple((op.op, op.probability, op.magnitude_bin) for op in sub) for sub in survivors.policy.sub_policies]
     # The assembled policy's sub-policies (duplicates removed), then the fourth survivor's.
     assert subs[: len(cands[0].policy.sub_policies)] == [
-        tuple((op.op, op.probability, op.magnitude_bin) for op in sub) for sub in cands[0].policy.sub_policies]
-    assert subs[len(cands[0].policy.sub_policies):] == [tuple(sub) for sub in other]
+        tuple((op.op, op.probability, op.magnitude_bin) for op in sub) for sub in cands[0].policy.sub_policies
+    ]
+    assert subs[len(cands[0].policy.sub_policies) :] == [tuple(sub) for sub in other]
     # With no more survivors than top_n, it would equal the assembled policy: not offered.
     fewer = _final_candidates_for(tmp_path, [FOUND_A, WARM.sub_policies[2:], FOUND_B, other], epochs=[2, 2, 2, 1])
     assert "survivors" not in [c.kind for c in fewer]

@@ -1,6 +1,7 @@
 """The search score and the epochs a trial validates: only those its score is read from (the
 windows before ASHA's rungs and before the end), computed as Ray's ASHA computes its rungs, so
 ASHA and the final ranking see what a trial validated every epoch would have reported."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,17 +15,24 @@ from autoaug.search.score import asha_milestones, score_epochs, search_score
 from autoaug.search.train_method import trial_train_config
 
 
-@pytest.mark.parametrize("grace, rf, max_t", [(20, 3, 120), (1, 2, 4), (2, 2, 4), (15, 3, 120), (5, 2.5, 100),
-                                              (1, 3, 1), (10, 4, 10), (3, 3, 27), (7, 1.5, 50)])
+@pytest.mark.parametrize(
+    "grace, rf, max_t",
+    [(20, 3, 120), (1, 2, 4), (2, 2, 4), (15, 3, 120), (5, 2.5, 100), (1, 3, 1), (10, 4, 10), (3, 3, 27), (7, 1.5, 50)],
+)
 def test_milestones_are_the_rungs_ray_asha_compares_at(grace, rf, max_t):
     from ray.tune.schedulers import ASHAScheduler
 
-    scheduler = ASHAScheduler(time_attr="training_iteration", metric="m", mode="max", max_t=max_t,
-                              grace_period=grace, reduction_factor=rf)
+    scheduler = ASHAScheduler(
+        time_attr="training_iteration", metric="m", mode="max", max_t=max_t, grace_period=grace, reduction_factor=rf
+    )
     (bracket,) = scheduler._brackets
     # ASHA reads a trial's first result at or past a rung; the rung at max_t is the trial's end.
-    ray_epochs = {e for e in range(1, max_t + 1) for milestone, _ in bracket._rungs
-                  if e >= milestone and e - 1 < milestone and e < max_t}
+    ray_epochs = {
+        e
+        for e in range(1, max_t + 1)
+        for milestone, _ in bracket._rungs
+        if e >= milestone and e - 1 < milestone and e < max_t
+    }
     assert set(asha_milestones(grace, rf, max_t)) == ray_epochs
 
 
@@ -59,8 +67,11 @@ def test_trials_of_the_cpu_preset_validate_15_of_120_epochs_and_nothing_else_cha
 
 def test_a_search_config_that_sets_the_validated_epochs_itself_is_refused():
     config = SearchConfig.from_dict({"preset": "smoke", "name": "n", "data": "x", "train": {"eval_epochs": [1]}})
-    with pytest.raises(ValueError, match=r"train.eval_epochs is \(1,\): the search chooses the epochs its trials "
-                                         r"validate .*; set eval_epochs to null"):
+    with pytest.raises(
+        ValueError,
+        match=r"train.eval_epochs is \(1,\): the search chooses the epochs its trials "
+        r"validate .*; set eval_epochs to null",
+    ):
         config.check_runnable()
 
 
@@ -72,10 +83,35 @@ def test_a_search_validates_only_the_epochs_asha_and_the_ranking_read(tmp_path, 
     stored policy's trials are scored as before."""
     from autoaug.launch.cli import main
 
-    code = main(["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "sparse", "--num-trials", "4",
-                 "--grace-period", "2", "--reduction-factor", "2", "--set", "score_window=1",
-                 "--set", "train.epochs=4", "--set", "train.train_size=256", "--set", "train.val_size=128",
-                 "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")])
+    code = main(
+        [
+            "search",
+            "--preset",
+            "smoke",
+            "--data",
+            str(cifar_train),
+            "--name",
+            "sparse",
+            "--num-trials",
+            "4",
+            "--grace-period",
+            "2",
+            "--reduction-factor",
+            "2",
+            "--set",
+            "score_window=1",
+            "--set",
+            "train.epochs=4",
+            "--set",
+            "train.train_size=256",
+            "--set",
+            "train.val_size=128",
+            "--storage",
+            str(tmp_path / "runs"),
+            "--store",
+            str(tmp_path / "store"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     run = tmp_path / "runs" / "sparse"

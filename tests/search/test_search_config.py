@@ -1,4 +1,5 @@
 """SearchConfig: presets, the nested dict form, validation."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,11 +23,18 @@ def test_presets_pick_the_trainer_preset_and_search_settings():
 
 
 def test_nested_form_overrides_the_preset_and_round_trips_through_json(tmp_path):
-    config = SearchConfig.from_dict({
-        "preset": "cpu", "name": "exp.1", "data": "/d/train.parquet", "num_trials": 32,
-        "train": {"epochs": 3, "lr": 0.1}, "space": {"exclude_ops": ["SamplePairing"]},
-        "storage": str(tmp_path), "concurrency": None,
-    })  # fmt: skip
+    config = SearchConfig.from_dict(
+        {
+            "preset": "cpu",
+            "name": "exp.1",
+            "data": "/d/train.parquet",
+            "num_trials": 32,
+            "train": {"epochs": 3, "lr": 0.1},
+            "space": {"exclude_ops": ["SamplePairing"]},
+            "storage": str(tmp_path),
+            "concurrency": None,
+        }
+    )
     assert config.train == TrainConfig.from_preset("proxy-cpu", epochs=3, lr=0.1, data="/d/train.parquet")
     assert config.warm_start == "auto" and config.base == "auto" and config.rescore  # measured on the data
     assert config.space == SearchSpace(exclude_ops=("SamplePairing",))
@@ -51,8 +59,12 @@ def test_relative_warm_start_files_and_sqlite_paths_are_pinned_for_a_resume_from
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.json").write_text(presets.resolve("autoaugment-svhn").to_json())
-    config = SearchConfig.from_preset("smoke", name="n", warm_start=["mine.json", "autoaugment-cifar10", "other@2"],
-                                      optuna_storage="sqlite:///studies/s.db")
+    config = SearchConfig.from_preset(
+        "smoke",
+        name="n",
+        warm_start=["mine.json", "autoaugment-cifar10", "other@2"],
+        optuna_storage="sqlite:///studies/s.db",
+    )
     assert config.warm_start == (str(tmp_path / "mine.json"), "autoaugment-cifar10", "other@2")
     assert config.optuna_storage == f"sqlite:///{tmp_path}/studies/s.db"
     # Saved and read back from another directory: the same locations.
@@ -91,7 +103,10 @@ def test_invalid_settings_are_named(overrides, message):
 
 
 def test_unknown_preset():
-    with pytest.raises(ValueError, match=r"unknown search preset 'gpu'; expected one of \['smoke', 'cpu', 'paper', 'density-cpu', 'pba-cpu'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown search preset 'gpu'; expected one of \['smoke', 'cpu', 'paper', 'density-cpu', 'pba-cpu'\]",
+    ):
         SearchConfig.from_preset("gpu")
 
 
@@ -123,8 +138,9 @@ def test_grace_period_is_not_checked_without_early_stopping():
 def test_sampler_with_a_missing_dependency_is_refused_up_front(monkeypatch):
     # scipy is a dependency; simulate an environment where it is missing.
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "scipy" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "scipy" else real_find_spec(name, *a)
+    )
     config = SearchConfig.from_preset("smoke", name="n", data="x", sampler="qmc")
     with pytest.raises(ValueError, match="sampler 'qmc' needs the Python package 'scipy'"):
         config.check_runnable()

@@ -1,4 +1,5 @@
 """The search's progress callback: what the display shows as Tune reports trials."""
+
 from __future__ import annotations
 
 import io

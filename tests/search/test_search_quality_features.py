@@ -1,5 +1,6 @@
 """A real (tiny) search on CIFAR-10: honest Optuna bookkeeping, warm start, re-scoring and
 reproducibility at concurrency 1 (issue: search quality)."""
+
 from __future__ import annotations
 
 import json
@@ -12,23 +13,43 @@ from autoaug.search.config import METRIC, SearchConfig
 from autoaug.search.study import open_study
 from autoaug.search.driver import run_search
 
-WARM = Policy("warm", 10, [
-    [("Rotate", 0.7, 2), ("Invert", 0.1, 0)], [("Color", 0.4, 9), ("Equalize", 1.0, 3)],
-    [("Cutout", 0.5, 5), ("Posterize", 0.3, 4)], [("ShearX", 0.2, 7), ("Solarize", 0.6, 1)],
-])  # fmt: skip
+WARM = Policy(
+    "warm",
+    10,
+    [
+        [("Rotate", 0.7, 2), ("Invert", 0.1, 0)],
+        [("Color", 0.4, 9), ("Equalize", 1.0, 3)],
+        [("Cutout", 0.5, 5), ("Posterize", 0.3, 4)],
+        [("ShearX", 0.2, 7), ("Solarize", 0.6, 1)],
+    ],
+)
 
 
 def _config(tmp_path, name, cifar_train):
     (tmp_path / "warm.json").write_text(WARM.to_json())
-    return SearchConfig.from_dict({
-        "preset": "smoke", "name": name, "data": str(cifar_train), "seed": 3,
-        "num_trials": 5, "concurrency": 1, "grace_period": 1, "reduction_factor": 2, "top_n": 2,
-        "score_window": 2,
-        "train": {"preset": "smoke", "epochs": 2, "train_size": 256, "val_size": 128},
-        "space": {"num_sub_policies": 2},
-        "warm_start": [str(tmp_path / "warm.json")], "rescore": True, "rescore_seeds": 2, "rescore_val_size": 384,
-        "storage": str(tmp_path / "runs"), "store": str(tmp_path / "store"), "verbose": 0,
-    })  # fmt: skip
+    return SearchConfig.from_dict(
+        {
+            "preset": "smoke",
+            "name": name,
+            "data": str(cifar_train),
+            "seed": 3,
+            "num_trials": 5,
+            "concurrency": 1,
+            "grace_period": 1,
+            "reduction_factor": 2,
+            "top_n": 2,
+            "score_window": 2,
+            "train": {"preset": "smoke", "epochs": 2, "train_size": 256, "val_size": 128},
+            "space": {"num_sub_policies": 2},
+            "warm_start": [str(tmp_path / "warm.json")],
+            "rescore": True,
+            "rescore_seeds": 2,
+            "rescore_val_size": 384,
+            "storage": str(tmp_path / "runs"),
+            "store": str(tmp_path / "store"),
+            "verbose": 0,
+        }
+    )
 
 
 @pytest.mark.slow
@@ -43,7 +64,10 @@ def test_seeded_search_at_concurrency_1_is_reproducible_and_its_study_is_honest(
     trials = sorted(study.trials, key=lambda t: t.number)
     space = _config(tmp_path, "x", cifar_train).space
     # Warm start: the first two proposals are exactly the known sub-policies, two per candidate.
-    assert [space.to_policy(t.params).sub_policies for t in trials[:2]] == [WARM.sub_policies[:2], WARM.sub_policies[2:]]
+    assert [space.to_policy(t.params).sub_policies for t in trials[:2]] == [
+        WARM.sub_policies[:2],
+        WARM.sub_policies[2:],
+    ]
 
     states = [t.state for t in trials]
     assert set(states) <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
@@ -67,7 +91,7 @@ def test_seeded_search_at_concurrency_1_is_reproducible_and_its_study_is_honest(
             continue
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         for i, row in enumerate(rows):
-            window = [r["val_accuracy"] for r in rows[max(0, i - 1): i + 1]]
+            window = [r["val_accuracy"] for r in rows[max(0, i - 1) : i + 1]]
             assert row[METRIC] == pytest.approx(sum(window) / len(window))
             reported += 1
     assert reported >= 5

@@ -1,4 +1,5 @@
 """The search space: parameter dict <-> Policy, and what Optuna can sample from it."""
+
 from __future__ import annotations
 
 import optuna
@@ -85,8 +86,13 @@ def test_probability_distribution_only_holds_the_eleven_values():
 
 
 def test_custom_shape_and_exclusions():
-    space = SearchSpace(num_sub_policies=2, ops_per_sub_policy=3, ops=("Rotate", "Invert", "Color"),
-                        exclude_ops=("Invert",), num_magnitude_bins=5)
+    space = SearchSpace(
+        num_sub_policies=2,
+        ops_per_sub_policy=3,
+        ops=("Rotate", "Invert", "Color"),
+        exclude_ops=("Invert",),
+        num_magnitude_bins=5,
+    )
     assert space.op_choices == ("Rotate", "Color")
     assert space.distributions()["sp1_op2_type"].choices == ("Rotate", "Color")
     assert space.distributions()["sp1_op2_mag"].high == 4
@@ -112,8 +118,14 @@ def test_bad_space_is_rejected_with_the_field_named(kwargs, message):
 
 def test_decoding_rejects_bad_parameters():
     space = SearchSpace(num_sub_policies=1)
-    good = {"sp0_op0_type": "Rotate", "sp0_op0_prob": 0.5, "sp0_op0_mag": 3,
-            "sp0_op1_type": "Color", "sp0_op1_prob": 1.0, "sp0_op1_mag": 9}
+    good = {
+        "sp0_op0_type": "Rotate",
+        "sp0_op0_prob": 0.5,
+        "sp0_op0_mag": 3,
+        "sp0_op1_type": "Color",
+        "sp0_op1_prob": 1.0,
+        "sp0_op1_mag": 9,
+    }
     space.to_policy(good)
     with pytest.raises(ValueError, match=r"'sp0_op0_prob': 0.55 is not on the probability grid"):
         space.to_policy({**good, "sp0_op0_prob": 0.55})

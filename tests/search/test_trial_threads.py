@@ -1,4 +1,5 @@
 """A search trial's torch and DALI threads fit the CPUs Ray gave it, whatever OMP_NUM_THREADS says."""
+
 from __future__ import annotations
 
 import ray

@@ -1,5 +1,6 @@
 """Tune's writes on a full or read-only filesystem: one line, and a saved state cut short is put
 back from its last complete copy (the real full disk is in tests/launch/test_search_cmd.py)."""
+
 from __future__ import annotations
 
 import json
@@ -106,13 +107,16 @@ class _Trial:
     trial_id = "abc123"
 
 
-@pytest.mark.parametrize("error, stops", [
-    ("OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device", True),
-    ("OSError: [Errno 122] Disk quota exceeded", True),
-    ("OSError: [Errno 30] Read-only file system: '/runs/x/trial_1'", True),
-    ("ValueError: loss is nan", False),
-    ("OSError: [Errno 2] No such file or directory: 'x'", False),
-])
+@pytest.mark.parametrize(
+    "error, stops",
+    [
+        ("OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device", True),
+        ("OSError: [Errno 122] Disk quota exceeded", True),
+        ("OSError: [Errno 30] Read-only file system: '/runs/x/trial_1'", True),
+        ("ValueError: loss is nan", False),
+        ("OSError: [Errno 2] No such file or directory: 'x'", False),
+    ],
+)
 def test_the_guard_ends_the_experiment_only_on_a_full_or_read_only_filesystem(monkeypatch, error, stops):
     import autoaug.search.progress as progress
 
@@ -141,8 +145,10 @@ def test_what_fit_raises_becomes_one_line_when_a_filesystem_is_behind_it():
             raise RuntimeError("An exception is raised during the commit.") from low
     except RuntimeError as exc:
         line = storage_failure(exc, "/runs/s", hint)
-    assert str(line) == ("cannot write the Optuna study in /runs/s: no space left on the filesystem (ENOSPC); "
-                         "free space there (or write elsewhere), then " + hint)
+    assert str(line) == (
+        "cannot write the Optuna study in /runs/s: no space left on the filesystem (ENOSPC); "
+        "free space there (or write elsewhere), then " + hint
+    )
     # A write of Tune's own, naming its file.
     full = OSError(28, "No space left on device", "/runs/s/tuner.pkl")
     assert str(storage_failure(full, "/runs/s", hint)).startswith("cannot write /runs/s/tuner.pkl: no space left")
@@ -192,10 +198,12 @@ def test_tune_s_failed_copies_are_logged_on_one_line_while_a_search_runs():
                 raise OSError(28, "No space left on device")
             except OSError:
                 logging.getLogger(names[0]).error(
-                    "Saving experiment state to storage at '/runs/x' failed with exception: ", exc_info=True)
+                    "Saving experiment state to storage at '/runs/x' failed with exception: ", exc_info=True
+                )
             logging.getLogger(names[1]).warning(
                 "Last sync command failed with the following error:\nTraceback (most recent call last):\n"
-                '  File "x.py", line 1, in f\nOSError: [Errno 28] No space left on device\n')
+                '  File "x.py", line 1, in f\nOSError: [Errno 28] No space left on device\n'
+            )
         with tune_output(verbose=2):  # -vv: Tune's own output, whole
             logging.getLogger(names[1]).warning("a\nTraceback (most recent call last):\nb")
     finally:
@@ -224,8 +232,18 @@ def test_a_full_disk_anywhere_in_a_search_says_how_to_resume_it(tmp_path, monkey
     monkeypatch.setattr(driver, "_run_and_store", full)
     config = SearchConfig(name="s", train={"preset": "smoke"}, storage=str(tmp_path / "runs"))
     with pytest.raises(StorageError) as info:
-        driver._search(config, RunDir(config.storage, "s"), None, session=None, address=None, trainable=None,
-                      display=None, started=0.0)
-    assert str(info.value) == (f"cannot write {tmp_path / 'runs' / 's' / 'rescore.json'}: no space left on the "
-                               "filesystem (ENOSPC); free space there (or write elsewhere), then resume it with: "
-                               f"autoaug search --resume s --storage {tmp_path / 'runs'}")
+        driver._search(
+            config,
+            RunDir(config.storage, "s"),
+            None,
+            session=None,
+            address=None,
+            trainable=None,
+            display=None,
+            started=0.0,
+        )
+    assert str(info.value) == (
+        f"cannot write {tmp_path / 'runs' / 's' / 'rescore.json'}: no space left on the "
+        "filesystem (ENOSPC); free space there (or write elsewhere), then resume it with: "
+        f"autoaug search --resume s --storage {tmp_path / 'runs'}"
+    )

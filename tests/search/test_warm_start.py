@@ -1,4 +1,5 @@
 """Warm start: known policies become the first candidates of a search, exactly as published."""
+
 from __future__ import annotations
 
 import pytest

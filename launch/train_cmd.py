@@ -21,7 +21,7 @@ import argparse
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local
@@ -40,6 +40,9 @@ from autoaug.launch.options import (
     per_class_option,
     split_size_options,
 )
+
+if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
 
 _METRICS_JSON = "metrics.json"
 _METRICS_CSV = "metrics.csv"
@@ -273,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, display, emit)
 
 
-def _run(args: argparse.Namespace, display: Any, emit: Any) -> int:
+def _run(args: argparse.Namespace, display: Progress, emit: Callable[[Any], None]) -> int:
     from autoaug.launch import preflight
     from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
 

@@ -41,10 +41,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from autoaug.core import failpoints
 from autoaug.search.score import METRIC
+
+if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
+    from autoaug.search.run_dir import RunDir
 
 __all__ = [
     "AUTO",
@@ -199,7 +203,7 @@ def rank_transfer(scores: Mapping[str, Sequence[float]], fits: Mapping[str, str 
     }
 
 
-def calibrate(config: Any, run: Any, display: Any) -> Calibration | None:
+def calibrate(config: Any, run: RunDir, display: Progress) -> Calibration | None:
     """Run what ``config`` leaves to measurement (``base``, ``warm_start`` ``"auto"``) inside the
     search's Ray session, resuming from ``calibration.json`` in the run directory ``run``; None
     when nothing is automatic."""

@@ -44,7 +44,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
 from autoaug.search.assemble import build_provenance
@@ -57,6 +57,9 @@ from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir, RunState, d
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import check_no_study, delete_study, run_study_url
 
+if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
+
 __all__ = ["run_search", "resume_search", "SearchOutcome"]
 
 
@@ -67,7 +70,7 @@ def run_search(
     session: Callable[[], Any] | None = None,
     overwrite: bool = False,
     trainable: Callable | None = None,
-    display: Any = None,
+    display: Progress | None = None,
 ) -> SearchOutcome:
     """Run the search ``config`` to completion and store the final policy.
 
@@ -134,7 +137,7 @@ def resume_search(
     resume_errored: bool = False,
     session: Callable[[], Any] | None = None,
     trainable: Callable | None = None,
-    display: Any = None,
+    display: Progress | None = None,
 ) -> SearchOutcome:
     """Continue the search ``name`` in ``storage`` (default runs root) after its driver stopped.
 
@@ -190,7 +193,7 @@ def _search(
     session: Callable[[], Any] | None,
     address: str | None,
     trainable: Callable | None,
-    display: Any,
+    display: Progress | None,
     started: float,
     resume_errored: bool = False,
 ) -> SearchOutcome:
@@ -225,7 +228,7 @@ def _run_and_store(
     session: Callable[[], Any] | None,
     address: str | None,
     trainable: Callable | None,
-    display: Any,
+    display: Progress | None,
     started: float,
     resume_errored: bool,
 ) -> SearchOutcome:
@@ -288,7 +291,7 @@ def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer
 
 
 def _rescore(
-    config: SearchConfig, run: RunDir, found: MethodResult, display: Any, budget: Budget | None = None
+    config: SearchConfig, run: RunDir, found: MethodResult, display: Progress, budget: Budget | None = None
 ) -> dict | None:
     """With ``config.rescore`` and more than one candidate: train each candidate under the proxy
     (``rescore_seeds`` fresh seeds), saving the runs in the run directory; their mean scores.
@@ -331,7 +334,7 @@ def _rescore(
 
 
 def _within_budget(
-    config: SearchConfig, run: RunDir, found: MethodResult, cached: dict, budget: Budget, display: Any
+    config: SearchConfig, run: RunDir, found: MethodResult, cached: dict, budget: Budget, display: Progress
 ) -> tuple[list, float]:
     """The candidates re-scoring has time for -- the first ones, in the method's order, whose runs
     not yet done fit in the time left less what storing needs, in waves of as many runs as the
@@ -383,7 +386,7 @@ def _trial_runs(trials: Any, config: SearchConfig) -> dict:
     }
 
 
-def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Any) -> dict | None:
+def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Progress) -> dict | None:
     """Re-scoring stopped at the budget's deadline: the candidates with all their runs compete if
     there are two or more, else the method's first candidate is stored."""
     done = [c for c in candidates if c.key in scores]
@@ -401,7 +404,7 @@ def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Any) -
     return {c.key: scores[c.key] for c in done} if len(done) >= 2 else None
 
 
-def _budget_cut(budget: Budget, display: Any, note: str, candidates: int, rescored: int) -> None:
+def _budget_cut(budget: Budget, display: Progress, note: str, candidates: int, rescored: int) -> None:
     """Say and record that the budget cut re-scoring (fewer than two re-scored: none compete)."""
     display.log(f"time budget: {note}")
     budget.rescore = {"candidates": candidates, "rescored": rescored if rescored >= 2 else 0, "note": note}
@@ -480,7 +483,7 @@ def _session(session: Callable[[], Any] | None, address: str | None, verbose: in
     return ray_session(address, **output_settings(verbose >= 2))
 
 
-def _display(display: Any, verbose: int) -> Any:
+def _display(display: Progress | None, verbose: int) -> Progress:
     if display is not None:
         return display
     from autoaug.core.progress import Progress

@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Container
+from typing import TYPE_CHECKING, Any, Container
 
 from ray import tune
 from ray.tune.progress_reporter import TrialProgressCallback
 
 from autoaug.search.score import METRIC
 
+if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
+    from autoaug.search.budget import Budget
+
 __all__ = ["ProgressCallback", "TuneTrialLines", "say", "trial_error", "format_exception"]
 
 _OVERALL = "search"
 
 
-def say(text: str, display: Any = None, stream: str = "stdout") -> None:
+def say(text: str, display: Progress | None = None, stream: str = "stdout") -> None:
     """One line of a search's output: on the progress display's log (above its bars), or plainly
     on ``stream`` when there is no display."""
     if display is not None:
@@ -56,8 +60,8 @@ class ProgressCallback(tune.Callback):
         epochs: int,
         stream: str = "stdout",
         stopped: Container[str] = (),
-        display: Any = None,
-        budget: Any = None,
+        display: Progress | None = None,
+        budget: Budget | None = None,
         experiment: str = "",
     ):
         self.num_trials = num_trials

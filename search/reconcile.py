@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
@@ -58,6 +58,10 @@ from autoaug.search.study import (
     make_storage,
     study_trials_by_tune_id,
 )
+
+if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
+    from autoaug.search.budget import Budget
 
 __all__ = [
     "WRITTEN_AGAINST",
@@ -139,7 +143,7 @@ class StudySearch(OptunaSearch):
         """The Optuna study the searcher asks and tells."""
         return self._ot_study
 
-    def set_budget(self, budget: Any) -> None:
+    def set_budget(self, budget: Budget | None) -> None:
         """The search's time budget (:class:`autoaug.search.budget.Budget`): once it says trials
         must end, no new trial is proposed (``Searcher.FINISHED``)."""
         self._budget = budget
@@ -413,11 +417,11 @@ class BudgetStop:
     * every trial it stopped is recorded in the budget (the trial records say ``budget_stopped``).
     """
 
-    _budget: Any = None
+    _budget: Budget | None = None
     _budget_name: str = ""
     _budget_max_steps: int | None = None
 
-    def set_budget(self, budget: Any, experiment: str, max_steps: int | None) -> None:
+    def set_budget(self, budget: Budget | None, experiment: str, max_steps: int | None) -> None:
         self._budget, self._budget_name, self._budget_max_steps = budget, experiment, max_steps
 
     def __getstate__(self) -> dict:
@@ -501,7 +505,7 @@ def make_scheduler(
     return scheduler
 
 
-def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> None:
+def attach_display(tuner: Any, display: Progress, num_trials: int, epochs: int) -> None:
     """Give a restored ``tune.Tuner`` this driver's progress display.
 
     ``Tuner.restore`` brings back the run configuration -- its callbacks included -- from the
@@ -527,7 +531,7 @@ def attach_display(tuner: Any, display: Any, num_trials: int, epochs: int) -> No
         run_config.callbacks = callbacks
 
 
-def attach_budget(tuner: Any, budget: Any, experiment: str, max_steps: int | None) -> None:
+def attach_budget(tuner: Any, budget: Budget | None, experiment: str, max_steps: int | None) -> None:
     """Give a ``tune.Tuner`` this driver session's time budget (None: none): its scheduler
     (:class:`BudgetStop`), its searcher (:class:`StudySearch`) and its progress lines.
 

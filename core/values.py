@@ -10,7 +10,7 @@ import copy
 import json
 import math
 import numbers
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 __all__ = [
     "is_int",
@@ -35,20 +35,38 @@ def is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def invalid(owner: Any, name: str, expected: str, *, prefix: str | None = None) -> ValueError:
+def invalid(
+    owner: Any, name: str, expected: str, *, prefix: str | None = None, template: str | None = None
+) -> ValueError:
     """The one line of a bad setting: ``{prefix}{name}: {value!r} is invalid; expected {expected}``,
-    the value being ``owner``'s attribute ``name``; ``prefix`` defaults to ``{type of owner}.``."""
+    the value being ``owner``'s attribute ``name``; ``prefix`` defaults to ``{type of owner}.``.
+    ``template``: another wording of that line, a ``str.format`` template of ``prefix``, ``name``,
+    ``value`` and ``expected`` (``TrainConfig``'s: ``{prefix}{name} must be {expected}, got {value!r}``)."""
     prefix = f"{type(owner).__name__}." if prefix is None else prefix
-    return ValueError(f"{prefix}{name}: {getattr(owner, name)!r} is invalid; expected {expected}")
+    template = "{prefix}{name}: {value!r} is invalid; expected {expected}" if template is None else template
+    return ValueError(template.format(prefix=prefix, name=name, value=getattr(owner, name), expected=expected))
 
 
-def check_keys(given: Iterable[str], known: Iterable[str], what: str) -> None:
-    """Refuse (``ValueError``, one line) the keys of ``given`` that are not ``known``:
-    ``unknown {what} [...]; expected some of [...]``."""
-    known = set(known)
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} {unknown}; expected some of {sorted(known)}")
+def check_keys(
+    given: Iterable[str],
+    known: Iterable[str],
+    what: str,
+    *,
+    template: str | None = None,
+    error: Callable[[str], Exception] = ValueError,
+) -> None:
+    """Refuse (``error``, default ``ValueError``, one line) the keys of ``given`` that are not
+    ``known``: ``unknown {what} [...]; expected some of [...]`` (both lists sorted).
+    ``template``: another wording of that line, a ``str.format`` template of ``what``, ``unknown``
+    (the unknown keys sorted, quoted, comma separated: ``'a', 'b'``) and ``known`` (the known keys in
+    their order, comma separated)."""
+    known = list(known)
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    if template is None:
+        raise error(f"unknown {what} {unknown}; expected some of {sorted(set(known))}")
+    raise error(template.format(what=what, unknown=", ".join(map(repr, unknown)), known=", ".join(known)))
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

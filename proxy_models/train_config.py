@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import types
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
-from autoaug.core.values import is_int as _is_int, is_number as _is_number
+from autoaug.core.values import check_keys, invalid, is_int as _is_int, is_number as _is_number
 from autoaug.proxy_models.models import check_model_name
 
 if TYPE_CHECKING:
@@ -188,19 +189,17 @@ class TrainConfig:
     PRESETS: ClassVar[Mapping[str, "TrainConfig"]]
 
     def __post_init__(self) -> None:
+        bad = functools.partial(invalid, self, template="{prefix}{name} must be {expected}, got {value!r}")
         for name in ("data", "test_data"):
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
                 object.__setattr__(self, name, os.fspath(value))
             elif value is not None and not isinstance(value, str):
-                raise ValueError(f"TrainConfig.{name} must be a path or URI string, got {value!r}")
+                raise bad(name, "a path or URI string")
             if value == "":
                 object.__setattr__(self, name, None)
         check_model_name(self.model)
         object.__setattr__(self, "model", self.model.strip().lower())
-
-        def bad(name: str, expected: str) -> ValueError:
-            return ValueError(f"TrainConfig.{name} must be {expected}, got {getattr(self, name)!r}")
 
         for name in ("train_size", "val_size"):
             v = getattr(self, name)
@@ -542,10 +541,8 @@ def sizing_record(requested: TrainConfig, resolved: TrainConfig, *, num_classes:
 
 
 def _check_field_names(keys: Iterable[str], what: str) -> None:
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(keys) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))}: expected one of {', '.join(sorted(known))}")
+    known = sorted(f.name for f in dataclasses.fields(TrainConfig))
+    check_keys(keys, known, what, template="unknown {what} {unknown}: expected one of {known}")
 
 
 #: Named starting points; see docs/training.md for how each was sized.

@@ -33,7 +33,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from autoaug.core.values import is_int as _is_int
+from autoaug.core.values import check_keys, is_int as _is_int
 from autoaug.policies import Policy, ops as _ops
 from autoaug.policies.policy import BASES, RANGES
 
@@ -292,10 +292,7 @@ class SearchSpace:
     def from_dict(cls, data: Mapping[str, Any]) -> "SearchSpace":
         if not isinstance(data, Mapping):
             raise ValueError(f"search space must be a mapping, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown search space key(s) {unknown}; expected some of {sorted(known)}")
+        check_keys(data, (f.name for f in dataclasses.fields(cls)), "search space key(s)")
         return cls(**dict(data))
 
     def describe(self) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from autoaug.core.errors import CompareError
 from autoaug.core.location import is_uri
+from autoaug.core.values import check_keys
 from autoaug.launch.compare.candidates import DEFAULT_BASELINES, default_test_data, parse_baselines
 
 __all__ = ["CompareConfig", "CONFIG_KEYS", "config_from_dict"]
@@ -119,11 +120,13 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
 
     if not isinstance(data, Mapping):
         raise CompareError(f"compare configuration must be a mapping, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(CONFIG_KEYS))
-    if unknown:
-        raise CompareError(
-            f"unknown compare setting(s) {', '.join(map(repr, unknown))}; expected {', '.join(CONFIG_KEYS)}"
-        )
+    check_keys(
+        data,
+        CONFIG_KEYS,
+        "compare setting(s)",
+        template="unknown {what} {unknown}; expected {known}",
+        error=CompareError,
+    )
     source = data.get("data")
     if not source:
         raise CompareError(

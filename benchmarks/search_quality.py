@@ -109,21 +109,20 @@ class Timings:
 
 
 # ------------------------------------------------------------------------------------------ stats
-def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, float | None]:
-    """Mean, sample std and the two-sided Student-t confidence interval of the mean."""
-    from scipy import stats
+def interval(values: Sequence[float]) -> dict[str, float | None]:
+    """``{n, mean, std, low, high}``: compare's :func:`autoaug.launch.compare.stats.mean_ci` (mean,
+    sample std, two-sided 95% Student t interval of the mean) as a record; std and the interval
+    None with fewer than two values."""
+    from autoaug.launch.compare.stats import mean_ci
 
-    n = len(values)
-    mean = sum(values) / n if n else math.nan
-    if n < 2:
-        return {"n": n, "mean": mean, "std": None, "low": None, "high": None}
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
-    return {"n": n, "mean": mean, "std": std, "low": mean - half, "high": mean + half}
+    mean, std, low, high = mean_ci(values)
+    if len(values) < 2:
+        return {"n": len(values), "mean": mean, "std": None, "low": None, "high": None}
+    return {"n": len(values), "mean": mean, "std": std, "low": low, "high": high}
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``{policy label: {seeds: {seed: test acc}, **mean_ci, balanced}}`` from compare's ``runs.csv``
+    """``{policy label: {seeds: {seed: test acc}, **interval, balanced}}`` from compare's ``runs.csv``
     rows. ``balanced``: the same for the balanced accuracy (mean per-class accuracy) over the runs
     that have one (``balanced_accuracy`` column, empty for runs recorded without per-class counts
     and absent from older files); None when no run of the policy has one."""
@@ -135,9 +134,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             balanced.setdefault(r["policy"], {})[int(r["seed"])] = float(r["balanced_accuracy"])
     out = {}
     for label, seeds in by.items():
-        out[label] = {"seeds": dict(sorted(seeds.items())), **mean_ci(list(seeds.values()))}
+        out[label] = {"seeds": dict(sorted(seeds.items())), **interval(list(seeds.values()))}
         b = balanced.get(label)
-        out[label]["balanced"] = {"seeds": dict(sorted(b.items())), **mean_ci(list(b.values()))} if b else None
+        out[label]["balanced"] = {"seeds": dict(sorted(b.items())), **interval(list(b.values()))} if b else None
     for rank, label in enumerate(sorted(out, key=lambda k: -out[k]["mean"]), 1):
         out[label]["rank"] = rank
     return out
@@ -187,17 +186,12 @@ def paired(found: dict[int, float], other: dict[int, float]) -> dict[str, Any]:
     :func:`autoaug.launch.compare.stats.paired_difference`, with the paired t test's p-value."""
     from autoaug.launch.compare.stats import paired_difference
 
-    d = paired_difference(found, other)
-    interval = d.n >= 2
+    d = paired_difference(found, other)  # its mean, std and interval: mean_ci of the differences
     return {
         "seeds": list(d.seeds),
         "diffs": list(d.diffs),
-        "n": d.n,
-        "mean": d.mean,
-        "std": d.std if interval else None,
-        "low": d.ci95_low if interval else None,
-        "high": d.ci95_high if interval else None,
-        "p_value": d.p_value if interval else None,
+        **interval(d.diffs),
+        "p_value": d.p_value if d.n >= 2 else None,
     }
 
 
@@ -271,13 +265,13 @@ def over_search_seeds(
         vs[b] = {
             "per_search": per_search,
             "over_eval_seeds": paired(pooled, summary[b]["seeds"]),
-            "over_searches": mean_ci(per_search),
+            "over_searches": interval(per_search),
         }
     return {
         "searches": list(found),
         "search_means": means,
         "mean": sum(means) / len(means),
-        "between_searches": mean_ci(means),
+        "between_searches": interval(means),
         "seeds": seeds,
         "vs": vs,
     }

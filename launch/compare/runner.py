@@ -9,7 +9,7 @@ import os
 import re
 import socket
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from autoaug.core.errors import CompareError, RunFailedError
 from autoaug.core.location import Location
@@ -18,6 +18,9 @@ from autoaug.launch.compare.candidates import Candidate, resolve_candidates
 from autoaug.launch.compare.config import CompareConfig
 from autoaug.launch.compare.per_class import run_balanced_accuracy
 from autoaug.launch.compare.report import Comparison, _pct, attach_evaluations, summarize, write_outputs
+
+if TYPE_CHECKING:
+    from autoaug.core.progress import Progress
 
 __all__ = ["run_compare", "run_id", "run_record", "load_run", "sized_to_data"]
 
@@ -179,7 +182,7 @@ def _describe_run(r: Mapping[str, Any]) -> str:
 
 
 def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None = None,
-                display: Any = None) -> Comparison:
+                display: Progress | None = None) -> Comparison:
     """Train every (policy, seed) run not finished yet, then summarise, write and attach.
 
     ``progress(line)`` receives one line per finished (or reused) run, ``[k/total] ...``, and a
@@ -258,7 +261,7 @@ def _run_all(
     out: Location,
     total: int,
     say: Callable[[str], Any],
-    display: Any = None,
+    display: Progress | None = None,
 ) -> int:
 
     import ray
@@ -338,7 +341,7 @@ def _run_all(
     return trained
 
 
-def _show_epochs(display: Any, queue: Any, epochs: int, finished: set[str]) -> None:
+def _show_epochs(display: Progress, queue: Any, epochs: int, finished: set[str]) -> None:
     """Move the per-run epoch bars by what the runs put on the queue since the last call."""
     try:
         items = queue.get_nowait_batch(queue.qsize())

@@ -44,7 +44,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
 from autoaug.search.assemble import build_provenance
@@ -199,79 +199,66 @@ def _search(
 ) -> SearchOutcome:
     """The method, then re-scoring (both inside the Ray session), then choosing and storing; a full
     or read-only filesystem on the way is one line that says how to resume."""
+    from autoaug.search.calibrate import calibrate, transfer_candidate
+    from autoaug.search.experiment import tune_output
+
+    with _resumable(config, run):
+        display = _display(display, config.verbose)
+        budget = None
+        if config.time_budget_s is not None:
+            budget = Budget.open(
+                run, config.time_budget_s, session=state.session_label, started=started, say=display.log
+            )
+            display.log(budget.describe_start())
+        with contextlib.nullcontext() if budget is None else budget.running():  # its clock saved as it runs
+            with tune_output(config.verbose), _session(session, address, config.verbose):
+                calibration = calibrate(config, run, display)  # base / warm start "auto": measured first
+                if calibration is not None:
+                    config = calibration.apply(config)
+                if budget is not None:
+                    _plan_rescore(
+                        config, run, budget, transfer=bool(calibration and calibration.record.get("transfer"))
+                    )
+                search = PreparedSearch(
+                    config=config,
+                    run=run,
+                    state=state,
+                    display=display,
+                    trainable=trainable,
+                    resume_errored=resume_errored,
+                    budget=budget,
+                )
+                found = config.search_method.run(search)
+                if calibration is not None and config.rescore:  # the best published policy competes too
+                    extra = transfer_candidate(calibration.record, config.name)
+                    if extra is not None:
+                        found = dataclasses.replace(found, candidates=[*found.candidates, extra])
+                scores = _rescore(config, run, found, display, budget)
+            return _store(
+                config,
+                run,
+                state,
+                found,
+                scores,
+                started=started,
+                calibration=None if calibration is None else calibration.record,
+                budget=budget,
+            )
+
+
+@contextlib.contextmanager
+def _resumable(config: SearchConfig, run: RunDir) -> Iterator[None]:
+    """A full or read-only filesystem (what Tune or the driver raised) as one line that says how to
+    resume: what is saved is kept, and the search resumes."""
     try:
-        return _run_and_store(
-            config,
-            run,
-            state,
-            session=session,
-            address=address,
-            trainable=trainable,
-            display=display,
-            started=started,
-            resume_errored=resume_errored,
-        )
-    except Exception as exc:  # a full disk mid-search: what is saved is kept, and the search resumes
+        yield
+    except Exception as exc:
         from autoaug.search.tune_storage import storage_failure
 
         error = storage_failure(exc, run.uri, resume_hint(config))
         if error is None:
             raise
         raise error from None
-
-
-def _run_and_store(
-    config: SearchConfig,
-    run: RunDir,
-    state: RunState,
-    *,
-    session: Callable[[], Any] | None,
-    address: str | None,
-    trainable: Callable | None,
-    display: Progress | None,
-    started: float,
-    resume_errored: bool,
-) -> SearchOutcome:
-    from autoaug.search.calibrate import calibrate, transfer_candidate
-    from autoaug.search.experiment import tune_output
-
-    display = _display(display, config.verbose)
-    budget = None
-    if config.time_budget_s is not None:
-        budget = Budget.open(run, config.time_budget_s, session=state.session_label, started=started, say=display.log)
-        display.log(budget.describe_start())
-    with contextlib.nullcontext() if budget is None else budget.running():  # its clock saved as it runs
-        with tune_output(config.verbose), _session(session, address, config.verbose):
-            calibration = calibrate(config, run, display)  # base / warm start "auto": measured first
-            if calibration is not None:
-                config = calibration.apply(config)
-            if budget is not None:
-                _plan_rescore(config, run, budget, transfer=bool(calibration and calibration.record.get("transfer")))
-            search = PreparedSearch(
-                config=config,
-                run=run,
-                state=state,
-                display=display,
-                trainable=trainable,
-                resume_errored=resume_errored,
-                budget=budget,
-            )
-            found = config.search_method.run(search)
-            if calibration is not None and config.rescore:  # the best published policy competes too
-                extra = transfer_candidate(calibration.record, config.name)
-                if extra is not None:
-                    found = dataclasses.replace(found, candidates=[*found.candidates, extra])
-            scores = _rescore(config, run, found, display, budget)
-        return _store(
-            config,
-            run,
-            state,
-            found,
-            scores,
-            started=started,
-            calibration=None if calibration is None else calibration.record,
-            budget=budget,
-        )
 
 
 def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer: bool) -> None:

@@ -229,7 +229,7 @@ def test_a_full_disk_anywhere_in_a_search_says_how_to_resume_it(tmp_path, monkey
     def full(*args, **kwargs):
         raise storage_error(OSError(28, "No space left on device"), str(tmp_path / "runs" / "s" / "rescore.json"))
 
-    monkeypatch.setattr(driver, "_run_and_store", full)
+    monkeypatch.setattr(driver, "_display", full)  # the first step of _search
     config = SearchConfig(name="s", train={"preset": "smoke"}, storage=str(tmp_path / "runs"))
     with pytest.raises(StorageError) as info:
         driver._search(

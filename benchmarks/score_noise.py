@@ -83,18 +83,7 @@ def _random_policies(k: int, seed: int) -> list:
 
     space = SearchSpace()
     rng = random.Random(seed)
-    out = []
-    for i in range(k):
-        params = {}
-        for name, dist in space.distributions().items():
-            if name.endswith("_type"):
-                params[name] = rng.choice(list(dist.choices))
-            elif name.endswith("_prob"):
-                params[name] = rng.choice(space.probabilities)
-            else:
-                params[name] = rng.randint(int(dist.low), int(dist.high))
-        out.append(space.to_policy(params, name=f"random-{i}.json"))
-    return out
+    return [space.to_policy(space.random_params(rng), name=f"random-{i}.json") for i in range(k)]
 
 
 def _config(a: argparse.Namespace, seed: int):

@@ -521,15 +521,7 @@ def random_policies(a: argparse.Namespace, work: Path, k: int) -> list[str]:
     folder = work / "fidelity-policies"
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(k):
-        params = {}
-        for name, dist in space.distributions().items():
-            if name.endswith("_type"):
-                params[name] = rng.choice(list(dist.choices))
-            elif name.endswith("_prob"):
-                params[name] = rng.choice(space.probabilities)
-            else:
-                params[name] = rng.randint(int(dist.low), int(dist.high))
-        policy = space.to_policy(params, name=f"random-{i}")
+        policy = space.to_policy(space.random_params(rng), name=f"random-{i}")
         path = folder / f"random-{i}.json"
         path.write_text(policy.to_json())
         paths.append(str(path))

@@ -180,17 +180,16 @@ def initial_population(config: "SearchConfig") -> list[dict[str, Any]]:
     s, space = config.pba, config.space
     points = list(warm_start_points(config.warm_start, space, store=config.store)) if config.warm_start else []
     rng = random.Random(config.seed)
-    steps = space.num_probabilities - 1
     while len(points) < s.population:
-        params: dict[str, Any] = {}
-        for name in space.param_names():
-            if name.endswith("_type"):
-                params[name] = rng.choice(space.op_choices)
-            elif name.endswith("_prob"):
-                params[name] = 0.0 if s.init == "zero" else rng.randint(0, steps) / steps
-            else:
-                params[name] = 0 if s.init == "zero" else rng.randint(0, space.num_magnitude_bins - 1)
-        points.append(params)
+        if s.init == "zero":  # operations drawn, every probability and magnitude 0
+            points.append(
+                {
+                    n: rng.choice(space.op_choices) if n.endswith("_type") else 0.0 if n.endswith("_prob") else 0
+                    for n in space.param_names()
+                }
+            )
+        else:
+            points.append(space.random_params(rng))
     return points[: s.population]
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -179,6 +180,20 @@ class SearchSpace:
             else:
                 params[pname] = trial.suggest_int(pname, dist.low, dist.high)
         return self.to_policy(params, name=name)
+
+    def random_params(self, rng: random.Random) -> dict[str, Any]:
+        """Parameters drawn uniformly from the space with ``rng``, in suggestion order: an operation
+        among the candidates, a probability on the grid, a magnitude bin. (The same ``rng`` state
+        draws the same parameters: the benchmarks' random policies, PBA's ``init: random``.)"""
+        params: dict[str, Any] = {}
+        for name in self.param_names():
+            if name.endswith("_type"):
+                params[name] = rng.choice(self.op_choices)
+            elif name.endswith("_prob"):
+                params[name] = rng.choice(self.probabilities)
+            else:
+                params[name] = rng.randint(0, self.num_magnitude_bins - 1)
+        return params
 
     # ------------------------------------------------------------- the encoding
     def _probability(self, value: Any, where: str) -> float:

@@ -85,6 +85,23 @@ def test_probability_distribution_only_holds_the_eleven_values():
     assert dist._contains(0.3) and not dist._contains(0.35)
 
 
+def test_random_params_cover_the_space_on_its_grid_and_repeat_with_the_seed():
+    """The benchmarks' random policies and PBA's random members: every parameter drawn on the
+    space's grid (a policy it encodes), the same seed drawing the same ones."""
+    import random
+
+    space = SearchSpace(exclude_ops=("Invert",))
+    draws = [space.random_params(random.Random(seed)) for seed in range(40)]
+    for params in draws:
+        assert list(params) == space.param_names()
+        space.to_policy(params)  # on the grid, or it raises
+    values = {name: {d[name] for d in draws} for name in space.param_names()}
+    assert values["sp0_op0_type"] <= set(space.op_choices) and len(values["sp0_op0_type"]) > 8
+    assert values["sp0_op0_prob"] <= set(GRID) and len(values["sp0_op0_prob"]) > 6
+    assert values["sp0_op0_mag"] <= set(range(space.num_magnitude_bins)) and len(values["sp0_op0_mag"]) > 5
+    assert space.random_params(random.Random(3)) == draws[3]
+
+
 def test_custom_shape_and_exclusions():
     space = SearchSpace(
         num_sub_policies=2,

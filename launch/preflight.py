@@ -12,7 +12,10 @@ user's input, run in the driver before Ray starts and before anything is created
   class made a total, an automatic image size the data's own), the reduced split computed, and
   every image decoded once. The rows the trainer loads are decoded
   the way its loader decodes them, so an in-process trainer (``autoaug train``) finds them in the
-  decode cache (:meth:`ImageDataset.images`) instead of decoding them again.
+  decode cache (:meth:`ImageDataset.images`) instead of decoding them again. Before decoding, the
+  memory a run will need (:func:`autoaug.proxy_models.memory.check_memory`: per run, times the
+  runs or trials at once, :func:`runs_at_once`) is compared with what the machine has: one line
+  naming the image size, the estimate and what is available, before anything is allocated.
 
 Every failure is a :class:`~autoaug.core.errors.UserInputError` or
 :class:`~autoaug.core.errors.DataError` (exit status 2, one line).
@@ -29,7 +32,7 @@ from autoaug.core.errors import DataError, UserInputError
 from autoaug.core.location import Location, is_uri
 
 __all__ = ["DataCheck", "absolute_source", "absolute_location", "absolute_train_config", "check_data",
-           "check_writable"]
+           "check_writable", "runs_at_once"]
 
 #: Name prefix of the probe files :func:`check_writable` creates and removes.
 PROBE_PREFIX = ".autoaug-probe-"
@@ -174,11 +177,13 @@ class DataCheck:
         )
 
 
-def check_data(config: Any) -> DataCheck:
+def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = True) -> DataCheck:
     """Open ``config.data`` (and ``config.test_data``) of a
     :class:`autoaug.proxy_models.train.TrainConfig`, check labels and classes, size the config to
-    the data (``DataCheck.config``), compute the reduced split, and decode every image once at the
-    resolved image size.
+    the data (``DataCheck.config``), compute the reduced split, check that the runs fit in memory
+    (:func:`autoaug.proxy_models.memory.check_memory`: ``runs`` at once, each a ``unit``, in this
+    process when ``here``, else in worker processes while this one holds the decoded data), and
+    decode every image once at the resolved image size.
 
     Raises :class:`DataError` (a dataset problem, naming the file/row; images of several sizes
     when the size is automatic) or :class:`UserInputError` (a split the data cannot give).
@@ -207,6 +212,7 @@ def check_data(config: Any) -> DataCheck:
                 f"test data {test.source} has classes {list(test.classes)[:10]}, but the training data "
                 f"{ds.source} has {list(ds.classes)[:10]}"
             ))
+    _check_memory(config, ds, split, test, runs=runs, unit=unit, here=here)
     size = config.image_size
     decoded = _decode(ds, split.train, size) + _decode(ds, split.val, size)
     used = np.zeros(len(ds), dtype=bool)
@@ -216,6 +222,25 @@ def check_data(config: Any) -> DataCheck:
     if test is not None:
         decoded += _decode(test, np.arange(len(test), dtype=np.int64), size)
     return DataCheck(ds, split, test, decoded, time.perf_counter() - started, config)
+
+
+def _check_memory(config: Any, ds: Any, split: Any, test: Any, *, runs: int, unit: str, here: bool) -> None:
+    from autoaug.proxy_models.memory import check_memory
+    from autoaug.proxy_models.train import eval_batch_size
+
+    check_memory(config, num_classes=ds.num_classes, train_images=len(split.train), val_images=len(split.val),
+                 test_images=len(test) if test is not None else 0, eval_batch_size=eval_batch_size(config),
+                 runs=runs, unit=unit, here=here, flags=True)
+
+
+def runs_at_once(cpus_per_run: float, limit: int | None = None, address: str | None = None) -> int:
+    """How many runs of ``cpus_per_run`` CPUs Ray starts at once on this machine: its CPUs divided
+    by ``cpus_per_run`` (at least 1), at most ``limit``; 0 with a cluster ``address`` (the runs
+    use the cluster's memory, not this machine's)."""
+    if address:
+        return 0
+    slots = max(1, int((os.cpu_count() or 1) // cpus_per_run))
+    return min(slots, limit) if limit else slots
 
 
 def _decode(ds: Any, indices: Any, size: int | None, *, cache: bool = True) -> int:
@@ -251,12 +276,14 @@ def for_train(config: Any, out: str | os.PathLike) -> Any:
     return check_data(config).config
 
 
-def for_search(config: Any, *, say: Any = None) -> Any:
+def for_search(config: Any, *, say: Any = None, address: str | None = None) -> Any:
     """``autoaug search``: the :class:`autoaug.search.config.SearchConfig` with every path absolute
     (data, test data, run storage, store), the run storage and the store proven writable, then the
     data checked and every image decoded once. Its ``train`` comes back sized to the data
     (resolved: the trials' split as a total, the image size a number), which is what the search
-    then records and gives its trials."""
+    then records and gives its trials. The memory check counts a trial times the trials Ray runs
+    at once here (:func:`runs_at_once`: the concurrency, at most the CPUs over ``cpus_per_trial``;
+    none with a cluster ``address``)."""
     from autoaug.policies.store import default_store_uri
 
     config = config.replace(
@@ -266,7 +293,8 @@ def for_search(config: Any, *, say: Any = None) -> Any:
     )
     check_writable(config.storage, what="--storage")
     check_writable(config.store, what="--store")
-    checked = check_data(config.train)
+    at_once = runs_at_once(config.cpus_per_trial, config.concurrency, address)
+    checked = check_data(config.train, runs=at_once, unit="trial", here=False)
     config = config.replace(train=checked.config)
     # Re-scoring runs when the method can return two candidates or more (the published policy that
     # transferred best competes too when the warm start is measured).
@@ -300,7 +328,8 @@ def for_compare(config: Any) -> Any:
     absolute, the policies resolved, ``--out`` proven writable, the store too when results will be
     attached to stored policies, and the data and test data checked and decoded. ``train`` is
     left as requested: :func:`autoaug.launch.compare.run_compare` sizes it to the data and records
-    both."""
+    both. The memory check counts a run times the runs Ray starts at once here
+    (:func:`runs_at_once`)."""
     from autoaug.launch.compare.candidates import resolve_candidates
 
     changes: dict[str, Any] = {"train": absolute_train_config(config.train),
@@ -314,5 +343,6 @@ def for_compare(config: Any) -> Any:
         from autoaug.policies.store import default_store_uri
 
         check_writable(config.store or default_store_uri(), what="--store")
-    check_data(config.train)
+    at_once = runs_at_once(config.cpus_per_run, len(candidates) * len(config.seeds), config.address)
+    check_data(config.train, runs=at_once, here=False)
     return config

@@ -32,6 +32,9 @@ CIFAR10_STD = (62.99, 62.09, 66.70)
 
 # Decode into memory when the decoded split is at most this large; decode with DALI otherwise.
 MEMORY_DECODE_LIMIT_BYTES = 1 << 30
+#: Iterations DALI prepares ahead of the one being consumed (``DaliLoader``'s default): every
+#: operator's output buffers exist once per queued iteration (:mod:`autoaug.proxy_models.memory`).
+PREFETCH_QUEUE_DEPTH = 2
 
 
 def resolve_device(device: str) -> str:
@@ -102,7 +105,8 @@ class DaliLoader:
                  policy: Any = None, train: bool = True, seed: int = 0, image_size: int | None = None,
                  num_threads: int = 2, device: str = "cpu", decode: str = "auto",
                  mean: Sequence[float] = CIFAR10_MEAN, std: Sequence[float] = CIFAR10_STD,
-                 skip_corrupt: bool = False, drop_last: bool | None = None, prefetch_queue_depth: int = 2,
+                 skip_corrupt: bool = False, drop_last: bool | None = None,
+                 prefetch_queue_depth: int = PREFETCH_QUEUE_DEPTH,
                  policy_inputs: Any = None):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")

@@ -675,6 +675,11 @@ def _train(
                 f"test data {config.test_data} has classes {list(test_ds.classes)[:10]}, "
                 f"but the training data has {list(ds.classes)[:10]}"
             )
+    from autoaug.proxy_models.memory import check_memory
+
+    check_memory(config, num_classes=ds.num_classes, train_images=len(split.train), val_images=len(split.val),
+                 test_images=len(test_ds) if test_ds is not None else 0, eval_batch_size=eval_batch_size(config),
+                 cuda=device.type == "cuda")  # before anything is decoded: one line, not the kernel's kill
     train_loader = _make_loader(ds, split.train, config, device, policy=policy, train=True, num_threads=num_threads)
     val_loader = None
     if len(split.val):

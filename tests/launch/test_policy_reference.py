@@ -89,7 +89,7 @@ def _via_compare(ref, store, data, monkeypatch):
     from autoaug.launch.compare import runner
 
     monkeypatch.setattr(
-        preflight, "check_data", lambda config: SimpleNamespace(config=config)
+        preflight, "check_data", lambda config, **_: SimpleNamespace(config=config)
     )  # the data here are a stub
 
     real = runner.resolve_candidates

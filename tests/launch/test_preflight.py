@@ -229,6 +229,69 @@ def test_compare_refuses_before_ray(tmp_path, cifar_train, read_only_dir, capsys
     assert not ray.is_initialized() and not (tmp_path / "cmp").exists()
 
 
+# ----------------------------------------------------------------------------------------------
+# Memory before work: one line, exit 2, before anything is decoded or Ray starts
+
+
+def test_an_image_size_beyond_memory_is_one_line_under_ulimit_v(tmp_path, cifar_train):
+    """Issue 38: ``--image-size 100000`` on 200 images grew to 23 GB and was killed by the kernel.
+    Under ``ulimit -v 8000000`` it is now one line about memory, exit 2, no traceback, no output."""
+    import sys
+
+    data = _subset(cifar_train, tmp_path / "d.parquet", 200)
+    cmd = [sys.executable, "-m", "autoaug.launch.cli", "train", "--data", str(data), "--preset", "smoke",
+           *TINY_TRAIN, "--image-size", "100000", "--out", str(tmp_path / "x")]
+    done = subprocess.run(["bash", "-c", 'ulimit -v 8000000; exec "$@"', "bash", *cmd], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("autoaug: error: --image-size 100000 needs about "), lines[0]
+    assert " TB per run (batch size 32, resnet-8), but " in lines[0]
+    assert "use a smaller --image-size or batch size" in lines[0]
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.fixture
+def small_machine(monkeypatch):
+    """A machine with 2 GB available and no ``ulimit -v``."""
+    from autoaug.proxy_models import memory
+
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: 2 * 10**9)
+    monkeypatch.setattr(memory, "_address_space_left", lambda: None)
+
+
+def test_search_and_compare_count_their_runs_at_once(tmp_path, cifar_train, small_machine, capsys):
+    """A search's trials and a comparison's runs are refused before Ray starts when all those Ray
+    runs at once cannot fit; the line names the image size, the estimate and what is available."""
+    import ray
+
+    data = _subset(cifar_train, tmp_path / "train.parquet", 120)
+    test = _subset(cifar_train, tmp_path / "test.parquet", 60)
+    at_once = preflight.runs_at_once(1.0, 2)
+    assert main(_search(tmp_path, "--data", str(data), "--image-size", "512", "--storage", str(tmp_path / "runs"),
+                        "--store", str(tmp_path / "store"))) == 2
+    line = _error_line(capsys)
+    assert line.startswith("autoaug: error: --image-size 512 needs about ") and " per trial (batch size 32" in line
+    assert f"{at_once} trial{'s' if at_once > 1 else ''} at once and the data decoded here" in line
+    assert line.endswith("but 2.0 GB is available; use a smaller --image-size or batch size")
+    assert main(["compare", "--policy", "standard", "--baselines", "none", "--seeds", "2", "--preset", "smoke",
+                 "--data", str(data), "--test-data", str(test), "--train-size", "64", "--set", "train.val_size=32",
+                 "--image-size", "512", "--out", str(tmp_path / "cmp")]) == 2
+    line = _error_line(capsys)
+    assert line.startswith("autoaug: error: --image-size 512 needs about ") and " per run (batch size 32" in line
+    assert "but 2.0 GB is available" in line
+    assert not ray.is_initialized() and not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
+
+
+def test_runs_at_once_are_the_cpus_over_a_run_s_share():
+    cpus = os.cpu_count() or 1
+    assert preflight.runs_at_once(1.0) == cpus
+    assert preflight.runs_at_once(1.0, 1) == 1
+    assert preflight.runs_at_once(cpus * 4.0) == 1  # a run larger than the machine: still one
+    assert preflight.runs_at_once(1.0, 8, address="ray://head:10001") == 0  # the cluster's memory
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_search_with_a_relative_data_path_runs_its_trials(tmp_path, cifar_train, monkeypatch, capsys):

@@ -63,6 +63,17 @@ def gtsrb_train() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gtsrb_counts() -> list[int]:
+    """GTSRB's training images per class (the README of shared/data/gtsrb-32-png): 43 classes,
+    210-2,250 (what sizing a regime to the data needs, without the data)."""
+    counts = (
+        "210 2220 2250 1410 1980 1860 420 1440 1410 1470 2010 1320 2100 2160 780 630 420 1110 1200 210 360 "
+        "330 390 510 270 1500 600 240 540 270 450 780 240 689 420 1200 390 210 2070 300 360 240 240"
+    )
+    return [int(n) for n in counts.split()]
+
+
+@pytest.fixture(scope="session")
 def cifar_train(cifar_dir: Path) -> Path:
     return cifar_dir / "train.parquet"
 

@@ -718,7 +718,7 @@ def test_a_comparison_on_images_of_several_sizes_asks_for_one(tmp_path):
     assert runner.sized_to_data(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, image_size=32)))[0]
 
 
-def test_run_reuse_tells_regimes_apart_by_what_they_resolve_to(tmp_path, store):
+def test_run_reuse_tells_regimes_apart_by_what_they_resolve_to(tmp_path, store, gtsrb_counts):
     """A finished run is reused exactly when it computed what this comparison would: regimes that
     resolve to other sizes are refused, one asked for another way but resolving alike is reused,
     and the records of CIFAR-10 runs from before the presets were sized per class are reused."""
@@ -726,51 +726,7 @@ def test_run_reuse_tells_regimes_apart_by_what_they_resolve_to(tmp_path, store):
 
     comparison = _fake_comparison(tmp_path, store, {"found@1": [0.8], "standard": [0.7]})
     cand, seed = comparison.candidates[0], 0
-    gtsrb = [
-        210,
-        2220,
-        2250,
-        1410,
-        1980,
-        1860,
-        420,
-        1440,
-        1410,
-        1470,
-        2010,
-        1320,
-        2100,
-        2160,
-        780,
-        630,
-        420,
-        1110,
-        1200,
-        210,
-        360,
-        330,
-        390,
-        510,
-        270,
-        1500,
-        600,
-        240,
-        540,
-        270,
-        450,
-        780,
-        240,
-        689,
-        420,
-        1200,
-        390,
-        210,
-        2070,
-        300,
-        360,
-        240,
-        240,
-    ]
+    gtsrb = gtsrb_counts
 
     def run_config(**overrides):
         cfg = TrainConfig.from_preset("eval-cpu", data="/d/train.parquet", test_data="/d/test.parquet", **overrides)

@@ -150,52 +150,6 @@ def test_bad_config_values_raise_naming_field_and_value(overrides, match):
 # ------------------------------------------------------------------------------------------------
 # Regimes sized to the data: a split per class with a floor and a cap, the data's own image size
 # ------------------------------------------------------------------------------------------------
-#: GTSRB's training images per class (the README of shared/data/gtsrb-32-png): 43 classes, 210-2,250.
-GTSRB_COUNTS = [
-    210,
-    2220,
-    2250,
-    1410,
-    1980,
-    1860,
-    420,
-    1440,
-    1410,
-    1470,
-    2010,
-    1320,
-    2100,
-    2160,
-    780,
-    630,
-    420,
-    1110,
-    1200,
-    210,
-    360,
-    330,
-    390,
-    510,
-    270,
-    1500,
-    600,
-    240,
-    540,
-    270,
-    450,
-    780,
-    240,
-    689,
-    420,
-    1200,
-    390,
-    210,
-    2070,
-    300,
-    360,
-    240,
-    240,
-]
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
@@ -246,32 +200,32 @@ def test_cifar10_resolution_reproduces_the_recorded_split_fingerprint(cifar_trai
     assert split.fingerprint == recorded["split"]["fingerprint"]
 
 
-def test_cpu_presets_on_gtsrb_train_on_the_cap():
+def test_cpu_presets_on_gtsrb_train_on_the_cap(gtsrb_counts):
     """GTSRB's 43 classes (210-2,250 images): 100 per class would be 4,300 images, 4.3 times
     CIFAR-10's epoch cost; the cap keeps it at 2,000 (twice). Validation stays 1,000 in all."""
-    proxy = TrainConfig.from_preset("proxy-cpu").resolved(GTSRB_COUNTS, data_image_size=32)
-    evaluation = TrainConfig.from_preset("eval-cpu").resolved(GTSRB_COUNTS, data_image_size=32)
+    proxy = TrainConfig.from_preset("proxy-cpu").resolved(gtsrb_counts, data_image_size=32)
+    evaluation = TrainConfig.from_preset("eval-cpu").resolved(gtsrb_counts, data_image_size=32)
     assert (proxy.train_size, proxy.val_size, evaluation.train_size, evaluation.val_size) == (2000, 1000, 2000, 0)
     assert (
-        TrainConfig.from_preset("eval-cpu", max_train_size=None).resolved(GTSRB_COUNTS, data_image_size=32).train_size
+        TrainConfig.from_preset("eval-cpu", max_train_size=None).resolved(gtsrb_counts, data_image_size=32).train_size
         == 4300
     )
 
 
-def test_gtsrb_like_labels_give_a_stratified_split_of_the_resolved_size():
+def test_gtsrb_like_labels_give_a_stratified_split_of_the_resolved_size(gtsrb_counts):
     """Drawn as a total is: every one of the 43 imbalanced classes is in the split, in proportion
     to its size (the smallest classes of 210 give 10-11 images, the largest of 2,250 about 115)."""
     import numpy as np
 
     from autoaug.proxy_models.splits import reduced_split
 
-    labels = np.repeat(np.arange(43), GTSRB_COUNTS)
+    labels = np.repeat(np.arange(43), gtsrb_counts)
     config = TrainConfig.from_preset("proxy-cpu").resolved(np.bincount(labels), data_image_size=32)
     split = reduced_split(labels, config.train_size, config.val_size, seed=config.split_seed)
     per_class = np.bincount(labels[split.train], minlength=43)
     assert len(split.train) == 2000 and len(split.val) == 1000 and not np.intersect1d(split.train, split.val).size
     assert per_class.min() in (10, 11) and per_class.max() in (114, 115)
-    assert np.all(np.abs(per_class - 2000 * np.asarray(GTSRB_COUNTS) / sum(GTSRB_COUNTS)) < 1)
+    assert np.all(np.abs(per_class - 2000 * np.asarray(gtsrb_counts) / sum(gtsrb_counts)) < 1)
 
 
 @pytest.mark.parametrize(
@@ -423,11 +377,11 @@ def test_sizing_fields_round_trip_and_appear_in_records_only_when_used():
     ]
 
 
-def test_sizing_record_and_descriptions():
+def test_sizing_record_and_descriptions(gtsrb_counts):
     from autoaug.proxy_models.train import sizing_record
 
     requested = TrainConfig.from_preset("proxy-cpu")
-    resolved = requested.resolved(GTSRB_COUNTS, data_image_size=32)
+    resolved = requested.resolved(gtsrb_counts, data_image_size=32)
     record = sizing_record(requested, resolved, num_classes=43)
     assert record == {
         "requested": {

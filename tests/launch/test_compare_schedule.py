@@ -22,29 +22,28 @@ def test_compare_trains_a_schedule_against_a_baseline(tmp_path, capsys, cifar_tr
     file = tmp_path / "schedule.json"
     file.write_text(schedule.to_json())
     out = tmp_path / "cmp"
-    code = main(
-        [
-            "compare",
-            "--data",
-            str(cifar_train),
-            "--policy",
-            str(file),
-            "--baselines",
-            "crop",
-            "--seeds",
-            "1",
-            "--preset",
-            "smoke",
-            "--set",
-            "epochs=2",
-            "--set",
-            "train_size=128",
-            "--set",
-            "val_size=64",
-            "--out",
-            str(out),
-        ]
-    )
+    args = [
+        "compare",
+        "--data",
+        str(cifar_train),
+        "--policy",
+        str(file),
+        "--baselines",
+        "crop",
+        "--seeds",
+        "1",
+        "--preset",
+        "smoke",
+        "--set",
+        "epochs=2",
+        "--set",
+        "train_size=128",
+        "--set",
+        "val_size=64",
+        "--out",
+        str(out),
+    ]
+    code = main(args)
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:] + captured.out[-3000:]
     runs = {json.loads(p.read_text())["policy"]: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
@@ -55,30 +54,5 @@ def test_compare_trains_a_schedule_against_a_baseline(tmp_path, capsys, cifar_tr
     assert "schedule_json" not in runs["crop"] and runs["crop"]["policy_hash"] == PLAIN.content_hash
     assert run["test_accuracy"] is not None and len(run["history"]) == 2
     # A second compare in the same folder reuses the finished runs (keyed by the schedule's hash).
-    assert (
-        main(
-            [
-                "compare",
-                "--data",
-                str(cifar_train),
-                "--policy",
-                str(file),
-                "--baselines",
-                "crop",
-                "--seeds",
-                "1",
-                "--preset",
-                "smoke",
-                "--set",
-                "epochs=2",
-                "--set",
-                "train_size=128",
-                "--set",
-                "val_size=64",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(args) == 0
     assert "trained 0 run(s), reused 2" in capsys.readouterr().out

@@ -8,6 +8,7 @@ from nvidia.dali import fn, pipeline_def
 
 from autoaug.policies import Policy, presets
 from autoaug.policies.dali_apply import affine_terms, apply_policy, decode_trace, stage_tables
+from autoaug.policies.ops import RANDAUGMENT_OPS
 from autoaug.policies.torch_apply import apply_op
 
 
@@ -36,22 +37,7 @@ def test_same_seed_same_output_different_seed_different(images64, dali_run):
 
 
 def test_graph_size_does_not_grow_with_the_number_of_sub_policies(images64):
-    kinds = [
-        "Identity",
-        "ShearX",
-        "ShearY",
-        "TranslateX",
-        "TranslateY",
-        "Rotate",
-        "Brightness",
-        "Color",
-        "Contrast",
-        "Sharpness",
-        "Posterize",
-        "Solarize",
-        "AutoContrast",
-        "Equalize",
-    ]
+    kinds = RANDAUGMENT_OPS  # 14 operations
     small = Policy("small", 31, [[(k, 1.0, 30)] for k in kinds], ranges="wide")
     trivial = presets.resolve("trivialaugment")  # 434 sub-policies, the same 14 kinds
     assert len(build(small, images64[:4])._ops) == len(build(trivial, images64[:4])._ops)

@@ -36,16 +36,24 @@ size, ``n`` = images of a set (training, validation, test):
     a checkpoint serializes), the activations autograd saves for one training batch (measured
     with ``saved_tensors_hooks`` on one :data:`REFERENCE_SIZE` image on the CPU, scaled by
     ``px / REFERENCE_SIZE**2`` and ``B``, times :data:`BACKWARD_FACTOR` for the gradients of the
-    activations during the backward pass), and an evaluation batch under ``inference_mode``
-    (``E`` times the four largest activations of one image). Not counted on CUDA, where they
-    live in the GPU's memory.
+    activations during the backward pass) or those of an evaluation batch under
+    ``inference_mode`` (``E`` times the three largest activations of one image, the ones alive at
+    once), whichever is larger. Not counted on CUDA, where they live in the GPU's memory.
 
 Measured against this estimate (peak RSS, ``resource.getrusage(...).ru_maxrss``, of a process
 training ResNet-8 for one epoch on the CPU: 512 training and 256 validation images of CIFAR-10,
 batch 64, ``autoaugment-cifar10``, one thread; ``benchmarks/memory_estimate.py``)::
 
-    image size   estimate    measured peak RSS   estimate / measured
-    (filled in below by the measurement)
+    image size   estimate (data / pipeline / model)   measured peak RSS   estimate / measured
+        32        1.4 GB  (4 MB / 21 MB / 81 MB)           1.3 GB              1.08
+        64        1.7 GB  (16 MB / 83 MB / 318 MB)         1.8 GB              0.98
+       128        3.0 GB  (63 MB / 333 MB / 1.3 GB)        2.5 GB              1.17
+       256        8.0 GB  (252 MB / 1.3 GB / 5.1 GB)       6.1 GB              1.30
+
+(the process part, 1.3 GB, is the rest of each estimate). The peak of a run at a given size varies
+by about 15% between measurements (2.5 to 2.9 GB at 128): the allocator's reuse of freed blocks.
+Where the pixels dominate, the estimate is 1.2-1.3x the peak; training and evaluation are counted
+as one pass at a time (their sum was 1.8x the peak at 256).
 """
 from __future__ import annotations
 
@@ -60,9 +68,10 @@ from autoaug.proxy_models.pipeline import MEMORY_DECODE_LIMIT_BYTES, PREFETCH_QU
 __all__ = ["MemoryEstimate", "estimate_run_memory", "available_memory", "check_memory", "format_bytes",
            "pipeline_bytes_per_pixel"]
 
-#: Resident memory of a training process before its data and batches: Python, torch, DALI and
-#: autoaug imported, a pipeline built (measured: 0.58 GB after the imports, 0.9 GB at the end of a
-#: 32x32 run whose data and batches take a few MB).
+#: Resident memory of a training process besides its decoded images, batches and model: Python,
+#: torch, DALI, pyarrow, the dataset opened, the pipelines built (measured: 0.58 GB once torch and
+#: DALI are imported, 1.05 GB with CIFAR-10's 48 MB Parquet opened and split, 1.26 GB at the peak
+#: of a 32x32 run whose images, batches and activations take about 0.1 GB).
 PROCESS_BYTES = 1300 * 10**6
 #: One image decoded and resized by PIL: its RGB image (4 bytes per pixel), the resized copy and
 #: the uint8 array handed on.

@@ -8,6 +8,7 @@ For each ``--sizes`` image size, one child process trains ResNet-8 for one epoch
 
     python benchmarks/memory_estimate.py --data /work/shared/data/cifar10-jpeg --sizes 32 64 128
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,17 +40,34 @@ def main() -> None:
 
     print(f"{'size':>6} {'estimate':>10} {'(data':>10} {'pipeline':>10} {'model)':>10} {'peak RSS':>10} {'ratio':>6}")
     for size in args.sizes:
-        fields = dict(model="resnet-8", data=str(args.data / "train.parquet"), train_size=args.train,
-                      val_size=args.val, epochs=1, batch_size=args.batch, image_size=size, device="cpu",
-                      num_threads=1)
+        fields = dict(
+            model="resnet-8",
+            data=str(args.data / "train.parquet"),
+            train_size=args.train,
+            val_size=args.val,
+            epochs=1,
+            batch_size=args.batch,
+            image_size=size,
+            device="cpu",
+            num_threads=1,
+        )
         config = TrainConfig(**fields)
-        est = estimate_run_memory(config, num_classes=10, train_images=args.train, val_images=args.val,
-                                  eval_batch_size=eval_batch_size(config))
-        out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(fields)], capture_output=True, text=True,
-                             check=True)
+        est = estimate_run_memory(
+            config,
+            num_classes=10,
+            train_images=args.train,
+            val_images=args.val,
+            eval_batch_size=eval_batch_size(config),
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, json.dumps(fields)], capture_output=True, text=True, check=True
+        )
         peak = json.loads(out.stdout.strip().splitlines()[-1])["peak"]
-        print(f"{size:>6} {format_bytes(est.total):>10} {format_bytes(est.data):>10} {format_bytes(est.pipeline):>10} "
-              f"{format_bytes(est.model):>10} {format_bytes(peak):>10} {est.total / peak:>6.2f}", flush=True)
+        print(
+            f"{size:>6} {format_bytes(est.total):>10} {format_bytes(est.data):>10} {format_bytes(est.pipeline):>10} "
+            f"{format_bytes(est.model):>10} {format_bytes(peak):>10} {est.total / peak:>6.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

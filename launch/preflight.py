@@ -20,6 +20,7 @@ user's input, run in the driver before Ray starts and before anything is created
 Every failure is a :class:`~autoaug.core.errors.UserInputError` or
 :class:`~autoaug.core.errors.DataError` (exit status 2, one line).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,8 +32,15 @@ from typing import Any
 from autoaug.core.errors import DataError, UserInputError
 from autoaug.core.location import Location, is_uri
 
-__all__ = ["DataCheck", "absolute_source", "absolute_location", "absolute_train_config", "check_data",
-           "check_writable", "runs_at_once"]
+__all__ = [
+    "DataCheck",
+    "absolute_source",
+    "absolute_location",
+    "absolute_train_config",
+    "check_data",
+    "check_writable",
+    "runs_at_once",
+]
 
 #: Name prefix of the probe files :func:`check_writable` creates and removes.
 PROBE_PREFIX = ".autoaug-probe-"
@@ -208,10 +216,12 @@ def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = Tr
     if config.test_data is not None:
         test = open_dataset(config.test_data, split="test")
         if tuple(test.classes) != tuple(ds.classes):
-            raise DataError(_show(
-                f"test data {test.source} has classes {list(test.classes)[:10]}, but the training data "
-                f"{ds.source} has {list(ds.classes)[:10]}"
-            ))
+            raise DataError(
+                _show(
+                    f"test data {test.source} has classes {list(test.classes)[:10]}, but the training data "
+                    f"{ds.source} has {list(ds.classes)[:10]}"
+                )
+            )
     _check_memory(config, ds, split, test, runs=runs, unit=unit, here=here)
     size = config.image_size
     decoded = _decode(ds, split.train, size) + _decode(ds, split.val, size)
@@ -228,9 +238,18 @@ def _check_memory(config: Any, ds: Any, split: Any, test: Any, *, runs: int, uni
     from autoaug.proxy_models.memory import check_memory
     from autoaug.proxy_models.train import eval_batch_size
 
-    check_memory(config, num_classes=ds.num_classes, train_images=len(split.train), val_images=len(split.val),
-                 test_images=len(test) if test is not None else 0, eval_batch_size=eval_batch_size(config),
-                 runs=runs, unit=unit, here=here, flags=True)
+    check_memory(
+        config,
+        num_classes=ds.num_classes,
+        train_images=len(split.train),
+        val_images=len(split.val),
+        test_images=len(test) if test is not None else 0,
+        eval_batch_size=eval_batch_size(config),
+        runs=runs,
+        unit=unit,
+        here=here,
+        flags=True,
+    )
 
 
 def runs_at_once(cpus_per_run: float, limit: int | None = None, address: str | None = None) -> int:
@@ -306,7 +325,9 @@ def for_search(config: Any, *, say: Any = None, address: str | None = None) -> A
         try:  # the re-scoring runs come after every trial: fail now, not hours later
             config_split(checked.dataset, config.train, val_size=config.rescore_val_size)
         except DatasetError as exc:
-            raise UserInputError(f"rescore_val_size {config.rescore_val_size} does not fit {checked.dataset.source}: {exc}") from None
+            raise UserInputError(
+                f"rescore_val_size {config.rescore_val_size} does not fit {checked.dataset.source}: {exc}"
+            ) from None
     if say is not None:
         say("  " + checked.describe())
     return config
@@ -332,8 +353,10 @@ def for_compare(config: Any) -> Any:
     (:func:`runs_at_once`)."""
     from autoaug.launch.compare.candidates import resolve_candidates
 
-    changes: dict[str, Any] = {"train": absolute_train_config(config.train),
-                               "out": absolute_location(config.out, what="--out")}
+    changes: dict[str, Any] = {
+        "train": absolute_train_config(config.train),
+        "out": absolute_location(config.out, what="--out"),
+    }
     if isinstance(config.store, (str, os.PathLike)):
         changes["store"] = absolute_location(config.store, what="--store")
     config = dataclasses.replace(config, **changes)

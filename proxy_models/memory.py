@@ -55,6 +55,7 @@ by about 15% between measurements (2.5 to 2.9 GB at 128): the allocator's reuse 
 Where the pixels dominate, the estimate is 1.2-1.3x the peak; training and evaluation are counted
 as one pass at a time (their sum was 1.8x the peak at 256).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,8 +66,14 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.proxy_models.pipeline import MEMORY_DECODE_LIMIT_BYTES, PREFETCH_QUEUE_DEPTH
 
-__all__ = ["MemoryEstimate", "estimate_run_memory", "available_memory", "check_memory", "format_bytes",
-           "pipeline_bytes_per_pixel"]
+__all__ = [
+    "MemoryEstimate",
+    "estimate_run_memory",
+    "available_memory",
+    "check_memory",
+    "format_bytes",
+    "pipeline_bytes_per_pixel",
+]
 
 #: Resident memory of a training process besides its decoded images, batches and model: Python,
 #: torch, DALI, pyarrow, the dataset opened, the pipelines built (measured: 0.58 GB once torch and
@@ -148,9 +155,16 @@ def _activation_bytes(model: str, num_classes: int) -> tuple[int, int, int]:
     return params, sum(saved.values()), largest
 
 
-def estimate_run_memory(config: Any, *, num_classes: int, train_images: int, val_images: int = 0,
-                        test_images: int = 0, eval_batch_size: int | None = None,
-                        cuda: bool = False) -> MemoryEstimate:
+def estimate_run_memory(
+    config: Any,
+    *,
+    num_classes: int,
+    train_images: int,
+    val_images: int = 0,
+    test_images: int = 0,
+    eval_batch_size: int | None = None,
+    cuda: bool = False,
+) -> MemoryEstimate:
     """The peak memory of one training run of ``config`` (a resolved
     :class:`~autoaug.proxy_models.train_config.TrainConfig`: ``image_size`` a number) on
     ``train_images`` / ``val_images`` / ``test_images`` images of ``num_classes`` classes, by part;
@@ -231,9 +245,20 @@ def _on_cuda(config: Any) -> bool:
     return device.startswith("cuda") or device == "gpu"
 
 
-def check_memory(config: Any, *, num_classes: int, train_images: int, val_images: int = 0,
-                 test_images: int = 0, eval_batch_size: int | None = None, cuda: bool | None = None,
-                 runs: int = 1, unit: str = "run", here: bool = True, flags: bool = False) -> MemoryEstimate:
+def check_memory(
+    config: Any,
+    *,
+    num_classes: int,
+    train_images: int,
+    val_images: int = 0,
+    test_images: int = 0,
+    eval_batch_size: int | None = None,
+    cuda: bool | None = None,
+    runs: int = 1,
+    unit: str = "run",
+    here: bool = True,
+    flags: bool = False,
+) -> MemoryEstimate:
     """Refuse runs that cannot fit in memory, before anything is decoded or allocated: raises
     :class:`~autoaug.core.errors.UserInputError`, one line naming the image size, the estimate
     and what is available, when they exceed ``MemAvailable`` or, for one process, the address
@@ -245,10 +270,15 @@ def check_memory(config: Any, *, num_classes: int, train_images: int, val_images
     on a cluster, not this machine) while this process holds the decoded data too (the
     preflight's decode). ``unit`` names a run in the message (``"trial"``); ``flags``: the
     message names the command-line flag (``--image-size``) instead of the config's field."""
-    estimate = estimate_run_memory(config, num_classes=num_classes, train_images=train_images,
-                                   val_images=val_images, test_images=test_images,
-                                   eval_batch_size=eval_batch_size,
-                                   cuda=_on_cuda(config) if cuda is None else cuda)
+    estimate = estimate_run_memory(
+        config,
+        num_classes=num_classes,
+        train_images=train_images,
+        val_images=val_images,
+        test_images=test_images,
+        eval_batch_size=eval_batch_size,
+        cuda=_on_cuda(config) if cuda is None else cuda,
+    )
     per_run = estimate.total
     if here:
         runs, process, total = 1, per_run, per_run

@@ -17,6 +17,7 @@ operator is seeded from the pipeline seed, so the same seed gives the same batch
 :meth:`DaliLoader.state_dict` captures the epoch counter plus DALI's own checkpoint of its random
 operators' state, so a resumed training run sees exactly the batches an uninterrupted run would.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -63,7 +64,7 @@ class _EpochSource:
         stop = len(order) - (len(order) % bs if ld.drop_last else 0)
         tables = ld._policy_tables  # fixed for the epoch: set_policy() acts from the next one
         for start in range(0, stop, bs):
-            pos = order[start: start + bs]
+            pos = order[start : start + bs]
             labels = ld._labels[pos].reshape(-1, 1)
             extra = tuple([t] * len(pos) for t in tables) if tables is not None else ()
             if ld.decode == "memory":
@@ -101,13 +102,26 @@ class DaliLoader:
             an augmented evaluation pass).
     """
 
-    def __init__(self, dataset: ImageDataset, indices: Sequence[int] | np.ndarray, *, batch_size: int = 128,
-                 policy: Any = None, train: bool = True, seed: int = 0, image_size: int | None = None,
-                 num_threads: int = 2, device: str = "cpu", decode: str = "auto",
-                 mean: Sequence[float] = CIFAR10_MEAN, std: Sequence[float] = CIFAR10_STD,
-                 skip_corrupt: bool = False, drop_last: bool | None = None,
-                 prefetch_queue_depth: int = PREFETCH_QUEUE_DEPTH,
-                 policy_inputs: Any = None):
+    def __init__(
+        self,
+        dataset: ImageDataset,
+        indices: Sequence[int] | np.ndarray,
+        *,
+        batch_size: int = 128,
+        policy: Any = None,
+        train: bool = True,
+        seed: int = 0,
+        image_size: int | None = None,
+        num_threads: int = 2,
+        device: str = "cpu",
+        decode: str = "auto",
+        mean: Sequence[float] = CIFAR10_MEAN,
+        std: Sequence[float] = CIFAR10_STD,
+        skip_corrupt: bool = False,
+        drop_last: bool | None = None,
+        prefetch_queue_depth: int = PREFETCH_QUEUE_DEPTH,
+        policy_inputs: Any = None,
+    ):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if decode not in ("auto", "memory", "dali"):
@@ -146,8 +160,11 @@ class DaliLoader:
             self._images, kept = dataset.images(indices, image_size, skip_corrupt=skip_corrupt)
         else:
             kept = dataset.validate_encoded(indices, skip_corrupt=skip_corrupt)
-            fetch = dataset.encoded_numpy if isinstance(dataset, ParquetDataset) else (
-                lambda i: np.frombuffer(dataset.encoded(i), dtype=np.uint8))
+            fetch = (
+                dataset.encoded_numpy
+                if isinstance(dataset, ParquetDataset)
+                else (lambda i: np.frombuffer(dataset.encoded(i), dtype=np.uint8))
+            )
             self._encoded = [fetch(int(i)) for i in kept]
         self.num_skipped = int(len(indices) - len(kept))
         self.indices = kept
@@ -203,14 +220,19 @@ class DaliLoader:
             from autoaug.policies.dali_apply import apply_policy
         n_tables = len(spec.input_names()) if spec is not None else 0
         table_types = [types.FLOAT] + [types.INT32, types.FLOAT, types.FLOAT, types.FLOAT, types.FLOAT] * (
-            spec.stages if spec is not None else 0)
+            spec.stages if spec is not None else 0
+        )
 
         @pipeline_def(enable_conditionals=apply_policy is not None or spec is not None)
         def graph():
             data, labels, *tables = fn.external_source(
-                source=_EpochSource(self), num_outputs=2 + n_tables, batch=True, cycle="raise",
+                source=_EpochSource(self),
+                num_outputs=2 + n_tables,
+                batch=True,
+                cycle="raise",
                 layout=["HWC" if self.decode == "memory" else "", ""] + [""] * n_tables,
-                dtype=[types.UINT8, types.INT64] + table_types)
+                dtype=[types.UINT8, types.INT64] + table_types,
+            )
             if self.decode == "memory":
                 images = data.gpu() if gpu else data
             else:
@@ -227,8 +249,9 @@ class DaliLoader:
                 from autoaug.policies.dali_apply import apply_policy_inputs
 
                 images = apply_policy_inputs(spec, images, tables)  # argument inputs: on the CPU
-            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
-                                              mean=list(self.mean), std=list(self.std))
+            images = fn.crop_mirror_normalize(
+                images, dtype=types.FLOAT, output_layout="CHW", mean=list(self.mean), std=list(self.std)
+            )
             return images, (labels.gpu() if gpu else labels)
 
         device_id = None
@@ -239,14 +262,25 @@ class DaliLoader:
         with warnings.catch_warnings():
             # Our external source is re-positioned by the epoch counter we checkpoint ourselves.
             warnings.filterwarnings("ignore", message="Checkpointing enabled in a pipeline with external source")
-            pipe = graph(batch_size=self.batch_size, num_threads=self.num_threads, device_id=device_id,
-                         seed=self.seed, prefetch_queue_depth=self.prefetch_queue_depth,
-                         enable_checkpointing=self.train, checkpoint=self._dali_state,
-                         exec_dynamic=True)
+            pipe = graph(
+                batch_size=self.batch_size,
+                num_threads=self.num_threads,
+                device_id=device_id,
+                seed=self.seed,
+                prefetch_queue_depth=self.prefetch_queue_depth,
+                enable_checkpointing=self.train,
+                checkpoint=self._dali_state,
+                exec_dynamic=True,
+            )
             pipe.build()
         self._pipe = pipe
-        self._iter = DALIGenericIterator(pipe, ["images", "labels"], last_batch_policy=LastBatchPolicy.PARTIAL,
-                                         auto_reset=False, prepare_first_batch=False)
+        self._iter = DALIGenericIterator(
+            pipe,
+            ["images", "labels"],
+            last_batch_policy=LastBatchPolicy.PARTIAL,
+            auto_reset=False,
+            prepare_first_batch=False,
+        )
         self._fresh = True
 
     def __iter__(self):
@@ -277,4 +311,3 @@ class DaliLoader:
         self.epoch = int(state["epoch"])
         self._dali_state = state.get("dali")
         self._pipe = self._iter = None  # rebuilt from the checkpoint on next iteration
-

@@ -21,6 +21,7 @@ the GPU). A run resumed from a checkpoint ends with exactly the metrics of an un
 Global torch state touched by training (RNG, thread count, deterministic-algorithm flags) is
 restored on return.
 """
+
 from __future__ import annotations
 
 import csv
@@ -258,8 +259,9 @@ def loader_threads(config: TrainConfig) -> int:
     return config.loader_threads or config.num_threads or torch.get_num_threads()
 
 
-def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.device, *, policy: Any,
-                 train: bool, num_threads: int) -> Any:
+def _make_loader(
+    ds: Any, indices: Any, config: TrainConfig, device: torch.device, *, policy: Any, train: bool, num_threads: int
+) -> Any:
     from autoaug.policies.schedule import Schedule
     from autoaug.proxy_models.pipeline import DaliLoader
 
@@ -268,9 +270,16 @@ def _make_loader(ds: Any, indices: Any, config: TrainConfig, device: torch.devic
     if isinstance(policy, Schedule):
         inputs, policy = schedule_inputs(policy, config.image_size), policy.at(0, config.epochs)
     return DaliLoader(
-        ds, indices, batch_size=batch_size, policy=policy, train=train, seed=config.seed,
-        image_size=config.image_size, num_threads=num_threads,
-        device="gpu" if device.type == "cuda" else "cpu", policy_inputs=inputs,
+        ds,
+        indices,
+        batch_size=batch_size,
+        policy=policy,
+        train=train,
+        seed=config.seed,
+        image_size=config.image_size,
+        num_threads=num_threads,
+        device="gpu" if device.type == "cuda" else "cpu",
+        policy_inputs=inputs,
     )
 
 
@@ -285,8 +294,12 @@ def schedule_inputs(schedule: Any, image_size: Any) -> Any:
     from autoaug.policies.dali_apply import PolicyInputs
 
     policies = [s.policy for s in schedule.stages]
-    return PolicyInputs(ops.OP_NAMES, max([1, *(len(p.sub_policies) for p in policies)]),
-                        max([1, *(p.max_ops_per_sub_policy for p in policies if p.sub_policies)]), image_size)
+    return PolicyInputs(
+        ops.OP_NAMES,
+        max([1, *(len(p.sub_policies) for p in policies)]),
+        max([1, *(p.max_ops_per_sub_policy for p in policies if p.sub_policies)]),
+        image_size,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,14 +363,16 @@ class Learner:
     (``self.compiled`` is then False).
     """
 
-    def __init__(self, config: TrainConfig, *, num_classes: int, steps_per_epoch: int,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, config: TrainConfig, *, num_classes: int, steps_per_epoch: int, device: torch.device | str = "cpu"
+    ) -> None:
         self.config = config
         self.device = device = torch.device(device)
         self.amp = amp_enabled(config, device)
         # float16 + loss scaling on CUDA; bfloat16 (no scaling needed) where CPUs support it.
-        self.amp_dtype = amp_dtype(config, device) if self.amp else (
-            torch.float16 if device.type == "cuda" else torch.bfloat16)
+        self.amp_dtype = (
+            amp_dtype(config, device) if self.amp else (torch.float16 if device.type == "cuda" else torch.bfloat16)
+        )
         self.channels_last = device.type == "cuda" if config.channels_last is None else config.channels_last
         model = build_model(config.model, num_classes=num_classes).to(device)
         if self.channels_last:
@@ -369,7 +384,10 @@ class Learner:
         if config.compile:
             self._compile(config.compile)
         self.optimizer = torch.optim.SGD(
-            model.parameters(), lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
+            model.parameters(),
+            lr=config.lr,
+            momentum=config.momentum,
+            nesterov=config.nesterov,
             weight_decay=config.weight_decay,
         )
         total_steps = steps_per_epoch * config.epochs
@@ -392,8 +410,10 @@ class Learner:
         self._compile_checked = False  # the first step compiles; it falls back if that fails
 
     def _compile_failed(self, exc: BaseException) -> None:
-        _warn(f"compile: torch.compile failed ({_first_line(exc)}); training eagerly (set compile=false to "
-              "skip the attempt)")
+        _warn(
+            f"compile: torch.compile failed ({_first_line(exc)}); training eagerly (set compile=false to "
+            "skip the attempt)"
+        )
         self.step_model, self.compiled, self._compile_checked = self.model, False, True
 
     def _forward_backward(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -466,16 +486,16 @@ class Learner:
             rate = seen / (t_end - t0) if t_end > t0 else float("inf")
         if seen == 0:
             return EpochStats(loss=float("nan"), accuracy=float("nan"), seen=0, images_per_sec=0.0)
-        return EpochStats(loss=loss_sum.item() / seen, accuracy=correct.item() / seen, seen=seen,
-                          images_per_sec=rate)
+        return EpochStats(loss=loss_sum.item() / seen, accuracy=correct.item() / seen, seen=seen, images_per_sec=rate)
 
     def evaluate(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
         """(accuracy, mean cross-entropy without label smoothing) over one pass of ``batches``."""
         stats = self.evaluate_per_class(batches)
         return stats.accuracy, stats.loss
 
-    def evaluate_per_class(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
-                           per_image: bool = False) -> EvalStats:
+    def evaluate_per_class(
+        self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *, per_image: bool = False
+    ) -> EvalStats:
         """One pass of ``batches``: accuracy, mean cross-entropy (without label smoothing) and the
         per-class counts of right predictions and images (two ``bincount`` of the predictions the
         accuracy needs anyway); with ``per_image`` also each image's right/wrong and loss."""
@@ -511,8 +531,14 @@ class Learner:
         per = {}
         if per_image:
             per = dict(image_correct=torch.cat(image_correct).numpy(), image_loss=torch.cat(image_loss).numpy())
-        return EvalStats(accuracy=sum(correct) / seen, loss=loss_sum.item() / seen, seen=seen,
-                         class_correct=correct, class_total=tuple(int(t) for t in class_total.tolist()), **per)
+        return EvalStats(
+            accuracy=sum(correct) / seen,
+            loss=loss_sum.item() / seen,
+            seen=seen,
+            class_correct=correct,
+            class_total=tuple(int(t) for t in class_total.tolist()),
+            **per,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -612,15 +638,19 @@ def _check_resumable(checkpoint: dict[str, Any], config: TrainConfig, policy: An
     trained = checkpoint.get("epoch_policy_hashes")
     if isinstance(policy, Schedule) or trained is not None:
         if not isinstance(policy, Schedule) or trained is None:
-            raise ValueError("cannot resume: the checkpoint was trained with a "
-                             + ("fixed policy, not a schedule" if trained is None else "schedule; give it a schedule"))
+            raise ValueError(
+                "cannot resume: the checkpoint was trained with a "
+                + ("fixed policy, not a schedule" if trained is None else "schedule; give it a schedule")
+            )
         # The epochs already trained must have had the schedule's policies; later stages may differ
         # (a PBA member resumed from another's checkpoint with a perturbed policy).
         for epoch, trained_hash in enumerate(trained):
             want = policy.at(epoch, config.epochs)
             if want.content_hash != trained_hash:
-                raise ValueError(f"cannot resume: the checkpoint trained epoch {epoch + 1} with policy hash "
-                                 f"{trained_hash[:12]}, the schedule gives {want.name!r} ({want.content_hash[:12]}) there")
+                raise ValueError(
+                    f"cannot resume: the checkpoint trained epoch {epoch + 1} with policy hash "
+                    f"{trained_hash[:12]}, the schedule gives {want.name!r} ({want.content_hash[:12]}) there"
+                )
         return
     if checkpoint["policy_hash"] != policy.content_hash:
         before = checkpoint["policy"]
@@ -677,9 +707,15 @@ def _train(
             )
     from autoaug.proxy_models.memory import check_memory
 
-    check_memory(config, num_classes=ds.num_classes, train_images=len(split.train), val_images=len(split.val),
-                 test_images=len(test_ds) if test_ds is not None else 0, eval_batch_size=eval_batch_size(config),
-                 cuda=device.type == "cuda")  # before anything is decoded: one line, not the kernel's kill
+    check_memory(
+        config,
+        num_classes=ds.num_classes,
+        train_images=len(split.train),
+        val_images=len(split.val),
+        test_images=len(test_ds) if test_ds is not None else 0,
+        eval_batch_size=eval_batch_size(config),
+        cuda=device.type == "cuda",
+    )  # before anything is decoded: one line, not the kernel's kill
     train_loader = _make_loader(ds, split.train, config, device, policy=policy, train=True, num_threads=num_threads)
     val_loader = None
     if len(split.val):
@@ -688,13 +724,18 @@ def _train(
     if test_ds is not None:
         import numpy as np
 
-        test_loader = _make_loader(test_ds, np.arange(len(test_ds), dtype=np.int64), config, device,
-                                   policy=None, train=False, num_threads=num_threads)
+        test_loader = _make_loader(
+            test_ds,
+            np.arange(len(test_ds), dtype=np.int64),
+            config,
+            device,
+            policy=None,
+            train=False,
+            num_threads=num_threads,
+        )
     steps_per_epoch = len(train_loader)
     if steps_per_epoch < 1:
-        raise ValueError(
-            f"the training split of {len(split.train)} images gives no batch of {config.batch_size}"
-        )
+        raise ValueError(f"the training split of {len(split.train)} images gives no batch of {config.batch_size}")
 
     # ---- model and optimisation -------------------------------------------------------------
     torch.manual_seed(config.seed)  # model initialisation (the loaders are seeded separately)
@@ -775,8 +816,11 @@ def _train(
                     "config": config.to_dict(),
                     "policy": (policy if schedule is None else current).to_dict(),
                     "policy_hash": (policy if schedule is None else current).content_hash,
-                    **({} if schedule is None else {"schedule": schedule.to_dict(),
-                                                    "epoch_policy_hashes": list(epoch_hashes)}),
+                    **(
+                        {}
+                        if schedule is None
+                        else {"schedule": schedule.to_dict(), "epoch_policy_hashes": list(epoch_hashes)}
+                    ),
                     "dataset_fingerprint": dataset_fp,
                     "split_fingerprint": split.fingerprint,
                     **learner.state_dict(),

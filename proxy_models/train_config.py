@@ -465,7 +465,7 @@ class TrainConfig:
         if self.amp:
             parts.append(f"{self.amp_dtype} autocast" if self.amp_dtype else "autocast (the device's dtype)")
             if self.amp == "native":
-                parts[-1] += " where the device has it natively"
+                parts[-1] += " where native"
         if self.channels_last:
             parts.append("channels-last")
         if self.compile:
@@ -532,7 +532,11 @@ def sizing_record(requested: TrainConfig, resolved: TrainConfig, *, num_classes:
     per class, automatic or "the rest", as the fields document) and as ``resolved`` against the
     data, and the data's number of classes."""
     record: dict[str, Any] = {
-        "requested": {name: getattr(requested, name) for name in SIZING_FIELDS},
+        "requested": {
+            name: getattr(requested, name)
+            for name in SIZING_FIELDS
+            if name != "max_val_size" or requested.max_val_size is not None  # records before it: unchanged
+        },
         "resolved": {name: getattr(resolved, name) for name in ("train_size", "val_size", "image_size")},
     }
     if num_classes is not None:

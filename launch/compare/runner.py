@@ -1,6 +1,7 @@
 """Running a comparison: every (policy, seed) pair is one Ray task training
 :func:`autoaug.proxy_models.train.train`; finished runs are saved as ``runs/<run id>.json`` as
 soon as they finish and reused by a re-run with the same ``--out``."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,9 @@ def run_id(candidate: Candidate, seed: int) -> str:
     return f"{_slug(candidate.label)}-{candidate.policy_hash[:8]}-seed{seed}"
 
 
-def _train_one(train_config: dict[str, Any], policy: dict[str, Any], queue: Any = None,
-               key: str | None = None) -> dict[str, Any]:
+def _train_one(
+    train_config: dict[str, Any], policy: dict[str, Any], queue: Any = None, key: str | None = None
+) -> dict[str, Any]:
     """Body of one run (a Ray task): train, evaluate on the test split, return the record.
 
     With ``queue`` (a ``ray.util.queue.Queue``), ``(key, epoch, validation accuracy)`` is put on it
@@ -181,8 +183,9 @@ def _describe_run(r: Mapping[str, Any]) -> str:
     )
 
 
-def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None = None,
-                display: Progress | None = None) -> Comparison:
+def run_compare(
+    config: CompareConfig, *, progress: Callable[[str], Any] | None = None, display: Progress | None = None
+) -> Comparison:
     """Train every (policy, seed) run not finished yet, then summarise, write and attach.
 
     ``progress(line)`` receives one line per finished (or reused) run, ``[k/total] ...``, and a
@@ -207,7 +210,9 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
     todo: list[tuple[Candidate, int]] = []
     for c, seed in jobs:
         rel = f"runs/{run_id(c, seed)}.json"
-        record = load_run(out.read_bytes_if_exists(rel), out.child(rel).uri, c, seed, config.run_config(seed), dataset_fp)
+        record = load_run(
+            out.read_bytes_if_exists(rel), out.child(rel).uri, c, seed, config.run_config(seed), dataset_fp
+        )
         if record is None:
             todo.append((c, seed))
         else:
@@ -227,8 +232,13 @@ def run_compare(config: CompareConfig, *, progress: Callable[[str], Any] | None 
 
     runs = [done[(c.policy_hash, seed)] for c, seed in jobs]
     comparison = Comparison(
-        config=config, candidates=candidates, runs=runs, summaries=summarize(candidates, runs),
-        dataset_fingerprint=dataset_fp, trained=trained, classes=classes,
+        config=config,
+        candidates=candidates,
+        runs=runs,
+        summaries=summarize(candidates, runs),
+        dataset_fingerprint=dataset_fp,
+        trained=trained,
+        classes=classes,
     )
     write_outputs(comparison)
     if config.attach:
@@ -242,8 +252,15 @@ def _config_dict(config: CompareConfig, candidates: Sequence[Candidate]) -> dict
         "baselines": list(config.baselines),
         "base": config.base,
         "candidates": [
-            {"label": c.label, "ref": c.ref, "kind": c.kind, "store_ref": c.store_ref, "policy_hash": c.policy_hash,
-             "base": c.base, "rebased_from": c.rebased_from}
+            {
+                "label": c.label,
+                "ref": c.ref,
+                "kind": c.kind,
+                "store_ref": c.store_ref,
+                "policy_hash": c.policy_hash,
+                "base": c.base,
+                "rebased_from": c.rebased_from,
+            }
             for c in candidates
         ],
         "seeds": list(config.seeds),
@@ -292,8 +309,9 @@ def _run_all(
 
             queue = Queue(actor_options={"num_cpus": 0})  # takes no CPU from the runs
             epochs = config.train.epochs
-            display.add("runs", "compare", total=total, unit="runs", completed=len(done),
-                        status=f"{len(todo)} to train")
+            display.add(
+                "runs", "compare", total=total, unit="runs", completed=len(done), status=f"{len(todo)} to train"
+            )
         pending: dict[Any, tuple[Candidate, int, Any]] = {}
         finished: set[str] = set()  # run ids whose bar is gone (a late queue item must not bring it back)
         for c, seed in todo:

@@ -1,6 +1,7 @@
 """The preflight of ``train``, ``search`` and ``compare`` (autoaug.launch.preflight): paths made
 absolute before they reach the workers, data opened and every image decoded, store / run storage /
 output proven writable, all before Ray starts and before anything is created."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,16 @@ from autoaug.launch import preflight
 from autoaug.launch.cli import main
 
 TINY_TRAIN = ["--set", "epochs=1", "--set", "train_size=64", "--set", "val_size=32", "--set", "batch_size=32"]
-TINY_SEARCH = ["--set", "train.epochs=1", "--set", "train.train_size=64", "--set", "train.val_size=32",
-               "--set", "train.batch_size=32"]
+TINY_SEARCH = [
+    "--set",
+    "train.epochs=1",
+    "--set",
+    "train.train_size=64",
+    "--set",
+    "train.val_size=32",
+    "--set",
+    "train.batch_size=32",
+]
 
 
 def _subset(cifar_train: Path, path: Path, n: int, *, corrupt_row: int | None = None) -> Path:
@@ -51,8 +60,10 @@ def read_only_dir(tmp_path):
         yield path
         path.chmod(0o755)
         return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], capture_output=True).returncode
+        == 0
+    )
     if not mounted:  # a root without CAP_SYS_ADMIN (a container): /sys refuses new files to anyone
         yield Path("/sys/fs")
         return
@@ -73,7 +84,8 @@ def test_paths_become_absolute_and_uris_stay(tmp_path, monkeypatch):
     assert preflight.absolute_source("cifar10:data") == f"cifar10:{tmp_path / 'data'}"
     assert preflight.absolute_source("cifar10") == "cifar10"
     assert preflight.absolute_source("s3://bucket/train.parquet?endpoint_override=x") == (
-        "s3://bucket/train.parquet?endpoint_override=x")
+        "s3://bucket/train.parquet?endpoint_override=x"
+    )
     assert preflight.absolute_location("runs", what="--storage") == str(tmp_path / "runs")
 
 
@@ -92,7 +104,9 @@ def test_a_path_under_a_file_is_refused_and_nothing_is_left(tmp_path):
 
 
 def test_a_read_only_folder_is_refused(read_only_dir):
-    with pytest.raises(UserInputError, match=r"^--storage .* is not writable: (Read-only file system|Permission denied)"):
+    with pytest.raises(
+        UserInputError, match=r"^--storage .* is not writable: (Read-only file system|Permission denied)"
+    ):
         preflight.check_writable(read_only_dir, what="--storage")
     with pytest.raises(UserInputError, match=r"^--store .*/store cannot be created: .* is not writable"):
         preflight.check_writable(read_only_dir / "store", what="--store")
@@ -124,8 +138,16 @@ def test_the_preflight_sizes_train_and_search_to_their_data(tmp_path, cifar_trai
     config = preflight.for_train(requested, tmp_path / "out")
     # 20 per class of 10 classes (each has 30): 200, above the floor of 50
     assert (config.train_size, config.val_size, config.image_size, config.train_per_class) == (200, 0, 32, None)
-    search = SearchConfig.from_dict({"preset": "cpu", "name": "s", "data": str(data), "storage": str(tmp_path / "runs"),
-                                     "store": str(tmp_path / "store"), "train": {"preset": "proxy-cpu", "val_size": 100}})
+    search = SearchConfig.from_dict(
+        {
+            "preset": "cpu",
+            "name": "s",
+            "data": str(data),
+            "storage": str(tmp_path / "runs"),
+            "store": str(tmp_path / "store"),
+            "train": {"preset": "proxy-cpu", "val_size": 100},
+        }
+    )
     assert search.train.train_per_class == 100
     checked = preflight.for_search(search).train
     assert (checked.train_size, checked.val_size, checked.image_size) == (200, 100, 32)  # 300 - 100 not held out
@@ -140,8 +162,9 @@ def test_the_train_command_decodes_its_split_once(tmp_path, cifar_train, monkeyp
     from autoaug.proxy_models.train import TrainConfig
 
     data = _subset(cifar_train, tmp_path / "d.parquet", 200)
-    config = preflight.for_train(TrainConfig.from_preset("smoke", data=str(data), train_size=64, val_size=32),
-                                 tmp_path / "out")
+    config = preflight.for_train(
+        TrainConfig.from_preset("smoke", data=str(data), train_size=64, val_size=32), tmp_path / "out"
+    )
     calls = []
     real = data_module.decode_image
     monkeypatch.setattr(data_module, "decode_image", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -208,8 +231,14 @@ def test_search_with_a_corrupt_image_fails_before_ray(tmp_path, cifar_train, cap
     import ray
 
     data = _subset(cifar_train, tmp_path / "d.parquet", 120, corrupt_row=100)
-    assert main(_search(tmp_path, "--data", str(data), "--storage", str(tmp_path / "runs"),
-                        "--store", str(tmp_path / "store"))) == 2
+    assert (
+        main(
+            _search(
+                tmp_path, "--data", str(data), "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")
+            )
+        )
+        == 2
+    )
     assert "d.parquet row 100" in _error_line(capsys)
     assert not ray.is_initialized() and not (tmp_path / "runs").exists()
 
@@ -219,8 +248,25 @@ def test_compare_refuses_before_ray(tmp_path, cifar_train, read_only_dir, capsys
 
     data = _subset(cifar_train, tmp_path / "train.parquet", 120, corrupt_row=3)
     test = _subset(cifar_train, tmp_path / "test.parquet", 60)
-    argv = ["compare", "--policy", "standard", "--baselines", "none", "--seeds", "1", "--preset", "smoke",
-            "--data", str(data), "--test-data", str(test), "--train-size", "64", "--set", "train.val_size=32"]
+    argv = [
+        "compare",
+        "--policy",
+        "standard",
+        "--baselines",
+        "none",
+        "--seeds",
+        "1",
+        "--preset",
+        "smoke",
+        "--data",
+        str(data),
+        "--test-data",
+        str(test),
+        "--train-size",
+        "64",
+        "--set",
+        "train.val_size=32",
+    ]
     assert main([*argv, "--out", str(tmp_path / "cmp")]) == 2
     assert "train.parquet row 3" in _error_line(capsys)
     _subset(cifar_train, data, 120)
@@ -239,10 +285,24 @@ def test_an_image_size_beyond_memory_is_one_line_under_ulimit_v(tmp_path, cifar_
     import sys
 
     data = _subset(cifar_train, tmp_path / "d.parquet", 200)
-    cmd = [sys.executable, "-m", "autoaug.launch.cli", "train", "--data", str(data), "--preset", "smoke",
-           *TINY_TRAIN, "--image-size", "100000", "--out", str(tmp_path / "x")]
-    done = subprocess.run(["bash", "-c", 'ulimit -v 8000000; exec "$@"', "bash", *cmd], capture_output=True,
-                          text=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "autoaug.launch.cli",
+        "train",
+        "--data",
+        str(data),
+        "--preset",
+        "smoke",
+        *TINY_TRAIN,
+        "--image-size",
+        "100000",
+        "--out",
+        str(tmp_path / "x"),
+    ]
+    done = subprocess.run(
+        ["bash", "-c", 'ulimit -v 8000000; exec "$@"', "bash", *cmd], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
@@ -269,15 +329,54 @@ def test_search_and_compare_count_their_runs_at_once(tmp_path, cifar_train, smal
     data = _subset(cifar_train, tmp_path / "train.parquet", 120)
     test = _subset(cifar_train, tmp_path / "test.parquet", 60)
     at_once = preflight.runs_at_once(1.0, 2)
-    assert main(_search(tmp_path, "--data", str(data), "--image-size", "512", "--storage", str(tmp_path / "runs"),
-                        "--store", str(tmp_path / "store"))) == 2
+    assert (
+        main(
+            _search(
+                tmp_path,
+                "--data",
+                str(data),
+                "--image-size",
+                "512",
+                "--storage",
+                str(tmp_path / "runs"),
+                "--store",
+                str(tmp_path / "store"),
+            )
+        )
+        == 2
+    )
     line = _error_line(capsys)
     assert line.startswith("autoaug: error: --image-size 512 needs about ") and " per trial (batch size 32" in line
     assert f"{at_once} trial{'s' if at_once > 1 else ''} at once and the data decoded here" in line
     assert line.endswith("but 2.0 GB is available; use a smaller --image-size or batch size")
-    assert main(["compare", "--policy", "standard", "--baselines", "none", "--seeds", "2", "--preset", "smoke",
-                 "--data", str(data), "--test-data", str(test), "--train-size", "64", "--set", "train.val_size=32",
-                 "--image-size", "512", "--out", str(tmp_path / "cmp")]) == 2
+    assert (
+        main(
+            [
+                "compare",
+                "--policy",
+                "standard",
+                "--baselines",
+                "none",
+                "--seeds",
+                "2",
+                "--preset",
+                "smoke",
+                "--data",
+                str(data),
+                "--test-data",
+                str(test),
+                "--train-size",
+                "64",
+                "--set",
+                "train.val_size=32",
+                "--image-size",
+                "512",
+                "--out",
+                str(tmp_path / "cmp"),
+            ]
+        )
+        == 2
+    )
     line = _error_line(capsys)
     assert line.startswith("autoaug: error: --image-size 512 needs about ") and " per run (batch size 32" in line
     assert "but 2.0 GB is available" in line

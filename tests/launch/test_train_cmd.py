@@ -1,4 +1,5 @@
 """``autoaug train`` end to end on the smoke preset, and its one-line errors."""
+
 from __future__ import annotations
 
 import csv
@@ -37,8 +38,25 @@ def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys)
     policy_file = tmp_path / "mine.json"
     policy_file.write_text(presets.resolve("autoaugment-cifar10").to_json())
     code, out, err = run_cli(
-        ["train", "--data", str(cifar_train), "--test-data", str(cifar_test), "--preset", "smoke",
-         "--policy", str(policy_file), "--epochs", "2", "--seed", "3", "--num-threads", "2", "--out", str(out_dir)],
+        [
+            "train",
+            "--data",
+            str(cifar_train),
+            "--test-data",
+            str(cifar_test),
+            "--preset",
+            "smoke",
+            "--policy",
+            str(policy_file),
+            "--epochs",
+            "2",
+            "--seed",
+            "3",
+            "--num-threads",
+            "2",
+            "--out",
+            str(out_dir),
+        ],
         capsys,
     )
     assert code == 0, err
@@ -71,8 +89,24 @@ def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys)
     assert code == 2 and "already holds a training run; pass --resume" in err
     # ... and --resume of a finished run only re-reads it.
     code, out, err = run_cli(
-        ["train", "--data", str(cifar_train), "--test-data", str(cifar_test), "--preset", "smoke",
-         "--policy", str(policy_file), "--epochs", "2", "--seed", "3", "--out", str(out_dir), "--resume"],
+        [
+            "train",
+            "--data",
+            str(cifar_train),
+            "--test-data",
+            str(cifar_test),
+            "--preset",
+            "smoke",
+            "--policy",
+            str(policy_file),
+            "--epochs",
+            "2",
+            "--seed",
+            "3",
+            "--out",
+            str(out_dir),
+            "--resume",
+        ],
         capsys,
     )
     assert code == 0, err
@@ -89,23 +123,41 @@ def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys)
         (["--model", "vgg-11"], "unknown model 'vgg-11'"),
         (["--resume"], "--resume: no checkpoint at"),
         (["--train-per-class", "0"], "TrainConfig.train_per_class must be a positive integer or None, got 0"),
-        (["--train-per-class", "50", "--train-size", "500"],
-         "TrainConfig.train_size=500 and train_per_class=50 both size the training split; set one of them"),
-        (["--set", "max_train_size=3000"], "TrainConfig.max_train_size=3000 bounds a training split sized per class, "
-                                           "but train_per_class is None"),
+        (
+            ["--train-per-class", "50", "--train-size", "500"],
+            "TrainConfig.train_size=500 and train_per_class=50 both size the training split; set one of them",
+        ),
+        (
+            ["--set", "max_train_size=3000"],
+            "TrainConfig.max_train_size=3000 bounds a training split sized per class, but train_per_class is None",
+        ),
         (["--image-size", "0"], "TrainConfig.image_size must be a positive integer, or 'auto'/None"),
         (["--base", "flip"], "--base 'flip' is not a base; expected one of none, crop, standard"),
         (["--set", "base=3"], "--base 3 is not a base; expected one of none, crop, standard"),
         # the default policy, standard, is a base alone: it is not quietly trained with a flip
-        (["--base", "crop"], "--base crop: policy 'standard' has no sub-policies, it is the base 'standard' alone "
-                             "and keeps it; to train the base 'crop' alone give --policy crop"),
+        (
+            ["--base", "crop"],
+            "--base crop: policy 'standard' has no sub-policies, it is the base 'standard' alone "
+            "and keeps it; to train the base 'crop' alone give --policy crop",
+        ),
         (["--policy", "none", "--base", "standard"], "give --policy standard"),
     ],
 )
 def test_user_errors_are_one_line_with_exit_code_2(extra, message, cifar_train, tmp_path, capsys):
     code, out, err = run_cli(
-        ["train", "--data", str(cifar_train), "--preset", "smoke", "--out", str(tmp_path / "o"),
-         "--store", str(tmp_path / "store"), *extra], capsys
+        [
+            "train",
+            "--data",
+            str(cifar_train),
+            "--preset",
+            "smoke",
+            "--out",
+            str(tmp_path / "o"),
+            "--store",
+            str(tmp_path / "store"),
+            *extra,
+        ],
+        capsys,
     )
     assert code == 2
     assert err.startswith("autoaug: error: ") and message in err
@@ -119,8 +171,22 @@ def test_policy_from_the_store(cifar_train, tmp_path, capsys):
     store = PolicyStore(str(tmp_path / "store"))
     store.save(presets.resolve("autoaugment-cifar10"), "mine")
     code, out, err = run_cli(
-        ["train", "--data", str(cifar_train), "--preset", "smoke", "--epochs", "1", "--policy", "mine@latest",
-         "--store", str(tmp_path / "store"), "--out", str(tmp_path / "o")], capsys
+        [
+            "train",
+            "--data",
+            str(cifar_train),
+            "--preset",
+            "smoke",
+            "--epochs",
+            "1",
+            "--policy",
+            "mine@latest",
+            "--store",
+            str(tmp_path / "store"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capsys,
     )
     assert code == 0, err
     metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
@@ -132,9 +198,27 @@ def test_base_trains_the_policy_on_another_base(cifar_train, small_cifar_test, t
     from autoaug.proxy_models.train import load_checkpoint
 
     out_dir = tmp_path / "o"
-    argv = ["train", "--data", str(cifar_train), "--test-data", str(small_cifar_test), "--preset", "smoke", "--epochs",
-            "1", "--train-size", "256", "--val-size", "64", "--policy", "autoaugment-cifar10", "--base", "crop",
-            "--out", str(out_dir)]
+    argv = [
+        "train",
+        "--data",
+        str(cifar_train),
+        "--test-data",
+        str(small_cifar_test),
+        "--preset",
+        "smoke",
+        "--epochs",
+        "1",
+        "--train-size",
+        "256",
+        "--val-size",
+        "64",
+        "--policy",
+        "autoaugment-cifar10",
+        "--base",
+        "crop",
+        "--out",
+        str(out_dir),
+    ]
     code, out, err = run_cli(argv, capsys)
     assert code == 0, err
     assert "with policy 'autoaugment-cifar10' (25 sub-policies, base crop instead of its standard (--base))" in out
@@ -161,25 +245,49 @@ def test_base_comes_from_the_layers(tmp_path):
 
 
 def test_missing_dataset_is_a_user_error(tmp_path, capsys):
-    code, _, err = run_cli(["train", "--data", str(tmp_path / "none.parquet"), "--preset", "smoke",
-                            "--out", str(tmp_path / "o")], capsys)
+    code, _, err = run_cli(
+        ["train", "--data", str(tmp_path / "none.parquet"), "--preset", "smoke", "--out", str(tmp_path / "o")], capsys
+    )
     assert code == 2
     assert "dataset not found" in err and len(err.strip().splitlines()) == 1
 
 
 def test_help_lists_the_flags():
-    result = subprocess.run([sys.executable, "-m", "autoaug.launch.cli", "train", "--help"], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    result = subprocess.run(
+        [sys.executable, "-m", "autoaug.launch.cli", "train", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert result.returncode == 0
-    for flag in ("--policy", "--base", "--store", "--data", "--test-data", "--model", "--epochs", "--preset", "--seed",
-                 "--out", "--device", "--resume", "--train-per-class", "--image-size", "--group-by"):
+    for flag in (
+        "--policy",
+        "--base",
+        "--store",
+        "--data",
+        "--test-data",
+        "--model",
+        "--epochs",
+        "--preset",
+        "--seed",
+        "--out",
+        "--device",
+        "--resume",
+        "--train-per-class",
+        "--image-size",
+        "--group-by",
+    ):
         assert flag in result.stdout
     # The presets and the per-class regime, with what it gives on CIFAR-10 and GTSRB.
     text = " ".join(result.stdout.split())
-    assert "proxy-cpu resnet-8, 120 epochs, 100 training images per class (1,000 to 2,000 in all), 1,000 validation " \
-           "images, the data's own image size" in text
+    assert (
+        "proxy-cpu resnet-8, 120 epochs, 100 training images per class (1,000 to 2,000 in all), 1,000 validation "
+        "images, the data's own image size" in text
+    )
     assert "smoke resnet-8, 2 epochs, 1,024 training images, 256 validation images, 32x32" in text
-    assert "So CIFAR-10 (10 classes of 5,000) trains on 1,000 images and GTSRB (43 classes of 210-2,250) on 2,000." in text
+    assert (
+        "So CIFAR-10 (10 classes of 5,000) trains on 1,000 images and GTSRB (43 classes of 210-2,250) on 2,000." in text
+    )
 
 
 def test_image_size_flag_takes_a_number_or_auto(tmp_path, capsys):
@@ -189,8 +297,9 @@ def test_image_size_flag_takes_a_number_or_auto(tmp_path, capsys):
     (tmp_path / "train.parquet").write_bytes(b"PAR1")
     data = str(tmp_path / "train.parquet")
     for flag, expected in (("48", 48), ("auto", None)):
-        _, config = train_cmd._settings(build_parser().parse_args(
-            ["train", "--data", data, "--preset", "smoke", "--image-size", flag]))
+        _, config = train_cmd._settings(
+            build_parser().parse_args(["train", "--data", data, "--preset", "smoke", "--image-size", flag])
+        )
         assert config.image_size == expected
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--data", data, "--image-size", "big"])
@@ -215,7 +324,9 @@ def test_images_of_several_sizes_with_an_automatic_size_are_one_line_before_anyt
     data = _signs(tmp_path / "mixed", [6, 6], size=lambda i: (32, 32, 3) if i % 2 else (40, 40, 3))
     code, _, err = run_cli(["train", "--data", str(data), "--preset", "cpu", "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "the images come in 2 sizes (width x height 32x32: 6 images, 40x40: 6 images); give one: --image-size N" in err
+    assert (
+        "the images come in 2 sizes (width x height 32x32: 6 images, 40x40: 6 images); give one: --image-size N" in err
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -227,25 +338,73 @@ def test_a_per_class_run_on_the_datas_own_size_records_what_it_resolved_to(tmp_p
     data = _signs(tmp_path / "signs", [12, 30, 6])
     out = tmp_path / "run"
     code, printed, err = run_cli(
-        ["train", "--data", str(data), "--preset", "smoke", "--train-per-class", "8", "--image-size", "auto",
-         "--val-size", "6", "--epochs", "1", "--batch-size", "8", "--num-threads", "1", "--out", str(out)], capsys)
+        [
+            "train",
+            "--data",
+            str(data),
+            "--preset",
+            "smoke",
+            "--train-per-class",
+            "8",
+            "--image-size",
+            "auto",
+            "--val-size",
+            "6",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+            "--num-threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 0, err
-    assert ("split: 22 training images, 6 validation images, 40x40 (asked: 8 training images per class; image size "
-            "auto)") in printed
+    assert (
+        "split: 22 training images, 6 validation images, 40x40 (asked: 8 training images per class; image size auto)"
+    ) in printed
     metrics = json.loads((out / "metrics.json").read_text())
     config = metrics["config"]
     assert (config["train_size"], config["val_size"], config["image_size"]) == (22, 6, 40)
     assert "train_per_class" not in config  # the record of what was computed: a total
     assert metrics["sizing"] == {
-        "requested": {"train_size": None, "val_size": 6, "train_per_class": 8, "min_train_size": None,
-                      "max_train_size": None, "image_size": None},
+        "requested": {
+            "train_size": None,
+            "val_size": 6,
+            "train_per_class": 8,
+            "min_train_size": None,
+            "max_train_size": None,
+            "image_size": None,
+        },
         "resolved": {"train_size": 22, "val_size": 6, "image_size": 40},
     }
     assert metrics["status"] == "finished" and len(metrics["history"]) == 1
     # Resuming with the same request is the same run (the checkpoint holds the resolved config).
     code, printed, err = run_cli(
-        ["train", "--data", str(data), "--preset", "smoke", "--train-per-class", "8", "--image-size", "auto",
-         "--val-size", "6", "--epochs", "1", "--batch-size", "8", "--out", str(out), "--resume"], capsys)
+        [
+            "train",
+            "--data",
+            str(data),
+            "--preset",
+            "smoke",
+            "--train-per-class",
+            "8",
+            "--image-size",
+            "auto",
+            "--val-size",
+            "6",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+            "--out",
+            str(out),
+            "--resume",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "resuming" in printed
 
@@ -266,12 +425,38 @@ def test_data_of_one_class_is_refused_before_training_in_one_line(tmp_path):
         return buf.getvalue()
 
     data = tmp_path / "one.parquet"
-    pq.write_table(pa.table({"image": pa.array([png(i) for i in range(80)], pa.binary()),
-                             "label": pa.array([3] * 80)}).replace_schema_metadata({"classes": "a,b,c,d"}), data)
-    proc = subprocess.run([sys.executable, "-m", "autoaug.launch.cli", "train", "--data", str(data), "--preset", "smoke",
-                           "--train-size", "64", "--val-size", "16", "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=300)
+    pq.write_table(
+        pa.table(
+            {"image": pa.array([png(i) for i in range(80)], pa.binary()), "label": pa.array([3] * 80)}
+        ).replace_schema_metadata({"classes": "a,b,c,d"}),
+        data,
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autoaug.launch.cli",
+            "train",
+            "--data",
+            str(data),
+            "--preset",
+            "smoke",
+            "--train-size",
+            "64",
+            "--val-size",
+            "16",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"autoaug: error: {data}: all ") and "training images are of one class, 'd' (80 " \
-        "images in the data); the data hold 1 class (4 declared); expected at least 2 classes in training" in proc.stderr
+    assert (
+        proc.stderr.startswith(f"autoaug: error: {data}: all ")
+        and "training images are of one class, 'd' (80 "
+        "images in the data); the data hold 1 class (4 declared); expected at least 2 classes in training"
+        in proc.stderr
+    )
     assert not (tmp_path / "out").exists()

@@ -1,6 +1,7 @@
 """Memory before work (autoaug.proxy_models.memory): the estimate of one training run grows with
 the pixels and the batch, a run that cannot fit is refused in one line naming the image size, the
 estimate and what is available, and the regimes the presets describe on CIFAR-10 pass."""
+
 from __future__ import annotations
 
 import pyarrow.parquet as pq
@@ -13,19 +14,27 @@ from autoaug.proxy_models.train import PRESETS, TrainConfig, eval_batch_size, tr
 GB = 10**9
 
 
-def _estimate(image_size: int, batch_size: int = 32, *, train_images: int = 1024, val_images: int = 256,
-              model: str = "resnet-8") -> memory.MemoryEstimate:
+def _estimate(
+    image_size: int, batch_size: int = 32, *, train_images: int = 1024, val_images: int = 256, model: str = "resnet-8"
+) -> memory.MemoryEstimate:
     config = TrainConfig(model=model, image_size=image_size, batch_size=batch_size, device="cpu")
-    return memory.estimate_run_memory(config, num_classes=10, train_images=train_images, val_images=val_images,
-                                      eval_batch_size=eval_batch_size(config))
+    return memory.estimate_run_memory(
+        config,
+        num_classes=10,
+        train_images=train_images,
+        val_images=val_images,
+        eval_batch_size=eval_batch_size(config),
+    )
 
 
 @pytest.fixture
 def machine(monkeypatch):
     """Set what the machine has: ``machine(available, address_space=None)`` (bytes)."""
+
     def set_to(available: int | None, address_space: int | None = None) -> None:
         monkeypatch.setattr(memory, "_meminfo_available", lambda: available)
         monkeypatch.setattr(memory, "_address_space_left", lambda: address_space)
+
     return set_to
 
 
@@ -69,8 +78,9 @@ def test_the_model_part_is_left_out_on_cuda():
 def test_a_run_that_cannot_fit_is_refused_in_one_line(machine):
     machine(8 * GB)
     config = TrainConfig(image_size=2048, batch_size=32, device="cpu")
-    estimate = memory.estimate_run_memory(config, num_classes=10, train_images=1024, val_images=256,
-                                          eval_batch_size=256)
+    estimate = memory.estimate_run_memory(
+        config, num_classes=10, train_images=1024, val_images=256, eval_batch_size=256
+    )
     assert estimate.total > 8 * GB
     with pytest.raises(UserInputError) as caught:
         memory.check_memory(config, num_classes=10, train_images=1024, val_images=256, eval_batch_size=256)
@@ -126,9 +136,15 @@ def test_every_preset_fits_a_small_machine_on_cifar10(preset, machine):
     config = TrainConfig.from_preset(preset).resolved([5000] * 10, data_image_size=32)
     train_images = config.train_size or 50_000 - (config.val_size or 0)
     val_images = 50_000 - train_images if config.val_size is None else config.val_size
-    estimate = memory.check_memory(config, num_classes=10, train_images=train_images, val_images=val_images,
-                                   test_images=10_000, eval_batch_size=eval_batch_size(config),
-                                   cuda=config.device == "cuda")
+    estimate = memory.check_memory(
+        config,
+        num_classes=10,
+        train_images=train_images,
+        val_images=val_images,
+        test_images=10_000,
+        eval_batch_size=eval_batch_size(config),
+        cuda=config.device == "cuda",
+    )
     assert estimate.total < 4 * GB
 
 

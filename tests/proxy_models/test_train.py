@@ -110,7 +110,7 @@ def test_to_dict_is_json_and_round_trips():
         ({"train_size": 0, "val_size": None}, r"leave the split undefined"),
         ({"device": "tpu"}, r"TrainConfig.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got 'tpu'"),
         ({"num_threads": 0}, r"TrainConfig.num_threads must be a positive integer or None, got 0"),
-        ({"amp": "yes"}, r"TrainConfig.amp must be true, false or None"),
+        ({"amp": "yes"}, r"TrainConfig.amp must be true, false, None \(automatic: on for CUDA\) or 'native'"),
         ({"nesterov": 1}, r"TrainConfig.nesterov must be true or false, got 1"),
         ({"eval_every": 0}, r"TrainConfig.eval_every must be a positive integer"),
         ({"eval_from": 3, "epochs": 2}, r"TrainConfig.eval_from must be an integer in \[1, epochs=2\], got 3"),
@@ -173,8 +173,9 @@ def test_cpu_presets_resolve_on_cifar10_to_exactly_the_recorded_regimes():
             (1000, 1000, 32) if name == "proxy-cpu" else (1000, 0, 32)
         )
         # proxy-cpu has trained in bf16 + channels_last since they were measured (on purpose: another
-        # recipe, so earlier proxy runs are not reused); eval-cpu, the yardstick, is what it was.
-        numerics = [("amp", None, True), ("channels_last", None, True), ("amp_dtype", None, "bfloat16")]
+        # recipe, so earlier proxy runs are not reused), bf16 only on CPUs with native bf16 since
+        # amp "native"; eval-cpu, the yardstick, is what it was.
+        numerics = [("amp", None, "native"), ("channels_last", None, True), ("amp_dtype", None, "bfloat16")]
         assert resolved.changed_fields(recorded, ignore=("data", "test_data")) == (
             numerics if name == "proxy-cpu" else []
         )
@@ -402,7 +403,10 @@ def test_sizing_record_and_descriptions(gtsrb_counts):
     assert TrainConfig.from_preset("final").describe_split() == "every image trains, no validation"
     assert TrainConfig.from_preset("paper").describe_split() == "4,000 training images, the rest validate"
     # what a search prints of its proxy: the recipe, and the numerics when they are not float32
-    assert requested.describe_recipe() == "120 epochs, batch 64, lr 0.2, seed 0, bfloat16 autocast, channels-last"
+    assert (
+        requested.describe_recipe()
+        == "120 epochs, batch 64, lr 0.2, seed 0, bfloat16 autocast where native, channels-last"
+    )
     assert TrainConfig.from_preset("eval-cpu").describe_recipe() == "120 epochs, batch 64, lr 0.2, seed 0"
 
 

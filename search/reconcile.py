@@ -194,6 +194,9 @@ class StudySearch(OptunaSearch):
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         self._tell_complete(trial_id, result, error)
+        budget = getattr(self, "_budget", None)
+        if budget is not None:
+            budget.save()  # the time spent up to this trial's end, saved with it (not only at heartbeats)
         if not error:  # Tune's saved state holds the trial (StudyGuard.on_trial_complete), the study its end
             failpoints.hit("search.after_trial_saved")
 

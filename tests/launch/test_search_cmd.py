@@ -541,7 +541,9 @@ def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_p
         *dirs,
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    kill_driver(argv, env, "budget.after_save:2", 300)  # right after the first heartbeat saved budget.json
+    # After the second trial's end is in Tune's saved state (so there is something to resume) and in
+    # budget.json (saved with every trial's end): one path, whatever the heartbeats' timing.
+    kill_driver(argv, env, "search.after_trial_saved:2", 300)
     run = tmp_path / "runs" / "later"
     killed = json.loads((run / "budget.json").read_text())
     assert [s["session"] for s in killed["sessions"]] == ["start 1"] and killed["ended"] is None

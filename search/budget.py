@@ -220,6 +220,13 @@ class Budget:
             self._run.write_json(BUDGET_FILE, self.to_dict())
         failpoints.hit("budget.after_save")
 
+    def save_at_event(self) -> None:
+        """Save at an event of the search (a trial's end) as well as at the heartbeats, where a
+        write is cheap: a local run directory (behind a URI, a density search's thousands of
+        trial ends would each cost a remote write; the heartbeat covers them)."""
+        if self._run is not None and getattr(self._run, "local_path", None) is not None:
+            self.save()
+
     @contextlib.contextmanager
     def running(self) -> Iterator["Budget"]:
         """For the time of the block, save the spent time every :data:`HEARTBEAT_S` seconds (a

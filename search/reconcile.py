@@ -196,7 +196,7 @@ class StudySearch(OptunaSearch):
         self._tell_complete(trial_id, result, error)
         budget = getattr(self, "_budget", None)
         if budget is not None:
-            budget.save()  # the time spent up to this trial's end, saved with it (not only at heartbeats)
+            budget.save_at_event()  # the time spent up to this trial's end, with it (not only at heartbeats)
         if not error:  # Tune's saved state holds the trial (StudyGuard.on_trial_complete), the study its end
             failpoints.hit("search.after_trial_saved")
 

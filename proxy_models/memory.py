@@ -128,7 +128,7 @@ def pipeline_bytes_per_pixel(*, train: bool, policy_stages: int = 2, dali_decode
 
 @functools.lru_cache(maxsize=16)
 def _activation_bytes(model: str, num_classes: int) -> tuple[int, int, int]:
-    """``(parameters, bytes autograd saves for one REFERENCE_SIZE image, the four largest
+    """``(parameters, bytes autograd saves for one REFERENCE_SIZE image, the three largest
     activations of that image)`` of ``model``: one forward pass on the CPU (milliseconds for
     ResNet-8, about a second for WRN-28-10)."""
     import torch

@@ -353,12 +353,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         if record.provenance:
             from autoaug.search.calibrate import describe_calibration  # light: no Ray, no Optuna
 
-            calibration = describe_calibration(record.provenance.get("calibration"))
-            if calibration:
-                print("measured before the search")
-                for line in calibration:
-                    print("  " + line)
-                print()
+            from autoaug.search.rescore import describe_selection
+
+            for heading, lines in (
+                ("measured before the search", describe_calibration(record.provenance.get("calibration"))),
+                ("re-scored after the trials", describe_selection(record.provenance.get("selection"))),
+            ):
+                if lines:
+                    print(heading)
+                    for line in lines:
+                        print("  " + line)
+                    print()
             print("provenance")
             for line in json.dumps(record.provenance, indent=2, sort_keys=True).splitlines():
                 print("  " + line)

@@ -10,18 +10,21 @@ configuration, seeds ``train.seed + CALIBRATION_SEED_OFFSET + i`` -- and scores 
 is scored (:data:`~autoaug.search.score.METRIC`):
 
 1. **Bases** (``base: auto``): each base alone (``none``, ``crop``, ``standard``:
-   :mod:`autoaug.policies.bases`), ``calibration_seeds`` runs each. The bases whose mean is within
-   the noise of the best mean (difference under twice its standard error; one proxy run's
-   seed-to-seed standard deviation is :data:`RUN_NOISE`, or the pooled spread of the runs when it
-   is larger) get ``base_extra_seeds`` more runs each, and the choice is made again on all their
-   runs. Of the best base and those still within the noise of it, the one that augments most
+   :mod:`autoaug.policies.bases`), ``calibration_seeds`` runs each, as a race
+   (:func:`_race`): the noise of a run's score is measured on these runs, per image and, from
+   repeated runs, per run (:mod:`autoaug.search.noise`; with one seed each, ``standard`` runs
+   twice so the first round measures it), and the bases whose mean is within the noise of the
+   best mean (difference under twice its standard error) get one more run each, together with
+   the best, for at most ``base_extra_seeds`` rounds; the others are dropped. Of the best base
+   and those still within the noise of it, the one that augments most
    (:data:`BASE_STRENGTH`: ``standard``, then ``crop``, then ``none``) is kept: an augmentation
    that changes labels shows as a gap far beyond the noise (a flip on traffic signs: 6 points
    under the proxy), while one the proxy cannot tell from a weaker one still pays in the longer
    final training (CIFAR-10: the flip within the noise under the proxy with one run each, +1.5
    points in ``eval-cpu``).
 2. **Transfer** (``warm_start: auto``): each published policy of :data:`TRANSFER_REFS` moved onto
-   that base. The search warm-starts from the sub-policies of the best-scoring one that fits the
+   that base, the same race (``transfer_extra_seeds`` rounds; ``autoaugment-cifar10`` runs twice
+   in the first). The search warm-starts from the sub-policies of the best-scoring one that fits the
    search space (AutoAugment's three policies do; RandAugment's and TrivialAugment's uniform
    operations at one magnitude of 31 bins do not: when one of them transfers best, the summary
    says so and the best AutoAugment policy is the warm start).
@@ -40,14 +43,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from autoaug.core import failpoints
+from autoaug.search.noise import Noise, difference_se, measure
 from autoaug.search.score import METRIC
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
+    from autoaug.search.budget import Budget
     from autoaug.search.run_dir import RunDir
 
 __all__ = [
@@ -55,7 +59,6 @@ __all__ = [
     "CALIBRATION_FILE",
     "CALIBRATION_SEED_OFFSET",
     "TRANSFER_REFS",
-    "RUN_NOISE",
     "BASE_STRENGTH",
     "Calibration",
     "needs_calibration",
@@ -74,11 +77,6 @@ CALIBRATION_FILE = "calibration.json"
 CALIBRATION_SEED_OFFSET = 2_000
 #: The published policies a transfer warm start scores, in this order (ties go to the earlier).
 TRANSFER_REFS = ("autoaugment-cifar10", "autoaugment-svhn", "autoaugment-imagenet", "randaugment", "trivialaugment")
-#: One proxy run's seed-to-seed standard deviation of the search score, when the calibration's runs
-#: cannot measure a larger one: ``proxy-cpu`` on CIFAR-10, the sd of the paired differences between
-#: two seeds over 10 policies (1.85 points) over sqrt(2) (benchmarks/results/trial-throughput;
-#: earlier runs of one policy spread 0.5-0.7 points, fewer policies, a float32 proxy).
-RUN_NOISE = 0.013
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,34 +119,43 @@ def _key(stage: str, label: str, cfg: Any) -> str:
     return f"{stage}:{label}/seed={cfg.seed}"
 
 
-def _scores(stage: str, labels: Sequence[str], cfgs: Sequence[Any], runs: Mapping[str, Any]) -> dict[str, list[float]]:
-    return {label: [float(runs[_key(stage, label, c)][METRIC]) for c in cfgs] for label in labels}
+Runs = Mapping[str, Sequence[Any]]  # {label: [run result (a dict with METRIC) or a bare score, ...]}
 
 
-def _noise(scores: Mapping[str, Sequence[float]]) -> tuple[float, str]:
-    """The standard deviation of one run's score and where it comes from: the spread pooled over
-    the labels with several runs, or :data:`RUN_NOISE` when there are none or it is larger (a few
-    runs can show a spread far below the real one, and would then tell apart bases that are not)."""
-    groups = [list(v) for v in scores.values() if len(v) > 1]
-    known = f"a proxy run's seed-to-seed spread is about {RUN_NOISE * 100:.1f} points"
-    if not groups:
-        return RUN_NOISE, f"one run each; {known}"
-    pooled = math.sqrt(
-        math.fsum(statistics.variance(g) * (len(g) - 1) for g in groups) / sum(len(g) - 1 for g in groups)
-    )
-    runs = " or ".join(str(n) for n in sorted({len(v) for v in scores.values()}, reverse=True))
-    if pooled < RUN_NOISE:
-        return RUN_NOISE, (
-            f"{runs} runs each; pooled spread {pooled * 100:.2f} points, taken as no less than "
-            f"{RUN_NOISE * 100:.1f}, a proxy run's known seed-to-seed spread"
-        )
-    return pooled, f"{runs} runs each; pooled seed-to-seed spread {pooled * 100:.2f} points"
+def _as_runs(runs: Runs) -> dict[str, list[Mapping[str, Any]]]:
+    return {
+        label: [r if isinstance(r, Mapping) else {METRIC: float(r)} for r in rs] for label, rs in runs.items() if rs
+    }
 
 
-def _ranked(scores: Mapping[str, Sequence[float]], order: Sequence[str]) -> list[tuple[str, float]]:
-    means = {label: math.fsum(v) / len(v) for label, v in scores.items()}
+def _score_of(run: Mapping[str, Any]) -> float:
+    return float(run.get(METRIC, run.get("val_accuracy")))
+
+
+def _ranked(runs: Mapping[str, Sequence[Mapping[str, Any]]], order: Sequence[str]) -> list[tuple[str, float]]:
+    means = {label: math.fsum(_score_of(r) for r in v) / len(v) for label, v in runs.items()}
     rank = {label: i for i, label in enumerate(order)}
     return sorted(means.items(), key=lambda kv: (-kv[1], rank.get(kv[0], len(rank))))
+
+
+def _within(runs: Runs, order: Sequence[str]) -> tuple[list[tuple[str, float]], Noise, list[str], Any]:
+    """The labels ranked by mean, the measured noise (:func:`autoaug.search.noise.measure`), the
+    labels whose mean is within the noise of the best (less than twice the standard error of the
+    difference below it) and that threshold as a function of a label."""
+    runs = _as_runs(runs)
+    ranked = _ranked(runs, order)
+    best, top = ranked[0]
+    noise = measure(runs)
+
+    def threshold(label: str) -> float:
+        return 2 * difference_se(noise, len(runs[best]), len(runs[label]))
+
+    within = [label for label, mean in ranked[1:] if top - mean < threshold(label)]
+    return ranked, noise, within, threshold
+
+
+def _noise_record(noise: Noise, threshold: float) -> dict[str, Any]:
+    return {**noise.to_dict(), "threshold": threshold, "source": noise.source()}
 
 
 #: The bases from the one that augments most to the one that augments least: of the bases within
@@ -156,45 +163,44 @@ def _ranked(scores: Mapping[str, Sequence[float]], order: Sequence[str]) -> list
 BASE_STRENGTH = ("standard", "crop", "none")
 
 
-def choose_base(scores: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+def choose_base(runs: Runs) -> dict[str, Any]:
     """The base to search on and the record of why: every base's runs and mean; ``best``, the
     highest mean; ``within_noise``, the bases whose mean is less than twice the standard error of
-    the difference below it (``threshold``, for the same number of runs as the best); ``chosen``,
-    of the best and those within the noise, the one that augments most (:data:`BASE_STRENGTH`)."""
-    ranked = _ranked(scores, BASE_STRENGTH)
-    best, top = ranked[0]
-    sigma, source = _noise(scores)
-    n_best = len(scores[best])
-
-    def threshold(label: str) -> float:
-        return 2 * sigma * math.sqrt(1 / n_best + 1 / len(scores[label]))
-
-    within = [label for label, mean in ranked[1:] if top - mean < threshold(label)]
+    the difference below it (``threshold``, for the same number of runs as the best; the noise as
+    measured on these runs, :mod:`autoaug.search.noise`); ``chosen``, of the best and those
+    within the noise, the one that augments most (:data:`BASE_STRENGTH`). ``runs``: ``{base:
+    [run result, ...]}`` (or bare scores)."""
+    ranked, noise, within, threshold = _within(runs, BASE_STRENGTH)
+    best = ranked[0][0]
     strength = {b: i for i, b in enumerate(BASE_STRENGTH)}
     chosen = min([best, *within], key=lambda b: strength.get(b, len(strength)))
+    runs = _as_runs(runs)
     return {
         "chosen": chosen,
         "best": best,
-        "scores": {label: {"mean": mean, "runs": list(scores[label])} for label, mean in ranked},
-        "noise": {"sd": sigma, "threshold": threshold(best), "source": source},
+        "scores": {label: {"mean": mean, "runs": [_score_of(r) for r in runs[label]]} for label, mean in ranked},
+        "noise": _noise_record(noise, threshold(best)),
         "within_noise": within,
     }
 
 
-def rank_transfer(scores: Mapping[str, Sequence[float]], fits: Mapping[str, str | None]) -> dict[str, Any]:
-    """The published policies ranked by mean score (ties: :data:`TRANSFER_REFS` order), and the
-    warm start: the best one whose sub-policies fit the search space (``fits[ref]`` is None when
-    it fits, else why not)."""
-    ranked = _ranked(scores, TRANSFER_REFS)
+def rank_transfer(runs: Runs, fits: Mapping[str, str | None]) -> dict[str, Any]:
+    """The published policies ranked by mean score (ties: :data:`TRANSFER_REFS` order), those
+    within the noise of the best (as :func:`choose_base`), and the warm start: the best one whose
+    sub-policies fit the search space (``fits[ref]`` is None when it fits, else why not)."""
+    ranked, noise, within, threshold = _within(runs, TRANSFER_REFS)
     best, top = ranked[0]
     warm = next((ref for ref, _ in ranked if fits.get(ref) is None), None)
+    runs = _as_runs(runs)
     return {
         "best": best,
         "warm_start": [] if warm is None else [warm],
+        "noise": _noise_record(noise, threshold(best)),
+        "within_noise": within,
         "scores": {
             ref: {
                 "mean": mean,
-                "runs": list(scores[ref]),
+                "runs": [_score_of(r) for r in runs[ref]],
                 "margin": top - mean,
                 **({"unfit": fits[ref]} if fits.get(ref) else {}),
             }
@@ -203,10 +209,69 @@ def rank_transfer(scores: Mapping[str, Sequence[float]], fits: Mapping[str, str 
     }
 
 
-def calibrate(config: Any, run: RunDir, display: Progress) -> Calibration | None:
+def _race(
+    train: Any,
+    stage: str,
+    policies: Mapping[str, Any],
+    what: str,
+    decide: Any,
+    first: Sequence[Any],
+    extra: Sequence[Any],
+    affordable: Any = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Score ``policies`` as a race: every one with the ``first`` seeds (plus, when that is one
+    seed and more rounds are allowed, a second run of the first policy, so the per-run noise is
+    measured from the first round on); then, one round per seed of ``extra``, one more run for
+    the best and each policy within the noise of it, until none is (the others are dropped:
+    they are beyond the noise). ``decide(runs)`` is :func:`choose_base` or a
+    :func:`rank_transfer`. ``affordable(stage, labels, cfg)``: whether a round training those
+    runs still fits the time it may take (None: always); a round that does not is not run, and
+    the last round's record says so. Returns the final decision and the rounds that ran again."""
+    labels = list(policies)
+    seeds: dict[str, list[Any]] = {label: list(first) for label in labels}
+    runs = train(stage, policies, what, first)
+    if len(first) == 1 and extra:
+        anchor = labels[0]
+        seeds[anchor].append(extra[0])
+        runs[anchor] += train(stage, {anchor: policies[anchor]}, f"{anchor} again, to measure the noise", extra[:1])[
+            anchor
+        ]
+    rounds: list[dict[str, Any]] = []
+    decision = decide(runs)
+    for cfg in extra:
+        tied = [decision["best"], *decision["within_noise"]]
+        if len(tied) < 2:
+            break
+        rounds.append(
+            {
+                "best": decision["best"],
+                "within_noise": decision["within_noise"],
+                "threshold": decision["noise"]["threshold"],
+            }
+        )
+        todo = {label: policies[label] for label in tied if cfg not in seeds[label]}
+        if todo and affordable is not None and not affordable(stage, list(todo), cfg):
+            rounds[-1]["stopped"] = "time"
+            break
+        if todo:
+            more = train(stage, todo, f"{', '.join(tied)} within the noise, more runs", [cfg])
+            for label, rs in more.items():
+                seeds[label].append(cfg)
+                runs[label] += rs
+        decision = decide(runs)
+    return decision, rounds
+
+
+#: The share of a search's time budget the calibration's races may spend: a round that would
+#: end past it is not run (the first round always is: nothing can be chosen without it).
+CALIBRATION_SHARE = 1 / 3
+
+
+def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None = None) -> Calibration | None:
     """Run what ``config`` leaves to measurement (``base``, ``warm_start`` ``"auto"``) inside the
     search's Ray session, resuming from ``calibration.json`` in the run directory ``run``; None
-    when nothing is automatic."""
+    when nothing is automatic. With a time budget, the races run more rounds only while they
+    fit in :data:`CALIBRATION_SHARE` of it."""
     if not needs_calibration(config):
         return None
     from autoaug.policies import presets
@@ -225,7 +290,7 @@ def calibrate(config: Any, run: RunDir, display: Progress) -> Calibration | None
 
     def train(
         stage: str, policies: Mapping[str, Any], what: str, seeds: Sequence[Any] = tuple(cfgs)
-    ) -> dict[str, list[float]]:
+    ) -> dict[str, list[dict[str, Any]]]:
         todo = [(_key(stage, label, c), policy, c) for label, policy in policies.items() for c in seeds]
         missing = sum(1 for key, _, _ in todo if key not in runs)
         if missing:
@@ -243,7 +308,28 @@ def calibrate(config: Any, run: RunDir, display: Progress) -> Calibration | None
             failpoints.hit("calibrate.after_run_saved")
 
         runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
-        return _scores(stage, list(policies), seeds, runs)
+        return {label: [runs[_key(stage, label, c)] for c in seeds] for label in policies}
+
+    def affordable(stage: str, labels: Sequence[str], cfg: Any) -> bool:
+        missing = [label for label in labels if _key(stage, label, cfg) not in runs]
+        if budget is None or not missing:
+            return True
+        from autoaug.search.budget import measured_run_s
+        from autoaug.search.rescore import parallel_runs
+
+        run_s = measured_run_s(runs)
+        if run_s is None:
+            return True
+        waves = math.ceil(len(missing) / parallel_runs(config))
+        return budget.spent_s() + waves * run_s <= CALIBRATION_SHARE * budget.total_s
+
+    extra = [
+        calibration_train_config(config, i)
+        for i in range(
+            config.calibration_seeds,
+            config.calibration_seeds + max(config.base_extra_seeds, config.transfer_extra_seeds),
+        )
+    ]
 
     # A calibration that ended keeps its choice when the search resumes, even under a later version
     # whose rule would choose otherwise: the trials already ran on that base, from that warm start.
@@ -257,26 +343,15 @@ def calibrate(config: Any, run: RunDir, display: Progress) -> Calibration | None
     elif config.base == AUTO:
         from autoaug.policies.bases import NAMES
 
-        bases = {b: presets.resolve(b) for b in NAMES}
-        scores = train("base", bases, "each base alone")
-        record["base"] = first = choose_base(scores)
-        tied = [first["best"], *first["within_noise"]]
-        if len(tied) > 1 and config.base_extra_seeds:
-            # Bases within the noise of each other: more runs for those alone, then choose again.
-            extra = [
-                calibration_train_config(config, i)
-                for i in range(config.calibration_seeds, config.calibration_seeds + config.base_extra_seeds)
-            ]
-            record["base_extra_seeds"] = [c.seed for c in extra]
-            more = train("base", {b: bases[b] for b in tied}, f"{', '.join(tied)} within the noise, more runs", extra)
-            record["base"] = {
-                **choose_base({b: scores[b] + more.get(b, []) for b in scores}),
-                "first_round": {
-                    "within_noise": first["within_noise"],
-                    "best": first["best"],
-                    "threshold": first["noise"]["threshold"],
-                },
-            }
+        strength = {b: i for i, b in enumerate(BASE_STRENGTH)}
+        bases = {b: presets.resolve(b) for b in sorted(NAMES, key=lambda b: strength.get(b, len(strength)))}
+        decision, rounds = _race(
+            train, "base", bases, "each base alone", choose_base, cfgs, extra[: config.base_extra_seeds], affordable
+        )
+        record["base"] = decision if not rounds else {**decision, "rounds": rounds}
+        more = sorted({c.seed for c in extra[: config.base_extra_seeds] for b in bases if _key("base", b, c) in runs})
+        if more:
+            record["base_extra_seeds"] = more
         base = record["base"]["chosen"]
     chosen_base = base if base is not None else config.space.base
     warm = None
@@ -293,10 +368,17 @@ def calibrate(config: Any, run: RunDir, display: Progress) -> Calibration | None
                 fits[ref] = None
             except ValueError as exc:
                 fits[ref] = str(exc).split(": ", 1)[-1]
-        record["transfer"] = {
-            "base": chosen_base,
-            **rank_transfer(train("transfer", policies, f"the published policies on base {chosen_base}"), fits),
-        }
+        decision, rounds = _race(
+            train,
+            "transfer",
+            policies,
+            f"the published policies on base {chosen_base}",
+            lambda r: rank_transfer(r, fits),
+            cfgs,
+            extra[: config.transfer_extra_seeds],
+            affordable,
+        )
+        record["transfer"] = {"base": chosen_base, **decision, **({"rounds": rounds} if rounds else {})}
         warm = tuple(record["transfer"]["warm_start"])
     run.write_json(CALIBRATION_FILE, {"runs": runs, "record": record})
     for line in describe_calibration(record):
@@ -329,6 +411,21 @@ def _by_mean(scores: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> l
     return sorted(scores.items(), key=lambda kv: (-kv[1]["mean"], rank.get(kv[0], len(rank))))
 
 
+def _rounds_text(stage: Mapping[str, Any]) -> str:
+    """Why some ran again: the rounds of a race (records before races: ``first_round``)."""
+    rounds = stage.get("rounds") or ([stage["first_round"]] if stage.get("first_round") else [])
+    parts = [f"{', '.join(r['within_noise'])} within {_pts(r['threshold'])} points of {r['best']}" for r in rounds]
+    if not parts:
+        return ""
+    if len(parts) == 1 and "first_round" in stage:
+        return f" (first round: {parts[0]}, so they ran again)"
+    if rounds[-1].get("stopped") == "time":
+        last = parts.pop()
+        cut = f"{last}, but another round did not fit in the calibration's share of the time budget"
+        return " (" + "; then ".join(["ran again: " + p for p in parts[:1]] + parts[1:] + [cut]) + ")"
+    return " (ran again: " + "; then ".join(parts) + ")"
+
+
 def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
     """Lines a person reads: which base was chosen and why, which published policy transferred
     best and by how much (the search's summary, ``autoaug policies show``)."""
@@ -356,12 +453,7 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
                 f"within the noise of the best mean, {best} ({_pts(noise['threshold'])} points; {noise['source']}), "
                 f"and augments more: a weaker base wins only beyond the noise"
             )
-        first = base.get("first_round")
-        if first:
-            why += (
-                f" (first round: {', '.join(first['within_noise'])} within "
-                f"{_pts(first['threshold'])} points of {first['best']}, so they ran again)"
-            )
+        why += _rounds_text(base)
         lines.append(f"base: {base['chosen']} (proxy score %, {each}: {scores}); {why}")
     transfer = record.get("transfer")
     if transfer:
@@ -372,7 +464,14 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
         lines.append(f"transfer (published policies on base {transfer['base']}, proxy score %): {ranked}")
         runner_up = [s for ref, s in ordered if ref != best]
         margin = f" by {_pts(runner_up[0]['margin'])} points over the next" if runner_up else ""
-        lines.append(f"transferred best: {best}{margin}")
+        noise = transfer.get("noise")
+        if noise and transfer.get("within_noise"):
+            margin += f"; within the noise of it ({_pts(noise['threshold'])} points; {noise['source']}): " + ", ".join(
+                transfer["within_noise"]
+            )
+        elif noise and runner_up:
+            margin += f", beyond the noise ({_pts(noise['threshold'])} points; {noise['source']})"
+        lines.append(f"transferred best: {best}{margin}{_rounds_text(transfer)}")
         warm = transfer["warm_start"]
         if warm and warm[0] != best:
             lines.append(

@@ -76,8 +76,11 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # trials validated only where their score is read make a trial epoch 1.86x cheaper than when
     # the search (28 trials, 3-4 re-scoring runs, no calibration) took 33-42 minutes, so the 8
     # calibration runs fit too (benchmarks/results/trial-throughput; docs/search.md, "Time budget").
+    # Validated on up to 5,000 of the images the training split leaves (not the proxy's 1,000): one
+    # run's score spread 0.64 points instead of 1.13 for 1.17x the CPU of a whole trial
+    # (benchmarks/results/score-noise-cifar10; the 0.52 points of training noise stay).
     "cpu": {
-        "train": {"preset": "proxy-cpu"},
+        "train": {"preset": "proxy-cpu", "max_val_size": 5000},
         "concurrency": 2,
         "cpus_per_trial": 1,
         "gpus_per_trial": 0,
@@ -198,8 +201,11 @@ class SearchConfig:
             None: the space's own (``space.base``, ``standard``), as searches did before bases.
         calibration_seeds: proxy runs per base and per published policy when ``base`` or
             ``warm_start`` is ``"auto"`` (seeds ``train.seed + 2000``, ``+ 2001``, ...).
-        base_extra_seeds: more proxy runs for each base within the noise of the best, when
-            there are any, before the base is chosen again on all their runs (0: none).
+        base_extra_seeds: at most this many more rounds of the bases' race: one more proxy run
+            for the best base and each base within the noise of it, while there are any, the
+            choice made again on all their runs each time (0: none; with one calibration seed,
+            the strongest base also runs twice in the first round, so the noise is measured).
+        transfer_extra_seeds: the same for the published policies' race (0: one run each).
         rescore: train the final candidates a method returns (the assembled policy, the best
             single trial, ...) again under the proxy (fresh seeds) and store the best
             (:mod:`autoaug.search.rescore`).
@@ -239,6 +245,7 @@ class SearchConfig:
     base: str | None = None
     calibration_seeds: int = 1
     base_extra_seeds: int = 2
+    transfer_extra_seeds: int = 1
     rescore: bool = False
     rescore_seeds: int = 1
     rescore_val_size: int | None = None
@@ -393,8 +400,9 @@ class SearchConfig:
                 object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
         if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
             raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
-        if not is_int(self.base_extra_seeds) or not 0 <= self.base_extra_seeds <= 100:
-            raise invalid(self, "base_extra_seeds", "an integer in [0, 100]")
+        for name in ("base_extra_seeds", "transfer_extra_seeds"):
+            if not is_int(getattr(self, name)) or not 0 <= getattr(self, name) <= 100:
+                raise invalid(self, name, "an integer in [0, 100]")
         if self.verbose not in (0, 1, 2):
             raise invalid(self, "verbose", "0, 1 or 2")
         if self.method not in METHODS:
@@ -427,7 +435,12 @@ class SearchConfig:
         if preset is not None:
             if preset not in SEARCH_PRESETS:
                 raise ValueError(f"unknown search preset {preset!r}; expected one of {list(SEARCH_PRESETS)}")
-            data = deep_merge(SEARCH_PRESETS[preset], data)
+            layer = SEARCH_PRESETS[preset]
+            if isinstance(layer.get("train"), Mapping) and isinstance(data.get("train"), Mapping):
+                from autoaug.proxy_models.train_config import layer_sizing
+
+                layer = {**layer, "train": layer_sizing(layer["train"], data["train"])}
+            data = deep_merge(layer, data)
         check_keys(data, cls.config_keys(), "search config key(s)")
         data["settings"] = {m.name: m.settings.take(data) for m in METHODS.values()}
         if "data" in data:

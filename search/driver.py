@@ -212,7 +212,7 @@ def _search(
             display.log(budget.describe_start())
         with contextlib.nullcontext() if budget is None else budget.running():  # its clock saved as it runs
             with tune_output(config.verbose), _session(session, address, config.verbose):
-                calibration = calibrate(config, run, display)  # base / warm start "auto": measured first
+                calibration = calibrate(config, run, display, budget)  # base / warm start "auto": measured first
                 if calibration is not None:
                     config = calibration.apply(config)
                 if budget is not None:
@@ -294,7 +294,8 @@ def _rescore(
             return None
     if len(candidate_scores(candidates, config, cached)) < len(candidates):
         what = ", ".join(f"{c.kind} ({len(c.policy.sub_policies)} sub-policies)" for c in candidates)
-        val = config.rescore_train_config().val_size
+        rescoring = config.rescore_train_config()
+        val = rescoring.val_size or f"up to {rescoring.max_val_size}"
         display.log(
             f"re-scoring the final candidates under the proxy ({config.epochs} epochs, "
             f"{config.rescore_seeds} fresh seed{'s' if config.rescore_seeds > 1 else ''}, {val} validation images): {what}"

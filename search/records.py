@@ -71,6 +71,9 @@ class SearchOutcome:
                 f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
                 f"{scores}; stored: {selection['chosen']}"
             )
+            from autoaug.search.rescore import describe_selection
+
+            lines += describe_selection(selection)
         method = METHODS.get(((self.provenance.get("search") or {}).get("config") or {}).get("method", ""))
         if method is not None:  # what the method's own record says (a PBA search: its schedule)
             lines += method.summary(self.provenance.get("method") or {})

@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from autoaug.core import failpoints
 from autoaug.policies import Policy
+from autoaug.search.noise import IMAGE_SCORES
 from autoaug.search.score import METRIC
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "missing_runs",
     "candidate_scores",
     "choose",
+    "describe_selection",
 ]
 
 RESCORE_FILE = "rescore.json"
@@ -71,19 +73,40 @@ class Candidate:
 
 
 def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_window: int = 1) -> dict[str, Any]:
-    """Body of one re-scoring run (a Ray task): the proxy training, its validation accuracy and
-    search score."""
+    """Body of one re-scoring or calibration run (a Ray task): the proxy training, its validation
+    accuracy and search score, and every validation image's score over the score's window
+    (:data:`autoaug.search.noise.IMAGE_SCORES`: the noise of a comparison is measured from them)."""
     from autoaug.proxy_models.train import TrainConfig, train
     from autoaug.search.score import search_score
 
-    result = train(TrainConfig.from_dict(train_config), Policy.from_dict(policy))
+    import hashlib
+
+    import numpy as np
+
+    from autoaug.search.noise import IMAGE_SCORES, encode_image_scores
+
+    images: dict[int, Any] = {}  # epoch -> per-image right/wrong (the window's epochs are kept)
+    val_ids: list[str] = []
+
+    def on_validate(epoch: int, stats: Any, val_indices: Any) -> None:
+        images[epoch] = np.asarray(stats.image_correct, dtype=bool)
+        for old in sorted(images)[: -max(1, int(score_window))]:
+            del images[old]
+        if not val_ids:
+            val_ids.append(hashlib.sha256(np.asarray(val_indices, dtype=np.int64).tobytes()).hexdigest()[:16])
+
+    result = train(TrainConfig.from_dict(train_config), Policy.from_dict(policy), on_validate=on_validate)
     score = search_score([row.get("val_accuracy") for row in result.history], score_window)
-    return {
+    out = {
         METRIC: score,
         "val_accuracy": result.val_accuracy,
         "train_time_s": result.train_time_s,
         "epochs": len(result.history),
     }
+    if images:  # per image: the epochs of the score's window it was right in (search.noise)
+        counts = np.sum([images[e] for e in sorted(images)], axis=0)
+        out[IMAGE_SCORES] = encode_image_scores(counts, len(images), val_ids[0])
+    return out
 
 
 def run_key(candidate: Candidate, train_config: Any) -> str:
@@ -237,6 +260,8 @@ def candidate_scores(
                     "seed": r.get("seed"),
                     METRIC: r.get(METRIC, r.get("val_accuracy")),
                     "val_accuracy": r.get("val_accuracy"),
+                    # per image, for the comparison's noise (:func:`choose`; not in the record)
+                    **({IMAGE_SCORES: r[IMAGE_SCORES]} if r.get(IMAGE_SCORES) else {}),
                 }
                 for r in mine
             ],
@@ -257,6 +282,13 @@ def choose(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, An
         return float("-inf") if v is None else float(v)
 
     best = max(candidates, key=lambda c: (value(c), -candidates.index(c)))
+
+    def stripped(score: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(score)
+        if "runs" in out:
+            out["runs"] = [{k: v for k, v in r.items() if k != IMAGE_SCORES} for r in out["runs"]]
+        return out
+
     record = {
         "method": "rescore",
         "seed_offset": RESCORE_SEED_OFFSET,
@@ -268,9 +300,65 @@ def choose(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, An
                 "num_sub_policies": len(c.policy.sub_policies),
                 "trial_ids": list(c.trial_ids),
                 "trial_score": c.search_score,  # the trial's own (optimistic) score; METRIC below is the re-score
-                **dict(scores.get(c.key, {})),
+                **stripped(scores.get(c.key, {})),
             }
             for c in candidates
         ],
     }
+    versus = _versus_transfer(candidates, scores, value)
+    if versus is not None:
+        record["versus_transfer"] = versus
     return best, record
+
+
+def _versus_transfer(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, Any]], value: Any) -> Any:
+    """The best of the search's own candidates against the published policy that transferred
+    best (the ``transfer`` candidate): the difference of their re-scores, twice its standard
+    error as measured on their runs (:mod:`autoaug.search.noise`, paired per image) and whether
+    the difference is beyond it. None without a transfer candidate or an own one re-scored."""
+    from autoaug.search.noise import difference_se, measure
+
+    transfer = next((c for c in candidates if c.kind == "transfer" and c.key in scores), None)
+    own = [c for c in candidates if c.kind != "transfer" and c.key in scores and value(c) != float("-inf")]
+    if transfer is None or not own:
+        return None
+    best = max(own, key=lambda c: (value(c), -candidates.index(c)))
+    runs = {c.key: scores[c.key].get("runs") or [{METRIC: value(c)}] for c in (best, transfer)}
+    noise = measure(runs)
+    threshold = 2 * difference_se(noise, len(runs[best.key]), len(runs[transfer.key]))
+    margin = value(best) - value(transfer)
+    return {
+        "own": best.kind,
+        "margin": margin,
+        "threshold": threshold,
+        "beyond": abs(margin) >= threshold,
+        "noise": {**noise.to_dict(), "source": noise.source()},
+    }
+
+
+def describe_selection(selection: Mapping[str, Any] | None) -> list[str]:
+    """What re-scoring says of the stored policy against the best published policy on the chosen
+    base (the search's summary, ``autoaug policies show``): its measured margin and whether it is
+    beyond the noise, or that none of the search's own candidates beat it."""
+    versus = (selection or {}).get("versus_transfer")
+    if not versus:
+        return []
+    pts = f"{abs(versus['margin']) * 100:.2f} points"
+    noise = f"twice its standard error {versus['threshold'] * 100:.2f} points; {versus['noise']['source']}"
+    if selection.get("chosen") == "transfer":
+        if versus["beyond"]:
+            return [
+                f"none of the search's own candidates beat the best published policy: the best of them "
+                f"({versus['own']}) re-scored {pts} lower, beyond the noise ({noise})"
+            ]
+        return [
+            f"none of the search's own candidates beat the best published policy beyond the noise: the best of "
+            f"them ({versus['own']}) re-scored {pts} {'lower' if versus['margin'] < 0 else 'higher'} ({noise})"
+        ]
+    if versus["beyond"] and versus["margin"] > 0:
+        return [f"stored policy vs the best published policy: +{pts}, beyond the noise ({noise})"]
+    sign = "+" if versus["margin"] >= 0 else "-"
+    return [
+        f"stored policy vs the best published policy: {sign}{pts}, within the noise ({noise}): "
+        "the search found nothing measurably better than the published policy"
+    ]

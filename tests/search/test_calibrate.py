@@ -11,7 +11,7 @@ import pytest
 from autoaug.policies import presets
 from autoaug.search.calibrate import (
     CALIBRATION_FILE,
-    RUN_NOISE,
+    CALIBRATION_SEED_OFFSET,
     TRANSFER_REFS,
     calibrate,
     calibration_train_config,
@@ -20,6 +20,7 @@ from autoaug.search.calibrate import (
     rank_transfer,
 )
 from autoaug.search.config import SearchConfig
+from autoaug.search.noise import IMAGE_SCORES, decode_image_scores, encode_image_scores, measure
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 from autoaug.search.warm_start import warm_start_policies
@@ -50,29 +51,84 @@ def _config(tmp_path, **changes):
 # Choosing
 
 
+def _run(score, seed=0, n=1000, churn=0.0, window=5, val="val-a"):
+    """A run's result as :func:`autoaug.search.rescore.train_and_score` returns it: the first
+    ``score * n`` images right in every epoch of the window, then ``churn * n`` right images and as
+    many wrong ones exchanged at random (by ``seed``): two runs disagree on about ``2 * churn``
+    of the images beyond their gap, as two seeds do."""
+    counts = np.zeros(n, dtype=np.uint8)
+    k = round(score * n)
+    counts[:k] = window
+    m = min(round(churn * n), k, n - k)
+    if m:
+        rng = np.random.default_rng(seed)
+        counts[rng.choice(k, m, replace=False)] = 0
+        counts[k + rng.choice(n - k, m, replace=False)] = window
+    return {
+        METRIC: k / n,
+        "val_accuracy": k / n,
+        "train_time_s": 100.0,
+        "val_size": n,
+        "seed": seed,
+        IMAGE_SCORES: encode_image_scores(counts, window, val),
+    }
+
+
+def test_the_noise_is_measured_per_image_and_from_repeated_runs():
+    runs = {"a": [_run(0.70, 0, churn=0.1), _run(0.72, 1, churn=0.1)], "b": [_run(0.75, 2, churn=0.1)]}
+    noise = measure(runs)
+    # Per image: half the variance of the paired per-image difference over n, over the pairs of
+    # runs of different labels, computed here by hand.
+    v = {k: [decode_image_scores(r[IMAGE_SCORES])[0] for r in rs] for k, rs in runs.items()}
+    pairs = [np.var(x - v["b"][0], ddof=1) / 1000 for x in v["a"]]
+    assert noise.sampling == pytest.approx((np.mean(pairs) / 2) ** 0.5)
+    # Per run: the repeats' spread beyond their own per-image variance (one pair), pooled with
+    # the per-image part as one more degree of freedom.
+    own = np.var(v["a"][0] - v["a"][1], ddof=1) / 1000 / 2
+    measured = max(0.0, np.var([0.70, 0.72], ddof=1) - own) ** 0.5
+    assert noise.df == 1 and noise.paired and noise.measured_training == pytest.approx(measured)
+    assert noise.training == pytest.approx(((measured**2 + noise.sampling**2) / 2) ** 0.5)
+    assert noise.sd == pytest.approx((noise.sampling**2 + noise.training**2) ** 0.5)
+    # No repeats: the per-run part is taken equal to the per-image part, and said so.
+    single = measure({"a": [runs["a"][0]], "b": runs["b"]})
+    assert single.df == 0 and single.training == pytest.approx(single.sampling)
+    assert "no run repeated yet" in single.source()
+    # Without per-image scores (an earlier version's runs): the binomial variance of each score.
+    bare = measure({"a": [0.8], "b": [0.9]})
+    assert not bare.paired and bare.sampling == pytest.approx(((0.8 * 0.2 + 0.9 * 0.1) / 1000 / 2) ** 0.5)
+    # Runs on other images are not paired.
+    assert not measure({"a": [_run(0.7)], "b": [_run(0.8, val="val-b")]}).paired
+    # The per-image part follows the data: on a dataset scored near 98%, runs disagree on fewer
+    # images and the noise is smaller than at 60%.
+    high = measure({"a": [_run(0.98, 0, churn=0.01)], "b": [_run(0.975, 1, churn=0.01)]})
+    low = measure({"a": [_run(0.60, 0, churn=0.12)], "b": [_run(0.595, 1, churn=0.12)]})
+    assert high.sd < low.sd / 2
+
+
 def test_of_the_bases_within_the_noise_of_the_best_the_one_that_augments_most_is_chosen():
-    one = choose_base({"none": [0.70], "crop": [0.76], "standard": [0.755]})
-    # One run each: the noise is the stated seed-to-seed spread; 0.5 points apart is not told apart,
-    # and then the flip is kept: a weaker base must win beyond the noise.
+    # Runs that disagree on a fifth of the images: 0.5 points apart is not told apart, and then the
+    # flip is kept: a weaker base must win beyond the noise.
+    one = choose_base(
+        {
+            "none": [_run(0.70, 0, churn=0.1)],
+            "crop": [_run(0.76, 1, churn=0.1)],
+            "standard": [_run(0.755, 2, churn=0.1)],
+        }
+    )
     assert one["best"] == "crop" and one["within_noise"] == ["standard"] and one["chosen"] == "standard"
     assert list(one["scores"]) == ["crop", "standard", "none"]
-    assert one["noise"]["sd"] == RUN_NOISE
-    assert one["noise"]["threshold"] == pytest.approx(2 * RUN_NOISE * 2**0.5)
+    assert one["noise"]["threshold"] == pytest.approx(2 * one["noise"]["sd"] * 2**0.5)
+    assert one["noise"]["df"] == 0 and "no run repeated yet" in one["noise"]["source"]
     # A flip that changes labels costs far more than the noise: the best mean is kept.
-    signs = choose_base({"none": [0.8666], "crop": [0.963], "standard": [0.9034]})
+    signs = choose_base({"none": [_run(0.8666, 0)], "crop": [_run(0.963, 1)], "standard": [_run(0.9034, 2)]})
     assert signs["chosen"] == signs["best"] == "crop" and signs["within_noise"] == []
-    # Several runs each: a spread measured larger than the known one is used (pooled over bases)...
-    noisy = [0.70, 0.74, 0.66]
-    runs = choose_base({"none": noisy, "crop": [0.80, 0.84, 0.76], "standard": [0.60, 0.64, 0.56]})
-    assert runs["noise"]["sd"] == pytest.approx(np.std(noisy, ddof=1))
-    assert runs["chosen"] == "crop" and runs["within_noise"] == []
-    # ... one measured smaller is not: three runs cannot show that bases 2 points apart differ.
-    calm = choose_base({"none": [0.50], "crop": [0.780, 0.781, 0.779], "standard": [0.760, 0.761, 0.759]})
-    assert calm["noise"]["sd"] == RUN_NOISE and calm["chosen"] == "standard"
-    assert calm["noise"]["threshold"] == pytest.approx(2 * RUN_NOISE * (2 / 3) ** 0.5)
     # Bases with fewer runs than the best are held to a wider threshold (one run against three).
-    wider = choose_base({"none": [0.752], "crop": [0.78, 0.78, 0.78], "standard": [0.70]})
+    three = [_run(0.78, s, churn=0.05) for s in (3, 4, 5)]
+    wider = choose_base({"none": [_run(0.758, 0, churn=0.05)], "crop": three, "standard": [_run(0.70, 1, churn=0.05)]})
     assert wider["within_noise"] == ["none"] and wider["chosen"] == "crop"
+    # (the threshold recorded is for as many runs as the best's: none's 2.2 points are beyond it)
+    assert wider["noise"]["threshold"] == pytest.approx(2 * wider["noise"]["sd"] * (2 / 3) ** 0.5)
+    assert 0.78 - 0.758 > wider["noise"]["threshold"]
 
 
 def test_an_exact_tie_goes_to_the_base_that_augments_most():
@@ -83,20 +139,19 @@ def test_an_exact_tie_goes_to_the_base_that_augments_most():
 
 def test_the_base_line_says_why_in_each_case():
     def line(scores):
-        return describe_calibration({"base": choose_base(scores)})[0]
+        runs = {b: [_run(v, i, churn=0.1)] for i, (b, v) in enumerate(scores.items())}
+        return describe_calibration({"base": choose_base(runs)})[0]
 
-    assert line({"none": [0.70], "crop": [0.76], "standard": [0.765]}).endswith(
-        "the best mean; within the noise of it (3.68 points; one run each; a proxy run's seed-to-seed spread is "
-        "about 1.3 points): crop, which augments less"
+    measured = (
+        "a run's spread 1.75 points measured on these runs: per image 1.24, per run 1.24 taken equal to it, "
+        "no run repeated yet"
     )
-    assert "base: standard (" in line({"none": [0.70], "crop": [0.76], "standard": [0.755]})
-    assert "within the noise of the best mean, crop (3.68 points" in line(
-        {"none": [0.70], "crop": [0.76], "standard": [0.755]}
+    assert line({"none": 0.70, "crop": 0.76, "standard": 0.765}).endswith(
+        f"the best mean; within the noise of it (4.95 points; {measured}): crop, which augments less"
     )
-    assert line({"none": [0.70], "crop": [0.80], "standard": [0.60]}).endswith(
-        "ahead of the others beyond the noise (3.68 points; one run each; a proxy run's seed-to-seed spread is "
-        "about 1.3 points)"
-    )
+    assert "base: standard (" in line({"none": 0.70, "crop": 0.76, "standard": 0.755})
+    assert "within the noise of the best mean, crop (5.0" in line({"none": 0.70, "crop": 0.76, "standard": 0.755})
+    assert "); ahead of the others beyond the noise (5.2" in line({"none": 0.70, "crop": 0.80, "standard": 0.60})
 
 
 def test_the_warm_start_is_the_best_published_policy_that_fits_the_search_space():
@@ -118,7 +173,10 @@ def test_the_warm_start_is_the_best_published_policy_that_fits_the_search_space(
 # Running it (the proxy runs replaced by a table of scores)
 
 
-def _fake_runs(monkeypatch, scores, calls):
+def _fake_runs(monkeypatch, scores, calls, spread=0.002, churn=0.1):
+    """The proxy runs replaced by a table: run ``i`` of a label scores its table entry plus
+    ``spread * SHIFTS[i]`` (two seeds ``spread * sqrt(2)`` apart: a per-run spread of ``spread``),
+    with per-image scores (:func:`_run`) disagreeing on about ``2 * churn`` of 1,000 images."""
     import autoaug.search.rescore as rescore
 
     def train_runs(runs, config, *, cached=None, save=None, task_name="", deadline=None):
@@ -129,12 +187,17 @@ def _fake_runs(monkeypatch, scores, calls):
             # calibration runs are "stage:label/seed=N", re-scoring runs "kind-hash/seed=N/val=M"
             label = key.split(":", 1)[1].split("/", 1)[0] if ":" in key else key.split("-", 1)[0]
             calls.append((key, policy, cfg))
-            results[key] = {METRIC: scores[label], "val_accuracy": scores[label], "seed": cfg.seed}
+            i = (cfg.seed - config.train.seed - CALIBRATION_SEED_OFFSET) % 1000
+            score = scores[label] + spread * SHIFTS[i % len(SHIFTS)]
+            results[key] = {**_run(score, cfg.seed, churn=churn), "seed": cfg.seed}
             if save is not None:
                 save(results)
         return results
 
     monkeypatch.setattr(rescore, "train_runs", train_runs)
+
+
+SHIFTS = (0.0, 2**0.5, -(2**0.5), 0.5)
 
 
 SCORES = {
@@ -164,9 +227,16 @@ def test_calibration_chooses_the_base_then_scores_the_published_policies_on_it_a
     log = _Log()
     result = calibrate(config, run, log)
     assert result.base == "crop" and result.warm_start == ("autoaugment-imagenet",)
-    # 3 bases + 5 published policies, 2 seeds each, on seeds no trial uses; the published ones on crop.
-    assert len(calls) == 16
-    assert {cfg.seed for _, _, cfg in calls} == {calibration_train_config(config, i).seed for i in (0, 1)}
+    # 3 bases + 5 published policies, 2 seeds each, on seeds no trial uses; the published ones on
+    # crop. The bases are apart beyond the noise; randaugment and autoaugment-imagenet, 2 points
+    # apart, are not: one more round for those two alone (transfer_extra_seeds=1).
+    assert len(calls) == 18
+    third = calibration_train_config(config, 2).seed
+    assert sorted(key for key, _, cfg in calls if cfg.seed == third) == [
+        f"transfer:autoaugment-imagenet/seed={third}",
+        f"transfer:randaugment/seed={third}",
+    ]
+    assert {cfg.seed for _, _, cfg in calls} == {calibration_train_config(config, i).seed for i in (0, 1, 2)}
     assert {cfg.seed for _, _, cfg in calls}.isdisjoint({config.train.seed, config.rescore_train_config(0).seed})
     moved = {key.split(":")[1].split("/")[0]: p for key, p, _ in calls if key.startswith("transfer:")}
     assert set(moved) == set(TRANSFER_REFS) and all(p.base == "crop" for p in moved.values())
@@ -175,15 +245,20 @@ def test_calibration_chooses_the_base_then_scores_the_published_policies_on_it_a
     applied = result.apply(config)
     assert (applied.base, applied.space.base, applied.warm_start) == ("crop", "crop", ("autoaugment-imagenet",))
     assert all(p.base == "crop" for p in warm_start_policies(applied.warm_start, applied.space))
-    # What a person reads: the base, why, and which published policy transferred best, by how much.
+    # What a person reads: the base, why, and which published policy transferred best, by how much
+    # and whether that is beyond the noise.
     text = "\n".join(describe_calibration(result.record))
-    assert "base: crop (proxy score %, each base alone, mean of 2 runs: crop 78.00, standard 72.00, none 70.00)" in text
-    assert "transferred best: randaugment by 2.00 points over the next" in text
+    assert "base: crop (proxy score %, each base alone, mean of 2 runs: crop 78.15, standard 72.15, none 70.15)" in text
+    assert "; ahead of the others beyond the noise (" in text
+    transfer = result.record["transfer"]
+    assert transfer["rounds"][0]["within_noise"] == transfer["within_noise"] == ["autoaugment-imagenet"]
+    assert "transferred best: randaugment by 2.00 points over the next; within the noise of it (" in text
+    assert "(ran again: autoaugment-imagenet within " in text and " points of randaugment)" in text
     assert "warm start: autoaugment-imagenet (randaugment: " in text
     assert text in "\n".join(log.lines)
     # Every run saved as it finished; a resumed search trains none again and chooses the same.
     saved = json.loads((tmp_path / "runs" / "cal" / CALIBRATION_FILE).read_text())
-    assert len(saved["runs"]) == 16 and saved["record"] == result.record
+    assert len(saved["runs"]) == 18 and saved["record"] == result.record
     calls.clear()
     again = calibrate(config, run, _Log())
     assert calls == [] and again == result
@@ -191,40 +266,105 @@ def test_calibration_chooses_the_base_then_scores_the_published_policies_on_it_a
 
 def test_bases_within_the_noise_run_again_and_the_choice_is_made_on_all_their_runs(tmp_path, monkeypatch):
     calls = []
-    scores = dict(SCORES, standard=0.775)  # 0.5 points under crop: not told apart by one run each
+    scores = dict(SCORES, standard=0.775)  # 0.5 points under crop: not told apart
     _fake_runs(monkeypatch, scores, calls)
     config = _config(tmp_path, base="auto", warm_start=["autoaugment-cifar10"])
     run = RunDir(config.storage, config.name)
     run.location.mkdir()
     log = _Log()
     result = calibrate(config, run, log)
-    # 3 bases, then 2 more seeds each for crop and standard alone (none is far below), on seeds no
-    # other calibration run uses.
+    # The 3 bases and standard again (the first round measures the per-run noise), then one more
+    # run per round for crop and standard alone (none is far below), on seeds no other
+    # calibration run uses, until each has 1 + base_extra_seeds.
     labels = [key.split(":")[1].split("/")[0] for key, _, _ in calls]
-    assert labels[:3] == ["none", "crop", "standard"] and sorted(labels[3:]) == ["crop", "crop", "standard", "standard"]
+    assert labels[:4] == ["standard", "crop", "none", "standard"] and sorted(labels[4:]) == ["crop", "crop", "standard"]
     extra = {calibration_train_config(config, i).seed for i in (1, 2)}
     assert {cfg.seed for _, _, cfg in calls[3:]} == extra and len({cfg.seed for _, _, cfg in calls}) == 3
     base = result.record["base"]
     assert [len(base["scores"][b]["runs"]) for b in ("crop", "standard", "none")] == [3, 3, 1]
     assert sorted(result.record["base_extra_seeds"]) == sorted(extra)
-    # Still within the noise after three runs each: the base with the flip is kept, and said why.
+    assert [r["within_noise"] for r in base["rounds"]] == [["standard"], ["standard"]]
+    # Still within the noise after three runs each: the base with the flip is kept, and said why,
+    # with the noise as measured on these runs.
     assert base["best"] == "crop" and base["within_noise"] == ["standard"] and result.base == "standard"
+    assert base["noise"]["df"] == 4 and base["noise"]["measured_training"] < 0.005
     text = "\n".join(describe_calibration(result.record))
     assert (
         "base: standard (proxy score %, each base alone, mean of 1 or 3 runs: crop 78.00, standard 77.50, "
         "none 70.00); within the noise of the best mean, crop" in text
     )
-    assert "(first round: standard within 3.68 points of crop, so they ran again)" in text
+    assert "over 4 repeated pairs pooled with the per-image part" in text
+    assert "(ran again: standard within " in text and "; then standard within " in text
     assert text in "\n".join(log.lines)
     calls.clear()
     assert calibrate(config, run, _Log()) == result and calls == []  # resumed: nothing trained again
-    # base_extra_seeds=0: no second round; the same rule on the first runs.
+    # base_extra_seeds=0: no second round and no repeat; the same rule on the first runs.
     calls.clear()
     config = _config(tmp_path / "b", base="auto", warm_start=["autoaugment-cifar10"], base_extra_seeds=0)
     run = RunDir(config.storage, config.name)
     run.location.mkdir()
     result = calibrate(config, run, _Log())
     assert len(calls) == 3 and result.base == "standard" and "base_extra_seeds" not in result.record
+
+
+def test_a_race_runs_another_round_only_while_it_fits_in_its_share_of_the_time_budget(tmp_path, monkeypatch):
+    import autoaug.search.rescore as rescore
+    from autoaug.search.calibrate import CALIBRATION_SHARE
+
+    class Clock:  # a budget whose spent time the test sets
+        total_s = 900.0
+        spent = 0.0
+
+        def spent_s(self):
+            return self.spent
+
+    calls = []
+    _fake_runs(monkeypatch, dict(SCORES, standard=0.775), calls)
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    budget = Clock()
+    # A run takes about 100 s (measured on the first round); one more round of 1 wave fits while
+    # the calibration has spent less than its share (300 s of 900) minus that.
+    budget.spent = CALIBRATION_SHARE * budget.total_s - 50
+    config = _config(tmp_path, base="auto", warm_start=["autoaugment-cifar10"])
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    result = calibrate(config, run, _Log(), budget)
+    base = result.record["base"]
+    assert len(calls) == 4 and base["rounds"] == [{**base["rounds"][0], "stopped": "time"}]
+    assert result.base == "standard" and base["within_noise"] == ["standard"]
+    text = describe_calibration(result.record)[0]
+    assert "(standard within " in text and "another round did not fit in the calibration's share of the time" in text
+    # With time to spare, the same race runs its rounds.
+    calls.clear()
+    budget.spent = 0.0
+    config = _config(tmp_path / "b", base="auto", warm_start=["autoaugment-cifar10"])
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    result = calibrate(config, run, _Log(), budget)
+    assert len(calls) == 7 and "stopped" not in result.record["base"]["rounds"][-1]
+
+
+@pytest.mark.parametrize("spread, rounds", [(0.003, 0), (0.02, 2)])
+def test_the_noise_a_decision_uses_is_the_spread_the_runs_show(tmp_path, monkeypatch, spread, rounds):
+    """crop 2 points above standard, runs that agree on all but their gap per image: when two
+    seeds of a base are 0.3 points apart, crop is chosen after the first round; when they are 2
+    points apart, the gap is within the noise and the race runs its rounds."""
+    calls = []
+    _fake_runs(monkeypatch, dict(SCORES, crop=0.78, standard=0.76), calls, spread=spread, churn=0.0)
+    config = _config(tmp_path, base="auto", warm_start=["autoaugment-cifar10"])
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    result = calibrate(config, run, _Log())
+    base = result.record["base"]
+    # (with three runs, SHIFTS spread them by sqrt(2) times as much)
+    assert base["noise"]["measured_training"] == pytest.approx(spread * (2**0.5 if rounds else 1), rel=0.2)
+    assert len(base.get("rounds", [])) == rounds
+    # The first round: the 3 bases and standard again; then only crop and standard (none is far
+    # behind even at this noise: dropped) until each has 3 runs.
+    labels = [key.split(":")[1].split("/")[0] for key, _, _ in calls]
+    assert labels[:4] == ["standard", "crop", "none", "standard"]
+    assert sorted(labels[4:]) == ([] if not rounds else ["crop", "crop", "standard"])
+    assert result.base == ("crop" if not rounds else "standard")
 
 
 def test_a_resumed_search_keeps_the_choice_its_calibration_made_even_under_another_rule(tmp_path, monkeypatch):
@@ -291,7 +431,7 @@ def test_nothing_is_measured_when_base_and_warm_start_are_given(tmp_path, monkey
     run = RunDir(config.storage, config.name)
     run.location.mkdir()
     result = calibrate(config, run, _Log())
-    assert (result.base, result.warm_start) == ("crop", None) and len(calls) == 3
+    assert (result.base, result.warm_start) == ("crop", None) and len(calls) == 4
     assert result.apply(config).warm_start == ("autoaugment-svhn",)
 
 

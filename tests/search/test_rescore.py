@@ -232,3 +232,68 @@ def test_search_score_is_the_mean_of_the_last_validated_epochs():
     assert search_score([0.2, None, 0.4, 0.6], 1) == 0.6
     assert search_score([0.2, None, 0.4, 0.6], 2) == pytest.approx(0.5)
     assert search_score([0.3, 0.6], 5) == pytest.approx(0.45)  # fewer epochs than the window: all of them
+
+
+def test_a_run_keeps_each_validation_images_score_over_the_window_and_they_average_to_its_score(cifar_train):
+    """The per-image scores a comparison's noise is measured from (search.noise): one per
+    validation image, the share of the score's window it was right in, in the same order for
+    every run of one split."""
+    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.search.noise import IMAGE_SCORES, decode_image_scores
+    from autoaug.search.rescore import train_and_score
+
+    cfg = TrainConfig(data=str(cifar_train), model="resnet-8", train_size=64, val_size=48, epochs=2, batch_size=32)
+    policy = Policy("p", 10, [[("Rotate", 0.5, 3)]])
+    a = train_and_score(cfg.to_dict(), policy.to_dict(), score_window=2)
+    b = train_and_score({**cfg.to_dict(), "seed": 7}, policy.to_dict(), score_window=2)
+    (va, fa), (vb, fb) = decode_image_scores(a[IMAGE_SCORES]), decode_image_scores(b[IMAGE_SCORES])
+    assert a[IMAGE_SCORES]["window"] == 2 and len(va) == 48 and set(va) <= {0.0, 0.5, 1.0}
+    assert va.mean() == pytest.approx(a["search_score"]) and vb.mean() == pytest.approx(b["search_score"])
+    assert fa == fb  # the same validation images: the two runs can be compared image by image
+
+
+def _scored(value, correct, n=200):
+    """A candidate's re-score with one run whose first ``correct`` of ``n`` images are right."""
+    import numpy as np
+
+    from autoaug.search.config import METRIC
+    from autoaug.search.noise import IMAGE_SCORES, encode_image_scores
+
+    counts = np.zeros(n, dtype=np.uint8)
+    counts[:correct] = 1
+    run = {"seed": 1000, METRIC: value, "val_accuracy": value, IMAGE_SCORES: encode_image_scores(counts, 1, "v")}
+    return {METRIC: value, "val_accuracy": value, "runs": [run]}
+
+
+def test_the_stored_policys_margin_over_the_best_published_policy_is_measured_and_said():
+    from autoaug.search.rescore import describe_selection
+
+    assembled, best = _candidates()
+    transfer = Candidate("transfer", Policy("t", 10, [[("Color", 0.5, 4)]]), (), None)
+    candidates = [assembled, best, transfer]
+    # 0.5 points on 200 images: one image. Within the noise; the record keeps no per-image scores.
+    scores = {assembled.key: _scored(0.805, 161), best.key: _scored(0.79, 158), transfer.key: _scored(0.80, 160)}
+    chosen, record = choose(candidates, scores)
+    versus = record["versus_transfer"]
+    assert chosen is assembled and versus["own"] == "assembled" and not versus["beyond"]
+    assert versus["margin"] == pytest.approx(0.005) and versus["threshold"] > 0.005
+    assert all("image_scores" not in r for c in record["candidates"] for r in c["runs"])
+    (line,) = describe_selection(record)
+    assert line.startswith("stored policy vs the best published policy: +0.50 points, within the noise (")
+    assert line.endswith("the search found nothing measurably better than the published policy")
+    # 20 points: beyond it.
+    scores[assembled.key] = _scored(0.99, 198)
+    scores[transfer.key] = _scored(0.79, 158)
+    chosen, record = choose(candidates, scores)
+    assert record["versus_transfer"]["beyond"]
+    assert describe_selection(record)[0].startswith("stored policy vs the best published policy: +20.00 points, beyond")
+    # The published policy stored: none of the search's own candidates beat it.
+    scores[transfer.key] = _scored(0.995, 199)
+    chosen, record = choose(candidates, scores)
+    assert chosen is transfer
+    assert describe_selection(record)[0].startswith(
+        "none of the search's own candidates beat the best published policy beyond the noise: the best of them "
+        "(assembled) re-scored 0.50 points lower ("
+    )
+    # No transfer candidate: nothing to say.
+    assert describe_selection(choose([assembled, best], scores)[1]) == []

@@ -328,6 +328,7 @@ def analyse(a: argparse.Namespace) -> int:
         "whole pool (the signal), comparable between the two scores; rho eval: Spearman over the policies of the mean score (both seeds) against",
         "the evaluation regime's mean test accuracy; rho seeds: seed 0's scores against seed 1's.",
     ]
+    lines += ["", *_rungs(runs, pairs, window, evaluation, stats, report)]
     first = _subsets(n_pool, 1000, np.random.default_rng(0))[0]
     report["per_policy"] = {
         r["name"]: {
@@ -350,6 +351,47 @@ def analyse(a: argparse.Namespace) -> int:
         (out / "noise.txt").write_text(text + "\n")
         (out / "noise.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def _rungs(runs: dict, pairs: dict, window: int, evaluation: dict, stats, report: dict) -> list[str]:
+    """What a trial's score says before its end: at each window the runs validated (the ones
+    before ASHA's rungs and the last), on the whole pool, the policies' spread, one run's spread,
+    and how the policies rank against their final scores and against the evaluation regime."""
+    ends = None
+    for r in runs.values():
+        for run in r["seeds"].values():
+            ep = [int(e) for e in run["epochs"]]
+            mine = sorted({e for e in ep if all(x in ep for x in range(e - window + 1, e + 1))} & {*ep})
+            found = [e for e in mine if e + 1 not in ep]  # the last epoch of each validated window
+            ends = found if ends is None else [e for e in ends if e in found]
+    if not ends:
+        return []
+
+    def at(run: dict, end: int) -> float:
+        ep = [int(e) for e in run["epochs"]]
+        rows = [ep.index(e) for e in range(end - window + 1, end + 1)]
+        return float(run["correct"][rows].astype(np.float64).mean())
+
+    final = {h: np.mean([at(run, ends[-1]) for run in r["seeds"].values()]) for h, r in runs.items()}
+    lines = [
+        f"the score before its end (accuracy on the whole pool, mean of the {window} epochs up to each rung):",
+        f"{'epoch':>6} {'policies sd':>12} {'per-run spread':>15} {'rho final':>10} {'rho eval':>9}",
+    ]
+    report["rungs"] = []
+    for end in ends:
+        means = {h: float(np.mean([at(run, end) for run in r["seeds"].values()])) for h, r in runs.items()}
+        diffs = [at(r["seeds"][0], end) - at(r["seeds"][1], end) for r in pairs.values()]
+        spread = float(np.std(diffs, ddof=1)) / math.sqrt(2) if len(diffs) >= 2 else float("nan")
+        signal = float(np.std(list(means.values()), ddof=1))
+        common = list(means)
+        rho_final = float(stats.spearmanr([means[h] for h in common], [final[h] for h in common])[0])
+        rho_eval = _spearman(stats, means, evaluation)
+        report["rungs"].append(
+            {"epoch": end, "signal": signal, "per_run_spread": spread, "rho_final": rho_final, "rho_eval": rho_eval}
+        )
+        lines.append(f"{end:>6} {signal * 100:>12.2f} {spread * 100:>15.2f} {_fmt(rho_final):>10} {_fmt(rho_eval):>9}")
+    lines.append("policies sd and per-run spread in points; rho final: Spearman against the last window's score.")
+    return lines
 
 
 def _fmt(x: float) -> str:

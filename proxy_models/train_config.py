@@ -527,6 +527,25 @@ def _sizing_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def layer_sizing(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` (a layer of training settings: a preset's section, a configuration file's) less
+    the sizing keys a later layer ``override`` replaces by sizing the other way (as
+    :func:`_sizing_overrides` does for a preset's fields): a ``val_size`` given later clears an
+    earlier ``max_val_size`` and the reverse; a ``train_size`` clears ``train_per_class`` and its
+    bounds, and the reverse. Merge ``override`` onto the result."""
+    out = dict(base)
+    if "val_size" in override and "max_val_size" not in override:
+        out.pop("max_val_size", None)
+    if "max_val_size" in override and "val_size" not in override:
+        out.pop("val_size", None)
+    if "train_size" in override and "train_per_class" not in override:
+        for key in ("train_per_class", "min_train_size", "max_train_size"):
+            out.pop(key, None)
+    if "train_per_class" in override and "train_size" not in override:
+        out.pop("train_size", None)
+    return out
+
+
 def sizing_record(requested: TrainConfig, resolved: TrainConfig, *, num_classes: int | None = None) -> dict[str, Any]:
     """What a run records about its sizing: the :data:`SIZING_FIELDS` as ``requested`` (None:
     per class, automatic or "the rest", as the fields document) and as ``resolved`` against the

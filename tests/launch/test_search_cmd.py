@@ -109,13 +109,13 @@ def test_flags_map_onto_the_config(tmp_path):
     assert config.space.exclude_ops == ("SamplePairing", "Invert") and config.space.num_sub_policies == 4
     assert config.optuna_storage == "sqlite:////tmp/x.db"
     assert config.storage == str(tmp_path / "runs") and config.store == str(tmp_path / "store")
-    assert config.train == TrainConfig.from_preset("proxy-cpu")
+    assert config.train == TrainConfig.from_preset("proxy-cpu", max_val_size=5000)
     assert config.startup_trials is None
     assert _config(["--preset", "cpu", "--startup-trials", "5", *_dirs(tmp_path)]).startup_trials == 5
 
 
 def test_default_preset_is_cpu():
-    assert _config(["--name", "n"]).train == TrainConfig.from_preset("proxy-cpu")
+    assert _config(["--name", "n"]).train == TrainConfig.from_preset("proxy-cpu", max_val_size=5000)
 
 
 def test_base_and_warm_start_flags(tmp_path):

@@ -22,6 +22,27 @@ def test_presets_pick_the_trainer_preset_and_search_settings():
     assert set(SEARCH_PRESETS) == {"smoke", "cpu", "paper", "density-cpu", "pba-cpu"}
 
 
+def test_the_cpu_preset_validates_on_up_to_5000_images_and_a_given_validation_size_replaces_that(tmp_path):
+    """The cpu search scores its trials, calibration and re-scoring runs on up to 5,000 of the
+    images its training split leaves (the noise of a score: benchmarks/results/score-noise-cifar10);
+    a validation size given in any later layer sizes it instead, without a conflict."""
+    from autoaug.launch.cli import build_parser
+    from autoaug.launch.search_cmd import build_search_config
+
+    cpu = SearchConfig.from_preset("cpu", name="c")
+    assert (cpu.train.val_size, cpu.train.max_val_size) == (None, 5000)
+    assert cpu.train.train_per_class == 100 and cpu.rescore_train_config().max_val_size == 5000
+    given = SearchConfig.from_dict({"preset": "cpu", "name": "c", "train": {"val_size": 1000}})
+    assert (given.train.val_size, given.train.max_val_size) == (1000, None)
+    dirs = ["--storage", str(tmp_path / "r"), "--store", str(tmp_path / "s")]
+    for argv in (["--val-size", "2000"], ["--set", "train.val_size=2000"]):
+        flagged = build_search_config(build_parser().parse_args(["search", "--name", "c", *argv, *dirs]))
+        assert (flagged.train.val_size, flagged.train.max_val_size) == (2000, None)
+    # and the other way: a cap given later replaces a size
+    capped = SearchConfig.from_dict({"preset": "smoke", "name": "c", "train": {"train_size": 64, "max_val_size": 300}})
+    assert (capped.train.val_size, capped.train.max_val_size) == (None, 300)
+
+
 def test_nested_form_overrides_the_preset_and_round_trips_through_json(tmp_path):
     config = SearchConfig.from_dict(
         {
@@ -35,7 +56,9 @@ def test_nested_form_overrides_the_preset_and_round_trips_through_json(tmp_path)
             "concurrency": None,
         }
     )
-    assert config.train == TrainConfig.from_preset("proxy-cpu", epochs=3, lr=0.1, data="/d/train.parquet")
+    assert config.train == TrainConfig.from_preset(
+        "proxy-cpu", epochs=3, lr=0.1, max_val_size=5000, data="/d/train.parquet"
+    )
     assert config.warm_start == "auto" and config.base == "auto" and config.rescore  # measured on the data
     assert config.space == SearchSpace(exclude_ops=("SamplePairing",))
     assert config.train_method.num_trials == 32 and config.concurrency is None

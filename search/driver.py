@@ -434,7 +434,7 @@ def _store(
         provenance["budget"] = _budget_record(config, found, budget)
     final = found.candidates[0].policy
     if scores is not None:
-        chosen, provenance["selection"] = choose(found.candidates, scores)
+        chosen, provenance["selection"] = choose(found.candidates, scores, calibration)
         final = chosen.policy
     store = PolicyStore(config.store)
     version = store.save(final, config.name, metadata=provenance)

@@ -125,7 +125,7 @@ def _pair_var(a: tuple[Any, str] | None, b: tuple[Any, str] | None, ra: Mapping,
     return _binomial(ra) + _binomial(rb), False
 
 
-def measure(runs: Mapping[str, Sequence[Any]]) -> Noise:
+def measure(runs: Mapping[str, Sequence[Any]], repeats: Sequence[tuple[float, int]] = ()) -> Noise:
     """The noise of one run's score from ``runs`` (``{label: [run result, ...]}``, every run of a
     stage: scored on the same validation images; a bare score counts as a run without per-image
     scores).
@@ -134,7 +134,9 @@ def measure(runs: Mapping[str, Sequence[Any]]) -> Noise:
     runs of different labels (their disagreement; runs of one label disagree less). Per-run part:
     for each label with several runs, the variance of its runs' scores beyond the mean per-image
     variance of their pairs, pooled over labels by degrees of freedom, then pooled with the
-    per-image part as one more degree of freedom (see the module docs)."""
+    per-image part as one more degree of freedom (see the module docs). ``repeats``: per-run
+    parts measured elsewhere on the same data and proxy, ``(sd, df)`` each (the calibration's,
+    for re-scoring), pooled with these runs' own by their degrees of freedom."""
     runs = {
         label: [r if isinstance(r, Mapping) else {METRIC: float(r)} for r in rs] for label, rs in runs.items() if rs
     }
@@ -171,6 +173,7 @@ def measure(runs: Mapping[str, Sequence[Any]]) -> Noise:
         only = runs[labels[0]][0] if labels else {}
         sampling_var = _binomial(only) if only else 0.0
         paired_all = False
+    within_excess += [(float(sd) ** 2 * int(df), int(df)) for sd, df in repeats if df and sd is not None]
     df = sum(d for _, d in within_excess)
     measured = None
     if df:

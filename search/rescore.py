@@ -269,12 +269,17 @@ def candidate_scores(
     return out
 
 
-def choose(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, Any]]) -> tuple[Candidate, dict]:
+def choose(
+    candidates: Sequence[Candidate],
+    scores: Mapping[str, Mapping[str, Any]],
+    calibration: Mapping[str, Any] | None = None,
+) -> tuple[Candidate, dict]:
     """The candidate with the highest re-scored search score (ties: the earlier one in
     ``candidates``, i.e. the assembled policy), and the ``selection`` record for the provenance.
     ``scores``: :func:`candidate_scores` (or any ``{candidate key: {METRIC: value}}``).
     (Scores saved before the search score existed hold only ``val_accuracy``: the same value
-    with a window of 1.)"""
+    with a window of 1.) ``calibration``: the search's calibration record, whose repeated runs
+    measured the per-run noise the margin over the transfer winner is judged with."""
 
     def value(c: Candidate) -> float:
         s = scores.get(c.key, {})
@@ -305,13 +310,18 @@ def choose(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, An
             for c in candidates
         ],
     }
-    versus = _versus_transfer(candidates, scores, value)
+    versus = _versus_transfer(candidates, scores, value, calibration)
     if versus is not None:
         record["versus_transfer"] = versus
     return best, record
 
 
-def _versus_transfer(candidates: Sequence[Candidate], scores: Mapping[str, Mapping[str, Any]], value: Any) -> Any:
+def _versus_transfer(
+    candidates: Sequence[Candidate],
+    scores: Mapping[str, Mapping[str, Any]],
+    value: Any,
+    calibration: Mapping[str, Any] | None = None,
+) -> Any:
     """The best of the search's own candidates against the published policy that transferred
     best (the ``transfer`` candidate): the difference of their re-scores, twice its standard
     error as measured on their runs (:mod:`autoaug.search.noise`, paired per image) and whether
@@ -324,7 +334,10 @@ def _versus_transfer(candidates: Sequence[Candidate], scores: Mapping[str, Mappi
         return None
     best = max(own, key=lambda c: (value(c), -candidates.index(c)))
     runs = {c.key: scores[c.key].get("runs") or [{METRIC: value(c)}] for c in (best, transfer)}
-    noise = measure(runs)
+    # The per-run part from the calibration's repeated runs too (same data, same proxy).
+    stages = [(calibration or {}).get(stage) or {} for stage in ("base", "transfer")]
+    repeats = [(n["measured_training"], n["df"]) for n in (st.get("noise") or {} for st in stages) if n.get("df")]
+    noise = measure(runs, repeats)
     threshold = 2 * difference_se(noise, len(runs[best.key]), len(runs[transfer.key]))
     margin = value(best) - value(transfer)
     return {

@@ -344,6 +344,25 @@ def test_a_race_runs_another_round_only_while_it_fits_in_its_share_of_the_time_b
     assert len(calls) == 7 and "stopped" not in result.record["base"]["rounds"][-1]
 
 
+def test_a_race_killed_between_rounds_resumes_to_the_same_decisions(tmp_path, monkeypatch):
+    """calibration.json as a driver killed in the second round leaves it (the runs saved so far,
+    no record): the resumed race trains only the runs it lacks and decides as the whole one did."""
+    calls = []
+    _fake_runs(monkeypatch, dict(SCORES, standard=0.775), calls)
+    config = _config(tmp_path, base="auto", warm_start="auto")
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    whole = calibrate(config, run, _Log())
+    order = [key for key, _, _ in calls]
+    saved = json.loads((tmp_path / "runs" / "cal" / CALIBRATION_FILE).read_text())["runs"]
+    kept = order[:5]  # the first round (4 runs) and one run of the second
+    run.write_json(CALIBRATION_FILE, {"runs": {key: saved[key] for key in kept}})
+    calls.clear()
+    resumed = calibrate(config, run, _Log())
+    assert [key for key, _, _ in calls] == order[5:]
+    assert resumed == whole
+
+
 @pytest.mark.parametrize("spread, rounds", [(0.003, 0), (0.02, 2)])
 def test_the_noise_a_decision_uses_is_the_spread_the_runs_show(tmp_path, monkeypatch, spread, rounds):
     """crop 2 points above standard, runs that agree on all but their gap per image: when two

@@ -295,5 +295,15 @@ def test_the_stored_policys_margin_over_the_best_published_policy_is_measured_an
         "none of the search's own candidates beat the best published policy beyond the noise: the best of them "
         "(assembled) re-scored 0.50 points lower ("
     )
+    # The calibration's repeated runs measured the per-run part: it is pooled in (same data, same proxy).
+    scores[transfer.key] = _scored(0.80, 160)
+    calibration = {
+        "base": {"noise": {"measured_training": 0.01, "df": 3}},
+        "transfer": {"noise": {"measured_training": 0.02, "df": 1}},
+    }
+    alone = choose(candidates, scores)[1]["versus_transfer"]["noise"]
+    pooled = choose(candidates, scores, calibration)[1]["versus_transfer"]["noise"]
+    assert alone["df"] == 0 and pooled["df"] == 4
+    assert pooled["measured_training"] == pytest.approx(((3 * 0.01**2 + 0.02**2) / 4) ** 0.5)
     # No transfer candidate: nothing to say.
     assert describe_selection(choose([assembled, best], scores)[1]) == []

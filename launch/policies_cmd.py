@@ -482,16 +482,28 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _preview_images(data: str, num_images: int, image_size: int | None):
-    """``num_images`` images spread evenly over the dataset (rows are often sorted by class)."""
+def _preview_images(data: str, num_images: int, image_size: int | None, draws: int = 1):
+    """``num_images`` images spread evenly over the dataset (rows are often sorted by class),
+    refused in one line before decoding when they and their ``draws`` cannot fit in memory."""
     import numpy as np
-    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.data import DatasetError, open_dataset
+    from autoaug.proxy_models.memory import check_preview_memory
 
     dataset = open_dataset(data)
     n = len(dataset)
     if n == 0:
         raise UserInputError(f"dataset {data!r} has no images")
+    if image_size is not None and image_size < 1:
+        raise UserInputError(f"--image-size must be >= 1, got {image_size}")
     indices = np.unique(np.linspace(0, n - 1, min(num_images, n)).round().astype(np.int64))
+    size = image_size
+    if size is None:
+        try:
+            size = dataset.own_image_size()
+        except DatasetError:  # images of several sizes: the decode below says so
+            size = None
+    if size is not None:
+        check_preview_memory(len(indices), draws, size)
     images, _ = dataset.images(indices, size=image_size)
     return images
 
@@ -508,7 +520,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
             ("nvidia.dali",), "autoaug policies preview --backend dali", alternative="or pass --backend torchvision"
         )
     policy, _, label = _resolve(args.ref, args)
-    images = _preview_images(args.data, args.num_images, args.image_size)
+    images = _preview_images(args.data, args.num_images, args.image_size, args.columns)
     try:
         from autoaug.policies.preview import render_grid
     except ImportError as exc:

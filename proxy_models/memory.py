@@ -305,3 +305,31 @@ def check_memory(
         needs = f"about {format_bytes(estimate.data)} here to decode the data"
     fix = "a smaller --image-size or batch size" if flags else "a smaller image_size or batch_size"
     raise UserInputError(f"{setting} needs {needs}, but {short}; use {fix}")
+
+
+#: Bytes per pixel a preview holds per image it draws: the decoded uint8 image, one float32 copy
+#: an operation works on, and the uint8 result placed in the grid.
+PREVIEW_BYTES_PER_PIXEL = 3 * (1 + 4 + 1)
+
+
+def check_preview_memory(images: int, draws: int, image_size: int) -> int:
+    """Refuse a policy preview (``autoaug policies preview``) whose images cannot fit in memory,
+    before any is decoded: ``images`` images of ``image_size`` pixels a side, each drawn
+    ``draws`` times into one grid (the grid and the draws held at once). Raises
+    :class:`~autoaug.core.errors.UserInputError`, one line naming ``--image-size``, the estimate
+    and what is available; returns the estimate in bytes."""
+    px = int(image_size) ** 2
+    need = PROCESS_BYTES + int(images) * (int(draws) + 1) * px * PREVIEW_BYTES_PER_PIXEL
+    machine, address_space = available_memory()
+    if address_space is not None and need > address_space:
+        short = f"{format_bytes(address_space)} of address space is left under ulimit -v"
+    elif machine is not None and need > machine:
+        short = f"{format_bytes(machine)} is available"
+    else:
+        return need
+    from autoaug.core.errors import UserInputError
+
+    raise UserInputError(
+        f"--image-size {image_size} needs about {format_bytes(need)} to preview {images} images x {draws} draws, "
+        f"but {short}; use a smaller --image-size or fewer --num-images / --columns"
+    )

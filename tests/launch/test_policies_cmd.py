@@ -358,6 +358,26 @@ def test_preview(store, capsys, tmp_path, cifar_train):
 
 
 @pytest.mark.slow
+def test_a_preview_too_large_for_memory_is_refused_in_one_line_before_decoding(capsys, tmp_path, cifar_test):
+    code, out, err = run(
+        capsys,
+        "policies",
+        "preview",
+        "autoaugment-cifar10",
+        "--data",
+        str(cifar_test),
+        "--out",
+        str(tmp_path / "p.png"),
+        "--image-size",
+        "100000",
+        "--backend",
+        "torchvision",
+    )
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "--image-size 100000 needs about " in err and "to preview " in err and "use a smaller --image-size" in err
+    assert not (tmp_path / "p.png").exists()
+
+
 def test_preview_dali_of_a_preset(capsys, tmp_path, cifar_test):
     out = tmp_path / "grid.png"
     code, stdout, err = run(

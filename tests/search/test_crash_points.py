@@ -40,13 +40,13 @@ def _resume(name: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_driver_killed_in_calibration_resumes_without_running_the_saved_run_again(tmp_path, cifar_train, kill_driver):
+def test_a_driver_killed_in_calibration_resumes_without_running_the_saved_run_again(tmp_path, cifar_small, kill_driver):
     argv = [
         *SEARCH,
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "cal",
         "--base",
@@ -73,13 +73,13 @@ def test_a_driver_killed_in_calibration_resumes_without_running_the_saved_run_ag
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_driver_killed_while_rescoring_resumes_with_the_runs_it_saved(tmp_path, cifar_train, kill_driver):
+def test_a_driver_killed_while_rescoring_resumes_with_the_runs_it_saved(tmp_path, cifar_small, kill_driver):
     argv = [
         *SEARCH,
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "resc",
         "--base",
@@ -108,14 +108,14 @@ def test_a_driver_killed_while_rescoring_resumes_with_the_runs_it_saved(tmp_path
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_trial_killed_mid_epoch_under_asha_is_retried_and_the_search_completes(
-    tmp_path, cifar_train, failpoints_armed
+    tmp_path, cifar_small, failpoints_armed
 ):
     argv = [
         *SEARCH,
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "mid",
         "--base",
@@ -154,7 +154,7 @@ def test_a_trial_killed_mid_epoch_under_asha_is_retried_and_the_search_completes
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_full_store_while_a_search_stores_is_one_line_and_no_half_written_version(tmp_path, cifar_train, capsys):
+def test_a_full_store_while_a_search_stores_is_one_line_and_no_half_written_version(tmp_path, cifar_small, capsys):
     from autoaug.core.failpoints import armed
 
     with armed("store.after_version_write=enospc"):
@@ -164,7 +164,7 @@ def test_a_full_store_while_a_search_stores_is_one_line_and_no_half_written_vers
                 "--preset",
                 "smoke",
                 "--data",
-                str(cifar_train),
+                str(cifar_small),
                 "--name",
                 "full",
                 "--base",

@@ -79,8 +79,8 @@ def test_method_flags_map_onto_the_config(tmp_path):
         ),
     ],
 )
-def test_bad_density_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_train, argv, message):
-    code = main(["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "bad", *argv, *_dirs(tmp_path)])
+def test_bad_density_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_small, argv, message):
+    code = main(["search", "--data", str(cifar_small), "--preset", "smoke", "--name", "bad", *argv, *_dirs(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2, err
     assert message in err and "Traceback" not in err
@@ -93,7 +93,7 @@ def test_unknown_method_is_refused_by_the_parser(capsys):
     assert exc.value.code == 2 and "invalid choice: 'fast'" in capsys.readouterr().err
 
 
-def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_train):
+def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_small):
     """The scoring path is the model's real evaluation: a candidate that leaves every image as it
     is gives exactly the accuracy and loss the fold model's own held-out validation measured, and
     a candidate that changes the images gives another score."""
@@ -103,7 +103,7 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
     from autoaug.search.space import SearchSpace
 
     cfg = TrainConfig.from_preset(
-        "smoke", data=str(cifar_train), train_size=512, val_size=0, epochs=2, batch_size=32, num_threads=1
+        "smoke", data=str(cifar_small), train_size=512, val_size=0, epochs=2, batch_size=32, num_threads=1
     )
     _, folds = fold_splits(cfg, 2, 0)
     result = _train_fold(cfg.to_dict(), 0, folds[0].train.tolist(), folds[0].val.tolist())
@@ -130,14 +130,14 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, capsys, cifar_train):
+def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, capsys, cifar_small):
     from autoaug.policies.store import PolicyStore
 
     code = main(
         [
             "search",
             "--data",
-            str(cifar_train),
+            str(cifar_small),
             "--preset",
             "smoke",
             "--name",
@@ -192,7 +192,7 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, cifar_train, kill_driver):
+def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, cifar_small, kill_driver):
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
     argv = [
@@ -200,7 +200,7 @@ def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, 
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "crash",
         "--method",
@@ -248,7 +248,7 @@ def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_time_budget_spans_the_fold_models_and_every_round(tmp_path, capsys, cifar_train):
+def test_a_time_budget_spans_the_fold_models_and_every_round(tmp_path, capsys, cifar_small):
     """Under a budget of seconds the fold models still train (nothing is scored without them), the
     first round scores until its first candidates reported, no more are proposed, the rounds left
     are not run, and what was kept is stored; the study of the round is consistent."""
@@ -256,7 +256,7 @@ def test_a_time_budget_spans_the_fold_models_and_every_round(tmp_path, capsys, c
         [
             "search",
             "--data",
-            str(cifar_train),
+            str(cifar_small),
             "--preset",
             "smoke",
             "--name",

@@ -194,7 +194,7 @@ def test_a_method_cannot_take_a_registered_name_or_settings_key(random_method):
 
 @pytest.mark.timeout(300)
 def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
-    random_method, tmp_path, capsys, cifar_train
+    random_method, tmp_path, capsys, cifar_small
 ):
     """Preflight (data checked and decoded), run_search (the run directory, the method, storing,
     result.json), the summary, ``autoaug report`` -- no Ray needed by this method."""
@@ -206,7 +206,7 @@ def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
     config = _config(
         [
             "--data",
-            str(cifar_train),
+            str(cifar_small),
             "--preset",
             "smoke",
             "--method",

@@ -79,9 +79,9 @@ def test_pba_settings_come_from_the_preset_and_set():
         (["--set", "rescore=true"], "use --preset pba-cpu, or --set rescore=false"),
     ],
 )
-def test_bad_pba_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_train, argv, message):
+def test_bad_pba_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_small, argv, message):
     code = main(
-        ["search", "--data", str(cifar_train), "--preset", "smoke", "--name", "bad", *TINY, *argv, *_dirs(tmp_path)]
+        ["search", "--data", str(cifar_small), "--preset", "smoke", "--name", "bad", *TINY, *argv, *_dirs(tmp_path)]
     )
     err = capsys.readouterr().err
     assert code == 2, err
@@ -187,12 +187,12 @@ def _run_member(monkeypatch, trial_id, params, space, train_config, checkpoint=N
     return fake
 
 
-def test_a_member_that_clones_another_continues_its_weights_with_its_policy_history(monkeypatch, cifar_train):
+def test_a_member_that_clones_another_continues_its_weights_with_its_policy_history(monkeypatch, cifar_small):
     from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
 
     space = SearchSpace(num_sub_policies=2)
     cfg = TrainConfig.from_preset(
-        "smoke", data=str(cifar_train), train_size=128, val_size=64, epochs=4, batch_size=32, num_threads=1
+        "smoke", data=str(cifar_small), train_size=128, val_size=64, epochs=4, batch_size=32, num_threads=1
     )
     rng = random.Random(3)
     config = SearchConfig(name="x", train={"preset": "smoke"}, space=space, method="pba", pba={"population": 2})
@@ -240,12 +240,12 @@ def _stored_schedule(store_dir, ref):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_path, capsys, cifar_train):
+def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_path, capsys, cifar_small):
     code = main(
         [
             "search",
             "--data",
-            str(cifar_train),
+            str(cifar_small),
             "--preset",
             "smoke",
             "--name",
@@ -292,7 +292,7 @@ def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cifar_train, kill_driver):
+def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cifar_small, kill_driver):
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
     argv = [
@@ -300,7 +300,7 @@ def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cif
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "crash",
         *TINY,
@@ -357,7 +357,7 @@ def test_report_of_a_pba_search_says_where_its_record_is_in_one_line(tmp_path, c
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_best_schedule(
-    tmp_path, capsys, cifar_train
+    tmp_path, capsys, cifar_small
 ):
     """Under a budget of seconds, members end at their next perturbation boundary (their checkpoint
     holds the schedule they were scored under), members not started are not run, and the best
@@ -365,7 +365,7 @@ def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_be
     argv = [
         "search",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--preset",
         "smoke",
         "--name",

@@ -495,11 +495,13 @@ class SearchConfig:
         with seed ``train.seed + RESCORE_SEED_OFFSET + seed_index``, ``rescore_val_size``
         validation images, validated only over the last ``score_window`` epochs (all the score
         reads)."""
+        # A re-scoring size replaces the trials' sizing, a count or a cap (the `cpu` preset's).
+        sizing = {} if self.rescore_val_size is None else {"val_size": self.rescore_val_size, "max_val_size": None}
         return dataclasses.replace(
             self.train,
             seed=(self.train.seed + RESCORE_SEED_OFFSET + seed_index) % 2**31,
-            val_size=self.train.val_size if self.rescore_val_size is None else self.rescore_val_size,
             eval_from=max(1, self.train.epochs - self.score_window + 1),
+            **sizing,
         )
 
     @property

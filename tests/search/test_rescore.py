@@ -44,13 +44,12 @@ def test_rescore_runs_keep_the_proxy_recipe_with_fresh_seeds_and_validate_only_t
     config = _rescore_config(rescore_seeds=3, rescore_val_size=10_000)
     runs = [config.rescore_train_config(i) for i in range(3)]
     assert [r.seed for r in runs] == [1000, 1001, 1002]  # seeds no trial used
-    assert {r.val_size for r in runs} == {10_000}
+    assert {(r.val_size, r.max_val_size) for r in runs} == {(10_000, None)}  # replaces the preset's cap
     assert {r.eval_from for r in runs} == {config.epochs - config.score_window + 1}  # the 5 scored epochs
     same = {"model", "train_size", "split_seed", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "data"}
     assert all(getattr(r, f) == getattr(config.train, f) for r in runs for f in same)
-    assert (
-        _rescore_config(rescore_val_size=None).rescore_train_config().val_size == config.train.val_size
-    )  # the proxy's
+    own = _rescore_config(rescore_val_size=None).rescore_train_config()
+    assert (own.val_size, own.max_val_size) == (config.train.val_size, config.train.max_val_size)  # the trials' own
 
 
 def test_a_larger_rescoring_validation_set_keeps_the_trials_training_images():

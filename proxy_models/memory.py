@@ -245,6 +245,17 @@ def _on_cuda(config: Any) -> bool:
     return device.startswith("cuda") or device == "gpu"
 
 
+def _shortfall(process: int, total: int) -> str | None:
+    """What is short when one process needs ``process`` bytes and the machine ``total``: the
+    address space ``ulimit -v`` leaves, or ``MemAvailable``; None when both fit."""
+    machine, address_space = available_memory()
+    if address_space is not None and process > address_space:
+        return f"{format_bytes(address_space)} of address space is left under ulimit -v"
+    if machine is not None and total > machine:
+        return f"{format_bytes(machine)} is available"
+    return None
+
+
 def check_memory(
     config: Any,
     *,
@@ -285,12 +296,8 @@ def check_memory(
     else:  # each worker inherits ulimit -v; this process decodes the data once more
         process = max(per_run if runs else 0, estimate.data)
         total = per_run * runs + estimate.data
-    machine, address_space = available_memory()
-    if address_space is not None and process > address_space:
-        short = f"{format_bytes(address_space)} of address space is left under ulimit -v"
-    elif machine is not None and total > machine:
-        short = f"{format_bytes(machine)} is available"
-    else:
+    short = _shortfall(process, total)
+    if short is None:
         return estimate
     size = config.image_size
     setting = f"--image-size {size}" if flags else f"TrainConfig.image_size={size}"
@@ -320,12 +327,8 @@ def check_preview_memory(images: int, draws: int, image_size: int) -> int:
     and what is available; returns the estimate in bytes."""
     px = int(image_size) ** 2
     need = PROCESS_BYTES + int(images) * (int(draws) + 1) * px * PREVIEW_BYTES_PER_PIXEL
-    machine, address_space = available_memory()
-    if address_space is not None and need > address_space:
-        short = f"{format_bytes(address_space)} of address space is left under ulimit -v"
-    elif machine is not None and need > machine:
-        short = f"{format_bytes(machine)} is available"
-    else:
+    short = _shortfall(need, need)
+    if short is None:
         return need
     from autoaug.core.errors import UserInputError
 

@@ -46,7 +46,7 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from autoaug.core import failpoints
-from autoaug.search.noise import Noise, difference_se, measure
+from autoaug.search.noise import Noise, as_runs, difference_se, measure, score_of
 from autoaug.search.score import METRIC
 
 if TYPE_CHECKING:
@@ -122,18 +122,8 @@ def _key(stage: str, label: str, cfg: Any) -> str:
 Runs = Mapping[str, Sequence[Any]]  # {label: [run result (a dict with METRIC) or a bare score, ...]}
 
 
-def _as_runs(runs: Runs) -> dict[str, list[Mapping[str, Any]]]:
-    return {
-        label: [r if isinstance(r, Mapping) else {METRIC: float(r)} for r in rs] for label, rs in runs.items() if rs
-    }
-
-
-def _score_of(run: Mapping[str, Any]) -> float:
-    return float(run.get(METRIC, run.get("val_accuracy")))
-
-
 def _ranked(runs: Mapping[str, Sequence[Mapping[str, Any]]], order: Sequence[str]) -> list[tuple[str, float]]:
-    means = {label: math.fsum(_score_of(r) for r in v) / len(v) for label, v in runs.items()}
+    means = {label: math.fsum(score_of(r) for r in v) / len(v) for label, v in runs.items()}
     rank = {label: i for i, label in enumerate(order)}
     return sorted(means.items(), key=lambda kv: (-kv[1], rank.get(kv[0], len(rank))))
 
@@ -142,7 +132,7 @@ def _within(runs: Runs, order: Sequence[str]) -> tuple[list[tuple[str, float]], 
     """The labels ranked by mean, the measured noise (:func:`autoaug.search.noise.measure`), the
     labels whose mean is within the noise of the best (less than twice the standard error of the
     difference below it) and that threshold as a function of a label."""
-    runs = _as_runs(runs)
+    runs = as_runs(runs)
     ranked = _ranked(runs, order)
     best, top = ranked[0]
     noise = measure(runs)
@@ -174,11 +164,11 @@ def choose_base(runs: Runs) -> dict[str, Any]:
     best = ranked[0][0]
     strength = {b: i for i, b in enumerate(BASE_STRENGTH)}
     chosen = min([best, *within], key=lambda b: strength.get(b, len(strength)))
-    runs = _as_runs(runs)
+    runs = as_runs(runs)
     return {
         "chosen": chosen,
         "best": best,
-        "scores": {label: {"mean": mean, "runs": [_score_of(r) for r in runs[label]]} for label, mean in ranked},
+        "scores": {label: {"mean": mean, "runs": [score_of(r) for r in runs[label]]} for label, mean in ranked},
         "noise": _noise_record(noise, threshold(best)),
         "within_noise": within,
     }
@@ -191,7 +181,7 @@ def rank_transfer(runs: Runs, fits: Mapping[str, str | None]) -> dict[str, Any]:
     ranked, noise, within, threshold = _within(runs, TRANSFER_REFS)
     best, top = ranked[0]
     warm = next((ref for ref, _ in ranked if fits.get(ref) is None), None)
-    runs = _as_runs(runs)
+    runs = as_runs(runs)
     return {
         "best": best,
         "warm_start": [] if warm is None else [warm],
@@ -200,7 +190,7 @@ def rank_transfer(runs: Runs, fits: Mapping[str, str | None]) -> dict[str, Any]:
         "scores": {
             ref: {
                 "mean": mean,
-                "runs": [_score_of(r) for r in runs[ref]],
+                "runs": [score_of(r) for r in runs[ref]],
                 "margin": top - mean,
                 **({"unfit": fits[ref]} if fits.get(ref) else {}),
             }

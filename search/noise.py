@@ -35,7 +35,16 @@ from typing import Any, Mapping, Sequence
 
 from autoaug.search.score import METRIC
 
-__all__ = ["IMAGE_SCORES", "Noise", "encode_image_scores", "decode_image_scores", "measure", "difference_se"]
+__all__ = [
+    "IMAGE_SCORES",
+    "Noise",
+    "as_runs",
+    "score_of",
+    "encode_image_scores",
+    "decode_image_scores",
+    "measure",
+    "difference_se",
+]
 
 #: Key of a run's per-image scores in its result: ``{"window": k, "counts": base64 of one uint8 per
 #: image, the epochs of the window it was right in, "val": fingerprint of the validation images}``.
@@ -102,16 +111,25 @@ class Noise:
         }
 
 
+def as_runs(runs: Mapping[str, Sequence[Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """``{label: [run result, ...]}`` with bare scores as runs without per-image scores, and
+    labels without runs left out."""
+    return {
+        label: [r if isinstance(r, Mapping) else {METRIC: float(r)} for r in rs] for label, rs in runs.items() if rs
+    }
+
+
+def score_of(run: Mapping[str, Any]) -> float:
+    """A run's score (:data:`METRIC`; ``val_accuracy`` in runs saved before it existed)."""
+    return float(run.get(METRIC, run.get("val_accuracy")))
+
+
 def _image_vectors(runs: Sequence[Mapping[str, Any]]) -> list[tuple[Any, str] | None]:
     return [decode_image_scores(r.get(IMAGE_SCORES)) for r in runs]
 
 
-def _score(run: Mapping[str, Any]) -> float:
-    return float(run.get(METRIC, run.get("val_accuracy")))
-
-
 def _binomial(run: Mapping[str, Any]) -> float:
-    p = min(max(_score(run), 0.0), 1.0)
+    p = min(max(score_of(run), 0.0), 1.0)
     n = max(1, int(run.get("val_size") or 1000))
     return p * (1 - p) / n
 
@@ -137,9 +155,7 @@ def measure(runs: Mapping[str, Sequence[Any]], repeats: Sequence[tuple[float, in
     per-image part as one more degree of freedom (see the module docs). ``repeats``: per-run
     parts measured elsewhere on the same data and proxy, ``(sd, df)`` each (the calibration's,
     for re-scoring), pooled with these runs' own by their degrees of freedom."""
-    runs = {
-        label: [r if isinstance(r, Mapping) else {METRIC: float(r)} for r in rs] for label, rs in runs.items() if rs
-    }
+    runs = as_runs(runs)
     labels = list(runs)
     vectors = {label: _image_vectors(runs[label]) for label in labels}
     between: list[float] = []
@@ -157,7 +173,7 @@ def measure(runs: Mapping[str, Sequence[Any]], repeats: Sequence[tuple[float, in
         rs, vs = list(runs[label]), vectors[label]
         if len(rs) < 2:
             continue
-        scores = [_score(r) for r in rs]
+        scores = [score_of(r) for r in rs]
         mean = math.fsum(scores) / len(scores)
         ss = math.fsum((s - mean) ** 2 for s in scores)
         pairs = [_pair_var(vs[i], vs[j], rs[i], rs[j]) for i in range(len(rs)) for j in range(i + 1, len(rs))]

@@ -29,6 +29,7 @@ __all__ = [
     "image_size_option",
     "group_by_option",
     "base_option",
+    "space_option",
     "warm_start_options",
     "add_options",
     "layered",
@@ -184,6 +185,26 @@ def base_option(rule: str, group: str | None = None, *, auto: bool = False) -> O
         group=group,
         metavar="{" + ",".join(names) + "}",
         help=f"{what}: none, crop (pad-4 random crop) or standard (crop + horizontal flip); {rule}",
+    )
+
+
+def space_option(group: str | None = None, *, extra: Sequence[str] = ()) -> Option:
+    """``--space aa|randaugment|trivialaugment`` (configuration key ``space.family``, also
+    ``--set space.family=...`` and ``space: {family: ...}`` in a file): the search space family
+    (:data:`autoaug.search.space.FAMILIES`). ``extra``: values beyond the families that the
+    configuration resolves itself (e.g. ``auto``). The value is checked by the configuration
+    (``SearchSpace``) wherever it comes from, so every layer gets the same one-line error."""
+    from autoaug.search.space import FAMILIES
+
+    names = (*FAMILIES, *extra)
+    return option(
+        "--space",
+        key="space.family",
+        group=group,
+        metavar="{" + ",".join(names) + "}",
+        help="the search space family: aa (AutoAugment's K sub-policies of 2 ops; the default), randaugment "
+        "(a subset of the ops, N ops per image at one magnitude M) or trivialaugment (a subset of the ops, one "
+        'per image at a uniform bin up to max_bin); docs/search.md, "Space families"',
     )
 
 

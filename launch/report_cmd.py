@@ -38,14 +38,14 @@ def run(args: argparse.Namespace) -> int:
     from autoaug.core.errors import UserInputError
     from autoaug.launch.output import dump_json
     from autoaug.search.config import default_runs_root
-    from autoaug.search.report import importances, load_report_data, op_frequencies, write_report
+    from autoaug.search.report import importances, load_report_data, op_frequencies, top_trials, write_report
 
     if args.top < 1:
         raise UserInputError(f"--top must be >= 1, got {args.top}")
     data = load_report_data(args.name, args.storage or default_runs_root())
     path = write_report(data, args.out or f"{args.name}-report.png", top=args.top)
     if args.json:
-        counts, mags = op_frequencies(data.trials, args.top)
+        counts, mags = op_frequencies(data.trials, args.top, data.space)
         imp, reason = importances(data.study, data.trials)
         print(
             dump_json(
@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
                         "number": max(data.trials, key=lambda t: t.value).number,
                         "value": max(t.value for t in data.trials),
                     },
+                    "family": data.space.family,
                     "top_ops": {op: {"count": n, "mean_magnitude_bin": mags[op]} for op, n in counts.most_common()},
+                    "top_trials": top_trials(data.trials, args.top, data.space),
                     "importances": imp,
                     "importances_note": reason,
                 }

@@ -33,6 +33,7 @@ from autoaug.launch.options import (
     layered,
     option,
     per_class_option,
+    space_option,
     split_size_options,
     warm_start_options,
 )
@@ -63,6 +64,7 @@ _DEFINING = (
     "rescore_val_size",
     "exclude_ops",
     "sub_policies",
+    "space",
     "preset",
     "config",
     "assignments",
@@ -378,6 +380,7 @@ def _shared() -> tuple[Option, ...]:
             metavar="N",
             help="tpe/gp/cmaes propose at random until N trials (warm start included) have finished",
         ),
+        space_option(group="what"),
         option(
             "--exclude-ops",
             key=lambda v: {"space": {"exclude_ops": [s.strip() for s in v.split(",") if s.strip()]}},
@@ -391,7 +394,7 @@ def _shared() -> tuple[Option, ...]:
             group="what",
             type=int,
             metavar="K",
-            help="sub-policies per candidate (default 5)",
+            help="sub-policies per candidate (default 5; the aa space only)",
         ),
         *split_size_options("train.", group="what"),
         per_class_option("train.", group="what"),
@@ -558,8 +561,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "search",
         help="search for an augmentation policy (Ray Tune + Optuna) and store it",
         description=(
-            "Search the AutoAugment policy space with Optuna (through Ray Tune) on a proxy task, "
-            "assemble the best trials' sub-policies into one policy and store it as NAME@VERSION. "
+            "Search the AutoAugment policy space (or the RandAugment or TrivialAugment family: --space) with "
+            "Optuna (through Ray Tune) on a proxy task, assemble the best trials' sub-policies into one policy "
+            "(the best point, in the two families) and store it as NAME@VERSION. "
             "Layers: --preset, then --config FILE, then --set KEY=VALUE, then the flags below."
         ),
     )

@@ -2,7 +2,11 @@
 
 AutoAugment's recipe (Cubuk et al., 2019, section 3): the sub-policies of the best ``N`` policies
 (``N = 5``) are concatenated into the final policy. :func:`assemble_policy` does that, removing
-duplicate sub-policies (keeping the first, i.e. the one from the better trial).
+duplicate sub-policies (keeping the first, i.e. the one from the better trial): the rule
+``concatenate``, the ``aa`` space family's. In the ``randaugment`` and ``trivialaugment`` families a
+candidate is one point (a set of operations and a magnitude), and a union of points is no point of
+the family, so the final policy is the best-ranked trial's policy itself: the rule ``best``
+(:data:`FAMILY_RULES`, :func:`assembly_rule`). The provenance's ``assembly.rule`` says which.
 
 Ranking: a trial that trained for more epochs outranks one stopped earlier by the ASHA
 scheduler (their scores were measured at different points of training and are not comparable;
@@ -32,6 +36,9 @@ __all__ = [
     "FINISHED_STATUSES",
     "rank_trials",
     "assemble_policy",
+    "assembly_rule",
+    "ASSEMBLY_RULES",
+    "FAMILY_RULES",
     "union_policy",
     "library_versions",
     "git_info",
@@ -44,6 +51,21 @@ __all__ = [
 SUCCESS_STATUSES = ("completed", "early_stopped", "budget_stopped")
 #: Statuses of trials that will not run again.
 FINISHED_STATUSES = SUCCESS_STATUSES + ("failed",)
+
+#: How the final policy is made from the ranked trials (the provenance's ``assembly.rule``).
+ASSEMBLY_RULES = {
+    "concatenate": "the sub-policies of the best top_n trials concatenated, duplicates removed (AutoAugment)",
+    "best": "the best-ranked trial's policy itself (randaugment/trivialaugment families: points are not mixed)",
+}
+#: The rule of each search space family (:data:`autoaug.search.space.FAMILIES`).
+FAMILY_RULES = {"aa": "concatenate", "randaugment": "best", "trivialaugment": "best"}
+
+
+def assembly_rule(family: str) -> str:
+    """The assembly rule of space family ``family`` (:data:`FAMILY_RULES`)."""
+    if family not in FAMILY_RULES:
+        raise ValueError(f"no assembly rule for space family {family!r}; expected one of {list(FAMILY_RULES)}")
+    return FAMILY_RULES[family]
 
 
 @dataclass(frozen=True)
@@ -132,9 +154,12 @@ class AssembledPolicy:
     selected: tuple[TrialRecord, ...]
     duplicates_removed: int
     sources: tuple[str, ...] = field(default=())  # trial id of each final sub-policy
+    rule: str = "concatenate"  # ASSEMBLY_RULES
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "rule": self.rule,
+            "rule_is": ASSEMBLY_RULES.get(self.rule, self.rule),
             "selected_trials": [t.trial_id for t in self.selected],
             "selected_scores": [t.score for t in self.selected],
             "num_sub_policies": len(self.policy.sub_policies),
@@ -167,22 +192,26 @@ def assemble_policy(
     num_magnitude_bins: int | None = None,
     base: str | None = None,
     ranges: str | None = None,
+    rule: str = "concatenate",
 ) -> AssembledPolicy:
-    """Concatenate the sub-policies of the ``top_n`` best trials, duplicates removed.
+    """Concatenate the sub-policies of the ``top_n`` best trials, duplicates removed (``rule``
+    ``concatenate``); or, with ``rule="best"``, the best trial's policy alone (``top_n`` ignored).
 
     ``num_magnitude_bins``, ``base`` and ``ranges`` default to those of the best trial's policy;
     every selected policy must agree with them.
 
     Raises:
-        ValueError: if ``top_n`` < 1, no trial has a score, or the selected policies disagree on
-            bins, base or ranges.
+        ValueError: if ``top_n`` < 1, no trial has a score, the rule is unknown, or the selected
+            policies disagree on bins, base or ranges.
     """
     if not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1:
         raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
+    if rule not in ASSEMBLY_RULES:
+        raise ValueError(f"unknown assembly rule {rule!r}; expected one of {list(ASSEMBLY_RULES)}")
     ranked = rank_trials(trials)
     if not ranked:
         raise ValueError("no trial finished with a score: nothing to assemble a policy from")
-    selected = tuple(ranked[:top_n])
+    selected = tuple(ranked[: 1 if rule == "best" else top_n])
     first = selected[0].policy
     bins = first.num_magnitude_bins if num_magnitude_bins is None else num_magnitude_bins
     base = first.base if base is None else base
@@ -200,14 +229,15 @@ def assemble_policy(
             )
         for sub in p.sub_policies:
             key = _effective_key(sub)
-            if key in seen:
+            # "best": the point as it is (TrivialAugment's AutoContrast at 31 bins is 31 draws of it)
+            if key in seen and rule != "best":
                 duplicates += 1
                 continue
             seen.add(key)
             subs.append(sub)
             sources.append(trial.trial_id)
     policy = Policy(name, bins, subs, base=base, ranges=ranges)
-    return AssembledPolicy(policy, selected, duplicates, tuple(sources))
+    return AssembledPolicy(policy, selected, duplicates, tuple(sources), rule)
 
 
 def union_policy(name: str, parts: Sequence[Policy]) -> Policy:

@@ -10,7 +10,7 @@ and by ``search_config.json`` in a run directory::
     data: /data/cifar10/train.parquet   # shortcut for train.data
     num_trials: 32
     train: {preset: cpu, epochs: 6}     # TrainConfig preset + overrides (or a full TrainConfig)
-    space: {exclude_ops: [SamplePairing]}
+    space: {exclude_ops: [SamplePairing]}   # or {family: randaugment} (search.space.FAMILIES)
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from autoaug.search.score import METRIC, MODE
 from autoaug.search.space import SearchSpace
 from autoaug.search.study import SAMPLERS, model_samplers
 from autoaug.search.calibrate import AUTO
-from autoaug.search.warm_start import warm_start_policies
+from autoaug.search.warm_start import FAMILY_REFERENCE, warm_start_policies
 
 __all__ = [
     "SearchConfig",
@@ -175,7 +175,7 @@ class SearchConfig:
             policy's name (:data:`autoaug.policies.names.NAME_RULE`).
         train: the proxy training configuration shared by every trial (same split, model-init
             seed and data order: common random numbers).
-        space: the policy search space.
+        space: the policy search space (its family: ``space.family``, ``--space``; :mod:`autoaug.search.space`).
         concurrency: trials running at once (``ConcurrencyLimiter``); None: as many as the
             cluster's resources allow.
         cpus_per_trial / gpus_per_trial: Ray resources of one trial (fractions of a GPU allowed).
@@ -206,6 +206,11 @@ class SearchConfig:
             choice made again on all their runs each time (0: none; with one calibration seed,
             the strongest base also runs twice in the first round, so the noise is measured).
         transfer_extra_seeds: the same for the published policies' race (0: one run each).
+        calibration_epochs: the calibration runs' schedule: a whole run of this many epochs
+            (warm-up and decay compressed to it, validated over its last ``score_window``
+            epochs); None: the trials' own (``train.epochs``). Shorter runs rank bases and
+            published policies as the trials' schedule does for a fraction of the CPU
+            (docs/search.md, "Calibration"; the ``cpu`` preset: 30 of 120 epochs).
         rescore: train the final candidates a method returns (the assembled policy, the best
             single trial, ...) again under the proxy (fresh seeds) and store the best
             (:mod:`autoaug.search.rescore`).
@@ -246,6 +251,7 @@ class SearchConfig:
     calibration_seeds: int = 1
     base_extra_seeds: int = 2
     transfer_extra_seeds: int = 1
+    calibration_epochs: int | None = None
     rescore: bool = False
     rescore_seeds: int = 1
     rescore_val_size: int | None = None
@@ -400,6 +406,12 @@ class SearchConfig:
                 object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
         if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
             raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
+        if self.calibration_epochs is not None and (
+            not is_int(self.calibration_epochs) or not self.score_window <= self.calibration_epochs <= 100_000
+        ):
+            raise invalid(
+                self, "calibration_epochs", f"an integer >= score_window ({self.score_window}), or None (train.epochs)"
+            )
         for name in ("base_extra_seeds", "transfer_extra_seeds"):
             if not is_int(getattr(self, name)) or not 0 <= getattr(self, name) <= 100:
                 raise invalid(self, name, "an integer in [0, 100]")
@@ -515,8 +527,8 @@ class SearchConfig:
         method = self.search_method
         method.check(self)
         if self.warm_start:
-            # "auto" warm-starts from one published AutoAugment policy (25 sub-policies)
-            refs = ["autoaugment-cifar10"] if self.warm_start == AUTO else self.warm_start
+            # "auto" warm-starts from one published policy (aa: AutoAugment's 25 sub-policies)
+            refs = [FAMILY_REFERENCE[self.space.family]] if self.warm_start == AUTO else self.warm_start
             warm = warm_start_policies(refs, self.space, store=self.store)
             capacity, raise_what = method.warm_start_capacity(self)
             if len(warm) > capacity:

@@ -42,7 +42,15 @@ from autoaug.core.values import is_int
 from autoaug.search.assemble import TrialRecord, assemble_policy, rank_trials
 from autoaug.search.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
 from autoaug.search.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
-from autoaug.search.method import BaseMethod, MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
+from autoaug.search.method import (
+    BaseMethod,
+    MethodResult,
+    MethodSettings,
+    PreparedSearch,
+    all_failed,
+    check_space_family,
+    resume_hint,
+)
 from autoaug.search.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
@@ -180,6 +188,7 @@ class DensityMethod(BaseMethod):
         return f"studies: {config.name}.f*-r*"  # one per fold and round: stage_name
 
     def check(self, config: "SearchConfig") -> None:
+        check_space_family(config, self.name)  # the fold models' DALI inputs are aa-shaped (fold_models)
         d, t = config.density, config.train
         if t.train_size:
             smallest_train = t.train_size - -(-t.train_size // d.folds)

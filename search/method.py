@@ -73,6 +73,7 @@ __all__ = [
     "all_failed",
     "resume_hint",
     "check_validation_left_to_the_method",
+    "check_space_family",
 ]
 
 
@@ -283,6 +284,19 @@ def check_validation_left_to_the_method(train: Any, why: str) -> None:
             raise ValueError(
                 f"train.{setting} is {value}: {why}; set {setting} to {'null' if default is None else default}"
             )
+
+
+def check_space_family(config: "SearchConfig", method: str, families: Sequence[str] = ("aa",)) -> None:
+    """A ``ValueError`` line when the search space's family is not one of ``families``, those
+    ``method`` searches (a method whose machinery reads the ``aa`` family's parameters calls it
+    from its ``check``)."""
+    family = config.space.family
+    if family not in families:
+        space = " and ".join(families)
+        raise ValueError(
+            f"method {method} searches the {space} space only; space.family is {family!r} "
+            f"(use --method train for the {family} family)"
+        )
 
 
 def all_failed(trials: Sequence[TrialRecord], name: str, what: str = "trials") -> SearchFailedError:

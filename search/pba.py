@@ -54,6 +54,7 @@ from autoaug.search.method import (
     MethodSettings,
     PreparedSearch,
     all_failed,
+    check_space_family,
     check_validation_left_to_the_method,
     resume_hint,
 )
@@ -221,6 +222,7 @@ class PbaMethod(BaseMethod):
     }
 
     def check(self, config: "SearchConfig") -> None:
+        check_space_family(config, self.name)  # explore_params moves the aa family's parameters
         s, t = config.pba, config.train
         if t.val_size == 0:
             raise ValueError(
@@ -424,7 +426,11 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     schedule = schedule.with_name(config.name)
     final = schedule.final.with_name(config.name)
     assembled = AssembledPolicy(
-        policy=final, selected=(best,), duplicates_removed=0, sources=(best.trial_id,) * len(final.sub_policies)
+        policy=final,
+        selected=(best,),
+        duplicates_removed=0,
+        sources=(best.trial_id,) * len(final.sub_policies),
+        rule="best",  # the best member's own (last) policy, nothing concatenated
     )
     events.sort(key=lambda e: (e["epoch"], e["member"]))
     record = {

@@ -41,6 +41,25 @@ class SearchOutcome:
         """``name@version`` in the policy store."""
         return f"{self.policy.name}@{self.version}"
 
+    def _assembly_line(self) -> str:
+        """How the final policy was made: AutoAugment's concatenation, or (rule ``best``) the best
+        trial's point of the space family, described."""
+        num = self.provenance.get("assembly", {}).get("num_sub_policies", len(self.assembled.policy.sub_policies))
+        if self.assembled.rule != "best":
+            return (
+                f"assembled policy = best {len(self.assembled.selected)} trials, {num} sub-policies "
+                f"({self.assembled.duplicates_removed} duplicates removed)"
+            )
+        space = ((self.provenance.get("search") or {}).get("config") or {}).get("space") or {}
+        family = space.get("family", "aa")
+        if family == "aa":  # a PBA member's last policy
+            return f"final policy = the best trial's, {num} sub-policies"
+        try:
+            point = SearchSpace.from_dict(space).describe_point(self.best_trial.params)
+        except ValueError:
+            point = "its parameters do not decode in the recorded space"
+        return f"final policy = the best trial's ({family} family point: {point}), {num} sub-policies"
+
     def summary(self) -> str:
         counts = self.provenance["counts"]
         lines = [
@@ -50,10 +69,8 @@ class SearchOutcome:
             f"({self.best_trial.epochs} epoch{'' if self.best_trial.epochs == 1 else 's'})",
             f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
             + (f"{counts['budget_stopped']} stopped by the time budget, " if counts.get("budget_stopped") else "")
-            + f"{counts['failed']} failed; assembled policy = best {len(self.assembled.selected)} "
-            f"trials, {self.provenance.get('assembly', {}).get('num_sub_policies', len(self.assembled.policy.sub_policies))} "
-            "sub-policies "
-            f"({self.assembled.duplicates_removed} duplicates removed)",
+            + f"{counts['failed']} failed; "
+            + self._assembly_line(),
         ]
         selection = self.provenance.get("selection")
         if selection:
@@ -122,7 +139,7 @@ def trial_records(
     run: RunDir, study: optuna.Study, *, space: SearchSpace, name: str, epochs: int, budget_stopped: Container[str] = ()
 ) -> list[TrialRecord]:
     """One :class:`TrialRecord` per trial of the Tune experiment in ``run``, in creation order:
-    its parameters decoded in ``space`` (policies named ``{name}-{trial id}``), ``completed``
+    its parameters decoded in ``space``, whatever its family (policies named ``{name}-{trial id}``), ``completed``
     when it reported ``epochs`` results, ``budget_stopped`` when the search's time budget ended it
     earlier (``budget_stopped``: those trials' ids; scored on what it reported, if anything).
 
@@ -214,7 +231,13 @@ def outcome_from_result(result: Mapping[str, Any], run: RunDir) -> SearchOutcome
     assembly = prov["assembly"]
     selected = tuple(by_id[i] for i in assembly["selected_trials"])
     policy = Policy.from_dict(result["policy"])
-    assembled = AssembledPolicy(policy, selected, assembly["duplicates_removed"], tuple(assembly["sub_policy_sources"]))
+    assembled = AssembledPolicy(
+        policy,
+        selected,
+        assembly["duplicates_removed"],
+        tuple(assembly["sub_policy_sources"]),
+        assembly.get("rule", "concatenate"),  # results written before space families: concatenate
+    )
     return SearchOutcome(
         policy=policy,
         score=selected[0].score,

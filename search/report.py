@@ -9,10 +9,15 @@ storage ``search_config.json`` names):
    values, the numbers ASHA compared);
 3. **ops and magnitudes among the top trials**: how often each operation appears, with a
    non-zero probability, in the sub-policies of the best ``top`` trials, and the mean magnitude
-   bin it was drawn with;
+   bin it was drawn with (space families ``randaugment`` / ``trivialaugment``: in how many of the
+   best trials each operation is chosen, and the mean of their ``M`` / of the bins ``0..max_bin``
+   drawn uniformly, i.e. ``max_bin / 2``);
 4. **parameter importances**: ``optuna.importance.get_param_importances`` (fANOVA) of the
    study's parameters, summed per kind (op type / probability / magnitude of each sub-policy slot)
-   when there are many; skipped, saying why, with fewer than 2 finished trials.
+   when there are many (the other families: per parameter, ``Rotate in``, ``N``, ``M``,
+   ``max bin``); skipped, saying why, with fewer than 2 finished trials.
+
+:func:`top_trials` lists the best trials' points (``autoaug report --json``: ``top_trials``).
 
 A method whose search has no Optuna study says instead, in one line, where its own record is
 (``Method.report_note``).
@@ -32,9 +37,10 @@ from autoaug.core.errors import UserInputError
 from autoaug.search.config import METHODS
 from autoaug.search.score import METRIC
 from autoaug.search.run_dir import CONFIG_FILE, STUDY_FILE, RunDir
+from autoaug.search.space import SearchSpace
 from autoaug.search.study import make_storage
 
-__all__ = ["ReportData", "load_report_data", "write_report"]
+__all__ = ["ReportData", "load_report_data", "write_report", "op_frequencies", "importances", "top_trials"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class ReportData:
     trials: list  # optuna FrozenTrials, finished ones (COMPLETE or PRUNED), by number
     study: Any
     epochs: int | None
+    space: SearchSpace = SearchSpace()  # the run's (search_config.json), for its family
 
 
 def load_report_data(name: str, storage: str) -> ReportData:
@@ -67,11 +74,23 @@ def load_report_data(name: str, storage: str) -> ReportData:
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     trials = sorted((t for t in study.trials if t.state in finished and t.value is not None), key=lambda t: t.number)
     epochs = (state.get("config", {}).get("train") or {}).get("epochs")
-    return ReportData(name=name, run_dir=run.uri, trials=trials, study=study, epochs=epochs)
+    try:
+        space = SearchSpace.from_dict((state.get("config") or {}).get("space") or {})
+    except ValueError:  # written by another version: the report draws what the parameters say
+        space = SearchSpace()
+    return ReportData(name=name, run_dir=run.uri, trials=trials, study=study, epochs=epochs, space=space)
 
 
-def _slots(params: dict[str, Any]) -> list[tuple[str, float, int]]:
-    """``[(op, probability, magnitude bin)]`` of every sub-policy slot (``spI_opJ_type/prob/mag``)."""
+def _slots(params: dict[str, Any], space: SearchSpace | None = None) -> list[tuple[str, float, float]]:
+    """``[(op, probability, magnitude bin)]`` of every sub-policy slot (``spI_opJ_type/prob/mag``);
+    in the ``randaugment`` / ``trivialaugment`` families, of every operation chosen (``use_{Op}``):
+    probability 1 and ``M`` / the mean bin drawn, ``max_bin / 2``."""
+    if space is not None and space.family != "aa":
+        if space.family == "randaugment":
+            mag = float(params.get("m", 0))
+        else:
+            mag = float(params.get("max_bin", 0)) / 2
+        return [(op, 1.0, mag) for op in space.op_choices if params.get(space.use_name(op))]
     out = []
     for key, op in params.items():
         if key.endswith("_type"):
@@ -80,13 +99,32 @@ def _slots(params: dict[str, Any]) -> list[tuple[str, float, int]]:
     return out
 
 
-def op_frequencies(trials: list, top: int) -> tuple[Counter, dict[str, float]]:
+def top_trials(trials: list, top: int, space: SearchSpace | None = None) -> list[dict[str, Any]]:
+    """The best ``top`` trials: Optuna number, score and the point (:meth:`SearchSpace.describe_point`;
+    in the ``randaugment`` / ``trivialaugment`` families also the operations in and ``n``/``m`` or
+    ``max_bin``)."""
+    space = space or SearchSpace()
+    out = []
+    for t in sorted(trials, key=lambda t: t.value, reverse=True)[:top]:
+        row: dict[str, Any] = {"number": t.number, "value": t.value}
+        try:
+            row["point"] = space.describe_point(t.params)
+        except ValueError:
+            row["point"] = None  # parameters of another space (a study written by another version)
+        if space.family != "aa":
+            row["ops"] = [op for op in space.op_choices if t.params.get(space.use_name(op))]
+            row.update({k: t.params[k] for k in ("n", "m", "max_bin") if k in t.params})
+        out.append(row)
+    return out
+
+
+def op_frequencies(trials: list, top: int, space: SearchSpace | None = None) -> tuple[Counter, dict[str, float]]:
     """(count of each op with probability > 0 in the best ``top`` trials, its mean magnitude bin)."""
     best = sorted(trials, key=lambda t: t.value, reverse=True)[:top]
     counts: Counter = Counter()
-    mags: dict[str, list[int]] = defaultdict(list)
+    mags: dict[str, list[float]] = defaultdict(list)
     for t in best:
-        for op, prob, mag in _slots(t.params):
+        for op, prob, mag in _slots(t.params, space):
             if prob > 0:
                 counts[op] += 1
                 mags[op].append(mag)
@@ -107,9 +145,15 @@ def importances(study: Any, trials: list) -> tuple[dict[str, float], str | None]
         return {}, f"Optuna could not compute importances: {exc}"
     grouped: dict[str, float] = defaultdict(float)
     kinds = {"type": "op", "prob": "probability", "mag": "magnitude"}
+    family = {"n": "N (ops per image)", "m": "M (magnitude)", "max_bin": "max bin"}
     for key, value in raw.items():
         parts = key.split("_")  # sp0_op1_type
-        label = f"{parts[0]} {kinds.get(parts[-1], parts[-1])}" if len(parts) == 3 else key
+        if key.startswith("use_"):  # randaugment / trivialaugment: use_Rotate
+            label = f"{key[len('use_') :]} in"
+        elif key in family:
+            label = family[key]
+        else:
+            label = f"{parts[0]} {kinds.get(parts[-1], parts[-1])}" if len(parts) == 3 else key
         grouped[label] += float(value)
     return dict(sorted(grouped.items(), key=lambda kv: kv[1], reverse=True)), None
 
@@ -185,7 +229,7 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
 
     # 3. ops and magnitudes among the top trials
     ax = axes[1][0]
-    counts, mean_mag = op_frequencies(data.trials, top)
+    counts, mean_mag = op_frequencies(data.trials, top, data.space)
     ops = [op for op, _ in counts.most_common()]
     ax.barh(ops[::-1], [counts[o] for o in ops[::-1]], color="tab:green")
     from autoaug.policies.ops import REGISTRY
@@ -193,7 +237,12 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
     for i, op in enumerate(ops[::-1]):
         if op in REGISTRY and REGISTRY[op].has_magnitude:  # no label for AutoContrast, Equalize...
             ax.text(counts[op] + 0.05, i, f"mag {mean_mag[op]:.1f}", va="center", fontsize=7)
-    ax.set_xlabel(f"occurrences with p > 0 in the best {min(top, len(data.trials))} trials (mean magnitude bin)")
+    if data.space.family == "aa":
+        ax.set_xlabel(f"occurrences with p > 0 in the best {min(top, len(data.trials))} trials (mean magnitude bin)")
+    else:
+        ax.set_xlabel(
+            f"best {min(top, len(data.trials))} trials choosing the op ({data.space.family} family; mean magnitude bin)"
+        )
     ax.set_title("ops and magnitudes of the top trials")
     ax.grid(alpha=0.3, axis="x")
 

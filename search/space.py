@@ -1,13 +1,33 @@
-"""The AutoAugment search space and its encoding as Optuna parameters.
+"""The search spaces and their encoding as Optuna parameters.
 
-A candidate policy (Cubuk et al., CVPR 2019) is ``K`` sub-policies (default 5) of 2 operations;
-each operation has three parameters:
+Each candidate is materialized as an ordinary :class:`policies.Policy` (so every backend, the
+store, the exports and ``compare`` take it as is). ``SearchSpace.family`` chooses the space:
+
+``aa`` (AutoAugment's, the default). A candidate policy (Cubuk et al., CVPR 2019) is ``K``
+sub-policies (default 5) of 2 operations; each operation has three parameters:
 
 * ``sp{i}_op{j}_type`` -- categorical over the candidate operations (default the 16 AutoAugment
   operations of :data:`autoaug.policies.ops.AUTOAUGMENT_OPS`, minus ``exclude_ops``);
 * ``sp{i}_op{j}_prob`` -- the probability, a stepped float over the 11 values 0, 0.1, ..., 1
   (``FloatDistribution(0, 1, step=0.1)``: ordinal, and only those values can be sampled);
 * ``sp{i}_op{j}_mag`` -- the magnitude bin, an integer in ``0 .. num_magnitude_bins - 1``.
+
+``randaugment`` (RandAugment, Cubuk et al. 2020: N operations drawn per image from a set, one
+magnitude M). Parameters ``use_{Op}`` (categorical over ``(False, True)``, one per candidate
+operation; default the 14 of :data:`autoaug.policies.ops.RANDAUGMENT_OPS`), ``n`` (an integer in
+``1 .. MAX_RANDAUGMENT_N_SEARCH``) and ``m`` (a magnitude bin of 31). The policy: every ordered
+``n``-tuple of the chosen operations (in ``op_choices`` order), probability 1, bin ``m`` --
+exactly :func:`autoaug.policies.presets.randaugment`, so ``randaugment:n=2,m=9`` is a point.
+
+``trivialaugment`` (TrivialAugment, Mueller & Hutter 2021: one operation per image at a uniform
+magnitude). Parameters ``use_{Op}`` and ``max_bin`` (``0 .. num_magnitude_bins - 1``). The policy:
+one sub-policy ``[(op, 1.0, b)]`` per chosen operation and bin ``b`` in ``0 .. max_bin``, ranges
+``wide`` by default -- exactly :func:`autoaug.policies.presets.trivialaugment` for the 14
+operations and ``max_bin`` 30.
+
+In the two last families no operation chosen is the identity policy (the base alone), a point
+like any other; its ``n``/``m``/``max_bin`` change nothing, and :meth:`SearchSpace.to_params`
+returns it with their lowest values (``n=1``, ``m=0``, ``max_bin=0``).
 
 :class:`SearchSpace` is the one place that maps between a parameter dict (an Optuna trial's
 ``params``, or the ``config`` Ray Tune hands a trial) and a :class:`policies.Policy`, both ways:
@@ -23,11 +43,15 @@ equivalent define-by-run function is :meth:`suggest`.
 >>> space.to_policy(params, name="p") == Policy("p", 10, [[("Rotate", 0.7, 2), ("Invert", 0.1, 0)],
 ...                                                       [("Color", 0.4, 9), ("Equalize", 1.0, 3)]])
 True
+>>> ra = SearchSpace(family="randaugment")
+>>> ra.to_params(presets.randaugment(2, 9))["n"], ra.to_params(presets.randaugment(2, 9))["m"]
+(2, 9)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import numbers
 import random
@@ -35,13 +59,34 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from autoaug.core.values import check_keys, is_int as _is_int
-from autoaug.policies import Policy, ops as _ops
+from autoaug.policies import Policy, ops as _ops, presets
 from autoaug.policies.policy import BASES, RANGES
 
-__all__ = ["SearchSpace", "PARAM_FIELDS"]
+__all__ = ["SearchSpace", "PARAM_FIELDS", "FAMILIES", "MAX_RANDAUGMENT_N_SEARCH"]
 
-#: The three parameters of one operation, in the order they are suggested.
+#: The three parameters of one operation, in the order they are suggested (family ``aa``).
 PARAM_FIELDS = ("type", "prob", "mag")
+#: The space families (``SearchSpace.family``); the first is the default.
+FAMILIES = ("aa", "randaugment", "trivialaugment")
+#: Largest RandAugment ``n`` the ``randaugment`` family searches (14**3 = 2,744 sub-policies).
+MAX_RANDAUGMENT_N_SEARCH = 3
+
+#: Per family, the defaults of the fields left unset (``None``): operations, magnitude bins, ranges.
+_FAMILY_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "aa": {"ops": _ops.AUTOAUGMENT_OPS, "num_magnitude_bins": 10, "ranges": "autoaugment"},
+    "randaugment": {
+        "ops": _ops.RANDAUGMENT_OPS,
+        "num_magnitude_bins": presets.RANDAUGMENT_NUM_BINS,
+        "ranges": "autoaugment",
+    },
+    "trivialaugment": {
+        "ops": _ops.RANDAUGMENT_OPS,
+        "num_magnitude_bins": presets.RANDAUGMENT_NUM_BINS,
+        "ranges": "wide",
+    },
+}
+#: The fields that shape the ``aa`` family only, with their defaults.
+_AA_ONLY = {"num_sub_policies": 5, "ops_per_sub_policy": 2, "num_probabilities": 11}
 
 
 def _as_name_tuple(value: Any, field: str) -> tuple[str, ...]:
@@ -60,19 +105,32 @@ def _as_name_tuple(value: Any, field: str) -> tuple[str, ...]:
     return names
 
 
+def _is_bool(value: Any) -> bool:
+    # Python's bool, or NumPy's (a categorical choice may come back as numpy.bool_)
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
 @dataclass(frozen=True)
 class SearchSpace:
-    """AutoAugment's policy search space; see the module documentation.
+    """A policy search space of one family; see the module documentation.
 
     Args:
-        num_sub_policies: sub-policies per candidate policy (``K``; the paper uses 5).
-        ops_per_sub_policy: operations per sub-policy (the paper uses 2).
-        ops: candidate operation types (names of :data:`autoaug.policies.ops.REGISTRY`).
+        num_sub_policies: sub-policies per candidate policy (``K``; the paper uses 5). ``aa`` only.
+        ops_per_sub_policy: operations per sub-policy (the paper uses 2). ``aa`` only.
+        ops: candidate operation types (names of :data:`autoaug.policies.ops.REGISTRY`); None:
+            the family's (``aa``: the 16 of AutoAugment; the others: the 14 of RandAugment).
         exclude_ops: operations removed from ``ops`` (e.g. ``["SamplePairing"]``).
-        num_magnitude_bins: magnitude bins ``B``; bins are ``0 .. B-1`` (the paper uses 10).
+        num_magnitude_bins: magnitude bins ``B``; bins are ``0 .. B-1``; None: the family's
+            (``aa``: 10, as the paper; the others: 31, as torchvision).
         num_probabilities: probability values, evenly spaced over [0, 1] (11: 0, 0.1, ..., 1).
+            ``aa`` only.
         base: ``Policy.base`` of every candidate (``"standard"``: crop + flip first).
-        ranges: ``Policy.ranges`` of every candidate (``"autoaugment"`` or ``"wide"``).
+        ranges: ``Policy.ranges`` of every candidate (``"autoaugment"`` or ``"wide"``); None:
+            the family's (``trivialaugment``: ``wide``; the others: ``autoaugment``).
+        family: ``aa``, ``randaugment`` or ``trivialaugment`` (:data:`FAMILIES`).
+
+    The fields left None hold the family's values once built. The ``aa``-only fields must keep
+    their defaults in the other families.
 
     Raises:
         ValueError: naming the field, the bad value and what is allowed.
@@ -80,14 +138,28 @@ class SearchSpace:
 
     num_sub_policies: int = 5
     ops_per_sub_policy: int = 2
-    ops: tuple[str, ...] = _ops.AUTOAUGMENT_OPS
+    ops: tuple[str, ...] | None = None
     exclude_ops: tuple[str, ...] = ()
-    num_magnitude_bins: int = 10
+    num_magnitude_bins: int | None = None
     num_probabilities: int = 11
     base: str = "standard"
-    ranges: str = "autoaugment"
+    ranges: str | None = None
+    family: str = FAMILIES[0]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.family, str) or self.family not in FAMILIES:
+            raise ValueError(f"SearchSpace.family: {self.family!r} is invalid; expected one of {list(FAMILIES)}")
+        for name, value in _FAMILY_DEFAULTS[self.family].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        if self.family != "aa":
+            for name, default in _AA_ONLY.items():
+                value = getattr(self, name)
+                if value != default or not _is_int(value):
+                    raise ValueError(
+                        f"SearchSpace.{name}: {value!r} does not apply to the {self.family} family "
+                        f"(it shapes the aa family only); leave it unset"
+                    )
         for name in ("num_sub_policies", "ops_per_sub_policy", "num_magnitude_bins"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
@@ -128,24 +200,44 @@ class SearchSpace:
 
     @property
     def num_ops(self) -> int:
-        """Operations per candidate policy (``K * ops_per_sub_policy``)."""
+        """Operations per candidate policy (``K * ops_per_sub_policy``; family ``aa``)."""
         return self.num_sub_policies * self.ops_per_sub_policy
 
     @property
     def size(self) -> int:
-        """Number of distinct parameter assignments: ``(types * probabilities * bins) ** num_ops``."""
+        """Number of distinct parameter assignments: ``aa``: ``(types * probabilities * bins) **
+        num_ops``; ``randaugment``: ``2**ops * MAX_RANDAUGMENT_N_SEARCH * bins``;
+        ``trivialaugment``: ``2**ops * bins``."""
+        if self.family == "randaugment":
+            return 2 ** len(self.op_choices) * MAX_RANDAUGMENT_N_SEARCH * self.num_magnitude_bins
+        if self.family == "trivialaugment":
+            return 2 ** len(self.op_choices) * self.num_magnitude_bins
         per_op = len(self.op_choices) * self.num_probabilities * self.num_magnitude_bins
         return per_op**self.num_ops
 
     @staticmethod
     def param_name(sub_policy: int, op: int, field: str) -> str:
-        """Name of one parameter, e.g. ``param_name(0, 1, "prob") == "sp0_op1_prob"``."""
+        """Name of one ``aa`` parameter, e.g. ``param_name(0, 1, "prob") == "sp0_op1_prob"``."""
         if field not in PARAM_FIELDS:
             raise ValueError(f"unknown parameter field {field!r}; expected one of {list(PARAM_FIELDS)}")
         return f"sp{sub_policy}_op{op}_{field}"
 
+    @staticmethod
+    def use_name(op: str) -> str:
+        """Name of the parameter choosing operation ``op`` (``randaugment``, ``trivialaugment``)."""
+        return f"use_{op}"
+
+    @property
+    def _magnitude_param(self) -> str:
+        return "m" if self.family == "randaugment" else "max_bin"
+
     def param_names(self) -> list[str]:
-        """Every parameter name, in suggestion order (sub-policy, operation, field)."""
+        """Every parameter name, in suggestion order: ``aa``: by sub-policy, operation, field;
+        the others: ``use_{Op}`` in ``op_choices`` order, then ``n`` and ``m`` (``randaugment``)
+        or ``max_bin`` (``trivialaugment``)."""
+        if self.family != "aa":
+            extra = ["n", "m"] if self.family == "randaugment" else ["max_bin"]
+            return [self.use_name(op) for op in self.op_choices] + extra
         return [
             self.param_name(i, j, f)
             for i in range(self.num_sub_policies)
@@ -162,6 +254,13 @@ class SearchSpace:
         )
 
         dists: dict[str, Any] = {}
+        if self.family != "aa":
+            for op in self.op_choices:
+                dists[self.use_name(op)] = CategoricalDistribution((False, True))
+            if self.family == "randaugment":
+                dists["n"] = IntDistribution(1, MAX_RANDAUGMENT_N_SEARCH)
+            dists[self._magnitude_param] = IntDistribution(0, self.num_magnitude_bins - 1)
+            return dists
         for i in range(self.num_sub_policies):
             for j in range(self.ops_per_sub_policy):
                 dists[self.param_name(i, j, "type")] = CategoricalDistribution(self.op_choices)
@@ -171,21 +270,32 @@ class SearchSpace:
 
     def suggest(self, trial: Any, name: str = "candidate") -> Policy:
         """Define-by-run form: suggest every parameter on an ``optuna.Trial``; returns the Policy."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution
+
         params = {}
         for pname, dist in self.distributions().items():
-            if pname.endswith("_type"):
+            if isinstance(dist, CategoricalDistribution):
                 params[pname] = trial.suggest_categorical(pname, dist.choices)
-            elif pname.endswith("_prob"):
+            elif isinstance(dist, FloatDistribution):
                 params[pname] = trial.suggest_float(pname, dist.low, dist.high, step=dist.step)
             else:
                 params[pname] = trial.suggest_int(pname, dist.low, dist.high)
         return self.to_policy(params, name=name)
 
     def random_params(self, rng: random.Random) -> dict[str, Any]:
-        """Parameters drawn uniformly from the space with ``rng``, in suggestion order: an operation
-        among the candidates, a probability on the grid, a magnitude bin. (The same ``rng`` state
-        draws the same parameters: the benchmarks' random policies, PBA's ``init: random``.)"""
+        """Parameters drawn uniformly from the space with ``rng``, in suggestion order: ``aa``: an
+        operation among the candidates, a probability on the grid, a magnitude bin; the others:
+        each operation in or out with probability 1/2, ``n`` and ``m`` or ``max_bin`` uniform.
+        (The same ``rng`` state draws the same parameters: the benchmarks' random policies,
+        PBA's ``init: random``.)"""
         params: dict[str, Any] = {}
+        if self.family != "aa":
+            for op in self.op_choices:
+                params[self.use_name(op)] = rng.random() < 0.5
+            if self.family == "randaugment":
+                params["n"] = rng.randint(1, MAX_RANDAUGMENT_N_SEARCH)
+            params[self._magnitude_param] = rng.randint(0, self.num_magnitude_bins - 1)
+            return params
         for name in self.param_names():
             if name.endswith("_type"):
                 params[name] = rng.choice(self.op_choices)
@@ -208,6 +318,30 @@ class SearchSpace:
             )
         return k / steps
 
+    def _check_keys(self, params: Any) -> None:
+        if not isinstance(params, Mapping):
+            raise ValueError(f"search parameters must be a dict, got {type(params).__name__}")
+        expected = self.param_names()
+        missing = [k for k in expected if k not in params]
+        unknown = sorted(set(params) - set(expected))
+        if missing or unknown:
+            shape = (
+                f"{self.num_sub_policies} sub-policies x {self.ops_per_sub_policy} ops"
+                if self.family == "aa"
+                else f"{self.family} family, {len(self.op_choices)} candidate ops"
+            )
+            raise ValueError(
+                f"search parameters do not match the space ({shape})"
+                + (f"; missing: {missing[:6]}{' ...' if len(missing) > 6 else ''}" if missing else "")
+                + (f"; unexpected: {unknown[:6]}{' ...' if len(unknown) > 6 else ''}" if unknown else "")
+            )
+
+    def _int_param(self, params: Mapping[str, Any], name: str, low: int, high: int, what: str) -> int:
+        value = params[name]
+        if not _is_int(value) or not low <= value <= high:
+            raise ValueError(f"parameter {name!r}: {value!r} is not {what}; expected an integer in [{low}, {high}]")
+        return int(value)
+
     def to_policy(self, params: Mapping[str, Any], name: str = "candidate") -> Policy:
         """Decode a parameter dict (exactly the keys of :meth:`param_names`) into a Policy.
 
@@ -217,18 +351,9 @@ class SearchSpace:
             ValueError: naming the parameter, the bad value and the allowed values, or listing
                 missing / unexpected keys.
         """
-        if not isinstance(params, Mapping):
-            raise ValueError(f"search parameters must be a dict, got {type(params).__name__}")
-        expected = self.param_names()
-        missing = [k for k in expected if k not in params]
-        unknown = sorted(set(params) - set(expected))
-        if missing or unknown:
-            raise ValueError(
-                f"search parameters do not match the space ({self.num_sub_policies} sub-policies x "
-                f"{self.ops_per_sub_policy} ops)"
-                + (f"; missing: {missing[:6]}{' ...' if len(missing) > 6 else ''}" if missing else "")
-                + (f"; unexpected: {unknown[:6]}{' ...' if len(unknown) > 6 else ''}" if unknown else "")
-            )
+        self._check_keys(params)
+        if self.family != "aa":
+            return self._family_policy(params, name)
         sub_policies = []
         for i in range(self.num_sub_policies):
             sub = []
@@ -251,15 +376,38 @@ class SearchSpace:
             sub_policies.append(sub)
         return Policy(name, self.num_magnitude_bins, sub_policies, base=self.base, ranges=self.ranges)
 
+    def _family_policy(self, params: Mapping[str, Any], name: str) -> Policy:
+        """``to_policy`` of the ``randaugment`` and ``trivialaugment`` families."""
+        chosen = []
+        for op in self.op_choices:
+            key = self.use_name(op)
+            if not _is_bool(params[key]):
+                raise ValueError(f"parameter {key!r}: {params[key]!r} is not a boolean; expected true or false")
+            if params[key]:
+                chosen.append(op)
+        top = self.num_magnitude_bins - 1
+        if self.family == "randaugment":
+            n = self._int_param(params, "n", 1, MAX_RANDAUGMENT_N_SEARCH, "a number of operations per image")
+            m = self._int_param(params, "m", 0, top, "a magnitude bin")
+            subs = [[(op, 1.0, m) for op in combo] for combo in itertools.product(chosen, repeat=n)]
+        else:
+            max_bin = self._int_param(params, "max_bin", 0, top, "a magnitude bin")
+            subs = [[(op, 1.0, b)] for op in chosen for b in range(max_bin + 1)]
+        return Policy(name, self.num_magnitude_bins, subs, base=self.base, ranges=self.ranges)
+
     def to_params(self, policy: Policy) -> dict[str, Any]:
         """Encode a Policy of this space's shape as a parameter dict (inverse of :meth:`to_policy`).
 
-        Useful to enqueue a known policy (e.g. a published one) as a first trial.
+        Useful to enqueue a known policy (e.g. a published one) as a first trial. In the
+        ``randaugment`` and ``trivialaugment`` families a policy must be exactly of the family's
+        form (a published preset moved onto the space's base is); the identity policy (no
+        sub-policies) gives every ``use_{Op}`` False and the lowest ``n``, ``m`` / ``max_bin``
+        (1, 0 / 0), which it does not depend on.
 
         Raises:
             ValueError: if the policy does not fit the space (count of sub-policies or operations,
                 an operation that is not a candidate, a probability off the grid, a different
-                number of magnitude bins, base or ranges).
+                number of magnitude bins, base or ranges; a policy not of the family's form).
         """
         if not isinstance(policy, Policy):
             raise ValueError(f"expected a policies.Policy, got {type(policy).__name__}")
@@ -273,6 +421,8 @@ class SearchSpace:
                     f"policy {policy.name!r} has {field}={getattr(policy, field)!r}, but the search "
                     f"space has {field}={want!r}"
                 )
+        if self.family != "aa":
+            return self._family_params(policy)
         if len(policy.sub_policies) != self.num_sub_policies:
             raise ValueError(
                 f"policy {policy.name!r} has {len(policy.sub_policies)} sub-policies; the search "
@@ -296,12 +446,114 @@ class SearchSpace:
                 params[self.param_name(i, j, "mag")] = op.magnitude_bin
         return params
 
+    def _family_params(self, policy: Policy) -> dict[str, Any]:
+        """``to_params`` of the ``randaugment`` and ``trivialaugment`` families."""
+        ra = self.family == "randaugment"
+        params: dict[str, Any] = {self.use_name(op): False for op in self.op_choices}
+        if ra:
+            params["n"] = 1
+        params[self._magnitude_param] = 0
+        if policy.is_identity:
+            return params
+
+        def refuse(why: str) -> ValueError:
+            return ValueError(f"policy {policy.name!r} is not a {self.family}-family policy: {why}")
+
+        subs = policy.sub_policies
+        n = len(subs[0])
+        for i, sub in enumerate(subs):
+            if ra and len(sub) != n:
+                raise refuse(
+                    f"sub-policy {i} has {len(sub)} operations, sub-policy 0 has {n}; the family applies "
+                    "N operations to every image"
+                )
+            if not ra and len(sub) != 1:
+                raise refuse(f"sub-policy {i} has {len(sub)} operations; the family applies one operation per image")
+            for op in sub:
+                if op.probability != 1.0:
+                    raise refuse(
+                        f"sub-policy {i} has probability {op.probability:g}; the family applies every chosen "
+                        "operation with probability 1"
+                    )
+                if op.op not in self.op_choices:
+                    raise refuse(
+                        f"sub-policy {i} uses {op.op!r}, not a candidate operation (candidates: "
+                        f"{', '.join(self.op_choices)})"
+                    )
+                if ra and op.magnitude_bin != subs[0][0].magnitude_bin:
+                    raise refuse(
+                        f"sub-policy {i} has magnitude bin {op.magnitude_bin}, sub-policy 0 has "
+                        f"{subs[0][0].magnitude_bin}; the family applies one magnitude M to every operation"
+                    )
+        used = {op.op for sub in subs for op in sub}
+        for op in self.op_choices:
+            params[self.use_name(op)] = op in used
+        if ra:
+            if n > MAX_RANDAUGMENT_N_SEARCH:
+                raise refuse(f"N={n} operations per image; the family searches N in 1..{MAX_RANDAUGMENT_N_SEARCH}")
+            params["n"], params["m"] = n, subs[0][0].magnitude_bin
+            rule = f"every ordered {n}-tuple of its {len(used)} operations in the space's order"
+        else:
+            params["max_bin"] = max(op.magnitude_bin for sub in subs for op in sub)
+            rule = f"each of its {len(used)} operations at every bin 0..{params['max_bin']}, in the space's order"
+        expected = self._family_policy(params, policy.name)
+        if expected.sub_policies != subs:
+            raise refuse(
+                f"its {len(subs)} sub-policies are not {rule} (those are {len(expected.sub_policies)} "
+                "sub-policies, in that order)"
+            )
+        return params
+
+    def describe_point(self, params: Mapping[str, Any]) -> str:
+        """One short line of a point of the space: ``aa``: its sub-policies; the others: the
+        operations chosen and ``N``/``M`` or the bins (``identity`` when none is chosen)."""
+        policy = self.to_policy(params)
+        if self.family == "aa":
+            return "; ".join(" -> ".join(str(op) for op in sub) for sub in policy.sub_policies)
+        chosen = [op for op in self.op_choices if params[self.use_name(op)]]
+        if not chosen:
+            return "identity (no operation chosen: the base alone)"
+        ops = f"{len(chosen)} of {len(self.op_choices)} ops ({', '.join(chosen)})"
+        if self.family == "randaugment":
+            return f"{ops}, N={params['n']}, M={params['m']}"
+        return f"{ops}, bins 0..{params['max_bin']}"
+
     # ------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:
+        """The fields; an ``aa`` space without ``family`` (as it always was), another family's
+        without the ``aa``-only fields."""
         d = dataclasses.asdict(self)
         d["ops"] = list(self.ops)
         d["exclude_ops"] = list(self.exclude_ops)
+        if self.family == "aa":
+            del d["family"]
+        else:
+            for name in _AA_ONLY:
+                del d[name]
         return d
+
+    def with_family(self, family: str) -> "SearchSpace":
+        """This space in another family: the fields that hold this family's defaults (operations,
+        magnitude bins, ranges) take the new family's, the others (base, excluded operations, a
+        list of operations or a binning set by hand) are kept; the ``aa``-only fields go back to
+        their defaults outside ``aa``.
+
+        >>> SearchSpace(base="crop").with_family("randaugment").describe().startswith("randaugment")
+        True
+        """
+        if family == self.family:
+            return self
+        if not isinstance(family, str) or family not in FAMILIES:
+            raise ValueError(f"SearchSpace.family: {family!r} is invalid; expected one of {list(FAMILIES)}")
+        own = _FAMILY_DEFAULTS[self.family]
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name, default in own.items():
+            if fields[name] == default:
+                fields[name] = None
+        if family != "aa":
+            fields.update(_AA_ONLY)
+        fields["family"] = family
+        return SearchSpace(**fields)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SearchSpace":
@@ -311,10 +563,21 @@ class SearchSpace:
         return cls(**dict(data))
 
     def describe(self) -> str:
-        """One line: shape, candidate operations and the size of the space."""
+        """One line: the family or shape, candidate operations and the size of the space."""
         excluded = f" (excluded: {', '.join(self.exclude_ops)})" if self.exclude_ops else ""
+        k, bins = len(self.op_choices), self.num_magnitude_bins
+        if self.family == "randaugment":
+            return (
+                f"randaugment family: {k} candidate ops{excluded}, N in 1..{MAX_RANDAUGMENT_N_SEARCH}, "
+                f"M in {bins} bins; 2^{k} x {MAX_RANDAUGMENT_N_SEARCH} x {bins} points"
+            )
+        if self.family == "trivialaugment":
+            return (
+                f"trivialaugment family: {k} candidate ops{excluded}, bins 0..max_bin of {bins} "
+                f"(ranges {self.ranges}); 2^{k} x {bins} points"
+            )
         return (
             f"{self.num_sub_policies} sub-policies x {self.ops_per_sub_policy} ops; "
-            f"{len(self.op_choices)} op types{excluded}, {self.num_probabilities} probabilities, "
-            f"{self.num_magnitude_bins} magnitude bins; about 10^{math.log10(self.size):.1f} policies"
+            f"{k} op types{excluded}, {self.num_probabilities} probabilities, "
+            f"{bins} magnitude bins; about 10^{math.log10(self.size):.1f} policies"
         )

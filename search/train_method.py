@@ -8,7 +8,9 @@ training the proxy model (``SearchConfig.train``) with its candidate policy
 stops the weak ones at its rungs. The candidates it returns for re-scoring
 (:func:`final_candidates`): the best ``top_n`` trials' sub-policies assembled, the best trial
 alone, the warm start extended by what the search found, and every trial ASHA let run the full
-budget (``survivors``).
+budget (``survivors``). In the ``randaugment`` and ``trivialaugment`` space families a candidate is
+one point of the family and unions of points are none: the final policy is the best trial's
+(assembly rule ``best``) and it is the one candidate the method returns.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
-from autoaug.search.assemble import assemble_policy, union_policy
+from autoaug.search.assemble import assemble_policy, assembly_rule, union_policy
 from autoaug.search.method import (
     BaseMethod,
     MethodResult,
@@ -160,7 +162,10 @@ class TrainMethod(BaseMethod):
         return config.train_method.num_trials
 
     def max_candidates(self, config: "SearchConfig") -> int:
-        # assembled, best trial, warm start + found, survivors (final_candidates)
+        # assembled, best trial, warm start + found, survivors (final_candidates); one point
+        # (the best trial's) in the randaugment and trivialaugment families
+        if assembly_rule(config.space.family) == "best":
+            return 1
         return 2 + bool(config.warm_start) + config.train_method.early_stopping
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
@@ -246,6 +251,7 @@ class TrainMethod(BaseMethod):
             num_magnitude_bins=config.space.num_magnitude_bins,
             base=config.space.base,
             ranges=config.space.ranges,
+            rule=assembly_rule(config.space.family),
         )
         return MethodResult(
             trials=trials,
@@ -268,7 +274,9 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     early stopping, ``survivors``: every trial ASHA let run the full budget, assembled (more
     sub-policies than the top ``top_n`` when more trials survived: the re-scores measured that
     a policy of more vetted sub-policies can generalise better, docs/search.md).
-    Candidates identical to an earlier one are left out."""
+    Candidates identical to an earlier one are left out. In the ``randaugment`` and
+    ``trivialaugment`` families (assembly rule ``best``) the assembled policy is the best trial's,
+    and the unions are no points of the family: that one policy is the only candidate."""
     from autoaug.search.warm_start import warm_start_policies
 
     best = assembled.selected[0]
@@ -281,6 +289,8 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     )
     out = [Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)]
     out.append(Candidate("best_trial", single, (best.trial_id,), best.score))
+    if assembly_rule(config.space.family) == "best":
+        return [out[0]]  # the assembled policy is the best trial's: one candidate
     if config.warm_start:
         # Warm-start candidates as the trials decode them (to_params -> to_policy is the identity
         # on the space's grid, so these compare equal to the warm-start trials' policies).

@@ -1,12 +1,17 @@
-"""Warm-starting a search with known sub-policies (published AutoAugment policies, stored ones).
+"""Warm-starting a search with known policies (published ones, policy files, stored ones).
 
-A search proposes candidates of ``K`` sub-policies (:class:`~autoaug.search.space.SearchSpace`).
-A known policy of ``M`` sub-policies becomes ``ceil(M / K)`` candidates: its sub-policies in
+In the ``aa`` family a search proposes candidates of ``K`` sub-policies
+(:class:`~autoaug.search.space.SearchSpace`). A known policy of ``M`` sub-policies becomes ``ceil(M / K)`` candidates: its sub-policies in
 their published order, ``K`` at a time; a last, shorter chunk is filled up with the policy's
 first sub-policies (so every sub-policy is tried once and every candidate has ``K``). Each
 candidate is encoded with :meth:`SearchSpace.to_params` and enqueued in the Optuna study
 (``study.enqueue_trial``), so the sampler's first proposals are exactly these candidates and TPE
 learns from them like from any other trial.
+
+In the ``randaugment`` and ``trivialaugment`` families a candidate is one point of the family,
+not a set of sub-policies: a known policy must itself be a point (``randaugment:n=2,m=9``,
+``trivialaugment``, moved onto the space's base) and is one candidate; any other policy is refused
+in one line naming it and the family.
 
 >>> space = SearchSpace()                                    # 5 sub-policies x 2 ops
 >>> points = warm_start_points(["autoaugment-cifar10"], space)
@@ -22,11 +27,21 @@ from autoaug.core.errors import AutoaugError, UserInputError
 from autoaug.policies import Policy, resolve_policy
 from autoaug.search.space import SearchSpace
 
-__all__ = ["warm_start_policies", "warm_start_points"]
+__all__ = ["warm_start_policies", "warm_start_points", "FAMILY_REFERENCE"]
+
+#: Per space family, the published policy that is a point of it (what ``warm_start: auto`` checks
+#: the space's capacity with: AutoAugment's 25 sub-policies are 5 candidates of the ``aa`` space).
+FAMILY_REFERENCE = {
+    "aa": "autoaugment-cifar10",
+    "randaugment": "randaugment:n=2,m=9",
+    "trivialaugment": "trivialaugment",
+}
 
 
 def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = None) -> list[Policy]:
-    """The candidate policies (each of ``space.num_sub_policies`` sub-policies) made from ``refs``.
+    """The candidate policies made from ``refs``: in the ``aa`` family each of
+    ``space.num_sub_policies`` sub-policies; in the others, each reference itself (on the space's
+    base), which must be a point of the family.
 
     ``refs``: policy references as :func:`autoaug.policies.resolve_policy` takes them (presets
     such as ``autoaugment-cifar10``, policy JSON files, store references with ``store``: a
@@ -36,8 +51,8 @@ def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = No
     Raises:
         UserInputError (a ValueError): naming the reference when it cannot be resolved, is empty, or does not fit
             the space (operations per sub-policy, candidate operations, magnitude bins, ranges,
-            probabilities off the grid). The candidates are on the space's base, whatever the
-            policy's own.
+            probabilities off the grid; not a point of a ``randaugment``/``trivialaugment`` space).
+            The candidates are on the space's base, whatever the policy's own.
     """
     k = space.num_sub_policies
     out: list[Policy] = []
@@ -46,6 +61,15 @@ def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = No
             policy = resolve_policy(ref, store=store)
         except (AutoaugError, ValueError, OSError, LookupError) as exc:
             raise UserInputError(f"warm start {ref!r}: {exc}") from None
+        if space.family != "aa":
+            # One point of the family: the policy itself, on the search's base.
+            moved = policy.with_base(space.base)
+            try:
+                space.to_params(moved)
+            except ValueError as exc:
+                raise UserInputError(f"warm start {ref!r} is not a point of the {space.family} family: {exc}") from None
+            out.append(moved.with_name(f"warm-{policy.name}"))
+            continue
         subs = list(policy.sub_policies)
         if not subs:
             raise UserInputError(f"warm start {ref!r}: the policy has no sub-policies to start from")

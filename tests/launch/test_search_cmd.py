@@ -154,6 +154,50 @@ def test_invalid_values_become_one_line_user_errors(tmp_path):
         _config(["--exclude-ops", "Rotat"])
 
 
+def test_the_space_flag_set_and_file_choose_the_space_family(tmp_path):
+    assert _config(["--name", "n", *_dirs(tmp_path)]).space.family == "aa"
+    config = _config(["--name", "n", "--space", "randaugment", "--exclude-ops", "Identity", *_dirs(tmp_path)])
+    assert (config.space.family, config.space.num_magnitude_bins, config.space.exclude_ops) == (
+        "randaugment",
+        31,
+        ("Identity",),
+    )
+    assert _config(["--name", "n", "--set", "space.family=trivialaugment", *_dirs(tmp_path)]).space.ranges == "wide"
+    path = tmp_path / "s.yaml"
+    path.write_text("space: {family: randaugment}\n")
+    assert _config(["--name", "n", "--config", str(path), *_dirs(tmp_path)]).space.family == "randaugment"
+    # the flag wins over the file, as every flag does
+    flagged = _config(["--name", "n", "--config", str(path), "--space", "aa", *_dirs(tmp_path)])
+    assert flagged.space.family == "aa" and flagged.space.num_magnitude_bins == 10
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--space", "rand"],
+            "SearchSpace.family: 'rand' is invalid; expected one of ['aa', 'randaugment', 'trivialaugment']",
+        ),
+        (["--set", "space.family=auto"], "SearchSpace.family: 'auto' is invalid"),
+        (
+            ["--space", "randaugment", "--sub-policies", "3"],
+            "SearchSpace.num_sub_policies: 3 does not apply to the randaugment family",
+        ),
+        (
+            ["--space", "trivialaugment", "--method", "pba", "--data", "x.parquet"],
+            "method pba searches the aa space only; space.family is 'trivialaugment' "
+            "(use --method train for the trivialaugment family)",
+        ),
+        (["--resume", "x", "--space", "randaugment"], "cannot be combined with --name, --space"),
+    ],
+)
+def test_bad_or_conflicting_space_families_are_one_line(tmp_path, capsys, argv, message):
+    assert main(["search", "--name", "n", *argv, *_dirs(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autoaug: error: ") and message in err
+    assert len(err.splitlines()) == 1
+
+
 # ----------------------------------------------------------------------------------------------
 # User errors: exit status 2 and one line, before Ray starts
 

@@ -105,3 +105,70 @@ def test_library_versions_and_git_info(tmp_path):
     info = git_info()
     if info is not None:  # running from a git checkout
         assert len(info["commit"]) == 40 and isinstance(info["dirty"], bool)
+
+
+# ----------------------------------------------------------------------------------------------
+# Space families: the final policy is the best point itself
+
+
+def _family_trials(space, points):
+    return [
+        TrialRecord(f"t{i}", i, "completed", params, space.to_policy(params, name=f"p{i}"), score, epochs=2)
+        for i, (params, score) in enumerate(points)
+    ]
+
+
+@pytest.mark.parametrize("family", ["randaugment", "trivialaugment"])
+def test_a_family_search_keeps_the_best_point_itself(tmp_path, family):
+    import random
+
+    from autoaug.search.assemble import assembly_rule
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.records import SearchOutcome
+    from autoaug.search.train_method import TrainMethod, final_candidates
+
+    config = SearchConfig.from_dict(
+        {
+            "preset": "smoke",
+            "name": "fam",
+            "data": "unused.parquet",
+            "space": {"family": family},
+            "warm_start": ["trivialaugment" if family == "trivialaugment" else "randaugment"],
+            "rescore": True,
+            "storage": str(tmp_path / "runs"),
+        }
+    )
+    rng = random.Random(0)
+    points = [(config.space.random_params(rng), score) for score in (0.3, 0.6, 0.5)]
+    trials = _family_trials(config.space, points)
+    assert assembly_rule(family) == "best"
+    out = assemble_policy(
+        trials, name="fam", top_n=5, num_magnitude_bins=31, base="standard", ranges=config.space.ranges, rule="best"
+    )
+    best = trials[1].policy
+    if family == "trivialaugment":  # the case below: AutoContrast (no magnitude) at bins 0..6
+        assert points[1][0]["use_AutoContrast"] and points[1][0]["max_bin"] > 0
+    # TrivialAugment's magnitude-free ops at every bin are not "duplicates": the point is kept as it is
+    assert out.policy.content_hash == best.content_hash and out.duplicates_removed == 0
+    assert [t.trial_id for t in out.selected] == ["t1"] and out.rule == "best"
+    assert out.to_dict()["rule"] == "best" and "best-ranked trial's policy itself" in out.to_dict()["rule_is"]
+    candidates = final_candidates(config, trials, out)
+    assert [c.kind for c in candidates] == ["assembled"] and candidates[0].policy.content_hash == best.content_hash
+    assert TrainMethod().max_candidates(config) == 1
+    # the summary line says which rule made the policy and describes the point
+    prov = {
+        "counts": {"completed": 3, "early_stopped": 0, "failed": 0},
+        "assembly": out.to_dict(),
+        "search": {"config": config.to_dict()},
+    }
+    outcome = SearchOutcome(out.policy, 0.6, trials[1], tuple(trials), out, "store", 1, "run", prov)
+    line = next(x for x in outcome.summary().splitlines() if x.startswith("trials:"))
+    assert f"final policy = the best trial's ({family} family point: " in line
+    assert config.space.describe_point(points[1][0]) in line
+
+
+def test_the_aa_rule_is_recorded_and_an_unknown_rule_refused():
+    trials = [_trial(0, 0.30, [A, B]), _trial(1, 0.50, [C])]
+    assert assemble_policy(trials, name="f").to_dict()["rule"] == "concatenate"
+    with pytest.raises(ValueError, match="unknown assembly rule 'mix'"):
+        assemble_policy(trials, name="f", rule="mix")

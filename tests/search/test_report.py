@@ -79,3 +79,52 @@ def test_no_finished_trial(tmp_path):
     runs, _ = _run_dir(tmp_path, n=0)
     with pytest.raises(UserInputError, match="no finished trial"):
         write_report(load_report_data("s", str(runs)), str(tmp_path / "x.png"))
+
+
+@pytest.mark.parametrize("family", ["randaugment", "trivialaugment"])
+def test_report_of_a_family_search_counts_the_ops_chosen(tmp_path, capsys, family):
+    from autoaug.search.space import SearchSpace
+
+    space = SearchSpace(family=family, ops=("Rotate", "Color", "Equalize"))
+    name = "fam"
+    run = tmp_path / "runs" / name
+    run.mkdir(parents=True)
+    url = f"sqlite:///{run / 'optuna.db'}"
+    (run / "search_config.json").write_text(
+        json.dumps(
+            {
+                "config": {"train": {"epochs": 1}, "space": space.to_dict()},
+                "optuna": {"storage": url, "study_name": name},
+            }
+        )
+    )
+    study = optuna.create_study(
+        study_name=name, storage=url, direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1)
+    )
+    for i in range(6):
+        t = study.ask(space.distributions())
+        t.report(0.1 * i, 1)
+        study.tell(t, 0.5 + 0.1 * t.params["use_Rotate"] + 0.01 * i)
+    out = tmp_path / "r.png"
+    assert main(["report", name, "--storage", str(tmp_path / "runs"), "--out", str(out), "--json", "--top", "3"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["family"] == family and out.exists()
+    best3 = sorted(study.trials, key=lambda t: t.value, reverse=True)[:3]
+    for op in ("Rotate", "Color", "Equalize"):
+        chosen = [t for t in best3 if t.params[f"use_{op}"]]
+        assert doc["top_ops"].get(op, {}).get("count", 0) == len(chosen)
+        if chosen:
+            mags = [t.params["m"] if family == "randaugment" else t.params["max_bin"] / 2 for t in chosen]
+            assert doc["top_ops"][op]["mean_magnitude_bin"] == pytest.approx(sum(mags) / len(mags))
+    rows = doc["top_trials"]
+    assert [r["number"] for r in rows] == [t.number for t in best3]
+    for row, t in zip(rows, best3):
+        assert row["ops"] == [op for op in space.op_choices if t.params[f"use_{op}"]]
+        assert row["point"] == space.describe_point(t.params)
+        assert (row.get("n"), row.get("m"), row.get("max_bin")) == (
+            t.params.get("n"),
+            t.params.get("m"),
+            t.params.get("max_bin"),
+        )
+    labels = set(doc["importances"])
+    assert labels <= {"Rotate in", "Color in", "Equalize in", "N (ops per image)", "M (magnitude)", "max bin"}

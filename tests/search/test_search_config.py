@@ -167,3 +167,54 @@ def test_sampler_with_a_missing_dependency_is_refused_up_front(monkeypatch):
     config = SearchConfig.from_preset("smoke", name="n", data="x", sampler="qmc")
     with pytest.raises(ValueError, match="sampler 'qmc' needs the Python package 'scipy'"):
         config.check_runnable()
+
+
+# ----------------------------------------------------------------------------------------------
+# Space families
+
+
+@pytest.mark.parametrize(
+    "preset, method",
+    [("pba-cpu", "pba"), ("density-cpu", "density"), ("smoke", "pba"), ("smoke", "density")],
+)
+@pytest.mark.parametrize("family", ["randaugment", "trivialaugment"])
+def test_pba_and_density_refuse_another_space_family_before_anything_starts(preset, method, family):
+    config = SearchConfig.from_dict(
+        {"preset": preset, "name": "n", "data": "x", "method": method, "space": {"family": family}}
+    )
+    with pytest.raises(ValueError) as info:
+        config.check_runnable()
+    assert str(info.value) == (
+        f"method {method} searches the aa space only; space.family is {family!r} "
+        f"(use --method train for the {family} family)"
+    )
+
+
+@pytest.mark.parametrize("family", ["aa", "randaugment", "trivialaugment"])
+def test_a_family_search_config_round_trips_and_its_auto_warm_start_is_checked_against_the_family(family):
+    config = SearchConfig.from_dict({"preset": "cpu", "name": "n", "data": "x", "space": {"family": family}})
+    assert config.space.family == family and config.warm_start == "auto"
+    config.check_runnable()  # "auto" is a published point of every family
+    again = SearchConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again == config and again.space == config.space
+    assert ("family" in config.to_dict()["space"]) == (family != "aa")
+
+
+def test_a_search_config_saved_before_space_families_loads_as_aa():
+    old = SearchConfig.from_preset("smoke", name="old").to_dict()
+    assert "family" not in old["space"]
+    assert SearchConfig.from_dict(old).space == SearchSpace()
+
+
+def test_a_family_refuses_a_warm_start_that_is_not_its_point():
+    config = SearchConfig.from_dict(
+        {
+            "preset": "smoke",
+            "name": "n",
+            "data": "x",
+            "space": {"family": "randaugment"},
+            "warm_start": ["autoaugment-svhn"],
+        }
+    )
+    with pytest.raises(ValueError, match="warm start 'autoaugment-svhn' is not a point of the randaugment family"):
+        config.check_runnable()

@@ -50,3 +50,55 @@ def test_several_references_and_a_policy_file(tmp_path):
 def test_a_reference_that_cannot_warm_start_is_named(ref, message):
     with pytest.raises(ValueError, match=message):
         warm_start_points([ref], SearchSpace())
+
+
+# ----------------------------------------------------------------------------------------------
+# Space families: the reference itself is the one candidate, and must be a point of the family
+
+
+@pytest.mark.parametrize(
+    "family, ref",
+    [("randaugment", "randaugment:n=2,m=9"), ("randaugment", "randaugment"), ("trivialaugment", "trivialaugment")],
+)
+@pytest.mark.parametrize("base", ["standard", "crop"])
+def test_a_family_warm_starts_from_its_published_point_on_the_spaces_base(family, ref, base):
+    space = SearchSpace(family=family, base=base)
+    policies = warm_start_policies([ref], space)
+    published = resolve(ref).with_base(base)
+    assert len(policies) == 1 and policies[0].content_hash == published.content_hash
+    (point,) = warm_start_points([ref], space)
+    assert space.to_policy(point).content_hash == published.content_hash
+
+
+def test_a_family_warm_start_from_a_policy_file_point(tmp_path):
+    space = SearchSpace(family="randaugment")
+    mine = space.to_policy({**{f"use_{op}": op in ("Rotate", "Color") for op in space.op_choices}, "n": 1, "m": 5})
+    path = tmp_path / "mine.json"
+    path.write_text(mine.with_name("mine").to_json())
+    assert warm_start_points([str(path), "randaugment:n=3,m=2"], space)[0] == space.to_params(mine)
+
+
+@pytest.mark.parametrize(
+    "family, ref, message",
+    [
+        (
+            "randaugment",
+            "autoaugment-cifar10",
+            "warm start 'autoaugment-cifar10' is not a point of the randaugment family: ",
+        ),
+        ("randaugment", "trivialaugment", "not a point of the randaugment family: .*ranges='wide'"),
+        ("trivialaugment", "randaugment:n=2,m=9", "not a point of the trivialaugment family: .*ranges='autoaugment'"),
+        ("randaugment", "no-such-preset", "warm start 'no-such-preset'"),
+    ],
+)
+def test_a_reference_that_is_not_a_point_of_the_family_is_one_line(family, ref, message):
+    from autoaug.core.errors import UserInputError
+
+    with pytest.raises(UserInputError, match=message) as info:
+        warm_start_points([ref], SearchSpace(family=family))
+    assert "\n" not in str(info.value)
+
+
+def test_a_family_point_does_not_warm_start_the_aa_space():
+    with pytest.raises(ValueError, match="warm start 'trivialaugment' does not fit the search space"):
+        warm_start_points(["trivialaugment"], SearchSpace())

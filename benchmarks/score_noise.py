@@ -90,10 +90,12 @@ def _config(a: argparse.Namespace, seed: int):
     from autoaug.proxy_models.train import TrainConfig
     from autoaug.search.score import asha_milestones, score_epochs
 
-    base = TrainConfig.from_preset(a.preset)
+    schedule = {"epochs": a.epochs} if a.epochs else {}
+    base = TrainConfig.from_preset(a.preset, **schedule)
     milestones = asha_milestones(a.grace_period, a.reduction_factor, base.epochs)
     return TrainConfig.from_preset(
         a.preset,
+        **schedule,
         data=a.data,
         seed=seed,
         val_size=a.pool,
@@ -138,6 +140,7 @@ def _train_one(a: argparse.Namespace, policy, seed: int, path: str) -> str:
                 "seed": seed,
                 "data": a.data,
                 "preset": a.preset,
+                "epochs": a.epochs,
                 "fp32": a.fp32,
                 "pool": a.pool,
                 "group_by": a.group_by,
@@ -432,6 +435,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--base", default=None, help="move every policy onto this base (none, crop, standard)")
     r.add_argument("--group-by", default=None)
     r.add_argument("--preset", default="proxy-cpu")
+    r.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="a whole schedule of this many epochs instead of the preset's (warm-up and decay compressed)",
+    )
     r.add_argument("--pool", type=int, default=10000, help="validation images (the pool the scores are read on)")
     r.add_argument("--seeds", type=int, default=2)
     r.add_argument("--window", type=int, default=5)

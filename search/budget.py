@@ -102,13 +102,18 @@ def format_duration(seconds: float) -> str:
     return out or "0s"
 
 
-def measured_run_s(runs: Mapping[str, Any] | None) -> float | None:
+def measured_run_s(runs: Mapping[str, Any] | None, epochs: int | None = None) -> float | None:
     """One proxy run's wall time estimated from saved runs (calibration or re-scoring:
-    ``{key: {"train_time_s": ...}}``): their mean training time plus :data:`RUN_OVERHEAD_S`;
-    None when none recorded a time."""
-    times = [
-        float(r["train_time_s"]) for r in (runs or {}).values() if isinstance(r, Mapping) and r.get("train_time_s")
-    ]
+    ``{key: {"train_time_s": ..., "epochs": ...}}``): their mean training time plus
+    :data:`RUN_OVERHEAD_S`; with ``epochs``, the time of a run of that many epochs, from each
+    run's time per epoch (calibration runs may be shorter than the trials'). None when none
+    recorded a time."""
+    times = []
+    for r in (runs or {}).values():
+        if not isinstance(r, Mapping) or not r.get("train_time_s"):
+            continue
+        scale = epochs / r["epochs"] if epochs and r.get("epochs") else 1.0
+        times.append(float(r["train_time_s"]) * scale)
     return sum(times) / len(times) + RUN_OVERHEAD_S if times else None
 
 

@@ -104,19 +104,32 @@ def needs_calibration(config: Any) -> bool:
     return config.base == AUTO or config.warm_start == AUTO
 
 
+def calibration_epochs(config: Any) -> int:
+    """The epochs of one calibration run: ``config.calibration_epochs``, else the trials' own."""
+    return config.calibration_epochs or config.train.epochs
+
+
 def calibration_train_config(config: Any, seed_index: int = 0) -> Any:
-    """The training configuration of calibration run ``seed_index``: the trials' own, with seed
-    ``train.seed + CALIBRATION_SEED_OFFSET + seed_index``, validated only over the last
-    ``score_window`` epochs (all the score reads)."""
+    """The training configuration of calibration run ``seed_index``: the trials' own on the
+    calibration's schedule (:func:`calibration_epochs`: a whole run of that many epochs, its
+    warm-up and decay compressed to it), with seed ``train.seed + CALIBRATION_SEED_OFFSET +
+    seed_index``, validated only over the last ``score_window`` epochs (all the score reads)."""
+    epochs = calibration_epochs(config)
     return dataclasses.replace(
         config.train,
+        epochs=epochs,
+        warmup_epochs=min(config.train.warmup_epochs, epochs),
         seed=(config.train.seed + CALIBRATION_SEED_OFFSET + seed_index) % 2**31,
-        eval_from=max(1, config.train.epochs - config.score_window + 1),
+        eval_from=max(1, epochs - config.score_window + 1),
+        eval_epochs=None,
     )
 
 
-def _key(stage: str, label: str, cfg: Any) -> str:
-    return f"{stage}:{label}/seed={cfg.seed}"
+def _key(stage: str, label: str, cfg: Any, trial_epochs: int | None = None) -> str:
+    """A calibration run's key in ``calibration.json``; runs on another schedule than the
+    trials' (``trial_epochs``) say their epochs, so a search never reads them as the other's."""
+    epochs = "" if trial_epochs is None or cfg.epochs == trial_epochs else f"/epochs={cfg.epochs}"
+    return f"{stage}:{label}/seed={cfg.seed}{epochs}"
 
 
 Runs = Mapping[str, Sequence[Any]]  # {label: [run result (a dict with METRIC) or a bare score, ...]}
@@ -273,19 +286,22 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
     cfgs = [calibration_train_config(config, i) for i in range(config.calibration_seeds)]
     record: dict[str, Any] = {
         "seeds": [c.seed for c in cfgs],
-        "epochs": config.train.epochs,
+        "epochs": calibration_epochs(config),
         "train_size": config.train.train_size,
         "val_size": config.train.val_size,
     }
 
+    def key(stage: str, label: str, cfg: Any) -> str:
+        return _key(stage, label, cfg, config.train.epochs)
+
     def train(
         stage: str, policies: Mapping[str, Any], what: str, seeds: Sequence[Any] = tuple(cfgs)
     ) -> dict[str, list[dict[str, Any]]]:
-        todo = [(_key(stage, label, c), policy, c) for label, policy in policies.items() for c in seeds]
-        missing = sum(1 for key, _, _ in todo if key not in runs)
+        todo = [(key(stage, label, c), policy, c) for label, policy in policies.items() for c in seeds]
+        missing = sum(1 for k, _, _ in todo if k not in runs)
         if missing:
             display.log(
-                f"calibration: {what}: {missing} proxy run(s) of {config.train.epochs} epochs "
+                f"calibration: {what}: {missing} proxy run(s) of {calibration_epochs(config)} epochs "
                 f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''} each)"
             )
 
@@ -298,10 +314,10 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             failpoints.hit("calibrate.after_run_saved")
 
         runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
-        return {label: [runs[_key(stage, label, c)] for c in seeds] for label in policies}
+        return {label: [runs[key(stage, label, c)] for c in seeds] for label in policies}
 
     def affordable(stage: str, labels: Sequence[str], cfg: Any) -> bool:
-        missing = [label for label in labels if _key(stage, label, cfg) not in runs]
+        missing = [label for label in labels if key(stage, label, cfg) not in runs]
         if budget is None or not missing:
             return True
         from autoaug.search.budget import measured_run_s
@@ -339,7 +355,7 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             train, "base", bases, "each base alone", choose_base, cfgs, extra[: config.base_extra_seeds], affordable
         )
         record["base"] = decision if not rounds else {**decision, "rounds": rounds}
-        more = sorted({c.seed for c in extra[: config.base_extra_seeds] for b in bases if _key("base", b, c) in runs})
+        more = sorted({c.seed for c in extra[: config.base_extra_seeds] for b in bases if key("base", b, c) in runs})
         if more:
             record["base_extra_seeds"] = more
         base = record["base"]["chosen"]

@@ -274,7 +274,9 @@ def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer
         if run.exists(name):
             saved = run.read_json(name)
             measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
-    budget.plan_rescore(runs, parallel_runs(config) if runs else 1, measured_run_s(measured), config.epochs)
+    budget.plan_rescore(
+        runs, parallel_runs(config) if runs else 1, measured_run_s(measured, config.train.epochs), config.epochs
+    )
 
 
 def _rescore(

@@ -334,8 +334,11 @@ def _versus_transfer(
         return None
     best = max(own, key=lambda c: (value(c), -candidates.index(c)))
     runs = {c.key: scores[c.key].get("runs") or [{METRIC: value(c)}] for c in (best, transfer)}
-    # The per-run part from the calibration's repeated runs too (same data, same proxy).
-    stages = [(calibration or {}).get(stage) or {} for stage in ("base", "transfer")]
+    # The per-run part from the calibration's repeated runs too (same data, same proxy), when
+    # they ran the same schedule (a shorter calibration run's seed-to-seed spread is its own).
+    epochs = {r.get("epochs") for c in (best, transfer) for r in runs[c.key]}
+    same = calibration is not None and epochs == {calibration.get("epochs")}
+    stages = [calibration.get(stage) or {} for stage in ("base", "transfer")] if same else []
     repeats = [(n["measured_training"], n["df"]) for n in (st.get("noise") or {} for st in stages) if n.get("df")]
     noise = measure(runs, repeats)
     threshold = 2 * difference_se(noise, len(runs[best.key]), len(runs[transfer.key]))

@@ -16,6 +16,7 @@ from autoaug.search.budget import (
     describe_budget,
     format_duration,
     measured_run_s,
+    RUN_OVERHEAD_S,
     parse_duration,
 )
 from autoaug.search.config import METRIC, SearchConfig
@@ -212,6 +213,10 @@ def test_what_is_kept_for_rescoring_and_storing():
     assert budget.reserve_s() == STORE_RESERVE_S + 300.0
     assert measured_run_s({"a": {"train_time_s": 80.0}, "b": {"train_time_s": 100.0}, "c": {}}) == 100.0
     assert measured_run_s({}) is None
+    # Runs of another length (calibration's shorter schedule) count by their time per epoch.
+    short = {"a": {"train_time_s": 30.0, "epochs": 30}, "b": {"train_time_s": 50.0, "epochs": 30}}
+    assert measured_run_s(short) == 40.0 + RUN_OVERHEAD_S
+    assert measured_run_s(short, epochs=120) == pytest.approx(160.0 + RUN_OVERHEAD_S)
 
     assert not budget.expired()
     clock.now += 1000 - 315 - 1

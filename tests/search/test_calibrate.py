@@ -264,6 +264,31 @@ def test_calibration_chooses_the_base_then_scores_the_published_policies_on_it_a
     assert calls == [] and again == result
 
 
+def test_calibration_runs_a_whole_shorter_schedule_when_asked(tmp_path, monkeypatch):
+    calls = []
+    _fake_runs(monkeypatch, SCORES, calls)
+    config = _config(tmp_path, base="auto", warm_start="auto", score_window=2, calibration_epochs=6)
+    cfg = calibration_train_config(config, 0)
+    # Its own whole schedule (warm-up and decay over 6 epochs), scored over its last 2 epochs.
+    assert (cfg.epochs, cfg.eval_from, cfg.eval_epochs) == (6, 5, None)
+    assert cfg.warmup_epochs <= 6 and config.train.epochs != 6
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    log = _Log()
+    result = calibrate(config, run, log)
+    assert calls and all(c.epochs == 6 for _, _, c in calls)
+    # Saved under keys that say their schedule, so that no search reads them as the trials'.
+    assert all(key.endswith("/epochs=6") for key, _, _ in calls)
+    assert result.record["epochs"] == 6
+    assert any("proxy run(s) of 6 epochs" in line for line in log.lines)
+    # Without calibration_epochs: the trials' schedule, under the keys it always had.
+    assert calibration_train_config(_config(tmp_path), 0).epochs == config.train.epochs
+    with pytest.raises(
+        ValueError, match=r"calibration_epochs: 1 is invalid; expected an integer >= score_window \(2\)"
+    ):
+        _config(tmp_path, score_window=2, calibration_epochs=1)
+
+
 def test_bases_within_the_noise_run_again_and_the_choice_is_made_on_all_their_runs(tmp_path, monkeypatch):
     calls = []
     scores = dict(SCORES, standard=0.775)  # 0.5 points under crop: not told apart

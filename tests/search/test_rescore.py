@@ -304,5 +304,12 @@ def test_the_stored_policys_margin_over_the_best_published_policy_is_measured_an
     pooled = choose(candidates, scores, calibration)[1]["versus_transfer"]["noise"]
     assert alone["df"] == 0 and pooled["df"] == 4
     assert pooled["measured_training"] == pytest.approx(((3 * 0.01**2 + 0.02**2) / 4) ** 0.5)
+    # ... but not from calibration runs of another schedule (30 epochs against the trials' 120):
+    # a shorter run's seed-to-seed spread is its own.
+    for key in (assembled.key, transfer.key):
+        scores[key]["runs"][0]["epochs"] = 120
+    same = choose(candidates, scores, {**calibration, "epochs": 120})[1]["versus_transfer"]["noise"]
+    other = choose(candidates, scores, {**calibration, "epochs": 30})[1]["versus_transfer"]["noise"]
+    assert same["df"] == 4 and other["df"] == 0
     # No transfer candidate: nothing to say.
     assert describe_selection(choose([assembled, best], scores)[1]) == []

@@ -188,23 +188,24 @@ def base_option(rule: str, group: str | None = None, *, auto: bool = False) -> O
     )
 
 
-def space_option(group: str | None = None, *, extra: Sequence[str] = ()) -> Option:
-    """``--space aa|randaugment|trivialaugment`` (configuration key ``space.family``, also
-    ``--set space.family=...`` and ``space: {family: ...}`` in a file): the search space family
-    (:data:`autoaug.search.space.FAMILIES`). ``extra``: values beyond the families that the
-    configuration resolves itself (e.g. ``auto``). The value is checked by the configuration
-    (``SearchSpace``) wherever it comes from, so every layer gets the same one-line error."""
+def space_option(group: str | None = None) -> Option:
+    """``--space auto|aa|randaugment|trivialaugment`` (configuration key ``family``; the space's
+    own family is also ``--set space.family=...`` and ``space: {family: ...}`` in a file): the
+    search space family (:data:`autoaug.search.space.FAMILIES`), or ``auto``: the family of the
+    published policy that transfers best in calibration. The value is checked by the
+    configuration wherever it comes from, so every layer gets the same one-line error."""
     from autoaug.search.space import FAMILIES
 
-    names = (*FAMILIES, *extra)
+    names = ("auto", *FAMILIES)
     return option(
         "--space",
-        key="space.family",
+        key="family",
         group=group,
         metavar="{" + ",".join(names) + "}",
-        help="the search space family: aa (AutoAugment's K sub-policies of 2 ops; the default), randaugment "
-        "(a subset of the ops, N ops per image at one magnitude M) or trivialaugment (a subset of the ops, one "
-        'per image at a uniform bin up to max_bin); docs/search.md, "Space families"',
+        help="the search space family: aa (AutoAugment's K sub-policies of 2 ops), randaugment (a subset of the "
+        "ops, N ops per image at one magnitude M), trivialaugment (a subset of the ops, one per image at a uniform "
+        "bin up to max_bin), or auto (the family of the published policy that transfers best in calibration; "
+        'needs --warm-start auto; the cpu preset\'s default); docs/search.md, "Space families"',
     )
 
 

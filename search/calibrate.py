@@ -59,6 +59,7 @@ __all__ = [
     "CALIBRATION_FILE",
     "CALIBRATION_SEED_OFFSET",
     "TRANSFER_REFS",
+    "TRANSFER_FAMILY",
     "BASE_STRENGTH",
     "Calibration",
     "needs_calibration",
@@ -77,17 +78,27 @@ CALIBRATION_FILE = "calibration.json"
 CALIBRATION_SEED_OFFSET = 2_000
 #: The published policies a transfer warm start scores, in this order (ties go to the earlier).
 TRANSFER_REFS = ("autoaugment-cifar10", "autoaugment-svhn", "autoaugment-imagenet", "randaugment", "trivialaugment")
+#: The space family each published policy is a point of (``SearchConfig.family: auto`` searches
+#: the family of the one that transfers best, warm-started from it).
+TRANSFER_FAMILY = {
+    "autoaugment-cifar10": "aa",
+    "autoaugment-svhn": "aa",
+    "autoaugment-imagenet": "aa",
+    "randaugment": "randaugment",
+    "trivialaugment": "trivialaugment",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """What the calibration chose: ``base`` (None: not calibrated, the configuration's own),
-    ``warm_start`` (None: not calibrated), and ``record`` (the provenance: every run's score,
-    the choice and why)."""
+    ``warm_start`` (None: not calibrated), ``record`` (the provenance: every run's score,
+    the choice and why) and ``family`` (the space family, None: not calibrated)."""
 
     base: str | None
     warm_start: tuple[str, ...] | None
     record: dict[str, Any]
+    family: str | None = None
 
     def apply(self, config: Any) -> Any:
         """``config`` with its ``base`` and ``warm_start`` as chosen (a configuration with
@@ -97,6 +108,8 @@ class Calibration:
             changes["base"] = self.base
         if self.warm_start is not None:
             changes["warm_start"] = self.warm_start
+        if self.family is not None:
+            changes["family"] = self.family
         return config.replace(**changes) if changes else config
 
 
@@ -361,6 +374,7 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         base = record["base"]["chosen"]
     chosen_base = base if base is not None else config.space.base
     warm = None
+    auto_family = config.family == AUTO
     if config.warm_start == AUTO and (made.get("transfer") or {}).get("base") == chosen_base:
         record["transfer"] = made["transfer"]
         warm = tuple(record["transfer"]["warm_start"])
@@ -369,8 +383,8 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         policies = {ref: presets.resolve(ref).with_base(chosen_base) for ref in TRANSFER_REFS}
         fits: dict[str, str | None] = {}
         for ref in TRANSFER_REFS:
-            try:
-                warm_start_policies([ref], space)
+            try:  # family auto: each in its own family
+                warm_start_policies([ref], space.with_family(TRANSFER_FAMILY[ref]) if auto_family else space)
                 fits[ref] = None
             except ValueError as exc:
                 fits[ref] = str(exc).split(": ", 1)[-1]
@@ -385,11 +399,15 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             affordable,
         )
         record["transfer"] = {"base": chosen_base, **decision, **({"rounds": rounds} if rounds else {})}
+        if auto_family:
+            chosen = decision["warm_start"]
+            record["transfer"]["family"] = TRANSFER_FAMILY[chosen[0]] if chosen else config.space.family
         warm = tuple(record["transfer"]["warm_start"])
     run.write_json(CALIBRATION_FILE, {"runs": runs, "record": record})
     for line in describe_calibration(record):
         display.log(line)
-    return Calibration(base=base, warm_start=warm, record=record)
+    family = (record.get("transfer") or {}).get("family") if auto_family else None
+    return Calibration(base=base, warm_start=warm, record=record, family=family)
 
 
 def transfer_candidate(record: Mapping[str, Any] | None, name: str) -> Any:
@@ -487,4 +505,8 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
             lines.append(f"warm start: {warm[0]}")
         else:
             lines.append("warm start: none (no published policy fits the search space)")
+        if transfer.get("family"):
+            lines.append(
+                f"space family: {transfer['family']} (--space auto: the family of the warm start, searched around it)"
+            )
     return lines

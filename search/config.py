@@ -32,7 +32,7 @@ from autoaug.search.method import METHODS, Method, MethodSettings, default_metho
 from autoaug.search.rescore import RESCORE_SEED_OFFSET
 from autoaug.search.run_dir import RUNS_ENV_VAR, default_runs_root, default_search_name
 from autoaug.search.score import METRIC, MODE
-from autoaug.search.space import SearchSpace
+from autoaug.search.space import FAMILIES, SearchSpace
 from autoaug.search.study import SAMPLERS, model_samplers
 from autoaug.search.calibrate import AUTO
 from autoaug.search.warm_start import FAMILY_REFERENCE, warm_start_policies
@@ -211,6 +211,11 @@ class SearchConfig:
             epochs); None: the trials' own (``train.epochs``). Shorter runs rank bases and
             published policies as the trials' schedule does for a fraction of the CPU
             (docs/search.md, "Calibration"; the ``cpu`` preset: 30 of 120 epochs).
+        family: the search space's family (:data:`autoaug.search.space.FAMILIES`, ``--space``):
+            ``aa``, ``randaugment`` or ``trivialaugment`` replaces ``space.family``
+            (:meth:`SearchSpace.with_family`); ``"auto"`` (with ``warm_start: auto``): the family of
+            the published policy that transfers best in calibration, warm-started from that policy
+            as a point of it (:mod:`autoaug.search.calibrate`); None: the space's own.
         rescore: train the final candidates a method returns (the assembled policy, the best
             single trial, ...) again under the proxy (fresh seeds) and store the best
             (:mod:`autoaug.search.rescore`).
@@ -252,6 +257,7 @@ class SearchConfig:
     base_extra_seeds: int = 2
     transfer_extra_seeds: int = 1
     calibration_epochs: int | None = None
+    family: str | None = None
     rescore: bool = False
     rescore_seeds: int = 1
     rescore_val_size: int | None = None
@@ -404,6 +410,22 @@ class SearchConfig:
                         self, "base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)"
                     )
                 object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
+        if self.family is not None:
+            if self.family == AUTO:
+                if self.warm_start != AUTO:
+                    raise ValueError(
+                        f"SearchConfig.family: 'auto' needs warm_start 'auto' (the family is that of the published "
+                        f"policy that transfers best, which the warm start measures), not {list(self.warm_start)}; "
+                        f"or give the family: {', '.join(FAMILIES)}"
+                    )
+            elif not isinstance(self.family, str) or self.family not in FAMILIES:
+                raise invalid(
+                    self,
+                    "family",
+                    f"one of {', '.join(FAMILIES)}, or 'auto' (the family of the published policy that transfers best)",
+                )
+            else:
+                object.__setattr__(self, "space", self.space.with_family(self.family))
         if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
             raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
         if self.calibration_epochs is not None and (

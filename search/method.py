@@ -290,7 +290,7 @@ def check_space_family(config: "SearchConfig", method: str, families: Sequence[s
     """A ``ValueError`` line when the search space's family is not one of ``families``, those
     ``method`` searches (a method whose machinery reads the ``aa`` family's parameters calls it
     from its ``check``)."""
-    family = config.space.family
+    family = "auto" if config.family == "auto" else config.space.family
     if family not in families:
         space = " and ".join(families)
         raise ValueError(

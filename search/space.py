@@ -535,8 +535,8 @@ class SearchSpace:
     def with_family(self, family: str) -> "SearchSpace":
         """This space in another family: the fields that hold this family's defaults (operations,
         magnitude bins, ranges) take the new family's, the others (base, excluded operations, a
-        list of operations or a binning set by hand) are kept; the ``aa``-only fields go back to
-        their defaults outside ``aa``.
+        list of operations or a binning set by hand) are kept; an ``aa``-only field set by hand
+        is refused outside ``aa``, as everywhere.
 
         >>> SearchSpace(base="crop").with_family("randaugment").describe().startswith("randaugment")
         True
@@ -550,9 +550,7 @@ class SearchSpace:
         for name, default in own.items():
             if fields[name] == default:
                 fields[name] = None
-        if family != "aa":
-            fields.update(_AA_ONLY)
-        fields["family"] = family
+        fields["family"] = family  # an aa-only field set by hand is refused outside aa
         return SearchSpace(**fields)
 
     @classmethod

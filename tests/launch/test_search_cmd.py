@@ -169,6 +169,9 @@ def test_the_space_flag_set_and_file_choose_the_space_family(tmp_path):
     # the flag wins over the file, as every flag does
     flagged = _config(["--name", "n", "--config", str(path), "--space", "aa", *_dirs(tmp_path)])
     assert flagged.space.family == "aa" and flagged.space.num_magnitude_bins == 10
+    # auto: measured in calibration (with the warm start); the aa space until then
+    auto = _config(["--name", "n", "--space", "auto", "--warm-start", "auto", *_dirs(tmp_path)])
+    assert (auto.family, auto.space.family) == ("auto", "aa")
 
 
 @pytest.mark.parametrize(
@@ -176,7 +179,15 @@ def test_the_space_flag_set_and_file_choose_the_space_family(tmp_path):
     [
         (
             ["--space", "rand"],
-            "SearchSpace.family: 'rand' is invalid; expected one of ['aa', 'randaugment', 'trivialaugment']",
+            "SearchConfig.family: 'rand' is invalid; expected one of aa, randaugment, trivialaugment, or 'auto'",
+        ),
+        (
+            ["--space", "auto", "--warm-start", "autoaugment-svhn"],
+            "SearchConfig.family: 'auto' needs warm_start 'auto'",
+        ),
+        (
+            ["--space", "auto", "--warm-start", "auto", "--method", "pba", "--data", "x.parquet"],
+            "method pba searches the aa space only; space.family is 'auto'",
         ),
         (["--set", "space.family=auto"], "SearchSpace.family: 'auto' is invalid"),
         (

@@ -264,6 +264,40 @@ def test_calibration_chooses_the_base_then_scores_the_published_policies_on_it_a
     assert calls == [] and again == result
 
 
+def test_space_auto_searches_the_family_of_the_published_policy_that_transfers_best(tmp_path, monkeypatch):
+    calls = []
+    _fake_runs(monkeypatch, SCORES, calls)
+    config = _config(tmp_path, base="auto", warm_start="auto", family="auto")
+    assert config.space.family == "aa"  # until calibration has measured
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    result = calibrate(config, run, _Log())
+    # randaugment transfers best (on crop): its family is searched, from randaugment itself.
+    assert (result.family, result.warm_start) == ("randaugment", ("randaugment",))
+    assert "unfit" not in result.record["transfer"]["scores"]["randaugment"]
+    applied = result.apply(config)
+    assert (applied.space.family, applied.space.base, applied.space.num_magnitude_bins) == ("randaugment", "crop", 31)
+    (warm,) = warm_start_policies(applied.warm_start, applied.space)
+    assert warm.content_hash == presets.resolve("randaugment:n=2,m=9").with_base("crop").content_hash
+    text = "\n".join(describe_calibration(result.record))
+    assert "warm start: randaugment\n" in text + "\n" and "space family: randaugment (--space auto" in text
+    # Resumed: the same family, nothing trained again.
+    calls.clear()
+    again = calibrate(config, run, _Log())
+    assert calls == [] and again == result
+    # Without --space auto the aa space stays, warm-started from the best AutoAugment policy.
+    aa = calibrate(_config(tmp_path / "aa", base="auto", warm_start="auto"), _mkrun(tmp_path / "aa"), _Log())
+    assert (aa.family, aa.warm_start) == (None, ("autoaugment-imagenet",))
+
+
+def _mkrun(root):
+    root.mkdir()
+    config = _config(root)
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    return run
+
+
 def test_calibration_runs_a_whole_shorter_schedule_when_asked(tmp_path, monkeypatch):
     calls = []
     _fake_runs(monkeypatch, SCORES, calls)

@@ -374,7 +374,8 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         base = record["base"]["chosen"]
     chosen_base = base if base is not None else config.space.base
     warm = None
-    auto_family = config.family == AUTO
+    families = config.search_method.space_families if config.family == AUTO else ()
+    auto_family = bool(families)
     if config.warm_start == AUTO and (made.get("transfer") or {}).get("base") == chosen_base:
         record["transfer"] = made["transfer"]
         warm = tuple(record["transfer"]["warm_start"])
@@ -383,8 +384,12 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         policies = {ref: presets.resolve(ref).with_base(chosen_base) for ref in TRANSFER_REFS}
         fits: dict[str, str | None] = {}
         for ref in TRANSFER_REFS:
+            own = TRANSFER_FAMILY[ref]
+            if auto_family and own not in families:
+                fits[ref] = f"its family, {own}, is not one search method {config.method} searches"
+                continue
             try:  # family auto: each in its own family
-                warm_start_policies([ref], space.with_family(TRANSFER_FAMILY[ref]) if auto_family else space)
+                warm_start_policies([ref], space.with_family(own) if auto_family else space)
                 fits[ref] = None
             except ValueError as exc:
                 fits[ref] = str(exc).split(": ", 1)[-1]

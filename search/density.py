@@ -142,6 +142,7 @@ def stage_name(name: str, fold: int, round_: int) -> str:
 # The method
 class DensityMethod(BaseMethod):
     name = "density"
+    space_families = ("aa",)  # the fold models' DALI inputs are aa-shaped
     help = "score candidates with K fold models trained once (Fast AutoAugment's density matching)"
     settings = DensityConfig
     unit = "candidates"
@@ -188,7 +189,9 @@ class DensityMethod(BaseMethod):
         return f"studies: {config.name}.f*-r*"  # one per fold and round: stage_name
 
     def check(self, config: "SearchConfig") -> None:
-        check_space_family(config, self.name)  # the fold models' DALI inputs are aa-shaped (fold_models)
+        check_space_family(
+            config, self.name, self.space_families
+        )  # the fold models' DALI inputs are aa-shaped (fold_models)
         d, t = config.density, config.train
         if t.train_size:
             smallest_train = t.train_size - -(-t.train_size // d.folds)

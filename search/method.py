@@ -216,6 +216,8 @@ class Method(Protocol):
     unit: str
     presets: Mapping[str, Mapping[str, Any]]
     options: Sequence[OptionSpec]
+    #: The space families it searches (:data:`autoaug.search.space.FAMILIES`).
+    space_families: Sequence[str]
 
     def check(self, config: "SearchConfig") -> None: ...
     def describe(self, config: "SearchConfig") -> list[str]: ...
@@ -235,6 +237,7 @@ class BaseMethod:
 
     presets: Mapping[str, Mapping[str, Any]] = {}
     options: Sequence[OptionSpec] = ()
+    space_families: Sequence[str] = ("aa", "randaugment", "trivialaugment")
 
     def optuna_studies(self, config: "SearchConfig") -> str | None:
         return f"study: {config.name}"
@@ -290,7 +293,7 @@ def check_space_family(config: "SearchConfig", method: str, families: Sequence[s
     """A ``ValueError`` line when the search space's family is not one of ``families``, those
     ``method`` searches (a method whose machinery reads the ``aa`` family's parameters calls it
     from its ``check``)."""
-    family = "auto" if config.family == "auto" else config.space.family
+    family = config.space.family
     if family not in families:
         space = " and ".join(families)
         raise ValueError(

@@ -198,6 +198,7 @@ def initial_population(config: "SearchConfig") -> list[dict[str, Any]]:
 # The method
 class PbaMethod(BaseMethod):
     name = "pba"
+    space_families = ("aa",)  # explore moves the aa family's parameters
     help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
     settings = PbaConfig
     unit = "members"
@@ -222,7 +223,7 @@ class PbaMethod(BaseMethod):
     }
 
     def check(self, config: "SearchConfig") -> None:
-        check_space_family(config, self.name)  # explore_params moves the aa family's parameters
+        check_space_family(config, self.name, self.space_families)  # explore_params moves the aa family's parameters
         s, t = config.pba, config.train
         if t.val_size == 0:
             raise ValueError(

@@ -181,14 +181,6 @@ def test_the_space_flag_set_and_file_choose_the_space_family(tmp_path):
             ["--space", "rand"],
             "SearchConfig.family: 'rand' is invalid; expected one of aa, randaugment, trivialaugment, or 'auto'",
         ),
-        (
-            ["--space", "auto", "--warm-start", "autoaugment-svhn"],
-            "SearchConfig.family: 'auto' needs warm_start 'auto'",
-        ),
-        (
-            ["--space", "auto", "--warm-start", "auto", "--method", "pba", "--data", "x.parquet"],
-            "method pba searches the aa space only; space.family is 'auto'",
-        ),
         (["--set", "space.family=auto"], "SearchSpace.family: 'auto' is invalid"),
         (
             ["--space", "randaugment", "--sub-policies", "3"],

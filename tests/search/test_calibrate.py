@@ -285,6 +285,16 @@ def test_space_auto_searches_the_family_of_the_published_policy_that_transfers_b
     calls.clear()
     again = calibrate(config, run, _Log())
     assert calls == [] and again == result
+    # A method that searches the aa family only (PBA): auto stays there.
+    pba = calibrate(
+        _config(tmp_path / "pba", base="auto", warm_start="auto", family="auto", method="pba"),
+        _mkrun(tmp_path / "pba"),
+        _Log(),
+    )
+    assert (pba.family, pba.warm_start) == ("aa", ("autoaugment-imagenet",))
+    assert pba.record["transfer"]["scores"]["randaugment"]["unfit"] == (
+        "its family, randaugment, is not one search method pba searches"
+    )
     # Without --space auto the aa space stays, warm-started from the best AutoAugment policy.
     aa = calibrate(_config(tmp_path / "aa", base="auto", warm_start="auto"), _mkrun(tmp_path / "aa"), _Log())
     assert (aa.family, aa.warm_start) == (None, ("autoaugment-imagenet",))

@@ -210,7 +210,9 @@ def space_option(group: str | None = None) -> Option:
 
 
 def _refs(text: str) -> Any:
-    refs = [r.strip() for r in text.split(",") if r.strip()]
+    from autoaug.policies.reference import split_references
+
+    refs = list(split_references(text))  # randaugment:n=2,m=9 is one reference
     if not refs:
         raise argparse.ArgumentTypeError(f"expected 'auto' or policy references separated by commas, got {text!r}")
     return "auto" if [r.lower() for r in refs] == ["auto"] else refs

@@ -33,7 +33,15 @@ from typing import Any
 from autoaug.core.errors import UserInputError
 from autoaug.policies.policy import Policy, read_policy_text
 
-__all__ = ["ResolvedPolicy", "resolve", "resolve_policy", "resolve_schedule", "stored_schedule", "looks_like_path"]
+__all__ = [
+    "ResolvedPolicy",
+    "resolve",
+    "resolve_policy",
+    "resolve_schedule",
+    "stored_schedule",
+    "looks_like_path",
+    "split_references",
+]
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,24 @@ class ResolvedPolicy:
         from autoaug.policies.schedule import Schedule
 
         return self.schedule if self.schedule is not None else Schedule.fixed(self.policy)
+
+
+def split_references(text: str) -> tuple[str, ...]:
+    """Split a comma-separated list of references; a preset's parameters stay attached to it.
+
+    ``"none,standard,randaugment:n=2,m=9,trivialaugment"`` gives ``("none", "standard",
+    "randaugment:n=2,m=9", "trivialaugment")``: a piece with ``=`` but no ``:`` continues the
+    previous piece's parameters when that one has a ``:``. Empty pieces are dropped.
+    """
+    out: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if "=" in piece and ":" not in piece and out and ":" in out[-1]:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return tuple(out)
 
 
 def looks_like_path(ref: str) -> bool:

@@ -77,25 +77,16 @@ class Candidate:
 
 
 def parse_baselines(text: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Split a comma-separated baseline list; preset parameters stay attached to their preset.
-
-    ``"none,standard,randaugment:n=2,m=9,trivialaugment"`` gives ``("none", "standard",
-    "randaugment:n=2,m=9", "trivialaugment")``: a piece with ``=`` but no ``:`` continues the
-    previous preset's parameters. ``""`` gives no baselines; ``None`` the defaults.
-    """
+    """Split a comma-separated baseline list (:func:`autoaug.policies.reference.split_references`:
+    preset parameters stay attached to their preset). ``""`` gives no baselines; ``None`` the
+    defaults."""
     if text is None:
         return DEFAULT_BASELINES
     if not isinstance(text, str):
         return tuple(str(t).strip() for t in text if str(t).strip())
-    out: list[str] = []
-    for piece in (p.strip() for p in text.split(",")):
-        if not piece:
-            continue
-        if "=" in piece and ":" not in piece and out and ":" in out[-1]:
-            out[-1] += "," + piece
-        else:
-            out.append(piece)
-    return tuple(out)
+    from autoaug.policies.reference import split_references
+
+    return split_references(text)
 
 
 def resolve_candidates(

@@ -128,6 +128,19 @@ def test_base_and_warm_start_flags(tmp_path):
     assert (given.base, given.space.base) == ("crop", "crop")
     assert given.warm_start == ("autoaugment-svhn", "autoaugment-imagenet")
     assert _config(["--name", "n", "--no-warm-start", *_dirs(tmp_path)]).warm_start == ()
+    # A preset's parameters stay attached to it: randaugment:n=2,m=9 is one reference.
+    listed = _config(
+        [
+            "--name",
+            "n",
+            "--space",
+            "randaugment",
+            "--warm-start",
+            "randaugment:n=2,m=9,trivialaugment",
+            *_dirs(tmp_path),
+        ]
+    )
+    assert listed.warm_start == ("randaugment:n=2,m=9", "trivialaugment")
     assert _config(["--name", "n", "--warm-start", "AUTO", "--preset", "smoke", *_dirs(tmp_path)]).warm_start == "auto"
     assert _config(["--name", "n", "--set", "base=none", *_dirs(tmp_path)]).space.base == "none"
     with pytest.raises(

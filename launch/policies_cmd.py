@@ -353,10 +353,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         if record.provenance:
             from autoaug.search.calibrate import describe_calibration  # light: no Ray, no Optuna
 
+            from autoaug.search.op_effects import describe_effects
             from autoaug.search.rescore import describe_selection
 
             for heading, lines in (
                 ("measured before the search", describe_calibration(record.provenance.get("calibration"))),
+                ("measured by the search", describe_effects(record.provenance.get("op_effects"), unclear=20)),
                 ("re-scored after the trials", describe_selection(record.provenance.get("selection"))),
             ):
                 if lines:

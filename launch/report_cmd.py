@@ -13,6 +13,7 @@ runs (it reads the study) and after it.
 from __future__ import annotations
 
 import argparse
+import os
 
 from autoaug.launch.options import JSON, Option, add_options, option
 
@@ -38,12 +39,19 @@ def run(args: argparse.Namespace) -> int:
     from autoaug.core.errors import UserInputError
     from autoaug.launch.output import dump_json
     from autoaug.search.config import default_runs_root
+    from autoaug.search.op_effects import describe_effects, plot_effects
     from autoaug.search.report import importances, load_report_data, op_frequencies, top_trials, write_report
+    from autoaug.search.run_dir import RESULT_FILE, RunDir
 
     if args.top < 1:
         raise UserInputError(f"--top must be >= 1, got {args.top}")
     data = load_report_data(args.name, args.storage or default_runs_root())
     path = write_report(data, args.out or f"{args.name}-report.png", top=args.top)
+    effects = ops_path = None
+    run = RunDir(args.storage or default_runs_root(), args.name)
+    if run.exists(RESULT_FILE):  # a finished search: what helps and hurts on its data
+        effects = (run.read_json(RESULT_FILE).get("provenance") or {}).get("op_effects")
+        ops_path = plot_effects(effects or {}, os.path.splitext(path)[0] + "-ops.png")
     if args.json:
         counts, mags = op_frequencies(data.trials, args.top, data.space)
         imp, reason = importances(data.study, data.trials)
@@ -62,11 +70,17 @@ def run(args: argparse.Namespace) -> int:
                     "top_trials": top_trials(data.trials, args.top, data.space),
                     "importances": imp,
                     "importances_note": reason,
+                    "op_effects": effects,
+                    "op_effects_png": ops_path,
                 }
             )
         )
     else:
         print(f"wrote {path} ({len(data.trials)} finished trials of search {args.name})")
+        for line in describe_effects(effects):
+            print(line)
+        if ops_path:
+            print(f"wrote {ops_path} (what helps and hurts on this data)")
     return 0
 
 

@@ -114,7 +114,12 @@ def _describe(config, address: str | None) -> str:
             f"search {config.name}: concurrency {concurrency}, {config.cpus_per_trial:g} CPU + "
             f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed}{startup})",
             *config.search_method.describe(config),
-            f"  space: {config.space.describe()}",
+            f"  space: {config.space.describe()}"
+            + (
+                "; family: auto (that of the published policy that transfers best, measured first)"
+                if config.family == "auto" and config.warm_start == "auto"
+                else ""
+            ),
             f"  {_start_line(config)}",
             f"  run directory: {RunDir(config.storage, config.name).uri}",
             *([f"  Optuna {studies} in {study_url(config)}"] if studies is not None else []),

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
 from autoaug.search.assemble import build_provenance
+from autoaug.search import op_effects
 from autoaug.search.budget import STORE_RESERVE_S, Budget, measured_run_s
 from autoaug.search.config import SearchConfig
 from autoaug.search.method import MethodResult, PreparedSearch, resume_hint
@@ -432,6 +433,8 @@ def _store(
         provenance["method"] = dict(found.provenance)
     if calibration is not None:
         provenance["calibration"] = calibration
+    # What helps and hurts on this data, from the runs on the chosen base (search.op_effects).
+    provenance["op_effects"] = op_effects.from_provenance(provenance, config.train.epochs)
     if budget is not None:
         provenance["budget"] = _budget_record(config, found, budget)
     final = found.candidates[0].policy

@@ -97,7 +97,10 @@ class SearchOutcome:
         from autoaug.search.budget import describe_budget
         from autoaug.search.calibrate import describe_calibration
 
+        from autoaug.search.op_effects import describe_effects
+
         lines += describe_calibration(self.provenance.get("calibration"))
+        lines += describe_effects(self.provenance.get("op_effects"))
         lines += describe_budget(self.provenance.get("budget"))
         lines += [
             f"stored as {self.reference} in {self.store_uri}",

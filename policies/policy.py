@@ -437,8 +437,9 @@ class Policy:
 
         return to_torchvision(self, base=base, **kwargs)
 
-    def table(self) -> str:
-        """A readable multi-line table of the sub-policies."""
+    def table(self, max_rows: int | None = None) -> str:
+        """A readable multi-line table of the sub-policies (at most ``max_rows`` of them, then how
+        many more: RandAugment N=3 has 2,744)."""
         head = (
             f"Policy {self.name!r}: {len(self)} sub-policies, {self.num_magnitude_bins} "
             f"magnitude bins, base={self.base}, ranges={self.ranges}, "
@@ -448,8 +449,10 @@ class Policy:
             return head + "\n  (identity: no sub-policies)"
         width = len(str(len(self) - 1))
         lines = [head]
-        for i, sub in enumerate(self.sub_policies):
+        for i, sub in enumerate(self.sub_policies[:max_rows]):
             lines.append(f"  {i:>{width}}: " + "  ->  ".join(str(op) for op in sub))
+        if max_rows is not None and len(self) > max_rows:
+            lines.append(f"  ... and {len(self) - max_rows:,} more sub-policies (autoaug policies show: all)")
         return "\n".join(lines)
 
     def __str__(self) -> str:

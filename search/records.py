@@ -63,7 +63,7 @@ class SearchOutcome:
     def summary(self) -> str:
         counts = self.provenance["counts"]
         lines = [
-            self.policy.table(),
+            self.policy.table(max_rows=SUMMARY_ROWS),
             "",
             f"best trial {self.best_trial.trial_id}: {METRIC} {self.score:.4f} "
             f"({self.best_trial.epochs} epoch{'' if self.best_trial.epochs == 1 else 's'})",
@@ -109,6 +109,10 @@ class SearchOutcome:
         if self.study_problems:
             lines.append(f"WARNING: Optuna study inconsistent with Tune: {'; '.join(self.study_problems)}")
         return "\n".join(lines)
+
+
+#: Sub-policies the summary lists (a RandAugment point of N=3 has 2,744; `policies show` lists all).
+SUMMARY_ROWS = 25
 
 
 def describe_data(train_config: Any) -> dict[str, Any]:

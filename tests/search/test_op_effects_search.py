@@ -1,0 +1,90 @@
+"""A real search on data where one operation destroys the label: it is named as hurting, and the
+stored policy leaves it out (issue 37, "what hurts your data")."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+#: Colour-coded classes in inverse pairs: ``Invert`` turns a red image into a cyan one (and green
+#: into magenta), so a policy that inverts trains on images whose colour says the other class.
+COLOURS = {"red": (220, 30, 30), "cyan": (35, 225, 225), "green": (30, 220, 30), "magenta": (225, 35, 225)}
+
+
+def _colours(path, per_class=160, seed=0):
+    """32x32 PNGs of a square of the class's colour (jittered) on a dark noisy background."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    images, labels = [], []
+    for label, colour in enumerate(COLOURS.values()):
+        for _ in range(per_class):
+            img = Image.fromarray(np.clip(rng.normal(40, 12, (32, 32, 3)), 0, 255).astype(np.uint8))
+            x, y = (int(v) for v in rng.integers(4, 12, 2))
+            fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in colour)
+            ImageDraw.Draw(img).rectangle([x, y, x + 16, y + 16], fill=fill)
+            buf = io.BytesIO()
+            img.save(buf, format="PNG")
+            images.append(buf.getvalue())
+            labels.append(label)
+    table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())})
+    pq.write_table(table.replace_schema_metadata({"classes": ",".join(COLOURS)}), path)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_operation_that_destroys_the_label_is_named_and_left_out(tmp_path, capsys):
+    from autoaug.launch.cli import main
+
+    data = _colours(tmp_path / "colours.parquet")
+    argv = [
+        "search",
+        "--data",
+        str(data),
+        "--preset",
+        "smoke",
+        "--name",
+        "colours",
+        "--space",
+        "randaugment",
+        "--set",
+        "space.ops=[Identity,Invert,Rotate,ShearX,TranslateY,Sharpness]",
+        "--base",
+        "crop",
+        "--no-warm-start",
+        "--sampler",
+        "random",
+        "--num-trials",
+        "12",
+        "--no-early-stopping",
+        "--no-rescore",
+        "--set",
+        "train.train_size=384",
+        "--set",
+        "train.val_size=256",
+        "--set",
+        "train.epochs=3",
+        "--storage",
+        str(tmp_path / "runs"),
+        "--store",
+        str(tmp_path / "store"),
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "runs" / "colours" / "result.json").read_text())
+    effects = {r["op"]: r for r in result["provenance"]["op_effects"]["ops"]}
+    # Invert is measured as hurting, beyond its interval; nothing else is said to hurt as much.
+    assert effects["Invert"]["verdict"] == "hurts", effects
+    assert effects["Invert"]["effect"] == min(r["effect"] for r in effects.values())
+    assert "  hurts   Invert" in printed
+    # The stored policy (the best trial's point) does not invert.
+    assert all(op["op"] != "Invert" for sub in result["policy"]["sub_policies"] for op in sub)
+    # autoaug report draws it.
+    assert main(["report", "colours", "--storage", str(tmp_path / "runs"), "--out", str(tmp_path / "r.png")]) == 0
+    assert "hurts   Invert" in capsys.readouterr().out and (tmp_path / "r-ops.png").stat().st_size > 5000

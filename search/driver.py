@@ -233,7 +233,7 @@ def _search(
                 if calibration is not None and config.rescore:  # the best published policy competes too
                     extra = transfer_candidate(calibration.record, config.name)
                     if extra is not None:
-                        found = dataclasses.replace(found, candidates=[*found.candidates, extra])
+                        found = dataclasses.replace(found, candidates=with_transfer(found.candidates, extra))
                 scores = _rescore(config, run, found, display, budget)
             return _store(
                 config,
@@ -366,6 +366,15 @@ def _within_budget(
         )
     _budget_cut(budget, display, note, len(candidates), fits)
     return candidates[:fits], deadline
+
+
+def with_transfer(candidates: list, transfer: Any) -> list:
+    """The method's candidates and the ``transfer`` candidate (the published policy that
+    transferred best): a candidate that is that very policy (a family search's warm start)
+    competes as the transfer, once."""
+    same = [c for c in candidates if c.policy.content_hash == transfer.policy.content_hash]
+    rest = [c for c in candidates if c not in same]
+    return [*rest, transfer] if rest else [*same, transfer]
 
 
 def _trial_runs(trials: Any, config: SearchConfig) -> dict:

@@ -62,7 +62,9 @@ RESCORE_SEED_OFFSET = 1_000
 class Candidate:
     """A policy that may become the search's result."""
 
-    kind: str  # "assembled", "best_trial", "warm_start+found", "survivors" or "transfer" (search.calibrate)
+    # "assembled", "best_trial", "warm_start+found", "survivors", "runner_up", "warm_start" (space
+    # families) or "transfer" (search.calibrate)
+    kind: str
     policy: Policy
     trial_ids: tuple[str, ...]
     search_score: float | None  # the trial's own score (best_trial) or None

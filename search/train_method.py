@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
-from autoaug.search.assemble import assemble_policy, assembly_rule, union_policy
+from autoaug.search.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
 from autoaug.search.method import (
     BaseMethod,
     MethodResult,
@@ -165,7 +165,7 @@ class TrainMethod(BaseMethod):
         # assembled, best trial, warm start + found, survivors (final_candidates); one point
         # (the best trial's) in the randaugment and trivialaugment families
         if assembly_rule(config.space.family) == "best":
-            return 1
+            return 2 + bool(config.warm_start)  # the best point, the next best, the warm start
         return 2 + bool(config.warm_start) + config.train_method.early_stopping
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
@@ -276,7 +276,9 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     a policy of more vetted sub-policies can generalise better, docs/search.md).
     Candidates identical to an earlier one are left out. In the ``randaugment`` and
     ``trivialaugment`` families (assembly rule ``best``) the assembled policy is the best trial's,
-    and the unions are no points of the family: that one policy is the only candidate."""
+    and the unions are no points of the family: the candidates are that point, the next best
+    trial's (``runner_up``) and the warm start's (``warm_start``: the published point searched
+    around), each once."""
     from autoaug.search.warm_start import warm_start_policies
 
     best = assembled.selected[0]
@@ -290,7 +292,24 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     out = [Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)]
     out.append(Candidate("best_trial", single, (best.trial_id,), best.score))
     if assembly_rule(config.space.family) == "best":
-        return [out[0]]  # the assembled policy is the best trial's: one candidate
+        # The assembled policy is the best trial's point; its score is the maximum of noisy ones,
+        # so the next best point and the warm start (the published point searched around) are
+        # re-scored beside it with fresh seeds.
+        out = [out[0]]
+        runner_up = next(
+            (
+                t
+                for t in rank_trials(trials)[1:]
+                if t.policy is not None and t.policy.sub_policies != best.policy.sub_policies
+            ),
+            None,
+        )
+        if runner_up is not None:
+            out.append(Candidate("runner_up", _named(config, runner_up.policy), (runner_up.trial_id,), runner_up.score))
+        if config.warm_start:
+            for p in warm_start_policies(config.warm_start, config.space, store=config.store):
+                out.append(Candidate("warm_start", _named(config, p), (), None))
+        return _unique(out)
     if config.warm_start:
         # Warm-start candidates as the trials decode them (to_params -> to_policy is the identity
         # on the space's grid, so these compare equal to the warm-start trials' policies).
@@ -314,8 +333,17 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
             ranges=config.space.ranges,
         )
         out.append(Candidate("survivors", union.policy, tuple(t.trial_id for t in union.selected), None))
+    return _unique(out)
+
+
+def _named(config: "SearchConfig", policy: Policy) -> Policy:
+    return Policy(config.name, policy.num_magnitude_bins, policy.sub_policies, base=policy.base, ranges=policy.ranges)
+
+
+def _unique(candidates: list[Candidate]) -> list[Candidate]:
+    """The candidates without those identical to an earlier one."""
     unique: dict[str, Candidate] = {}
-    for c in out:
+    for c in candidates:
         unique.setdefault(c.policy.content_hash, c)
     return list(unique.values())
 

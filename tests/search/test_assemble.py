@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from autoaug.policies import presets
+
 from autoaug.policies import Policy
 from autoaug.search.assemble import (
     TrialRecord,
@@ -153,8 +155,21 @@ def test_a_family_search_keeps_the_best_point_itself(tmp_path, family):
     assert [t.trial_id for t in out.selected] == ["t1"] and out.rule == "best"
     assert out.to_dict()["rule"] == "best" and "best-ranked trial's policy itself" in out.to_dict()["rule_is"]
     candidates = final_candidates(config, trials, out)
-    assert [c.kind for c in candidates] == ["assembled"] and candidates[0].policy.content_hash == best.content_hash
-    assert TrainMethod().max_candidates(config) == 1
+    # Re-scored with fresh seeds: the best point, the next best (its score is one noisy run too)
+    # and the published point the search started from.
+    assert [c.kind for c in candidates] == ["assembled", "runner_up", "warm_start"]
+    assert candidates[0].policy.content_hash == best.content_hash
+    assert candidates[1].policy.sub_policies == trials[2].policy.sub_policies
+    published = presets.resolve(config.warm_start[0]).with_base(config.space.base)
+    assert candidates[2].policy.content_hash == published.content_hash
+    assert {c.policy.name for c in candidates} == {"fam"}
+    assert TrainMethod().max_candidates(config) == 3
+    # The warm start is the published policy calibration found: it competes once, as the transfer.
+    from autoaug.search.driver import with_transfer
+    from autoaug.search.rescore import Candidate
+
+    transfer = Candidate("transfer", published.with_name("fam"), (), None)
+    assert [c.kind for c in with_transfer(candidates, transfer)] == ["assembled", "runner_up", "transfer"]
     # the summary line says which rule made the policy and describes the point
     prov = {
         "counts": {"completed": 3, "early_stopped": 0, "failed": 0},

@@ -370,11 +370,18 @@ def _within_budget(
 
 def with_transfer(candidates: list, transfer: Any) -> list:
     """The method's candidates and the ``transfer`` candidate (the published policy that
-    transferred best): a candidate that is that very policy (a family search's warm start)
-    competes as the transfer, once."""
+    transferred best), last; a candidate that is that very policy (a family search's warm start)
+    competes as the transfer, once, in its place."""
     same = [c for c in candidates if c.policy.content_hash == transfer.policy.content_hash]
     rest = [c for c in candidates if c not in same]
-    return [*rest, transfer] if rest else [*same, transfer]
+    if not same or not rest:  # (nothing of its own but that policy: both compete)
+        return [*candidates, transfer]
+    first = candidates.index(same[0])  # in its place: a budget that cuts re-scoring keeps it as long
+    return [
+        *[c for c in candidates[:first] if c not in same],
+        transfer,
+        *[c for c in candidates[first:] if c not in same],
+    ]
 
 
 def _trial_runs(trials: Any, config: SearchConfig) -> dict:

@@ -296,6 +296,9 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
         # so the next best point and the warm start (the published point searched around) are
         # re-scored beside it with fresh seeds.
         out = [out[0]]
+        if config.warm_start:  # before the runner-up: what the search has to beat, if time is short
+            for p in warm_start_policies(config.warm_start, config.space, store=config.store):
+                out.append(Candidate("warm_start", _named(config, p), (), None))
         runner_up = next(
             (
                 t
@@ -306,9 +309,6 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
         )
         if runner_up is not None:
             out.append(Candidate("runner_up", _named(config, runner_up.policy), (runner_up.trial_id,), runner_up.score))
-        if config.warm_start:
-            for p in warm_start_policies(config.warm_start, config.space, store=config.store):
-                out.append(Candidate("warm_start", _named(config, p), (), None))
         return _unique(out)
     if config.warm_start:
         # Warm-start candidates as the trials decode them (to_params -> to_policy is the identity

@@ -157,11 +157,12 @@ def test_a_family_search_keeps_the_best_point_itself(tmp_path, family):
     candidates = final_candidates(config, trials, out)
     # Re-scored with fresh seeds: the best point, the next best (its score is one noisy run too)
     # and the published point the search started from.
-    assert [c.kind for c in candidates] == ["assembled", "runner_up", "warm_start"]
+    # (The warm start before the runner-up: a budget that cuts re-scoring keeps what is to beat.)
+    assert [c.kind for c in candidates] == ["assembled", "warm_start", "runner_up"]
     assert candidates[0].policy.content_hash == best.content_hash
-    assert candidates[1].policy.sub_policies == trials[2].policy.sub_policies
+    assert candidates[2].policy.sub_policies == trials[2].policy.sub_policies
     published = presets.resolve(config.warm_start[0]).with_base(config.space.base)
-    assert candidates[2].policy.content_hash == published.content_hash
+    assert candidates[1].policy.content_hash == published.content_hash
     assert {c.policy.name for c in candidates} == {"fam"}
     assert TrainMethod().max_candidates(config) == 3
     # The warm start is the published policy calibration found: it competes once, as the transfer.
@@ -169,7 +170,10 @@ def test_a_family_search_keeps_the_best_point_itself(tmp_path, family):
     from autoaug.search.rescore import Candidate
 
     transfer = Candidate("transfer", published.with_name("fam"), (), None)
-    assert [c.kind for c in with_transfer(candidates, transfer)] == ["assembled", "runner_up", "transfer"]
+    assert [c.kind for c in with_transfer(candidates, transfer)] == ["assembled", "transfer", "runner_up"]
+    # Another transfer policy is one more candidate, the last.
+    other = Candidate("transfer", presets.resolve("autoaugment-svhn").with_name("fam"), (), None)
+    assert [c.kind for c in with_transfer(candidates, other)] == ["assembled", "warm_start", "runner_up", "transfer"]
     # the summary line says which rule made the policy and describes the point
     prov = {
         "counts": {"completed": 3, "early_stopped": 0, "failed": 0},

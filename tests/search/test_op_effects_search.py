@@ -9,12 +9,22 @@ import json
 import numpy as np
 import pytest
 
-#: Colour-coded classes in inverse pairs: ``Invert`` turns a red image into a cyan one (and green
-#: into magenta), so a policy that inverts trains on images whose colour says the other class.
-COLOURS = {"red": (220, 30, 30), "cyan": (35, 225, 225), "green": (30, 220, 30), "magenta": (225, 35, 225)}
+#: Colour-coded classes in inverse pairs (a small square on a noisy grey ground): ``Invert`` turns
+#: a red square into a cyan one (green into magenta, ...), so a policy that inverts trains on
+#: images whose colour says the other class; short training on few images feels it.
+COLOURS = {
+    "red": (200, 55, 55),
+    "cyan": (55, 200, 200),
+    "green": (55, 200, 55),
+    "magenta": (200, 55, 200),
+    "blue": (55, 55, 200),
+    "yellow": (200, 200, 55),
+    "orange": (200, 128, 55),
+    "azure": (55, 128, 200),
+}
 
 
-def _colours(path, per_class=160, seed=0):
+def _colours(path, per_class=80, seed=0):
     """32x32 PNGs of a square of the class's colour (jittered) on a dark noisy background."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -24,10 +34,10 @@ def _colours(path, per_class=160, seed=0):
     images, labels = [], []
     for label, colour in enumerate(COLOURS.values()):
         for _ in range(per_class):
-            img = Image.fromarray(np.clip(rng.normal(40, 12, (32, 32, 3)), 0, 255).astype(np.uint8))
-            x, y = (int(v) for v in rng.integers(4, 12, 2))
-            fill = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in colour)
-            ImageDraw.Draw(img).rectangle([x, y, x + 16, y + 16], fill=fill)
+            img = Image.fromarray(np.clip(rng.normal(128, 40, (32, 32, 3)), 0, 255).astype(np.uint8))
+            x, y = (int(v) for v in rng.integers(4, 20, 2))
+            fill = tuple(int(np.clip(c + rng.integers(-30, 31), 0, 255)) for c in colour)
+            ImageDraw.Draw(img).rectangle([x, y, x + 8, y + 8], fill=fill)
             buf = io.BytesIO()
             img.save(buf, format="PNG")
             images.append(buf.getvalue())

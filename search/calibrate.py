@@ -24,10 +24,12 @@ is scored (:data:`~autoaug.search.score.METRIC`):
    points in ``eval-cpu``).
 2. **Transfer** (``warm_start: auto``): each published policy of :data:`TRANSFER_REFS` moved onto
    that base, the same race (``transfer_extra_seeds`` rounds; ``autoaugment-cifar10`` runs twice
-   in the first). The search warm-starts from the sub-policies of the best-scoring one that fits the
-   search space (AutoAugment's three policies do; RandAugment's and TrivialAugment's uniform
-   operations at one magnitude of 31 bins do not: when one of them transfers best, the summary
-   says so and the best AutoAugment policy is the warm start).
+   in the first). The search warm-starts from the best-scoring one that fits the search space.
+   With ``SearchConfig.family: auto`` each is a point of its own family (:data:`TRANSFER_FAMILY`,
+   among the families the method searches) and the search looks in the best one's family;
+   otherwise, in the ``aa`` space, AutoAugment's three policies fit and RandAugment's and
+   TrivialAugment's uniform operations at one magnitude of 31 bins do not: when one of them
+   transfers best, the summary says so and the best AutoAugment policy is the warm start.
 
 With re-scoring on, the published policy that transferred best (on the chosen base) is also a
 final candidate (``transfer``, :func:`transfer_candidate`): a search stores it when none of its

@@ -415,17 +415,15 @@ class SearchConfig:
                         self, "base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)"
                     )
                 object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
-        if self.family is not None:
-            if self.family == AUTO:
-                pass  # measured with the warm start (warm_start auto); without it the space's own
-            elif not isinstance(self.family, str) or self.family not in FAMILIES:
+        # auto: measured with the warm start (warm_start auto); without it, the space's own
+        if self.family not in (None, AUTO):
+            if not isinstance(self.family, str) or self.family not in FAMILIES:
                 raise invalid(
                     self,
                     "family",
                     f"one of {', '.join(FAMILIES)}, or 'auto' (the family of the published policy that transfers best)",
                 )
-            else:
-                object.__setattr__(self, "space", self.space.with_family(self.family))
+            object.__setattr__(self, "space", self.space.with_family(self.family))
         if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
             raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
         if self.calibration_epochs is not None and (

@@ -112,6 +112,9 @@ def estimate(obs: Sequence[Mapping[str, Any]], noise_sd: float | None = None, so
     columns = {op: np.array([o["usage"].get(op, 0.0) for o in obs]) for op in ops}
     # every run used it alike: nothing to tell
     columns = {op: x for op, x in columns.items() if float(np.sum((x - x.mean()) ** 2)) > 1e-12}
+    if not columns:
+        record["why_not"] = f"every one of the {len(obs)} runs applied the operations alike"
+        return record
     # Simultaneous 95% intervals over the operations (Bonferroni): one claim in 20 searches.
     level = 1 - 0.025 / max(len(columns), 1)
 
@@ -137,7 +140,9 @@ def estimate(obs: Sequence[Mapping[str, Any]], noise_sd: float | None = None, so
     held: list[str] = []
     while True:
         fits = {op: fit(op, held) for op in columns if op not in held}
-        beyond = {op: abs(f["effect"]) / f["ci95"] for op, f in fits.items() if f and f["ci95"] < abs(f["effect"])}
+        beyond = {
+            op: abs(f["effect"]) / max(f["ci95"], 1e-12) for op, f in fits.items() if f and f["ci95"] < abs(f["effect"])
+        }
         if not beyond:
             break
         held.append(max(beyond, key=beyond.get))

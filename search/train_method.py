@@ -282,13 +282,7 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     from autoaug.search.warm_start import warm_start_policies
 
     best = assembled.selected[0]
-    single = Policy(
-        config.name,
-        best.policy.num_magnitude_bins,
-        best.policy.sub_policies,
-        base=best.policy.base,
-        ranges=best.policy.ranges,
-    )
+    single = _named(config, best.policy)
     out = [Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)]
     out.append(Candidate("best_trial", single, (best.trial_id,), best.score))
     if assembly_rule(config.space.family) == "best":

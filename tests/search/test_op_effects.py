@@ -62,6 +62,12 @@ def test_too_few_runs_say_so():
     assert record["ops"] == [] and describe_effects(record) == [
         "what helps and hurts on this data: no estimate (3 run(s) on the chosen base over the whole schedule: too few)"
     ]
+    # Runs that all applied the operations alike tell nothing about them.
+    alike = [{"label": str(i), "usage": {"Rotate": 0.5}, "score": 0.8 + 0.01 * i} for i in range(5)]
+    assert estimate(alike)["why_not"] == "every one of the 5 runs applied the operations alike"
+    # A perfect fit with no measured noise: no division by a zero-width interval.
+    exact = [{"label": str(i), "usage": {"Rotate": i / 4}, "score": 0.9 - 0.1 * i / 4} for i in range(5)]
+    assert estimate(exact)["ops"][0]["op"] == "Rotate"
     # Without a measured noise, the runs' own spread around each line.
     assert estimate(_runs({"Solarize": -0.3}, k=10))["noise_source"] == "the runs' spread around each line"
 

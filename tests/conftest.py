@@ -116,6 +116,29 @@ def cifar_sample(cifar_train: Path) -> tuple[np.ndarray, np.ndarray]:
     return decoded, labels[idx].astype(np.int64)
 
 
+def _write_images(path: Path, images: list, labels: list, classes: list) -> Path:
+    """A Parquet file of the dataset shape (``image`` PNG bytes, ``label``, the class names in the
+    schema's metadata) from PIL images; returns ``path``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    encoded = []
+    for img in images:
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        encoded.append(buf.getvalue())
+    table = pa.table({"image": pa.array(encoded, pa.binary()), "label": pa.array(labels, pa.int64())})
+    pq.write_table(table.replace_schema_metadata({"classes": ",".join(classes)}), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def write_images():
+    """``write_images(path, images, labels, classes)``: PIL images and their labels as a Parquet
+    file of the dataset shape (PNG bytes, class names in the metadata). Returns ``path``."""
+    return _write_images
+
+
 @pytest.fixture(scope="session")
 def write_tracks():
     """``write_tracks(path, classes=4, tracks=6, frames=5, extra=None)``: a small GTSRB-like Parquet

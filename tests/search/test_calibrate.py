@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
@@ -527,11 +526,9 @@ def test_nothing_is_measured_when_base_and_warm_start_are_given(tmp_path, monkey
 # On data whose labels a flip changes
 
 
-def _arrows(path, per_class=320, seed=0):
+def _arrows(write_images, path, per_class=320, seed=0):
     """32x32 PNGs of an arrow pointing left (class 0) or right (class 1), shifted by a few pixels,
     random colours on a noisy background: a horizontal flip turns one class into the other."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     from PIL import Image, ImageDraw
 
     rng = np.random.default_rng(seed)
@@ -546,21 +543,17 @@ def _arrows(path, per_class=320, seed=0):
             draw.rectangle([9 + dx, 14 + dy, 23 + dx, 17 + dy], fill=colour)  # the shaft
             tip = [(5, 15.5), (12, 8), (12, 23)] if label == 0 else [(27, 15.5), (20, 8), (20, 23)]
             draw.polygon([(x + dx, y + dy) for x, y in tip], fill=colour)  # the head
-            buf = io.BytesIO()
-            img.save(buf, format="PNG")
-            images.append(buf.getvalue())
+            images.append(img)
             labels.append(label)
-    table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())})
-    pq.write_table(table.replace_schema_metadata({"classes": "left,right"}), path)
-    return path
+    return write_images(path, images, labels, ["left", "right"])
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_base_auto_picks_crop_over_standard_when_a_flip_changes_the_label(tmp_path, capsys):
+def test_base_auto_picks_crop_over_standard_when_a_flip_changes_the_label(tmp_path, capsys, write_images):
     from autoaug.launch.cli import main
 
-    data = _arrows(tmp_path / "arrows.parquet")
+    data = _arrows(write_images, tmp_path / "arrows.parquet")
     argv = [
         "search",
         "--data",
@@ -601,13 +594,15 @@ def test_base_auto_picks_crop_over_standard_when_a_flip_changes_the_label(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policies(tmp_path, monkeypatch, capsys):
+def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policies(
+    tmp_path, monkeypatch, capsys, write_images
+):
     """The proxy runs of the calibration replaced by a table (autoaugment-imagenet transfers best on
     crop); the trials are real: the first five are its 25 sub-policies on crop, in order."""
     from autoaug.search.study import open_study
     from autoaug.search.driver import run_search
 
-    data = _arrows(tmp_path / "arrows.parquet", per_class=96)
+    data = _arrows(write_images, tmp_path / "arrows.parquet", per_class=96)
     _fake_runs(monkeypatch, SCORES, [])
     config = SearchConfig.from_dict(
         {

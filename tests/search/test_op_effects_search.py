@@ -3,7 +3,6 @@ stored policy leaves it out (issue 37, "what hurts your data")."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
@@ -24,10 +23,8 @@ COLOURS = {
 }
 
 
-def _colours(path, per_class=80, seed=0):
+def _colours(write_images, path, per_class=80, seed=0):
     """32x32 PNGs of a square of the class's colour (jittered) on a dark noisy background."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     from PIL import Image, ImageDraw
 
     rng = np.random.default_rng(seed)
@@ -38,21 +35,17 @@ def _colours(path, per_class=80, seed=0):
             x, y = (int(v) for v in rng.integers(4, 20, 2))
             fill = tuple(int(np.clip(c + rng.integers(-30, 31), 0, 255)) for c in colour)
             ImageDraw.Draw(img).rectangle([x, y, x + 8, y + 8], fill=fill)
-            buf = io.BytesIO()
-            img.save(buf, format="PNG")
-            images.append(buf.getvalue())
+            images.append(img)
             labels.append(label)
-    table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())})
-    pq.write_table(table.replace_schema_metadata({"classes": ",".join(COLOURS)}), path)
-    return path
+    return write_images(path, images, labels, list(COLOURS))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_an_operation_that_destroys_the_label_is_named_and_left_out(tmp_path, capsys):
+def test_an_operation_that_destroys_the_label_is_named_and_left_out(tmp_path, capsys, write_images):
     from autoaug.launch.cli import main
 
-    data = _colours(tmp_path / "colours.parquet")
+    data = _colours(write_images, tmp_path / "colours.parquet")
     argv = [
         "search",
         "--data",

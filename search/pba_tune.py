@@ -35,16 +35,38 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
 
     With a time budget (:class:`~autoaug.search.reconcile.BudgetStop`) a running member ends at its
     next perturbation boundary, whose report carries its checkpoint: the schedule that checkpoint
-    holds is the one its score was measured under. Paused members (paused at a boundary) end at once."""
+    holds is the one its score was measured under. Paused members (paused at a boundary) end at once.
+
+    When the population is larger than the slots, the next member to train is the one furthest
+    behind (Tune's rule) and, among those equally far, the one that has waited longest. Tune breaks
+    that tie by the members' order; an exploit hands the clone its donor's epoch, so two members
+    that kept losing to the paused ones took the slots back at every boundary and cloned the same
+    checkpoints again, without end, while the paused members never trained (seen in the smoke
+    population: 4 members on 2 slots, one epoch per perturbation)."""
 
     def __init__(self, *, last_epoch: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.last_epoch = last_epoch
+        self._reports = 0
+        self._last_report: dict[str, int] = {}  # trial id -> the order of its last result
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        from ray.tune.experiment import Trial
+
+        if self._synch:
+            return super().choose_trial_to_run(tune_controller)
+        last = getattr(self, "_last_report", {})  # a scheduler pickled before this field: Tune's order
+        waiting = [t for t in tune_controller.get_trials() if t.status in (Trial.PENDING, Trial.PAUSED)]
+        if not waiting:
+            return None
+        return min(waiting, key=lambda t: (self._trial_state[t].last_train_time, last.get(t.trial_id, -1)))
 
     def _budget_can_stop(self, result: dict) -> bool:
         return int(result.get("epoch") or 0) % self._perturbation_interval == 0
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        self._reports = getattr(self, "_reports", 0) + 1
+        self.__dict__.setdefault("_last_report", {})[trial.trial_id] = self._reports
         if int(result.get("epoch") or 0) >= self.last_epoch:
             return self.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)

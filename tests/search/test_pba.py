@@ -414,3 +414,98 @@ def test_an_event_is_said_in_one_line_with_what_explore_changed():
     assert "no value changed" in describe_event({**event, "changes": {}}) and "(search_score" not in describe_event(
         event
     )
+
+
+class _Member:
+    """What PBT reads and writes of a Tune trial: id, status, config, tag, resume checkpoint."""
+
+    def __init__(self, i: int) -> None:
+        from types import SimpleNamespace
+
+        self.trial_id, self.status, self.config, self.experiment_tag = f"m{i}", "PENDING", {"policy": {}}, str(i)
+        self.epoch = 0  # epochs trained
+        manager = SimpleNamespace(checkpoint_config=SimpleNamespace(num_to_keep=None), _latest_checkpoint_result=None)
+        self.run_metadata = SimpleNamespace(checkpoint_manager=manager)
+        self.temporary_state = SimpleNamespace(saving_to=None)
+
+    def set_experiment_tag(self, tag: str) -> None:
+        self.experiment_tag = tag
+
+    def set_config(self, config: dict) -> None:
+        self.config = config
+
+    def is_finished(self) -> bool:
+        return self.status == "TERMINATED"
+
+
+class _TwoSlots:
+    """Tune's controller as PBT sees it, training 2 members at a time: a checkpoint is the epoch
+    a member had trained; an exploited member restarts from its donor's."""
+
+    search_alg = None
+
+    def __init__(self, members: list) -> None:
+        self.members = members
+
+    def get_trials(self) -> list:
+        return self.members
+
+    def pause_trial(self, trial, should_checkpoint: bool = True) -> None:
+        trial.status = "PAUSED"
+
+    def _schedule_trial_save(self, trial, result=None) -> dict:
+        return {"epoch": trial.epoch}
+
+    def start(self, trial) -> None:
+        latest = trial.run_metadata.checkpoint_manager
+        if latest._latest_checkpoint_result is not None:  # set by an exploit
+            trial.epoch = latest._latest_checkpoint_result.checkpoint["epoch"]
+            latest._latest_checkpoint_result = None
+        trial.status = "RUNNING"
+
+
+def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
+    # 4 members on 2 slots, perturbed after every epoch, half cloning the other half: members 0
+    # and 1 always score below the others. Each clones a paused member's checkpoint and so goes
+    # back to that member's epoch; the next to train must then be the paused members, which have
+    # waited longer, or members 0 and 1 take the slots back and clone the same checkpoints forever.
+    from autoaug.search.pba_tune import EpochPBT
+    from autoaug.search.score import METRIC
+
+    last = 4
+    members = [_Member(i) for i in range(4)]
+    slots = _TwoSlots(members)
+    pbt = EpochPBT(
+        last_epoch=last,
+        metric=METRIC,
+        mode="max",
+        time_attr="epoch",
+        perturbation_interval=1,
+        quantile_fraction=0.5,
+        hyperparam_mutations={},
+        custom_explore_fn=lambda config: config,
+        log_config=False,  # the search's logs each step into the trial's directory
+        synch=False,
+    )
+    for m in members:
+        pbt.on_trial_add(slots, m)
+    running: list = []
+    for _ in range(100):
+        while len(running) < 2 and (chosen := pbt.choose_trial_to_run(slots)) is not None:
+            slots.start(chosen)
+            running.append(chosen)
+        if not running:
+            break
+        member = running.pop(0)
+        member.epoch += 1
+        score = 0.1 if member in members[:2] else 0.5
+        decision = pbt.on_trial_result(slots, member, {"epoch": member.epoch, METRIC: score})
+        if member.epoch >= last:
+            member.status = "TERMINATED"
+            pbt.on_trial_complete(slots, member, {"epoch": member.epoch, METRIC: score})
+        elif decision == pbt.PAUSE:
+            member.status = "PAUSED"
+        elif decision == pbt.CONTINUE:
+            running.append(member)
+    assert [m.status for m in members] == ["TERMINATED"] * 4, [(m.trial_id, m.status, m.epoch) for m in members]
+    assert pbt._num_perturbations > 0  # members 0 and 1 did clone the others

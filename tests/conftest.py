@@ -98,6 +98,17 @@ def cifar_test(cifar_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def small_test_split(cifar_test: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1,000 real CIFAR-10 test images (every 10th row, all classes), to keep a test pass short."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(cifar_test)
+    path = tmp_path_factory.mktemp("cifar-test") / "test.parquet"
+    pq.write_table(table.take(list(range(0, table.num_rows, 10))), path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def cifar_sample(cifar_train: Path) -> tuple[np.ndarray, np.ndarray]:
     """256 real CIFAR-10 training images (uint8 NHWC RGB) with their labels, all classes present.
 
@@ -395,3 +406,25 @@ def kill_driver(tmp_path):
         return out
 
     return kill
+
+
+@pytest.fixture(scope="module")
+def shared_ray():
+    """One embedded Ray for the in-process commands of a module (``search``, ``compare``), as the
+    commands would start it, stopped when the module ends: each command joins it instead of
+    starting and stopping its own (about 12 CPU-seconds each), and its Ray tasks (re-scoring,
+    calibration, compare's runs) reuse workers that have imported torch and DALI. Only for
+    commands that start an embedded Ray of the machine's CPUs and that need no environment given
+    to the workers after they start (a test's failpoints, S3 credentials, a working directory)."""
+    import ray
+
+    from autoaug.core.ray_session import connect, output_settings, shutdown
+
+    if ray.is_initialized():  # a module's own, left by a test: not ours to stop
+        yield
+        return
+    connect(None, **output_settings(False))
+    try:
+        yield
+    finally:
+        shutdown()

@@ -51,13 +51,13 @@ def test_peak_lookup_and_epoch_cost(tt):
 
 
 @pytest.mark.slow
-def test_a_quick_levers_run_writes_its_table(tt, cifar_train, tmp_path, capsys):
+def test_a_quick_levers_run_writes_its_table(tt, cifar_small, tmp_path, capsys):
     out = tmp_path / "tt"
     assert (
         tt.main(
             [
                 "--data",
-                str(cifar_train),
+                str(cifar_small),
                 "--quick",
                 "--num-threads",
                 "1",

@@ -203,13 +203,13 @@ def _trial_nodes(cluster: LocalCluster, ray_job_id: str) -> dict[str, str]:
     return {a["actor_id"]: a["node_id"] for a in actors if a["class_name"] in _TRIAL_ACTORS}
 
 
-def _search_args(cifar_train: Path, work: Path, name: str) -> list[str]:
+def _search_args(cifar_small: Path, work: Path, name: str) -> list[str]:
     return [
         "search",
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         name,
         "--num-trials",
@@ -241,7 +241,7 @@ def test_two_node_cluster_is_up(ray_cluster):
 
 
 @pytest.mark.slow
-def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_train, tmp_path):
+def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_small, tmp_path):
     from autoaug.policies.store import PolicyStore
 
     autoaug = str(BIN / "autoaug")
@@ -254,7 +254,7 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_trai
         "--job-id",
         job_id,
         "--",
-        *_search_args(cifar_train, tmp_path, "jobsearch"),
+        *_search_args(cifar_small, tmp_path, "jobsearch"),
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert f"job {job_id} SUCCEEDED" in proc.stderr
@@ -277,11 +277,11 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_trai
 
 
 @pytest.mark.slow
-def test_search_with_address_uses_both_nodes(ray_cluster, cifar_train, tmp_path):
+def test_search_with_address_uses_both_nodes(ray_cluster, cifar_small, tmp_path):
     from autoaug.policies.store import PolicyStore
 
     proc = ray_cluster.run(
-        str(BIN / "autoaug"), *_search_args(cifar_train, tmp_path, "addrsearch"), "--address", ray_cluster.gcs_address
+        str(BIN / "autoaug"), *_search_args(cifar_small, tmp_path, "addrsearch"), "--address", ray_cluster.gcs_address
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     record = PolicyStore(str(tmp_path / "store")).get("addrsearch@latest")
@@ -302,12 +302,12 @@ def test_search_with_address_uses_both_nodes(ray_cluster, cifar_train, tmp_path)
 
 
 @pytest.mark.slow
-def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes(ray_cluster, cifar_train, tmp_path):
+def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes(ray_cluster, cifar_small, tmp_path):
     from autoaug.policies.store import PolicyStore
 
     proc = ray_cluster.run(
         str(BIN / "autoaug"),
-        *_search_args(cifar_train, tmp_path, "densaddr"),
+        *_search_args(cifar_small, tmp_path, "densaddr"),
         "--method",
         "density",
         "--folds",
@@ -341,13 +341,13 @@ def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes
 
 
 @pytest.mark.slow
-def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, cifar_train, tmp_path):
+def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, cifar_small, tmp_path):
     from autoaug.policies.reference import resolve_schedule
     from autoaug.policies.store import PolicyStore
 
     proc = ray_cluster.run(
         str(BIN / "autoaug"),
-        *_search_args(cifar_train, tmp_path, "pbaaddr"),
+        *_search_args(cifar_small, tmp_path, "pbaaddr"),
         "--method",
         "pba",
         "--set",
@@ -379,7 +379,7 @@ def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, 
 
 
 @pytest.mark.slow
-def test_no_wait_logs_list_and_stop(ray_cluster, cifar_train, tmp_path):
+def test_no_wait_logs_list_and_stop(ray_cluster, cifar_small, tmp_path):
     from autoaug.policies import presets
 
     autoaug = str(BIN / "autoaug")
@@ -410,7 +410,7 @@ def test_no_wait_logs_list_and_stop(ray_cluster, cifar_train, tmp_path):
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "stopped",
         "--num-trials",

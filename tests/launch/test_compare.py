@@ -833,17 +833,9 @@ def dataclasses_replace(obj, **changes):
 # Real runs
 
 
-@pytest.fixture(scope="module")
-def small_test_split(cifar_test, tmp_path_factory):
-    """1,000 real CIFAR-10 test images (every 10th row), to keep the test pass short."""
-    table = pq.read_table(cifar_test)
-    path = tmp_path_factory.mktemp("cifar-test") / "test.parquet"
-    pq.write_table(table.take(list(range(0, table.num_rows, 10))), path)
-    return path
-
-
 @pytest.mark.slow
-def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_test_split, store, capsys):
+@pytest.mark.usefixtures("shared_ray")
+def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_small, small_test_split, store, capsys):
     from autoaug.launch.cli import main
 
     out = tmp_path / "cmp"
@@ -858,7 +850,7 @@ def test_smoke_compare_trains_resumes_and_attaches(tmp_path, cifar_train, small_
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--test-data",
         str(small_test_split),
         "--store",
@@ -961,6 +953,7 @@ def _toy_parquet(path: Path, per_class: dict[str, int], seed: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")
 def test_compare_writes_per_class_results_on_an_imbalanced_dataset(tmp_path, capsys):
     """End to end on a tiny imbalanced dataset (one rare class): the runs record per-class counts,
     and compare writes balanced accuracy, per_class.csv and per_class.png with the class names."""
@@ -1012,7 +1005,8 @@ def test_compare_writes_per_class_results_on_an_imbalanced_dataset(tmp_path, cap
 
 
 @pytest.mark.slow
-def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_train, small_test_split, capsys):
+@pytest.mark.usefixtures("shared_ray")
+def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_small, small_test_split, capsys):
     """--base crop: AutoAugment's CIFAR-10 policy is trained on crop (the run is exactly a training of
     that policy on crop, not of the stored one) and the crop baseline stays the crop alone."""
     import dataclasses
@@ -1037,7 +1031,7 @@ def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_train, smal
         "--epochs",
         "1",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--test-data",
         str(small_test_split),
         "--out",
@@ -1061,7 +1055,7 @@ def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_train, smal
 
     cfg = compare.config_from_dict(
         {
-            "data": str(cifar_train),
+            "data": str(cifar_small),
             "test_data": str(small_test_split),
             "preset": "smoke",
             "train": {"epochs": 1, "train_size": 256, "val_size": 64},
@@ -1079,7 +1073,8 @@ def test_config_names_missing_training_data(tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_live_display_shows_epochs_of_running_runs(tmp_path, cifar_train, small_test_split):
+@pytest.mark.usefixtures("shared_ray")
+def test_compare_live_display_shows_epochs_of_running_runs(tmp_path, cifar_small, small_test_split):
     """On a terminal the runs put (run, epoch, val) on a Ray queue and the display shows them."""
     import io
 
@@ -1093,7 +1088,7 @@ def test_compare_live_display_shows_epochs_of_running_runs(tmp_path, cifar_train
             "baselines": "none,standard",
             "seeds": 1,
             "preset": "smoke",
-            "data": str(cifar_train),
+            "data": str(cifar_small),
             "test_data": str(small_test_split),
             "out": str(tmp_path / "cmp"),
             "attach": False,

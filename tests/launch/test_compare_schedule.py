@@ -17,7 +17,8 @@ INVERT = Policy("inverted", 10, [[("Invert", 1.0, 0)]], base="crop")
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_compare_trains_a_schedule_against_a_baseline(tmp_path, capsys, cifar_train):
+@pytest.mark.usefixtures("shared_ray")
+def test_compare_trains_a_schedule_against_a_baseline(tmp_path, capsys, cifar_small, small_test_split):
     schedule = Schedule("warmup-then-invert", [(0.0, PLAIN), (0.5, INVERT)])
     file = tmp_path / "schedule.json"
     file.write_text(schedule.to_json())
@@ -25,7 +26,9 @@ def test_compare_trains_a_schedule_against_a_baseline(tmp_path, capsys, cifar_tr
     args = [
         "compare",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
+        "--test-data",
+        str(small_test_split),
         "--policy",
         str(file),
         "--baselines",

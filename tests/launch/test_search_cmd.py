@@ -249,7 +249,8 @@ def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_train):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsys, cifar_train):
+@pytest.mark.usefixtures("shared_ray")
+def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsys, cifar_small):
     from autoaug.policies.store import PolicyStore
     from autoaug.proxy_models.data import open_dataset
     from autoaug.proxy_models.splits import reduced_split
@@ -259,7 +260,7 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "smoke",
         "--num-trials",
@@ -288,7 +289,7 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
     first = [(o["op"], o["probability"], o["magnitude_bin"]) for o in best["policy"]["sub_policies"][0]]
     assert [(o.op, o.probability, o.magnitude_bin) for o in policy.sub_policies[0]] == first
     # fingerprints are those of the split every trial trained on
-    ds = open_dataset(str(cifar_train))
+    ds = open_dataset(str(cifar_small))
     split = reduced_split(ds.labels, train_size=256, val_size=128, seed=0, dataset_fingerprint=ds.fingerprint())
     assert prov["dataset"]["fingerprint"] == ds.fingerprint()
     assert prov["split"]["fingerprint"] == split.fingerprint
@@ -310,7 +311,8 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_path, capsys, cifar_train, monkeypatch):
+@pytest.mark.usefixtures("shared_ray")
+def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_path, capsys, cifar_small, monkeypatch):
     def exploding_trial(config, *, train_config, space, policy_prefix, score_window):
         raise ValueError(f"proxy training exploded for {policy_prefix}")
 
@@ -320,7 +322,7 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "doomed",
         "--num-trials",
@@ -341,7 +343,7 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_train, kill_driver):
+def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_small, kill_driver):
     num_trials, kill_after = 5, 2
     base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
@@ -350,7 +352,7 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_t
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "crash",
         "--num-trials",
@@ -442,7 +444,7 @@ def test_one_driver_per_run_directory(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_trains(tmp_path, cifar_train):
+def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_trains(tmp_path, cifar_small):
     """Two real `autoaug search` processes started together with the same --name and storage: one is
     refused (exit 2, one line) before it trains anything, the other finishes intact (its result, one
     stored version, a study with exactly its trials)."""
@@ -454,7 +456,7 @@ def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_tra
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "twice",
         "--num-trials",
@@ -501,7 +503,8 @@ def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_tra
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_says_so(tmp_path, capsys, cifar_train):
+@pytest.mark.usefixtures("shared_ray")
+def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_says_so(tmp_path, capsys, cifar_small):
     """2 seconds are gone before Ray has started: the first trials run to their first report (the
     budget never leaves a search without a result), are stopped there, nothing more is proposed,
     and the policy assembled from them is stored; stdout and the provenance say the budget ended it."""
@@ -512,7 +515,7 @@ def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_s
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "brief",
         "--num-trials",
@@ -572,7 +575,7 @@ def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_s
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_path, cifar_train, kill_driver):
+def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_path, cifar_small, kill_driver):
     """kill -9 of the driver after two trials: the time it spent was saved as it ran; the resume
     starts with the budget less that time (the time no driver ran is not counted), says so, and
     the result records both sessions."""
@@ -585,7 +588,7 @@ def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_p
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "later",
         "--num-trials",
@@ -654,7 +657,7 @@ cp "$D/runs/full/result.json" "$LOG/result.json" 2>/dev/null
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_freed(
-    tmp_path, cifar_train, in_mount_namespace
+    tmp_path, cifar_small, in_mount_namespace
 ):
     """A real full filesystem (an 8 MiB tmpfs in a user namespace, filled up once the first trial
     has reported), real processes: the search stops at the first write that fails, with one line
@@ -663,7 +666,7 @@ def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_f
     mnt, logs = tmp_path / "mnt", tmp_path / "logs"
     mnt.mkdir(), logs.mkdir()
     args = (
-        f"--preset smoke --data {cifar_train} --name full --num-trials 4 --set train.epochs=2 "
+        f"--preset smoke --data {cifar_small} --name full --num-trials 4 --set train.epochs=2 "
         f"--set train.train_size=256 --set train.val_size=128"
     )
     env = {

@@ -44,7 +44,8 @@ def read_events(path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_json_tensorboard_mlflow_study_and_report(tmp_path, capfd, cifar_train):
+@pytest.mark.usefixtures("shared_ray")
+def test_json_tensorboard_mlflow_study_and_report(tmp_path, capfd, cifar_small):
     import optuna
 
     from autoaug.search.loggers import event_files
@@ -56,7 +57,7 @@ def test_json_tensorboard_mlflow_study_and_report(tmp_path, capfd, cifar_train):
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "out1",
         "--num-trials",
@@ -107,13 +108,13 @@ def test_json_tensorboard_mlflow_study_and_report(tmp_path, capfd, cifar_train):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_quiet_prints_only_the_result(tmp_path, cifar_train):
+def test_quiet_prints_only_the_result(tmp_path, cifar_small):
     argv = [
         "search",
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "q",
         "--num-trials",

@@ -13,11 +13,11 @@ from autoaug.launch.cli import main
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_search_with_s3_storage_and_store(tmp_path, cifar_train, s3_bucket, capsys):
+def test_search_with_s3_storage_and_store(tmp_path, cifar_small, s3_bucket, capsys):
     from autoaug.policies.store import PolicyStore
 
     data = tmp_path / "d.parquet"
-    table = pq.read_table(cifar_train)  # sorted by class: 300 rows spread over all 10
+    table = pq.read_table(cifar_small)  # sorted by class: 300 rows spread over all 10
     pq.write_table(table.take(list(range(0, len(table), len(table) // 300))[:300]), data)
     storage, store = f"s3://{s3_bucket}/runs", f"s3://{s3_bucket}/policies"
     argv = [

@@ -32,7 +32,7 @@ def small_cifar_test(cifar_test, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys):
+def test_train_smoke_end_to_end(cifar_small, small_cifar_test, tmp_path, capsys):
     cifar_test = small_cifar_test
     out_dir = tmp_path / "run"
     policy_file = tmp_path / "mine.json"
@@ -41,7 +41,7 @@ def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys)
         [
             "train",
             "--data",
-            str(cifar_train),
+            str(cifar_small),
             "--test-data",
             str(cifar_test),
             "--preset",
@@ -85,14 +85,14 @@ def test_train_smoke_end_to_end(cifar_train, small_cifar_test, tmp_path, capsys)
     assert (out_dir / "checkpoint.pt").is_file()
 
     # A second run into the same directory must not overwrite it silently ...
-    code, _, err = run_cli(["train", "--data", str(cifar_train), "--preset", "smoke", "--out", str(out_dir)], capsys)
+    code, _, err = run_cli(["train", "--data", str(cifar_small), "--preset", "smoke", "--out", str(out_dir)], capsys)
     assert code == 2 and "already holds a training run; pass --resume" in err
     # ... and --resume of a finished run only re-reads it.
     code, out, err = run_cli(
         [
             "train",
             "--data",
-            str(cifar_train),
+            str(cifar_small),
             "--test-data",
             str(cifar_test),
             "--preset",
@@ -165,7 +165,7 @@ def test_user_errors_are_one_line_with_exit_code_2(extra, message, cifar_train, 
 
 
 @pytest.mark.slow
-def test_policy_from_the_store(cifar_train, tmp_path, capsys):
+def test_policy_from_the_store(cifar_small, tmp_path, capsys):
     from autoaug.policies.store import PolicyStore
 
     store = PolicyStore(str(tmp_path / "store"))
@@ -174,7 +174,7 @@ def test_policy_from_the_store(cifar_train, tmp_path, capsys):
         [
             "train",
             "--data",
-            str(cifar_train),
+            str(cifar_small),
             "--preset",
             "smoke",
             "--epochs",
@@ -194,14 +194,14 @@ def test_policy_from_the_store(cifar_train, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_base_trains_the_policy_on_another_base(cifar_train, small_cifar_test, tmp_path, capsys):
+def test_base_trains_the_policy_on_another_base(cifar_small, small_cifar_test, tmp_path, capsys):
     from autoaug.proxy_models.train import load_checkpoint
 
     out_dir = tmp_path / "o"
     argv = [
         "train",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--test-data",
         str(small_cifar_test),
         "--preset",

@@ -18,10 +18,10 @@ INVERT = Policy("inverted", 10, [[("Invert", 1.0, 0)]], base="none")
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_train_with_a_schedule_file_records_its_stages(tmp_path, capsys, cifar_train):
+def test_train_with_a_schedule_file_records_its_stages(tmp_path, capsys, cifar_small):
     data = tmp_path / "data"
     data.mkdir()
-    (data / "train.parquet").symlink_to(cifar_train)  # no test split next to it: no test pass
+    (data / "train.parquet").symlink_to(cifar_small)  # no test split next to it: no test pass
     schedule = Schedule("warmup-then-invert", [(0.0, PLAIN), (0.5, INVERT)])
     file = tmp_path / "schedule.json"
     file.write_text(schedule.to_json())

@@ -130,6 +130,7 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("shared_ray")
 def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, capsys, cifar_small):
     from autoaug.policies.store import PolicyStore
 
@@ -149,7 +150,7 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
             "--rounds",
             "2",
             "--trials-per-round",
-            "4",
+            "3",
             "--top-per-round",
             "2",
             "--base",
@@ -169,15 +170,15 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
     assert result["policy_hash"] == policy.content_hash
     method = prov["method"]
     assert method["name"] == "density" and method["folds"] == 2 and method["rounds"] == 2
-    assert method["trials_per_round"] == 4 and method["top_per_round"] == 2 and method["objective"] == "loss"
+    assert method["trials_per_round"] == 3 and method["top_per_round"] == 2 and method["objective"] == "loss"
     assert [f["fold"] for f in method["fold_models"]] == [0, 1]
     assert all(0 < f["val_accuracy"] <= 1 and f["heldout_size"] == 128 for f in method["fold_models"])
     # --base crop: the fold models trained on the crop alone, and the stored policy is on crop.
     assert all(f["base"] == "crop" for f in method["fold_models"]) and policy.base == "crop"
     # Every candidate's score is recorded: folds x rounds x trials, each scored.
     trials = prov["trials"]
-    assert len(trials) == 16 and all(t["status"] == "completed" and t["score"] is not None for t in trials)
-    assert len({t["trial_id"] for t in trials}) == 16
+    assert len(trials) == 12 and all(t["status"] == "completed" and t["score"] is not None for t in trials)
+    assert len({t["trial_id"] for t in trials}) == 12
     # The final policy is the union of each round's top 2, duplicates removed.
     kept = [k for r in method["rounds_kept"] for k in r["kept"]]
     assert len(kept) == 8
@@ -210,7 +211,7 @@ def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, 
         "--rounds",
         "1",
         "--trials-per-round",
-        "6",
+        "3",
         "--top-per-round",
         "2",
         *TINY,
@@ -242,12 +243,13 @@ def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, 
     prov = json.loads((run / "result.json").read_text())["provenance"]
     assert [f["session"] for f in prov["method"]["fold_models"]] == ["start 1", "start 1"]
     trials = prov["trials"]
-    assert len(trials) == 12 and all(t["status"] == "completed" for t in trials)
-    assert len({t["trial_id"] for t in trials}) == 12
+    assert len(trials) == 6 and all(t["status"] == "completed" for t in trials)  # 2 folds x 3
+    assert len({t["trial_id"] for t in trials}) == 6
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("shared_ray")
 def test_a_time_budget_spans_the_fold_models_and_every_round(tmp_path, capsys, cifar_small):
     """Under a budget of seconds the fold models still train (nothing is scored without them), the
     first round scores until its first candidates reported, no more are proposed, the rounds left

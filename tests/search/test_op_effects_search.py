@@ -42,6 +42,7 @@ def _colours(write_images, path, per_class=80, seed=0):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("shared_ray")
 def test_an_operation_that_destroys_the_label_is_named_and_left_out(tmp_path, capsys, write_images):
     from autoaug.launch.cli import main
 

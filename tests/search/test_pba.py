@@ -240,6 +240,7 @@ def _stored_schedule(store_dir, ref):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("shared_ray")
 def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_path, capsys, cifar_small):
     code = main(
         [
@@ -253,6 +254,8 @@ def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_p
             *TINY,
             "--base",
             "auto",
+            "--set",
+            "base_extra_seeds=0",  # one run per base (the race has tests of its own)
             *_dirs(tmp_path),
         ]
     )
@@ -304,13 +307,11 @@ def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cif
         "--name",
         "crash",
         *TINY,
-        "--set",
-        "train.epochs=6",
         *dirs,
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
-    # Killed once Tune has recorded the population's 6th checkpoint (4 members x 6 epochs: mid-search).
+    # Killed once Tune has recorded the population's 6th checkpoint (4 members x 4 epochs: mid-search).
     kill_driver(argv, env, "pba.after_member_checkpoint:6", 300)
     assert not (run / "result.json").exists()
     before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
@@ -356,6 +357,7 @@ def test_report_of_a_pba_search_says_where_its_record_is_in_one_line(tmp_path, c
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("shared_ray")
 def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_best_schedule(
     tmp_path, capsys, cifar_small
 ):

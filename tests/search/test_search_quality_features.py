@@ -54,15 +54,16 @@ def _config(tmp_path, name, cifar_train):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_seeded_search_at_concurrency_1_is_reproducible_and_its_study_is_honest(tmp_path, cifar_train):
-    first = run_search(_config(tmp_path, "repro-a", cifar_train))
-    second = run_search(_config(tmp_path, "repro-b", cifar_train))
+@pytest.mark.usefixtures("shared_ray")  # the second search's tasks reuse the first one's workers
+def test_seeded_search_at_concurrency_1_is_reproducible_and_its_study_is_honest(tmp_path, cifar_small):
+    first = run_search(_config(tmp_path, "repro-a", cifar_small))
+    second = run_search(_config(tmp_path, "repro-b", cifar_small))
     # Same seed, one trial at a time: the same proposals, the same ASHA stops, the same policy.
     assert first.policy.content_hash == second.policy.content_hash
 
     study = open_study("repro-a", runs_root=str(tmp_path / "runs"))
     trials = sorted(study.trials, key=lambda t: t.number)
-    space = _config(tmp_path, "x", cifar_train).space
+    space = _config(tmp_path, "x", cifar_small).space
     # Warm start: the first two proposals are exactly the known sub-policies, two per candidate.
     assert [space.to_policy(t.params).sub_policies for t in trials[:2]] == [
         WARM.sub_policies[:2],

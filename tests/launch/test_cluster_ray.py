@@ -197,10 +197,12 @@ _TRIAL_ACTORS = ("ImplicitFunc", "with_resources.<locals>.ResourceTrainable")
 
 
 def _trial_nodes(cluster: LocalCluster, ray_job_id: str) -> dict[str, str]:
-    """Actor id -> node id of the Tune trial actors of one Ray job: the training method's function
-    trainable or the density method's class trainable (:data:`_TRIAL_ACTORS`)."""
+    """Actor id -> node id of the Tune trial actors of one Ray job that were placed on a node: the
+    training method's function trainable or the density method's class trainable
+    (:data:`_TRIAL_ACTORS`). Tune may ask for an actor it then no longer needs (the search ended,
+    or a finished trial's actor took the next trial): Ray lists it DEAD with no node."""
     actors = cluster.state("actors", job_id=ray_job_id)
-    return {a["actor_id"]: a["node_id"] for a in actors if a["class_name"] in _TRIAL_ACTORS}
+    return {a["actor_id"]: a["node_id"] for a in actors if a["class_name"] in _TRIAL_ACTORS and a.get("node_id")}
 
 
 def _search_args(cifar_small: Path, work: Path, name: str) -> list[str]:

@@ -11,7 +11,7 @@ DEMO_DIR ?= $(abspath runs/demo)
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist), whole test files per process: the integration tests spend much of
 # their time starting Ray and waiting on it. Measured on 2 idle cores: 11.3 min with 2 processes
-# (TEST_WORKERS=1: one process, for debugging). 36 min on 2 idle cores of an AMD EPYC without AVX-512 (round 4).
+# (TEST_WORKERS=1: one process, for debugging). 33.5 min on 2 idle cores of an AMD EPYC without AVX-512 (1,228 tests, fresh clone).
 TEST_WORKERS ?= 2
 
 .PHONY: install demo lint test bench clean

@@ -428,21 +428,3 @@ def shared_ray():
         yield
     finally:
         shutdown()
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The heaviest files first: ordered by the time their integration tests (``slow``) allow
-    themselves (their ``timeout`` marks; 60 s for one without), the others after, each file's tests
-    in their own order. ``make test`` hands whole files to its 2 processes in collection order
-    (pytest-xdist ``--dist loadfile``): with the heavy files last (``tests/search`` and the doc pages
-    sort late), one process ran them alone for the last minutes of the suite while the other had
-    finished; the light files now fill the end of both."""
-    weight: dict[str, float] = {}
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        weight.setdefault(path, 0.0)
-        if item.get_closest_marker("slow") is not None:
-            timeout = item.get_closest_marker("timeout")
-            weight[path] += float(timeout.args[0]) if timeout is not None and timeout.args else 60.0
-    rank = {path: i for i, path in enumerate(sorted(weight, key=lambda p: -weight[p]))}  # stable: ties keep order
-    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])

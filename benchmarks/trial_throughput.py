@@ -271,6 +271,7 @@ def lever_table(threads: int) -> dict[str, Lever]:
     levers = [
         Lever("baseline", {}),
         Lever("channels_last", {"channels_last": True}),
+        Lever("contiguous", {"channels_last": False}),  # the preset's channels_last undone
         Lever("bf16", {"amp": True, "amp_dtype": "bfloat16"}),
         Lever("bf16+channels_last", {"amp": True, "amp_dtype": "bfloat16", "channels_last": True}),
         Lever("compile", {"compile": True}),

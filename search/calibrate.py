@@ -95,12 +95,14 @@ TRANSFER_FAMILY = {
 class Calibration:
     """What the calibration chose: ``base`` (None: not calibrated, the configuration's own),
     ``warm_start`` (None: not calibrated), ``record`` (the provenance: every run's score,
-    the choice and why) and ``family`` (the space family, None: not calibrated)."""
+    the choice and why), ``family`` (the space family, None: not calibrated) and ``runs`` (every
+    run's result by key, per-image scores included: ``calibration.json``'s)."""
 
     base: str | None
     warm_start: tuple[str, ...] | None
     record: dict[str, Any]
     family: str | None = None
+    runs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def apply(self, config: Any) -> Any:
         """``config`` with its ``base`` and ``warm_start`` as chosen (a configuration with
@@ -414,14 +416,24 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
     for line in describe_calibration(record):
         display.log(line)
     family = (record.get("transfer") or {}).get("family") if auto_family else None
-    return Calibration(base=base, warm_start=warm, record=record, family=family)
+    return Calibration(base=base, warm_start=warm, record=record, family=family, runs=runs)
 
 
-def transfer_candidate(record: Mapping[str, Any] | None, name: str) -> Any:
+def transfer_candidate(
+    record: Mapping[str, Any] | None, name: str, runs: Mapping[str, Any] | None = None, config: Any = None
+) -> Any:
     """The published policy that transferred best, on the base it was measured on and named
     ``name``, as a final candidate of re-scoring (kind ``"transfer"``): so a search never stores
     a policy that re-scores below the best published one, and says so when none of its own does
-    better. None when the calibration scored no published policy."""
+    better. None when the calibration scored no published policy.
+
+    With ``runs`` (the calibration's, :attr:`Calibration.runs`) and the search's ``config``: when
+    the calibration ran the trials' schedule and re-scoring validates on the images calibration
+    did (no ``rescore_val_size``), a calibration run of it is a re-scoring run with another seed,
+    so its runs are the candidate's (:attr:`autoaug.search.rescore.Candidate.runs`): re-scoring
+    does not train it again, and it competes whatever the time budget leaves of re-scoring. (They
+    are the runs that made it the best of the published policies, so its mean is, if anything,
+    high: the search's own candidates are compared against a bar a little above it.)"""
     transfer = (record or {}).get("transfer")
     if not transfer:
         return None
@@ -430,7 +442,11 @@ def transfer_candidate(record: Mapping[str, Any] | None, name: str) -> Any:
 
     published = presets.resolve(transfer["best"]).with_base(transfer["base"])
     policy = Policy(name, published.num_magnitude_bins, published.sub_policies, published.base, published.ranges)
-    return Candidate("transfer", policy, (), None)
+    measured: tuple[Mapping[str, Any], ...] = ()
+    if runs and config is not None and record.get("epochs") == config.train.epochs and config.rescore_val_size is None:
+        prefix = f"transfer:{transfer['best']}/seed="
+        measured = tuple(runs[k] for k in sorted(runs) if k.startswith(prefix) and "/epochs=" not in k)
+    return Candidate("transfer", policy, (), None, measured)
 
 
 def _pts(value: float) -> str:

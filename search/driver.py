@@ -216,10 +216,11 @@ def _search(
                 calibration = calibrate(config, run, display, budget)  # base / warm start "auto": measured first
                 if calibration is not None:
                     config = calibration.apply(config)
+                transfer = None
+                if calibration is not None and config.rescore:  # the best published policy competes too
+                    transfer = transfer_candidate(calibration.record, config.name, calibration.runs, config)
                 if budget is not None:
-                    _plan_rescore(
-                        config, run, budget, transfer=bool(calibration and calibration.record.get("transfer"))
-                    )
+                    _plan_rescore(config, run, budget, transfer=transfer)
                 search = PreparedSearch(
                     config=config,
                     run=run,
@@ -230,10 +231,8 @@ def _search(
                     budget=budget,
                 )
                 found = config.search_method.run(search)
-                if calibration is not None and config.rescore:  # the best published policy competes too
-                    extra = transfer_candidate(calibration.record, config.name)
-                    if extra is not None:
-                        found = dataclasses.replace(found, candidates=with_transfer(found.candidates, extra))
+                if transfer is not None:
+                    found = dataclasses.replace(found, candidates=with_transfer(found.candidates, transfer))
                 scores = _rescore(config, run, found, display, budget)
             return _store(
                 config,
@@ -262,14 +261,16 @@ def _resumable(config: SearchConfig, run: RunDir) -> Iterator[None]:
         raise error from None
 
 
-def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer: bool) -> None:
+def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer: Any = None) -> None:
     """Tell ``budget`` what re-scoring will need (the runs of the most candidates the method can
-    return, as many at once as the cluster runs), so that trials stop in time for it."""
+    return, and of the ``transfer`` candidate unless calibration measured it, as many at once as
+    the cluster runs), so that trials stop in time for it."""
     from autoaug.search.calibrate import CALIBRATION_FILE
     from autoaug.search.rescore import parallel_runs
 
-    candidates = config.search_method.max_candidates(config) + transfer
-    runs = candidates * config.rescore_seeds if config.rescore and candidates >= 2 else 0
+    own = config.search_method.max_candidates(config)
+    trained = own + (transfer is not None and not transfer.runs)
+    runs = trained * config.rescore_seeds if config.rescore and own + (transfer is not None) >= 2 else 0
     measured = {}
     for name in (RESCORE_FILE, CALIBRATION_FILE):  # proxy runs of this search, measured
         if run.exists(name):
@@ -284,8 +285,10 @@ def _rescore(
     config: SearchConfig, run: RunDir, found: MethodResult, display: Progress, budget: Budget | None = None
 ) -> dict | None:
     """With ``config.rescore`` and more than one candidate: train each candidate under the proxy
-    (``rescore_seeds`` fresh seeds), saving the runs in the run directory; their mean scores.
-    Under a time budget only the candidates whose runs fit in the time left (:func:`_within_budget`)."""
+    (``rescore_seeds`` fresh seeds), saving the runs in the run directory; their mean scores. A
+    candidate measured already (the transfer, by its calibration runs: ``Candidate.runs``) is not
+    trained again. Under a time budget only the candidates whose runs fit in the time left
+    (:func:`_within_budget`), and the measured ones: with none of the others, those are stored."""
     candidates = found.candidates
     if not config.rescore or len(candidates) < 2:
         return None
@@ -293,10 +296,15 @@ def _rescore(
     deadline = None
     if budget is not None:
         candidates, deadline = _within_budget(config, run, found, cached, budget, display)
-        if len(candidates) < 2:
-            return None
+        if len(candidates) < 2 and not any(c.runs for c in candidates):
+            return None  # (the transfer measured in calibration alone: it is stored)
     if len(candidate_scores(candidates, config, cached)) < len(candidates):
-        what = ", ".join(f"{c.kind} ({len(c.policy.sub_policies)} sub-policies)" for c in candidates)
+        what = ", ".join(f"{c.kind} ({len(c.policy.sub_policies)} sub-policies)" for c in candidates if not c.runs)
+        what += "".join(
+            f"; {c.kind}: its {len(c.runs)} calibration run{'s' if len(c.runs) > 1 else ''}, not trained again"
+            for c in candidates
+            if c.runs
+        )
         rescoring = config.rescore_train_config()
         val = rescoring.val_size or f"up to {rescoring.max_val_size}"
         display.log(
@@ -319,7 +327,9 @@ def _rescore(
         return _cut_rescore(candidates, scores, budget, display)
     display.log(
         f"re-scored ({METRIC}, mean of {config.rescore_seeds}): "
-        + ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f}" for c in candidates)
+        + ", ".join(
+            f"{c.kind} {scores[c.key][METRIC]:.4f}{' (its calibration runs)' if c.runs else ''}" for c in candidates
+        )
     )
     return scores
 
@@ -335,6 +345,8 @@ def _within_budget(
     from autoaug.search.rescore import missing_runs, parallel_runs
 
     candidates = list(found.candidates)
+    measured = [c for c in candidates if c.runs]  # (the transfer, from calibration) compete whatever is left
+    trained = [c for c in candidates if not c.runs]
     left = budget.remaining_s() - STORE_RESERVE_S
     deadline = time.time() + max(left, 0.0)
     run_s = (
@@ -345,27 +357,34 @@ def _within_budget(
     if run_s is None:  # nothing measured: try them all, the deadline stops what does not fit
         return candidates, deadline
     slots = parallel_runs(config)
-    fits = len(candidates)
-    while fits > 0 and math.ceil(missing_runs(candidates[:fits], config, cached) / slots) * run_s > left:
+    fits = len(trained)
+    while fits > 0 and math.ceil(missing_runs(trained[:fits], config, cached) / slots) * run_s > left:
         fits -= 1
-    if fits == len(candidates):
+    if fits == len(trained):
         return candidates, deadline
+    kept = [c for c in candidates if c in measured or c in trained[:fits]]
     what = (
         f"{format_duration(max(left, 0.0))} left for re-scoring runs of about {format_duration(run_s)} "
         f"({slots} at once)"
     )
-    if fits >= 2:
+    also = f" and {', '.join(c.kind for c in measured)} (measured in calibration)" if measured else ""
+    if len(kept) >= 2 and fits:
         note = (
-            f"re-scored the first {fits} of {len(candidates)} candidates "
-            f"({', '.join(c.kind for c in candidates[:fits])}): {what}"
+            f"re-scored the first {fits} of {len(trained)} candidates "
+            f"({', '.join(c.kind for c in trained[:fits])}){also}: {what}"
+        )
+    elif measured:
+        note = (
+            f"the search's own candidates not re-scored ({len(trained)}): {what}; "
+            f"stored {measured[0].kind}, the best published policy, as measured in calibration"
         )
     else:
         note = (
             f"not re-scored ({len(candidates)} candidates): {what}; stored the method's first candidate, "
             f"{candidates[0].kind}"
         )
-    _budget_cut(budget, display, note, len(candidates), fits)
-    return candidates[:fits], deadline
+    _budget_cut(budget, display, note, len(candidates), len(kept) if fits else 0)
+    return kept, deadline
 
 
 def with_transfer(candidates: list, transfer: Any) -> list:
@@ -397,18 +416,24 @@ def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Progre
     """Re-scoring stopped at the budget's deadline: the candidates with all their runs compete if
     there are two or more, else the method's first candidate is stored."""
     done = [c for c in candidates if c.key in scores]
-    if len(done) >= 2:
+    own = [c for c in done if not c.runs]
+    if own and len(done) >= 2:
         note = (
             f"the budget ran out during re-scoring: {len(done)} of {len(candidates)} candidates re-scored "
             f"({', '.join(c.kind for c in done)}); the others were not"
+        )
+    elif len(done) > len(own):
+        note = (
+            f"the budget ran out during re-scoring, with none of the search's own candidates re-scored; "
+            f"stored {done[0].kind}, the best published policy, as measured in calibration"
         )
     else:
         note = (
             f"the budget ran out during re-scoring, with {len(done)} of {len(candidates)} candidates re-scored; "
             f"stored the method's first candidate, {candidates[0].kind}"
         )
-    _budget_cut(budget, display, note, len(candidates), len(done))
-    return {c.key: scores[c.key] for c in done} if len(done) >= 2 else None
+    _budget_cut(budget, display, note, len(candidates), len(done) if own else 0)
+    return {c.key: scores[c.key] for c in done} if len(done) >= 2 or len(done) > len(own) else None
 
 
 def _budget_cut(budget: Budget, display: Progress, note: str, candidates: int, rescored: int) -> None:

@@ -25,7 +25,10 @@ not fix the gap between the proxy and the evaluation regime, so the `cpu` preset
 
 The re-scoring runs are Ray tasks with the trials' resources, run in parallel, and each finished
 run is saved in the run directory (``rescore.json``, keyed by candidate, seed and validation
-size), so a resumed search trains only the runs it lacks.
+size), so a resumed search trains only the runs it lacks. A candidate measured already under the
+same protocol -- the published policy that transferred best, by its calibration runs
+(:func:`autoaug.search.calibrate.transfer_candidate`) -- brings its runs (``Candidate.runs``) and
+is not trained again.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ class Candidate:
     policy: Policy
     trial_ids: tuple[str, ...]
     search_score: float | None  # the trial's own score (best_trial) or None
+    #: Runs already measured under the re-scoring's training configuration, with other seeds (the
+    #: calibration's runs of the published policy that transferred best): re-scoring does not train
+    #: it again, and it competes whatever the time budget leaves.
+    runs: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -117,7 +124,8 @@ def run_key(candidate: Candidate, train_config: Any) -> str:
 
 
 def _runs(candidates: Sequence[Candidate], config: Any) -> list[tuple[Candidate, Any]]:
-    return [(c, config.rescore_train_config(i)) for c in candidates for i in range(config.rescore_seeds)]
+    """The runs re-scoring trains: ``rescore_seeds`` per candidate not measured already."""
+    return [(c, config.rescore_train_config(i)) for c in candidates if not c.runs for i in range(config.rescore_seeds)]
 
 
 def _upgraded(cached: Mapping[str, Any], config: Any) -> dict[str, Any]:
@@ -244,7 +252,7 @@ def candidate_scores(
     runs = _upgraded(runs or {}, config)
     out: dict[str, dict[str, Any]] = {}
     for c in candidates:
-        mine = [runs.get(run_key(c, cfg)) for _, cfg in _runs([c], config)]
+        mine = list(c.runs) or [runs.get(run_key(c, cfg)) for _, cfg in _runs([c], config)]
         if any(r is None for r in mine):
             continue
 
@@ -307,6 +315,7 @@ def choose(
                 "num_sub_policies": len(c.policy.sub_policies),
                 "trial_ids": list(c.trial_ids),
                 "trial_score": c.search_score,  # the trial's own (optimistic) score; METRIC below is the re-score
+                **({"runs_from": "calibration"} if c.runs else {}),
                 **stripped(scores.get(c.key, {})),
             }
             for c in candidates
@@ -360,6 +369,11 @@ def describe_selection(selection: Mapping[str, Any] | None) -> list[str]:
     beyond the noise, or that none of the search's own candidates beat it."""
     versus = (selection or {}).get("versus_transfer")
     if not versus:
+        if (selection or {}).get("chosen") == "transfer":  # none of its own re-scored (the budget)
+            return [
+                "none of the search's own candidates was re-scored: stored the best published policy, "
+                "as measured in calibration"
+            ]
         return []
     pts = f"{abs(versus['margin']) * 100:.2f} points"
     noise = f"twice its standard error {versus['threshold'] * 100:.2f} points; {versus['noise']['source']}"

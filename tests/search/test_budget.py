@@ -3,6 +3,7 @@ for re-scoring, and how the scheduler and the searcher apply it (fake Tune contr
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import optuna
@@ -492,6 +493,67 @@ def test_no_time_for_two_candidates_stores_the_methods_first(rescoring):
     assert _rescore(config, run, _found(_candidates(4)), _Display(), budget) is None
     assert calls == [] and budget.rescore["rescored"] == 0
     assert "stored the method's first candidate, assembled" in budget.rescore["note"]
+
+
+def _measured_transfer(score=0.7):
+    """The published policy that transferred best, with its two calibration runs."""
+    from autoaug.policies import Policy
+    from autoaug.search.rescore import Candidate
+
+    runs = ({METRIC: score, "val_accuracy": score, "seed": 2000}, {METRIC: score, "val_accuracy": score, "seed": 2001})
+    return Candidate("transfer", Policy("r", 10, [[("Invert", 0.5, 0)]]), (), None, runs)
+
+
+def test_no_time_to_rescore_the_searchs_own_candidates_stores_the_transfer_as_calibration_measured_it(rescoring):
+    """What the trials scored (after 20 of 120 epochs, say) is not compared with a whole run: the
+    published policy that transferred best, measured by calibration's whole runs, is stored."""
+    from autoaug.search.driver import _rescore
+    from autoaug.search.rescore import choose, describe_selection
+
+    config, run, budget, clock, calls = rescoring
+    clock.now += 1000 - STORE_RESERVE_S - 50
+    candidates = [*_candidates(2), _measured_transfer()]
+    display = _Display()
+    scores = _rescore(config, run, _found(candidates), display, budget)
+    assert list(scores) == [candidates[2].key] and scores[candidates[2].key][METRIC] == pytest.approx(0.7)
+    assert all(kinds == ["transfer"] for kinds in calls)  # nothing trained for it (the real one trains no run)
+    assert budget.rescore["rescored"] == 0
+    assert "stored transfer, the best published policy, as measured in calibration" in budget.rescore["note"]
+    chosen, record = choose(candidates, scores)
+    assert chosen.kind == "transfer" and record["candidates"][2]["runs_from"] == "calibration"
+    assert describe_selection(record) == [
+        "none of the search's own candidates was re-scored: stored the best published policy, as measured in calibration"
+    ]
+
+
+def test_a_transfer_measured_in_calibration_competes_beside_the_candidates_the_time_left_has_room_for(rescoring):
+    from autoaug.search.driver import _rescore
+
+    config, run, budget, clock, calls = rescoring
+    clock.now += 1000 - STORE_RESERVE_S - 150  # one wave of 2 runs: the transfer needs none
+    candidates = [*_candidates(4), _measured_transfer()]
+    scores = _rescore(config, run, _found(candidates), _Display(), budget)
+    assert calls == [["assembled", "best_trial", "transfer"]] and len(scores) == 3
+    assert budget.rescore["rescored"] == 3
+    assert budget.rescore["note"].startswith(
+        "re-scored the first 2 of 4 candidates (assembled, best_trial) and transfer (measured in calibration): "
+    )
+
+
+def test_the_time_planned_for_rescoring_leaves_out_a_transfer_calibration_measured(tmp_path, monkeypatch):
+    from autoaug.search import driver, rescore
+
+    config = SearchConfig.from_preset("smoke", name="r", rescore=True, storage=str(tmp_path))
+    run = RunDir(str(tmp_path), "r")
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    planned = {}
+    measured = _measured_transfer()
+    for label, transfer in [("measured", measured), ("to train", dataclasses.replace(measured, runs=()))]:
+        budget = Budget.open(run, 1000, session="start 1", clock=_Clock())
+        monkeypatch.setattr(budget, "plan_rescore", lambda runs, *a, _l=label: planned.__setitem__(_l, runs))
+        driver._plan_rescore(config, run, budget, transfer=transfer)
+    own = config.search_method.max_candidates(config) * config.rescore_seeds
+    assert planned == {"measured": own, "to train": own + config.rescore_seeds}
 
 
 def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(rescoring, monkeypatch):

@@ -508,6 +508,32 @@ def test_the_best_published_policy_is_a_final_candidate_on_the_chosen_base():
     assert transfer_candidate({"base": {}}, "signs") is None and transfer_candidate(None, "signs") is None
 
 
+def test_the_transfer_candidate_brings_its_calibration_runs_when_they_are_rescoring_runs(tmp_path):
+    """A calibration run of the trials' schedule, validated on the trials' images, is a re-scoring
+    run with another seed: re-scoring does not train the transfer again. A shorter calibration
+    schedule, or re-scoring on another validation size, is not."""
+    from autoaug.search.calibrate import transfer_candidate
+
+    config = _config(tmp_path, rescore=True)
+    record = {
+        "epochs": config.train.epochs,
+        "transfer": {"base": "crop", **rank_transfer({"randaugment": [0.95], "autoaugment-svhn": [0.9]}, {})},
+    }
+    runs = {
+        "transfer:randaugment/seed=2000": _run(0.95, 2000),
+        "transfer:randaugment/seed=2001": _run(0.94, 2001),
+        f"transfer:randaugment/seed=2000/epochs={config.train.epochs + 1}": _run(0.5, 2000),
+        "transfer:autoaugment-svhn/seed=2000": _run(0.9, 2000),
+        "base:crop/seed=2000": _run(0.8, 2000),
+    }
+    candidate = transfer_candidate(record, "signs", runs, config)
+    assert candidate.runs == (runs["transfer:randaugment/seed=2000"], runs["transfer:randaugment/seed=2001"])
+    assert transfer_candidate(record, "signs").runs == ()  # no runs given: re-scoring trains it
+    shorter = {**record, "epochs": config.train.epochs - 1}
+    assert transfer_candidate(shorter, "signs", runs, config).runs == ()
+    assert transfer_candidate(record, "signs", runs, config.replace(rescore_val_size=64)).runs == ()
+
+
 def test_nothing_is_measured_when_base_and_warm_start_are_given(tmp_path, monkeypatch):
     calls = []
     _fake_runs(monkeypatch, SCORES, calls)
@@ -605,7 +631,8 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
     from autoaug.search.driver import run_search
 
     data = _arrows(write_images, tmp_path / "arrows.parquet", per_class=96)
-    _fake_runs(monkeypatch, SCORES, [])
+    calls = []
+    _fake_runs(monkeypatch, SCORES, calls)
     config = SearchConfig.from_dict(
         {
             "preset": "smoke",
@@ -639,3 +666,8 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
     assert outcome.policy.sub_policies == presets.resolve("randaugment").sub_policies
     assert (outcome.policy.base, outcome.policy.name) == ("crop", "transfer")
     assert "stored: transfer" in outcome.summary()
+    # Its calibration runs were its re-scoring runs: re-scoring trained the search's own candidates only.
+    (transfer,) = [c for c in outcome.provenance["selection"]["candidates"] if c["kind"] == "transfer"]
+    assert transfer["runs_from"] == "calibration" and len(transfer["runs"]) >= 2
+    rescored = [key for key, _, _ in calls if ":" not in key]
+    assert rescored and not any(key.startswith("transfer-") for key in rescored)

@@ -101,6 +101,23 @@ def test_a_candidates_rescore_is_the_mean_of_its_runs_and_waits_for_all_of_them(
     assert candidate_scores([assembled, best], _rescore_config(rescore_seeds=2, rescore_val_size=None), runs) == {}
 
 
+def test_a_candidate_measured_already_is_scored_by_its_own_runs_and_not_trained_again():
+    import dataclasses
+
+    from autoaug.search.config import METRIC
+    from autoaug.search.rescore import candidate_scores, missing_runs
+
+    config = _rescore_config(rescore_seeds=2)
+    assembled, best = _candidates()
+    measured = dataclasses.replace(
+        best, kind="transfer", runs=({METRIC: 0.7, "seed": 2000}, {METRIC: 0.6, "seed": 2001})
+    )
+    assert missing_runs([assembled, measured], config, {}) == 2  # assembled's two; none for the measured one
+    scores = candidate_scores([assembled, measured], config, {})
+    assert list(scores) == [measured.key] and scores[measured.key][METRIC] == pytest.approx(0.65)
+    assert [r["seed"] for r in scores[measured.key]["runs"]] == [2000, 2001]
+
+
 def test_rescore_files_of_the_first_format_are_read_as_one_run_at_the_proxys_validation_size():
     from autoaug.search.config import METRIC
     from autoaug.search.rescore import candidate_scores

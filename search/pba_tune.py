@@ -50,23 +50,27 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
         self._reports = 0
         self._last_report: dict[str, int] = {}  # trial id -> the order of its last result
 
+    def __setstate__(self, state: dict) -> None:
+        # A scheduler pickled before the report order was kept: its members in Tune's order.
+        self.__dict__.update({"_reports": 0, "_last_report": {}, **state})
+
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
         from ray.tune.experiment import Trial
 
         if self._synch:
             return super().choose_trial_to_run(tune_controller)
-        last = getattr(self, "_last_report", {})  # a scheduler pickled before this field: Tune's order
         waiting = [t for t in tune_controller.get_trials() if t.status in (Trial.PENDING, Trial.PAUSED)]
         if not waiting:
             return None
-        return min(waiting, key=lambda t: (self._trial_state[t].last_train_time, last.get(t.trial_id, -1)))
+        order = self._last_report
+        return min(waiting, key=lambda t: (self._trial_state[t].last_train_time, order.get(t.trial_id, -1)))
 
     def _budget_can_stop(self, result: dict) -> bool:
         return int(result.get("epoch") or 0) % self._perturbation_interval == 0
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-        self._reports = getattr(self, "_reports", 0) + 1
-        self.__dict__.setdefault("_last_report", {})[trial.trial_id] = self._reports
+        self._reports += 1
+        self._last_report[trial.trial_id] = self._reports
         if int(result.get("epoch") or 0) >= self.last_epoch:
             return self.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)

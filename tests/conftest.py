@@ -79,17 +79,27 @@ def cifar_train(cifar_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def every_nth_row_of():
+    """:func:`every_nth_row`, for test modules (conftest is not importable under importlib mode)."""
+    return every_nth_row
+
+
+def every_nth_row(source: Path, n: int, path: Path) -> Path:
+    """Every ``n``-th row of the Parquet file ``source`` (a dataset sorted by class keeps every
+    class), written to ``path`` with the same schema and metadata; returns ``path``."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(source)
+    pq.write_table(table.take(list(range(0, table.num_rows, n))).replace_schema_metadata(table.schema.metadata), path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def cifar_small(cifar_train: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every 16th image of CIFAR-10's training Parquet (3,125 images, all 10 classes, the same
     schema and metadata): for searches whose behaviour does not need 50,000 images, which every
     search's preflight would decode (about 16 s on one core, twice for a killed-and-resumed one)."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(cifar_train)
-    small = table.take(list(range(0, table.num_rows, 16)))
-    path = tmp_path_factory.mktemp("cifar-small") / "train.parquet"
-    pq.write_table(small.replace_schema_metadata(table.schema.metadata), path)
-    return path
+    return every_nth_row(cifar_train, 16, tmp_path_factory.mktemp("cifar-small") / "train.parquet")
 
 
 @pytest.fixture(scope="session")
@@ -100,12 +110,7 @@ def cifar_test(cifar_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def small_test_split(cifar_test: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """1,000 real CIFAR-10 test images (every 10th row, all classes), to keep a test pass short."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(cifar_test)
-    path = tmp_path_factory.mktemp("cifar-test") / "test.parquet"
-    pq.write_table(table.take(list(range(0, table.num_rows, 10))), path)
-    return path
+    return every_nth_row(cifar_test, 10, tmp_path_factory.mktemp("cifar-test") / "test.parquet")
 
 
 @pytest.fixture(scope="session")

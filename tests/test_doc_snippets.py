@@ -37,23 +37,17 @@ PAGES_WITH_CODE = [p for p in PAGES if blocks(p)]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, cifar_dir, cifar_sample):
+def workdir(tmp_path_factory, cifar_dir, cifar_sample, every_nth_row_of):
     import optuna
 
     from autoaug.policies import presets
     from autoaug.policies.store import PolicyStore
     from autoaug.search.space import SearchSpace
 
-    import pyarrow.parquet as pq
-
     root = tmp_path_factory.mktemp("docs")
     (root / "cifar10-jpeg").mkdir()
     for split in ("train", "test"):
-        table = pq.read_table(cifar_dir / f"{split}.parquet")
-        every_8th = table.take(list(range(0, table.num_rows, 8)))
-        pq.write_table(
-            every_8th.replace_schema_metadata(table.schema.metadata), root / "cifar10-jpeg" / f"{split}.parquet"
-        )
+        every_nth_row_of(cifar_dir / f"{split}.parquet", 8, root / "cifar10-jpeg" / f"{split}.parquet")
     images, labels = cifar_sample
     for i, (image, label) in enumerate(zip(images, labels)):
         folder = root / "cifar10-images" / "train" / f"class{label}"

@@ -511,3 +511,18 @@ def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
             running.append(member)
     assert [m.status for m in members] == ["TERMINATED"] * 4, [(m.trial_id, m.status, m.epoch) for m in members]
     assert pbt._num_perturbations > 0  # members 0 and 1 did clone the others
+
+
+def test_a_scheduler_saved_before_the_report_order_was_kept_resumes_in_tunes_order():
+    import pickle
+
+    from autoaug.search.pba_tune import EpochPBT
+    from autoaug.search.score import METRIC
+
+    pbt = EpochPBT(last_epoch=4, metric=METRIC, mode="max", time_attr="epoch", hyperparam_mutations={"x": [1, 2]})
+    del pbt._reports, pbt._last_report  # as pickled by the version before them
+    old = pickle.loads(pickle.dumps(pbt))
+    assert (old._reports, old._last_report) == (0, {})
+    pbt = EpochPBT(last_epoch=4, metric=METRIC, mode="max", time_attr="epoch", hyperparam_mutations={"x": [1, 2]})
+    pbt._reports, pbt._last_report = 3, {"a": 3}
+    assert pickle.loads(pickle.dumps(pbt))._last_report == {"a": 3}  # a newer one keeps its order

@@ -59,6 +59,10 @@ def test_a_quick_levers_run_writes_its_table(tt, cifar_small, tmp_path, capsys):
                 "--data",
                 str(cifar_small),
                 "--quick",
+                "--train-size",  # the table's plumbing: bf16 runs emulated (3.6x) on a CPU without it
+                "128",
+                "--val-size",
+                "64",
                 "--num-threads",
                 "1",
                 "--no-peak",

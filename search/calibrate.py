@@ -240,8 +240,9 @@ def _race(
     affordable: Any = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Score ``policies`` as a race: every one with the ``first`` seeds (plus, when that is one
-    seed and more rounds are allowed, a second run of the first policy, so the per-run noise is
-    measured from the first round on); then, one round per seed of ``extra``, one more run for
+    seed and more rounds are allowed, a second run of the first policy, in the same batch, last:
+    the per-run noise is measured from the first round on, in the slot an odd number of runs
+    leaves idle on 2); then, one round per seed of ``extra``, one more run for
     the best and each policy within the noise of it, until none is (the others are dropped:
     they are beyond the noise). ``decide(runs)`` is :func:`choose_base` or a
     :func:`rank_transfer`. ``affordable(stage, labels, cfg)``: whether a round training those
@@ -249,13 +250,12 @@ def _race(
     the last round's record says so. Returns the final decision and the rounds that ran again."""
     labels = list(policies)
     seeds: dict[str, list[Any]] = {label: list(first) for label in labels}
-    runs = train(stage, policies, what, first)
-    if len(first) == 1 and extra:
-        anchor = labels[0]
-        seeds[anchor].append(extra[0])
-        runs[anchor] += train(stage, {anchor: policies[anchor]}, f"{anchor} again, to measure the noise", extra[:1])[
-            anchor
-        ]
+    plan = [(label, policies[label], cfg) for label in labels for cfg in first]
+    if len(first) == 1 and extra:  # in the same batch: on 2 slots it fills the one an odd count leaves idle
+        seeds[labels[0]].append(extra[0])
+        plan.append((labels[0], policies[labels[0]], extra[0]))
+        what += f" ({labels[0]} twice, to measure the noise)"
+    runs = train(stage, plan, what)
     rounds: list[dict[str, Any]] = []
     decision = decide(runs)
     for cfg in extra:
@@ -274,7 +274,9 @@ def _race(
             rounds[-1]["stopped"] = "time"
             break
         if todo:
-            more = train(stage, todo, f"{', '.join(tied)} within the noise, more runs", [cfg])
+            more = train(
+                stage, [(label, p, cfg) for label, p in todo.items()], f"{', '.join(tied)} within the noise, more runs"
+            )
             for label, rs in more.items():
                 seeds[label].append(cfg)
                 runs[label] += rs
@@ -311,16 +313,13 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
     def key(stage: str, label: str, cfg: Any) -> str:
         return _key(stage, label, cfg, config.train.epochs)
 
-    def train(
-        stage: str, policies: Mapping[str, Any], what: str, seeds: Sequence[Any] = tuple(cfgs)
-    ) -> dict[str, list[dict[str, Any]]]:
-        todo = [(key(stage, label, c), policy, c) for label, policy in policies.items() for c in seeds]
+    def train(stage: str, plan: Sequence[tuple[str, Any, Any]], what: str) -> dict[str, list[dict[str, Any]]]:
+        """Every ``(label, policy, seed's config)`` run of ``plan`` not saved yet, in one batch (as
+        many at once as the cluster runs, in this order); each label's runs, in the plan's order."""
+        todo = [(key(stage, label, c), policy, c) for label, policy, c in plan]
         missing = sum(1 for k, _, _ in todo if k not in runs)
         if missing:
-            display.log(
-                f"calibration: {what}: {missing} proxy run(s) of {calibration_epochs(config)} epochs "
-                f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''} each)"
-            )
+            display.log(f"calibration: {what}: {missing} proxy run(s) of {calibration_epochs(config)} epochs")
 
         def save(results: Mapping[str, Any]) -> None:
             for key in [k for k in results if k not in runs]:
@@ -331,7 +330,10 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             failpoints.hit("calibrate.after_run_saved")
 
         runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
-        return {label: [runs[key(stage, label, c)] for c in seeds] for label in policies}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for label, _, c in plan:
+            out.setdefault(label, []).append(runs[key(stage, label, c)])
+        return out
 
     def affordable(stage: str, labels: Sequence[str], cfg: Any) -> bool:
         missing = [label for label in labels if key(stage, label, cfg) not in runs]

@@ -454,6 +454,29 @@ def test_the_noise_a_decision_uses_is_the_spread_the_runs_show(tmp_path, monkeyp
     assert result.base == ("crop" if not rounds else "standard")
 
 
+def test_the_first_rounds_repeat_runs_in_the_same_batch_as_the_first_round(tmp_path, monkeypatch):
+    """The repeat that measures the per-run noise goes with the first round's runs, last: on 2
+    slots, 3 bases and the repeat are 2 waves (not 3 runs, then the repeat alone on one slot while
+    the other idles), 5 published policies and theirs 3 waves (not 4)."""
+    import autoaug.search.rescore as rescore
+
+    calls = []
+    _fake_runs(monkeypatch, SCORES, calls)
+    fake, batches = rescore.train_runs, []
+
+    def batched(runs, config, *, cached=None, **kwargs):
+        batches.append([key.split("/")[0] for key, _, _ in runs if key not in (cached or {})])
+        return fake(runs, config, cached=cached, **kwargs)
+
+    monkeypatch.setattr(rescore, "train_runs", batched)
+    config = _config(tmp_path, base="auto", warm_start="auto")
+    run = RunDir(config.storage, config.name)
+    run.location.mkdir()
+    calibrate(config, run, _Log())
+    assert batches[0] == ["base:standard", "base:crop", "base:none", "base:standard"]
+    assert batches[1] == [f"transfer:{ref}" for ref in TRANSFER_REFS] + ["transfer:autoaugment-cifar10"]
+
+
 def test_a_resumed_search_keeps_the_choice_its_calibration_made_even_under_another_rule(tmp_path, monkeypatch):
     """calibration.json written by a version that kept the best mean (crop, standard within the
     noise): resuming under today's rule keeps crop, as the trials already ran on it."""

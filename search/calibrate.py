@@ -348,6 +348,31 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         waves = math.ceil(len(missing) / parallel_runs(config))
         return budget.spent_s() + waves * run_s <= CALIBRATION_SHARE * budget.total_s
 
+    def forecast(stage: str, labels: Sequence[str], repeat: Any) -> None:
+        """Say, under a time budget, when the first round of ``stage`` will end if past the budget
+        (from the runs measured so far): the budget does not cut calibration, so the trials will
+        have little or no time -- better known now than at the end."""
+        if budget is None:
+            return
+        from autoaug.search.budget import format_duration, measured_run_s
+        from autoaug.search.rescore import parallel_runs
+
+        run_s = measured_run_s(runs)
+        todo = [key(stage, label, c) for label in labels for c in cfgs]
+        if repeat is not None:
+            todo.append(key(stage, labels[0], repeat))
+        missing = sum(1 for k in todo if k not in runs)
+        if run_s is None or not missing:
+            return
+        slots = parallel_runs(config)
+        ends = budget.spent_s() + math.ceil(missing / slots) * run_s
+        if ends > budget.total_s:
+            display.log(
+                f"calibration: {missing} runs of about {format_duration(run_s)}, {slots} at once: it will end at "
+                f"about {format_duration(ends)} of the {format_duration(budget.total_s)} time budget (which does "
+                "not cut calibration), leaving the trials little or no time"
+            )
+
     extra = [
         calibration_train_config(config, i)
         for i in range(
@@ -399,6 +424,8 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
                 fits[ref] = None
             except ValueError as exc:
                 fits[ref] = str(exc).split(": ", 1)[-1]
+        repeat = extra[0] if len(cfgs) == 1 and config.transfer_extra_seeds else None
+        forecast("transfer", list(policies), repeat)
         decision, rounds = _race(
             train,
             "transfer",

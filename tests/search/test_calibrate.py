@@ -412,6 +412,38 @@ def test_a_race_runs_another_round_only_while_it_fits_in_its_share_of_the_time_b
     assert len(calls) == 7 and "stopped" not in result.record["base"]["rounds"][-1]
 
 
+def test_a_calibration_that_will_outlast_the_budget_says_so_before_its_published_policies_run(tmp_path, monkeypatch):
+    """Runs of about 110 s (100 s measured + the overhead), 2 at once: the published policies' 6
+    runs are 3 waves, 330 s. With 600 s left of 900 they fit (nothing said); with 300 s left the
+    search says, before they start, when calibration will end and that the trials get no time."""
+    import autoaug.search.rescore as rescore
+
+    class Clock:
+        total_s = 900.0
+        spent = 0.0
+
+        def spent_s(self):
+            return self.spent
+
+    _fake_runs(monkeypatch, SCORES, [])
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    lines = {}
+    for spent in (300.0, 600.0):
+        budget = Clock()
+        budget.spent = spent
+        config = _config(tmp_path / str(int(spent)), base="crop", warm_start="auto")
+        run = RunDir(config.storage, config.name)
+        run.location.mkdir()
+        # the base's runs measured already (a resumed search): their time is the forecast's
+        run.write_json(CALIBRATION_FILE, {"runs": {"base:crop/seed=2000": _run(0.78, 2000)}})
+        log = _Log()
+        calibrate(config, run, log, budget)
+        lines[spent] = [line for line in log.lines if "time budget (which does not cut calibration)" in line]
+    assert lines[300.0] == []
+    (line,) = lines[600.0]
+    assert line.startswith("calibration: 6 runs of about 1m50s, 2 at once: it will end at about 15m30s of the 15m")
+
+
 def test_a_race_killed_between_rounds_resumes_to_the_same_decisions(tmp_path, monkeypatch):
     """calibration.json as a driver killed in the second round leaves it (the runs saved so far,
     no record): the resumed race trains only the runs it lacks and decides as the whole one did."""

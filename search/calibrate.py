@@ -320,6 +320,7 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         missing = sum(1 for k, _, _ in todo if k not in runs)
         if missing:
             display.log(f"calibration: {what}: {missing} proxy run(s) of {calibration_epochs(config)} epochs")
+            forecast(missing)
 
         def save(results: Mapping[str, Any]) -> None:
             for key in [k for k in results if k not in runs]:
@@ -335,38 +336,37 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             out.setdefault(label, []).append(runs[key(stage, label, c)])
         return out
 
-    def affordable(stage: str, labels: Sequence[str], cfg: Any) -> bool:
-        missing = [label for label in labels if key(stage, label, cfg) not in runs]
-        if budget is None or not missing:
-            return True
+    def pace() -> tuple[float, int] | None:
+        """Under a time budget, a proxy run's time as measured so far and how many run at once
+        (None: no budget, or no run measured yet)."""
+        if budget is None:
+            return None
         from autoaug.search.budget import measured_run_s
         from autoaug.search.rescore import parallel_runs
 
         run_s = measured_run_s(runs)
-        if run_s is None:
+        return None if run_s is None else (run_s, parallel_runs(config))
+
+    def affordable(stage: str, labels: Sequence[str], cfg: Any) -> bool:
+        missing = [label for label in labels if key(stage, label, cfg) not in runs]
+        measured = pace() if missing else None
+        if measured is None:
             return True
-        waves = math.ceil(len(missing) / parallel_runs(config))
-        return budget.spent_s() + waves * run_s <= CALIBRATION_SHARE * budget.total_s
+        run_s, slots = measured
+        return budget.spent_s() + math.ceil(len(missing) / slots) * run_s <= CALIBRATION_SHARE * budget.total_s
 
-    def forecast(stage: str, labels: Sequence[str], repeat: Any) -> None:
-        """Say, under a time budget, when the first round of ``stage`` will end if past the budget
-        (from the runs measured so far): the budget does not cut calibration, so the trials will
-        have little or no time -- better known now than at the end."""
-        if budget is None:
+    def forecast(missing: int) -> None:
+        """Say, before ``missing`` runs start, when they will end if that is past the time budget:
+        the budget does not cut calibration, so the trials will have little or no time -- better
+        known now than at the end. (A later round runs only within a third of the budget.)"""
+        measured = pace()
+        if measured is None:
             return
-        from autoaug.search.budget import format_duration, measured_run_s
-        from autoaug.search.rescore import parallel_runs
-
-        run_s = measured_run_s(runs)
-        todo = [key(stage, label, c) for label in labels for c in cfgs]
-        if repeat is not None:
-            todo.append(key(stage, labels[0], repeat))
-        missing = sum(1 for k in todo if k not in runs)
-        if run_s is None or not missing:
-            return
-        slots = parallel_runs(config)
+        run_s, slots = measured
         ends = budget.spent_s() + math.ceil(missing / slots) * run_s
         if ends > budget.total_s:
+            from autoaug.search.budget import format_duration
+
             display.log(
                 f"calibration: {missing} runs of about {format_duration(run_s)}, {slots} at once: it will end at "
                 f"about {format_duration(ends)} of the {format_duration(budget.total_s)} time budget (which does "
@@ -424,8 +424,6 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
                 fits[ref] = None
             except ValueError as exc:
                 fits[ref] = str(exc).split(": ", 1)[-1]
-        repeat = extra[0] if len(cfgs) == 1 and config.transfer_extra_seeds else None
-        forecast("transfer", list(policies), repeat)
         decision, rounds = _race(
             train,
             "transfer",

@@ -362,7 +362,7 @@ def _within_budget(
         fits -= 1
     if fits == len(trained):
         return candidates, deadline
-    kept = [c for c in candidates if c in measured or c in trained[:fits]]
+    kept = [c for c in candidates if c.runs or c in trained[:fits]]
     what = (
         f"{format_duration(max(left, 0.0))} left for re-scoring runs of about {format_duration(run_s)} "
         f"({slots} at once)"
@@ -422,7 +422,7 @@ def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Progre
             f"the budget ran out during re-scoring: {len(done)} of {len(candidates)} candidates re-scored "
             f"({', '.join(c.kind for c in done)}); the others were not"
         )
-    elif len(done) > len(own):
+    elif any(c.runs for c in done):
         note = (
             f"the budget ran out during re-scoring, with none of the search's own candidates re-scored; "
             f"stored {done[0].kind}, the best published policy, as measured in calibration"
@@ -433,7 +433,7 @@ def _cut_rescore(candidates: list, scores: dict, budget: Budget, display: Progre
             f"stored the method's first candidate, {candidates[0].kind}"
         )
     _budget_cut(budget, display, note, len(candidates), len(done) if own else 0)
-    return {c.key: scores[c.key] for c in done} if len(done) >= 2 or len(done) > len(own) else None
+    return {c.key: scores[c.key] for c in done} if len(done) >= 2 or any(c.runs for c in done) else None
 
 
 def _budget_cut(budget: Budget, display: Progress, note: str, candidates: int, rescored: int) -> None:

@@ -351,6 +351,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if record is not None:
         print()
         if record.provenance:
+            from autoaug.search.budget import describe_budget
             from autoaug.search.calibrate import describe_calibration  # light: no Ray, no Optuna
 
             from autoaug.search.op_effects import describe_effects
@@ -360,6 +361,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("measured before the search", describe_calibration(record.provenance.get("calibration"))),
                 ("measured by the search", describe_effects(record.provenance.get("op_effects"), unclear=20)),
                 ("re-scored after the trials", describe_selection(record.provenance.get("selection"))),
+                ("time budget", describe_budget(record.provenance.get("budget"))),
             ):
                 if lines:
                     print(heading)

@@ -279,7 +279,9 @@ def outcome_json(outcome) -> dict:
         "run_dir": outcome.run_dir,
         "policy_hash": outcome.policy.content_hash,
         "policy": outcome.policy.to_dict(),
-        "best_trial": {
+        "best_trial": None  # no trial ran (the time budget went to calibration)
+        if outcome.best_trial is None
+        else {
             "trial_id": outcome.best_trial.trial_id,
             "score": outcome.score,
             "epochs": outcome.best_trial.epochs,

@@ -56,6 +56,7 @@ FINISHED_STATUSES = SUCCESS_STATUSES + ("failed",)
 ASSEMBLY_RULES = {
     "concatenate": "the sub-policies of the best top_n trials concatenated, duplicates removed (AutoAugment)",
     "best": "the best-ranked trial's policy itself (randaugment/trivialaugment families: points are not mixed)",
+    "transfer": "no trial ran (calibration used the time budget): the published policy that transferred best",
 }
 #: The rule of each search space family (:data:`autoaug.search.space.FAMILIES`).
 FAMILY_RULES = {"aa": "concatenate", "randaugment": "best", "trivialaugment": "best"}
@@ -330,14 +331,16 @@ def build_provenance(
 ) -> dict[str, Any]:
     """The JSON-able provenance stored with the final policy (and in ``result.json``)."""
     counts = {s: sum(t.status == s for t in trials) for s in FINISHED_STATUSES}
-    best = assembled.selected[0]
+    best = assembled.selected[0] if assembled.selected else None  # (none: no trial ran)
     return {
         "kind": "autoaug.search",
         "search": {"name": search_config.get("name"), "config": dict(search_config), "run_dir": run_dir},
         "dataset": dict(data.get("dataset", {})),
         "split": dict(data.get("split", {})),
         "metric": {"name": metric, "mode": mode},
-        "best": {
+        "best": None
+        if best is None
+        else {
             "trial_id": best.trial_id,
             "score": best.score,
             "epochs": best.epochs,

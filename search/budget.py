@@ -24,7 +24,11 @@ How it ends a search (:class:`Budget` is the one clock every part asks):
   time left is what storing needs; fewer than two candidates re-scored means re-scoring decides
   nothing and the method's first candidate is stored.
 * **Calibration** (the bases and published policies measured before the trials) and the density
-  method's fold models are not cut: nothing can be scored without them. Their time counts.
+  method's fold models are not cut: nothing can be scored without them. Their time counts. When
+  calibration ends with the time for trials gone and the published policy that transferred best
+  measured, no trial runs (it would be stopped at its first report, with no time to re-score
+  what it found): that policy is stored as calibration measured it (stage ``calibration``;
+  :func:`autoaug.search.driver._no_time_for_trials`).
 * **Storing** is never cut.
 
 What happened is in :data:`BUDGET_FILE` and in the stored policy's provenance (``budget``), and
@@ -332,7 +336,7 @@ class Budget:
                     **info,
                 }
         self.save()
-        if first and stage != "rescore" and self.say is not None:
+        if first and stage in ("trials", "rounds") and self.say is not None:
             left = max(self.remaining_s(), 0.0)
             self.say(
                 f"time budget: {format_duration(left)} left of {format_duration(self.total_s)}, what re-scoring "
@@ -381,7 +385,9 @@ def describe_budget(record: Mapping[str, Any] | None) -> list[str]:
     ended = record.get("ended")
     trials = record.get("trials") or {}
     lines = []
-    if ended and ended.get("stage") != "rescore" and trials:
+    if ended and ended.get("stage") == "calibration":
+        lines.append(f"the time budget ({total}) ended the search with calibration: {ended.get('note', '')}")
+    elif ended and ended.get("stage") != "rescore" and trials:
         unit = trials.get("unit", "trials")
         stopped, unstarted = int(trials.get("stopped") or 0), int(trials.get("not_started") or 0)
         detail = "".join(

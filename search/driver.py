@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
 from autoaug.search.assemble import build_provenance
 from autoaug.search import op_effects
-from autoaug.search.budget import STORE_RESERVE_S, Budget, measured_run_s
+from autoaug.search.budget import STORE_RESERVE_S, Budget, format_duration, measured_run_s
 from autoaug.search.config import SearchConfig
 from autoaug.search.method import MethodResult, PreparedSearch, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
@@ -230,10 +230,13 @@ def _search(
                     resume_errored=resume_errored,
                     budget=budget,
                 )
-                found = config.search_method.run(search)
-                if transfer is not None:
-                    found = dataclasses.replace(found, candidates=with_transfer(found.candidates, transfer))
-                scores = _rescore(config, run, found, display, budget)
+                if _no_time_for_trials(config, run, budget, transfer):
+                    found, scores = _transfer_only(config, transfer, calibration.record, budget, display), None
+                else:
+                    found = config.search_method.run(search)
+                    if transfer is not None:
+                        found = dataclasses.replace(found, candidates=with_transfer(found.candidates, transfer))
+                    scores = _rescore(config, run, found, display, budget)
             return _store(
                 config,
                 run,
@@ -278,6 +281,57 @@ def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer
             measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
     budget.plan_rescore(
         runs, parallel_runs(config) if runs else 1, measured_run_s(measured, config.train.epochs), config.epochs
+    )
+
+
+def _no_time_for_trials(config: SearchConfig, run: RunDir, budget: Budget | None, transfer: Any) -> bool:
+    """Whether calibration left the trials no time: the budget's time for trials is gone
+    (:meth:`Budget.expired`) before any trial ran, and calibration measured the published policy
+    that transferred best, a result the search can store. Trials would only be stopped at their
+    first report (an epoch whose ranking says nothing of the last: docs/search.md) with no time
+    to re-score what they found. A search whose trials started (an earlier driver session's Tune
+    state) goes on with them; one that decided this before (the budget's record) decides it again."""
+    if budget is None or transfer is None or not transfer.runs:
+        return False
+    if budget.ended is not None:
+        return budget.ended.get("stage") == "calibration"
+    return not config.search_method.can_resume(run) and budget.expired()
+
+
+def _transfer_only(
+    config: SearchConfig, transfer: Any, calibration: dict, budget: Budget, display: Progress
+) -> MethodResult:
+    """The search's result when calibration left no time for trials: no trial, and the
+    ``transfer`` candidate (the published policy that transferred best), stored as calibration
+    measured it (nothing is re-scored: its runs are in the calibration record)."""
+    from autoaug.search.assemble import AssembledPolicy
+    from autoaug.search.noise import score_of
+
+    planned = config.search_method.num_trials(config)
+    spent, left = budget.spent_s(), max(budget.remaining_s(), 0.0)
+    scores = [score_of(r) for r in transfer.runs]
+    measured = f"{100 * sum(scores) / len(scores):.2f}% over {len(scores)} run{'s' if len(scores) > 1 else ''}"
+    published = calibration["transfer"]
+    note = (
+        f"calibration ended at {format_duration(spent)} of the {format_duration(budget.total_s)} budget, leaving "
+        f"{format_duration(left)}, less than trials and re-scoring need (about {format_duration(budget.reserve_s())}): "
+        f"none of the {planned} {config.search_method.unit} ran; stored {published['best']} on {published['base']}, "
+        f"the published policy that transferred best, as calibration measured it ({measured})"
+    )
+    display.log(f"time budget: {note}")
+    budget.end("calibration", note=note)
+    return MethodResult(
+        trials=(),
+        assembled=AssembledPolicy(transfer.policy, (), 0, (), rule="transfer"),
+        candidates=[transfer],
+        optuna={
+            "storage": None,
+            "study_name": None,
+            "num_trials": 0,
+            "consistent_with_tune": True,
+            "problems": [],
+            "note": "no trial ran: calibration used the time budget",
+        },
     )
 
 
@@ -341,7 +395,6 @@ def _within_budget(
     not yet done fit in the time left less what storing needs, in waves of as many runs as the
     cluster runs at once, each as long as a measured proxy run -- and the deadline of their runs.
     Says what it leaves out (and records it in the budget)."""
-    from autoaug.search.budget import format_duration
     from autoaug.search.rescore import missing_runs, parallel_runs
 
     candidates = list(found.candidates)

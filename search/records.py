@@ -26,8 +26,8 @@ class SearchOutcome:
     """What a finished search produced."""
 
     policy: Any  # policies.Policy
-    score: float
-    best_trial: TrialRecord
+    score: float | None  # the best trial's (None: no trial ran, the time budget went to calibration)
+    best_trial: TrialRecord | None
     trials: tuple[TrialRecord, ...]
     assembled: AssembledPolicy
     store_uri: str
@@ -45,6 +45,10 @@ class SearchOutcome:
         """How the final policy was made: AutoAugment's concatenation, or (rule ``best``) the best
         trial's point of the space family, described."""
         num = self.provenance.get("assembly", {}).get("num_sub_policies", len(self.assembled.policy.sub_policies))
+        if self.best_trial is None:  # (the time budget went to calibration)
+            transfer = (self.provenance.get("calibration") or {}).get("transfer") or {}
+            what = f"{transfer['best']} on {transfer['base']}, " if transfer.get("best") else ""
+            return f"final policy = {what}the published policy that transferred best, as calibration measured it, {num} sub-policies"
         if self.assembled.rule != "best":
             return (
                 f"assembled policy = best {len(self.assembled.selected)} trials, {num} sub-policies "
@@ -62,16 +66,18 @@ class SearchOutcome:
 
     def summary(self) -> str:
         counts = self.provenance["counts"]
-        lines = [
-            self.policy.table(max_rows=SUMMARY_ROWS),
-            "",
-            f"best trial {self.best_trial.trial_id}: {METRIC} {self.score:.4f} "
-            f"({self.best_trial.epochs} epoch{'' if self.best_trial.epochs == 1 else 's'})",
-            f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
-            + (f"{counts['budget_stopped']} stopped by the time budget, " if counts.get("budget_stopped") else "")
-            + f"{counts['failed']} failed; "
-            + self._assembly_line(),
-        ]
+        best = self.best_trial
+        lines = [self.policy.table(max_rows=SUMMARY_ROWS), ""]
+        if best is None:
+            lines.append(f"no trial ran; {self._assembly_line()}")
+        else:
+            lines += [
+                f"best trial {best.trial_id}: {METRIC} {self.score:.4f} ({best.epochs} epoch{'' if best.epochs == 1 else 's'})",
+                f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
+                + (f"{counts['budget_stopped']} stopped by the time budget, " if counts.get("budget_stopped") else "")
+                + f"{counts['failed']} failed; "
+                + self._assembly_line(),
+            ]
         selection = self.provenance.get("selection")
         if selection:
             scores = ", ".join(
@@ -247,8 +253,8 @@ def outcome_from_result(result: Mapping[str, Any], run: RunDir) -> SearchOutcome
     )
     return SearchOutcome(
         policy=policy,
-        score=selected[0].score,
-        best_trial=selected[0],
+        score=selected[0].score if selected else None,
+        best_trial=selected[0] if selected else None,
         trials=tuple(trials),
         assembled=assembled,
         store_uri=result["stored"]["store"],

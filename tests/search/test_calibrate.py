@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -442,6 +443,142 @@ def test_a_calibration_that_will_outlast_the_budget_says_so_before_its_published
     assert lines[300.0] == []
     (line,) = lines[600.0]
     assert line.startswith("calibration: 6 runs of about 1m50s, 2 at once: it will end at about 15m30s of the 15m")
+
+
+def _clocked_budget(monkeypatch, now):
+    """Every :class:`Budget` the driver opens reads the clock ``now[0]`` (seconds), not the wall."""
+    from autoaug.search.budget import Budget
+
+    real_open = Budget.open.__func__
+
+    def open_(cls, run, total_s, *, session, started=None, clock=None, say=None):
+        return real_open(cls, run, total_s, session=session, started=now[0], clock=lambda: now[0], say=say)
+
+    monkeypatch.setattr(Budget, "open", classmethod(open_))
+
+
+def _runs_that_take(monkeypatch, now, seconds):
+    """Each faked proxy run (:func:`_fake_runs`) moves the clock ``now`` on by ``seconds``."""
+    import autoaug.search.rescore as rescore
+
+    fake = rescore.train_runs
+
+    def train_runs(runs, config, *, cached=None, save=None, **kw):
+        def saved(results):
+            now[0] += seconds
+            if save is not None:
+                save(results)
+
+        return fake(runs, config, cached=cached, save=saved, **kw)
+
+    monkeypatch.setattr(rescore, "train_runs", train_runs)
+
+
+def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfer_as_it_measured_it(
+    tmp_path, monkeypatch, capsys, write_images
+):
+    """10 calibration runs of 400 s against a 30-minute budget: no trial starts (it would be
+    stopped at its first report with no time to re-score it); the published policy that
+    transferred best is stored with its calibration runs, and the summary says why."""
+    import autoaug.search.rescore as rescore
+    from autoaug.policies.store import PolicyStore
+    from autoaug.search.driver import run_search
+    from autoaug.search.train_method import TrainMethod
+
+    data = _arrows(write_images, tmp_path / "arrows.parquet", per_class=48)
+    calls, now = [], [0.0]
+    _fake_runs(monkeypatch, SCORES, calls)
+    _runs_that_take(monkeypatch, now, 400.0)
+    _clocked_budget(monkeypatch, now)
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)  # (no Ray: nothing trains)
+
+    def no_trials(self, search):
+        raise AssertionError("the method ran trials after calibration used the budget")
+
+    monkeypatch.setattr(TrainMethod, "run", no_trials)
+    config = SearchConfig.from_dict(
+        {
+            "preset": "smoke",
+            "name": "spent",
+            "data": str(data),
+            "num_trials": 5,
+            "base": "auto",
+            "warm_start": "auto",
+            "rescore": True,
+            "time_budget_s": 1800,
+            "train": {"preset": "smoke", "epochs": 1, "train_size": 32, "val_size": 32},
+            "storage": str(tmp_path / "runs"),
+            "store": str(tmp_path / "store"),
+            "verbose": 1,
+        }
+    )
+    outcome = run_search(config, session=contextlib.nullcontext)
+    printed = capsys.readouterr().out
+    assert len(calls) == 10 and all(":" in key for key, _, _ in calls)  # calibration's runs, no re-scoring run
+    assert outcome.trials == () and outcome.best_trial is None
+    assert outcome.policy.sub_policies == presets.resolve("randaugment").sub_policies
+    assert (outcome.policy.base, outcome.policy.name) == ("crop", "spent")
+    note = (
+        "calibration ended at 1h6m40s of the 30m budget, leaving 0s, less than trials and re-scoring need "
+        f"(about {{}}): none of the {config.train_method.num_trials} trials ran; stored randaugment on crop, the "
+        "published policy that transferred best, as calibration measured it (83.00% over 1 run)"
+    )
+    (line,) = [line for line in printed.splitlines() if "none of the" in line and "trials ran" in line]
+    reserve = line.split("(about ", 1)[1].split(")", 1)[0]
+    assert line.strip() == "time budget: " + note.format(reserve)
+    prov = PolicyStore(str(tmp_path / "store")).get("spent@1").provenance
+    assert prov["budget"]["ended"]["stage"] == "calibration" and prov["best"] is None
+    assert prov["assembly"]["rule"] == "transfer" and prov["counts"]["trials"] == 0
+    assert "selection" not in prov  # nothing was re-scored
+    summary = outcome.summary()
+    assert (
+        "no trial ran; final policy = randaugment on crop, the published policy that transferred best, as "
+        "calibration measured it" in summary
+    )
+    assert "re-scored" not in summary
+    assert "the time budget (30m) ended the search with calibration: " + note.format(reserve) in summary
+    # What the finished search gives back later: the same summary, --json, `policies show`.
+    from autoaug.launch.cli import main
+    from autoaug.launch.search_cmd import outcome_json
+    from autoaug.search.driver import resume_search
+
+    again = resume_search("spent", str(tmp_path / "runs"))
+    assert again.summary() == summary and outcome_json(again)["best_trial"] is None
+    capsys.readouterr()
+    assert main(["policies", "show", "spent@1", "--store", str(tmp_path / "store")]) == 0
+    shown = capsys.readouterr().out
+    assert "time budget\n  the time budget (30m) ended the search with calibration: calibration ended at" in shown
+
+
+def test_trials_are_skipped_only_before_any_ran_and_only_with_the_transfer_measured(tmp_path, monkeypatch):
+    """The rule :func:`autoaug.search.driver._no_time_for_trials` applies, case by case."""
+    from autoaug.search import driver
+    from autoaug.search.budget import Budget
+    from autoaug.search.rescore import Candidate
+    from autoaug.search.train_method import TrainMethod
+
+    config = _config(tmp_path, time_budget_s=1800)
+    run = RunDir(config.storage, config.name)
+    measured = Candidate("transfer", presets.resolve("randaugment"), (), None, (_run(0.8, 1), _run(0.8, 2)))
+    unmeasured = Candidate("transfer", presets.resolve("randaugment"), (), None)
+    started = {"yes": False}
+    monkeypatch.setattr(TrainMethod, "can_resume", lambda self, run: started["yes"])
+
+    def budget(spent):
+        b = Budget(1800, started=0.0, clock=lambda: spent)
+        b.plan_rescore(4, 2, 400.0, 1)
+        return b
+
+    assert driver._no_time_for_trials(config, run, budget(1700.0), measured)  # 100 s left, 815 s reserved
+    assert not driver._no_time_for_trials(config, run, budget(600.0), measured)  # time for trials
+    assert not driver._no_time_for_trials(config, run, budget(1700.0), unmeasured)  # nothing to store yet
+    assert not driver._no_time_for_trials(config, run, budget(1700.0), None)
+    assert not driver._no_time_for_trials(config, run, None, measured)
+    started["yes"] = True  # an earlier driver session's trials: they go on
+    assert not driver._no_time_for_trials(config, run, budget(1700.0), measured)
+    decided = budget(600.0)  # an earlier session decided it: the decision stands
+    decided.ended = {"stage": "calibration"}
+    assert driver._no_time_for_trials(config, run, decided, measured)
 
 
 def test_a_race_killed_between_rounds_resumes_to_the_same_decisions(tmp_path, monkeypatch):

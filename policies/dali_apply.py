@@ -62,6 +62,7 @@ from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import augmentations as _a
 from nvidia.dali.auto_aug.core import augmentation, select
 from nvidia.dali.data_node import DataNode
+from nvidia.dali.pipeline import do_not_convert
 
 from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
@@ -400,6 +401,7 @@ _KIND_ORDER = tuple(dict.fromkeys(DALI_OPS[n].kind for n in _ops.OP_NAMES if n i
 
 
 # --------------------------------------------------------------------------- parameters
+@do_not_convert
 def affine_terms(name: str, param: float) -> np.ndarray:
     """Forward (source -> destination) affine matrix of a geometric op as ``A + W*B + H*C``.
 
@@ -442,6 +444,7 @@ class StageTables:
     all_certain: bool
 
 
+@do_not_convert
 def stage_tables(policy: Policy, stage: int) -> StageTables:
     """The :class:`StageTables` of stage ``stage`` of ``policy``."""
     subs = policy.sub_policies
@@ -496,6 +499,7 @@ def _lookup(idx, values, dtype):
     )
 
 
+@do_not_convert
 def _normalize_size(image_size) -> tuple[int, int] | None:
     if image_size is None:
         return None

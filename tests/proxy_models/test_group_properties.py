@@ -29,12 +29,8 @@ from hypothesis import strategies as st
 
 from autoaug.core.errors import DataWarning
 from autoaug.proxy_models.data import DatasetError
-from autoaug.proxy_models.splits import (
-    _joint_counts,
-    grouping_fingerprint,
-    reduced_split,
-    stratified_folds,
-)
+from autoaug.proxy_models.grouped_splits import grouping_fingerprint
+from autoaug.proxy_models.splits import _joint_counts, reduced_split, stratified_folds
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

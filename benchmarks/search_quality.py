@@ -490,6 +490,39 @@ def also_policies(a: argparse.Namespace, work: Path) -> dict[str, Path]:
     return out
 
 
+def twins(work: Path, policies: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The evaluated policies that are a baseline, or an earlier one of ``policies``, under
+    another name (same content hash: a search that stored the published policy it started
+    from, two seeds that stored the same one). ``autoaug compare`` trains each policy once and
+    refuses a second name for it, so a twin is left out of the comparison and its rows are its
+    twin's runs: same policy, same seeds, the same runs. ``{ref: {"label", "twin", "hash",
+    "store_ref"}}`` (``label``: what compare would call it; ``twin``: the label it is)."""
+    from autoaug.launch.compare.candidates import resolve_candidates
+
+    seen = {c.policy_hash: c.label for c in resolve_candidates((), BASELINES, None)}
+    out: dict[str, dict[str, str]] = {}
+    for ref in policies:
+        (c,) = resolve_candidates((ref,), (), str(work / "store"))
+        if c.policy_hash in seen:
+            out[ref] = {"label": c.label, "twin": seen[c.policy_hash], "hash": c.policy_hash, "store_ref": c.store_ref}
+        else:
+            seen[c.policy_hash] = c.label
+    return out
+
+
+def with_twins(runs: list[dict[str, Any]], twins_: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """``runs`` (compare's ``runs.csv`` rows) and, for every twin (:func:`twins`), its twin's rows
+    under its own label and reference."""
+    out = list(runs)
+    for ref, t in twins_.items():
+        out += [
+            {**r, "policy": t["label"], "ref": ref, "store_ref": t["store_ref"] or "", "kind": "policy"}
+            for r in runs
+            if r["policy"] == t["twin"]
+        ]
+    return out
+
+
 def rebased_best(work: Path, found_base: str) -> str | None:
     """The published policy with the best mean test accuracy in the evaluation so far, moved onto
     ``found_base`` (the base the search chose), as a policy file ``work/rebased/<ref>-on-<base>.json``;
@@ -636,11 +669,14 @@ def report(
     timings: Timings,
     fidelity: dict[str, Any] | None,
     also: dict[str, Path] | None = None,
+    twins_: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Tables, verdict, plot and provenance into ``out``. ``also``: ``{policy file: results folder}``
-    of the ``--also`` searches (:func:`also_policies`)."""
+    of the ``--also`` searches (:func:`also_policies`); ``twins_``: the evaluated policies that are
+    another row (:func:`twins`)."""
     also = also or {}
-    runs = _read_runs(work / "eval")
+    twins_ = twins_ or {}
+    runs = with_twins(_read_runs(work / "eval"), twins_)
     summary = summarize(runs)
     found = next(r["policy"] for r in runs if r.get("store_ref") == found_ref or r["policy"] == found_ref)
     others = list(dict.fromkeys(r["policy"] for r in runs if r.get("ref") in also))
@@ -698,6 +734,12 @@ def report(
     ]
     from autoaug.search.calibrate import describe_calibration
 
+    for t in twins_.values():
+        lines += [
+            f"`{t['label']}` is `{t['twin']}` itself (content hash `{t['hash'][:12]}`): `autoaug compare` trains a "
+            f"policy once, so its rows are `{t['twin']}`'s runs, and its paired difference to it is 0 by construction.",
+            "",
+        ]
     measured = describe_calibration(search_result["provenance"].get("calibration"))
     if measured:
         lines += [
@@ -782,6 +824,7 @@ def report(
         "paired": diffs,
         "verdict": verdict,
         "also": {o: {"paired": also_diffs[o], "same_search_other_seed": o in replicates} for o in others},
+        "twins": twins_,
         "over_search_seeds": over,
         "fidelity": fidelity,
         "timings": timings.data,
@@ -899,12 +942,17 @@ def main(argv: list[str] | None = None) -> int:
     for csv_path in committed:
         import_runs(a, csv_path, work / "eval", ["--preset", a.eval_preset, *extra], list(also))
     found_ref = stage_search(a, work, timings)
-    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], [found_ref, *also], a.seeds)
+    same = twins(work, [found_ref, *also])
+    evaluated = [p for p in [found_ref, *also] if p not in same]
+    _compare(a, work, timings, "eval", work / "eval", ["--preset", a.eval_preset, *extra], evaluated, a.seeds)
     found_base = json.loads((work / "runs" / a.search_name / "result.json").read_text())["policy"].get(
         "base", "standard"
     )
     rebased = rebased_best(work, found_base)
-    if rebased is not None:  # the same comparison, one more policy: only its runs train
+    if rebased is not None:
+        same = twins(work, [found_ref, *also, rebased])
+        evaluated = [p for p in [found_ref, *also, rebased] if p not in same]
+    if rebased is not None and rebased in evaluated:  # the same comparison, one more policy: only its runs train
         for csv_path in committed:  # unless an earlier benchmark trained them
             import_runs(a, csv_path, work / "eval", ["--preset", a.eval_preset, *extra], [rebased])
         _compare(
@@ -914,7 +962,7 @@ def main(argv: list[str] | None = None) -> int:
             "eval",
             work / "eval",
             ["--preset", a.eval_preset, *extra],
-            [found_ref, *also, rebased],
+            evaluated,
             a.seeds,
         )
     fidelity = None
@@ -946,12 +994,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"proxy-{name}",
                 work / f"proxy-{name}",
                 shlex.split(args),
-                [found_ref, *random_paths],
+                [*(p for p in [found_ref] if p not in same), *random_paths],
                 a.proxy_seeds,
             )
             fidelity[name] = spearman(proxy_scores(pout), eval_scores)
             _write_fidelity(work, fidelity)
-    report(a, work, out, found_ref, timings, fidelity, also=also)
+    report(a, work, out, found_ref, timings, fidelity, also=also, twins_=same)
     print(f"\nwrote {out}")
     return 0
 

@@ -2,7 +2,7 @@
 upper bound vs. what the cores can do, and the speed levers of the trainer side by side.
 
 For the model and batch size of a training preset (default ``cpu``) this measures, in one process
-and with the trainer's own optimisation step (:class:`autoaug.proxy_models.train.Learner`):
+and with the trainer's own optimisation step (:class:`autoaug.proxy_models.learner.Learner`):
 
 (p) **peak**: a large float32 and bfloat16 matmul (``torch.mm``) and 3x3 convolution (oneDNN,
     channels-last), with one torch thread (per core) and with all of them: the machine's measured
@@ -66,7 +66,8 @@ from autoaug.policies import resolve_policy
 from autoaug.proxy_models.data import open_dataset
 from autoaug.proxy_models.pipeline import DaliLoader
 from autoaug.proxy_models.splits import reduced_split
-from autoaug.proxy_models.train import Learner, TrainConfig, eval_batch_size, resolve_config
+from autoaug.proxy_models.learner import Learner
+from autoaug.proxy_models.train import TrainConfig, eval_batch_size, resolve_config
 
 
 def default_data() -> str | None:

@@ -69,7 +69,7 @@ POINTS: Mapping[str, str] = {
     "calibrate.after_run_saved": "driver: a calibration run saved in calibration.json (search.calibrate)",
     "rescore.after_run_saved": "driver: a re-scoring run saved in rescore.json (search.rescore)",
     "train.mid_epoch": "any process training a proxy model (a trial's Ray worker): after a training step "
-    "(proxy_models.train.Learner.train_epoch)",
+    "(proxy_models.learner.Learner.train_epoch)",
     "budget.after_save": "driver: budget.json written with the session's spent time (search.budget.Budget.save)",
 }
 ACTIONS = ("kill", "raise", "enospc", "stall")

@@ -322,3 +322,40 @@ def test_also_a_pba_result_compares_its_schedule_not_its_last_stage(sq, tmp_path
     assert (
         sq.import_runs(a, folder / "eval_runs.csv", tmp_path / "work" / "eval", ["--preset", "eval-cpu"], [path]) == 2
     )
+
+
+def test_a_found_policy_that_is_a_baseline_is_not_trained_twice_and_its_rows_are_the_baselines(sq, tmp_path):
+    """A search that stored the published policy it started from (RandAugment on the standard
+    base), and a second seed that stored it too: compare refuses a second name for one policy,
+    so both are left out of the comparison and read RandAugment's runs under their own labels."""
+    from autoaug.policies import Policy, presets
+
+    ra = presets.resolve("randaugment:n=2,m=9")
+    found = tmp_path / "found.json"
+    found.write_text(Policy("sq-found", ra.num_magnitude_bins, ra.sub_policies, ra.base, ra.ranges).to_json())
+    again = tmp_path / "again.json"
+    again.write_text(Policy("sq-again", ra.num_magnitude_bins, ra.sub_policies, ra.base, ra.ranges).to_json())
+    other = tmp_path / "other.json"
+    aa = presets.resolve("autoaugment-cifar10").with_base("crop")
+    other.write_text(Policy("sq-other", aa.num_magnitude_bins, aa.sub_policies, aa.base, aa.ranges).to_json())
+    same = sq.twins(tmp_path, [str(found), str(other), str(again)])
+    assert set(same) == {str(found), str(again)}
+    assert same[str(found)]["twin"] == same[str(again)]["twin"] == "randaugment:n=2,m=9"
+    assert same[str(found)]["label"] == "found.json"
+    runs = [
+        {
+            "policy": "randaugment:n=2,m=9",
+            "ref": "randaugment:n=2,m=9",
+            "seed": str(s),
+            "test_accuracy": str(0.5 + s / 100),
+        }
+        for s in range(3)
+    ] + [{"policy": "none", "ref": "none", "seed": "0", "test_accuracy": "0.4"}]
+    rows = sq.with_twins(runs, same)
+    mine = [r for r in rows if r["policy"] == "found.json"]
+    assert [(r["seed"], r["test_accuracy"], r["ref"]) for r in mine] == [
+        (str(s), str(0.5 + s / 100), str(found)) for s in range(3)
+    ]
+    summary = sq.summarize(rows)
+    d = sq.paired(summary["found.json"]["seeds"], summary["randaugment:n=2,m=9"]["seeds"])
+    assert d["mean"] == 0.0 and d["diffs"] == [0.0, 0.0, 0.0]

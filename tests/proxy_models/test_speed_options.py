@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from autoaug.core.errors import AutoaugWarning
-from autoaug.proxy_models.train import PRESETS, Learner, TrainConfig, amp_dtype, load_checkpoint, train
+from autoaug.proxy_models.learner import Learner
+from autoaug.proxy_models.train import PRESETS, TrainConfig, amp_dtype, load_checkpoint, train
 from autoaug.proxy_models.train_config import RESUMABLE_CHANGES
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"

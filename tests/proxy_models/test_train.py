@@ -12,13 +12,12 @@ import pytest
 import torch
 
 from autoaug.policies import presets
+from autoaug.proxy_models.learner import Learner, WarmupCosine
 from autoaug.proxy_models.train import (
     CHECKPOINT_NAME,
     PRESETS,
-    Learner,
     TrainConfig,
     TrainResult,
-    WarmupCosine,
     load_checkpoint,
     train,
     write_history_csv,

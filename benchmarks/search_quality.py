@@ -427,7 +427,10 @@ def import_runs(
     # The records hold the regime as compare resolves it against the data (a split per class
     # becomes a total): what compare itself would have written, so it reuses them.
     config, fingerprint, _, _ = sized_to_data(config)
-    candidates = {c.policy_hash: c for c in resolve_candidates(tuple(policies), config.baselines, None)}
+    candidates = {c.policy_hash: c for c in resolve_candidates((), config.baselines, None)}
+    for ref in policies:  # one at a time: a policy that is a baseline (a twin) reads the baseline's rows
+        (c,) = resolve_candidates((ref,), (), None)
+        candidates.setdefault(c.policy_hash, c)
     written = 0
     (out / "runs").mkdir(parents=True, exist_ok=True)
     with open(csv_path, newline="") as f:

@@ -359,3 +359,21 @@ def test_a_found_policy_that_is_a_baseline_is_not_trained_twice_and_its_rows_are
     summary = sq.summarize(rows)
     d = sq.paired(summary["found.json"]["seeds"], summary["randaugment:n=2,m=9"]["seeds"])
     assert d["mean"] == 0.0 and d["diffs"] == [0.0, 0.0, 0.0]
+
+
+def test_importing_runs_for_a_policy_that_is_a_baseline_imports_the_baselines_rows_once(sq, tmp_path, cifar_dir):
+    """``--also`` a search that stored RandAugment itself: the import does not refuse it."""
+    import argparse
+
+    from autoaug.policies import Policy, presets
+
+    ra = presets.resolve("randaugment:n=2,m=9")
+    found = tmp_path / "found.json"
+    found.write_text(Policy("sq-found", ra.num_magnitude_bins, ra.sub_policies, ra.base, ra.ranges).to_json())
+    csv_path = tmp_path / "runs.csv"
+    fields = "run_id,policy,kind,ref,store_ref,policy_hash,base,seed,test_accuracy,test_loss,val_accuracy,train_time_s"
+    rows = [f'ra-{s},"randaugment:n=2,m=9",baseline,,,{ra.content_hash},standard,{s},0.5,1.2,,100' for s in (0, 1)]
+    csv_path.write_text("\n".join([fields, *rows]) + "\n")
+    a = argparse.Namespace(data=str(cifar_dir))
+    written = sq.import_runs(a, csv_path, tmp_path / "eval", ["--preset", "eval-cpu"], [str(found)])
+    assert written == 2 and len(list((tmp_path / "eval" / "runs").glob("*.json"))) == 2

@@ -332,6 +332,7 @@ def analyse(a: argparse.Namespace) -> int:
         "the evaluation regime's mean test accuracy; rho seeds: seed 0's scores against seed 1's.",
     ]
     lines += ["", *_rungs(runs, pairs, window, evaluation, stats, report)]
+    lines += ["", *_mid_training(runs, pairs, n_pool, epoch_s, per_1000, report)]
     first = _subsets(n_pool, 1000, np.random.default_rng(0))[0]
     report["per_policy"] = {
         r["name"]: {
@@ -394,6 +395,69 @@ def _rungs(runs: dict, pairs: dict, window: int, evaluation: dict, stats, report
         )
         lines.append(f"{end:>6} {signal * 100:>12.2f} {spread * 100:>15.2f} {_fmt(rho_final):>10} {_fmt(rho_eval):>9}")
     lines.append("policies sd and per-run spread in points; rho final: Spearman against the last window's score.")
+    return lines
+
+
+#: The windows (epochs averaged) and validation sizes :func:`_mid_training` reads the score with,
+#: and the perturbation interval of the PBA member whose CPU it prices (pba-cpu's).
+MID_WINDOWS, MID_SIZES, PBA_INTERVAL = (1, 3, 5), (1000, 2000, 5000), 4
+
+
+def _mid_training(runs: dict, pairs: dict, n_pool: int, epoch_s: float, per_1000: float, report: dict) -> list[str]:
+    """The score at each validated window's last epoch (20, 60: where PBA's members exploit one
+    another mid-training; 120: the end), read over the last 1, 3 or 5 epochs on 1,000 to 5,000
+    images: one run's spread (the sd over policies of the seed difference, / sqrt 2, averaged
+    over disjoint subsets of the pool), the policies' spread, and the CPU of a PBA member that
+    validates ``window`` of every :data:`PBA_INTERVAL` epochs on ``n`` images, over pba-cpu's
+    (window 3 on 1,000)."""
+    any_run = next(iter(next(iter(runs.values()))["seeds"].values()))
+    epochs = [int(e) for e in any_run["epochs"]]
+    ends = [e for e in epochs if e + 1 not in epochs]
+    rng = np.random.default_rng(1)
+
+    def member_cpu(window: int, n: int) -> float:
+        mine = PBA_INTERVAL * epoch_s + window * per_1000 * n / 1000
+        return mine / (PBA_INTERVAL * epoch_s + 3 * per_1000)
+
+    lines = [
+        "the score mid-training (PBA's exploit decisions) and at the end: the last `window` epochs on n images",
+        f"{'epoch':>6} {'window':>7} {'n':>6} {'per-run spread':>15} {'policies sd':>12} {'ratio':>6} {'PBA CPU x':>10}",
+    ]
+    report["mid_training"] = []
+    for end in ends:
+        for window in MID_WINDOWS:
+            if any(e not in epochs for e in range(end - window + 1, end + 1)):
+                continue
+            rows = [epochs.index(e) for e in range(end - window + 1, end + 1)]
+            for n in (m for m in MID_SIZES if m <= n_pool):
+                spreads, signals = [], []
+                for sub in _subsets(n_pool, n, rng):
+                    score = {
+                        h: {s: float(run["correct"][rows][:, sub].mean()) for s, run in r["seeds"].items()}
+                        for h, r in runs.items()
+                    }
+                    diffs = [score[h][0] - score[h][1] for h in pairs]
+                    if len(diffs) >= 2:
+                        spreads.append(float(np.std(diffs, ddof=1)) / math.sqrt(2))
+                    signals.append(float(np.std([np.mean(list(v.values())) for v in score.values()], ddof=1)))
+                spread, signal = float(np.mean(spreads)) * 100, float(np.mean(signals)) * 100
+                row = {
+                    "epoch": end,
+                    "window": window,
+                    "n": n,
+                    "per_run_spread": spread,
+                    "policies_sd": signal,
+                    "pba_cpu_ratio": member_cpu(window, n),
+                }
+                report["mid_training"].append(row)
+                lines.append(
+                    f"{end:>6} {window:>7} {n:>6,} {spread:>15.2f} {signal:>12.2f} {signal / spread:>6.1f} "
+                    f"{member_cpu(window, n):>10.2f}"
+                )
+    lines.append(
+        "points; ratio: policies sd over one run's spread; PBA CPU x: a member validating `window` of every "
+        f"{PBA_INTERVAL} epochs on n images, over window 3 on 1,000 (pba-cpu)."
+    )
     return lines
 
 

@@ -231,6 +231,9 @@ def search_recipe(search_result: dict[str, Any]) -> dict[str, Any]:
         recipe["space"] = {k: v for k, v in recipe.get("space", {}).items() if k != "base"}
     if calibration.get("transfer"):
         recipe["warm_start"] = "auto"
+        if calibration["transfer"].get("family"):  # --space auto: the family (and its space) measured too
+            recipe["family"] = "auto"
+            recipe["space"] = {"family": "auto"}
     return recipe
 
 

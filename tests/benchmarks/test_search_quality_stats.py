@@ -66,6 +66,18 @@ def test_searches_that_measured_another_base_or_warm_start_are_the_same_recipe(s
     assert not sq.same_recipe(measured(0, "standard", "autoaugment-cifar10"), given)
 
 
+def test_searches_whose_space_family_was_measured_are_the_same_recipe_whatever_family_they_got(sq):
+    """``--space auto``: two seeds whose calibration chose RandAugment's and AutoAugment's family."""
+    ra = _result(0, "a", family="randaugment", space={"family": "randaugment", "num_magnitude_bins": 31})
+    aa = _result(1, "b", family="aa", space={"num_sub_policies": 5, "num_magnitude_bins": 10})
+    for r, family in ((ra, "randaugment"), (aa, "aa")):
+        r["provenance"]["calibration"] = {"transfer": {"best": "x", "family": family}}
+    assert sq.same_recipe(sq.search_recipe(ra), sq.search_recipe(aa))
+    chosen = _result(1, "c", family="aa", space={"num_sub_policies": 5, "num_magnitude_bins": 10})
+    chosen["provenance"]["calibration"] = {"transfer": {"best": "x"}}  # --space aa: a recipe of its own
+    assert not sq.same_recipe(sq.search_recipe(ra), sq.search_recipe(chosen))
+
+
 def test_a_search_on_other_data_is_another_recipe_wherever_the_data_lies(sq):
     a = sq.search_recipe(_result(0, "sq-a"))
     assert not sq.same_recipe(a, sq.search_recipe(_result(1, "sq-b", fingerprint="9e11")))

@@ -36,7 +36,7 @@ import optuna
 from autoaug.core.errors import UserInputError
 from autoaug.search.config import METHODS
 from autoaug.search.score import METRIC
-from autoaug.search.run_dir import CONFIG_FILE, STUDY_FILE, RunDir
+from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, STUDY_FILE, RunDir
 from autoaug.search.space import SearchSpace
 from autoaug.search.study import make_storage
 
@@ -70,7 +70,10 @@ def load_report_data(name: str, storage: str) -> ReportData:
         if run.local_path is None:
             raise UserInputError(f"{run.uri} names no Optuna storage")
         url = "sqlite:///" + os.path.join(run.local_path, STUDY_FILE)
-    study = optuna.load_study(study_name=state.get("optuna", {}).get("study_name", name), storage=make_storage(url))
+    try:
+        study = optuna.load_study(study_name=state.get("optuna", {}).get("study_name", name), storage=make_storage(url))
+    except KeyError:  # optuna: no such study in the storage -- no trial ever started
+        raise UserInputError(_no_study(name, run)) from None
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     trials = sorted((t for t in study.trials if t.state in finished and t.value is not None), key=lambda t: t.number)
     epochs = (state.get("config", {}).get("train") or {}).get("epochs")
@@ -79,6 +82,21 @@ def load_report_data(name: str, storage: str) -> ReportData:
     except ValueError:  # written by another version: the report draws what the parameters say
         space = SearchSpace()
     return ReportData(name=name, run_dir=run.uri, trials=trials, study=study, epochs=epochs, space=space)
+
+
+def _no_study(name: str, run: RunDir) -> str:
+    """Why search ``name`` has no Optuna study to draw: it ran no trial (the time budget went to
+    calibration: :func:`autoaug.search.driver._no_time_for_trials`), or none has started yet."""
+    if run.exists(RESULT_FILE):
+        result = run.read_json(RESULT_FILE)
+        ended = ((result.get("provenance") or {}).get("budget") or {}).get("ended") or {}
+        ref = (result.get("stored") or {}).get("ref", name)
+        why = "the time budget went to calibration" if ended.get("stage") == "calibration" else "it stored no trial"
+        return f"search {name!r} ran no trial ({why}): no Optuna study to draw; what it measured: autoaug policies show {ref}"
+    return (
+        f"search {name!r} has no Optuna study yet (no trial has started; was it stopped in calibration?): "
+        f"resume it with autoaug search --resume {name}"
+    )
 
 
 def _slots(params: dict[str, Any], space: SearchSpace | None = None) -> list[tuple[str, float, float]]:

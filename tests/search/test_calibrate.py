@@ -548,6 +548,11 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     assert main(["policies", "show", "spent@1", "--store", str(tmp_path / "store")]) == 0
     shown = capsys.readouterr().out
     assert "time budget\n  the time budget (30m) ended the search with calibration: calibration ended at" in shown
+    # `autoaug report` has no study to draw: one line saying why and where to look, no traceback.
+    code = main(["report", "spent", "--storage", str(tmp_path / "runs"), "--out", str(tmp_path / "r.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "ran no trial (the time budget went to calibration)" in err and "autoaug policies show spent@1" in err
 
 
 def test_trials_are_skipped_only_before_any_ran_and_only_with_the_transfer_measured(tmp_path, monkeypatch):

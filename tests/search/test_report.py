@@ -128,3 +128,16 @@ def test_report_of_a_family_search_counts_the_ops_chosen(tmp_path, capsys, famil
         )
     labels = set(doc["importances"])
     assert labels <= {"Rotate in", "Color in", "Equalize in", "N (ops per image)", "M (magnitude)", "max bin"}
+
+
+def test_report_of_a_search_with_no_trial_started_says_so_in_one_line(tmp_path, capsys):
+    """A search stopped in calibration (its run directory, no Optuna study yet): one line, no traceback."""
+    from autoaug.launch.cli import main
+
+    run = tmp_path / "runs" / "early"
+    run.mkdir(parents=True)
+    (run / "search_config.json").write_text(json.dumps({"config": {"method": "train", "name": "early"}}))
+    code = main(["report", "early", "--storage", str(tmp_path / "runs"), "--out", str(tmp_path / "r.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "has no Optuna study yet" in err and "autoaug search --resume early" in err

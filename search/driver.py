@@ -51,7 +51,7 @@ from autoaug.search.assemble import build_provenance
 from autoaug.search import op_effects
 from autoaug.search.budget import STORE_RESERVE_S, Budget, format_duration, measured_run_s
 from autoaug.search.config import SearchConfig
-from autoaug.search.method import MethodResult, PreparedSearch, resume_hint
+from autoaug.search.method import MethodResult, PreparedSearch, no_study, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
 from autoaug.search.rescore import RESCORE_FILE, candidate_scores, choose, rescore_candidates
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir, RunState, default_runs_root
@@ -324,14 +324,7 @@ def _transfer_only(
         trials=(),
         assembled=AssembledPolicy(transfer.policy, (), 0, (), rule="transfer"),
         candidates=[transfer],
-        optuna={
-            "storage": None,
-            "study_name": None,
-            "num_trials": 0,
-            "consistent_with_tune": True,
-            "problems": [],
-            "note": "no trial ran: calibration used the time budget",
-        },
+        optuna=no_study("no trial ran: calibration used the time budget"),
     )
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "OptionSpec",
     "PreparedSearch",
     "MethodResult",
+    "no_study",
     "METHODS",
     "register_method",
     "default_method",
@@ -205,6 +206,19 @@ class MethodResult:
     timing: Mapping[str, Any] = field(default_factory=dict)
     #: The provenance's ``method`` record (None: the training method's, which has none).
     provenance: Mapping[str, Any] | None = None
+
+
+def no_study(note: str) -> dict[str, Any]:
+    """:attr:`MethodResult.optuna` of a result no Optuna study proposed (PBA; a search whose
+    calibration left no time for trials), with ``note`` saying why."""
+    return {
+        "storage": None,
+        "study_name": None,
+        "num_trials": 0,
+        "consistent_with_tune": True,
+        "problems": [],
+        "note": note,
+    }
 
 
 class Method(Protocol):

@@ -56,6 +56,7 @@ from autoaug.search.method import (
     all_failed,
     check_space_family,
     check_validation_left_to_the_method,
+    no_study,
     resume_hint,
 )
 from autoaug.search.run_dir import RunDir
@@ -467,14 +468,7 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         trials=records,
         assembled=assembled,
         candidates=[Candidate("pba_schedule", final, (best.trial_id,), best.score)],
-        optuna={
-            "storage": None,
-            "study_name": None,
-            "num_trials": 0,
-            "consistent_with_tune": True,
-            "problems": [],
-            "note": "PBA uses no Optuna study: PBT's exploit/explore proposes the policies",
-        },
+        optuna=no_study("PBA uses no Optuna study: PBT's exploit/explore proposes the policies"),
         timing={"population_wall_s": wall},
         provenance=record,
     )

@@ -305,13 +305,13 @@ def _transfer_only(
     ``transfer`` candidate (the published policy that transferred best), stored as calibration
     measured it (nothing is re-scored: its runs are in the calibration record)."""
     from autoaug.search.assemble import AssembledPolicy
-    from autoaug.search.noise import score_of
 
     planned = config.search_method.num_trials(config)
     spent, left = budget.spent_s(), max(budget.remaining_s(), 0.0)
-    scores = [score_of(r) for r in transfer.runs]
-    measured = f"{100 * sum(scores) / len(scores):.2f}% over {len(scores)} run{'s' if len(scores) > 1 else ''}"
     published = calibration["transfer"]
+    score = published["scores"][published["best"]]  # what calibration recorded of it
+    runs = len(score["runs"])
+    measured = f"{100 * score['mean']:.2f}% over {runs} run{'s' if runs > 1 else ''}"
     note = (
         f"calibration ended at {format_duration(spent)} of the {format_duration(budget.total_s)} budget, leaving "
         f"{format_duration(left)}, less than trials and re-scoring need (about {format_duration(budget.reserve_s())}): "

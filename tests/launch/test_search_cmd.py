@@ -265,6 +265,8 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
         "smoke",
         "--num-trials",
         "3",
+        "--concurrency",
+        "1",
         *TINY,
         *_dirs(tmp_path),
     ]
@@ -327,6 +329,8 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
         "doomed",
         "--num-trials",
         "2",
+        "--concurrency",
+        "1",
         "--max-failures",
         "0",
         *TINY,
@@ -357,6 +361,8 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials(tmp_path, cifar_s
         "crash",
         "--num-trials",
         str(num_trials),
+        "--concurrency",
+        "1",
         "--set",
         "train.epochs=2",
         "--set",
@@ -461,6 +467,8 @@ def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_tra
         "twice",
         "--num-trials",
         "2",
+        "--concurrency",
+        "1",
         *TINY,
         *_dirs(tmp_path),
     ]
@@ -520,6 +528,8 @@ def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_s
         "brief",
         "--num-trials",
         "4",
+        "--concurrency",
+        "1",
         "--set",
         "train.epochs=3",
         "--set",
@@ -593,6 +603,8 @@ def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_p
         "later",
         "--num-trials",
         "4",
+        "--concurrency",
+        "1",
         "--set",
         "train.epochs=2",
         "--set",
@@ -666,7 +678,7 @@ def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_f
     mnt, logs = tmp_path / "mnt", tmp_path / "logs"
     mnt.mkdir(), logs.mkdir()
     args = (
-        f"--preset smoke --data {cifar_small} --name full --num-trials 4 --set train.epochs=2 "
+        f"--preset smoke --data {cifar_small} --name full --num-trials 4 --concurrency 1 --set train.epochs=2 "
         f"--set train.train_size=256 --set train.val_size=128"
     )
     env = {

@@ -28,6 +28,8 @@ def test_search_with_s3_storage_and_store(tmp_path, cifar_small, s3_bucket, caps
         "s3smoke",
         "--num-trials",
         "2",
+        "--concurrency",
+        "1",
         "--data",
         str(data),
         "--set",

@@ -773,6 +773,7 @@ def _arrows(write_images, path, per_class=320, seed=0):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("shared_ray")
 def test_base_auto_picks_crop_over_standard_when_a_flip_changes_the_label(tmp_path, capsys, write_images):
     from autoaug.launch.cli import main
 
@@ -790,6 +791,8 @@ def test_base_auto_picks_crop_over_standard_when_a_flip_changes_the_label(tmp_pa
         "--no-warm-start",
         "--num-trials",
         "2",
+        "--concurrency",
+        "1",
         "--no-rescore",
         "--set",
         "base_extra_seeds=0",  # one run per base: the flip puts standard far below crop
@@ -819,6 +822,7 @@ def test_base_auto_picks_crop_over_standard_when_a_flip_changes_the_label(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("shared_ray")
 def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policies(
     tmp_path, monkeypatch, capsys, write_images
 ):

@@ -20,7 +20,16 @@ from autoaug.search.density import DensityConfig
 
 REPO = Path(__file__).resolve().parents[2]
 # Two folds of 256 images, one epoch: seconds per fold model on a CPU.
-TINY = ["--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.batch_size=32"]
+TINY = [
+    "--set",
+    "train.epochs=1",
+    "--set",
+    "train.train_size=256",
+    "--set",
+    "train.batch_size=32",
+    "--concurrency",
+    "1",
+]
 
 
 def _config(argv):

@@ -77,6 +77,7 @@ def test_a_search_config_that_sets_the_validated_epochs_itself_is_refused():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("shared_ray")
 def test_a_search_validates_only_the_epochs_asha_and_the_ranking_read(tmp_path, capsys, cifar_small):
     """4 epochs, ASHA's rung at epoch 2, a window of 1: trials validate epochs 2 and 4 only; ASHA
     cuts at epoch 2 on real scores, the study holds the scores of the validated epochs, and the
@@ -94,6 +95,8 @@ def test_a_search_validates_only_the_epochs_asha_and_the_ranking_read(tmp_path, 
             "sparse",
             "--num-trials",
             "4",
+            "--concurrency",
+            "1",
             "--grace-period",
             "2",
             "--reduction-factor",

@@ -37,7 +37,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 test: install lint
-	AUTOAUG_CIFAR10="$(DATA)" $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	AUTOAUG_CIFAR10="$(DATA)" $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: install
 	AUTOAUG_CIFAR10="$(DATA)" $(PY) benchmarks/input_pipeline.py

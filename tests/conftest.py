@@ -22,6 +22,23 @@ _DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar10-jpeg"
 _DEFAULT_GTSRB = REPO.parent / "shared" / "data" / "gtsrb-32-png"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the test files that cost the most first (longest first: with ``make test``'s
+    ``--dist loadfile --no-loadscope-reorder`` the two processes then start on the integration
+    searches and end on the many quick files together, instead of one process running the last
+    search alone while the other idles). A file's cost: its ``slow`` tests' timeouts (300 s when a
+    slow test has none) plus 1 per other test. Tests keep their order within a file."""
+    cost: dict[Path, float] = {}
+    for item in items:
+        weight = 1.0
+        if item.get_closest_marker("slow") is not None:
+            timeout = item.get_closest_marker("timeout")
+            weight = float(timeout.args[0]) if timeout is not None and timeout.args else 300.0
+        cost[item.path] = cost.get(item.path, 0.0) + weight
+    first_seen = {path: rank for rank, path in enumerate(dict.fromkeys(item.path for item in items))}
+    items.sort(key=lambda item: (-cost[item.path], first_seen[item.path]))
+
+
 def cifar10_dir() -> Path | None:
     path = Path(os.environ.get("AUTOAUG_CIFAR10", _DEFAULT_DATA))
     return path if (path / "train.parquet").is_file() else None

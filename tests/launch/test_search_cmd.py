@@ -652,13 +652,18 @@ def test_a_resumed_search_continues_with_the_budget_its_killed_driver_left(tmp_p
     assert len(prov["trials"]) == 4 and all(t["status"] in ("completed", "early_stopped") for t in prov["trials"])
 
 
+# The driver stalls at a failpoint once the first trial's end is saved (it writes the marker
+# "$LOG/fired/search.after_trial_saved" and waits for "$LOG/go"); the disk is filled while it is
+# stalled and it is let go: its next write meets the full disk, whatever the trials' timing.
 SEARCH_ON_A_FILLING_DISK = r"""
 set -u
 mount -t tmpfs -o size=8m tmpfs "$D"
-autoaug search $ARGS --storage "$D/runs" --store "$D/store" >"$LOG/out1" 2>"$LOG/err1" &
+AUTOAUG_FAILPOINTS="search.after_trial_saved:1=stall($LOG/go)" AUTOAUG_FAILPOINTS_FIRED="$LOG/fired" \
+  autoaug search $ARGS --storage "$D/runs" --store "$D/store" >"$LOG/out1" 2>"$LOG/err1" &
 pid=$!
-while ! ls "$D"/runs/full/trial_*/result.json >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do sleep 0.2; done
-dd if=/dev/zero of="$D/filler" bs=64k 2>/dev/null  # the disk fills up while the first trials run
+while [ ! -e "$LOG/fired/search.after_trial_saved" ] && kill -0 $pid 2>/dev/null; do sleep 0.2; done
+dd if=/dev/zero of="$D/filler" bs=64k 2>/dev/null
+touch "$LOG/go"
 wait $pid; echo "rc1=$?"
 rm "$D/filler"
 autoaug search --resume full --storage "$D/runs" >"$LOG/out2" 2>"$LOG/err2"; echo "rc2=$?"
@@ -671,8 +676,8 @@ cp "$D/runs/full/result.json" "$LOG/result.json" 2>/dev/null
 def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_freed(
     tmp_path, cifar_small, in_mount_namespace
 ):
-    """A real full filesystem (an 8 MiB tmpfs in a user namespace, filled up once the first trial
-    has reported), real processes: the search stops at the first write that fails, with one line
+    """A real full filesystem (an 8 MiB tmpfs in a user namespace, filled while the driver is
+    stalled at a failpoint after the first trial's end is saved), real processes: the search stops at the first write that fails, with one line
     naming the run directory and how to resume, no traceback; resumed once space is freed, it
     finishes exactly the requested trials and stores the policy."""
     mnt, logs = tmp_path / "mnt", tmp_path / "logs"
@@ -692,6 +697,7 @@ def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_f
     proc = in_mount_namespace(SEARCH_ON_A_FILLING_DISK, env, timeout=800)
     out1, err1 = (logs / "out1").read_text(), (logs / "err1").read_text()
     assert "rc1=1" in proc.stdout, proc.stdout + proc.stderr + err1[-3000:]
+    assert (logs / "fired" / "search.after_trial_saved").is_file()  # the disk filled while the driver waited there
     errors = [line for line in err1.splitlines() if line.startswith("autoaug: error:")]
     assert len(errors) == 1, err1[-3000:]
     assert "cannot write " in errors[0] and str(mnt / "runs" / "full") in errors[0], errors[0]

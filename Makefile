@@ -9,9 +9,10 @@ STAMP   := $(VENV)/.installed
 DATA    ?= $(or $(AUTOAUG_CIFAR10),$(abspath ../shared/data/cifar10-jpeg))
 DEMO_DIR ?= $(abspath runs/demo)
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist), whole test files per process: the integration tests spend much of
-# their time starting Ray and waiting on it. Measured on 2 idle cores: 11.3 min with 2 processes
-# (TEST_WORKERS=1: one process, for debugging). 33.5 min on 2 idle cores of an AMD EPYC without AVX-512 (1,228 tests, fresh clone).
+# Test processes (pytest-xdist), whole test files per process, the costliest files first
+# (tests/conftest.py orders them; --no-loadscope-reorder keeps that order): 27.5 min on 2 idle cores
+# of an AMD EPYC without AVX-512 (1,242 tests, fresh clone; benchmarks/results/suite-time).
+# TEST_WORKERS=1: one process, for debugging.
 TEST_WORKERS ?= 2
 
 .PHONY: install demo lint test bench clean

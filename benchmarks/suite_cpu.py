@@ -86,25 +86,31 @@ def kind_of(names: list[str]) -> str:
     return "other: " + (names[-1].split(" ")[0].rsplit("/", 1)[-1] if names[-1] else "?")
 
 
-def sample(stop: threading.Event, interval: float, before: set[str], procs: dict) -> None:
-    """Until ``stop``: every ``interval`` s, each new process's CPU and its titles."""
-    while not stop.wait(interval):
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit() or pid in before:
-                continue
-            cpu = _cpu_seconds(pid)
-            if cpu is None:
-                continue
-            entry = procs.get(pid)
-            if entry is None:
-                line = _cmdline(pid)
-                if not line:
-                    continue
-                entry = procs[pid] = {"names": [line], "cpu_s": cpu}
-            entry["cpu_s"] = max(entry["cpu_s"], cpu)
+def sweep(before: set[str], procs: dict) -> None:
+    """One pass over ``/proc``: each process not in ``before``, its CPU so far and any new title."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid in before:
+            continue
+        cpu = _cpu_seconds(pid)
+        if cpu is None:
+            continue
+        entry = procs.get(pid)
+        if entry is None:
             line = _cmdline(pid)
-            if line and line != entry["names"][-1]:
-                entry["names"].append(line)
+            if not line:
+                continue
+            entry = procs[pid] = {"names": [line], "cpu_s": cpu}
+        entry["cpu_s"] = max(entry["cpu_s"], cpu)
+        line = _cmdline(pid)
+        if line and line != entry["names"][-1]:
+            entry["names"].append(line)
+
+
+def sample(stop: threading.Event, interval: float, before: set[str], procs: dict) -> None:
+    """:func:`sweep` every ``interval`` s until ``stop``, and once more when it is set."""
+    while not stop.wait(interval):
+        sweep(before, procs)
+    sweep(before, procs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,8 @@ from autoaug.search.config import SearchConfig
 from autoaug.search.density import DensityConfig
 
 REPO = Path(__file__).resolve().parents[2]
-# Two folds of 256 images, one epoch: seconds per fold model on a CPU.
+# Two folds of 256 images, one epoch: seconds per fold model on a CPU; one candidate scored at a
+# time (one actor per round, whose imports and DALI graph cost more than the scoring).
 TINY = [
     "--set",
     "train.epochs=1",

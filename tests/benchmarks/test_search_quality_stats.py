@@ -3,20 +3,13 @@ search with another seed, and what the found policies of several seeds give toge
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "search_quality.py"
-
 
 @pytest.fixture(scope="module")
-def sq():
-    spec = importlib.util.spec_from_file_location("search_quality_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sq(load_benchmark):
+    return load_benchmark("search_quality")
 
 
 def _result(seed: int, name: str, fingerprint: str = "bf23", **changes) -> dict:

@@ -4,24 +4,17 @@ timing)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "suite_cpu.py"
-
 
 @pytest.fixture(scope="module")
-def sc():
-    spec = importlib.util.spec_from_file_location("suite_cpu_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sc(load_benchmark):
+    return load_benchmark("suite_cpu")
 
 
 @pytest.mark.parametrize(

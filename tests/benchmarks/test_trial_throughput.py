@@ -3,24 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "trial_throughput.py"
-
 
 @pytest.fixture(scope="module")
-def tt():
-    spec = importlib.util.spec_from_file_location("trial_throughput_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+def tt(load_benchmark):
+    return load_benchmark("trial_throughput")
 
 
 def test_flops_per_image_of_resnet8_are_its_convolutions_and_matmul(tt):

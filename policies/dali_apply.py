@@ -23,9 +23,11 @@ the same as a 25-sub-policy AutoAugment policy:
    parameter, already converted by :mod:`autoaug.policies.ops` (enhance factor, solarize threshold,
    posterize mask, blend weight...). Geometric operations look up a whole 2x3 affine matrix
    (``types.Constant(table)[idx]``), Sharpness a 3x3 kernel;
-3. one conditional selection over the stage's kinds (``nvidia.dali.auto_aug.core.select``, a
-   binary tree of ``if``): each branch receives only the samples that drew it, together with their
-   share of the parameter nodes.
+3. one conditional selection over the stage's kinds (:func:`_select`, a binary tree of ``if``
+   split as ``nvidia.dali.auto_aug.core.select`` splits): each branch receives only the samples
+   that drew it, together with their share of the parameter nodes. It is the only function with
+   an ``if`` on a DataNode, so the only one (with the two thin policy steps that loop over the
+   stages) DALI's AutoGraph converts; everything else is ``@do_not_convert``.
 
 All parameters are computed before branching, once per stage, so a branch holds only the operator
 itself. ShearX/ShearY/TranslateX/TranslateY/Rotate share one ``fn.warp_affine`` branch (their
@@ -60,7 +62,7 @@ import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import augmentations as _a
-from nvidia.dali.auto_aug.core import augmentation, select
+from nvidia.dali.auto_aug.core import augmentation
 from nvidia.dali.data_node import DataNode
 from nvidia.dali.pipeline import do_not_convert
 
@@ -109,6 +111,7 @@ class DaliBranch:
         sized: it needs the image size (computed once per policy step when any branch does).
         arguments: ``(images, size, height, width) -> dict``, the arguments it shares with every
             stage (built once per policy step, before any branching), or ``None``.
+        accepts: the names of the arguments it takes after ``(data, _)``: what a stage passes it.
     """
 
     kind: str
@@ -116,6 +119,7 @@ class DaliBranch:
     table: str | None = None
     sized: bool = False
     arguments: Callable[..., dict] | None = None
+    accepts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,10 @@ def dali_branch(kind: str, *, table: str | None = None, sized: bool = False, arg
             raise ValueError(f"dali_branch {kind!r}: table={table!r}; expected None or one of {list(TABLES)}")
         if table is not None and table not in inspect.signature(function).parameters:
             raise ValueError(f"dali_branch {kind!r}: {function.__name__} takes no {table!r} argument, its table")
-        branch = DaliBranch(kind, augmentation(function), table, sized, arguments)
+        # Not converted by AutoGraph: a branch has no condition on a DataNode, and converting each
+        # one cost every process that builds a policy pipeline about 0.1 s (see _select).
+        accepts = tuple(inspect.signature(function).parameters)[2:]
+        branch = DaliBranch(kind, augmentation(do_not_convert(function)), table, sized, arguments, accepts)
         DALI_BRANCHES[kind] = branch
         return branch
 
@@ -489,6 +496,7 @@ def stage_tables(policy: Policy, stage: int) -> StageTables:
     )
 
 
+@do_not_convert
 def _lookup(idx, values, dtype):
     return fn.lookup_table(
         idx,
@@ -514,6 +522,7 @@ def _normalize_size(image_size) -> tuple[int, int] | None:
     return size  # type: ignore[return-value]
 
 
+@do_not_convert
 def apply_base(base, images: DataNode, *, image_size: int | tuple[int, int]) -> DataNode:
     """The base augmentation ``base`` (a name of :data:`autoaug.policies.bases.REGISTRY`, or a
     policy: its ``base``) as DALI operators on uint8 HWC images of ``image_size`` (an int or
@@ -579,70 +588,96 @@ def apply_policy(
     Returns:
         the augmented uint8 HWC DataNode (same device as ``images``), or ``(images, trace)``.
     """
-    if not isinstance(policy, Policy):
-        raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
-    if not isinstance(images, DataNode):
-        raise ValueError(f"images must be a DALI DataNode (inside a pipeline_def), got {type(images).__name__}")
-    if interpolation not in _INTERP:
-        raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
-    if isinstance(fill_value, bool) or not isinstance(fill_value, int) or not 0 <= fill_value <= 255:
-        raise ValueError(f"fill_value={fill_value!r}; expected an int in [0, 255]")
-    size = _normalize_size(image_size)
-    if policy.is_identity:
-        if return_trace:
-            return images, fn.random.uniform(values=[-1], dtype=types.INT32, shape=[1])
-        return images
+    # AutoGraph converts this function (the pipeline calls it): it only loops over the stages and
+    # branches; the checks and the tables are built in _PolicyStep, which it does not convert.
+    step = _PolicyStep(policy, images, image_size, interpolation, fill_value, return_trace)
+    for stage in range(step.stages):
+        calls, selected = step.stage(stage)
+        if calls:
+            images = _select(calls, selected, 0, len(calls) - 1, images)
+    return step.result(images)
 
-    used = set(policy.ops_used)
-    height = width = None
-    if any(DALI_OPS[o].branch.sized for o in used):
-        if size is not None:
-            height, width = float(size[0]), float(size[1])
-        else:
-            shape = images.shape(device="cpu")
-            height = fn.cast(shape[0], dtype=types.FLOAT)
-            width = fn.cast(shape[1], dtype=types.FLOAT)
-    kwargs = _branch_kwargs(images, {DALI_OPS[o].kind for o in used}, fill_value, interpolation, size, height, width)
 
-    k = fn.random.uniform(values=list(range(len(policy))), dtype=types.INT32)
-    k2 = k * 2
-    trace = [k]
-    for stage in range(policy.max_ops_per_sub_policy):
-        t = stage_tables(policy, stage)
-        kinds = t.kinds
-        if len(kinds) == 1:  # only Identity at this stage
-            if return_trace:
-                trace += [k * 0, k * 0]
-            continue
+class _PolicyStep:
+    """The DataNodes of :func:`apply_policy` built outside the branches (not converted by
+    AutoGraph): the argument checks, each sample's sub-policy ``k``, the arguments every branch
+    shares and, per stage (:meth:`stage`, called in stage order so the graph's random operators
+    are created in the same order as ever), the selection and each branch's call."""
+
+    @do_not_convert
+    def __init__(self, policy, images, image_size, interpolation, fill_value, return_trace):
+        if not isinstance(policy, Policy):
+            raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
+        if not isinstance(images, DataNode):
+            raise ValueError(f"images must be a DALI DataNode (inside a pipeline_def), got {type(images).__name__}")
+        if interpolation not in _INTERP:
+            raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
+        if isinstance(fill_value, bool) or not isinstance(fill_value, int) or not 0 <= fill_value <= 255:
+            raise ValueError(f"fill_value={fill_value!r}; expected an int in [0, 255]")
+        self.size = size = _normalize_size(image_size)
+        self.policy = policy
+        self.return_trace = return_trace
+        if policy.is_identity:
+            self.stages = 0
+            self.trace = [fn.random.uniform(values=[-1], dtype=types.INT32, shape=[1])] if return_trace else []
+            return
+        self.stages = policy.max_ops_per_sub_policy
+        used = set(policy.ops_used)
+        self.height = self.width = None
+        if any(DALI_OPS[o].branch.sized for o in used):
+            if size is not None:
+                self.height, self.width = float(size[0]), float(size[1])
+            else:
+                shape = images.shape(device="cpu")
+                self.height = fn.cast(shape[0], dtype=types.FLOAT)
+                self.width = fn.cast(shape[1], dtype=types.FLOAT)
+        self.kwargs = _branch_kwargs(
+            images, {DALI_OPS[o].kind for o in used}, fill_value, interpolation, size, self.height, self.width
+        )
+        self.k = fn.random.uniform(values=list(range(len(policy))), dtype=types.INT32)
+        self.k2 = self.k * 2
+        self.trace = [self.k]
+
+    @do_not_convert
+    def stage(self, stage: int) -> tuple[list, Any]:
+        """``(calls, selected)`` of stage ``stage`` for :func:`_select` (no calls: only Identity)."""
+        t = stage_tables(self.policy, stage)
+        k = self.k
+        if len(t.kinds) == 1:  # only Identity at this stage
+            if self.return_trace:
+                self.trace += [k * 0, k * 0]
+            return [], None
         sign = fn.random.coin_flip(dtype=types.INT32) if t.signed else None
-        idx = k2 + sign if sign is not None else k2
+        idx = self.k2 + sign if sign is not None else self.k2
         selected = _lookup(idx, t.kind, types.INT32)
         if not t.all_certain:
             applied = fn.random.coin_flip(probability=_lookup(idx, t.prob, types.FLOAT), dtype=types.INT32)
             selected = selected * applied
+        size, height, width = self.size, self.height, self.width
 
-        def matrix(t=t, idx=idx):
-            terms = t.affine
+        def matrix():
             if size is not None:
-                mats = terms[:, 0] + width * terms[:, 1] + height * terms[:, 2]
+                mats = t.affine[:, 0] + width * t.affine[:, 1] + height * t.affine[:, 2]
                 return types.Constant(mats.astype(np.float32))[idx]
-            per_sample = types.Constant(terms.astype(np.float32))[idx]
+            per_sample = types.Constant(t.affine.astype(np.float32))[idx]
             return per_sample[0] + width * per_sample[1] + height * per_sample[2]
 
-        images = _apply_stage(
-            images,
-            kinds,
-            selected,
-            kwargs,
-            param=lambda t=t, idx=idx: _lookup(idx, t.param, types.FLOAT),
+        calls = _stage_calls(
+            t.kinds,
+            self.kwargs,
+            param=lambda: _lookup(idx, t.param, types.FLOAT),
             matrix=matrix,
-            kernel=lambda t=t, idx=idx: types.Constant(t.kernel.astype(np.float32))[idx],
+            kernel=lambda: types.Constant(t.kernel.astype(np.float32))[idx],
         )
-        if return_trace:
-            trace += [fn.cast(selected > 0, dtype=types.INT32), sign if sign is not None else k * 0]
-    if return_trace:
-        return images, fn.stack(*trace)
-    return images
+        if self.return_trace:
+            self.trace += [fn.cast(selected > 0, dtype=types.INT32), sign if sign is not None else k * 0]
+        return calls, selected
+
+    @do_not_convert
+    def result(self, images):
+        if self.return_trace:
+            return images, fn.stack(*self.trace) if len(self.trace) > 1 else self.trace[0]
+        return images
 
 
 def decode_trace(policy: Policy, trace) -> list[tuple[int, list[str]]]:
@@ -664,6 +699,7 @@ def decode_trace(policy: Policy, trace) -> list[tuple[int, list[str]]]:
 
 
 # --------------------------------------------------------------------------- the stage, shared
+@do_not_convert
 def _branch_kwargs(images, kinds, fill_value: int, interpolation: str, size, height=None, width=None) -> dict:
     """The arguments every stage's branches share (both policy steps): fill value and
     interpolation, and those the branches of ``kinds`` declare (:attr:`DaliBranch.arguments`: with
@@ -677,18 +713,45 @@ def _branch_kwargs(images, kinds, fill_value: int, interpolation: str, size, hei
     return kwargs
 
 
-def _apply_stage(images, kinds: Sequence[str], selected, kwargs: dict, *, param, matrix, kernel):
-    """One stage of a policy step (both steps): the conditional selection over the stage's
-    ``kinds`` (``selected``: each sample's kind index, 0 = Identity), each branch receiving the
-    shared ``kwargs`` and, where its kinds need them, the per-sample tables (:data:`TABLES`:
-    callables building the parameter, affine matrix and sharpness kernel nodes, called only when a
-    branch of the stage reads them)."""
+@do_not_convert
+def _stage_calls(kinds: Sequence[str], kwargs: dict, *, param, matrix, kernel) -> list:
+    """The calls of one stage's branches (both policy steps), in the order of ``kinds`` (Identity
+    first): ``(function, arguments)`` for :func:`_select`. Each branch receives the shared
+    ``kwargs`` it accepts and, where it reads one, its per-sample table (:data:`TABLES`:
+    ``param``, ``matrix`` and ``kernel`` are callables building the parameter, affine matrix and
+    sharpness kernel nodes, called only when a branch of the stage reads them)."""
     stage_kwargs = dict(kwargs)
     read = {DALI_BRANCHES[kind].table for kind in kinds}
     for table, build in zip(TABLES, (param, matrix, kernel)):
         if table in read:
             stage_kwargs[table] = build()
-    return select([DALI_BRANCHES[kind].augmentation for kind in kinds], selected, data=images, **stage_kwargs)
+    calls = []
+    for kind in kinds:
+        branch = DALI_BRANCHES[kind]
+        calls.append((branch.augmentation.op, {n: stage_kwargs[n] for n in branch.accepts if n in stage_kwargs}))
+    return calls
+
+
+def _select(calls: list, selected, lo: int, hi: int, data):
+    """``calls[selected](data)`` per sample: the conditional selection of a stage, a binary tree of
+    ``if`` over ``[lo, hi]`` (as DALI's ``auto_aug.core.select``, whose split it keeps, so a graph
+    and its random draws are the same as with it). Each branch gets only the samples that drew it
+    and their share of the argument nodes.
+
+    The only function of a policy step whose ``if`` tests a DataNode, so the only one AutoGraph has
+    to convert besides the two thin policy steps: converting DALI's ``select`` and its
+    ``Augmentation`` wrappers and every branch cost each process that builds a policy pipeline
+    2.5-4 CPU-s (34 conversions; a trial actor, a compare run, a calibration run each pay it)."""
+    if lo == hi:
+        function, kwargs = calls[lo]
+        out = function(data, None, **kwargs)
+    else:
+        mid = (lo + hi) // 2
+        if selected <= mid:
+            out = _select(calls, selected, lo, mid, data)
+        else:
+            out = _select(calls, selected, mid + 1, hi, data)
+    return out
 
 
 # --------------------------------------------------------------------------- tables as inputs
@@ -793,29 +856,46 @@ def apply_policy_inputs(
 ) -> DataNode:
     """The policy step of :class:`PolicyInputs` (inside ``pipeline_def(enable_conditionals=True)``):
     ``inputs`` are the DataNodes fed with :meth:`PolicyInputs.tables`, in its order."""
-    if len(inputs) != len(spec.input_names()):
-        raise ValueError(f"expected {len(spec.input_names())} policy inputs ({spec.input_names()}), got {len(inputs)}")
-    if interpolation not in _INTERP:
-        raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
-    count = inputs[0]
-    kwargs = _branch_kwargs(images, set(spec.kinds), fill_value, interpolation, spec.image_size)
-    if len(spec.kinds) == 1:
-        return images
-    u = fn.random.uniform(range=[0.0, 1.0])
-    k = fn.cast(dmath.min(dmath.floor(u * count), count - 1.0), dtype=types.INT32)
-    k2 = k * 2
-    for stage in range(spec.stages):
-        kind, prob, param, matrix, kernel = inputs[1 + 5 * stage : 6 + 5 * stage]
-        idx = k2 + fn.random.coin_flip(dtype=types.INT32)
+    # Converted by AutoGraph, as apply_policy: only the loop and the branches.
+    step = _PolicyInputsStep(spec, images, inputs, interpolation, fill_value)
+    for stage in range(step.stages):
+        calls, selected = step.stage(stage)
+        images = _select(calls, selected, 0, len(calls) - 1, images)
+    return images
+
+
+class _PolicyInputsStep:
+    """The DataNodes of :func:`apply_policy_inputs` built outside the branches (not converted by
+    AutoGraph), as :class:`_PolicyStep`."""
+
+    @do_not_convert
+    def __init__(self, spec: PolicyInputs, images, inputs, interpolation: str, fill_value: int):
+        if len(inputs) != len(spec.input_names()):
+            raise ValueError(
+                f"expected {len(spec.input_names())} policy inputs ({spec.input_names()}), got {len(inputs)}"
+            )
+        if interpolation not in _INTERP:
+            raise ValueError(f"interpolation={interpolation!r}; expected one of {sorted(_INTERP)}")
+        self.spec, self.inputs = spec, inputs
+        count = inputs[0]
+        self.kwargs = _branch_kwargs(images, set(spec.kinds), fill_value, interpolation, spec.image_size)
+        self.stages = 0 if len(spec.kinds) == 1 else spec.stages
+        if self.stages:
+            u = fn.random.uniform(range=[0.0, 1.0])
+            k = fn.cast(dmath.min(dmath.floor(u * count), count - 1.0), dtype=types.INT32)
+            self.k2 = k * 2
+
+    @do_not_convert
+    def stage(self, stage: int) -> tuple[list, Any]:
+        kind, prob, param, matrix, kernel = self.inputs[1 + 5 * stage : 6 + 5 * stage]
+        idx = self.k2 + fn.random.coin_flip(dtype=types.INT32)
         applied = fn.random.coin_flip(probability=prob[idx], dtype=types.INT32)
         selected = kind[idx] * applied
-        images = _apply_stage(
-            images,
-            spec.kinds,
-            selected,
-            kwargs,
+        calls = _stage_calls(
+            self.spec.kinds,
+            self.kwargs,
             param=lambda: param[idx],
             matrix=lambda: matrix[idx],
             kernel=lambda: kernel[idx],
         )
-    return images
+        return calls, selected

@@ -40,13 +40,14 @@ _KINDS = (
 )
 
 
-def _cpu_seconds(pid: str) -> float | None:
+def _stat(pid: str) -> tuple[float, str] | None:
+    """``(CPU seconds so far, parent pid)`` of ``pid``, or None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return (int(fields[11]) + int(fields[12])) / _TICK, fields[1]
 
 
 def _cmdline(pid: str) -> str | None:
@@ -86,14 +87,33 @@ def kind_of(names: list[str]) -> str:
     return "other: " + (names[-1].split(" ")[0].rsplit("/", 1)[-1] if names[-1] else "?")
 
 
-def sweep(before: set[str], procs: dict) -> None:
-    """One pass over ``/proc``: each process not in ``before``, its CPU so far and any new title."""
+def sweep(before: set[str], procs: dict, root: str | None = None, foreign: set[str] | None = None) -> None:
+    """One pass over ``/proc``: each process not in ``before``, its CPU so far and any new title.
+
+    With ``root`` (a pid), only ``root`` and the processes it started, directly or not (a new
+    process is taken when its parent is one of them; the others go to ``foreign``): what one
+    command costs while other work runs on the machine."""
+    stats = {}
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or pid in before:
-            continue
-        cpu = _cpu_seconds(pid)
-        if cpu is None:
-            continue
+        if pid.isdigit() and pid not in before and (foreign is None or pid not in foreign):
+            stat = _stat(pid)
+            if stat is not None:
+                stats[pid] = stat
+    if root is not None:
+        taken = {pid for pid in procs} | {root}
+        new = {pid for pid in stats if pid not in taken}
+        grew = True
+        while grew:  # a parent listed after its child is taken first
+            grew = False
+            for pid in sorted(new):
+                if stats[pid][1] in taken:
+                    taken.add(pid)
+                    new.discard(pid)
+                    grew = True
+        if foreign is not None:
+            foreign |= new
+        stats = {pid: stat for pid, stat in stats.items() if pid in taken}
+    for pid, (cpu, _parent) in stats.items():
         entry = procs.get(pid)
         if entry is None:
             line = _cmdline(pid)
@@ -106,17 +126,32 @@ def sweep(before: set[str], procs: dict) -> None:
             entry["names"].append(line)
 
 
-def sample(stop: threading.Event, interval: float, before: set[str], procs: dict) -> None:
-    """:func:`sweep` every ``interval`` s until ``stop``, and once more when it is set."""
+def sample(stop: threading.Event, interval: float, before: set[str], procs: dict, root=None) -> None:
+    """:func:`sweep` every ``interval`` s until ``stop``, and once more when it is set. ``root``:
+    a callable giving the command's pid (known once it has started), to count its processes only."""
+    foreign: set[str] = set()
+
+    def once() -> None:
+        if root is None:
+            sweep(before, procs)
+        elif root() is not None:  # not before the command has started
+            sweep(before, procs, root(), foreign)
+
     while not stop.wait(interval):
-        sweep(before, procs)
-    sweep(before, procs)
+        once()
+    once()
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
     p.add_argument("--json", help="write the table and the per-process records here")
+    p.add_argument(
+        "--tree",
+        action="store_true",
+        help="count only the command and the processes it starts (directly or not), not everything "
+        "started meanwhile: for a machine with other work on it",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -125,10 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     before = {pid for pid in os.listdir("/proc") if pid.isdigit()}
     procs: dict[str, dict] = {}
     stop = threading.Event()
-    sampler = threading.Thread(target=sample, args=(stop, args.interval, before | {str(os.getpid())}, procs))
+    child: list[subprocess.Popen] = []
+    root = (lambda: str(child[0].pid) if child else None) if args.tree else None
+    sampler = threading.Thread(target=sample, args=(stop, args.interval, before | {str(os.getpid())}, procs, root))
     busy0, wall0 = _busy_seconds(), time.monotonic()
     sampler.start()
-    code = subprocess.call(command)
+    child.append(subprocess.Popen(command))
+    code = child[0].wait()
     stop.set()
     sampler.join()
     wall, busy = time.monotonic() - wall0, _busy_seconds() - busy0

@@ -335,6 +335,11 @@ def local(
     kwargs.setdefault("log_to_driver", True)
     if runtime_env:
         kwargs["runtime_env"] = dict(runtime_env)
+    # Ray starts one idle worker per CPU when the first driver connects, for tasks to come. A
+    # search's trials run in Tune's actors, which start workers of their own, so in a search with
+    # no Ray task these sat idle to the end: 2.6 CPU-s a session here (benchmarks/suite_cpu.py
+    # --tree on a smoke search). Tasks (calibration, re-scoring, compare) start theirs on demand.
+    kwargs["_system_config"] = {"prestart_worker_first_driver": False, **kwargs.get("_system_config", {})}
     try:
         context = ray.init(
             address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard, **kwargs

@@ -59,3 +59,42 @@ def test_a_run_passes_the_commands_exit_status_through_and_records_it(sc, tmp_pa
     record = json.loads(out.read_text())
     assert record["exit"] == 3 and record["command"][-1] == "import sys; sys.exit(3)"
     assert "exit 3" in capsys.readouterr().out
+
+
+def test_a_sweep_of_a_tree_charges_the_commands_descendants_and_not_other_work(sc):
+    before = {pid for pid in os.listdir("/proc") if pid.isdigit()}
+    burn = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint('burnt', flush=True)\nsys.stdin.read()"
+    # the command: a parent that starts a child (its grandchild burns), and unrelated work beside it
+    parent_code = (
+        "import subprocess, sys\n"
+        f"c = subprocess.Popen([sys.executable, '-c', {burn!r}], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)\n"
+        "print(c.pid, c.stdout.readline().strip(), flush=True)\nsys.stdin.read()\nc.stdin.close()\nc.wait()"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    other = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild, word = parent.stdout.readline().split()
+        assert word == "burnt" and other.stdout.readline() == "burnt\n"
+        procs: dict = {}
+        foreign: set = set()
+        sc.sweep(before, procs, str(parent.pid), foreign)
+        assert procs[grandchild]["cpu_s"] >= 0.3 and str(parent.pid) in procs
+        assert str(other.pid) not in procs and str(other.pid) in foreign  # other work: left out
+        sc.sweep(before, procs, str(parent.pid), foreign)  # and stays out
+        assert str(other.pid) not in procs
+    finally:
+        for p in (parent, other):
+            p.stdin.close()
+            p.wait()
+
+
+def test_tree_mode_counts_the_command_and_its_processes(sc, tmp_path, capsys):
+    out = tmp_path / "cpu.json"
+    child = "import sys, time; time.sleep(0.5); sys.exit(4)"
+    code = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {child!r}]))"
+    assert sc.main(["--tree", "--interval", "0.05", "--json", str(out), "--", sys.executable, "-c", code]) == 4
+    record = json.loads(out.read_text())
+    names = [p["names"][0] for p in record["processes"]]
+    assert len(names) == 2 and any("time.sleep" in n for n in names), names  # the command and its child only

@@ -167,7 +167,8 @@ def dali_branch(kind: str, *, table: str | None = None, sized: bool = False, arg
             raise ValueError(f"dali_branch {kind!r}: {function.__name__} takes no {table!r} argument, its table")
         # Not converted by AutoGraph: a branch has no condition on a DataNode, and converting each
         # one cost every process that builds a policy pipeline about 0.1 s (see _select).
-        accepts = tuple(inspect.signature(function).parameters)[2:]
+        params = list(inspect.signature(function).parameters.values())[2:]
+        accepts = tuple(q.name for q in params if q.kind in (q.POSITIONAL_OR_KEYWORD, q.KEYWORD_ONLY))
         branch = DaliBranch(kind, augmentation(do_not_convert(function)), table, sized, arguments, accepts)
         DALI_BRANCHES[kind] = branch
         return branch

@@ -271,18 +271,17 @@ def test_policy_error_fits_the_error_hierarchy():
 
 
 def test_too_many_sub_policies_is_refused_quickly():
-    import time
-
     # Before: a policy of 380,000 sub-policies was accepted and `autoaug train` hung building it.
-    start = time.perf_counter()
+    # Refused by its count before the sub-policies past the limit are read: those are not even
+    # sub-policies here, and the message is still the count's.
+    over = [[("Rotate", 0.5, 1)]] * (MAX_SUB_POLICIES + 1) + [None] * (380_000 - MAX_SUB_POLICIES - 1)
     with pytest.raises(
         PolicyError,
         match=r"field 'sub_policies': more than 32,768 sub-policies "
         r"\(the limit: DALI's lookup tables hold 65,536 entries",
     ) as info:
-        Policy("big", 10, [[("Rotate", 0.5, 1)]] * 380_000)
+        Policy("big", 10, over)
     _one_line(info.value)
-    assert time.perf_counter() - start < 2
     assert len(Policy("max", 10, [[("Rotate", 0.5, 1)]] * MAX_SUB_POLICIES)) == MAX_SUB_POLICIES
     doc = json.dumps(
         {"name": "big", "num_magnitude_bins": 10, "sub_policies": [[["Rotate", 0.5, 1]]] * 380_000},

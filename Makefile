@@ -10,8 +10,8 @@ DATA    ?= $(or $(AUTOAUG_CIFAR10),$(abspath ../shared/data/cifar10-jpeg))
 DEMO_DIR ?= $(abspath runs/demo)
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist), whole test files per process, the costliest files first
-# (tests/conftest.py orders them; --no-loadscope-reorder keeps that order): 27.5 min on 2 idle cores
-# of an AMD EPYC without AVX-512 (1,242 tests, fresh clone; benchmarks/results/suite-time).
+# (tests/conftest.py orders them; --no-loadscope-reorder keeps that order): 22 min on 2 idle cores
+# of an AMD EPYC without AVX-512 (1,253 tests, fresh clone; benchmarks/results/suite-time).
 # TEST_WORKERS=1: one process, for debugging.
 TEST_WORKERS ?= 2
 

@@ -90,11 +90,33 @@ def test_a_sweep_of_a_tree_charges_the_commands_descendants_and_not_other_work(s
             p.wait()
 
 
-def test_tree_mode_counts_the_command_and_its_processes(sc, tmp_path, capsys):
+def test_tree_mode_counts_the_command_and_its_processes(sc, tmp_path, monkeypatch):
+    import threading
+
     out = tmp_path / "cpu.json"
-    child = "import sys, time; time.sleep(0.5); sys.exit(4)"
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    # the command's child holds until the test writes to the gate, which it does once a sweep has
+    # charged that child: an event, not a sleep
+    child = f"import sys; open({str(gate)!r}).read(); sys.exit(4)"
     code = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {child!r}]))"
-    assert sc.main(["--tree", "--interval", "0.05", "--json", str(out), "--", sys.executable, "-c", code]) == 4
-    record = json.loads(out.read_text())
-    names = [p["names"][0] for p in record["processes"]]
-    assert len(names) == 2 and any("time.sleep" in n for n in names), names  # the command and its child only
+    seen = threading.Event()
+    sweep = sc.sweep
+
+    def watched(before, procs, root=None, foreign=None):
+        sweep(before, procs, root, foreign)
+        if any(p["names"][0].endswith("sys.exit(4)") for p in procs.values()):  # the child, not its parent
+            seen.set()
+
+    monkeypatch.setattr(sc, "sweep", watched)
+    result: dict = {}
+    argv = ["--tree", "--interval", "0.05", "--json", str(out), "--", sys.executable, "-c", code]
+    runner = threading.Thread(target=lambda: result.setdefault("exit", sc.main(argv)), daemon=True)
+    runner.start()
+    assert seen.wait(120), "no sweep charged the command's child"
+    with open(gate, "w"):  # opens once the child reads it; closing lets it go
+        pass
+    runner.join(120)
+    assert result["exit"] == 4
+    names = [p["names"][0] for p in json.loads(out.read_text())["processes"]]
+    assert len(names) == 2 and any("open(" in n for n in names), names  # the command and its child only

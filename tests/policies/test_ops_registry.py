@@ -197,23 +197,23 @@ def test_describe_ranges_for_docs():
 
 
 def test_an_op_added_to_the_registry_is_declared_once_per_backend(monkeypatch):
-    from autoaug.policies import dali_apply, torch_apply
+    from autoaug.policies import dali_ops, torch_apply
 
     monkeypatch.setitem(ops.REGISTRY, "Blur", ops.OpSpec(name="Blur", description="blurs"))
-    for module, table in ((dali_apply, "DALI_OPS"), (dali_apply, "DALI_BRANCHES"), (torch_apply, "TORCH_OPS")):
+    for module, table in ((dali_ops, "DALI_OPS"), (dali_ops, "DALI_BRANCHES"), (torch_apply, "TORCH_OPS")):
         monkeypatch.setattr(module, table, dict(getattr(module, table)))  # the declarations below stay here
 
-    @dali_apply.dali_op("Blur", table="param", operator="fn.gaussian_blur")
+    @dali_ops.dali_op("Blur", table="param", operator="fn.gaussian_blur")
     def blur(data, _, param):
         return data
 
-    assert dali_apply.DALI_OPS["Blur"].branch is blur and blur.kind == "Blur" and blur.table == "param"
-    monkeypatch.delitem(dali_apply.DALI_OPS, "Blur")  # declared again, wrongly: joining a branch with a table
+    assert dali_ops.DALI_OPS["Blur"].branch is blur and blur.kind == "Blur" and blur.table == "param"
+    monkeypatch.delitem(dali_ops.DALI_OPS, "Blur")  # declared again, wrongly: joining a branch with a table
     with pytest.raises(
         ValueError,
         match=r"^dali_op 'Blur': with kind='Warp', table / sized / arguments are the "
         r"branch's and the decorated function is to_table; pass none of them$",
     ):
-        dali_apply.dali_op("Blur", kind="Warp", table="matrix", operator="fn.warp_affine")
+        dali_ops.dali_op("Blur", kind="Warp", table="matrix", operator="fn.warp_affine")
     torch_apply.torch_op("Blur", operator="F.gaussian_blur")(lambda img, _, **__: img)
     assert torch_apply.TORCH_OPS["Blur"].operator == "F.gaussian_blur"

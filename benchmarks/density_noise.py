@@ -240,12 +240,25 @@ def analyse(a: argparse.Namespace) -> int:
     if len(seeds) < 2 or draws < 2:
         raise SystemExit("the analysis needs 2 training seeds and 2 draws")
     evaluation = score_noise._evaluation(a.eval)
-    n_h = any_run["n_heldout"]
-    n_pool = any_run["correct"].shape[2] - n_h
-    report: dict = {"policies": names, "seeds": seeds, "folds": folds, "draws": draws, "heldout": n_h, "pool": n_pool}
+    n_pool = any_run["correct"].shape[2] - any_run["n_heldout"]
+    sizes = sorted({run["n_heldout"] for run in runs.values()})
+    n_h = sizes[0]  # grouped folds differ in size: pool subsets take the smallest
+    # A policy that leaves every image as it is (none, standard, crop: the base is not applied)
+    # scores the same in every draw; the candidates a search compares all augment.
+    augments = [not np.array_equal(any_run["loss"][p, 0], any_run["loss"][p, 1]) for p in range(len(names))]
+    report: dict = {
+        "policies": names,
+        "augments": augments,
+        "seeds": seeds,
+        "folds": folds,
+        "draws": draws,
+        "heldout": sizes,
+        "pool": n_pool,
+    }
     lines = [
-        f"{len(names)} policies; fold models: {len(folds)} folds x {len(seeds)} training seeds; "
-        f"{draws} random draws; {n_h} held-out images per fold, {n_pool} pool images",
+        f"{len(names)} policies ({sum(augments)} that augment); fold models: {len(folds)} folds x {len(seeds)} "
+        f"training seeds; {draws} random draws; {'-'.join(map(str, sizes))} held-out images per fold, "
+        f"{n_pool} pool images",
         "",
     ]
     unit = {"acc": 100.0, "nll": 1.0}
@@ -253,16 +266,26 @@ def analyse(a: argparse.Namespace) -> int:
         per = {key: _per_image(run, kind) for key, run in runs.items()}
         u = unit[kind]
 
-        # Scores, [policy] arrays: one fold model (seed s, fold k), draw r, images ``sel``.
-        def score(s, k, r, sel, draws_=None):
-            x = per[(s, k)][:, r if draws_ is None else draws_, :]
-            x = x if draws_ is None else x.mean(axis=1)
-            return x[:, sel].mean(axis=-1) * u
+        def score(s, k, r, sel=None, draws_=None):
+            """[policy] scores of fold model (seed ``s``, fold ``k``), draw ``r`` (or the mean of
+            ``draws_``), on its held-out fold (``sel`` None) or on the pool images ``sel``."""
+            x = per[(s, k)]
+            n = runs[(s, k)]["n_heldout"]
+            x = x[:, r, :] if draws_ is None else x[:, draws_, :].mean(axis=1)
+            return (x[:, :n] if sel is None else x[:, n + sel]).mean(axis=-1) * u
 
-        held = np.arange(n_h)
-        pool = n_h + np.arange(n_pool)
+        pool = np.arange(n_pool)
         subsets = [pool[i * n_h : (i + 1) * n_h] for i in range(n_pool // n_h)] if n_pool >= 2 * n_h else []
         table = []
+
+        def rho(values, idx):
+            idx = [i for i in idx if hashes[i] in evaluation]
+            if len(idx) < 3:
+                return float("nan")
+            return float(stats.spearmanr(values[idx], [evaluation[hashes[i]] for i in idx])[0])
+
+        every = list(range(len(names)))
+        augmenting = [i for i in every if augments[i]]
 
         def row(label, rep, cpu):
             """``rep(seed, draw_block, image_block)`` -> [policy] scores of one replicate."""
@@ -270,39 +293,28 @@ def analyse(a: argparse.Namespace) -> int:
             mean = np.mean([rep(s, b, b) for s in seeds for b in (0, 1)], axis=0)
             signal = float(np.std(mean, ddof=1))
             spread = _spread(x, y)
-            rho_rep = float(stats.spearmanr(x, y)[0])
-            common = [i for i, h in enumerate(hashes) if h in evaluation]
-            rho_eval = (
-                float(stats.spearmanr(mean[common], [evaluation[hashes[i]] for i in common])[0])
-                if len(common) >= 3
-                else float("nan")
-            )
-            rho_eval_one = (
-                float(np.mean([stats.spearmanr(v[common], [evaluation[hashes[i]] for i in common])[0] for v in (x, y)]))
-                if len(common) >= 3
-                else float("nan")
-            )
             entry = dict(
                 score=label,
                 spread=spread,
                 between=signal,
                 ratio=spread / signal if signal else float("nan"),
-                rho_replicates=rho_rep,
-                rho_eval_one=rho_eval_one,
-                rho_eval_mean=rho_eval,
+                rho_replicates=float(stats.spearmanr(x, y)[0]),
+                rho_eval_one=float(np.mean([rho(v, every) for v in (x, y)])),
+                rho_eval_mean=rho(mean, every),
+                rho_eval_augmenting=rho(mean, augmenting),
                 cpu=cpu,
             )
             table.append(entry)
 
         half = draws // 2
-        # the shipped score: fold 0's model, its held-out fold, one draw
-        # A replicate ``i`` of a one-model score is fold ``i``'s model (another fold: other
-        # training images, other held-out images), so two replicates share nothing but the policy.
+        # The shipped score: one fold model, its held-out fold, one draw. A replicate ``i`` of a
+        # one-model score is fold ``i``'s model (another fold: other training images, other
+        # held-out images), so two replicates share nothing but the policy.
         fold = lambda i: folds[i % len(folds)]  # noqa: E731
-        row("shipped: 1 fold model, its held-out fold, 1 draw", lambda s, b, i: score(s, fold(i), b, held), 1.0)
+        row("shipped: 1 fold model, its held-out fold, 1 draw", lambda s, b, i: score(s, fold(i), b), 1.0)
         row(
             f"1 fold model, its held-out fold, {half} draws",
-            lambda s, b, i: score(s, fold(i), None, held, draws_=list(range(b * half, (b + 1) * half))),
+            lambda s, b, i: score(s, fold(i), None, draws_=list(range(b * half, (b + 1) * half))),
             float(half),
         )
         if subsets:
@@ -320,36 +332,36 @@ def analyse(a: argparse.Namespace) -> int:
         if len(folds) > 1:
             row(
                 f"mean of {len(folds)} fold models, own held-out folds, 1 draw",
-                lambda s, b, i: np.mean([score(s, k, b, held) for k in folds], axis=0),
+                lambda s, b, i: np.mean([score(s, k, b) for k in folds], axis=0),
                 float(len(folds)),
             )
         # decomposition of the shipped score's spread
-        x00 = score(0, folds[0], 0, held)
+        x00 = score(0, folds[0], 0)
         parts = {
-            "draw (same model, same images)": _spread(x00, score(0, folds[0], 1, held)),
-            "training (same images and draw, other seed)": _spread(x00, score(1, folds[0], 0, held)),
+            "draw (same model, same images)": _spread(x00, score(0, folds[0], 1)),
+            "training (same images and draw, other seed)": _spread(x00, score(1, folds[0], 0)),
         }
         if subsets:
             parts[f"images (same model and draw, another {n_h} pool images)"] = _spread(
                 score(0, folds[0], 0, subsets[0]), score(0, folds[0], 0, subsets[1])
             )
         if len(folds) > 1:
-            parts["fold (same seed and draw, another fold's model and images)"] = _spread(
-                x00, score(0, folds[1], 0, held)
-            )
+            parts["fold (same seed and draw, another fold's model and images)"] = _spread(x00, score(0, folds[1], 0))
         report[kind] = {"table": table, "parts": parts}
         name = "minus the mean cross-entropy (objective: loss)" if kind == "nll" else "accuracy, points"
         lines += [
             f"## score: {name}",
             "",
-            "| score | per-candidate spread | between policies | spread / between | rho replicates | rho vs eval (one replicate) | rho vs eval (mean) | CPU |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| score | per-candidate spread | between policies | spread / between | rho replicates | "
+            "rho vs eval (one replicate) | rho vs eval (mean) | rho vs eval (mean, augmenting only) | CPU |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for e in table:
             lines.append(
                 f"| {e['score']} | {e['spread']:.3f} | {e['between']:.3f} | {e['ratio']:.2f} | "
                 f"{score_noise._fmt(e['rho_replicates'])} | {score_noise._fmt(e['rho_eval_one'])} | "
-                f"{score_noise._fmt(e['rho_eval_mean'])} | {e['cpu']:.1f}x |"
+                f"{score_noise._fmt(e['rho_eval_mean'])} | {score_noise._fmt(e['rho_eval_augmenting'])} | "
+                f"{e['cpu']:.1f}x |"
             )
         lines += ["", "The shipped score's spread, by source (each a paired comparison changing one thing):", ""]
         lines += [f"- {k}: {v:.3f}" for k, v in parts.items()]
@@ -361,8 +373,8 @@ def analyse(a: argparse.Namespace) -> int:
         "| policy | density loss (mean, all models, held-out) | density accuracy | eval-cpu test accuracy |",
         "| --- | ---: | ---: | ---: |",
     ]
-    nll = np.mean([run["loss"][:, :, :n_h].mean(axis=(1, 2)) for run in runs.values()], axis=0)
-    acc = np.mean([run["correct"][:, :, :n_h].mean(axis=(1, 2)) for run in runs.values()], axis=0)
+    nll = np.mean([run["loss"][:, :, : run["n_heldout"]].mean(axis=(1, 2)) for run in runs.values()], axis=0)
+    acc = np.mean([run["correct"][:, :, : run["n_heldout"]].mean(axis=(1, 2)) for run in runs.values()], axis=0)
     for i, name in enumerate(names):
         ev = evaluation.get(hashes[i])
         lines.append(f"| {name} | {nll[i]:.4f} | {100 * acc[i]:.2f} | {'' if ev is None else f'{100 * ev:.2f}'} |")

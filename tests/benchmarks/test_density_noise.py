@@ -91,3 +91,35 @@ def test_a_study_with_one_seed_is_refused_by_name(load_benchmark, tmp_path):
         path.unlink()
     with pytest.raises(SystemExit, match="2 training seeds"):
         load_benchmark("density_noise").main(["analyse", str(tmp_path)])
+
+
+def test_folds_of_different_sizes_are_each_scored_on_their_own_held_out_images(load_benchmark, tmp_path):
+    """Grouped folds differ in size: each run's first ``n_heldout`` images are its fold's, the
+    rest the pool's, and no score mixes them."""
+    (tmp_path / "runs").mkdir()
+    effect = 0.1 * np.arange(len(POLICIES))[:, None, None]
+    for s in SEEDS:
+        for k in FOLDS:
+            held = HELD - 5 * k
+            loss = np.concatenate(
+                [np.broadcast_to(1.0 + effect, (6, DRAWS, held)), np.broadcast_to(5.0 + effect, (6, DRAWS, POOL))],
+                axis=2,
+            )
+            np.savez_compressed(
+                tmp_path / "runs" / f"seed{s}-fold{k}.npz",
+                correct=loss < 1.25,
+                loss=loss.astype(np.float32),
+                n_heldout=held,
+                images=np.arange(held + POOL),
+                cpu_per_image_pass=0.001,
+                meta=json.dumps({"seed": s, "fold": k, "policies": POLICIES, "hashes": HASHES}),
+            )
+    out = tmp_path / "out"
+    load_benchmark("density_noise").main(["analyse", str(tmp_path), "--out", str(out)])
+    report = json.loads((out / "noise.json").read_text())
+    assert report["heldout"] == [HELD - 10, HELD - 5, HELD]
+    assert [p["loss"] for p in report["policy_scores"]] == pytest.approx(1.0 + 0.1 * np.arange(6), abs=1e-6)
+    rows = {r["score"]: r for r in report["nll"]["table"]}
+    pool = rows[f"1 fold model, {POOL // 2} pool images, 1 draw"]
+    shipped = rows["shipped: 1 fold model, its held-out fold, 1 draw"]
+    assert pool["spread"] == pytest.approx(0, abs=1e-6) and shipped["spread"] == pytest.approx(0, abs=1e-6)

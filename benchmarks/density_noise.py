@@ -399,17 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="train the fold models and score the policies on them, per image")
-    r.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"))
-    r.add_argument("--out", required=True)
-    r.add_argument(
-        "--policies",
-        default="none,standard,randaugment:n=2,m=9,trivialaugment,autoaugment-cifar10",
-        help="comma-separated policy references",
-    )
-    r.add_argument("--policy", action="append", default=[], help="one more policy reference (repeatable)")
-    r.add_argument("--random", type=int, default=0, help="random policies of the cpu preset's space")
-    r.add_argument("--random-seed", type=int, default=0)
-    r.add_argument("--group-by", default=None)
+    score_noise.add_study_arguments(r)
     r.add_argument("--train-size", type=int, default=None, help="the reduced training split (default: the preset's)")
     r.add_argument("--preset", default="proxy-cpu", help="the fold models' training preset (the density search's)")
     r.add_argument("--fold-base", default="standard", help="what the fold models train with (the search's base)")

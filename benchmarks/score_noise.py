@@ -482,10 +482,9 @@ def _spearman(stats, means: dict, evaluation: dict) -> float:
     return float(stats.spearmanr([means[h] for h in common], [evaluation[h] for h in common])[0])
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="train the policies' proxy runs, keeping per-image validation outputs")
+def add_study_arguments(r: argparse.ArgumentParser) -> None:
+    """A study's data, output folder, policies (:func:`_policies`) and groups: the arguments of
+    ``run`` here and in ``density_noise.py``."""
     r.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"))
     r.add_argument("--out", required=True)
     r.add_argument(
@@ -496,8 +495,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--policy", action="append", default=[], help="one more policy reference (repeatable)")
     r.add_argument("--random", type=int, default=0, help="random policies of the cpu preset's space")
     r.add_argument("--random-seed", type=int, default=0)
-    r.add_argument("--base", default=None, help="move every policy onto this base (none, crop, standard)")
     r.add_argument("--group-by", default=None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="train the policies' proxy runs, keeping per-image validation outputs")
+    add_study_arguments(r)
+    r.add_argument("--base", default=None, help="move every policy onto this base (none, crop, standard)")
     r.add_argument("--preset", default="proxy-cpu")
     r.add_argument(
         "--epochs",

@@ -25,16 +25,21 @@ def _write(folder, *, train=0.0, draw=0.0, image=0.0):
     for s in SEEDS:
         for k in FOLDS:
             model = rng.normal(0, train, (len(POLICIES), 1, 1)) if train else 0.0
-            loss = (1.0 + effect + model + draw_noise + image_noise) * np.ones((1, DRAWS, HELD + POOL))
-            np.savez_compressed(
-                folder / "runs" / f"seed{s}-fold{k}.npz",
-                correct=loss < 1.25,
-                loss=loss.astype(np.float32),
-                n_heldout=HELD,
-                images=np.arange(HELD + POOL),
-                cpu_per_image_pass=0.001,
-                meta=json.dumps({"seed": s, "fold": k, "policies": POLICIES, "hashes": HASHES}),
-            )
+            _save(folder, s, k, (1.0 + effect + model + draw_noise + image_noise) * np.ones((1, DRAWS, HELD + POOL)))
+
+
+def _save(folder, seed, fold, loss, held=HELD):
+    """One scoring run as ``density_noise.py run`` writes it: ``loss[policy, draw, image]``, the
+    fold's ``held`` held-out images first, the pool's after."""
+    np.savez_compressed(
+        folder / "runs" / f"seed{seed}-fold{fold}.npz",
+        correct=loss < 1.25,
+        loss=loss.astype(np.float32),
+        n_heldout=held,
+        images=np.arange(loss.shape[2]),
+        cpu_per_image_pass=0.001,
+        meta=json.dumps({"seed": seed, "fold": fold, "policies": POLICIES, "hashes": HASHES}),
+    )
 
 
 def _analyse(load_benchmark, tmp_path, **noise):
@@ -105,15 +110,7 @@ def test_folds_of_different_sizes_are_each_scored_on_their_own_held_out_images(l
                 [np.broadcast_to(1.0 + effect, (6, DRAWS, held)), np.broadcast_to(5.0 + effect, (6, DRAWS, POOL))],
                 axis=2,
             )
-            np.savez_compressed(
-                tmp_path / "runs" / f"seed{s}-fold{k}.npz",
-                correct=loss < 1.25,
-                loss=loss.astype(np.float32),
-                n_heldout=held,
-                images=np.arange(held + POOL),
-                cpu_per_image_pass=0.001,
-                meta=json.dumps({"seed": s, "fold": k, "policies": POLICIES, "hashes": HASHES}),
-            )
+            _save(tmp_path, s, k, loss, held)
     out = tmp_path / "out"
     load_benchmark("density_noise").main(["analyse", str(tmp_path), "--out", str(out)])
     report = json.loads((out / "noise.json").read_text())

@@ -154,6 +154,7 @@ def _score_job(a: argparse.Namespace, seed: int, k: int, weights_path: str, path
                 "fold": k,
                 "policies": [p.name for p in policies],
                 "hashes": [p.content_hash for p in policies],
+                "bases": [p.base for p in policies],
                 "data": a.data,
                 "preset": a.preset,
                 "fold_base": a.fold_base,
@@ -370,18 +371,44 @@ def analyse(a: argparse.Namespace) -> int:
     lines += [
         "## policies",
         "",
-        "| policy | density loss (mean, all models, held-out) | density accuracy | eval-cpu test accuracy |",
-        "| --- | ---: | ---: | ---: |",
+        "| policy | base | density loss (mean, all models, held-out) | density accuracy | eval-cpu test accuracy |",
+        "| --- | --- | ---: | ---: | ---: |",
     ]
+    bases = meta.get("bases") or [None] * len(names)
     nll = np.mean([run["loss"][:, :, : run["n_heldout"]].mean(axis=(1, 2)) for run in runs.values()], axis=0)
     acc = np.mean([run["correct"][:, :, : run["n_heldout"]].mean(axis=(1, 2)) for run in runs.values()], axis=0)
     for i, name in enumerate(names):
         ev = evaluation.get(hashes[i])
-        lines.append(f"| {name} | {nll[i]:.4f} | {100 * acc[i]:.2f} | {'' if ev is None else f'{100 * ev:.2f}'} |")
+        lines.append(
+            f"| {name} | {bases[i] or ''} | {nll[i]:.4f} | {100 * acc[i]:.2f} | {'' if ev is None else f'{100 * ev:.2f}'} |"
+        )
     report["policy_scores"] = [
-        {"policy": n, "hash": h, "loss": float(nll[i]), "accuracy": float(acc[i]), "eval": evaluation.get(h)}
-        for i, (n, h) in enumerate(zip(names, hashes))
+        {
+            "policy": n,
+            "hash": h,
+            "base": b,
+            "loss": float(nll[i]),
+            "accuracy": float(acc[i]),
+            "eval": evaluation.get(h),
+        }
+        for i, (n, h, b) in enumerate(zip(names, hashes, bases))
     ]
+    # Density matching never sees the base a policy trains on (crop, flip): among policies of one
+    # base, the ranking is the policies' own.
+    by_base: dict = {}
+    for i, b in enumerate(bases):
+        if augments[i] and hashes[i] in evaluation and b is not None:
+            by_base.setdefault(b, []).append(i)
+    report["by_base"] = {}
+    if any(len(idx) >= 3 for idx in by_base.values()):
+        lines.append("")
+    for b, idx in sorted(by_base.items()):
+        if len(idx) >= 3:
+            r = float(stats.spearmanr(-nll[idx], [evaluation[hashes[i]] for i in idx])[0])
+            report["by_base"][b] = {"policies": len(idx), "rho_loss_vs_eval": r}
+            lines.append(
+                f"Policies that augment on base {b}: {len(idx)}; their density score (loss) vs eval: rho {r:+.2f}"
+            )
     cpu = float(np.mean([run["cpu_per_image_pass"] for run in runs.values()]))
     report["cpu_per_image_pass_s"] = cpu
     lines += ["", f"CPU of scoring: {1000 * cpu:.2f} ms per image and draw (augmentation and forward pass, 1 thread)"]

@@ -28,7 +28,7 @@ def _write(folder, *, train=0.0, draw=0.0, image=0.0):
             _save(folder, s, k, (1.0 + effect + model + draw_noise + image_noise) * np.ones((1, DRAWS, HELD + POOL)))
 
 
-def _save(folder, seed, fold, loss, held=HELD):
+def _save(folder, seed, fold, loss, held=HELD, **meta):
     """One scoring run as ``density_noise.py run`` writes it: ``loss[policy, draw, image]``, the
     fold's ``held`` held-out images first, the pool's after."""
     np.savez_compressed(
@@ -38,7 +38,7 @@ def _save(folder, seed, fold, loss, held=HELD):
         n_heldout=held,
         images=np.arange(loss.shape[2]),
         cpu_per_image_pass=0.001,
-        meta=json.dumps({"seed": seed, "fold": fold, "policies": POLICIES, "hashes": HASHES}),
+        meta=json.dumps({"seed": seed, "fold": fold, "policies": POLICIES, "hashes": HASHES, **meta}),
     )
 
 
@@ -120,3 +120,29 @@ def test_folds_of_different_sizes_are_each_scored_on_their_own_held_out_images(l
     pool = rows[f"1 fold model, {POOL // 2} pool images, 1 draw"]
     shipped = rows["shipped: 1 fold model, its held-out fold, 1 draw"]
     assert pool["spread"] == pytest.approx(0, abs=1e-6) and shipped["spread"] == pytest.approx(0, abs=1e-6)
+
+
+def test_the_ranking_within_each_base_is_reported_apart(load_benchmark, tmp_path):
+    """Density matching never sees the base: the policies of each base are ranked against the
+    evaluation among themselves (here base a agrees with it, base b is reversed)."""
+    (tmp_path / "runs").mkdir()
+    rng = np.random.default_rng(1)
+    effect = 0.1 * np.arange(len(POLICIES))[:, None, None]
+    for s in SEEDS:
+        for k in FOLDS:
+            loss = 1.0 + effect + rng.normal(0, 0.01, (len(POLICIES), DRAWS, HELD + POOL))
+            _save(tmp_path, s, k, loss, bases=["a"] * 3 + ["b"] * 3)
+    evaluation = tmp_path / "runs.csv"
+    accuracy = [0.6, 0.5, 0.4, 0.1, 0.2, 0.3]  # a: lower loss trains better; b: the opposite
+    evaluation.write_text("policy_hash,test_accuracy\n" + "".join(f"h{i},{v}\n" for i, v in enumerate(accuracy)))
+    out = tmp_path / "out"
+    load_benchmark("density_noise").main(["analyse", str(tmp_path), "--eval", str(evaluation), "--out", str(out)])
+    by_base = json.loads((out / "noise.json").read_text())["by_base"]
+    assert by_base == {
+        "a": {"policies": 3, "rho_loss_vs_eval": pytest.approx(1.0)},
+        "b": {"policies": 3, "rho_loss_vs_eval": pytest.approx(-1.0)},
+    }
+    assert (
+        "Policies that augment on base b: 3; their density score (loss) vs eval: rho -1.00"
+        in (out / "noise.txt").read_text()
+    )

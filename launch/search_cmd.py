@@ -75,6 +75,7 @@ _DEFINING = (
     "image_size",
     "group_by",
     "base",
+    "calibration_from",
     "mlflow_uri",
     "method",
     "time_budget",
@@ -141,7 +142,8 @@ def _start_line(config) -> str:
         warm = f"warm start: auto (the best of {', '.join(TRANSFER_REFS)}, trained under the proxy first)"
     else:
         warm = f"warm start: {', '.join(config.warm_start)}" if config.warm_start else "warm start: none"
-    return f"{base}; {warm}"
+    reused = f"; calibration: search {config.calibration_from!r}'s runs, reused" if config.calibration_from else ""
+    return f"{base}; {warm}{reused}"
 
 
 def _session_factory(address: str | None, verbose: int, display):
@@ -415,6 +417,15 @@ def _shared() -> tuple[Option, ...]:
             auto=True,
         ),
         *warm_start_options(group="what"),
+        option(
+            "--calibration-from",
+            key="calibration_from",
+            group="what",
+            metavar="NAME",
+            help="reuse the calibration of the earlier search NAME (same --storage, data, split and proxy) instead "
+            "of measuring the bases and published policies again: its time budget goes to the trials "
+            '(docs/search.md, "Reusing a calibration")',
+        ),
         option(
             "--no-rescore",
             key="rescore",

@@ -37,7 +37,10 @@ own candidates re-scores higher, and its summary says so.
 
 Every run is a Ray task with the trials' resources, saved as it finishes in the run directory
 (``calibration.json``), so a resumed search trains only the runs it lacks and makes the same
-choice. The scores, the choice and why are in the stored policy's provenance (``calibration``),
+choice. A new search can reuse the runs of an earlier search's calibration
+(``SearchConfig.calibration_from``, ``--calibration-from NAME``) when both measured the same
+data, split and proxy (:func:`calibration_protocol`): they stand for its own runs, seed for seed,
+and the choices are made again on them, so its time budget goes to its trials. The scores, the choice and why are in the stored policy's provenance (``calibration``),
 printed by the search's summary and by ``autoaug policies show``.
 """
 
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from autoaug.core import failpoints
@@ -66,6 +70,8 @@ __all__ = [
     "Calibration",
     "needs_calibration",
     "calibration_train_config",
+    "calibration_protocol",
+    "calibration_source",
     "calibrate",
     "choose_base",
     "rank_transfer",
@@ -147,6 +153,97 @@ def _key(stage: str, label: str, cfg: Any, trial_epochs: int | None = None) -> s
     trials' (``trial_epochs``) say their epochs, so a search never reads them as the other's."""
     epochs = "" if trial_epochs is None or cfg.epochs == trial_epochs else f"/epochs={cfg.epochs}"
     return f"{stage}:{label}/seed={cfg.seed}{epochs}"
+
+
+#: Training settings that change how fast a calibration run goes, not what it trains or scores
+#: (the seed is matched run by run; the data by its fingerprints).
+_NOT_PROTOCOL = ("seed", "data", "test_data", "num_threads", "loader_threads")
+_KEY_RE = re.compile(r"^(?P<stage>[a-z]+):(?P<label>[^/]+)/seed=(?P<seed>\d+)(?P<rest>.*)$")
+
+
+def calibration_protocol(config: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a search's calibration runs depend on besides their seeds: the dataset and the split
+    (``data``: :func:`autoaug.search.records.describe_data`'s fingerprints), the calibration
+    runs' training configuration (:func:`calibration_train_config`) and how a run is scored. Two
+    searches with the same protocol train the same calibration run for the same seed index."""
+    train = calibration_train_config(config, 0).to_dict()
+    return {
+        "dataset": (data.get("dataset") or {}).get("fingerprint"),
+        "split": (data.get("split") or {}).get("fingerprint"),
+        "train": {k: v for k, v in sorted(train.items()) if k not in _NOT_PROTOCOL},
+        "trial_epochs": config.train.epochs,
+        "score_window": config.score_window,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationSource:
+    """An earlier search's calibration, as :func:`calibration_source` found it: its ``name``,
+    its runs keyed as this search's own (``runs``) and the base its published policies ran on
+    (``transfer_base``: their runs stand for this search's only on that base)."""
+
+    name: str
+    runs: Mapping[str, Any]
+    transfer_base: str | None
+
+
+def calibration_source(config: Any, data: Mapping[str, Any]) -> CalibrationSource | None:
+    """The calibration ``config.calibration_from`` names (None: none named), checked before any
+    work: the search exists in ``config.storage``, its calibration finished and measured the same
+    protocol (:func:`calibration_protocol`). Its runs are keyed by this search's seeds (run ``i``
+    of theirs is run ``i`` of this one). Raises :class:`UserInputError` naming what is wrong."""
+    name = config.calibration_from
+    if name is None:
+        return None
+    from autoaug.core.errors import UserInputError
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.run_dir import CONFIG_FILE, RunDir, RunState
+
+    flag = f"--calibration-from {name}"
+    if name == config.name:
+        raise UserInputError(f"{flag}: that is this search's own name; it reuses another search's calibration")
+    if not needs_calibration(config):
+        raise UserInputError(
+            f"{flag}: this search measures nothing before its trials (its base and warm start are given, "
+            "not auto), so there is no calibration to reuse"
+        )
+    source = RunDir(config.storage, name)
+    if not source.exists(CONFIG_FILE):
+        raise UserInputError(f"{flag}: no search named {name!r} in {source.storage}")
+    saved = source.read_json(CALIBRATION_FILE) if source.exists(CALIBRATION_FILE) else {}
+    if not saved.get("record"):
+        raise UserInputError(
+            f"{flag}: the search {name!r} has no finished calibration (its base and warm start were given, or "
+            f"it stopped while measuring: resume it with --resume {name} first)"
+        )
+    state = RunState.from_dict(source.read_json(CONFIG_FILE))
+    theirs = SearchConfig.from_dict(state.config)
+    mine_p, theirs_p = calibration_protocol(config, data), calibration_protocol(theirs, state.data)
+    if mine_p != theirs_p:
+        what = next(k for k in mine_p if mine_p[k] != theirs_p[k])
+        if what == "train":
+            field = next(
+                k
+                for k in sorted(set(mine_p[what]) | set(theirs_p[what]))
+                if mine_p[what].get(k) != theirs_p[what].get(k)
+            )
+            differs = f"the proxy's {field} ({theirs_p[what].get(field)!r} there, {mine_p[what].get(field)!r} here)"
+        else:
+            differs = {
+                "dataset": "the data (another dataset fingerprint)",
+                "split": "the reduced split (another split fingerprint: sizes, split seed or groups)",
+            }.get(what, f"{what} ({theirs_p[what]!r} there, {mine_p[what]!r} here)")
+        raise UserInputError(f"{flag}: the search {name!r} calibrated another protocol: {differs}")
+    mine_seeds = config.train.seed + CALIBRATION_SEED_OFFSET
+    their_seeds = theirs.train.seed + CALIBRATION_SEED_OFFSET
+    runs: dict[str, Any] = {}
+    for key, result in (saved.get("runs") or {}).items():
+        m = _KEY_RE.match(key)
+        if m is None:
+            continue
+        index = (int(m["seed"]) - their_seeds) % 2**31
+        runs[f"{m['stage']}:{m['label']}/seed={(mine_seeds + index) % 2**31}{m['rest']}"] = result
+    return CalibrationSource(name, runs, (saved["record"].get("transfer") or {}).get("base"))
 
 
 Runs = Mapping[str, Sequence[Any]]  # {label: [run result (a dict with METRIC) or a bare score, ...]}
@@ -302,6 +399,17 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
 
     cached = run.read_json(CALIBRATION_FILE) if run.exists(CALIBRATION_FILE) else {}
     runs: dict[str, Any] = dict(cached.get("runs", {}))
+    source = None
+    if config.calibration_from and not cached:  # (a resumed search has them in its own file)
+        from autoaug.search.run_dir import CONFIG_FILE, RunState
+
+        source = calibration_source(config, RunState.from_dict(run.read_json(CONFIG_FILE)).data)
+        reused = {k: v for k, v in source.runs.items() if k.startswith("base:") and config.base == AUTO}
+        runs.update(reused)
+        display.log(
+            f"calibration: reusing the runs of search {source.name!r} (same data, split and proxy): "
+            f"nothing it measured is trained again"
+        )
     cfgs = [calibration_train_config(config, i) for i in range(config.calibration_seeds)]
     record: dict[str, Any] = {
         "seeds": [c.seed for c in cfgs],
@@ -407,6 +515,12 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
     warm = None
     families = config.search_method.space_families if config.family == AUTO else ()
     auto_family = bool(families)
+    if source is not None and source.transfer_base == chosen_base:  # their published policies ran on it
+        transfer_runs = {k: v for k, v in source.runs.items() if k.startswith("transfer:")}
+        reused.update(transfer_runs)
+        runs.update(transfer_runs)
+    if source is not None:
+        record["reused"] = {"search": source.name, "runs": len(reused)}
     if config.warm_start == AUTO and (made.get("transfer") or {}).get("base") == chosen_base:
         record["transfer"] = made["transfer"]
         warm = tuple(record["transfer"]["warm_start"])
@@ -506,6 +620,12 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
     if not record:
         return []
     lines: list[str] = []
+    reused = record.get("reused")
+    if reused:
+        lines.append(
+            f"calibration: measured by search {reused['search']!r} ({reused['runs']} proxy runs on the same data, "
+            "split and proxy, reused); the choices below made again on them"
+        )
     base = record.get("base")
     if base:
         ordered = _by_mean(base["scores"], BASE_STRENGTH)  # stored JSON may have sorted the keys

@@ -209,6 +209,11 @@ class SearchConfig:
             choice made again on all their runs each time (0: none; with one calibration seed,
             the strongest base also runs twice in the first round, so the noise is measured).
         transfer_extra_seeds: the same for the published policies' race (0: one run each).
+        calibration_from: the name of an earlier search in the same ``storage`` whose
+            calibration this one reuses (``--calibration-from``): its proxy runs stand for this
+            search's own, seed for seed, so nothing is trained again and the choices are made
+            again on them (:func:`autoaug.search.calibrate.calibration_source`). Refused before
+            any work unless that search calibrated the same data, split and proxy. None: measure.
         calibration_epochs: the calibration runs' schedule: a whole run of this many epochs
             (warm-up and decay compressed to it, validated over its last ``score_window``
             epochs); None: the trials' own (``train.epochs``). Shorter runs rank bases and
@@ -262,6 +267,7 @@ class SearchConfig:
     base_extra_seeds: int = 2
     transfer_extra_seeds: int = 1
     calibration_epochs: int | None = None
+    calibration_from: str | None = None
     family: str | None = None
     rescore: bool = False
     rescore_seeds: int = 1
@@ -435,6 +441,10 @@ class SearchConfig:
         for name in ("base_extra_seeds", "transfer_extra_seeds"):
             if not is_int(getattr(self, name)) or not 0 <= getattr(self, name) <= 100:
                 raise invalid(self, name, "an integer in [0, 100]")
+        if self.calibration_from is not None and (
+            not isinstance(self.calibration_from, str) or not NAME_RE.fullmatch(self.calibration_from)
+        ):
+            raise invalid(self, "calibration_from", f"the name of an earlier search ({NAME_RULE}), or None")
         if self.verbose not in (0, 1, 2):
             raise invalid(self, "verbose", "0, 1 or 2")
         if self.method not in METHODS:

@@ -107,18 +107,21 @@ def run_search(
     config.check_runnable()
     run = RunDir(config.storage, config.name)
     _check_store(config)
-    if run.exists():
-        if not overwrite:
-            state = "finished" if run.exists(RESULT_FILE) else "unfinished"
-            hint = "" if state == "finished" else f"resume it with --resume {config.name}, or "
-            raise RunExistsError(
-                f"a search named {config.name!r} already exists in {config.storage} ({state}); "
-                f"{hint}choose another --name, or pass --overwrite to start it again"
-            )
+    if run.exists() and not overwrite:
+        state = "finished" if run.exists(RESULT_FILE) else "unfinished"
+        hint = "" if state == "finished" else f"resume it with --resume {config.name}, or "
+        raise RunExistsError(
+            f"a search named {config.name!r} already exists in {config.storage} ({state}); "
+            f"{hint}choose another --name, or pass --overwrite to start it again"
+        )
+    data = describe_data(config.train)
+    from autoaug.search.calibrate import calibration_source
+
+    calibration_source(config, data)  # another search's calibration to reuse: checked before any work
+    if run.exists():  # --overwrite, and everything checked
         if config.optuna_storage:
             delete_study(config.name, config.optuna_storage)
         run.delete()
-    data = describe_data(config.train)
     study_url = run_study_url(config, run)
     if config.optuna_storage:  # the default SQLite file lives in the (new) run directory
         check_no_study(config.name, study_url)

@@ -243,6 +243,25 @@ def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_train):
     assert "a search named 'taken' already exists" in err and "--resume taken" in err and "--overwrite" in err
 
 
+def test_a_calibration_to_reuse_that_is_not_there_is_one_line_before_any_work(tmp_path, capsys, cifar_train):
+    argv = [
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_train),
+        "--name",
+        "b",
+        "--base",
+        "auto",
+        *_dirs(tmp_path),
+    ]
+    assert main([*argv, "--calibration-from", "a"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"autoaug: error: --calibration-from a: no search named 'a' in {tmp_path / 'runs'}"
+    assert not (tmp_path / "runs" / "b").exists()  # nothing started
+
+
 # ----------------------------------------------------------------------------------------------
 # Real searches (Ray + the real trainer on the real CIFAR-10 Parquet)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 
 import numpy as np
@@ -872,3 +873,115 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
     assert transfer["runs_from"] == "calibration" and len(transfer["runs"]) >= 2
     rescored = [key for key, _, _ in calls if ":" not in key]
     assert rescored and not any(key.startswith("transfer-") for key in rescored)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reusing another search's calibration
+
+DATA = {"dataset": {"fingerprint": "d-1"}, "split": {"fingerprint": "s-1"}}
+
+
+def _started(config, data=DATA):
+    """The run directory of ``config`` as ``run_search`` leaves it before calibrating."""
+    from autoaug.search.run_dir import CONFIG_FILE, RunState
+
+    run = RunDir(config.storage, config.name)
+    run.write_json(CONFIG_FILE, RunState.new(config.to_dict(), data, "sqlite://", address=None, started=0.0).to_dict())
+    return run
+
+
+def test_a_search_reuses_another_searchs_calibration_seed_for_seed_and_chooses_the_same(tmp_path, monkeypatch):
+    calls = []
+    _fake_runs(monkeypatch, SCORES, calls)
+    first = _config(tmp_path, base="auto", warm_start="auto", calibration_seeds=2)
+    measured = calibrate(first, _started(first), _Log())
+    trained = len(calls)
+    assert trained == 18
+    calls.clear()
+    # Another search on the same data and proxy, with another seed: its calibration seeds differ,
+    # run i of the first search stands for its run i.
+    second = _config(tmp_path, name="cal-2", seed=7, base="auto", warm_start="auto", calibration_seeds=2)
+    second = second.replace(train=dataclasses.replace(second.train, seed=7), calibration_from="cal")
+    run = _started(second)
+    log = _Log()
+    reused = calibrate(second, run, log)
+    assert calls == []  # nothing trained again
+    assert (
+        (reused.base, reused.warm_start) == (measured.base, measured.warm_start) == ("crop", ("autoaugment-imagenet",))
+    )
+    assert reused.record["reused"] == {"search": "cal", "runs": trained}
+    own = {calibration_train_config(second, i).seed for i in range(3)}
+    assert {int(k.split("seed=")[1]) for k in reused.runs} == own  # keyed by this search's seeds
+    text = "\n".join(describe_calibration(reused.record))
+    assert "calibration: measured by search 'cal' (18 proxy runs on the same data, split and proxy, reused)" in text
+    assert "reusing the runs of search 'cal'" in log.lines[0]
+    # Its own file holds them: a resumed search trains nothing and keeps the choice.
+    again = calibrate(second, run, _Log())
+    assert calls == [] and (again.base, again.warm_start) == (reused.base, reused.warm_start)
+
+
+def test_the_published_policies_runs_are_reused_only_on_the_base_they_ran_on(tmp_path, monkeypatch):
+    calls = []
+    _fake_runs(monkeypatch, SCORES, calls)
+    first = _config(tmp_path, base="auto", warm_start="auto")
+    calibrate(first, _started(first), _Log())  # chooses crop; the published policies ran on crop
+    calls.clear()
+    second = _config(tmp_path, name="cal-2", base="standard", warm_start="auto", calibration_from="cal")
+    result = calibrate(second, _started(second), _Log())
+    assert result.record["transfer"]["base"] == "standard"
+    trained = {key.split("/")[0] for key, _, _ in calls}
+    assert trained == {f"transfer:{ref}" for ref in TRANSFER_REFS}  # on standard: measured here
+    assert all(policy.base == "standard" for _, policy, _ in calls)
+    assert result.record["reused"] == {"search": "cal", "runs": 0}
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"train": {"epochs": 3}}, "the proxy's epochs ("),
+        ({"data": {"dataset": {"fingerprint": "d-1"}, "split": {"fingerprint": "s-2"}}}, "the reduced split"),
+        ({"data": {"dataset": {"fingerprint": "d-2"}, "split": {"fingerprint": "s-1"}}}, "the data (another dataset"),
+    ],
+)
+def test_a_calibration_of_another_protocol_is_refused_in_one_line(tmp_path, monkeypatch, change, says):
+    from autoaug.core.errors import UserInputError
+    from autoaug.search.calibrate import calibration_source
+
+    _fake_runs(monkeypatch, SCORES, [])
+    first = _config(tmp_path, base="auto", warm_start="auto")
+    calibrate(first, _started(first), _Log())
+    second = _config(tmp_path, name="cal-2", base="auto", warm_start="auto", calibration_from="cal")
+    if "train" in change:
+        second = second.replace(train=dataclasses.replace(second.train, **change["train"]))
+    with pytest.raises(UserInputError) as err:
+        calibration_source(second, change.get("data", DATA))
+    message = str(err.value)
+    assert (
+        message.startswith("--calibration-from cal: the search 'cal' calibrated another protocol: ") and says in message
+    )
+    assert "\n" not in message
+    # speed settings are not the protocol: another thread count reuses it
+    faster = second.replace(train=dataclasses.replace(_config(tmp_path).train, num_threads=2))
+    assert calibration_source(faster, DATA).name == "cal"
+
+
+def test_a_calibration_that_cannot_be_reused_is_refused_by_what_is_missing(tmp_path, monkeypatch):
+    from autoaug.core.errors import UserInputError
+    from autoaug.search.calibrate import calibration_source
+
+    def refused(config):
+        with pytest.raises(UserInputError) as err:
+            calibration_source(config, DATA)
+        return str(err.value)
+
+    auto = {"base": "auto", "warm_start": "auto"}
+    assert "no search named 'gone'" in refused(_config(tmp_path, calibration_from="gone", **auto))
+    assert "this search's own name" in refused(_config(tmp_path, calibration_from="cal", **auto))
+    given = _config(tmp_path, name="cal-2", calibration_from="cal", base="crop", warm_start=[])
+    assert "measures nothing before its trials" in refused(given)
+    unmeasured = _config(tmp_path, name="plain")
+    _started(unmeasured)  # a search that calibrated nothing
+    assert "the search 'plain' has no finished calibration" in refused(
+        _config(tmp_path, name="cal-2", calibration_from="plain", **auto)
+    )
+    assert calibration_source(_config(tmp_path, **auto), DATA) is None  # none named: nothing to check

@@ -105,7 +105,20 @@ class SearchOutcome:
 
         from autoaug.search.op_effects import describe_effects
 
-        lines += describe_calibration(self.provenance.get("calibration"))
+        calibration = self.provenance.get("calibration")
+        lines += describe_calibration(calibration)
+        name = ((self.provenance.get("search") or {}).get("config") or {}).get("name")
+        if calibration and not calibration.get("reused") and name:
+            runs = sum(
+                len(score.get("runs") or ())
+                for stage in ("base", "transfer")
+                for score in ((calibration.get(stage) or {}).get("scores") or {}).values()
+            )
+            if runs:
+                lines.append(
+                    f"a later search of this data and proxy can reuse these {runs} proxy runs instead of "
+                    f"training them again: --calibration-from {name}"
+                )
         lines += describe_effects(self.provenance.get("op_effects"))
         lines += describe_budget(self.provenance.get("budget"))
         lines += [

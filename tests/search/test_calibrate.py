@@ -538,6 +538,8 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     )
     assert "re-scored" not in summary
     assert "the time budget (30m) ended the search with calibration: " + note.format(reserve) in summary
+    # what the next search of this data can do instead of measuring it all again
+    assert "proxy runs instead of training them again: --calibration-from spent" in summary
     # What the finished search gives back later: the same summary, --json, `policies show`.
     from autoaug.launch.cli import main
     from autoaug.launch.search_cmd import outcome_json

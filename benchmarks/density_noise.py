@@ -66,13 +66,8 @@ def _train_config(a: argparse.Namespace, seed: int):
     return resolve_config(
         TrainConfig.from_preset(
             a.preset,
-            data=a.data,
-            seed=seed,
-            val_size=a.pool,
-            group_by=a.group_by,
-            num_threads=1,
-            **({"train_size": a.train_size} if getattr(a, "train_size", None) else {}),
-            **({"amp": False} if a.fp32 else {}),
+            **score_noise.study_settings(a, seed),
+            **({"train_size": a.train_size} if a.train_size else {}),
         )
     )
 

@@ -96,14 +96,22 @@ def _config(a: argparse.Namespace, seed: int):
     return TrainConfig.from_preset(
         a.preset,
         **schedule,
-        data=a.data,
-        seed=seed,
-        val_size=a.pool,
-        group_by=a.group_by,
-        num_threads=1,
-        **({"amp": False} if a.fp32 else {}),
+        **study_settings(a, seed),
         eval_epochs=list(score_epochs(base.epochs, a.window, milestones)),
     )
+
+
+def study_settings(a: argparse.Namespace, seed: int) -> dict:
+    """The ``TrainConfig`` settings of a study's run (here and in ``density_noise.py``): its data,
+    seed, validation pool and groups, one thread, float32 with ``--fp32``."""
+    return {
+        "data": a.data,
+        "seed": seed,
+        "val_size": a.pool,
+        "group_by": a.group_by,
+        "num_threads": 1,
+        **({"amp": False} if a.fp32 else {}),
+    }
 
 
 def _train_one(a: argparse.Namespace, policy, seed: int, path: str) -> str:

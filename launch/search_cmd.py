@@ -142,7 +142,7 @@ def _start_line(config) -> str:
         warm = f"warm start: auto (the best of {', '.join(TRANSFER_REFS)}, trained under the proxy first)"
     else:
         warm = f"warm start: {', '.join(config.warm_start)}" if config.warm_start else "warm start: none"
-    reused = f"; calibration: search {config.calibration_from!r}'s runs, reused" if config.calibration_from else ""
+    reused = f"; calibration: reused from search {config.calibration_from!r}" if config.calibration_from else ""
     return f"{base}; {warm}{reused}"
 
 

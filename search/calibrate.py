@@ -399,6 +399,8 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
 
     cached = run.read_json(CALIBRATION_FILE) if run.exists(CALIBRATION_FILE) else {}
     runs: dict[str, Any] = dict(cached.get("runs", {}))
+    # Whose runs this calibration reused (kept in the file: a resumed search says so too).
+    reuse: dict[str, Any] = dict(cached.get("reused") or {})
     source = None
     if config.calibration_from and not cached:  # (a resumed search has them in its own file)
         from autoaug.search.run_dir import CONFIG_FILE, RunState
@@ -406,6 +408,7 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         source = calibration_source(config, RunState.from_dict(run.read_json(CONFIG_FILE)).data)
         reused = {k: v for k, v in source.runs.items() if k.startswith("base:") and config.base == AUTO}
         runs.update(reused)
+        reuse = {"search": source.name, "runs": len(reused)}
         display.log(
             f"calibration: reusing the runs of search {source.name!r} (same data, split and proxy): "
             f"nothing it measured is trained again"
@@ -435,7 +438,7 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
                 r = results[key]
                 display.log(f"calibration: {key}: {METRIC} {r[METRIC]:.4f} ({r.get('train_time_s') or 0:.0f} s)")
             runs.update(results)
-            run.write_json(CALIBRATION_FILE, {"runs": runs})
+            run.write_json(CALIBRATION_FILE, {"runs": runs, **({"reused": reuse} if reuse.get("runs") else {})})
             failpoints.hit("calibrate.after_run_saved")
 
         runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
@@ -517,10 +520,15 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
     auto_family = bool(families)
     if source is not None and source.transfer_base == chosen_base:  # their published policies ran on it
         transfer_runs = {k: v for k, v in source.runs.items() if k.startswith("transfer:")}
-        reused.update(transfer_runs)
         runs.update(transfer_runs)
-    if source is not None:
-        record["reused"] = {"search": source.name, "runs": len(reused)}
+        reuse["runs"] += len(transfer_runs)
+    elif source is not None and config.warm_start == AUTO:
+        display.log(
+            f"calibration: search {source.name!r} ran the published policies on base {source.transfer_base}, "
+            f"not {chosen_base}: they are measured here"
+        )
+    if reuse.get("runs"):
+        record["reused"] = reuse
     if config.warm_start == AUTO and (made.get("transfer") or {}).get("base") == chosen_base:
         record["transfer"] = made["transfer"]
         warm = tuple(record["transfer"]["warm_start"])
@@ -553,7 +561,9 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             chosen = decision["warm_start"]
             record["transfer"]["family"] = TRANSFER_FAMILY[chosen[0]] if chosen else config.space.family
         warm = tuple(record["transfer"]["warm_start"])
-    run.write_json(CALIBRATION_FILE, {"runs": runs, "record": record})
+    run.write_json(
+        CALIBRATION_FILE, {"runs": runs, "record": record, **({"reused": reuse} if reuse.get("runs") else {})}
+    )
     for line in describe_calibration(record):
         display.log(line)
     family = (record.get("transfer") or {}).get("family") if auto_family else None

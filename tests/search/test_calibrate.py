@@ -920,6 +920,7 @@ def test_a_search_reuses_another_searchs_calibration_seed_for_seed_and_chooses_t
     # Its own file holds them: a resumed search trains nothing and keeps the choice.
     again = calibrate(second, run, _Log())
     assert calls == [] and (again.base, again.warm_start) == (reused.base, reused.warm_start)
+    assert again.record["reused"] == {"search": "cal", "runs": trained}  # and still says whose they were
 
 
 def test_the_published_policies_runs_are_reused_only_on_the_base_they_ran_on(tmp_path, monkeypatch):
@@ -929,12 +930,17 @@ def test_the_published_policies_runs_are_reused_only_on_the_base_they_ran_on(tmp
     calibrate(first, _started(first), _Log())  # chooses crop; the published policies ran on crop
     calls.clear()
     second = _config(tmp_path, name="cal-2", base="standard", warm_start="auto", calibration_from="cal")
-    result = calibrate(second, _started(second), _Log())
+    log = _Log()
+    result = calibrate(second, _started(second), log)
     assert result.record["transfer"]["base"] == "standard"
     trained = {key.split("/")[0] for key, _, _ in calls}
     assert trained == {f"transfer:{ref}" for ref in TRANSFER_REFS}  # on standard: measured here
     assert all(policy.base == "standard" for _, policy, _ in calls)
-    assert result.record["reused"] == {"search": "cal", "runs": 0}
+    assert "reused" not in result.record  # nothing of theirs was used
+    assert (
+        "calibration: search 'cal' ran the published policies on base crop, not standard: they are measured here"
+        in (log.lines)
+    )
 
 
 @pytest.mark.parametrize(

@@ -196,7 +196,6 @@ def calibration_source(config: Any, data: Mapping[str, Any]) -> CalibrationSourc
     if name is None:
         return None
     from autoaug.core.errors import UserInputError
-    from autoaug.search.config import SearchConfig
     from autoaug.search.run_dir import CONFIG_FILE, RunDir, RunState
 
     flag = f"--calibration-from {name}"
@@ -217,7 +216,7 @@ def calibration_source(config: Any, data: Mapping[str, Any]) -> CalibrationSourc
             f"it stopped while measuring: resume it with --resume {name} first)"
         )
     state = RunState.from_dict(source.read_json(CONFIG_FILE))
-    theirs = SearchConfig.from_dict(state.config)
+    theirs = type(config).from_dict(state.config)  # (a SearchConfig: config imports this module)
     mine_p, theirs_p = calibration_protocol(config, data), calibration_protocol(theirs, state.data)
     if mine_p != theirs_p:
         what = next(k for k in mine_p if mine_p[k] != theirs_p[k])

@@ -381,7 +381,8 @@ def _race(
 
 
 #: The share of a search's time budget the calibration's races may spend: a round that would
-#: end past it is not run (the first round always is: nothing can be chosen without it).
+#: end past it is not run (the first round always is: nothing can be chosen without it), and a
+#: round of the bases' race must leave room for the published policies' first round.
 CALIBRATION_SHARE = 1 / 3
 
 
@@ -458,12 +459,20 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         return None if run_s is None else (run_s, parallel_runs(config))
 
     def affordable(stage: str, labels: Sequence[str], cfg: Any) -> bool:
+        """Whether another round of a race fits in the calibration's share of the time budget,
+        with what must follow it: a round of the bases' race leaves room for the published
+        policies' first round (their choice cannot be made without it)."""
         missing = [label for label in labels if key(stage, label, cfg) not in runs]
         measured = pace() if missing else None
         if measured is None:
             return True
         run_s, slots = measured
-        return budget.spent_s() + math.ceil(len(missing) / slots) * run_s <= CALIBRATION_SHARE * budget.total_s
+        after = 0
+        if stage == "base" and config.warm_start == AUTO:
+            after = len(TRANSFER_REFS) * config.calibration_seeds
+            after += 1 if config.calibration_seeds == 1 and config.transfer_extra_seeds else 0  # its repeat
+        waves = math.ceil(len(missing) / slots) + math.ceil(after / slots)
+        return budget.spent_s() + waves * run_s <= CALIBRATION_SHARE * budget.total_s
 
     def forecast(missing: int) -> None:
         """Say, before ``missing`` runs start, when they will end if that is past the time budget:

@@ -414,6 +414,36 @@ def test_a_race_runs_another_round_only_while_it_fits_in_its_share_of_the_time_b
     assert len(calls) == 7 and "stopped" not in result.record["base"]["rounds"][-1]
 
 
+def test_a_round_of_the_bases_race_leaves_room_for_the_published_policies_first_round(tmp_path, monkeypatch):
+    """Runs of about 100 s, 2 at once, and 300 s of calibration share (900 s budget): one more
+    round of the bases (1 wave) would fit alone, but not with the published policies' 6 runs
+    after it (3 waves), so it is not run; with a larger budget it is, and the choice is the same."""
+    import autoaug.search.rescore as rescore
+
+    class Clock:
+        total_s = 900.0
+
+        def spent_s(self):
+            return 0.0
+
+    calls = []
+    _fake_runs(monkeypatch, dict(SCORES, standard=0.775), calls)
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    config = _config(tmp_path, base="auto", warm_start="auto")
+    result = calibrate(config, _mkrun(tmp_path / "a"), _Log(), Clock())
+    base = result.record["base"]
+    assert base["rounds"][-1].get("stopped") == "time" and len(base["rounds"]) == 1
+    bases_trained = [key for key, _, _ in calls if key.startswith("base:")]
+    assert len(bases_trained) == 4  # the first round and standard's repeat only
+    assert result.record["transfer"]["base"] == result.base
+    calls.clear()
+    roomy = Clock()
+    roomy.total_s = 9000.0
+    again = calibrate(config, _mkrun(tmp_path / "b"), _Log(), roomy)
+    assert len([key for key, _, _ in calls if key.startswith("base:")]) > 4  # the race ran its rounds
+    assert (again.base, again.warm_start) == (result.base, result.warm_start)
+
+
 def test_a_calibration_that_will_outlast_the_budget_says_so_before_its_published_policies_run(tmp_path, monkeypatch):
     """Runs of about 110 s (100 s measured + the overhead), 2 at once: the published policies' 6
     runs are 3 waves, 330 s. With 600 s left of 900 they fit (nothing said); with 300 s left the

@@ -407,13 +407,7 @@ def analyse(a: argparse.Namespace) -> int:
     cpu = float(np.mean([run["cpu_per_image_pass"] for run in runs.values()]))
     report["cpu_per_image_pass_s"] = cpu
     lines += ["", f"CPU of scoring: {1000 * cpu:.2f} ms per image and draw (augmentation and forward pass, 1 thread)"]
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "noise.txt").write_text(text + "\n")
-        (out / "noise.json").write_text(json.dumps(report, indent=1, default=float))
+    score_noise.write_report("\n".join(lines), report, a.out)
     return 0
 
 

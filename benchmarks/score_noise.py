@@ -355,14 +355,19 @@ def analyse(a: argparse.Namespace) -> int:
         }
         for h, r in runs.items()
     }
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "noise.txt").write_text(text + "\n")
-        (out / "noise.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_report("\n".join(lines), report, a.out)
     return 0
+
+
+def write_report(text: str, report: dict, out: str | None) -> None:
+    """Print an analysis and, with ``out``, write it there as ``noise.txt`` and ``noise.json``
+    (here and in ``density_noise.py``)."""
+    print(text)
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "noise.txt").write_text(text + "\n")
+        (folder / "noise.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
 
 
 def _rungs(runs: dict, pairs: dict, window: int, evaluation: dict, stats, report: dict) -> list[str]:

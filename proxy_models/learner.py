@@ -7,6 +7,13 @@ parameter, linear learning-rate warm-up then cosine decay to zero (:class:`Warmu
 optional label smoothing, autocast and gradient scaling where they apply, channels-last and
 ``torch.compile`` when asked. Its state (model, optimizer, schedule, scaler) is what a checkpoint
 saves: a resumed run must equal an uninterrupted one.
+
+The optimizer and the schedule are :class:`SGD` and :class:`StepSchedule`, not ``torch.optim``'s
+``SGD`` and ``LambdaLR``: those import the compiler stack (``torch._dynamo``, 1.1-1.7 CPU-s in
+every training process: every trial actor, calibration and re-scoring task) on their first step,
+for nothing when nothing is compiled. They do the same arithmetic in the same order (bit for bit:
+``tests/proxy_models/test_learner_optim.py``) and save the same ``state_dict`` layout, so
+checkpoints load either way.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from autoaug.proxy_models.models import build_model
 from autoaug.proxy_models.precision import amp_dtype, amp_enabled
 from autoaug.proxy_models.train_config import TrainConfig
 
-__all__ = ["WarmupCosine", "EvalStats", "EpochStats", "Learner"]
+__all__ = ["WarmupCosine", "SGD", "StepSchedule", "EvalStats", "EpochStats", "Learner"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -45,6 +52,141 @@ class WarmupCosine:
         span = max(1, self.total_steps - self.warmup_steps)
         progress = min(1.0, (step - self.warmup_steps) / span)
         return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizer and its schedule, without torch.optim's import of the compiler stack
+# --------------------------------------------------------------------------------------------
+class SGD:
+    """SGD with momentum (optionally Nesterov) and L2 weight decay: ``torch.optim.SGD``'s
+    arithmetic, per tensor in the same order (its default on the CPU: the "for-loop"
+    implementation), and its ``param_groups`` / ``state_dict`` layout (what ``GradScaler`` and
+    checkpoints read). One parameter group; no closure, no sparse gradients, no ``maximize``."""
+
+    def __init__(
+        self, params: Iterable[torch.Tensor], *, lr: float, momentum: float, nesterov: bool, weight_decay: float
+    ) -> None:
+        params = list(params)
+        if nesterov and momentum <= 0:
+            raise ValueError("Nesterov momentum requires a momentum")
+        self.param_groups: list[dict[str, Any]] = [
+            {
+                "params": params,
+                "lr": lr,
+                "momentum": momentum,
+                "dampening": 0,
+                "weight_decay": weight_decay,
+                "nesterov": nesterov,
+                "maximize": False,
+                "foreach": None,
+                "differentiable": False,
+                "fused": None,
+            }
+        ]
+        self.defaults = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        #: Per parameter: ``{"momentum_buffer": tensor}`` once it has had a gradient.
+        self.state: dict[torch.Tensor, dict[str, Any]] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.param_groups[0]["params"]:
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.detach_().requires_grad_(False)
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        group = self.param_groups[0]
+        lr, momentum, decay, nesterov = group["lr"], group["momentum"], group["weight_decay"], group["nesterov"]
+        dampening = group["dampening"]
+        for param in group["params"]:
+            if param.grad is None:
+                continue
+            grad = param.grad
+            if decay != 0:
+                grad = grad.add(param, alpha=decay)
+            if momentum != 0:
+                state = self.state.setdefault(param, {})
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = state["momentum_buffer"] = grad.detach().clone()
+                else:
+                    buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                grad = grad.add(buf, alpha=momentum) if nesterov else buf
+            param.add_(grad, alpha=-lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``torch.optim.SGD.state_dict``'s layout: parameters by index."""
+        params = self.param_groups[0]["params"]
+        index = {id(p): i for i, p in enumerate(params)}
+        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        return {
+            "state": {index[id(p)]: dict(s) for p, s in self.state.items()},
+            "param_groups": [{**group, "params": list(range(len(params)))}],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """A state saved by :meth:`state_dict` or by ``torch.optim.SGD`` over the same parameters."""
+        params = self.param_groups[0]["params"]
+        (saved,) = state["param_groups"]
+        if len(saved["params"]) != len(params):
+            raise ValueError(f"optimizer state for {len(saved['params'])} parameters, this model has {len(params)}")
+        self.param_groups[0].update({k: v for k, v in saved.items() if k != "params"})
+        by_index = dict(zip(saved["params"], params))
+        self.state = {}
+        for i, s in state["state"].items():
+            p = by_index[int(i)]
+            self.state[p] = {
+                k: (v.detach().to(device=p.device, dtype=p.dtype, copy=True) if isinstance(v, torch.Tensor) else v)
+                for k, v in s.items()
+            }
+
+
+class StepSchedule:
+    """The learning rate of :class:`SGD`'s group set to ``base_lr * factor(step)`` after each
+    :meth:`step` (and ``factor(0)`` at the start): ``torch.optim.lr_scheduler.LambdaLR``'s
+    behaviour and ``state_dict`` layout (``last_epoch`` counts the steps)."""
+
+    def __init__(self, optimizer: SGD, factor: WarmupCosine) -> None:
+        self.optimizer, self.factor = optimizer, factor
+        group = optimizer.param_groups[0]
+        group.setdefault("initial_lr", group["lr"])
+        self.base_lrs = [group["initial_lr"]]
+        self.last_epoch = 0
+        self._apply()
+
+    def _apply(self) -> None:
+        self.optimizer.param_groups[0]["lr"] = self.base_lrs[0] * self.factor(self.last_epoch)
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        self._apply()
+
+    def get_last_lr(self) -> list[float]:
+        return [self.optimizer.param_groups[0]["lr"]]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "base_lrs": list(self.base_lrs),
+            "last_epoch": self.last_epoch,
+            "_step_count": self.last_epoch + 1,
+            "_last_lr": self.get_last_lr(),
+            "_get_lr_called_within_step": False,
+            "_is_initial": False,
+            "lr_lambdas": [dict(vars(self.factor))],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """A state saved by :meth:`state_dict` or by ``LambdaLR`` with a :class:`WarmupCosine`."""
+        self.base_lrs = list(state["base_lrs"])
+        self.last_epoch = int(state["last_epoch"])
+        (factor,) = state.get("lr_lambdas") or [None]
+        if factor:
+            vars(self.factor).update(factor)
+        # (The learning rate itself is the optimizer's state, as with LambdaLR.)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +270,7 @@ class Learner:
         self._compile_checked = True
         if config.compile:
             self._compile(config.compile)
-        self.optimizer = torch.optim.SGD(
+        self.optimizer = SGD(
             model.parameters(),
             lr=config.lr,
             momentum=config.momentum,
@@ -137,7 +279,7 @@ class Learner:
         )
         total_steps = steps_per_epoch * config.epochs
         warmup_steps = round(config.warmup_epochs * steps_per_epoch)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, WarmupCosine(warmup_steps, total_steps))
+        self.scheduler = StepSchedule(self.optimizer, WarmupCosine(warmup_steps, total_steps))
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp and self.amp_dtype == torch.float16)
         self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
 

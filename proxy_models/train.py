@@ -30,6 +30,7 @@ import dataclasses
 import io
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -140,6 +141,17 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
+def _use_deterministic_algorithms(mode: bool, *, warn_only: bool, compiling: bool) -> None:
+    """``torch.use_deterministic_algorithms``, which also sets Inductor's ``deterministic`` option
+    and so imports the compiler stack (``torch._inductor``, ``torch._dynamo``: 1.1-1.7 CPU-s a
+    process). A run that does not compile, in a process that has not loaded Inductor, sets only
+    the flag the kernels read."""
+    if compiling or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+
+
 class _TorchState:
     """Set torch's process-wide knobs for a run and put them back afterwards."""
 
@@ -157,7 +169,7 @@ class _TorchState:
         if self.config.num_threads is not None:
             torch.set_num_threads(self.config.num_threads)
         # warn_only: an op without a deterministic kernel warns instead of failing the run.
-        torch.use_deterministic_algorithms(self.config.deterministic, warn_only=True)
+        _use_deterministic_algorithms(self.config.deterministic, warn_only=True, compiling=bool(self.config.compile))
         if self.device.type == "cuda":
             torch.backends.cudnn.deterministic = self.config.deterministic
             torch.backends.cudnn.benchmark = not self.config.deterministic
@@ -170,7 +182,7 @@ class _TorchState:
     def __exit__(self, *exc: object) -> None:
         threads, det, warn_only, cudnn_det, cudnn_bench = self.saved
         torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(det, warn_only=warn_only)
+        _use_deterministic_algorithms(det, warn_only=warn_only, compiling=bool(self.config.compile))
         torch.backends.cudnn.deterministic = cudnn_det
         torch.backends.cudnn.benchmark = cudnn_bench
         if self.saved_tf32 is not None:

@@ -200,7 +200,7 @@ def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = Tr
 
     from autoaug.proxy_models.data import DatasetError, open_dataset
     from autoaug.proxy_models.splits import config_groups, config_split
-    from autoaug.proxy_models.train import resolve_config
+    from autoaug.proxy_models.train_config import resolve_config
 
     started = time.perf_counter()
     if config.data is None:
@@ -236,7 +236,7 @@ def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = Tr
 
 def _check_memory(config: Any, ds: Any, split: Any, test: Any, *, runs: int, unit: str, here: bool) -> None:
     from autoaug.proxy_models.memory import check_memory
-    from autoaug.proxy_models.train import eval_batch_size
+    from autoaug.proxy_models.train_config import eval_batch_size
 
     check_memory(
         config,

@@ -52,7 +52,7 @@ REQUIRES = ("nvidia.dali",)
 
 
 def _preset_names() -> list[str]:
-    from autoaug.proxy_models.train import PRESETS
+    from autoaug.proxy_models.train_config import PRESETS
 
     return list(PRESETS)
 
@@ -211,7 +211,7 @@ def _on_base(policy: Any, base: str | None, ref: str) -> Any:
 def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """``(command settings, TrainConfig)`` from the layers (defaults, --config, --set, flags)."""
     from autoaug.policies.bases import check_name
-    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.proxy_models.train_config import TrainConfig
 
     merged = layered(args, OPTIONS, defaults=_DEFAULTS)
     command = {k: merged.pop(k, None) for k in _COMMAND_KEYS}
@@ -313,7 +313,7 @@ def _run(args: argparse.Namespace, display: Progress, emit: Callable[[Any], None
     except OSError as exc:
         raise UserInputError(f"--out {str(out)!r}: cannot create the directory ({exc.strerror})") from None
 
-    from autoaug.proxy_models.train import sizing_record
+    from autoaug.proxy_models.train_config import sizing_record
 
     base = {
         "status": "running",

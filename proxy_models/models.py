@@ -24,8 +24,9 @@ Names in :data:`MODELS` are the ones this project uses; :func:`build_model` also
 
 from __future__ import annotations
 
-import re
 from typing import Callable
+
+from autoaug.proxy_models.model_names import check_model_name, parse_model_name as _parse
 
 import torch
 import torch.nn.functional as F
@@ -221,7 +222,8 @@ def _resnet(depth: int) -> Callable[..., nn.Module]:
     return build
 
 
-#: Model name -> builder ``(num_classes=10, in_channels=3) -> nn.Module``.
+#: Model name -> builder ``(num_classes=10, in_channels=3) -> nn.Module`` (the names:
+#: :data:`autoaug.proxy_models.model_names.MODEL_NAMES`).
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "wrn-40-2": _wrn(40, 2),
     "wrn-28-10": _wrn(28, 10),
@@ -237,41 +239,6 @@ PUBLISHED_PARAMS: dict[str, float] = {
     "wrn-28-10": 36.5e6,
     "resnet-20": 0.27e6,
 }
-
-_WRN_RE = re.compile(r"wrn-(\d+)-(\d+)")
-_RESNET_RE = re.compile(r"resnet-(\d+)")
-
-
-def _parse(name: object) -> tuple[str, int, int]:
-    """``name`` -> (family, depth, widen_factor), validating without building anything."""
-    if not isinstance(name, str):
-        raise ValueError(f"model name must be a string, got {name!r}")
-    key = name.strip().lower()
-    if m := _WRN_RE.fullmatch(key):
-        depth, widen = int(m[1]), int(m[2])
-        if depth < 10 or (depth - 4) % 6 != 0:
-            raise ValueError(f"WideResNet depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, 40...), got {depth}")
-        if widen < 1:
-            raise ValueError(f"WideResNet widen_factor must be a positive integer, got {widen}")
-        return "wrn", depth, widen
-    if m := _RESNET_RE.fullmatch(key):
-        depth = int(m[1])
-        if depth < 8 or (depth - 2) % 6 != 0:
-            raise ValueError(f"CIFAR ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 44, 56...), got {depth}")
-        return "resnet", depth, 1
-    raise ValueError(
-        f"unknown model {name!r}: expected one of {', '.join(sorted(MODELS))}, "
-        "or any 'wrn-D-K' (D = 6n + 4) or 'resnet-D' (D = 6n + 2)"
-    )
-
-
-def check_model_name(name: str) -> str:
-    """Validate a model name without building the model; returns its canonical (lower-case) form.
-
-    Raises the same ``ValueError`` as :func:`build_model` for an unknown or malformed name.
-    """
-    _parse(name)
-    return name.strip().lower()
 
 
 def build_model(name: str, num_classes: int = 10, in_channels: int = 3) -> nn.Module:

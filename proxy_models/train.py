@@ -42,7 +42,14 @@ from autoaug.core.location import atomic_write_local
 from autoaug.core.metrics import balanced_accuracy
 from autoaug.proxy_models.learner import EvalStats, Learner
 from autoaug.proxy_models.precision import amp_dtype, restore_tf32, set_tf32, tf32_state
-from autoaug.proxy_models.train_config import PRESETS, RESUMABLE_CHANGES, TrainConfig, sizing_record
+from autoaug.proxy_models.train_config import (
+    PRESETS,
+    RESUMABLE_CHANGES,
+    TrainConfig,
+    eval_batch_size,
+    resolve_config,
+    sizing_record,
+)
 
 __all__ = [
     "PRESETS",
@@ -200,46 +207,6 @@ def _resolve_policy(policy: Any) -> Any:
     raise ValueError(
         f"policy must be a policies.Policy, a Schedule or a preset name / policy JSON path, got {type(policy).__name__}"
     )
-
-
-def _open(source: str, split: str) -> Any:
-    from autoaug.proxy_models.data import open_dataset
-
-    return open_dataset(source, split=split)
-
-
-def resolve_config(config: TrainConfig, dataset: Any = None) -> TrainConfig:
-    """``config`` sized to its data (:meth:`TrainConfig.resolved`): a training split given per
-    class becomes a total against the dataset's class counts, an automatic image size becomes the
-    data's own (:meth:`ImageDataset.own_image_size`). ``dataset``: ``config.data`` already opened
-    (opened here when None). :func:`train` calls it first; a caller that must know the split or
-    the image size before training (the search draws the trials' split, compare keeps run
-    records, the preflight decodes) calls it once and passes the result on. Returns ``config``
-    itself when there is nothing to resolve; raises ``DatasetError`` for images of several sizes
-    with an automatic size."""
-    if config.is_resolved:
-        return config
-    if dataset is None:
-        if config.data is None:
-            raise ValueError("TrainConfig.data is not set: give the training data source (e.g. a Parquet file)")
-        dataset = _open(config.data, "train")
-    import numpy as np
-
-    sized_by_counts = config.train_per_class is not None or config.max_val_size is not None
-    counts = np.bincount(dataset.labels, minlength=dataset.num_classes) if sized_by_counts else None
-    own = dataset.own_image_size() if config.image_size is None else None
-    return config.resolved(counts, data_image_size=own)
-
-
-#: Evaluation batches are at least this large unless ``TrainConfig.eval_batch_size`` says otherwise
-#: (no gradients are kept, and small batches waste most of a CPU's time in per-call overhead);
-#: batch norm runs in eval mode, so the batch size does not change what is computed.
-EVAL_BATCH_SIZE = 256
-
-
-def eval_batch_size(config: TrainConfig) -> int:
-    """Images per evaluation batch: ``config.eval_batch_size``, else ``max(batch_size, 256)``."""
-    return config.eval_batch_size or max(config.batch_size, EVAL_BATCH_SIZE)
 
 
 def loader_threads(config: TrainConfig) -> int:
@@ -408,12 +375,13 @@ def _train(
     given_split: Any = None,
     on_validate: Callable[[int, EvalStats, Any], Any] | None = None,
 ) -> TrainResult:
+    from autoaug.proxy_models.data import open_dataset
     from autoaug.proxy_models.splits import config_split
 
     num_threads = loader_threads(config)  # DALI's; torch's were set by _TorchState
 
     # ---- data (every check that can fail happens here, before the first epoch) -------------
-    ds = _open(config.data, "train")
+    ds = open_dataset(config.data, split="train")
     if not config.is_resolved:
         config = resolve_config(config, ds)
         if checkpoint is not None:
@@ -435,7 +403,7 @@ def _train(
             raise ValueError("cannot resume: the train/validation split differs from the checkpoint's")
     test_ds = None
     if config.test_data is not None:
-        test_ds = _open(config.test_data, "test")
+        test_ds = open_dataset(config.test_data, split="test")
         if tuple(test_ds.classes) != tuple(ds.classes):
             raise ValueError(
                 f"test data {config.test_data} has classes {list(test_ds.classes)[:10]}, "

@@ -11,7 +11,7 @@ import types
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
 from autoaug.core.values import check_keys, invalid, is_int as _is_int, is_number as _is_number
-from autoaug.proxy_models.models import check_model_name
+from autoaug.proxy_models.model_names import check_model_name
 
 if TYPE_CHECKING:
     import torch
@@ -24,6 +24,9 @@ __all__ = [
     "AMP_DTYPES",
     "COMPILE_MODES",
     "sizing_record",
+    "resolve_config",
+    "EVAL_BATCH_SIZE",
+    "eval_batch_size",
 ]
 
 # Config fields that may differ between a checkpoint and the run resuming it: they do not change
@@ -672,3 +675,43 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
     }
 )
 TrainConfig.PRESETS = PRESETS
+
+
+def _open(source: str, split: str) -> Any:
+    from autoaug.proxy_models.data import open_dataset
+
+    return open_dataset(source, split=split)
+
+
+def resolve_config(config: TrainConfig, dataset: Any = None) -> TrainConfig:
+    """``config`` sized to its data (:meth:`TrainConfig.resolved`): a training split given per
+    class becomes a total against the dataset's class counts, an automatic image size becomes the
+    data's own (:meth:`ImageDataset.own_image_size`). ``dataset``: ``config.data`` already opened
+    (opened here when None). :func:`autoaug.proxy_models.train.train` calls it first; a caller that must know the split or
+    the image size before training (the search draws the trials' split, compare keeps run
+    records, the preflight decodes) calls it once and passes the result on. Returns ``config``
+    itself when there is nothing to resolve; raises ``DatasetError`` for images of several sizes
+    with an automatic size."""
+    if config.is_resolved:
+        return config
+    if dataset is None:
+        if config.data is None:
+            raise ValueError("TrainConfig.data is not set: give the training data source (e.g. a Parquet file)")
+        dataset = _open(config.data, "train")
+    import numpy as np
+
+    sized_by_counts = config.train_per_class is not None or config.max_val_size is not None
+    counts = np.bincount(dataset.labels, minlength=dataset.num_classes) if sized_by_counts else None
+    own = dataset.own_image_size() if config.image_size is None else None
+    return config.resolved(counts, data_image_size=own)
+
+
+#: Evaluation batches are at least this large unless ``TrainConfig.eval_batch_size`` says otherwise
+#: (no gradients are kept, and small batches waste most of a CPU's time in per-call overhead);
+#: batch norm runs in eval mode, so the batch size does not change what is computed.
+EVAL_BATCH_SIZE = 256
+
+
+def eval_batch_size(config: TrainConfig) -> int:
+    """Images per evaluation batch: ``config.eval_batch_size``, else ``max(batch_size, 256)``."""
+    return config.eval_batch_size or max(config.batch_size, EVAL_BATCH_SIZE)

@@ -145,7 +145,7 @@ def _absolute_if_file(ref: str) -> str:
 
 
 def _train_config(value: Any) -> Any:
-    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.proxy_models.train_config import TrainConfig
 
     if isinstance(value, TrainConfig):
         return value

@@ -21,7 +21,7 @@ class DensityTrial(tune.Trainable):
     model are built once per trial process."""
 
     def setup(self, config: dict, *, train_config: dict, space: dict, policy_prefix: str, fold: dict) -> None:
-        from autoaug.proxy_models.train import TrainConfig
+        from autoaug.proxy_models.train_config import TrainConfig
         from autoaug.search.space import SearchSpace
 
         self._started = time.perf_counter()

@@ -97,7 +97,7 @@ def run_search(
         SearchFailedError: every trial failed (the message shows the first error).
         SearchInterruptedError: interrupted before all trials finished (resume it).
     """
-    from autoaug.proxy_models.train import resolve_config
+    from autoaug.proxy_models.train_config import resolve_config
 
     started = time.time()
     # Sized to the data (a split per class becomes a total, an automatic image size the data's):

@@ -131,7 +131,7 @@ class FoldScorer:
         from autoaug.proxy_models.data import open_dataset
         from autoaug.proxy_models.pipeline import DaliLoader
         from autoaug.proxy_models.learner import Learner
-        from autoaug.proxy_models.train import eval_batch_size
+        from autoaug.proxy_models.train_config import eval_batch_size
 
         cfg = train_config
         self.device = cfg.resolve_device()

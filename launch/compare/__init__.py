@@ -3,7 +3,7 @@
 ::
 
     from autoaug.launch.compare import CompareConfig, run_compare
-    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.proxy_models.train_config import TrainConfig
 
     train = TrainConfig.from_preset("cpu", data="cifar10/train.parquet", test_data="cifar10/test.parquet")
     config = CompareConfig(train=train, policies=("cifar10-r8@latest",), seeds=(0, 1, 2),

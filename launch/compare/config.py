@@ -39,7 +39,7 @@ class CompareConfig:
     base: str | None = None  # --base: candidates with sub-policies train on it (candidates.Candidate.on_base)
 
     def __post_init__(self) -> None:
-        from autoaug.proxy_models.train import TrainConfig
+        from autoaug.proxy_models.train_config import TrainConfig
 
         if not isinstance(self.train, TrainConfig):
             raise CompareError(f"CompareConfig.train must be a TrainConfig, got {type(self.train).__name__}")
@@ -116,7 +116,7 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     training device is CUDA, else 0), ``attach``, ``verbose``, ``base`` (``none``, ``crop`` or
     ``standard``: the candidates with sub-policies train on it instead of their own base).
     """
-    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.proxy_models.train_config import TrainConfig
 
     if not isinstance(data, Mapping):
         raise CompareError(f"compare configuration must be a mapping, got {type(data).__name__}")

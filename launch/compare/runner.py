@@ -152,7 +152,7 @@ def sized_to_data(config: CompareConfig) -> tuple[CompareConfig, str, dict[str, 
     they computed the same thing, whichever way the regime was asked for. The fingerprint covers
     the class names."""
     from autoaug.proxy_models.data import open_dataset
-    from autoaug.proxy_models.train import resolve_config, sizing_record
+    from autoaug.proxy_models.train_config import resolve_config, sizing_record
 
     t = config.train
     try:

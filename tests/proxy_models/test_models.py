@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
+from autoaug.proxy_models.model_names import MODEL_NAMES
 from autoaug.proxy_models.models import (
     MODELS,
     PUBLISHED_PARAMS,
@@ -17,6 +21,29 @@ from autoaug.proxy_models.models import (
 
 def test_models_lists_the_project_models():
     assert set(MODELS) == {"wrn-40-2", "wrn-28-10", "resnet-8", "resnet-20"}
+    assert set(MODEL_NAMES) == set(MODELS)  # what a config checks without torch
+
+
+def test_a_config_is_checked_without_importing_torch(tmp_path):
+    """A search's driver and the command line validate a training configuration (its model name
+    included) and size it to the data without torch (1.6 CPU-s a process): only what trains
+    imports it."""
+    code = (
+        "import sys\n"
+        "from autoaug.proxy_models.train_config import TrainConfig, eval_batch_size, resolve_config\n"
+        "cfg = TrainConfig.from_preset('cpu', model='wrn-16-2')\n"
+        "try:\n"
+        "    TrainConfig.from_preset('cpu', model='wrn-41-2')\n"
+        "except ValueError as exc:\n"
+        "    assert '6n + 4' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('wrn-41-2 accepted')\n"
+        "assert eval_batch_size(cfg) == 256\n"
+        "print('torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))

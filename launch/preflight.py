@@ -8,7 +8,7 @@ user's input, run in the driver before Ray starts and before anything is created
   nothing is left behind): a read-only filesystem, a path that is a file, a URI that refuses writes
   is one line naming the flag and the path;
 * :func:`check_data`: the dataset (and test set) opened, labels checked (:func:`open_dataset`),
-  the config sized to the data (:func:`autoaug.proxy_models.train.resolve_config`: a split per
+  the config sized to the data (:func:`autoaug.proxy_models.train_config.resolve_config`: a split per
   class made a total, an automatic image size the data's own), the reduced split computed, and
   every image decoded once. The rows the trainer loads are decoded
   the way its loader decodes them, so an in-process trainer (``autoaug train``) finds them in the

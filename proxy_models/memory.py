@@ -169,7 +169,7 @@ def estimate_run_memory(
     :class:`~autoaug.proxy_models.train_config.TrainConfig`: ``image_size`` a number) on
     ``train_images`` / ``val_images`` / ``test_images`` images of ``num_classes`` classes, by part;
     ``eval_batch_size``: the evaluation loaders' batch
-    (:func:`autoaug.proxy_models.train.eval_batch_size`; ``None``: the training batch);
+    (:func:`autoaug.proxy_models.train_config.eval_batch_size`; ``None``: the training batch);
     ``cuda``: the model lives on a GPU (its part is not host memory). The formula is the module's
     documentation; it errs on the high side, never far below what a run holds."""
     if config.image_size is None:

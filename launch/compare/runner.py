@@ -146,7 +146,7 @@ def sized_to_data(config: CompareConfig) -> tuple[CompareConfig, str, dict[str, 
     """``(config with its training config sized to the data, dataset fingerprint, sizing record,
     class names)``.
 
-    The one place a comparison resolves its regime (:func:`autoaug.proxy_models.train.resolve_config`:
+    The one place a comparison resolves its regime (:func:`autoaug.proxy_models.train_config.resolve_config`:
     a split per class becomes a total, an automatic image size the data's own): every run trains,
     and every run record keeps, the resolved config, so finished runs are reused exactly when
     they computed the same thing, whichever way the regime was asked for. The fingerprint covers

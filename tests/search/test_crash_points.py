@@ -39,8 +39,14 @@ def _resume(name: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_driver_killed_in_calibration_resumes_without_running_the_saved_run_again(tmp_path, cifar_small, kill_driver):
+@pytest.mark.timeout(900)
+def test_a_driver_killed_in_calibration_then_while_rescoring_resumes_each_time_with_the_runs_it_saved(
+    tmp_path, cifar_small, kill_driver
+):
+    """One search, killed twice: in calibration once its first base run is saved, then (resumed)
+    in re-scoring once its first run is saved. Each resume trains only what was not saved, and
+    the last one stores. (One search for both points: each driver pair costs the suite about
+    20 CPU-s.)"""
     argv = [
         *SEARCH,
         "--preset",
@@ -53,62 +59,40 @@ def test_a_driver_killed_in_calibration_resumes_without_running_the_saved_run_ag
         "auto",
         "--no-warm-start",
         "--num-trials",
-        "2",
+        "3",
         "--concurrency",
         "1",
         "--set",
         "base_extra_seeds=0",  # one run per base: the resume path does not need the race's rounds
-        *TINY,
-        *_dirs(tmp_path),
-    ]
-    kill_driver(argv, dict(os.environ), "calibrate.after_run_saved:1", 300)
-    run = tmp_path / "runs" / "cal"
-    saved = json.loads((run / "calibration.json").read_text())["runs"]
-    assert len(saved) == 1 and not (run / "result.json").exists()  # the first base run, nothing after it
-    ((key, first),) = saved.items()
-
-    resumed = _resume("cal", tmp_path)
-    assert f"calibration: {key}:" not in resumed.stdout  # not trained again
-    runs = json.loads((run / "calibration.json").read_text())["runs"]
-    assert runs[key] == first and len(runs) >= 3  # every base measured, the saved run as it was
-    prov = json.loads((run / "result.json").read_text())["provenance"]
-    assert set(prov["calibration"]["base"]["scores"]) == {"none", "crop", "standard"}
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_driver_killed_while_rescoring_resumes_with_the_runs_it_saved(tmp_path, cifar_small, kill_driver):
-    argv = [
-        *SEARCH,
-        "--preset",
-        "smoke",
-        "--data",
-        str(cifar_small),
-        "--name",
-        "resc",
-        "--base",
-        "crop",
-        "--no-warm-start",
-        "--num-trials",
-        "3",
-        "--concurrency",
-        "1",
         "--set",
         "rescore=true",
         *TINY,
         *_dirs(tmp_path),
     ]
-    kill_driver(argv, dict(os.environ), "rescore.after_run_saved:1", 300)
-    run = tmp_path / "runs" / "resc"
-    saved = json.loads((run / "rescore.json").read_text())
-    assert len(saved) == 1 and not (run / "result.json").exists()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    kill_driver(argv, env, "calibrate.after_run_saved:1", 300)
+    run = tmp_path / "runs" / "cal"
+    saved = json.loads((run / "calibration.json").read_text())["runs"]
+    assert len(saved) == 1 and not (run / "result.json").exists()  # the first base run, nothing after it
     ((key, first),) = saved.items()
 
-    _resume("resc", tmp_path)
-    runs = json.loads((run / "rescore.json").read_text())
-    assert runs[key] == first and len(runs) >= 2  # the saved run kept, the others trained
-    selection = json.loads((run / "result.json").read_text())["provenance"]["selection"]
-    assert len(selection["candidates"]) == len(runs) and all(c["runs"] for c in selection["candidates"])
+    out = kill_driver([*SEARCH, "--resume", "cal", *_dirs(tmp_path)], env, "rescore.after_run_saved:1", 400)
+    assert f"calibration: {key}:" not in out  # not trained again
+    runs = json.loads((run / "calibration.json").read_text())["runs"]
+    assert runs[key] == first and len(runs) >= 3  # every base measured, the saved run as it was
+    rescored = json.loads((run / "rescore.json").read_text())
+    assert len(rescored) == 1 and not (run / "result.json").exists()
+    ((rescore_key, rescore_first),) = rescored.items()
+
+    resumed = _resume("cal", tmp_path)
+    assert "calibration: base:" not in resumed.stdout  # calibration ended before: nothing trained again
+    assert json.loads((run / "calibration.json").read_text())["runs"] == runs
+    rescored = json.loads((run / "rescore.json").read_text())
+    assert rescored[rescore_key] == rescore_first and len(rescored) >= 2  # the saved run kept, the others trained
+    prov = json.loads((run / "result.json").read_text())["provenance"]
+    assert set(prov["calibration"]["base"]["scores"]) == {"none", "crop", "standard"}
+    selection = prov["selection"]
+    assert len(selection["candidates"]) == len(rescored) and all(c["runs"] for c in selection["candidates"])
 
 
 @pytest.mark.slow

@@ -15,6 +15,14 @@ the floor of any command that reads the store.
     .venv/bin/python benchmarks/startup.py --runs 15 --json benchmarks/results/startup.json
 
 Target (issue 13): both ``autoaug`` commands under 0.5 s on the project's 2-core machine.
+
+``--training`` adds what a process that trains pays before its work (a trial actor, a
+calibration or re-scoring task): one training step of the proxy with the learner's own SGD and
+schedule, and the same step with ``torch.optim``'s ``SGD``, ``LambdaLR`` and
+``torch.use_deterministic_algorithms`` (what the learner used before; they import
+``torch._dynamo``).
+
+    .venv/bin/python benchmarks/startup.py --training --runs 6 --warmup 1
 """
 
 from __future__ import annotations
@@ -74,6 +82,24 @@ def _heavy_imports(env: dict[str, str]) -> list[str]:
     return out.stdout.split()
 
 
+#: One proxy training step in a fresh process, deterministic, with the learner's optimizer
+#: ("learner") or with torch.optim's (as before; "torch.optim").
+_TRAIN_STEP = """
+import torch
+from autoaug.proxy_models.learner import Learner, WarmupCosine
+from autoaug.proxy_models.train import _TorchState
+from autoaug.proxy_models.train_config import TrainConfig
+cfg = TrainConfig.from_preset("smoke", epochs=1, deterministic=True)
+with _TorchState(cfg, torch.device("cpu")):
+    learner = Learner(cfg, num_classes=3, steps_per_epoch=1)
+    if TORCH_OPTIM:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+        learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, WarmupCosine(1, 2))
+    learner.train_epoch([(torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 2, 0]))])
+"""
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     return {"min": round(min(values), 4), "median": round(statistics.median(values), 4), "max": round(max(values), 4)}
 
@@ -83,6 +109,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10, help="counted runs per command (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="uncounted runs per command first (default 2)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    ap.add_argument("--training", action="store_true", help="also time a process that trains one step, both ways")
     args = ap.parse_args()
 
     autoaug = _autoaug()
@@ -96,6 +123,10 @@ def main() -> int:
             "autoaug --help": [autoaug, "--help"],
             "autoaug policies list": [autoaug, "policies", "list"],
         }
+        if args.training:
+            for label, torch_optim in (("learner", False), ("torch.optim", True)):
+                code = f"TORCH_OPTIM = {torch_optim}\n{_TRAIN_STEP}"
+                commands[f"one training step ({label})"] = [sys.executable, "-c", code]
         walls: dict[str, list[float]] = {k: [] for k in commands}
         cpus: dict[str, list[float]] = {k: [] for k in commands}
         for i in range(args.warmup + args.runs):

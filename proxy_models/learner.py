@@ -83,19 +83,13 @@ class SGD:
                 "fused": None,
             }
         ]
-        self.defaults = {k: v for k, v in self.param_groups[0].items() if k != "params"}
         #: Per parameter: ``{"momentum_buffer": tensor}`` once it has had a gradient.
         self.state: dict[torch.Tensor, dict[str, Any]] = {}
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self) -> None:
+        """Drop the gradients (``torch.optim``'s ``set_to_none=True``)."""
         for p in self.param_groups[0]["params"]:
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.detach_().requires_grad_(False)
-                p.grad.zero_()
+            p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:
@@ -165,15 +159,12 @@ class StepSchedule:
         self.last_epoch += 1
         self._apply()
 
-    def get_last_lr(self) -> list[float]:
-        return [self.optimizer.param_groups[0]["lr"]]
-
     def state_dict(self) -> dict[str, Any]:
         return {
             "base_lrs": list(self.base_lrs),
             "last_epoch": self.last_epoch,
             "_step_count": self.last_epoch + 1,
-            "_last_lr": self.get_last_lr(),
+            "_last_lr": [self.optimizer.param_groups[0]["lr"]],
             "_get_lr_called_within_step": False,
             "_is_initial": False,
             "lr_lambdas": [dict(vars(self.factor))],
@@ -308,7 +299,7 @@ class Learner:
         with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, enabled=self.amp):
             logits = self.step_model(images)
             loss = self.criterion(logits, labels)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         self.scaler.scale(loss).backward()
         return loss, logits
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from autoaug.proxy_models.model_names import check_model_name, parse_model_name as _parse
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from autoaug.proxy_models.model_names import check_model_name, parse_model_name as _parse
 
 __all__ = [
     "MODELS",

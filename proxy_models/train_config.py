@@ -677,12 +677,6 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
 TrainConfig.PRESETS = PRESETS
 
 
-def _open(source: str, split: str) -> Any:
-    from autoaug.proxy_models.data import open_dataset
-
-    return open_dataset(source, split=split)
-
-
 def resolve_config(config: TrainConfig, dataset: Any = None) -> TrainConfig:
     """``config`` sized to its data (:meth:`TrainConfig.resolved`): a training split given per
     class becomes a total against the dataset's class counts, an automatic image size becomes the
@@ -697,7 +691,9 @@ def resolve_config(config: TrainConfig, dataset: Any = None) -> TrainConfig:
     if dataset is None:
         if config.data is None:
             raise ValueError("TrainConfig.data is not set: give the training data source (e.g. a Parquet file)")
-        dataset = _open(config.data, "train")
+        from autoaug.proxy_models.data import open_dataset
+
+        dataset = open_dataset(config.data, split="train")
     import numpy as np
 
     sized_by_counts = config.train_per_class is not None or config.max_val_size is not None

@@ -325,6 +325,12 @@ def rank_transfer(runs: Runs, fits: Mapping[str, str | None]) -> dict[str, Any]:
     }
 
 
+def _first_round_runs(labels: int, first: Sequence[Any], extra: Sequence[Any]) -> int:
+    """The runs of a race's first round (:func:`_race`): every label with the ``first`` seeds,
+    plus, when that is one seed and more rounds are allowed, a repeat of the first label."""
+    return labels * len(first) + (1 if len(first) == 1 and extra else 0)
+
+
 def _race(
     train: Any,
     stage: str,
@@ -347,7 +353,8 @@ def _race(
     labels = list(policies)
     seeds: dict[str, list[Any]] = {label: list(first) for label in labels}
     plan = [(label, policies[label], cfg) for label in labels for cfg in first]
-    if len(first) == 1 and extra:  # in the same batch: on 2 slots it fills the one an odd count leaves idle
+    # The repeat, in the same batch: on 2 slots it fills the one an odd count leaves idle.
+    if len(plan) < _first_round_runs(len(labels), first, extra):
         seeds[labels[0]].append(extra[0])
         plan.append((labels[0], policies[labels[0]], extra[0]))
         what += f" ({labels[0]} twice, to measure the noise)"
@@ -469,8 +476,7 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         run_s, slots = measured
         after = 0
         if stage == "base" and config.warm_start == AUTO:
-            after = len(TRANSFER_REFS) * config.calibration_seeds
-            after += 1 if config.calibration_seeds == 1 and config.transfer_extra_seeds else 0  # its repeat
+            after = _first_round_runs(len(TRANSFER_REFS), cfgs, extra[: config.transfer_extra_seeds])
         waves = math.ceil(len(missing) / slots) + math.ceil(after / slots)
         return budget.spent_s() + waves * run_s <= CALIBRATION_SHARE * budget.total_s
 

@@ -1,5 +1,6 @@
-"""benchmarks/trial_throughput.py: the FLOPs it counts per image, the peak it divides by, and a
-``--quick --levers`` smoke run writing its JSON and Markdown (a check of the tool, not a timing)."""
+"""benchmarks/trial_throughput.py and its roof (benchmarks/compute_peak.py): the FLOPs it counts per
+image, the peak it divides by, and a ``--quick --levers`` smoke run writing its JSON and Markdown (a
+check of the tool, not a timing)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ def tt(load_benchmark):
     return load_benchmark("trial_throughput")
 
 
-def test_flops_per_image_of_resnet8_are_its_convolutions_and_matmul(tt):
+@pytest.fixture(scope="module")
+def cp(load_benchmark):
+    return load_benchmark("compute_peak")
+
+
+def test_flops_per_image_of_resnet8_are_its_convolutions_and_matmul(cp):
     """ResNet-8 on 32x32: 2 x MACs of its 7 convolutions and the classifier, 24,478,976 FLOPs
     forward; backward adds twice that except the first convolution's input gradient."""
     from autoaug.proxy_models.train import TrainConfig
@@ -22,23 +28,23 @@ def test_flops_per_image_of_resnet8_are_its_convolutions_and_matmul(tt):
     convs = [(3, 16, 32), (16, 16, 32), (16, 16, 32), (16, 32, 16), (32, 32, 16), (32, 64, 8), (64, 64, 8)]
     forward = sum(2 * cin * cout * 9 * size * size for cin, cout, size in convs) + 2 * 64 * 10
     assert forward == 24_478_976
-    flops = tt.count_flops(TrainConfig.from_preset("cpu"), num_classes=10, image_size=32)
+    flops = cp.count_flops(TrainConfig.from_preset("cpu"), num_classes=10, image_size=32)
     assert flops["eval"] == forward
     assert flops["train"] == 3 * forward - 2 * 3 * 16 * 9 * 32 * 32  # no gradient for the images
 
 
-def test_peak_lookup_and_epoch_cost(tt):
+def test_peak_lookup_and_epoch_cost(tt, cp):
     peak = {
         "float32": {"matmul": {"1": 100.0, "2": 180.0}, "conv": {"1": 150.0, "2": 170.0}},
         "bfloat16": {"matmul": {"1": 400.0}, "conv": {"1": 300.0}},
     }
-    assert tt.peak_for(peak, "float32", 1) == 150.0  # the best kernel of the dtype
-    assert tt.peak_for(peak, "float32", 2) == 180.0
-    assert tt.peak_for(peak, "bfloat16", 2) == 800.0  # one thread's, times the threads
-    assert tt.peak_for({}, "float32", 1) is None
+    assert cp.peak_for(peak, "float32", 1) == 150.0  # the best kernel of the dtype
+    assert cp.peak_for(peak, "float32", 2) == 180.0
+    assert cp.peak_for(peak, "bfloat16", 2) == 800.0  # one thread's, times the threads
+    assert cp.peak_for({}, "float32", 1) is None
     assert tt.epoch_cost(1000, 500, 0.001, 0.0005) == pytest.approx(1.25)
-    assert tt.matmul_gflops(64, torch.float32, 1, 1) > 0
-    assert tt.conv_gflops(2, 16, 8, torch.bfloat16, 1, 1) > 0
+    assert cp.matmul_gflops(64, torch.float32, 1, 1) > 0
+    assert cp.conv_gflops(2, 16, 8, torch.bfloat16, 1, 1) > 0
 
 
 @pytest.mark.slow

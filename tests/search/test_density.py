@@ -1,15 +1,13 @@
 """The density-matching method (Fast AutoAugment): its configuration and CLI flags, the scoring
-path (an identity candidate scores exactly the fold model's plain held-out accuracy and loss), a
-smoke search that stores a policy with method provenance, and a driver killed with SIGKILL whose
-resumed search reuses the fold models instead of training them again."""
+path (an identity candidate scores exactly the fold model's plain held-out accuracy and loss), and
+a search whose driver is killed with SIGKILL and whose resumed search reuses the fold models
+instead of training them again, then stores a policy with method provenance."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +16,6 @@ from autoaug.launch.search_cmd import build_search_config
 from autoaug.search.config import SearchConfig
 from autoaug.search.density import DensityConfig
 
-REPO = Path(__file__).resolve().parents[2]
 # Two folds of 256 images, one epoch: seconds per fold model on a CPU; one candidate scored at a
 # time (one actor per round, whose imports and DALI graph cost more than the scoring).
 TINY = [
@@ -139,53 +136,77 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 @pytest.mark.usefixtures("shared_ray")
-def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, capsys, cifar_small):
+def test_a_killed_density_search_resumes_without_training_the_fold_models_again_and_stores_its_policy(
+    tmp_path, capsys, cifar_small, kill_driver
+):
+    """One density search (2 folds, 2 rounds of 3 candidates, the 2 best kept per round), its
+    driver killed with SIGKILL once both fold models are saved and the first candidate is scored,
+    then resumed: no fold model is trained again, and the search stores a policy with the method's
+    whole provenance (what a smoke search of the method shows)."""
     from autoaug.policies.store import PolicyStore
 
-    code = main(
-        [
-            "search",
-            "--data",
-            str(cifar_small),
-            "--preset",
-            "smoke",
-            "--name",
-            "dens",
-            "--method",
-            "density",
-            "--folds",
-            "2",
-            "--rounds",
-            "2",
-            "--trials-per-round",
-            "3",
-            "--top-per-round",
-            "2",
-            "--base",
-            "crop",
-            *TINY,
-            *_dirs(tmp_path),
-        ]
-    )
+    dirs = _dirs(tmp_path)
+    argv = [
+        sys.executable,
+        "-m",
+        "autoaug.launch.cli",
+        "search",
+        "--data",
+        str(cifar_small),
+        "--preset",
+        "smoke",
+        "--name",
+        "dens",
+        "--method",
+        "density",
+        "--folds",
+        "2",
+        "--rounds",
+        "2",
+        "--trials-per-round",
+        "3",
+        "--top-per-round",
+        "2",
+        "--base",
+        "crop",
+        *TINY,
+        *dirs,
+    ]
+    run = tmp_path / "runs" / "dens"
+    # Killed once both fold models are saved and the first round's first candidate is scored and saved.
+    kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "search.after_trial_saved:1", 300)
+    assert not (run / "result.json").exists()
+    folds = run / "folds"
+    saved = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())}
+    assert sorted(saved) == ["fold0.json", "fold0.pt", "fold1.json", "fold1.pt"]
+
+    # Resumed in this process (the module's Ray session), as `autoaug search --resume dens` runs.
+    code = main(["search", "--resume", "dens", *dirs])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "stored as dens@1" in out
+    assert "training" not in out.split("fold 1/2, round 1/2")[0]  # no fold model trained again
+    # The fold models are the ones the killed driver saved: same bytes, untouched files.
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())} == saved
+
     stored = PolicyStore(str(tmp_path / "store"))
     policy = stored.load("dens@1")
     meta = stored.get("dens@1").provenance
-    result = json.loads((tmp_path / "runs" / "dens" / "result.json").read_text())
+    result = json.loads((run / "result.json").read_text())
     prov = result["provenance"]
     assert result["policy_hash"] == policy.content_hash
     method = prov["method"]
     assert method["name"] == "density" and method["folds"] == 2 and method["rounds"] == 2
     assert method["trials_per_round"] == 3 and method["top_per_round"] == 2 and method["objective"] == "loss"
     assert [f["fold"] for f in method["fold_models"]] == [0, 1]
+    assert [f["session"] for f in method["fold_models"]] == ["start 1", "start 1"]  # the killed driver's
     assert all(0 < f["val_accuracy"] <= 1 and f["heldout_size"] == 128 for f in method["fold_models"])
     # --base crop: the fold models trained on the crop alone, and the stored policy is on crop.
     assert all(f["base"] == "crop" for f in method["fold_models"]) and policy.base == "crop"
-    # Every candidate's score is recorded: folds x rounds x trials, each scored.
+    # Every candidate's score is recorded, the one scored before the kill included: folds x rounds
+    # x trials, each scored once.
     trials = prov["trials"]
     assert len(trials) == 12 and all(t["status"] == "completed" and t["score"] is not None for t in trials)
     assert len({t["trial_id"] for t in trials}) == 12
@@ -199,62 +220,6 @@ def test_smoke_density_search_stores_a_policy_with_method_provenance(tmp_path, c
     assert len(policy.sub_policies) == 8 * 5 - prov["assembly"]["duplicates_removed"]
     assert prov["optuna"]["problems"] == []
     assert meta["method"]["name"] == "density" and meta["method"]["fold_models"] == method["fold_models"]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_killed_driver_resumes_without_training_the_fold_models_again(tmp_path, cifar_small, kill_driver):
-    base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
-    dirs = _dirs(tmp_path)
-    argv = [
-        *base,
-        "--preset",
-        "smoke",
-        "--data",
-        str(cifar_small),
-        "--name",
-        "crash",
-        "--method",
-        "density",
-        "--folds",
-        "2",
-        "--rounds",
-        "1",
-        "--trials-per-round",
-        "3",
-        "--top-per-round",
-        "2",
-        *TINY,
-        *dirs,
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    run = tmp_path / "runs" / "crash"
-    # Killed once both fold models are saved and the first round's first candidate is scored and saved.
-    kill_driver(argv, env, "search.after_trial_saved:1", 300)
-    assert not (run / "result.json").exists()
-    folds = run / "folds"
-    saved = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())}
-    assert sorted(saved) == ["fold0.json", "fold0.pt", "fold1.json", "fold1.pt"]
-
-    resumed = subprocess.run(
-        [*base, "--resume", "crash", *dirs],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "stored as crash@1" in resumed.stdout
-    assert "training" not in resumed.stdout.split("fold 1/2, round 1/1")[0]  # no fold model trained again
-    # The fold models are the ones the killed driver saved: same bytes, untouched files.
-    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())} == saved
-    prov = json.loads((run / "result.json").read_text())["provenance"]
-    assert [f["session"] for f in prov["method"]["fold_models"]] == ["start 1", "start 1"]
-    trials = prov["trials"]
-    assert len(trials) == 6 and all(t["status"] == "completed" for t in trials)  # 2 folds x 3
-    assert len({t["trial_id"] for t in trials}) == 6
 
 
 @pytest.mark.slow

@@ -1,13 +1,12 @@
 """The PBA method (Population Based Augmentation on Ray Tune's PBT): its settings and bad input,
-explore inside the search space, exploit carrying weights and policy history together, a smoke
-search that stores a schedule, and a driver killed with SIGKILL whose search resumes."""
+explore inside the search space, exploit carrying weights and policy history together, and a
+search whose driver is killed with SIGKILL, resumes and stores a schedule."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from autoaug.search.config import SearchConfig
 from autoaug.search.pba import PbaConfig, explore_params, initial_population
 from autoaug.search.space import SearchSpace
 
-REPO = Path(__file__).resolve().parents[2]
 # Four members of 256 images, 4 epochs, perturbed after every epoch, half the population cloning.
 TINY = [
     "--method",
@@ -241,28 +239,50 @@ def _stored_schedule(store_dir, ref):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.usefixtures("shared_ray")
-def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_path, capsys, cifar_small):
-    code = main(
-        [
-            "search",
-            "--data",
-            str(cifar_small),
-            "--preset",
-            "smoke",
-            "--name",
-            "pb",
-            *TINY,
-            "--base",
-            "auto",
-            "--set",
-            "base_extra_seeds=0",  # one run per base (the race has tests of its own)
-            *_dirs(tmp_path),
-        ]
-    )
-    out = capsys.readouterr().out
-    assert code == 0, out[-3000:]
-    assert "stored as pb@1" in out and "pba: best member" in out and "schedule: " in out
+def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_its_events(
+    tmp_path, capsys, cifar_small, kill_driver
+):
+    """One PBA search (the base measured first, then 4 members over 4 epochs), its driver killed
+    with SIGKILL once Tune has recorded the population's 6th checkpoint, then resumed: the same
+    members finish from their checkpoints, and the search stores a schedule with its population,
+    its events (each said as it happened, by one driver or the other) and its lineage."""
+    dirs = _dirs(tmp_path)
+    argv = [
+        sys.executable,
+        "-m",
+        "autoaug.launch.cli",
+        "search",
+        "--data",
+        str(cifar_small),
+        "--preset",
+        "smoke",
+        "--name",
+        "pb",
+        *TINY,
+        "--base",
+        "auto",
+        "--set",
+        "base_extra_seeds=0",  # one run per base (the race has tests of its own)
+        *dirs,
+    ]
+    run = tmp_path / "runs" / "pb"
+    # Killed once Tune has recorded the population's 6th checkpoint (4 members x 4 epochs: mid-search).
+    killed = kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "pba.after_member_checkpoint:6", 300)
+    assert not (run / "result.json").exists()
+    before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
+    assert len(before) == 4 and sum(map(len, before.values())) >= 6
+
+    # Resumed in this process (the module's Ray session), as `autoaug search --resume pb` runs.
+    code = main(["search", "--resume", "pb", *dirs])
+    resumed = capsys.readouterr().out
+    assert code == 0, resumed[-3000:]
+    assert "stored as pb@1" in resumed and "pba: best member" in resumed and "schedule: " in resumed
+    # The same four members finished (no new population), keeping what the killed driver had saved.
+    after = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
+    assert set(after) == set(before) and all(set(before[t]) <= set(after[t]) for t in before)
+
     policy, prov = _stored_schedule(tmp_path / "store", "pb@1")
+    assert len(prov["search"]["config"]) and prov["time"]
     # The base was measured before the population started, and every stage trains on it.
     chosen = prov["calibration"]["base"]["chosen"]
     assert set(prov["calibration"]["base"]["scores"]) == {"none", "crop", "standard"}
@@ -283,59 +303,14 @@ def test_smoke_pba_search_stores_a_schedule_with_its_population_and_events(tmp_p
         assert e["member"] in members and e["cloned"] in members and e["member"] != e["cloned"]
         assert 1 <= e["epoch"] < 4
         # said as it happened: the only sign of the evolution in a log before the members finish
-        assert f"epoch {e['epoch']}: member {e['member']} continues from {e['cloned']}" in out
+        assert f"epoch {e['epoch']}: member {e['member']} continues from {e['cloned']}" in killed + resumed
     # The best member's lineage is among the population's events, and makes its schedule's stages.
     key = lambda e: (e["epoch"], e["member"], e["policy_hash"])  # noqa: E731
     assert {key(e) for e in method["lineage"]} <= {key(e) for e in events}
     assert len(schedule.stages) <= 1 + len(method["lineage"])
     assert all(stage.policy.base == chosen for stage in schedule.stages)
-    result = json.loads((tmp_path / "runs" / "pb" / "result.json").read_text())
+    result = json.loads((run / "result.json").read_text())
     assert result["policy_hash"] == policy.content_hash
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_killed_driver_resumes_the_population_from_its_checkpoints(tmp_path, cifar_small, kill_driver):
-    base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
-    dirs = _dirs(tmp_path)
-    argv = [
-        *base,
-        "--preset",
-        "smoke",
-        "--data",
-        str(cifar_small),
-        "--name",
-        "crash",
-        *TINY,
-        *dirs,
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    run = tmp_path / "runs" / "crash"
-    # Killed once Tune has recorded the population's 6th checkpoint (4 members x 4 epochs: mid-search).
-    kill_driver(argv, env, "pba.after_member_checkpoint:6", 300)
-    assert not (run / "result.json").exists()
-    before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
-    assert len(before) == 4 and sum(map(len, before.values())) >= 6
-
-    resumed = subprocess.run(
-        [*base, "--resume", "crash", *dirs],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "stored as crash@1" in resumed.stdout
-    # The same four members finished (no new population), keeping what the killed driver had saved.
-    after = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
-    assert set(after) == set(before) and all(set(before[t]) <= set(after[t]) for t in before)
-    policy, prov = _stored_schedule(tmp_path / "store", "crash@1")
-    schedule = Schedule.from_dict(prov["method"]["schedule"])
-    assert schedule.final.content_hash == policy.content_hash
-    assert all(m["status"] == "completed" for m in prov["method"]["members"])
-    assert len(prov["search"]["config"]) and prov["time"]
 
 
 def test_a_config_file_sets_the_pba_section(tmp_path):

@@ -389,11 +389,12 @@ def describe_budget(record: Mapping[str, Any] | None) -> list[str]:
         lines.append(f"the time budget ({total}) ended the search with calibration: {ended.get('note', '')}")
     elif ended and ended.get("stage") != "rescore" and trials:
         unit = trials.get("unit", "trials")
+        # (``not_started``: stopped with no score, whether it had started or not)
         stopped, unstarted = int(trials.get("stopped") or 0), int(trials.get("not_started") or 0)
         detail = "".join(
             [
                 f"; {stopped} stopped by it, scored on what they had reported" if stopped else "",
-                f"; {unstarted} not started" if unstarted else "",
+                f"; {unstarted} stopped by it before a first score" if unstarted else "",
             ]
         )
         lines.append(

@@ -545,7 +545,8 @@ def _store(
 
 def _budget_record(config: SearchConfig, found: MethodResult, budget: Budget) -> dict:
     """The provenance's ``budget``: the clock, the sessions, what the budget ended, and the trials
-    it left: how many of those planned were scored, stopped by it, not started."""
+    it left: how many of those planned were scored, stopped by it with a score, stopped by it with none
+    (``not_started``: not started, or started and stopped before their first report)."""
     record = budget.record()
     trials = found.trials
     record["trials"] = {

@@ -64,6 +64,21 @@ class SearchOutcome:
             point = "its parameters do not decode in the recorded space"
         return f"final policy = the best trial's ({family} family point: {point}), {num} sub-policies"
 
+    def _budget_stopped_text(self, counts: Mapping[str, Any]) -> str:
+        """The trials the time budget stopped, those with a score (ranked on what they reported)
+        apart from those without one (not started, or stopped before their first report)."""
+        stopped = int(counts.get("budget_stopped") or 0)
+        if not stopped:
+            return ""
+        unscored = sum(1 for t in self.trials if t.status == "budget_stopped" and t.score is None)
+        scored = stopped - unscored
+        return "".join(
+            [
+                f"{scored} stopped by the time budget, " if scored else "",
+                f"{unscored} stopped by it before a first score, " if unscored else "",
+            ]
+        )
+
     def summary(self) -> str:
         counts = self.provenance["counts"]
         best = self.best_trial
@@ -74,7 +89,7 @@ class SearchOutcome:
             lines += [
                 f"best trial {best.trial_id}: {METRIC} {self.score:.4f} ({best.epochs} epoch{'' if best.epochs == 1 else 's'})",
                 f"trials: {counts['completed']} completed, {counts['early_stopped']} stopped early, "
-                + (f"{counts['budget_stopped']} stopped by the time budget, " if counts.get("budget_stopped") else "")
+                + self._budget_stopped_text(counts)
                 + f"{counts['failed']} failed; "
                 + self._assembly_line(),
             ]

@@ -191,3 +191,29 @@ def test_the_aa_rule_is_recorded_and_an_unknown_rule_refused():
     assert assemble_policy(trials, name="f").to_dict()["rule"] == "concatenate"
     with pytest.raises(ValueError, match="unknown assembly rule 'mix'"):
         assemble_policy(trials, name="f", rule="mix")
+
+
+def test_the_summary_counts_trials_the_budget_stopped_before_a_score_apart_from_those_it_ranked():
+    from autoaug.search.records import SearchOutcome
+
+    trials = [
+        _trial(0, 0.50, [A]),
+        _trial(1, 0.40, [B], status="budget_stopped", epochs=16),  # ranked on what it reported
+        _trial(2, None, [C], status="budget_stopped", epochs=0),  # stopped before its first report
+        _trial(3, 0.30, [D], status="early_stopped"),
+    ]
+    out = assemble_policy(trials, name="f", top_n=2)
+    prov = {
+        "counts": {"completed": 1, "early_stopped": 1, "budget_stopped": 2, "failed": 0},
+        "assembly": out.to_dict(),
+    }
+    outcome = SearchOutcome(out.policy, 0.5, trials[0], tuple(trials), out, "store", 1, "run", prov)
+    line = next(x for x in outcome.summary().splitlines() if x.startswith("trials:"))
+    assert line.startswith(
+        "trials: 1 completed, 1 stopped early, 1 stopped by the time budget, "
+        "1 stopped by it before a first score, 0 failed; "
+    )
+    # Without trials stopped by the budget, the line says nothing of it.
+    prov["counts"]["budget_stopped"] = 0
+    plain = SearchOutcome(out.policy, 0.5, trials[0], (trials[0], trials[3]), out, "store", 1, "run", prov)
+    assert "budget" not in next(x for x in plain.summary().splitlines() if x.startswith("trials:"))

@@ -251,7 +251,7 @@ def test_the_summary_says_what_the_budget_did():
     }
     assert describe_budget(record) == [
         "the time budget (30m) ended the search after 12 of 28 trials; 2 stopped by it, scored on what they had "
-        "reported; 1 not started (29m50s spent)",
+        "reported; 1 stopped by it before a first score (29m50s spent)",
         "re-scoring under the time budget: re-scored the first 2 of 4 candidates (assembled, best_trial): ...",
     ]
     assert describe_budget({"time_budget_s": 1800.0, "spent_s": 600.0, "ended": None}) == [

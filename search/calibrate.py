@@ -393,6 +393,12 @@ def _race(
 CALIBRATION_SHARE = 1 / 3
 
 
+def suggested_budget_s(calibration_s: float) -> float:
+    """A time budget in which a calibration of ``calibration_s`` seconds takes at most
+    :data:`CALIBRATION_SHARE` of it, rounded up to 10 minutes (what the forecast suggests)."""
+    return math.ceil(calibration_s / CALIBRATION_SHARE / 600) * 600
+
+
 def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None = None) -> Calibration | None:
     """Run what ``config`` leaves to measurement (``base``, ``warm_start`` ``"auto"``) inside the
     search's Ray session, resuming from ``calibration.json`` in the run directory ``run``; None
@@ -495,7 +501,9 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             display.log(
                 f"calibration: {missing} runs of about {format_duration(run_s)}, {slots} at once: it will end at "
                 f"about {format_duration(ends)} of the {format_duration(budget.total_s)} time budget (which does "
-                "not cut calibration), leaving the trials little or no time"
+                "not cut calibration), leaving the trials little or no time; for trials, give this data "
+                f"--time-budget {format_duration(suggested_budget_s(ends))} (calibration a third of it), or start "
+                f"the next search with --calibration-from {config.name} (it reuses these runs)"
             )
 
     extra = [

@@ -474,6 +474,11 @@ def test_a_calibration_that_will_outlast_the_budget_says_so_before_its_published
     assert lines[300.0] == []
     (line,) = lines[600.0]
     assert line.startswith("calibration: 6 runs of about 1m50s, 2 at once: it will end at about 15m30s of the 15m")
+    # ... and what to do about it: a budget of which calibration is a third, or reusing these runs.
+    assert line.endswith(
+        f"leaving the trials little or no time; for trials, give this data --time-budget 50m (calibration a "
+        f"third of it), or start the next search with --calibration-from {config.name} (it reuses these runs)"
+    )
 
 
 def _clocked_budget(monkeypatch, now):

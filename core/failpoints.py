@@ -14,8 +14,11 @@ The variable holds ``;``-separated entries ``NAME[:N]=ACTION[(ARG)]``::
 * ``N``: the hit of this process on which the point fires (default 1, the first); it fires once;
 * ``ACTION``: ``kill`` (SIGKILL to its own process), ``raise`` (raises ``ARG``, the name of a
   built-in exception, default :class:`FailpointError`), ``enospc`` (raises
-  ``OSError(ENOSPC)``, as a full disk does), ``stall`` (blocks until the file ``ARG`` exists;
-  without ``ARG``, until the process is killed).
+  ``OSError(ENOSPC)``, as a full disk does), ``stall`` (a rendezvous on the named pipe ``ARG``,
+  made with ``mkfifo``: the process writes ``PID NAME`` into it, which the test reads -- the
+  event "it is at the point" -- then blocks until the test opens the pipe to write and closes it;
+  each step waits on the other side's opening, nothing polls. Without ``ARG``, it blocks until
+  the process is killed).
 
 A point fires in whichever process hits it: the search's driver, or a Ray worker (a trial, a
 re-scoring or calibration run) -- :func:`runtime_env_vars` is what :mod:`autoaug.core.ray_session`
@@ -35,8 +38,8 @@ import errno
 import os
 import re
 import signal
+import stat
 import threading
-import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
@@ -158,8 +161,24 @@ def _fire(point: Failpoint) -> None:
         cls = getattr(builtins, point.arg) if point.arg else FailpointError
         raise cls(f"failpoint {point.name}")
     if point.action == "stall":
-        while point.arg is None or not os.path.exists(point.arg):
-            time.sleep(0.05)
+        if point.arg is None:
+            threading.Event().wait()
+        _stall(point.name, point.arg)
+
+
+def _stall(name: str, gate: str) -> None:
+    """Say on the named pipe ``gate`` that this process is at the point, then wait there until the
+    test releases it (opens the pipe to write, then closes it)."""
+    try:
+        is_pipe = stat.S_ISFIFO(os.stat(gate).st_mode)
+    except OSError:
+        is_pipe = False
+    if not is_pipe:
+        raise FailpointError(f"failpoint {name}: stall({gate}): expected a named pipe (mkfifo) there")
+    with open(gate, "w") as out:  # opens once the test opens the pipe to read
+        out.write(f"{os.getpid()} {name}\n")
+    with open(gate) as release:  # opens once the test opens the pipe to write; read to its close
+        release.read()
 
 
 @contextlib.contextmanager

@@ -84,19 +84,31 @@ def test_kill_sends_sigkill_to_its_own_process_and_fires_once_across_processes(t
     assert second.wait(timeout=60) == 0 and second.stdout.read() == "alive\n"
 
 
-def test_stall_blocks_until_its_file_appears(tmp_path):
+def test_stall_says_on_its_pipe_that_it_is_at_the_point_and_waits_there_until_released(tmp_path):
     import os
 
-    go = tmp_path / "go"
-    env = {**os.environ, ENV_VAR: f"rescore.after_run_saved=stall({go})"}
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    env = {**os.environ, ENV_VAR: f"rescore.after_run_saved=stall({gate})"}
     proc = _python(
-        "from autoaug.core import failpoints; print('stalling', flush=True); "
-        "failpoints.hit('rescore.after_run_saved'); print('released')",
+        "from autoaug.core import failpoints; print('before', flush=True); "
+        "failpoints.hit('rescore.after_run_saved'); print('released', flush=True)",
         env,
     )
-    assert proc.stdout.readline() == "stalling\n"
-    go.touch()
+    assert proc.stdout.readline() == "before\n"
+    # The event: the process is at the point (reading blocks until it writes; nothing polls).
+    assert gate.read_text() == f"{proc.pid} rescore.after_run_saved\n"
+    assert proc.poll() is None  # it waits there...
+    gate.write_text("go\n")  # ... until released
     assert proc.wait(timeout=60) == 0 and proc.stdout.read() == "released\n"
+
+
+def test_stall_on_a_path_that_is_not_a_pipe_raises_naming_it(tmp_path):
+    gate = tmp_path / "go"
+    gate.touch()
+    with failpoints.armed(f"rescore.after_run_saved=stall({gate})"):
+        with pytest.raises(failpoints.FailpointError, match=r"stall\(.*go\): expected a named pipe \(mkfifo\)"):
+            failpoints.hit("rescore.after_run_saved")
 
 
 def test_a_bad_spec_in_the_environment_stops_the_process_at_import(tmp_path):

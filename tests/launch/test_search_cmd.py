@@ -639,13 +639,20 @@ def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_s
 SEARCH_ON_A_FILLING_DISK = r"""
 set -u
 mount -t tmpfs -o size=8m tmpfs "$D"
-AUTOAUG_FAILPOINTS="search.after_trial_saved:1=stall($LOG/go)" AUTOAUG_FAILPOINTS_FIRED="$LOG/fired" \
-  autoaug search $ARGS --storage "$D/runs" --store "$D/store" >"$LOG/out1" 2>"$LOG/err1" &
-pid=$!
-while [ ! -e "$LOG/fired/search.after_trial_saved" ] && kill -0 $pid 2>/dev/null; do sleep 0.2; done
+mkfifo "$LOG/gate"
+# The driver, stalled at the failpoint: it writes "PID NAME" into the gate there and waits for a
+# release; once it exits, "exited STATUS" follows. Each read below waits for one of them.
+( AUTOAUG_FAILPOINTS="search.after_trial_saved:1=stall($LOG/gate)" AUTOAUG_FAILPOINTS_FIRED="$LOG/fired" \
+  autoaug search $ARGS --storage "$D/runs" --store "$D/store" >"$LOG/out1" 2>"$LOG/err1"
+  echo "exited $?" >"$LOG/gate" ) &
+read -r event <"$LOG/gate"
+case "$event" in
+  exited*) echo "the driver ended before the failpoint: $event"; exit 3 ;;
+esac
 dd if=/dev/zero of="$D/filler" bs=64k 2>/dev/null
-touch "$LOG/go"
-wait $pid; echo "rc1=$?"
+echo go >"$LOG/gate"
+read -r event <"$LOG/gate"; echo "rc1=${event#exited }"
+wait
 rm "$D/filler"
 autoaug search --resume full --storage "$D/runs" >"$LOG/out2" 2>"$LOG/err2"; echo "rc2=$?"
 cp "$D/runs/full/result.json" "$LOG/result.json" 2>/dev/null

@@ -61,7 +61,7 @@ from autoaug.search.reconcile import (
 )
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.study import make_sampler, make_storage
-from autoaug.search.tune_storage import StateCopy, StorageGuard, repair_state
+from autoaug.search.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -155,6 +155,7 @@ def build_tuner(
         TuneTrialLines(metric=METRIC),
         *exp.callbacks,
         StateCopy(exp.uri),
+        SearchFiles(),
     ]
     callbacks += experiment_loggers(config.mlflow_uri, exp.name, exp.proposer or config.sampler)
     tuner = tune.Tuner(
@@ -197,7 +198,8 @@ def restore_tuner(
     """``exp`` restored from its saved state (unfinished trials continue from their latest
     checkpoints): the saved state repaired first if a full disk cut it short
     (:func:`~autoaug.search.tune_storage.repair_state`), this driver's ``display`` and this
-    session's time ``budget`` attached, and the storage guard and state copy in place (a tuner
+    session's time ``budget`` attached, and the storage guard, the state copy and the guard of the
+    search's own files (:class:`~autoaug.search.tune_storage.SearchFiles`) in place (a tuner
     saved before they existed gets them too)."""
     uri = exp.uri
     repaired = repair_state(uri)
@@ -208,7 +210,7 @@ def restore_tuner(
     )
     attach_display(tuner, display, exp.num_trials, exp.max_steps)
     attach_budget(tuner, budget, exp.name, exp.max_steps)
-    attach_callbacks(tuner, first=[StorageGuard()], last=[StateCopy(uri)])
+    attach_callbacks(tuner, first=[StorageGuard()], last=[StateCopy(uri), SearchFiles()])
     return tuner
 
 

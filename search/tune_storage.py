@@ -12,6 +12,12 @@ This module keeps that to one line and a search that resumes once the space is f
   :func:`storage_failure` turns what ``tuner.fit()`` raises into the one-line
   :class:`~autoaug.core.errors.StorageError` (naming the run directory, or the folder that is
   full, and how to resume), also for the driver's own writes (the Optuna study's SQLite file).
+* :class:`SearchFiles` (a Tune callback) keeps a restored experiment from writing stale copies
+  over the search's own files: when Tune restores, it copies every ``*.json`` and ``*.pkl`` at
+  the top of the run directory into its driver staging folder, and each later snapshot uploads
+  that folder back over the run directory -- so what a resumed driver wrote into ``budget.json``
+  or PBA's event log was replaced by their content at restore time. On the first step after a
+  restore it removes from the staging folder every file that is not Tune's own.
 * :class:`StateCopy` (a Tune callback) keeps the last *complete* copy of Tune's saved experiment
   state (``experiment_state-*.json``, ``search_gen_state-*.json``, ``searcher-state-*.pkl``) in
   ``<run>/.tune-state-copy/``: Tune copies its snapshot into the run directory in place, so a
@@ -42,7 +48,7 @@ from autoaug.core.errors import SearchError, StorageError
 from autoaug.core.location import atomic_write_local, is_uri, resume_with, storage_error
 from autoaug.search.reconcile import ray_session_dir
 
-__all__ = ["COPY_DIR", "StateCopy", "StorageGuard", "repair_state", "storage_failure"]
+__all__ = ["COPY_DIR", "SearchFiles", "StateCopy", "StorageGuard", "repair_state", "storage_failure"]
 
 #: Where :class:`StateCopy` keeps the last complete copy of Tune's saved state, in the run directory.
 COPY_DIR = ".tune-state-copy"
@@ -185,6 +191,51 @@ def _newest_session(run: Path) -> tuple[str, list[Path]] | None:
         return None
     session = max(sessions)
     return session, sessions[session]
+
+
+#: Tune's own files at the top of an experiment directory: its snapshot, the search algorithm's and
+#: the callbacks' state (each named with the session's timestamp), and the pickled tuner.
+_TUNE_FILE = re.compile(r"^(tuner|trainable)\.pkl$|^[a-z_-]+-\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d[^/]*\.(json|pkl)$")
+
+
+class SearchFiles(tune.Callback):
+    """Removes the search's own files from the driver staging folder of a restored experiment, on
+    its first step: Tune copied them there from the run directory when it restored (with every
+    ``*.json`` and ``*.pkl`` at its top), and would upload them back over the run directory at
+    each snapshot, replacing what this driver wrote into them since (PBA's event log,
+    ``budget.json``). Tune's own files (:data:`_TUNE_FILE`) stay."""
+
+    def __init__(self) -> None:
+        self._checked = False
+
+    def __getstate__(self) -> dict:  # pickled into tuner.pkl: the next driver checks afresh
+        return {"_checked": False}
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        if self._checked or not trials:
+            return
+        self._checked = True
+        staging = getattr(getattr(trials[0], "storage", None), "experiment_driver_staging_path", None)
+        if staging:
+            drop_search_files(staging)
+
+
+def drop_search_files(staging: str) -> list[str]:
+    """Remove from Tune's driver staging folder ``staging`` the files at its top that are not
+    Tune's own; returns their names."""
+    try:
+        entries = list(os.scandir(staging))
+    except OSError:
+        return []
+    dropped = []
+    for entry in entries:
+        if entry.is_file() and not _TUNE_FILE.match(entry.name):
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                continue
+            dropped.append(entry.name)
+    return sorted(dropped)
 
 
 class StateCopy(tune.Callback):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -304,6 +305,10 @@ def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_i
         assert 1 <= e["epoch"] < 4
         # said as it happened: the only sign of the evolution in a log before the members finish
         assert f"epoch {e['epoch']}: member {e['member']} continues from {e['cloned']}" in killed + resumed
+    # ... and every event the resumed driver said is recorded: Tune's restore had copied the event
+    # log the killed driver left, and would have uploaded that copy over it at its last snapshot.
+    said = set(re.findall(r"^epoch (\d+): member (\S+) continues from (\S+) ", resumed, re.MULTILINE))
+    assert said <= {(str(e["epoch"]), e["member"], e["cloned"]) for e in events}, (said, events)
     # The best member's lineage is among the population's events, and makes its schedule's stages.
     key = lambda e: (e["epoch"], e["member"], e["policy_hash"])  # noqa: E731
     assert {key(e) for e in method["lineage"]} <= {key(e) for e in events}

@@ -12,7 +12,14 @@ import pytest
 
 from autoaug.core.errors import SearchError, StorageAccessError, StorageError
 from autoaug.search import tune_storage
-from autoaug.search.tune_storage import COPY_DIR, StateCopy, StorageGuard, repair_state, storage_failure
+from autoaug.search.tune_storage import (
+    COPY_DIR,
+    SearchFiles,
+    StateCopy,
+    StorageGuard,
+    repair_state,
+    storage_failure,
+)
 
 SESSION = "2026-11-24_10-00-00"
 NAMES = (f"experiment_state-{SESSION}.json", f"search_gen_state-{SESSION}.json", f"searcher-state-{SESSION}.pkl")
@@ -247,3 +254,43 @@ def test_a_full_disk_anywhere_in_a_search_says_how_to_resume_it(tmp_path, monkey
         "filesystem (ENOSPC); free space there (or write elsewhere), then resume it with: "
         f"autoaug search --resume s --storage {tmp_path / 'runs'}"
     )
+
+
+class _Storage:
+    def __init__(self, staging):
+        self.experiment_driver_staging_path = str(staging)
+
+
+class _StagedTrial:
+    def __init__(self, staging):
+        self.storage = _Storage(staging)
+
+
+def test_a_restored_experiment_does_not_upload_stale_copies_of_the_search_files(tmp_path):
+    """Tune restores by copying every *.json and *.pkl at the top of the run directory into its
+    driver staging folder, then uploads that folder over the run directory at each snapshot: the
+    search's own files there (PBA's event log, budget.json) must go, or what the resumed driver
+    writes into them is replaced by their content at restore time. Tune's own files stay."""
+    staging = tmp_path / "driver_artifacts"
+    (staging / "trial_0").mkdir(parents=True)
+    tune_files = [
+        "experiment_state-2026-11-27_10-35-42.json",
+        "search_gen_state-2026-11-27_10-35-42.json",
+        "searcher-state-2026-11-27_10-35-42.pkl",
+        "basic-variant-state-2026-11-27_10-35-42.json",
+        "callback-states-2026-11-27_10-35-42.pkl",
+        "tuner.pkl",
+    ]
+    ours = ["pba_events.json", "budget.json", "calibration.json", "search_config.json"]
+    for name in tune_files + ours:
+        (staging / name).write_text("{}")
+    guard = pickle.loads(pickle.dumps(SearchFiles()))  # as tuner.pkl holds it
+    guard.on_step_begin(0, [])  # no trial yet: nothing to tell the folder from
+    assert sorted(p.name for p in staging.iterdir() if p.is_file()) == sorted(tune_files + ours)
+    guard.on_step_begin(1, [_StagedTrial(staging)])
+    assert sorted(p.name for p in staging.iterdir() if p.is_file()) == sorted(tune_files)
+    assert (staging / "trial_0").is_dir()
+    # Only on the first step: what this driver stages later is left alone.
+    (staging / "budget.json").write_text("{}")
+    guard.on_step_begin(2, [_StagedTrial(staging)])
+    assert (staging / "budget.json").exists()

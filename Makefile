@@ -10,7 +10,7 @@ DATA    ?= $(or $(AUTOAUG_CIFAR10),$(abspath ../shared/data/cifar10-jpeg))
 DEMO_DIR ?= $(abspath runs/demo)
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist), whole test files per process, the costliest files first
-# (tests/conftest.py orders them; --no-loadscope-reorder keeps that order): 11m28s on 2 idle cores of an
+# (tests/conftest.py orders them; --no-loadscope-reorder keeps that order): 10m39s-11m28s on 2 idle cores of an
 # AMD EPYC with AVX-512 bf16 (12m44s-15m17s before the last merges), 22 min on one without (fresh clone;
 # benchmarks/results/suite-time).
 # Three workers were slower on 2 cores (14m50s).

@@ -633,8 +633,8 @@ def test_a_search_with_a_budget_of_seconds_ends_by_it_with_a_stored_policy_and_s
     assert PolicyStore(str(tmp_path / "store")).versions("brief") == [1]
 
 
-# The driver stalls at a failpoint once the first trial's end is saved (it writes the marker
-# "$LOG/fired/search.after_trial_saved" and waits for "$LOG/go"); the disk is filled while it is
+# The driver stalls at a failpoint once the first trial's end is saved (it says so on the named
+# pipe "$LOG/gate" and waits there to be released through it); the disk is filled while it is
 # stalled and it is let go: its next write meets the full disk, whatever the trials' timing.
 SEARCH_ON_A_FILLING_DISK = r"""
 set -u

@@ -220,22 +220,19 @@ class SearchFiles(tune.Callback):
             drop_search_files(staging)
 
 
-def drop_search_files(staging: str) -> list[str]:
+def drop_search_files(staging: str) -> None:
     """Remove from Tune's driver staging folder ``staging`` the files at its top that are not
-    Tune's own; returns their names."""
+    Tune's own."""
     try:
         entries = list(os.scandir(staging))
     except OSError:
-        return []
-    dropped = []
+        return
     for entry in entries:
         if entry.is_file() and not _TUNE_FILE.match(entry.name):
             try:
                 os.unlink(entry.path)
             except OSError:
-                continue
-            dropped.append(entry.name)
-    return sorted(dropped)
+                pass  # (already gone, or not ours to remove: Tune uploads it as before)
 
 
 class StateCopy(tune.Callback):

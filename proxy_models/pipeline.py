@@ -39,15 +39,38 @@ PREFETCH_QUEUE_DEPTH = 2
 
 
 def resolve_device(device: str) -> str:
-    """``"auto"`` -> ``"gpu"`` when torch sees a CUDA device, else ``"cpu"``; ``"cuda"`` == ``"gpu"``."""
-    device = {"cuda": "gpu"}.get(device, device)
-    if device == "auto":
+    """``"auto"`` -> ``"gpu"`` when torch sees a CUDA device, else ``"cpu"``; ``"cuda"`` == ``"gpu"``;
+    ``"cuda:N"`` / ``"gpu:N"`` -> ``"gpu"`` (the index: :func:`device_index`)."""
+    return _parse_device(device)[0]
+
+
+def device_index(device: str) -> int | None:
+    """The CUDA device a DALI pipeline for ``device`` runs on: ``N`` of ``"cuda:N"`` / ``"gpu:N"``,
+    torch's current device for ``"gpu"`` / ``"cuda"`` (and ``"auto"`` on a machine with CUDA),
+    ``None`` on the CPU."""
+    kind, index = _parse_device(device)
+    if kind == "cpu":
+        return None
+    if index is None:
         import torch
 
-        return "gpu" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "gpu"):
-        raise ValueError(f"device must be one of 'cpu', 'gpu', 'cuda', 'auto'; got {device!r}")
-    return device
+        index = torch.cuda.current_device()
+    return index
+
+
+def _parse_device(device: str) -> tuple[str, int | None]:
+    if isinstance(device, str):
+        name, sep, index = device.partition(":")
+        name = {"cuda": "gpu"}.get(name, name)
+        if sep and name == "gpu" and index.isdigit():
+            return "gpu", int(index)
+        if not sep and name == "auto":
+            import torch
+
+            return ("gpu" if torch.cuda.is_available() else "cpu"), None
+        if not sep and name in ("cpu", "gpu"):
+            return name, None
+    raise ValueError(f"device must be one of 'cpu', 'gpu', 'cuda', 'cuda:N', 'gpu:N', 'auto'; got {device!r}")
 
 
 class _EpochSource:
@@ -88,7 +111,8 @@ class DaliLoader:
         image_size: resize (shorter side) + center-crop every image to this size; ``None`` keeps
             the dataset's size (all images must then share one size).
         num_threads: DALI CPU worker threads.
-        device: ``"cpu"``, ``"gpu"`` (``"cuda"``) or ``"auto"``.
+        device: ``"cpu"``, ``"gpu"`` (``"cuda"``: torch's current CUDA device), ``"cuda:N"``
+            (``"gpu:N"``: CUDA device N, where the model of a ``cuda:N`` run lives) or ``"auto"``.
         decode: ``"memory"`` (decode once with PIL, keep uint8 arrays; cached per process),
             ``"dali"`` (feed encoded bytes to ``fn.decoders.image`` every epoch) or ``"auto"``
             (memory when the decoded split fits in 1 GiB).
@@ -138,6 +162,7 @@ class DaliLoader:
         self.seed = int(seed)
         self.num_threads = num_threads
         self.device = resolve_device(device)
+        self._device_spec = device  # "cuda:N": the CUDA device DALI runs on (device_index, at build)
         self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
         self.drop_last = train if drop_last is None else drop_last
         self.prefetch_queue_depth = prefetch_queue_depth
@@ -254,18 +279,13 @@ class DaliLoader:
             )
             return images, (labels.gpu() if gpu else labels)
 
-        device_id = None
-        if gpu:
-            import torch
-
-            device_id = torch.cuda.current_device()
         with warnings.catch_warnings():
             # Our external source is re-positioned by the epoch counter we checkpoint ourselves.
             warnings.filterwarnings("ignore", message="Checkpointing enabled in a pipeline with external source")
             pipe = graph(
                 batch_size=self.batch_size,
                 num_threads=self.num_threads,
-                device_id=device_id,
+                device_id=device_index(self._device_spec),
                 seed=self.seed,
                 prefetch_queue_depth=self.prefetch_queue_depth,
                 enable_checkpointing=self.train,

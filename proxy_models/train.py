@@ -234,7 +234,7 @@ def _make_loader(
         seed=config.seed,
         image_size=config.image_size,
         num_threads=num_threads,
-        device="gpu" if device.type == "cuda" else "cpu",
+        device=str(device),  # "cuda:N": DALI on the model's GPU
         policy_inputs=inputs,
     )
 

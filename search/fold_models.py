@@ -148,7 +148,7 @@ class FoldScorer:
             seed=seed,
             image_size=cfg.image_size,
             num_threads=cfg.loader_threads or cfg.num_threads or 1,
-            device="gpu" if self.device.type == "cuda" else "cpu",
+            device=str(self.device),  # "cuda:N": DALI on the model's GPU
             policy_inputs=spec,
         )
         self.num_images = len(self.loader.indices)

@@ -202,3 +202,56 @@ def test_corrupt_image_fails_before_training_in_both_decode_modes(tmp_path, cifa
 def test_bad_loader_arguments(cifar, kwargs, match):
     with pytest.raises(ValueError, match=match):
         DaliLoader(cifar, **{"batch_size": 4, **kwargs})
+
+
+class _PipelineBuilt(Exception):
+    """Raised by the fake pipeline_def once the pipeline's arguments are recorded."""
+
+
+def _device_id_dali_gets(monkeypatch, loader) -> int | None:
+    """The ``device_id`` the loader builds its DALI pipeline with, on any machine: DALI's
+    ``pipeline_def`` is replaced by one that records the pipeline's arguments, and torch's
+    current CUDA device is 0 (as on a machine whose GPU 0 is not the run's)."""
+    import nvidia.dali
+
+    seen = {}
+
+    def fake_pipeline_def(fn=None, **_):
+        def build(**kwargs):
+            seen.update(kwargs)
+            raise _PipelineBuilt
+
+        return build if fn is not None else (lambda f: build)
+
+    monkeypatch.setattr(nvidia.dali, "pipeline_def", fake_pipeline_def)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    with pytest.raises(_PipelineBuilt):
+        next(iter(loader))
+    return seen["device_id"]
+
+
+@pytest.mark.parametrize(("device", "expected"), [("cuda:1", 1), ("gpu:2", 2), ("cuda", 0), ("gpu", 0), ("cpu", None)])
+def test_loader_runs_dali_on_the_cuda_device_it_is_given(monkeypatch, cifar, split, device, expected):
+    loader = DaliLoader(cifar, split.val, batch_size=100, train=False, device=device)
+    assert loader.device == ("cpu" if device == "cpu" else "gpu")
+    assert _device_id_dali_gets(monkeypatch, loader) == expected
+
+
+def test_training_run_on_cuda_n_augments_on_gpu_n(monkeypatch, cifar, split):
+    """A run configured for ``cuda:1`` trains its model on GPU 1: its images are augmented there
+    too, not on torch's current device (GPU 0)."""
+    from autoaug.proxy_models.train import _make_loader
+    from autoaug.proxy_models.train_config import TrainConfig
+
+    config = TrainConfig.from_preset("smoke", data="unused", device="cuda:1", batch_size=64)
+    for train in (True, False):
+        loader = _make_loader(
+            cifar, split.train, config, torch.device("cuda:1"), policy=STANDARD, train=train, num_threads=1
+        )
+        assert _device_id_dali_gets(monkeypatch, loader) == 1
+
+
+@pytest.mark.parametrize("device", ["cuda:x", "tpu", "cuda:", "gpu:-1", 0])
+def test_loader_refuses_a_malformed_device(cifar, split, device):
+    with pytest.raises(ValueError, match=r"device must be one of 'cpu', 'gpu', 'cuda', 'cuda:N'.*got"):
+        DaliLoader(cifar, split.val, batch_size=100, train=False, device=device)

@@ -61,6 +61,19 @@ def _init_weights(module: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
+class GlobalAvgPool(nn.Module):
+    """Global average pooling to ``N x C x 1 x 1``. On CUDA it is a mean over the spatial axes:
+    ``nn.AdaptiveAvgPool2d``'s backward kernel on CUDA adds with atomics (torch lists it among the
+    non-deterministic operations), so a ``deterministic`` run would not repeat; the mean's backward
+    is an elementwise copy. On the CPU it stays ``adaptive_avg_pool2d`` (deterministic there, and
+    bit for bit what every CPU result so far was computed with)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            return x.mean(dim=(2, 3), keepdim=True)
+        return F.adaptive_avg_pool2d(x, 1)
+
+
 # --------------------------------------------------------------------------------------------
 # Wide ResNet
 # --------------------------------------------------------------------------------------------
@@ -117,7 +130,7 @@ class WideResNet(nn.Module):
                 in_planes = planes
         self.blocks = nn.Sequential(*layers)
         self.bn = nn.BatchNorm2d(in_planes)
-        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.pool = GlobalAvgPool()
         self.fc = nn.Linear(in_planes, num_classes)
         _init_weights(self)
 
@@ -184,7 +197,7 @@ class CifarResNet(nn.Module):
                 layers.append(_BasicBlock(in_planes, planes, stride if i == 0 else 1))
                 in_planes = planes
         self.blocks = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.pool = GlobalAvgPool()
         self.fc = nn.Linear(in_planes, num_classes)
         _init_weights(self)
 

@@ -177,6 +177,11 @@ class _TorchState:
             torch.set_num_threads(self.config.num_threads)
         # warn_only: an op without a deterministic kernel warns instead of failing the run.
         _use_deterministic_algorithms(self.config.deterministic, warn_only=True, compiling=bool(self.config.compile))
+        if self.device.type == "cuda" and self.config.deterministic:
+            # cuBLAS reproduces its results only with a fixed workspace (torch's reproducibility
+            # notes); it reads this when the process creates its first cuBLAS handle, so a run
+            # that is the process's first CUDA work is deterministic without the user setting it.
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         if self.device.type == "cuda":
             torch.backends.cudnn.deterministic = self.config.deterministic
             torch.backends.cudnn.benchmark = not self.config.deterministic

@@ -149,6 +149,104 @@ def cifar_sample(cifar_train: Path) -> tuple[np.ndarray, np.ndarray]:
     return decoded, labels[idx].astype(np.int64)
 
 
+# Mean absolute difference (grey levels, per image, averaged over the images) allowed between
+# the DALI and torchvision outputs of one op at the highest bin, with the same sign.
+OP_TOLERANCE = {
+    # geometric ops: same matrices and nearest interpolation -> identical in practice
+    "ShearX": 0.5,
+    "ShearY": 0.5,
+    "TranslateX": 0.5,
+    "TranslateY": 0.5,
+    "Rotate": 0.5,
+    "Identity": 0.0,
+    "Invert": 0.0,
+    "Solarize": 0.0,
+    "Posterize": 0.0,
+    # rounding (DALI rounds, torchvision truncates) and greyscale weights
+    "AutoContrast": 1.0,
+    "Contrast": 1.5,
+    "Color": 1.5,
+    "Brightness": 1.0,
+    # DALI filters the 1-px border (reflect-101), PIL/torchvision keep it
+    "Sharpness": 2.0,
+    # DALI's fn.equalize follows OpenCV (inclusive CDF), torchvision follows PIL (exclusive
+    # CDF): on 32x32 images the mapped levels differ by ~10 on average (documented)
+    "Equalize": 16.0,
+}
+
+
+@pytest.fixture(scope="session")
+def op_tolerance() -> dict[str, float]:
+    """:data:`OP_TOLERANCE` (the DALI-vs-torchvision tolerance of each op, CPU and GPU tests)."""
+    return OP_TOLERANCE
+
+
+def run_dali(
+    policy,
+    images,
+    *,
+    seed=0,
+    iterations=1,
+    image_size=None,
+    return_trace=False,
+    interpolation="nearest",
+    num_threads=2,
+    device="cpu",
+):
+    """Run ``apply_policy`` on ``images`` (uint8 NHWC, one batch) ``iterations`` times, in a DALI
+    pipeline on the CPU (``device_id=None``) or, with ``device="gpu"``, on CUDA device 0 (the
+    images moved there before the policy step; the results copied back).
+
+    Returns a list (one entry per iteration) of uint8 NHWC arrays, or of ``(images, trace)``
+    when ``return_trace``.
+    """
+    from nvidia.dali import fn, pipeline_def
+
+    from autoaug.policies.dali_apply import apply_policy
+
+    batch = [np.ascontiguousarray(x) for x in images]
+    gpu = device == "gpu"
+
+    @pipeline_def(
+        batch_size=len(batch),
+        num_threads=num_threads,
+        device_id=0 if gpu else None,
+        seed=seed,
+        enable_conditionals=True,
+    )
+    def pipe():
+        x = fn.external_source(source=lambda: batch, batch=True, layout="HWC")
+        if gpu:
+            x = x.gpu()
+        return apply_policy(policy, x, image_size=image_size, return_trace=return_trace, interpolation=interpolation)
+
+    p = pipe()
+    p.build()
+    results = []
+    for _ in range(iterations):
+        outs = [o.as_cpu() if hasattr(o, "as_cpu") else o for o in p.run()]
+        arrays = [np.stack([np.asarray(o[i]) for i in range(len(batch))]) for o in outs]
+        results.append(tuple(arrays) if return_trace else arrays[0])
+    return results
+
+
+@pytest.fixture(scope="session")
+def dali_run():
+    """:func:`run_dali` as a fixture (test modules cannot import a conftest by name)."""
+    return run_dali
+
+
+@pytest.fixture(scope="session")
+def images64(cifar_sample) -> np.ndarray:
+    """64 real CIFAR-10 images (uint8 NHWC)."""
+    return np.ascontiguousarray(cifar_sample[0][:64])
+
+
+@pytest.fixture(scope="session")
+def images256(cifar_sample) -> np.ndarray:
+    return np.ascontiguousarray(cifar_sample[0])
+
+
 def _write_images(path: Path, images: list, labels: list, classes: list) -> Path:
     """A Parquet file of the dataset shape (``image`` PNG bytes, ``label``, the class names in the
     schema's metadata) from PIL images; returns ``path``."""

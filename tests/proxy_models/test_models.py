@@ -130,3 +130,14 @@ def test_gradients_flow_and_training_step_reduces_loss():
 def test_bad_arguments_raise_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         build_model(**kwargs)
+
+
+def test_global_average_pooling_is_the_spatial_mean_and_spreads_the_gradient_evenly():
+    from autoaug.proxy_models.models import GlobalAvgPool
+
+    x = torch.randn(3, 5, 7, 6, requires_grad=True)
+    out = GlobalAvgPool()(x)
+    assert out.shape == (3, 5, 1, 1)
+    torch.testing.assert_close(out, x.mean(dim=(2, 3), keepdim=True))
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 1 / 42))

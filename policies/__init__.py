@@ -1,8 +1,9 @@
 """Augmentation policies: what a policy is, how it is applied, where it is kept.
 
 * :class:`Policy`, :class:`Op` -- the immutable, validated value object (``autoaug.policies.policy``).
-* :data:`autoaug.policies.ops.REGISTRY` -- the 16 AutoAugment operations + Identity, with magnitude
-  ranges and their DALI and torchvision implementations.
+* :data:`autoaug.policies.ops.REGISTRY` -- the 16 AutoAugment operations + Identity, each one
+  declaration (:func:`autoaug.policies.ops.declare_op`: magnitude ranges, sign, magnitude ->
+  parameter, its DALI and torchvision implementations); more can be declared.
 * :func:`autoaug.policies.presets.resolve` -- published AutoAugment policies, RandAugment, TrivialAugment,
   ``none``, ``crop`` and ``standard`` (the bases alone, :mod:`autoaug.policies.bases`).
 * :func:`autoaug.policies.dali_apply.apply_policy` -- the DALI pipeline step;

@@ -35,16 +35,18 @@ matrices differ only in the table) and Invert is Solarize with threshold 0; this
 of conditional splits low, which is what dominates on small images (see docs/policies.md for the
 measurements against DALI's ``apply_auto_augment``).
 
-Each operation is declared once, next to its implementation, in :mod:`autoaug.policies.dali_ops` with :func:`dali_op` (a
-:class:`DaliOp` in :data:`DALI_OPS`): the branch its samples go to (its *kind*; :func:`dali_branch`
-declares a branch several operations share, such as ``Warp``), which per-sample table the branch
-reads (``param``, ``matrix`` or ``kernel``) and how the operation's parameter (from
-:mod:`autoaug.policies.ops`) becomes its entry of that table. The branches are ``@augmentation``
-objects (``nvidia.dali.auto_aug``), declared without a magnitude range because their parameters
-arrive pre-computed as named arguments; Brightness, Color, Contrast, AutoContrast and Posterize
-call the operator functions of DALI's own ``auto_aug.augmentations`` (``.op``), Equalize and
-Sharpness the non-deprecated ``fn.equalize`` / ``fn.filter``, and Cutout / SamplePairing are
-written here (neither DALI nor torchvision has them).
+Each operation is declared once, in :mod:`autoaug.policies.ops` (its ``OpSpec.dali``, a
+:class:`~autoaug.policies.ops.DaliImpl`): the branch its samples go to (its *kind*; ``Warp`` is a
+branch several operations share, declared in :mod:`autoaug.policies.dali_ops` with
+:func:`dali_branch`), which per-sample table the branch reads (``param``, ``matrix`` or ``kernel``)
+and how the operation's parameter becomes its entry of that table. :data:`DALI_OPS`,
+:data:`DALI_BRANCHES` and ``kind_order()`` are derived from the declarations when read, so an
+operation declared at any time is applied here. The branches are ``@augmentation`` objects
+(``nvidia.dali.auto_aug``), declared without a magnitude range because their parameters arrive
+pre-computed as named arguments; Brightness, Color, Contrast, AutoContrast and Posterize call the
+operator functions of DALI's own ``auto_aug.augmentations`` (``.op``), Equalize and Sharpness the
+non-deprecated ``fn.equalize`` / ``fn.filter``, and Cutout / SamplePairing are written in
+:mod:`autoaug.policies.dali_ops` (neither DALI nor torchvision has them).
 
 SamplePairing blends each image with another image of the same batch: ``fn.permute_batch`` with a
 ``fn.batch_permutation(no_fixed_points=True)`` computed once before any branching (the partner
@@ -65,7 +67,6 @@ from nvidia.dali.pipeline import do_not_convert
 from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 from autoaug.policies.dali_ops import (  # the operations' DALI side, re-exported here
-    _KIND_ORDER,
     _SHARP_IDENT,
     DALI_BRANCHES,
     DALI_OPS,
@@ -74,7 +75,7 @@ from autoaug.policies.dali_ops import (  # the operations' DALI side, re-exporte
     DaliOp,
     _terms,
     dali_branch,
-    dali_op,
+    kind_order,
 )
 from autoaug.policies.policy import Policy
 
@@ -86,8 +87,8 @@ __all__ = [
     "DALI_BRANCHES",
     "DaliOp",
     "DaliBranch",
-    "dali_op",
     "dali_branch",
+    "kind_order",
     "StageTables",
     "stage_tables",
     "affine_terms",
@@ -147,7 +148,7 @@ def stage_tables(policy: Policy, stage: int) -> StageTables:
     """The :class:`StageTables` of stage ``stage`` of ``policy``."""
     subs = policy.sub_policies
     used = {DALI_OPS[s[stage].op].kind for s in subs if stage < len(s) and s[stage].op != _ops.IDENTITY}
-    kinds = (_ops.IDENTITY, *(k for k in _KIND_ORDER if k in used))
+    kinds = (_ops.IDENTITY, *(k for k in kind_order() if k in used))
     n = 2 * len(subs)
     kind = np.zeros(n, dtype=np.int64)
     prob = np.zeros(n)
@@ -397,7 +398,7 @@ def _branch_kwargs(images, kinds, fill_value: int, interpolation: str, size, hei
     Cutout its side and centre; with SamplePairing each image's partner, the batch as it entered the
     policy step). ``size``: ``(h, w)`` when known, else per-sample ``height``/``width`` nodes."""
     kwargs: dict = {"fill_value": fill_value, "interp_type": _INTERP[interpolation]}
-    for kind in _KIND_ORDER:
+    for kind in kind_order():
         branch = DALI_BRANCHES[kind]
         if kind in kinds and branch.arguments is not None:
             kwargs.update(branch.arguments(images, size, height, width))
@@ -479,7 +480,7 @@ class PolicyInputs:
         self.stages = stages
         self.image_size = size
         used = {DALI_OPS[o].kind for o in self.ops if o != _ops.IDENTITY}
-        self.kinds = (_ops.IDENTITY, *(k for k in _KIND_ORDER if k in used))
+        self.kinds = (_ops.IDENTITY, *(k for k in kind_order() if k in used))
 
     #: Names of the per-stage input arrays, in the order :meth:`input_names` lists them.
     _FIELDS = ("kind", "prob", "param", "matrix", "kernel")

@@ -1,8 +1,10 @@
-"""The DALI side of each operation of :data:`autoaug.policies.ops.REGISTRY`, declared once, next
-to its code, with :func:`dali_op`: the branch its samples go to (its *kind*; :func:`dali_branch`
-declares a branch several operations share, such as ``Warp``), which per-sample table the branch
-reads (``param``, ``matrix`` or ``kernel``) and how the operation's parameter becomes its entry of
-that table. The policy steps that read these declarations are in :mod:`autoaug.policies.dali_apply`.
+"""The DALI side of the declared operations (:data:`autoaug.policies.ops.REGISTRY`): the branch
+functions the built-in declarations name (``OpSpec.dali``, a :class:`~autoaug.policies.ops.DaliImpl`),
+the branches several operations share (:func:`dali_branch`: ``Warp``), and the tables the policy
+steps of :mod:`autoaug.policies.dali_apply` read, derived from the declarations when read:
+:data:`DALI_OPS` (name -> :class:`DaliOp`), :data:`DALI_BRANCHES` (kind -> :class:`DaliBranch`)
+and :func:`kind_order` (the order of a stage's branches). Nothing is registered here at import but
+the shared branches; an operation declared later is in these tables at once.
 
 The branches are ``@augmentation`` objects (``nvidia.dali.auto_aug``), declared without a magnitude
 range because their parameters arrive pre-computed as named arguments, and not converted by DALI's
@@ -14,7 +16,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 from nvidia.dali import fn, types
@@ -28,11 +30,11 @@ from autoaug.policies import ops as _ops
 if TYPE_CHECKING:  # DALI's private class of @augmentation objects (pyproject.toml bounds DALI's version)
     from nvidia.dali.auto_aug.core import _Augmentation
 
-__all__ = ["DALI_OPS", "DALI_BRANCHES", "DaliOp", "DaliBranch", "dali_op", "dali_branch", "TABLES"]
+__all__ = ["DALI_OPS", "DALI_BRANCHES", "DaliOp", "DaliBranch", "dali_branch", "kind_order", "TABLES"]
 
-# --------------------------------------------------------------------------- registration
+# --------------------------------------------------------------------------- the tables
 #: The per-sample tables a branch may read, by the name of its argument (all computed before branching).
-TABLES = ("param", "matrix", "kernel")
+TABLES = _ops.DALI_TABLES
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class DaliBranch:
 
 @dataclass(frozen=True)
 class DaliOp:
-    """How DALI applies one operation of :data:`autoaug.policies.ops.REGISTRY`.
+    """How DALI applies one declared operation (derived from its ``OpSpec.dali``).
 
     Attributes:
         name: the registry name.
@@ -84,30 +86,35 @@ class DaliOp:
         return self.branch.kind
 
 
-#: Registry name -> :class:`DaliOp` (filled by :func:`dali_op`, checked against the registry by
-#: tests/policies/test_ops_registry.py).
-DALI_OPS: dict[str, DaliOp] = {}
-#: Kind -> :class:`DaliBranch` (filled by :func:`dali_branch` and :func:`dali_op`).
-DALI_BRANCHES: dict[str, DaliBranch] = {}
+#: Kind -> :class:`DaliBranch` of the branches several operations share (:func:`dali_branch`).
+_SHARED: dict[str, DaliBranch] = {}
+#: Op name -> (the OpSpec it was built from, its DaliOp): each declaration is turned into DALI
+#: objects once (a branch is the same object at every read); rebuilt when the name is declared anew.
+_BUILT: dict[str, tuple[_ops.OpSpec, DaliOp]] = {}
+
+
+def _make_branch(kind: str, function, table: str | None, sized: bool, arguments) -> DaliBranch:
+    if table not in (None, *TABLES):
+        raise ValueError(f"dali_branch {kind!r}: table={table!r}; expected None or one of {list(TABLES)}")
+    if table is not None and table not in inspect.signature(function).parameters:
+        raise ValueError(f"dali_branch {kind!r}: {function.__name__} takes no {table!r} argument, its table")
+    # Not converted by AutoGraph: a branch has no condition on a DataNode, and converting each
+    # one cost every process that builds a policy pipeline about 0.1 s (see _select).
+    params = list(inspect.signature(function).parameters.values())[2:]
+    accepts = tuple(q.name for q in params if q.kind in (q.POSITIONAL_OR_KEYWORD, q.KEYWORD_ONLY))
+    return DaliBranch(kind, augmentation(do_not_convert(function)), table, sized, arguments, accepts)
 
 
 def dali_branch(kind: str, *, table: str | None = None, sized: bool = False, arguments=None):
-    """Declare the function below (``fn(data, _, **arguments)``) as the branch ``kind``; it is
-    replaced by its :class:`DaliBranch`. See :class:`DaliBranch` for the arguments."""
+    """Declare the function below (``fn(data, _, **arguments)``) as the branch ``kind`` that several
+    operations may join (``DaliImpl(kind=...)``); it is replaced by its :class:`DaliBranch`. See
+    :class:`DaliBranch` for the arguments."""
 
     def register(function) -> DaliBranch:
-        if kind in DALI_BRANCHES:
+        if kind in _SHARED or kind in _ops.REGISTRY:
             raise ValueError(f"dali_branch: kind {kind!r} is declared twice")
-        if table not in (None, *TABLES):
-            raise ValueError(f"dali_branch {kind!r}: table={table!r}; expected None or one of {list(TABLES)}")
-        if table is not None and table not in inspect.signature(function).parameters:
-            raise ValueError(f"dali_branch {kind!r}: {function.__name__} takes no {table!r} argument, its table")
-        # Not converted by AutoGraph: a branch has no condition on a DataNode, and converting each
-        # one cost every process that builds a policy pipeline about 0.1 s (see _select).
-        params = list(inspect.signature(function).parameters.values())[2:]
-        accepts = tuple(q.name for q in params if q.kind in (q.POSITIONAL_OR_KEYWORD, q.KEYWORD_ONLY))
-        branch = DaliBranch(kind, augmentation(do_not_convert(function)), table, sized, arguments, accepts)
-        DALI_BRANCHES[kind] = branch
+        branch = _make_branch(kind, function, table, sized, arguments)
+        _SHARED[kind] = branch
         return branch
 
     return register
@@ -117,51 +124,61 @@ def _scalar(value) -> float:
     return 0.0 if value is None else float(value)
 
 
-def dali_op(
-    name: str,
-    *,
-    operator: str,
-    kind: str | None = None,
-    table: str | None = None,
-    to_table: Callable[[Any], Any] = _scalar,
-    table_input: str = "param",
-    sized: bool = False,
-    arguments=None,
-):
-    """Declare how DALI applies the registry op ``name`` (refused in one line when the registry has
-    no such op, or when it is declared twice).
+def _dali_op(name: str) -> DaliOp:
+    """The :class:`DaliOp` of the declared op ``name`` (``KeyError`` when none is declared)."""
+    spec = _ops.REGISTRY[name]
+    built = _BUILT.get(name)
+    if built is not None and built[0] is spec:
+        return built[1]
+    impl, namespace = spec.dali, globals()
+    to_table = _ops.resolve(impl.to_table, namespace, name, "dali.to_table") or _scalar
+    if impl.kind is None:
+        function = _ops.resolve(impl.branch, namespace, name, "dali.branch")
+        arguments = _ops.resolve(impl.arguments, namespace, name, "dali.arguments")
+        if name in _SHARED:
+            raise ValueError(f"op {name!r}: its own DALI branch takes the name of a shared branch; rename the op")
+        branch = _make_branch(name, function, impl.table, impl.sized, arguments)
+    else:
+        branch = _SHARED.get(impl.kind)
+        if branch is None:
+            owner = _ops.REGISTRY.get(impl.kind)
+            if owner is None or owner.dali.kind is not None:
+                kinds = sorted({*_SHARED, *(n for n, s in _ops.REGISTRY.items() if s.dali.kind is None)})
+                raise ValueError(f"op {name!r}: dali.kind={impl.kind!r} is no branch; expected one of {kinds}")
+            branch = _dali_op(impl.kind).branch
+    op = DaliOp(name, branch, to_table, impl.table_input, impl.operator)
+    _BUILT[name] = (spec, op)
+    return op
 
-    Without ``kind``, it decorates the op's own branch ``fn(data, _, **arguments)`` (kind ``name``;
-    ``table``, ``sized``, ``arguments`` as :class:`DaliBranch`) and the op's parameter becomes its
-    table entry through ``to_table`` (a float by default). With ``kind``, the op joins that
-    already declared branch and the decorated function is its ``to_table``. ``operator``: the DALI
-    operators used, for the docs.
-    """
-    _ops.check_backend_name("dali_op", name, DALI_OPS)
-    if table_input not in ("param", "magnitude"):
-        raise ValueError(f"dali_op {name!r}: table_input={table_input!r}; expected 'param' or 'magnitude'")
-    if kind is not None and (table, sized, arguments, to_table) != (None, False, None, _scalar):
-        raise ValueError(
-            f"dali_op {name!r}: with kind={kind!r}, table / sized / arguments are the branch's and "
-            "the decorated function is to_table; pass none of them"
-        )
 
-    def register(function):
-        if kind is None:
-            branch = dali_branch(name, table=table, sized=sized, arguments=arguments)(function)
-            DALI_OPS[name] = DaliOp(name, branch, to_table, table_input, operator)
-            return branch
-        if kind not in DALI_BRANCHES:
-            raise ValueError(f"dali_op {name!r}: no branch {kind!r}; expected one of {sorted(DALI_BRANCHES)}")
-        DALI_OPS[name] = DaliOp(name, DALI_BRANCHES[kind], function, table_input, operator)
-        return function
+def _branch(kind: str) -> DaliBranch:
+    if kind in _SHARED:
+        return _SHARED[kind]
+    spec = _ops.REGISTRY[kind]
+    if spec.dali.kind is not None:
+        raise KeyError(kind)
+    return _dali_op(kind).branch
 
-    return register
+
+def _branch_kinds() -> tuple[str, ...]:
+    return (*_SHARED, *(n for n, s in _ops.REGISTRY.items() if s.dali.kind is None))
+
+
+#: Declared op name -> :class:`DaliOp`, derived from the declarations when read.
+DALI_OPS: Mapping[str, DaliOp] = _ops.LiveTable("DALI_OPS", _ops.op_names, _dali_op)
+#: Kind -> :class:`DaliBranch`: the shared branches and the declared ops' own, when read.
+DALI_BRANCHES: Mapping[str, DaliBranch] = _ops.LiveTable("DALI_BRANCHES", _branch_kinds, _branch)
+
+
+def kind_order() -> tuple[str, ...]:
+    """Branch kinds in declaration order (Identity first): the order of a stage's selection."""
+    return tuple(dict.fromkeys(_dali_op(n).kind for n in _ops.op_names()))
 
 
 # --------------------------------------------------------------------------- operations
-# Each branch takes the (partial) batch and named per-sample arguments computed before branching:
-# its table (``param`` float scalar, ``matrix`` 2x3, ``kernel`` 3x3), ``paired``, ``cutout_center``,
+# The functions the built-in declarations of autoaug.policies.ops name (``DaliImpl(branch=...,
+# to_table=..., arguments=...)``), and the shared Warp branch. Each branch takes the (partial)
+# batch and named per-sample arguments computed before branching: its table (``param`` float scalar, ``matrix`` 2x3, ``kernel`` 3x3), ``paired``, ``cutout_center``,
 # ``min_side``, ``hw``, plus the constants ``fill_value`` / ``interp_type``.
 
 
@@ -170,8 +187,7 @@ def _like(node, data):
     return node.gpu() if data.device == "gpu" else node
 
 
-@dali_op("Identity", operator="-")
-def _identity(data, _):
+def identity(data, _):
     return data
 
 
@@ -194,29 +210,24 @@ def _terms(linear=((1.0, 0.0), (0.0, 1.0)), per_width=(0.0, 0.0), per_height=(0.
 
 # PIL's AutoAugment shear is the inverse map (1, m, 0, 0, 1, 0): out(x, y) = in(x + m*y, y), as
 # torchvision's F.affine(shear=atan(m)); the forward matrix is its inverse.
-@dali_op("ShearX", kind="Warp", operator="fn.warp_affine (per-sample matrix from the policy table)")
-def _shear_x(m: float) -> np.ndarray:
+def shear_x_matrix(m: float) -> np.ndarray:
     return _terms(np.array([[1.0, -m], [0.0, 1.0]]))
 
 
-@dali_op("ShearY", kind="Warp", operator="fn.warp_affine (per-sample matrix from the policy table)")
-def _shear_y(m: float) -> np.ndarray:
+def shear_y_matrix(m: float) -> np.ndarray:
     return _terms(np.array([[1.0, 0.0], [-m, 1.0]]))
 
 
 # Translation moves the content by +param * size (param a fraction of the size).
-@dali_op("TranslateX", kind="Warp", operator="fn.warp_affine (per-sample matrix from the policy table)")
-def _translate_x(m: float) -> np.ndarray:
+def translate_x_matrix(m: float) -> np.ndarray:
     return _terms(per_width=(m, 0.0))
 
 
-@dali_op("TranslateY", kind="Warp", operator="fn.warp_affine (per-sample matrix from the policy table)")
-def _translate_y(m: float) -> np.ndarray:
+def translate_y_matrix(m: float) -> np.ndarray:
     return _terms(per_height=(0.0, m))
 
 
-@dali_op("Rotate", kind="Warp", operator="fn.warp_affine (rotation about the centre, as fn.rotate)")
-def _rotate(degrees: float) -> np.ndarray:
+def rotate_matrix(degrees: float) -> np.ndarray:
     # y points down, so a counter-clockwise turn on screen is (x, y) -> R(-a) (x, y)
     a = math.radians(degrees)
     lin = np.array([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]])
@@ -225,51 +236,43 @@ def _rotate(degrees: float) -> np.ndarray:
     return _terms(lin, q[:, 0], q[:, 1])
 
 
-@dali_op("AutoContrast", operator="auto_aug.auto_contrast (fn.reductions.min/max + arithmetic)")
-def _auto_contrast(data, _):
+def auto_contrast(data, _):
     return _a.auto_contrast.op(data, None)
 
 
-@dali_op("Equalize", operator="fn.equalize")
-def _equalize(data, _):
+def equalize(data, _):
     """Per-channel histogram equalization, ``fn.equalize`` (OpenCV's formula)."""
     return fn.equalize(data)
 
 
-@dali_op("Solarize", table="param", operator="x ^ 255 where x >= threshold (arithmetic)")
-def _solarize(data, _, param):
+def solarize(data, _, param):
     """Inverts pixels >= ``param`` (Invert is threshold 0): ``x ^ 255`` where ``x >= t``."""
     return data ^ ((data >= _like(param, data)) * np.uint8(255))
 
 
-@dali_op("Invert", kind="Solarize", operator="x ^ 255 (the Solarize branch at threshold 0)")
-def _invert(_) -> float:
+def invert_threshold(_) -> float:
     return 0.0  # the threshold inverting every pixel
 
 
-def _posterize_mask(bits) -> float:
+def posterize_mask(bits) -> float:
     """The uint8 mask keeping the top ``bits`` bits (as a float: the ``param`` table is float)."""
     return float(0xFF ^ ((1 << (8 - int(bits))) - 1))
 
 
-@dali_op("Posterize", table="param", to_table=_posterize_mask, operator="auto_aug.posterize (x & mask)")
-def _posterize(data, _, param):
+def posterize(data, _, param):
     """Keeps the top bits: ``param`` is the uint8 mask (as float), DALI's ``posterize`` op."""
     return _a.posterize.op(data, _like(fn.cast(param, dtype=types.UINT8), data))
 
 
-@dali_op("Contrast", table="param", operator="auto_aug.contrast (fn.reductions.mean + arithmetic)")
-def _contrast(data, _, param):
+def contrast(data, _, param):
     return _a.contrast.op(data, param)
 
 
-@dali_op("Color", table="param", operator="fn.saturation (auto_aug.color)")
-def _color(data, _, param):
+def color(data, _, param):
     return _a.color.op(data, param)
 
 
-@dali_op("Brightness", table="param", operator="fn.brightness (auto_aug.brightness)")
-def _brightness(data, _, param):
+def brightness(data, _, param):
     return _a.brightness.op(data, param)
 
 
@@ -277,24 +280,18 @@ _SHARP_BLUR = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float64) / 13
 _SHARP_IDENT = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=np.float64)
 
 
-def _sharpness_kernel(factor: float) -> np.ndarray:
+def sharpness_kernel(factor: float) -> np.ndarray:
     m = factor - 1.0  # factor 1 + m: (1 + m) * identity - m * blur
     return (1.0 + m) * _SHARP_IDENT - m * _SHARP_BLUR
 
 
-@dali_op(
-    "Sharpness",
-    table="kernel",
-    to_table=_sharpness_kernel,
-    operator="fn.filter (PIL's 3x3 smoothing kernel, per-sample)",
-)
-def _sharpness(data, _, kernel):
+def sharpness(data, _, kernel):
     """PIL's Sharpness as one 3x3 convolution (DALI auto_aug's kernel) with ``fn.filter``.
     Border pixels are filtered with reflect-101 padding (PIL / torchvision leave them as is)."""
     return fn.filter(data, _like(kernel, data))
 
 
-def _cutout_arguments(images, size, height, width) -> dict:
+def cutout_arguments(images, size, height, width) -> dict:
     """Each image's shorter side and size, and the square's centre (a uniform [0, 1) pair)."""
     if size is not None:
         min_side, hw = float(min(size)), np.array(size, dtype=np.float32)
@@ -303,15 +300,7 @@ def _cutout_arguments(images, size, height, width) -> dict:
     return {"min_side": min_side, "hw": hw, "cutout_center": fn.random.uniform(range=[0.0, 1.0], shape=[2])}
 
 
-@dali_op(
-    "Cutout",
-    table="param",
-    table_input="magnitude",
-    sized=True,
-    arguments=_cutout_arguments,
-    operator="fn.erase (hand-written: random centre, fill 128)",
-)
-def _cutout(data, _, param, min_side, cutout_center, hw, fill_value=128):
+def cutout(data, _, param, min_side, cutout_center, hw, fill_value=128):
     """Fills a square of side ``round(param * min_side)`` px centred on a random pixel
     (``cutout_center`` is a uniform [0, 1) pair), clipped at the border by ``fn.erase``."""
     side = dmath.floor(param * min_side + 0.5)
@@ -325,21 +314,11 @@ def _cutout(data, _, param, min_side, cutout_center, hw, fill_value=128):
     )
 
 
-def _sample_pairing_arguments(images, size, height, width) -> dict:
+def sample_pairing_arguments(images, size, height, width) -> dict:
     """Each image's partner: the batch as it entered the policy step, permuted without fixed points."""
     return {"paired": fn.permute_batch(images, indices=fn.batch_permutation(no_fixed_points=True))}
 
 
-@dali_op(
-    "SamplePairing",
-    table="param",
-    arguments=_sample_pairing_arguments,
-    operator="hand-written: fn.permute_batch(fn.batch_permutation) + blend",
-)
-def _sample_pairing(data, _, param, paired):
+def sample_pairing(data, _, param, paired):
     """``(1 - w) * image + w * paired``, rounded; ``paired`` is another image of the batch."""
     return fn.cast_like(data * (1.0 - param) + paired * param, data)
-
-
-#: Branch kinds in registry order (Identity first): the order of a stage's selection.
-_KIND_ORDER = tuple(dict.fromkeys(DALI_OPS[n].kind for n in _ops.OP_NAMES if n in DALI_OPS))

@@ -1,23 +1,38 @@
-"""The operation registry: one record per augmentation operation.
+"""The operation registry: one declaration per augmentation operation.
 
-Every operation of the AutoAugment search space (Cubuk et al., CVPR 2019) has one :class:`OpSpec`
-in :data:`REGISTRY` holding
+Every operation a :class:`policies.Policy` may name is one :class:`OpSpec`, declared once with
+:func:`declare_op`, holding
 
-* its name (the string used in :class:`policies.Policy` sub-policies),
+* its name (the string used in sub-policies) and a one-line description,
 * its magnitude range under each range convention (``"autoaugment"`` and ``"wide"``),
 * whether the magnitude is randomly negated per application (``signed``),
 * how a magnitude becomes the operation's parameter (``to_param``, e.g. enhance factor ``1 + m``),
+* how each backend applies that parameter: ``dali`` (:class:`DaliImpl`: the branch of the DALI
+  policy step its samples go to and the per-sample table it reads) and ``torch``
+  (:class:`TorchImpl`: a function on a uint8 tensor), each with the operators it uses, for the
+  docs (:func:`docs_table` is docs/policies.md's op table).
 
--- the facts every backend shares. Each backend declares each operation once, next to its
-implementation, with a registration decorator (``@dali_op("Rotate", ...)`` in
-:mod:`autoaug.policies.dali_apply`, ``@torch_op("Rotate", ...)`` in
-:mod:`autoaug.policies.torch_apply`) that fills its table (``DALI_OPS``, ``TORCH_OPS``) and refuses
-a name this registry does not have (:func:`check_backend_name`); ``tests/policies/
-test_ops_registry.py`` checks that each backend declares exactly the registry's operations. The
-registry imports neither backend (no import cycle, and neither DALI nor torch is loaded by it).
+This is DALI's ``@augmentation(mag_range=..., randomly_negate=..., mag_to_param=...)`` for both
+backends at once. Everything else is derived from the declarations *when read*, never copied at
+import: :data:`REGISTRY` is a read-only view of them, ``OP_NAMES`` is computed on each access
+(:func:`op_names`), and the backends' tables (``dali_ops.DALI_OPS``, ``DALI_BRANCHES``,
+``kind_order()``; ``torch_apply.TORCH_OPS``) are live views built from ``OpSpec.dali`` /
+``OpSpec.torch``. So an operation declared after import (a plugin, a test) is at once valid in a
+policy, in a search space and in both backends, and gone again when its declaration is removed
+(:class:`Declaration` is a context manager).
 
-Adding an operation: its :class:`OpSpec` here, then one ``@dali_op`` and one ``@torch_op``
-declaration next to the code applying it (and its row in the op table of docs/policies.md).
+The registry imports neither backend: an implementation is a callable, or, for the built-in
+operations below, the name of a function of the backend module (``autoaug.policies.dali_ops``,
+``autoaug.policies.torch_apply``), looked up when that backend reads the declaration; so neither
+DALI nor torch is loaded by this module. A new operation under another range is
+:meth:`OpSpec.derive` (DALI's ``op.augmentation(mag_range=...)``): the same implementations under
+a new name (policies name operations, and a policy's content hash must keep meaning the same
+thing, so an existing operation is never re-ranged in place).
+
+Adding an operation: one :func:`declare_op` call (see ``tests/policies/test_declared_op.py``,
+which declares one, applies a policy using it through DALI and torchvision and trains a step on
+each); a built-in one is one :class:`OpSpec` in ``_BUILTIN`` below plus its row in
+docs/policies.md (``tests/policies/test_policy_docs.py`` prints the table to paste).
 
 Magnitude bins
 --------------
@@ -35,28 +50,48 @@ have (Cutout, SamplePairing) use the AutoAugment range under both conventions.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import inspect
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping
 
 __all__ = [
     "OpSpec",
+    "DaliImpl",
+    "TorchImpl",
     "MagnitudeRange",
+    "Declaration",
+    "declare_op",
     "REGISTRY",
-    "OP_NAMES",
+    "op_names",
     "IDENTITY",
     "RANGE_CONVENTIONS",
     "AUTOAUGMENT_OPS",
     "RANDAUGMENT_OPS",
+    "DALI_TABLES",
+    "LiveTable",
     "get",
     "bin_value",
-    "check_backend_name",
+    "docs_table",
+    "BUILTIN_OPS",
+    "DOCS_TABLE_HEADER",
 ]
 
 #: The two magnitude-range conventions a :class:`~policies.Policy` can use.
 RANGE_CONVENTIONS = ("autoaugment", "wide")
 
 IDENTITY = "Identity"
+
+#: The per-sample tables a DALI branch may read (:attr:`DaliImpl.table`), by the name of the
+#: branch function's argument: ``param`` a float, ``matrix`` a 2x3 affine matrix (given as the
+#: 3x2x3 terms ``A + W*B + H*C``), ``kernel`` a 3x3 kernel.
+DALI_TABLES = ("param", "matrix", "kernel")
+
+#: What an operation name looks like: a letter, then letters and digits (``"Rotate"``, ``"Darken2"``).
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 
 def bin_value(lo: float, hi: float, magnitude_bin: int, num_magnitude_bins: int) -> float:
@@ -110,18 +145,114 @@ def _rounded(m: float) -> int:
     return int(round(m))
 
 
+# --------------------------------------------------------------------------- backend parts
+#: An implementation: a callable, or the name of a function of the backend's module.
+Implementation = Callable[..., Any] | str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaliImpl:
+    """How the DALI policy step applies an operation (:mod:`autoaug.policies.dali_apply`).
+
+    A stage of the step sends each sample to one *branch* (an ``nvidia.dali.auto_aug``
+    ``@augmentation``, not converted by AutoGraph) with its parameter looked up, before branching,
+    from a per-sample table. An operation either has its own branch (``branch``) or joins one
+    (``kind``): ShearX, ShearY, TranslateX, TranslateY and Rotate join ``dali_ops``'s shared
+    ``"Warp"`` branch (one ``fn.warp_affine``, their matrices differing only in the table), Invert
+    joins Solarize's (threshold 0).
+
+    Attributes:
+        operator: the DALI operators used, for the docs (docs/policies.md's op table).
+        branch: the op's own branch, ``fn(data, _, **arguments) -> data`` (its kind is the op's
+            name). It takes its table by the table's name, and any of the shared arguments
+            ``fill_value``, ``interp_type`` and those of a branch's ``arguments``.
+        kind: instead of ``branch``, the branch it joins: a shared branch of
+            ``autoaug.policies.dali_ops`` (``"Warp"``) or another operation's own branch.
+        table: the table its own branch reads (:data:`DALI_TABLES`), or ``None``.
+        to_table: its entry of the table from ``table_input`` (default: a float, 0 for ``None``).
+        table_input: ``"param"``, the op's parameter (:meth:`OpSpec.param`, size-relative
+            magnitudes as fractions of the size), or ``"magnitude"``, the unsigned magnitude
+            (the branch converts it once the size is known: Cutout).
+        sized: its own branch needs the image size.
+        arguments: ``(images, size, height, width) -> dict``, arguments its own branch shares with
+            every stage (built once per policy step, before any branching), or ``None``.
+    """
+
+    operator: str
+    branch: Implementation | None = None
+    kind: str | None = None
+    table: str | None = None
+    to_table: Implementation | None = None
+    table_input: str = "param"
+    sized: bool = False
+    arguments: Implementation | None = None
+
+    def check(self, op: str) -> None:
+        """``ValueError`` of one line naming ``op`` when the fields do not make an implementation."""
+        where = f"declare_op {op!r}: dali"
+        if not isinstance(self.operator, str) or not self.operator:
+            raise ValueError(f"{where}.operator={self.operator!r}; expected the DALI operators used (for the docs)")
+        if (self.branch is None) == (self.kind is None):
+            raise ValueError(f"{where}: give branch= (its own branch) or kind= (the branch it joins), not both or none")
+        if self.kind is not None and (self.table, self.sized, self.arguments) != (None, False, None):
+            raise ValueError(
+                f"{where}: with kind={self.kind!r}, table / sized / arguments are the branch's; pass none of them"
+            )
+        if self.table not in (None, *DALI_TABLES):
+            raise ValueError(f"{where}.table={self.table!r}; expected None or one of {list(DALI_TABLES)}")
+        if self.table_input not in ("param", "magnitude"):
+            raise ValueError(f"{where}.table_input={self.table_input!r}; expected 'param' or 'magnitude'")
+        for name in ("branch", "to_table", "arguments"):
+            value = getattr(self, name)
+            if value is not None and not (callable(value) or isinstance(value, str)):
+                raise ValueError(f"{where}.{name}={value!r}; expected a function or a function's name")
+        if callable(self.branch) and self.table is not None:
+            if self.table not in inspect.signature(self.branch).parameters:
+                raise ValueError(
+                    f"{where}.branch {getattr(self.branch, '__name__', self.branch)} takes no {self.table!r} "
+                    "argument, its table"
+                )
+
+
+@dataclass(frozen=True)
+class TorchImpl:
+    """How torchvision applies an operation (:mod:`autoaug.policies.torch_apply`).
+
+    Attributes:
+        apply: ``fn(img uint8 [..., C, H, W], param, *, fill, interpolation, other, generator) ->
+            img`` (take ``**_`` for the keywords it does not use); ``param`` is
+            :meth:`OpSpec.param` for the image's size.
+        operator: the torchvision functions used, for the docs (docs/policies.md's op table).
+    """
+
+    apply: Implementation
+    operator: str
+
+    def check(self, op: str) -> None:
+        if not (callable(self.apply) or isinstance(self.apply, str)):
+            raise ValueError(f"declare_op {op!r}: torch.apply={self.apply!r}; expected a function or a function's name")
+        if not isinstance(self.operator, str) or not self.operator:
+            raise ValueError(
+                f"declare_op {op!r}: torch.operator={self.operator!r}; expected the torchvision functions used"
+            )
+
+
+# --------------------------------------------------------------------------- the declaration
 @dataclass(frozen=True, kw_only=True)
 class OpSpec:
-    """One operation of the registry: what every backend agrees on (no backend code).
+    """The declaration of one operation: what every backend agrees on, and how each applies it.
 
     Attributes:
         name: name used in policies (``"ShearX"``, ...).
         description: one-line description.
-        ranges: magnitude range per convention (``{"autoaugment": ..., "wide": ...}``); empty (the
-            default) for operations without a magnitude (AutoContrast, Invert, Equalize, Identity).
+        ranges: magnitude range per convention (``{"autoaugment": ..., "wide": ...}``; one
+            :class:`MagnitudeRange` is the same under both); empty (the default) for operations
+            without a magnitude (AutoContrast, Invert, Equalize, Identity).
         signed: the magnitude is negated with probability 1/2 per application.
         to_param: maps a (signed, in pixels for size-relative ops) magnitude to the operation's
             parameter (e.g. ``1 + m``); the identity by default.
+        dali: how DALI applies it (:class:`DaliImpl`).
+        torch: how torchvision applies it (:class:`TorchImpl`).
     """
 
     name: str
@@ -129,6 +260,12 @@ class OpSpec:
     ranges: Mapping[str, MagnitudeRange] = field(default_factory=dict)
     signed: bool = False
     to_param: Callable[[float], Any] = field(default=_identity_param, repr=False, compare=False)
+    dali: DaliImpl | None = field(default=None, repr=False, compare=False)
+    torch: TorchImpl | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ranges, MagnitudeRange):
+            object.__setattr__(self, "ranges", _same(self.ranges))
 
     @property
     def has_magnitude(self) -> bool:
@@ -184,6 +321,24 @@ class OpSpec:
             m = m * dim
         return self.to_param(m)
 
+    def derive(self, name: str, **changes: Any) -> OpSpec:
+        """A new operation ``name`` applied as this one, with ``changes`` (``ranges``, ``signed``,
+        ``to_param``, ``description``): re-ranging, as DALI's ``op.augmentation(mag_range=...)``.
+        Declare it with :func:`declare_op`. On DALI it joins this operation's branch, so this one
+        must stay declared while it is."""
+        unknown = sorted(set(changes) - {"ranges", "signed", "to_param", "description"})
+        if unknown:
+            raise ValueError(
+                f"{self.name}.derive: cannot change {unknown}; expected ranges, signed, to_param, description"
+            )
+        dali = self.dali
+        if dali is not None and dali.kind is None:  # join this op's branch rather than build a twin
+            dali = DaliImpl(
+                operator=dali.operator, kind=self.name, to_table=dali.to_table, table_input=dali.table_input
+            )
+        changes.setdefault("description", f"{self.description} (derived from {self.name})")
+        return dataclasses.replace(self, name=name, dali=dali, **changes)
+
 
 def _check_convention(ranges: str) -> None:
     if ranges not in RANGE_CONVENTIONS:
@@ -194,11 +349,161 @@ def _same(rng: MagnitudeRange) -> dict[str, MagnitudeRange]:
     return {"autoaugment": rng, "wide": rng}
 
 
+# --------------------------------------------------------------------------- the registry
+#: name -> :class:`OpSpec`, in declaration order (the built-ins first, Identity first of all: the
+#: order of the DALI branches of a stage). Written only by :func:`declare_op` / :class:`Declaration`.
+_DECLARED: dict[str, OpSpec] = {}
+
+#: A read-only, live view of the declared operations (name -> :class:`OpSpec`, declaration order).
+REGISTRY: Mapping[str, OpSpec] = MappingProxyType(_DECLARED)
+
+
+class Declaration:
+    """What :func:`declare_op` returns: the declared :class:`OpSpec` (``.spec``), and the way to
+    take it back: :meth:`remove`, or use the declaration as a context manager
+    (``with declare_op(...) as spec:`` declares it for the ``with`` block)."""
+
+    def __init__(self, spec: OpSpec) -> None:
+        self.spec = spec
+
+    def remove(self) -> None:
+        """Undeclare the operation (nothing when it is already gone)."""
+        if _DECLARED.get(self.spec.name) is self.spec:
+            del _DECLARED[self.spec.name]
+
+    def __enter__(self) -> OpSpec:
+        return self.spec
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"Declaration({self.spec.name!r})"
+
+
+def declare_op(spec: OpSpec | None = None, /, **fields: Any) -> Declaration:
+    """Declare an operation: an :class:`OpSpec`, or its fields as keywords
+    (``declare_op(name="Darken", description=..., ranges=MagnitudeRange(...), to_param=...,
+    dali=DaliImpl(...), torch=TorchImpl(...))``). From then on policies may use it, search spaces
+    may list it, and both backends apply it; the returned :class:`Declaration` undeclares it.
+
+    A declaration lives in the process that made it: to use an operation in a search's trial
+    processes (Ray workers), declare it in a module those processes import.
+
+    Raises ``ValueError`` (one line naming the operation) when the name is taken or malformed, a
+    range convention is missing or unknown, or a backend's part is missing or inconsistent."""
+    if spec is None:
+        try:
+            spec = OpSpec(**fields)
+        except TypeError as exc:
+            raise ValueError(f"declare_op: {exc}; expected the fields of OpSpec") from None
+    elif fields:
+        raise ValueError(f"declare_op: pass an OpSpec or its fields, not both (got {sorted(fields)})")
+    if not isinstance(spec, OpSpec):
+        raise ValueError(f"declare_op: expected an OpSpec, got {type(spec).__name__}")
+    name = spec.name
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise ValueError(f"declare_op: name {name!r}; expected a letter then up to 63 letters or digits")
+    if name in _DECLARED:
+        raise ValueError(
+            f"declare_op: op {name!r} is already declared; remove its declaration first, or declare "
+            f"a derived op under another name (ops.get({name!r}).derive(...))"
+        )
+    if not isinstance(spec.description, str) or not spec.description:
+        raise ValueError(f"declare_op {name!r}: description={spec.description!r}; expected a one-line description")
+    if spec.ranges:
+        if set(spec.ranges) != set(RANGE_CONVENTIONS) or not all(
+            isinstance(r, MagnitudeRange) for r in spec.ranges.values()
+        ):
+            raise ValueError(
+                f"declare_op {name!r}: ranges={dict(spec.ranges)!r}; expected a MagnitudeRange, or one per "
+                f"convention {list(RANGE_CONVENTIONS)}"
+            )
+        for rng in spec.ranges.values():
+            if rng.relative_to not in (None, "width", "height", "min_side"):
+                raise ValueError(
+                    f"declare_op {name!r}: relative_to={rng.relative_to!r}; expected None, 'width', 'height' or "
+                    "'min_side'"
+                )
+    if not isinstance(spec.signed, bool) or not callable(spec.to_param):
+        raise ValueError(f"declare_op {name!r}: signed must be a bool and to_param a function")
+    for backend, kind in (("dali", DaliImpl), ("torch", TorchImpl)):
+        part = getattr(spec, backend)
+        if not isinstance(part, kind):
+            raise ValueError(
+                f"declare_op {name!r}: {backend}={part!r}; expected a {kind.__name__} (every op is applied by both "
+                "backends)"
+            )
+        part.check(name)
+    _DECLARED[name] = spec
+    return Declaration(spec)
+
+
+def op_names() -> tuple[str, ...]:
+    """All operation names, in declaration order (Identity first), as declared now."""
+    return tuple(_DECLARED)
+
+
+def __getattr__(name: str) -> Any:
+    # OP_NAMES is derived on each read, so that an op declared or removed later is seen.
+    if name == "OP_NAMES":
+        return op_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class LiveTable(Mapping):
+    """A read-only mapping derived from the declarations when read: its keys are those of
+    ``keys()`` at that moment, its values ``build(key)`` (what the backends' tables are:
+    ``dali_ops.DALI_OPS``, ``torch_apply.TORCH_OPS``). ``build`` raises ``KeyError`` for a key
+    it does not have."""
+
+    def __init__(self, what: str, keys: Callable[[], Any], build: Callable[[str], Any]) -> None:
+        self._what, self._keys, self._build = what, keys, build
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._keys():
+            raise KeyError(key)
+        return self._build(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(self._keys()))
+
+    def __len__(self) -> int:
+        return len(tuple(self._keys()))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys()
+
+    def __repr__(self) -> str:
+        return f"<{self._what}: {list(self)}>"
+
+
+def resolve(value: Any, namespace: Mapping[str, Any], op: str, field_name: str) -> Any:
+    """A backend's implementation: ``value`` itself when callable (or None), else the function of
+    that name in ``namespace`` (a backend module's globals); ``ValueError`` naming the op if none."""
+    if value is None or callable(value):
+        return value
+    found = namespace.get(value)
+    if not callable(found):
+        module = namespace.get("__name__", "the backend")
+        raise ValueError(f"op {op!r}: {field_name}={value!r}, but {module} has no function of that name")
+    return found
+
+
+# --------------------------------------------------------------------------- the built-in operations
 _AA = "AutoAugment paper (Cubuk et al. 2019), Table 1 / appendix"
 _TA = "TrivialAugment-wide (Mueller & Hutter 2021), torchvision TrivialAugmentWide"
+_WARP = "fn.warp_affine (per-sample matrix from the policy table)"
 
-_SPECS = [
-    OpSpec(name=IDENTITY, description="returns the image unchanged (RandAugment/TrivialAugment 'Identity')"),
+# The implementations are functions of autoaug.policies.dali_ops and autoaug.policies.torch_apply,
+# named here (so that this module loads neither DALI nor torch).
+_BUILTIN = [
+    OpSpec(
+        name=IDENTITY,
+        description="returns the image unchanged (RandAugment/TrivialAugment 'Identity')",
+        dali=DaliImpl(branch="identity", operator="-"),
+        torch=TorchImpl("identity", "-"),
+    ),
     # Shear: paper +-0.3 (shear factor, PIL affine coefficient); TA-wide +-0.99.
     OpSpec(
         name="ShearX",
@@ -208,6 +513,8 @@ _SPECS = [
             "wide": MagnitudeRange(0.0, 0.99, "shear factor", source=_TA),
         },
         signed=True,
+        dali=DaliImpl(kind="Warp", to_table="shear_x_matrix", operator=_WARP),
+        torch=TorchImpl("shear_x", "F.affine(shear=[degrees(atan(m)), 0], center=[0, 0])"),
     ),
     OpSpec(
         name="ShearY",
@@ -217,6 +524,8 @@ _SPECS = [
             "wide": MagnitudeRange(0.0, 0.99, "shear factor", source=_TA),
         },
         signed=True,
+        dali=DaliImpl(kind="Warp", to_table="shear_y_matrix", operator=_WARP),
+        torch=TorchImpl("shear_y", "F.affine(shear=[0, degrees(atan(m))], center=[0, 0])"),
     ),
     # Translate: paper +-150 px on 331 px images -> +-(150/331)*width (torchvision's AutoAugment
     # uses the same 150/331 scaling); TA-wide 32 px on 32 px CIFAR images -> +-1.0*width.
@@ -228,6 +537,8 @@ _SPECS = [
             "wide": MagnitudeRange(0.0, 32 / 32, "px", "width", _TA),
         },
         signed=True,
+        dali=DaliImpl(kind="Warp", to_table="translate_x_matrix", operator=_WARP),
+        torch=TorchImpl("translate_x", "F.affine(translate=[m, 0])"),
     ),
     OpSpec(
         name="TranslateY",
@@ -237,6 +548,8 @@ _SPECS = [
             "wide": MagnitudeRange(0.0, 32 / 32, "px", "height", _TA),
         },
         signed=True,
+        dali=DaliImpl(kind="Warp", to_table="translate_y_matrix", operator=_WARP),
+        torch=TorchImpl("translate_y", "F.affine(translate=[0, m])"),
     ),
     # Rotate: paper +-30 degrees; TA-wide +-135.
     OpSpec(
@@ -247,15 +560,38 @@ _SPECS = [
             "wide": MagnitudeRange(0.0, 135.0, "degrees", source=_TA),
         },
         signed=True,
+        dali=DaliImpl(
+            kind="Warp", to_table="rotate_matrix", operator="fn.warp_affine (rotation about the centre, as fn.rotate)"
+        ),
+        torch=TorchImpl("rotate", "F.rotate"),
     ),
-    OpSpec(name="AutoContrast", description="stretches each channel to the full 0..255 range"),
-    OpSpec(name="Invert", description="inverts all pixels"),
-    OpSpec(name="Equalize", description="equalizes the histogram of each channel"),
+    OpSpec(
+        name="AutoContrast",
+        description="stretches each channel to the full 0..255 range",
+        dali=DaliImpl(branch="auto_contrast", operator="auto_aug.auto_contrast (fn.reductions.min/max + arithmetic)"),
+        torch=TorchImpl("auto_contrast", "F.autocontrast"),
+    ),
+    OpSpec(
+        name="Invert",
+        description="inverts all pixels",
+        dali=DaliImpl(
+            kind="Solarize", to_table="invert_threshold", operator="x ^ 255 (the Solarize branch at threshold 0)"
+        ),
+        torch=TorchImpl("invert", "F.invert"),
+    ),
+    OpSpec(
+        name="Equalize",
+        description="equalizes the histogram of each channel",
+        dali=DaliImpl(branch="equalize", operator="fn.equalize"),
+        torch=TorchImpl("equalize", "F.equalize"),
+    ),
     # Solarize: threshold 256 (identity) -> 0 in both conventions (paper: 0-256).
     OpSpec(
         name="Solarize",
         description="inverts pixels >= threshold",
-        ranges=_same(MagnitudeRange(256.0, 0.0, "threshold", source=_AA + "; same in " + _TA)),
+        ranges=MagnitudeRange(256.0, 0.0, "threshold", source=_AA + "; same in " + _TA),
+        dali=DaliImpl(branch="solarize", table="param", operator="x ^ 255 where x >= threshold (arithmetic)"),
+        torch=TorchImpl("solarize", "F.solarize (threshold 256 = identity)"),
     ),
     # Posterize: paper 4-8 bits kept -> 8 (identity) -> 4; the released TF code's 0-4 is a known
     # bug. TA-wide 8 -> 2 bits.
@@ -267,6 +603,10 @@ _SPECS = [
             "wide": MagnitudeRange(8.0, 2.0, "bits kept", source=_TA),
         },
         to_param=_rounded,
+        dali=DaliImpl(
+            branch="posterize", table="param", to_table="posterize_mask", operator="auto_aug.posterize (x & mask)"
+        ),
+        torch=TorchImpl("posterize", "F.posterize"),
     ),
     # Enhance ops: paper factor 0.1-1.9, expressed as 1 +- m with m in 0..0.9 so that bin 0 is
     # the identity (torchvision's and DALI's convention); TA-wide 1 +- 0..0.99.
@@ -280,12 +620,41 @@ _SPECS = [
             },
             signed=True,
             to_param=_enhance_factor,
+            dali=dali,
+            torch=torch,
         )
-        for name, description in (
-            ("Contrast", "blends with the mean grey level (factor 1 = identity)"),
-            ("Color", "blends with the greyscale image (factor 1 = identity)"),
-            ("Brightness", "multiplies by the factor (blend with black; factor 1 = identity)"),
-            ("Sharpness", "blends with a smoothed image (factor 1 = identity)"),
+        for name, description, dali, torch in (
+            (
+                "Contrast",
+                "blends with the mean grey level (factor 1 = identity)",
+                DaliImpl(
+                    branch="contrast", table="param", operator="auto_aug.contrast (fn.reductions.mean + arithmetic)"
+                ),
+                TorchImpl("contrast", "F.adjust_contrast"),
+            ),
+            (
+                "Color",
+                "blends with the greyscale image (factor 1 = identity)",
+                DaliImpl(branch="color", table="param", operator="fn.saturation (auto_aug.color)"),
+                TorchImpl("color", "F.adjust_saturation"),
+            ),
+            (
+                "Brightness",
+                "multiplies by the factor (blend with black; factor 1 = identity)",
+                DaliImpl(branch="brightness", table="param", operator="fn.brightness (auto_aug.brightness)"),
+                TorchImpl("brightness", "F.adjust_brightness"),
+            ),
+            (
+                "Sharpness",
+                "blends with a smoothed image (factor 1 = identity)",
+                DaliImpl(
+                    branch="sharpness",
+                    table="kernel",
+                    to_table="sharpness_kernel",
+                    operator="fn.filter (PIL's 3x3 smoothing kernel, per-sample)",
+                ),
+                TorchImpl("sharpness", "F.adjust_sharpness"),
+            ),
         )
     ),
     # Cutout: paper up to 60 px on 331 px -> (60/331)*min(H, W) px square side. Not in TA-wide.
@@ -293,24 +662,42 @@ _SPECS = [
         name="Cutout",
         description="fills a square of side m pixels, centred at a uniformly random pixel, with grey 128 "
         "(clipped at the border)",
-        ranges=_same(MagnitudeRange(0.0, 60 / 331, "px square side", "min_side", _AA)),
+        ranges=MagnitudeRange(0.0, 60 / 331, "px square side", "min_side", _AA),
         to_param=_rounded,
+        dali=DaliImpl(
+            branch="cutout",
+            table="param",
+            table_input="magnitude",
+            sized=True,
+            arguments="cutout_arguments",
+            operator="fn.erase (hand-written: random centre, fill 128)",
+        ),
+        torch=TorchImpl("cutout", "F.erase (hand-written: random centre, fill 128)"),
     ),
     # SamplePairing (Inoue 2018): blend weight of the other image 0..0.4 (paper). Not in TA-wide.
     OpSpec(
         name="SamplePairing",
         description="(1 - m) * image + m * other image (DALI: another image of the batch; torchvision: "
         "the previous image the transform saw, or the rolled batch)",
-        ranges=_same(MagnitudeRange(0.0, 0.4, "blend weight", source=_AA)),
+        ranges=MagnitudeRange(0.0, 0.4, "blend weight", source=_AA),
+        dali=DaliImpl(
+            branch="sample_pairing",
+            table="param",
+            arguments="sample_pairing_arguments",
+            operator="hand-written: fn.permute_batch(fn.batch_permutation) + blend",
+        ),
+        torch=TorchImpl("sample_pairing", "hand-written: blend with the previous image (or the rolled batch)"),
     ),
 ]
+for _spec in _BUILTIN:
+    declare_op(_spec)
+del _spec
 
-#: name -> :class:`OpSpec`, in a fixed order (Identity first; op ids used by the DALI tables).
-REGISTRY: dict[str, OpSpec] = {spec.name: spec for spec in _SPECS}
-#: All operation names in registry order.
-OP_NAMES: tuple[str, ...] = tuple(REGISTRY)
-#: The 16 operations of the AutoAugment search space (Identity excluded).
-AUTOAUGMENT_OPS: tuple[str, ...] = tuple(n for n in OP_NAMES if n != IDENTITY)
+#: The built-in operations, in declaration order (Identity first). Fixed: operations declared
+#: later are in :data:`REGISTRY` and ``OP_NAMES``, not here.
+BUILTIN_OPS: tuple[str, ...] = tuple(s.name for s in _BUILTIN)
+#: The 16 operations of the AutoAugment search space (Cubuk et al. 2019; the built-ins but Identity).
+AUTOAUGMENT_OPS: tuple[str, ...] = tuple(n for n in BUILTIN_OPS if n != IDENTITY)
 #: RandAugment's 14 operations (also TrivialAugment's), in the order of the RandAugment paper.
 RANDAUGMENT_OPS: tuple[str, ...] = (
     "Identity",
@@ -333,29 +720,39 @@ RANDAUGMENT_OPS: tuple[str, ...] = (
 def get(name: str) -> OpSpec:
     """The :class:`OpSpec` called ``name``; ``ValueError`` listing the known names otherwise."""
     try:
-        return REGISTRY[name]
+        return _DECLARED[name]
     except (KeyError, TypeError):
         raise ValueError(unknown_op_message(name)) from None
 
 
 def unknown_op_message(name: object) -> str:
+    names = op_names()
     hint = ""
     if isinstance(name, str):
-        close = difflib.get_close_matches(name, OP_NAMES, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         if not close:
-            close = [n for n in OP_NAMES if n.lower() == name.lower()]
+            close = [n for n in names if n.lower() == name.lower()]
         if close:
             hint = f" (did you mean {close[0]!r}?)"
-    return f"unknown op {name!r}{hint}; expected one of {list(OP_NAMES)}"
+    return f"unknown op {name!r}{hint}; expected one of {list(names)}"
 
 
-def check_backend_name(backend: str, name: object, declared: Mapping[str, Any]) -> None:
-    """What a backend's registration decorator (``dali_op``, ``torch_op``) checks before it
-    records ``name``: a ``ValueError`` of one line when the registry has no such operation (add
-    its :class:`OpSpec` to :data:`REGISTRY` first) or when ``backend`` already declared it."""
-    if not isinstance(name, str) or name not in REGISTRY:
-        raise ValueError(
-            f"{backend}: {unknown_op_message(name)}; declare the op in autoaug.policies.ops.REGISTRY first"
+#: The header of docs/policies.md's op table (:func:`docs_table`).
+DOCS_TABLE_HEADER = (
+    "| op | `autoaugment` range (bin 0 -> last bin) | `wide` range | signed | DALI | torchvision |\n"
+    "| --- | --- | --- | --- | --- | --- |"
+)
+
+
+def docs_table(names: Any = None) -> str:
+    """docs/policies.md's op table (markdown) for ``names`` (default: the built-in operations), from
+    their declarations: ranges, sign and each backend's ``operator``."""
+    rows = [DOCS_TABLE_HEADER]
+    for name in BUILTIN_OPS if names is None else names:
+        spec = get(name)
+        auto, wide = spec.magnitude_range("autoaugment"), spec.magnitude_range("wide")
+        rows.append(
+            f"| {name} | {auto.describe() if auto else '-'} | {wide.describe() if wide else '-'} | "
+            f"{'yes' if spec.signed else 'no'} | `{spec.dali.operator}` | `{spec.torch.operator}` |"
         )
-    if name in declared:
-        raise ValueError(f"{backend}: op {name!r} is declared twice; each backend declares each op once")
+    return "\n".join(rows)

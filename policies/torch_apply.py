@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import PIL.Image
 import torch
@@ -43,17 +43,16 @@ __all__ = [
     "to_torchvision",
     "TORCH_OPS",
     "TorchOp",
-    "torch_op",
     "apply_op",
 ]
 
 _INTERP = {"nearest": v2.InterpolationMode.NEAREST, "bilinear": v2.InterpolationMode.BILINEAR}
 
 
-# --------------------------------------------------------------------------- registration
+# --------------------------------------------------------------------------- the table
 @dataclass(frozen=True)
 class TorchOp:
-    """How torchvision applies one operation of :data:`autoaug.policies.ops.REGISTRY`.
+    """How torchvision applies one declared operation (derived from its ``OpSpec.torch``).
 
     Attributes:
         name: the registry name.
@@ -67,31 +66,23 @@ class TorchOp:
     operator: str
 
 
-#: Registry name -> :class:`TorchOp` (filled by :func:`torch_op`, checked against the registry by
-#: tests/policies/test_ops_registry.py).
-TORCH_OPS: dict[str, TorchOp] = {}
+def _torch_op(name: str) -> TorchOp:
+    """The :class:`TorchOp` of the declared op ``name`` (``KeyError`` when none is declared)."""
+    impl = _ops.REGISTRY[name].torch
+    return TorchOp(name, _ops.resolve(impl.apply, globals(), name, "torch.apply"), impl.operator)
 
 
-def torch_op(name: str, *, operator: str):
-    """Declare the function below as torchvision's implementation of the registry op ``name``
-    (refused in one line when the registry has no such op, or when it is declared twice)."""
-    _ops.check_backend_name("torch_op", name, TORCH_OPS)
-
-    def register(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        TORCH_OPS[name] = TorchOp(name, function, operator)
-        return function
-
-    return register
+#: Declared op name -> :class:`TorchOp`, derived from the declarations (``OpSpec.torch``) when read.
+TORCH_OPS: Mapping[str, TorchOp] = _ops.LiveTable("TORCH_OPS", _ops.op_names, _torch_op)
 
 
 # --------------------------------------------------------------------------- operations
-@torch_op("Identity", operator="-")
-def _identity(img, param, **_):
+# The functions the built-in declarations of autoaug.policies.ops name (``TorchImpl(apply=...)``).
+def identity(img, param, **_):
     return img
 
 
-@torch_op("ShearX", operator="F.affine(shear=[degrees(atan(m)), 0], center=[0, 0])")
-def _shear_x(img, m, *, fill, interpolation, **_):
+def shear_x(img, m, *, fill, interpolation, **_):
     # torchvision's shear is an angle: the AutoAugment/PIL coefficient m is tan(angle).
     return F.affine(
         img,
@@ -105,8 +96,7 @@ def _shear_x(img, m, *, fill, interpolation, **_):
     )
 
 
-@torch_op("ShearY", operator="F.affine(shear=[0, degrees(atan(m))], center=[0, 0])")
-def _shear_y(img, m, *, fill, interpolation, **_):
+def shear_y(img, m, *, fill, interpolation, **_):
     return F.affine(
         img,
         angle=0.0,
@@ -119,75 +109,62 @@ def _shear_y(img, m, *, fill, interpolation, **_):
     )
 
 
-@torch_op("TranslateX", operator="F.affine(translate=[m, 0])")
-def _translate_x(img, px, *, fill, interpolation, **_):
+def translate_x(img, px, *, fill, interpolation, **_):
     return F.affine(
         img, angle=0.0, translate=[float(px), 0.0], scale=1.0, shear=[0.0, 0.0], interpolation=interpolation, fill=fill
     )
 
 
-@torch_op("TranslateY", operator="F.affine(translate=[0, m])")
-def _translate_y(img, px, *, fill, interpolation, **_):
+def translate_y(img, px, *, fill, interpolation, **_):
     return F.affine(
         img, angle=0.0, translate=[0.0, float(px)], scale=1.0, shear=[0.0, 0.0], interpolation=interpolation, fill=fill
     )
 
 
-@torch_op("Rotate", operator="F.rotate")
-def _rotate(img, deg, *, fill, interpolation, **_):
+def rotate(img, deg, *, fill, interpolation, **_):
     return F.rotate(img, angle=float(deg), interpolation=interpolation, fill=fill)
 
 
-@torch_op("AutoContrast", operator="F.autocontrast")
-def _auto_contrast(img, _, **__):
+def auto_contrast(img, _, **__):
     return F.autocontrast(img)
 
 
-@torch_op("Invert", operator="F.invert")
-def _invert(img, _, **__):
+def invert(img, _, **__):
     return F.invert(img)
 
 
-@torch_op("Equalize", operator="F.equalize")
-def _equalize(img, _, **__):
+def equalize(img, _, **__):
     return F.equalize(img)
 
 
-@torch_op("Solarize", operator="F.solarize (threshold 256 = identity)")
-def _solarize(img, threshold, **_):
+def solarize(img, threshold, **_):
     # threshold 256 (bin 0) inverts nothing; torchvision rejects thresholds above 255.
     if threshold > 255:
         return img
     return F.solarize(img, threshold=float(threshold))
 
 
-@torch_op("Posterize", operator="F.posterize")
-def _posterize(img, bits, **_):
+def posterize(img, bits, **_):
     return F.posterize(img, bits=int(bits))
 
 
-@torch_op("Contrast", operator="F.adjust_contrast")
-def _contrast(img, factor, **_):
+def contrast(img, factor, **_):
     return F.adjust_contrast(img, contrast_factor=float(factor))
 
 
-@torch_op("Color", operator="F.adjust_saturation")
-def _color(img, factor, **_):
+def color(img, factor, **_):
     return F.adjust_saturation(img, saturation_factor=float(factor))
 
 
-@torch_op("Brightness", operator="F.adjust_brightness")
-def _brightness(img, factor, **_):
+def brightness(img, factor, **_):
     return F.adjust_brightness(img, brightness_factor=float(factor))
 
 
-@torch_op("Sharpness", operator="F.adjust_sharpness")
-def _sharpness(img, factor, **_):
+def sharpness(img, factor, **_):
     return F.adjust_sharpness(img, sharpness_factor=float(factor))
 
 
-@torch_op("Cutout", operator="F.erase (hand-written: random centre, fill 128)")
-def _cutout(img, side, *, fill, generator=None, **_):
+def cutout(img, side, *, fill, generator=None, **_):
     side = int(side)
     if side <= 0:
         return img
@@ -202,8 +179,7 @@ def _cutout(img, side, *, fill, generator=None, **_):
     return F.erase(img, top, left, bottom - top, right - left, value)
 
 
-@torch_op("SamplePairing", operator="hand-written: blend with the previous image (or the rolled batch)")
-def _sample_pairing(img, weight, *, other=None, **_):
+def sample_pairing(img, weight, *, other=None, **_):
     if other is None or weight == 0:
         return img
     if other.shape[-2:] != img.shape[-2:]:

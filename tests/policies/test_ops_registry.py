@@ -65,39 +65,63 @@ def test_backend_records_are_usable():
     assert kinds["Invert"] == "Solarize" and kinds["Cutout"] == "Cutout"
 
 
+def _blur_dali(data, _, param):
+    return data
+
+
+def _blur_torch(img, param, **_):
+    return img
+
+
+def _blur(**changes):
+    """The fields of a well-formed declaration of an op "Blur", with ``changes``."""
+    fields = dict(
+        name="Blur",
+        description="blurs",
+        ranges=ops.MagnitudeRange(0.0, 1.0, "sigma"),
+        dali=ops.DaliImpl(branch=_blur_dali, table="param", operator="fn.gaussian_blur"),
+        torch=ops.TorchImpl(_blur_torch, "F.gaussian_blur"),
+    )
+    return {**fields, **changes}
+
+
 @pytest.mark.parametrize(
-    "decorate, message",
+    "fields, message",
     [
+        (_blur(name="Rotate"), r"^declare_op: op 'Rotate' is already declared; remove its declaration first"),
+        (_blur(name="blur op"), r"^declare_op: name 'blur op'; expected a letter then up to 63 letters or digits$"),
+        (_blur(dali=None), r"^declare_op 'Blur': dali=None; expected a DaliImpl \(every op is applied by both"),
+        (_blur(torch=None), r"^declare_op 'Blur': torch=None; expected a TorchImpl"),
         (
-            lambda dali, torch_: dali.dali_op("Blur", operator="fn.gaussian_blur"),
-            r"^dali_op: unknown op 'Blur'; expected one of \['Identity', .*declare the op in "
-            r"autoaug.policies.ops.REGISTRY first$",
+            _blur(dali=ops.DaliImpl(kind="Warp", table="matrix", operator="fn.warp_affine")),
+            r"^declare_op 'Blur': dali: with kind='Warp', table / sized / arguments are the branch's; pass none",
         ),
         (
-            lambda dali, torch_: torch_.torch_op("Blur", operator="F.gaussian_blur"),
-            r"^torch_op: unknown op 'Blur'; expected one of .*declare the op in autoaug.policies.ops.REGISTRY first$",
+            _blur(dali=ops.DaliImpl(operator="fn.gaussian_blur")),
+            r"^declare_op 'Blur': dali: give branch= \(its own branch\) or kind= \(the branch it joins\)",
         ),
         (
-            lambda dali, torch_: torch_.torch_op("rotate", operator="F.rotate"),
-            r"^torch_op: unknown op 'rotate' \(did you mean 'Rotate'\?\)",
+            _blur(dali=ops.DaliImpl(branch=_blur_dali, table="kernel", operator="fn.filter")),
+            r"^declare_op 'Blur': dali.branch _blur_dali takes no 'kernel' argument, its table$",
         ),
         (
-            lambda dali, torch_: dali.dali_op("Rotate", kind="Warp", operator="fn.warp_affine"),
-            r"^dali_op: op 'Rotate' is declared twice; each backend declares each op once$",
+            _blur(dali=ops.DaliImpl(branch=_blur_dali, table="sigma", operator="fn.filter")),
+            r"^declare_op 'Blur': dali.table='sigma'; expected None or one of \['param', 'matrix', 'kernel'\]$",
         ),
         (
-            lambda dali, torch_: torch_.torch_op("Rotate", operator="F.rotate"),
-            r"^torch_op: op 'Rotate' is declared twice",
+            _blur(ranges={"autoaugment": ops.MagnitudeRange(0.0, 1.0, "sigma")}),
+            r"^declare_op 'Blur': ranges=.*; expected a MagnitudeRange, or one per convention",
         ),
+        (_blur(colour=1), r"^declare_op: .*unexpected keyword argument 'colour'; expected the fields of OpSpec$"),
     ],
 )
-def test_a_backend_refuses_an_op_the_registry_does_not_have(decorate, message):
+def test_declare_op_refuses_a_declaration_in_one_line(fields, message):
     from autoaug.policies import dali_apply, torch_apply
 
-    before = {k: dict(v) for k, v in backends().items()}
+    before = (ops.OP_NAMES, dict(dali_apply.DALI_OPS), dict(torch_apply.TORCH_OPS))
     with pytest.raises(ValueError, match=message):
-        decorate(dali_apply, torch_apply)
-    assert backends() == before  # nothing was registered
+        ops.declare_op(**fields)
+    assert (ops.OP_NAMES, dict(dali_apply.DALI_OPS), dict(torch_apply.TORCH_OPS)) == before  # nothing declared
 
 
 def test_a_dali_branch_must_read_the_table_it_declares():
@@ -196,24 +220,57 @@ def test_describe_ranges_for_docs():
     assert ops.get("Invert").magnitude_range() is None
 
 
-def test_an_op_added_to_the_registry_is_declared_once_per_backend(monkeypatch):
-    from autoaug.policies import dali_ops, torch_apply
+def test_a_declared_op_is_in_every_table_when_read_and_gone_when_removed():
+    from autoaug.policies import Policy, dali_apply, torch_apply
+    from autoaug.policies.policy import PolicyError
+    from autoaug.search.space import SearchSpace
 
-    monkeypatch.setitem(ops.REGISTRY, "Blur", ops.OpSpec(name="Blur", description="blurs"))
-    for module, table in ((dali_ops, "DALI_OPS"), (dali_ops, "DALI_BRANCHES"), (torch_apply, "TORCH_OPS")):
-        monkeypatch.setattr(module, table, dict(getattr(module, table)))  # the declarations below stay here
+    kinds_before = dali_apply.kind_order()
+    with ops.declare_op(**_blur()) as spec:
+        assert ops.REGISTRY["Blur"] is spec and ops.get("Blur") is spec and ops.OP_NAMES[-1] == "Blur"
+        dali = dali_apply.DALI_OPS["Blur"]
+        assert dali.kind == "Blur" and dali.branch.table == "param" and dali_apply.DALI_BRANCHES["Blur"] is dali.branch
+        assert dali_apply.DALI_OPS["Blur"] is dali  # built once per declaration
+        assert dali_apply.kind_order() == (*kinds_before, "Blur")
+        assert torch_apply.TORCH_OPS["Blur"].apply is _blur_torch
+        assert Policy("p", 10, [[("Blur", 0.5, 3)]]).ops_used == ("Blur",)
+        assert SearchSpace(ops=["Rotate", "Blur"]).op_choices == ("Rotate", "Blur")
+        assert "| Blur | 0 -> 1 sigma | 0 -> 1 sigma | no | `fn.gaussian_blur` | `F.gaussian_blur` |" in ops.docs_table(
+            ["Blur"]
+        )
+    for table in (ops.REGISTRY, dali_apply.DALI_OPS, dali_apply.DALI_BRANCHES, torch_apply.TORCH_OPS):
+        assert "Blur" not in table and "Blur" not in list(table)
+    assert "Blur" not in ops.OP_NAMES and dali_apply.kind_order() == kinds_before
+    with pytest.raises(PolicyError, match=r"field 'op': unknown op 'Blur'"):
+        Policy("p", 10, [[("Blur", 0.5, 3)]])
+    with pytest.raises(ValueError, match=r"SearchSpace.ops: unknown op 'Blur'"):
+        SearchSpace(ops=["Rotate", "Blur"])
 
-    @dali_ops.dali_op("Blur", table="param", operator="fn.gaussian_blur")
-    def blur(data, _, param):
-        return data
 
-    assert dali_ops.DALI_OPS["Blur"].branch is blur and blur.kind == "Blur" and blur.table == "param"
-    monkeypatch.delitem(dali_ops.DALI_OPS, "Blur")  # declared again, wrongly: joining a branch with a table
-    with pytest.raises(
-        ValueError,
-        match=r"^dali_op 'Blur': with kind='Warp', table / sized / arguments are the "
-        r"branch's and the decorated function is to_table; pass none of them$",
-    ):
-        dali_ops.dali_op("Blur", kind="Warp", table="matrix", operator="fn.warp_affine")
-    torch_apply.torch_op("Blur", operator="F.gaussian_blur")(lambda img, _, **__: img)
-    assert torch_apply.TORCH_OPS["Blur"].operator == "F.gaussian_blur"
+def test_a_derived_op_is_the_same_op_under_another_range():
+    from autoaug.policies import dali_apply, torch_apply
+
+    wide = ops.MagnitudeRange(0.0, 60.0, "degrees")
+    with ops.declare_op(ops.get("Rotate").derive("Rotate60", ranges=wide)) as spec:
+        assert spec.signed and spec.param(9, 10, negate=True) == pytest.approx(-60.0)
+        assert ops.get("Rotate").param(9, 10) == pytest.approx(30.0)  # the original keeps its range
+        assert dali_apply.DALI_OPS["Rotate60"].branch is dali_apply.DALI_BRANCHES["Warp"]
+        assert torch_apply.TORCH_OPS["Rotate60"].apply is torch_apply.TORCH_OPS["Rotate"].apply
+    with ops.declare_op(ops.get("Solarize").derive("Solarize2", ranges=ops.MagnitudeRange(256.0, 128.0, "t"))):
+        assert dali_apply.DALI_OPS["Solarize2"].branch is dali_apply.DALI_OPS["Solarize"].branch  # joins, no twin
+    with pytest.raises(ValueError, match=r"^Rotate.derive: cannot change \['dali'\]; expected ranges, signed"):
+        ops.get("Rotate").derive("Rotate2", dali=None)
+
+
+def test_an_implementation_named_but_missing_is_refused_when_the_backend_reads_it():
+    from autoaug.policies import dali_apply, torch_apply
+
+    with ops.declare_op(**_blur(torch=ops.TorchImpl("no_such_function", "F.gaussian_blur"))):
+        with pytest.raises(
+            ValueError,
+            match=r"^op 'Blur': torch.apply='no_such_function', but autoaug.policies.torch_apply has no function",
+        ):
+            torch_apply.TORCH_OPS["Blur"]
+    with ops.declare_op(**_blur(dali=ops.DaliImpl(kind="Sharpen", operator="fn.filter"))):
+        with pytest.raises(ValueError, match=r"^op 'Blur': dali.kind='Sharpen' is no branch; expected one of \["):
+            dali_apply.DALI_OPS["Blur"]

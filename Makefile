@@ -35,7 +35,6 @@ demo: install
 	@mkdir -p "$(DEMO_DIR)"
 	$(VENV)/bin/autoaug search --preset smoke --data "$(DATA)" --name demo --overwrite \
 	    --storage "$(DEMO_DIR)/runs" --store "$(DEMO_DIR)/store" --json > "$(DEMO_DIR)/search.json"
-	@echo
 	$(VENV)/bin/autoaug policies show demo@latest --store "$(DEMO_DIR)/store"
 
 # ruff (pyproject.toml's [tool.ruff]): lint, and the layout its formatter gives (`ruff format` fixes it).

@@ -250,8 +250,8 @@ def _measured_lines(p: Mapping[str, Any]) -> list[str]:
         from autoaug.search.budget import describe_budget
 
         described = describe_budget(budget)
-        if described:
-            lines.append(_field("time budget", described[0]))
+        if described:  # ("time budget: 30m, ..." when it did not end the search)
+            lines.append(_field("time budget", described[0].removeprefix("time budget: ")))
     effects = _effects_line(p.get("op_effects"))
     if effects:
         lines.append(_field("ops", effects))

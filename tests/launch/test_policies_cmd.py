@@ -751,7 +751,7 @@ def test_show_summarises_a_search_provenance_and_prints_it_all_on_request(store,
     assert "  margin        +0.09 [-0.55, +0.73] points, assembled over autoaugment-cifar10" in text
     assert "within the noise; stored: assembled" in text
     assert "  noise         a run's spread 1.12 points measured on these runs" in text
-    assert "  time budget   time budget: 30m, 28m32s spent; it did not end the search" in text
+    assert "  time budget   30m, 28m32s spent; it did not end the search" in text
     text = "\n".join(origin)
     assert "  run directory /runs/found" in text
     assert "  Optuna study  found in sqlite:////runs/found/optuna.db" in text

@@ -392,7 +392,7 @@ def next_steps(
     at = f" --store {_quoted(store)}" if store else ""
     name = ref.split("@")[0]
     lines = [
-        "next steps: compare it with the baselines over 3 seeds (docs/compare.md), export it for timm, use it in Python "
+        "next steps: compare with the baselines (docs/compare.md), export for timm, load in Python "
         + ("(a schedule: docs/search.md)" if schedule_stages else "(docs/store.md)"),
         # (compare's defaults: the cpu training preset, 3 seeds, the six baselines)
         f"  autoaug compare --policy {ref}{at} --data {_quoted(data) if data else 'DATA'} --out runs/compare-{name}",

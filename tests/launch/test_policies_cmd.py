@@ -852,3 +852,27 @@ def test_show_ends_with_the_next_steps_of_the_stored_version(store, capsys, tmp_
     # a preset or a file is not stored: nothing to compare by name
     code, out, _ = run(capsys, "policies", "show", "trivialaugment")
     assert "next steps" not in out
+
+
+def test_the_next_steps_of_a_schedule_export_its_last_stage_and_load_it_per_epoch(store, capsys, tmp_path, monkeypatch):
+    import shlex
+
+    from autoaug.policies.schedule import Schedule
+
+    schedule = Schedule("sched", [(0.0, V1), (0.5, V2.with_base("standard"))])
+    path = tmp_path / "sched.json"
+    path.write_text(schedule.to_json())
+    assert run(capsys, "policies", "import", str(path), "--name", "sched", "--store", store.uri)[0] == 0
+    code, out, _ = run(capsys, "policies", "show", "sched@1", "--store", store.uri)
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("next steps"))
+    assert "(a schedule: docs/search.md)" in lines[start]
+    export, *python = (line.strip() for line in lines[start + 2 :])
+    assert export.endswith("--format timm --stage 1 --out sched.timm.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(export)[1:]) == 0  # timm takes the last stage
+    scope: dict = {"EPOCHS": 10}
+    exec("\n".join(python), scope)
+    assert scope["schedule"].content_hash == schedule.content_hash
+    scope["transform"].set_epoch(6)
+    assert scope["transform"].policy == V2

@@ -765,7 +765,7 @@ def test_a_search_ends_with_the_next_steps_for_a_person(tmp_path, capsys, monkey
         assert "next steps" not in out
         return
     lines = out.rstrip("\n").splitlines()
-    assert lines[-6].startswith("next steps: compare it with the baselines")
+    assert lines[-6].startswith("next steps: compare with the baselines")
     compare, export = lines[-5].strip(), lines[-4].strip()
     assert shlex.split(compare)[:8] == [
         "autoaug",

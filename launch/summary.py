@@ -394,8 +394,8 @@ def next_steps(
     lines = [
         "next steps: compare with the baselines (docs/compare.md), export for timm, load in Python "
         + ("(a schedule: docs/search.md)" if schedule_stages else "(docs/store.md)"),
-        # (compare's defaults: the cpu training preset, 3 seeds, the six baselines)
-        f"  autoaug compare --policy {ref}{at} --data {_quoted(data) if data else 'DATA'} --out runs/compare-{name}",
+        # (compare's defaults: the cpu training preset, 3 seeds, the six baselines, --out runs/compare)
+        f"  autoaug compare --policy {ref}{at} --data {_quoted(data) if data else 'DATA'}",
     ]
     if schedule_stages:  # a schedule: timm takes one policy (its last stage), Python switches them per epoch
         return [

@@ -828,7 +828,7 @@ def test_show_ends_with_the_next_steps_of_the_stored_version(store, capsys, tmp_
     steps = [line.strip() for line in lines[start + 1 :]]
     assert start + 6 == len(lines)  # the last lines of the output
     compare, export, *python = steps
-    assert compare.startswith(f"autoaug compare --policy cifar10-wrn@2 --store {store.uri} --data DATA ")
+    assert compare == f"autoaug compare --policy cifar10-wrn@2 --store {store.uri} --data DATA"
     assert (
         export == f"autoaug policies export cifar10-wrn@2 --store {store.uri} --format timm --out cifar10-wrn.timm.json"
     )

@@ -29,9 +29,12 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# The search's progress on the terminal (its result as JSON in $(DEMO_DIR)/search.json), then the
+# stored policy as `autoaug policies show` prints it: the table, its provenance summarised, the next steps.
 demo: install
+	@mkdir -p "$(DEMO_DIR)"
 	$(VENV)/bin/autoaug search --preset smoke --data "$(DATA)" --name demo --overwrite \
-	    --storage "$(DEMO_DIR)/runs" --store "$(DEMO_DIR)/store"
+	    --storage "$(DEMO_DIR)/runs" --store "$(DEMO_DIR)/store" --json > "$(DEMO_DIR)/search.json"
 	$(VENV)/bin/autoaug policies show demo@latest --store "$(DEMO_DIR)/store"
 
 # ruff (pyproject.toml's [tool.ruff]): lint, and the layout its formatter gives (`ruff format` fixes it).

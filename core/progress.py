@@ -101,6 +101,10 @@ class Progress:
             # Epochs and trials take minutes: estimate the rate over the last hour, not rich's
             # default 30 s (which leaves the ETA blank when one step takes longer than that).
             speed_estimate_period=3600,
+            # Bars drawn on stderr (``--json``: stdout holds the document alone) leave sys.stdout
+            # alone: rich would route it through their console to stderr, and a document written
+            # after they stop, to a sys.stdout restored to rich's proxy, would land there too.
+            redirect_stdout=self.stream is not sys.stderr,
         )
         self._rich.start()
 

@@ -3,7 +3,7 @@
 Sub-commands::
 
     autoaug policies list [NAME]                       names (or the versions of NAME)
-    autoaug policies show REF                          sub-policies, provenance, evaluations
+    autoaug policies show REF [--provenance]           sub-policies, provenance (summarised; all of it), evaluations
     autoaug policies export REF [--format json] [--out FILE]
     autoaug policies import FILE --name NAME [--metadata JSON] [--force]
     autoaug policies diff A B
@@ -315,6 +315,64 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_flag(args: argparse.Namespace) -> str:
+    """`` --store URI`` as the person gave it (nothing for the default store)."""
+    import shlex
+
+    return f" --store {shlex.quote(args.store)}" if args.store else ""
+
+
+def _print_full_provenance(record) -> None:
+    """``policies show --provenance``: what each record says at length, then the whole provenance
+    and every evaluation as indented JSON."""
+    if record.provenance:
+        from autoaug.search.budget import describe_budget
+        from autoaug.search.calibrate import describe_calibration  # light: no Ray, no Optuna
+
+        from autoaug.search.op_effects import describe_effects
+        from autoaug.search.rescore import describe_selection
+
+        for heading, lines in (
+            ("measured before the search", describe_calibration(record.provenance.get("calibration"))),
+            ("measured by the search", describe_effects(record.provenance.get("op_effects"), unclear=20)),
+            ("re-scored after the trials", describe_selection(record.provenance.get("selection"))),
+            ("time budget", describe_budget(record.provenance.get("budget"))),
+        ):
+            if lines:
+                print(heading)
+                for line in lines:
+                    print("  " + line)
+                print()
+        print("provenance")
+        for line in json.dumps(record.provenance, indent=2, sort_keys=True).splitlines():
+            print("  " + line)
+    else:
+        print("provenance    (none recorded)")
+    print()
+    if record.evaluations:
+        print(f"evaluations ({len(record.evaluations)})")
+        for ev in record.evaluations:
+            print(f"  attached {ev.attached_at}")
+            for line in json.dumps(ev.results, indent=2, sort_keys=True).splitlines():
+                print("    " + line)
+    else:
+        print("evaluations   (none attached)")
+
+
+def _print_next_steps(record, schedule, args: argparse.Namespace) -> None:
+    from autoaug.launch.summary import next_steps
+
+    data = (record.provenance or {}).get("dataset", {}).get("source") if isinstance(record.provenance, dict) else None
+    lines = next_steps(
+        record.ref,
+        store=args.store or None,
+        data=data if isinstance(data, str) else None,
+        schedule_stages=len(schedule.stages) if schedule is not None else None,
+    )
+    for line in lines:
+        print(line)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     policy, record, label = _resolve(args.ref, args)
     schedule = _schedule_of(args.ref, args)
@@ -348,38 +406,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     if schedule is not None:
         print()
         print(schedule.table())
-    if record is not None:
-        print()
-        if record.provenance:
-            from autoaug.search.budget import describe_budget
-            from autoaug.search.calibrate import describe_calibration  # light: no Ray, no Optuna
+    if record is None:
+        return 0
+    print()
+    if args.provenance:
+        _print_full_provenance(record)
+    else:
+        from autoaug.launch.summary import evaluation_lines, provenance_lines
 
-            from autoaug.search.op_effects import describe_effects
-            from autoaug.search.rescore import describe_selection
-
-            for heading, lines in (
-                ("measured before the search", describe_calibration(record.provenance.get("calibration"))),
-                ("measured by the search", describe_effects(record.provenance.get("op_effects"), unclear=20)),
-                ("re-scored after the trials", describe_selection(record.provenance.get("selection"))),
-                ("time budget", describe_budget(record.provenance.get("budget"))),
-            ):
-                if lines:
-                    print(heading)
-                    for line in lines:
-                        print("  " + line)
-                    print()
-            print("provenance")
-            for line in json.dumps(record.provenance, indent=2, sort_keys=True).splitlines():
-                print("  " + line)
-        else:
-            print("provenance    (none recorded)")
+        lines = provenance_lines(record.provenance)
+        for line in lines or ["provenance    (none recorded)"]:
+            print(line)
+        if lines:
+            print(f"  (all of it: autoaug policies show {record.ref}{_store_flag(args)} --provenance, or --json)")
         print()
-        if record.evaluations:
-            print(f"evaluations ({len(record.evaluations)})")
-            for ev in record.evaluations:
-                print(f"  {ev.attached_at}  {json.dumps(ev.results, sort_keys=True)}")
-        else:
-            print("evaluations   (none attached)")
+        for line in evaluation_lines(record.evaluations):
+            print(line)
+    print()
+    _print_next_steps(record, schedule, args)
     return 0
 
 
@@ -613,8 +657,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("show", parents=[store_opt], help="sub-policies, provenance and evaluations of a policy")
+    p = sub.add_parser(
+        "show",
+        parents=[store_opt],
+        help="sub-policies, provenance (summarised) and evaluations of a policy, and what to do with it next",
+    )
     p.add_argument("ref", metavar="REF", help=_REF_HELP)
+    p.add_argument(
+        "--provenance",
+        action="store_true",
+        help="the whole provenance (every trial, the configuration, ...) and every evaluation in full, "
+        "instead of their summary",
+    )
     add_options(p, [JSON])
     p.set_defaults(func=cmd_show)
 

@@ -267,7 +267,33 @@ def _execute(call, verbose: int, args: argparse.Namespace, display) -> int:
     if verbose >= 0:
         _print()
         _print(outcome.summary())
+    if not args.quiet:  # a person reading: what to do with the stored policy
+        _print()
+        for line in next_steps_of(outcome):
+            _print(line)
     return 0
+
+
+def next_steps_of(outcome) -> list[str]:
+    """The next steps (:func:`autoaug.launch.summary.next_steps`) of a finished search's stored
+    policy: its reference, its store (unless the default one), the data it was searched on."""
+    import os
+
+    from autoaug.launch.summary import next_steps
+    from autoaug.policies.store import default_store_uri
+
+    provenance = outcome.provenance or {}
+    data = (provenance.get("dataset") or {}).get("source")
+    schedule = (provenance.get("method") or {}).get("schedule") or {}
+    store = outcome.store_uri
+    if "://" not in store and os.path.abspath(os.path.expanduser(default_store_uri())) == os.path.abspath(store):
+        store = None
+    return next_steps(
+        outcome.reference,
+        store=store,
+        data=data if isinstance(data, str) else None,
+        schedule_stages=len(schedule.get("stages") or ()) if len(schedule.get("stages") or ()) > 1 else None,
+    )
 
 
 def outcome_json(outcome) -> dict:

@@ -248,6 +248,8 @@ class SearchConfig:
             the trials' own output.
         method: one of :data:`METHODS` (default: the first registered).
         settings: every method's settings, by method name (a method left out: its defaults).
+        preset: the preset of :data:`SEARCH_PRESETS` :meth:`from_dict` started from, recorded
+            (in ``search_config.json`` and the provenance) for a person to read; not compared.
     """
 
     name: str
@@ -281,6 +283,7 @@ class SearchConfig:
     verbose: int = 1
     method: str = field(default_factory=default_method)
     settings: Mapping[str, MethodSettings] = field(default_factory=dict, hash=False)
+    preset: str | None = field(default=None, compare=False)
 
     def __init__(self, **values: Any) -> None:
         """The fields by keyword; a method's settings also under their attribute name
@@ -449,6 +452,8 @@ class SearchConfig:
             raise invalid(self, "verbose", "0, 1 or 2")
         if self.method not in METHODS:
             raise invalid(self, "method", f"one of {list(METHODS)}")
+        if self.preset is not None and not isinstance(self.preset, str):
+            raise invalid(self, "preset", "the name of a preset, or null")
         if not isinstance(self.settings, Mapping):
             raise invalid(self, "settings", "a mapping of method names to their settings")
         check_keys(self.settings, METHODS, "search method(s) in SearchConfig.settings")
@@ -493,6 +498,8 @@ class SearchConfig:
             else:
                 data["train"] = dataclasses.replace(train, data=source)
         data.setdefault("name", default_search_name())
+        if preset is not None:
+            data["preset"] = preset
         if "train" not in data:
             raise ValueError("search config has no 'train' section and no preset to take it from")
         return cls(**data)

@@ -73,3 +73,23 @@ def test_quiet_and_json_together_are_refused(capsys):
 
     assert main(["search", "--data", "x", "-q", "--json"]) == 2
     assert "--quiet and --json" in capsys.readouterr().err
+
+
+def test_the_document_reaches_stdout_after_live_bars_on_a_terminal(capfd):
+    """`autoaug search --json` on a terminal: the bars are drawn on stderr, started before the
+    document's block and stopped in it (launch.search_cmd); the document still goes to stdout
+    (`make demo` redirects it to a file), not through the bars' console to stderr."""
+    from rich.console import Console
+
+    from autoaug.core.progress import Progress
+
+    terminal = Console(file=sys.stderr, force_terminal=True)  # rich redirects print() only on a terminal
+    with Progress("rich", stream=sys.stderr, console=terminal) as display:
+        display.add("trials", "search", total=2, unit="trials")
+        with json_result(True) as emit:
+            print("a line above the bars")
+            display.stop()
+            emit({"ref": "demo@1"})
+    out, err = capfd.readouterr()
+    assert json.loads(out) == {"ref": "demo@1"}
+    assert "a line above the bars" in err and "demo@1" not in err

@@ -199,7 +199,7 @@ def test_show_stored(store, capsys):
 
 def test_show_by_version_hash_preset_and_file(store, capsys, tmp_path):
     code, out, _ = run(capsys, "policies", "show", "cifar10-wrn@1", "--store", store.uri)
-    assert code == 0 and out.startswith("cifar10-wrn@1\n") and '"dataset_fingerprint": "abc"' in out
+    assert code == 0 and out.startswith("cifar10-wrn@1\n") and "  dataset_fingerprint abc\n" in out
     assert "evaluations   (none attached)" in out
     code, out, _ = run(capsys, "policies", "show", V1.content_hash[:8], "--store", store.uri)
     assert out.startswith("cifar10-wrn@1\n")
@@ -482,7 +482,7 @@ def test_import_errors_name_the_file_and_stay_short(tmp_path, capsys):
 
 def test_show_says_what_the_search_measured_before_its_trials(store, capsys):
     """A searched policy's calibration -- the base chosen and which published policy transferred
-    best, by how much -- is shown in words above the provenance."""
+    best, by how much -- is shown in words above the whole provenance (``--provenance``)."""
     from autoaug.search.calibrate import choose_base, rank_transfer
 
     record = {
@@ -500,7 +500,7 @@ def test_show_says_what_the_search_measured_before_its_trials(store, capsys):
         "signs",
         metadata={"calibration": record},
     )
-    code, out, _ = run(capsys, "policies", "show", "signs@latest", "--store", store.uri)
+    code, out, _ = run(capsys, "policies", "show", "signs@latest", "--provenance", "--store", store.uri)
     assert code == 0
     measured = out[out.index("measured before the search") : out.index("provenance")]
     assert (
@@ -610,3 +610,269 @@ def test_train_policy_and_policies_import_give_one_message_for_a_utf16_file(tmp_
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert str(utf16) in proc.stderr and proc.stderr.rstrip().endswith(reason), proc.stderr
         assert "codec" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# `policies show` for a person: the provenance summarised, all of it on request
+
+
+def _search_provenance(tmp_path, method: str, trials: int = 300) -> dict:
+    """A search's provenance as the driver builds it (:func:`build_provenance`, with the records
+    calibration, re-scoring and the budget add), of ``trials`` trials: a long record."""
+    from autoaug.search.assemble import TrialRecord, assemble_policy, build_provenance
+    from autoaug.search.config import SearchConfig
+
+    config = SearchConfig.from_preset("smoke", data=str(tmp_path / "data"), name="found", method=method)
+    published = presets.resolve("autoaugment-cifar10").sub_policies
+    records = [
+        TrialRecord(
+            trial_id=f"t{i:04d}",
+            index=i,
+            status="completed" if i % 3 else "early_stopped",
+            params={"sp0_op0": i},
+            policy=Policy(f"found-t{i:04d}", 10, [published[i % 25], published[(i + 7) % 25]]),
+            score=0.5 + (i % 17) / 100,
+            epochs=2 if i % 3 else 1,
+            train_time_s=3.0,
+        )
+        for i in range(trials)
+    ]
+    assembled = assemble_policy(records, name="found", top_n=5)
+    provenance = build_provenance(
+        search_config=config.to_dict(),
+        data={
+            "dataset": {
+                "source": "/data/cifar10-jpeg",
+                "fingerprint": "bf23b9040452aa18",
+                "num_images": 50000,
+                "classes": [f"c{i}" for i in range(10)],
+            },
+            "split": {
+                "fingerprint": "9d2a2fbf880afda9",
+                "seed": 0,
+                "train_size": 1024,
+                "val_size": 256,
+                "group_by": None,
+            },
+        },
+        trials=records,
+        assembled=assembled,
+        metric="search_score",
+        mode="max",
+        run_dir="/runs/found",
+        optuna={
+            "storage": "sqlite:////runs/found/optuna.db",
+            "study_name": "found",
+            "num_trials": trials,
+            "consistent_with_tune": True,
+            "problems": [],
+        },
+        timing={"started_at": "2026-11-27T14:25:19Z", "elapsed_s": 1712.5, "sessions": [{"kind": "start"}]},
+    )
+    noise = {
+        "sd": 0.0112,
+        "sampling": 0.0074,
+        "training": 0.0084,
+        "measured_training": 0.0062,
+        "df": 2,
+        "paired": True,
+        "source": "a run's spread 1.12 points measured on these runs",
+    }
+    from autoaug.search.calibrate import choose_base, rank_transfer
+
+    provenance["calibration"] = {
+        "epochs": 2,
+        "base": choose_base({"none": [0.41], "crop": [0.45], "standard": [0.47]}),
+        "transfer": {
+            "base": "standard",
+            **rank_transfer({"autoaugment-cifar10": [0.523], "trivialaugment": [0.513]}, {}),
+        },
+    }
+    provenance["selection"] = {
+        "method": "rescore",
+        "chosen": "assembled",
+        "candidates": [{"kind": "assembled", "search_score": 0.5239}, {"kind": "transfer", "search_score": 0.523}],
+        "versus_transfer": {"own": "assembled", "margin": 0.0009, "threshold": 0.0064, "beyond": False, "noise": noise},
+    }
+    provenance["budget"] = {
+        "time_budget_s": 1800.0,
+        "spent_s": 1712.5,
+        "ended": None,
+        "trials": {"unit": "trials", "planned": trials, "scored": trials},
+    }
+    return provenance
+
+
+def _sections(out: str) -> dict[str, list[str]]:
+    """The lines under each unindented heading of `policies show`'s output."""
+    sections: dict[str, list[str]] = {}
+    heading = None
+    for line in out.splitlines():
+        if line and not line.startswith(" "):
+            heading = line
+            sections[heading] = []
+        elif heading is not None and line:
+            sections[heading].append(line)
+    return sections
+
+
+@pytest.mark.parametrize("method", ["train", "density", "pba"])
+def test_show_summarises_a_search_provenance_and_prints_it_all_on_request(store, capsys, tmp_path, method):
+    from autoaug.search.config import METHODS
+
+    provenance = _search_provenance(tmp_path, method)
+    store.save(V1, "found", metadata=provenance)
+    code, out, err = run(capsys, "policies", "show", "found@1", "--store", store.uri)
+    assert code == 0 and err == ""
+    full = json.dumps(provenance, indent=2, sort_keys=True)
+    assert len(full.splitlines()) > 10_000  # what `show` printed before, indented JSON of every trial
+    lines = out.splitlines()
+    sections = _sections(out)
+    made, measured, origin = (
+        sections["what made it"],
+        sections["what the search measured"],
+        sections["where it came from"],
+    )
+    assert list(sections).index("what made it") < list(sections).index("where it came from")
+    provenance_lines = len(made) + len(measured) + len(origin) + 3
+    assert provenance_lines <= 25, out
+    assert len(lines) <= 60, out  # header, 2-row table, provenance, evaluations, next steps
+    assert "t0299" not in out and '"params"' not in out  # no trial, no JSON
+
+    text = "\n".join(made)
+    assert "  search        'found', preset smoke, seed 0" in text
+    assert f"  method        {method}: {METHODS[method].help}" in text
+    assert "  data          /data/cifar10-jpeg: 50,000 images, 10 classes; fingerprint bf23b9040452" in text
+    assert "  split         train 1,024, val 256, seed 0; fingerprint 9d2a2fbf880a" in text
+    text = "\n".join(measured)
+    assert f"{trials_of(provenance)} {METHODS[method].unit}" in text and "best t" in text
+    assert "  base          standard, measured first (proxy score %: standard 47.00, crop 45.00, none 41.00)" in text
+    assert "  transfer      autoaugment-cifar10 transferred best" in text
+    assert "  margin        +0.09 [-0.55, +0.73] points, assembled over autoaugment-cifar10" in text
+    assert "within the noise; stored: assembled" in text
+    assert "  noise         a run's spread 1.12 points measured on these runs" in text
+    assert "  time budget   30m, 28m32s spent; it did not end the search" in text
+    text = "\n".join(origin)
+    assert "  run directory /runs/found" in text
+    assert "  Optuna study  found in sqlite:////runs/found/optuna.db" in text
+    assert (
+        f"  code          commit {provenance['git']['commit'][:12]}" in text
+        if provenance["git"].get("commit")
+        else True
+    )
+    assert "torch " in text and "ray " in text and "optuna " in text  # library versions
+    assert f"policies show found@1 --store {store.uri} --provenance" in out
+
+    # --provenance: every word of the record, as text; --json: the document, unchanged
+    code, out, _ = run(capsys, "policies", "show", "found@1", "--provenance", "--store", store.uri)
+    assert code == 0 and all("  " + line in out for line in full.splitlines()[:50])
+    assert out.count('"trial_id": "t0299"') == 1 and "what made it" not in out
+    code, out, _ = run(capsys, "policies", "show", "found@1", "--json", "--store", store.uri)
+    assert json.loads(out)["provenance"] == json.loads(json.dumps(provenance))
+
+
+def trials_of(provenance: dict) -> int:
+    return provenance["counts"]["trials"]
+
+
+def test_show_of_a_provenance_saved_by_hand_and_of_none(store, capsys, tmp_path):
+    store.save(V1, "hand", metadata={"note": "from the paper", "imported_from": "/x/p.json", "big": list(range(500))})
+    code, out, _ = run(capsys, "policies", "show", "hand@1", "--store", store.uri)
+    assert code == 0 and "what made it" not in out
+    sections = _sections(out)
+    (heading,) = [h for h in sections if h.startswith("provenance")]
+    assert heading == "provenance (not a search's: saved by hand or by other code)"
+    big, imported, note, whole = sections[heading]  # the keys in the stored (sorted) order
+    assert (imported, note) == ("  imported_from /x/p.json", "  note          from the paper")
+    assert big.startswith("  big           [0, 1, 2,") and big.endswith("...") and "--provenance" in whole
+    assert max(len(line) for line in out.splitlines() if "big" in line) <= 120
+    code, out, _ = run(capsys, "policies", "show", "hand@1", "--provenance", "--store", store.uri)
+    assert "      499" in out  # all of it
+    store.save(V2, "bare")
+    code, out, _ = run(capsys, "policies", "show", "bare@1", "--store", store.uri)
+    assert "provenance    (none recorded)" in out
+
+
+def test_show_summarises_evaluations(store, capsys):
+    evaluation = {
+        "kind": "autoaug compare",
+        "metric": "test_accuracy",
+        "n": 3,
+        "mean": 0.2741,
+        "std": 0.0175,
+        "ci95": [0.2306, 0.3175],
+        "seeds": [0, 1, 2],
+        "rank": 2,
+        "out": "/runs/compare-r8",
+        "compared_with": {f"p{i}": {"mean": 0.2, "n": 3} for i in range(6)},
+        "train_config": {"model": "resnet-8", "epochs": 2, **{f"k{i}": i for i in range(40)}},
+    }
+    store.attach_evaluation("cifar10-wrn@2", evaluation)
+    code, out, _ = run(capsys, "policies", "show", "cifar10-wrn@2", "--store", store.uri)
+    sections = _sections(out)
+    assert sections["evaluations (2)"][0].endswith('{"model": "wrn-40-2", "test_accuracy": [0.961, 0.963]}')
+    assert sections["evaluations (2)"][1].endswith(
+        "autoaug compare: test_accuracy 27.41% [23.06, 31.75] over 3 seeds, rank 2 of 7 (/runs/compare-r8)"
+    )
+    code, out, _ = run(capsys, "policies", "show", "cifar10-wrn@2", "--provenance", "--store", store.uri)
+    assert '"k39": 39' in out  # in full
+
+
+def test_show_ends_with_the_next_steps_of_the_stored_version(store, capsys, tmp_path, monkeypatch):
+    """Each command line parses as the real CLI's, and the Python lines load the version."""
+    import shlex
+
+    code, out, _ = run(capsys, "policies", "show", "cifar10-wrn", "--store", store.uri)
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("next steps"))
+    steps = [line.strip() for line in lines[start + 1 :]]
+    assert start + 6 == len(lines)  # the last lines of the output
+    compare, export, *python = steps
+    assert compare == f"autoaug compare --policy cifar10-wrn@2 --store {store.uri} --data DATA"
+    assert (
+        export == f"autoaug policies export cifar10-wrn@2 --store {store.uri} --format timm --out cifar10-wrn.timm.json"
+    )
+    assert python[1] == f'policy = PolicyStore("{store.uri}").load("cifar10-wrn@2")'
+    from autoaug.launch.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(shlex.split(compare)[1:])
+    assert args.policies == ["cifar10-wrn@2"] and args.store == store.uri
+    monkeypatch.chdir(tmp_path)
+    args = shlex.split(export)
+    assert main(args[1:]) == 0 and json.loads((tmp_path / "cifar10-wrn.timm.json").read_text())["policy"]
+    scope: dict = {}
+    exec("\n".join(python), scope)
+    assert scope["policy"] == V2 and scope["transform"] is not None
+
+    # the default store: no --store, PolicyStore() (it reads $AUTOAUG_STORE)
+    monkeypatch.setenv("AUTOAUG_STORE", store.uri)
+    code, out, _ = run(capsys, "policies", "show", "svhn")
+    assert "autoaug compare --policy svhn@1 --data DATA" in out and 'PolicyStore().load("svhn@1")' in out
+    # a preset or a file is not stored: nothing to compare by name
+    code, out, _ = run(capsys, "policies", "show", "trivialaugment")
+    assert "next steps" not in out
+
+
+def test_the_next_steps_of_a_schedule_export_its_last_stage_and_load_it_per_epoch(store, capsys, tmp_path, monkeypatch):
+    import shlex
+
+    from autoaug.policies.schedule import Schedule
+
+    schedule = Schedule("sched", [(0.0, V1), (0.5, V2.with_base("standard"))])
+    path = tmp_path / "sched.json"
+    path.write_text(schedule.to_json())
+    assert run(capsys, "policies", "import", str(path), "--name", "sched", "--store", store.uri)[0] == 0
+    code, out, _ = run(capsys, "policies", "show", "sched@1", "--store", store.uri)
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("next steps"))
+    assert "(a schedule: docs/search.md)" in lines[start]
+    export, *python = (line.strip() for line in lines[start + 2 :])
+    assert export.endswith("--format timm --stage 1 --out sched.timm.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(export)[1:]) == 0  # timm takes the last stage
+    scope: dict = {"EPOCHS": 10}
+    exec("\n".join(python), scope)
+    assert scope["schedule"].content_hash == schedule.content_hash
+    scope["transform"].set_epoch(6)
+    assert scope["transform"].policy == V2

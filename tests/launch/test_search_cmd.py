@@ -702,3 +702,90 @@ def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_f
     trials = json.loads((logs / "result.json").read_text())["provenance"]["trials"]
     assert len({t["trial_id"] for t in trials}) == 4
     assert all(t["status"] in ("completed", "early_stopped") for t in trials), trials
+
+
+# ---------------------------------------------------------------------------------------------
+# The end of a search, for a person: the summary, then what to do with the stored policy
+
+
+def _finished(tmp_path, store: str):
+    """The outcome of a finished search of 3 trials stored as found@2 in ``store`` (as
+    ``result.json`` describes it)."""
+    from autoaug.policies import presets
+    from autoaug.policies.policy import Policy
+    from autoaug.search.assemble import TrialRecord, assemble_policy, build_provenance
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.records import outcome_from_result
+    from autoaug.search.run_dir import RunDir
+
+    published = presets.resolve("autoaugment-cifar10").sub_policies
+    trials = [
+        TrialRecord(f"t{i}", i, "completed", {}, Policy(f"found-t{i}", 10, [published[i]]), 0.5 + i / 100, 2)
+        for i in range(3)
+    ]
+    assembled = assemble_policy(trials, name="found", top_n=2)
+    data = str(tmp_path / "my data")
+    provenance = build_provenance(
+        search_config=SearchConfig.from_preset("smoke", data=data, name="found").to_dict(),
+        data={"dataset": {"source": data}, "split": {}},
+        trials=trials,
+        assembled=assembled,
+        metric="search_score",
+        mode="max",
+        run_dir=str(tmp_path / "runs" / "found"),
+        optuna={"problems": []},
+        timing={},
+    )
+    result = {
+        "policy": assembled.policy.to_dict(),
+        "stored": {"name": "found", "version": 2, "ref": "found@2", "store": store},
+        "provenance": provenance,
+    }
+    return outcome_from_result(result, RunDir(str(tmp_path / "runs"), "found"))
+
+
+@pytest.mark.parametrize("quiet, as_json", [(False, False), (True, False), (False, True)])
+def test_a_search_ends_with_the_next_steps_for_a_person(tmp_path, capsys, monkeypatch, quiet, as_json):
+    import argparse
+    import shlex
+
+    from autoaug.core.progress import Progress
+    from autoaug.launch.search_cmd import _execute
+
+    store = str(tmp_path / "store")
+    outcome = _finished(tmp_path, store)
+    args = argparse.Namespace(quiet=quiet, json=as_json)
+    assert _execute(lambda: outcome, 0 if quiet else 1, args, Progress("quiet")) == 0
+    out = capsys.readouterr().out
+    if as_json:
+        assert json.loads(out)["ref"] == "found@2"  # one document, nothing else
+        return
+    assert "stored as found@2" in out
+    if quiet:  # -q: only the result
+        assert "next steps" not in out
+        return
+    lines = out.rstrip("\n").splitlines()
+    assert lines[-6].startswith("next steps: compare with the baselines")
+    compare, export = lines[-5].strip(), lines[-4].strip()
+    assert shlex.split(compare)[:8] == [
+        "autoaug",
+        "compare",
+        "--policy",
+        "found@2",
+        "--store",
+        store,
+        "--data",
+        str(tmp_path / "my data"),
+    ]
+    assert build_parser().parse_args(shlex.split(compare)[1:]).policies == ["found@2"]
+    assert export == f"autoaug policies export found@2 --store {store} --format timm --out found.timm.json"
+    assert [line.strip() for line in lines[-3:-1]] == [
+        "from autoaug.policies.store import PolicyStore",
+        f'policy = PolicyStore("{store}").load("found@2")',
+    ]
+
+    # stored in the default store: no --store to give, PolicyStore() finds it
+    monkeypatch.setenv("AUTOAUG_STORE", store)
+    assert _execute(lambda: _finished(tmp_path, store), 1, args, Progress("quiet")) == 0
+    out = capsys.readouterr().out
+    assert "--store" not in out.split("next steps")[1] and 'PolicyStore().load("found@2")' in out

@@ -142,3 +142,4 @@ def test_quiet_prints_only_the_result(tmp_path, cifar_small):
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     assert lines[0].startswith("Policy 'q'") and "stored as q@1" in proc.stdout
     assert "trial " not in lines[0] and not any(ln.startswith("[1/1]") for ln in lines)
+    assert "next steps" not in proc.stdout  # a person's terminal gets them, -q only the result

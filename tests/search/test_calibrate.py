@@ -585,7 +585,7 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     capsys.readouterr()
     assert main(["policies", "show", "spent@1", "--store", str(tmp_path / "store")]) == 0
     shown = capsys.readouterr().out
-    assert "time budget\n  the time budget (30m) ended the search with calibration: calibration ended at" in shown
+    assert "  time budget   the time budget (30m) ended the search with calibration: calibration ended at" in shown
     # `autoaug report` has no study to draw: one line saying why and where to look, no traceback.
     code = main(["report", "spent", "--storage", str(tmp_path / "runs"), "--out", str(tmp_path / "r.png")])
     err = capsys.readouterr().err

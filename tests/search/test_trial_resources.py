@@ -189,11 +189,14 @@ def test_parallel_runs_counts_fractional_gpus_as_ray_does(tmp_path, monkeypatch,
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_tune_runs_four_quarter_gpu_trials_at_once_on_one_gpu_each_seeing_its_gpu(tmp_path):
+def test_tune_runs_four_quarter_gpu_trials_at_once_on_one_gpu_each_seeing_its_gpu(tmp_path, monkeypatch):
     """The paper preset (0.25 GPU and 2 CPUs per trial) on a Ray node declaring 1 GPU and 8 CPUs
-    (no GPU needed: Ray schedules what the node declares): the project's experiment builder makes
-    Tune run 4 trials at once (each waits at a barrier until all 4 have arrived), and each sees the
-    GPU Ray gave it (``ray.get_gpu_ids()``, ``CUDA_VISIBLE_DEVICES``) and its reserved share."""
+    (no GPU needed: Ray schedules what the node declares; the node's GPU is number 7, from
+    ``CUDA_VISIBLE_DEVICES``): the project's experiment builder makes Tune run 4 trials at once
+    (each waits at a barrier until all 4 have arrived), and each sees the GPU Ray gave it
+    (``ray.get_gpu_ids()``, ``CUDA_VISIBLE_DEVICES``) and its reserved share. A task reserving no
+    GPU sees it too (Ray 2.60 no longer hides it): why ``train.device: auto`` is the device the
+    trials reserve (test_an_auto_device_is_the_one_the_runs_reserve)."""
     from autoaug.core.ray_session import output_settings, ray_session
     from autoaug.search.experiment import Experiment, build_tuner, fit
 
@@ -245,17 +248,26 @@ def test_tune_runs_four_quarter_gpu_trials_at_once_on_one_gpu_each_seeing_its_gp
         parameters={"barrier_name": "autoaug-test-barrier"},
         keep_checkpoints=None,
     )
+
+    def visible():
+        import os
+
+        return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     with ray_session("local", num_cpus=8, num_gpus=1, **output_settings(False)):
         barrier = ray.remote(Barrier).options(name="autoaug-test-barrier", num_cpus=0, max_concurrency=8).remote(4)
         fit(build_tuner(config, exp, Progress("quiet")))
         seen = ray.get(barrier.all_seen.remote())
+        unreserved = ray.get(ray.remote(visible).options(num_cpus=1, num_gpus=0).remote())
         import optuna
 
         study = optuna.load_study(study_name="res", storage=exp.study_url)
     assert len(seen) == 4, seen
     for s in seen:
-        assert s["gpu_ids"] == ["0"], s
-        assert s["cuda_visible_devices"] == "0", s
+        assert s["gpu_ids"] == ["7"], s
+        assert s["cuda_visible_devices"] == "7", s
         assert s["assigned"] == {"CPU": 2.0, "GPU": 0.25}, s
+    assert unreserved == "7"
     # Each trial was let go only when all 4 were running at once.
     assert sorted(t.value for t in study.trials) == [4.0, 4.0, 4.0, 4.0]

@@ -17,7 +17,16 @@ PYTEST_ARGS ?=
 # TEST_WORKERS=1: one process, for debugging.
 TEST_WORKERS ?= 2
 
-.PHONY: install demo lint test bench clean
+# `make wheelhouse`: every wheel a node without network needs, for its Python and platform
+# (tools/wheelhouse.py; docs/cluster.md, "Nodes without network"). DALI=cuda130 for CUDA 13 drivers
+# (580+); TORCH=0 leaves torch and torchvision out (GPU images carry them).
+WHEELHOUSE     ?= wheelhouse
+PYTHON_VERSION ?= $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+PLATFORM       ?= manylinux_2_28_x86_64
+DALI           ?= cuda120
+TORCH          ?= 1
+
+.PHONY: install demo lint test bench wheelhouse clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +56,10 @@ test: install lint
 
 bench: install
 	AUTOAUG_CIFAR10="$(DATA)" $(PY) benchmarks/input_pipeline.py
+
+wheelhouse:
+	$(PYTHON) tools/wheelhouse.py --dest "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" \
+	    --platform "$(PLATFORM)" --dali "$(DALI)" $(if $(filter 0,$(TORCH)),--no-torch)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

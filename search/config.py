@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -177,7 +178,8 @@ class SearchConfig:
         name: run name: the run directory ``{storage}/{name}``, the Optuna study and the stored
             policy's name (:data:`autoaug.policies.names.NAME_RULE`).
         train: the proxy training configuration shared by every trial (same split, model-init
-            seed and data order: common random numbers).
+            seed and data order: common random numbers). Its device ``"auto"`` becomes the one the
+            trials reserve: ``"cuda"`` with ``gpus_per_trial`` > 0, else ``"cpu"``.
         space: the policy search space (its family: ``space.family``, ``--space``; :mod:`autoaug.search.space`).
         concurrency: trials running at once (``ConcurrencyLimiter``); None: as many as the
             cluster's resources allow.
@@ -462,6 +464,12 @@ class SearchConfig:
         )
         object.__setattr__(self, "cpus_per_trial", float(self.cpus_per_trial))
         object.__setattr__(self, "gpus_per_trial", float(self.gpus_per_trial))
+        if self.train.device == "auto" and is_number(self.gpus_per_trial):
+            # "auto" is the device the trials reserve: Ray (2.60 here; ray-project/ray#54868) no longer
+            # hides the GPUs from a worker that reserved none, so "auto" in such a trial would find the
+            # node's GPUs and train on one that other trials reserved.
+            device = "cuda" if self.gpus_per_trial > 0 else "cpu"
+            object.__setattr__(self, "train", dataclasses.replace(self.train, device=device))
         if "://" not in self.storage:
             object.__setattr__(self, "storage", os.path.abspath(os.path.expanduser(self.storage)))
 
@@ -581,6 +589,11 @@ class SearchConfig:
                 f"train.device is {device!r} but gpus_per_trial is 0: Ray hides the GPUs from trials that "
                 "reserve none; give --gpus-per-trial (0.25 shares a GPU among 4 trials), or "
                 "--set train.device=cpu (or auto)"
+            )
+        if device.startswith("cuda:") and int(device[5:]) >= max(1, math.ceil(self.gpus_per_trial)):
+            raise ValueError(
+                f"train.device is {device!r} but each trial reserves {self.gpus_per_trial:g} GPU: Ray shows a "
+                "trial only the GPUs it reserved, numbered from 0; --set train.device=cuda"
             )
         if device == "cpu" and self.gpus_per_trial > 0:
             raise ValueError(

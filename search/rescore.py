@@ -197,10 +197,16 @@ def parallel_runs(config: Any) -> int:
     import ray
 
     total = ray.cluster_resources()
-    slots = int(total.get("CPU", 1) // config.cpus_per_trial)
+    slots = _fits(total.get("CPU", 1), config.cpus_per_trial)
     if config.gpus_per_trial:
-        slots = min(slots, int(total.get("GPU", 0) // config.gpus_per_trial))
+        slots = min(slots, _fits(total.get("GPU", 0), config.gpus_per_trial))
     return max(1, slots)
+
+
+def _fits(total: float, each: float) -> int:
+    """How many requests of ``each`` fit in ``total``, counted as Ray counts (in 1/10,000ths: 1 GPU
+    holds ten 0.1-GPU runs, where ``1 // 0.1`` is 9)."""
+    return int(round(total * 10_000)) // max(1, int(round(each * 10_000)))
 
 
 def missing_runs(candidates: Sequence[Candidate], config: Any, cached: Mapping[str, Any] | None) -> int:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,7 +23,8 @@ class CompareConfig:
 
     ``train`` is the shared training configuration (a :class:`autoaug.proxy_models.train.TrainConfig`
     with ``data`` and ``test_data`` set); each run replaces its ``seed`` with one of ``seeds`` and
-    its ``num_threads`` with ``cpus_per_run``.
+    its ``num_threads`` with ``cpus_per_run``. Its device ``"auto"`` becomes the one the runs
+    reserve: ``"cuda"`` with ``gpus_per_run`` > 0, else ``"cpu"``.
     """
 
     train: Any  # proxy_models.train.TrainConfig
@@ -70,6 +72,33 @@ class CompareConfig:
             or self.gpus_per_run < 0
         ):
             raise CompareError(f"gpus_per_run must be a number >= 0, got {self.gpus_per_run!r}")
+        if self.gpus_per_run > 1 and self.gpus_per_run != int(self.gpus_per_run):
+            raise CompareError(
+                f"gpus_per_run must be a fraction <= 1 or a whole number of GPUs (what Ray schedules), "
+                f"got {self.gpus_per_run!r}"
+            )
+        device = self.train.device
+        if device == "auto":
+            # The device the runs reserve: Ray (2.60 here; ray-project/ray#54868) no longer hides the
+            # GPUs from a task that reserved none, so "auto" there would train on a GPU unreserved.
+            device = "cuda" if self.gpus_per_run > 0 else "cpu"
+            object.__setattr__(self, "train", dataclasses.replace(self.train, device=device))
+        if device.startswith("cuda") and self.gpus_per_run == 0:
+            raise CompareError(
+                f"train.device is {device!r} but gpus_per_run is 0: a run that reserves no GPU may find one "
+                "another run reserved; give --gpus-per-run (0.25 shares a GPU among 4 runs), or "
+                "--set train.device=cpu (or auto)"
+            )
+        if device.startswith("cuda:") and int(device[5:]) >= max(1, math.ceil(self.gpus_per_run)):
+            raise CompareError(
+                f"train.device is {device!r} but each run reserves {self.gpus_per_run:g} GPU: Ray shows a run "
+                "only the GPUs it reserved, numbered from 0; --set train.device=cuda"
+            )
+        if device == "cpu" and self.gpus_per_run > 0:
+            raise CompareError(
+                f"gpus_per_run is {self.gpus_per_run:g} but train.device is 'cpu': the reserved GPUs would sit "
+                "idle; --set train.device=cuda (or auto), or --gpus-per-run 0"
+            )
         object.__setattr__(self, "out", os.fspath(self.out))
         if self.base is not None:
             from autoaug.policies.bases import check_name

@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
 # `make wheelhouse`: every wheel a node without network needs, for its Python and platform
-# (tools/wheelhouse.py; docs/cluster.md, "Nodes without network"). DALI=cuda130 for CUDA 13 drivers
+# (launch/wheelhouse.py; docs/cluster.md, "Nodes without network"). DALI=cuda130 for CUDA 13 drivers
 # (580+); TORCH=0 leaves torch and torchvision out (GPU images carry them).
 WHEELHOUSE     ?= wheelhouse
 PYTHON_VERSION ?= $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -58,7 +58,7 @@ bench: install
 	AUTOAUG_CIFAR10="$(DATA)" $(PY) benchmarks/input_pipeline.py
 
 wheelhouse:
-	$(PYTHON) tools/wheelhouse.py --dest "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" \
+	$(PYTHON) launch/wheelhouse.py --dest "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" \
 	    --platform "$(PLATFORM)" --dali "$(DALI)" $(if $(filter 0,$(TORCH)),--no-torch)
 
 clean:

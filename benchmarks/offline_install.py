@@ -1,6 +1,6 @@
 """The install for nodes without network, checked end to end on this machine (issue 52):
 
-1. ``tools/wheelhouse.py`` (``make wheelhouse``) gathers the wheels of ``autoaug[search]`` for
+1. ``launch/wheelhouse.py`` (``make wheelhouse``) gathers the wheels of ``autoaug[search]`` for
    this machine's Python, ``manylinux_2_28_x86_64``, DALI ``cuda120``, torch left out (the one
    step with network);
 2. a folder standing for a GPU image's torch: torch, torchvision and what they require, hard-linked
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"== 1. wheelhouse for Python {pyver}, {args.platform}, DALI {args.dali}, without torch (network)")
     if not args.reuse:
         _, out["wheelhouse_s"] = _run(
-            [sys.executable, str(ROOT / "tools" / "wheelhouse.py"), "--dest", str(wheelhouse)]
+            [sys.executable, str(ROOT / "launch" / "wheelhouse.py"), "--dest", str(wheelhouse)]
             + ["--python-version", pyver, "--platform", args.platform, "--dali", args.dali, "--no-torch"],
             tail=14,
         )

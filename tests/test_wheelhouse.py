@@ -1,4 +1,4 @@
-"""`make wheelhouse` (tools/wheelhouse.py): what it asks pip to download for another machine's
+"""`make wheelhouse` (launch/wheelhouse.py): what it asks pip to download for another machine's
 Python and platform, with or without torch, with either DALI build; and the two extras it chooses
 between. The whole offline install is benchmarks/offline_install.py (minutes and network: not here)."""
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def wh():
-    spec = importlib.util.spec_from_file_location("wheelhouse_under_test", ROOT / "tools" / "wheelhouse.py")
+    spec = importlib.util.spec_from_file_location("wheelhouse_under_test", ROOT / "launch" / "wheelhouse.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -4,7 +4,7 @@
 Run where there is network, for the nodes' Python and platform::
 
     make wheelhouse PYTHON_VERSION=3.12 PLATFORM=manylinux_2_28_x86_64 [DALI=cuda130] [TORCH=0]
-    python tools/wheelhouse.py --python-version 3.12 --platform manylinux_2_28_x86_64 \\
+    python launch/wheelhouse.py --python-version 3.12 --platform manylinux_2_28_x86_64 \\
         [--dali cuda130] [--no-torch] [--dest wheelhouse]
 
 then copy the folder to the nodes and install from it alone::
@@ -154,7 +154,7 @@ def _mib(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="tools/wheelhouse.py")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="launch/wheelhouse.py")
     parser.add_argument("--dest", default="wheelhouse", help="the folder the wheels go to (default: wheelhouse)")
     parser.add_argument(
         "--python-version",

@@ -7,11 +7,11 @@ follows from a configuration to a stored policy.
 * :func:`autoaug.search.driver.run_search` / :func:`autoaug.search.driver.resume_search` -- run (or
   continue) a search: checks, the method, re-scoring, choosing, storing (docs/ARCHITECTURE.md,
   "A search, step by step").
-* :mod:`autoaug.search.method` -- the interface a method implements and the registry of methods
-  (``METHODS``); :mod:`autoaug.search.methods` registers the built-in ones. Each method is one
+* :mod:`autoaug.search.methods.base` -- the interface a method implements and the registry of methods
+  (``METHODS``); :mod:`autoaug.search.methods.builtin` registers the built-in ones. Each method is one
   module owning everything about it (settings, checks, presets, flags, summary); all of them run
-  their Ray Tune experiments through :mod:`autoaug.search.experiment`.
-* :func:`autoaug.search.assemble.assemble_policy` -- the best trials' sub-policies -> the final
+  their Ray Tune experiments through :mod:`autoaug.search.tune.experiment`.
+* :func:`autoaug.search.decide.assemble.assemble_policy` -- the best trials' sub-policies -> the final
   Policy, with its provenance.
 
 Submodules are imported on demand so that ``import autoaug.search`` stays cheap.

@@ -10,13 +10,13 @@ from typing import Any, Container, Mapping
 
 import optuna
 
-from autoaug.search.assemble import SUCCESS_STATUSES, AssembledPolicy, TrialRecord
-from autoaug.search.method import METHODS
-from autoaug.search.progress import trial_error
+from autoaug.search.decide.assemble import SUCCESS_STATUSES, AssembledPolicy, TrialRecord
+from autoaug.search.methods.base import METHODS
+from autoaug.search.tune.progress import trial_error
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.space import SearchSpace
-from autoaug.search.study import final_step, study_trials_by_tune_id
+from autoaug.search.tune.study import final_step, study_trials_by_tune_id
 
 __all__ = ["SearchOutcome", "describe_data", "trial_records", "outcome_from_result"]
 
@@ -109,16 +109,16 @@ class SearchOutcome:
                 f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
                 f"{scores}; stored: {selection['chosen']}"
             )
-            from autoaug.search.rescore import describe_selection
+            from autoaug.search.decide.rescore import describe_selection
 
             lines += describe_selection(selection)
         method = METHODS.get(((self.provenance.get("search") or {}).get("config") or {}).get("method", ""))
         if method is not None:  # what the method's own record says (a PBA search: its schedule)
             lines += method.summary(self.provenance.get("method") or {})
         from autoaug.search.budget import describe_budget
-        from autoaug.search.calibrate import describe_calibration
+        from autoaug.search.decide.calibrate import describe_calibration
 
-        from autoaug.search.op_effects import describe_effects
+        from autoaug.search.decide.op_effects import describe_effects
 
         calibration = self.provenance.get("calibration")
         lines += describe_calibration(calibration)

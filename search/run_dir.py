@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping
 from autoaug.core.errors import RunExistsError
 from autoaug.core.location import Location
 from autoaug.core.metrics import metrics_json
-from autoaug.search.assemble import utc_now
+from autoaug.search.decide.assemble import utc_now
 
 __all__ = [
     "RunDir",

@@ -483,7 +483,7 @@ def test_import_errors_name_the_file_and_stay_short(tmp_path, capsys):
 def test_show_says_what_the_search_measured_before_its_trials(store, capsys):
     """A searched policy's calibration -- the base chosen and which published policy transferred
     best, by how much -- is shown in words above the provenance."""
-    from autoaug.search.calibrate import choose_base, rank_transfer
+    from autoaug.search.decide.calibrate import choose_base, rank_transfer
 
     record = {
         "base": choose_base({"none": [0.8666], "crop": [0.963], "standard": [0.9034]}),

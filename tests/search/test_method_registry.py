@@ -16,10 +16,17 @@ from typing import Any, ClassVar, Mapping
 import pytest
 
 from autoaug.core.values import is_int
-from autoaug.search.assemble import TrialRecord, assemble_policy
+from autoaug.search.decide.assemble import TrialRecord, assemble_policy
 from autoaug.search.config import SEARCH_PRESETS, SearchConfig
-from autoaug.search.method import METHODS, BaseMethod, MethodResult, MethodSettings, PreparedSearch, register_method
-from autoaug.search.rescore import Candidate
+from autoaug.search.methods.base import (
+    METHODS,
+    BaseMethod,
+    MethodResult,
+    MethodSettings,
+    PreparedSearch,
+    register_method,
+)
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -262,8 +269,8 @@ def test_no_shared_module_names_a_built_in_method():
 
 def test_tune_experiments_are_built_and_restored_in_one_module():
     users = {
-        p.name
-        for p in (REPO / "search").glob("*.py")
+        p.relative_to(REPO / "search").as_posix()
+        for p in (REPO / "search").rglob("*.py")
         if "tune.Tuner(" in p.read_text() or "Tuner.restore(" in p.read_text()
     }
-    assert users == {"experiment.py"}
+    assert users == {"tune/experiment.py"}

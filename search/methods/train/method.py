@@ -1,10 +1,10 @@
 """The training method (AutoAugment, Cubuk et al. 2019): one proxy training per candidate.
 
 ``SearchConfig.method == "train"``, settings :class:`TrainMethodConfig` (``SearchConfig.train_method``).
-One Ray Tune experiment (:mod:`autoaug.search.experiment`) named like the search, in its run
+One Ray Tune experiment (:mod:`autoaug.search.tune.experiment`) named like the search, in its run
 directory: ``num_trials`` trials proposed by Optuna (the warm start's candidates first), each
 training the proxy model (``SearchConfig.train``) with its candidate policy
-(:func:`autoaug.search.trial.run_trial`) and reporting the search score after every epoch; ASHA
+(:func:`autoaug.search.methods.train.trial.run_trial`) and reporting the search score after every epoch; ASHA
 stops the weak ones at its rungs. The candidates it returns for re-scoring
 (:func:`final_candidates`): the best ``top_n`` trials' sub-policies assembled, the best trial
 alone, the warm start extended by what the search found, and every trial ASHA let run the full
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
-from autoaug.search.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
-from autoaug.search.method import (
+from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
+from autoaug.search.methods.base import (
     BaseMethod,
     MethodResult,
     MethodSettings,
@@ -33,7 +33,7 @@ from autoaug.search.method import (
     check_validation_left_to_the_method,
     resume_hint,
 )
-from autoaug.search.rescore import Candidate
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -184,18 +184,18 @@ class TrainMethod(BaseMethod):
         ]
 
     def can_resume(self, run: RunDir) -> bool:
-        from autoaug.search.experiment import can_restore
+        from autoaug.search.tune.experiment import can_restore
 
         return can_restore(run.uri)
 
     def run(self, search: PreparedSearch) -> MethodResult:
         import optuna
 
-        from autoaug.search.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+        from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
         from autoaug.search.records import trial_records
-        from autoaug.search.study import check_study, make_storage, redact
-        from autoaug.search.trial import run_trial
-        from autoaug.search.warm_start import warm_start_points
+        from autoaug.search.tune.study import check_study, make_storage, redact
+        from autoaug.search.methods.train.trial import run_trial
+        from autoaug.search.decide.warm_start import warm_start_points
 
         config, run, s = search.config, search.run, search.config.train_method
         exp = Experiment(
@@ -279,7 +279,7 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     and the unions are no points of the family: the candidates are that point, the next best
     trial's (``runner_up``) and the warm start's (``warm_start``: the published point searched
     around), each once."""
-    from autoaug.search.warm_start import warm_start_policies
+    from autoaug.search.decide.warm_start import warm_start_policies
 
     best = assembled.selected[0]
     single = _named(config, best.policy)

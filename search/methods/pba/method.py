@@ -5,7 +5,7 @@ population of proxy models trains.
 experiment named like the search, in its run directory, under Ray Tune's
 ``PopulationBasedTraining`` (asynchronous, ``time_attr="epoch"``):
 
-1. **Population.** ``population`` members (:func:`autoaug.search.pba_trial.run_pba_trial`), each
+1. **Population.** ``population`` members (:func:`autoaug.search.methods.pba.trial.run_pba_trial`), each
    the proxy training of ``SearchConfig.train`` (one split, model-init seed and data order for
    all: common random numbers) starting from its own policy of the search space -- drawn at random
    (``init: random``), or every probability and magnitude 0 as in PBA (``init: zero``: training
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
-from autoaug.search.method import (
+from autoaug.search.methods.base import (
     BaseMethod,
     MethodResult,
     MethodSettings,
@@ -177,7 +177,7 @@ class PbaExplore:
 def initial_population(config: "SearchConfig") -> list[dict[str, Any]]:
     """The members' first parameters: the warm start's candidates, then ``init``'s draws (seeded
     by ``SearchConfig.seed``)."""
-    from autoaug.search.warm_start import warm_start_points
+    from autoaug.search.decide.warm_start import warm_start_points
 
     s, space = config.pba, config.space
     points = list(warm_start_points(config.warm_start, space, store=config.store)) if config.warm_start else []
@@ -265,12 +265,12 @@ class PbaMethod(BaseMethod):
         return None  # PBT's exploit/explore proposes the policies
 
     def can_resume(self, run: RunDir) -> bool:
-        from autoaug.search.experiment import can_restore
+        from autoaug.search.tune.experiment import can_restore
 
         return can_restore(run.uri)
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        from autoaug.search.experiment import build_tuner, can_restore, fit, restore_tuner
+        from autoaug.search.tune.experiment import build_tuner, can_restore, fit, restore_tuner
 
         config, run = search.config, search.run
         t0 = time.time()
@@ -305,9 +305,9 @@ class PbaMethod(BaseMethod):
 
 
 def _experiment(search: PreparedSearch) -> Any:
-    """The population's Tune experiment (:mod:`autoaug.search.experiment`), as a restore needs it."""
-    from autoaug.search.experiment import Experiment
-    from autoaug.search.pba_trial import run_pba_trial
+    """The population's Tune experiment (:mod:`autoaug.search.tune.experiment`), as a restore needs it."""
+    from autoaug.search.tune.experiment import Experiment
+    from autoaug.search.methods.pba.trial import run_pba_trial
 
     config = search.config
     return Experiment(
@@ -342,7 +342,7 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 
     from ray import tune
 
-    from autoaug.search.pba_tune import EpochPBT, EventLog
+    from autoaug.search.methods.pba.scheduler import EpochPBT, EventLog
 
     config, s = search.config, search.config.pba
     scheduler = EpochPBT(
@@ -370,10 +370,10 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     from autoaug.policies.schedule import Schedule
-    from autoaug.search.assemble import AssembledPolicy, TrialRecord
-    from autoaug.search.pba_trial import PBA_STATE
-    from autoaug.search.pba_tune import EVENTS_FILE
-    from autoaug.search.rescore import Candidate
+    from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
+    from autoaug.search.methods.pba.trial import PBA_STATE
+    from autoaug.search.methods.pba.scheduler import EVENTS_FILE
+    from autoaug.search.decide.rescore import Candidate
     from autoaug.search.score import METRIC
 
     config, s = search.config, search.config.pba

@@ -3,7 +3,7 @@
 Kept in its own small module so that Ray workers import only this, the search space and the
 trainer (Tune pickles :func:`run_trial` by reference). :class:`EpochResults` is what every trial
 that trains the proxy reports after each epoch (this module's and PBA's members,
-:mod:`autoaug.search.pba_trial`).
+:mod:`autoaug.search.methods.pba.trial`).
 """
 
 from __future__ import annotations

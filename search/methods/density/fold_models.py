@@ -9,7 +9,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from autoaug.core.metrics import metrics_json
-from autoaug.search.assemble import utc_now
+from autoaug.search.decide.assemble import utc_now
 from autoaug.search.run_dir import RunDir
 
 if TYPE_CHECKING:

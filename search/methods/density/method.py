@@ -6,19 +6,19 @@ Instead of training the proxy model once per candidate,
 1. **Fold models.** The reduced training split is cut into ``K`` stratified folds
    (:func:`autoaug.proxy_models.splits.stratified_folds`). Fold model ``k`` is the proxy model
    (``SearchConfig.train``) trained with the search's base alone (``space.base``, chosen by
-   measurement with ``base: auto``: :mod:`autoaug.search.calibrate`) on the other ``K-1``
+   measurement with ``base: auto``: :mod:`autoaug.search.decide.calibrate`) on the other ``K-1``
    folds. The ``K`` trainings are Ray tasks (the trials' resources, any node of a cluster); each
    one's weights and held-out scores are written to the run directory (``folds/fold{k}.pt``,
    ``folds/fold{k}.json``) as soon as it finishes, and a resumed search never trains them again.
 2. **Scoring trials.** For each fold, ``T`` rounds of ``B`` Ray Tune trials proposed by Optuna
-   (an :class:`~autoaug.search.experiment.Experiment` over the same
+   (an :class:`~autoaug.search.tune.experiment.Experiment` over the same
    :class:`~autoaug.search.space.SearchSpace` and sampler table as the training method; one study
-   per round, ``NAME.f{k}-r{t}``, in the run's Optuna storage). A trial (:class:`~autoaug.search.density_trial.DensityTrial`)
+   per round, ``NAME.f{k}-r{t}``, in the run's Optuna storage). A trial (:class:`~autoaug.search.methods.density.trial.DensityTrial`)
    applies its candidate policy to the held-out fold with the DALI pipeline -- each image draws
    its own sub-policy, no base crop/flip -- and evaluates the fold model on it: accuracy and mean
    cross-entropy. The pipeline's policy step takes the policy's tables as inputs
    (:class:`autoaug.policies.dali_apply.PolicyInputs`), and a trial process that Tune reuses keeps
-   its :class:`~autoaug.search.fold_models.FoldScorer`: it builds its pipeline and loads its fold model once, and every later
+   its :class:`~autoaug.search.methods.density.fold_models.FoldScorer`: it builds its pipeline and loads its fold model once, and every later
    trial only feeds new tables. The search metric (:data:`~autoaug.search.score.METRIC`, what
    Optuna maximises) is the objective, ``DensityConfig.objective``: the accuracy, or minus the loss.
 3. **Selection.** The ``N`` best candidates of every round are kept; their sub-policies, merged
@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int
-from autoaug.search.assemble import TrialRecord, assemble_policy, rank_trials
-from autoaug.search.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
-from autoaug.search.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
-from autoaug.search.method import (
+from autoaug.search.decide.assemble import TrialRecord, assemble_policy, rank_trials
+from autoaug.search.methods.density.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
+from autoaug.search.methods.density.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
+from autoaug.search.methods.base import (
     BaseMethod,
     MethodResult,
     MethodSettings,
@@ -51,7 +51,7 @@ from autoaug.search.method import (
     check_space_family,
     resume_hint,
 )
-from autoaug.search.rescore import Candidate
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 
@@ -232,7 +232,7 @@ class DensityMethod(BaseMethod):
         return True  # fold models, finished rounds and each round's Tune state are picked up as found
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        from autoaug.search.study import redact
+        from autoaug.search.tune.study import redact
 
         config, run, d = search.config, search.run, search.config.density
         t0 = time.time()
@@ -328,11 +328,11 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     """Run (or continue) one round's Tune experiment; returns its record for ``density.json``."""
     import optuna
 
-    from autoaug.search.density_trial import DensityTrial
-    from autoaug.search.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+    from autoaug.search.methods.density.trial import DensityTrial
+    from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
     from autoaug.search.records import trial_records
-    from autoaug.search.study import check_study, delete_study, make_storage
-    from autoaug.search.warm_start import warm_start_points
+    from autoaug.search.tune.study import check_study, delete_study, make_storage
+    from autoaug.search.decide.warm_start import warm_start_points
 
     config, d = search.config, search.config.density
     stage = stage_name(config.name, k, round_)

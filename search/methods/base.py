@@ -6,7 +6,7 @@ the run directory and the Ray session, runs the method, re-scores its candidates
 stores it and writes the result -- the same for every method. Everything that differs between
 methods is the method's own, in its own module; no shared module names a method. A method is an
 object registered in :data:`METHODS` (:func:`register_method`; the built-in ones are registered
-by :mod:`autoaug.search.methods`, the one place that lists them) with:
+by :mod:`autoaug.search.methods.builtin`, the one place that lists them) with:
 
 * ``name``, ``help`` (for ``--method``) and ``unit`` (what it scores, in messages: ``trials``,
   ``candidates``, ``members``);
@@ -40,7 +40,7 @@ by :mod:`autoaug.search.methods`, the one place that lists them) with:
 
 :class:`BaseMethod` gives the optional parts their defaults. Methods import nothing of each
 other; what they share (building, restoring and running a Ray Tune experiment) is
-:mod:`autoaug.search.experiment`.
+:mod:`autoaug.search.tune.experiment`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Se
 
 from autoaug.core.errors import SearchFailedError
 from autoaug.core.values import check_keys, invalid
-from autoaug.search.assemble import AssembledPolicy, TrialRecord
-from autoaug.search.rescore import Candidate
+from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir, RunState
 
 if TYPE_CHECKING:

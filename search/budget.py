@@ -141,7 +141,7 @@ class Budget:
         clock: Callable[[], float] = time.time,
         say: Callable[[str], Any] | None = None,
     ) -> None:
-        from autoaug.search.decide.assemble import utc_now
+        from autoaug.search.run_dir import utc_now
 
         record = dict(record or {})
         self.total_s = float(total_s)
@@ -322,7 +322,7 @@ class Budget:
     def end(self, stage: str, **info: Any) -> None:
         """Record that the budget ended (cut) the search at ``stage`` (``trials``, ``rounds``,
         ``rescore``); the first call counts."""
-        from autoaug.search.decide.assemble import utc_now
+        from autoaug.search.run_dir import utc_now
 
         first = False
         with self._lock:

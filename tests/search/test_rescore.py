@@ -242,7 +242,7 @@ def test_survivors_assembles_every_trial_that_ran_the_full_budget_when_more_than
 
 
 def test_search_score_is_the_mean_of_the_last_validated_epochs():
-    from autoaug.search.methods.train.trial import search_score
+    from autoaug.search.score import search_score
 
     assert search_score([], 5) is None and search_score([None, None], 3) is None
     assert search_score([0.2, None, 0.4, 0.6], 1) == 0.6

@@ -9,8 +9,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from autoaug.core.metrics import metrics_json
-from autoaug.search.decide.assemble import utc_now
-from autoaug.search.run_dir import RunDir
+from autoaug.search.run_dir import RunDir, utc_now
 
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig

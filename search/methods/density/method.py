@@ -330,7 +330,7 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
 
     from autoaug.search.methods.density.trial import DensityTrial
     from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
-    from autoaug.search.records import trial_records
+    from autoaug.search.tune.results import trial_records
     from autoaug.search.tune.study import check_study, delete_study, make_storage
     from autoaug.search.decide.warm_start import warm_start_points
 

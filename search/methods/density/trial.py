@@ -46,7 +46,7 @@ class DensityTrial(tune.Trainable):
         return None
 
     def step(self) -> dict:
-        from autoaug.search.methods.train.trial import trial_policy
+        from autoaug.search.tune.epochs import trial_policy
 
         policy = trial_policy(self.candidate, self.space, f"{self.policy_prefix}-{self.trial_id}")
         t1 = time.perf_counter()

@@ -25,7 +25,7 @@ import tempfile
 from typing import Any
 
 from autoaug.search.space import SearchSpace
-from autoaug.search.methods.train.trial import EpochResults, with_trial_threads
+from autoaug.search.tune.epochs import EpochResults, with_trial_threads
 
 __all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "start_schedule"]
 

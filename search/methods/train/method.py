@@ -192,7 +192,7 @@ class TrainMethod(BaseMethod):
         import optuna
 
         from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
-        from autoaug.search.records import trial_records
+        from autoaug.search.tune.results import trial_records
         from autoaug.search.tune.study import check_study, make_storage, redact
         from autoaug.search.methods.train.trial import run_trial
         from autoaug.search.decide.warm_start import warm_start_points

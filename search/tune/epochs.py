@@ -1,0 +1,67 @@
+"""What every Ray Tune trial that trains the proxy model shares, whatever its method: the result it
+reports after each epoch (:class:`EpochResults`), its threads fitted to the CPUs Ray gave it
+(:func:`with_trial_threads`) and the policy its Tune ``config`` decodes to (:func:`trial_policy`).
+
+Small on purpose: Ray workers import it (the training method's trial,
+:mod:`autoaug.search.methods.train.trial`; PBA's members, :mod:`autoaug.search.methods.pba.trial`;
+density's scoring trial, :mod:`autoaug.search.methods.density.trial`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from autoaug.search.score import METRIC, search_score
+from autoaug.search.space import SearchSpace
+
+__all__ = ["EpochResults", "REPORT_RENAMES", "trial_policy", "with_trial_threads"]
+
+#: Trainer metric names that would collide with Ray Tune's automatic ones.
+REPORT_RENAMES = {"time_total_s": "train_time_s"}
+#: Trainer metrics that mean nothing outside the trial process.
+_DROPPED = ("checkpoint_dir",)
+
+
+class EpochResults:
+    """The result a trial reports after each epoch of the trainer: the trainer's metrics (renamed
+    where they would collide with Tune's own, without those that mean nothing outside the trial)
+    and the search score, :data:`~autoaug.search.score.METRIC` (:func:`search_score` over the last
+    ``score_window`` epochs). ``history``: the epochs a resumed trial already trained (its
+    checkpoint's), so that its scores are those of an uninterrupted run."""
+
+    def __init__(self, score_window: int, history: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.score_window = score_window
+        self.val_accuracies: list[float | None] = [row.get("val_accuracy") for row in history]
+
+    def __call__(self, metrics: Mapping[str, Any]) -> dict[str, Any]:
+        out = {REPORT_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
+        self.val_accuracies.append(metrics.get("val_accuracy"))
+        out[METRIC] = search_score(self.val_accuracies, self.score_window)
+        return out
+
+
+def trial_policy(config: Mapping[str, Any], space: SearchSpace, name: str):
+    """The :class:`policies.Policy` a trial trains with (its Tune ``config`` decoded)."""
+    return space.to_policy(config, name=name)
+
+
+def with_trial_threads(cfg: Any) -> Any:
+    """``cfg`` with ``num_threads`` set to the CPUs Ray assigned to this trial (at least 1) when it
+    is unset: torch's threads and DALI's then fit the trial's CPUs whatever ``OMP_NUM_THREADS``
+    the environment gives (Ray sets it to the assigned CPUs only when it is not set already).
+    Unchanged outside a Ray worker or when ``num_threads`` is given."""
+    if cfg.num_threads is not None:
+        return cfg
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return cfg
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except Exception:  # not in a Ray worker: leave the config as it is
+        return cfg
+    if cpus is None:
+        return cfg
+    import dataclasses
+
+    return dataclasses.replace(cfg, num_threads=max(1, int(cpus)))

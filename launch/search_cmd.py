@@ -303,11 +303,7 @@ def outcome_json(outcome) -> dict:
         "selection": outcome.provenance.get("selection"),
         "budget": outcome.provenance.get("budget"),  # the time budget: spent, sessions, what it ended
         "study_problems": list(outcome.study_problems),
-        **(
-            {"schedule": outcome.provenance["method"]["schedule"]}  # a PBA search's schedule (policy: its last stage)
-            if (outcome.provenance.get("method") or {}).get("schedule")
-            else {}
-        ),
+        **outcome.method_fields(),  # the method's own (a PBA search: its schedule; policy: its last stage)
     }
 
 

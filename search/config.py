@@ -19,7 +19,7 @@ import dataclasses
 import importlib.util
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, TypeVar
 
 import autoaug.search.methods.builtin  # noqa: F401  (registers the built-in methods in METHODS)
 from autoaug.core.values import check_keys, deep_merge, invalid, is_int, is_number
@@ -48,6 +48,9 @@ __all__ = [
     "default_search_name",
     "deep_merge",
 ]
+
+#: A method's settings class (:meth:`SearchConfig.method_settings`).
+S = TypeVar("S", bound=MethodSettings)
 
 #: The presets every method runs: the shared settings; each method's settings in each are its
 #: own (``MethodSettings.PRESETS``), and a method may add presets of its own (``Method.presets``).
@@ -319,6 +322,15 @@ class SearchConfig:
         configuration was made)."""
         held = self.__dict__.get("settings") or {}
         return held[method.name] if method.name in held else method.settings.from_value({})
+
+    def method_settings(self, settings: type[S]) -> S:
+        """The settings of the registered method whose settings class is ``settings``, typed
+        (``config.method_settings(PbaConfig).population``): what a method reads its settings
+        with. ``config.pba`` is the same object, for a reader at a prompt."""
+        for m in METHODS.values():
+            if m.settings is settings:
+                return self.settings_of(m)
+        raise ValueError(f"no registered method has the settings {settings.__name__}; registered: {list(METHODS)}")
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
-from autoaug.search.methods.base import METHODS
+from autoaug.search.methods.base import METHODS, Method
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 from autoaug.search.space import SearchSpace
@@ -36,6 +36,15 @@ class SearchOutcome:
         """``name@version`` in the policy store."""
         return f"{self.policy.name}@{self.version}"
 
+    @property
+    def method(self) -> Method | None:
+        """The registered method that ran this search (None: one not registered in this process)."""
+        return METHODS.get(((self.provenance.get("search") or {}).get("config") or {}).get("method", ""))
+
+    def method_fields(self) -> dict[str, Any]:
+        """What the method adds to ``autoaug search --json``'s result from its provenance record."""
+        return {} if self.method is None else self.method.result_fields(self.provenance.get("method") or {})
+
     def _assembly_line(self) -> str:
         """How the final policy was made: AutoAugment's concatenation, or (rule ``best``) the best
         trial's point of the space family, described."""
@@ -49,10 +58,11 @@ class SearchOutcome:
                 f"assembled policy = best {len(self.assembled.selected)} trials, {num} sub-policies "
                 f"({self.assembled.duplicates_removed} duplicates removed)"
             )
+        own = self.method.best_policy_line(num) if self.method is not None else None
+        if own is not None:  # the method's words (a PBA member's last policy)
+            return own
         space = ((self.provenance.get("search") or {}).get("config") or {}).get("space") or {}
         family = space.get("family", "aa")
-        if family == "aa":  # a PBA member's last policy
-            return f"final policy = the best trial's, {num} sub-policies"
         try:
             point = SearchSpace.from_dict(space).describe_point(self.best_trial.params)
         except ValueError:
@@ -107,9 +117,8 @@ class SearchOutcome:
             from autoaug.search.decide.rescore import describe_selection
 
             lines += describe_selection(selection)
-        method = METHODS.get(((self.provenance.get("search") or {}).get("config") or {}).get("method", ""))
-        if method is not None:  # what the method's own record says (a PBA search: its schedule)
-            lines += method.summary(self.provenance.get("method") or {})
+        if self.method is not None:  # what the method's own record says (a PBA search: its schedule)
+            lines += self.method.summary(self.provenance.get("method") or {})
         from autoaug.search.budget import describe_budget
         from autoaug.search.decide.calibrate import describe_calibration
 

@@ -34,18 +34,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import SearchInterruptedError
-from autoaug.core.values import is_int
 from autoaug.search.decide.assemble import TrialRecord, assemble_policy, rank_trials
+from autoaug.search.methods.density.settings import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.methods.density.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
 from autoaug.search.methods.density.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
 from autoaug.search.methods.base import (
-    BaseMethod,
+    Method,
     MethodResult,
-    MethodSettings,
     PreparedSearch,
     all_failed,
     check_space_family,
@@ -75,62 +73,6 @@ __all__ = [
 DENSITY_FILE = "density.json"
 #: Tune experiments of the rounds.
 STAGES_DIR = "stages"
-#: What a density-matching trial maximises: the fold model's accuracy on the augmented held-out
-#: fold, or minus its mean cross-entropy there (chosen by measurement: docs/search.md).
-DENSITY_OBJECTIVES = ("accuracy", "loss")
-
-
-@dataclass(frozen=True)
-class DensityConfig(MethodSettings):
-    """The density-matching method's own settings (``SearchConfig.density``; used when
-    ``SearchConfig.method == "density"``). Defaults are Fast AutoAugment's (Lim et al., 2019).
-
-    Args:
-        folds: ``K`` stratified folds of the reduced training split; fold model ``k`` trains on
-            the other ``K-1`` and scores candidates on fold ``k``.
-        rounds: ``T`` rounds of search per fold (each a fresh Optuna study).
-        trials_per_round: ``B`` candidates scored per round.
-        top_per_round: ``N`` best candidates of each round whose sub-policies join the final
-            policy.
-        objective: ``loss`` (default; minus the mean cross-entropy, which ranks candidates more
-            repeatably than the accuracy: benchmarks/search_cost.py) or ``accuracy``.
-        fold_seed: seed of the fold assignment.
-    """
-
-    WHAT: ClassVar[str] = "density"
-    FIELD: ClassVar[str] = "density"
-    PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        # 2 fold models of the trainer's smoke preset, one round of 4 candidates per fold: about a minute.
-        "smoke": {"folds": 2, "rounds": 1, "trials_per_round": 4, "top_per_round": 2},
-        # K=5 fold models of the proxy-cpu recipe on the 1,000-image search split, then T=2 rounds
-        # of B=200 scoring trials per fold, the top 10 of each round merged (docs/search.md).
-        "density-cpu": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
-    }
-
-    folds: int = 5
-    rounds: int = 2
-    trials_per_round: int = 200
-    top_per_round: int = 10
-    objective: str = "loss"
-    fold_seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not is_int(self.folds) or self.folds < 2:
-            raise self.invalid("folds", "an integer >= 2")
-        for name in ("rounds", "trials_per_round", "top_per_round"):
-            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise self.invalid(name, "an integer >= 1")
-        if self.top_per_round > self.trials_per_round:
-            raise self.invalid("top_per_round", f"at most trials_per_round ({self.trials_per_round})")
-        if self.objective not in DENSITY_OBJECTIVES:
-            raise self.invalid("objective", f"one of {list(DENSITY_OBJECTIVES)}")
-        if not is_int(self.fold_seed) or not 0 <= self.fold_seed < 2**32:
-            raise self.invalid("fold_seed", "an integer in [0, 2**32)")
-
-    @property
-    def num_trials(self) -> int:
-        """Scoring trials of the whole search: ``folds * rounds * trials_per_round``."""
-        return self.folds * self.rounds * self.trials_per_round
 
 
 def stage_name(name: str, fold: int, round_: int) -> str:
@@ -140,7 +82,7 @@ def stage_name(name: str, fold: int, round_: int) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # The method
-class DensityMethod(BaseMethod):
+class DensityMethod(Method):
     name = "density"
     space_families = ("aa",)  # the fold models' DALI inputs are aa-shaped
     help = "score candidates with K fold models trained once (Fast AutoAugment's density matching)"
@@ -192,7 +134,7 @@ class DensityMethod(BaseMethod):
         check_space_family(
             config, self.name, self.space_families
         )  # the fold models' DALI inputs are aa-shaped (fold_models)
-        d, t = config.density, config.train
+        d, t = config.method_settings(DensityConfig), config.train
         if t.train_size:
             smallest_train = t.train_size - -(-t.train_size // d.folds)
             if t.train_size < d.folds:
@@ -211,16 +153,18 @@ class DensityMethod(BaseMethod):
             )
 
     def num_trials(self, config: "SearchConfig") -> int:
-        return config.density.num_trials
+        return config.method_settings(DensityConfig).num_trials
 
     def max_candidates(self, config: "SearchConfig") -> int:
         return 1  # the merged policy
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
-        return config.density.trials_per_round, "trials per round; raise density.trials_per_round"
+        return config.method_settings(
+            DensityConfig
+        ).trials_per_round, "trials per round; raise density.trials_per_round"
 
     def describe(self, config: "SearchConfig") -> list[str]:
-        d, t = config.density, config.train
+        d, t = config.method_settings(DensityConfig), config.train
         return [
             f"  method: density matching, {d.folds} folds x {d.rounds} rounds x {d.trials_per_round} candidates "
             f"({d.num_trials} trials), top {d.top_per_round} per round, objective {d.objective}",
@@ -234,7 +178,7 @@ class DensityMethod(BaseMethod):
     def run(self, search: PreparedSearch) -> MethodResult:
         from autoaug.search.tune.study import redact
 
-        config, run, d = search.config, search.run, search.config.density
+        config, run, d = search.config, search.run, search.config.method_settings(DensityConfig)
         t0 = time.time()
         folds = train_fold_models(config, run, session=search.state.session_label, log=search.display.log)
         fold_wall = time.time() - t0
@@ -319,7 +263,7 @@ def _fold_parameters(config: "SearchConfig", fold: dict, k: int, heldout: Any) -
         "index": k,
         "weights": fold["weights"],
         "heldout": [int(i) for i in heldout],
-        "objective": config.density.objective,
+        "objective": config.method_settings(DensityConfig).objective,
         "seed": config.train.seed,
     }
 
@@ -334,7 +278,7 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     from autoaug.search.tune.study import check_study, delete_study, make_storage
     from autoaug.search.decide.warm_start import warm_start_points
 
-    config, d = search.config, search.config.density
+    config, d = search.config, search.config.method_settings(DensityConfig)
     stage = stage_name(config.name, k, round_)
     stage_run = RunDir((search.run.location / STAGES_DIR).uri, stage)
     exp = Experiment(

@@ -1,14 +1,14 @@
 """How much of a density-matching score is noise, where it comes from, and whether the score ranks
 policies the way training with them does (issue 36: the density method's score).
 
-The density method (:mod:`autoaug.search.density`, Fast AutoAugment) scores a candidate by
+The density method (:mod:`autoaug.search.methods.density.method`, Fast AutoAugment) scores a candidate by
 evaluating a fold model -- the proxy trained with the base alone on ``K-1`` of ``K`` folds of the
 reduced training split -- on its held-out fold (``1/K`` of the split: 200 images of the
 1,000-image CIFAR-10 split) augmented by the candidate, one random draw per image; the score is
 minus the mean cross-entropy (``objective: loss``) or the accuracy. This benchmark
 
 1. trains the ``K`` fold models with ``--seeds`` training seeds (same folds, another seed: the
-   training part of the noise), in the search's recipe (:func:`autoaug.search.fold_models.train_fold`);
+   training part of the noise), in the search's recipe (:func:`autoaug.search.methods.density.fold_models.train_fold`);
 2. evaluates every fold model on its held-out fold **and** on a pool of ``--pool`` images the
    reduced split leaves unused, augmented by each policy of a list, ``--draws`` times (the same
    random draws for every model: each scoring process rebuilds its pipeline with one seed and
@@ -75,7 +75,7 @@ def _train_config(a: argparse.Namespace, seed: int):
 def _folds(a: argparse.Namespace, cfg):
     """``(dataset, folds, pool)``: the search's folds of the reduced split and the unused images."""
     from autoaug.proxy_models.splits import config_split
-    from autoaug.search.fold_models import fold_splits
+    from autoaug.search.methods.density.fold_models import fold_splits
 
     ds, folds = fold_splits(cfg, a.folds, a.fold_seed)
     return ds, folds, config_split(ds, cfg, dataset_fingerprint=ds.fingerprint()).val
@@ -88,7 +88,7 @@ def _atomic_save(path: str, **arrays) -> None:
 
 
 def _train_job(a: argparse.Namespace, seed: int, k: int, path: str) -> str:
-    from autoaug.search.fold_models import train_fold
+    from autoaug.search.methods.density.fold_models import train_fold
 
     cfg = _train_config(a, seed)
     _, folds, _ = _folds(a, cfg)
@@ -116,7 +116,7 @@ def _spec(policies: list):
 def _score_job(a: argparse.Namespace, seed: int, k: int, weights_path: str, path: str) -> str:
     import torch
 
-    from autoaug.search.fold_models import FoldScorer
+    from autoaug.search.methods.density.fold_models import FoldScorer
 
     torch.set_num_threads(1)
     cfg = _train_config(a, seed)

@@ -48,7 +48,7 @@ def _timed_trial(spans_file: str):
     def timed_trial(config, **kwargs):
         from ray import tune
 
-        from autoaug.search.trial import run_trial
+        from autoaug.search.methods.train.trial import run_trial
 
         start = time.time()
         try:

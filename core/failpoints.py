@@ -64,13 +64,13 @@ FIRED_ENV_VAR = "AUTOAUG_FAILPOINTS_FIRED"
 #: Every point, where it is and what it interrupts (docs/failpoints.md says more).
 POINTS: Mapping[str, str] = {
     "search.after_trial_saved": "driver: a trial ended, Tune's experiment state holding it was written and the Optuna "
-    "study was told (search.reconcile.StudyGuard / StudySearch)",
+    "study was told (search.tune.reconcile.StudyGuard / StudySearch)",
     "pba.after_member_checkpoint": "driver: a PBA member's checkpoint was recorded by Tune "
-    "(search.reconcile.StudyGuard's checkpoint hook, on_checkpoint)",
+    "(search.tune.reconcile.StudyGuard's checkpoint hook, on_checkpoint)",
     "store.after_version_write": "PolicyStore.save: the version's Parquet file written under its temporary name, "
     "before its index entry and its publication (policies.store)",
-    "calibrate.after_run_saved": "driver: a calibration run saved in calibration.json (search.calibrate)",
-    "rescore.after_run_saved": "driver: a re-scoring run saved in rescore.json (search.rescore)",
+    "calibrate.after_run_saved": "driver: a calibration run saved in calibration.json (search.decide.calibrate)",
+    "rescore.after_run_saved": "driver: a re-scoring run saved in rescore.json (search.decide.rescore)",
     "train.mid_epoch": "any process training a proxy model (a trial's Ray worker): after a training step "
     "(proxy_models.learner.Learner.train_epoch)",
     "budget.after_save": "driver: budget.json written with the session's spent time (search.budget.Budget.save)",

@@ -19,7 +19,7 @@ Modes (:data:`MODES`):
 * ``"auto"``: ``"rich"`` when the stream is a terminal and rich is installed, else ``"plain"``.
 
 ``rich`` is imported only in ``"rich"`` mode. A :class:`Progress` is not picklable state for
-anyone else: callbacks that Ray Tune pickles (:class:`autoaug.search.progress.ProgressCallback`)
+anyone else: callbacks that Ray Tune pickles (:class:`autoaug.search.tune.progress.ProgressCallback`)
 drop their reference to it when pickled.
 """
 

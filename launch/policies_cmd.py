@@ -327,10 +327,10 @@ def _print_full_provenance(record) -> None:
     and every evaluation as indented JSON."""
     if record.provenance:
         from autoaug.search.budget import describe_budget
-        from autoaug.search.calibrate import describe_calibration  # light: no Ray, no Optuna
+        from autoaug.search.decide.calibrate import describe_calibration  # light: no Ray, no Optuna
 
-        from autoaug.search.op_effects import describe_effects
-        from autoaug.search.rescore import describe_selection
+        from autoaug.search.decide.op_effects import describe_effects
+        from autoaug.search.decide.rescore import describe_selection
 
         for heading, lines in (
             ("measured before the search", describe_calibration(record.provenance.get("calibration"))),

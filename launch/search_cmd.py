@@ -105,7 +105,7 @@ def _print(text: str = "") -> None:
 
 def _describe(config, address: str | None) -> str:
     from autoaug.search.run_dir import RunDir
-    from autoaug.search.study import study_url
+    from autoaug.search.tune.study import study_url
 
     concurrency = config.concurrency or "as resources allow"
     startup = "" if config.startup_trials is None else f", {config.startup_trials} startup trials"
@@ -130,7 +130,7 @@ def _describe(config, address: str | None) -> str:
 
 def _start_line(config) -> str:
     """Which base and warm start the search uses, or that it measures them first."""
-    from autoaug.search.calibrate import AUTO, TRANSFER_REFS
+    from autoaug.search.decide.calibrate import AUTO, TRANSFER_REFS
 
     base = (
         "base: auto (each base alone trained under the proxy first; of those within the noise of "
@@ -329,11 +329,7 @@ def outcome_json(outcome) -> dict:
         "selection": outcome.provenance.get("selection"),
         "budget": outcome.provenance.get("budget"),  # the time budget: spent, sessions, what it ended
         "study_problems": list(outcome.study_problems),
-        **(
-            {"schedule": outcome.provenance["method"]["schedule"]}  # a PBA search's schedule (policy: its last stage)
-            if (outcome.provenance.get("method") or {}).get("schedule")
-            else {}
-        ),
+        **outcome.method_fields(),  # the method's own (a PBA search: its schedule; policy: its last stage)
     }
 
 
@@ -351,7 +347,7 @@ def _method_help() -> str:
 
 
 def _method_options() -> tuple[Option, ...]:
-    """The flags the registered methods declare (:class:`autoaug.search.method.OptionSpec`)."""
+    """The flags the registered methods declare (:class:`autoaug.search.methods.base.OptionSpec`)."""
     from autoaug.search.config import METHODS
 
     return tuple(

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 __all__ = ["provenance_lines", "evaluation_lines", "next_steps", "SEARCH_KIND", "VALUE_WIDTH"]
 
-#: ``provenance["kind"]`` of a policy a search stored (:func:`autoaug.search.assemble.build_provenance`).
+#: ``provenance["kind"]`` of a policy a search stored (:func:`autoaug.search.decide.assemble.build_provenance`).
 SEARCH_KIND = "autoaug.search"
 #: The longest value a summary line shows of a record it does not know (the rest: ``--provenance``).
 VALUE_WIDTH = 100

@@ -1,6 +1,6 @@
 """One proxy run's model and its optimisation, step by step (:class:`Learner`): what
 :func:`autoaug.proxy_models.train.train` (the run: data, checkpoints, resume) and the density
-method's fold models (:mod:`autoaug.search.fold_models`) train and evaluate with.
+method's fold models (:mod:`autoaug.search.methods.density.fold_models`) train and evaluate with.
 
 Recipe (AutoAugment's CIFAR training, per step): SGD with Nesterov momentum, weight decay on every
 parameter, linear learning-rate warm-up then cosine decay to zero (:class:`WarmupCosine`),

@@ -20,23 +20,23 @@ import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, TypeVar
 
-import autoaug.search.methods  # noqa: F401  (registers the built-in methods in METHODS)
+import autoaug.search.methods.builtin  # noqa: F401  (registers the built-in methods in METHODS)
 from autoaug.core.values import check_keys, deep_merge, invalid, is_int, is_number
 from autoaug.policies.bases import NAMES as BASE_NAMES
 from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.reference import looks_like_path
 from autoaug.search.budget import DURATION_HELP, parse_duration
-from autoaug.search.loggers import check_mlflow_uri
-from autoaug.search.method import METHODS, Method, MethodSettings, default_method
-from autoaug.search.rescore import RESCORE_SEED_OFFSET
+from autoaug.search.tune.loggers import check_mlflow_uri
+from autoaug.search.methods.base import METHODS, Method, MethodSettings, default_method
+from autoaug.search.decide.rescore import RESCORE_SEED_OFFSET
 from autoaug.search.run_dir import RUNS_ENV_VAR, default_runs_root, default_search_name
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.space import FAMILIES, SearchSpace
-from autoaug.search.study import SAMPLERS, model_samplers
-from autoaug.search.calibrate import AUTO
-from autoaug.search.warm_start import FAMILY_REFERENCE, warm_start_policies
+from autoaug.search.tune.study import SAMPLERS, model_samplers
+from autoaug.search.decide.calibrate import AUTO
+from autoaug.search.decide.warm_start import FAMILY_REFERENCE, warm_start_policies
 
 __all__ = [
     "SearchConfig",
@@ -49,6 +49,9 @@ __all__ = [
     "default_search_name",
     "deep_merge",
 ]
+
+#: A method's settings class (:meth:`SearchConfig.method_settings`).
+S = TypeVar("S", bound=MethodSettings)
 
 #: The presets every method runs: the shared settings; each method's settings in each are its
 #: own (``MethodSettings.PRESETS``), and a method may add presets of its own (``Method.presets``).
@@ -67,7 +70,7 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # accuracy at lr 0.15 is too noisy to rank by); the training method's 28 trials and their
     # ASHA rungs are its own settings (TrainMethodConfig.PRESETS).
     # Before the trials, the proxy is trained with each base alone and with each published policy
-    # on the best base (8 runs: search/calibrate.py); every candidate then trains on that base and
+    # on the best base (8 runs: search/decide/calibrate.py); every candidate then trains on that base and
     # the first 5 trials are the sub-policies of the published policy that transferred best. The
     # final candidates (assembled, best trial, AutoAugment extended by what the search found,
     # survivors) are re-scored under the proxy (one fresh seed) before one is stored. Chosen by
@@ -167,7 +170,7 @@ class SearchConfig:
     """Everything that defines a search (saved as ``search_config.json`` in its run directory).
 
     The fields shared by every method are below; each method's own settings are a frozen
-    dataclass of their own (:class:`~autoaug.search.method.MethodSettings`), checked by the
+    dataclass of their own (:class:`~autoaug.search.methods.base.MethodSettings`), checked by the
     method (:data:`METHODS`). Every registered method's settings are held (``settings``, by
     method name) and read as the attribute their class names (``config.pba``); the constructor
     takes them under that name too (``SearchConfig(..., pba={"population": 4})``). In the dict
@@ -184,7 +187,7 @@ class SearchConfig:
         concurrency: trials running at once (``ConcurrencyLimiter``); None: as many as the
             cluster's resources allow.
         cpus_per_trial / gpus_per_trial: Ray resources of one trial (fractions of a GPU allowed).
-        sampler: Optuna sampler, one of :data:`autoaug.search.study.SAMPLERS`.
+        sampler: Optuna sampler, one of :data:`autoaug.search.tune.study.SAMPLERS`.
         seed: seed of the sampler.
         startup_trials: a model-based sampler (``tpe``, ``gp``, ``cmaes``) proposes at random
             until this many trials have finished (complete or stopped early; warm-start trials
@@ -196,13 +199,13 @@ class SearchConfig:
             ranks trials by what they learned. 1: the epoch's own validation accuracy.
         warm_start: policy references (presets such as ``autoaugment-cifar10``, policy JSON
             files, stored versions) whose sub-policies are the first candidates, ``K`` per trial
-            (:mod:`autoaug.search.warm_start`); or ``"auto"``: the published policies are first
+            (:mod:`autoaug.search.decide.warm_start`); or ``"auto"``: the published policies are first
             trained under the proxy on the data and the search warm-starts from the one that
-            transfers best (:mod:`autoaug.search.calibrate`).
+            transfers best (:mod:`autoaug.search.decide.calibrate`).
         base: the base augmentation every candidate is trained on (:mod:`autoaug.policies.bases`:
             ``none``, ``crop``, ``standard``); ``"auto"``: the proxy is trained with each base
             alone before the search; of the best and the bases within the noise of it, the one
-            that augments most is kept (:mod:`autoaug.search.calibrate`);
+            that augments most is kept (:mod:`autoaug.search.decide.calibrate`);
             None: the space's own (``space.base``, ``standard``), as searches did before bases.
         calibration_seeds: proxy runs per base and per published policy when ``base`` or
             ``warm_start`` is ``"auto"`` (seeds ``train.seed + 2000``, ``+ 2001``, ...).
@@ -214,7 +217,7 @@ class SearchConfig:
         calibration_from: the name of an earlier search in the same ``storage`` whose
             calibration this one reuses (``--calibration-from``): its proxy runs stand for this
             search's own, seed for seed, so nothing is trained again and the choices are made
-            again on them (:func:`autoaug.search.calibrate.calibration_source`). Refused before
+            again on them (:func:`autoaug.search.decide.calibrate.calibration_source`). Refused before
             any work unless that search calibrated the same data, split and proxy. None: measure.
         calibration_epochs: the calibration runs' schedule: a whole run of this many epochs
             (warm-up and decay compressed to it, validated over its last ``score_window``
@@ -226,11 +229,11 @@ class SearchConfig:
             (:meth:`SearchSpace.with_family`); ``"auto"``: with ``warm_start: auto``, the family of
             the published policy that transfers best in calibration (among the families the method
             searches), warm-started from that policy as a point of it
-            (:mod:`autoaug.search.calibrate`); with a warm start given or none, the space's own;
+            (:mod:`autoaug.search.decide.calibrate`); with a warm start given or none, the space's own;
             None: the space's own.
         rescore: train the final candidates a method returns (the assembled policy, the best
             single trial, ...) again under the proxy (fresh seeds) and store the best
-            (:mod:`autoaug.search.rescore`).
+            (:mod:`autoaug.search.decide.rescore`).
         rescore_seeds: re-scoring runs per candidate (seeds ``train.seed + 1000``, ``+ 1001``,
             ...); a candidate's re-score is the mean over them.
         rescore_val_size: validation images of the re-scoring runs (None: ``train.val_size``);
@@ -244,7 +247,7 @@ class SearchConfig:
             SQLite file ``optuna.db`` in the run directory (local storage only).
         store: policy store URI for the result; None: ``$AUTOAUG_STORE`` or ``~/.autoaug/policies``.
         reuse_actors: keep trial processes alive between trials (DALI pipelines build faster).
-        mlflow_uri: MLflow tracking URI: one MLflow run per trial (:mod:`autoaug.search.loggers`);
+        mlflow_uri: MLflow tracking URI: one MLflow run per trial (:mod:`autoaug.search.tune.loggers`);
             None: no MLflow logging (TensorBoard event files are always written).
         verbose: 0 silent, 1 one line per finished trial, 2 also Ray Tune's status table and
             the trials' own output.
@@ -324,6 +327,15 @@ class SearchConfig:
         configuration was made)."""
         held = self.__dict__.get("settings") or {}
         return held[method.name] if method.name in held else method.settings.from_value({})
+
+    def method_settings(self, settings: type[S]) -> S:
+        """The settings of the registered method whose settings class is ``settings``, typed
+        (``config.method_settings(PbaConfig).population``): what a method reads its settings
+        with. ``config.pba`` is the same object, for a reader at a prompt."""
+        for m in METHODS.values():
+            if m.settings is settings:
+                return self.settings_of(m)
+        raise ValueError(f"no registered method has the settings {settings.__name__}; registered: {list(METHODS)}")
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):

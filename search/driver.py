@@ -18,11 +18,11 @@ In order (each step below is one function of this module):
    ``{storage}/{name}`` receives ``search_config.json`` (:class:`~autoaug.search.run_dir.RunState`).
    :func:`resume_search` reads it back instead and returns a finished search's outcome as it is.
 2. **The method** (:func:`_search`): inside the Ray session (embedded, or a cluster) the method
-   (:data:`autoaug.search.config.METHODS`, :mod:`autoaug.search.method`; the built-in ones are
-   listed in :mod:`autoaug.search.methods`) scores candidates, resuming from what earlier
+   (:data:`autoaug.search.config.METHODS`, :mod:`autoaug.search.methods.base`; the built-in ones are
+   listed in :mod:`autoaug.search.methods.builtin`) scores candidates, resuming from what earlier
    sessions left, and returns its trials, the assembled policy and the final candidates.
 3. **Re-scoring** (:func:`_rescore`): with ``SearchConfig.rescore`` and more than one candidate,
-   each is trained again under the proxy with fresh seeds (:mod:`autoaug.search.rescore`), every
+   each is trained again under the proxy with fresh seeds (:mod:`autoaug.search.decide.rescore`), every
    finished run saved in ``rescore.json``.
 4. **Choosing, storing, the result** (:func:`_store`): the best re-scored candidate (or the
    method's first), the provenance (configuration, data, every trial, Optuna, timing, the
@@ -35,7 +35,7 @@ the method's trials stop when what is left is what re-scoring and storing need, 
 to what is left, and a resumed search continues with the time its earlier sessions left.
 
 For Ray Tune, Optuna and their consistency across a driver crash see
-:mod:`autoaug.search.experiment` and :mod:`autoaug.search.reconcile`.
+:mod:`autoaug.search.tune.experiment` and :mod:`autoaug.search.tune.reconcile`.
 """
 
 from __future__ import annotations
@@ -47,16 +47,16 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
-from autoaug.search.assemble import build_provenance
-from autoaug.search import op_effects
+from autoaug.search.decide.assemble import build_provenance
+from autoaug.search.decide import op_effects
 from autoaug.search.budget import STORE_RESERVE_S, Budget, format_duration, measured_run_s
 from autoaug.search.config import SearchConfig
-from autoaug.search.method import MethodResult, PreparedSearch, no_study, resume_hint
+from autoaug.search.methods.base import MethodResult, PreparedSearch, no_study, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
-from autoaug.search.rescore import RESCORE_FILE, candidate_scores, choose, rescore_candidates
+from autoaug.search.decide.rescore import RESCORE_FILE, candidate_scores, choose, rescore_candidates
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir, RunState, default_runs_root
 from autoaug.search.score import METRIC, MODE
-from autoaug.search.study import check_no_study, delete_study, run_study_url
+from autoaug.search.tune.study import check_no_study, delete_study, run_study_url
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -85,7 +85,7 @@ def run_search(
             joined); it is entered only after the configuration and the data were checked.
         overwrite: delete an existing run directory (and its study) of the same name first.
         trainable: replaces the method's trial function (the training method's
-            :func:`autoaug.search.trial.run_trial`, same signature), e.g. for another trainer.
+            :func:`autoaug.search.methods.train.trial.run_trial`, same signature), e.g. for another trainer.
         display: the :class:`autoaug.core.progress.Progress` the progress goes to (bars on a
             terminal); None: plain lines on stdout when ``config.verbose >= 1``, else nothing.
 
@@ -115,7 +115,7 @@ def run_search(
             f"{hint}choose another --name, or pass --overwrite to start it again"
         )
     data = describe_data(config.train)
-    from autoaug.search.calibrate import calibration_source
+    from autoaug.search.decide.calibrate import calibration_source
 
     calibration_source(config, data)  # another search's calibration to reuse: checked before any work
     if run.exists():  # --overwrite, and everything checked
@@ -167,7 +167,7 @@ def resume_search(
     _check_store(config)
     if run.exists(RESULT_FILE):
         return outcome_from_result(run.read_json(RESULT_FILE), run)
-    from autoaug.search.calibrate import CALIBRATION_FILE
+    from autoaug.search.decide.calibrate import CALIBRATION_FILE
 
     if not config.search_method.can_resume(run) and not run.exists(CALIBRATION_FILE):  # (killed in calibration)
         raise SearchError(
@@ -203,8 +203,8 @@ def _search(
 ) -> SearchOutcome:
     """The method, then re-scoring (both inside the Ray session), then choosing and storing; a full
     or read-only filesystem on the way is one line that says how to resume."""
-    from autoaug.search.calibrate import calibrate, transfer_candidate
-    from autoaug.search.experiment import tune_output
+    from autoaug.search.decide.calibrate import calibrate, transfer_candidate
+    from autoaug.search.tune.experiment import tune_output
 
     with _resumable(config, run):
         display = _display(display, config.verbose)
@@ -259,7 +259,7 @@ def _resumable(config: SearchConfig, run: RunDir) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        from autoaug.search.tune_storage import storage_failure
+        from autoaug.search.tune.tune_storage import storage_failure
 
         error = storage_failure(exc, run.uri, resume_hint(config))
         if error is None:
@@ -271,8 +271,8 @@ def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer
     """Tell ``budget`` what re-scoring will need (the runs of the most candidates the method can
     return, and of the ``transfer`` candidate unless calibration measured it, as many at once as
     the cluster runs), so that trials stop in time for it."""
-    from autoaug.search.calibrate import CALIBRATION_FILE
-    from autoaug.search.rescore import parallel_runs
+    from autoaug.search.decide.calibrate import CALIBRATION_FILE
+    from autoaug.search.decide.rescore import parallel_runs
 
     own = config.search_method.max_candidates(config)
     trained = own + (transfer is not None and not transfer.runs)
@@ -307,7 +307,7 @@ def _transfer_only(
     """The search's result when calibration left no time for trials: no trial, and the
     ``transfer`` candidate (the published policy that transferred best), stored as calibration
     measured it (nothing is re-scored: its runs are in the calibration record)."""
-    from autoaug.search.assemble import AssembledPolicy
+    from autoaug.search.decide.assemble import AssembledPolicy
 
     planned = config.search_method.num_trials(config)
     spent, left = budget.spent_s(), max(budget.remaining_s(), 0.0)
@@ -391,7 +391,7 @@ def _within_budget(
     not yet done fit in the time left less what storing needs, in waves of as many runs as the
     cluster runs at once, each as long as a measured proxy run -- and the deadline of their runs.
     Says what it leaves out (and records it in the budget)."""
-    from autoaug.search.rescore import missing_runs, parallel_runs
+    from autoaug.search.decide.rescore import missing_runs, parallel_runs
 
     candidates = list(found.candidates)
     measured = [c for c in candidates if c.runs]  # (the transfer, from calibration) compete whatever is left
@@ -523,7 +523,7 @@ def _store(
         provenance["method"] = dict(found.provenance)
     if calibration is not None:
         provenance["calibration"] = calibration
-    # What helps and hurts on this data, from the runs on the chosen base (search.op_effects).
+    # What helps and hurts on this data, from the runs on the chosen base (search.decide.op_effects).
     provenance["op_effects"] = op_effects.from_provenance(provenance, config.train.epochs)
     if budget is not None:
         provenance["budget"] = _budget_record(config, found, budget)

@@ -1,24 +1,19 @@
-"""What a search records: the data it ran on, one :class:`TrialRecord` per Tune trial, and the
-:class:`SearchOutcome` (rebuilt from ``result.json`` for a finished search)."""
+"""What a search records: the data it ran on and the :class:`SearchOutcome` (rebuilt from
+``result.json`` for a finished search). One :class:`TrialRecord` per Tune trial is
+:func:`autoaug.search.tune.results.trial_records`."""
 
 from __future__ import annotations
 
-import math
-import sys
 from dataclasses import dataclass
-from typing import Any, Container, Mapping
+from typing import Any, Mapping
 
-import optuna
-
-from autoaug.search.assemble import SUCCESS_STATUSES, AssembledPolicy, TrialRecord
-from autoaug.search.method import METHODS
-from autoaug.search.progress import trial_error
+from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
+from autoaug.search.methods.base import METHODS, Method
 from autoaug.search.run_dir import RunDir
-from autoaug.search.score import METRIC, MODE
+from autoaug.search.score import METRIC
 from autoaug.search.space import SearchSpace
-from autoaug.search.study import final_step, study_trials_by_tune_id
 
-__all__ = ["SearchOutcome", "describe_data", "trial_records", "outcome_from_result"]
+__all__ = ["SearchOutcome", "describe_data", "outcome_from_result"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +36,15 @@ class SearchOutcome:
         """``name@version`` in the policy store."""
         return f"{self.policy.name}@{self.version}"
 
+    @property
+    def method(self) -> Method | None:
+        """The registered method that ran this search (None: one not registered in this process)."""
+        return METHODS.get(((self.provenance.get("search") or {}).get("config") or {}).get("method", ""))
+
+    def method_fields(self) -> dict[str, Any]:
+        """What the method adds to ``autoaug search --json``'s result from its provenance record."""
+        return {} if self.method is None else self.method.result_fields(self.provenance.get("method") or {})
+
     def _assembly_line(self) -> str:
         """How the final policy was made: AutoAugment's concatenation, or (rule ``best``) the best
         trial's point of the space family, described."""
@@ -54,10 +58,11 @@ class SearchOutcome:
                 f"assembled policy = best {len(self.assembled.selected)} trials, {num} sub-policies "
                 f"({self.assembled.duplicates_removed} duplicates removed)"
             )
+        own = self.method.best_policy_line(num) if self.method is not None else None
+        if own is not None:  # the method's words (a PBA member's last policy)
+            return own
         space = ((self.provenance.get("search") or {}).get("config") or {}).get("space") or {}
         family = space.get("family", "aa")
-        if family == "aa":  # a PBA member's last policy
-            return f"final policy = the best trial's, {num} sub-policies"
         try:
             point = SearchSpace.from_dict(space).describe_point(self.best_trial.params)
         except ValueError:
@@ -109,16 +114,15 @@ class SearchOutcome:
                 f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
                 f"{scores}; stored: {selection['chosen']}"
             )
-            from autoaug.search.rescore import describe_selection
+            from autoaug.search.decide.rescore import describe_selection
 
             lines += describe_selection(selection)
-        method = METHODS.get(((self.provenance.get("search") or {}).get("config") or {}).get("method", ""))
-        if method is not None:  # what the method's own record says (a PBA search: its schedule)
-            lines += method.summary(self.provenance.get("method") or {})
+        if self.method is not None:  # what the method's own record says (a PBA search: its schedule)
+            lines += self.method.summary(self.provenance.get("method") or {})
         from autoaug.search.budget import describe_budget
-        from autoaug.search.calibrate import describe_calibration
+        from autoaug.search.decide.calibrate import describe_calibration
 
-        from autoaug.search.op_effects import describe_effects
+        from autoaug.search.decide.op_effects import describe_effects
 
         calibration = self.provenance.get("calibration")
         lines += describe_calibration(calibration)
@@ -174,92 +178,6 @@ def describe_data(train_config: Any) -> dict[str, Any]:
             "group_by": train_config.group_by,
         },
     }
-
-
-def trial_records(
-    run: RunDir, study: optuna.Study, *, space: SearchSpace, name: str, epochs: int, budget_stopped: Container[str] = ()
-) -> list[TrialRecord]:
-    """One :class:`TrialRecord` per trial of the Tune experiment in ``run``, in creation order:
-    its parameters decoded in ``space``, whatever its family (policies named ``{name}-{trial id}``), ``completed``
-    when it reported ``epochs`` results, ``budget_stopped`` when the search's time budget ended it
-    earlier (``budget_stopped``: those trials' ids; scored on what it reported, if anything).
-
-    Tune's final experiment state gives status, last metrics and errors. For a trial that the
-    Optuna study recorded as finished while Tune's snapshot was older (the driver died in
-    between, and the study guard did not run it again), the study's value and step are the
-    result.
-    """
-    from ray.tune import ExperimentAnalysis
-
-    analysis = ExperimentAnalysis(run.uri, default_metric=METRIC, default_mode=MODE)
-    latest = study_trials_by_tune_id(study)
-    names = set(space.param_names())
-    epochs_needed = epochs
-    records = []
-    trials = sorted(analysis.trials, key=lambda t: (_creation_index(t), t.trial_id))
-    for index, trial in enumerate(trials):
-        params = {k: v for k, v in (trial.config or {}).items() if k in names}
-        try:
-            policy = space.to_policy(params, name=f"{name}-{trial.trial_id}")
-        except ValueError:
-            policy = None
-        last = trial.last_result or {}
-        epochs = int(last.get("epoch") or 0)
-        score = last.get(METRIC)
-        error = note = None
-        if trial.status == "ERROR":
-            status = "failed"
-            error = trial_error(trial)
-        elif trial.status == "TERMINATED":
-            status = "completed" if epochs >= epochs_needed else _stopped(trial.trial_id, budget_stopped)
-        elif trial.status == "RUNNING":
-            status = "running"
-        else:
-            status = "pending"
-        frozen = latest.get(trial.trial_id)
-        if frozen is not None and frozen.state.is_finished() and status in SUCCESS_STATUSES:
-            # The study records a trial's first end, Tune's snapshot can be older (driver killed
-            # in between): the study's result is the trial's result.
-            step = final_step(frozen)
-            if frozen.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) and (
-                int(last.get("training_iteration") or 0) != step
-                or score is None
-                or not math.isclose(float(score), frozen.value, rel_tol=1e-9)
-            ):
-                score, epochs = frozen.value, step
-                status = "completed" if step >= epochs_needed else _stopped(trial.trial_id, budget_stopped)
-                note = "result from the Optuna study: the trial ended after Tune's last snapshot"
-            elif frozen.state == optuna.trial.TrialState.FAIL:
-                status, score = "failed", None
-                error = "failed before the driver stopped (the error was recorded in the Optuna study only)"
-        records.append(
-            TrialRecord(
-                trial_id=trial.trial_id,
-                index=index,
-                status=status,
-                params=params,
-                policy=policy,
-                score=None if score is None else float(score),
-                epochs=epochs,
-                train_time_s=last.get("train_time_s"),
-                error=error,
-                optuna_number=None if frozen is None else frozen.number,
-                num_failures=int(getattr(trial, "num_failures", 0) or 0),
-                note=note,
-            )
-        )
-    return records
-
-
-def _stopped(trial_id: str, budget_stopped: Container[str]) -> str:
-    """The status of a trial that ended before its last epoch without an error."""
-    return "budget_stopped" if trial_id in budget_stopped else "early_stopped"
-
-
-def _creation_index(trial: Any) -> int:
-    # Tune's experiment tag starts with the trial counter: "3_sp0_op0_mag=9,...".
-    head = str(getattr(trial, "experiment_tag", "") or "").split("_", 1)[0]
-    return int(head) if head.isdigit() else sys.maxsize
 
 
 def outcome_from_result(result: Mapping[str, Any], run: RunDir) -> SearchOutcome:

@@ -38,7 +38,7 @@ from autoaug.search.config import METHODS
 from autoaug.search.score import METRIC
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, STUDY_FILE, RunDir
 from autoaug.search.space import SearchSpace
-from autoaug.search.study import make_storage
+from autoaug.search.tune.study import make_storage
 
 __all__ = ["ReportData", "load_report_data", "write_report", "op_frequencies", "importances", "top_trials"]
 

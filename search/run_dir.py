@@ -12,15 +12,15 @@ import dataclasses
 import json
 import os
 import socket
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping
 
 from autoaug.core.errors import RunExistsError
 from autoaug.core.location import Location
 from autoaug.core.metrics import metrics_json
-from autoaug.search.assemble import utc_now
 
 __all__ = [
+    "utc_now",
     "RunDir",
     "RunState",
     "CONFIG_FILE",
@@ -39,6 +39,11 @@ RESULT_FILE = "result.json"
 STUDY_FILE = "optuna.db"
 #: The root of run directories when ``--storage`` is not given.
 RUNS_ENV_VAR = "AUTOAUG_RUNS"
+
+
+def utc_now() -> str:
+    """Now, in UTC, as the run directory's files write a time (``2026-01-31T12:00:00Z``)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def default_runs_root() -> str:

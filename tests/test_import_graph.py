@@ -2,7 +2,8 @@
 
 Layers (docs/ARCHITECTURE.md): core <- policies <- proxy_models <- search <- launch; a package
 imports only packages of lower layers (lazy, function-level imports included). Inside a package,
-the top-level imports of its modules form no cycle.
+the top-level imports of its modules form no cycle. ``search`` is itself layered in rooms
+(:data:`SEARCH_ROOMS`), and its methods are folders no shared module imports.
 """
 
 from __future__ import annotations
@@ -65,7 +66,98 @@ def test_packages_import_only_lower_layers():
             target_layer = LAYERS.index(target.split(".")[1])
             if target_layer > layer:
                 wrong.append(f"{module} imports {target}")
-    assert not wrong, "\n".join(wrong)
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+#: The rooms of ``search/``, lowest first: a module imports modules of its own room and of lower
+#: rooms only (lazy imports included; imports for annotations only, under ``TYPE_CHECKING``, do not
+#: count). The vocabulary and the story are modules of ``search/`` itself; the other rooms are
+#: its subpackages.
+SEARCH_ROOMS = [
+    ("vocabulary", ("score", "space", "budget", "run_dir")),
+    ("decide", ("decide",)),
+    ("tune", ("tune",)),
+    ("methods", ("methods",)),
+    ("story", ("driver", "config", "records", "report", "")),
+]
+
+
+def _search_room(module: str) -> int:
+    """The index in :data:`SEARCH_ROOMS` of ``autoaug.search[.X...]``."""
+    rest = module.split(".")[2:]
+    first = rest[0] if rest else ""
+    for index, (_, members) in enumerate(SEARCH_ROOMS):
+        if first in members:
+            return index
+    raise AssertionError(f"{module} is in no room of SEARCH_ROOMS: put it in one")
+
+
+def _module_of(target: str, modules: dict[str, Path]) -> str:
+    """The module an import names (``from M import name`` records ``M.name`` too)."""
+    while target not in modules and "." in target:
+        target = target.rsplit(".", 1)[0]
+    return target
+
+
+def _search_imports() -> list[tuple[str, str]]:
+    modules = _modules()
+    return [
+        (module, _module_of(target, modules))
+        for module, path in modules.items()
+        if module.startswith("autoaug.search")
+        for target in _imports(path, top_level_only=False)
+        if target.startswith("autoaug.search")
+    ]
+
+
+def test_search_rooms_import_only_their_own_and_lower_rooms():
+    wrong = []
+    for module, target in _search_imports():
+        if _search_room(target) > _search_room(module):
+            wrong.append(
+                f"{module} ({SEARCH_ROOMS[_search_room(module)][0]}) imports {target} "
+                f"({SEARCH_ROOMS[_search_room(target)][0]})"
+            )
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def _method_folder(module: str) -> str | None:
+    """``train`` for ``autoaug.search.methods.train[.X]``; None outside a method's folder."""
+    parts = module.split(".")
+    if parts[:3] != ["autoaug", "search", "methods"] or len(parts) < 4:
+        return None
+    return parts[3] if (ROOT / "search" / "methods" / parts[3]).is_dir() else None
+
+
+def test_a_method_folder_is_imported_by_its_registration_only():
+    """Each method is one folder: no other method and no shared module imports it (lazy imports
+    included), but the one module that registers the built-in methods."""
+    wrong = [
+        f"{module} imports {target}"
+        for module, target in _search_imports()
+        if _method_folder(target) is not None
+        and _method_folder(module) != _method_folder(target)
+        and module != "autoaug.search.methods.builtin"
+    ]
+    wrong += [
+        f"{module} imports {target}"
+        for package in ("launch", "core", "policies", "proxy_models")
+        for module, path in _modules().items()
+        if module.split(".")[1] == package
+        for target in _imports(path, top_level_only=False)
+        if _method_folder(target) is not None
+    ]
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_every_method_folder_is_registered_as_a_built_in():
+    """A folder under ``search/methods/`` is a method: a package whose ``method`` module the one
+    list of built-in methods imports."""
+    folders = {p.name for p in (ROOT / "search" / "methods").iterdir() if (p / "__init__.py").is_file()}
+    builtin = _imports(ROOT / "search" / "methods" / "builtin.py", top_level_only=True)
+    registered = {_method_folder(t) for t in builtin if t.endswith(".method")} - {None}
+    assert folders and folders == registered
+    assert all((ROOT / "search" / "methods" / f / "method.py").is_file() for f in folders)
 
 
 def test_no_import_cycle_between_modules():

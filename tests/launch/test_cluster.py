@@ -107,7 +107,7 @@ def test_project_runtime_env_ships_the_project_under_its_import_name(tmp_path):
     import sys
 
     code = (
-        f"import sys; sys.path.insert(0, {str(Path(shipped).parent)!r}); import autoaug.search.trial as m; "
+        f"import sys; sys.path.insert(0, {str(Path(shipped).parent)!r}); import autoaug.search.methods.train.trial as m; "
         "print(m.__file__)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)

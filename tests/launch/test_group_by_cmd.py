@@ -215,7 +215,7 @@ def test_search_draws_its_split_and_the_density_folds_by_group(tracks):
     from autoaug.launch.search_cmd import build_search_config
     from autoaug.proxy_models.data import open_dataset
     from autoaug.proxy_models.splits import config_split
-    from autoaug.search.fold_models import fold_splits
+    from autoaug.search.methods.density.fold_models import fold_splits
     from autoaug.search.records import describe_data
 
     config = build_search_config(

@@ -483,7 +483,7 @@ def test_import_errors_name_the_file_and_stay_short(tmp_path, capsys):
 def test_show_says_what_the_search_measured_before_its_trials(store, capsys):
     """A searched policy's calibration -- the base chosen and which published policy transferred
     best, by how much -- is shown in words above the whole provenance (``--provenance``)."""
-    from autoaug.search.calibrate import choose_base, rank_transfer
+    from autoaug.search.decide.calibrate import choose_base, rank_transfer
 
     record = {
         "base": choose_base({"none": [0.8666], "crop": [0.963], "standard": [0.9034]}),
@@ -619,7 +619,7 @@ def test_train_policy_and_policies_import_give_one_message_for_a_utf16_file(tmp_
 def _search_provenance(tmp_path, method: str, trials: int = 300) -> dict:
     """A search's provenance as the driver builds it (:func:`build_provenance`, with the records
     calibration, re-scoring and the budget add), of ``trials`` trials: a long record."""
-    from autoaug.search.assemble import TrialRecord, assemble_policy, build_provenance
+    from autoaug.search.decide.assemble import TrialRecord, assemble_policy, build_provenance
     from autoaug.search.config import SearchConfig
 
     config = SearchConfig.from_preset("smoke", data=str(tmp_path / "data"), name="found", method=method)
@@ -678,7 +678,7 @@ def _search_provenance(tmp_path, method: str, trials: int = 300) -> dict:
         "paired": True,
         "source": "a run's spread 1.12 points measured on these runs",
     }
-    from autoaug.search.calibrate import choose_base, rank_transfer
+    from autoaug.search.decide.calibrate import choose_base, rank_transfer
 
     provenance["calibration"] = {
         "epochs": 2,

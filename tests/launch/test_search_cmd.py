@@ -17,8 +17,8 @@ from autoaug.launch.cli import build_parser, main
 from autoaug.core.errors import UserInputError
 from autoaug.launch.search_cmd import build_search_config
 from autoaug.proxy_models.train import TrainConfig
-from autoaug.search.train_method import TrainMethodConfig
-from autoaug.search.tune_storage import StateCopy
+from autoaug.search.methods.train.method import TrainMethodConfig
+from autoaug.search.tune.tune_storage import StateCopy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -337,7 +337,7 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
     def exploding_trial(config, *, train_config, space, policy_prefix, score_window):
         raise ValueError(f"proxy training exploded for {policy_prefix}")
 
-    monkeypatch.setattr("autoaug.search.trial.run_trial", exploding_trial)
+    monkeypatch.setattr("autoaug.search.methods.train.trial.run_trial", exploding_trial)
     argv = [
         "search",
         "--preset",
@@ -713,7 +713,7 @@ def _finished(tmp_path, store: str):
     ``result.json`` describes it)."""
     from autoaug.policies import presets
     from autoaug.policies.policy import Policy
-    from autoaug.search.assemble import TrialRecord, assemble_policy, build_provenance
+    from autoaug.search.decide.assemble import TrialRecord, assemble_policy, build_provenance
     from autoaug.search.config import SearchConfig
     from autoaug.search.records import outcome_from_result
     from autoaug.search.run_dir import RunDir

@@ -48,8 +48,8 @@ def read_events(path):
 def test_json_tensorboard_mlflow_study_and_report(tmp_path, capfd, cifar_small):
     import optuna
 
-    from autoaug.search.loggers import event_files
-    from autoaug.search.study import open_study
+    from autoaug.search.tune.loggers import event_files
+    from autoaug.search.tune.study import open_study
 
     mlruns = tmp_path / "mlruns"
     argv = [

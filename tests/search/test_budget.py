@@ -9,7 +9,7 @@ import pickle
 import optuna
 import pytest
 
-from autoaug.search.assemble import TrialRecord
+from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.budget import (
     BUDGET_FILE,
     STORE_RESERVE_S,
@@ -21,10 +21,10 @@ from autoaug.search.budget import (
     parse_duration,
 )
 from autoaug.search.config import METRIC, SearchConfig
-from autoaug.search.reconcile import GuardedASHAScheduler, GuardedFIFOScheduler, StudySearch
+from autoaug.search.tune.reconcile import GuardedASHAScheduler, GuardedFIFOScheduler, StudySearch
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
-from autoaug.search.study import check_study, make_sampler
+from autoaug.search.tune.study import check_study, make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SPACE = SearchSpace(num_sub_policies=2)
@@ -408,15 +408,15 @@ def test_the_searchers_budget_is_one_sessions_and_survives_its_restore(tmp_path)
 
 def _candidates(n: int):
     from autoaug.policies import Policy
-    from autoaug.search.rescore import Candidate
+    from autoaug.search.decide.rescore import Candidate
 
     kinds = ["assembled", "best_trial", "warm_start+found", "survivors"]
     return [Candidate(kinds[i], Policy("r", 10, [[("Rotate", 0.1 * (i + 1), 3)]]), (), None) for i in range(n)]
 
 
 def _found(candidates):
-    from autoaug.search.assemble import AssembledPolicy
-    from autoaug.search.method import MethodResult
+    from autoaug.search.decide.assemble import AssembledPolicy
+    from autoaug.search.methods.base import MethodResult
 
     return MethodResult(
         trials=[], assembled=AssembledPolicy(candidates[0].policy, (), 0), candidates=candidates, optuna={}
@@ -435,7 +435,8 @@ class _Display:
 def rescoring(tmp_path, monkeypatch):
     """``(config, run, budget, clock, calls)``: a re-scoring search whose runs take 100 s, two at
     once; ``calls`` receives the candidates each re-scoring was asked for."""
-    from autoaug.search import driver, rescore
+    from autoaug.search import driver
+    from autoaug.search.decide import rescore
 
     config = SearchConfig.from_preset("smoke", name="r", rescore=True, storage=str(tmp_path))
     run = RunDir(str(tmp_path), "r")
@@ -498,7 +499,7 @@ def test_no_time_for_two_candidates_stores_the_methods_first(rescoring):
 def _measured_transfer(score=0.7):
     """The published policy that transferred best, with its two calibration runs."""
     from autoaug.policies import Policy
-    from autoaug.search.rescore import Candidate
+    from autoaug.search.decide.rescore import Candidate
 
     runs = ({METRIC: score, "val_accuracy": score, "seed": 2000}, {METRIC: score, "val_accuracy": score, "seed": 2001})
     return Candidate("transfer", Policy("r", 10, [[("Invert", 0.5, 0)]]), (), None, runs)
@@ -508,7 +509,7 @@ def test_no_time_to_rescore_the_searchs_own_candidates_stores_the_transfer_as_ca
     """What the trials scored (after 20 of 120 epochs, say) is not compared with a whole run: the
     published policy that transferred best, measured by calibration's whole runs, is stored."""
     from autoaug.search.driver import _rescore
-    from autoaug.search.rescore import choose, describe_selection
+    from autoaug.search.decide.rescore import choose, describe_selection
 
     config, run, budget, clock, calls = rescoring
     clock.now += 1000 - STORE_RESERVE_S - 50
@@ -541,7 +542,8 @@ def test_a_transfer_measured_in_calibration_competes_beside_the_candidates_the_t
 
 
 def test_the_time_planned_for_rescoring_leaves_out_a_transfer_calibration_measured(tmp_path, monkeypatch):
-    from autoaug.search import driver, rescore
+    from autoaug.search import driver
+    from autoaug.search.decide import rescore
 
     config = SearchConfig.from_preset("smoke", name="r", rescore=True, storage=str(tmp_path))
     run = RunDir(str(tmp_path), "r")
@@ -557,7 +559,8 @@ def test_the_time_planned_for_rescoring_leaves_out_a_transfer_calibration_measur
 
 
 def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(rescoring, monkeypatch):
-    from autoaug.search import driver, rescore
+    from autoaug.search import driver
+    from autoaug.search.decide import rescore
 
     config, run, budget, clock, _ = rescoring
     candidates = _candidates(4)
@@ -582,7 +585,7 @@ def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning():
     import warnings
 
     from autoaug.core.errors import AutoaugWarning
-    from autoaug.search.reconcile import attach_budget
+    from autoaug.search.tune.reconcile import attach_budget
 
     class RemoteTuner:  # a tune.Tuner in Ray Client mode has no local tuner
         pass

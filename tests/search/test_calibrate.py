@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from autoaug.policies import presets
-from autoaug.search.calibrate import (
+from autoaug.search.decide.calibrate import (
     CALIBRATION_FILE,
     CALIBRATION_SEED_OFFSET,
     TRANSFER_REFS,
@@ -21,10 +21,10 @@ from autoaug.search.calibrate import (
     rank_transfer,
 )
 from autoaug.search.config import SearchConfig
-from autoaug.search.noise import IMAGE_SCORES, decode_image_scores, encode_image_scores, measure
+from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores, encode_image_scores, measure
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
-from autoaug.search.warm_start import warm_start_policies
+from autoaug.search.decide.warm_start import warm_start_policies
 
 
 class _Log:
@@ -53,7 +53,7 @@ def _config(tmp_path, **changes):
 
 
 def _run(score, seed=0, n=1000, churn=0.0, window=5, val="val-a"):
-    """A run's result as :func:`autoaug.search.rescore.train_and_score` returns it: the first
+    """A run's result as :func:`autoaug.search.decide.rescore.train_and_score` returns it: the first
     ``score * n`` images right in every epoch of the window, then ``churn * n`` right images and as
     many wrong ones exchanged at random (by ``seed``): two runs disagree on about ``2 * churn``
     of the images beyond their gap, as two seeds do."""
@@ -178,7 +178,7 @@ def _fake_runs(monkeypatch, scores, calls, spread=0.002, churn=0.1):
     """The proxy runs replaced by a table: run ``i`` of a label scores its table entry plus
     ``spread * SHIFTS[i]`` (two seeds ``spread * sqrt(2)`` apart: a per-run spread of ``spread``),
     with per-image scores (:func:`_run`) disagreeing on about ``2 * churn`` of 1,000 images."""
-    import autoaug.search.rescore as rescore
+    import autoaug.search.decide.rescore as rescore
 
     def train_runs(runs, config, *, cached=None, save=None, task_name="", deadline=None):
         results = dict(cached or {})
@@ -378,8 +378,8 @@ def test_bases_within_the_noise_run_again_and_the_choice_is_made_on_all_their_ru
 
 
 def test_a_race_runs_another_round_only_while_it_fits_in_its_share_of_the_time_budget(tmp_path, monkeypatch):
-    import autoaug.search.rescore as rescore
-    from autoaug.search.calibrate import CALIBRATION_SHARE
+    import autoaug.search.decide.rescore as rescore
+    from autoaug.search.decide.calibrate import CALIBRATION_SHARE
 
     class Clock:  # a budget whose spent time the test sets
         total_s = 900.0
@@ -418,7 +418,7 @@ def test_a_round_of_the_bases_race_leaves_room_for_the_published_policies_first_
     """Runs of about 100 s, 2 at once, and 300 s of calibration share (900 s budget): one more
     round of the bases (1 wave) would fit alone, but not with the published policies' 6 runs
     after it (3 waves), so it is not run; with a larger budget it is, and the choice is the same."""
-    import autoaug.search.rescore as rescore
+    import autoaug.search.decide.rescore as rescore
 
     class Clock:
         total_s = 900.0
@@ -448,7 +448,7 @@ def test_a_calibration_that_will_outlast_the_budget_says_so_before_its_published
     """Runs of about 110 s (100 s measured + the overhead), 2 at once: the published policies' 6
     runs are 3 waves, 330 s. With 600 s left of 900 they fit (nothing said); with 300 s left the
     search says, before they start, when calibration will end and that the trials get no time."""
-    import autoaug.search.rescore as rescore
+    import autoaug.search.decide.rescore as rescore
 
     class Clock:
         total_s = 900.0
@@ -495,7 +495,7 @@ def _clocked_budget(monkeypatch, now):
 
 def _runs_that_take(monkeypatch, now, seconds):
     """Each faked proxy run (:func:`_fake_runs`) moves the clock ``now`` on by ``seconds``."""
-    import autoaug.search.rescore as rescore
+    import autoaug.search.decide.rescore as rescore
 
     fake = rescore.train_runs
 
@@ -516,10 +516,10 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     """10 calibration runs of 400 s against a 30-minute budget: no trial starts (it would be
     stopped at its first report with no time to re-score it); the published policy that
     transferred best is stored with its calibration runs, and the summary says why."""
-    import autoaug.search.rescore as rescore
+    import autoaug.search.decide.rescore as rescore
     from autoaug.policies.store import PolicyStore
     from autoaug.search.driver import run_search
-    from autoaug.search.train_method import TrainMethod
+    from autoaug.search.methods.train.method import TrainMethod
 
     data = _arrows(write_images, tmp_path / "arrows.parquet", per_class=48)
     calls, now = [], [0.0]
@@ -597,8 +597,8 @@ def test_trials_are_skipped_only_before_any_ran_and_only_with_the_transfer_measu
     """The rule :func:`autoaug.search.driver._no_time_for_trials` applies, case by case."""
     from autoaug.search import driver
     from autoaug.search.budget import Budget
-    from autoaug.search.rescore import Candidate
-    from autoaug.search.train_method import TrainMethod
+    from autoaug.search.decide.rescore import Candidate
+    from autoaug.search.methods.train.method import TrainMethod
 
     config = _config(tmp_path, time_budget_s=1800)
     run = RunDir(config.storage, config.name)
@@ -670,7 +670,7 @@ def test_the_first_rounds_repeat_runs_in_the_same_batch_as_the_first_round(tmp_p
     """The repeat that measures the per-run noise goes with the first round's runs, last: on 2
     slots, 3 bases and the repeat are 2 waves (not 3 runs, then the repeat alone on one slot while
     the other idles), 5 published policies and theirs 3 waves (not 4)."""
-    import autoaug.search.rescore as rescore
+    import autoaug.search.decide.rescore as rescore
 
     calls = []
     _fake_runs(monkeypatch, SCORES, calls)
@@ -727,7 +727,7 @@ def test_a_resumed_search_keeps_the_choice_its_calibration_made_even_under_anoth
 
 
 def test_the_best_published_policy_is_a_final_candidate_on_the_chosen_base():
-    from autoaug.search.calibrate import transfer_candidate
+    from autoaug.search.decide.calibrate import transfer_candidate
 
     record = {
         "transfer": {
@@ -747,7 +747,7 @@ def test_the_transfer_candidate_brings_its_calibration_runs_when_they_are_rescor
     """A calibration run of the trials' schedule, validated on the trials' images, is a re-scoring
     run with another seed: re-scoring does not train the transfer again. A shorter calibration
     schedule, or re-scoring on another validation size, is not."""
-    from autoaug.search.calibrate import transfer_candidate
+    from autoaug.search.decide.calibrate import transfer_candidate
 
     config = _config(tmp_path, rescore=True)
     record = {
@@ -866,7 +866,7 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
 ):
     """The proxy runs of the calibration replaced by a table (autoaugment-imagenet transfers best on
     crop); the trials are real: the first five are its 25 sub-policies on crop, in order."""
-    from autoaug.search.study import open_study
+    from autoaug.search.tune.study import open_study
     from autoaug.search.driver import run_search
 
     data = _arrows(write_images, tmp_path / "arrows.parquet", per_class=96)
@@ -988,7 +988,7 @@ def test_the_published_policies_runs_are_reused_only_on_the_base_they_ran_on(tmp
 )
 def test_a_calibration_of_another_protocol_is_refused_in_one_line(tmp_path, monkeypatch, change, says):
     from autoaug.core.errors import UserInputError
-    from autoaug.search.calibrate import calibration_source
+    from autoaug.search.decide.calibrate import calibration_source
 
     _fake_runs(monkeypatch, SCORES, [])
     first = _config(tmp_path, base="auto", warm_start="auto")
@@ -1010,7 +1010,7 @@ def test_a_calibration_of_another_protocol_is_refused_in_one_line(tmp_path, monk
 
 def test_a_calibration_that_cannot_be_reused_is_refused_by_what_is_missing(tmp_path, monkeypatch):
     from autoaug.core.errors import UserInputError
-    from autoaug.search.calibrate import calibration_source
+    from autoaug.search.decide.calibrate import calibration_source
 
     def refused(config):
         with pytest.raises(UserInputError) as err:

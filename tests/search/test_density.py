@@ -14,7 +14,7 @@ import pytest
 from autoaug.launch.cli import build_parser, main
 from autoaug.launch.search_cmd import build_search_config
 from autoaug.search.config import SearchConfig
-from autoaug.search.density import DensityConfig
+from autoaug.search.methods.density.method import DensityConfig
 
 # Two folds of 256 images, one epoch: seconds per fold model on a CPU; one candidate scored at a
 # time (one actor per round, whose imports and DALI graph cost more than the scoring).
@@ -106,7 +106,7 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
     a candidate that changes the images gives another score."""
     from autoaug.policies import Policy
     from autoaug.proxy_models.train import TrainConfig
-    from autoaug.search.density import FoldScorer, _train_fold, fold_splits
+    from autoaug.search.methods.density.method import FoldScorer, _train_fold, fold_splits
     from autoaug.search.space import SearchSpace
 
     cfg = TrainConfig.from_preset(

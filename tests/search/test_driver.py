@@ -8,13 +8,20 @@ import pickle
 import optuna
 import pytest
 
-from autoaug.search.assemble import TrialRecord
+from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.config import METRIC
 from autoaug.search.space import SearchSpace
-from autoaug.search.progress import format_exception
-from autoaug.search.reconcile import GuardedFIFOScheduler, StudySearch
+from autoaug.search.tune.progress import format_exception
+from autoaug.search.tune.reconcile import GuardedFIFOScheduler, StudySearch
 from autoaug.search.run_dir import RunDir
-from autoaug.search.study import FINAL_STEP_ATTR, ORPHAN_ATTR, RETRY_ATTR, TUNE_TRIAL_ATTR, check_study, make_sampler
+from autoaug.search.tune.study import (
+    FINAL_STEP_ATTR,
+    ORPHAN_ATTR,
+    RETRY_ATTR,
+    TUNE_TRIAL_ATTR,
+    check_study,
+    make_sampler,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SPACE = SearchSpace(num_sub_policies=2)
@@ -350,7 +357,7 @@ def test_epochs_a_trial_did_not_validate_are_not_intermediate_values(tmp_path):
 def test_asha_waits_for_a_trials_first_score_and_cuts_on_real_ones():
     from ray.tune.schedulers import TrialScheduler
 
-    from autoaug.search.reconcile import GuardedASHAScheduler
+    from autoaug.search.tune.reconcile import GuardedASHAScheduler
 
     class _Trial:
         def __init__(self, trial_id):

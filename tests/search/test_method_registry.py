@@ -5,6 +5,7 @@ refused by ``autoaug report`` in its own words -- without a line of the shared m
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import random
@@ -16,10 +17,17 @@ from typing import Any, ClassVar, Mapping
 import pytest
 
 from autoaug.core.values import is_int
-from autoaug.search.assemble import TrialRecord, assemble_policy
+from autoaug.search.decide.assemble import TrialRecord, assemble_policy
 from autoaug.search.config import SEARCH_PRESETS, SearchConfig
-from autoaug.search.method import METHODS, BaseMethod, MethodResult, MethodSettings, PreparedSearch, register_method
-from autoaug.search.rescore import Candidate
+from autoaug.search.methods.base import (
+    METHODS,
+    Method,
+    MethodResult,
+    MethodSettings,
+    PreparedSearch,
+    register_method,
+)
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +48,7 @@ class RandomScoreConfig(MethodSettings):
             raise self.invalid("candidates", "an integer >= 1")
 
 
-class RandomScoreMethod(BaseMethod):
+class RandomScoreMethod(Method):
     name = "random"
     help = "candidates drawn from the space and scored at random (a test of the registry)"
     settings = RandomScoreConfig
@@ -245,25 +253,160 @@ def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
     assert len(err.strip().splitlines()) == 1
 
 
-SHARED = ["launch", "search/driver.py", "search/records.py", "search/report.py", "search/config.py"]
+def _shared_modules() -> list[Path]:
+    """Every module that is no method's own: ``core``, ``launch``, and ``search`` but the method
+    folders and the one list that registers them (``search/methods/builtin.py``)."""
+    methods = REPO / "search" / "methods"
+    out = [p for part in ("core", "launch", "search") for p in sorted((REPO / part).rglob("*.py"))]
+    return [p for p in out if p != methods / "builtin.py" and not (p.parent != methods and methods in p.parents)]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                out.add(id(body[0].value))
+    return out
+
+
+def _code_words(path: Path) -> list[tuple[int, str]]:
+    """The names, attribute names and string constants of a module's code (not its docstrings or
+    comments), with their line numbers."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = _docstrings(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            out.append((node.lineno, node.value))
+        elif isinstance(node, ast.Name):
+            out.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            out.append((node.lineno, node.attr))
+    return out
 
 
 def test_no_shared_module_names_a_built_in_method():
-    """Method names appear in the methods' own modules and their one registration only."""
+    """A built-in method's name, its settings' attribute (``config.pba``) and ``--method NAME``
+    appear in the methods' own folders and their one registration only: the shared code asks
+    the method (:data:`METHODS`), it does not name one."""
+    own = {name for name in METHODS} | {m.settings.FIELD for m in METHODS.values()}
+    own.discard("train")  # also the proxy training configuration's key (config.train): checked as --method train
     found = []
-    for part in SHARED:
-        path = REPO / part
-        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            for number, line in enumerate(file.read_text().splitlines(), 1):
-                if re.search(r"""["'](pba|density)["']""", line):
-                    found.append(f"{file.relative_to(REPO)}:{number}: {line.strip()}")
+    for path in _shared_modules():
+        for line, word in _code_words(path):
+            if word in own or re.search(rf"--method ({'|'.join(METHODS)})\b", word):
+                found.append(f"{path.relative_to(REPO)}:{line}: {word!r}")
+    assert not found, "\n".join(found)
+
+
+def _read_key(node: ast.AST) -> tuple[ast.AST, str] | None:
+    """``(mapping, key)`` of ``mapping["key"]`` or ``mapping.get("key", ...)``; None otherwise."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return node.value, node.slice.value
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ):
+        return node.func.value, node.args[0].value
+    return None
+
+
+def test_no_shared_module_reads_a_method_s_own_record():
+    """The provenance's ``method`` record is the method's: the shared code hands it to the method
+    (``summary``, ``result_fields``) and reads none of its keys (``provenance["method"]["schedule"]``)."""
+    found = []
+    for path in _shared_modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            read = _read_key(node)
+            if read is None:
+                continue
+            inner = read[0]
+            while isinstance(inner, ast.BoolOp):  # (record.get("method") or {}).get(...)
+                inner = inner.values[0]
+            inner_read = _read_key(inner)
+            if inner_read is not None and inner_read[1] == "method":
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: reads {read[1]!r} of the method's record")
+    assert not found, "\n".join(found)
+
+
+#: The story of a search and the CLI, where a branch on a space family is a method in disguise
+#: (the space itself, the decisions made on its points and the report drawing a study's parameters
+#: branch on families by nature).
+STORY = [p for p in (REPO / "search").glob("*.py") if p.name not in ("space.py", "report.py")]
+
+
+def test_the_story_does_not_tell_a_method_by_its_space_family():
+    """``if family == "aa":  # a PBA member's last policy`` in the summary was PBA in disguise:
+    the story and the CLI ask the method instead."""
+    from autoaug.search.space import FAMILIES
+
+    found = []
+    for path in [*STORY, *sorted((REPO / "launch").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare):
+                constants = [c for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
+                if any(c.value in FAMILIES for c in constants):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}: compares with a space family")
     assert not found, "\n".join(found)
 
 
 def test_tune_experiments_are_built_and_restored_in_one_module():
     users = {
-        p.name
-        for p in (REPO / "search").glob("*.py")
+        p.relative_to(REPO / "search").as_posix()
+        for p in (REPO / "search").rglob("*.py")
         if "tune.Tuner(" in p.read_text() or "Tuner.restore(" in p.read_text()
     }
-    assert users == {"experiment.py"}
+    assert users == {"tune/experiment.py"}
+
+
+def test_an_incomplete_method_is_refused_at_registration_in_one_line():
+    """A method lacking what a search calls fails at registration, not in the middle of a search."""
+
+    class NoRun(Method):
+        name = "norun"
+        help = "forgot run"
+        settings = RandomScoreConfig
+        unit = "candidates"
+
+        def num_trials(self, config: SearchConfig) -> int:
+            return 1
+
+    with pytest.raises(
+        ValueError, match=r"^method 'norun' \(NoRun\) is incomplete: it does not define can_resume, run$"
+    ):
+        register_method(NoRun)
+
+    class NoUnit(NoRun):
+        name = "nounit"
+        unit = None  # as if unset
+        can_resume = RandomScoreMethod.can_resume
+        run = RandomScoreMethod.run
+
+    with pytest.raises(ValueError, match=r"^method 'nounit': unit must be a non-empty string, got None$"):
+        register_method(NoUnit())
+
+    class Duck:  # every callable, but not a Method
+        name = "duck"
+
+    with pytest.raises(ValueError, match=r"^method 'duck': Duck is not a subclass of .*Method"):
+        register_method(Duck())
+    assert not {"norun", "nounit", "duck"} & set(METHODS)
+
+
+def test_a_method_reads_its_settings_typed(random_method):
+    """``config.method_settings(Settings)``: the settings' own class, without ``__getattr__``;
+    the same object ``config.random_score`` gives a reader at a prompt."""
+    from autoaug.search.methods.pba.method import PbaConfig
+
+    c = _config(["--data", "x", "--method", "random", "--candidates", "5"])
+    assert c.method_settings(RandomScoreConfig) == RandomScoreConfig(candidates=5) == random_method.settings_in(c)
+    assert c.method_settings(RandomScoreConfig) is c.random_score
+    assert type(c.method_settings(PbaConfig)) is PbaConfig  # another method's: its defaults
+    with pytest.raises(ValueError, match="no registered method has the settings MethodSettings"):
+        c.method_settings(MethodSettings)

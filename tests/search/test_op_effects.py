@@ -8,7 +8,7 @@ import pytest
 
 from autoaug.policies import Policy, presets
 from autoaug.policies.ops import RANDAUGMENT_OPS
-from autoaug.search.op_effects import describe_effects, estimate, observations, plot_effects, usage
+from autoaug.search.decide.op_effects import describe_effects, estimate, observations, plot_effects, usage
 from autoaug.search.space import SearchSpace
 
 

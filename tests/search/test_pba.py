@@ -17,7 +17,7 @@ from autoaug.launch.cli import build_parser, main
 from autoaug.launch.search_cmd import build_search_config
 from autoaug.policies.schedule import Schedule
 from autoaug.search.config import SearchConfig
-from autoaug.search.pba import PbaConfig, explore_params, initial_population
+from autoaug.search.methods.pba.method import PbaConfig, explore_params, initial_population
 from autoaug.search.space import SearchSpace
 
 # Four members of 256 images, 4 epochs, perturbed after every epoch, half the population cloning.
@@ -171,7 +171,7 @@ class _FakeTune:
 def _run_member(monkeypatch, trial_id, params, space, train_config, checkpoint=None, explore=None):
     from ray import tune
 
-    from autoaug.search.pba_trial import run_pba_trial
+    from autoaug.search.methods.pba.trial import run_pba_trial
 
     fake = _FakeTune(trial_id, None if checkpoint is None else tune.Checkpoint.from_directory(checkpoint))
     with monkeypatch.context() as m:
@@ -376,7 +376,7 @@ def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_be
 
 
 def test_an_event_is_said_in_one_line_with_what_explore_changed():
-    from autoaug.search.pba_tune import describe_event
+    from autoaug.search.methods.pba.scheduler import describe_event
 
     event = {
         "epoch": 16,
@@ -451,7 +451,7 @@ def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
     # and 1 always score below the others. Each clones a paused member's checkpoint and so goes
     # back to that member's epoch; the next to train must then be the paused members, which have
     # waited longer, or members 0 and 1 take the slots back and clone the same checkpoints forever.
-    from autoaug.search.pba_tune import EpochPBT
+    from autoaug.search.methods.pba.scheduler import EpochPBT
     from autoaug.search.score import METRIC
 
     last = 4
@@ -496,7 +496,7 @@ def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
 def test_a_scheduler_saved_before_the_report_order_was_kept_resumes_in_tunes_order():
     import pickle
 
-    from autoaug.search.pba_tune import EpochPBT
+    from autoaug.search.methods.pba.scheduler import EpochPBT
     from autoaug.search.score import METRIC
 
     pbt = EpochPBT(last_epoch=4, metric=METRIC, mode="max", time_attr="epoch", hyperparam_mutations={"x": [1, 2]})

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autoaug.core.errors import SearchError
-from autoaug.search.reconcile import WRITTEN_AGAINST, check_versions
+from autoaug.search.tune.reconcile import WRITTEN_AGAINST, check_versions
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
@@ -52,7 +52,7 @@ def test_a_finished_trial_is_in_the_saved_experiment_state_before_the_progress_l
     from ray.tune.search.optuna import OptunaSearch
 
     from autoaug.core.ray_session import ray_session
-    from autoaug.search.reconcile import GuardedFIFOScheduler
+    from autoaug.search.tune.reconcile import GuardedFIFOScheduler
 
     seen: dict[str, bool] = {}
 

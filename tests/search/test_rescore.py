@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoaug.policies import Policy
-from autoaug.search.rescore import Candidate, choose
+from autoaug.search.decide.rescore import Candidate, choose
 
 
 def _candidates():
@@ -67,7 +67,7 @@ def test_a_larger_rescoring_validation_set_keeps_the_trials_training_images():
 
 def test_a_candidates_rescore_is_the_mean_of_its_runs_and_waits_for_all_of_them():
     from autoaug.search.config import METRIC
-    from autoaug.search.rescore import candidate_scores, run_key
+    from autoaug.search.decide.rescore import candidate_scores, run_key
 
     config = _rescore_config(rescore_seeds=2, rescore_val_size=5_000)
     assembled, best = _candidates()
@@ -105,7 +105,7 @@ def test_a_candidate_measured_already_is_scored_by_its_own_runs_and_not_trained_
     import dataclasses
 
     from autoaug.search.config import METRIC
-    from autoaug.search.rescore import candidate_scores, missing_runs
+    from autoaug.search.decide.rescore import candidate_scores, missing_runs
 
     config = _rescore_config(rescore_seeds=2)
     assembled, best = _candidates()
@@ -120,7 +120,7 @@ def test_a_candidate_measured_already_is_scored_by_its_own_runs_and_not_trained_
 
 def test_rescore_files_of_the_first_format_are_read_as_one_run_at_the_proxys_validation_size():
     from autoaug.search.config import METRIC
-    from autoaug.search.rescore import candidate_scores
+    from autoaug.search.decide.rescore import candidate_scores
 
     assembled, best = _candidates()
     legacy = {
@@ -160,9 +160,9 @@ FOUND_B = [[("Contrast", 0.2, 6), ("ShearY", 0.8, 3)], [("Rotate", 0.7, 2), ("In
 def _final_candidates_for(tmp_path, ranked_subs, epochs=None):
     """_final_candidates of a search warm-started from WARM whose trials ranked as given
     (``epochs``: how many epochs each trial ran; default all the budget of 2)."""
-    from autoaug.search.assemble import TrialRecord, assemble_policy
+    from autoaug.search.decide.assemble import TrialRecord, assemble_policy
     from autoaug.search.config import SearchConfig
-    from autoaug.search.train_method import final_candidates as _final_candidates
+    from autoaug.search.methods.train.method import final_candidates as _final_candidates
 
     (tmp_path / "warm.json").write_text(WARM.to_json())
     config = SearchConfig.from_dict(
@@ -242,7 +242,7 @@ def test_survivors_assembles_every_trial_that_ran_the_full_budget_when_more_than
 
 
 def test_search_score_is_the_mean_of_the_last_validated_epochs():
-    from autoaug.search.trial import search_score
+    from autoaug.search.score import search_score
 
     assert search_score([], 5) is None and search_score([None, None], 3) is None
     assert search_score([0.2, None, 0.4, 0.6], 1) == 0.6
@@ -251,12 +251,12 @@ def test_search_score_is_the_mean_of_the_last_validated_epochs():
 
 
 def test_a_run_keeps_each_validation_images_score_over_the_window_and_they_average_to_its_score(cifar_train):
-    """The per-image scores a comparison's noise is measured from (search.noise): one per
+    """The per-image scores a comparison's noise is measured from (search.decide.noise): one per
     validation image, the share of the score's window it was right in, in the same order for
     every run of one split."""
     from autoaug.proxy_models.train import TrainConfig
-    from autoaug.search.noise import IMAGE_SCORES, decode_image_scores
-    from autoaug.search.rescore import train_and_score
+    from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores
+    from autoaug.search.decide.rescore import train_and_score
 
     cfg = TrainConfig(data=str(cifar_train), model="resnet-8", train_size=64, val_size=48, epochs=2, batch_size=32)
     policy = Policy("p", 10, [[("Rotate", 0.5, 3)]])
@@ -273,7 +273,7 @@ def _scored(value, correct, n=200):
     import numpy as np
 
     from autoaug.search.config import METRIC
-    from autoaug.search.noise import IMAGE_SCORES, encode_image_scores
+    from autoaug.search.decide.noise import IMAGE_SCORES, encode_image_scores
 
     counts = np.zeros(n, dtype=np.uint8)
     counts[:correct] = 1
@@ -282,7 +282,7 @@ def _scored(value, correct, n=200):
 
 
 def test_the_stored_policys_margin_over_the_best_published_policy_is_measured_and_said():
-    from autoaug.search.rescore import describe_selection
+    from autoaug.search.decide.rescore import describe_selection
 
     assembled, best = _candidates()
     transfer = Candidate("transfer", Policy("t", 10, [[("Color", 0.5, 4)]]), (), None)

@@ -12,7 +12,7 @@ import pytest
 
 from autoaug.search.config import SearchConfig
 from autoaug.search.score import asha_milestones, score_epochs, search_score
-from autoaug.search.train_method import trial_train_config
+from autoaug.search.methods.train.method import trial_train_config
 
 
 @pytest.mark.parametrize(

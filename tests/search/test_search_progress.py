@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from autoaug.core.progress import Progress
 from autoaug.search.config import METRIC
-from autoaug.search.progress import ProgressCallback
+from autoaug.search.tune.progress import ProgressCallback
 
 
 def _trial(tid, status="RUNNING", **result):
@@ -75,7 +75,7 @@ def test_pickled_with_tune_state_without_the_display():
 
 
 def test_a_restored_tuner_gets_this_drivers_display():
-    from autoaug.search.reconcile import attach_display
+    from autoaug.search.tune.reconcile import attach_display
 
     display = Progress("plain", stream=io.StringIO())
     restored = pickle.loads(pickle.dumps(ProgressCallback(3, 2, display=Progress("quiet"))))

@@ -10,7 +10,7 @@ import pytest
 
 from autoaug.policies import Policy
 from autoaug.search.config import METRIC, SearchConfig
-from autoaug.search.study import open_study
+from autoaug.search.tune.study import open_study
 from autoaug.search.driver import run_search
 
 WARM = Policy(

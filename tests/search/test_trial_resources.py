@@ -59,7 +59,7 @@ SEARCHES = [("paper", {}, 2.0, 0.25), ("smoke", {}, 1.0, 0.0), ("paper", {"gpus_
 def test_a_trial_asks_tune_for_the_searchs_cpus_and_gpus(tmp_path, preset, changes, cpus, gpus):
     """Every method's trials (the training method's, each density round's, PBA's members) run
     through search.experiment.build_tuner: the resources Tune reserves per trial are these."""
-    from autoaug.search.experiment import Experiment, build_tuner
+    from autoaug.search.tune.experiment import Experiment, build_tuner
 
     config = _search(tmp_path, preset, **changes)
     exp = Experiment(
@@ -83,7 +83,7 @@ def test_a_trial_asks_tune_for_the_searchs_cpus_and_gpus(tmp_path, preset, chang
 @pytest.mark.parametrize("preset,changes,cpus,gpus", SEARCHES)
 def test_rescoring_and_calibration_runs_ask_ray_for_the_trials_resources(tmp_path, asked, preset, changes, cpus, gpus):
     from autoaug.policies.presets import resolve
-    from autoaug.search.rescore import train_runs
+    from autoaug.search.decide.rescore import train_runs
 
     config = _search(tmp_path, preset, **changes)
     # train_runs is the one loop of re-scoring (rescore_candidates) and calibration runs.
@@ -180,7 +180,7 @@ def test_devices_and_reservations_that_disagree_are_refused_in_one_line(tmp_path
 
 @pytest.mark.parametrize("gpus,cpus,expected", [(0.25, 1, 4), (0.1, 1, 10), (0.3, 1, 3), (0, 1, 16), (0.25, 8, 2)])
 def test_parallel_runs_counts_fractional_gpus_as_ray_does(tmp_path, monkeypatch, gpus, cpus, expected):
-    from autoaug.search.rescore import parallel_runs
+    from autoaug.search.decide.rescore import parallel_runs
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
     config = _search(tmp_path, "paper", gpus_per_trial=gpus, cpus_per_trial=cpus, train={"device": "auto"})
@@ -198,7 +198,7 @@ def test_tune_runs_four_quarter_gpu_trials_at_once_on_one_gpu_each_seeing_its_gp
     GPU sees it too (Ray 2.60 no longer hides it): why ``train.device: auto`` is the device the
     trials reserve (test_an_auto_device_is_the_one_the_runs_reserve)."""
     from autoaug.core.ray_session import output_settings, ray_session
-    from autoaug.search.experiment import Experiment, build_tuner, fit
+    from autoaug.search.tune.experiment import Experiment, build_tuner, fit
 
     wait_s = 180.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ray
 
 from autoaug.proxy_models.train_config import TrainConfig
-from autoaug.search.trial import with_trial_threads
+from autoaug.search.tune.epochs import with_trial_threads
 
 
 class _Context:

@@ -11,8 +11,8 @@ import sqlite3
 import pytest
 
 from autoaug.core.errors import SearchError, StorageAccessError, StorageError
-from autoaug.search import tune_storage
-from autoaug.search.tune_storage import (
+from autoaug.search.tune import tune_storage
+from autoaug.search.tune.tune_storage import (
     COPY_DIR,
     SearchFiles,
     StateCopy,
@@ -125,7 +125,7 @@ class _Trial:
     ],
 )
 def test_the_guard_ends_the_experiment_only_on_a_full_or_read_only_filesystem(monkeypatch, error, stops):
-    import autoaug.search.progress as progress
+    import autoaug.search.tune.progress as progress
 
     monkeypatch.setattr(progress, "trial_error", lambda trial: error)
     guard = StorageGuard()
@@ -183,7 +183,7 @@ def test_tune_s_failed_copies_are_logged_on_one_line_while_a_search_runs():
     """Tune logs a failed copy of its state with the traceback (in the exception or the message)."""
     import logging
 
-    from autoaug.search.experiment import tune_output
+    from autoaug.search.tune.experiment import tune_output
 
     class Keep(logging.Handler):
         def __init__(self):

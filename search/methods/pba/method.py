@@ -5,7 +5,7 @@ population of proxy models trains.
 experiment named like the search, in its run directory, under Ray Tune's
 ``PopulationBasedTraining`` (asynchronous, ``time_attr="epoch"``):
 
-1. **Population.** ``population`` members (:func:`autoaug.search.pba_trial.run_pba_trial`), each
+1. **Population.** ``population`` members (:func:`autoaug.search.methods.pba.trial.run_pba_trial`), each
    the proxy training of ``SearchConfig.train`` (one split, model-init seed and data order for
    all: common random numbers) starting from its own policy of the search space -- drawn at random
    (``init: random``), or every probability and magnitude 0 as in PBA (``init: zero``: training
@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
-from autoaug.search.method import (
-    BaseMethod,
+from autoaug.search.methods.base import (
+    Method,
     MethodResult,
     MethodSettings,
     PreparedSearch,
@@ -177,9 +177,9 @@ class PbaExplore:
 def initial_population(config: "SearchConfig") -> list[dict[str, Any]]:
     """The members' first parameters: the warm start's candidates, then ``init``'s draws (seeded
     by ``SearchConfig.seed``)."""
-    from autoaug.search.warm_start import warm_start_points
+    from autoaug.search.decide.warm_start import warm_start_points
 
-    s, space = config.pba, config.space
+    s, space = config.method_settings(PbaConfig), config.space
     points = list(warm_start_points(config.warm_start, space, store=config.store)) if config.warm_start else []
     rng = random.Random(config.seed)
     while len(points) < s.population:
@@ -197,7 +197,7 @@ def initial_population(config: "SearchConfig") -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------------------------------
 # The method
-class PbaMethod(BaseMethod):
+class PbaMethod(Method):
     name = "pba"
     space_families = ("aa",)  # explore moves the aa family's parameters
     help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
@@ -225,7 +225,7 @@ class PbaMethod(BaseMethod):
 
     def check(self, config: "SearchConfig") -> None:
         check_space_family(config, self.name, self.space_families)  # explore_params moves the aa family's parameters
-        s, t = config.pba, config.train
+        s, t = config.method_settings(PbaConfig), config.train
         if t.val_size == 0:
             raise ValueError(
                 "train.val_size is 0: PBA ranks the population on the validation split; "
@@ -244,16 +244,16 @@ class PbaMethod(BaseMethod):
             )
 
     def num_trials(self, config: "SearchConfig") -> int:
-        return config.pba.population
+        return config.method_settings(PbaConfig).population
 
     def max_candidates(self, config: "SearchConfig") -> int:
         return 1  # the best member's schedule
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
-        return config.pba.population, "members; raise pba.population"
+        return config.method_settings(PbaConfig).population, "members; raise pba.population"
 
     def describe(self, config: "SearchConfig") -> list[str]:
-        s, t = config.pba, config.train
+        s, t = config.method_settings(PbaConfig), config.train
         return [
             f"  method: population based augmentation, {s.population} members ({s.init} start), perturbed every "
             f"{s.perturbation_interval} epochs (bottom {s.quantile:g} clones the top, resample probability "
@@ -265,12 +265,12 @@ class PbaMethod(BaseMethod):
         return None  # PBT's exploit/explore proposes the policies
 
     def can_resume(self, run: RunDir) -> bool:
-        from autoaug.search.experiment import can_restore
+        from autoaug.search.tune.experiment import can_restore
 
         return can_restore(run.uri)
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        from autoaug.search.experiment import build_tuner, can_restore, fit, restore_tuner
+        from autoaug.search.tune.experiment import build_tuner, can_restore, fit, restore_tuner
 
         config, run = search.config, search.run
         t0 = time.time()
@@ -283,6 +283,13 @@ class PbaMethod(BaseMethod):
             tuner = build_tuner(config, _population(search, exp), search.display, search.budget)
         fit(tuner)
         return _result(search, tuner.get_results(), time.time() - t0)
+
+    def best_policy_line(self, num_sub_policies: int) -> str | None:
+        return f"final policy = the best trial's, {num_sub_policies} sub-policies"  # the best member's last stage
+
+    def result_fields(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """The schedule, whose last stage is the stored policy."""
+        return {"schedule": record["schedule"]} if record.get("schedule") else {}
 
     def summary(self, record: Mapping[str, Any]) -> list[str]:
         """The schedule the stored policy is the last stage of."""
@@ -305,16 +312,16 @@ class PbaMethod(BaseMethod):
 
 
 def _experiment(search: PreparedSearch) -> Any:
-    """The population's Tune experiment (:mod:`autoaug.search.experiment`), as a restore needs it."""
-    from autoaug.search.experiment import Experiment
-    from autoaug.search.pba_trial import run_pba_trial
+    """The population's Tune experiment (:mod:`autoaug.search.tune.experiment`), as a restore needs it."""
+    from autoaug.search.tune.experiment import Experiment
+    from autoaug.search.methods.pba.trial import run_pba_trial
 
     config = search.config
     return Experiment(
         name=config.name,
         storage=config.storage,
         study_url=None,
-        num_trials=config.pba.population,
+        num_trials=config.method_settings(PbaConfig).population,
         max_steps=config.epochs,
         seed=config.seed,
         trainable=search.trainable or run_pba_trial,
@@ -323,7 +330,7 @@ def _experiment(search: PreparedSearch) -> Any:
             "space": config.space.to_dict(),
             "policy_prefix": config.name,
             "score_window": config.score_window,
-            "perturbation_interval": config.pba.perturbation_interval,
+            "perturbation_interval": config.method_settings(PbaConfig).perturbation_interval,
         },
         # Every checkpoint is kept (they come at perturbation boundaries only: 30 of 0.6 MB per
         # member of pba-cpu). With a limit, a member that cloned another deletes the clone's
@@ -342,9 +349,9 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 
     from ray import tune
 
-    from autoaug.search.pba_tune import EpochPBT, EventLog
+    from autoaug.search.methods.pba.scheduler import EpochPBT, EventLog
 
-    config, s = search.config, search.config.pba
+    config, s = search.config, search.config.method_settings(PbaConfig)
     scheduler = EpochPBT(
         last_epoch=config.epochs,
         time_attr="epoch",
@@ -370,13 +377,13 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     from autoaug.policies.schedule import Schedule
-    from autoaug.search.assemble import AssembledPolicy, TrialRecord
-    from autoaug.search.pba_trial import PBA_STATE
-    from autoaug.search.pba_tune import EVENTS_FILE
-    from autoaug.search.rescore import Candidate
+    from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
+    from autoaug.search.methods.pba.trial import PBA_STATE
+    from autoaug.search.methods.pba.scheduler import EVENTS_FILE
+    from autoaug.search.decide.rescore import Candidate
     from autoaug.search.score import METRIC
 
-    config, s = search.config, search.config.pba
+    config, s = search.config, search.config.method_settings(PbaConfig)
     by_budget = search.budget.stopped(config.name) if search.budget is not None else frozenset()
     members = []
     for index, r in enumerate(results):

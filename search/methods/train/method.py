@@ -1,10 +1,10 @@
 """The training method (AutoAugment, Cubuk et al. 2019): one proxy training per candidate.
 
 ``SearchConfig.method == "train"``, settings :class:`TrainMethodConfig` (``SearchConfig.train_method``).
-One Ray Tune experiment (:mod:`autoaug.search.experiment`) named like the search, in its run
+One Ray Tune experiment (:mod:`autoaug.search.tune.experiment`) named like the search, in its run
 directory: ``num_trials`` trials proposed by Optuna (the warm start's candidates first), each
 training the proxy model (``SearchConfig.train``) with its candidate policy
-(:func:`autoaug.search.trial.run_trial`) and reporting the search score after every epoch; ASHA
+(:func:`autoaug.search.methods.train.trial.run_trial`) and reporting the search score after every epoch; ASHA
 stops the weak ones at its rungs. The candidates it returns for re-scoring
 (:func:`final_candidates`): the best ``top_n`` trials' sub-policies assembled, the best trial
 alone, the warm start extended by what the search found, and every trial ASHA let run the full
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
-from autoaug.search.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
-from autoaug.search.method import (
-    BaseMethod,
+from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
+from autoaug.search.methods.base import (
+    Method,
     MethodResult,
     MethodSettings,
     PreparedSearch,
@@ -33,7 +33,7 @@ from autoaug.search.method import (
     check_validation_left_to_the_method,
     resume_hint,
 )
-from autoaug.search.rescore import Candidate
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -98,12 +98,12 @@ def trial_train_config(config: "SearchConfig") -> Any:
     a proxy epoch (benchmarks/results/trial-throughput), spent on no decision elsewhere."""
     from autoaug.search.score import asha_milestones, score_epochs
 
-    s, t = config.train_method, config.train
+    s, t = config.method_settings(TrainMethodConfig), config.train
     milestones = asha_milestones(s.grace_period, s.reduction_factor, t.epochs) if s.early_stopping else ()
     return dataclasses.replace(t, eval_epochs=score_epochs(t.epochs, config.score_window, milestones))
 
 
-class TrainMethod(BaseMethod):
+class TrainMethod(Method):
     name = "train"
     help = "one proxy training per candidate (AutoAugment)"
     settings = TrainMethodConfig
@@ -143,7 +143,7 @@ class TrainMethod(BaseMethod):
     )
 
     def check(self, config: "SearchConfig") -> None:
-        s, t = config.train_method, config.train
+        s, t = config.method_settings(TrainMethodConfig), config.train
         if t.val_size == 0:
             raise ValueError(
                 "train.val_size is 0: the search scores candidates on the validation split; "
@@ -159,20 +159,20 @@ class TrainMethod(BaseMethod):
             )
 
     def num_trials(self, config: "SearchConfig") -> int:
-        return config.train_method.num_trials
+        return config.method_settings(TrainMethodConfig).num_trials
 
     def max_candidates(self, config: "SearchConfig") -> int:
         # assembled, best trial, warm start + found, survivors (final_candidates); one point
         # (the best trial's) in the randaugment and trivialaugment families
         if assembly_rule(config.space.family) == "best":
             return 2 + bool(config.warm_start)  # the best point, the next best, the warm start
-        return 2 + bool(config.warm_start) + config.train_method.early_stopping
+        return 2 + bool(config.warm_start) + config.method_settings(TrainMethodConfig).early_stopping
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
-        return config.train_method.num_trials, "trials; raise --num-trials"
+        return config.method_settings(TrainMethodConfig).num_trials, "trials; raise --num-trials"
 
     def describe(self, config: "SearchConfig") -> list[str]:
-        s, t = config.train_method, config.train
+        s, t = config.method_settings(TrainMethodConfig), config.train
         stopping = (
             f"ASHA (grace {s.grace_period} epochs, reduction factor {s.reduction_factor:g})"
             if s.early_stopping
@@ -184,20 +184,20 @@ class TrainMethod(BaseMethod):
         ]
 
     def can_resume(self, run: RunDir) -> bool:
-        from autoaug.search.experiment import can_restore
+        from autoaug.search.tune.experiment import can_restore
 
         return can_restore(run.uri)
 
     def run(self, search: PreparedSearch) -> MethodResult:
         import optuna
 
-        from autoaug.search.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
-        from autoaug.search.records import trial_records
-        from autoaug.search.study import check_study, make_storage, redact
-        from autoaug.search.trial import run_trial
-        from autoaug.search.warm_start import warm_start_points
+        from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+        from autoaug.search.tune.results import trial_records
+        from autoaug.search.tune.study import check_study, make_storage, redact
+        from autoaug.search.methods.train.trial import run_trial
+        from autoaug.search.decide.warm_start import warm_start_points
 
-        config, run, s = search.config, search.run, search.config.train_method
+        config, run, s = search.config, search.run, search.config.method_settings(TrainMethodConfig)
         exp = Experiment(
             name=config.name,
             storage=config.storage,
@@ -279,7 +279,7 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     and the unions are no points of the family: the candidates are that point, the next best
     trial's (``runner_up``) and the warm start's (``warm_start``: the published point searched
     around), each once."""
-    from autoaug.search.warm_start import warm_start_policies
+    from autoaug.search.decide.warm_start import warm_start_policies
 
     best = assembled.selected[0]
     single = _named(config, best.policy)
@@ -317,7 +317,7 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
             extended = union_policy(config.name, [*warm, *(t.policy for t in found)])
             out.append(Candidate("warm_start+found", extended, tuple(t.trial_id for t in found), None))
     survivors = [t for t in trials if t.succeeded and t.epochs >= config.epochs]
-    if config.train_method.early_stopping and len(survivors) > len(assembled.selected):
+    if config.method_settings(TrainMethodConfig).early_stopping and len(survivors) > len(assembled.selected):
         union = assemble_policy(
             survivors,
             name=config.name,

@@ -46,9 +46,9 @@ class ProgressCallback(tune.Callback):
     terminal.
 
     ``stopped``: the trials the study guard stopped in this driver session
-    (:class:`autoaug.search.reconcile.StoppedTrials`); Tune's numbers for them are stale.
+    (:class:`autoaug.search.tune.reconcile.StoppedTrials`); Tune's numbers for them are stale.
     ``display``: the :class:`autoaug.core.progress.Progress` (not pickled with Tune's experiment
-    state: a restored search attaches its own with :func:`autoaug.search.reconcile.attach_display`);
+    state: a restored search attaches its own with :func:`autoaug.search.tune.reconcile.attach_display`);
     None prints plain lines on ``stream``. ``budget``: the search's time budget
     (:class:`autoaug.search.budget.Budget`, this driver's, not pickled either), whose stopped
     trials of the Tune experiment ``experiment`` are said so.

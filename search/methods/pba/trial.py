@@ -1,7 +1,7 @@
-"""What one member of a PBA population runs (:mod:`autoaug.search.pba`): the proxy training under a
+"""What one member of a PBA population runs (:mod:`autoaug.search.methods.pba.method`): the proxy training under a
 schedule that grows as Ray Tune's ``PopulationBasedTraining`` exploits and explores.
 
-Kept small, like :mod:`autoaug.search.trial`, so that Ray workers import only this, the search
+Kept small, like :mod:`autoaug.search.methods.train.trial`, so that Ray workers import only this, the search
 space, the schedule and the trainer.
 
 A member trains the proxy (``SearchConfig.train``) epoch by epoch with the trainer's own loop
@@ -25,7 +25,7 @@ import tempfile
 from typing import Any
 
 from autoaug.search.space import SearchSpace
-from autoaug.search.trial import EpochResults, with_trial_threads
+from autoaug.search.tune.epochs import EpochResults, with_trial_threads
 
 __all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "start_schedule"]
 
@@ -83,7 +83,7 @@ def run_pba_trial(
     """Ray Tune function trainable of one PBA member (see the module documentation).
 
     ``config["policy"]``: the member's current search-space parameters (PBT's explore rewrites
-    them, :func:`autoaug.search.pba.explore_params`); ``config["explore"]``: how the last explore
+    them, :func:`autoaug.search.methods.pba.method.explore_params`); ``config["explore"]``: how the last explore
     changed them (recorded in the events).
     """
     from ray import tune

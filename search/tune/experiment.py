@@ -10,27 +10,27 @@ parameters and the method's own callbacks. The rest comes from the search's conf
 same for every experiment of a search: the space, the sampler, the concurrency, the trials'
 resources, retries, actor reuse and MLflow logging.
 
-* **Search algorithm**: :class:`autoaug.search.reconcile.StudySearch` (Ray Tune's
+* **Search algorithm**: :class:`autoaug.search.tune.reconcile.StudySearch` (Ray Tune's
   ``OptunaSearch``) over :meth:`SearchSpace.distributions`, wrapped in ``ConcurrencyLimiter``;
   the study lives in the Optuna storage ``study_url``, each Optuna trial carrying the user
   attribute ``tune_trial_id``. Warm-start proposals are enqueued in a new study. A method that
   proposes its own trials gives Tune's parameter space instead (``param_space``: PBA's
   population): no study, no concurrency limit.
 * **Scheduler**: ASHA on :data:`~autoaug.search.score.METRIC` with
-  ``time_attr="training_iteration"``, or FIFO; both guarded (:class:`~autoaug.search.reconcile.StudyGuard`);
+  ``time_attr="training_iteration"``, or FIFO; both guarded (:class:`~autoaug.search.tune.reconcile.StudyGuard`);
   or the method's own (``scheduler``: PBA's PBT).
 * **Trials**: the trial function under ``tune.with_parameters`` (shared values travel once
   through Ray's object store) and ``tune.with_resources``; ``FailureConfig(max_failures)``
   retries a trial that raises from its last checkpoint.
-* **Progress**: :class:`autoaug.search.progress.ProgressCallback` feeds the search's display;
-  a restored experiment gets this driver's display (:func:`autoaug.search.reconcile.attach_display`).
-* **A full or read-only filesystem** (:mod:`autoaug.search.tune_storage`): the first trial it
+* **Progress**: :class:`autoaug.search.tune.progress.ProgressCallback` feeds the search's display;
+  a restored experiment gets this driver's display (:func:`autoaug.search.tune.reconcile.attach_display`).
+* **A full or read-only filesystem** (:mod:`autoaug.search.tune.tune_storage`): the first trial it
   makes fail ends the experiment (the search turns that into one ``StorageError`` line); Tune's saved
   state keeps a complete copy that :func:`restore_tuner` puts back if a full disk cut it short.
 * **Time budget** (:class:`autoaug.search.budget.Budget`, optional): the scheduler and the
   searcher end the experiment when the search's budget says so
-  (:class:`~autoaug.search.reconcile.BudgetStop`); a restored experiment gets this session's
-  (:func:`autoaug.search.reconcile.attach_budget`).
+  (:class:`~autoaug.search.tune.reconcile.BudgetStop`); a restored experiment gets this session's
+  (:func:`autoaug.search.tune.reconcile.attach_budget`).
 
 :func:`tune_output` sets, for the time of a search only, the environment variables that keep
 Ray Tune's own console output out of the way of the progress display.
@@ -49,9 +49,9 @@ import optuna
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
-from autoaug.search.loggers import experiment_loggers
-from autoaug.search.progress import ProgressCallback, TuneTrialLines
-from autoaug.search.reconcile import (
+from autoaug.search.tune.loggers import experiment_loggers
+from autoaug.search.tune.progress import ProgressCallback, TuneTrialLines
+from autoaug.search.tune.reconcile import (
     StoppedTrials,
     StudySearch,
     attach_budget,
@@ -60,8 +60,8 @@ from autoaug.search.reconcile import (
     make_scheduler,
 )
 from autoaug.search.score import METRIC, MODE
-from autoaug.search.study import make_sampler, make_storage
-from autoaug.search.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state
+from autoaug.search.tune.study import make_sampler, make_storage
+from autoaug.search.tune.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -197,9 +197,9 @@ def restore_tuner(
 ) -> tune.Tuner:
     """``exp`` restored from its saved state (unfinished trials continue from their latest
     checkpoints): the saved state repaired first if a full disk cut it short
-    (:func:`~autoaug.search.tune_storage.repair_state`), this driver's ``display`` and this
+    (:func:`~autoaug.search.tune.tune_storage.repair_state`), this driver's ``display`` and this
     session's time ``budget`` attached, and the storage guard, the state copy and the guard of the
-    search's own files (:class:`~autoaug.search.tune_storage.SearchFiles`) in place (a tuner
+    search's own files (:class:`~autoaug.search.tune.tune_storage.SearchFiles`) in place (a tuner
     saved before they existed gets them too)."""
     uri = exp.uri
     repaired = repair_state(uri)

@@ -4,55 +4,58 @@ A method turns a prepared search into scored candidate policies. It does not dec
 search starts or ends: :mod:`autoaug.search.driver` checks the configuration and the data, opens
 the run directory and the Ray session, runs the method, re-scores its candidates, chooses one,
 stores it and writes the result -- the same for every method. Everything that differs between
-methods is the method's own, in its own module; no shared module names a method. A method is an
-object registered in :data:`METHODS` (:func:`register_method`; the built-in ones are registered
-by :mod:`autoaug.search.methods`, the one place that lists them) with:
+methods is the method's own, in its own folder (``search/methods/<name>/``); no shared module
+names a method or imports its folder. A method is an instance of a subclass of the abstract base
+class :class:`Method`, registered in :data:`METHODS` (:func:`register_method`, which refuses an
+incomplete one; the built-in ones are registered by :mod:`autoaug.search.methods.builtin`, the
+one place that lists them). It defines:
 
 * ``name``, ``help`` (for ``--method``) and ``unit`` (what it scores, in messages: ``trials``,
   ``candidates``, ``members``);
 * ``settings``: the frozen dataclass of its settings (a :class:`MethodSettings`): their checks,
   their dict form (a section of a configuration file, or top-level keys), its values in each
-  preset (``PRESETS``: ``--preset smoke`` runs every method in about a minute), held by
-  ``SearchConfig`` as the attribute ``settings.FIELD`` (``config.pba``);
-* ``presets``: presets of its own (``pba-cpu``: the shared settings it changes; the method is set);
-* ``options``: its ``autoaug search`` flags (:class:`OptionSpec`, turned into options by
-  :mod:`autoaug.launch.search_cmd`);
-* ``check(config)``: the checks of its settings that need the whole configuration
-  (``ValueError``), run before anything starts;
-* ``describe(config)``: the lines ``autoaug search`` prints about it before it starts;
-  ``optuna_studies(config)``: how those lines name its Optuna studies (``study: NAME``; None:
-  it uses none);
-* ``num_trials(config)``: how many candidates it scores (the warm start must fit in its first
-  batch: ``warm_start_capacity(config)``); ``max_candidates(config)``: how many final
-  candidates it can return for re-scoring at most (what a time budget keeps time for);
-* ``can_resume(run)``: whether a stopped search left enough to continue from;
-* ``run(search)``: inside the Ray session, score candidates and return a :class:`MethodResult`.
-  It resumes by itself from what earlier sessions left in the run directory, raises
+  preset (``PRESETS``: ``--preset smoke`` runs every method in about a minute), read typed with
+  ``config.method_settings(ItsSettings)`` (or :meth:`Method.settings_in`; at a prompt,
+  ``config.pba``);
+* three abstract methods, what every search calls: ``num_trials(config)``, how many candidates
+  it scores; ``can_resume(run)``, whether a stopped search left enough to continue from;
+  ``run(search)``: inside the Ray session, score candidates and return a :class:`MethodResult`.
+  ``run`` resumes by itself from what earlier sessions left in the run directory, raises
   :class:`~autoaug.core.errors.SearchInterruptedError` when stopped before its candidates are
   all scored and :class:`~autoaug.core.errors.SearchFailedError` when every one failed, and
   reports through ``search.display`` (:class:`autoaug.core.progress.Progress`). With a time
   budget (``search.budget``, :class:`autoaug.search.budget.Budget`) it passes the budget to its
   Tune experiments, proposes nothing more once the budget says trials must end, and then
   returns what it scored instead of raising ``SearchInterruptedError`` (``budget.ended`` set);
-* ``summary(record)``: the lines a finished search's summary adds about its provenance record
-  (``MethodResult.provenance``); ``report_note(name, run_uri)``: why ``autoaug report`` has no
+* and, where the defaults do not fit: ``presets`` of its own (``pba-cpu``); ``options``, its
+  ``autoaug search`` flags (:class:`OptionSpec`, turned into options by
+  :mod:`autoaug.launch.search_cmd`); ``space_families``; ``check(config)``, the checks of its
+  settings that need the whole configuration (``ValueError``, before anything starts);
+  ``describe(config)`` and ``optuna_studies(config)``, the lines ``autoaug search`` prints about
+  it before it starts; ``max_candidates(config)``, how many final candidates it can return for
+  re-scoring at most (what a time budget keeps time for); ``warm_start_capacity(config)``;
+  ``summary(record)``, ``best_policy_line(n)`` and ``result_fields(record)``, what a finished
+  search's summary and ``--json`` result say about its provenance record
+  (``MethodResult.provenance``); ``report_note(name, run_uri)``, why ``autoaug report`` has no
   Optuna study of it to draw, and where its record is (None: it has one).
 
-:class:`BaseMethod` gives the optional parts their defaults. Methods import nothing of each
-other; what they share (building, restoring and running a Ray Tune experiment) is
-:mod:`autoaug.search.experiment`.
+Methods import nothing of each other; what they share is outside their folders: building,
+restoring and running a Ray Tune experiment (:mod:`autoaug.search.tune.experiment`), what a
+trial that trains the proxy reports (:mod:`autoaug.search.tune.epochs`), Tune's trials read back
+(:mod:`autoaug.search.tune.results`).
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from autoaug.core.errors import SearchFailedError
 from autoaug.core.values import check_keys, invalid
-from autoaug.search.assemble import AssembledPolicy, TrialRecord
-from autoaug.search.rescore import Candidate
+from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir, RunState
 
 if TYPE_CHECKING:
@@ -62,7 +65,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Method",
-    "BaseMethod",
     "MethodSettings",
     "OptionSpec",
     "PreparedSearch",
@@ -221,58 +223,121 @@ def no_study(note: str) -> dict[str, Any]:
     }
 
 
-class Method(Protocol):
-    """A search method (see the module documentation)."""
+class Method(abc.ABC):
+    """A search method (see the module documentation): subclass it, set the four attributes
+    (``name``, ``help``, ``settings``, ``unit``), implement the three abstract methods -- how many
+    candidates it scores (:meth:`num_trials`), whether a stopped search left enough to continue
+    from (:meth:`can_resume`), and the search itself (:meth:`run`) -- and register an instance
+    (:func:`register_method`). The other methods have defaults: no checks, presets or flags of its
+    own, one line describing it, one Optuna study named like the search, one final candidate,
+    the warm start fitting in :meth:`num_trials`, nothing more in the summary or the ``--json``
+    result, a study to report."""
 
-    name: str
-    help: str
-    settings: type[MethodSettings]
-    unit: str
-    presets: Mapping[str, Mapping[str, Any]]
-    options: Sequence[OptionSpec]
+    #: ``--method`` / ``method:`` takes this name.
+    name: ClassVar[str]
+    #: What ``--method`` says about it.
+    help: ClassVar[str]
+    #: Its settings (a :class:`MethodSettings` dataclass).
+    settings: ClassVar[type[MethodSettings]]
+    #: What it scores, in messages: ``trials``, ``candidates``, ``members``.
+    unit: ClassVar[str]
+    #: Presets of its own (the shared settings each changes; the method is set).
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: Its ``autoaug search`` flags.
+    options: ClassVar[Sequence[OptionSpec]] = ()
     #: The space families it searches (:data:`autoaug.search.space.FAMILIES`).
-    space_families: Sequence[str]
+    space_families: ClassVar[Sequence[str]] = ("aa", "randaugment", "trivialaugment")
 
-    def check(self, config: "SearchConfig") -> None: ...
-    def describe(self, config: "SearchConfig") -> list[str]: ...
-    def optuna_studies(self, config: "SearchConfig") -> str | None: ...
-    def num_trials(self, config: "SearchConfig") -> int: ...
-    def max_candidates(self, config: "SearchConfig") -> int: ...
-    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]: ...
-    def can_resume(self, run: RunDir) -> bool: ...
-    def run(self, search: PreparedSearch) -> MethodResult: ...
-    def summary(self, record: Mapping[str, Any]) -> list[str]: ...
-    def report_note(self, name: str, run_uri: str) -> str | None: ...
+    # ---------------------------------------------------------------- what every method answers
+    @abc.abstractmethod
+    def num_trials(self, config: "SearchConfig") -> int:
+        """How many candidates it scores (the time budget's plan, messages)."""
 
+    @abc.abstractmethod
+    def can_resume(self, run: RunDir) -> bool:
+        """Whether a stopped search left enough in ``run`` to continue from."""
 
-class BaseMethod:
-    """The optional parts of a :class:`Method`, with their defaults: no presets or flags of its
-    own, one Optuna study named like the search, nothing more in the summary, a study to report."""
+    @abc.abstractmethod
+    def run(self, search: PreparedSearch) -> MethodResult:
+        """Inside the Ray session: score candidates and return what it found (module documentation)."""
 
-    presets: Mapping[str, Mapping[str, Any]] = {}
-    options: Sequence[OptionSpec] = ()
-    space_families: Sequence[str] = ("aa", "randaugment", "trivialaugment")
+    # ---------------------------------------------------------------- defaults
+    def check(self, config: "SearchConfig") -> None:
+        """The checks of its settings that need the whole configuration (``ValueError``)."""
+        check_space_family(config, self.name, self.space_families)
+
+    def describe(self, config: "SearchConfig") -> list[str]:
+        """The lines ``autoaug search`` prints about it before it starts."""
+        return [f"  method: {self.help}, {self.num_trials(config)} {self.unit}"]
 
     def optuna_studies(self, config: "SearchConfig") -> str | None:
+        """How :meth:`describe`'s lines name its Optuna studies (None: it uses none)."""
         return f"study: {config.name}"
 
+    def max_candidates(self, config: "SearchConfig") -> int:
+        """How many final candidates it can return for re-scoring at most."""
+        return 1
+
+    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
+        """How many warm-start candidates fit in its first batch, and what they are (a message's
+        words: ``trials; raise --num-trials``)."""
+        return self.num_trials(config), self.unit
+
     def summary(self, record: Mapping[str, Any]) -> list[str]:
+        """The lines a finished search's summary adds about its provenance record."""
         return []
 
-    def report_note(self, name: str, run_uri: str) -> str | None:
+    def best_policy_line(self, num_sub_policies: int) -> str | None:
+        """How the summary says that the final policy is the best trial's own (assembly rule
+        ``best``); None: as the best trial's point of the space family, described."""
         return None
+
+    def result_fields(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """What ``autoaug search --json`` adds to its result from the provenance record."""
+        return {}
+
+    def report_note(self, name: str, run_uri: str) -> str | None:
+        """Why ``autoaug report`` has no Optuna study of it to draw, and where its record is
+        (None: it has one)."""
+        return None
+
+    def settings_in(self, config: "SearchConfig") -> Any:
+        """Its settings in ``config`` (an instance of :attr:`settings`)."""
+        return config.method_settings(self.settings)
 
 
 #: The search methods, by the name ``--method`` / ``method:`` takes, in the order they were
 #: registered (the first is the default): :func:`register_method`.
 METHODS: dict[str, Method] = {}
 
+#: What a method must define (:func:`register_method` checks them at registration).
+REQUIRED_ATTRIBUTES = ("name", "help", "settings", "unit")
 
-def register_method(method: Method) -> Method:
-    """Add ``method`` to :data:`METHODS` (returned as given). Its name, its settings' attribute
-    and their keys in a configuration's dict form must be its own."""
-    if not isinstance(method.name, str) or not method.name or method.name in METHODS:
-        raise ValueError(f"method name {method.name!r} is {'taken' if method.name in METHODS else 'invalid'}")
+
+def register_method(method: Method | type[Method]) -> Method:
+    """Add ``method`` (a :class:`Method`, or a subclass: then an instance of it) to :data:`METHODS`;
+    returns the instance. Refused in one ``ValueError`` line, before anything runs: an object that
+    is not a :class:`Method`, one that lacks an attribute or leaves an abstract method
+    unimplemented, a name, settings attribute or settings key of another method."""
+    cls = method if isinstance(method, type) else type(method)
+    label = getattr(cls, "name", None) or cls.__name__
+    if not issubclass(cls, Method):
+        raise ValueError(
+            f"method {label!r}: {cls.__name__} is not a subclass of {Method.__module__}.Method "
+            "(subclass it and implement num_trials, can_resume and run)"
+        )
+    missing = sorted(cls.__abstractmethods__)  # type: ignore[attr-defined]
+    missing += [a for a in REQUIRED_ATTRIBUTES if not hasattr(cls, a)]
+    if missing:
+        raise ValueError(f"method {label!r} ({cls.__name__}) is incomplete: it does not define {', '.join(missing)}")
+    if isinstance(method, type):
+        method = method()
+    for attribute in ("name", "help", "unit"):
+        value = getattr(method, attribute)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"method {label!r}: {attribute} must be a non-empty string, got {value!r}")
+    if method.name in METHODS:
+        raise ValueError(f"method name {method.name!r} is taken")
     settings = method.settings
     if not (isinstance(settings, type) and issubclass(settings, MethodSettings) and dataclasses.is_dataclass(settings)):
         raise ValueError(f"method {method.name!r}: settings must be a MethodSettings dataclass, got {settings!r}")
@@ -310,10 +375,9 @@ def check_space_family(config: "SearchConfig", method: str, families: Sequence[s
     family = config.space.family
     if family not in families:
         space = " and ".join(families)
-        raise ValueError(
-            f"method {method} searches the {space} space only; space.family is {family!r} "
-            f"(use --method train for the {family} family)"
-        )
+        others = [m.name for m in METHODS.values() if family in m.space_families]
+        use = f" (use --method {' or '.join(others)} for the {family} family)" if others else ""
+        raise ValueError(f"method {method} searches the {space} space only; space.family is {family!r}{use}")
 
 
 def all_failed(trials: Sequence[TrialRecord], name: str, what: str = "trials") -> SearchFailedError:

@@ -6,19 +6,19 @@ Instead of training the proxy model once per candidate,
 1. **Fold models.** The reduced training split is cut into ``K`` stratified folds
    (:func:`autoaug.proxy_models.splits.stratified_folds`). Fold model ``k`` is the proxy model
    (``SearchConfig.train``) trained with the search's base alone (``space.base``, chosen by
-   measurement with ``base: auto``: :mod:`autoaug.search.calibrate`) on the other ``K-1``
+   measurement with ``base: auto``: :mod:`autoaug.search.decide.calibrate`) on the other ``K-1``
    folds. The ``K`` trainings are Ray tasks (the trials' resources, any node of a cluster); each
    one's weights and held-out scores are written to the run directory (``folds/fold{k}.pt``,
    ``folds/fold{k}.json``) as soon as it finishes, and a resumed search never trains them again.
 2. **Scoring trials.** For each fold, ``T`` rounds of ``B`` Ray Tune trials proposed by Optuna
-   (an :class:`~autoaug.search.experiment.Experiment` over the same
+   (an :class:`~autoaug.search.tune.experiment.Experiment` over the same
    :class:`~autoaug.search.space.SearchSpace` and sampler table as the training method; one study
-   per round, ``NAME.f{k}-r{t}``, in the run's Optuna storage). A trial (:class:`~autoaug.search.density_trial.DensityTrial`)
+   per round, ``NAME.f{k}-r{t}``, in the run's Optuna storage). A trial (:class:`~autoaug.search.methods.density.trial.DensityTrial`)
    applies its candidate policy to the held-out fold with the DALI pipeline -- each image draws
    its own sub-policy, no base crop/flip -- and evaluates the fold model on it: accuracy and mean
    cross-entropy. The pipeline's policy step takes the policy's tables as inputs
    (:class:`autoaug.policies.dali_apply.PolicyInputs`), and a trial process that Tune reuses keeps
-   its :class:`~autoaug.search.fold_models.FoldScorer`: it builds its pipeline and loads its fold model once, and every later
+   its :class:`~autoaug.search.methods.density.fold_models.FoldScorer`: it builds its pipeline and loads its fold model once, and every later
    trial only feeds new tables. The search metric (:data:`~autoaug.search.score.METRIC`, what
    Optuna maximises) is the objective, ``DensityConfig.objective``: the accuracy, or minus the loss.
 3. **Selection.** The ``N`` best candidates of every round are kept; their sub-policies, merged
@@ -34,24 +34,22 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import SearchInterruptedError
-from autoaug.core.values import is_int
-from autoaug.search.assemble import TrialRecord, assemble_policy, rank_trials
-from autoaug.search.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
-from autoaug.search.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
-from autoaug.search.method import (
-    BaseMethod,
+from autoaug.search.decide.assemble import TrialRecord, assemble_policy, rank_trials
+from autoaug.search.methods.density.settings import DENSITY_OBJECTIVES, DensityConfig
+from autoaug.search.methods.density.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
+from autoaug.search.methods.density.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
+from autoaug.search.methods.base import (
+    Method,
     MethodResult,
-    MethodSettings,
     PreparedSearch,
     all_failed,
     check_space_family,
     resume_hint,
 )
-from autoaug.search.rescore import Candidate
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 
@@ -75,62 +73,6 @@ __all__ = [
 DENSITY_FILE = "density.json"
 #: Tune experiments of the rounds.
 STAGES_DIR = "stages"
-#: What a density-matching trial maximises: the fold model's accuracy on the augmented held-out
-#: fold, or minus its mean cross-entropy there (chosen by measurement: docs/search.md).
-DENSITY_OBJECTIVES = ("accuracy", "loss")
-
-
-@dataclass(frozen=True)
-class DensityConfig(MethodSettings):
-    """The density-matching method's own settings (``SearchConfig.density``; used when
-    ``SearchConfig.method == "density"``). Defaults are Fast AutoAugment's (Lim et al., 2019).
-
-    Args:
-        folds: ``K`` stratified folds of the reduced training split; fold model ``k`` trains on
-            the other ``K-1`` and scores candidates on fold ``k``.
-        rounds: ``T`` rounds of search per fold (each a fresh Optuna study).
-        trials_per_round: ``B`` candidates scored per round.
-        top_per_round: ``N`` best candidates of each round whose sub-policies join the final
-            policy.
-        objective: ``loss`` (default; minus the mean cross-entropy, which ranks candidates more
-            repeatably than the accuracy: benchmarks/search_cost.py) or ``accuracy``.
-        fold_seed: seed of the fold assignment.
-    """
-
-    WHAT: ClassVar[str] = "density"
-    FIELD: ClassVar[str] = "density"
-    PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        # 2 fold models of the trainer's smoke preset, one round of 4 candidates per fold: about a minute.
-        "smoke": {"folds": 2, "rounds": 1, "trials_per_round": 4, "top_per_round": 2},
-        # K=5 fold models of the proxy-cpu recipe on the 1,000-image search split, then T=2 rounds
-        # of B=200 scoring trials per fold, the top 10 of each round merged (docs/search.md).
-        "density-cpu": {"folds": 5, "rounds": 2, "trials_per_round": 200, "top_per_round": 10},
-    }
-
-    folds: int = 5
-    rounds: int = 2
-    trials_per_round: int = 200
-    top_per_round: int = 10
-    objective: str = "loss"
-    fold_seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not is_int(self.folds) or self.folds < 2:
-            raise self.invalid("folds", "an integer >= 2")
-        for name in ("rounds", "trials_per_round", "top_per_round"):
-            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise self.invalid(name, "an integer >= 1")
-        if self.top_per_round > self.trials_per_round:
-            raise self.invalid("top_per_round", f"at most trials_per_round ({self.trials_per_round})")
-        if self.objective not in DENSITY_OBJECTIVES:
-            raise self.invalid("objective", f"one of {list(DENSITY_OBJECTIVES)}")
-        if not is_int(self.fold_seed) or not 0 <= self.fold_seed < 2**32:
-            raise self.invalid("fold_seed", "an integer in [0, 2**32)")
-
-    @property
-    def num_trials(self) -> int:
-        """Scoring trials of the whole search: ``folds * rounds * trials_per_round``."""
-        return self.folds * self.rounds * self.trials_per_round
 
 
 def stage_name(name: str, fold: int, round_: int) -> str:
@@ -140,7 +82,7 @@ def stage_name(name: str, fold: int, round_: int) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # The method
-class DensityMethod(BaseMethod):
+class DensityMethod(Method):
     name = "density"
     space_families = ("aa",)  # the fold models' DALI inputs are aa-shaped
     help = "score candidates with K fold models trained once (Fast AutoAugment's density matching)"
@@ -192,7 +134,7 @@ class DensityMethod(BaseMethod):
         check_space_family(
             config, self.name, self.space_families
         )  # the fold models' DALI inputs are aa-shaped (fold_models)
-        d, t = config.density, config.train
+        d, t = config.method_settings(DensityConfig), config.train
         if t.train_size:
             smallest_train = t.train_size - -(-t.train_size // d.folds)
             if t.train_size < d.folds:
@@ -211,16 +153,18 @@ class DensityMethod(BaseMethod):
             )
 
     def num_trials(self, config: "SearchConfig") -> int:
-        return config.density.num_trials
+        return config.method_settings(DensityConfig).num_trials
 
     def max_candidates(self, config: "SearchConfig") -> int:
         return 1  # the merged policy
 
     def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
-        return config.density.trials_per_round, "trials per round; raise density.trials_per_round"
+        return config.method_settings(
+            DensityConfig
+        ).trials_per_round, "trials per round; raise density.trials_per_round"
 
     def describe(self, config: "SearchConfig") -> list[str]:
-        d, t = config.density, config.train
+        d, t = config.method_settings(DensityConfig), config.train
         return [
             f"  method: density matching, {d.folds} folds x {d.rounds} rounds x {d.trials_per_round} candidates "
             f"({d.num_trials} trials), top {d.top_per_round} per round, objective {d.objective}",
@@ -232,9 +176,9 @@ class DensityMethod(BaseMethod):
         return True  # fold models, finished rounds and each round's Tune state are picked up as found
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        from autoaug.search.study import redact
+        from autoaug.search.tune.study import redact
 
-        config, run, d = search.config, search.run, search.config.density
+        config, run, d = search.config, search.run, search.config.method_settings(DensityConfig)
         t0 = time.time()
         folds = train_fold_models(config, run, session=search.state.session_label, log=search.display.log)
         fold_wall = time.time() - t0
@@ -319,7 +263,7 @@ def _fold_parameters(config: "SearchConfig", fold: dict, k: int, heldout: Any) -
         "index": k,
         "weights": fold["weights"],
         "heldout": [int(i) for i in heldout],
-        "objective": config.density.objective,
+        "objective": config.method_settings(DensityConfig).objective,
         "seed": config.train.seed,
     }
 
@@ -328,13 +272,13 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     """Run (or continue) one round's Tune experiment; returns its record for ``density.json``."""
     import optuna
 
-    from autoaug.search.density_trial import DensityTrial
-    from autoaug.search.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
-    from autoaug.search.records import trial_records
-    from autoaug.search.study import check_study, delete_study, make_storage
-    from autoaug.search.warm_start import warm_start_points
+    from autoaug.search.methods.density.trial import DensityTrial
+    from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+    from autoaug.search.tune.results import trial_records
+    from autoaug.search.tune.study import check_study, delete_study, make_storage
+    from autoaug.search.decide.warm_start import warm_start_points
 
-    config, d = search.config, search.config.density
+    config, d = search.config, search.config.method_settings(DensityConfig)
     stage = stage_name(config.name, k, round_)
     stage_run = RunDir((search.run.location / STAGES_DIR).uri, stage)
     exp = Experiment(

@@ -1,21 +1,20 @@
-"""What one Ray Tune trial runs: decode the candidate policy, train the proxy model, report.
+"""What every Ray Tune trial that trains the proxy model shares, whatever its method: the result it
+reports after each epoch (:class:`EpochResults`), its threads fitted to the CPUs Ray gave it
+(:func:`with_trial_threads`) and the policy its Tune ``config`` decodes to (:func:`trial_policy`).
 
-Kept in its own small module so that Ray workers import only this, the search space and the
-trainer (Tune pickles :func:`run_trial` by reference). :class:`EpochResults` is what every trial
-that trains the proxy reports after each epoch (this module's and PBA's members,
-:mod:`autoaug.search.pba_trial`).
+Small on purpose: Ray workers import it (the training method's trial,
+:mod:`autoaug.search.methods.train.trial`; PBA's members, :mod:`autoaug.search.methods.pba.trial`;
+density's scoring trial, :mod:`autoaug.search.methods.density.trial`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from typing import Any, Iterable, Mapping
 
 from autoaug.search.score import METRIC, search_score
 from autoaug.search.space import SearchSpace
 
-__all__ = ["run_trial", "trial_policy", "search_score", "REPORT_RENAMES", "EpochResults"]
+__all__ = ["EpochResults", "REPORT_RENAMES", "trial_policy", "with_trial_threads"]
 
 #: Trainer metric names that would collide with Ray Tune's automatic ones.
 REPORT_RENAMES = {"time_total_s": "train_time_s"}
@@ -66,36 +65,3 @@ def with_trial_threads(cfg: Any) -> Any:
     import dataclasses
 
     return dataclasses.replace(cfg, num_threads=max(1, int(cpus)))
-
-
-def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1) -> None:
-    """Ray Tune function trainable: one candidate policy, one proxy training run.
-
-    Every trial of a search gets the same ``train_config`` -- the same split, model-init seed and
-    data order (common random numbers) -- so scores differ only through the policy. After each
-    epoch the trainer writes ``checkpoint.pt`` into a scratch folder, which is handed to
-    ``ray.tune.report`` with the epoch's metrics and the search score (:func:`search_score` over
-    ``score_window`` epochs, reported as :data:`autoaug.search.score.METRIC`); a trial restarted
-    by Tune (after a failure or a driver restart) resumes from its latest checkpoint (whose
-    history also restores the score's window) and ends with the metrics of an uninterrupted run.
-    """
-    from ray import tune
-
-    from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
-
-    search_space = SearchSpace.from_dict(space)
-    cfg = with_trial_threads(TrainConfig.from_dict(train_config))  # torch + DALI on the trial's CPUs
-    trial_id = tune.get_context().get_trial_id() or "local"
-    policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
-
-    checkpoint = tune.get_checkpoint()
-    with (
-        tempfile.TemporaryDirectory(prefix="autoaug-trial-") as scratch,
-        checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext() as resume_from,
-    ):
-        results = EpochResults(score_window, load_checkpoint(resume_from)["history"] if resume_from else ())
-
-        def report(metrics: dict[str, Any]) -> None:
-            tune.report(results(metrics), checkpoint=tune.Checkpoint.from_directory(scratch))
-
-        train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)

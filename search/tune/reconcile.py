@@ -49,7 +49,7 @@ from ray.tune.search.optuna import OptunaSearch
 from autoaug.core import failpoints
 from autoaug.core.errors import SearchError
 from autoaug.search.score import METRIC
-from autoaug.search.study import (
+from autoaug.search.tune.study import (
     FINAL_STEP_ATTR,
     ORPHAN_ATTR,
     RETRY_ATTR,
@@ -108,7 +108,7 @@ def check_versions(installed: dict[str, str] | None = None) -> None:
             problems.append(f"{dist} {version} (known: {oldest} to {newest}.x)")
     if problems:
         raise SearchError(
-            "autoaug.search.reconcile uses private attributes of Ray Tune's OptunaSearch and of Optuna and "
+            "autoaug.search.tune.reconcile uses private attributes of Ray Tune's OptunaSearch and of Optuna and "
             f"was written against other versions: {'; '.join(problems)}. Check StudySearch/StudyGuard against "
             "the new versions, then widen WRITTEN_AGAINST and the upper bounds in pyproject.toml"
         )
@@ -512,13 +512,13 @@ def attach_display(tuner: Any, display: Progress, num_trials: int, epochs: int) 
     """Give a restored ``tune.Tuner`` this driver's progress display.
 
     ``Tuner.restore`` brings back the run configuration -- its callbacks included -- from the
-    pickled ``tuner.pkl``, where :class:`autoaug.search.progress.ProgressCallback` and the
+    pickled ``tuner.pkl``, where :class:`autoaug.search.tune.progress.ProgressCallback` and the
     callbacks that print through it (``takes_display``: PBA's event log) were stored without their
     display (a terminal display belongs to one driver). Uses the private ``Tuner._local_tuner``
     (its ``get_run_config()``); a tuner without one (Ray Client) keeps the callbacks as restored,
     which print plain lines.
     """
-    from autoaug.search.progress import ProgressCallback
+    from autoaug.search.tune.progress import ProgressCallback
 
     local = getattr(tuner, "_local_tuner", None)
     if local is None:
@@ -543,7 +543,7 @@ def attach_budget(tuner: Any, budget: Budget | None, experiment: str, max_steps:
     private ``Tuner._local_tuner`` and its ``_tune_config``; a tuner without one (Ray Client)
     runs without the budget's stops (the budget still counts its time and re-scoring keeps to it).
     """
-    from autoaug.search.progress import ProgressCallback
+    from autoaug.search.tune.progress import ProgressCallback
 
     local = getattr(tuner, "_local_tuner", None)
     if local is None:

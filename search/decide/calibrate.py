@@ -12,7 +12,7 @@ is scored (:data:`~autoaug.search.score.METRIC`):
 1. **Bases** (``base: auto``): each base alone (``none``, ``crop``, ``standard``:
    :mod:`autoaug.policies.bases`), ``calibration_seeds`` runs each, as a race
    (:func:`_race`): the noise of a run's score is measured on these runs, per image and, from
-   repeated runs, per run (:mod:`autoaug.search.noise`; with one seed each, ``standard`` runs
+   repeated runs, per run (:mod:`autoaug.search.decide.noise`; with one seed each, ``standard`` runs
    twice so the first round measures it), and the bases whose mean is within the noise of the
    best mean (difference under twice its standard error) get one more run each, together with
    the best, for at most ``base_extra_seeds`` rounds; the others are dropped. Of the best base
@@ -52,7 +52,7 @@ import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from autoaug.core import failpoints
-from autoaug.search.noise import Noise, as_runs, difference_se, measure, score_of
+from autoaug.search.decide.noise import Noise, as_runs, difference_se, measure, score_of
 from autoaug.search.score import METRIC
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ def _ranked(runs: Mapping[str, Sequence[Mapping[str, Any]]], order: Sequence[str
 
 
 def _within(runs: Runs, order: Sequence[str]) -> tuple[list[tuple[str, float]], Noise, list[str], Any]:
-    """The labels ranked by mean, the measured noise (:func:`autoaug.search.noise.measure`), the
+    """The labels ranked by mean, the measured noise (:func:`autoaug.search.decide.noise.measure`), the
     labels whose mean is within the noise of the best (less than twice the standard error of the
     difference below it) and that threshold as a function of a label."""
     runs = as_runs(runs)
@@ -283,7 +283,7 @@ def choose_base(runs: Runs) -> dict[str, Any]:
     """The base to search on and the record of why: every base's runs and mean; ``best``, the
     highest mean; ``within_noise``, the bases whose mean is less than twice the standard error of
     the difference below it (``threshold``, for the same number of runs as the best; the noise as
-    measured on these runs, :mod:`autoaug.search.noise`); ``chosen``, of the best and those
+    measured on these runs, :mod:`autoaug.search.decide.noise`); ``chosen``, of the best and those
     within the noise, the one that augments most (:data:`BASE_STRENGTH`). ``runs``: ``{base:
     [run result, ...]}`` (or bare scores)."""
     ranked, noise, within, threshold = _within(runs, BASE_STRENGTH)
@@ -407,8 +407,8 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
     if not needs_calibration(config):
         return None
     from autoaug.policies import presets
-    from autoaug.search.rescore import train_runs
-    from autoaug.search.warm_start import warm_start_policies
+    from autoaug.search.decide.rescore import train_runs
+    from autoaug.search.decide.warm_start import warm_start_policies
 
     cached = run.read_json(CALIBRATION_FILE) if run.exists(CALIBRATION_FILE) else {}
     runs: dict[str, Any] = dict(cached.get("runs", {}))
@@ -466,7 +466,7 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         if budget is None:
             return None
         from autoaug.search.budget import measured_run_s
-        from autoaug.search.rescore import parallel_runs
+        from autoaug.search.decide.rescore import parallel_runs
 
         run_s = measured_run_s(runs)
         return None if run_s is None else (run_s, parallel_runs(config))
@@ -603,7 +603,7 @@ def transfer_candidate(
     With ``runs`` (the calibration's, :attr:`Calibration.runs`) and the search's ``config``: when
     the calibration ran the trials' schedule and re-scoring validates on the images calibration
     did (no ``rescore_val_size``), a calibration run of it is a re-scoring run with another seed,
-    so its runs are the candidate's (:attr:`autoaug.search.rescore.Candidate.runs`): re-scoring
+    so its runs are the candidate's (:attr:`autoaug.search.decide.rescore.Candidate.runs`): re-scoring
     does not train it again, and it competes whatever the time budget leaves of re-scoring. (They
     are the runs that made it the best of the published policies, so its mean is, if anything,
     high: the search's own candidates are compared against a bar a little above it.)"""
@@ -611,7 +611,7 @@ def transfer_candidate(
     if not transfer:
         return None
     from autoaug.policies import Policy, presets
-    from autoaug.search.rescore import Candidate
+    from autoaug.search.decide.rescore import Candidate
 
     published = presets.resolve(transfer["best"]).with_base(transfer["base"])
     policy = Policy(name, published.num_magnitude_bins, published.sub_policies, published.base, published.ranges)

@@ -1,5 +1,5 @@
 """What one scoring trial of the density method runs (:class:`DensityTrial`, a Ray Tune class
-trainable). Kept in its own module, like :mod:`autoaug.search.trial`, so that Ray workers import
+trainable). Kept in its own module, like :mod:`autoaug.search.methods.train.trial`, so that Ray workers import
 only this, the fold models and the space."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 from ray import tune
 
-from autoaug.search.fold_models import FoldScorer, objective_value
+from autoaug.search.methods.density.fold_models import FoldScorer, objective_value
 from autoaug.search.score import METRIC
 
 __all__ = ["DensityTrial"]
@@ -46,7 +46,7 @@ class DensityTrial(tune.Trainable):
         return None
 
     def step(self) -> dict:
-        from autoaug.search.trial import trial_policy
+        from autoaug.search.tune.epochs import trial_policy
 
         policy = trial_policy(self.candidate, self.space, f"{self.policy_prefix}-{self.trial_id}")
         t1 = time.perf_counter()

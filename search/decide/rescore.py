@@ -4,7 +4,7 @@ AutoAugment concatenates the sub-policies of the best ``N`` candidates. Whether 
 better than the best candidate alone is an empirical question, and the best trial's own score is
 optimistic (it is the maximum over many noisy trials). A search warm-started from published
 policies has a third candidate: those policies extended by the sub-policies the search found
-(:func:`autoaug.search.train_method.final_candidates`), and a search with early stopping a fourth: every
+(:func:`autoaug.search.methods.train.method.final_candidates`), and a search with early stopping a fourth: every
 trial that ran the full budget, assembled (``survivors``). With ``SearchConfig.rescore`` on, every
 candidate is trained ``SearchConfig.rescore_seeds`` more times under the proxy -- the trials'
 training configuration with fresh seeds (another initialisation, data order and augmentation
@@ -27,7 +27,7 @@ The re-scoring runs are Ray tasks with the trials' resources, run in parallel, a
 run is saved in the run directory (``rescore.json``, keyed by candidate, seed and validation
 size), so a resumed search trains only the runs it lacks. A candidate measured already under the
 same protocol -- the published policy that transferred best, by its calibration runs
-(:func:`autoaug.search.calibrate.transfer_candidate`) -- brings its runs (``Candidate.runs``) and
+(:func:`autoaug.search.decide.calibrate.transfer_candidate`) -- brings its runs (``Candidate.runs``) and
 is not trained again.
 """
 
@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from autoaug.core import failpoints
 from autoaug.policies import Policy
-from autoaug.search.noise import IMAGE_SCORES
+from autoaug.search.decide.noise import IMAGE_SCORES
 from autoaug.search.score import METRIC
 
 __all__ = [
@@ -66,7 +66,7 @@ class Candidate:
     """A policy that may become the search's result."""
 
     # "assembled", "best_trial", "warm_start+found", "survivors", "runner_up", "warm_start" (space
-    # families) or "transfer" (search.calibrate)
+    # families) or "transfer" (search.decide.calibrate)
     kind: str
     policy: Policy
     trial_ids: tuple[str, ...]
@@ -84,7 +84,7 @@ class Candidate:
 def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_window: int = 1) -> dict[str, Any]:
     """Body of one re-scoring or calibration run (a Ray task): the proxy training, its validation
     accuracy and search score, and every validation image's score over the score's window
-    (:data:`autoaug.search.noise.IMAGE_SCORES`: the noise of a comparison is measured from them)."""
+    (:data:`autoaug.search.decide.noise.IMAGE_SCORES`: the noise of a comparison is measured from them)."""
     from autoaug.proxy_models.train import TrainConfig, train
     from autoaug.search.score import search_score
 
@@ -92,7 +92,7 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
 
     import numpy as np
 
-    from autoaug.search.noise import IMAGE_SCORES, encode_image_scores
+    from autoaug.search.decide.noise import IMAGE_SCORES, encode_image_scores
 
     images: dict[int, Any] = {}  # epoch -> per-image right/wrong (the window's epochs are kept)
     val_ids: list[str] = []
@@ -112,7 +112,7 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
         "train_time_s": result.train_time_s,
         "epochs": len(result.history),
     }
-    if images:  # per image: the epochs of the score's window it was right in (search.noise)
+    if images:  # per image: the epochs of the score's window it was right in (search.decide.noise)
         counts = np.sum([images[e] for e in sorted(images)], axis=0)
         out[IMAGE_SCORES] = encode_image_scores(counts, len(images), val_ids[0])
     return out
@@ -151,7 +151,7 @@ def train_runs(
     """Train each ``(key, policy, train_config)`` of ``runs`` under the proxy, in parallel on Ray
     with the trials' resources (``config.cpus_per_trial`` / ``gpus_per_trial``), scored as the
     trials are (:func:`train_and_score`, ``config.score_window``). The one loop of the search's
-    runs outside Tune: re-scoring and calibration (:mod:`autoaug.search.calibrate`).
+    runs outside Tune: re-scoring and calibration (:mod:`autoaug.search.decide.calibrate`).
 
     ``cached``: runs of earlier sessions, ``{key: result}`` (not trained again); ``save``: a
     callable receiving the updated mapping after every finished run; ``deadline``: a
@@ -341,9 +341,9 @@ def _versus_transfer(
 ) -> Any:
     """The best of the search's own candidates against the published policy that transferred
     best (the ``transfer`` candidate): the difference of their re-scores, twice its standard
-    error as measured on their runs (:mod:`autoaug.search.noise`, paired per image) and whether
+    error as measured on their runs (:mod:`autoaug.search.decide.noise`, paired per image) and whether
     the difference is beyond it. None without a transfer candidate or an own one re-scored."""
-    from autoaug.search.noise import difference_se, measure
+    from autoaug.search.decide.noise import difference_se, measure
 
     transfer = next((c for c in candidates if c.kind == "transfer" and c.key in scores), None)
     own = [c for c in candidates if c.kind != "transfer" and c.key in scores and value(c) != float("-inf")]

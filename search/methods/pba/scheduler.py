@@ -1,4 +1,4 @@
-"""The Ray Tune pieces of the PBA method (:mod:`autoaug.search.pba`): the scheduler and the
+"""The Ray Tune pieces of the PBA method (:mod:`autoaug.search.methods.pba.method`): the scheduler and the
 callback recording the population's exploit/explore events.
 
 Their own module because they subclass Ray classes (importing Ray), and Tune pickles both with the
@@ -14,9 +14,9 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 
 from autoaug.core import failpoints
-from autoaug.search.pba_trial import EVENTS_KEY
-from autoaug.search.progress import say
-from autoaug.search.reconcile import BudgetStop
+from autoaug.search.methods.pba.trial import EVENTS_KEY
+from autoaug.search.tune.progress import say
+from autoaug.search.tune.reconcile import BudgetStop
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 
@@ -33,7 +33,7 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
     """PBT that leaves a member's last epoch alone: exploiting there would copy a finished member
     into one with nothing left to train (and start a stage at 100% of training).
 
-    With a time budget (:class:`~autoaug.search.reconcile.BudgetStop`) a running member ends at its
+    With a time budget (:class:`~autoaug.search.tune.reconcile.BudgetStop`) a running member ends at its
     next perturbation boundary, whose report carries its checkpoint: the schedule that checkpoint
     holds is the one its score was measured under. Paused members (paused at a boundary) end at once.
 
@@ -77,7 +77,7 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
 
 
 class EventLog(tune.Callback):
-    """Writes each event a member reports (:data:`autoaug.search.pba_trial.EVENTS_KEY`: the first
+    """Writes each event a member reports (:data:`autoaug.search.methods.pba.trial.EVENTS_KEY`: the first
     report after it cloned another) to ``EVENTS_FILE`` in the run directory as it arrives, and says
     it in one line (the progress display's log, or stdout): the only sign of the population's
     evolution before its members finish, when stdout is not a terminal. A member's own lineage
@@ -85,7 +85,7 @@ class EventLog(tune.Callback):
     restarted driver appends to what the file holds (an event seen twice is kept once).
 
     ``display``: the :class:`autoaug.core.progress.Progress` (this driver's, never pickled with
-    Tune's experiment state; :func:`autoaug.search.reconcile.attach_display` gives a restored one
+    Tune's experiment state; :func:`autoaug.search.tune.reconcile.attach_display` gives a restored one
     the new driver's); None prints plain lines on stdout."""
 
     takes_display = True  # reconcile.attach_display gives a restored one this driver's display

@@ -16,7 +16,7 @@ moves with each operation:
   other operations' effects count as noise): the change of the proxy score per application per
   image, in points;
 * its 95% interval (Student's t over the runs, simultaneous over the operations: Bonferroni) uses the larger of the runs' spread around that
-  line and the measured noise of one run's score (:mod:`autoaug.search.noise`: the
+  line and the measured noise of one run's score (:mod:`autoaug.search.decide.noise`: the
   calibration's repeats and per-image scores); an operation **hurts** when the whole interval is
   below zero, **helps** when it is above, and is **unclear** otherwise: with the few runs a
   search makes, most are.

@@ -9,8 +9,8 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from autoaug.core.metrics import metrics_json
-from autoaug.search.assemble import utc_now
-from autoaug.search.run_dir import RunDir
+from autoaug.search.methods.density.settings import DensityConfig
+from autoaug.search.run_dir import RunDir, utc_now
 
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
@@ -70,7 +70,7 @@ def train_fold_models(config: "SearchConfig", run: RunDir, *, session: str = "st
     ``weights`` (bytes) added. ``log``: a callable taking one line of progress."""
     import ray
 
-    d = config.density
+    d = config.method_settings(DensityConfig)
     folder = run.location / FOLDS_DIR
     _, splits = fold_splits(config.train, d.folds, d.fold_seed)
     out: dict[int, dict] = {}

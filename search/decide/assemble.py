@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -43,7 +42,6 @@ __all__ = [
     "library_versions",
     "git_info",
     "build_provenance",
-    "utc_now",
 ]
 
 #: Trial statuses that can carry a score (``budget_stopped``: ended by the search's time budget,
@@ -311,10 +309,6 @@ def git_info(path: str | os.PathLike | None = None) -> dict[str, Any] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def build_provenance(

@@ -2,7 +2,7 @@
 with Ray Tune's trials.
 
 Every Optuna trial of a search carries the user attribute :data:`TUNE_TRIAL_ATTR` (its Ray Tune
-trial id); the other attributes below are written by :mod:`autoaug.search.reconcile` after a
+trial id); the other attributes below are written by :mod:`autoaug.search.tune.reconcile` after a
 driver crash.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from autoaug.core.errors import RunExistsError, UserInputError
-from autoaug.search.assemble import TrialRecord
+from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.run_dir import STUDY_FILE, RunDir
 from autoaug.search.space import SearchSpace
 

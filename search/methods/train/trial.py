@@ -1,0 +1,51 @@
+"""What one trial of the training method runs: decode the candidate policy, train the proxy model, report.
+
+Kept in its own small module so that Ray workers import only this, the search space and the
+trainer (Tune pickles :func:`run_trial` by reference). What it reports after each epoch is
+:class:`~autoaug.search.tune.epochs.EpochResults`, shared with PBA's members.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from typing import Any
+
+
+from autoaug.search.space import SearchSpace
+from autoaug.search.tune.epochs import EpochResults, trial_policy, with_trial_threads
+
+__all__ = ["run_trial"]
+
+
+def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1) -> None:
+    """Ray Tune function trainable: one candidate policy, one proxy training run.
+
+    Every trial of a search gets the same ``train_config`` -- the same split, model-init seed and
+    data order (common random numbers) -- so scores differ only through the policy. After each
+    epoch the trainer writes ``checkpoint.pt`` into a scratch folder, which is handed to
+    ``ray.tune.report`` with the epoch's metrics and the search score (:func:`~autoaug.search.score.search_score` over
+    ``score_window`` epochs, reported as :data:`autoaug.search.score.METRIC`); a trial restarted
+    by Tune (after a failure or a driver restart) resumes from its latest checkpoint (whose
+    history also restores the score's window) and ends with the metrics of an uninterrupted run.
+    """
+    from ray import tune
+
+    from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
+
+    search_space = SearchSpace.from_dict(space)
+    cfg = with_trial_threads(TrainConfig.from_dict(train_config))  # torch + DALI on the trial's CPUs
+    trial_id = tune.get_context().get_trial_id() or "local"
+    policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
+
+    checkpoint = tune.get_checkpoint()
+    with (
+        tempfile.TemporaryDirectory(prefix="autoaug-trial-") as scratch,
+        checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext() as resume_from,
+    ):
+        results = EpochResults(score_window, load_checkpoint(resume_from)["history"] if resume_from else ())
+
+        def report(metrics: dict[str, Any]) -> None:
+            tune.report(results(metrics), checkpoint=tune.Checkpoint.from_directory(scratch))
+
+        train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)

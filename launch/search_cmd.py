@@ -284,7 +284,7 @@ def next_steps_of(outcome) -> list[str]:
 
     provenance = outcome.provenance or {}
     data = (provenance.get("dataset") or {}).get("source")
-    schedule = (provenance.get("method") or {}).get("schedule") or {}
+    schedule = outcome.method_fields().get("schedule") or {}  # what the method adds to --json (a schedule)
     store = outcome.store_uri
     if "://" not in store and os.path.abspath(os.path.expanduser(default_store_uri())) == os.path.abspath(store):
         store = None

@@ -95,7 +95,7 @@ def test_rescoring_and_calibration_runs_ask_ray_for_the_trials_resources(tmp_pat
 @pytest.mark.parametrize("preset,changes,cpus,gpus", SEARCHES)
 def test_fold_models_ask_ray_for_the_trials_resources(tmp_path, asked, monkeypatch, preset, changes, cpus, gpus):
     from autoaug.proxy_models.splits import Split
-    from autoaug.search import fold_models
+    from autoaug.search.methods.density import fold_models
     from autoaug.search.run_dir import RunDir
 
     config = _search(tmp_path, preset, method="density", **changes)

@@ -500,6 +500,25 @@ def ray_session(address: str | None = None, **kwargs: Any) -> Iterator[ClusterIn
             shutdown()
 
 
+def shortfall(cpus: float, gpus: float) -> str | None:
+    """Why a task asking for ``cpus`` CPUs and ``gpus`` GPUs cannot start on the connected Ray
+    (no live node declares that much: it would wait forever, or until an autoscaler adds such a
+    node), as the end of one line (``"... but the largest node has 0 GPUs"``); None when a node
+    can run it."""
+    import ray
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(float(r.get("CPU", 0)) >= cpus and float(r.get("GPU", 0)) >= gpus for r in nodes):
+        return None
+    most_cpus = max((float(r.get("CPU", 0)) for r in nodes), default=0.0)
+    most_gpus = max((float(r.get("GPU", 0)) for r in nodes), default=0.0)
+    if most_cpus < cpus:
+        return f"needs {cpus:g} CPU(s) but the largest node has {most_cpus:g}"
+    if most_gpus < gpus:
+        return f"needs {gpus:g} GPU(s) but the largest node has {most_gpus:g}"
+    return f"needs {cpus:g} CPU(s) and {gpus:g} GPU(s) on one node, and no node has both"
+
+
 # ----------------------------------------------------------------------------------------------
 # Ray Jobs
 

@@ -97,6 +97,27 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "rescore": True,
         "time_budget_s": 1800,
     },
+    # A search for one GPU-hour: AutoAugment's proxy (WRN-40-2 on 4,000 images, 120 epochs, fp16,
+    # channels-last), sized by benchmarks/gpu_check.py on an H200 (benchmarks/results/gpu): one
+    # trial keeps the GPU 7% busy (its host side bounds it), and 8 trials sharing the GPU train 3.9x
+    # the images of one (154 full-length trials per GPU-hour; 16 at once oversubscribe a 16-core
+    # host and give less), so a trial asks for 1/8 of a GPU and 2 CPUs, and concurrency follows the
+    # cluster (8 per GPU). Validated on at most 10,000 of the images the split leaves (the score's
+    # noise shrinks with the images it averages; validating is cheap on a GPU). The base and the
+    # warm start are measured first and candidates re-scored, as in the `cpu` preset; the training
+    # method's 200 trials and rungs are its own settings (TrainMethodConfig.PRESETS).
+    "gpu": {
+        "train": {"preset": "paper", "max_val_size": 10000},
+        "concurrency": None,
+        "cpus_per_trial": 2,
+        "gpus_per_trial": 0.125,
+        "score_window": 5,
+        "warm_start": "auto",
+        "base": "auto",
+        "family": "auto",
+        "rescore": True,
+        "time_budget_s": 3600,
+    },
     # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU.
     "paper": {
         "train": {"preset": "paper"},

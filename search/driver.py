@@ -127,9 +127,13 @@ def run_search(
         check_no_study(config.name, study_url)
     state = RunState.new(config.to_dict(), data, study_url, address=address, started=started)
     run.write_json(CONFIG_FILE, state.to_dict())
-    return _search(
-        config, run, state, session=session, address=address, trainable=trainable, display=display, started=started
-    )
+    try:
+        return _search(
+            config, run, state, session=session, address=address, trainable=trainable, display=display, started=started
+        )
+    except _NeverStarts:
+        run.delete()  # refused before any work: no run to resume, and the name stays free
+        raise
 
 
 def resume_search(
@@ -215,7 +219,8 @@ def _search(
             )
             display.log(budget.describe_start())
         with contextlib.nullcontext() if budget is None else budget.running():  # its clock saved as it runs
-            with tune_output(config.verbose), _session(session, address, config.verbose):
+            with tune_output(config.verbose), _session(session, address, config.verbose) as info:
+                _check_resources(config, info, display)
                 calibration = calibrate(config, run, display, budget)  # base / warm start "auto": measured first
                 if calibration is not None:
                     config = calibration.apply(config)
@@ -557,6 +562,30 @@ def _budget_record(config: SearchConfig, found: MethodResult, budget: Budget) ->
         "not_started": sum(1 for t in trials if t.status == "budget_stopped" and t.score is None),
     }
     return record
+
+
+class _NeverStarts(UserInputError):
+    """No node of the local Ray can start a trial (raised before any work)."""
+
+
+def _check_resources(config: SearchConfig, info: Any, display: Progress) -> None:
+    """Refuse before any work a search whose trials (and calibration and re-scoring runs, which
+    ask for the same) no node of the local Ray can start: they would wait forever. On a cluster,
+    one line says so and the search goes on (an autoscaler may add such a node)."""
+    from autoaug.core.ray_session import shortfall
+
+    short = shortfall(config.cpus_per_trial, config.gpus_per_trial)
+    if short is None:
+        return
+    what = f"each trial {short} ({info.describe() if info is not None else 'Ray'})"
+    if info is not None and info.embedded:
+        fix = (
+            "lower --cpus-per-trial"
+            if "CPU" in short.split(" but ")[0]
+            else "give --gpus-per-trial 0 with a CPU preset (--preset cpu), or --address a Ray cluster with GPUs"
+        )
+        raise _NeverStarts(f"{what}: it would never start; {fix}")
+    display.log(f"warning: {what}: its trials wait until such a node joins (an autoscaler's, or `ray start`)")
 
 
 def _session(session: Callable[[], Any] | None, address: str | None, verbose: int) -> Any:

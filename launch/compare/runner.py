@@ -288,19 +288,14 @@ def _run_all(
     with cluster.ray_session(config.address, **cluster.output_settings(bool(config.verbose))) as info:
         say(f"compare: {len(todo)} runs to train on {info.describe()}; {config.cpus_per_run} CPU(s) per run")
         # A task asking for more than any single node has would wait forever: refuse it here.
-        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-        most_cpus = max((float(r.get("CPU", 0)) for r in nodes), default=0.0)
-        most_gpus = max((float(r.get("GPU", 0)) for r in nodes), default=0.0)
-        if most_cpus < config.cpus_per_run:
-            raise CompareError(
-                f"each run needs {config.cpus_per_run} CPU(s) but the largest node of {info.describe()} has "
-                f"{most_cpus:g}; lower --cpus-per-run"
+        short = cluster.shortfall(config.cpus_per_run, config.gpus_per_run)
+        if short is not None:
+            hint = (
+                "lower --cpus-per-run"
+                if "CPU" in short.split(" but ")[0]
+                else "use --gpus-per-run 0 with a CPU preset (--preset cpu) or run on GPU machines"
             )
-        if config.gpus_per_run > most_gpus:
-            raise CompareError(
-                f"each run needs {config.gpus_per_run:g} GPU(s) but the largest node of {info.describe()} has "
-                f"{most_gpus:g}; use --gpus-per-run 0 with a CPU preset (--preset cpu) or run on GPU machines"
-            )
+            raise CompareError(f"each run {short} ({info.describe()}); {hint}")
         task = ray.remote(_train_one)
         bars = display is not None and display.live
         queue = None

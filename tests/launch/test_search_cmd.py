@@ -332,6 +332,31 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (
+            ["--gpus-per-trial", "0.125", "--set", "train.device=cuda"],
+            "each trial needs 0.125 GPU(s) but the largest node has 0",
+        ),
+        (["--cpus-per-trial", "64"], "each trial needs 64 CPU(s) but the largest node has"),
+    ],
+    ids=["gpus", "cpus"],
+)
+def test_a_search_no_node_can_run_is_refused_before_any_work_and_leaves_no_run(
+    tmp_path, capsys, cifar_small, flags, says
+):
+    """A trial asking for more than any node of the local Ray has would wait forever (e.g. the
+    ``gpu`` preset on a laptop): one line, exit 2, no run directory (the name stays free)."""
+    argv = ["search", "--preset", "smoke", "--data", str(cifar_small), "--name", "big", *TINY, *flags, *_dirs(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "it would never start" in err[0], err
+    assert not (tmp_path / "runs" / "big").exists()
+
+
 @pytest.mark.usefixtures("shared_ray")
 def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_path, capsys, cifar_small, monkeypatch):
     def exploding_trial(config, *, train_config, space, policy_prefix, score_window):

@@ -19,7 +19,11 @@ def test_presets_pick_the_trainer_preset_and_search_settings():
     paper = SearchConfig.from_preset("paper", name="p")
     assert paper.train.model == "wrn-40-2" and paper.train.epochs == 120
     assert paper.gpus_per_trial == 0.25
-    assert set(SEARCH_PRESETS) == {"smoke", "cpu", "paper", "density-cpu", "pba-cpu"}
+    assert set(SEARCH_PRESETS) == {"smoke", "cpu", "gpu", "paper", "density-cpu", "pba-cpu"}
+    gpu = SearchConfig.from_preset("gpu")
+    assert gpu.train.model == "wrn-40-2" and gpu.train.device == "cuda" and gpu.train.max_val_size == 10000
+    assert (gpu.gpus_per_trial, gpu.cpus_per_trial, gpu.concurrency) == (0.125, 2.0, None)
+    assert (gpu.train_method.num_trials, gpu.train_method.grace_period, gpu.time_budget_s) == (200, 60, 3600)
 
 
 def test_the_cpu_preset_validates_on_up_to_5000_images_and_a_given_validation_size_replaces_that(tmp_path):
@@ -128,9 +132,9 @@ def test_invalid_settings_are_named(overrides, message):
 def test_unknown_preset():
     with pytest.raises(
         ValueError,
-        match=r"unknown search preset 'gpu'; expected one of \['smoke', 'cpu', 'paper', 'density-cpu', 'pba-cpu'\]",
+        match=r"unknown search preset 'tpu'; expected one of \['smoke', 'cpu', 'gpu', 'paper', 'density-cpu', 'pba-cpu'\]",
     ):
-        SearchConfig.from_preset("gpu")
+        SearchConfig.from_preset("tpu")
 
 
 @pytest.mark.parametrize(

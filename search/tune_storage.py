@@ -46,7 +46,7 @@ from ray import tune
 
 from autoaug.core.errors import SearchError, StorageError
 from autoaug.core.location import atomic_write_local, is_uri, resume_with, storage_error
-from autoaug.search.reconcile import ray_session_dir
+from autoaug.search.searcher import ray_session_dir
 
 __all__ = ["COPY_DIR", "SearchFiles", "StateCopy", "StorageGuard", "repair_state", "storage_failure"]
 

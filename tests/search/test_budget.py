@@ -641,11 +641,12 @@ def test_a_trial_the_budget_stops_before_its_first_score_goes_through_every_sche
     assert scheduler.on_trial_result(controller, trial, dict(unscored)) == "STOP"
     scheduler.on_trial_complete(controller, trial, dict(unscored))  # Tune's stop_trial: no TypeError
     assert budget.stopped("s") == {"early"}
+    assert scheduler.debug_string().endswith("Iter 1.000: None")  # kept out of the rungs
     # a scored trial still reaches ASHA's bracket
     scored = _Trial("scored")
     scheduler.on_trial_add(controller, scored)
     scheduler.on_trial_complete(controller, scored, _result(1, 0.7))
-    assert "scored" not in scheduler._trial_info and "early" in scheduler._trial_info  # kept out of the rungs
+    assert scheduler.debug_string().endswith("Iter 1.000: 0.7")
     url = f"sqlite:///{tmp_path}/study.db"
     search = _searcher(url)
     search.suggest("early")

@@ -215,7 +215,7 @@ class SearchFiles(tune.Callback):
         if self._checked or not trials:
             return
         self._checked = True
-        staging = getattr(getattr(trials[0], "storage", None), "experiment_driver_staging_path", None)
+        staging = getattr(trials[0], "local_experiment_path", None)  # (Tune's Trial: its driver staging folder)
         if staging:
             drop_search_files(staging)
 

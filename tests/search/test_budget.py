@@ -387,7 +387,7 @@ def test_the_searchers_budget_is_one_sessions_and_survives_its_restore(tmp_path)
     assert search._budget is budget
     restored = _searcher(url)
     mine = Budget.open(RunDir(str(tmp_path), "r2"), 3600, session="resume 2")
-    restored.set_budget(mine)  # attach_budget, before Tune restores the searcher's state
+    restored.set_budget(mine)  # set before Tune restores the searcher's state
     restored.restore(snapshot)
     assert restored._budget is mine
 

@@ -43,6 +43,9 @@ with Tune's state (``tuner.pkl`` and the snapshots): the scheduler, the searcher
 read it from the :class:`DriverSession` that :func:`attach_session` gives a tuner and that
 :func:`running` makes current while ``tuner.fit()`` runs, so a tuner restored by
 ``Tuner.restore`` gets this driver's without reaching into it.
+
+(Over 600 lines: the searcher, the scheduler mixins and the driver session are one protocol -- what
+a restore relies on -- read together.)
 """
 
 from __future__ import annotations

@@ -64,9 +64,9 @@ FIRED_ENV_VAR = "AUTOAUG_FAILPOINTS_FIRED"
 #: Every point, where it is and what it interrupts (docs/failpoints.md says more).
 POINTS: Mapping[str, str] = {
     "search.after_trial_saved": "driver: a trial ended, Tune's experiment state holding it was written and the Optuna "
-    "study was told (search.tune.reconcile.StudyGuard / StudySearch)",
+    "study was told (search.tune.searcher.StudyGuard / StudySearcher)",
     "pba.after_member_checkpoint": "driver: a PBA member's checkpoint was recorded by Tune "
-    "(search.tune.reconcile.StudyGuard's checkpoint hook, on_checkpoint)",
+    "(search.methods.pba.scheduler.EventLog.on_trial_save)",
     "store.after_version_write": "PolicyStore.save: the version's Parquet file written under its temporary name, "
     "before its index entry and its publication (policies.store)",
     "calibrate.after_run_saved": "driver: a calibration run saved in calibration.json (search.decide.calibrate)",

@@ -35,7 +35,7 @@ the method's trials stop when what is left is what re-scoring and storing need, 
 to what is left, and a resumed search continues with the time its earlier sessions left.
 
 For Ray Tune, Optuna and their consistency across a driver crash see
-:mod:`autoaug.search.tune.experiment` and :mod:`autoaug.search.tune.reconcile`.
+:mod:`autoaug.search.tune.experiment` and :mod:`autoaug.search.tune.searcher`.
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ class SearchSpace:
         ]
 
     def distributions(self) -> dict[str, Any]:
-        """The space as ``{name: optuna distribution}`` (what ``OptunaSearch(space=...)`` takes)."""
+        """The space as ``{name: optuna distribution}`` (what :class:`~autoaug.search.tune.searcher.StudySearcher` asks with)."""
         from optuna.distributions import (
             CategoricalDistribution,
             FloatDistribution,

@@ -10,27 +10,28 @@ parameters and the method's own callbacks. The rest comes from the search's conf
 same for every experiment of a search: the space, the sampler, the concurrency, the trials'
 resources, retries, actor reuse and MLflow logging.
 
-* **Search algorithm**: :class:`autoaug.search.tune.reconcile.StudySearch` (Ray Tune's
-  ``OptunaSearch``) over :meth:`SearchSpace.distributions`, wrapped in ``ConcurrencyLimiter``;
+* **Search algorithm**: :class:`autoaug.search.tune.searcher.StudySearcher` (a Tune ``Searcher`` on
+  Optuna's ask-and-tell) over :meth:`SearchSpace.distributions`, wrapped in ``ConcurrencyLimiter``;
   the study lives in the Optuna storage ``study_url``, each Optuna trial carrying the user
   attribute ``tune_trial_id``. Warm-start proposals are enqueued in a new study. A method that
   proposes its own trials gives Tune's parameter space instead (``param_space``: PBA's
   population): no study, no concurrency limit.
 * **Scheduler**: ASHA on :data:`~autoaug.search.score.METRIC` with
-  ``time_attr="training_iteration"``, or FIFO; both guarded (:class:`~autoaug.search.tune.reconcile.StudyGuard`);
+  ``time_attr="training_iteration"``, or FIFO; both guarded (:class:`~autoaug.search.tune.searcher.StudyGuard`);
   or the method's own (``scheduler``: PBA's PBT).
 * **Trials**: the trial function under ``tune.with_parameters`` (shared values travel once
   through Ray's object store) and ``tune.with_resources``; ``FailureConfig(max_failures)``
   retries a trial that raises from its last checkpoint.
-* **Progress**: :class:`autoaug.search.tune.progress.ProgressCallback` feeds the search's display;
-  a restored experiment gets this driver's display (:func:`autoaug.search.tune.reconcile.attach_display`).
+* **This driver session** (:class:`autoaug.search.tune.searcher.DriverSession`): the progress display
+  and the time budget are never pickled with Tune's state; a new or restored tuner gets this
+  driver's (:func:`~autoaug.search.tune.searcher.attach_session`), current while :func:`fit` runs it.
+* **Progress**: :class:`autoaug.search.tune.progress.ProgressCallback` feeds the search's display.
 * **A full or read-only filesystem** (:mod:`autoaug.search.tune.tune_storage`): the first trial it
   makes fail ends the experiment (the search turns that into one ``StorageError`` line); Tune's saved
   state keeps a complete copy that :func:`restore_tuner` puts back if a full disk cut it short.
 * **Time budget** (:class:`autoaug.search.budget.Budget`, optional): the scheduler and the
   searcher end the experiment when the search's budget says so
-  (:class:`~autoaug.search.tune.reconcile.BudgetStop`); a restored experiment gets this session's
-  (:func:`autoaug.search.tune.reconcile.attach_budget`).
+  (:class:`~autoaug.search.tune.searcher.BudgetStop`).
 
 :func:`tune_output` sets, for the time of a search only, the environment variables that keep
 Ray Tune's own console output out of the way of the progress display.
@@ -51,16 +52,15 @@ from ray.tune.search import ConcurrencyLimiter
 
 from autoaug.search.tune.loggers import experiment_loggers
 from autoaug.search.tune.progress import ProgressCallback, TuneTrialLines
-from autoaug.search.tune.reconcile import (
-    StoppedTrials,
-    StudySearch,
-    attach_budget,
-    attach_callbacks,
-    attach_display,
-    make_scheduler,
-)
 from autoaug.search.score import METRIC, MODE
-from autoaug.search.tune.study import make_sampler, make_storage
+from autoaug.search.tune.searcher import (
+    DriverSession,
+    StoppedTrials,
+    StudySearcher,
+    attach_session,
+    make_scheduler,
+    running,
+)
 from autoaug.search.tune.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state
 
 if TYPE_CHECKING:
@@ -120,16 +120,17 @@ def _trainable(config: "SearchConfig", exp: Experiment) -> Any:
 def _study_search(config: "SearchConfig", exp: Experiment) -> Any:
     """The Optuna search algorithm of ``exp``: its study, the warm start enqueued in a new one,
     behind the search's concurrency limit."""
-    searcher = StudySearch(
-        space=config.space.distributions(),
+    searcher = StudySearcher(
+        config.space.distributions(),
         metric=METRIC,
         mode=MODE,
-        sampler=make_sampler(config.sampler, exp.seed, config.startup_trials),
         study_name=exp.name,
-        storage=make_storage(exp.study_url),
+        storage_url=exp.study_url,
+        sampler=config.sampler,
+        seed=exp.seed,
+        startup_trials=config.startup_trials,
+        max_steps=exp.max_steps,
     )
-    searcher.set_sampler_spec(config.sampler, exp.seed, config.startup_trials)
-    searcher.set_max_steps(exp.max_steps)
     for params in exp.warm_start:  # a fresh study only: a restored one has its enqueued trials
         searcher.study.enqueue_trial(dict(params), skip_if_exists=True)
     searcher.study.set_user_attr(
@@ -183,7 +184,7 @@ def build_tuner(
         ),
     )
     # The scheduler, the searcher and the progress lines get the budget here, as a restored tuner's do.
-    attach_budget(tuner, budget, exp.name, exp.max_steps)  # (with Ray Client: a warning)
+    attach_session(tuner, DriverSession(exp.name, display, budget, exp.max_steps))  # (with Ray Client: a warning)
     return tuner
 
 
@@ -198,9 +199,9 @@ def restore_tuner(
     """``exp`` restored from its saved state (unfinished trials continue from their latest
     checkpoints): the saved state repaired first if a full disk cut it short
     (:func:`~autoaug.search.tune.tune_storage.repair_state`), this driver's ``display`` and this
-    session's time ``budget`` attached, and the storage guard, the state copy and the guard of the
-    search's own files (:class:`~autoaug.search.tune.tune_storage.SearchFiles`) in place (a tuner
-    saved before they existed gets them too)."""
+    session's time ``budget`` attached (:func:`~autoaug.search.tune.searcher.attach_session`). The
+    callbacks, the scheduler and the searcher are the ones ``Tuner.restore`` unpickles from the
+    experiment's ``tuner.pkl``: a search started by another version of autoaug may not resume."""
     uri = exp.uri
     repaired = repair_state(uri)
     if repaired is not None:
@@ -208,9 +209,7 @@ def restore_tuner(
     tuner = tune.Tuner.restore(
         uri, trainable=_trainable(config, exp), resume_unfinished=True, resume_errored=resume_errored
     )
-    attach_display(tuner, display, exp.num_trials, exp.max_steps)
-    attach_budget(tuner, budget, exp.name, exp.max_steps)
-    attach_callbacks(tuner, first=[StorageGuard()], last=[StateCopy(uri), SearchFiles()])
+    attach_session(tuner, DriverSession(exp.name, display, budget, exp.max_steps))
     return tuner
 
 
@@ -222,7 +221,7 @@ def can_restore(uri: str) -> bool:
 def fit(tuner: tune.Tuner) -> None:
     """Run the experiment until its trials are done (or the driver is interrupted). What a full or
     read-only filesystem makes it raise becomes one line in :func:`autoaug.search.driver._search`."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), running(tuner):  # this driver session's display and budget
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         tuner.fit()
 

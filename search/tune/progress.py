@@ -46,12 +46,12 @@ class ProgressCallback(tune.Callback):
     terminal.
 
     ``stopped``: the trials the study guard stopped in this driver session
-    (:class:`autoaug.search.tune.reconcile.StoppedTrials`); Tune's numbers for them are stale.
-    ``display``: the :class:`autoaug.core.progress.Progress` (not pickled with Tune's experiment
-    state: a restored search attaches its own with :func:`autoaug.search.tune.reconcile.attach_display`);
-    None prints plain lines on ``stream``. ``budget``: the search's time budget
-    (:class:`autoaug.search.budget.Budget`, this driver's, not pickled either), whose stopped
-    trials of the Tune experiment ``experiment`` are said so.
+    (:class:`autoaug.search.tune.searcher.StoppedTrials`); Tune's numbers for them are stale.
+    ``display``: the :class:`autoaug.core.progress.Progress`; None prints plain lines on
+    ``stream``. ``budget``: the search's time budget (:class:`autoaug.search.budget.Budget`), whose
+    stopped trials of the Tune experiment ``experiment`` are said so. Neither is pickled with
+    Tune's experiment state: where not given, they are the current driver session's
+    (:func:`autoaug.search.tune.searcher.current_session`), which a restored search attaches.
     """
 
     def __init__(
@@ -68,26 +68,49 @@ class ProgressCallback(tune.Callback):
         self.epochs = epochs
         self.stream = stream
         self.stopped = stopped
-        self.display = display
-        self.budget = budget
-        self.experiment = experiment
+        self._display = display
+        self._budget = budget
+        self._experiment = experiment
         self._done: dict[str, str] = {}  # trial id -> "completed" / "stopped" / "failed"
         self._epochs: dict[str, int] = {}  # running trial id -> epochs reported
         self._best: tuple[float, str] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["display"] = None  # a live terminal display is this driver's, never pickled
-        state["budget"] = None  # so is the budget (reconcile.attach_budget)
+        state["_display"] = None  # a live terminal display is this driver's, never pickled
+        state["_budget"] = None  # so is the budget
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state.setdefault("budget", None)  # callbacks pickled before budgets existed
-        state.setdefault("experiment", "")
-        self.__dict__.update(state)
+        self.__dict__.update({"_display": None, "_budget": None, "_experiment": "", **state})
+
+    @staticmethod
+    def _session() -> Any:
+        from autoaug.search.tune.searcher import current_session
+
+        return current_session()
+
+    @property
+    def display(self) -> Progress | None:
+        session = self._session() if self._display is None else None
+        return self._display if session is None else session.display
+
+    @display.setter
+    def display(self, display: Progress | None) -> None:
+        self._display = display
+
+    @property
+    def budget(self) -> Budget | None:
+        session = self._session() if self._budget is None else None
+        return self._budget if session is None else session.budget
+
+    @property
+    def experiment(self) -> str:
+        session = self._session() if not self._experiment else None
+        return self._experiment if session is None else session.experiment
 
     def _by_budget(self, trial_id: str) -> bool:
-        budget = getattr(self, "budget", None)
+        budget = self.budget
         return budget is not None and trial_id in budget.stopped(self.experiment)
 
     # -- output ----------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 with Ray Tune's trials.
 
 Every Optuna trial of a search carries the user attribute :data:`TUNE_TRIAL_ATTR` (its Ray Tune
-trial id); the other attributes below are written by :mod:`autoaug.search.tune.reconcile` after a
-driver crash.
+trial id); the other attributes below are written by :mod:`autoaug.search.tune.searcher` (at a trial's
+end, and after a driver crash).
 """
 
 from __future__ import annotations
@@ -34,22 +34,28 @@ __all__ = [
     "check_no_study",
     "delete_study",
     "study_trials_by_tune_id",
+    "replaced_trials",
     "final_step",
     "check_study",
     "TUNE_TRIAL_ATTR",
     "ORPHAN_ATTR",
     "FINAL_STEP_ATTR",
     "RETRY_ATTR",
+    "REPLACES_ATTR",
 ]
 
 #: Optuna user attribute holding the Ray Tune trial id of each Optuna trial.
 TUNE_TRIAL_ATTR = "tune_trial_id"
-#: Optuna user attribute of trials asked by a driver that died before Tune recorded them.
+#: Optuna user attribute of a proposal no Tune trial took (the time budget ended the trials first).
 ORPHAN_ATTR = "autoaug_orphaned"
 #: Optuna user attribute: the ``training_iteration`` (epoch) of the trial's final result.
 FINAL_STEP_ATTR = "training_iteration"
 #: Optuna user attribute (the failed attempt's number) of a retried failure's new trial.
 RETRY_ATTR = "autoaug_retry_of"
+#: Optuna user attribute (a trial's number) of the trial asked again in its place after a driver
+#: crash left it RUNNING: its proposal, and its Tune trial if Tune resumed that one; the replaced
+#: trial is FAIL.
+REPLACES_ATTR = "autoaug_replaces"
 
 
 def _optuna():
@@ -221,12 +227,19 @@ def final_step(frozen: optuna.trial.FrozenTrial) -> int:
     return int(step) if step is not None else max(frozen.intermediate_values, default=0)
 
 
+def replaced_trials(study: optuna.Study) -> set[int]:
+    """Numbers of the trials another trial replaces (:data:`REPLACES_ATTR`)."""
+    return {ft.user_attrs[REPLACES_ATTR] for ft in study.get_trials(deepcopy=False) if REPLACES_ATTR in ft.user_attrs}
+
+
 def study_trials_by_tune_id(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
-    """``{tune_trial_id: the latest Optuna trial for it}`` (a retried failure has two)."""
+    """``{tune_trial_id: the latest Optuna trial for it}`` (a retried failure has two, a trial
+    continued after a driver crash too); a replaced trial is not its Tune trial's."""
     out: dict[str, optuna.trial.FrozenTrial] = {}
+    replaced = replaced_trials(study)
     for ft in study.get_trials(deepcopy=False):
         tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
-        if tid is not None and (tid not in out or ft.number > out[tid].number):
+        if tid is not None and ft.number not in replaced and (tid not in out or ft.number > out[tid].number):
             out[tid] = ft
     return out
 
@@ -240,8 +253,9 @@ def check_study(
     ``tune_trial_id``; for a failure retried with ``resume_errored``, the latest one) with the same
     parameters; a trial that ran all epochs is COMPLETE and one stopped early by ASHA is PRUNED, with
     the same value (a pruned trial's value is its last intermediate value), a failed one FAIL; no Optuna trial
-    is left RUNNING/WAITING; every other Optuna trial is an orphan marked ``autoaug_orphaned`` or a
-    failed attempt followed by a retry. With ``budget_ended`` (the time budget ended the search), a
+    is left RUNNING/WAITING; every other Optuna trial is an orphan marked ``autoaug_orphaned``, a
+    failed attempt followed by a retry, or a FAIL trial asked again after a driver crash
+    (``autoaug_replaces``). With ``budget_ended`` (the time budget ended the search), a
     WAITING trial that belongs to no Tune trial is a proposal the search never reached (an enqueued
     warm-start point), not a problem.
     """
@@ -249,8 +263,13 @@ def check_study(
 
     problems: list[str] = []
     latest = study_trials_by_tune_id(study)
+    replaced = replaced_trials(study)
     for ft in study.get_trials(deepcopy=False):
         tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
+        if ft.number in replaced:
+            if ft.state != optuna.trial.TrialState.FAIL:
+                problems.append(f"Optuna trial {ft.number} was asked again but is {ft.state.name}, not FAIL")
+            continue
         if budget_ended and tid is None and ft.state == optuna.trial.TrialState.WAITING:
             continue
         if ft.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING):

@@ -46,7 +46,7 @@ from ray import tune
 
 from autoaug.core.errors import SearchError, StorageError
 from autoaug.core.location import atomic_write_local, is_uri, resume_with, storage_error
-from autoaug.search.tune.reconcile import ray_session_dir
+from autoaug.search.tune.searcher import ray_session_dir
 
 __all__ = ["COPY_DIR", "SearchFiles", "StateCopy", "StorageGuard", "repair_state", "storage_failure"]
 
@@ -215,7 +215,7 @@ class SearchFiles(tune.Callback):
         if self._checked or not trials:
             return
         self._checked = True
-        staging = getattr(getattr(trials[0], "storage", None), "experiment_driver_staging_path", None)
+        staging = getattr(trials[0], "local_experiment_path", None)  # (Tune's Trial: its driver staging folder)
         if staging:
             drop_search_files(staging)
 

@@ -21,10 +21,10 @@ from autoaug.search.budget import (
     parse_duration,
 )
 from autoaug.search.config import METRIC, SearchConfig
-from autoaug.search.tune.reconcile import GuardedASHAScheduler, GuardedFIFOScheduler, StudySearch
+from autoaug.search.tune.searcher import GuardedASHAScheduler, GuardedFIFOScheduler, StudySearcher
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
-from autoaug.search.tune.study import check_study, make_sampler
+from autoaug.search.tune.study import check_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SPACE = SearchSpace(num_sub_policies=2)
@@ -345,18 +345,8 @@ def test_nothing_is_stopped_while_the_budget_lasts(tmp_path):
     assert budget.ended is None and not controller.search_alg.finished
 
 
-def _searcher(url: str) -> StudySearch:
-    search = StudySearch(
-        space=SPACE.distributions(),
-        metric=METRIC,
-        mode="max",
-        sampler=make_sampler("tpe", 0),
-        study_name="s",
-        storage=optuna.storages.RDBStorage(url),
-    )
-    search.set_sampler_spec("tpe", 0)
-    search.set_max_steps(3)
-    return search
+def _searcher(url: str) -> StudySearcher:
+    return StudySearcher(SPACE.distributions(), metric=METRIC, mode="max", study_name="s", storage_url=url, max_steps=3)
 
 
 def test_the_searcher_proposes_nothing_once_trials_must_end_and_the_study_stays_consistent(tmp_path):
@@ -391,13 +381,13 @@ def test_the_searchers_budget_is_one_sessions_and_survives_its_restore(tmp_path)
     search = _searcher(url)
     search.set_budget(budget)
     search.suggest("t1")
-    assert "_budget" not in pickle.loads(pickle.dumps(search)).__dict__
+    assert isinstance(pickle.loads(pickle.dumps(search)).suggest("t2"), dict)  # pickled without the budget
     snapshot = str(tmp_path / "searcher.pkl")
     search.save(snapshot)
     assert search._budget is budget
     restored = _searcher(url)
     mine = Budget.open(RunDir(str(tmp_path), "r2"), 3600, session="resume 2")
-    restored.set_budget(mine)  # attach_budget, before Tune restores the searcher's state
+    restored.set_budget(mine)  # set before Tune restores the searcher's state
     restored.restore(snapshot)
     assert restored._budget is mine
 
@@ -580,25 +570,50 @@ def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(re
     assert budget.rescore["note"].startswith("the budget ran out during re-scoring: 3 of 4 candidates re-scored")
 
 
-def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning():
+def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning(monkeypatch):
     """Through Ray Client the Tune loop runs on the cluster, without this driver's budget."""
     import warnings
 
     from autoaug.core.errors import AutoaugWarning
-    from autoaug.search.tune.reconcile import attach_budget
+    from autoaug.search import searcher
+    from autoaug.search.tune.searcher import DriverSession, attach_session
 
-    class RemoteTuner:  # a tune.Tuner in Ray Client mode has no local tuner
+    class Tuner:
         pass
 
+    monkeypatch.setattr(searcher, "ray_client", lambda: True)
     with pytest.warns(
         AutoaugWarning,
         match=r"^Ray Client \(--address ray://...\) runs the Tune experiment x on the "
         r"cluster, where the time budget cannot stop its trials",
     ):
-        attach_budget(RemoteTuner(), Budget(60), "x", 3)
+        attach_session(Tuner(), DriverSession("x", budget=Budget(60), max_steps=3))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        attach_budget(RemoteTuner(), None, "x", 3)  # no budget: nothing to say
+        attach_session(Tuner(), DriverSession("x", max_steps=3))  # no budget: nothing to say
+
+
+def test_a_restored_scheduler_and_searcher_take_the_budget_of_the_driver_session_running_them(tmp_path):
+    """Tune's restore unpickles them without a budget: the one of the driver session that runs the
+    tuner (attach_session, running) is theirs while it runs, and only then."""
+    from autoaug.search.tune.searcher import DriverSession, attach_session, running
+
+    budget, _ = _expired_budget(tmp_path)
+    budget.has_result = True
+    scheduler = pickle.loads(pickle.dumps(GuardedFIFOScheduler()))
+    search = pickle.loads(pickle.dumps(_searcher(f"sqlite:///{tmp_path}/study.db")))
+
+    class Tuner:
+        pass
+
+    tuner = Tuner()
+    attach_session(tuner, DriverSession("exp", budget=budget, max_steps=3))
+    assert scheduler.on_trial_result(_Controller([]), _Trial("a"), _result(1)) == "CONTINUE"  # not running yet
+    with running(tuner):
+        assert scheduler.on_trial_result(_Controller([]), _Trial("b"), _result(1)) == "STOP"
+        assert search.suggest("c") == "FINISHED"
+    assert budget.stopped("exp") == {"b"}
+    assert isinstance(search.suggest("d"), dict)
 
 
 def test_the_end_of_the_trials_is_said_once(tmp_path):
@@ -629,11 +644,12 @@ def test_a_trial_the_budget_stops_before_its_first_score_goes_through_every_sche
     assert scheduler.on_trial_result(controller, trial, dict(unscored)) == "STOP"
     scheduler.on_trial_complete(controller, trial, dict(unscored))  # Tune's stop_trial: no TypeError
     assert budget.stopped("s") == {"early"}
+    assert scheduler.debug_string().endswith("Iter 1.000: None")  # kept out of the rungs
     # a scored trial still reaches ASHA's bracket
     scored = _Trial("scored")
     scheduler.on_trial_add(controller, scored)
     scheduler.on_trial_complete(controller, scored, _result(1, 0.7))
-    assert "scored" not in scheduler._trial_info and "early" in scheduler._trial_info  # kept out of the rungs
+    assert scheduler.debug_string().endswith("Iter 1.000: 0.7")
     url = f"sqlite:///{tmp_path}/study.db"
     search = _searcher(url)
     search.suggest("early")

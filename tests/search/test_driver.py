@@ -12,11 +12,12 @@ from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.config import METRIC
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.progress import format_exception
-from autoaug.search.tune.reconcile import GuardedFIFOScheduler, StudySearch
+from autoaug.core.errors import SearchError
 from autoaug.search.run_dir import RunDir
+from autoaug.search.tune.searcher import GuardedFIFOScheduler, StudySearcher
 from autoaug.search.tune.study import (
     FINAL_STEP_ATTR,
-    ORPHAN_ATTR,
+    REPLACES_ATTR,
     RETRY_ATTR,
     TUNE_TRIAL_ATTR,
     check_study,
@@ -27,24 +28,17 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 SPACE = SearchSpace(num_sub_policies=2)
 
 
-def _searcher(url: str) -> StudySearch:
-    search = StudySearch(
-        space=SPACE.distributions(),
-        metric=METRIC,
-        mode="max",
-        sampler=make_sampler("tpe", 0),
-        study_name="s",
-        storage=optuna.storages.RDBStorage(url),
+def _searcher(url: str, max_steps: int | None = None) -> StudySearcher:
+    return StudySearcher(
+        SPACE.distributions(), metric=METRIC, mode="max", study_name="s", storage_url=url, max_steps=max_steps
     )
-    search.set_sampler_spec("tpe", 0)
-    return search
 
 
 def _result(value: float, step: int) -> dict:
     return {METRIC: value, "training_iteration": step}
 
 
-def _record(search: StudySearch, trial_id: str, config: dict, score, status="completed") -> TrialRecord:
+def _record(search: StudySearcher, trial_id: str, config: dict, score, status="completed") -> TrialRecord:
     return TrialRecord(
         trial_id=trial_id, index=0, status=status, params=config, policy=SPACE.to_policy(config), score=score, epochs=2
     )
@@ -72,7 +66,8 @@ def test_driver_crash_between_snapshot_and_study_writes_is_reconciled(tmp_path):
     # Tune resumes t2 from its last checkpoint; it reports and completes again: not told twice.
     second.on_trial_result("t2", _result(0.6, 2))
     second.on_trial_complete("t2", _result(0.6, 2))
-    # Tune creates new trials for the rest: the orphaned Optuna trial of t3 is re-used.
+    # Tune creates new trials for the rest: the proposal asked for t3 (which Tune's snapshot never
+    # knew) is asked again and goes to the first of them; t3's Optuna trial is FAIL.
     c4 = second.suggest("t4")
     assert c4 == c3
     second.on_trial_result("t4", _result(0.7, 1))
@@ -84,12 +79,16 @@ def test_driver_crash_between_snapshot_and_study_writes_is_reconciled(tmp_path):
     second.on_trial_complete("t5", _result(0.1, 2))
 
     study = optuna.load_study(study_name="s", storage=url)
-    states = [(t.number, t.state.name, t.value, t.user_attrs.get(TUNE_TRIAL_ATTR)) for t in study.trials]
+    states = [
+        (t.number, t.state.name, t.value, t.user_attrs.get(TUNE_TRIAL_ATTR), t.user_attrs.get(REPLACES_ATTR))
+        for t in study.trials
+    ]
     assert states == [
-        (0, "COMPLETE", 0.5, "t1"),
-        (1, "COMPLETE", 0.6, "t2"),
-        (2, "COMPLETE", 0.8, "t4"),  # asked for t3 (lost with the driver), run as t4
-        (3, "COMPLETE", 0.1, "t5"),
+        (0, "COMPLETE", 0.5, "t1", None),
+        (1, "COMPLETE", 0.6, "t2", None),
+        (2, "FAIL", None, "t3", None),  # asked for t3, lost with the driver...
+        (3, "COMPLETE", 0.8, "t4", 2),  # ... asked again in its place, run as t4
+        (4, "COMPLETE", 0.1, "t5", None),
     ]
     records = [
         _record(second, "t1", c1, 0.5),
@@ -100,7 +99,7 @@ def test_driver_crash_between_snapshot_and_study_writes_is_reconciled(tmp_path):
     assert check_study(study, records, SPACE) == []
 
 
-def test_orphan_with_incomplete_parameters_is_marked_failed(tmp_path):
+def test_an_orphan_with_incomplete_parameters_is_asked_again_and_completed_by_the_sampler(tmp_path):
     url = f"sqlite:///{tmp_path}/study.db"
     first = _searcher(url)
     first.suggest("t1")
@@ -108,15 +107,53 @@ def test_orphan_with_incomplete_parameters_is_marked_failed(tmp_path):
     first.save(str(snapshot))
     # The driver died inside ask(): a trial exists with only some of its parameters.
     partial = first.study.ask()
-    partial.suggest_int("sp0_op0_mag", 0, 9)
+    mag = partial.suggest_int("sp0_op0_mag", 0, 9)
     second = _searcher(url)
     second.restore(str(snapshot))
+    fresh = second.suggest("t2")  # the parameters it had, the others proposed now
+    assert set(fresh) == set(SPACE.param_names()) and fresh["sp0_op0_mag"] == mag
     study = optuna.load_study(study_name="s", storage=url)
-    frozen = study.trials[partial.number]
-    assert frozen.state.name == "FAIL" and frozen.user_attrs[ORPHAN_ATTR] is True
-    fresh = second.suggest("t2")  # a new proposal, not the broken orphan
-    assert set(fresh) == set(SPACE.param_names())
-    assert study.trials[0].user_attrs[TUNE_TRIAL_ATTR] == "t1"
+    assert study.trials[partial.number].state.name == "FAIL"
+    (taken,) = [t for t in study.trials if t.user_attrs.get(TUNE_TRIAL_ATTR) == "t2"]
+    assert taken.user_attrs[REPLACES_ATTR] == partial.number and taken.state.name == "RUNNING"
+    second.on_trial_complete("t1", _result(0.5, 2))  # t1 went on in the trial asked again for it
+    second.on_trial_complete("t2", _result(0.4, 2))
+    study = optuna.load_study(study_name="s", storage=url)
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL", "COMPLETE", "COMPLETE"]
+    records = [_record(second, "t1", study.trials[2].params, 0.5), _record(second, "t2", fresh, 0.4)]
+    assert check_study(study, records, SPACE) == []
+
+
+def test_a_trial_tune_resumes_continues_in_a_new_optuna_trial_with_its_earlier_epochs(tmp_path):
+    """Optuna hands a live trial only to the process that asked for it: a Tune trial that Tune
+    resumes from its checkpoint after a driver crash goes on in an Optuna trial asked again in
+    its place, which holds every epoch's score; a warm-start point still waiting before it goes to
+    the next new Tune trial, not lost."""
+    url = f"sqlite:///{tmp_path}/study.db"
+    first = _searcher(url, max_steps=3)
+    config = first.suggest("t1")
+    first.on_trial_result("t1", _result(0.3, 1))
+    point = dict(config, sp0_op0_mag=(config["sp0_op0_mag"] + 1) % 10)
+    first.study.enqueue_trial(point)  # a warm-start point not proposed yet
+    snapshot = tmp_path / "searcher.pkl"
+    first.save(str(snapshot))
+    del first  # kill -9
+    second = _searcher(url, max_steps=3)
+    second.restore(str(snapshot))
+    second.on_trial_result("t1", _result(0.4, 2))  # Tune resumes t1 from its checkpoint
+    second.on_trial_complete("t1", _result(0.5, 3))
+    assert second.suggest("t2") == point
+    study = optuna.load_study(study_name="s", storage=url)
+    old, waiting, new = study.trials[0], study.trials[1], study.trials[2]
+    assert (old.state.name, old.intermediate_values) == ("FAIL", {1: 0.3})
+    assert (new.state.name, new.value, new.params) == ("COMPLETE", 0.5, config)
+    assert new.intermediate_values == {1: 0.3, 2: 0.4, 3: 0.5}
+    assert new.user_attrs[TUNE_TRIAL_ATTR] == "t1" and new.user_attrs[REPLACES_ATTR] == 0
+    assert waiting.user_attrs[TUNE_TRIAL_ATTR] == "t2" and waiting.params == point
+    second.on_trial_complete("t2", _result(0.6, 3))
+    study = optuna.load_study(study_name="s", storage=url)
+    records = [_record(second, "t1", config, 0.5), _record(second, "t2", point, 0.6)]
+    assert check_study(study, records, SPACE) == []
 
 
 def test_searcher_state_pickles_with_its_sqlite_study(tmp_path):
@@ -306,8 +343,7 @@ def test_final_step_is_kept_with_the_trial(tmp_path):
 
 def test_every_epoch_is_an_intermediate_value_and_early_stopped_trials_are_pruned(tmp_path):
     url = f"sqlite:///{tmp_path}/study.db"
-    search = _searcher(url)
-    search.set_max_steps(3)
+    search = _searcher(url, max_steps=3)
     for tid in ("full", "stopped", "broken"):
         search.suggest(tid)
     for step, value in ((1, 0.2), (2, 0.3)):
@@ -344,8 +380,7 @@ def test_epochs_a_trial_did_not_validate_are_not_intermediate_values(tmp_path):
     """A trial validates only the epochs its score is read from: before the first it reports no
     score, between windows the last window's, which the study already holds at its own epoch."""
     url = f"sqlite:///{tmp_path}/study.db"
-    search = _searcher(url)
-    search.set_max_steps(4)
+    search = _searcher(url, max_steps=4)
     search.suggest("t")
     for step, score, val in ((1, None, None), (2, 0.3, 0.3), (3, 0.3, None)):
         search.on_trial_result("t", {**_result(score, step), "val_accuracy": val})
@@ -357,7 +392,7 @@ def test_epochs_a_trial_did_not_validate_are_not_intermediate_values(tmp_path):
 def test_asha_waits_for_a_trials_first_score_and_cuts_on_real_ones():
     from ray.tune.schedulers import TrialScheduler
 
-    from autoaug.search.tune.reconcile import GuardedASHAScheduler
+    from autoaug.search.tune.searcher import GuardedASHAScheduler
 
     class _Trial:
         def __init__(self, trial_id):
@@ -366,7 +401,6 @@ def test_asha_waits_for_a_trials_first_score_and_cuts_on_real_ones():
     scheduler = GuardedASHAScheduler(
         time_attr="training_iteration", max_t=4, grace_period=2, reduction_factor=2, metric=METRIC, mode="max"
     )
-    scheduler._budget = None
     strong, weak = _Trial("strong"), _Trial("weak")
     for t in (strong, weak):
         scheduler.on_trial_add(None, t)
@@ -401,27 +435,21 @@ def test_proposals_after_a_restore_are_reproducible(tmp_path):
     first.suggest("t1")
     snapshot = tmp_path / "searcher.pkl"
     first.save(str(snapshot))
-    first.suggest("t2")  # orphaned by the crash
+    orphaned = first.suggest("t2")  # asked after the snapshot: lost with the crash
     crashed = (tmp_path / "study.db").read_bytes()
     proposals = []
     for _ in range(2):
         (tmp_path / "study.db").write_bytes(crashed)
         again = _searcher(url)
         again.restore(str(snapshot))
-        again._orphans = []  # look at the sampler only
-        proposals.append(again.suggest(f"new{len(proposals)}"))
+        proposals.append((again.suggest("new1"), again.suggest("new2")))
     assert proposals[0] == proposals[1]
-    assert proposals[0] != first._ot_trials["t2"].params
+    assert proposals[0][0] == orphaned  # the proposal lost with the crash, asked again
+    assert proposals[0][1] != orphaned  # then the sampler's new ones, not a replay
 
 
-def test_a_search_snapshotted_before_startup_trials_existed_still_resumes(tmp_path):
-    url = f"sqlite:///{tmp_path}/study.db"
-    first = _searcher(url)
-    first._sampler_spec = ("tpe", 0)  # how older versions recorded the sampler
-    first.suggest("t1")
-    first.on_trial_complete("t1", _result(0.5, 2))
+def test_a_snapshot_of_another_searcher_is_refused_in_one_line(tmp_path):
     snapshot = tmp_path / "searcher.pkl"
-    first.save(str(snapshot))
-    again = _searcher(url)
-    again.restore(str(snapshot))
-    assert set(again.suggest("t2")) == set(SPACE.distributions())
+    snapshot.write_bytes(pickle.dumps({"_ot_trials": {}, "_completed_trials": set()}))  # OptunaSearch's
+    with pytest.raises(SearchError, match=r"is not a snapshot of autoaug's StudySearcher .*--overwrite$"):
+        _searcher(f"sqlite:///{tmp_path}/study.db").restore(str(snapshot))

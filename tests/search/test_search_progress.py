@@ -75,16 +75,23 @@ def test_pickled_with_tune_state_without_the_display():
 
 
 def test_a_restored_tuner_gets_this_drivers_display():
-    from autoaug.search.tune.reconcile import attach_display
+    """Tune's restore unpickles the callback without its display: while this driver runs the
+    tuner, the callback prints on this driver's (the session attach_session gave the tuner)."""
+    from autoaug.search.tune.searcher import DriverSession, attach_session, running
 
-    display = Progress("plain", stream=io.StringIO())
-    restored = pickle.loads(pickle.dumps(ProgressCallback(3, 2, display=Progress("quiet"))))
-    run_config = SimpleNamespace(callbacks=[restored])
-    tuner = SimpleNamespace(_local_tuner=SimpleNamespace(get_run_config=lambda: run_config))
-    attach_display(tuner, display, 3, 2)
-    assert restored.display is display and run_config.callbacks == [restored]
+    out = io.StringIO()
+    display = Progress("plain", stream=out)
+    restored = pickle.loads(pickle.dumps(ProgressCallback(1, 1, display=Progress("quiet"))))
 
-    run_config = SimpleNamespace(callbacks=[])  # the first driver ran with -q
-    attach_display(tuner, display, 3, 2)
-    (added,) = run_config.callbacks
-    assert isinstance(added, ProgressCallback) and added.display is display and added.num_trials == 3
+    class Tuner:
+        pass
+
+    tuner = Tuner()
+    attach_session(tuner, DriverSession("exp", display=display))
+    assert restored.display is None
+    t = _trial("x", "TERMINATED", epoch=1, training_iteration=1, **{METRIC: 0.25}, time_total_s=3.0)
+    with running(tuner):
+        assert restored.display is display
+        restored.on_trial_complete(0, [t], t)
+    assert restored.display is None
+    assert out.getvalue() == f"[1/1] trial x {METRIC} 0.2500 after 1/1 epochs, 3 s | best 0.2500 (x)\n"

@@ -58,7 +58,7 @@ SEARCHES = [("paper", {}, 2.0, 0.25), ("smoke", {}, 1.0, 0.0), ("paper", {"gpus_
 @pytest.mark.parametrize("preset,changes,cpus,gpus", SEARCHES)
 def test_a_trial_asks_tune_for_the_searchs_cpus_and_gpus(tmp_path, preset, changes, cpus, gpus):
     """Every method's trials (the training method's, each density round's, PBA's members) run
-    through search.experiment.build_tuner: the resources Tune reserves per trial are these."""
+    through search.tune.experiment.build_tuner: the resources Tune reserves per trial are these."""
     from autoaug.search.tune.experiment import Experiment, build_tuner
 
     config = _search(tmp_path, preset, **changes)

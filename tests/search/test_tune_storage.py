@@ -256,14 +256,9 @@ def test_a_full_disk_anywhere_in_a_search_says_how_to_resume_it(tmp_path, monkey
     )
 
 
-class _Storage:
-    def __init__(self, staging):
-        self.experiment_driver_staging_path = str(staging)
-
-
 class _StagedTrial:
     def __init__(self, staging):
-        self.storage = _Storage(staging)
+        self.local_experiment_path = str(staging)  # Tune's Trial property
 
 
 def test_a_restored_experiment_does_not_upload_stale_copies_of_the_search_files(tmp_path):

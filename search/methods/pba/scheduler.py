@@ -16,7 +16,7 @@ from ray.tune.schedulers import PopulationBasedTraining
 from autoaug.core import failpoints
 from autoaug.search.methods.pba.trial import EVENTS_KEY
 from autoaug.search.tune.progress import say
-from autoaug.search.tune.reconcile import BudgetStop
+from autoaug.search.tune.searcher import BudgetStop, current_session
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 
@@ -33,7 +33,7 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
     """PBT that leaves a member's last epoch alone: exploiting there would copy a finished member
     into one with nothing left to train (and start a stage at 100% of training).
 
-    With a time budget (:class:`~autoaug.search.tune.reconcile.BudgetStop`) a running member ends at its
+    With a time budget (:class:`~autoaug.search.tune.searcher.BudgetStop`) a running member ends at its
     next perturbation boundary, whose report carries its checkpoint: the schedule that checkpoint
     holds is the one its score was measured under. Paused members (paused at a boundary) end at once.
 
@@ -85,19 +85,22 @@ class EventLog(tune.Callback):
     restarted driver appends to what the file holds (an event seen twice is kept once).
 
     ``display``: the :class:`autoaug.core.progress.Progress` (this driver's, never pickled with
-    Tune's experiment state; :func:`autoaug.search.tune.reconcile.attach_display` gives a restored one
-    the new driver's); None prints plain lines on stdout."""
-
-    takes_display = True  # reconcile.attach_display gives a restored one this driver's display
+    Tune's experiment state; a restored one prints on the current driver session's,
+    :func:`autoaug.search.tune.searcher.current_session`); None prints plain lines on stdout."""
 
     def __init__(self, storage: str, name: str, display: "Progress | None" = None) -> None:
-        self.storage, self.name, self.display = storage, name, display
+        self.storage, self.name, self._display = storage, name, display
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "display": None}
+        return {**self.__dict__, "_display": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"display": None, **state})  # pickled before it had one
+        self.__dict__.update({"_display": None, **state})
+
+    @property
+    def display(self) -> "Progress | None":
+        session = current_session() if self._display is None else None
+        return self._display if session is None else session.display
 
     def _run(self) -> RunDir:
         return RunDir(self.storage, self.name)

@@ -504,9 +504,11 @@ def shortfall(cpus: float, gpus: float) -> str | None:
     """Why a task asking for ``cpus`` CPUs and ``gpus`` GPUs cannot start on the connected Ray
     (no live node declares that much: it would wait forever, or until an autoscaler adds such a
     node), as the end of one line (``"... but the largest node has 0 GPUs"``); None when a node
-    can run it."""
+    can run it (or when this process is connected to no Ray)."""
     import ray
 
+    if not ray.is_initialized():  # no Ray to ask (a caller that runs without one)
+        return None
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     if any(float(r.get("CPU", 0)) >= cpus and float(r.get("GPU", 0)) >= gpus for r in nodes):
         return None

@@ -575,7 +575,7 @@ def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning(monkeypatch):
     import warnings
 
     from autoaug.core.errors import AutoaugWarning
-    from autoaug.search import searcher
+    from autoaug.search.tune import searcher
     from autoaug.search.tune.searcher import DriverSession, attach_session
 
     class Tuner:

@@ -108,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
         f"({len(comparison.runs) - comparison.trained} reused); mean run {sum(trained_times) / len(trained_times):.0f} s"
     )
     import ray
-
     import torch
 
     study = {

@@ -235,7 +235,7 @@ class Utilisation:
             except Exception:  # noqa: BLE001 - no NVML: no figure
                 return
 
-    def __enter__(self) -> "Utilisation":
+    def __enter__(self) -> Utilisation:
         self._thread.start()
         return self
 

@@ -103,7 +103,6 @@ def main() -> None:
         parser.error("--data (or AUTOAUG_CIFAR10) is required")
 
     from autoaug.proxy_models.data import open_dataset
-
     from autoaug.proxy_models.splits import reduced_split
 
     torch.set_num_threads(1)

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from suite_cpu import _busy_seconds
 
 _charged: dict[str, tuple[float, float]] = {}

@@ -30,7 +30,6 @@ import statistics
 import sys
 from pathlib import Path
 
-
 #: The baselines that apply no augmentation operation (``standard``: crop + flip only).
 UNAUGMENTED = ("none", "standard")
 

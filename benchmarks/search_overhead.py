@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.data:
         parser.error("give --data (or set AUTOAUG_CIFAR10)")
 
-    from autoaug.search.config import SearchConfig
     from autoaug.core.ray_session import ray_session
+    from autoaug.search.config import SearchConfig
     from autoaug.search.driver import run_search
 
     timings: dict[str, float] = {}

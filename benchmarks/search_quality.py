@@ -46,23 +46,28 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_quality_stats import (  # noqa: E402  (statistics, tables, the figure; tests reach them here too)
     balanced_paired,
-    diff_table as _diff_table,
     over_search_seeds,
     paired,
     plot,
     results_table,
     same_recipe,
     search_recipe,
-    seeds_table as _seeds_table,
     spearman,
     summarize,
+)
+from search_quality_stats import (
+    diff_table as _diff_table,
+)
+from search_quality_stats import (
+    seeds_table as _seeds_table,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -542,7 +547,7 @@ def report(
     for stage, t in timings.data.items():
         lines.append(f"| {stage} | {t['wall_s'] / 60:.1f} |")
     lines += ["", "## Commands", "", "```", "python " + shlex.join(["benchmarks/search_quality.py", *sys.argv[1:]])]
-    for stage, t in timings.data.items():
+    for t in timings.data.values():
         for s in t["sessions"]:
             lines.append(s["command"].replace(str(work), "$WORK"))
     lines += [

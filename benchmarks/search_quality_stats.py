@@ -7,8 +7,9 @@ differ only in their seed taken together (with what makes two searches the same 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def interval(values: Sequence[float]) -> dict[str, float | None]:

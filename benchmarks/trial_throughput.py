@@ -57,17 +57,18 @@ import pstats
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from autoaug.policies import resolve_policy
 from autoaug.proxy_models.data import open_dataset
+from autoaug.proxy_models.learner import Learner
 from autoaug.proxy_models.pipeline import DaliLoader
 from autoaug.proxy_models.splits import reduced_split
-from autoaug.proxy_models.learner import Learner
 from autoaug.proxy_models.train import TrainConfig, eval_batch_size, resolve_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -14,7 +14,7 @@ calls :func:`require` before running it, so a missing library is one line naming
 from __future__ import annotations
 
 import importlib.util
-from typing import Iterable
+from collections.abc import Iterable
 
 from autoaug.core.errors import MissingExtraError
 

@@ -40,8 +40,8 @@ import re
 import signal
 import stat
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 __all__ = [
     "ENV_VAR",

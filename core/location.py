@@ -36,8 +36,9 @@ import re
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import StorageAccessError, StorageError, UserInputError
 
@@ -193,7 +194,7 @@ def _atomic_write_local(path: str, data: bytes) -> None:
         raise
 
 
-def list_dir(fs: "pafs.FileSystem", path: str) -> list:
+def list_dir(fs: pafs.FileSystem, path: str) -> list:
     """Entries (``pyarrow.fs.FileInfo``) of the folder ``path`` on ``fs`` ([] if it does not exist).
 
     pyarrow's ``LocalFileSystem`` raises ``FileNotFoundError`` despite ``allow_not_found`` when
@@ -212,7 +213,7 @@ def list_dir(fs: "pafs.FileSystem", path: str) -> list:
     return fs.get_file_info(selector)
 
 
-def delete_quietly(fs: "pafs.FileSystem", path: str) -> None:
+def delete_quietly(fs: pafs.FileSystem, path: str) -> None:
     """Delete the file or folder ``path`` on ``fs`` if it is there; errors are ignored (clean-up
     of temporary files, which a later check removes anyway)."""
     pafs_ = _pafs()
@@ -239,7 +240,7 @@ class Location:
     local: bool
 
     @classmethod
-    def parse(cls, text: str | os.PathLike, *, what: str = "location") -> "Location":
+    def parse(cls, text: str | os.PathLike, *, what: str = "location") -> Location:
         """A location from a local path or a URI (see the module documentation)."""
         if isinstance(text, Location):
             return text
@@ -270,10 +271,10 @@ class Location:
     def __str__(self) -> str:
         return self.uri
 
-    def __truediv__(self, name: str) -> "Location":
+    def __truediv__(self, name: str) -> Location:
         return self.child(name)
 
-    def child(self, *names: str) -> "Location":
+    def child(self, *names: str) -> Location:
         """The location ``self/name/...``."""
         uri, path = self.uri, self.path
         # A query string (``s3://b/p?endpoint_override=host:9000``: options pyarrow reads) stays last.
@@ -290,7 +291,7 @@ class Location:
     def name(self) -> str:
         return self.path.rstrip("/").rsplit("/", 1)[-1]
 
-    def _target(self, filename: str | None) -> "Location":
+    def _target(self, filename: str | None) -> Location:
         return self if filename is None else self.child(filename)
 
     # -- queries ---------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = ["balanced_accuracy", "clean_metrics", "epoch_record", "metrics_json"]
 

@@ -73,7 +73,7 @@ class Progress:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         self.start()
         return self
 

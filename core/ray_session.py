@@ -36,8 +36,9 @@ import dataclasses
 import os
 import re
 import socket
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from autoaug.core.errors import ClusterError, ClusterInputError
 

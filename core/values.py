@@ -10,7 +10,8 @@ import copy
 import json
 import math
 import numbers
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "is_int",

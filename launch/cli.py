@@ -193,7 +193,10 @@ def _main(argv: list[str] | None) -> int:
         try:
             return int(func(args) or 0)
         except OSError as exc:  # a write no writer turned into a StorageError: still one line
-            raise _storage(exc) or exc
+            storage = _storage(exc)
+            if storage is None:
+                raise
+            raise storage from exc
     except tuple(cls for cls, _ in EXIT_CODES) as exc:
         code = exit_code(exc)
         prefix = "autoaug: " if isinstance(exc, SearchInterruptedError) else "autoaug: error: "

@@ -56,10 +56,9 @@ def build_compare_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from autoaug.core.errors import UserInputError
     from autoaug.launch import preflight
     from autoaug.launch.compare import run_compare
-
-    from autoaug.core.errors import UserInputError
     from autoaug.launch.output import display_for, json_result
 
     if args.quiet and args.json:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from autoaug.core.errors import UserInputError
 from autoaug.core.values import deep_merge

@@ -42,10 +42,11 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from autoaug.core import ray_session as cluster
 from autoaug.core.errors import UserInputError

@@ -13,8 +13,9 @@ key it sets and its kind.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from autoaug.launch.config import flag_overrides, layered_config
 

@@ -15,7 +15,8 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from autoaug.core.metrics import clean_metrics
 

@@ -328,7 +328,6 @@ def _print_full_provenance(record) -> None:
     if record.provenance:
         from autoaug.search.budget import describe_budget
         from autoaug.search.decide.calibrate import describe_calibration  # light: no Ray, no Optuna
-
         from autoaug.search.decide.op_effects import describe_effects
         from autoaug.search.decide.rescore import describe_selection
 
@@ -534,6 +533,7 @@ def _preview_images(data: str, num_images: int, image_size: int | None, draws: i
     """``num_images`` images spread evenly over the dataset (rows are often sorted by class),
     refused in one line before decoding when they and their ``draws`` cannot fit in memory."""
     import numpy as np
+
     from autoaug.proxy_models.data import DatasetError, open_dataset
     from autoaug.proxy_models.memory import check_preview_memory
 

@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import logging
 
+from autoaug.core.errors import UserInputError
 from autoaug.launch.config import build_config
 from autoaug.launch.options import (
     CONFIG,
@@ -37,7 +38,6 @@ from autoaug.launch.options import (
     split_size_options,
     warm_start_options,
 )
-from autoaug.core.errors import UserInputError
 
 __all__ = ["register", "run", "build_search_config"]
 
@@ -216,9 +216,8 @@ def _search(config, args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     from autoaug.launch import preflight
-    from autoaug.search import driver
-
     from autoaug.launch.output import display_for
+    from autoaug.search import driver
     from autoaug.search.run_dir import RunDir
 
     verbose = 1 if args.verbose is None else args.verbose

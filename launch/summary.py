@@ -21,7 +21,8 @@ light install shows a search's policy too); a method it does not know is named a
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["provenance_lines", "evaluation_lines", "next_steps", "SEARCH_KIND", "VALUE_WIDTH"]
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import UserInputError
 from autoaug.core.location import atomic_write_local

@@ -31,8 +31,8 @@ import re
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Callable
 
 import pyarrow.fs as pafs
 

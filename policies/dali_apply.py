@@ -55,8 +55,9 @@ enters as it was *before* this policy step).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from nvidia.dali import fn, types

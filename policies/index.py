@@ -34,9 +34,10 @@ import json
 import os
 import re
 import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from autoaug.policies.names import NAME_RE
 

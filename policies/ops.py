@@ -54,9 +54,10 @@ import dataclasses
 import difflib
 import inspect
 import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 __all__ = [
     "OpSpec",

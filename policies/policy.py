@@ -22,12 +22,13 @@ import math
 import numbers
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
+from autoaug.core.errors import UserInputError
 from autoaug.core.values import DuplicateKeyError, clip, loads_strict, short_repr
 from autoaug.core.values import is_int as _is_int
-from autoaug.core.errors import UserInputError
 from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
 
@@ -97,7 +98,7 @@ def _json_depth(text: str) -> int:
     return int(np.cumsum(step).max(initial=0))
 
 
-def read_policy_text(path: "str | os.PathLike") -> str:
+def read_policy_text(path: str | os.PathLike) -> str:
     """The text of a policy JSON file: at most :data:`MAX_POLICY_JSON_BYTES` bytes of UTF-8 (a BOM
     is allowed). Raises :class:`PolicyError` (not naming the file: callers say which file) or
     ``OSError`` when the file cannot be read."""
@@ -173,7 +174,7 @@ class Op:
         object.__setattr__(self, "magnitude_bin", int(b))
 
     @classmethod
-    def coerce(cls, value: Any) -> "Op":
+    def coerce(cls, value: Any) -> Op:
         """An :class:`Op` from an ``Op``, an ``(op, probability, magnitude_bin)`` sequence or a dict."""
         if isinstance(value, Op):
             return value
@@ -337,7 +338,7 @@ class Policy:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Policy":
+    def from_dict(cls, d: Mapping[str, Any]) -> Policy:
         if not isinstance(d, Mapping):
             raise PolicyError(f"policy must be a dict, got {type(d).__name__}")
         unknown = _keys({k: None for k in d if k not in _POLICY_KEYS})
@@ -362,7 +363,7 @@ class Policy:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_json(cls, s: str | bytes) -> "Policy":
+    def from_json(cls, s: str | bytes) -> Policy:
         """A policy from its JSON document (:meth:`to_json`). At most :data:`MAX_POLICY_JSON_BYTES`
         (bytes: UTF-8) and :data:`MAX_JSON_DEPTH` levels of nesting; raises :class:`PolicyError`."""
         if isinstance(s, (bytes, bytearray)):
@@ -392,7 +393,7 @@ class Policy:
         return cls.from_dict(d)
 
     @classmethod
-    def from_file(cls, path: "str | os.PathLike") -> "Policy":
+    def from_file(cls, path: str | os.PathLike) -> Policy:
         """A policy from a JSON file (:func:`read_policy_text`, :meth:`from_json`). Raises
         :class:`PolicyError` naming the file for a missing, unreadable, oversized, non-UTF-8 or
         invalid file."""
@@ -420,10 +421,10 @@ class Policy:
         return hashlib.sha256(self.canonical_content_json().encode("ascii")).hexdigest()
 
     # ---------------------------------------------------------------- helpers
-    def with_name(self, name: str) -> "Policy":
+    def with_name(self, name: str) -> Policy:
         return Policy(name, self.num_magnitude_bins, self.sub_policies, self.base, self.ranges)
 
-    def with_base(self, base: str) -> "Policy":
+    def with_base(self, base: str) -> Policy:
         """This policy on another base (:mod:`autoaug.policies.bases`): same name, sub-policies,
         bins and ranges. Its content hash changes with the base (``standard`` is not hashed)."""
         return Policy(self.name, self.num_magnitude_bins, self.sub_policies, base, self.ranges)

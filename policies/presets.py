@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from autoaug.policies.ops import RANDAUGMENT_OPS
 from autoaug.policies.policy import BASES, Policy

@@ -12,8 +12,8 @@ drawn before the policy, as in training, otherwise the cells show the policy ste
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont

@@ -133,7 +133,7 @@ def _open(store: Any) -> Any:
         raise UserInputError(str(exc)) from None
 
 
-def resolve(ref: "str | os.PathLike | Policy", store: Any = None) -> ResolvedPolicy:
+def resolve(ref: str | os.PathLike | Policy, store: Any = None) -> ResolvedPolicy:
     """Resolve ``ref`` by the rules of the module documentation (first match wins).
 
     ``store``: where rule 4 looks -- a :class:`autoaug.policies.store.PolicyStore` (or any object
@@ -188,7 +188,7 @@ def resolve(ref: "str | os.PathLike | Policy", store: Any = None) -> ResolvedPol
         ) from None
 
 
-def resolve_policy(ref: "str | os.PathLike | Policy", store: Any = None) -> Policy:
+def resolve_policy(ref: str | os.PathLike | Policy, store: Any = None) -> Policy:
     """The :class:`Policy` ``ref`` names (see :func:`resolve` and the module documentation; for a
     schedule, its last stage)."""
     return resolve(ref, store).policy

@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from autoaug.policies.policy import Policy, PolicyError
 
@@ -42,7 +43,7 @@ def is_schedule_dict(d: Any) -> bool:
     return isinstance(d, Mapping) and d.get("kind") == SCHEDULE_KIND
 
 
-def provenance_schedule(provenance: Any, policy: Policy) -> "Schedule | None":
+def provenance_schedule(provenance: Any, policy: Policy) -> Schedule | None:
     """The schedule a stored version's provenance holds (``method.schedule``: a PBA search's result,
     an imported schedule), or None. The store keeps a schedule's last stage as the version's
     (hash-verified) policy; raises :class:`PolicyError` when the schedule does not match its own
@@ -118,12 +119,12 @@ class Schedule:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def fixed(cls, policy: Policy) -> "Schedule":
+    def fixed(cls, policy: Policy) -> Schedule:
         """The schedule of one stage: ``policy`` all training long."""
         return cls(policy.name, [(0.0, policy)])
 
     @classmethod
-    def coerce(cls, value: "Schedule | Policy") -> "Schedule":
+    def coerce(cls, value: Schedule | Policy) -> Schedule:
         """``value`` itself when a Schedule, :meth:`fixed` when a Policy."""
         if isinstance(value, Schedule):
             return value
@@ -131,7 +132,7 @@ class Schedule:
             return cls.fixed(value)
         raise PolicyError(f"expected a Policy or a Schedule, got {type(value).__name__}")
 
-    def then(self, start: float, policy: Policy) -> "Schedule":
+    def then(self, start: float, policy: Policy) -> Schedule:
         """This schedule up to ``start``, then ``policy`` (stages starting at or after ``start``
         are dropped; a policy equal in content to the stage it would follow adds no stage)."""
         kept = [s for s in self.stages if s.start < round(float(start), START_DECIMALS)]
@@ -139,7 +140,7 @@ class Schedule:
             return Schedule(self.name, kept)
         return Schedule(self.name, [*kept, (start, policy)])
 
-    def with_name(self, name: str) -> "Schedule":
+    def with_name(self, name: str) -> Schedule:
         return Schedule(name, self.stages)
 
     # ------------------------------------------------------------------ reading
@@ -190,7 +191,7 @@ class Schedule:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Schedule":
+    def from_dict(cls, d: Mapping[str, Any]) -> Schedule:
         if not is_schedule_dict(d):
             raise PolicyError(f'a schedule document has "kind": "{SCHEDULE_KIND}"')
         unknown = sorted(set(d) - {"kind", "name", "stages", "content_hash"})
@@ -220,7 +221,7 @@ class Schedule:
         return json.dumps({**self.to_dict(), "content_hash": self.content_hash}, indent=indent)
 
     @classmethod
-    def from_json(cls, s: str | bytes) -> "Schedule":
+    def from_json(cls, s: str | bytes) -> Schedule:
         from autoaug.core.values import DuplicateKeyError, loads_strict
 
         try:
@@ -261,7 +262,7 @@ class Schedule:
             lines += ["  " + line for line in s.policy.table().splitlines()]
         return "\n".join(lines)
 
-    def to_torchvision(self, *, epochs: int, **kwargs: Any) -> "EpochTransform":
+    def to_torchvision(self, *, epochs: int, **kwargs: Any) -> EpochTransform:
         """A torchvision transform that applies the policy of the current epoch: call
         ``transform.set_epoch(e)`` (0-based) at the start of every epoch of an ``epochs``-epoch
         training. ``kwargs`` go to :meth:`Policy.to_torchvision` of each stage."""

@@ -45,9 +45,9 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Iterable, Union
+from typing import Any, Union
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -56,7 +56,6 @@ import pyarrow.parquet as pq
 from autoaug.core import failpoints
 from autoaug.core.errors import StoreError, UserInputError
 from autoaug.core.location import Location, delete_quietly, list_dir, storage_error, writing
-from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.artifact import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -67,6 +66,7 @@ from autoaug.policies.artifact import (
     iso_utc,
 )
 from autoaug.policies.claims import VersionClaims, is_local
+from autoaug.policies.diff import PolicyDiff, diff_policies
 from autoaug.policies.index import (
     ENV_VAR,
     INDEX_DIR,
@@ -78,7 +78,7 @@ from autoaug.policies.index import (
     summarize,
     verified_entry,
 )
-from autoaug.policies.diff import PolicyDiff, diff_policies
+from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.policy import Policy
 from autoaug.policies.schedule import provenance_schedule
 from autoaug.policies.stored import EVALUATIONS_DIR, CheckReport, CorruptVersion, Evaluation, StoredPolicy
@@ -375,7 +375,7 @@ class PolicyStore:
             return [self._read(name, v, evaluations=True) for v in versions]
         return [self._read_or_corrupt(name, v, evaluations=True) for v in versions]
 
-    def _read_or_corrupt(self, name: str, version: int, *, evaluations: bool) -> "StoredPolicy | CorruptVersion":
+    def _read_or_corrupt(self, name: str, version: int, *, evaluations: bool) -> StoredPolicy | CorruptVersion:
         try:
             return self._read(name, version, evaluations=evaluations)
         except CorruptArtifactError as exc:

@@ -29,7 +29,7 @@ _TMP_VERSION_RE = re.compile(r"\.v\d+\.parquet\.tmp-.*")
 _TMP_INDEX_RE = re.compile(r"\.v\d+\.json\.tmp-.*")
 
 
-def check_store(store: "PolicyStore", *, grace_seconds: float, now: datetime | None = None) -> CheckReport:
+def check_store(store: PolicyStore, *, grace_seconds: float, now: datetime | None = None) -> CheckReport:
     """:meth:`PolicyStore.check` (its docstring says what is verified, removed and kept)."""
     store.require_exists()
     now = now or datetime.now(timezone.utc)

@@ -22,8 +22,9 @@ its own "previous image".
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import PIL.Image
 import torch

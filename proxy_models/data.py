@@ -34,8 +34,9 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -177,7 +178,7 @@ def _resolve_classes(
 # The dataset interface
 # ----------------------------------------------------------------------------------------------
 
-_DECODE_CACHE: "OrderedDict[tuple, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+_DECODE_CACHE: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 _DECODE_CACHE_LOCK = threading.Lock()
 #: :meth:`ImageDataset.image_shapes` per dataset (``cache_key``), under the same lock.
 _SHAPES_CACHE: dict[tuple, dict[tuple[int, int], int]] = {}
@@ -336,7 +337,7 @@ class ImageDataset:
     def cache_key(self) -> tuple:
         return (type(self).__name__, self.source, len(self))
 
-    def groups(self, spec: "str | GroupSpec") -> np.ndarray:
+    def groups(self, spec: str | GroupSpec) -> np.ndarray:
         """The group of every row, as int64 ids ``0..G-1`` numbered in order of first appearance,
         for splits that keep each group on one side (``reduced_split(..., groups=)``). ``spec``:
         ``COLUMN`` or ``COLUMN:REGEX`` (:mod:`autoaug.proxy_models.groups`). Reads the one column
@@ -351,7 +352,7 @@ class ImageDataset:
             cache[spec.text] = group_ids(self._group_values(spec), spec, clip(self.source), self.describe_row)
         return cache[spec.text]
 
-    def _group_values(self, spec: "GroupSpec") -> Sequence[object]:
+    def _group_values(self, spec: GroupSpec) -> Sequence[object]:
         """One value per row of ``spec.column`` (text when ``spec.pattern`` is set)."""
         raise DatasetError(
             f"{clip(self.source)}: group_by {spec.quoted}: this dataset has no columns or "
@@ -550,7 +551,7 @@ class ParquetDataset(ImageDataset):
         start, end = int(self._offsets[index]), int(self._offsets[index + 1])
         return self._data[start:end]
 
-    def _group_values(self, spec: "GroupSpec") -> Sequence[object]:
+    def _group_values(self, spec: GroupSpec) -> Sequence[object]:
         import pyarrow as pa
         import pyarrow.dataset as pads
 
@@ -644,7 +645,7 @@ class ImageFolderDataset(ImageDataset):
     def encoded(self, index: int) -> bytes:
         return self._files[index].read_bytes()
 
-    def _group_values(self, spec: "GroupSpec") -> Sequence[object]:
+    def _group_values(self, spec: GroupSpec) -> Sequence[object]:
         root = Path(self.source)
         paths = [f.relative_to(root).as_posix() for f in self._files]
         if spec.column != "source_path":

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

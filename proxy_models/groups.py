@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ class GroupSpec:
     pattern: str | None = None
 
     @classmethod
-    def parse(cls, spec: Any) -> "GroupSpec":
+    def parse(cls, spec: Any) -> GroupSpec:
         """``spec`` (``"track"``, ``"source_path:Images/(\\d+)/(\\d+)_"`` or a GroupSpec) as a
         GroupSpec; :class:`UserInputError` (one line) for anything else, a bad regular expression
         included."""

@@ -54,7 +54,7 @@ _SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
 DALI_TIFF_MODES = ("L", "RGB", "RGBA", "CMYK", "F", *_SIXTEEN_BIT_MODES)
 
 
-def to_rgb8(img) -> "Image.Image":
+def to_rgb8(img) -> Image.Image:
     """A PIL image of any mode and bit depth as an 8-bit RGB PIL image, the way DALI's decoder does it.
 
     * EXIF orientation applied (DALI and browsers do; PIL's ``open`` does not);

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn

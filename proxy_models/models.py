@@ -24,13 +24,14 @@ Names in :data:`MODELS` are the ones this project uses; :func:`build_model` also
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autoaug.proxy_models.model_names import check_model_name, parse_model_name as _parse
+from autoaug.proxy_models.model_names import check_model_name
+from autoaug.proxy_models.model_names import parse_model_name as _parse
 
 __all__ = [
     "MODELS",
@@ -124,7 +125,7 @@ class WideResNet(nn.Module):
         self.conv1 = nn.Conv2d(in_channels, widths[0], 3, stride=1, padding=1, bias=False)
         layers: list[nn.Module] = []
         in_planes = widths[0]
-        for stage, (planes, stride) in enumerate(zip(widths[1:], (1, 2, 2))):
+        for planes, stride in zip(widths[1:], (1, 2, 2)):
             for i in range(n):
                 layers.append(_WideBasic(in_planes, planes, stride if i == 0 else 1, dropout))
                 in_planes = planes

@@ -21,7 +21,8 @@ operators' state, so a resumed training run sees exactly the batches an uninterr
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +77,7 @@ def _parse_device(device: str) -> tuple[str, int | None]:
 class _EpochSource:
     """External-source iterable: one pass = one epoch of (images|encoded, labels) batches."""
 
-    def __init__(self, loader: "DaliLoader"):
+    def __init__(self, loader: DaliLoader):
         self.loader = loader
 
     def __iter__(self):

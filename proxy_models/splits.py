@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

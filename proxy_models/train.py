@@ -32,8 +32,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -165,7 +166,7 @@ class _TorchState:
     def __init__(self, config: TrainConfig, device: torch.device) -> None:
         self.config, self.device = config, device
 
-    def __enter__(self) -> "_TorchState":
+    def __enter__(self) -> _TorchState:
         self.saved = (
             torch.get_num_threads(),
             torch.are_deterministic_algorithms_enabled(),

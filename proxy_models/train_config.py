@@ -8,9 +8,12 @@ import dataclasses
 import functools
 import os
 import types
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from autoaug.core.values import check_keys, invalid, is_int as _is_int, is_number as _is_number
+from autoaug.core.values import check_keys, invalid
+from autoaug.core.values import is_int as _is_int
+from autoaug.core.values import is_number as _is_number
 from autoaug.proxy_models.model_names import check_model_name
 
 if TYPE_CHECKING:
@@ -189,7 +192,7 @@ class TrainConfig:
     loader_threads: int | None = None
     eval_epochs: tuple[int, ...] | None = None
 
-    PRESETS: ClassVar[Mapping[str, "TrainConfig"]]
+    PRESETS: ClassVar[Mapping[str, TrainConfig]]
 
     def __post_init__(self) -> None:
         bad = functools.partial(invalid, self, template="{prefix}{name} must be {expected}, got {value!r}")
@@ -324,7 +327,7 @@ class TrainConfig:
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "TrainConfig":
+    def from_preset(cls, name: str, **overrides: Any) -> TrainConfig:
         """The preset ``name`` (see :data:`PRESETS`) with ``overrides`` applied."""
         if name not in PRESETS:
             raise ValueError(f"unknown training preset {name!r}: expected one of {', '.join(PRESETS)}")
@@ -332,7 +335,7 @@ class TrainConfig:
         return dataclasses.replace(PRESETS[name], **_sizing_overrides(overrides))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict`; missing keys take the field defaults (a mapping that sizes the
         training split per class and gives no ``train_size`` has none, rather than the default's
         4,000)."""
@@ -370,9 +373,7 @@ class TrainConfig:
         """Whether the split and image size are concrete (nothing left to resolve against data)."""
         return self.train_per_class is None and self.max_val_size is None and self.image_size is not None
 
-    def resolved(
-        self, class_counts: Sequence[int] | None = None, *, data_image_size: int | None = None
-    ) -> "TrainConfig":
+    def resolved(self, class_counts: Sequence[int] | None = None, *, data_image_size: int | None = None) -> TrainConfig:
         """This config sized to a dataset: a pure function of the dataset's ``class_counts``
         (images per class, in class order) and its own image size (``data_image_size``, used only
         when ``image_size`` is None). Returns ``self`` when there is nothing to resolve.
@@ -484,7 +485,7 @@ class TrainConfig:
         return "no validation" if self.val_size == 0 else f"{self.val_size:,} validation images"
 
     # -- derived ------------------------------------------------------------------------------
-    def resolve_device(self) -> "torch.device":
+    def resolve_device(self) -> torch.device:
         """The torch device this config runs on (``auto`` resolved); raises if CUDA is missing."""
         import torch
 

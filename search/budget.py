@@ -44,7 +44,8 @@ import math
 import re
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from autoaug.core import failpoints
 
@@ -183,7 +184,7 @@ class Budget:
         started: float | None = None,
         clock: Callable[[], float] = time.time,
         say: Callable[[str], Any] | None = None,
-    ) -> "Budget":
+    ) -> Budget:
         """The budget of ``run`` (a :class:`~autoaug.search.run_dir.RunDir`) for a new driver
         session that started at ``started`` (``time.time()``), continuing the sessions recorded
         in :data:`BUDGET_FILE`; written back at once."""
@@ -237,7 +238,7 @@ class Budget:
             self.save()
 
     @contextlib.contextmanager
-    def running(self) -> Iterator["Budget"]:
+    def running(self) -> Iterator[Budget]:
         """For the time of the block, save the spent time every :data:`HEARTBEAT_S` seconds (a
         daemon thread of the driver), and once more at the end however the block ends."""
         remote = self._run is not None and getattr(self._run, "local_path", None) is None

@@ -19,8 +19,9 @@ import dataclasses
 import importlib.util
 import math
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import autoaug.search.methods.builtin  # noqa: F401  (registers the built-in methods in METHODS)
 from autoaug.core.values import check_keys, deep_merge, invalid, is_int, is_number
@@ -28,15 +29,15 @@ from autoaug.policies.bases import NAMES as BASE_NAMES
 from autoaug.policies.names import NAME_RE, NAME_RULE
 from autoaug.policies.reference import looks_like_path
 from autoaug.search.budget import DURATION_HELP, parse_duration
-from autoaug.search.tune.loggers import check_mlflow_uri
-from autoaug.search.methods.base import METHODS, Method, MethodSettings, default_method
+from autoaug.search.decide.calibrate import AUTO
 from autoaug.search.decide.rescore import RESCORE_SEED_OFFSET
+from autoaug.search.decide.warm_start import FAMILY_REFERENCE, warm_start_policies
+from autoaug.search.methods.base import METHODS, Method, MethodSettings, default_method
 from autoaug.search.run_dir import RUNS_ENV_VAR, default_runs_root, default_search_name
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.space import FAMILIES, SearchSpace
+from autoaug.search.tune.loggers import check_mlflow_uri
 from autoaug.search.tune.study import SAMPLERS, model_samplers
-from autoaug.search.decide.calibrate import AUTO
-from autoaug.search.decide.warm_start import FAMILY_REFERENCE, warm_start_policies
 
 __all__ = [
     "SearchConfig",
@@ -508,7 +509,7 @@ class SearchConfig:
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SearchConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchConfig:
         """Build from the nested form (see the module documentation).
 
         ``preset`` starts from :data:`SEARCH_PRESETS` (the other keys override it), ``data`` is
@@ -546,7 +547,7 @@ class SearchConfig:
         return cls(**data)
 
     @classmethod
-    def from_preset(cls, preset: str, **overrides: Any) -> "SearchConfig":
+    def from_preset(cls, preset: str, **overrides: Any) -> SearchConfig:
         """``SearchConfig.from_dict({"preset": preset, **overrides})``."""
         return cls.from_dict({"preset": preset, **overrides})
 
@@ -567,7 +568,7 @@ class SearchConfig:
             out.update(self.settings_of(m).dict_form())
         return out
 
-    def replace(self, **changes: Any) -> "SearchConfig":
+    def replace(self, **changes: Any) -> SearchConfig:
         return dataclasses.replace(self, **changes)
 
     # ---------------------------------------------------------------- derived

@@ -44,16 +44,17 @@ import contextlib
 import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
-from autoaug.search.decide.assemble import build_provenance
-from autoaug.search.decide import op_effects
 from autoaug.search.budget import STORE_RESERVE_S, Budget, format_duration, measured_run_s
 from autoaug.search.config import SearchConfig
+from autoaug.search.decide import op_effects
+from autoaug.search.decide.assemble import build_provenance
+from autoaug.search.decide.rescore import RESCORE_FILE, candidate_scores, choose, rescore_candidates
 from autoaug.search.methods.base import MethodResult, PreparedSearch, no_study, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
-from autoaug.search.decide.rescore import RESCORE_FILE, candidate_scores, choose, rescore_candidates
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir, RunState, default_runs_root
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.tune.study import check_no_study, delete_study, run_study_url

@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
 from autoaug.search.methods.base import METHODS, Method
@@ -121,7 +122,6 @@ class SearchOutcome:
             lines += self.method.summary(self.provenance.get("method") or {})
         from autoaug.search.budget import describe_budget
         from autoaug.search.decide.calibrate import describe_calibration
-
         from autoaug.search.decide.op_effects import describe_effects
 
         calibration = self.provenance.get("calibration")

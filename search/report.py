@@ -35,8 +35,8 @@ import optuna
 
 from autoaug.core.errors import UserInputError
 from autoaug.search.config import METHODS
-from autoaug.search.score import METRIC
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, STUDY_FILE, RunDir
+from autoaug.search.score import METRIC
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.study import make_storage
 

@@ -12,8 +12,9 @@ import dataclasses
 import json
 import os
 import socket
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from autoaug.core.errors import RunExistsError
 from autoaug.core.location import Location
@@ -146,7 +147,7 @@ class RunState:
     @classmethod
     def new(
         cls, config: Mapping[str, Any], data: Mapping[str, Any], study_url: str, *, address: str | None, started: float
-    ) -> "RunState":
+    ) -> RunState:
         return cls(
             config=config,
             data=data,
@@ -158,7 +159,7 @@ class RunState:
         )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RunState":
+    def from_dict(cls, d: Mapping[str, Any]) -> RunState:
         optuna = d.get("optuna") or {}
         return cls(
             config=d["config"],
@@ -180,7 +181,7 @@ class RunState:
             "sessions": [dict(s) for s in self.sessions],
         }
 
-    def resumed(self, address: str | None) -> "RunState":
+    def resumed(self, address: str | None) -> RunState:
         """This state with one more driver session, a resume."""
         return dataclasses.replace(
             self, sessions=(*self.sessions, {"started_at": utc_now(), "kind": "resume", "address": address})

@@ -8,7 +8,7 @@ Tune callbacks, the records, re-scoring) can name the score without importing th
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["METRIC", "MODE", "search_score", "asha_milestones", "score_epochs"]
 

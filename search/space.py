@@ -55,11 +55,14 @@ import itertools
 import math
 import numbers
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from autoaug.core.values import check_keys, is_int as _is_int
-from autoaug.policies import Policy, ops as _ops, presets
+from autoaug.core.values import check_keys
+from autoaug.core.values import is_int as _is_int
+from autoaug.policies import Policy, presets
+from autoaug.policies import ops as _ops
 from autoaug.policies.policy import BASES, RANGES
 
 __all__ = ["SearchSpace", "PARAM_FIELDS", "FAMILIES", "MAX_RANDAUGMENT_N_SEARCH"]
@@ -532,7 +535,7 @@ class SearchSpace:
                 del d[name]
         return d
 
-    def with_family(self, family: str) -> "SearchSpace":
+    def with_family(self, family: str) -> SearchSpace:
         """This space in another family: the fields that hold this family's defaults (operations,
         magnitude bins, ranges) take the new family's, the others (base, excluded operations, a
         list of operations or a binning set by hand) are kept; an ``aa``-only field set by hand
@@ -554,7 +557,7 @@ class SearchSpace:
         return SearchSpace(**fields)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SearchSpace":
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchSpace:
         if not isinstance(data, Mapping):
             raise ValueError(f"search space must be a mapping, got {type(data).__name__}")
         check_keys(data, (f.name for f in dataclasses.fields(cls)), "search space key(s)")

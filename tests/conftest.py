@@ -388,7 +388,7 @@ def s3_server():
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server on {endpoint} did not start (exit {proc.poll()})")
+                    raise RuntimeError(f"moto server on {endpoint} did not start (exit {proc.poll()})") from None
                 time.sleep(0.1)
         yield endpoint
     finally:
@@ -444,7 +444,7 @@ def in_mount_namespace():
             pytest.fail(why)
         pytest.skip(why)
 
-    def run(script: str, env: dict, timeout: float = 300) -> "subprocess.CompletedProcess[str]":
+    def run(script: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
             env=env,
@@ -520,7 +520,7 @@ def kill_driver(tmp_path):
         out = "".join(lines)
         assert not timed_out and proc.returncode == -signal.SIGKILL and (fired / name).is_file(), (
             f"the driver was to die by SIGKILL at the failpoint {point}; it "
-            f"{'did not end in %s s' % timeout if timed_out else 'ended with %s' % proc.returncode} "
+            f"{f'did not end in {timeout} s' if timed_out else f'ended with {proc.returncode}'} "
             f"({'reached' if (fired / name).is_file() else 'not reached'}):\n{out[-3000:]}"
         )
         return out

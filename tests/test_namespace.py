@@ -43,7 +43,7 @@ def test_user_modules_named_like_the_subpackages_are_never_imported(tmp_path):
 
 
 def test_no_generic_top_level_name_is_installed(tmp_path):
-    script = "import importlib.util as u; print([n for n in %r if u.find_spec(n) is not None])" % (GENERIC,)
+    script = f"import importlib.util as u; print([n for n in {GENERIC!r} if u.find_spec(n) is not None])"
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", f"generic top-level modules importable: {result.stdout.strip()}"

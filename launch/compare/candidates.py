@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from autoaug.core.errors import AutoaugError, CompareError, UserInputError
 from autoaug.core.location import Location
@@ -53,7 +54,7 @@ class Candidate:
         """The base this candidate trains on."""
         return self.policy.base
 
-    def on_base(self, base: str | None) -> "Candidate":
+    def on_base(self, base: str | None) -> Candidate:
         """This candidate as ``--base`` means it (:func:`autoaug.policies.bases.rebase`): a policy with
         sub-policies moved onto ``base``, labelled ``LABEL [base BASE]``; a base alone (the presets none,
         crop, standard) or a policy already on ``base``: itself."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from autoaug.core.errors import CompareError
 from autoaug.core.location import is_uri

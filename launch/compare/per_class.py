@@ -38,7 +38,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from autoaug.core.metrics import balanced_accuracy
 from autoaug.launch.compare.candidates import Candidate

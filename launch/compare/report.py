@@ -13,7 +13,8 @@ import hashlib
 import io
 import json
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from autoaug.core.errors import CompareError
 from autoaug.core.location import Location

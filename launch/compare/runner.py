@@ -9,8 +9,9 @@ import json
 import os
 import re
 import socket
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import CompareError, RunFailedError
 from autoaug.core.location import Location

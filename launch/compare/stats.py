@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["PairedDifference", "adjust_p_values", "mean_ci", "paired_difference"]
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
-from autoaug.policies import Op, Policy, ops as _ops
+from autoaug.policies import Op, Policy
+from autoaug.policies import ops as _ops
 
 __all__ = [
     "TrialRecord",
@@ -110,7 +112,7 @@ class TrialRecord:
         return self.status in FINISHED_STATUSES
 
     @classmethod
-    def from_dict(cls, t: Mapping[str, Any]) -> "TrialRecord":
+    def from_dict(cls, t: Mapping[str, Any]) -> TrialRecord:
         """The record :meth:`to_dict` wrote (in ``result.json`` and the provenance)."""
         return cls(
             trial_id=t["trial_id"],

@@ -49,7 +49,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from autoaug.core import failpoints
 from autoaug.search.decide.noise import Noise, as_runs, difference_se, measure, score_of

@@ -31,7 +31,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from autoaug.search.score import METRIC
 

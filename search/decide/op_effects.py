@@ -33,7 +33,8 @@ summary, ``autoaug policies show`` (:func:`describe_effects`) and ``autoaug repo
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["IGNORED", "usage", "observations", "estimate", "from_provenance", "describe_effects", "plot_effects"]
 

@@ -34,7 +34,8 @@ is not trained again.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from autoaug.core import failpoints
 from autoaug.policies import Policy
@@ -85,14 +86,13 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
     """Body of one re-scoring or calibration run (a Ray task): the proxy training, its validation
     accuracy and search score, and every validation image's score over the score's window
     (:data:`autoaug.search.decide.noise.IMAGE_SCORES`: the noise of a comparison is measured from them)."""
-    from autoaug.proxy_models.train import TrainConfig, train
-    from autoaug.search.score import search_score
-
     import hashlib
 
     import numpy as np
 
+    from autoaug.proxy_models.train import TrainConfig, train
     from autoaug.search.decide.noise import IMAGE_SCORES, encode_image_scores
+    from autoaug.search.score import search_score
 
     images: dict[int, Any] = {}  # epoch -> per-image right/wrong (the window's epochs are kept)
     val_ids: list[str] = []
@@ -248,6 +248,12 @@ def rescore_candidates(
     )
 
 
+def _mean(runs: list[dict[str, Any]], name: str) -> float | None:
+    """The mean of ``name`` over ``runs``; None when a run lacks it."""
+    values = [r.get(name) for r in runs]
+    return None if any(v is None for v in values) else sum(values) / len(values)
+
+
 def candidate_scores(
     candidates: Sequence[Candidate], config: Any, runs: Mapping[str, Any] | None
 ) -> dict[str, dict[str, Any]]:
@@ -262,13 +268,9 @@ def candidate_scores(
         if any(r is None for r in mine):
             continue
 
-        def mean(name: str) -> float | None:
-            values = [r.get(name) for r in mine]
-            return None if any(v is None for v in values) else sum(values) / len(values)
-
         out[c.key] = {
-            METRIC: mean(METRIC) if all(METRIC in r for r in mine) else mean("val_accuracy"),
-            "val_accuracy": mean("val_accuracy"),
+            METRIC: _mean(mine, METRIC) if all(METRIC in r for r in mine) else _mean(mine, "val_accuracy"),
+            "val_accuracy": _mean(mine, "val_accuracy"),
             "train_time_s": sum(float(r.get("train_time_s") or 0.0) for r in mine),
             "val_size": mine[0].get("val_size", config.train.val_size),
             "runs": [

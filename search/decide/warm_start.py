@@ -21,7 +21,8 @@ in one line naming it and the family.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from autoaug.core.errors import AutoaugError, UserInputError
 from autoaug.policies import Policy, resolve_policy

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoaug.core.errors import SearchFailedError
 from autoaug.core.values import check_keys, invalid
@@ -173,16 +174,16 @@ class PreparedSearch:
     """What a method gets: a checked configuration, its run directory and saved state, where the
     progress goes, and the caller's replacements."""
 
-    config: "SearchConfig"
+    config: SearchConfig
     run: RunDir
     state: RunState
-    display: "Progress"
+    display: Progress
     #: Replaces the method's trial function (same signature), e.g. for another trainer.
     trainable: Callable | None = None
     #: A resumed search also retries the trials that had failed.
     resume_errored: bool = False
     #: The search's time budget; None: no budget.
-    budget: "Budget | None" = None
+    budget: Budget | None = None
 
     def budget_ended(self) -> bool:
         """The time budget ended the search (it stopped trials or proposals, in any session)."""
@@ -250,7 +251,7 @@ class Method(abc.ABC):
 
     # ---------------------------------------------------------------- what every method answers
     @abc.abstractmethod
-    def num_trials(self, config: "SearchConfig") -> int:
+    def num_trials(self, config: SearchConfig) -> int:
         """How many candidates it scores (the time budget's plan, messages)."""
 
     @abc.abstractmethod
@@ -262,23 +263,23 @@ class Method(abc.ABC):
         """Inside the Ray session: score candidates and return what it found (module documentation)."""
 
     # ---------------------------------------------------------------- defaults
-    def check(self, config: "SearchConfig") -> None:
+    def check(self, config: SearchConfig) -> None:
         """The checks of its settings that need the whole configuration (``ValueError``)."""
         check_space_family(config, self.name, self.space_families)
 
-    def describe(self, config: "SearchConfig") -> list[str]:
+    def describe(self, config: SearchConfig) -> list[str]:
         """The lines ``autoaug search`` prints about it before it starts."""
         return [f"  method: {self.help}, {self.num_trials(config)} {self.unit}"]
 
-    def optuna_studies(self, config: "SearchConfig") -> str | None:
+    def optuna_studies(self, config: SearchConfig) -> str | None:
         """How :meth:`describe`'s lines name its Optuna studies (None: it uses none)."""
         return f"study: {config.name}"
 
-    def max_candidates(self, config: "SearchConfig") -> int:
+    def max_candidates(self, config: SearchConfig) -> int:
         """How many final candidates it can return for re-scoring at most."""
         return 1
 
-    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
+    def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
         """How many warm-start candidates fit in its first batch, and what they are (a message's
         words: ``trials; raise --num-trials``)."""
         return self.num_trials(config), self.unit
@@ -301,7 +302,7 @@ class Method(abc.ABC):
         (None: it has one)."""
         return None
 
-    def settings_in(self, config: "SearchConfig") -> Any:
+    def settings_in(self, config: SearchConfig) -> Any:
         """Its settings in ``config`` (an instance of :attr:`settings`)."""
         return config.method_settings(self.settings)
 
@@ -368,7 +369,7 @@ def check_validation_left_to_the_method(train: Any, why: str) -> None:
             )
 
 
-def check_space_family(config: "SearchConfig", method: str, families: Sequence[str] = ("aa",)) -> None:
+def check_space_family(config: SearchConfig, method: str, families: Sequence[str] = ("aa",)) -> None:
     """A ``ValueError`` line when the search space's family is not one of ``families``, those
     ``method`` searches (a method whose machinery reads the ``aa`` family's parameters calls it
     from its ``check``)."""
@@ -390,6 +391,6 @@ def all_failed(trials: Sequence[TrialRecord], name: str, what: str = "trials") -
     )
 
 
-def resume_hint(config: "SearchConfig") -> str:
+def resume_hint(config: SearchConfig) -> str:
     """How to continue a search that stopped: the end of every "interrupted" message."""
     return f"resume it with: autoaug search --resume {config.name} --storage {config.storage}"

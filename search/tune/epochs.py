@@ -9,7 +9,8 @@ density's scoring trial, :mod:`autoaug.search.methods.density.trial`).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from autoaug.search.score import METRIC, search_score
 from autoaug.search.space import SearchSpace

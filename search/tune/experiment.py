@@ -43,16 +43,17 @@ import contextlib
 import logging
 import os
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
+from autoaug.search.score import METRIC, MODE
 from autoaug.search.tune.loggers import experiment_loggers
 from autoaug.search.tune.progress import ProgressCallback, TuneTrialLines
-from autoaug.search.score import METRIC, MODE
 from autoaug.search.tune.searcher import (
     DriverSession,
     StoppedTrials,
@@ -112,12 +113,12 @@ def _trial_name(trial: Any) -> str:
     return f"{TRIAL_DIR_PREFIX}{trial.trial_id}"
 
 
-def _trainable(config: "SearchConfig", exp: Experiment) -> Any:
+def _trainable(config: SearchConfig, exp: Experiment) -> Any:
     fn = tune.with_parameters(exp.trainable, **dict(exp.parameters))
     return tune.with_resources(fn, {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial})
 
 
-def _study_search(config: "SearchConfig", exp: Experiment) -> Any:
+def _study_search(config: SearchConfig, exp: Experiment) -> Any:
     """The Optuna search algorithm of ``exp``: its study, the warm start enqueued in a new one,
     behind the search's concurrency limit."""
     searcher = StudySearcher(
@@ -139,9 +140,7 @@ def _study_search(config: "SearchConfig", exp: Experiment) -> Any:
     return ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
 
 
-def build_tuner(
-    config: "SearchConfig", exp: Experiment, display: "Progress", budget: "Budget | None" = None
-) -> tune.Tuner:
+def build_tuner(config: SearchConfig, exp: Experiment, display: Progress, budget: Budget | None = None) -> tune.Tuner:
     """A new ``tune.Tuner`` for ``exp`` with ``config``'s shared settings, ended early by
     ``budget`` (None: no budget)."""
     search_alg = _study_search(config, exp) if exp.param_space is None else None
@@ -189,12 +188,12 @@ def build_tuner(
 
 
 def restore_tuner(
-    config: "SearchConfig",
+    config: SearchConfig,
     exp: Experiment,
-    display: "Progress",
+    display: Progress,
     *,
     resume_errored: bool = False,
-    budget: "Budget | None" = None,
+    budget: Budget | None = None,
 ) -> tune.Tuner:
     """``exp`` restored from its saved state (unfinished trials continue from their latest
     checkpoints): the saved state repaired first if a full disk cut it short

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Container
+from collections.abc import Container
+from typing import TYPE_CHECKING, Any
 
 from ray import tune
 from ray.tune.progress_reporter import TrialProgressCallback

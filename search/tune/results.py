@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Container
+from collections.abc import Container
+from typing import Any
 
 import optuna
 

@@ -56,8 +56,9 @@ import math
 import os
 import pickle
 import weakref
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler

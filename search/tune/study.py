@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import RunExistsError, UserInputError
 from autoaug.search.decide.assemble import TrialRecord

@@ -3,7 +3,6 @@ search with another seed, and what the found policies of several seeds give toge
 
 from __future__ import annotations
 
-
 import pytest
 
 

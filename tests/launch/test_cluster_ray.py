@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pytest
 
-
 BIN = Path(sys.executable).parent
 
 

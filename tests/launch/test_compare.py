@@ -14,11 +14,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-
 from autoaug.launch import compare
-from autoaug.launch.compare import runner
-from autoaug.launch.compare import CompareError, parse_baselines
-
+from autoaug.launch.compare import CompareError, parse_baselines, runner
 
 # ----------------------------------------------------------------------------------------------
 # Statistics

@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from autoaug.core.errors import UserInputError
 from autoaug.launch.config import (
     build_config,
     deep_merge,
@@ -15,7 +16,6 @@ from autoaug.launch.config import (
     parse_assignments,
     set_dotted,
 )
-from autoaug.core.errors import UserInputError
 
 
 def test_load_yaml(tmp_path):

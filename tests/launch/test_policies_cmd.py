@@ -619,8 +619,8 @@ def test_train_policy_and_policies_import_give_one_message_for_a_utf16_file(tmp_
 def _search_provenance(tmp_path, method: str, trials: int = 300) -> dict:
     """A search's provenance as the driver builds it (:func:`build_provenance`, with the records
     calibration, re-scoring and the budget add), of ``trials`` trials: a long record."""
-    from autoaug.search.decide.assemble import TrialRecord, assemble_policy, build_provenance
     from autoaug.search.config import SearchConfig
+    from autoaug.search.decide.assemble import TrialRecord, assemble_policy, build_provenance
 
     config = SearchConfig.from_preset("smoke", data=str(tmp_path / "data"), name="found", method=method)
     published = presets.resolve("autoaugment-cifar10").sub_policies

@@ -13,8 +13,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autoaug.launch.cli import build_parser, main
 from autoaug.core.errors import UserInputError
+from autoaug.launch.cli import build_parser, main
 from autoaug.launch.search_cmd import build_search_config
 from autoaug.proxy_models.train import TrainConfig
 from autoaug.search.methods.train.method import TrainMethodConfig
@@ -738,8 +738,8 @@ def _finished(tmp_path, store: str):
     ``result.json`` describes it)."""
     from autoaug.policies import presets
     from autoaug.policies.policy import Policy
-    from autoaug.search.decide.assemble import TrialRecord, assemble_policy, build_provenance
     from autoaug.search.config import SearchConfig
+    from autoaug.search.decide.assemble import TrialRecord, assemble_policy, build_provenance
     from autoaug.search.records import outcome_from_result
     from autoaug.search.run_dir import RunDir
 

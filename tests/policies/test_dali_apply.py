@@ -169,9 +169,10 @@ def test_dali_is_bounded_to_the_versions_the_policy_step_was_written_against():
     # dali_apply builds on nvidia.dali.auto_aug's private `_Augmentation` and its augmentations' `.op`:
     # pyproject.toml bounds DALI from above, and the installed DALI is within the bound.
     import re
-    import tomllib
     from importlib import metadata
     from pathlib import Path
+
+    import tomllib
 
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     deps = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["search"]

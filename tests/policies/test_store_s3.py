@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from autoaug.core.errors import UserInputError
 from autoaug.launch.cli import main
 from autoaug.launch.preflight import check_writable
-from autoaug.core.errors import UserInputError
 from autoaug.policies.policy import Policy
 from autoaug.policies.store import CorruptVersion, PolicyStore, StoreNotFoundError
 

@@ -426,8 +426,13 @@ def _tiny_png() -> bytes:
     return _png(np.zeros((4, 4, 3), np.uint8))
 
 
-def _labels_parquet(path: Path, labels, *, classes_meta: bytes | None = None, type_=pa.int64()) -> Path:
-    table = pa.table({"image": pa.array([_tiny_png()] * len(labels), pa.binary()), "label": pa.array(labels, type_)})
+def _labels_parquet(path: Path, labels, *, classes_meta: bytes | None = None, type_=None) -> Path:
+    table = pa.table(
+        {
+            "image": pa.array([_tiny_png()] * len(labels), pa.binary()),
+            "label": pa.array(labels, type_ if type_ is not None else pa.int64()),
+        }
+    )
     if classes_meta is not None:
         table = table.replace_schema_metadata({b"classes": classes_meta})
     pq.write_table(table, path)

@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoaug.proxy_models.data import DatasetError
-
 from autoaug.proxy_models.splits import reduced_split, stratified_folds
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

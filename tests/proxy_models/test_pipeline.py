@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from autoaug.proxy_models.data import DatasetError, open_dataset
-
-from autoaug.proxy_models.splits import reduced_split
 from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
+from autoaug.proxy_models.splits import reduced_split
 
 # A policy with no sub-policies but the standard base: exercises the crop/flip step alone,
 # independently of the policies package.
@@ -159,8 +158,9 @@ def test_dali_decoding_matches_memory_decoding(cifar, split):
 
 
 def test_larger_images_are_resized_to_image_size(tmp_path, cifar):
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     rng = np.random.default_rng(0)
     rows = []

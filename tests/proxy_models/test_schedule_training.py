@@ -9,8 +9,8 @@ import pytest
 from autoaug.policies import Policy
 from autoaug.policies.schedule import Schedule
 from autoaug.proxy_models import train as train_module
-from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
 from autoaug.proxy_models.learner import EpochStats
+from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
 from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
 
 IDENTITY = Policy("plain", 10, [], base="none")

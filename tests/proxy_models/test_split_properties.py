@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoaug.proxy_models.data import DatasetError
-
 from autoaug.proxy_models.splits import _joint_counts, reduced_split
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -596,7 +596,7 @@ def test_on_validate_gets_each_images_outcome_on_the_splits_validation_images(fu
     validations, history = full_run["validations"], full_run["result"].history
     assert [e for e, _, _ in validations] == [1, 2, 3]
     split = config_split(open_dataset(smoke_config.data), full_run["result"].config)
-    for (epoch, stats, val), row in zip(validations, history):
+    for (_epoch, stats, val), row in zip(validations, history):
         assert list(val) == list(split.val) and stats.image_correct.shape == (len(split.val),)
         assert stats.image_correct.mean() == pytest.approx(row["val_accuracy"])
         assert stats.image_loss.mean() == pytest.approx(row["val_loss"], rel=1e-5)

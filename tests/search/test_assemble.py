@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from autoaug.policies import presets
-
-from autoaug.policies import Policy
+from autoaug.policies import Policy, presets
 from autoaug.search.decide.assemble import (
     TrialRecord,
     assemble_policy,
@@ -124,10 +122,10 @@ def _family_trials(space, points):
 def test_a_family_search_keeps_the_best_point_itself(tmp_path, family):
     import random
 
-    from autoaug.search.decide.assemble import assembly_rule
     from autoaug.search.config import SearchConfig
-    from autoaug.search.records import SearchOutcome
+    from autoaug.search.decide.assemble import assembly_rule
     from autoaug.search.methods.train.method import TrainMethod, final_candidates
+    from autoaug.search.records import SearchOutcome
 
     config = SearchConfig.from_dict(
         {
@@ -166,8 +164,8 @@ def test_a_family_search_keeps_the_best_point_itself(tmp_path, family):
     assert {c.policy.name for c in candidates} == {"fam"}
     assert TrainMethod().max_candidates(config) == 3
     # The warm start is the published policy calibration found: it competes once, as the transfer.
-    from autoaug.search.driver import with_transfer
     from autoaug.search.decide.rescore import Candidate
+    from autoaug.search.driver import with_transfer
 
     transfer = Candidate("transfer", published.with_name("fam"), (), None)
     assert [c.kind for c in with_transfer(candidates, transfer)] == ["assembled", "transfer", "runner_up"]

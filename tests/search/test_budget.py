@@ -9,21 +9,21 @@ import pickle
 import optuna
 import pytest
 
-from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.budget import (
     BUDGET_FILE,
+    RUN_OVERHEAD_S,
     STORE_RESERVE_S,
     Budget,
     describe_budget,
     format_duration,
     measured_run_s,
-    RUN_OVERHEAD_S,
     parse_duration,
 )
 from autoaug.search.config import METRIC, SearchConfig
-from autoaug.search.tune.searcher import GuardedASHAScheduler, GuardedFIFOScheduler, StudySearcher
+from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
+from autoaug.search.tune.searcher import GuardedASHAScheduler, GuardedFIFOScheduler, StudySearcher
 from autoaug.search.tune.study import check_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -498,8 +498,8 @@ def _measured_transfer(score=0.7):
 def test_no_time_to_rescore_the_searchs_own_candidates_stores_the_transfer_as_calibration_measured_it(rescoring):
     """What the trials scored (after 20 of 120 epochs, say) is not compared with a whole run: the
     published policy that transferred best, measured by calibration's whole runs, is stored."""
-    from autoaug.search.driver import _rescore
     from autoaug.search.decide.rescore import choose, describe_selection
+    from autoaug.search.driver import _rescore
 
     config, run, budget, clock, calls = rescoring
     clock.now += 1000 - STORE_RESERVE_S - 50

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from autoaug.policies import presets
+from autoaug.search.config import SearchConfig
 from autoaug.search.decide.calibrate import (
     CALIBRATION_FILE,
     CALIBRATION_SEED_OFFSET,
@@ -20,11 +21,10 @@ from autoaug.search.decide.calibrate import (
     describe_calibration,
     rank_transfer,
 )
-from autoaug.search.config import SearchConfig
 from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores, encode_image_scores, measure
+from autoaug.search.decide.warm_start import warm_start_policies
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
-from autoaug.search.decide.warm_start import warm_start_policies
 
 
 class _Log:
@@ -866,8 +866,8 @@ def test_the_transfer_warm_start_enqueues_the_best_published_policys_sub_policie
 ):
     """The proxy runs of the calibration replaced by a table (autoaugment-imagenet transfers best on
     crop); the trials are real: the first five are its 25 sub-policies on crop, in order."""
-    from autoaug.search.tune.study import open_study
     from autoaug.search.driver import run_search
+    from autoaug.search.tune.study import open_study
 
     data = _arrows(write_images, tmp_path / "arrows.parquet", per_class=96)
     calls = []

@@ -8,12 +8,12 @@ import pickle
 import optuna
 import pytest
 
-from autoaug.search.decide.assemble import TrialRecord
+from autoaug.core.errors import SearchError
 from autoaug.search.config import METRIC
+from autoaug.search.decide.assemble import TrialRecord
+from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.progress import format_exception
-from autoaug.core.errors import SearchError
-from autoaug.search.run_dir import RunDir
 from autoaug.search.tune.searcher import GuardedFIFOScheduler, StudySearcher
 from autoaug.search.tune.study import (
     FINAL_STEP_ATTR,

@@ -10,15 +10,17 @@ import contextlib
 import json
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import pytest
 
 from autoaug.core.values import is_int
-from autoaug.search.decide.assemble import TrialRecord, assemble_policy
 from autoaug.search.config import SEARCH_PRESETS, SearchConfig
+from autoaug.search.decide.assemble import TrialRecord, assemble_policy
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.methods.base import (
     METHODS,
     Method,
@@ -27,7 +29,6 @@ from autoaug.search.methods.base import (
     PreparedSearch,
     register_method,
 )
-from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]

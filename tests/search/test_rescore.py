@@ -160,8 +160,8 @@ FOUND_B = [[("Contrast", 0.2, 6), ("ShearY", 0.8, 3)], [("Rotate", 0.7, 2), ("In
 def _final_candidates_for(tmp_path, ranked_subs, epochs=None):
     """_final_candidates of a search warm-started from WARM whose trials ranked as given
     (``epochs``: how many epochs each trial ran; default all the budget of 2)."""
-    from autoaug.search.decide.assemble import TrialRecord, assemble_policy
     from autoaug.search.config import SearchConfig
+    from autoaug.search.decide.assemble import TrialRecord, assemble_policy
     from autoaug.search.methods.train.method import final_candidates as _final_candidates
 
     (tmp_path / "warm.json").write_text(WARM.to_json())

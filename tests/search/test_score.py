@@ -11,8 +11,8 @@ import optuna
 import pytest
 
 from autoaug.search.config import SearchConfig
-from autoaug.search.score import asha_milestones, score_epochs, search_score
 from autoaug.search.methods.train.method import trial_train_config
+from autoaug.search.score import asha_milestones, score_epochs, search_score
 
 
 @pytest.mark.parametrize(

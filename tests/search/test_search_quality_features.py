@@ -10,8 +10,8 @@ import pytest
 
 from autoaug.policies import Policy
 from autoaug.search.config import METRIC, SearchConfig
-from autoaug.search.tune.study import open_study
 from autoaug.search.driver import run_search
+from autoaug.search.tune.study import open_study
 
 WARM = Policy(
     "warm",

@@ -5,11 +5,11 @@ versions (semantic versioning), not the last minor release someone read the inte
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import optuna
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"

@@ -27,7 +27,7 @@ NAMES = (f"experiment_state-{SESSION}.json", f"search_gen_state-{SESSION}.json",
 
 def _save_state(run, trials: int) -> None:
     """Tune's three state files as Tune writes them: JSON, and two pickles (one named .json)."""
-    (run / NAMES[0]).write_text(json.dumps({"trial_data": [["t%d" % i, {}] for i in range(trials)]}))
+    (run / NAMES[0]).write_text(json.dumps({"trial_data": [[f"t{i}", {}] for i in range(trials)]}))
     (run / NAMES[1]).write_bytes(pickle.dumps({"counter": trials}))
     (run / NAMES[2]).write_bytes(pickle.dumps({"searcher": list(range(trials))}))
 

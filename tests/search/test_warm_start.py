@@ -6,8 +6,8 @@ import pytest
 
 from autoaug.policies import Policy
 from autoaug.policies.presets import resolve
-from autoaug.search.space import SearchSpace
 from autoaug.search.decide.warm_start import warm_start_points, warm_start_policies
+from autoaug.search.space import SearchSpace
 
 
 def test_published_policy_becomes_chunks_of_its_sub_policies_in_order():

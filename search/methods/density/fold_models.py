@@ -64,7 +64,7 @@ def train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any, base
     }
 
 
-def train_fold_models(config: "SearchConfig", run: RunDir, *, session: str = "start", log: Any = None) -> list[dict]:
+def train_fold_models(config: SearchConfig, run: RunDir, *, session: str = "start", log: Any = None) -> list[dict]:
     """The ``K`` fold models of ``config`` (trained now as parallel Ray tasks, or read back from
     the run directory when an earlier session trained them). Returns one summary per fold, with
     ``weights`` (bytes) added. ``log``: a callable taking one line of progress."""
@@ -129,8 +129,8 @@ class FoldScorer:
 
         from autoaug.policies.dali_apply import PolicyInputs
         from autoaug.proxy_models.data import open_dataset
-        from autoaug.proxy_models.pipeline import DaliLoader
         from autoaug.proxy_models.learner import Learner
+        from autoaug.proxy_models.pipeline import DaliLoader
         from autoaug.proxy_models.train_config import eval_batch_size
 
         cfg = train_config

@@ -38,9 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.search.decide.assemble import TrialRecord, assemble_policy, rank_trials
-from autoaug.search.methods.density.settings import DENSITY_OBJECTIVES, DensityConfig
-from autoaug.search.methods.density.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
-from autoaug.search.methods.density.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.methods.base import (
     Method,
     MethodResult,
@@ -49,7 +47,9 @@ from autoaug.search.methods.base import (
     check_space_family,
     resume_hint,
 )
-from autoaug.search.decide.rescore import Candidate
+from autoaug.search.methods.density.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
+from autoaug.search.methods.density.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
+from autoaug.search.methods.density.settings import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 
@@ -127,10 +127,10 @@ class DensityMethod(Method):
         ),
     )
 
-    def optuna_studies(self, config: "SearchConfig") -> str | None:
+    def optuna_studies(self, config: SearchConfig) -> str | None:
         return f"studies: {config.name}.f*-r*"  # one per fold and round: stage_name
 
-    def check(self, config: "SearchConfig") -> None:
+    def check(self, config: SearchConfig) -> None:
         check_space_family(
             config, self.name, self.space_families
         )  # the fold models' DALI inputs are aa-shaped (fold_models)
@@ -152,18 +152,18 @@ class DensityMethod(Method):
                 "use at most 110 characters"
             )
 
-    def num_trials(self, config: "SearchConfig") -> int:
+    def num_trials(self, config: SearchConfig) -> int:
         return config.method_settings(DensityConfig).num_trials
 
-    def max_candidates(self, config: "SearchConfig") -> int:
+    def max_candidates(self, config: SearchConfig) -> int:
         return 1  # the merged policy
 
-    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
+    def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
         return config.method_settings(
             DensityConfig
         ).trials_per_round, "trials per round; raise density.trials_per_round"
 
-    def describe(self, config: "SearchConfig") -> list[str]:
+    def describe(self, config: SearchConfig) -> list[str]:
         d, t = config.method_settings(DensityConfig), config.train
         return [
             f"  method: density matching, {d.folds} folds x {d.rounds} rounds x {d.trials_per_round} candidates "
@@ -255,7 +255,7 @@ class DensityMethod(Method):
         )
 
 
-def _fold_parameters(config: "SearchConfig", fold: dict, k: int, heldout: Any) -> dict:
+def _fold_parameters(config: SearchConfig, fold: dict, k: int, heldout: Any) -> dict:
     import hashlib
 
     return {
@@ -272,11 +272,11 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     """Run (or continue) one round's Tune experiment; returns its record for ``density.json``."""
     import optuna
 
+    from autoaug.search.decide.warm_start import warm_start_points
     from autoaug.search.methods.density.trial import DensityTrial
     from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
     from autoaug.search.tune.results import trial_records
     from autoaug.search.tune.study import check_study, delete_study, make_storage
-    from autoaug.search.decide.warm_start import warm_start_points
 
     config, d = search.config, search.config.method_settings(DensityConfig)
     stage = stage_name(config.name, k, round_)

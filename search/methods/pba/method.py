@@ -43,8 +43,9 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
@@ -174,7 +175,7 @@ class PbaExplore:
         return {**config, "policy": params, "explore": ops}
 
 
-def initial_population(config: "SearchConfig") -> list[dict[str, Any]]:
+def initial_population(config: SearchConfig) -> list[dict[str, Any]]:
     """The members' first parameters: the warm start's candidates, then ``init``'s draws (seeded
     by ``SearchConfig.seed``)."""
     from autoaug.search.decide.warm_start import warm_start_points
@@ -223,7 +224,7 @@ class PbaMethod(Method):
         },
     }
 
-    def check(self, config: "SearchConfig") -> None:
+    def check(self, config: SearchConfig) -> None:
         check_space_family(config, self.name, self.space_families)  # explore_params moves the aa family's parameters
         s, t = config.method_settings(PbaConfig), config.train
         if t.val_size == 0:
@@ -243,16 +244,16 @@ class PbaMethod(Method):
                 "no candidates to choose from; use --preset pba-cpu, or --set rescore=false"
             )
 
-    def num_trials(self, config: "SearchConfig") -> int:
+    def num_trials(self, config: SearchConfig) -> int:
         return config.method_settings(PbaConfig).population
 
-    def max_candidates(self, config: "SearchConfig") -> int:
+    def max_candidates(self, config: SearchConfig) -> int:
         return 1  # the best member's schedule
 
-    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
+    def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
         return config.method_settings(PbaConfig).population, "members; raise pba.population"
 
-    def describe(self, config: "SearchConfig") -> list[str]:
+    def describe(self, config: SearchConfig) -> list[str]:
         s, t = config.method_settings(PbaConfig), config.train
         return [
             f"  method: population based augmentation, {s.population} members ({s.init} start), perturbed every "
@@ -261,7 +262,7 @@ class PbaMethod(Method):
             f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
         ]
 
-    def optuna_studies(self, config: "SearchConfig") -> str | None:
+    def optuna_studies(self, config: SearchConfig) -> str | None:
         return None  # PBT's exploit/explore proposes the policies
 
     def can_resume(self, run: RunDir) -> bool:
@@ -313,8 +314,8 @@ class PbaMethod(Method):
 
 def _experiment(search: PreparedSearch) -> Any:
     """The population's Tune experiment (:mod:`autoaug.search.tune.experiment`), as a restore needs it."""
-    from autoaug.search.tune.experiment import Experiment
     from autoaug.search.methods.pba.trial import run_pba_trial
+    from autoaug.search.tune.experiment import Experiment
 
     config = search.config
     return Experiment(
@@ -378,9 +379,9 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     from autoaug.policies.schedule import Schedule
     from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
-    from autoaug.search.methods.pba.trial import PBA_STATE
-    from autoaug.search.methods.pba.scheduler import EVENTS_FILE
     from autoaug.search.decide.rescore import Candidate
+    from autoaug.search.methods.pba.scheduler import EVENTS_FILE
+    from autoaug.search.methods.pba.trial import PBA_STATE
     from autoaug.search.score import METRIC
 
     config, s = search.config, search.config.method_settings(PbaConfig)

@@ -15,10 +15,10 @@ from ray.tune.schedulers import PopulationBasedTraining
 
 from autoaug.core import failpoints
 from autoaug.search.methods.pba.trial import EVENTS_KEY
-from autoaug.search.tune.progress import say
-from autoaug.search.tune.searcher import BudgetStop, current_session
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
+from autoaug.search.tune.progress import say
+from autoaug.search.tune.searcher import BudgetStop, current_session
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -88,7 +88,7 @@ class EventLog(tune.Callback):
     Tune's experiment state; a restored one prints on the current driver session's,
     :func:`autoaug.search.tune.searcher.current_session`); None prints plain lines on stdout."""
 
-    def __init__(self, storage: str, name: str, display: "Progress | None" = None) -> None:
+    def __init__(self, storage: str, name: str, display: Progress | None = None) -> None:
         self.storage, self.name, self._display = storage, name, display
 
     def __getstate__(self) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class EventLog(tune.Callback):
         self.__dict__.update({"_display": None, **state})
 
     @property
-    def display(self) -> "Progress | None":
+    def display(self) -> Progress | None:
         session = current_session() if self._display is None else None
         return self._display if session is None else session.display
 

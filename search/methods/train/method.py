@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
+from autoaug.search.decide.rescore import Candidate
 from autoaug.search.methods.base import (
     Method,
     MethodResult,
@@ -33,7 +35,6 @@ from autoaug.search.methods.base import (
     check_validation_left_to_the_method,
     resume_hint,
 )
-from autoaug.search.decide.rescore import Candidate
 from autoaug.search.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class TrainMethodConfig(MethodSettings):
         object.__setattr__(self, "reduction_factor", float(self.reduction_factor))
 
 
-def trial_train_config(config: "SearchConfig") -> Any:
+def trial_train_config(config: SearchConfig) -> Any:
     """The training configuration of every trial: the search's, validating only the epochs its
     score is read from -- the ``score_window`` epochs up to each of ASHA's rungs and up to the
     last (:func:`~autoaug.search.score.score_epochs`). Validation changes nothing in training, so
@@ -147,7 +148,7 @@ class TrainMethod(Method):
         ),
     )
 
-    def check(self, config: "SearchConfig") -> None:
+    def check(self, config: SearchConfig) -> None:
         s, t = config.method_settings(TrainMethodConfig), config.train
         if t.val_size == 0:
             raise ValueError(
@@ -163,20 +164,20 @@ class TrainMethod(Method):
                 "could never stop a trial; lower the grace period or disable early stopping"
             )
 
-    def num_trials(self, config: "SearchConfig") -> int:
+    def num_trials(self, config: SearchConfig) -> int:
         return config.method_settings(TrainMethodConfig).num_trials
 
-    def max_candidates(self, config: "SearchConfig") -> int:
+    def max_candidates(self, config: SearchConfig) -> int:
         # assembled, best trial, warm start + found, survivors (final_candidates); one point
         # (the best trial's) in the randaugment and trivialaugment families
         if assembly_rule(config.space.family) == "best":
             return 2 + bool(config.warm_start)  # the best point, the next best, the warm start
         return 2 + bool(config.warm_start) + config.method_settings(TrainMethodConfig).early_stopping
 
-    def warm_start_capacity(self, config: "SearchConfig") -> tuple[int, str]:
+    def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
         return config.method_settings(TrainMethodConfig).num_trials, "trials; raise --num-trials"
 
-    def describe(self, config: "SearchConfig") -> list[str]:
+    def describe(self, config: SearchConfig) -> list[str]:
         s, t = config.method_settings(TrainMethodConfig), config.train
         stopping = (
             f"ASHA (grace {s.grace_period} epochs, reduction factor {s.reduction_factor:g})"
@@ -196,11 +197,11 @@ class TrainMethod(Method):
     def run(self, search: PreparedSearch) -> MethodResult:
         import optuna
 
+        from autoaug.search.decide.warm_start import warm_start_points
+        from autoaug.search.methods.train.trial import run_trial
         from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
         from autoaug.search.tune.results import trial_records
         from autoaug.search.tune.study import check_study, make_storage, redact
-        from autoaug.search.methods.train.trial import run_trial
-        from autoaug.search.decide.warm_start import warm_start_points
 
         config, run, s = search.config, search.run, search.config.method_settings(TrainMethodConfig)
         exp = Experiment(
@@ -272,7 +273,7 @@ class TrainMethod(Method):
         )
 
 
-def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> list[Candidate]:
+def final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list[Candidate]:
     """What re-scoring chooses from: the assembled policy; the best single trial; with a warm
     start, the warm-start policies extended by the selected trials the sampler proposed (those
     that are not warm-start candidates) -- the published policy plus what the search found; with
@@ -335,7 +336,7 @@ def final_candidates(config: "SearchConfig", trials: list, assembled: Any) -> li
     return _unique(out)
 
 
-def _named(config: "SearchConfig", policy: Policy) -> Policy:
+def _named(config: SearchConfig, policy: Policy) -> Policy:
     return Policy(config.name, policy.num_magnitude_bins, policy.sub_policies, base=policy.base, ranges=policy.ranges)
 
 

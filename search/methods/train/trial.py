@@ -11,7 +11,6 @@ import contextlib
 import tempfile
 from typing import Any
 
-
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.epochs import EpochResults, trial_policy, with_trial_threads
 

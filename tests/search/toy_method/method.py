@@ -4,8 +4,9 @@ in one folder, built on the shared Tune plumbing (:mod:`autoaug.search.tune.expe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int

@@ -75,6 +75,7 @@ from suite_cpu import sample  # noqa: E402
 
 SEARCHES_FILE = "searches.json"  # each search's wall time and CPU-seconds, over sessions
 RESCORE_FILE = "rescore.json"  # every finished re-scoring run
+CPU_SAMPLE_S = 2.0  # seconds between two samples of a search's processes' CPU (benchmarks/suite_cpu.py)
 
 
 def search_name(n: int, sampler: str) -> str:
@@ -150,7 +151,8 @@ def run_search(a: argparse.Namespace, work: Path, n: int, sampler: str, calibrat
     procs: dict[str, dict] = {}
     stop = threading.Event()
     me = str(os.getpid())
-    sampler_thread = threading.Thread(target=sample, args=(stop, 2.0, before - {me}, procs, lambda: me), daemon=True)
+    # the processes this one starts from now on (not itself: ``before`` holds it), every CPU_SAMPLE_S
+    sampler_thread = threading.Thread(target=sample, args=(stop, CPU_SAMPLE_S, before, procs, lambda: me), daemon=True)
     sampler_thread.start()
     start, code = time.monotonic(), None
     try:

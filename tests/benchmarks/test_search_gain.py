@@ -212,6 +212,31 @@ def test_a_rerun_reuses_finished_searches_and_runs_and_resumes_the_rest(sg, fake
     assert len(ledger["sg-n6-random"]["sessions"]) == 2 and len(ledger["sg-n5-tpe"]["sessions"]) == 1
 
 
+def test_a_search_is_charged_the_cpu_of_the_processes_it_starts_not_the_benchmarks(sg, fake, monkeypatch):
+    import subprocess
+    import sys
+    import time
+
+    autoaug = sg._autoaug
+
+    def busy(args, log):  # the first search: a child process spinning for a second of CPU
+        if args[args.index("--name") + 1] == "sg-n5-tpe":
+            subprocess.run(
+                [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass"]
+            )
+        return autoaug(args, log)
+
+    monkeypatch.setattr(sg, "_autoaug", busy)
+    monkeypatch.setattr(sg, "CPU_SAMPLE_S", 0.05)
+    start = time.process_time()
+    while time.process_time() - start < 0.5:  # the benchmark's own CPU before the search: not charged
+        pass
+    sg.main(fake["argv"])
+    ledger = json.loads((fake["work"] / "searches.json").read_text())
+    assert 0.8 <= ledger["sg-n5-tpe"]["cpu_s"] <= 1.5
+    assert all(entry["cpu_s"] < 0.3 for name, entry in ledger.items() if name != "sg-n5-tpe")
+
+
 def test_a_search_that_fails_stops_the_benchmark_with_one_line(sg, fake, monkeypatch):
     monkeypatch.setattr(sg, "_autoaug", lambda args, log: (1, 0.1))
     with pytest.raises(SystemExit, match="the search sg-n5-tpe failed .*re-run this command to resume it"):

@@ -206,12 +206,12 @@ def warm_start(result: dict, config: Any) -> tuple[Any, str]:
 def rescore_plan(results: dict[tuple[int, str], dict], k: int) -> tuple[list, dict, Any]:
     """The runs to train: ``[(key, policy, train config)]`` (each once), per search the keys of its
     stored policy's and its warm start's runs by seed, and the config whose resources the runs take."""
+    from autoaug.policies import Policy
+
     runs: dict[str, tuple] = {}
     per_search: dict[tuple[int, str], dict] = {}
     first = None
     for cell, result in results.items():
-        from autoaug.policies import Policy
-
         config = search_config(result)
         first = first or config
         stored = Policy.from_dict(result["policy"])

@@ -1,0 +1,498 @@
+"""Does searching pay? The gain of a search's stored policy over its starting policy as trials grow.
+
+For one dataset, on the search's own score (the proxy), three resumable stages (re-running the same
+command reuses every finished search and every finished re-scoring run):
+
+1. **searches** -- ``autoaug search --preset cpu --num-trials N --sampler S`` for each ``N`` of
+   ``--trials`` (default 28, 100, 300) and each ``S`` of ``--samplers`` (default ``tpe`` and
+   ``random``: Optuna's RandomSampler), in that order. The first search measures the base and
+   the published policies on the data (the preset's calibration); the others reuse its runs
+   (``--calibration-from``: the same data, split and proxy), so every search starts from the same
+   base and warm start and spends its time on its trials (``--own-calibration``: each measures
+   its own). The preset's 30-minute time budget would cut a search of more trials than the
+   preset's own (28), so those run with ``--set time_budget_s=null`` (no budget: all N trials
+   run). Each search's wall time and the CPU-seconds of the processes it started (sampled from
+   ``/proc``, ``benchmarks/suite_cpu.py``) are summed over the sessions it took.
+2. **rescore** -- each search's stored policy and its warm start (the published policy that
+   transferred best, on the chosen base: the provenance's ``calibration.transfer``) trained under
+   the proxy with the same ``--rescore-seeds`` K fresh seeds (``train.seed + 3000 + i``: seeds no
+   trial, re-scoring or calibration run used), the search's re-scoring configuration (the trials'
+   training, validated over the score's window), through the search's own loop of proxy runs
+   (:func:`autoaug.search.decide.rescore.train_runs`). Every finished run is saved
+   (``rescore.json``, keyed by policy, seed and training configuration), so the warm start's K
+   runs are trained once for all the searches that share it.
+3. **eval** (``--eval``) -- the stored policy of the best cell (highest mean gain) and the warm
+   start in the evaluation regime (``--eval-preset``, default ``eval-cpu``; ``--eval-seeds``, 5
+   by default, paired) through ``autoaug compare``, as ``benchmarks/search_quality.py`` does.
+
+The report (``results.md``, ``gain.json``) has one row per N and, per sampler, the gain of the
+stored policy over the warm start in points (mean of the K paired differences, 95% Student-t CI;
+bold when the CI excludes 0) and the search's wall time and CPU-seconds.
+
+::
+
+    python benchmarks/search_gain.py --data ../shared/data/cifar10-jpeg               # hours, 2 cores
+    python benchmarks/search_gain.py --data ../shared/data/gtsrb-32-png --eval
+    python benchmarks/search_gain.py --data ../shared/data/cifar10-jpeg --smoke       # plumbing, minutes
+
+Scratch (run directories, the store, logs, ``rescore.json``) goes to ``--work`` (default
+``runs/search-gain/<dataset>``); the small result files to ``--out`` (default
+``benchmarks/results/search-gain-<dataset>/``). Interrupt it (Ctrl-C, or SIGTERM to its process
+group) and run the same command again, another day if need be: finished searches and runs are
+reused and an interrupted search resumes (``autoaug search --resume``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookkeeping)
+    GAIN_SEED_OFFSET,
+    add_session,
+    best_cell,
+    gain_cell,
+    gain_table,
+    points,
+    run_key,
+    train_key,
+    trials_text,
+)
+from search_quality import REPO, Timings, _autoaug, _compare, _now, _read_runs  # noqa: E402
+from search_quality_stats import paired, summarize  # noqa: E402
+from suite_cpu import sample  # noqa: E402
+
+SEARCHES_FILE = "searches.json"  # each search's wall time and CPU-seconds, over sessions
+RESCORE_FILE = "rescore.json"  # every finished re-scoring run
+CPU_SAMPLE_S = 2.0  # seconds between two samples of a search's processes' CPU (benchmarks/suite_cpu.py)
+
+
+def search_name(n: int, sampler: str) -> str:
+    return f"sg-n{n}-{sampler}"
+
+
+def plan(trials: list[int], samplers: list[str]) -> list[tuple[int, str]]:
+    """The searches, in the order they run (the first calibrates for the others)."""
+    return [(n, s) for n in trials for s in samplers]
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    return json.loads(path.read_text()) if path.exists() else default
+
+
+def search_args(a: argparse.Namespace, work: Path, n: int, sampler: str, calibrated_by: str | None) -> list[str]:
+    """``autoaug search`` arguments of the search of ``n`` trials with ``sampler`` (a new one)."""
+    args = [
+        "search",
+        "--data",
+        a.data,
+        "--preset",
+        a.preset,
+        "--name",
+        search_name(n, sampler),
+        "--storage",
+        str(work / "runs"),
+        "--store",
+        str(work / "store"),
+        "--seed",
+        str(a.search_seed),
+        "--num-trials",
+        str(n),
+        "--sampler",
+        sampler,
+    ]
+    if a.preset_budget and n > a.preset_trials:  # the preset's time budget is sized for its own trials: lifted
+        args += ["--set", "time_budget_s=null"]
+    if a.smoke:  # the smoke preset measures nothing before its trials: as the cpu preset does
+        args += ["--base", "auto", "--warm-start", "auto", "--space", "auto"]
+    if calibrated_by:
+        args += ["--calibration-from", calibrated_by]
+    if a.address:
+        args += ["--address", a.address]
+    return args + shlex.split(a.search_args)
+
+
+def result_path(work: Path, name: str) -> Path:
+    return work / "runs" / name / "result.json"
+
+
+def run_search(a: argparse.Namespace, work: Path, n: int, sampler: str, calibrated_by: str | None) -> dict:
+    """Run, resume or reuse one search; its ``result.json``. The session's wall time and the CPU
+    of the processes it started go to ``searches.json`` even when it is interrupted."""
+    name = search_name(n, sampler)
+    result = result_path(work, name)
+    if result.exists():
+        print(f"search {name}: reusing the finished search")
+        return json.loads(result.read_text())
+    if (work / "runs" / name).exists():
+        args = ["search", "--resume", name, "--storage", str(work / "runs")]
+        if a.address:
+            args += ["--address", a.address]
+    else:
+        args = search_args(a, work, n, sampler, calibrated_by)
+    before = {pid for pid in os.listdir("/proc") if pid.isdigit()}
+    procs: dict[str, dict] = {}
+    stop = threading.Event()
+    me = str(os.getpid())
+    # the processes this one starts from now on (not itself: ``before`` holds it), every CPU_SAMPLE_S
+    sampler_thread = threading.Thread(target=sample, args=(stop, CPU_SAMPLE_S, before, procs, lambda: me), daemon=True)
+    sampler_thread.start()
+    start, code = time.monotonic(), None
+    try:
+        code, _ = _autoaug(args, work / f"{name}.log")
+    finally:
+        stop.set()
+        sampler_thread.join()
+        ledger = _read_json(work / SEARCHES_FILE, {})
+        cpu = sum(p["cpu_s"] for p in procs.values())
+        add_session(ledger, name, time.monotonic() - start, cpu, "autoaug " + shlex.join(args), result.exists(), _now())
+        _write_json(work / SEARCHES_FILE, ledger)
+    if code != 0 or not result.exists():
+        raise SystemExit(
+            f"search_gain: the search {name} failed (exit {code}); see {work / (name + '.log')}; "
+            "re-run this command to resume it"
+        )
+    return json.loads(result.read_text())
+
+
+# ------------------------------------------------------------------------------------ re-scoring
+def search_config(result: dict) -> Any:
+    from autoaug.search.config import SearchConfig
+
+    return SearchConfig.from_dict(result["provenance"]["search"]["config"])
+
+
+def warm_start(result: dict, config: Any) -> tuple[Any, str]:
+    """The search's warm start as a policy on its base, and what it is: the published policy that
+    transferred best (``calibration.transfer``), else the first warm-start reference moved onto the
+    stored policy's base. Refused in one line when the search had none."""
+    from autoaug.policies import Policy, resolve_policy
+    from autoaug.search.decide.calibrate import transfer_candidate
+
+    calibration = result["provenance"].get("calibration") or {}
+    candidate = transfer_candidate(calibration, "warm-start")
+    if candidate is not None:
+        t = calibration["transfer"]
+        return candidate.policy, f"{t['best']} on {t['base']} (transferred best in calibration)"
+    stored = Policy.from_dict(result["policy"])
+    refs = config.warm_start if isinstance(config.warm_start, (list, tuple)) else ()
+    if not refs:
+        raise SystemExit(
+            f"search_gain: the search {result['provenance']['search']['config'].get('name')!r} had no warm start "
+            "(no calibration, no warm_start): the gain over the starting policy needs one; use a preset that "
+            "measures it (cpu) or --search-args '--warm-start REF'"
+        )
+    policy = resolve_policy(refs[0]).with_base(stored.base).with_name("warm-start")
+    return policy, f"{refs[0]} on {stored.base} (the search's first warm-start reference)"
+
+
+def rescore_plan(results: dict[tuple[int, str], dict], k: int) -> tuple[list, dict, Any]:
+    """The runs to train: ``[(key, policy, train config)]`` (each once), per search the keys of its
+    stored policy's and its warm start's runs by seed, and the config whose resources the runs take."""
+    from autoaug.policies import Policy
+
+    runs: dict[str, tuple] = {}
+    per_search: dict[tuple[int, str], dict] = {}
+    first = None
+    for cell, result in results.items():
+        config = search_config(result)
+        first = first or config
+        stored = Policy.from_dict(result["policy"])
+        warm, what = warm_start(result, config)
+        base = config.rescore_train_config(0)
+        tkey = train_key(base.to_dict())
+        keys: dict[str, dict[int, str]] = {"stored": {}, "warm": {}}
+        for i in range(k):
+            cfg = dataclasses.replace(base, seed=(config.train.seed + GAIN_SEED_OFFSET + i) % 2**31)
+            for role, policy in (("stored", stored), ("warm", warm)):
+                key = run_key(policy.content_hash, cfg.seed, tkey)
+                keys[role][cfg.seed] = key
+                runs.setdefault(key, (key, policy, cfg))
+        per_search[cell] = {
+            "keys": keys,
+            "warm_start": what,
+            "warm_hash": warm.content_hash,
+            "stored_hash": stored.content_hash,
+            "same_policy": stored.content_hash == warm.content_hash,
+            "stored_policy": stored,
+            "warm_policy": warm,
+        }
+    return list(runs.values()), per_search, first
+
+
+def rescore(a: argparse.Namespace, work: Path, runs: list, config: Any, timings: Timings) -> dict[str, Any]:
+    """Train the runs not in ``rescore.json`` yet (in parallel, each saved as it finishes)."""
+    from autoaug.core.ray_session import output_settings, ray_session
+    from autoaug.search.decide.rescore import train_runs
+
+    path = work / RESCORE_FILE
+    cached = _read_json(path, {})
+    todo = [r for r in runs if r[0] not in cached]
+    if not todo:
+        print(f"rescore: all {len(runs)} runs finished already")
+        return cached
+    print(f"rescore: {len(todo)} of {len(runs)} proxy runs to train")
+
+    def save(done: dict[str, Any]) -> None:
+        # per-image scores are not needed here and make the file large: left out
+        _write_json(path, {k: {f: v for f, v in r.items() if f != "image_scores"} for k, r in done.items()})
+        print(f"rescore: {sum(1 for r in runs if r[0] in done)} of {len(runs)} runs finished", flush=True)
+
+    start = time.monotonic()
+    try:
+        with ray_session(a.address, **output_settings(False)):
+            return train_runs(runs, config, cached=cached, save=save, task_name="autoaug-gain")
+    finally:
+        timings.add("rescore", time.monotonic() - start, f"{len(todo)} runs")
+
+
+def cells_from(per_search: dict, done: dict[str, Any]) -> dict[tuple[int, str], dict]:
+    from autoaug.search.score import METRIC
+
+    def scores(keys: dict[int, str]) -> dict[int, float]:
+        return {int(s): float(done[k][METRIC]) for s, k in keys.items() if k in done}
+
+    return {
+        cell: gain_cell(scores(p["keys"]["stored"]), scores(p["keys"]["warm"]), same_policy=p["same_policy"])
+        for cell, p in per_search.items()
+    }
+
+
+# ------------------------------------------------------------------------------------ evaluation
+def evaluate(a: argparse.Namespace, work: Path, timings: Timings, best: tuple[int, str], per_search: dict) -> dict:
+    """The best cell's stored policy and its warm start through ``autoaug compare`` in the
+    evaluation regime, paired by seed: their difference."""
+    from autoaug.launch.compare.candidates import resolve_candidates
+
+    folder = work / "eval-policies"
+    folder.mkdir(parents=True, exist_ok=True)
+    p = per_search[best]
+    paths = []
+    for label, policy in ((search_name(*best), p["stored_policy"]), ("warm-start", p["warm_policy"])):
+        path = folder / f"{label}.json"
+        path.write_text(json.dumps(policy.with_name(label).to_dict(), indent=1))
+        paths.append(str(path))
+    preset = ["--preset", a.eval_preset, *shlex.split(a.eval_args)]
+    _compare(a, work, timings, "eval", work / "eval", preset, paths, a.eval_seeds, baselines=False)
+    labels = [resolve_candidates((path,), (), None)[0].label for path in paths]
+    summary = summarize(_read_runs(work / "eval"))
+    diff = paired(summary[labels[0]]["seeds"], summary[labels[1]]["seeds"])
+    return {"cell": list(best), "labels": labels, "summary": summary, "paired": diff}
+
+
+# ---------------------------------------------------------------------------------------- report
+def report(
+    a: argparse.Namespace,
+    work: Path,
+    out: Path,
+    results: dict,
+    per_search: dict,
+    cells: dict,
+    evaluation: dict | None,
+    timings: Timings,
+) -> dict:
+    ledger = _read_json(work / SEARCHES_FILE, {})
+    costs = {cell: ledger.get(search_name(*cell)) for cell in plan(a.trials, a.samplers)}
+    first = next(iter(per_search.values()), None)
+    lines = [
+        f"# Does searching pay? `{a.preset}` searches on `{a.dataset}`",
+        "",
+        f"Gain of each search's stored policy over its warm start ({first['warm_start'] if first else '–'}), "
+        f"on the search's own score (the proxy: mean validation accuracy over the last epochs), each trained "
+        f"with the same {a.rescore_seeds} fresh seeds (seed = train seed + {GAIN_SEED_OFFSET} + i), paired by "
+        "seed: mean difference in points and its two-sided 95% Student-t CI (bold: the CI excludes 0). "
+        "Wall time and CPU-seconds: the search alone (calibration, trials, its own re-scoring, storing), summed "
+        "over the sessions it took; CPU sampled from /proc every 2 s (a floor).",
+        "",
+        *gain_table(cells, costs, a.trials, a.samplers),
+        "",
+    ]
+    if len(per_search) > 1 and not a.own_calibration:
+        lines += [
+            f"The first search (`{search_name(*plan(a.trials, a.samplers)[0])}`) measured the bases and the "
+            "published policies; the others reused its runs (`--calibration-from`), so their time excludes it.",
+            "",
+        ]
+    lines += [
+        "| search | trials run | stored policy | sub-policies | hash | warm start hash |",
+        "|---|---:|---|---:|---|---|",
+    ]
+    for cell, p in per_search.items():
+        r = results[cell]
+        ran = trials_text(r["provenance"].get("counts") or {})
+        chosen = (r["provenance"].get("selection") or {}).get("chosen") or "not re-scored: the method's own"
+        lines.append(
+            f"| `{search_name(*cell)}` | {ran} | {chosen} | {len(r['policy']['sub_policies'])} | "
+            f"`{p['stored_hash'][:12]}` | `{p['warm_hash'][:12]}` |"
+        )
+    if evaluation:
+        d = evaluation["paired"]
+        lines += [
+            "",
+            f"## In the evaluation regime (`{a.eval_preset}`)",
+            "",
+            f"`{evaluation['labels'][0]}` (the best cell's stored policy) minus the warm start, test accuracy, "
+            f"paired by seed ({len(d['seeds'])} seeds): {points(d['mean'])} [{points(d['low'])}, "
+            f"{points(d['high'])}] points (p = {d['p_value'] if d['p_value'] is None else round(d['p_value'], 3)}).",
+        ]
+    stages = [f"{stage} {t['wall_s'] / 60:.1f} min" for stage, t in timings.data.items()]
+    if stages:
+        lines += ["", f"Wall time after the searches (all sessions): {'; '.join(stages)}."]
+    lines += ["", "## Commands", "", "```", "python " + shlex.join(["benchmarks/search_gain.py", *sys.argv[1:]])]
+    for name, entry in ledger.items():
+        for s in entry["sessions"]:
+            lines.append(s["command"].replace(str(work), "$WORK"))
+    lines += [
+        "```",
+        "",
+        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}; written {_now()}.",
+    ]
+    text = "\n".join(lines).replace(str(work), "$WORK").replace(a.data, "$DATA")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text(text + "\n")
+    doc = {
+        "dataset": a.dataset,
+        "preset": a.preset,
+        "trials": a.trials,
+        "samplers": a.samplers,
+        "rescore_seeds": a.rescore_seeds,
+        "seed_offset": GAIN_SEED_OFFSET,
+        "cells": {f"{n}/{s}": {**c, "search": search_name(n, s)} for (n, s), c in cells.items()},
+        "searches": {
+            search_name(*cell): {
+                "cost": ledger.get(search_name(*cell)),
+                "warm_start": p["warm_start"],
+                "warm_hash": p["warm_hash"],
+                "stored_hash": p["stored_hash"],
+                "stored_policy": results[cell]["policy"],
+                "counts": results[cell]["provenance"].get("counts"),
+                "calibration_reused": bool((results[cell]["provenance"].get("calibration") or {}).get("reused")),
+            }
+            for cell, p in per_search.items()
+        },
+        "eval": evaluation,
+        "timings": timings.data,
+        "written_at": _now(),
+    }
+    _write_json(out / "gain.json", doc)
+    print(text)
+    return doc
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # finally blocks run: the session's time is recorded, runs saved
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--data",
+        default=os.environ.get("AUTOAUG_CIFAR10"),
+        help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)",
+    )
+    p.add_argument("--trials", default="28,100,300", help="numbers of trials, comma-separated")
+    p.add_argument("--samplers", default="tpe,random", help="autoaug search --sampler values, comma-separated")
+    p.add_argument("--preset", default="cpu", help="autoaug search --preset")
+    p.add_argument("--search-seed", type=int, default=0, help="autoaug search --seed")
+    p.add_argument("--search-args", default="", help="more autoaug search arguments (new searches only)")
+    p.add_argument("--rescore-seeds", type=int, default=5, help="K: proxy runs per policy, paired by seed (>= 5)")
+    p.add_argument(
+        "--own-calibration",
+        action="store_true",
+        help="every search measures the bases and published policies itself (default: the first one does, "
+        "the others reuse its runs with --calibration-from)",
+    )
+    p.add_argument(
+        "--eval", action="store_true", help="also the best cell's policy and the warm start in --eval-preset"
+    )
+    p.add_argument("--eval-preset", default="eval-cpu", help="training preset of the evaluation regime")
+    p.add_argument("--eval-seeds", type=int, default=5, help="evaluation seeds per policy")
+    p.add_argument("--eval-args", default="", help="more autoaug compare arguments for the evaluation")
+    p.add_argument("--cpus-per-run", type=int, default=1, help="CPUs per evaluation run")
+    p.add_argument("--address", default=None, help="Ray cluster (default: embedded local Ray)")
+    p.add_argument("--name", default=None, help="names the work and result folders (default: the data folder's name)")
+    p.add_argument("--work", default=None, help="scratch folder (default runs/search-gain/<name>)")
+    p.add_argument("--out", default=None, help="result folder (default benchmarks/results/search-gain-<name>)")
+    p.add_argument(
+        "--smoke", action="store_true", help="plumbing check: smoke preset, 5 and 6 trials, K = 2, smoke evaluation"
+    )
+    a = p.parse_args(argv)
+    if not a.data:
+        p.error("--data is required (or set AUTOAUG_CIFAR10)")
+    a.data = os.path.abspath(os.path.expanduser(a.data))
+    if not (Path(a.data) / "train.parquet").exists():
+        p.error(f"--data {a.data}: no train.parquet there (expected a dataset folder of the Parquet shape)")
+    if a.smoke:
+        # 5 and 6 trials: the aa space's warm start (AutoAugment's 25 sub-policies) is 5 candidates
+        a.preset, a.trials, a.rescore_seeds, a.eval_preset, a.eval_seeds = "smoke", "5,6", 2, "smoke", 2
+    try:
+        a.trials = [int(x) for x in str(a.trials).split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--trials {a.trials!r}: expected whole numbers separated by commas, e.g. 28,100,300")
+    if not a.trials or min(a.trials) < 1:
+        p.error(f"--trials {a.trials!r}: expected at least one number of trials, each 1 or more")
+    from autoaug.search.config import SAMPLERS, SEARCH_PRESETS
+
+    a.samplers = [s.strip() for s in a.samplers.split(",") if s.strip()]
+    bad = [s for s in a.samplers if s not in SAMPLERS]
+    if bad or not a.samplers:
+        p.error(f"--samplers {','.join(a.samplers)!r}: expected some of {', '.join(SAMPLERS)}")
+    if a.preset not in SEARCH_PRESETS:
+        p.error(f"--preset {a.preset!r}: expected one of {', '.join(SEARCH_PRESETS)}")
+    if a.rescore_seeds < (2 if a.smoke else 5):
+        p.error(f"--rescore-seeds {a.rescore_seeds}: expected 5 or more (paired intervals need several seeds)")
+    a.preset_trials = int(SEARCH_PRESETS[a.preset].get("num_trials") or 0)
+    a.preset_budget = SEARCH_PRESETS[a.preset].get("time_budget_s")
+    a.dataset = a.name or Path(a.data).name + ("-smoke" if a.smoke else "")
+    work = Path(a.work or REPO / "runs" / "search-gain" / a.dataset).resolve()
+    out = Path(a.out or REPO / "benchmarks" / "results" / f"search-gain-{a.dataset}").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    timings = Timings(work / "timings.json")
+    signal.signal(signal.SIGTERM, _terminate)
+
+    order = plan(a.trials, a.samplers)
+    calibrator = None if a.own_calibration else search_name(*order[0])
+    results = {}
+    for n, sampler in order:
+        name = search_name(n, sampler)
+        results[(n, sampler)] = run_search(a, work, n, sampler, calibrator if name != calibrator else None)
+    runs, per_search, config = rescore_plan(results, a.rescore_seeds)
+    done = rescore(a, work, runs, config, timings)
+    cells = cells_from(per_search, done)
+    evaluation = None
+    if a.eval:
+        best = best_cell(cells)
+        if best is None:
+            print("eval: every search stored its warm start: nothing to evaluate against it")
+        else:
+            evaluation = evaluate(a, work, timings, best, per_search)
+    report(a, work, out, results, per_search, cells, evaluation, timings)
+    print(f"\nwrote {out}")
+    print(f"best cell: {best_cell(cells)}; gain {points((cells.get(best_cell(cells)) or {}).get('mean'))}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit("search_gain: interrupted; run the same command again to resume (finished searches and runs are kept)")

@@ -1,0 +1,143 @@
+"""The statistics, tables and bookkeeping of ``benchmarks/search_gain.py``, as pure functions: the
+key of one re-scoring run, a cell of the gain table (the stored policy minus the warm start, paired
+by seed, with its 95% Student-t interval: :func:`search_quality_stats.paired`), the table itself,
+the best cell, and each search's wall time and CPU-seconds accumulated over sessions.
+``search_gain.py`` runs the searches and the runs and writes the report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_quality_stats import paired  # noqa: E402
+
+#: Re-scoring run ``i`` of this benchmark trains with seed ``train.seed + GAIN_SEED_OFFSET + i``:
+#: seeds no trial (``train.seed``), no search re-scoring (+1000) and no calibration (+2000) used.
+GAIN_SEED_OFFSET = 3_000
+#: Training settings that change no result (threads, where the data lies: the fingerprint says
+#: which data); left out of :func:`train_key`.
+_NOT_RESULT = ("seed", "num_threads", "data", "test_data")
+
+
+def train_key(train: Mapping[str, Any]) -> str:
+    """12 hex digits naming a training configuration (a ``TrainConfig.to_dict()``) apart from its
+    seed and its place: runs of two searches with the same proxy share a key, so the warm start's
+    runs are trained once for every search that starts from it."""
+    kept = {k: v for k, v in train.items() if k not in _NOT_RESULT}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def run_key(policy_hash: str, seed: int, train: str) -> str:
+    """Key of one re-scoring run in ``rescore.json``: the policy's content hash, the seed and the
+    training configuration (:func:`train_key`)."""
+    return f"{policy_hash[:16]}/seed={seed}/train={train}"
+
+
+def gain_cell(stored: Mapping[int, float], warm: Mapping[int, float], *, same_policy: bool = False) -> dict[str, Any]:
+    """One cell of the gain table: the stored policy's re-scores minus the warm start's, paired by
+    seed (same seed: same initialisation, data order and augmentation draws), their mean and the
+    95% Student-t interval of the mean difference (``n``, ``mean``, ``std``, ``low``, ``high``,
+    ``p_value``; :func:`search_quality_stats.paired`); ``beyond``: the interval excludes 0
+    (None with fewer than 2 seeds). ``same_policy``: the search stored the warm start itself (its
+    gain is 0 by construction; said in the table)."""
+    seeds = sorted(set(stored) & set(warm))
+    if not seeds:
+        return {"n": 0, "mean": None, "low": None, "high": None, "beyond": None, "same_policy": same_policy}
+    d = paired({s: stored[s] for s in seeds}, {s: warm[s] for s in seeds})
+    beyond = None if d["low"] is None else bool(d["low"] > 0 or d["high"] < 0)
+    return {**d, "beyond": beyond, "same_policy": same_policy}
+
+
+def points(x: float | None, sign: bool = True) -> str:
+    """A fraction in points (``0.0009`` -> ``+0.09``); ``–`` for None / NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{100 * x:+.2f}" if sign else f"{100 * x:.2f}"
+
+
+def cell_text(cell: Mapping[str, Any] | None) -> str:
+    """``+0.09 [-0.55, +0.73], K=5`` (points); ``–`` for a cell not measured yet."""
+    if not cell or not cell.get("n"):
+        return "–"
+    if cell.get("same_policy"):
+        return f"0 (stored the warm start), K={cell['n']}"
+    ci = f" [{points(cell['low'])}, {points(cell['high'])}]" if cell.get("low") is not None else ""
+    mark = "**" if cell.get("beyond") else ""
+    return f"{mark}{points(cell['mean'])}{ci}{mark}, K={cell['n']}"
+
+
+def cost_text(cost: Mapping[str, Any] | None) -> str:
+    """``42.1 min / 4,870 CPU-s`` of a search (:func:`add_session`); ``–`` when not run yet."""
+    if not cost:
+        return "–"
+    unfinished = "" if cost.get("finished") else " (unfinished)"
+    return f"{cost['wall_s'] / 60:.1f} min / {cost['cpu_s']:,.0f} CPU-s{unfinished}"
+
+
+def trials_text(counts: Mapping[str, Any]) -> str:
+    """What ran of a search's trials (its provenance's ``counts``): ``28 (9 full, 19 stopped early)``,
+    with those the time budget cut and those that failed when any."""
+    if not counts:
+        return "?"
+    parts = [f"{counts.get('completed', 0)} full", f"{counts.get('early_stopped', 0)} stopped early"]
+    if counts.get("budget_stopped"):
+        parts.append(f"{counts['budget_stopped']} cut by the time budget")
+    if counts.get("failed"):
+        parts.append(f"{counts['failed']} failed")
+    return f"{counts.get('trials', '?')} ({', '.join(parts)})"
+
+
+def gain_table(
+    cells: Mapping[tuple[int, str], Mapping[str, Any]],
+    costs: Mapping[tuple[int, str], Mapping[str, Any]],
+    trials: Sequence[int],
+    samplers: Sequence[str],
+) -> list[str]:
+    """Markdown rows: one per number of trials, for each sampler its gain cell (:func:`cell_text`)
+    and its search's wall time and CPU-seconds (:func:`cost_text`)."""
+    head = "| trials |" + "".join(f" {s}: gain, points [95% CI] | {s}: wall / CPU |" for s in samplers)
+    rule = "|---:|" + "---|---:|" * len(samplers)
+    rows = [head, rule]
+    for n in trials:
+        rows.append(
+            f"| {n} |"
+            + "".join(f" {cell_text(cells.get((n, s)))} | {cost_text(costs.get((n, s)))} |" for s in samplers)
+        )
+    return rows
+
+
+def best_cell(cells: Mapping[tuple[int, str], Mapping[str, Any]]) -> tuple[int, str] | None:
+    """The (trials, sampler) whose stored policy gained most over the warm start (highest mean;
+    ties: more trials), leaving out searches that stored the warm start; None when none did."""
+    own = [(k, c) for k, c in cells.items() if c.get("n") and not c.get("same_policy") and c.get("mean") is not None]
+    if not own:
+        return None
+    return max(own, key=lambda kc: (kc[1]["mean"], kc[0][0]))[0]
+
+
+def add_session(
+    ledger: dict[str, Any], name: str, wall_s: float, cpu_s: float, command: str, finished: bool, when: str
+) -> dict[str, Any]:
+    """Add one session of search ``name`` (its wall time, the CPU-seconds of the processes it
+    started, whether the search finished in it) to ``ledger`` (``{name: {wall_s, cpu_s, finished,
+    sessions}}``, kept in the work folder): a search resumed another day sums its sessions.
+    Returns ``ledger``."""
+    entry = ledger.setdefault(name, {"wall_s": 0.0, "cpu_s": 0.0, "finished": False, "sessions": []})
+    entry["wall_s"] += wall_s
+    entry["cpu_s"] += cpu_s
+    entry["finished"] = entry["finished"] or finished
+    entry["sessions"].append(
+        {
+            "finished_at": when,
+            "wall_s": round(wall_s, 1),
+            "cpu_s": round(cpu_s, 1),
+            "finished": finished,
+            "command": command,
+        }
+    )
+    return ledger

@@ -1,0 +1,279 @@
+"""benchmarks/search_gain.py: the gain table's statistics (pure), and its stages' bookkeeping: a
+re-run reuses finished searches and runs, resumes an unfinished search, and trains only the runs
+it lacks (no real training here: the searches and the runs are faked)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+
+import pytest
+
+#: Student's t for a two-sided 95% interval with 2 degrees of freedom (published tables).
+T_975_DF2 = 4.302653
+
+
+@pytest.fixture(scope="module")
+def sg(load_benchmark):
+    return load_benchmark("search_gain")
+
+
+@pytest.fixture(scope="module")
+def stats(load_benchmark):
+    return load_benchmark("search_gain_stats")
+
+
+# ------------------------------------------------------------------------------------ statistics
+def test_a_cell_is_the_paired_difference_with_its_t_interval(stats):
+    stored = {3000: 0.52, 3001: 0.55, 3002: 0.51}
+    warm = {3000: 0.50, 3001: 0.50, 3002: 0.50}
+    cell = stats.gain_cell(stored, warm)
+    diffs = [0.02, 0.05, 0.01]
+    mean = sum(diffs) / 3
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2)
+    assert cell["n"] == 3 and cell["seeds"] == [3000, 3001, 3002]
+    assert cell["mean"] == pytest.approx(mean)
+    assert cell["low"] == pytest.approx(mean - T_975_DF2 * sd / math.sqrt(3), abs=1e-6)
+    assert cell["high"] == pytest.approx(mean + T_975_DF2 * sd / math.sqrt(3), abs=1e-6)
+    assert cell["beyond"] is (cell["low"] > 0)
+
+
+def test_a_gain_beyond_the_interval_is_marked_and_one_within_it_is_not(stats):
+    warm = {s: 0.5 for s in range(5)}
+    clear = stats.gain_cell({s: 0.53 + 0.001 * s for s in range(5)}, warm)
+    noisy = stats.gain_cell({0: 0.56, 1: 0.45, 2: 0.52, 3: 0.47, 4: 0.51}, warm)
+    assert clear["beyond"] is True and stats.cell_text(clear).startswith("**+3.")
+    assert noisy["beyond"] is False and not stats.cell_text(noisy).startswith("**")
+    assert stats.cell_text(noisy).endswith("K=5")
+
+
+def test_only_seeds_both_policies_ran_are_paired(stats):
+    cell = stats.gain_cell({1: 0.6, 2: 0.6, 3: 0.9}, {1: 0.5, 2: 0.5, 4: 0.1})
+    assert cell["n"] == 2 and cell["seeds"] == [1, 2] and cell["mean"] == pytest.approx(0.1)
+    assert stats.gain_cell({}, {1: 0.5})["n"] == 0
+    assert stats.cell_text(stats.gain_cell({}, {1: 0.5})) == "–"
+
+
+def test_a_search_that_stored_its_warm_start_says_so(stats):
+    same = stats.gain_cell({1: 0.5, 2: 0.6}, {1: 0.5, 2: 0.6}, same_policy=True)
+    assert "stored the warm start" in stats.cell_text(same)
+
+
+def test_the_table_has_a_row_per_trials_and_cells_per_sampler(stats):
+    warm = {s: 0.5 for s in range(5)}
+    cells = {(28, "tpe"): stats.gain_cell({s: 0.51 + 0.001 * s for s in range(5)}, warm)}
+    costs = {(28, "tpe"): {"wall_s": 1800.0, "cpu_s": 3500.0, "finished": True}}
+    rows = stats.gain_table(cells, costs, [28, 100], ["tpe", "random"])
+    assert rows[0].count("tpe:") == 2 and rows[0].count("random:") == 2
+    assert rows[2].startswith("| 28 |") and "30.0 min / 3,500 CPU-s" in rows[2] and "K=5" in rows[2]
+    assert rows[3] == "| 100 | – | – | – | – |"
+    unfinished = stats.cost_text({"wall_s": 60.0, "cpu_s": 100.0, "finished": False})
+    assert unfinished.endswith("(unfinished)")
+
+
+def test_the_best_cell_has_the_highest_gain_and_never_the_warm_start_itself(stats):
+    cell = {"n": 5, "mean": 0.01}
+    cells = {
+        (28, "tpe"): {**cell, "mean": 0.02},
+        (100, "tpe"): {**cell, "mean": 0.02},  # a tie: more trials win
+        (100, "random"): {**cell, "mean": 0.005},
+        (300, "tpe"): {**cell, "mean": 0.5, "same_policy": True},
+    }
+    assert stats.best_cell(cells) == (100, "tpe")
+    assert stats.best_cell({(28, "tpe"): {**cell, "same_policy": True}}) is None
+
+
+def test_the_training_key_ignores_seed_threads_and_place_but_not_the_recipe(stats):
+    train = {"model": "resnet-8", "epochs": 120, "seed": 0, "num_threads": 1, "data": "/a"}
+    key = stats.train_key(train)
+    assert stats.train_key({**train, "seed": 7, "num_threads": 2, "data": "/b"}) == key
+    assert stats.train_key({**train, "epochs": 60}) != key
+
+
+def test_sessions_of_a_search_add_up(stats):
+    ledger: dict = {}
+    stats.add_session(ledger, "s", 60.0, 100.0, "autoaug search ...", False, "t1")
+    stats.add_session(ledger, "s", 30.0, 50.0, "autoaug search --resume s", True, "t2")
+    assert ledger["s"]["wall_s"] == 90.0 and ledger["s"]["cpu_s"] == 150.0 and ledger["s"]["finished"]
+    assert [s["finished"] for s in ledger["s"]["sessions"]] == [False, True]
+
+
+def test_trials_text_says_what_ran(stats):
+    counts = {"trials": 28, "completed": 9, "early_stopped": 18, "budget_stopped": 1, "failed": 0}
+    assert stats.trials_text(counts) == "28 (9 full, 18 stopped early, 1 cut by the time budget)"
+
+
+# ------------------------------------------------------------------------------- bookkeeping
+def _result(name: str, data: str, stored: dict) -> dict:
+    from autoaug.search.config import SearchConfig
+
+    config = SearchConfig.from_dict({"preset": "smoke", "name": name, "data": data, "base": "crop"})
+    return {
+        "policy": stored,
+        "policy_hash": "x",
+        "stored": {"ref": f"{name}@1"},
+        "provenance": {
+            "search": {"name": name, "config": config.to_dict()},
+            "counts": {"trials": 5, "completed": 2, "early_stopped": 3},
+            "calibration": {
+                "epochs": 2,
+                "transfer": {"base": "crop", "best": "randaugment", "warm_start": ["randaugment"]},
+            },
+        },
+    }
+
+
+@pytest.fixture
+def fake(sg, tmp_path, monkeypatch):
+    """A work folder, a data folder, and fakes of ``autoaug search`` (writes result.json; records
+    its arguments), the run loop (records what it trains; scores each run) and Ray."""
+    from autoaug.policies import presets
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.parquet").write_bytes(b"")
+    work = tmp_path / "work"
+    calls: dict = {"search": [], "trained": []}
+    policies = {5: presets.resolve("autoaugment-cifar10").with_base("crop"), 6: presets.resolve("trivialaugment")}
+
+    def autoaug(args, log):
+        calls["search"].append(list(args))
+        if "--resume" in args:
+            name = args[args.index("--resume") + 1]
+        else:
+            name = args[args.index("--name") + 1]
+            (work / "runs" / name).mkdir(parents=True)
+        n = int(name.split("-")[1][1:])
+        stored = policies[n].with_name(name).to_dict()
+        (work / "runs" / name / "result.json").write_text(json.dumps(_result(name, str(data), stored)))
+        return 0, 0.1
+
+    def train_runs(runs, config, *, cached=None, save=None, task_name="", deadline=None):
+        from autoaug.search.score import METRIC
+
+        out = dict(cached or {})
+        for key, policy, cfg in runs:
+            if key in out:
+                continue
+            calls["trained"].append(key)
+            out[key] = {
+                METRIC: 0.5 + (0.01 if policy.name.startswith("sg-") else 0.0) + cfg.seed * 1e-6,
+                "seed": cfg.seed,
+            }
+            save(out)
+        return out
+
+    import autoaug.core.ray_session as ray_session
+    import autoaug.search.decide.rescore as rescore
+
+    monkeypatch.setattr(sg, "_autoaug", autoaug)
+    monkeypatch.setattr(rescore, "train_runs", train_runs)
+    monkeypatch.setattr(ray_session, "ray_session", lambda *a, **k: contextlib.nullcontext())
+    argv = ["--data", str(data), "--smoke", "--work", str(work), "--out", str(tmp_path / "out")]
+    return {"argv": argv, "calls": calls, "work": work, "out": tmp_path / "out"}
+
+
+def test_the_first_search_calibrates_and_the_others_reuse_its_runs(sg, fake):
+    assert sg.main(fake["argv"]) == 0
+    searches = fake["calls"]["search"]
+    names = [a[a.index("--name") + 1] for a in searches]
+    assert names == ["sg-n5-tpe", "sg-n5-random", "sg-n6-tpe", "sg-n6-random"]
+    assert "--calibration-from" not in searches[0]
+    assert all(a[a.index("--calibration-from") + 1] == "sg-n5-tpe" for a in searches[1:])
+    assert [a[a.index("--sampler") + 1] for a in searches] == ["tpe", "random"] * 2
+
+
+def test_the_table_pairs_each_stored_policy_with_the_shared_warm_start(sg, fake):
+    sg.main(fake["argv"])
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    # the warm start (randaugment on crop) is trained once for the four searches: K = 2 runs;
+    # each search's stored policy: the two searches of 5 trials stored the same one
+    assert len(fake["calls"]["trained"]) == 2 + 2 * 2
+    for cell in doc["cells"].values():
+        assert cell["n"] == 2 and cell["mean"] == pytest.approx(0.01)
+    assert "| 5 |" in (fake["out"] / "results.md").read_text()
+
+
+def test_a_rerun_reuses_finished_searches_and_runs_and_resumes_the_rest(sg, fake):
+    sg.main(fake["argv"])
+    work, calls = fake["work"], fake["calls"]
+    (work / "runs" / "sg-n6-random" / "result.json").unlink()  # interrupted before it finished
+    done = json.loads((work / "rescore.json").read_text())
+    lost = sorted(done)[0]
+    del done[lost]  # and one re-scoring run never finished
+    (work / "rescore.json").write_text(json.dumps(done))
+    calls["search"].clear()
+    calls["trained"].clear()
+    assert sg.main(fake["argv"]) == 0
+    assert calls["search"] == [["search", "--resume", "sg-n6-random", "--storage", str(work / "runs")]]
+    assert calls["trained"] == [lost]
+    ledger = json.loads((work / "searches.json").read_text())
+    assert len(ledger["sg-n6-random"]["sessions"]) == 2 and len(ledger["sg-n5-tpe"]["sessions"]) == 1
+
+
+def test_a_search_is_charged_the_cpu_of_the_processes_it_starts_not_the_benchmarks(sg, fake, monkeypatch):
+    import subprocess
+    import sys
+    import time
+
+    autoaug = sg._autoaug
+
+    def busy(args, log):  # the first search: a child process spinning for a second of CPU
+        if args[args.index("--name") + 1] == "sg-n5-tpe":
+            subprocess.run(
+                [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass"]
+            )
+        return autoaug(args, log)
+
+    monkeypatch.setattr(sg, "_autoaug", busy)
+    monkeypatch.setattr(sg, "CPU_SAMPLE_S", 0.05)
+    start = time.process_time()
+    while time.process_time() - start < 0.5:  # the benchmark's own CPU before the search: not charged
+        pass
+    sg.main(fake["argv"])
+    ledger = json.loads((fake["work"] / "searches.json").read_text())
+    assert 0.8 <= ledger["sg-n5-tpe"]["cpu_s"] <= 1.5
+    assert all(entry["cpu_s"] < 0.3 for name, entry in ledger.items() if name != "sg-n5-tpe")
+
+
+def test_a_search_that_fails_stops_the_benchmark_with_one_line(sg, fake, monkeypatch):
+    monkeypatch.setattr(sg, "_autoaug", lambda args, log: (1, 0.1))
+    with pytest.raises(SystemExit, match="the search sg-n5-tpe failed .*re-run this command to resume it"):
+        sg.main(fake["argv"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--trials", "28,x"], "--trials '28,x': expected whole numbers"),
+        (["--samplers", "tpe,anneal"], "--samplers 'tpe,anneal': expected some of"),
+        (["--rescore-seeds", "3"], "--rescore-seeds 3: expected 5 or more"),
+        (["--preset", "nope"], "--preset 'nope': expected one of"),
+    ],
+)
+def test_bad_options_are_refused_in_one_line(sg, fake, capsys, args, message):
+    argv = [a for a in fake["argv"] if a != "--smoke"] + args
+    with pytest.raises(SystemExit):
+        sg.main(argv)
+    assert message in capsys.readouterr().err
+    assert fake["calls"]["search"] == []
+
+
+def test_more_trials_than_the_preset_lift_its_time_budget(sg, tmp_path):
+    import argparse
+
+    a = argparse.Namespace(
+        data="/d",
+        preset="cpu",
+        search_seed=0,
+        smoke=False,
+        address=None,
+        search_args="",
+        preset_trials=28,
+        preset_budget=1800,
+    )
+    assert "time_budget_s=null" not in sg.search_args(a, tmp_path, 28, "tpe", None)
+    lifted = sg.search_args(a, tmp_path, 100, "random", "sg-n28-tpe")
+    assert lifted[lifted.index("--set") + 1] == "time_budget_s=null"
+    assert lifted[lifted.index("--sampler") + 1] == "random" and lifted[-2:] == ["--calibration-from", "sg-n28-tpe"]

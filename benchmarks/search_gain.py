@@ -356,7 +356,7 @@ def report(
     if stages:
         lines += ["", f"Wall time after the searches (all sessions): {'; '.join(stages)}."]
     lines += ["", "## Commands", "", "```", "python " + shlex.join(["benchmarks/search_gain.py", *sys.argv[1:]])]
-    for name, entry in ledger.items():
+    for entry in ledger.values():
         for s in entry["sessions"]:
             lines.append(s["command"].replace(str(work), "$WORK"))
     lines += [

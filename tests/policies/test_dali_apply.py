@@ -175,13 +175,24 @@ def test_dali_is_bounded_to_the_versions_the_policy_step_was_written_against():
     import tomllib
 
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    deps = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["search"]
-    (spec,) = [d for d in deps if d.startswith("nvidia-dali-cuda120")]
-    upper = re.search(r"<\s*([\d.]+)", spec)
-    assert upper, f"{spec!r} has no upper bound"
-    installed = metadata.version("nvidia-dali-cuda120")
-    release = tuple(int(x) for x in re.findall(r"\d+", installed)[:3])
-    assert release < tuple(int(x) for x in upper.group(1).split(".")), f"DALI {installed} is outside {spec!r}"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    # whichever DALI build is installed (the `search` extra's CUDA 12 one, or `search-cuda13`'s)
+    builds = {
+        extra: [d for d in extras[extra] if d.startswith("nvidia-dali-cuda")] for extra in ("search", "search-cuda13")
+    }
+    installed = {}
+    for extra, [spec] in builds.items():
+        name = re.match(r"[\w-]+", spec).group(0)
+        upper = re.search(r"<\s*([\d.]+)", spec)
+        assert upper, f"{spec!r} ({extra}) has no upper bound"
+        try:
+            installed[spec] = (metadata.version(name), upper.group(1))
+        except metadata.PackageNotFoundError:
+            continue
+    assert installed, "no DALI build of the search extras is installed"
+    for spec, (version, bound) in installed.items():
+        release = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+        assert release < tuple(int(x) for x in bound.split(".")), f"DALI {version} is outside {spec!r}"
 
 
 _CONVERTED = r"""

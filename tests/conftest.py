@@ -181,6 +181,70 @@ def op_tolerance() -> dict[str, float]:
     return OP_TOLERANCE
 
 
+def mad(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Mean absolute difference per image (grey levels) of two uint8 NHWC batches."""
+    return np.abs(a.astype(np.int32) - b.astype(np.int32)).mean(axis=(1, 2, 3))
+
+
+def torch_reference(images: np.ndarray, name: str, magnitude_bin: int, negated) -> np.ndarray:
+    """``images`` (uint8 NHWC) through torchvision's op ``name`` at ``magnitude_bin`` (of 10), each
+    image's sign as ``negated`` says: what the DALI outputs are compared with."""
+    import torch
+
+    from autoaug.policies.torch_apply import apply_op
+
+    chw = torch.from_numpy(images).permute(0, 3, 1, 2)
+    out = [apply_op(chw[i], name, magnitude_bin, 10, negate=bool(negated[i])) for i in range(len(chw))]
+    return torch.stack(out).permute(0, 2, 3, 1).numpy()
+
+
+def cutout_area(out: np.ndarray, images: np.ndarray, side: int) -> float:
+    """Mean pixels per image that ``out`` changed from ``images``, checking that each change is one
+    grey (128) square of at most ``side`` px: what a Cutout must do, on any backend or device."""
+    changed_total = 0
+    for img, src in zip(out, images):
+        changed = np.any(img != src, axis=-1)
+        assert np.all(img[changed] == 128), "cutout fills with grey 128"
+        ys, xs = np.nonzero(changed)
+        if len(ys):
+            assert ys.max() - ys.min() < side and xs.max() - xs.min() < side
+        changed_total += changed.sum()
+    return changed_total / len(out)
+
+
+def blend(a: np.ndarray, b: np.ndarray, w: float) -> np.ndarray:
+    """SamplePairing's blend of ``a`` with ``b`` at weight ``w``, rounded as uint8."""
+    return np.clip(np.round(a.astype(np.float64) * (1 - w) + b.astype(np.float64) * w), 0, 255)
+
+
+def pairing_partners(out: np.ndarray, images: np.ndarray, weight: float = 0.4) -> list[int]:
+    """For each image of ``out``, the other image of the batch it is a SamplePairing blend with
+    (within one grey level)."""
+    partners = []
+    for i, img in enumerate(out):
+        errors = [np.abs(img - blend(images[i], images[j], weight)).max() for j in range(len(images))]
+        j = int(np.argmin(errors))
+        assert errors[j] <= 1.0 and j != i
+        partners.append(j)
+    return partners
+
+
+@pytest.fixture(scope="session")
+def op_checks():
+    """:func:`mad`, :func:`torch_reference`, :func:`cutout_area`, :func:`blend` and
+    :func:`pairing_partners`: what the CPU and GPU tests of the ops compare with (test modules
+    cannot import a conftest by name)."""
+    import types
+
+    return types.SimpleNamespace(
+        mad=mad,
+        torch_reference=torch_reference,
+        cutout_area=cutout_area,
+        blend=blend,
+        pairing_partners=pairing_partners,
+    )
+
+
 def run_dali(
     policy,
     images,

@@ -19,7 +19,6 @@ import torch
 
 from autoaug.policies import Policy, ops, resolve_policy
 from autoaug.policies.dali_apply import decode_trace
-from autoaug.policies.torch_apply import apply_op
 
 RANDOM_POSITION = {"Cutout", "SamplePairing"}  # checked structurally below
 #: Mean absolute difference (grey levels, averaged over the images) allowed between an op's output
@@ -27,16 +26,6 @@ RANDOM_POSITION = {"Cutout", "SamplePairing"}  # checked structurally below
 #: operators, so only float rounding (nearest-neighbour sampling at half-pixel boundaries, the
 #: rounding of blends) may differ. What each op measured is in ``$AUTOAUG_GPU_REPORT``.
 GPU_CPU_TOLERANCE = 1.0
-
-
-def mad(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.abs(a.astype(np.int32) - b.astype(np.int32)).mean(axis=(1, 2, 3))
-
-
-def torch_reference(images: np.ndarray, name: str, magnitude_bin: int, negated) -> np.ndarray:
-    chw = torch.from_numpy(images).permute(0, 3, 1, 2)
-    out = [apply_op(chw[i], name, magnitude_bin, 10, negate=bool(negated[i])) for i in range(len(chw))]
-    return torch.stack(out).permute(0, 2, 3, 1).numpy()
 
 
 def negations(policy: Policy, trace: np.ndarray) -> list[bool]:
@@ -48,7 +37,9 @@ def negations(policy: Policy, trace: np.ndarray) -> list[bool]:
 
 
 @pytest.mark.parametrize("name", [n for n in ops.OP_NAMES if n not in RANDOM_POSITION])
-def test_op_on_the_gpu_matches_dali_on_the_cpu_and_torchvision(name, images64, dali_run, op_tolerance, gpu_report):
+def test_op_on_the_gpu_matches_dali_on_the_cpu_and_torchvision(
+    name, images64, dali_run, op_tolerance, gpu_report, op_checks
+):
     spec = ops.get(name)
     for magnitude_bin in (0, 9):
         policy = Policy("t", 10, [[(name, 1.0, magnitude_bin)]])
@@ -60,8 +51,10 @@ def test_op_on_the_gpu_matches_dali_on_the_cpu_and_torchvision(name, images64, d
             assert all(f for _, f in decode_trace(policy, gpu_trace)), "probability 1: fires on every image"
         same = [i for i in range(len(images64)) if gpu_neg[i] == cpu_neg[i]]
         assert len(same) >= 8, "too few images drew the same sign on both devices to compare"
-        vs_cpu = float(mad(gpu[same], cpu[same]).mean())
-        vs_torchvision = float(mad(gpu, torch_reference(images64, name, magnitude_bin, gpu_neg)).mean())
+        vs_cpu = float(op_checks.mad(gpu[same], cpu[same]).mean())
+        vs_torchvision = float(
+            op_checks.mad(gpu, op_checks.torch_reference(images64, name, magnitude_bin, gpu_neg)).mean()
+        )
         gpu_report.setdefault("ops", {})[f"{name}@{magnitude_bin}"] = {
             "gpu_vs_cpu": vs_cpu,
             "gpu_vs_torchvision": vs_torchvision,
@@ -70,39 +63,22 @@ def test_op_on_the_gpu_matches_dali_on_the_cpu_and_torchvision(name, images64, d
         assert vs_cpu <= GPU_CPU_TOLERANCE, (name, magnitude_bin, vs_cpu)
         assert vs_torchvision <= op_tolerance[name], (name, magnitude_bin, vs_torchvision)
         if magnitude_bin == 0 and spec.has_magnitude:
-            assert mad(gpu, images64).max() <= 0.5, f"{name}: bin 0 is the identity"
+            assert op_checks.mad(gpu, images64).max() <= 0.5, f"{name}: bin 0 is the identity"
         if magnitude_bin == 9 and name != "Identity":
-            assert mad(gpu, images64).mean() > 1.0, f"{name} at the highest bin changed nothing on the GPU"
+            assert op_checks.mad(gpu, images64).mean() > 1.0, f"{name} at the highest bin changed nothing on the GPU"
 
 
-def test_cutout_on_the_gpu_fills_one_grey_square(images64, dali_run):
+def test_cutout_on_the_gpu_fills_one_grey_square(images64, dali_run, op_checks):
     side = round(60 / 331 * 32)  # 6 px on 32 x 32
     [out] = dali_run(Policy("t", 10, [[("Cutout", 1.0, 9)]]), images64, seed=3, device="gpu")
     [out0] = dali_run(Policy("t", 10, [[("Cutout", 1.0, 0)]]), images64, seed=3, device="gpu")
     assert np.array_equal(out0, images64)
-    changed_total = 0
-    for img, src in zip(out, images64):
-        changed = np.any(img != src, axis=-1)
-        assert np.all(img[changed] == 128), "cutout fills with grey 128"
-        ys, xs = np.nonzero(changed)
-        if len(ys):
-            assert ys.max() - ys.min() < side and xs.max() - xs.min() < side
-        changed_total += changed.sum()
-    assert 0.5 * side**2 < changed_total / len(out) <= side**2
+    assert 0.5 * side**2 < op_checks.cutout_area(out, images64, side) <= side**2
 
 
-def test_sample_pairing_on_the_gpu_blends_with_another_image_of_the_batch(images64, dali_run):
+def test_sample_pairing_on_the_gpu_blends_with_another_image_of_the_batch(images64, dali_run, op_checks):
     [out] = dali_run(Policy("t", 10, [[("SamplePairing", 1.0, 9)]]), images64, seed=5, device="gpu")
-    partners = []
-    for i, img in enumerate(out):
-        blends = [
-            np.clip(np.round(images64[i].astype(np.float64) * 0.6 + images64[j].astype(np.float64) * 0.4), 0, 255)
-            for j in range(len(images64))
-        ]
-        errors = [np.abs(img - b).max() for b in blends]
-        j = int(np.argmin(errors))
-        assert errors[j] <= 1.0 and j != i
-        partners.append(j)
+    partners = op_checks.pairing_partners(out, images64)
     assert sorted(partners) == list(range(len(images64)))  # a permutation of the batch
 
 

@@ -260,7 +260,7 @@ def train_once(data: Path, epochs: int, policy: str, timeout_s: float) -> dict:
     config = proxy_config(data, epochs)
     with Utilisation() as util:
         [run] = finish_runs(start_runs(1, config, policy), timeout_s)
-    busy = [s for s in util.samples[len(util.samples) // 4 :]]  # after start-up
+    busy = util.samples[len(util.samples) // 4 :]  # after start-up
     return {
         "config": {k: config[k] for k in ("model", "train_size", "batch_size", "epochs", "deterministic")},
         "policy": policy,

@@ -501,11 +501,20 @@ def ray_session(address: str | None = None, **kwargs: Any) -> Iterator[ClusterIn
             shutdown()
 
 
-def shortfall(cpus: float, gpus: float) -> str | None:
-    """Why a task asking for ``cpus`` CPUs and ``gpus`` GPUs cannot start on the connected Ray
-    (no live node declares that much: it would wait forever, or until an autoscaler adds such a
-    node), as the end of one line (``"... but the largest node has 0 GPUs"``); None when a node
-    can run it (or when this process is connected to no Ray)."""
+@dataclasses.dataclass(frozen=True)
+class Shortfall:
+    """What no live node of the connected Ray has for a task: ``resource`` is ``"CPU"``, ``"GPU"``
+    or ``"CPU+GPU"`` (each exists, but not on one node); ``text`` ends a line (``"needs 0.5 GPU(s)
+    but the largest node has 0"``)."""
+
+    resource: str
+    text: str
+
+
+def shortfall(cpus: float, gpus: float) -> Shortfall | None:
+    """Why a task asking for ``cpus`` CPUs and ``gpus`` GPUs cannot start on the connected Ray (no
+    live node declares that much: it would wait forever, or until an autoscaler adds such a node);
+    None when a node can run it (or when this process is connected to no Ray)."""
     import ray
 
     if not ray.is_initialized():  # no Ray to ask (a caller that runs without one)
@@ -516,10 +525,10 @@ def shortfall(cpus: float, gpus: float) -> str | None:
     most_cpus = max((float(r.get("CPU", 0)) for r in nodes), default=0.0)
     most_gpus = max((float(r.get("GPU", 0)) for r in nodes), default=0.0)
     if most_cpus < cpus:
-        return f"needs {cpus:g} CPU(s) but the largest node has {most_cpus:g}"
+        return Shortfall("CPU", f"needs {cpus:g} CPU(s) but the largest node has {most_cpus:g}")
     if most_gpus < gpus:
-        return f"needs {gpus:g} GPU(s) but the largest node has {most_gpus:g}"
-    return f"needs {cpus:g} CPU(s) and {gpus:g} GPU(s) on one node, and no node has both"
+        return Shortfall("GPU", f"needs {gpus:g} GPU(s) but the largest node has {most_gpus:g}")
+    return Shortfall("CPU+GPU", f"needs {cpus:g} CPU(s) and {gpus:g} GPU(s) on one node, and no node has both")
 
 
 # ----------------------------------------------------------------------------------------------

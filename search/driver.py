@@ -578,11 +578,11 @@ def _check_resources(config: SearchConfig, info: Any, display: Progress) -> None
     short = shortfall(config.cpus_per_trial, config.gpus_per_trial)
     if short is None:
         return
-    what = f"each trial {short} ({info.describe() if info is not None else 'Ray'})"
+    what = f"each trial {short.text} ({info.describe() if info is not None else 'Ray'})"
     if info is not None and info.embedded:
         fix = (
             "lower --cpus-per-trial"
-            if "CPU" in short.split(" but ")[0]
+            if short.resource == "CPU"
             else "give --gpus-per-trial 0 with a CPU preset (--preset cpu), or --address a Ray cluster with GPUs"
         )
         raise _NeverStarts(f"{what}: it would never start; {fix}")

@@ -293,10 +293,10 @@ def _run_all(
         if short is not None:
             hint = (
                 "lower --cpus-per-run"
-                if "CPU" in short.split(" but ")[0]
+                if short.resource == "CPU"
                 else "use --gpus-per-run 0 with a CPU preset (--preset cpu) or run on GPU machines"
             )
-            raise CompareError(f"each run {short} ({info.describe()}); {hint}")
+            raise CompareError(f"each run {short.text} ({info.describe()}); {hint}")
         task = ray.remote(_train_one)
         bars = display is not None and display.live
         queue = None

@@ -329,12 +329,15 @@ def _print_full_provenance(record) -> None:
         from autoaug.search.budget import describe_budget
         from autoaug.search.decide.calibrate import describe_calibration  # light: no Ray, no Optuna
         from autoaug.search.decide.op_effects import describe_effects
-        from autoaug.search.decide.rescore import describe_selection
+        from autoaug.search.decide.rescore import describe_selection, ran_text
 
         for heading, lines in (
             ("measured before the search", describe_calibration(record.provenance.get("calibration"))),
             ("measured by the search", describe_effects(record.provenance.get("op_effects"), unclear=20)),
-            ("re-scored after the trials", describe_selection(record.provenance.get("selection"))),
+            (
+                "re-scored after the trials",
+                describe_selection(record.provenance.get("selection"), ran_text(record.provenance)),
+            ),
             ("time budget", describe_budget(record.provenance.get("budget"))),
         ):
             if lines:

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from autoaug.launch.output import dump_json
     from autoaug.search.config import default_runs_root
     from autoaug.search.decide.op_effects import describe_effects, plot_effects
+    from autoaug.search.decide.rescore import describe_selection, ran_text
     from autoaug.search.report import importances, load_report_data, op_frequencies, top_trials, write_report
     from autoaug.search.run_dir import RESULT_FILE, RunDir
 
@@ -48,9 +49,11 @@ def run(args: argparse.Namespace) -> int:
     data = load_report_data(args.name, args.storage or default_runs_root())
     path = write_report(data, args.out or f"{args.name}-report.png", top=args.top)
     effects = ops_path = None
+    provenance: dict = {}
     run = RunDir(args.storage or default_runs_root(), args.name)
-    if run.exists(RESULT_FILE):  # a finished search: what helps and hurts on its data
-        effects = (run.read_json(RESULT_FILE).get("provenance") or {}).get("op_effects")
+    if run.exists(RESULT_FILE):  # a finished search: its gain, what helps and hurts on its data
+        provenance = run.read_json(RESULT_FILE).get("provenance") or {}
+        effects = provenance.get("op_effects")
         ops_path = plot_effects(effects or {}, os.path.splitext(path)[0] + "-ops.png")
     if args.json:
         counts, mags = op_frequencies(data.trials, args.top, data.space)
@@ -70,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
                     "top_trials": top_trials(data.trials, args.top, data.space),
                     "importances": imp,
                     "importances_note": reason,
+                    "selection": provenance.get("selection"),
                     "op_effects": effects,
                     "op_effects_png": ops_path,
                 }
@@ -77,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"wrote {path} ({len(data.trials)} finished trials of search {args.name})")
+        for line in describe_selection(provenance.get("selection"), ran_text(provenance)):
+            print(line)
         for line in describe_effects(effects):
             print(line)
         if ops_path:

@@ -224,19 +224,16 @@ def _measured_lines(p: Mapping[str, Any]) -> list[str]:
     selection = p.get("selection") or {}
     versus = selection.get("versus_transfer")
     if versus and isinstance(versus.get("margin"), (int, float)):
-        margin = versus["margin"] * 100
+        from autoaug.search.decide.rescore import gain_text, ran_text
+
         than = winner or "the best published policy"
-        interval = ""
-        if isinstance(versus.get("threshold"), (int, float)):  # twice the margin's standard error
-            half = versus["threshold"] * 100
-            interval = f" [{margin - half:+.2f}, {margin + half:+.2f}]"
+        ran = ran_text(p)
         verdict = "beyond the noise" if versus.get("beyond") else "within the noise"
-        stored = selection.get("chosen")
         lines.append(
             _field(
                 "margin",
-                f"{margin:+.2f}{interval} points, {versus.get('own')} over {than} (95% interval, re-scored), "
-                f"{verdict}; stored: {stored}",
+                f"{gain_text(versus)}, {versus.get('own')} over {than}{f' after {ran}' if ran else ''} "
+                f"(95% interval, re-scored), {verdict}; stored: {selection.get('chosen')}",
             )
         )
     elif selection.get("chosen"):

@@ -115,9 +115,9 @@ class SearchOutcome:
                 f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
                 f"{scores}; stored: {selection['chosen']}"
             )
-            from autoaug.search.decide.rescore import describe_selection
+            from autoaug.search.decide.rescore import describe_selection, ran_text
 
-            lines += describe_selection(selection)
+            lines += describe_selection(selection, ran_text(self.provenance))
         if self.method is not None:  # what the method's own record says (a PBA search: its schedule)
             lines += self.method.summary(self.provenance.get("method") or {})
         from autoaug.search.budget import describe_budget

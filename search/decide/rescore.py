@@ -55,6 +55,8 @@ __all__ = [
     "candidate_scores",
     "choose",
     "describe_selection",
+    "gain_text",
+    "ran_text",
 ]
 
 RESCORE_FILE = "rescore.json"
@@ -371,10 +373,38 @@ def _versus_transfer(
     }
 
 
-def describe_selection(selection: Mapping[str, Any] | None) -> list[str]:
+def gain_text(versus: Mapping[str, Any]) -> str:
+    """The stored candidate's margin over the best published policy as readers expect it:
+    ``+0.09 [-0.55, +0.73] points``, the 95% interval being the margin plus or minus twice its
+    standard error (the threshold "beyond the noise" is judged by, so the verdict and the interval
+    agree: beyond the noise exactly when the interval excludes 0)."""
+    margin = versus["margin"] * 100
+    half = versus.get("threshold")
+    if not isinstance(half, (int, float)):
+        return f"{margin:+.2f} points"
+    half *= 100
+    return f"{margin:+.2f} [{margin - half:+.2f}, {margin + half:+.2f}] points"
+
+
+def ran_text(provenance: Mapping[str, Any] | None) -> str | None:
+    """What a search ran, from its provenance, as :func:`describe_selection` says it ("28 trials",
+    in the unit of its method); None when the provenance does not say."""
+    p = provenance or {}
+    n = (p.get("counts") or {}).get("trials")
+    if not isinstance(n, int):
+        return None
+    from autoaug.search.config import METHODS  # the registry: neither Ray nor Optuna
+
+    method = METHODS.get(((p.get("search") or {}).get("config") or {}).get("method", ""))
+    unit = getattr(method, "unit", "trials")
+    return f"{n} {unit.removesuffix('s') if n == 1 else unit}"
+
+
+def describe_selection(selection: Mapping[str, Any] | None, ran: str | None = None) -> list[str]:
     """What re-scoring says of the stored policy against the best published policy on the chosen
-    base (the search's summary, ``autoaug policies show``): its measured margin and whether it is
-    beyond the noise, or that none of the search's own candidates beat it."""
+    base (the search's summary, ``autoaug policies show``, ``autoaug report``): its measured
+    margin with its 95% interval and whether it is beyond the noise, or that none of the search's
+    own candidates beat it; ``ran``: what the search ran, said with the margin ("28 trials")."""
     versus = (selection or {}).get("versus_transfer")
     if not versus:
         if (selection or {}).get("chosen") == "transfer":  # none of its own re-scored (the budget)
@@ -383,22 +413,17 @@ def describe_selection(selection: Mapping[str, Any] | None) -> list[str]:
                 "as measured in calibration"
             ]
         return []
-    pts = f"{abs(versus['margin']) * 100:.2f} points"
-    noise = f"twice its standard error {versus['threshold'] * 100:.2f} points; {versus['noise']['source']}"
+    after = f" after {ran}" if ran else ""
+    pts = f"{gain_text(versus)}{after} (95% interval, twice the standard error; {versus['noise']['source']})"
     if selection.get("chosen") == "transfer":
-        if versus["beyond"]:
-            return [
-                f"none of the search's own candidates beat the best published policy: the best of them "
-                f"({versus['own']}) re-scored {pts} lower, beyond the noise ({noise})"
-            ]
+        verdict = "beyond the noise" if versus["beyond"] else "within the noise"
         return [
-            f"none of the search's own candidates beat the best published policy beyond the noise: the best of "
-            f"them ({versus['own']}) re-scored {pts} {'lower' if versus['margin'] < 0 else 'higher'} ({noise})"
+            f"none of the search's own candidates beat the best published policy{'' if versus['beyond'] else ' beyond the noise'}: "
+            f"stored it; the best of them ({versus['own']}) re-scored {pts}, {verdict}"
         ]
     if versus["beyond"] and versus["margin"] > 0:
-        return [f"stored policy vs the best published policy: +{pts}, beyond the noise ({noise})"]
-    sign = "+" if versus["margin"] >= 0 else "-"
+        return [f"stored policy vs the best published policy: {pts}, beyond the noise"]
     return [
-        f"stored policy vs the best published policy: {sign}{pts}, within the noise ({noise}): "
+        f"stored policy vs the best published policy: {pts}, within the noise: "
         "the search found nothing measurably better than the published policy"
     ]

@@ -748,7 +748,10 @@ def test_show_summarises_a_search_provenance_and_prints_it_all_on_request(store,
     assert f"{trials_of(provenance)} {METHODS[method].unit}" in text and "best t" in text
     assert "  base          standard, measured first (proxy score %: standard 47.00, crop 45.00, none 41.00)" in text
     assert "  transfer      autoaugment-cifar10 transferred best" in text
-    assert "  margin        +0.09 [-0.55, +0.73] points, assembled over autoaugment-cifar10" in text
+    assert (
+        f"  margin        +0.09 [-0.55, +0.73] points, assembled over autoaugment-cifar10 after {trials_of(provenance)} "
+        f"{METHODS[method].unit} (95% interval, re-scored)"
+    ) in text
     assert "within the noise; stored: assembled" in text
     assert "  noise         a run's spread 1.12 points measured on these runs" in text
     assert "  time budget   30m, 28m32s spent; it did not end the search" in text

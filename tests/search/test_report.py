@@ -141,3 +141,26 @@ def test_report_of_a_search_with_no_trial_started_says_so_in_one_line(tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "has no Optuna study yet" in err and "autoaug search --resume early" in err
+
+
+def test_report_of_a_finished_search_says_its_gain_over_the_starting_policy_with_its_interval(tmp_path, capsys):
+    """What the trials bought: the stored policy's re-scored margin over the best published policy,
+    as ``+x [lo, hi] points`` after how many trials, and whether it is beyond the noise."""
+    runs, _ = _run_dir(tmp_path)
+    noise = {"source": "a run's spread 0.30 points measured on these runs"}
+    versus = {"own": "assembled", "margin": 0.0009, "threshold": 0.0064, "beyond": False, "noise": noise}
+    provenance = {
+        "counts": {"trials": 8},
+        "search": {"config": {"method": "train"}},
+        "selection": {"chosen": "assembled", "candidates": [], "versus_transfer": versus},
+    }
+    (runs / "s" / "result.json").write_text(json.dumps({"provenance": provenance}))
+    assert main(["report", "s", "--storage", str(runs), "--out", str(tmp_path / "r.png")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "stored policy vs the best published policy: +0.09 [-0.55, +0.73] points after 8 trials "
+        "(95% interval, twice the standard error; a run's spread 0.30 points measured on these runs), within the "
+        "noise: the search found nothing measurably better than the published policy"
+    ) in out
+    assert main(["report", "s", "--storage", str(runs), "--out", str(tmp_path / "r.png"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["selection"]["versus_transfer"] == versus

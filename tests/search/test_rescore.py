@@ -294,23 +294,34 @@ def test_the_stored_policys_margin_over_the_best_published_policy_is_measured_an
     assert chosen is assembled and versus["own"] == "assembled" and not versus["beyond"]
     assert versus["margin"] == pytest.approx(0.005) and versus["threshold"] > 0.005
     assert all("image_scores" not in r for c in record["candidates"] for r in c["runs"])
-    (line,) = describe_selection(record)
-    assert line.startswith("stored policy vs the best published policy: +0.50 points, within the noise (")
-    assert line.endswith("the search found nothing measurably better than the published policy")
+    (line,) = describe_selection(record, "28 trials")
+    half = versus["threshold"] * 100
+    assert line.startswith(
+        f"stored policy vs the best published policy: +0.50 [{0.5 - half:+.2f}, {0.5 + half:+.2f}] points after "
+        "28 trials (95% interval, twice the standard error; "
+    )
+    assert line.endswith("within the noise: the search found nothing measurably better than the published policy")
     # 20 points: beyond it.
     scores[assembled.key] = _scored(0.99, 198)
     scores[transfer.key] = _scored(0.79, 158)
     chosen, record = choose(candidates, scores)
     assert record["versus_transfer"]["beyond"]
-    assert describe_selection(record)[0].startswith("stored policy vs the best published policy: +20.00 points, beyond")
+    (line,) = describe_selection(record)
+    assert line.startswith("stored policy vs the best published policy: +20.00 [+") and line.endswith(
+        "beyond the noise"
+    )
+    low = float(line.split("[")[1].split(",")[0])
+    assert 0 < low < 20  # beyond the noise: the interval excludes 0
     # The published policy stored: none of the search's own candidates beat it.
     scores[transfer.key] = _scored(0.995, 199)
     chosen, record = choose(candidates, scores)
     assert chosen is transfer
-    assert describe_selection(record)[0].startswith(
-        "none of the search's own candidates beat the best published policy beyond the noise: the best of them "
-        "(assembled) re-scored 0.50 points lower ("
+    (line,) = describe_selection(record)
+    assert line.startswith(
+        "none of the search's own candidates beat the best published policy beyond the noise: stored it; the best "
+        "of them (assembled) re-scored -0.50 ["
     )
+    assert line.endswith(", within the noise")
     # The calibration's repeated runs measured the per-run part: it is pooled in (same data, same proxy).
     scores[transfer.key] = _scored(0.80, 160)
     calibration = {

@@ -203,7 +203,7 @@ def _search(config, args: argparse.Namespace) -> int:
     with display_for(args, verbose=config.verbose) as display:
         display.log(_describe(config, args.address))
         # Paths absolute, storage and store writable, data checked and decoded: before Ray starts.
-        config = preflight.for_search(config, say=display.log, address=args.address)
+        config = preflight.for_search(config, say=display.log, address=args.address, overwrite=bool(args.overwrite))
         session = _session_factory(args.address, config.verbose, display)
         with RunDir(config.storage, config.name).driver_lock():  # one driver per run: a second is refused
             return _execute(

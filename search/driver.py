@@ -175,7 +175,9 @@ def resume_search(
     if run.exists(RESULT_FILE):
         return outcome_from_result(run.read_json(RESULT_FILE), run)
     if config.optuna_storage:  # reachable, and its studies still this search's
-        check_studies(config.optuna_storage, config.search_method.study_names(config), run.uri, own_ok=True)
+        check_studies(
+            config.optuna_storage, config.search_method.study_names(config), run.uri, own_ok=True, resuming=True
+        )
     from autoaug.search.decide.calibrate import CALIBRATION_FILE
 
     if not config.search_method.can_resume(run) and not run.exists(CALIBRATION_FILE):  # (killed in calibration)

@@ -296,13 +296,14 @@ def _is_own(owner: str | None, run_uri: str) -> bool:
     return owner is not None and (owner == run_uri or owner.startswith(run_uri.rstrip("/") + "/"))
 
 
-def check_studies(url: str, names: Sequence[str], run_uri: str, *, own_ok: bool) -> None:
+def check_studies(url: str, names: Sequence[str], run_uri: str, *, own_ok: bool, resuming: bool = False) -> None:
     """Refuse, in one line, a search whose study names ``names`` clash in the storage at ``url``
     (which is connected first: :func:`make_storage`'s errors). A study of one of ``names`` that
     another search wrote (:data:`SEARCH_ATTR` names another run directory than ``run_uri``), or that
     no search recorded, is refused (:class:`RunExistsError`); this search's own (an earlier run of
-    it) is refused unless ``own_ok`` (``--overwrite``, ``--resume``, or a run directory the driver
-    refuses itself)."""
+    it) is refused unless ``own_ok`` (``--overwrite``, or a run directory the driver refuses
+    itself). ``resuming`` (``--resume``): its own studies are expected, one no search recorded may be
+    its own (killed before it wrote the record); another search's is refused."""
     import optuna
 
     storage = make_storage(url)
@@ -314,6 +315,14 @@ def check_studies(url: str, names: Sequence[str], run_uri: str, *, own_ok: bool)
             continue
         owner = study_owner(summary.user_attrs)
         where = f"the Optuna storage {redact(url)} already holds a study named {summary.study_name!r}"
+        if resuming:
+            if owner is not None and not _is_own(owner, run_uri):
+                raise RunExistsError(
+                    f"cannot resume the search in {run_uri}: the Optuna storage {redact(url)} holds its study "
+                    f"{summary.study_name!r}, but of another search now (run directory {owner}); start it "
+                    "again under another --name"
+                )
+            continue
         if owner is None:
             raise RunExistsError(
                 f"{where} that no autoaug search recorded as its own; choose another --name, or delete "

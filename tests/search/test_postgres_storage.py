@@ -108,20 +108,50 @@ def _trials(url: str, name: str) -> int:
     return len(optuna.load_study(study_name=name, storage=url).trials)
 
 
-def test_a_study_of_the_name_from_another_search_is_refused_even_with_overwrite(tmp_path, capsys, no_work, postgres):
+@pytest.mark.parametrize(
+    "study,method",
+    [
+        ("pg", []),
+        ("pg.f1-r0", ["--method", "density", "--folds", "2", "--rounds", "2"]),  # one study per fold and round
+    ],
+)
+def test_a_study_of_the_name_from_another_search_is_refused_even_with_overwrite(
+    tmp_path, capsys, no_work, postgres, study, method
+):
     """Two searches named alike in two run roots share one database: the second is refused before
-    any work, and --overwrite (which deletes the search's own study) leaves the other's alone."""
-    url = postgres.create_database("another_search")
-    other = "/elsewhere/runs/pg"
-    _study(url, "pg", other)
+    any work, and --overwrite (which deletes the search's own studies) leaves the other's alone."""
+    url = postgres.create_database(f"another_search_{len(method)}")
+    other = f"/elsewhere/runs/{study}"
+    _study(url, study, other)
     hidden = url.replace(":autoaug-test-secret@", ":***@")
     for flags in ((), ("--overwrite",)):
-        err = _refused(tmp_path, capsys, url, *flags)
+        err = _refused(tmp_path, capsys, url, *method, *flags)
         assert err == (
-            f"autoaug: error: the Optuna storage {hidden} already holds a study named 'pg', of another search "
-            f"(run directory {other}); choose another --name, or delete that study first (optuna.delete_study)"
+            f"autoaug: error: the Optuna storage {hidden} already holds a study named {study!r}, of another "
+            f"search (run directory {other}); choose another --name, or delete that study first (optuna.delete_study)"
         )
-    assert _trials(url, "pg") == 1  # untouched
+    assert _trials(url, study) == 1  # untouched
+
+
+def test_a_resumed_search_whose_study_another_search_holds_now_is_refused(tmp_path, capsys, postgres):
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.run_dir import CONFIG_FILE, RunDir, RunState
+
+    url = postgres.create_database("resumed")
+    config = SearchConfig.from_preset(
+        "smoke", name="pg", data=str(tmp_path / "train.parquet"), storage=str(tmp_path / "runs"), optuna_storage=url
+    )
+    run = RunDir(config.storage, "pg")
+    run.write_json(CONFIG_FILE, RunState.new(config.to_dict(), {}, url, address=None, started=0.0).to_dict())
+    _study(url, "pg", "/elsewhere/runs/pg")  # its own study deleted, another search's made since
+    assert main(["search", "--resume", "pg", *_dirs(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"autoaug: error: cannot resume the search in {run.uri}: the Optuna storage "
+        f"{url.replace(':autoaug-test-secret@', ':***@')} holds its study 'pg', but of another search now "
+        "(run directory /elsewhere/runs/pg); start it again under another --name"
+    )
+    assert _trials(url, "pg") == 1
 
 
 def test_a_study_no_search_recorded_or_a_lost_runs_own_is_refused_and_overwrite_replaces_only_its_own(

@@ -541,7 +541,8 @@ def _shared() -> tuple[Option, ...]:
             key="optuna_storage",
             group="where",
             metavar="URL",
-            help="Optuna storage URL (default: SQLite optuna.db in the run directory)",
+            help="Optuna storage URL (default: SQLite optuna.db in the run directory); postgresql://USER@HOST/DB "
+            "needs the postgres extra",
         ),
         option(
             "--mlflow-uri",

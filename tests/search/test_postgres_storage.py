@@ -36,6 +36,7 @@ def no_work(monkeypatch):
 
 def _refused(tmp_path: Path, capsys, url: str, *extra: str) -> str:
     argv = ["search", "--preset", "smoke", "--data", str(tmp_path / "train.parquet"), "--name", "pg"]
+    capsys.readouterr()  # (what the test printed before: Optuna's lines)
     assert main([*argv, "--optuna-storage", url, *_dirs(tmp_path), *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("autoaug: error: "), err
@@ -102,6 +103,12 @@ def _study(url: str, name: str, run_dir: str | None) -> None:
     study.add_trial(optuna.trial.create_trial(value=0.5))
 
 
+def _studies(url: str) -> list[str]:
+    import optuna
+
+    return [s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False)]
+
+
 def _trials(url: str, name: str) -> int:
     import optuna
 
@@ -144,6 +151,7 @@ def test_a_resumed_search_whose_study_another_search_holds_now_is_refused(tmp_pa
     run = RunDir(config.storage, "pg")
     run.write_json(CONFIG_FILE, RunState.new(config.to_dict(), {}, url, address=None, started=0.0).to_dict())
     _study(url, "pg", "/elsewhere/runs/pg")  # its own study deleted, another search's made since
+    capsys.readouterr()
     assert main(["search", "--resume", "pg", *_dirs(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
@@ -154,8 +162,8 @@ def test_a_resumed_search_whose_study_another_search_holds_now_is_refused(tmp_pa
     assert _trials(url, "pg") == 1
 
 
-def test_a_study_no_search_recorded_or_a_lost_runs_own_is_refused_and_overwrite_replaces_only_its_own(
-    tmp_path, capsys, no_work, postgres
+def test_a_study_no_search_recorded_or_a_lost_runs_own_is_refused_and_overwrite_deletes_its_own(
+    tmp_path, capsys, no_work, postgres, monkeypatch
 ):
     from autoaug.search.run_dir import RunDir
 
@@ -171,6 +179,27 @@ def test_a_study_no_search_recorded_or_a_lost_runs_own_is_refused_and_overwrite_
     err = _refused(tmp_path, capsys, own)
     assert f"already holds a study named 'pg', of an earlier search in {run} whose run directory is gone" in err
     assert "pass --overwrite to delete it and start again" in err
+
+    # --overwrite: the driver deletes its own study before the search opens a new one.
+    from autoaug.search import driver
+    from autoaug.search.config import SearchConfig
+
+    class Started(Exception):
+        pass
+
+    def started(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr("autoaug.proxy_models.train_config.resolve_config", lambda train: train)
+    monkeypatch.setattr(driver, "describe_data", lambda train: {})
+    monkeypatch.setattr(driver, "_search", started)
+    config = SearchConfig.from_preset(
+        "smoke", name="pg", data=str(tmp_path / "train.parquet"), storage=str(tmp_path / "runs"),
+        store=str(tmp_path / "store"), optuna_storage=own,
+    )  # fmt: skip
+    with pytest.raises(Started):
+        driver.run_search(config, overwrite=True)
+    assert _studies(own) == []  # its own study deleted (another search's is refused before: above)
 
 
 @pytest.mark.slow

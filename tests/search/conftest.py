@@ -1,7 +1,8 @@
 """Fixtures of the search tests: a real PostgreSQL server for the Optuna study database.
 
-``postgres`` (session-scoped) starts one server from the PostgreSQL binaries found on the machine
-(``initdb`` / ``pg_ctl`` on ``PATH``, else the newest ``/usr/lib/postgresql/*/bin``): ``initdb``
+``postgres`` (module-scoped: stopped when the test file that uses it ends) starts one server from
+the PostgreSQL binaries found on the machine (``initdb`` / ``pg_ctl`` on ``PATH``, else the newest
+``/usr/lib/postgresql/*/bin``): ``initdb``
 into a fresh temporary folder (a superuser ``autoaug`` with a password, checked on TCP;
 ``fsync`` off: a test's database), ``pg_ctl -w start`` listening on 127.0.0.1 only, on a free port,
 its Unix socket in that folder (none in a shared directory); ``pg_ctl -w`` returns once the server
@@ -85,9 +86,9 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL server on 127.0.0.1 for this test session (see the module documentation)."""
+    """A PostgreSQL server on 127.0.0.1 for the test module (see this file's documentation)."""
     try:
         import psycopg  # noqa: F401  (the driver `postgresql://` needs: the dev extra's)
     except ImportError:

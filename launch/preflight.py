@@ -39,6 +39,7 @@ __all__ = [
     "absolute_train_config",
     "check_data",
     "check_writable",
+    "check_study_storage",
     "runs_at_once",
 ]
 
@@ -295,14 +296,16 @@ def for_train(config: Any, out: str | os.PathLike) -> Any:
     return check_data(config).config
 
 
-def for_search(config: Any, *, say: Any = None, address: str | None = None) -> Any:
+def for_search(config: Any, *, say: Any = None, address: str | None = None, overwrite: bool = False) -> Any:
     """``autoaug search``: the :class:`autoaug.search.config.SearchConfig` with every path absolute
     (data, test data, run storage, store), the run storage and the store proven writable, then the
     data checked and every image decoded once. Its ``train`` comes back sized to the data
     (resolved: the trials' split as a total, the image size a number), which is what the search
     then records and gives its trials. The memory check counts a trial times the trials Ray runs
     at once here (:func:`runs_at_once`: the concurrency, at most the CPUs over ``cpus_per_trial``;
-    none with a cluster ``address``)."""
+    none with a cluster ``address``). An Optuna database (``optuna_storage``) is connected before
+    the data are decoded: one that is down, refuses the login or holds a study of this search's
+    names from another search is one line (``overwrite``: this search's own studies may be there)."""
     from autoaug.policies.store import default_store_uri
 
     config = config.replace(
@@ -312,6 +315,8 @@ def for_search(config: Any, *, say: Any = None, address: str | None = None) -> A
     )
     check_writable(config.storage, what="--storage")
     check_writable(config.store, what="--store")
+    if config.optuna_storage:
+        check_study_storage(config, overwrite=overwrite)
     at_once = runs_at_once(config.cpus_per_trial, config.concurrency, address)
     checked = check_data(config.train, runs=at_once, unit="trial", here=False)
     config = config.replace(train=checked.config)
@@ -331,6 +336,18 @@ def for_search(config: Any, *, say: Any = None, address: str | None = None) -> A
     if say is not None:
         say("  " + checked.describe())
     return config
+
+
+def check_study_storage(config: Any, *, overwrite: bool = False) -> None:
+    """The search's Optuna database reached and its study names free
+    (:func:`autoaug.search.tune.study.check_studies`). A run directory that exists already is the
+    driver's to refuse (or, with ``overwrite``, to replace with its studies)."""
+    from autoaug.search.run_dir import RunDir
+    from autoaug.search.tune.study import check_studies
+
+    run = RunDir(config.storage, config.name)
+    own_ok = overwrite or run.exists()
+    check_studies(config.optuna_storage, config.search_method.study_names(config), run.uri, own_ok=own_ok)
 
 
 def for_resume(storage: str, store: str | None) -> tuple[str, str | None]:

@@ -203,7 +203,7 @@ def _search(config, args: argparse.Namespace) -> int:
     with display_for(args, verbose=config.verbose) as display:
         display.log(_describe(config, args.address))
         # Paths absolute, storage and store writable, data checked and decoded: before Ray starts.
-        config = preflight.for_search(config, say=display.log, address=args.address)
+        config = preflight.for_search(config, say=display.log, address=args.address, overwrite=bool(args.overwrite))
         session = _session_factory(args.address, config.verbose, display)
         with RunDir(config.storage, config.name).driver_lock():  # one driver per run: a second is refused
             return _execute(
@@ -541,7 +541,8 @@ def _shared() -> tuple[Option, ...]:
             key="optuna_storage",
             group="where",
             metavar="URL",
-            help="Optuna storage URL (default: SQLite optuna.db in the run directory)",
+            help="Optuna storage URL (default: SQLite optuna.db in the run directory); postgresql://USER@HOST/DB "
+            "needs the postgres extra",
         ),
         option(
             "--mlflow-uri",

@@ -57,7 +57,7 @@ from autoaug.search.methods.base import MethodResult, PreparedSearch, no_study, 
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir, RunState, default_runs_root
 from autoaug.search.score import METRIC, MODE
-from autoaug.search.tune.study import check_no_study, delete_study, run_study_url
+from autoaug.search.tune.study import check_studies, delete_study, redact, run_study_url
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -115,17 +115,19 @@ def run_search(
             f"a search named {config.name!r} already exists in {config.storage} ({state}); "
             f"{hint}choose another --name, or pass --overwrite to start it again"
         )
+    studies = config.search_method.study_names(config)
+    if config.optuna_storage:  # a database other searches may share (the default SQLite file is the run's)
+        check_studies(config.optuna_storage, studies, run.uri, own_ok=overwrite)
     data = describe_data(config.train)
     from autoaug.search.decide.calibrate import calibration_source
 
     calibration_source(config, data)  # another search's calibration to reuse: checked before any work
-    if run.exists():  # --overwrite, and everything checked
-        if config.optuna_storage:
-            delete_study(config.name, config.optuna_storage)
-        run.delete()
+    if overwrite:  # and everything checked
+        for study in studies if config.optuna_storage else ():
+            delete_study(study, config.optuna_storage, run_uri=run.uri)  # its own only
+        if run.exists():
+            run.delete()
     study_url = run_study_url(config, run)
-    if config.optuna_storage:  # the default SQLite file lives in the (new) run directory
-        check_no_study(config.name, study_url)
     state = RunState.new(config.to_dict(), data, study_url, address=address, started=started)
     run.write_json(CONFIG_FILE, state.to_dict())
     try:
@@ -172,6 +174,10 @@ def resume_search(
     _check_store(config)
     if run.exists(RESULT_FILE):
         return outcome_from_result(run.read_json(RESULT_FILE), run)
+    if config.optuna_storage:  # reachable, and its studies still this search's
+        check_studies(
+            config.optuna_storage, config.search_method.study_names(config), run.uri, own_ok=True, resuming=True
+        )
     from autoaug.search.decide.calibrate import CALIBRATION_FILE
 
     if not config.search_method.can_resume(run) and not run.exists(CALIBRATION_FILE):  # (killed in calibration)
@@ -498,6 +504,14 @@ def _budget_cut(budget: Budget, display: Progress, note: str, candidates: int, r
     budget.end("rescore")
 
 
+def _shareable(config: dict[str, Any]) -> dict[str, Any]:
+    """A search's configuration as the stored policy's provenance shows it: without the Optuna
+    storage's password (the run directory's ``search_config.json`` keeps the URL, to resume)."""
+    if config.get("optuna_storage"):
+        config = {**config, "optuna_storage": redact(config["optuna_storage"])}
+    return config
+
+
 def _store(
     config: SearchConfig,
     run: RunDir,
@@ -515,7 +529,7 @@ def _store(
 
     timing = state.timing(started, trial_train_time_s=sum(t.train_time_s or 0.0 for t in found.trials), **found.timing)
     provenance = build_provenance(
-        search_config=config.to_dict(),
+        search_config=_shareable(config.to_dict()),
         data=state.data,
         trials=found.trials,
         assembled=found.assembled,

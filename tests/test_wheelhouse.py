@@ -64,7 +64,7 @@ def test_the_download_asks_for_the_chosen_extra_for_the_nodes_python_and_platfor
     assert {"torch", "torchvision"} & names == ({"torch", "torchvision"} if with_torch else set())
     # torch's setuptools >= 77.0.3: a Python 3.11 venv's own 65.5 would hide the image's
     assert ("setuptools" in reqs) is not with_torch
-    assert not {"pytest", "mlflow-skinny", "ruff"} & names  # no other extra
+    assert not {"pytest", "mlflow-skinny", "ruff", "psycopg"} & names  # no other extra
     assert not any("extra" in r for r in reqs)  # markers dropped: pip download gets plain requirements
     assert "ray[tune,default]>=2.40,<3" in reqs
 

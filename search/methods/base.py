@@ -32,7 +32,8 @@ one place that lists them). It defines:
   :mod:`autoaug.launch.search_cmd`); ``space_families``; ``check(config)``, the checks of its
   settings that need the whole configuration (``ValueError``, before anything starts);
   ``describe(config)`` and ``optuna_studies(config)``, the lines ``autoaug search`` prints about
-  it before it starts; ``max_candidates(config)``, how many final candidates it can return for
+  it before it starts; ``study_names(config)``, every Optuna study it opens (checked in a shared
+  database before it starts; default: one named like the search); ``max_candidates(config)``, how many final candidates it can return for
   re-scoring at most (what a time budget keeps time for); ``warm_start_capacity(config)``;
   ``summary(record)``, ``best_policy_line(n)`` and ``result_fields(record)``, what a finished
   search's summary and ``--json`` result say about its provenance record
@@ -274,6 +275,11 @@ class Method(abc.ABC):
     def optuna_studies(self, config: SearchConfig) -> str | None:
         """How :meth:`describe`'s lines name its Optuna studies (None: it uses none)."""
         return f"study: {config.name}"
+
+    def study_names(self, config: SearchConfig) -> Sequence[str]:
+        """The names of every Optuna study it opens (a shared database is checked for them before
+        the search starts: :func:`autoaug.search.tune.study.check_studies`)."""
+        return (config.name,)
 
     def max_candidates(self, config: SearchConfig) -> int:
         """How many final candidates it can return for re-scoring at most."""

@@ -62,6 +62,7 @@ from autoaug.search.tune.searcher import (
     make_scheduler,
     running,
 )
+from autoaug.search.tune.study import SEARCH_ATTR
 from autoaug.search.tune.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state
 
 if TYPE_CHECKING:
@@ -134,8 +135,8 @@ def _study_search(config: SearchConfig, exp: Experiment) -> Any:
     )
     for params in exp.warm_start:  # a fresh study only: a restored one has its enqueued trials
         searcher.study.enqueue_trial(dict(params), skip_if_exists=True)
-    searcher.study.set_user_attr(
-        "autoaug_search", {"name": exp.name, "run_dir": exp.run_dir or exp.uri, "space": config.space.to_dict()}
+    searcher.study.set_user_attr(  # whose study it is, in a database other searches share too
+        SEARCH_ATTR, {"name": exp.name, "run_dir": exp.run_dir or exp.uri, "space": config.space.to_dict()}
     )
     return ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autoaug.core.errors import RunExistsError, UserInputError
+from autoaug.core.errors import MissingExtraError, RunExistsError, UserInputError
 from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.run_dir import STUDY_FILE, RunDir
 from autoaug.search.space import SearchSpace
@@ -32,7 +33,9 @@ __all__ = [
     "open_study",
     "study_url",
     "run_study_url",
-    "check_no_study",
+    "check_studies",
+    "study_owner",
+    "SEARCH_ATTR",
     "delete_study",
     "study_trials_by_tune_id",
     "replaced_trials",
@@ -138,18 +141,103 @@ def make_sampler(name: str, seed: int, startup_trials: int | None = None) -> opt
 # Storages
 
 
+#: The study attribute naming the search a study belongs to (``{"name", "run_dir", "space"}``,
+#: written by :mod:`autoaug.search.tune.experiment` when it opens the study): how a search tells
+#: its own study from another search's of the same name in a shared database.
+SEARCH_ATTR = "autoaug_search"
+#: The driver ``postgresql://`` means: psycopg 3, which the ``postgres`` extra installs (SQLAlchemy
+#: 2.0 would take psycopg2 by default, 2.1 psycopg: the same on both).
+POSTGRES_DRIVER = "psycopg"
+INSTALL_POSTGRES = "pip install 'autoaug[postgres]'"
+#: Seconds a PostgreSQL connection may take before it is refused (a host that drops packets).
+CONNECT_TIMEOUT_S = 10
+
+# What a server or driver said -> what the user checks (the driver's own words come first).
+_HINTS = (
+    (
+        re.compile(r"connection refused|could not connect|timeout expired|no route to host", re.I),
+        "is the database server running and listening at that host and port?",
+    ),
+    (
+        re.compile(r"could not translate host name|name or service not known|nodename nor servname", re.I),
+        "is the host name in the URL right?",
+    ),
+    (
+        re.compile(r"authentication failed|role \S+ does not exist|no pg_hba\.conf entry|access denied", re.I),
+        "the server refused the login: check the user and password (the URL's, PGPASSWORD or ~/.pgpass)",
+    ),
+    (
+        re.compile(r"database \S+ does not exist|unknown database", re.I),
+        "create the database first (createdb NAME), or name one that exists",
+    ),
+)
+
+
+def _engine_url(url: str) -> tuple[Any, dict[str, Any]]:
+    """The SQLAlchemy URL Optuna connects to, and the engine's ``connect_args``."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    connect_args: dict[str, Any] = {}
+    if parsed.drivername == "sqlite":
+        # Several writers (the driver, a user inspecting the study) may hold the file.
+        connect_args["timeout"] = 60
+    elif parsed.get_backend_name() == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername=f"postgresql+{POSTGRES_DRIVER}")
+        if "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    return parsed, connect_args
+
+
+def _one_line(exc: BaseException, url: str) -> str:
+    """What a storage driver raised, as one line without the password."""
+    cause = getattr(exc, "orig", None) or exc  # SQLAlchemy's wrapper: the driver's own error
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    text = re.sub(r"\s*\(Background on this error at: \S+\)", "", text)
+    try:
+        from sqlalchemy.engine import make_url
+
+        password = make_url(url).password
+    except Exception:
+        password = None
+    if password:
+        text = text.replace(str(password), "***")
+    hint = next((h for pattern, h in _HINTS if pattern.search(text)), None)
+    if hint is None or "is the server running" in text.lower():  # (libpq asks it itself)
+        return text
+    return f"{text}; {hint}"
+
+
 def make_storage(url: str) -> optuna.storages.BaseStorage:
-    """The Optuna RDB storage at ``url``; errors become one :class:`UserInputError` line."""
+    """The Optuna RDB storage at ``url`` (connected: a server that is down or refuses the login is
+    found here); errors become one :class:`UserInputError` line without the password, a missing
+    database driver one :class:`MissingExtraError` line naming the extra. ``postgresql://`` connects
+    with psycopg 3 (:data:`POSTGRES_DRIVER`), with a :data:`CONNECT_TIMEOUT_S` connect timeout."""
     import optuna
 
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite:"):
-        # Several writers (the driver, a user inspecting the study) may hold the file.
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
     try:
-        return optuna.storages.RDBStorage(url, **kwargs)
+        engine_url, connect_args = _engine_url(url)
+    except Exception as exc:  # sqlalchemy.exc.ArgumentError: not a database URL
+        raise UserInputError(f"Optuna storage {redact(url)} is not a database URL: {_one_line(exc, url)}") from None
+    if engine_url.get_backend_name() == "postgresql" and engine_url.get_driver_name() == POSTGRES_DRIVER:
+        from autoaug.core.extras import missing
+
+        if missing(["psycopg"]):
+            raise MissingExtraError(
+                f"the Optuna storage {redact(url)} needs the PostgreSQL driver psycopg (3), which is not "
+                f"installed; install it with: {INSTALL_POSTGRES}"
+            )
+    kwargs: dict[str, Any] = {"engine_kwargs": {"connect_args": connect_args}} if connect_args else {}
+    try:
+        return optuna.storages.RDBStorage(engine_url.render_as_string(hide_password=False), **kwargs)
+    except ImportError:  # another driver named in the URL (postgresql+psycopg2://, mysql://) and absent
+        raise MissingExtraError(
+            f"the Optuna storage {redact(url)} needs the database driver {engine_url.get_driver_name()!r} "
+            f"of {engine_url.get_backend_name()}, which is not installed"
+        ) from None
     except Exception as exc:  # sqlalchemy / driver errors: show them as one line
-        raise UserInputError(f"cannot open Optuna storage {redact(url)}: {type(exc).__name__}: {exc}") from None
+        raise UserInputError(f"cannot open Optuna storage {redact(url)}: {_one_line(exc, url)}") from None
 
 
 def redact(url: str) -> str:
@@ -192,28 +280,78 @@ def open_study(name: str, storage: str | None = None, *, runs_root: str | None =
         if run.local_path is None:
             raise UserInputError("the run directory is remote: pass the Optuna storage URL explicitly")
         storage = "sqlite:///" + os.path.join(run.local_path, STUDY_FILE)
-    return optuna.load_study(study_name=name, storage=storage)
+    return optuna.load_study(study_name=name, storage=make_storage(storage))
 
 
-def check_no_study(name: str, url: str) -> None:
-    """Raise :class:`RunExistsError` if the storage at ``url`` already holds a study ``name``."""
+def study_owner(user_attrs: Mapping[str, Any]) -> str | None:
+    """The run directory of the search a study belongs to (:data:`SEARCH_ATTR`); None: no search
+    recorded it (made by hand, or by a search killed before it wrote the attribute)."""
+    record = user_attrs.get(SEARCH_ATTR)
+    run_dir = record.get("run_dir") if isinstance(record, Mapping) else None
+    return run_dir if isinstance(run_dir, str) else None
+
+
+def _is_own(owner: str | None, run_uri: str) -> bool:
+    # A density round's study records its round's folder, inside the run directory.
+    return owner is not None and (owner == run_uri or owner.startswith(run_uri.rstrip("/") + "/"))
+
+
+def check_studies(url: str, names: Sequence[str], run_uri: str, *, own_ok: bool, resuming: bool = False) -> None:
+    """Refuse, in one line, a search whose study names ``names`` clash in the storage at ``url``
+    (which is connected first: :func:`make_storage`'s errors). A study of one of ``names`` that
+    another search wrote (:data:`SEARCH_ATTR` names another run directory than ``run_uri``), or that
+    no search recorded, is refused (:class:`RunExistsError`); this search's own (an earlier run of
+    it) is refused unless ``own_ok`` (``--overwrite``, or a run directory the driver refuses
+    itself). ``resuming`` (``--resume``): its own studies are expected, one no search recorded may be
+    its own (killed before it wrote the record); another search's is refused."""
     import optuna
 
     storage = make_storage(url)
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-    if name in names:
-        raise RunExistsError(
-            f"the Optuna storage {redact(url)} already holds a study named {name!r}; choose another "
-            "--name, or delete that study (optuna.delete_study) first"
-        )
+    if not names:
+        return
+    wanted = set(names)
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.study_name not in wanted:
+            continue
+        owner = study_owner(summary.user_attrs)
+        where = f"the Optuna storage {redact(url)} already holds a study named {summary.study_name!r}"
+        if resuming:
+            if owner is not None and not _is_own(owner, run_uri):
+                raise RunExistsError(
+                    f"cannot resume the search in {run_uri}: the Optuna storage {redact(url)} holds its study "
+                    f"{summary.study_name!r}, but of another search now (run directory {owner}); start it "
+                    "again under another --name"
+                )
+            continue
+        if owner is None:
+            raise RunExistsError(
+                f"{where} that no autoaug search recorded as its own; choose another --name, or delete "
+                "that study first (optuna.delete_study)"
+            )
+        if not _is_own(owner, run_uri):
+            raise RunExistsError(
+                f"{where}, of another search (run directory {owner}); choose another --name, or delete "
+                "that study first (optuna.delete_study)"
+            )
+        if not own_ok:
+            raise RunExistsError(
+                f"{where}, of an earlier search in {run_uri} whose run directory is gone; pass --overwrite "
+                "to delete it and start again, or choose another --name"
+            )
 
 
-def delete_study(name: str, url: str) -> None:
-    """Delete the study ``name`` from the storage at ``url`` (nothing if it is not there)."""
+def delete_study(name: str, url: str, *, run_uri: str | None = None) -> None:
+    """Delete the study ``name`` from the storage at ``url`` (nothing if it is not there); with
+    ``run_uri``, only if it is the study of the search in that run directory."""
     import optuna
 
+    storage = make_storage(url)
+    if run_uri is not None:
+        summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+        if not any(s.study_name == name and _is_own(study_owner(s.user_attrs), run_uri) for s in summaries):
+            return
     try:
-        optuna.delete_study(study_name=name, storage=make_storage(url))
+        optuna.delete_study(study_name=name, storage=storage)
     except KeyError:
         pass
 

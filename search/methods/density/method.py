@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import SearchInterruptedError
@@ -129,6 +130,10 @@ class DensityMethod(Method):
 
     def optuna_studies(self, config: SearchConfig) -> str | None:
         return f"studies: {config.name}.f*-r*"  # one per fold and round: stage_name
+
+    def study_names(self, config: SearchConfig) -> Sequence[str]:
+        d = config.method_settings(DensityConfig)
+        return tuple(stage_name(config.name, k, r) for k in range(d.folds) for r in range(d.rounds))
 
     def check(self, config: SearchConfig) -> None:
         check_space_family(

@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -264,6 +264,9 @@ class PbaMethod(Method):
 
     def optuna_studies(self, config: SearchConfig) -> str | None:
         return None  # PBT's exploit/explore proposes the policies
+
+    def study_names(self, config: SearchConfig) -> Sequence[str]:
+        return ()
 
     def can_resume(self, run: RunDir) -> bool:
         from autoaug.search.tune.experiment import can_restore

@@ -5,20 +5,26 @@ The way storage engines and consensus systems test crashes. A point is one line 
 code, ``failpoints.hit("store.after_version_write")``; it does nothing unless a test armed it
 through the environment variable :data:`ENV_VAR`, read once when this module is imported (the
 process start). No flag of ``autoaug`` reaches it. Unarmed, a hit is one global ``None`` check.
+Importing never raises: a malformed spec is refused by ``autoaug`` at its start
+(:func:`check_environment`, one line, exit 2), and in any other process by the first hit.
 
 The variable holds ``;``-separated entries ``NAME[:N]=ACTION[(ARG)]``::
 
     AUTOAUG_FAILPOINTS="store.after_version_write=kill;search.after_trial_saved:3=kill"
 
-* ``NAME``: one of :data:`POINTS` (an unknown name is refused when the module is imported);
+* ``NAME``: one of :data:`POINTS`;
 * ``N``: the hit of this process on which the point fires (default 1, the first); it fires once;
 * ``ACTION``: ``kill`` (SIGKILL to its own process), ``raise`` (raises ``ARG``, the name of a
-  built-in exception, default :class:`FailpointError`), ``enospc`` (raises
+  built-in exception class, default :class:`FailpointError`), ``enospc`` (raises
   ``OSError(ENOSPC)``, as a full disk does), ``stall`` (a rendezvous on the named pipe ``ARG``,
   made with ``mkfifo``: the process writes ``PID NAME`` into it, which the test reads -- the
   event "it is at the point" -- then blocks until the test opens the pipe to write and closes it;
   each step waits on the other side's opening, nothing polls. Without ``ARG``, it blocks until
-  the process is killed).
+  the process is killed; a path that exists and is not a named pipe is refused with the spec).
+
+Anything else (an unknown name or action, a count below 1, an unclosed ``(``, ``raise`` of what
+is not an exception class) is refused naming the entry and what was expected
+(:class:`~autoaug.core.errors.UserInputError`).
 
 A point fires in whichever process hits it: the search's driver, or a Ray worker (a trial, a
 re-scoring or calibration run) -- :func:`runtime_env_vars` is what :mod:`autoaug.core.ray_session`
@@ -43,6 +49,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from autoaug.core.errors import UserInputError
+
 __all__ = [
     "ENV_VAR",
     "FIRED_ENV_VAR",
@@ -51,6 +59,7 @@ __all__ = [
     "Failpoint",
     "FailpointError",
     "parse",
+    "check_environment",
     "hit",
     "armed",
     "runtime_env_vars",
@@ -77,7 +86,8 @@ POINTS: Mapping[str, str] = {
 }
 ACTIONS = ("kill", "raise", "enospc", "stall")
 
-_ENTRY = re.compile(r"^(?P<name>[a-z_.]+)(?::(?P<count>\d+))?=(?P<action>[a-z]+)(?:\((?P<arg>[^()]*)\))?$")
+_ENTRY = re.compile(r"^(?P<name>[a-z_.]+)(?::(?P<count>-?\d+))?=(?P<action>[a-z]+)(?:\((?P<arg>[^()]*)\))?$")
+_SYNTAX = "expected NAME[:N]=ACTION[(ARG)]"
 
 
 class FailpointError(RuntimeError):
@@ -95,7 +105,8 @@ class Failpoint:
 
 
 def parse(text: str | None) -> dict[str, Failpoint]:
-    """The points armed by ``text`` (:data:`ENV_VAR`'s syntax); ValueError naming a bad entry."""
+    """The points armed by ``text`` (:data:`ENV_VAR`'s syntax); :class:`UserInputError` (a
+    ``ValueError``) naming a bad entry and what was expected."""
     points: dict[str, Failpoint] = {}
     for entry in (text or "").split(";"):
         entry = entry.strip()
@@ -103,22 +114,60 @@ def parse(text: str | None) -> dict[str, Failpoint]:
             continue
         m = _ENTRY.match(entry)
         if m is None:
-            raise ValueError(f"{ENV_VAR}: bad entry {entry!r}: expected NAME[:N]=ACTION[(ARG)]")
-        name, action, arg = m.group("name"), m.group("action"), m.group("arg")
-        if name not in POINTS:
-            raise ValueError(f"{ENV_VAR}: unknown failpoint {name!r}: expected one of {', '.join(POINTS)}")
-        if action not in ACTIONS:
-            raise ValueError(f"{ENV_VAR}: unknown action {action!r} of {name}: expected one of {', '.join(ACTIONS)}")
-        count = int(m.group("count") or 1)
-        if count < 1:
-            raise ValueError(f"{ENV_VAR}: the hit of {name} must be 1 or more, got {count}")
-        if action == "raise" and arg and not isinstance(getattr(builtins, arg, None), type):
-            raise ValueError(f"{ENV_VAR}: {name}=raise({arg}): not a built-in exception")
-        points[name] = Failpoint(name, action, count, arg or None)
+            if entry.count("(") > entry.count(")"):
+                raise UserInputError(f"{ENV_VAR}: bad entry {entry!r}: unclosed '('; {_SYNTAX}")
+            raise UserInputError(f"{ENV_VAR}: bad entry {entry!r}: {_SYNTAX}")
+        points[m.group("name")] = _point(m)
     return points
 
 
-_ARMED: dict[str, Failpoint] | None = parse(os.environ.get(ENV_VAR)) or None
+def _point(m: re.Match) -> Failpoint:
+    name, action, arg = m.group("name"), m.group("action"), m.group("arg") or None
+    if name not in POINTS:
+        raise UserInputError(f"{ENV_VAR}: unknown failpoint {name!r}: expected one of {', '.join(POINTS)}")
+    if action not in ACTIONS:
+        raise UserInputError(f"{ENV_VAR}: unknown action {action!r} of {name}: expected one of {', '.join(ACTIONS)}")
+    count = int(m.group("count") or 1)
+    if count < 1:
+        raise UserInputError(f"{ENV_VAR}: the hit of {name} must be 1 or more, got {count}")
+    if action == "raise" and arg is not None:
+        cls = getattr(builtins, arg, None)
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise UserInputError(
+                f"{ENV_VAR}: {name}=raise({arg}): not a built-in exception; expected the name of one "
+                "(e.g. KeyboardInterrupt), or raise alone (FailpointError)"
+            )
+    if action == "stall" and arg is not None and os.path.lexists(arg) and not _is_pipe(arg):
+        raise UserInputError(
+            f"{ENV_VAR}: {name}=stall({arg}): not a named pipe; expected one made with mkfifo "
+            "(the rendezvous with the test), or stall alone (until killed)"
+        )
+    return Failpoint(name, action, count, arg)
+
+
+def _is_pipe(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_environment() -> None:
+    """Refuse a malformed :data:`ENV_VAR` now (:class:`UserInputError`, one line): what
+    ``autoaug`` does at its start, before any work. (Importing this module never raises; a
+    process that did not check meets the error at its first hit.)"""
+    parse(os.environ.get(ENV_VAR))
+
+
+def _from_environment() -> dict[str, Failpoint] | UserInputError | None:
+    try:
+        return parse(os.environ.get(ENV_VAR)) or None
+    except UserInputError as exc:
+        return exc
+
+
+#: The armed points (None: none, the one check of an unarmed hit), or the error of a malformed spec.
+_ARMED: dict[str, Failpoint] | UserInputError | None = _from_environment()
 _HITS: dict[str, int] = {}
 _LOCK = threading.Lock()
 
@@ -127,6 +176,8 @@ def hit(name: str) -> None:
     """The point ``name`` is reached: nothing, unless it is armed (then its action, on its hit)."""
     if _ARMED is None:
         return
+    if isinstance(_ARMED, UserInputError):
+        raise UserInputError(str(_ARMED))
     point = _ARMED.get(name)
     if point is None:
         return
@@ -169,11 +220,7 @@ def _fire(point: Failpoint) -> None:
 def _stall(name: str, gate: str) -> None:
     """Say on the named pipe ``gate`` that this process is at the point, then wait there until the
     test releases it (opens the pipe to write, then closes it)."""
-    try:
-        is_pipe = stat.S_ISFIFO(os.stat(gate).st_mode)
-    except OSError:
-        is_pipe = False
-    if not is_pipe:
+    if not _is_pipe(gate):
         raise FailpointError(f"failpoint {name}: stall({gate}): expected a named pipe (mkfifo) there")
     with open(gate, "w") as out:  # opens once the test opens the pipe to read
         out.write(f"{os.getpid()} {name}\n")

@@ -189,6 +189,11 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help()
         return 0 if args.command is None else 2
     try:
+        # A malformed AUTOAUG_FAILPOINTS (a test's fault injection, read at import) is one line here,
+        # before the command does anything: importing autoaug.core.failpoints never raises.
+        from autoaug.core.failpoints import check_environment
+
+        check_environment()
         _require(func, args.command)
         try:
             return int(func(args) or 0)

@@ -29,6 +29,7 @@ from autoaug.launch.options import (
     CONFIG,
     JSON,
     SET,
+    Once,
     Option,
     add_options,
     base_option,
@@ -200,7 +201,12 @@ OPTIONS: tuple[Option, ...] = (
         help="test data (default: the dataset's test split: test.parquet next to train.parquet)",
     ),
     option(
-        "--preset", key="preset", group="train", metavar="NAME", help="training preset (docs/training.md; default cpu)"
+        "--preset",
+        key="preset",
+        group="train",
+        metavar="NAME",
+        action=Once,
+        help="training preset (docs/training.md; default cpu)",
     ),
     option("--epochs", key="train.epochs", group="train", type=int, metavar="N", help="override the preset's epochs"),
     option("--model", key="train.model", group="train", metavar="NAME", help="override the preset's model"),

@@ -21,6 +21,7 @@ from autoaug.launch.config import flag_overrides, layered_config
 
 __all__ = [
     "Option",
+    "Once",
     "option",
     "CONFIG",
     "SET",
@@ -61,6 +62,18 @@ class Option:
             return self.argparse["dest"]
         long = next((f for f in self.flags if f.startswith("--")), self.flags[0])
         return long.lstrip("-").replace("-", "_")
+
+
+class Once(argparse.Action):
+    """An option given at most once: ``--preset cpu --preset smoke`` is refused (exit 2, naming both
+    values) instead of the last silently winning, as two flags of one setting are
+    (:func:`add_options`). The same value twice is that value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        if before is not None and before != self.default and before != values:
+            parser.error(f"argument {option_string}: given twice, {before!r} then {values!r}; expected one")
+        setattr(namespace, self.dest, values)
 
 
 def option(*flags: str, key: Any = None, kind: str = "value", group: str | None = None, **kwargs: Any) -> Option:

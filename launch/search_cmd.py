@@ -26,6 +26,7 @@ from autoaug.launch.options import (
     CONFIG,
     JSON,
     SET,
+    Once,
     Option,
     add_options,
     base_option,
@@ -95,7 +96,28 @@ def build_search_config(args: argparse.Namespace):
     merged.pop("preset", None)
     if preset not in SEARCH_PRESETS:
         raise UserInputError(f"unknown preset {preset!r}; expected one of {', '.join(SEARCH_PRESETS)}")
-    return build_config(lambda d: SearchConfig.from_dict({"preset": preset, **d}), merged, what="search config")
+    config = build_config(lambda d: SearchConfig.from_dict({"preset": preset, **d}), merged, what="search config")
+    _check_auto_family(merged, config, preset)
+    return config
+
+
+def _check_auto_family(merged: dict, config, preset: str) -> None:
+    """``--space auto`` asked for (the flag, ``--set family=auto``, ``family: auto`` in the file)
+    means the family measured with the warm start: refused without ``--warm-start auto`` (the
+    configuration alone would search its space's own family without a word). A preset's own
+    ``family: auto`` with another warm start given is the space's own, as documented."""
+    from autoaug.search.decide.calibrate import AUTO
+    from autoaug.search.space import FAMILIES
+
+    if merged.get("family") != AUTO or config.warm_start == AUTO:
+        return
+    warm = ", ".join(config.warm_start) if config.warm_start else "none"
+    source = "" if "warm_start" in merged else f", the {preset} preset's"
+    raise UserInputError(
+        f"--space auto needs --warm-start auto (the family of the published policy that transfers best, measured "
+        f"with it); the warm start is {warm}{source}: give --warm-start auto, or --space "
+        f"{'|'.join(FAMILIES)}"
+    )
 
 
 def _print(text: str = "") -> None:
@@ -377,6 +399,7 @@ def _shared() -> tuple[Option, ...]:
         option(
             "--preset",
             group="what",
+            action=Once,
             choices=_choices("SEARCH_PRESETS"),
             help=f"starting configuration (default {DEFAULT_PRESET})",
         ),

@@ -31,6 +31,7 @@ from autoaug.launch.options import (
     CONFIG,
     JSON,
     SET,
+    Once,
     Option,
     add_options,
     base_option,
@@ -90,7 +91,7 @@ OPTIONS: tuple[Option, ...] = (
         help="test data (same forms; default: the dataset's test split: test.parquet next to "
         "train.parquet); test accuracy is printed at the end",
     ),
-    option("--preset", key="preset", help="training preset (docs/training.md; default cpu)"),
+    option("--preset", key="preset", action=Once, help="training preset (docs/training.md; default cpu)"),
     option("--model", key="model", help="model name (wrn-40-2, wrn-28-10, resnet-8, resnet-20, ...)"),
     option("--epochs", key="epochs", type=int),
     option("--batch-size", key="batch_size", type=int),

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TrainConfig",
+    "MAX_EPOCHS",
     "PRESETS",
     "RESUMABLE_CHANGES",
     "SIZING_FIELDS",
@@ -31,6 +32,11 @@ __all__ = [
     "EVAL_BATCH_SIZE",
     "eval_batch_size",
 ]
+
+#: The longest run a configuration may ask for: 5.5 times the longest published schedule of the
+#: policies this project searches for (AutoAugment's Shake-Shake and PyramidNet on CIFAR-10, 1,800
+#: epochs). Beyond it a number is a slip (a run that would never end), refused before any work.
+MAX_EPOCHS = 10_000
 
 # Config fields that may differ between a checkpoint and the run resuming it: they do not change
 # what is computed (where the data lives, where it runs, how many threads run it -- DALI's output
@@ -255,7 +261,13 @@ class TrainConfig:
             v = getattr(self, name)
             if not _is_int(v) or not 0 <= v < 2**31:
                 raise bad(name, "an integer in [0, 2**31)")
-        for name in ("epochs", "batch_size", "eval_every"):
+        if not _is_int(self.epochs) or not 1 <= self.epochs <= MAX_EPOCHS:
+            raise bad(
+                "epochs",
+                f"an integer from 1 to {MAX_EPOCHS:,} (5.5x the longest published schedule, AutoAugment's 1,800 "
+                "epochs)",
+            )
+        for name in ("batch_size", "eval_every"):
             v = getattr(self, name)
             if not _is_int(v) or v < 1:
                 raise bad(name, "a positive integer")

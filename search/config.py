@@ -471,11 +471,16 @@ class SearchConfig:
             object.__setattr__(self, "space", self.space.with_family(self.family))
         if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
             raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
+        from autoaug.proxy_models.train_config import MAX_EPOCHS
+
         if self.calibration_epochs is not None and (
-            not is_int(self.calibration_epochs) or not self.score_window <= self.calibration_epochs <= 100_000
+            not is_int(self.calibration_epochs) or not self.score_window <= self.calibration_epochs <= MAX_EPOCHS
         ):
             raise invalid(
-                self, "calibration_epochs", f"an integer >= score_window ({self.score_window}), or None (train.epochs)"
+                self,
+                "calibration_epochs",
+                f"an integer from score_window ({self.score_window}) to {MAX_EPOCHS:,} (the longest run), "
+                "or None (train.epochs)",
             )
         for name in ("base_extra_seeds", "transfer_extra_seeds"):
             if not is_int(getattr(self, name)) or not 0 <= getattr(self, name) <= 100:

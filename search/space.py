@@ -63,7 +63,7 @@ from autoaug.core.values import check_keys
 from autoaug.core.values import is_int as _is_int
 from autoaug.policies import Policy, presets
 from autoaug.policies import ops as _ops
-from autoaug.policies.policy import BASES, RANGES
+from autoaug.policies.policy import BASES, MAX_MAGNITUDE_BINS, MAX_OPS_PER_SUB_POLICY, MAX_SUB_POLICIES, RANGES
 
 __all__ = ["SearchSpace", "PARAM_FIELDS", "FAMILIES", "MAX_RANDAUGMENT_N_SEARCH"]
 
@@ -90,6 +90,17 @@ _FAMILY_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
 }
 #: The fields that shape the ``aa`` family only, with their defaults.
 _AA_ONLY = {"num_sub_policies": 5, "ops_per_sub_policy": 2, "num_probabilities": 11}
+#: The most each size may be: what one policy may hold (:mod:`autoaug.policies.policy`).
+_LIMITS = {
+    "num_sub_policies": MAX_SUB_POLICIES,
+    "ops_per_sub_policy": MAX_OPS_PER_SUB_POLICY,
+    "num_magnitude_bins": MAX_MAGNITUDE_BINS,
+}
+_LIMIT_WHY = {
+    "num_sub_policies": "the sub-policies a policy may hold: DALI's lookup tables take two keys per sub-policy",
+    "ops_per_sub_policy": "the operations a sub-policy may hold",
+    "num_magnitude_bins": "the magnitude bins a policy may have",
+}
 
 
 def _as_name_tuple(value: Any, field: str) -> tuple[str, ...]:
@@ -163,10 +174,14 @@ class SearchSpace:
                         f"SearchSpace.{name}: {value!r} does not apply to the {self.family} family "
                         f"(it shapes the aa family only); leave it unset"
                     )
-        for name in ("num_sub_policies", "ops_per_sub_policy", "num_magnitude_bins"):
+        # Every candidate is a Policy: the space holds no point a policy may not (docs/policies.md, "Limits").
+        for name, limit in _LIMITS.items():
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"SearchSpace.{name}: {value!r} is invalid; expected an integer >= 1")
+            if not _is_int(value) or not 1 <= value <= limit:
+                raise ValueError(
+                    f"SearchSpace.{name}: {value!r} is invalid; expected an integer from 1 to {limit:,} "
+                    f"({_LIMIT_WHY[name]})"
+                )
         if not _is_int(self.num_probabilities) or self.num_probabilities < 2:
             raise ValueError(
                 f"SearchSpace.num_probabilities: {self.num_probabilities!r} is invalid; expected an "

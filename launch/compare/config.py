@@ -15,7 +15,25 @@ from autoaug.core.location import is_uri
 from autoaug.core.values import check_keys
 from autoaug.launch.compare.candidates import DEFAULT_BASELINES, default_test_data, parse_baselines
 
-__all__ = ["CompareConfig", "CONFIG_KEYS", "config_from_dict"]
+__all__ = ["CompareConfig", "CONFIG_KEYS", "MAX_SEEDS", "config_from_dict"]
+
+#: The most seeds a comparison trains each policy with. Each seed is one training run per policy,
+#: every run a Ray task submitted at once: 1,000 seeds of the 6 default baselines and one policy
+#: are 7,000 runs, about 22 hours of 2 CPU cores at the cheapest preset (``smoke``, 23 s a run,
+#: docs/compare.md), and give 95% intervals 1/40 as wide as 3 seeds do. More is a slip
+#: (``--seeds 100000000`` ran out of memory listing the seeds), refused before any work.
+MAX_SEEDS = 1_000
+
+
+def _too_many_seeds(count: int, policies: int) -> CompareError:
+    noun = "policy" if policies == 1 else "policies"
+    runs = (
+        f"{count:,} seeds x {policies} {noun} = {count * policies:,} training runs" if policies else f"{count:,} runs"
+    )
+    return CompareError(
+        f"--seeds {count} is more than a comparison trains ({runs}); expected at most {MAX_SEEDS:,} seeds per "
+        "policy (docs/compare.md)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +74,8 @@ class CompareConfig:
             )
         object.__setattr__(self, "policies", tuple(self.policies))
         object.__setattr__(self, "baselines", tuple(self.baselines))
+        if len(self.seeds) > MAX_SEEDS:
+            raise _too_many_seeds(len(self.seeds), len(self.policies) + len(self.baselines))
         seeds = tuple(self.seeds)
         if not seeds:
             raise CompareError("at least one seed is needed (--seeds N with N >= 1)")
@@ -199,24 +219,27 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     first = data.get("first_seed", 0) or 0
     if isinstance(seeds, bool) or not isinstance(first, int) or isinstance(first, bool) or first < 0:
         raise CompareError(f"first_seed must be a non-negative integer, got {first!r}")
+    policies = data.get("policies") or ()
+    if isinstance(policies, str):
+        policies = (policies,)
+    baselines = parse_baselines(data.get("baselines"))
     if isinstance(seeds, int):
         if seeds < 1:
             raise CompareError(f"--seeds must be >= 1, got {seeds}")
+        if seeds > MAX_SEEDS:
+            raise _too_many_seeds(seeds, len(policies) + len(baselines))
         seeds = tuple(range(first, first + seeds))
     elif isinstance(seeds, (list, tuple)):
         seeds = tuple(seeds)
     else:
         raise CompareError(f"seeds must be a count or a list of integers, got {seeds!r}")
-    policies = data.get("policies") or ()
-    if isinstance(policies, str):
-        policies = (policies,)
     gpus = data.get("gpus_per_run")
     if gpus is None:
         gpus = 1.0 if train.device.startswith("cuda") else 0.0
     kwargs: dict[str, Any] = dict(
         train=train,
         policies=tuple(str(p) for p in policies),
-        baselines=parse_baselines(data.get("baselines")),
+        baselines=baselines,
         seeds=seeds,
         store=data.get("store"),
         address=data.get("address") or None,

@@ -103,25 +103,86 @@ def test_stall_says_on_its_pipe_that_it_is_at_the_point_and_waits_there_until_re
     assert proc.wait(timeout=60) == 0 and proc.stdout.read() == "released\n"
 
 
-def test_stall_on_a_path_that_is_not_a_pipe_raises_naming_it(tmp_path):
-    gate = tmp_path / "go"
-    gate.touch()
+def test_stall_on_a_path_that_is_no_pipe_when_hit_raises_naming_it(tmp_path):
+    gate = tmp_path / "go"  # nothing there when armed (the test may make it later), a plain file when hit
     with failpoints.armed(f"rescore.after_run_saved=stall({gate})"):
+        gate.touch()
         with pytest.raises(failpoints.FailpointError, match=r"stall\(.*go\): expected a named pipe \(mkfifo\)"):
             failpoints.hit("rescore.after_run_saved")
 
 
-def test_a_bad_spec_in_the_environment_stops_the_process_at_import(tmp_path):
+# The nine malformed specs a new user met (issue 53): each ended every command with a traceback
+# raised while this module was imported (or, for stall(FILE) and raise(object), was accepted).
+BAD_SPECS = [
+    ("search.after_trial_save=kill", "unknown failpoint 'search.after_trial_save': expected one of "),
+    ("train.mid_epoch=crash", "unknown action 'crash' of train.mid_epoch: expected one of kill, raise, enospc, stall"),
+    ("train.mid_epoch=stall(", "bad entry 'train.mid_epoch=stall(': unclosed '('; expected NAME[:N]=ACTION[(ARG)]"),
+    ("train.mid_epoch=stall({file})", "train.mid_epoch=stall({file}): not a named pipe; expected one made with mkfifo"),
+    ("train.mid_epoch=raise(object)", "train.mid_epoch=raise(object): not a built-in exception; expected the name"),
+    ("train.mid_epoch=raise(NotAnException)", "train.mid_epoch=raise(NotAnException): not a built-in exception"),
+    ("train.mid_epoch:0=kill", "the hit of train.mid_epoch must be 1 or more, got 0"),
+    ("train.mid_epoch:-1=kill", "the hit of train.mid_epoch must be 1 or more, got -1"),
+    ("0", "bad entry '0': expected NAME[:N]=ACTION[(ARG)]"),
+]
+
+
+@pytest.mark.parametrize("spec, message", BAD_SPECS)
+def test_a_malformed_spec_is_one_line_and_exit_2_from_autoaug_before_any_work(
+    spec, message, tmp_path, monkeypatch, capsys
+):
+    from autoaug.launch.cli import main
+
+    plain = tmp_path / "plain-file"
+    plain.write_text("not a pipe\n")
+    spec, message = spec.format(file=plain), message.format(file=plain)
+    monkeypatch.setenv(ENV_VAR, spec)
+    # A search whose data is missing: refused for the spec first, so before the data is looked at.
+    code = main(
+        ["search", "--data", str(tmp_path / "absent"), "--preset", "smoke", "--storage", str(tmp_path / "runs")]
+    )
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith(f"autoaug: error: {ENV_VAR}: {message}") and err.count("\n") == 1, err
+    assert "Traceback" not in err and not (tmp_path / "runs").exists()
+
+
+def test_importing_with_a_malformed_spec_does_not_raise_and_the_first_hit_does(tmp_path):
     import os
 
+    code = (
+        "from autoaug.core import failpoints\n"
+        "print('imported', flush=True)\n"
+        "try:\n"
+        "    failpoints.hit('train.mid_epoch')\n"
+        "except ValueError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", "import autoaug.core.failpoints"],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         env={**os.environ, ENV_VAR: "nope=kill"},
         timeout=60,
     )
-    assert proc.returncode != 0 and "AUTOAUG_FAILPOINTS: unknown failpoint 'nope'" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "imported",
+        f"UserInputError {ENV_VAR}: unknown failpoint 'nope': expected one of {', '.join(POINTS)}",
+    ]
+
+
+def test_the_autoaug_command_refuses_a_malformed_spec_in_one_line(tmp_path):
+    import os
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoaug.launch.cli", "policies", "list", "--store", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, ENV_VAR: "train.mid_epoch:-1=kill"},
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"autoaug: error: {ENV_VAR}: the hit of train.mid_epoch must be 1 or more, got -1\n"
 
 
 def test_the_armed_spec_is_what_ray_workers_get(monkeypatch, tmp_path):

@@ -120,8 +120,17 @@ def test_config_from_dict(tmp_path):
     [
         ({"bogus": 1}, "unknown compare setting"),
         ({"train": {"seed": 3}}, "use --seeds"),
-        ({"train": {"epochs": 0}}, "epochs must be a positive integer"),
+        ({"train": {"epochs": 0}}, "epochs must be an integer from 1 to 10,000"),
         ({"seeds": 0}, "--seeds must be >= 1"),
+        (
+            {"seeds": 100_000_000, "policies": ["found.json"]},
+            r"--seeds 100000000 is more than a comparison trains \(100,000,000 seeds x 7 policies = "
+            r"700,000,000 training runs\); expected at most 1,000 seeds per policy",
+        ),
+        (
+            {"seeds": list(range(1001)), "baselines": "standard"},
+            r"--seeds 1001 is .*\(1,001 seeds x 1 policy = 1,001 training runs\)",
+        ),
         ({"seeds": [1, 1]}, "distinct"),
         ({"preset": "huge"}, "unknown training preset 'huge'"),
         ({"cpus_per_run": 0}, "cpus_per_run must be a positive integer"),

@@ -104,3 +104,16 @@ def test_flags_that_set_the_same_setting_conflict_instead_of_the_last_winning(ca
         assert "not allowed with argument" in err[-1] and "--warm-start" in err[-1] and "--no-warm-start" in err[-1]
     assert build_parser().parse_args(["search", "--no-warm-start"]).warm_start == []
     assert build_parser().parse_args(["search", "--warm-start", "autoaugment-svhn"]).warm_start == ["autoaugment-svhn"]
+
+
+@pytest.mark.parametrize("command", ["search", "train", "compare"])
+def test_a_preset_given_twice_with_two_values_is_refused_instead_of_the_last_winning(command, capsys):
+    from autoaug.launch.cli import build_parser
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([command, "--preset", "cpu", "--preset", "smoke"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"autoaug {command}: error: argument --preset: given twice, 'cpu' then 'smoke'; expected one"
+    assert build_parser().parse_args([command, "--preset", "smoke", "--preset", "smoke"]).preset == "smoke"
+    assert build_parser().parse_args([command, "--preset", "smoke"]).preset == "smoke"

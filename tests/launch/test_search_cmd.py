@@ -234,6 +234,63 @@ def test_user_errors_exit_2(tmp_path, capsys, argv, message):
     assert len(err.splitlines()) == 1
 
 
+# Found by trying the CLI as a new user (issue 53): each was accepted, then failed in every trial or
+# ran until stopped. Now refused at the configuration, before the data is decoded or Ray starts.
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--space", "trivialaugment", "--set", "space.num_magnitude_bins=5000"],
+            "invalid search config: SearchSpace.num_magnitude_bins: 5000 is invalid; expected an integer from 1 to "
+            "1,000 (the magnitude bins a policy may have)",
+        ),
+        (
+            ["--set", "space.num_sub_policies=40000"],
+            "invalid search config: SearchSpace.num_sub_policies: 40000 is invalid; expected an integer from 1 to "
+            "32,768 (the sub-policies a policy may hold",
+        ),
+        (
+            ["--sub-policies", "10000"],
+            "top_n 5 x space.num_sub_policies 10,000 = 50,000 sub-policies in the assembled policy, more than a "
+            "policy may hold (32,768)",
+        ),
+        (
+            ["--set", "train.epochs=1000000000000"],
+            "invalid search config: TrainConfig.epochs must be an integer from 1 to 10,000 (5.5x the longest "
+            "published schedule, AutoAugment's 1,800 epochs), got 1000000000000",
+        ),
+        (
+            ["--space", "auto"],  # the smoke preset warm-starts from nothing: the aa space, without a word
+            "--space auto needs --warm-start auto (the family of the published policy that transfers best, measured "
+            "with it); the warm start is none, the smoke preset's: give --warm-start auto, or --space "
+            "aa|randaugment|trivialaugment",
+        ),
+        (
+            ["--space", "auto", "--warm-start", "autoaugment-svhn"],
+            "--space auto needs --warm-start auto (the family of the published policy that transfers best, measured "
+            "with it); the warm start is autoaugment-svhn: give",
+        ),
+        (["--set", "family=auto"], "--space auto needs --warm-start auto"),
+    ],
+)
+def test_a_search_beyond_a_limit_or_asking_auto_without_its_measure_is_one_line_before_any_work(
+    tmp_path, capsys, cifar_train, argv, message
+):
+    code = main(["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "n", *argv, *_dirs(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.startswith(f"autoaug: error: {message}") and err.count("\n") == 1, err
+    assert "decoded" not in out + err and "Ray" not in out + err  # before the data is read, before Ray
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_cpu_presets_auto_family_with_another_warm_start_is_the_spaces_own(tmp_path):
+    # What the preset sets is not what the user asked: --preset cpu --no-warm-start searches aa, as documented.
+    config = _config(["--preset", "cpu", "--no-warm-start", "--name", "n", *_dirs(tmp_path)])
+    assert (config.family, config.warm_start, config.space.family) == ("auto", (), "aa")
+    asked = _config(["--space", "auto", "--name", "n", *_dirs(tmp_path)])  # the cpu preset warm-starts auto
+    assert (asked.family, asked.warm_start) == ("auto", "auto")
+
+
 def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_train):
     run = tmp_path / "runs" / "taken"
     run.mkdir(parents=True)

@@ -119,7 +119,14 @@ def test_train_smoke_end_to_end(cifar_small, small_cifar_test, tmp_path, capsys)
     [
         (["--policy", "no-such-policy"], "--policy 'no-such-policy': not a preset (autoaugment-cifar10"),
         (["--policy", "missing.json"], "--policy 'missing.json': policy file 'missing.json' does not exist"),
-        (["--epochs", "0"], "TrainConfig.epochs must be a positive integer, got 0"),
+        (
+            ["--epochs", "0"],
+            "TrainConfig.epochs must be an integer from 1 to 10,000 (5.5x the longest published schedule, AutoAugment's 1,800 epochs), got 0",
+        ),
+        (
+            ["--epochs", "1000000000000"],
+            "TrainConfig.epochs must be an integer from 1 to 10,000 (5.5x the longest published schedule, AutoAugment's 1,800 epochs), got 1000000000000",
+        ),
         (["--model", "vgg-11"], "unknown model 'vgg-11'"),
         (["--resume"], "--resume: no checkpoint at"),
         (["--train-per-class", "0"], "TrainConfig.train_per_class must be a positive integer or None, got 0"),

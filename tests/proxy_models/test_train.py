@@ -96,7 +96,11 @@ def test_to_dict_is_json_and_round_trips():
     "overrides, match",
     [
         ({"model": "vgg-11"}, r"unknown model 'vgg-11'"),
-        ({"epochs": 0}, r"TrainConfig.epochs must be a positive integer, got 0"),
+        (
+            {"epochs": 0},
+            r"TrainConfig.epochs must be an integer from 1 to 10,000 \(5.5x the longest published .*, got 0",
+        ),
+        ({"epochs": 10**12}, r"TrainConfig.epochs must be an integer from 1 to 10,000 .*, got 1000000000000$"),
         ({"batch_size": 2.5}, r"TrainConfig.batch_size must be a positive integer, got 2.5"),
         ({"lr": 0}, r"TrainConfig.lr must be a positive number, got 0"),
         ({"lr": float("nan")}, r"TrainConfig.lr must be a positive number, got nan"),

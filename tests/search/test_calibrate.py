@@ -329,9 +329,11 @@ def test_calibration_runs_a_whole_shorter_schedule_when_asked(tmp_path, monkeypa
     # Without calibration_epochs: the trials' schedule, under the keys it always had.
     assert calibration_train_config(_config(tmp_path), 0).epochs == config.train.epochs
     with pytest.raises(
-        ValueError, match=r"calibration_epochs: 1 is invalid; expected an integer >= score_window \(2\)"
+        ValueError, match=r"calibration_epochs: 1 is invalid; expected an integer from score_window \(2\) to 10,000"
     ):
         _config(tmp_path, score_window=2, calibration_epochs=1)
+    with pytest.raises(ValueError, match=r"calibration_epochs: 10001 is invalid; .* to 10,000 \(the longest run\)"):
+        _config(tmp_path, score_window=2, calibration_epochs=10_001)
 
 
 def test_bases_within_the_noise_run_again_and_the_choice_is_made_on_all_their_runs(tmp_path, monkeypatch):

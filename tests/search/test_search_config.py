@@ -148,6 +148,11 @@ def test_unknown_preset():
         ({"data": "x", "storage": "s3://bucket/runs"}, "remote: the default SQLite study file needs a local folder"),
         ({"data": "x", "train": {"device": "cuda"}}, "train.device is 'cuda' but gpus_per_trial is 0"),
         ({"data": "x", "gpus_per_trial": 0.5}, "gpus_per_trial is 0.5 but train.device is 'cpu'"),
+        (
+            {"data": "x", "space": {"num_sub_policies": 10_000}},  # the assembled policy: 5 trials' sub-policies
+            r"top_n 5 x space.num_sub_policies 10,000 = 50,000 sub-policies in the assembled policy, more than a "
+            r"policy may hold \(32,768\); lower --top-n or --sub-policies",
+        ),
     ],
 )
 def test_check_runnable(overrides, message):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import optuna
 import pytest
@@ -133,6 +134,42 @@ def test_custom_shape_and_exclusions():
 def test_bad_space_is_rejected_with_the_field_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SearchSpace(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"num_sub_policies": 40_000},  # about 10^259641 policies, none of which a Policy may hold
+            r"SearchSpace.num_sub_policies: 40000 is invalid; expected an integer from 1 to 32,768 \(the sub-policies "
+            "a policy may hold",
+        ),
+        (
+            {"ops_per_sub_policy": 17},
+            r"SearchSpace.ops_per_sub_policy: 17 is invalid; expected an integer from 1 to 16 \(the operations",
+        ),
+        (
+            {"family": "trivialaugment", "num_magnitude_bins": 5000},  # every trial failed with it (issue 53)
+            r"SearchSpace.num_magnitude_bins: 5000 is invalid; expected an integer from 1 to 1,000 \(the magnitude",
+        ),
+        ({"num_magnitude_bins": 1001}, r"num_magnitude_bins: 1001 is invalid; expected an integer from 1 to 1,000"),
+    ],
+)
+def test_a_space_larger_than_a_policy_may_hold_is_refused_with_the_limit(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SearchSpace(**kwargs)
+
+
+def test_a_space_at_the_policy_limits_makes_policies():
+    from autoaug.policies.policy import MAX_MAGNITUDE_BINS, MAX_OPS_PER_SUB_POLICY, MAX_SUB_POLICIES
+
+    space = SearchSpace(num_sub_policies=MAX_SUB_POLICIES, ops_per_sub_policy=2, num_magnitude_bins=MAX_MAGNITUDE_BINS)
+    policy = space.to_policy(space.random_params(random.Random(0)))
+    assert len(policy.sub_policies) == MAX_SUB_POLICIES and policy.num_magnitude_bins == MAX_MAGNITUDE_BINS
+    deep = SearchSpace(num_sub_policies=1, ops_per_sub_policy=MAX_OPS_PER_SUB_POLICY)
+    assert len(deep.to_policy(deep.random_params(random.Random(0))).sub_policies[0]) == MAX_OPS_PER_SUB_POLICY
+    wide = SearchSpace(family="trivialaugment", num_magnitude_bins=MAX_MAGNITUDE_BINS)
+    assert wide.to_policy(wide.random_params(random.Random(0))).num_magnitude_bins == MAX_MAGNITUDE_BINS
 
 
 def test_decoding_rejects_bad_parameters():

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
+from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
 from autoaug.search.decide.rescore import Candidate
 from autoaug.search.methods.base import (
@@ -158,6 +159,12 @@ class TrainMethod(Method):
         check_validation_left_to_the_method(
             t, "the search chooses the epochs its trials validate (those its score is read from, trial_train_config)"
         )
+        k = config.space.num_sub_policies
+        if assembly_rule(config.space.family) == "concatenate" and s.top_n * k > MAX_SUB_POLICIES:
+            raise ValueError(
+                f"top_n {s.top_n} x space.num_sub_policies {k:,} = {s.top_n * k:,} sub-policies in the assembled "
+                f"policy, more than a policy may hold ({MAX_SUB_POLICIES:,}); lower --top-n or --sub-policies"
+            )
         if s.early_stopping and s.grace_period > t.epochs:
             raise ValueError(
                 f"grace_period {s.grace_period} exceeds train.epochs {t.epochs}: ASHA "

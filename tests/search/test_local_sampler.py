@@ -102,6 +102,32 @@ def test_local_is_a_sampler_of_the_search_and_takes_no_startup_trials():
         LocalSampler(margin=-0.1)
 
 
+def test_the_margin_is_the_noise_calibration_measured_for_two_single_runs():
+    from autoaug.search.decide.calibrate import incumbent_margin
+    from autoaug.search.decide.noise import Noise
+
+    def stage(noise):
+        return {"noise": {**noise.to_dict(), "threshold": 0.01, "source": "..."}}
+
+    bases = Noise(sampling=0.002, training=0.003, measured_training=0.004, df=1, paired=True)
+    published = Noise(sampling=0.003, training=0.004, measured_training=None, df=0, paired=True)
+    margin, source = incumbent_margin({"base": stage(bases), "transfer": stage(published)})
+    assert margin == pytest.approx(2 * 0.005 * 2**0.5) and source == published.source()  # the published policies' race
+    assert incumbent_margin({"base": stage(bases)})[0] == pytest.approx(2 * bases.sd * 2**0.5)
+    assert incumbent_margin({}) is None and incumbent_margin(None) is None
+
+
+def test_autoaug_search_takes_sampler_local(tmp_path):
+    from autoaug.launch.cli import build_parser
+    from autoaug.launch.search_cmd import build_search_config
+
+    argv = ["search", "--preset", "cpu", "--sampler", "local", "--name", "n", "--storage", str(tmp_path)]
+    config = build_search_config(build_parser().parse_args(argv))
+    assert config.sampler == "local" and config.warm_start == "auto"  # the preset's calibration gives the margin
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["search", "--sampler", "locale"])
+
+
 # ----------------------------------------------------------------------------------------------
 # Its decisions
 

@@ -102,7 +102,10 @@ class LocalSampler(optuna.samplers.BaseSampler):
         space = {name: dist for name, dist in search_space.items() if name in inc.params}
         inert = _inert_params(study)
         tried = _tried(study.get_trials(deepcopy=False), space, inert, exclude=trial.number)
-        return self.propose(dict(inc.params), space, tried, self._rng(trial.number), inert)
+        try:
+            return self.propose(dict(inc.params), space, tried, self._rng(trial.number), inert)
+        except (ValueError, TypeError):  # the incumbent is no point of these distributions: a draw
+            return {}
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution

@@ -534,6 +534,12 @@ def test_where_nothing_beats_the_published_policy_the_search_stores_it_and_says_
         tuple((op.op, round(op.probability, 6), op.magnitude_bin) for op in sub) for sub in outcome.policy.sub_policies
     ]
     assert sorted(stored) == sorted(published) and outcome.policy.base == "crop"
+    from autoaug.launch.summary import provenance_lines
+
+    margin = outcome.provenance["optuna"]["sampler_margin"]  # the calibration's noise of two single runs
+    assert 0 < margin < 0.1
+    shown = "\n".join(provenance_lines(outcome.provenance))  # autoaug policies show
+    assert f"sampler local (its incumbent replaced beyond {margin * 100:.2f} points, the measured noise)" in shown
     summary = outcome.summary()
     assert (
         "none of the search's own candidates beat the best published policy" in summary

@@ -222,12 +222,13 @@ class TrainMethod(Method):
             run_dir=run.uri,
         )
         budget = search.budget
+        margin = _sampler_margin(search)  # (a restored searcher has it already: the same, from calibration.json)
         if can_restore(run.uri):
             tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
         else:
             # The first proposals are the known sub-policies (a fresh study only).
             points = warm_start_points(config.warm_start, config.space, store=config.store) if config.warm_start else ()
-            exp = dataclasses.replace(exp, warm_start=tuple(points), sampler_margin=_sampler_margin(search))
+            exp = dataclasses.replace(exp, warm_start=tuple(points), sampler_margin=margin)
             tuner = build_tuner(config, exp, search.display, budget)
         fit(tuner)
 
@@ -270,6 +271,7 @@ class TrainMethod(Method):
                 "num_trials": len(study.trials),
                 "consistent_with_tune": not problems,
                 "problems": problems,
+                **({"sampler_margin": margin} if margin is not None else {}),
             },
         )
 

@@ -5,7 +5,8 @@ command reuses every finished search and every finished re-scoring run):
 
 1. **searches** -- ``autoaug search --preset cpu --num-trials N --sampler S`` for each ``N`` of
    ``--trials`` (default 28, 100, 300) and each ``S`` of ``--samplers`` (default ``tpe`` and
-   ``random``: Optuna's RandomSampler), in that order. The first search measures the base and
+   ``random``: Optuna's RandomSampler; ``tpe,random,local`` adds a column of the ``local``
+   sampler, moves from the incumbent), in that order. The first search measures the base and
    the published policies on the data (the preset's calibration); the others reuse its runs
    (``--calibration-from``: the same data, split and proxy), so every search starts from the same
    base and warm start and spends its time on its trials (``--own-calibration``: each measures
@@ -410,7 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)",
     )
     p.add_argument("--trials", default="28,100,300", help="numbers of trials, comma-separated")
-    p.add_argument("--samplers", default="tpe,random", help="autoaug search --sampler values, comma-separated")
+    p.add_argument(
+        "--samplers",
+        default="tpe,random",
+        help="autoaug search --sampler values, comma-separated (a column each; e.g. tpe,random,local)",
+    )
     p.add_argument("--preset", default="cpu", help="autoaug search --preset")
     p.add_argument("--search-seed", type=int, default=0, help="autoaug search --seed")
     p.add_argument("--search-args", default="", help="more autoaug search arguments (new searches only)")

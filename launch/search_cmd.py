@@ -423,7 +423,7 @@ def _shared() -> tuple[Option, ...]:
             key="sampler",
             group="what",
             choices=_choices("SAMPLERS"),
-            help="Optuna sampler (default tpe: multivariate TPE)",
+            help="Optuna sampler (default tpe: multivariate TPE; local: moves from the incumbent, the warm start)",
         ),
         option(
             "--startup-trials",

@@ -109,7 +109,9 @@ def _made_lines(p: Mapping[str, Any]) -> list[str]:
     if "seed" in config:
         how.append(f"seed {config['seed']}")
     if config.get("sampler") and (p.get("optuna") or {}).get("study_name"):
-        how.append(f"sampler {config['sampler']}")
+        margin = (p.get("optuna") or {}).get("sampler_margin")  # (a sampler that moves from an incumbent)
+        beyond = f" (its incumbent replaced beyond {margin * 100:.2f} points, the measured noise)" if margin else ""
+        how.append(f"sampler {config['sampler']}{beyond}")
     lines = [_field("search", ", ".join(how))]
     if name:
         lines.append(_field("method", name + (f": {method.help}" if method is not None else "")))

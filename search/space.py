@@ -522,6 +522,38 @@ class SearchSpace:
             )
         return params
 
+    def inert_params(self, params: Mapping[str, Any]) -> frozenset[str]:
+        """The parameters the policy of the point ``params`` does not depend on (changing one
+        alone gives the same augmentation): ``aa``: an operation's type and bin at probability 0,
+        the bin of an operation without a magnitude (AutoContrast, Equalize, Invert); the others:
+        ``n`` and ``m`` / ``max_bin`` when no operation is chosen, ``m`` / ``max_bin`` when no chosen
+        one has a magnitude. (The ``local`` sampler moves none of them and counts points that differ
+        only there as one: :mod:`autoaug.search.tune.local_sampler`.)
+
+        >>> sorted(SearchSpace(num_sub_policies=1).inert_params(
+        ...     {"sp0_op0_type": "Invert", "sp0_op0_prob": 0.5, "sp0_op0_mag": 3,
+        ...      "sp0_op1_type": "Rotate", "sp0_op1_prob": 0.0, "sp0_op1_mag": 3}))
+        ['sp0_op0_mag', 'sp0_op1_mag', 'sp0_op1_type']
+        """
+        inert: set[str] = set()
+        has_magnitude = {op: _ops.REGISTRY[op].has_magnitude for op in self.op_choices}
+        if self.family != "aa":
+            chosen = [op for op in self.op_choices if params.get(self.use_name(op))]
+            if not chosen:
+                inert.update(["n"] if self.family == "randaugment" else [])
+            if not any(has_magnitude[op] for op in chosen):
+                inert.add(self._magnitude_param)
+            return frozenset(inert)
+        for i in range(self.num_sub_policies):
+            for j in range(self.ops_per_sub_policy):
+                tname, pname, mname = (self.param_name(i, j, f) for f in PARAM_FIELDS)
+                prob = params.get(pname)
+                if isinstance(prob, numbers.Real) and round(float(prob) * (self.num_probabilities - 1)) == 0:
+                    inert.update((tname, mname))
+                elif not has_magnitude.get(params.get(tname), True):
+                    inert.add(mname)
+        return frozenset(inert)
+
     def describe_point(self, params: Mapping[str, Any]) -> str:
         """One short line of a point of the space: ``aa``: its sub-policies; the others: the
         operations chosen and ``N``/``M`` or the bins (``identity`` when none is chosen)."""

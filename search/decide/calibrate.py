@@ -78,6 +78,7 @@ __all__ = [
     "rank_transfer",
     "transfer_candidate",
     "describe_calibration",
+    "incumbent_margin",
 ]
 
 AUTO = "auto"
@@ -621,6 +622,21 @@ def transfer_candidate(
         prefix = f"transfer:{transfer['best']}/seed="
         measured = tuple(runs[k] for k in sorted(runs) if k.startswith(prefix) and "/epochs=" not in k)
     return Candidate("transfer", policy, (), None, measured)
+
+
+def incumbent_margin(record: Mapping[str, Any] | None) -> tuple[float, str] | None:
+    """How far one trial's score must beat another's to be told apart, as the calibration
+    measured the noise (the published policies' race, else the bases'): twice the standard error
+    of the difference of two single runs, and what measured it -- the margin by which the
+    ``local`` sampler replaces its incumbent (:mod:`autoaug.search.tune.local_sampler`). None: no
+    calibration, or one that measured no noise. (A calibration of shorter runs than the trials'
+    measured the spread of those runs: the nearest measurement the search has.)"""
+    for stage in ("transfer", "base"):
+        noise = ((record or {}).get(stage) or {}).get("noise")
+        if noise and noise.get("sd") is not None:
+            measured = Noise(**{f.name: noise[f.name] for f in dataclasses.fields(Noise)})
+            return 2 * difference_se(measured, 1, 1), measured.source()
+    return None
 
 
 def _pts(value: float) -> str:

@@ -28,7 +28,11 @@ from autoaug.core.errors import AutoaugError, UserInputError
 from autoaug.policies import Policy, resolve_policy
 from autoaug.search.space import SearchSpace
 
-__all__ = ["warm_start_policies", "warm_start_points", "FAMILY_REFERENCE"]
+__all__ = ["warm_start_policies", "warm_start_points", "FAMILY_REFERENCE", "WARM_START_ATTR"]
+
+#: Optuna user attribute (its index among the warm-start points) of a trial enqueued from the warm
+#: start: where the ``local`` sampler starts (:mod:`autoaug.search.tune.local_sampler`).
+WARM_START_ATTR = "autoaug_warm_start"
 
 #: Per space family, the published policy that is a point of it (what ``warm_start: auto`` checks
 #: the space's capacity with: AutoAugment's 25 sub-policies are 5 candidates of the ``aa`` space).

@@ -51,6 +51,7 @@ import optuna
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
+from autoaug.search.decide.warm_start import WARM_START_ATTR
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.tune.loggers import experiment_loggers
 from autoaug.search.tune.progress import ProgressCallback, TuneTrialLines
@@ -102,6 +103,9 @@ class Experiment:
     callbacks: Sequence[Any] = ()
     #: What proposes the trials, in the MLflow tags; None: the search's Optuna sampler.
     proposer: str | None = None
+    #: How far a trial must beat the incumbent to replace it, for a sampler that moves from one
+    #: (``local``); None: the best finished trial is the incumbent.
+    sampler_margin: float | None = None
 
     @property
     def uri(self) -> str:
@@ -132,9 +136,10 @@ def _study_search(config: SearchConfig, exp: Experiment) -> Any:
         seed=exp.seed,
         startup_trials=config.startup_trials,
         max_steps=exp.max_steps,
+        sampler_margin=exp.sampler_margin,
     )
-    for params in exp.warm_start:  # a fresh study only: a restored one has its enqueued trials
-        searcher.study.enqueue_trial(dict(params), skip_if_exists=True)
+    for i, params in enumerate(exp.warm_start):  # a fresh study only: a restored one has its enqueued trials
+        searcher.study.enqueue_trial(dict(params), user_attrs={WARM_START_ATTR: i}, skip_if_exists=True)
     searcher.study.set_user_attr(  # whose study it is, in a database other searches share too
         SEARCH_ATTR, {"name": exp.name, "run_dir": exp.run_dir or exp.uri, "space": config.space.to_dict()}
     )

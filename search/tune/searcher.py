@@ -73,6 +73,7 @@ from autoaug.search.tune.study import (
     REPLACES_ATTR,
     RETRY_ATTR,
     TUNE_TRIAL_ATTR,
+    WARM_START_ATTR,
     make_sampler,
     make_storage,
     study_trials_by_tune_id,
@@ -220,7 +221,8 @@ class StoppedTrials:
 class StudySearcher(Searcher):
     """A Tune searcher that proposes trials from the Optuna study ``study_name`` in the storage at
     ``storage_url``, over the Optuna distributions ``space``, with the sampler ``sampler``
-    (:func:`~autoaug.search.tune.study.make_sampler`: name, ``seed``, ``startup_trials``). A trial that
+    (:func:`~autoaug.search.tune.study.make_sampler`: name, ``seed``, ``startup_trials``,
+    ``sampler_margin``). A trial that
     ends before ``max_steps`` results without an error was stopped by the scheduler (ASHA, the time
     budget) and is recorded ``PRUNED``. See the module documentation for a restore."""
 
@@ -236,15 +238,18 @@ class StudySearcher(Searcher):
         seed: int = 0,
         startup_trials: int | None = None,
         max_steps: int | None = None,
+        sampler_margin: float | None = None,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
         self.space = dict(space)
         self.study_name = study_name
         self.storage_url = storage_url
         self.sampler_spec = (sampler, int(seed), startup_trials)
+        #: How far a trial must beat the incumbent to replace it (a ``local`` sampler's margin).
+        self.sampler_margin = sampler_margin
         self.max_steps = max_steps
         self._reset()
-        self._study: optuna.Study | None = self._open_study(make_sampler(sampler, int(seed), startup_trials))
+        self._study: optuna.Study | None = self._open_study(self._sampler(int(seed)))
 
     # -- state ------------------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -265,14 +270,18 @@ class StudySearcher(Searcher):
         return {k: v for k, v in self.__dict__.items() if k not in self._SESSION_STATE}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"sampler_margin": None, **state})  # (saved before the margin existed: none)
         self._reset()
+
+    def _sampler(self, seed: int) -> optuna.samplers.BaseSampler:
+        name, _, startup_trials = self.sampler_spec
+        return make_sampler(name, seed, startup_trials, margin=self.sampler_margin)
 
     @property
     def study(self) -> optuna.Study:
         """The Optuna study the searcher asks and tells."""
         if self._study is None:
-            self._study = self._open_study(make_sampler(*self.sampler_spec))
+            self._study = self._open_study(self._sampler(self.sampler_spec[1]))
         return self._study
 
     def _open_study(self, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -435,9 +444,9 @@ class StudySearcher(Searcher):
         # The sampler's random state is the study's start's: replaying it would propose the same
         # policies as before the crash. A fresh sampler seeded from (seed, trials in the study)
         # proposes new ones, reproducibly.
-        name, seed, startup_trials = self.sampler_spec
+        seed = self.sampler_spec[1]
         num_trials = len(optuna.load_study(study_name=self.study_name, storage=make_storage(self.storage_url)).trials)
-        self._study = self._open_study(make_sampler(name, (seed + 1_000_003 * num_trials) % 2**32, startup_trials))
+        self._study = self._open_study(self._sampler((seed + 1_000_003 * num_trials) % 2**32))
         self._reconcile()
 
     def _reconcile(self) -> None:
@@ -457,6 +466,8 @@ class StudySearcher(Searcher):
             if ft.number not in replaced:
                 tid = ft.user_attrs.get(TUNE_TRIAL_ATTR)
                 attrs: dict[str, Any] = {REPLACES_ATTR: ft.number}
+                if WARM_START_ATTR in ft.user_attrs:  # (where the local sampler starts)
+                    attrs[WARM_START_ATTR] = ft.user_attrs[WARM_START_ATTR]
                 if tid in resumed and latest[tid].number == ft.number:
                     attrs[TUNE_TRIAL_ATTR] = tid
                 params = {k: v for k, v in ft.params.items() if k in self.space}

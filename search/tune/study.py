@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import MissingExtraError, RunExistsError, UserInputError
 from autoaug.search.decide.assemble import TrialRecord
+from autoaug.search.decide.warm_start import WARM_START_ATTR
 from autoaug.search.run_dir import STUDY_FILE, RunDir
 from autoaug.search.space import SearchSpace
 
@@ -46,6 +47,7 @@ __all__ = [
     "FINAL_STEP_ATTR",
     "RETRY_ATTR",
     "REPLACES_ATTR",
+    "WARM_START_ATTR",
 ]
 
 #: Optuna user attribute holding the Ray Tune trial id of each Optuna trial.
@@ -77,6 +79,8 @@ class Sampler:
     build: Callable[[int, dict[str, Any]], optuna.samplers.BaseSampler]  # (seed, extra kwargs) -> sampler
     #: Takes ``n_startup_trials``: random proposals before its model of the scores takes over.
     models_scores: bool = False
+    #: Moves from an incumbent, replaced only beyond ``margin`` (the measured noise): takes ``margin``.
+    takes_margin: bool = False
 
 
 #: The samplers, by the name ``--sampler`` / ``sampler:`` takes (the first is the default).
@@ -105,7 +109,21 @@ SAMPLERS: Mapping[str, Sampler] = {
         lambda seed, kw: _optuna().samplers.GPSampler(seed=seed, **kw),
         models_scores=True,
     ),
+    # Candidates as moves from the incumbent (the warm start until a trial beats it beyond the
+    # margin): search/tune/local_sampler.py.
+    "local": Sampler(
+        "moves from the incumbent: one op, probability or magnitude changed at a time",
+        None,
+        lambda seed, kw: _local_sampler(seed, **kw),
+        takes_margin=True,
+    ),
 }
+
+
+def _local_sampler(seed: int, margin: float | None = None) -> optuna.samplers.BaseSampler:
+    from autoaug.search.tune.local_sampler import LocalSampler
+
+    return LocalSampler(seed=seed, margin=margin or 0.0)
 
 
 def model_samplers() -> list[str]:
@@ -113,12 +131,16 @@ def model_samplers() -> list[str]:
     return [name for name, s in SAMPLERS.items() if s.models_scores]
 
 
-def make_sampler(name: str, seed: int, startup_trials: int | None = None) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, seed: int, startup_trials: int | None = None, margin: float | None = None
+) -> optuna.samplers.BaseSampler:
     """The Optuna sampler called ``name`` (see :data:`SAMPLERS`), seeded.
 
     ``startup_trials``: a model-based sampler (``tpe``, ``gp``, ``cmaes``) proposes at random
     until this many trials have finished (enqueued warm-start trials included), then from its
-    model; None: Optuna's default (10 for TPE and GP, 1 for CMA-ES).
+    model; None: Optuna's default (10 for TPE and GP, 1 for CMA-ES). ``margin``: how far a
+    finished trial must beat the incumbent to replace it, for a sampler that moves from one
+    (``local``; the others ignore it); None: 0.
     """
     import optuna
 
@@ -131,7 +153,9 @@ def make_sampler(name: str, seed: int, startup_trials: int | None = None) -> opt
             f"scores; expected startup_trials unset, or one of the samplers "
             f"{', '.join(model_samplers())}"
         )
-    kwargs = {} if startup_trials is None else {"n_startup_trials": startup_trials}
+    kwargs: dict[str, Any] = {} if startup_trials is None else {"n_startup_trials": startup_trials}
+    if spec.takes_margin and margin is not None:
+        kwargs["margin"] = margin
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return spec.build(seed, kwargs)

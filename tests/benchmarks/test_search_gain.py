@@ -72,6 +72,16 @@ def test_the_table_has_a_row_per_trials_and_cells_per_sampler(stats):
     assert unfinished.endswith("(unfinished)")
 
 
+def test_a_third_sampler_is_a_third_pair_of_columns(stats):
+    warm = {s: 0.5 for s in range(5)}
+    cells = {(28, "local"): stats.gain_cell({s: 0.52 + 0.001 * s for s in range(5)}, warm)}
+    rows = stats.gain_table(cells, {}, [28], ["tpe", "random", "local"])
+    assert rows[0].count(": gain, points") == 3 and rows[0].index("random:") < rows[0].index("local:")
+    assert rows[1] == "|---:|" + "---|---:|" * 3
+    assert rows[2].startswith("| 28 | – | – | – | – | **+2.") and rows[2].count("|") == 8
+    assert stats.best_cell(cells) == (28, "local")
+
+
 def test_the_best_cell_has_the_highest_gain_and_never_the_warm_start_itself(stats):
     cell = {"n": 5, "mean": 0.01}
     cells = {

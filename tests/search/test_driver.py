@@ -219,6 +219,7 @@ def test_warm_start_points_the_time_budget_never_reached_are_not_a_problem(tmp_p
         ("qmc", "QMCSampler"),
         ("cmaes", "CmaEsSampler"),
         ("gp", "GPSampler"),
+        ("local", "LocalSampler"),
     ],
 )
 def test_samplers_by_name_are_seeded(name, cls):

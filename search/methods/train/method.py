@@ -229,12 +229,14 @@ class TrainMethod(Method):
             run_dir=run.uri,
         )
         budget = search.budget
+        margin = _sampler_margin(search)  # (a restored searcher has it already: the same, from calibration.json)
         if can_restore(run.uri):
             tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
         else:
             # The first proposals are the known sub-policies (a fresh study only).
             points = warm_start_points(config.warm_start, config.space, store=config.store) if config.warm_start else ()
-            tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display, budget)
+            exp = dataclasses.replace(exp, warm_start=tuple(points), sampler_margin=margin)
+            tuner = build_tuner(config, exp, search.display, budget)
         fit(tuner)
 
         study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
@@ -276,8 +278,34 @@ class TrainMethod(Method):
                 "num_trials": len(study.trials),
                 "consistent_with_tune": not problems,
                 "problems": problems,
+                **({"sampler_margin": margin} if margin is not None else {}),
             },
         )
+
+
+def _sampler_margin(search: PreparedSearch) -> float | None:
+    """For a sampler that moves from an incumbent (``local``): the noise the calibration measured,
+    by which a trial must beat the incumbent to replace it (said in one line); None: no
+    calibration (the best finished trial is the incumbent), or another sampler."""
+    from autoaug.search.decide.calibrate import CALIBRATION_FILE, incumbent_margin
+    from autoaug.search.tune.study import SAMPLERS
+
+    config, run = search.config, search.run
+    if not SAMPLERS[config.sampler].takes_margin:
+        return None
+    record = run.read_json(CALIBRATION_FILE).get("record") if run.exists(CALIBRATION_FILE) else None
+    measured = incumbent_margin(record)
+    if measured is None:
+        search.display.log(
+            f"sampler {config.sampler}: no noise measured (no calibration): the best finished trial is the incumbent"
+        )
+        return None
+    margin, source = measured
+    search.display.log(
+        f"sampler {config.sampler}: a trial replaces the incumbent when it beats it by more than "
+        f"{margin * 100:.2f} points (twice the standard error of two runs' difference; {source})"
+    )
+    return margin
 
 
 def final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list[Candidate]:

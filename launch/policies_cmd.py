@@ -329,7 +329,8 @@ def _print_full_provenance(record) -> None:
         from autoaug.search.budget import describe_budget
         from autoaug.search.decide.calibrate import describe_calibration  # light: no Ray, no Optuna
         from autoaug.search.decide.op_effects import describe_effects
-        from autoaug.search.decide.rescore import describe_selection, ran_text
+        from autoaug.search.decide.rescore import describe_selection
+        from autoaug.search.records import ran_text
 
         for heading, lines in (
             ("measured before the search", describe_calibration(record.provenance.get("calibration"))),

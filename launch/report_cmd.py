@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from autoaug.launch.output import dump_json
     from autoaug.search.config import default_runs_root
     from autoaug.search.decide.op_effects import describe_effects, plot_effects
-    from autoaug.search.decide.rescore import describe_selection, ran_text
+    from autoaug.search.decide.rescore import describe_selection
+    from autoaug.search.records import ran_text
     from autoaug.search.report import importances, load_report_data, op_frequencies, top_trials, write_report
     from autoaug.search.run_dir import RESULT_FILE, RunDir
 

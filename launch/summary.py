@@ -226,7 +226,8 @@ def _measured_lines(p: Mapping[str, Any]) -> list[str]:
     selection = p.get("selection") or {}
     versus = selection.get("versus_transfer")
     if versus and isinstance(versus.get("margin"), (int, float)):
-        from autoaug.search.decide.rescore import gain_text, ran_text
+        from autoaug.search.decide.rescore import gain_text
+        from autoaug.search.records import ran_text
 
         than = winner or "the best published policy"
         ran = ran_text(p)

@@ -14,7 +14,20 @@ from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 from autoaug.search.space import SearchSpace
 
-__all__ = ["SearchOutcome", "describe_data", "outcome_from_result"]
+__all__ = ["SearchOutcome", "describe_data", "outcome_from_result", "ran_text"]
+
+
+def ran_text(provenance: Mapping[str, Any] | None) -> str | None:
+    """What a search ran, from its provenance, as the gain over its starting policy is said with
+    it (``+0.09 [-0.55, +0.73] points after 28 trials``: in the unit of its method); None when the
+    provenance does not say."""
+    p = provenance or {}
+    n = (p.get("counts") or {}).get("trials")
+    if not isinstance(n, int):
+        return None
+    method = METHODS.get(((p.get("search") or {}).get("config") or {}).get("method", ""))
+    unit = getattr(method, "unit", "trials")
+    return f"{n} {unit.removesuffix('s') if n == 1 else unit}"
 
 
 @dataclass(frozen=True)
@@ -115,7 +128,7 @@ class SearchOutcome:
                 f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
                 f"{scores}; stored: {selection['chosen']}"
             )
-            from autoaug.search.decide.rescore import describe_selection, ran_text
+            from autoaug.search.decide.rescore import describe_selection
 
             lines += describe_selection(selection, ran_text(self.provenance))
         if self.method is not None:  # what the method's own record says (a PBA search: its schedule)

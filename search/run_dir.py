@@ -20,10 +20,18 @@ from autoaug.core.errors import RunExistsError
 from autoaug.core.location import Location
 from autoaug.core.metrics import metrics_json
 
+#: The Optuna study attribute naming the search a study belongs to (``{"name", "run_dir", "space"}``,
+#: written by :mod:`autoaug.search.tune.experiment` when it opens the study): how a search tells
+#: its own study from another search's of the same name in a shared database
+#: (:func:`autoaug.search.tune.study.check_studies`), and how the ``local`` sampler knows the
+#: search's space (:mod:`autoaug.search.tune.local_sampler`).
+SEARCH_ATTR = "autoaug_search"
+
 __all__ = [
     "utc_now",
     "RunDir",
     "RunState",
+    "SEARCH_ATTR",
     "CONFIG_FILE",
     "RESULT_FILE",
     "STUDY_FILE",

@@ -56,7 +56,6 @@ __all__ = [
     "choose",
     "describe_selection",
     "gain_text",
-    "ran_text",
 ]
 
 RESCORE_FILE = "rescore.json"
@@ -384,20 +383,6 @@ def gain_text(versus: Mapping[str, Any]) -> str:
         return f"{margin:+.2f} points"
     half *= 100
     return f"{margin:+.2f} [{margin - half:+.2f}, {margin + half:+.2f}] points"
-
-
-def ran_text(provenance: Mapping[str, Any] | None) -> str | None:
-    """What a search ran, from its provenance, as :func:`describe_selection` says it ("28 trials",
-    in the unit of its method); None when the provenance does not say."""
-    p = provenance or {}
-    n = (p.get("counts") or {}).get("trials")
-    if not isinstance(n, int):
-        return None
-    from autoaug.search.config import METHODS  # the registry: neither Ray nor Optuna
-
-    method = METHODS.get(((p.get("search") or {}).get("config") or {}).get("method", ""))
-    unit = getattr(method, "unit", "trials")
-    return f"{n} {unit.removesuffix('s') if n == 1 else unit}"
 
 
 def describe_selection(selection: Mapping[str, Any] | None, ran: str | None = None) -> list[str]:

@@ -52,8 +52,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from autoaug.search.decide.warm_start import WARM_START_ATTR
+from autoaug.search.run_dir import SEARCH_ATTR
 from autoaug.search.space import SearchSpace
-from autoaug.search.tune.study import SEARCH_ATTR
 
 __all__ = ["LocalSampler", "MAX_STEPS"]
 

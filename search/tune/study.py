@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from autoaug.core.errors import MissingExtraError, RunExistsError, UserInputError
 from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.decide.warm_start import WARM_START_ATTR
-from autoaug.search.run_dir import STUDY_FILE, RunDir
+from autoaug.search.run_dir import SEARCH_ATTR, STUDY_FILE, RunDir
 from autoaug.search.space import SearchSpace
 
 if TYPE_CHECKING:  # optuna is imported where used: `autoaug --help` lists SAMPLERS without it
@@ -165,10 +165,6 @@ def make_sampler(
 # Storages
 
 
-#: The study attribute naming the search a study belongs to (``{"name", "run_dir", "space"}``,
-#: written by :mod:`autoaug.search.tune.experiment` when it opens the study): how a search tells
-#: its own study from another search's of the same name in a shared database.
-SEARCH_ATTR = "autoaug_search"
 #: The driver ``postgresql://`` means: psycopg 3, which the ``postgres`` extra installs (SQLAlchemy
 #: 2.0 would take psycopg2 by default, 2.1 psycopg: the same on both).
 POSTGRES_DRIVER = "psycopg"

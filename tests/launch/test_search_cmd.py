@@ -426,8 +426,8 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     and starts with the time budget less what the killed session spent (the time no driver ran is
     not counted), says so, and the result records both sessions. The killed driver was one of two
     started at once with the same name and storage: the other is refused (exit 2, one line)
-    before it trains anything, and the run the first one holds finishes intact (its resume
-    above). (One pair of drivers for the four behaviours: each pair costs about 40 CPU-s of the
+    before it trains anything, and the run the first one holds finishes intact (through its
+    resume). (One pair of drivers for the four behaviours: each pair costs about 40 CPU-s of the
     suite.)"""
     from autoaug.search.budget import format_duration
 
@@ -461,20 +461,24 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     # Two drivers started at once, the same command (the failpoint fires once, in whichever trains):
     # one takes the run and is killed by SIGKILL there; the other is refused before it trains.
     armed = failpoints_armed(f"search.after_trial_saved:{kill_after}=kill", env)
+    logs = [(tmp_path / f"driver{i}.out", tmp_path / f"driver{i}.err") for i in range(2)]
+    files = [(open(out, "w"), open(err, "w")) for out, err in logs]  # (files: no pipe to drain or hold open)
     procs = [
-        subprocess.Popen(
-            argv, cwd=REPO, env=armed, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
-        for _ in range(2)
+        subprocess.Popen(argv, cwd=REPO, env=armed, stdout=out, stderr=err, start_new_session=True)
+        for out, err in files
     ]
     try:
-        outputs = [p.communicate(timeout=300) for p in procs]
+        for p in procs:
+            p.wait(timeout=300)  # an event: the process ends (refused, or killed at the failpoint)
     finally:
         for p in procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver's session
             except ProcessLookupError:
                 pass
+        for out, err in files:
+            out.close(), err.close()
+    outputs = [(out.read_text(), err.read_text()) for out, err in logs]
     codes = [p.returncode for p in procs]
     assert sorted(codes) == [-signal.SIGKILL, 2], [o[1][-2000:] for o in outputs]
     assert failpoints_armed.fired("search.after_trial_saved")

@@ -278,32 +278,10 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_smal
 
 
 @pytest.mark.slow
-def test_search_with_address_uses_both_nodes(ray_cluster, cifar_small, tmp_path):
-    from autoaug.policies.store import PolicyStore
-
-    proc = ray_cluster.run(
-        str(BIN / "autoaug"), *_search_args(cifar_small, tmp_path, "addrsearch"), "--address", ray_cluster.gcs_address
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    record = PolicyStore(str(tmp_path / "store")).get("addrsearch@latest")
-    assert len(record.policy.sub_policies) > 0
-
-    # The driver was an ordinary process here: find its Ray job by its entrypoint.
-    drivers = [
-        j
-        for j in ray_cluster.api("/api/jobs/")
-        if j["type"] == "DRIVER"
-        and "addrsearch" in (j.get("entrypoint") or "")
-        and "autoaug.launch.cli" not in j["entrypoint"]
-    ]
-    assert len(drivers) == 1, drivers
-    nodes = _trial_nodes(ray_cluster, drivers[0]["job_id"])
-    assert len(nodes) >= 2, nodes
-    assert set(nodes.values()) == {n["node_id"] for n in ray_cluster.alive_nodes()}
-
-
-@pytest.mark.slow
 def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes(ray_cluster, cifar_small, tmp_path):
+    """``autoaug search --address`` (the driver an ordinary process joining the cluster; for the
+    training method's trials, placed on both nodes through a Ray Job, see
+    test_launch_runs_a_search_as_a_ray_job_on_both_nodes; PBA's below)."""
     from autoaug.policies.store import PolicyStore
 
     proc = ray_cluster.run(
@@ -325,12 +303,14 @@ def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     record = PolicyStore(str(tmp_path / "store")).get("densaddr@latest")
     assert record.provenance["method"]["name"] == "density"
-    assert len(record.provenance["trials"]) == 4
+    assert len(record.provenance["trials"]) == 4 and len(record.policy.sub_policies) > 0
 
+    # The driver was an ordinary process here: find its Ray job by its entrypoint.
     drivers = [
         j for j in ray_cluster.api("/api/jobs/") if j["type"] == "DRIVER" and "densaddr" in (j.get("entrypoint") or "")
     ]
     assert len(drivers) == 1, drivers
+    assert "autoaug.launch.cli" not in drivers[0]["entrypoint"]  # not a Ray Job's `python -m` entrypoint
     job = drivers[0]["job_id"]
     alive = {n["node_id"] for n in ray_cluster.alive_nodes()}
     # The two fold models are Ray tasks of 1 CPU each, one per 1-CPU node...

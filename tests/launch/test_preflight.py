@@ -393,14 +393,26 @@ def test_runs_at_once_are_the_cpus_over_a_run_s_share():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_search_with_a_relative_data_path_runs_its_trials(tmp_path, cifar_train, monkeypatch, capsys):
-    """``autoaug search --data mine/train.parquet`` (relative, as in the README): the trials run in
-    another working directory, so the path must reach them absolute."""
+def test_a_quiet_search_with_a_relative_data_path_runs_its_trials_and_prints_only_the_result(tmp_path, cifar_train):
+    """``autoaug search -q --data mine/train.parquet --storage runs --store store`` (relative, as in
+    the README), run from a shell in that folder: the trials run in another working directory, so
+    the paths must reach them absolute; and ``-q`` prints only the result (no Ray banner,
+    token-auth warning, Tune box or TensorBoard hint on stderr, no progress, no next steps).
+    (One search for both: a search process costs the suite about 20 CPU-s.)"""
+    import sys
+
     from autoaug.policies.store import PolicyStore
 
     _subset(cifar_train, tmp_path / "mine" / "train.parquet", 300)
-    monkeypatch.chdir(tmp_path)
-    assert main(_search(tmp_path, "--data", "mine/train.parquet", "--storage", "runs", "--store", "store")) == 0
-    assert "stored as s@1" in capsys.readouterr().out
+    argv = [*_search(tmp_path, "--data", "mine/train.parquet", "--storage", "runs", "--store", "store"), "-q"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoaug.launch.cli", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=550
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no Ray banner, token-auth warning, Tune box or TensorBoard hint
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert lines[0].startswith("Policy 's'") and "stored as s@1" in proc.stdout
+    assert "trial " not in lines[0] and not any(ln.startswith("[1/1]") for ln in lines)
+    assert "next steps" not in proc.stdout  # a person's terminal gets them, -q only the result
     stored = PolicyStore(str(tmp_path / "store")).get("s@1")
     assert stored.provenance["trials"][0]["status"] in ("completed", "early_stopped")

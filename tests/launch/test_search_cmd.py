@@ -291,22 +291,23 @@ def test_the_cpu_presets_auto_family_with_another_warm_start_is_the_spaces_own(t
     assert (asked.family, asked.warm_start) == ("auto", "auto")
 
 
-def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_train):
+def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_small):
+    # (cifar_small: the preflight decodes every image of the data before this check; 50,000 cost 5 s)
     run = tmp_path / "runs" / "taken"
     run.mkdir(parents=True)
     (run / "search_config.json").write_text("{}")
-    assert main(["search", "--preset", "smoke", "--data", str(cifar_train), "--name", "taken", *_dirs(tmp_path)]) == 2
+    assert main(["search", "--preset", "smoke", "--data", str(cifar_small), "--name", "taken", *_dirs(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "a search named 'taken' already exists" in err and "--resume taken" in err and "--overwrite" in err
 
 
-def test_a_calibration_to_reuse_that_is_not_there_is_one_line_before_any_work(tmp_path, capsys, cifar_train):
+def test_a_calibration_to_reuse_that_is_not_there_is_one_line_before_any_work(tmp_path, capsys, cifar_small):
     argv = [
         "search",
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "b",
         "--base",
@@ -326,7 +327,15 @@ def test_a_calibration_to_reuse_that_is_not_there_is_one_line_before_any_work(tm
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.usefixtures("shared_ray")
-def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsys, cifar_small):
+def test_a_smoke_search_stopped_by_a_full_store_is_one_line_then_resumes_and_stores_its_policy_with_provenance(
+    tmp_path, capsys, cifar_small
+):
+    """A smoke search whose policy store is full when it stores (the failpoint
+    ``store.after_version_write=enospc``): one line, no traceback, no half-written version; its
+    resume stores the assembled policy (as version 2: the failed save's number is not reused),
+    with the provenance an uninterrupted search records.
+    (One search for both: a search costs the suite about 20 CPU-s.)"""
+    from autoaug.core.failpoints import armed
     from autoaug.policies.store import PolicyStore
     from autoaug.proxy_models.data import open_dataset
     from autoaug.proxy_models.splits import reduced_split
@@ -346,12 +355,28 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
         *TINY,
         *_dirs(tmp_path),
     ]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
+    with armed("store.after_version_write=enospc"):
+        assert main(argv) == 1
+    captured = capsys.readouterr()
+    out, err = captured.out, captured.err
     assert out.count("] trial ") >= 3 and "best " in out  # a progress line per finished trial
-    assert "stored as smoke@1 in " + str(tmp_path / "store") in out
+    assert "stored as" not in out and "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("autoaug: error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"autoaug: error: cannot write policy store {tmp_path / 'store'}: no spa"
+    )
+    assert "autoaug search --resume smoke" in errors[0]  # the run is kept: once space is freed, it stores
+    folder = tmp_path / "store" / "smoke"
+    left = [p.name for p in folder.iterdir()] if folder.exists() else []
+    assert [n for n in left if n.endswith(".parquet") or ".tmp-" in n] == []  # no version, no temporary file
 
-    stored = PolicyStore(str(tmp_path / "store")).get("smoke@1")
+    assert main(["search", "--resume", "smoke", *_dirs(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # The failed save's number stays issued (docs/store.md: numbers are never reused): version 2.
+    assert "stored as smoke@2 in " + str(tmp_path / "store") in out
+    assert PolicyStore(str(tmp_path / "store")).versions("smoke") == [2]
+
+    stored = PolicyStore(str(tmp_path / "store")).get("smoke@2")
     policy, prov = stored.policy, stored.provenance
     # 3 trials x 5 sub-policies of 2 ops, duplicates removed
     assert 5 <= len(policy.sub_policies) <= 15 and all(len(s) == 2 for s in policy.sub_policies)
@@ -378,13 +403,13 @@ def test_smoke_search_stores_an_assembled_policy_with_provenance(tmp_path, capsy
     assert prov["optuna"]["consistent_with_tune"] is True
     # result.json in the run directory, and the Optuna study readable with optuna.load_study
     result = json.loads((tmp_path / "runs" / "smoke" / "result.json").read_text())
-    assert result["stored"]["ref"] == "smoke@1" and result["policy_hash"] == policy.content_hash
+    assert result["stored"]["ref"] == "smoke@2" and result["policy_hash"] == policy.content_hash
     study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{tmp_path}/runs/smoke/optuna.db")
     assert sorted(t.user_attrs["tune_trial_id"] for t in study.trials) == sorted(t["trial_id"] for t in trials)
     assert all(t.state.name == "COMPLETE" for t in study.trials)
     # finished search: --resume just reports it
     assert main(["search", "--resume", "smoke", *_dirs(tmp_path)]) == 0
-    assert "stored as smoke@1" in capsys.readouterr().out
+    assert "stored as smoke@2" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -449,15 +474,18 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_it_left(
-    tmp_path, cifar_small, kill_driver
+    tmp_path, cifar_small, failpoints_armed
 ):
     """kill -9 of the driver right after the 2nd trial's end was saved -- in Tune's state (the
     guard's snapshot), in the study (before the progress line; Tune's state holds it RUNNING, the
     study finished) and in budget.json --, its last Tune snapshot then cut short as a full disk
     would: the resume runs exactly the requested trials, none twice, keeps the study consistent,
     and starts with the time budget less what the killed session spent (the time no driver ran is
-    not counted), says so, and the result records both sessions. (One pair of drivers for the
-    three behaviours: each pair costs about 40 CPU-s of the suite.)"""
+    not counted), says so, and the result records both sessions. The killed driver was one of two
+    started at once with the same name and storage: the other is refused (exit 2, one line)
+    before it trains anything, and the run the first one holds finishes intact (through its
+    resume). (One pair of drivers for the four behaviours: each pair costs about 40 CPU-s of the
+    suite.)"""
     from autoaug.search.budget import format_duration
 
     num_trials, kill_after = 5, 2
@@ -487,7 +515,36 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = tmp_path / "runs" / "crash"
-    kill_driver(argv, env, f"search.after_trial_saved:{kill_after}", 300)
+    # Two drivers started at once, the same command (the failpoint fires once, in whichever trains):
+    # one takes the run and is killed by SIGKILL there; the other is refused before it trains.
+    armed = failpoints_armed(f"search.after_trial_saved:{kill_after}=kill", env)
+    logs = [(tmp_path / f"driver{i}.out", tmp_path / f"driver{i}.err") for i in range(2)]
+    files = [(open(out, "w"), open(err, "w")) for out, err in logs]  # (files: no pipe to drain or hold open)
+    procs = [
+        subprocess.Popen(argv, cwd=REPO, env=armed, stdout=out, stderr=err, start_new_session=True)
+        for out, err in files
+    ]
+    try:
+        for p in procs:
+            p.wait(timeout=300)  # an event: the process ends (refused, or killed at the failpoint)
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # leftover Ray processes of the killed driver's session
+            except ProcessLookupError:
+                pass
+        for out, err in files:
+            out.close(), err.close()
+    outputs = [(out.read_text(), err.read_text()) for out, err in logs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) == [-signal.SIGKILL, 2], [o[1][-2000:] for o in outputs]
+    assert failpoints_armed.fired("search.after_trial_saved")
+    killed_out, loser = outputs[codes.index(-signal.SIGKILL)], outputs[codes.index(2)]
+    err = [line for line in loser[1].splitlines() if line.strip()]
+    assert err[-1].startswith(f"autoaug: error: a search named 'crash' is running in {tmp_path / 'runs'} (pid "), err
+    assert not any("Traceback" in line for line in err)
+    assert "] trial " not in loser[0] and "stored as" not in loser[0]  # refused before any trial
+    assert "] trial " in killed_out[0]  # the other trained until the failpoint
     assert not (run / "result.json").exists()
     study = optuna.load_study(study_name="crash", storage=f"sqlite:///{run}/optuna.db")
     before = sorted(t.user_attrs["tune_trial_id"] for t in study.trials if t.state.is_finished())
@@ -556,6 +613,10 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     prov = result["provenance"]
     assert prov["budget"]["sessions"][1]["remaining_at_start_s"] == pytest.approx(3600 - spent)
     assert prov["budget"]["ended"] is None
+    # The run the refused driver would have shared: one stored version, the first driver's search.
+    from autoaug.policies.store import PolicyStore
+
+    assert PolicyStore(str(tmp_path / "store")).versions("crash") == [1]
 
 
 def test_one_driver_per_run_directory(tmp_path):
@@ -578,63 +639,6 @@ def test_one_driver_per_run_directory(tmp_path):
     with RunDir(str(tmp_path / "runs"), "same").driver_lock():  # released
         pass
     assert not (tmp_path / "runs" / "same").exists()  # the lock lives beside the run directory, not in it
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_two_searches_started_at_once_with_one_name_one_is_refused_before_it_trains(tmp_path, cifar_small):
-    """Two real `autoaug search` processes started together with the same --name and storage: one is
-    refused (exit 2, one line) before it trains anything, the other finishes intact (its result, one
-    stored version, a study with exactly its trials)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "autoaug.launch.cli",
-        "search",
-        "--preset",
-        "smoke",
-        "--data",
-        str(cifar_small),
-        "--name",
-        "twice",
-        "--num-trials",
-        "2",
-        "--concurrency",
-        "1",
-        *TINY,
-        *_dirs(tmp_path),
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [
-        subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
-        for _ in range(2)
-    ]
-    try:
-        outputs = [p.communicate(timeout=800) for p in procs]
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # leftover Ray processes
-            except ProcessLookupError:
-                pass
-    codes = sorted(p.returncode for p in procs)
-    assert codes == [0, 2], [o[1][-2000:] for o in outputs]
-    winner, loser = (outputs[0], outputs[1]) if procs[0].returncode == 0 else (outputs[1], outputs[0])
-    err = [line for line in loser[1].splitlines() if line.strip()]
-    assert err[-1].startswith(f"autoaug: error: a search named 'twice' is running in {tmp_path / 'runs'} (pid "), err
-    assert not any("Traceback" in line for line in err)
-    assert "] trial " not in loser[0] and "stored as" not in loser[0]  # refused before any trial
-    assert "] trial " in winner[0] and "stored as twice@1" in winner[0]
-    run = tmp_path / "runs" / "twice"
-    result = json.loads((run / "result.json").read_text())
-    assert result["stored"]["ref"] == "twice@1" and len(result["provenance"]["trials"]) == 2
-    study = optuna.load_study(study_name="twice", storage=f"sqlite:///{run}/optuna.db")
-    assert len([t for t in study.trials if "tune_trial_id" in t.user_attrs]) == 2
-    from autoaug.policies.store import PolicyStore
-
-    assert PolicyStore(str(tmp_path / "store")).versions("twice") == [1]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,14 +1,13 @@
 """What a real search leaves for the researcher's tools: --json on stdout, TensorBoard event
 files in the run directory, MLflow runs (file store), a valid Optuna study (what
-optuna-dashboard opens), the report PNG; and what -q prints (only the result)."""
+optuna-dashboard opens), the report PNG. (What -q prints, only the result: the quiet search of
+tests/launch/test_preflight.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import struct
-import subprocess
-import sys
 
 import pytest
 
@@ -106,40 +105,3 @@ def test_json_tensorboard_mlflow_study_and_report(tmp_path, capfd, cifar_small):
     png = tmp_path / "report.png"
     assert main(["report", "out1", "--storage", str(tmp_path / "runs"), "--out", str(png)]) == 0
     assert png.stat().st_size > 10_000
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_quiet_prints_only_the_result(tmp_path, cifar_small):
-    argv = [
-        "search",
-        "--preset",
-        "smoke",
-        "--data",
-        str(cifar_small),
-        "--name",
-        "q",
-        "--num-trials",
-        "1",
-        "--concurrency",
-        "1",
-        "--set",
-        "train.epochs=1",
-        "--set",
-        "train.train_size=256",
-        "--set",
-        "train.val_size=128",
-        "--grace-period",
-        "1",
-        *_dirs(tmp_path),
-        "-q",
-    ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "autoaug.launch.cli", *argv], capture_output=True, text=True, timeout=850
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""  # no Ray banner, token-auth warning, Tune box or TensorBoard hint
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    assert lines[0].startswith("Policy 'q'") and "stored as q@1" in proc.stdout
-    assert "trial " not in lines[0] and not any(ln.startswith("[1/1]") for ln in lines)
-    assert "next steps" not in proc.stdout  # a person's terminal gets them, -q only the result

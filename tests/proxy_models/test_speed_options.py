@@ -375,13 +375,8 @@ def test_the_smoke_preset_trains_on_the_cpu_with_compile_and_bf16(smoke, changes
     assert state["config"].get("compile", False) is cfg.compile
     assert not any(k.startswith("_orig_mod") for k in state["model"])
     assert set(state["model"]) == set(result.model.state_dict())
-
-
-@_SLOW
-def test_a_compiled_run_is_reproducible(smoke):
-    cfg = dataclasses.replace(smoke, compile=True, epochs=1)
-    a, b = train(cfg, "autoaugment-cifar10"), train(cfg, "autoaugment-cifar10")
-    assert metrics_of(a.history) == metrics_of(b.history)
+    if changes == {"compile": True}:  # a compiled run is reproducible (compiled again, from the caches)
+        assert metrics_of(train(cfg, "autoaugment-cifar10").history) == metrics_of(result.history)
 
 
 class _FailsToCompile(nn.Module):

@@ -592,8 +592,9 @@ def full_run(smoke_config, aa_policy, tmp_path_factory):
 def test_on_validate_gets_each_images_outcome_on_the_splits_validation_images(full_run, smoke_config):
     """What a paired per-image comparison reads: every validated epoch, each validation image's
     right/wrong and loss, in the order of the split's validation indices; the run's reported
-    accuracy is their mean (and the hook changes nothing: ``test_same_seed_gives_identical_metrics``
-    compares this run with one without it)."""
+    accuracy is their mean (and the hook changes nothing:
+    ``test_resume_from_checkpoint_ends_with_the_uninterrupted_metrics`` compares this run with one
+    without it)."""
     from autoaug.proxy_models.data import open_dataset
     from autoaug.proxy_models.splits import config_split
 
@@ -646,16 +647,12 @@ def test_global_torch_state_is_restored(full_run):
 
 
 @pytest.mark.slow
-def test_same_seed_gives_identical_metrics(full_run, smoke_config, aa_policy):
-    again = train(smoke_config, aa_policy)
-    assert metrics_of(again.history) == metrics_of(full_run["result"].history)
-    assert again.test_accuracy == full_run["result"].test_accuracy
-    first = full_run["result"].model.state_dict()
-    assert all(torch.equal(first[k], v) for k, v in again.model.state_dict().items())
-
-
-@pytest.mark.slow
 def test_resume_from_checkpoint_ends_with_the_uninterrupted_metrics(full_run, smoke_config, aa_policy, tmp_path):
+    """A run of the same seed (without the module run's ``on_validate`` hook), interrupted after its
+    first epoch and resumed from its checkpoint, ends with the uninterrupted run's metrics of every
+    epoch, its test accuracy and its weights: the same seed gives identical runs, and a resume
+    changes nothing. (One run for both: a smoke run costs the suite about 10 CPU-s.)"""
+
     class Interrupt(Exception):
         pass
 
@@ -673,6 +670,8 @@ def test_resume_from_checkpoint_ends_with_the_uninterrupted_metrics(full_run, sm
     assert metrics_of(resumed.history) == metrics_of(full_run["result"].history)
     assert resumed.val_accuracy == full_run["result"].val_accuracy
     assert resumed.test_accuracy == full_run["result"].test_accuracy
+    first = full_run["result"].model.state_dict()
+    assert all(torch.equal(first[k], v) for k, v in resumed.model.state_dict().items())
 
 
 @pytest.mark.slow

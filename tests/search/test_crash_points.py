@@ -1,6 +1,7 @@
 """Crashes at the failpoints no other test arms (docs/failpoints.md, the crash matrix): the driver
-killed in calibration and while re-scoring, a trial killed mid-epoch under ASHA, and the store's
-disk filling while a search stores. Small real searches on CIFAR-10 (smoke preset)."""
+killed in calibration and while re-scoring, and a trial killed mid-epoch under ASHA. Small real
+searches on CIFAR-10 (smoke preset). (The store's disk filling while a search stores is armed in
+tests/launch/test_search_cmd.py's smoke search.)"""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from autoaug.launch.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.val_size=128"]
@@ -142,43 +141,3 @@ def test_a_trial_killed_mid_epoch_under_asha_is_retried_and_the_search_completes
     assert "stored as mid@1" in done.stdout  # (the driver ended 0: the process killed was a trial's)
     trials = json.loads((tmp_path / "runs" / "mid" / "result.json").read_text())["provenance"]["trials"]
     assert len(trials) == 4 and all(t["status"] in ("completed", "early_stopped") for t in trials)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_full_store_while_a_search_stores_is_one_line_and_no_half_written_version(tmp_path, cifar_small, capsys):
-    from autoaug.core.failpoints import armed
-
-    with armed("store.after_version_write=enospc"):
-        code = main(
-            [
-                "search",
-                "--preset",
-                "smoke",
-                "--data",
-                str(cifar_small),
-                "--name",
-                "full",
-                "--base",
-                "crop",
-                "--no-warm-start",
-                "--num-trials",
-                "2",
-                "--concurrency",
-                "1",
-                *TINY,
-                *_dirs(tmp_path),
-            ]
-        )
-    err = capsys.readouterr().err
-    assert code == 1, err[-3000:]
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert "Traceback" not in err
-    errors = [line for line in lines if line.startswith("autoaug: error:")]
-    assert len(errors) == 1 and errors[0].startswith(
-        f"autoaug: error: cannot write policy store {tmp_path / 'store'}: no spa"
-    )
-    assert "autoaug search --resume full" in errors[0]  # the run is kept: once space is freed, it stores
-    folder = tmp_path / "store" / "full"
-    left = [p.name for p in folder.iterdir()] if folder.exists() else []
-    assert [n for n in left if n.endswith(".parquet") or ".tmp-" in n] == []  # no version, no temporary file

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import pytest
 from autoaug.search.methods.base import METHODS, register_method
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 
 
 @pytest.fixture
@@ -52,9 +50,12 @@ def test_the_folder_s_method_is_offered_configured_and_checked(toy):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_fourth_method_runs_through_tune_is_killed_and_resumes_to_its_trials(tmp_path, cifar_small, kill_driver, toy):
+def test_a_fourth_method_runs_through_tune_is_killed_and_resumes_to_its_trials(
+    tmp_path, cifar_small, kill_driver, toy, monkeypatch, capsys
+):
     """kill -9 of the driver when the 2nd trial's end is saved (``search.after_trial_saved``, in
-    the shared searcher): the resumed search runs exactly the requested trials, none twice, each
+    the shared searcher): the resumed search (``autoaug search --resume`` in this process, where
+    the fixture made the one registration) runs exactly the requested trials, none twice, each
     scored as the folder's trial scores its policy, and stores the assembled policy with the
     method's own summary."""
     _, trial = toy
@@ -86,18 +87,14 @@ def test_a_fourth_method_runs_through_tune_is_killed_and_resumes_to_its_trials(t
     study = optuna.load_study(study_name="toy", storage=f"sqlite:///{run}/optuna.db")
     assert len([t for t in study.trials if t.state.is_finished()]) == 2
 
-    resumed = subprocess.run(
-        [*base, "--resume", "toy", *dirs],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "stored as toy@1" in resumed.stdout
-    assert f"toy: {num_trials} policies scored without training" in resumed.stdout  # the method's summary
+    from autoaug.launch.cli import main
+
+    monkeypatch.setenv("PYTHONPATH", path)  # for the Ray workers the resume starts (its trial)
+    code = main(["search", "--resume", "toy", *dirs])
+    resumed = capsys.readouterr()
+    assert code == 0, resumed.out[-3000:] + resumed.err[-3000:]
+    assert "stored as toy@1" in resumed.out
+    assert f"toy: {num_trials} policies scored without training" in resumed.out  # the method's summary
 
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]

@@ -40,7 +40,18 @@ def test_the_install_bounds_of_ray_and_optuna_are_their_next_major_versions():
         assert re.search(r"<\s*([\d.]+)", spec).group(1) == upper, f"{spec!r} should end below {upper}"
 
 
+@pytest.fixture(scope="module")
+def module_ray():
+    """One embedded Ray of 2 CPUs for this module's in-process Tune experiments (the first test's
+    and the kill test's resume): each joins it instead of starting its own (about 10 CPU-s each)."""
+    from autoaug.core.ray_session import ray_session
+
+    with ray_session(None, num_cpus=2):
+        yield
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("module_ray")
 def test_a_finished_trial_is_in_the_saved_experiment_state_before_the_progress_line_says_so(tmp_path, monkeypatch):
     # After kill -9, the search resumes from the experiment state in the run directory. A trial
     # that the progress line already reported finished must be in it; else it is lost and
@@ -74,7 +85,7 @@ def test_a_finished_trial_is_in_the_saved_experiment_state_before_the_progress_l
         study_name="exp",
         storage_url=url,
     )
-    with ray_session(None):
+    with ray_session(None):  # (the module's)
         tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
@@ -108,7 +119,7 @@ from autoaug.core.ray_session import ray_session
 from autoaug.search.score import METRIC
 from autoaug.search.tune.searcher import StoppedTrials, StudySearcher, make_scheduler
 
-root, mode = Path(sys.argv[1]), sys.argv[2]
+root, mode = Path(os.environ["DRIVER_ROOT"]), os.environ["DRIVER_MODE"]
 url = f"sqlite:///{root}/study.db"
 
 
@@ -132,7 +143,7 @@ def trainable(config):
 
 
 scheduler = make_scheduler(None, 3, url, "exp", 0, StoppedTrials())
-with ray_session(None, num_cpus=2):
+with ray_session(None, num_cpus=2):  # (the test's own, when it resumes in its process)
     if mode == "start":
         searcher = StudySearcher(
             {"x": optuna.distributions.FloatDistribution(0, 1)},
@@ -157,13 +168,17 @@ with ray_session(None, num_cpus=2):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_trial_running_when_the_driver_is_killed_goes_on_in_an_optuna_trial_asked_again(tmp_path, kill_driver):
+@pytest.mark.usefixtures("module_ray")
+def test_a_trial_running_when_the_driver_is_killed_goes_on_in_an_optuna_trial_asked_again(
+    tmp_path, kill_driver, monkeypatch, capsys
+):
     """Through Ray Tune, kill -9: the driver dies as one trial ends while the other is running
-    (both meet on a named pipe first: no race). The resume trains the running one on from its
-    checkpoint, in an Optuna trial asked again in its place that holds all its epochs; the one
-    the dead driver left RUNNING is FAIL; nothing is trained twice, nothing is left RUNNING."""
+    (both meet on a named pipe first: no race). The resume (the same driver's code, run in this
+    process on the module's Ray) trains the running one on from its checkpoint, in an Optuna
+    trial asked again in its place that holds all its epochs; the one the dead driver left
+    RUNNING is FAIL; nothing is trained twice, nothing is left RUNNING."""
     import os
-    import subprocess
+    import runpy
     import sys
 
     from autoaug.search.tune.study import REPLACES_ATTR, TUNE_TRIAL_ATTR
@@ -172,16 +187,18 @@ def test_a_trial_running_when_the_driver_is_killed_goes_on_in_an_optuna_trial_as
     script.write_text(_DRIVER)
     os.mkfifo(tmp_path / "meet")
     os.mkfifo(tmp_path / "never")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    kill_driver([sys.executable, str(script), str(tmp_path), "start"], env, "search.after_trial_saved:1", 300)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own Ray, not the module's
+    env |= {"PYTHONUNBUFFERED": "1", "DRIVER_ROOT": str(tmp_path), "DRIVER_MODE": "start"}
+    kill_driver([sys.executable, str(script)], env, "search.after_trial_saved:1", 300)
     url = f"sqlite:///{tmp_path}/study.db"
     killed = optuna.load_study(study_name="exp", storage=url).trials
     assert [(t.params["x"], t.state.name) for t in killed] == [(0.0, "COMPLETE"), (1.0, "RUNNING")]
 
-    resumed = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), "resume"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert "errors: 0 results: 2" in resumed.stdout, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    monkeypatch.setenv("DRIVER_ROOT", str(tmp_path))
+    monkeypatch.setenv("DRIVER_MODE", "resume")
+    runpy.run_path(str(script), run_name="__main__")  # (its trainable then travels by value)
+    printed = capsys.readouterr()
+    assert "errors: 0 results: 2" in printed.out, printed.out[-3000:] + printed.err[-3000:]
     first, old, new = optuna.load_study(study_name="exp", storage=url).trials
     assert (first.state.name, first.value, first.intermediate_values) == ("COMPLETE", 0.3, {1: 0.1, 2: 0.2, 3: 0.3})
     assert (old.state.name, old.params) == ("FAIL", {"x": 1.0})

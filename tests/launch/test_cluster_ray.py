@@ -8,6 +8,9 @@ talks to it). Teardown stops exactly these processes: SIGTERM to the ``ray start
 processes (which stop their node's raylet, GCS, dashboard and workers), then SIGKILL to any
 process still carrying this cluster's token in its environment. ``ray stop`` is deliberately
 not used: it kills every Ray process on the machine, including other users' clusters.
+
+The node-loss tests (at the end) kill the second node mid-search, every process of it by PID
+(:meth:`LocalCluster.kill_node2`), and start a fresh one afterwards (:meth:`LocalCluster.start_node2`).
 """
 
 from __future__ import annotations

@@ -8,10 +8,14 @@ talks to it). Teardown stops exactly these processes: SIGTERM to the ``ray start
 processes (which stop their node's raylet, GCS, dashboard and workers), then SIGKILL to any
 process still carrying this cluster's token in its environment. ``ray stop`` is deliberately
 not used: it kills every Ray process on the machine, including other users' clusters.
+
+The node-loss tests (at the end) kill the second node mid-search, every process of it by PID
+(:meth:`LocalCluster.kill_node2`), and start a fresh one afterwards (:meth:`LocalCluster.start_node2`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -52,8 +56,11 @@ class LocalCluster:
     token: str
     env: dict[str, str]
     temp_dir: Path
+    node2_argv: list[str] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
+    #: The value of :data:`NODE_ENV_VAR` that the second node's processes carry (raylet, agents, workers).
+    node2_marker: str = ""
 
     def run(self, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """Run a command with this cluster's environment (token, PATH with the venv)."""
@@ -85,6 +92,115 @@ class LocalCluster:
     def log_tail(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}" for p in self.logs if p.exists())
 
+    def start_node(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
+        """Start one ``ray start --block`` node (its own process group, its output in ``NAME.log``) and
+        wait until Ray lists one more node alive."""
+        want = len(self.alive_nodes()) + 1 if self.procs else 1
+        log = self.temp_dir / f"{name}.log"
+        if log not in self.logs:
+            self.logs.append(log)
+        with open(log, "ab") as out:
+            self.procs.append(
+                subprocess.Popen(
+                    argv,
+                    env={**self.env, **(extra_env or {})},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    cwd=str(self.temp_dir),
+                )
+            )
+        deadline = time.monotonic() + 120
+        while True:
+            if self.procs[-1].poll() is not None:
+                raise RuntimeError(f"`ray start` ({name}) exited early:\n{self.log_tail()}")
+            try:
+                if len(self.alive_nodes()) >= want:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Ray {name} did not come up within 120 s:\n{self.log_tail()}")
+            time.sleep(1.0)
+
+    def start_node2(self) -> None:
+        """(Re)start the second node (1 CPU, resource ``node2``, free ports of its own). Its raylet,
+        so every worker it starts, has :data:`NODE2_POINT` armed to stall on the named pipe
+        :attr:`gate`, once across the cluster's life (:attr:`fired`, created here, says the point
+        fired: a test that wants it removes it). Every process of the node carries a fresh
+        :data:`NODE_ENV_VAR` value, by which :meth:`kill_node2` finds them."""
+        self.fired.mkdir(exist_ok=True)
+        (self.fired / NODE2_POINT.split(":")[0]).touch()
+        agent, metrics = _free_ports(2)
+        argv = [*self.node2_argv, f"--dashboard-agent-listen-port={agent}", f"--metrics-export-port={metrics}"]
+        self.node2_marker = f"{self.token[:12]}-node2-{secrets.token_hex(4)}"
+        env = {
+            "AUTOAUG_FAILPOINTS": f"{NODE2_POINT}=stall({self.gate})",
+            "AUTOAUG_FAILPOINTS_FIRED": str(self.fired),
+            NODE_ENV_VAR: self.node2_marker,
+        }
+        try:
+            self.start_node("node2", argv, env)
+        except RuntimeError as e:
+            # `ray start` gives a node's raylet 30 s to register (Ray's own limit): on a loaded machine
+            # it may need more. Once more, after what is left of this try is gone.
+            if "timed out during startup" not in str(e):
+                raise
+            self.kill_node2()
+            self.wait_nodes(1)
+            self.start_node("node2", argv, env)
+
+    @property
+    def gate(self) -> Path:
+        return self.temp_dir / "gate"
+
+    @property
+    def fired(self) -> Path:
+        return self.temp_dir / "fired"
+
+    def node2_pids(self) -> list[int]:
+        """Every live process of the second node: the ``ray start --block`` process, its raylet and
+        agents, and the workers the raylet started (found by their environment)."""
+        marker = f"{NODE_ENV_VAR}={self.node2_marker}".encode() + b"\0"
+        return [pid for pid in _pids_with(marker) if pid != os.getpid()]
+
+    def kill_node2(self) -> list[int]:
+        """The second node lost, as a machine is: SIGKILL to every one of its processes at once, by PID
+        (nothing else on this machine). Returns the PIDs killed."""
+        killed = []
+        for pid in self.node2_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        for proc in self.procs[1:]:
+            if proc.poll() is None and proc.pid in killed:
+                proc.wait(timeout=30)
+        return killed
+
+    def stop_node2(self) -> None:
+        """Stop the second node (SIGTERM to its ``ray start --block`` process, then SIGKILL to what
+        is left of it) and wait until Ray no longer lists it alive (an event: a node's end is
+        reported by the GCS)."""
+        for proc in self.procs[1:]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+        self.kill_node2()
+        self.wait_nodes(1)
+
+    def wait_nodes(self, n: int, timeout: float = 120) -> None:
+        """Wait until Ray lists exactly ``n`` nodes alive (the GCS marks a lost node dead after its
+        health checks fail)."""
+        deadline = time.monotonic() + timeout
+        while len(self.alive_nodes()) != n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Ray did not list {n} node(s) alive within {timeout:.0f} s: {self.alive_nodes()}")
+            time.sleep(1.0)
+
     def stop(self) -> None:
         for proc in reversed(self.procs):  # the second node first, the head last
             if proc.poll() is None:
@@ -102,12 +218,30 @@ class LocalCluster:
     def _kill_leftovers(self) -> None:
         """SIGKILL any process that still carries this cluster's unique token (workers, agents)."""
         marker = f"RAY_AUTH_TOKEN={self.token}".encode() + b"\0"
-        for entry in Path("/proc").glob("[0-9]*"):
-            try:
-                if marker in (entry / "environ").read_bytes() and int(entry.name) != os.getpid():
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                continue
+        for pid in _pids_with(marker):
+            if pid != os.getpid():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+#: An environment variable that marks every process of one node of a test cluster.
+NODE_ENV_VAR = "AUTOAUG_TEST_RAY_NODE"
+#: The failpoint armed on the second node (a test that loses the node removes its marker in
+#: ``LocalCluster.fired``): a training step, counted per process: with 256 images in batches of 32
+#: (8 steps an epoch) its 10th hit is in a model's second epoch, after the first epoch's checkpoint.
+NODE2_POINT = "train.mid_epoch:10"
+
+
+def _pids_with(marker: bytes) -> list[int]:
+    """The PIDs of the processes whose environment holds ``marker`` (``NAME=VALUE\\0``)."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (entry / "environ").read_bytes():
+                pids.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return pids
 
 
 def start_cluster() -> LocalCluster:
@@ -121,7 +255,7 @@ def start_cluster() -> LocalCluster:
         PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         PYTHONUNBUFFERED="1",
     )
-    (gcs, dash, client, agent1, agent2, metrics1, metrics2) = _free_ports(7)
+    (gcs, dash, client, agent1, metrics1) = _free_ports(5)
     cluster = LocalCluster(
         gcs_address=f"127.0.0.1:{gcs}",
         dashboard_url=f"http://127.0.0.1:{dash}",
@@ -148,33 +282,13 @@ def start_cluster() -> LocalCluster:
         "start",
         f"--address=127.0.0.1:{gcs}",
         '--resources={"node2": 1}',
-        f"--dashboard-agent-listen-port={agent2}",
-        f"--metrics-export-port={metrics2}",
         *common,
     ]
+    cluster.node2_argv = second
+    os.mkfifo(cluster.gate)
     try:
-        for name, argv in (("head", head), ("node2", second)):
-            log = temp_dir / f"{name}.log"
-            cluster.logs.append(log)
-            with open(log, "wb") as out:
-                cluster.procs.append(
-                    subprocess.Popen(
-                        argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(temp_dir)
-                    )
-                )
-            want = 1 if name == "head" else 2
-            deadline = time.monotonic() + 120
-            while True:
-                if cluster.procs[-1].poll() is not None:
-                    raise RuntimeError(f"`ray start` ({name}) exited early:\n{cluster.log_tail()}")
-                try:
-                    if len(cluster.alive_nodes()) >= want:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the Ray {name} did not come up within 120 s:\n{cluster.log_tail()}")
-                time.sleep(1.0)
+        cluster.start_node("head", head)
+        cluster.start_node2()
     except BaseException:
         cluster.stop()
         raise
@@ -418,3 +532,222 @@ def test_clear_errors_without_the_token(ray_cluster, tmp_path):
     assert proc.returncode == 1  # a cluster that refuses this process: ClusterError (docs/cluster.md)
     assert "refused the request" in proc.stderr and "RAY_AUTH_TOKEN" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# A worker node lost mid-search (issue 53). Each test replaces the second node by one whose
+# workers carry an armed failpoint (its raylet's environment: the head's trials and the driver
+# never see it), runs a search against the cluster, waits for the event "a trial on the second node
+# is at the failpoint" (a named pipe), kills every process of that node by PID, and lets the search
+# finish on the head alone; a plain second node is started again afterwards, for the other tests.
+
+
+@dataclass
+class NodeLoss:
+    """What :func:`_search_losing_node2` saw: the search's exit and output, the PID that stalled at
+    the failpoint on the second node, and the second node's PIDs it killed."""
+
+    proc: subprocess.CompletedProcess
+    stalled_pid: int
+    killed: list[int]
+    lost_node: str  # its Ray node id
+    seconds: float
+
+
+def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path) -> NodeLoss:
+    """Run ``autoaug`` ``argv`` against ``cluster`` with the second node's failpoint armed
+    (:data:`NODE2_POINT`); when a process of that node is there, kill the node; return when the
+    search ends. The cluster has two nodes again afterwards (a fresh second node)."""
+    import threading
+
+    at_point: list[str] = []
+
+    def meet() -> None:  # opens once a process at the point opens the pipe to write (the event)
+        with open(cluster.gate) as pipe:
+            at_point.append(pipe.readline())
+
+    reader = threading.Thread(target=meet, daemon=True)
+    reader.start()
+    (cluster.fired / NODE2_POINT.split(":")[0]).unlink()  # armed
+    out, err = tmp_path / "search.out", tmp_path / "search.err"
+    started = time.monotonic()
+    killed: list[int] = []
+    try:
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            driver = subprocess.Popen(
+                [str(BIN / "autoaug"), *argv, "--address", cluster.gcs_address],
+                env=cluster.env,
+                stdout=stdout,
+                stderr=stderr,
+                text=True,
+                cwd=str(cluster.temp_dir),
+                start_new_session=True,
+            )
+            try:
+                # Wait for the event; the loop only notices a driver that ended without reaching it.
+                while reader.is_alive() and driver.poll() is None and time.monotonic() - started < 400:
+                    reader.join(timeout=5)
+                if not at_point:
+                    os.close(os.open(cluster.gate, os.O_WRONLY | os.O_NONBLOCK))  # let the reader go
+                    pytest.fail(
+                        f"no process reached {NODE2_POINT} on the second node (driver: {driver.poll()}):\n"
+                        + out.read_text()[-3000:]
+                        + err.read_text()[-3000:]
+                    )
+                stalled_pid = int(at_point[0].split()[0])
+                assert stalled_pid in cluster.node2_pids()  # the point fired on the second node only
+                (lost_node,) = [n["node_id"] for n in cluster.alive_nodes() if not n["is_head_node"]]
+                killed = cluster.kill_node2()
+                assert stalled_pid in killed
+                cluster.wait_nodes(1)  # Ray saw the node die
+                driver.wait(timeout=600)
+            finally:
+                if driver.poll() is None:
+                    os.killpg(driver.pid, signal.SIGKILL)
+                    driver.wait()
+    finally:
+        cluster.kill_node2()
+        cluster.wait_nodes(1)
+        cluster.start_node2()
+    proc = subprocess.CompletedProcess(driver.args, driver.returncode, out.read_text(), err.read_text())
+    return NodeLoss(proc, stalled_pid, killed, lost_node, time.monotonic() - started)
+
+
+def _study_states(study_db: Path) -> dict[str, int]:
+    """How many Optuna trials of the studies in ``study_db`` (SQLite) are in each state."""
+    import optuna
+
+    storage = f"sqlite:///{study_db}"
+    states: dict[str, int] = {}
+    for summary in optuna.get_all_study_summaries(storage):
+        for t in optuna.load_study(study_name=summary.study_name, storage=storage).get_trials(deepcopy=False):
+            states[t.state.name] = states.get(t.state.name, 0) + 1
+    return states
+
+
+def _driver_job(cluster: LocalCluster, name: str) -> str:
+    """The Ray job id of the ``autoaug search --address`` driver of the search ``name``."""
+    drivers = [
+        j
+        for j in cluster.api("/api/jobs/")
+        if j["type"] == "DRIVER" and f"--name {name} " in (j.get("entrypoint") or "")
+    ]
+    assert len(drivers) == 1, drivers
+    return drivers[0]["job_id"]
+
+
+@pytest.mark.slow
+def test_train_search_survives_losing_the_node_a_trial_runs_on(ray_cluster, cifar_small, tmp_path):
+    from autoaug.policies.store import PolicyStore
+
+    def argv(name: str) -> list[str]:
+        # FIFO, not ASHA: which trial ASHA stops depends on which reports first, which a lost node changes.
+        return [
+            *_search_args(cifar_small, tmp_path / name, name),
+            *("--set", "train.epochs=2", "--no-early-stopping", "--max-failures", "1"),
+        ]
+
+    # Names of their own: Ray's job list outlives a test (the test may run twice on one cluster).
+    name, twin = f"lost{secrets.token_hex(3)}", f"whole{secrets.token_hex(3)}"
+    lost = _search_losing_node2(ray_cluster, argv(name), tmp_path)
+    assert lost.proc.returncode == 0, lost.proc.stdout[-4000:] + lost.proc.stderr[-4000:]
+    # What the user sees: one line for the trial the node took with it, which goes on.
+    assert "; retrying from its last checkpoint" in lost.proc.stdout + lost.proc.stderr
+    run = tmp_path / name / "runs" / name
+    trials = json.loads((run / "result.json").read_text())["provenance"]["trials"]
+    assert len(trials) == 2 and all(t["status"] == "completed" and t["epochs"] == 2 for t in trials), trials
+    (retried,) = [t for t in trials if t["num_failures"] == 1]  # the lost trial, retried once
+    # ... from its first epoch's checkpoint: its last result is the second epoch's, the only one it
+    # trained since Tune restored it (the first epoch's line of Tune's log may or may not be kept).
+    log = (run / f"trial_{retried['trial_id']}" / "result.json").read_text().splitlines()
+    last = json.loads(log[-1])
+    assert (last["training_iteration"], last["iterations_since_restore"]) == (2, 1), log
+    # ... on the head: its actors were one on the lost node, then one on the head.
+    head = [n["node_id"] for n in ray_cluster.alive_nodes() if n["is_head_node"]]
+    assert sorted(_trial_nodes(ray_cluster, _driver_job(ray_cluster, name)).values()) == sorted(
+        [lost.lost_node, *head * 2]
+    )
+    # The study has exactly the two trials, finished: none left RUNNING.
+    assert _study_states(run / "optuna.db") == {"COMPLETE": 2}
+
+    # The same search without the loss (the same seed) stores the same policy, from the same scores.
+    whole = ray_cluster.run(str(BIN / "autoaug"), *argv(twin), "--address", ray_cluster.gcs_address)
+    assert whole.returncode == 0, whole.stdout[-4000:] + whole.stderr[-4000:]
+    baseline = json.loads((tmp_path / twin / "runs" / twin / "result.json").read_text())["provenance"]["trials"]
+    scores = lambda ts: sorted((json.dumps(t["params"], sort_keys=True), t["score"]) for t in ts)  # noqa: E731
+    assert scores(trials) == scores(baseline)
+    stored = PolicyStore(str(tmp_path / name / "store")).get(f"{name}@latest").policy
+    assert stored.content_hash == PolicyStore(str(tmp_path / twin / "store")).get(f"{twin}@latest").policy.content_hash
+
+
+@pytest.mark.slow
+def test_pba_search_survives_losing_the_node_a_member_runs_on(ray_cluster, cifar_small, tmp_path):
+    from autoaug.policies.reference import resolve_schedule
+    from autoaug.policies.store import PolicyStore
+
+    argv = [
+        *_search_args(cifar_small, tmp_path, name := f"pbaloss{secrets.token_hex(3)}"),
+        "--method",
+        "pba",
+        "--set",
+        "pba.population=3",
+        "--set",
+        "pba.perturbation_interval=1",
+        "--set",
+        "pba.quantile=0.5",
+        "--set",
+        "train.epochs=3",
+        "--max-failures",
+        "1",
+    ]
+    lost = _search_losing_node2(ray_cluster, argv, tmp_path)
+    assert lost.proc.returncode == 0, lost.proc.stdout[-4000:] + lost.proc.stderr[-4000:]
+    assert "; retrying from its last checkpoint" in lost.proc.stdout + lost.proc.stderr
+    store = PolicyStore(str(tmp_path / "store"))
+    record = store.get(f"{name}@latest")
+    # The population finished whole: the three members, each all its epochs, the lost one retried once.
+    trials = record.provenance["trials"]
+    assert len(trials) == 3 and all(t["status"] == "completed" and t["epochs"] == 3 for t in trials), trials
+    assert sorted(t["num_failures"] for t in trials) == [0, 0, 1]
+    assert len(record.provenance["method"]["members"]) == 3
+    assert resolve_schedule(f"{name}@latest", store=store).final.content_hash == record.policy.content_hash
+    # PBT's exploit decisions follow the order in which members report, which the loss changes: the
+    # stored schedule is not compared with a search without the loss (docs/cluster.md).
+
+
+@pytest.mark.slow
+def test_density_search_survives_losing_the_node_a_fold_model_trains_on(ray_cluster, cifar_small, tmp_path):
+    from autoaug.policies.store import PolicyStore
+
+    argv = [
+        *_search_args(cifar_small, tmp_path, name := f"densloss{secrets.token_hex(3)}"),
+        "--method",
+        "density",
+        "--folds",
+        "2",
+        "--rounds",
+        "1",
+        "--trials-per-round",
+        "2",
+        "--top-per-round",
+        "1",
+        "--set",
+        "train.epochs=4",  # a fold model trains on 128 images, 4 steps an epoch: NODE2_POINT is in its 3rd
+    ]
+    lost = _search_losing_node2(ray_cluster, argv, tmp_path)
+    assert lost.proc.returncode == 0, lost.proc.stdout[-4000:] + lost.proc.stderr[-4000:]
+    # The fold model on the lost node is a Ray task: Ray ran it again, from its start, on the head.
+    job = _driver_job(ray_cluster, name)
+    head = [n["node_id"] for n in ray_cluster.alive_nodes() if n["is_head_node"]]
+    folds = sorted(
+        (t["attempt_number"], t["state"], t["node_id"])
+        for t in ray_cluster.state("tasks", job_id=job)
+        if t["name"].startswith(f"autoaug-fold:{name}:")
+    )
+    assert folds == [(0, "FAILED", lost.lost_node), (0, "FINISHED", *head), (1, "FINISHED", *head)], folds
+    assert "fold model 1/2" in lost.proc.stdout and "fold model 2/2" in lost.proc.stdout
+    # Then every scoring trial of both folds was run once, and the studies hold no trial RUNNING.
+    record = PolicyStore(str(tmp_path / "store")).get(f"{name}@latest")
+    trials = record.provenance["trials"]
+    assert len(trials) == 4 and all(t["status"] == "completed" for t in trials), trials
+    assert _study_states(tmp_path / "runs" / name / "optuna.db") == {"COMPLETE": 4}

@@ -380,6 +380,8 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 
 
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
+    from ray.tune import ExperimentAnalysis
+
     from autoaug.policies.schedule import Schedule
     from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
     from autoaug.search.decide.rescore import Candidate
@@ -389,6 +391,9 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
 
     config, s = search.config, search.config.method_settings(PbaConfig)
     by_budget = search.budget.stopped(config.name) if search.budget is not None else frozenset()
+    # The attempts of each member that failed and were retried (a worker killed, a node lost): Tune's
+    # trials count them, its results do not.
+    failures = {t.trial_id: int(getattr(t, "num_failures", 0) or 0) for t in ExperimentAnalysis(search.run.uri).trials}
     members = []
     for index, r in enumerate(results):
         last = r.metrics or {}
@@ -418,7 +423,7 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
             score=last.get(METRIC) if status in ("completed", "budget_stopped") else None,
             epochs=epochs,
             train_time_s=last.get("train_time_s"),
-            num_failures=0,
+            num_failures=failures.get(trial_id, 0),
             error=None if r.error is None else f"{type(r.error).__name__}: {str(r.error).splitlines()[0][:300]}",
         )
         members.append((record, schedule, state))

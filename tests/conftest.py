@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,27 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 _DEFAULT_DATA = REPO.parent / "shared" / "data" / "cifar10-jpeg"
 _DEFAULT_GTSRB = REPO.parent / "shared" / "data" / "gtsrb-32-png"
+
+
+def worker_threads() -> int:
+    """The threads a test process may use: its share of this machine's cores.
+
+    Under ``pytest -n N`` (``make test``: one process per core) N processes run tests at once; a
+    process that trained with torch's default, one thread per core, would oversubscribe the cores,
+    and OpenMP threads spin while they wait for a descheduled peer (a smoke training took 5x its
+    CPU beside one other busy process). Outside xdist: every core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist test process (and the commands it starts, through ``OMP_NUM_THREADS``) uses its share
+    of the cores (:func:`worker_threads`), unless ``OMP_NUM_THREADS`` is set already."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+        threads = worker_threads()
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        if "torch" in sys.modules:  # read OMP_NUM_THREADS when imported: tell it now
+            sys.modules["torch"].set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -556,7 +556,7 @@ def small_test_set(cifar_test, folder, n=500):
 def smoke_config(cifar_train, cifar_test, tmp_path_factory):
     # 3 epochs so that resuming after epoch 1 still has two epochs (and a scheduler) to get right.
     test_data = small_test_set(cifar_test, tmp_path_factory.mktemp("test-data"))
-    return TrainConfig.from_preset("smoke", data=str(cifar_train), test_data=str(test_data), epochs=3, num_threads=2)
+    return TrainConfig.from_preset("smoke", data=str(cifar_train), test_data=str(test_data), epochs=3, num_threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -568,21 +568,29 @@ def aa_policy():
 def full_run(smoke_config, aa_policy, tmp_path_factory):
     reports = []
     ckpt = tmp_path_factory.mktemp("full")
-    threads_before = torch.get_num_threads()
+    # The run sets torch's threads to its own (1) and must put the process's back: make them differ.
+    process_threads = torch.get_num_threads()
+    threads_before = smoke_config.num_threads + 1
+    torch.set_num_threads(threads_before)
     rng_before = torch.get_rng_state()
     validations = []
-    result = train(
-        smoke_config,
-        aa_policy,
-        report=reports.append,
-        checkpoint_dir=ckpt,
-        on_validate=lambda epoch, stats, val: validations.append((epoch, stats, val)),
-    )
+    try:
+        result = train(
+            smoke_config,
+            aa_policy,
+            report=reports.append,
+            checkpoint_dir=ckpt,
+            on_validate=lambda epoch, stats, val: validations.append((epoch, stats, val)),
+        )
+        threads_after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(process_threads)
     return {
         "result": result,
         "reports": reports,
         "ckpt": ckpt,
         "threads_before": threads_before,
+        "threads_after": threads_after,
         "rng_before": rng_before,
         "validations": validations,
     }
@@ -641,7 +649,7 @@ def test_reports_once_per_epoch_after_writing_the_checkpoint(full_run):
 
 @pytest.mark.slow
 def test_global_torch_state_is_restored(full_run):
-    assert torch.get_num_threads() == full_run["threads_before"]
+    assert full_run["threads_after"] == full_run["threads_before"]
     assert torch.equal(torch.get_rng_state(), full_run["rng_before"])
     assert not torch.are_deterministic_algorithms_enabled()
 

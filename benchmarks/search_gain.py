@@ -21,7 +21,10 @@ command reuses every finished search and every finished re-scoring run):
    training, validated over the score's window), through the search's own loop of proxy runs
    (:func:`autoaug.search.decide.rescore.train_runs`). Every finished run is saved
    (``rescore.json``, keyed by policy, seed and training configuration), so the warm start's K
-   runs are trained once for all the searches that share it.
+   runs are trained once for all the searches that share it. A search that stored its warm start
+   (nothing it found beat it in its own re-scoring) has its best own candidate trained with the
+   same K seeds too (:func:`challenger`): what the search found, measured against the warm start
+   as the stored policies are, whether or not the search's one-seed re-scoring kept it.
 3. **eval** (``--eval``) -- the stored policy of the best cell (highest mean gain) and the warm
    start in the evaluation regime (``--eval-preset``, default ``eval-cpu``; ``--eval-seeds``, 5
    by default, paired) through ``autoaug compare``, as ``benchmarks/search_quality.py`` does.
@@ -63,6 +66,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     GAIN_SEED_OFFSET,
     add_session,
     best_cell,
+    cell_text,
     gain_cell,
     gain_table,
     points,
@@ -204,6 +208,34 @@ def warm_start(result: dict, config: Any) -> tuple[Any, str]:
     return policy, f"{refs[0]} on {stored.base} (the search's first warm-start reference)"
 
 
+def challenger(result: dict) -> tuple[Any, str] | None:
+    """The search's best own candidate when it stored its warm start (what the search found, that
+    its re-scoring did not keep): the candidate of ``selection.versus_transfer.own``, rebuilt from
+    the trial it is (one trial's point: a ``randaugment``/``trivialaugment`` family point, the best
+    trial, the runner-up), and checked against the hash its re-scoring recorded. None when the search
+    stored a policy of its own, had no re-scoring, or the candidate is a union of several trials
+    (not rebuilt here; said in the report)."""
+    from autoaug.policies import Policy
+
+    selection = result["provenance"].get("selection") or {}
+    own = (selection.get("versus_transfer") or {}).get("own")
+    chosen = selection.get("chosen")
+    if not own or chosen in (None, own):
+        return None
+    cand = next((c for c in selection.get("candidates") or [] if c.get("kind") == own), None)
+    if cand is None or len(cand.get("trial_ids") or []) != 1:
+        return None
+    trial = next(
+        (t for t in result["provenance"].get("trials") or [] if t.get("trial_id") == cand["trial_ids"][0]), None
+    )
+    if not trial or not trial.get("policy"):
+        return None
+    policy = Policy.from_dict(trial["policy"])
+    if policy.content_hash != cand.get("policy_hash"):
+        return None
+    return policy, own
+
+
 def rescore_plan(results: dict[tuple[int, str], dict], k: int) -> tuple[list, dict, Any]:
     """The runs to train: ``[(key, policy, train config)]`` (each once), per search the keys of its
     stored policy's and its warm start's runs by seed, and the config whose resources the runs take."""
@@ -219,10 +251,12 @@ def rescore_plan(results: dict[tuple[int, str], dict], k: int) -> tuple[list, di
         warm, what = warm_start(result, config)
         base = config.rescore_train_config(0)
         tkey = train_key(base.to_dict())
-        keys: dict[str, dict[int, str]] = {"stored": {}, "warm": {}}
+        keys: dict[str, dict[int, str]] = {"stored": {}, "warm": {}, "challenger": {}}
+        found = challenger(result) if stored.content_hash == warm.content_hash else None
+        roles = [("stored", stored), ("warm", warm), *([("challenger", found[0])] if found else [])]
         for i in range(k):
             cfg = dataclasses.replace(base, seed=(config.train.seed + GAIN_SEED_OFFSET + i) % 2**31)
-            for role, policy in (("stored", stored), ("warm", warm)):
+            for role, policy in roles:
                 key = run_key(policy.content_hash, cfg.seed, tkey)
                 keys[role][cfg.seed] = key
                 runs.setdefault(key, (key, policy, cfg))
@@ -232,6 +266,8 @@ def rescore_plan(results: dict[tuple[int, str], dict], k: int) -> tuple[list, di
             "warm_hash": warm.content_hash,
             "stored_hash": stored.content_hash,
             "same_policy": stored.content_hash == warm.content_hash,
+            "challenger": found[1] if found else None,
+            "challenger_hash": found[0].content_hash if found else None,
             "stored_policy": stored,
             "warm_policy": warm,
         }
@@ -276,6 +312,21 @@ def cells_from(per_search: dict, done: dict[str, Any]) -> dict[tuple[int, str], 
     }
 
 
+def challenger_cells(per_search: dict, done: dict[str, Any]) -> dict[tuple[int, str], dict]:
+    """For each search that stored its warm start and whose best own candidate is rebuilt
+    (:func:`challenger`): that candidate minus the warm start, the same K paired seeds."""
+    from autoaug.search.score import METRIC
+
+    def scores(keys: dict[int, str]) -> dict[int, float]:
+        return {int(s): float(done[k][METRIC]) for s, k in keys.items() if k in done}
+
+    return {
+        cell: gain_cell(scores(p["keys"]["challenger"]), scores(p["keys"]["warm"]))
+        for cell, p in per_search.items()
+        if p["keys"]["challenger"]
+    }
+
+
 # ------------------------------------------------------------------------------------ evaluation
 def evaluate(a: argparse.Namespace, work: Path, timings: Timings, best: tuple[int, str], per_search: dict) -> dict:
     """The best cell's stored policy and its warm start through ``autoaug compare`` in the
@@ -308,6 +359,7 @@ def report(
     cells: dict,
     evaluation: dict | None,
     timings: Timings,
+    done: dict[str, Any],
 ) -> dict:
     ledger = _read_json(work / SEARCHES_FILE, {})
     costs = {cell: ledger.get(search_name(*cell)) for cell in plan(a.trials, a.samplers)}
@@ -325,6 +377,22 @@ def report(
         *gain_table(cells, costs, a.trials, a.samplers),
         "",
     ]
+    found = challenger_cells(per_search, done)
+    kept = [cell for cell, p in per_search.items() if p["same_policy"]]
+    if kept:
+        lines += [
+            "What the searches that stored their warm start had found: their best own candidate (the one "
+            "their re-scoring compared with the warm start and did not keep) minus the warm start, the same "
+            "seeds, paired:",
+            "",
+            "| search | candidate | gain, points [95% CI] |",
+            "|---|---|---|",
+        ]
+        for cell in kept:
+            p = per_search[cell]
+            what = f"{p['challenger']} (`{p['challenger_hash'][:12]}`)" if p["challenger"] else "not rebuilt"
+            lines.append(f"| `{search_name(*cell)}` | {what} | {cell_text(found.get(cell))} |")
+        lines.append("")
     if len(per_search) > 1 and not a.own_calibration:
         lines += [
             f"The first search (`{search_name(*plan(a.trials, a.samplers)[0])}`) measured the bases and the "
@@ -382,6 +450,9 @@ def report(
                 "warm_start": p["warm_start"],
                 "warm_hash": p["warm_hash"],
                 "stored_hash": p["stored_hash"],
+                "challenger": p["challenger"],
+                "challenger_hash": p["challenger_hash"],
+                "challenger_gain": found.get(cell),
                 "stored_policy": results[cell]["policy"],
                 "counts": results[cell]["provenance"].get("counts"),
                 "calibration_reused": bool((results[cell]["provenance"].get("calibration") or {}).get("reused")),
@@ -490,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             print("eval: every search stored its warm start: nothing to evaluate against it")
         else:
             evaluation = evaluate(a, work, timings, best, per_search)
-    report(a, work, out, results, per_search, cells, evaluation, timings)
+    report(a, work, out, results, per_search, cells, evaluation, timings, done)
     print(f"\nwrote {out}")
     print(f"best cell: {best_cell(cells)}; gain {points((cells.get(best_cell(cells)) or {}).get('mean'))}")
     return 0

@@ -287,3 +287,77 @@ def test_more_trials_than_the_preset_lift_its_time_budget(sg, tmp_path):
     lifted = sg.search_args(a, tmp_path, 100, "random", "sg-n28-tpe")
     assert lifted[lifted.index("--set") + 1] == "time_budget_s=null"
     assert lifted[lifted.index("--sampler") + 1] == "random" and lifted[-2:] == ["--calibration-from", "sg-n28-tpe"]
+
+
+def _kept_warm_start(result: dict, found: dict, *, own: str = "runner_up", trials: int = 1) -> dict:
+    """``result`` as a search that stored its warm start after re-scoring ``found`` (a trial's policy)."""
+    from autoaug.policies import Policy
+
+    tid = "t1"
+    result["provenance"]["trials"] = [{"trial_id": tid, "policy": found}]
+    result["provenance"]["selection"] = {
+        "chosen": "transfer",
+        "versus_transfer": {"own": own},
+        "candidates": [
+            {"kind": "transfer", "policy_hash": "w", "trial_ids": []},
+            {"kind": own, "policy_hash": Policy.from_dict(found).content_hash, "trial_ids": [tid] * trials},
+        ],
+    }
+    return result
+
+
+def test_the_best_own_candidate_of_a_search_that_kept_its_warm_start_is_rebuilt_from_its_trial(sg):
+    from autoaug.policies import presets
+
+    found = presets.resolve("trivialaugment").with_base("crop").with_name("sg").to_dict()
+    warm = presets.resolve("randaugment").with_base("crop").to_dict()
+    result = _kept_warm_start(_result("sg-n5-tpe", "/d", warm), found)
+    policy, kind = sg.challenger(result)
+    assert kind == "runner_up" and policy.to_dict() == found
+    # a search that stored its own candidate: nothing to add (its stored policy is the cell)
+    assert (
+        sg.challenger(
+            {
+                **result,
+                "provenance": {
+                    **result["provenance"],
+                    "selection": {**result["provenance"]["selection"], "chosen": "runner_up"},
+                },
+            }
+        )
+        is None
+    )
+    # a union of several trials is not rebuilt, nor a trial whose policy hashes otherwise
+    assert sg.challenger(_kept_warm_start(_result("s", "/d", warm), found, own="assembled", trials=2)) is None
+    other = _kept_warm_start(_result("s", "/d", warm), found)
+    other["provenance"]["trials"][0]["policy"] = warm
+    assert sg.challenger(other) is None
+
+
+def test_a_search_that_kept_its_warm_start_reports_its_best_own_candidate_against_it(sg, fake, monkeypatch):
+    from autoaug.policies import presets
+
+    autoaug = sg._autoaug
+
+    def kept(args, log):  # the 6-trial random search stored the warm start (randaugment on crop)
+        code = autoaug(args, log)
+        name = args[args.index("--resume") + 1] if "--resume" in args else args[args.index("--name") + 1]
+        if name == "sg-n6-random":
+            path = fake["work"] / "runs" / name / "result.json"
+            result = json.loads(path.read_text())
+            result["policy"] = presets.resolve("randaugment").with_base("crop").with_name(name).to_dict()
+            found = presets.resolve("autoaugment-svhn").with_base("crop").with_name(name).to_dict()
+            path.write_text(json.dumps(_kept_warm_start(result, found)))
+        return code
+
+    monkeypatch.setattr(sg, "_autoaug", kept)
+    assert sg.main(fake["argv"]) == 0
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    # the warm start (2 runs), the two other stored policies (2 each), the kept search's candidate (2)
+    assert len(fake["calls"]["trained"]) == 2 + 2 * 2 + 2
+    search = doc["searches"]["sg-n6-random"]
+    assert doc["cells"]["6/random"]["same_policy"] and search["challenger"] == "runner_up"
+    assert search["challenger_gain"]["n"] == 2 and search["challenger_gain"]["mean"] == pytest.approx(0.01)
+    text = (fake["out"] / "results.md").read_text()
+    assert f"| `sg-n6-random` | runner_up (`{search['challenger_hash'][:12]}`) | **+1.00" in text
+    assert all(doc["searches"][s]["challenger"] is None for s in ("sg-n5-tpe", "sg-n5-random", "sg-n6-tpe"))

@@ -245,6 +245,19 @@ def _pids_with(marker: bytes) -> list[int]:
 
 
 def start_cluster() -> LocalCluster:
+    """A fresh two-node cluster. `ray start` gives a node's raylet 30 s to register (Ray's own limit,
+    as for the second node in :meth:`LocalCluster.start_node2`): on a loaded machine the head may
+    need more. Then once more, a whole new cluster (token, ports, folder), after everything of the
+    first try is stopped."""
+    try:
+        return _start_cluster()
+    except RuntimeError as e:
+        if "timed out during startup" not in str(e):
+            raise
+        return _start_cluster()
+
+
+def _start_cluster() -> LocalCluster:
     token = secrets.token_hex(32)
     temp_dir = Path(tempfile.mkdtemp(prefix="aa-ray-", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}

@@ -368,27 +368,56 @@ def test_two_node_cluster_is_up(ray_cluster):
     assert node2["resources_total"].get("node2") == 1.0
 
 
-@pytest.mark.slow
-def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, cifar_small, tmp_path):
-    from autoaug.policies.store import PolicyStore
+def _losable_args(cifar_small: Path, work: Path, name: str) -> list[str]:
+    """A training-method search that a lost node leaves unchanged: FIFO, not ASHA (which trial ASHA
+    stops depends on which reports first, which a lost node changes), each trial retried once."""
+    return [
+        *_search_args(cifar_small, work, name),
+        *("--set", "train.epochs=2", "--no-early-stopping", "--max-failures", "1"),
+    ]
 
-    autoaug = str(BIN / "autoaug")
-    job_id = f"autoaug-test-{secrets.token_hex(4)}"
+
+@dataclass
+class JobSearch:
+    proc: subprocess.CompletedProcess
+    job_id: str
+    work: Path
+    name: str
+
+
+@pytest.fixture(scope="module")
+def job_search(ray_cluster, cifar_small, tmp_path_factory) -> JobSearch:
+    """``autoaug launch -- search ...``: the training method's search as a Ray Job on the two nodes,
+    nothing lost. The search :func:`test_train_search_survives_losing_the_node_a_trial_runs_on`
+    compares with (the same arguments and seed), and the one
+    :func:`test_launch_runs_a_search_as_a_ray_job_on_both_nodes` checks."""
+    work = tmp_path_factory.mktemp("jobsearch")
+    # A name of its own: Ray's job list outlives a test module (the module may run twice on one cluster).
+    name, job_id = f"whole{secrets.token_hex(3)}", f"autoaug-test-{secrets.token_hex(4)}"
     proc = ray_cluster.run(
-        autoaug,
+        str(BIN / "autoaug"),
         "launch",
         "--address",
         ray_cluster.dashboard_url,
         "--job-id",
         job_id,
         "--",
-        *_search_args(cifar_small, tmp_path, "jobsearch"),
+        *_losable_args(cifar_small, work, name),
     )
+    return JobSearch(proc, job_id, work, name)
+
+
+@pytest.mark.slow
+def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, job_search):
+    from autoaug.policies.store import PolicyStore
+
+    autoaug = str(BIN / "autoaug")
+    proc, job_id, name = job_search.proc, job_search.job_id, job_search.name
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert f"job {job_id} SUCCEEDED" in proc.stderr
-    assert "stored as jobsearch@1" in proc.stdout  # the search's own output, streamed from the job
+    assert f"stored as {name}@1" in proc.stdout  # the search's own output, streamed from the job
 
-    record = PolicyStore(str(tmp_path / "store")).get("jobsearch@latest")
+    record = PolicyStore(str(job_search.work / "store")).get(f"{name}@latest")
     assert record.version == 1 and len(record.policy.sub_policies) > 0
 
     # Ray's records: the job ran `python -m autoaug.launch.cli search` on the cluster and succeeded...
@@ -650,19 +679,12 @@ def _driver_job(cluster: LocalCluster, name: str) -> str:
 
 
 @pytest.mark.slow
-def test_train_search_survives_losing_the_node_a_trial_runs_on(ray_cluster, cifar_small, tmp_path):
+def test_train_search_survives_losing_the_node_a_trial_runs_on(ray_cluster, cifar_small, job_search, tmp_path):
     from autoaug.policies.store import PolicyStore
 
-    def argv(name: str) -> list[str]:
-        # FIFO, not ASHA: which trial ASHA stops depends on which reports first, which a lost node changes.
-        return [
-            *_search_args(cifar_small, tmp_path / name, name),
-            *("--set", "train.epochs=2", "--no-early-stopping", "--max-failures", "1"),
-        ]
-
-    # Names of their own: Ray's job list outlives a test (the test may run twice on one cluster).
-    name, twin = f"lost{secrets.token_hex(3)}", f"whole{secrets.token_hex(3)}"
-    lost = _search_losing_node2(ray_cluster, argv(name), tmp_path)
+    # A name of its own: Ray's job list outlives a test (the test may run twice on one cluster).
+    name = f"lost{secrets.token_hex(3)}"
+    lost = _search_losing_node2(ray_cluster, _losable_args(cifar_small, tmp_path / name, name), tmp_path)
     assert lost.proc.returncode == 0, lost.proc.stdout[-4000:] + lost.proc.stderr[-4000:]
     # What the user sees: one line for the trial the node took with it, which goes on.
     assert "; retrying from its last checkpoint" in lost.proc.stdout + lost.proc.stderr
@@ -683,14 +705,15 @@ def test_train_search_survives_losing_the_node_a_trial_runs_on(ray_cluster, cifa
     # The study has exactly the two trials, finished: none left RUNNING.
     assert _study_states(run / "optuna.db") == {"COMPLETE": 2}
 
-    # The same search without the loss (the same seed) stores the same policy, from the same scores.
-    whole = ray_cluster.run(str(BIN / "autoaug"), *argv(twin), "--address", ray_cluster.gcs_address)
-    assert whole.returncode == 0, whole.stdout[-4000:] + whole.stderr[-4000:]
-    baseline = json.loads((tmp_path / twin / "runs" / twin / "result.json").read_text())["provenance"]["trials"]
+    # The same search without the loss (the same arguments and seed, run as a Ray Job on both nodes)
+    # stores the same policy, from the same scores.
+    twin = job_search.name
+    assert job_search.proc.returncode == 0, job_search.proc.stdout[-4000:] + job_search.proc.stderr[-4000:]
+    baseline = json.loads((job_search.work / "runs" / twin / "result.json").read_text())["provenance"]["trials"]
     scores = lambda ts: sorted((json.dumps(t["params"], sort_keys=True), t["score"]) for t in ts)  # noqa: E731
     assert scores(trials) == scores(baseline)
     stored = PolicyStore(str(tmp_path / name / "store")).get(f"{name}@latest").policy
-    assert stored.content_hash == PolicyStore(str(tmp_path / twin / "store")).get(f"{twin}@latest").policy.content_hash
+    assert stored.content_hash == PolicyStore(str(job_search.work / "store")).get(f"{twin}@latest").policy.content_hash
 
 
 @pytest.mark.slow

@@ -36,10 +36,13 @@ def worker_threads() -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     """An xdist test process (and the commands it starts, through ``OMP_NUM_THREADS``) uses its share
-    of the cores (:func:`worker_threads`), unless ``OMP_NUM_THREADS`` is set already."""
+    of the cores (:func:`worker_threads`), unless ``OMP_NUM_THREADS`` is set already; so does
+    ``torch.compile``'s code generation (``TORCHINDUCTOR_COMPILE_THREADS``: with one, it compiles in
+    the process instead of starting a pool of compiler processes, each importing torch)."""
     if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
         threads = worker_threads()
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
         if "torch" in sys.modules:  # read OMP_NUM_THREADS when imported: tell it now
             sys.modules["torch"].set_num_threads(threads)
 

@@ -31,7 +31,9 @@ command reuses every finished search and every finished re-scoring run):
 
 The report (``results.md``, ``gain.json``) has one row per N and, per sampler, the gain of the
 stored policy over the warm start in points (mean of the K paired differences, 95% Student-t CI;
-bold when the CI excludes 0) and the search's wall time and CPU-seconds.
+bold when the CI excludes 0) and the search's wall time and CPU-seconds; and whether ASHA's
+rungs ranked the searches' own trials (Spearman's rho between a trial's score at one rung and the
+next, :func:`search_gain_stats.rung_ranking`).
 
 ::
 
@@ -71,6 +73,8 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     gain_table,
     points,
     run_key,
+    rung_ranking,
+    rung_text,
     train_key,
     trials_text,
 )
@@ -300,6 +304,24 @@ def rescore(a: argparse.Namespace, work: Path, runs: list, config: Any, timings:
         timings.add("rescore", time.monotonic() - start, f"{len(todo)} runs")
 
 
+def trial_scores(run_dir: Path) -> list[dict[int, float]]:
+    """Each trial's search score by epoch (training iteration), from its Tune ``result.json`` (JSON
+    lines) in the search's run directory."""
+    from autoaug.search.score import METRIC
+
+    trials = []
+    for path in sorted(run_dir.glob("trial_*/result.json")):
+        scores: dict[int, float] = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if row.get(METRIC) is not None and row.get("training_iteration") is not None:
+                    scores[int(row["training_iteration"])] = float(row[METRIC])
+        if scores:
+            trials.append(scores)
+    return trials
+
+
 def cells_from(per_search: dict, done: dict[str, Any]) -> dict[tuple[int, str], dict]:
     from autoaug.search.score import METRIC
 
@@ -393,6 +415,17 @@ def report(
             what = f"{p['challenger']} (`{p['challenger_hash'][:12]}`)" if p["challenger"] else "not rebuilt"
             lines.append(f"| `{search_name(*cell)}` | {what} | {cell_text(found.get(cell))} |")
         lines.append("")
+    trials = [t for cell in per_search for t in trial_scores(result_path(work, search_name(*cell)).parent)]
+    rungs = rung_ranking(trials)
+    if rungs:
+        stopped: dict[int, int] = {}
+        for t in trials:
+            stopped[max(t)] = stopped.get(max(t), 0) + 1
+        lines += [
+            f"Do ASHA's rungs rank? Over the {len(trials)} trials of these searches, Spearman's rho between a "
+            f"trial's score at one epoch where trials ended and at the next: {rung_text(rungs, stopped)}.",
+            "",
+        ]
     if len(per_search) > 1 and not a.own_calibration:
         lines += [
             f"The first search (`{search_name(*plan(a.trials, a.samplers)[0])}`) measured the bases and the "
@@ -459,6 +492,7 @@ def report(
             }
             for cell, p in per_search.items()
         },
+        "rungs": rungs,
         "eval": evaluation,
         "timings": timings.data,
         "written_at": _now(),

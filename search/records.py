@@ -30,6 +30,34 @@ def ran_text(provenance: Mapping[str, Any] | None) -> str | None:
     return f"{n} {unit.removesuffix('s') if n == 1 else unit}"
 
 
+def rescored_line(selection: Mapping[str, Any]) -> str:
+    """The summary's line of the final candidates' re-scores (``provenance["selection"]``): each
+    candidate's mean score, the seeds said once when every re-scored candidate ran the same ones,
+    else each candidate's own (the published policy's runs are calibration's, with seeds of their
+    own, beside a candidate trained on one fresh seed)."""
+    candidates = list(selection.get("candidates") or [])
+    rescored = [c for c in candidates if c.get(METRIC) is not None]
+
+    def seeds(c: Mapping[str, Any]) -> list[str]:
+        return [str(r.get("seed")) for r in (c.get("runs") or [{"seed": c.get("seed", "?")}])]
+
+    def plural(s: list[str]) -> str:
+        return f"seed{'s' if len(s) > 1 else ''} {', '.join(s)}"
+
+    # the first candidate re-scored (under a time budget, not every candidate is)
+    first = next((c for c in candidates if c.get("runs")), candidates[0] if candidates else {})
+    val = f"{first['val_size']} validation images" if first.get("val_size") else ""
+    if len({tuple(seeds(c)) for c in rescored}) <= 1:
+        scores = ", ".join(f"{c['kind']} ({c['num_sub_policies']} sub-policies) {c[METRIC]:.4f}" for c in rescored)
+        head = f"mean over {plural(seeds(first))}" + (f", {val}" if val else "")
+    else:
+        scores = ", ".join(
+            f"{c['kind']} ({c['num_sub_policies']} sub-policies) {c[METRIC]:.4f} ({plural(seeds(c))})" for c in rescored
+        )
+        head = "mean over each candidate's seeds" + (f", {val}" if val else "")
+    return f"re-scored under the proxy ({head}): {scores}; stored: {selection.get('chosen')}"
+
+
 @dataclass(frozen=True)
 class SearchOutcome:
     """What a finished search produced."""
@@ -114,20 +142,7 @@ class SearchOutcome:
             ]
         selection = self.provenance.get("selection")
         if selection:
-            scores = ", ".join(
-                f"{c['kind']} ({c['num_sub_policies']} sub-policies) {c[METRIC]:.4f}"
-                for c in selection["candidates"]
-                if c.get(METRIC) is not None
-            )
-            # the first candidate re-scored (under a time budget, not every candidate is)
-            first = next((c for c in selection["candidates"] if c.get("runs")), selection["candidates"][0])
-            runs = first.get("runs") or [{"seed": first.get("seed", "?")}]
-            seeds = ", ".join(str(r.get("seed")) for r in runs)
-            val = f", {first['val_size']} validation images" if first.get("val_size") else ""
-            lines.append(
-                f"re-scored under the proxy (mean over seed{'s' if len(runs) > 1 else ''} {seeds}{val}): "
-                f"{scores}; stored: {selection['chosen']}"
-            )
+            lines.append(rescored_line(selection))
             from autoaug.search.decide.rescore import describe_selection
 
             lines += describe_selection(selection, ran_text(self.provenance))

@@ -190,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
         args.verbose = 0 if args.quiet else None
     if args.quiet and args.json:
         raise UserInputError("--quiet and --json: give one (--json prints only the result, as JSON)")
+    if args.address is not None:  # a malformed address: refused before the data are read
+        from autoaug.core.ray_session import parse_address
+
+        parse_address(args.address)
     if args.resume:
         given = [d for d in _defining() if getattr(args, d, None) not in (None, False, [])]
         if given:

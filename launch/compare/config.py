@@ -85,6 +85,10 @@ class CompareConfig:
         if len(set(seeds)) != len(seeds):
             raise CompareError(f"seeds must be distinct, got {list(seeds)}")
         object.__setattr__(self, "seeds", seeds)
+        if self.address is not None:  # a malformed address: refused before the data are read
+            from autoaug.core.ray_session import parse_address
+
+            parse_address(self.address)
         if isinstance(self.cpus_per_run, bool) or not isinstance(self.cpus_per_run, int) or self.cpus_per_run < 1:
             raise CompareError(f"cpus_per_run must be a positive integer, got {self.cpus_per_run!r}")
         if (

@@ -18,14 +18,14 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_failed_cluster_connection_exits_with_the_documented_status_1(cifar_train, tmp_path, capsys):
+def test_a_failed_cluster_connection_exits_with_the_documented_status_1(cifar_small, tmp_path, capsys):
     port = _closed_port()
     argv = [
         "search",
         "--preset",
         "smoke",
         "--data",
-        str(cifar_train),
+        str(cifar_small),
         "--name",
         "nowhere",
         "--address",
@@ -42,25 +42,24 @@ def test_a_failed_cluster_connection_exits_with_the_documented_status_1(cifar_tr
     assert len(err.splitlines()) == 1
 
 
-def test_a_malformed_cluster_address_is_bad_input_status_2(cifar_train, tmp_path, capsys):
-    argv = [
-        "search",
-        "--preset",
-        "smoke",
-        "--data",
-        str(cifar_train),
-        "--name",
-        "bad-address",
-        "--address",
-        "s3://head",
-        "--storage",
-        str(tmp_path / "runs"),
-        "--store",
-        str(tmp_path / "store"),
-        "-q",
-    ]
+@pytest.mark.parametrize("command", ["search", "compare"])
+def test_a_malformed_cluster_address_is_bad_input_status_2_before_the_data_are_read(
+    command, cifar_small, tmp_path, capsys, monkeypatch
+):
+    def checked(*args, **kwargs):
+        raise AssertionError("the data were checked (decoded): the address was refused after work started")
+
+    monkeypatch.setattr("autoaug.launch.preflight.check_data", checked)
+    where = (
+        ["--name", "bad-address", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store"), "-q"]
+        if command == "search"
+        else ["--policy", "trivialaugment", "--test-data", str(cifar_small), "--out", str(tmp_path / "cmp")]
+    )
+    argv = [command, "--preset", "smoke", "--data", str(cifar_small), "--address", "s3://head", *where]
     assert main(argv) == 2
-    assert "unsupported scheme 's3://' in Ray cluster address" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unsupported scheme 's3://' in Ray cluster address" in err[0], err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
 
 
 @pytest.mark.parametrize(

@@ -304,8 +304,12 @@ def test_tf32_is_set_for_a_cuda_run_and_put_back():
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def smoke(cifar_train):
-    # One thread: what a search trial runs with (and the runs below compare exactly).
-    return TrainConfig.from_preset("smoke", data=str(cifar_train), epochs=2, num_threads=1)
+    # One thread: what a search trial runs with (and the runs below compare exactly). A quarter of
+    # the preset's images (8 batches, 2 validation batches of 100 with eval_batch_size=100): these
+    # tests compare runs with each other, which needs no more.
+    return TrainConfig.from_preset(
+        "smoke", data=str(cifar_train), epochs=2, num_threads=1, train_size=256, val_size=128
+    )
 
 
 @pytest.fixture(scope="module")

@@ -252,6 +252,31 @@ class _OneLine(logging.Filter):
         return True
 
 
+#: Ray's logger of a trial's checkpoint handling: see :class:`_GoneCheckpoint`.
+_CONTROLLER_LOGGER = "ray.tune.execution.tune_controller"
+
+
+class _GoneCheckpoint(logging.Filter):
+    """Drops Tune's "Error handling checkpoint" record (an ERROR with its traceback) when all that
+    failed is deleting a checkpoint that is no longer there. Tune keeps a trial's last
+    ``keep_checkpoints``; a driver stopped after a trial's newer checkpoints replaced older ones,
+    but before Tune's next snapshot, leaves a snapshot naming checkpoints already deleted, and on
+    ``--resume`` Tune's retention tries to delete them again (``FileNotFoundError`` in Ray 2.60's
+    ``_delete_fs_path``). The new checkpoint is registered before that deletion: nothing is lost,
+    and the user was shown a traceback for every trial in flight at the stop."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, FileNotFoundError) or "Error handling checkpoint" not in str(record.msg):
+            return True
+        frame = exc.__traceback__
+        while frame is not None:
+            if frame.tb_frame.f_code.co_name == "_delete_fs_path":
+                return False
+            frame = frame.tb_next
+        return True
+
+
 @contextlib.contextmanager
 def tune_output(verbose: int) -> Iterator[None]:
     """For the time of the block (a search, its Ray session included), Ray Tune's own output as
@@ -272,7 +297,8 @@ def tune_output(verbose: int) -> Iterator[None]:
         # A trial actor's failure that Tune ended the experiment on (a full disk) is not fetched
         # again: Ray would print it as an "unhandled error" traceback on the way out.
         settings["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
-    one_line = _OneLine()
+    one_line, gone = _OneLine(), _GoneCheckpoint()
+    logging.getLogger(_CONTROLLER_LOGGER).addFilter(gone)
     if verbose < 2:
         for name in _SYNC_LOGGERS:
             logging.getLogger(name).addFilter(one_line)
@@ -283,6 +309,7 @@ def tune_output(verbose: int) -> Iterator[None]:
     try:
         yield
     finally:
+        logging.getLogger(_CONTROLLER_LOGGER).removeFilter(gone)
         for name in _SYNC_LOGGERS:
             logging.getLogger(name).removeFilter(one_line)
         for key, value in saved.items():

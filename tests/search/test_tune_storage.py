@@ -289,3 +289,54 @@ def test_a_restored_experiment_does_not_upload_stale_copies_of_the_search_files(
     (staging / "budget.json").write_text("{}")
     guard.on_step_begin(2, [_StagedTrial(staging)])
     assert (staging / "budget.json").exists()
+
+
+def test_a_resumed_trials_retention_deleting_a_checkpoint_already_gone_is_not_an_error(tmp_path):
+    """On --resume, Tune's retention deletes the checkpoints its last snapshot named, some already
+    deleted before the stop: Ray 2.60 logs "Error handling checkpoint" with a FileNotFoundError
+    traceback for every trial in flight (the new checkpoint was registered; nothing is lost). The
+    search drops that record, and only that one."""
+    import logging
+
+    import pyarrow.fs
+    from ray.train._internal.storage import _delete_fs_path  # where Tune's deletion fails
+
+    from autoaug.search.tune.experiment import tune_output
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    logger = logging.getLogger("ray.tune.execution.tune_controller")
+    keep, level = Keep(), logger.level
+    logger.addHandler(keep)
+    logger.setLevel(logging.DEBUG)
+
+    def handled(path: str) -> None:  # what Tune's controller does around the deletion
+        try:
+            _delete_fs_path(fs=pyarrow.fs.LocalFileSystem(), fs_path=path)
+        except Exception:
+            logger.exception("Trial %s: Error handling checkpoint %s", "trial_1", "TrainingResult(...)")
+
+    gone = str(tmp_path / "trial_1" / "checkpoint_000006")
+    try:
+        with tune_output(verbose=0):
+            handled(gone)  # dropped
+            try:
+                open(tmp_path / "missing.pkl")  # another FileNotFoundError: a real problem, kept
+            except FileNotFoundError:
+                logger.exception("Trial %s: Error handling checkpoint %s", "trial_2", "TrainingResult(...)")
+        handled(gone)  # outside a search: Ray's record as it was
+    finally:
+        logger.removeHandler(keep)
+        logger.setLevel(level)
+    messages = [r.getMessage() for r in keep.records]
+    assert messages == [
+        "Trial trial_2: Error handling checkpoint TrainingResult(...)",
+        "Trial trial_1: Error handling checkpoint TrainingResult(...)",
+    ], messages
+    assert all(isinstance(r.exc_info[1], FileNotFoundError) for r in keep.records)

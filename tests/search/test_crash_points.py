@@ -58,7 +58,7 @@ def test_a_driver_killed_in_calibration_then_while_rescoring_resumes_each_time_w
         "auto",
         "--no-warm-start",
         "--num-trials",
-        "3",
+        "2",  # re-scoring's candidates: the two trials assembled, and the best one
         "--concurrency",
         "1",
         "--set",

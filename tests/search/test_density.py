@@ -141,7 +141,7 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
 def test_a_killed_density_search_resumes_without_training_the_fold_models_again_and_stores_its_policy(
     tmp_path, capsys, cifar_small, kill_driver
 ):
-    """One density search (2 folds, 2 rounds of 3 candidates, the 2 best kept per round), its
+    """One density search (2 folds, 2 rounds of 2 candidates, the best kept per round), its
     driver killed with SIGKILL once both fold models are saved and the first candidate is scored,
     then resumed: no fold model is trained again, and the search stores a policy with the method's
     whole provenance (what a smoke search of the method shows)."""
@@ -166,9 +166,9 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
         "--rounds",
         "2",
         "--trials-per-round",
-        "3",
-        "--top-per-round",
         "2",
+        "--top-per-round",
+        "1",
         "--base",
         "crop",
         *TINY,
@@ -199,7 +199,7 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
     assert result["policy_hash"] == policy.content_hash
     method = prov["method"]
     assert method["name"] == "density" and method["folds"] == 2 and method["rounds"] == 2
-    assert method["trials_per_round"] == 3 and method["top_per_round"] == 2 and method["objective"] == "loss"
+    assert method["trials_per_round"] == 2 and method["top_per_round"] == 1 and method["objective"] == "loss"
     assert [f["fold"] for f in method["fold_models"]] == [0, 1]
     assert [f["session"] for f in method["fold_models"]] == ["start 1", "start 1"]  # the killed driver's
     assert all(0 < f["val_accuracy"] <= 1 and f["heldout_size"] == 128 for f in method["fold_models"])
@@ -208,16 +208,16 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
     # Every candidate's score is recorded, the one scored before the kill included: folds x rounds
     # x trials, each scored once.
     trials = prov["trials"]
-    assert len(trials) == 12 and all(t["status"] == "completed" and t["score"] is not None for t in trials)
-    assert len({t["trial_id"] for t in trials}) == 12
-    # The final policy is the union of each round's top 2, duplicates removed.
+    assert len(trials) == 8 and all(t["status"] == "completed" and t["score"] is not None for t in trials)
+    assert len({t["trial_id"] for t in trials}) == 8
+    # The final policy is the union of each round's best, duplicates removed.
     kept = [k for r in method["rounds_kept"] for k in r["kept"]]
-    assert len(kept) == 8
+    assert len(kept) == 4
     by_id = {t["trial_id"]: t for t in trials}
     for r in method["rounds_kept"]:
         scores = sorted((t["score"] for t in trials if t["trial_id"].startswith(r["stage"] + "/")), reverse=True)
-        assert sorted((by_id[k]["score"] for k in r["kept"]), reverse=True) == scores[:2]
-    assert len(policy.sub_policies) == 8 * 5 - prov["assembly"]["duplicates_removed"]
+        assert sorted((by_id[k]["score"] for k in r["kept"]), reverse=True) == scores[:1]
+    assert len(policy.sub_policies) == 4 * 5 - prov["assembly"]["duplicates_removed"]
     assert prov["optuna"]["problems"] == []
     assert meta["method"]["name"] == "density" and meta["method"]["fold_models"] == method["fold_models"]
 

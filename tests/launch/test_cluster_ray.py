@@ -434,6 +434,88 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, job_search
 
 
 @pytest.mark.slow
+def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes(ray_cluster, cifar_small, tmp_path):
+    """``autoaug search --address`` (the driver an ordinary process joining the cluster; for the
+    training method's trials, placed on both nodes through a Ray Job, see
+    test_launch_runs_a_search_as_a_ray_job_on_both_nodes; PBA's below)."""
+    from autoaug.policies.store import PolicyStore
+
+    proc = ray_cluster.run(
+        str(BIN / "autoaug"),
+        *_search_args(cifar_small, tmp_path, "densaddr"),
+        "--method",
+        "density",
+        "--folds",
+        "2",
+        "--rounds",
+        "1",
+        "--trials-per-round",
+        "2",  # the two of a round at once (--concurrency 2): one per 1-CPU node
+        "--top-per-round",
+        "1",
+        "--address",
+        ray_cluster.gcs_address,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    record = PolicyStore(str(tmp_path / "store")).get("densaddr@latest")
+    assert record.provenance["method"]["name"] == "density"
+    assert len(record.provenance["trials"]) == 4 and len(record.policy.sub_policies) > 0
+
+    # The driver was an ordinary process here: find its Ray job by its entrypoint.
+    drivers = [
+        j for j in ray_cluster.api("/api/jobs/") if j["type"] == "DRIVER" and "densaddr" in (j.get("entrypoint") or "")
+    ]
+    assert len(drivers) == 1, drivers
+    assert "autoaug.launch.cli" not in drivers[0]["entrypoint"]  # not a Ray Job's `python -m` entrypoint
+    job = drivers[0]["job_id"]
+    alive = {n["node_id"] for n in ray_cluster.alive_nodes()}
+    # The two fold models are Ray tasks of 1 CPU each, one per 1-CPU node...
+    folds = [t for t in ray_cluster.state("tasks", job_id=job) if t["name"].startswith("autoaug-fold:densaddr:")]
+    assert {t["name"] for t in folds} == {"autoaug-fold:densaddr:0", "autoaug-fold:densaddr:1"}
+    assert {t["node_id"] for t in folds} == alive
+    # ... and the scoring trials ran on both nodes too.
+    assert set(_trial_nodes(ray_cluster, job).values()) == alive
+
+
+@pytest.mark.slow
+def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, cifar_small, tmp_path):
+    from autoaug.policies.reference import resolve_schedule
+    from autoaug.policies.store import PolicyStore
+
+    proc = ray_cluster.run(
+        str(BIN / "autoaug"),
+        *_search_args(cifar_small, tmp_path, "pbaaddr"),
+        "--method",
+        "pba",
+        "--set",
+        "pba.population=3",
+        "--set",
+        "pba.perturbation_interval=1",
+        "--set",
+        "pba.quantile=0.5",
+        "--set",
+        "train.epochs=3",
+        "--address",
+        ray_cluster.gcs_address,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    store = PolicyStore(str(tmp_path / "store"))
+    record = store.get("pbaaddr@latest")
+    method = record.provenance["method"]
+    assert method["name"] == "pba" and len(method["members"]) == 3
+    assert resolve_schedule("pbaaddr@latest", store=store).final.content_hash == record.policy.content_hash
+
+    drivers = [
+        j for j in ray_cluster.api("/api/jobs/") if j["type"] == "DRIVER" and "pbaaddr" in (j.get("entrypoint") or "")
+    ]
+    assert len(drivers) == 1, drivers
+    # The members' trial actors ran on both nodes.
+    assert set(_trial_nodes(ray_cluster, drivers[0]["job_id"]).values()) == {
+        n["node_id"] for n in ray_cluster.alive_nodes()
+    }
+
+
+@pytest.mark.slow
 def test_no_wait_logs_list_and_stop(ray_cluster, cifar_small, tmp_path):
     from autoaug.policies import presets
 
@@ -665,11 +747,6 @@ def test_pba_search_survives_losing_the_node_a_member_runs_on(ray_cluster, cifar
     assert sorted(t["num_failures"] for t in trials) == [0, 0, 1]
     assert len(record.provenance["method"]["members"]) == 3
     assert resolve_schedule(f"{name}@latest", store=store).final.content_hash == record.policy.content_hash
-    # `autoaug search --address` (an ordinary process joining the cluster): the members' trial actors
-    # ran on both nodes, the lost one included.
-    nodes = set(_trial_nodes(ray_cluster, _driver_job(ray_cluster, name)).values())
-    head = {n["node_id"] for n in ray_cluster.alive_nodes() if n["is_head_node"]}
-    assert nodes == head | {lost.lost_node}, (nodes, head, lost.lost_node)
     # PBT's exploit decisions follow the order in which members report, which the loss changes: the
     # stored schedule is not compared with a search without the loss (docs/cluster.md).
 
@@ -695,14 +772,8 @@ def test_density_search_survives_losing_the_node_a_fold_model_trains_on(ray_clus
     ]
     lost = _search_losing_node2(ray_cluster, argv, tmp_path)
     assert lost.proc.returncode == 0, lost.proc.stdout[-4000:] + lost.proc.stderr[-4000:]
-    # `autoaug search --address`: the driver an ordinary process joining the cluster, not a Ray Job's
-    # `python -m autoaug.launch.cli` entrypoint (the training method's search as a Ray Job:
-    # test_launch_runs_a_search_as_a_ray_job_on_both_nodes; PBA's: the PBA node-loss test above).
+    # The fold model on the lost node is a Ray task: Ray ran it again, from its start, on the head.
     job = _driver_job(ray_cluster, name)
-    (driver,) = [j for j in ray_cluster.api("/api/jobs/") if j["job_id"] == job]
-    assert "autoaug.launch.cli" not in driver["entrypoint"]
-    # The two fold models are Ray tasks of 1 CPU each, one per 1-CPU node; the one on the lost node
-    # Ray ran again, from its start, on the head.
     head = [n["node_id"] for n in ray_cluster.alive_nodes() if n["is_head_node"]]
     folds = sorted(
         (t["attempt_number"], t["state"], t["node_id"])
@@ -713,7 +784,6 @@ def test_density_search_survives_losing_the_node_a_fold_model_trains_on(ray_clus
     assert "fold model 1/2" in lost.proc.stdout and "fold model 2/2" in lost.proc.stdout
     # Then every scoring trial of both folds was run once, and the studies hold no trial RUNNING.
     record = PolicyStore(str(tmp_path / "store")).get(f"{name}@latest")
-    assert record.provenance["method"]["name"] == "density" and len(record.policy.sub_policies) > 0
     trials = record.provenance["trials"]
     assert len(trials) == 4 and all(t["status"] == "completed" for t in trials), trials
     assert _study_states(tmp_path / "runs" / name / "optuna.db") == {"COMPLETE": 4}

@@ -3,10 +3,13 @@ back from its last complete copy (the real full disk is in tests/launch/test_sea
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import pickle
 import sqlite3
+from collections.abc import Iterator
 
 import pytest
 
@@ -179,27 +182,35 @@ def test_a_trial_that_is_full_in_ray_s_temporary_folder_names_it(monkeypatch, tm
     assert str(storage_failure(exc, str(run))).startswith(f"cannot write Ray's temporary folder {session}: ")
 
 
-def test_tune_s_failed_copies_are_logged_on_one_line_while_a_search_runs():
-    """Tune logs a failed copy of its state with the traceback (in the exception or the message)."""
-    import logging
-
-    from autoaug.search.tune.experiment import tune_output
+@contextlib.contextmanager
+def _records_of(names: tuple[str, ...], level: int) -> Iterator[list[logging.LogRecord]]:
+    """The records Ray's loggers ``names`` emit at ``level`` or above within the block (a handler
+    and level of their own: whatever Ray did to these loggers), both put back afterwards."""
+    records: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):
-        def __init__(self):
-            super().__init__(logging.WARNING)
-            self.records = []
-
         def emit(self, record):
-            self.records.append(record)
+            records.append(record)
+
+    keep, loggers = Keep(level), [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(keep)
+        logger.setLevel(level)
+    try:
+        yield records
+    finally:
+        for logger, old in zip(loggers, levels):
+            logger.removeHandler(keep)
+            logger.setLevel(old)
+
+
+def test_tune_s_failed_copies_are_logged_on_one_line_while_a_search_runs():
+    """Tune logs a failed copy of its state with the traceback (in the exception or the message)."""
+    from autoaug.search.tune.experiment import tune_output
 
     names = ("ray.tune.execution.experiment_state", "ray.train._internal.syncer")
-    keep = Keep()
-    levels = {name: logging.getLogger(name).level for name in names}
-    for name in names:  # a handler and level of their own: whatever Ray did to these loggers
-        logging.getLogger(name).addHandler(keep)
-        logging.getLogger(name).setLevel(logging.WARNING)
-    try:
+    with _records_of(names, logging.WARNING) as records:
         with tune_output(verbose=0):
             try:
                 raise OSError(28, "No space left on device")
@@ -213,11 +224,7 @@ def test_tune_s_failed_copies_are_logged_on_one_line_while_a_search_runs():
             )
         with tune_output(verbose=2):  # -vv: Tune's own output, whole
             logging.getLogger(names[1]).warning("a\nTraceback (most recent call last):\nb")
-    finally:
-        for name in names:
-            logging.getLogger(name).removeHandler(keep)
-            logging.getLogger(name).setLevel(levels[name])
-    texts = [logging.Formatter().format(r) for r in keep.records]
+    texts = [logging.Formatter().format(r) for r in records]
     assert len(texts) == 3, texts
     assert all("\n" not in t and "Traceback" not in t for t in texts[:2]), texts
     assert texts[0].endswith("failed with exception: OSError: [Errno 28] No space left on device")
@@ -296,25 +303,12 @@ def test_a_resumed_trials_retention_deleting_a_checkpoint_already_gone_is_not_an
     deleted before the stop: Ray 2.60 logs "Error handling checkpoint" with a FileNotFoundError
     traceback for every trial in flight (the new checkpoint was registered; nothing is lost). The
     search drops that record, and only that one."""
-    import logging
-
     import pyarrow.fs
     from ray.train._internal.storage import _delete_fs_path  # where Tune's deletion fails
 
     from autoaug.search.tune.experiment import tune_output
 
-    class Keep(logging.Handler):
-        def __init__(self):
-            super().__init__(logging.DEBUG)
-            self.records = []
-
-        def emit(self, record):
-            self.records.append(record)
-
     logger = logging.getLogger("ray.tune.execution.tune_controller")
-    keep, level = Keep(), logger.level
-    logger.addHandler(keep)
-    logger.setLevel(logging.DEBUG)
 
     def handled(path: str) -> None:  # what Tune's controller does around the deletion
         try:
@@ -323,7 +317,7 @@ def test_a_resumed_trials_retention_deleting_a_checkpoint_already_gone_is_not_an
             logger.exception("Trial %s: Error handling checkpoint %s", "trial_1", "TrainingResult(...)")
 
     gone = str(tmp_path / "trial_1" / "checkpoint_000006")
-    try:
+    with _records_of((logger.name,), logging.DEBUG) as records:
         with tune_output(verbose=0):
             handled(gone)  # dropped
             try:
@@ -331,12 +325,9 @@ def test_a_resumed_trials_retention_deleting_a_checkpoint_already_gone_is_not_an
             except FileNotFoundError:
                 logger.exception("Trial %s: Error handling checkpoint %s", "trial_2", "TrainingResult(...)")
         handled(gone)  # outside a search: Ray's record as it was
-    finally:
-        logger.removeHandler(keep)
-        logger.setLevel(level)
-    messages = [r.getMessage() for r in keep.records]
+    messages = [r.getMessage() for r in records]
     assert messages == [
         "Trial trial_2: Error handling checkpoint TrainingResult(...)",
         "Trial trial_1: Error handling checkpoint TrainingResult(...)",
     ], messages
-    assert all(isinstance(r.exc_info[1], FileNotFoundError) for r in keep.records)
+    assert all(isinstance(r.exc_info[1], FileNotFoundError) for r in records)

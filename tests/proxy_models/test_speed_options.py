@@ -352,7 +352,7 @@ _SLOW = pytest.mark.slow
     "changes",
     [
         pytest.param({"amp": True}, id="bf16"),
-        # One compile (a cold cache costs the suite 30-50 s a graph): compile and bf16 together, the
+        # One compile (a cold cache cost 29-52 s a graph in full suites here): compile and bf16 together, the
         # combination with the most to go wrong; compile alone is the same wrapping without autocast.
         pytest.param({"compile": True, "amp": True}, id="compile+bf16", marks=_SLOW),
     ],

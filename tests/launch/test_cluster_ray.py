@@ -516,57 +516,6 @@ def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, 
 
 
 @pytest.mark.slow
-def test_no_wait_logs_list_and_stop(ray_cluster, cifar_small, tmp_path):
-    from autoaug.policies import presets
-
-    autoaug = str(BIN / "autoaug")
-    url = ray_cluster.dashboard_url
-    # --no-wait prints the job id; a local policy JSON named by the command is shipped with the job.
-    policy_file = tmp_path / "found.json"
-    policy_file.write_text(presets.resolve("autoaugment-svhn").with_name("found").to_json())
-    proc = ray_cluster.run(autoaug, "launch", "--address", url, "--no-wait", "--", "policies", "show", str(policy_file))
-    assert proc.returncode == 0, proc.stderr
-    job_id = proc.stdout.strip().splitlines()[-1]
-    assert "shipping" in proc.stderr and "_autoaug_files/0/found.json" in proc.stderr
-    followed = ray_cluster.run(autoaug, "launch", "logs", job_id, "--follow", "--address", url)
-    assert followed.returncode == 0, followed.stderr
-    assert "_autoaug_files/0/found.json" in followed.stdout and "ShearX" in followed.stdout
-    listed = ray_cluster.run(autoaug, "launch", "list", "--address", url)
-    assert job_id in listed.stdout and "SUCCEEDED" in listed.stdout
-
-    # Stopping a running job: STOPPED, and following it exits with status 1.
-    work = tmp_path / "stopped"
-    proc = ray_cluster.run(
-        autoaug,
-        "launch",
-        "--address",
-        url,
-        "--no-wait",
-        "--",
-        "search",
-        "--preset",
-        "smoke",
-        "--data",
-        str(cifar_small),
-        "--name",
-        "stopped",
-        "--num-trials",
-        "50",
-        "--storage",
-        str(work / "runs"),
-        "--store",
-        str(work / "store"),
-    )
-    assert proc.returncode == 0, proc.stderr
-    job_id = proc.stdout.strip().splitlines()[-1]
-    stopped = ray_cluster.run(autoaug, "launch", "stop", job_id, "--address", url)
-    assert stopped.returncode == 0, stopped.stderr
-    assert f"job {job_id} STOPPED" in stopped.stdout
-    followed = ray_cluster.run(autoaug, "launch", "logs", job_id, "--follow", "--address", url)
-    assert followed.returncode == 1 and "STOPPED" in followed.stderr
-
-
-@pytest.mark.slow
 def test_clear_errors_without_the_token(ray_cluster, tmp_path):
     env = {k: v for k, v in ray_cluster.env.items() if not k.startswith("RAY_AUTH")}
     env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token either
@@ -787,3 +736,56 @@ def test_density_search_survives_losing_the_node_a_fold_model_trains_on(ray_clus
     trials = record.provenance["trials"]
     assert len(trials) == 4 and all(t["status"] == "completed" for t in trials), trials
     assert _study_states(tmp_path / "runs" / name / "optuna.db") == {"COMPLETE": 4}
+
+
+@pytest.mark.slow
+def test_no_wait_logs_list_and_stop(ray_cluster, cifar_small, tmp_path):
+    # Last in the file: the job it stops may still train on the second node for a while, and a
+    # node-loss test after it could take that job's process at its failpoint for its own search's.
+    from autoaug.policies import presets
+
+    autoaug = str(BIN / "autoaug")
+    url = ray_cluster.dashboard_url
+    # --no-wait prints the job id; a local policy JSON named by the command is shipped with the job.
+    policy_file = tmp_path / "found.json"
+    policy_file.write_text(presets.resolve("autoaugment-svhn").with_name("found").to_json())
+    proc = ray_cluster.run(autoaug, "launch", "--address", url, "--no-wait", "--", "policies", "show", str(policy_file))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    assert "shipping" in proc.stderr and "_autoaug_files/0/found.json" in proc.stderr
+    followed = ray_cluster.run(autoaug, "launch", "logs", job_id, "--follow", "--address", url)
+    assert followed.returncode == 0, followed.stderr
+    assert "_autoaug_files/0/found.json" in followed.stdout and "ShearX" in followed.stdout
+    listed = ray_cluster.run(autoaug, "launch", "list", "--address", url)
+    assert job_id in listed.stdout and "SUCCEEDED" in listed.stdout
+
+    # Stopping a running job: STOPPED, and following it exits with status 1.
+    work = tmp_path / "stopped"
+    proc = ray_cluster.run(
+        autoaug,
+        "launch",
+        "--address",
+        url,
+        "--no-wait",
+        "--",
+        "search",
+        "--preset",
+        "smoke",
+        "--data",
+        str(cifar_small),
+        "--name",
+        "stopped",
+        "--num-trials",
+        "50",
+        "--storage",
+        str(work / "runs"),
+        "--store",
+        str(work / "store"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    stopped = ray_cluster.run(autoaug, "launch", "stop", job_id, "--address", url)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"job {job_id} STOPPED" in stopped.stdout
+    followed = ray_cluster.run(autoaug, "launch", "logs", job_id, "--follow", "--address", url)
+    assert followed.returncode == 1 and "STOPPED" in followed.stderr

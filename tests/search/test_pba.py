@@ -243,7 +243,7 @@ def _stored_schedule(store_dir, ref):
 def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_its_events(
     tmp_path, capsys, cifar_small, kill_driver
 ):
-    """One PBA search (the base measured first, then 3 members over 4 epochs), its driver killed
+    """One PBA search (the base measured first, then 4 members over 4 epochs), its driver killed
     with SIGKILL once Tune has recorded the population's 6th checkpoint, then resumed: the same
     members finish from their checkpoints, and the search stores a schedule with its population,
     its events (each said as it happened, by one driver or the other) and its lineage."""
@@ -260,8 +260,6 @@ def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_i
         "--name",
         "pb",
         *TINY,
-        "--set",
-        "pba.population=3",  # the bottom member clones the top one every epoch
         "--base",
         "auto",
         "--set",
@@ -269,18 +267,18 @@ def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_i
         *dirs,
     ]
     run = tmp_path / "runs" / "pb"
-    # Killed once Tune has recorded the population's 6th checkpoint (3 members x 4 epochs: mid-search).
+    # Killed once Tune has recorded the population's 6th checkpoint (4 members x 4 epochs: mid-search).
     killed = kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "pba.after_member_checkpoint:6", 300)
     assert not (run / "result.json").exists()
     before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
-    assert len(before) == 3 and sum(map(len, before.values())) >= 6
+    assert len(before) == 4 and sum(map(len, before.values())) >= 6
 
     # Resumed in this process (the module's Ray session), as `autoaug search --resume pb` runs.
     code = main(["search", "--resume", "pb", *dirs])
     resumed = capsys.readouterr().out
     assert code == 0, resumed[-3000:]
     assert "stored as pb@1" in resumed and "pba: best member" in resumed and "schedule: " in resumed
-    # The same three members finished (no new population), keeping what the killed driver had saved.
+    # The same four members finished (no new population), keeping what the killed driver had saved.
     after = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
     assert set(after) == set(before) and all(set(before[t]) <= set(after[t]) for t in before)
 
@@ -291,17 +289,17 @@ def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_i
     assert set(prov["calibration"]["base"]["scores"]) == {"none", "crop", "standard"}
     assert "transfer" not in prov["calibration"] and policy.base == chosen
     method = prov["method"]
-    assert method["name"] == "pba" and method["population"] == 3 and method["perturbation_interval"] == 1
+    assert method["name"] == "pba" and method["population"] == 4 and method["perturbation_interval"] == 1
     schedule = Schedule.from_dict(method["schedule"])  # its content hash checked
     assert schedule.final.content_hash == policy.content_hash  # the stored policy is the last stage
     assert schedule.name == "pb" and method["schedule_hash"] == schedule.content_hash
     members = {m["trial_id"] for m in method["members"]}
-    assert len(members) == 3 and method["best_member"] in members
+    assert len(members) == 4 and method["best_member"] in members
     assert all(m["status"] == "completed" and m["score"] is not None for m in method["members"])
     assert prov["best"]["trial_id"] == method["best_member"]
     assert prov["best"]["score"] == max(m["score"] for m in method["members"])
     events = method["events"]
-    assert events, "the bottom member clones the top one after every epoch: some member must have"
+    assert events, "half the population clones the other half after every epoch: some member must have"
     for e in events:
         assert e["member"] in members and e["cloned"] in members and e["member"] != e["cloned"]
         assert 1 <= e["epoch"] < 4

@@ -62,6 +62,7 @@ _DEFINING = (
     "startup_trials",
     "rescore",
     "rescore_seeds",
+    "rescore_max_seeds",
     "rescore_val_size",
     "exclude_ops",
     "sub_policies",
@@ -490,6 +491,15 @@ def _shared() -> tuple[Option, ...]:
             type=int,
             metavar="N",
             help="re-score each final candidate with N proxy runs (fresh seeds) and store the best mean",
+        ),
+        option(
+            "--rescore-max-seeds",
+            key=lambda v: {"rescore": True, "rescore_max_seeds": v or None},
+            group="what",
+            type=int,
+            metavar="N",
+            help="race the final candidates: those within the noise of the leader get more runs, up to N each "
+            "(0 or at most --rescore-seeds: no race; the cpu and gpu presets: 3)",
         ),
         option(
             "--rescore-val-size",

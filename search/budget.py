@@ -167,6 +167,7 @@ class Budget:
         self._expired = self.ended is not None  # an earlier session's decision stands
         # Re-scoring to come (set by plan_rescore), and the trials' epochs as measured so far.
         self._runs, self._slots, self._run_s, self._epochs = 0, 1, None, 0
+        self._race_waves = 0
         self._epoch_sum, self._epoch_count = 0.0, 0
         self._lock = threading.RLock()
         self._run: Any = None
@@ -273,11 +274,13 @@ class Budget:
         """What this driver session started with: the budget less earlier sessions' time."""
         return self.total_s - self.spent_before_s
 
-    def plan_rescore(self, runs: int, slots: int, run_s: float | None, epochs: int) -> None:
+    def plan_rescore(self, runs: int, slots: int, run_s: float | None, epochs: int, race_waves: int = 0) -> None:
         """What to keep for re-scoring while trials run: ``runs`` proxy runs, ``slots`` at once,
-        each ``run_s`` seconds (None: estimated from the trials' epochs of ``epochs`` epochs per run)."""
+        each ``run_s`` seconds (None: estimated from the trials' epochs of ``epochs`` epochs per run),
+        then ``race_waves`` waves of runs one after the other (the re-scoring race's rounds)."""
         with self._lock:
             self._runs, self._slots, self._run_s, self._epochs = int(runs), max(1, int(slots)), run_s, int(epochs)
+            self._race_waves = max(0, int(race_waves)) if runs else 0
 
     def observe_epoch(self, seconds: Any) -> None:
         """One trial epoch took ``seconds`` (a Tune result's ``time_this_iter_s``)."""
@@ -306,7 +309,7 @@ class Budget:
         run_s = self.run_s()
         if not self._runs or run_s is None:
             return STORE_RESERVE_S
-        return STORE_RESERVE_S + math.ceil(self._runs / self._slots) * run_s
+        return STORE_RESERVE_S + (math.ceil(self._runs / self._slots) + self._race_waves) * run_s
 
     def expired(self) -> bool:
         """The time left for trials is gone: what is left is what re-scoring and storing need.

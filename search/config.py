@@ -76,7 +76,10 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # final candidates (assembled, best trial, AutoAugment extended by what the search found,
     # survivors) are re-scored under the proxy (one fresh seed) before one is stored. Chosen by
     # measurement: docs/search.md (re-scoring with 2 seeds on 10,000 validation images was
-    # measured too and chose a policy that did worse in the evaluation regime).
+    # measured too and chose a policy that did worse in the evaluation regime). Those still
+    # within the noise of the leader then race (up to 3 runs each, rescore_max_seeds): on
+    # CIFAR-10 one run each stored the published policy over a runner-up that 5 paired seeds
+    # put 0.62 points above it (benchmarks/results/search-gain-cifar10-jpeg).
     # A time budget of 30 minutes (1 CPU-hour on 2 cores): proxy runs in bf16 + channels_last and
     # trials validated only where their score is read make a trial epoch 1.86x cheaper than when
     # the search (28 trials, 3-4 re-scoring runs, no calibration) took 33-42 minutes, so the 8
@@ -96,6 +99,7 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "base": "auto",
         "family": "auto",
         "rescore": True,
+        "rescore_max_seeds": 3,
         "time_budget_s": 1800,
     },
     # A search for one GPU-hour: AutoAugment's proxy (WRN-40-2 on 4,000 images, 120 epochs, fp16,
@@ -117,6 +121,7 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "base": "auto",
         "family": "auto",
         "rescore": True,
+        "rescore_max_seeds": 3,
         "time_budget_s": 3600,
     },
     # AutoAugment's proxy task (WRN-40-2, reduced CIFAR-10, 120 epochs) on GPUs, 4 trials per GPU.
@@ -258,6 +263,11 @@ class SearchConfig:
             (:mod:`autoaug.search.decide.rescore`).
         rescore_seeds: re-scoring runs per candidate (seeds ``train.seed + 1000``, ``+ 1001``,
             ...); a candidate's re-score is the mean over them.
+        rescore_max_seeds: the re-scoring race (:func:`autoaug.search.decide.rescore.race`):
+            after the first ``rescore_seeds`` runs each, the candidates within the measured noise
+            of the leader get one more run each, round after round, until one leads beyond the
+            noise or each has this many runs (a measured candidate's calibration runs count).
+            None, or not above ``rescore_seeds``: no race.
         rescore_val_size: validation images of the re-scoring runs (None: ``train.val_size``);
             they validate only over their last ``score_window`` epochs, so a large set costs little.
         time_budget_s: wall-time budget of the whole search in seconds (calibration, trials,
@@ -300,6 +310,7 @@ class SearchConfig:
     family: str | None = None
     rescore: bool = False
     rescore_seeds: int = 1
+    rescore_max_seeds: int | None = None
     rescore_val_size: int | None = None
     time_budget_s: float | None = None
     storage: str = field(default_factory=default_runs_root)
@@ -423,6 +434,10 @@ class SearchConfig:
             raise invalid(self, "rescore", "true or false")
         if not is_int(self.rescore_seeds) or not 1 <= self.rescore_seeds <= 100:
             raise invalid(self, "rescore_seeds", "an integer in [1, 100]")
+        if self.rescore_max_seeds is not None and (
+            not is_int(self.rescore_max_seeds) or not 1 <= self.rescore_max_seeds <= 100
+        ):
+            raise invalid(self, "rescore_max_seeds", "an integer in [1, 100], or None (no race)")
         if self.rescore_val_size is not None and (not is_int(self.rescore_val_size) or self.rescore_val_size < 1):
             raise invalid(self, "rescore_val_size", "an integer >= 1, or None (the proxy's own validation size)")
         if self.time_budget_s is not None:
@@ -585,6 +600,12 @@ class SearchConfig:
     def search_method(self) -> Method:
         """The method this search runs (:data:`METHODS`)."""
         return METHODS[self.method]
+
+    @property
+    def race_seeds(self) -> int:
+        """The most re-scoring runs a candidate gets: ``rescore_max_seeds``, and never fewer than
+        ``rescore_seeds`` (every candidate's first round)."""
+        return max(self.rescore_seeds, self.rescore_max_seeds or 0)
 
     def rescore_train_config(self, seed_index: int = 0) -> Any:
         """The training configuration of re-scoring run ``seed_index`` (0-based): the trials' own,

@@ -246,12 +246,20 @@ def _search(
                     budget=budget,
                 )
                 if _no_time_for_trials(config, run, budget, transfer):
-                    found, scores = _transfer_only(config, transfer, calibration.record, budget, display), None
+                    found = _transfer_only(config, transfer, calibration.record, budget, display)
+                    scores, race = None, None
                 else:
                     found = config.search_method.run(search)
                     if transfer is not None:
                         found = dataclasses.replace(found, candidates=with_transfer(found.candidates, transfer))
-                    scores = _rescore(config, run, found, display, budget)
+                    scores, race = _rescore(
+                        config,
+                        run,
+                        found,
+                        display,
+                        budget,
+                        calibration=None if calibration is None else calibration.record,
+                    )
             return _store(
                 config,
                 run,
@@ -261,6 +269,7 @@ def _search(
                 started=started,
                 calibration=None if calibration is None else calibration.record,
                 budget=budget,
+                race=race,
             )
 
 
@@ -294,9 +303,11 @@ def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer
         if run.exists(name):
             saved = run.read_json(name)
             measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
-    budget.plan_rescore(
-        runs, parallel_runs(config) if runs else 1, measured_run_s(measured, config.train.epochs), config.epochs
-    )
+    slots = parallel_runs(config) if runs else 1
+    # The race's rounds (config.rescore_max_seeds), one after the other: a leader and one
+    # challenger each, until both have rescore_max_seeds runs.
+    waves = (config.race_seeds - config.rescore_seeds) * math.ceil(2 / slots)
+    budget.plan_rescore(runs, slots, measured_run_s(measured, config.train.epochs), config.epochs, waves)
 
 
 def _no_time_for_trials(config: SearchConfig, run: RunDir, budget: Budget | None, transfer: Any) -> bool:
@@ -344,22 +355,31 @@ def _transfer_only(
 
 
 def _rescore(
-    config: SearchConfig, run: RunDir, found: MethodResult, display: Progress, budget: Budget | None = None
-) -> dict | None:
+    config: SearchConfig,
+    run: RunDir,
+    found: MethodResult,
+    display: Progress,
+    budget: Budget | None = None,
+    *,
+    calibration: dict | None = None,
+) -> tuple[dict | None, dict | None]:
     """With ``config.rescore`` and more than one candidate: train each candidate under the proxy
     (``rescore_seeds`` fresh seeds), saving the runs in the run directory; their mean scores. A
     candidate measured already (the transfer, by its calibration runs: ``Candidate.runs``) is not
     trained again. Under a time budget only the candidates whose runs fit in the time left
-    (:func:`_within_budget`), and the measured ones: with none of the others, those are stored."""
+    (:func:`_within_budget`), and the measured ones: with none of the others, those are stored.
+    Then, with ``config.rescore_max_seeds``, the race (:func:`_race`) gives the candidates within
+    the noise of the leader more runs. Returns the scores (None: nothing to choose from) and the
+    race's record (None: no race)."""
     candidates = found.candidates
     if not config.rescore or len(candidates) < 2:
-        return None
+        return None, None
     cached = run.read_json(RESCORE_FILE) if run.exists(RESCORE_FILE) else {}
     deadline = None
     if budget is not None:
         candidates, deadline = _within_budget(config, run, found, cached, budget, display)
         if len(candidates) < 2 and not any(c.runs for c in candidates):
-            return None  # (the transfer measured in calibration alone: it is stored)
+            return None, None  # (the transfer measured in calibration alone: it is stored)
     if len(candidate_scores(candidates, config, cached)) < len(candidates):
         what = ", ".join(f"{c.kind} ({len(c.policy.sub_policies)} sub-policies)" for c in candidates if not c.runs)
         what += "".join(
@@ -386,14 +406,65 @@ def _rescore(
             raise SearchInterruptedError(
                 f"search {config.name!r} stopped before its final policy was re-scored; " + resume_hint(config)
             )
-        return _cut_rescore(candidates, scores, budget, display)
+        return _cut_rescore(candidates, scores, budget, display), None
+    counts, record = None, None
+    if config.race_seeds > config.rescore_seeds and len(candidates) >= 2:
+        counts, runs, record = _race(config, run, candidates, runs, display, budget, deadline, calibration)
+        scores = candidate_scores(candidates, config, runs, counts)
     display.log(
-        f"re-scored ({METRIC}, mean of {config.rescore_seeds}): "
+        f"re-scored ({METRIC}, mean of each candidate's runs): "
         + ", ".join(
-            f"{c.kind} {scores[c.key][METRIC]:.4f}{' (its calibration runs)' if c.runs else ''}" for c in candidates
+            f"{c.kind} {scores[c.key][METRIC]:.4f} ({len(scores[c.key]['runs'])}"
+            f"{', calibration runs among them' if c.runs else ''})"
+            for c in candidates
         )
     )
-    return scores
+    return scores, record
+
+
+def _race(
+    config: SearchConfig,
+    run: RunDir,
+    candidates: list,
+    runs: dict,
+    display: Progress,
+    budget: Budget | None,
+    deadline: float | None,
+    calibration: dict | None,
+) -> tuple[dict, dict, dict]:
+    """The re-scoring race (:func:`autoaug.search.decide.rescore.race`) on the cluster: each
+    round's runs in parallel, saved in ``rescore.json`` as they finish; under a time budget a
+    round starts only when its runs fit in the time left (a measured run's length, as many at
+    once as the cluster runs), and the budget's deadline cancels what does not finish."""
+    from autoaug.search.decide.rescore import parallel_runs, race
+
+    def train(more: list, counts: dict, saved: dict) -> dict:
+        return rescore_candidates(
+            more,
+            config,
+            cached=saved,
+            save=lambda results: run.write_json(RESCORE_FILE, results),
+            deadline=deadline,
+            counts=counts,
+        )
+
+    fits = None
+    if budget is not None:
+        slots = parallel_runs(config)
+
+        def fits(n: int) -> bool:
+            run_s = measured_run_s(runs, config.train.epochs) or budget.run_s()
+            return run_s is None or math.ceil(n / slots) * run_s <= budget.remaining_s() - STORE_RESERVE_S
+
+    counts, runs, record = race(
+        candidates, config, runs, train=train, calibration=calibration, fits=fits, say=display.log
+    )
+    if record["ended"] == "budget" and budget is not None:
+        display.log(
+            f"time budget: the re-scoring race stopped after {len(record['rounds'])} round(s): "
+            "the next did not fit in the time left"
+        )
+    return counts, runs, record
 
 
 def _within_budget(
@@ -522,6 +593,7 @@ def _store(
     started: float,
     calibration: dict | None = None,
     budget: Budget | None = None,
+    race: dict | None = None,
 ) -> SearchOutcome:
     """Choose the final policy, store it with its provenance and write ``result.json``.
     ``config`` is the configuration the method ran (base and warm start as calibrated)."""
@@ -549,7 +621,7 @@ def _store(
         provenance["budget"] = _budget_record(config, found, budget)
     final = found.candidates[0].policy
     if scores is not None:
-        chosen, provenance["selection"] = choose(found.candidates, scores, calibration)
+        chosen, provenance["selection"] = choose(found.candidates, scores, calibration, race)
         final = chosen.policy
     store = PolicyStore(config.store)
     version = store.save(final, config.name, metadata=provenance)

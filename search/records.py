@@ -55,7 +55,27 @@ def rescored_line(selection: Mapping[str, Any]) -> str:
             f"{c['kind']} ({c['num_sub_policies']} sub-policies) {c[METRIC]:.4f} ({plural(seeds(c))})" for c in rescored
         )
         head = "mean over each candidate's seeds" + (f", {val}" if val else "")
-    return f"re-scored under the proxy ({head}): {scores}; stored: {selection.get('chosen')}"
+    return f"re-scored under the proxy ({head}): {scores}; stored: {selection.get('chosen')}" + _race_text(selection)
+
+
+_RACE_ENDS = {
+    "decided": "one led beyond the noise",
+    "max_seeds": "every contender had its most runs",
+    "budget": "the time budget left no room for the next",
+}
+
+
+def _race_text(selection: Mapping[str, Any]) -> str:
+    """What the re-scoring race did (``selection["race"]``), for the re-scores' line."""
+    race = selection.get("race")
+    if not race:
+        return ""
+    rounds = len(race.get("rounds") or ())
+    ended = _RACE_ENDS.get(race.get("ended"), race.get("ended"))
+    return (
+        f" (race up to {race.get('max_seeds')} runs each: {rounds} round{'' if rounds == 1 else 's'} for the "
+        f"candidates within the noise of the leader; ended as {ended})"
+    )
 
 
 @dataclass(frozen=True)

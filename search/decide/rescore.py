@@ -51,6 +51,9 @@ __all__ = [
     "train_runs",
     "parallel_runs",
     "rescore_candidates",
+    "first_count",
+    "contenders",
+    "race",
     "missing_runs",
     "candidate_scores",
     "choose",
@@ -124,9 +127,23 @@ def run_key(candidate: Candidate, train_config: Any) -> str:
     return f"{candidate.key}/seed={train_config.seed}/val={train_config.val_size}"
 
 
-def _runs(candidates: Sequence[Candidate], config: Any) -> list[tuple[Candidate, Any]]:
-    """The runs re-scoring trains: ``rescore_seeds`` per candidate not measured already."""
-    return [(c, config.rescore_train_config(i)) for c in candidates if not c.runs for i in range(config.rescore_seeds)]
+def first_count(candidate: Candidate, config: Any) -> int:
+    """The runs a candidate has before any race round: ``rescore_seeds``, or its measured runs."""
+    return len(candidate.runs) if candidate.runs else config.rescore_seeds
+
+
+def _runs(
+    candidates: Sequence[Candidate], config: Any, counts: Mapping[str, int] | None = None
+) -> list[tuple[Candidate, Any]]:
+    """The runs re-scoring trains: for each candidate, its runs up to ``counts[key]`` in all
+    (default :func:`first_count`), beyond the runs it was measured with already (``Candidate.runs``):
+    re-scoring seeds 0, 1, ... of :meth:`SearchConfig.rescore_train_config`."""
+    counts = counts or {}
+    return [
+        (c, config.rescore_train_config(i))
+        for c in candidates
+        for i in range(counts.get(c.key, first_count(c, config)) - len(c.runs))
+    ]
 
 
 def _upgraded(cached: Mapping[str, Any], config: Any) -> dict[str, Any]:
@@ -210,10 +227,16 @@ def _fits(total: float, each: float) -> int:
     return int(round(total * 10_000)) // max(1, int(round(each * 10_000)))
 
 
-def missing_runs(candidates: Sequence[Candidate], config: Any, cached: Mapping[str, Any] | None) -> int:
-    """Re-scoring runs of ``candidates`` not yet in ``cached`` (``rescore.json``)."""
+def missing_runs(
+    candidates: Sequence[Candidate],
+    config: Any,
+    cached: Mapping[str, Any] | None,
+    counts: Mapping[str, int] | None = None,
+) -> int:
+    """Re-scoring runs of ``candidates`` (``counts`` runs each, see :func:`_runs`) not yet in
+    ``cached`` (``rescore.json``)."""
     done = _upgraded(cached or {}, config)
-    return sum(1 for c, cfg in _runs(candidates, config) if run_key(c, cfg) not in done)
+    return sum(1 for c, cfg in _runs(candidates, config, counts) if run_key(c, cfg) not in done)
 
 
 def rescore_candidates(
@@ -223,9 +246,11 @@ def rescore_candidates(
     cached: Mapping[str, Any] | None = None,
     save: Any = None,
     deadline: float | None = None,
+    counts: Mapping[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train every candidate under ``config.rescore_train_config(i)`` for each of the
-    ``config.rescore_seeds`` seeds (:func:`train_runs`).
+    ``config.rescore_seeds`` seeds (:func:`train_runs`); ``counts``: a candidate's runs in all
+    instead (a race round, :func:`race`).
 
     ``cached``: ``rescore.json`` of earlier sessions (runs found there are not trained again);
     ``save``: a callable receiving the updated mapping after every finished run (e.g. to write
@@ -233,7 +258,7 @@ def rescore_candidates(
     "val_accuracy", "train_time_s", "epochs", "seed", "val_size"}}`` (:func:`run_key`);
     :func:`candidate_scores` averages them.
     """
-    runs = [(run_key(c, cfg), c.policy, cfg) for c, cfg in _runs(candidates, config)]
+    runs = [(run_key(c, cfg), c.policy, cfg) for c, cfg in _runs(candidates, config, counts)]
 
     def saved(results: dict[str, dict[str, Any]]) -> None:
         save(results)
@@ -256,16 +281,20 @@ def _mean(runs: list[dict[str, Any]], name: str) -> float | None:
 
 
 def candidate_scores(
-    candidates: Sequence[Candidate], config: Any, runs: Mapping[str, Any] | None
+    candidates: Sequence[Candidate],
+    config: Any,
+    runs: Mapping[str, Any] | None,
+    counts: Mapping[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{candidate key: score}`` from the saved re-scoring runs: ``METRIC`` and
     ``val_accuracy`` are the means over the candidate's runs, ``runs`` lists each run. A
-    candidate is left out until all its runs are there."""
+    candidate is left out until all its runs are there (``counts[key]`` of them, its measured
+    runs included; default :func:`first_count`)."""
 
     runs = _upgraded(runs or {}, config)
     out: dict[str, dict[str, Any]] = {}
     for c in candidates:
-        mine = list(c.runs) or [runs.get(run_key(c, cfg)) for _, cfg in _runs([c], config)]
+        mine = list(c.runs) + [runs.get(run_key(c, cfg)) for _, cfg in _runs([c], config, counts)]
         if any(r is None for r in mine):
             continue
 
@@ -279,6 +308,7 @@ def candidate_scores(
                     "seed": r.get("seed"),
                     METRIC: r.get(METRIC, r.get("val_accuracy")),
                     "val_accuracy": r.get("val_accuracy"),
+                    **({"val_size": r["val_size"]} if r.get("val_size") else {}),
                     # per image, for the comparison's noise (:func:`choose`; not in the record)
                     **({IMAGE_SCORES: r[IMAGE_SCORES]} if r.get(IMAGE_SCORES) else {}),
                 }
@@ -292,6 +322,7 @@ def choose(
     candidates: Sequence[Candidate],
     scores: Mapping[str, Mapping[str, Any]],
     calibration: Mapping[str, Any] | None = None,
+    race: Mapping[str, Any] | None = None,
 ) -> tuple[Candidate, dict]:
     """The candidate with the highest re-scored search score (ties: the earlier one in
     ``candidates``, i.e. the assembled policy), and the ``selection`` record for the provenance.
@@ -330,6 +361,8 @@ def choose(
             for c in candidates
         ],
     }
+    if race is not None:  # the re-scoring race's rounds (:func:`race`)
+        record["race"] = dict(race)
     versus = _versus_transfer(candidates, scores, value, calibration)
     if versus is not None:
         record["versus_transfer"] = versus
@@ -346,7 +379,7 @@ def _versus_transfer(
     best (the ``transfer`` candidate): the difference of their re-scores, twice its standard
     error as measured on their runs (:mod:`autoaug.search.decide.noise`, paired per image) and whether
     the difference is beyond it. None without a transfer candidate or an own one re-scored."""
-    from autoaug.search.decide.noise import difference_se, measure
+    from autoaug.search.decide.noise import difference_se
 
     transfer = next((c for c in candidates if c.kind == "transfer" and c.key in scores), None)
     own = [c for c in candidates if c.kind != "transfer" and c.key in scores and value(c) != float("-inf")]
@@ -354,13 +387,7 @@ def _versus_transfer(
         return None
     best = max(own, key=lambda c: (value(c), -candidates.index(c)))
     runs = {c.key: scores[c.key].get("runs") or [{METRIC: value(c)}] for c in (best, transfer)}
-    # The per-run part from the calibration's repeated runs too (same data, same proxy), when
-    # they ran the same schedule (a shorter calibration run's seed-to-seed spread is its own).
-    epochs = {r.get("epochs") for c in (best, transfer) for r in runs[c.key]}
-    same = calibration is not None and epochs == {calibration.get("epochs")}
-    stages = [calibration.get(stage) or {} for stage in ("base", "transfer")] if same else []
-    repeats = [(n["measured_training"], n["df"]) for n in (st.get("noise") or {} for st in stages) if n.get("df")]
-    noise = measure(runs, repeats)
+    noise = _noise(runs, calibration)
     threshold = 2 * difference_se(noise, len(runs[best.key]), len(runs[transfer.key]))
     margin = value(best) - value(transfer)
     return {
@@ -370,6 +397,102 @@ def _versus_transfer(
         "beyond": abs(margin) >= threshold,
         "noise": {**noise.to_dict(), "source": noise.source()},
     }
+
+
+def _noise(runs: Mapping[str, Sequence[Mapping[str, Any]]], calibration: Mapping[str, Any] | None) -> Any:
+    """The noise of one run's score measured on the candidates' ``runs`` ({key: runs}) and, when
+    they ran the same schedule, the calibration's repeated runs (same data, same proxy; a shorter
+    calibration run's seed-to-seed spread is its own): :func:`autoaug.search.decide.noise.measure`."""
+    from autoaug.search.decide.noise import measure
+
+    epochs = {r.get("epochs") for rs in runs.values() for r in rs}
+    same = calibration is not None and epochs == {calibration.get("epochs")}
+    stages = [calibration.get(stage) or {} for stage in ("base", "transfer")] if same else []
+    repeats = [(n["measured_training"], n["df"]) for n in (st.get("noise") or {} for st in stages) if n.get("df")]
+    return measure(runs, repeats)
+
+
+def contenders(
+    candidates: Sequence[Candidate],
+    scores: Mapping[str, Mapping[str, Any]],
+    calibration: Mapping[str, Any] | None = None,
+) -> tuple[list[Candidate], Any]:
+    """The re-scored candidates still in the race -- the leader (the highest mean; ties: the
+    earlier one) first, then every one whose mean is within twice the standard error of its
+    difference from the leader's (the noise measured on their runs: :func:`_noise`) -- and
+    that noise (None with fewer than two re-scored)."""
+    from autoaug.search.decide.noise import difference_se
+
+    scored = [c for c in candidates if c.key in scores and scores[c.key].get(METRIC) is not None]
+    if len(scored) < 2:
+        return scored, None
+    value = {c.key: float(scores[c.key][METRIC]) for c in scored}
+    runs = {c.key: list(scores[c.key].get("runs") or [{METRIC: value[c.key]}]) for c in scored}
+    leader = max(scored, key=lambda c: (value[c.key], -scored.index(c)))
+    noise = _noise(runs, calibration)
+    near = [
+        c
+        for c in scored
+        if c is not leader
+        and value[leader.key] - value[c.key] < 2 * difference_se(noise, len(runs[leader.key]), len(runs[c.key]))
+    ]
+    return [leader, *near], noise
+
+
+def race(
+    candidates: Sequence[Candidate],
+    config: Any,
+    runs: Mapping[str, Any],
+    *,
+    train: Any,
+    calibration: Mapping[str, Any] | None = None,
+    fits: Any = None,
+    say: Any = None,
+) -> tuple[dict[str, int], dict[str, Any], dict[str, Any]]:
+    """The re-scoring race: while two or more candidates are within the noise of the leader
+    (:func:`contenders`), each of them below ``config.race_seeds`` runs gets one more (the next
+    re-scoring seed, the same for all: the race's rounds pair them by seed), and the means are
+    compared again. It ends when one leads beyond the noise (``decided``), when no contender
+    may run more (``max_seeds``), or when ``fits(n)`` says ``n`` more runs do not fit in the
+    time left (``budget``; also when a round's runs did not all finish). The candidates
+    stay as they are otherwise: the stored one is still the highest mean (:func:`choose`).
+
+    ``runs``: the saved runs (``rescore.json``) after the first round; ``train(candidates,
+    counts, runs)``: trains the runs ``counts`` adds for ``candidates`` to the saved ``runs`` and
+    returns every saved run
+    (:func:`rescore_candidates`; a run saved already is not trained again, so a resumed search
+    replays the rounds it finished and trains only what they lack); ``say``: one line per round.
+    Returns ``(counts, runs, record)``: each candidate's runs in all, the saved runs, and the
+    race as recorded in the provenance (``selection["race"]``)."""
+    counts = {c.key: first_count(c, config) for c in candidates}
+    record: dict[str, Any] = {"max_seeds": config.race_seeds, "rounds": [], "ended": "max_seeds"}
+    while True:
+        scores = candidate_scores(candidates, config, runs, counts)
+        ahead, noise = contenders(candidates, scores, calibration)
+        more = [c for c in ahead if counts[c.key] < config.race_seeds]
+        if len(ahead) < 2:
+            record["ended"] = "decided"
+            break
+        if not more:
+            break
+        if fits is not None and not fits(len(more)):
+            record["ended"] = "budget"
+            break
+        wanted = {**counts, **{c.key: counts[c.key] + 1 for c in more}}
+        if say is not None:
+            near = ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f} ({counts[c.key]})" for c in ahead)
+            say(
+                f"re-scoring race, round {len(record['rounds']) + 1}: within the noise of {ahead[0].kind} "
+                f"(a run's spread {noise.sd * 100:.2f} points): {near}; one more run for "
+                + ", ".join(c.kind for c in more)
+            )
+        runs = train(more, wanted, runs)
+        if len(candidate_scores(more, config, runs, wanted)) < len(more):
+            record["ended"] = "budget"  # (the deadline cancelled runs of the round)
+            break
+        counts = wanted
+        record["rounds"].append({"trained": [c.kind for c in more], "leader": ahead[0].kind})
+    return counts, dict(runs), record
 
 
 def gain_text(versus: Mapping[str, Any]) -> str:

@@ -455,7 +455,7 @@ def test_rescoring_with_time_for_every_candidate_is_unchanged(rescoring):
     from autoaug.search.driver import _rescore
 
     config, run, budget, clock, calls = rescoring
-    scores = _rescore(config, run, _found(_candidates(4)), _Display(), budget)
+    scores, _ = _rescore(config, run, _found(_candidates(4)), _Display(), budget)
     assert calls == [["assembled", "best_trial", "warm_start+found", "survivors"]] and len(scores) == 4
     assert budget.rescore is None and budget.ended is None
 
@@ -466,7 +466,7 @@ def test_rescoring_keeps_the_first_candidates_the_time_left_has_room_for(rescori
     config, run, budget, clock, calls = rescoring
     clock.now += 1000 - STORE_RESERVE_S - 150  # 150 s left: one wave of 2 runs of 100 s
     display = _Display()
-    scores = _rescore(config, run, _found(_candidates(4)), display, budget)
+    scores, _ = _rescore(config, run, _found(_candidates(4)), display, budget)
     assert calls == [["assembled", "best_trial"]] and len(scores) == 2
     assert budget.rescore["rescored"] == 2 and budget.ended["stage"] == "rescore"
     assert budget.rescore["note"].startswith(
@@ -481,7 +481,7 @@ def test_no_time_for_two_candidates_stores_the_methods_first(rescoring):
 
     config, run, budget, clock, calls = rescoring
     clock.now += 1000 - STORE_RESERVE_S - 50
-    assert _rescore(config, run, _found(_candidates(4)), _Display(), budget) is None
+    assert _rescore(config, run, _found(_candidates(4)), _Display(), budget) == (None, None)
     assert calls == [] and budget.rescore["rescored"] == 0
     assert "stored the method's first candidate, assembled" in budget.rescore["note"]
 
@@ -505,7 +505,7 @@ def test_no_time_to_rescore_the_searchs_own_candidates_stores_the_transfer_as_ca
     clock.now += 1000 - STORE_RESERVE_S - 50
     candidates = [*_candidates(2), _measured_transfer()]
     display = _Display()
-    scores = _rescore(config, run, _found(candidates), display, budget)
+    scores, _ = _rescore(config, run, _found(candidates), display, budget)
     assert list(scores) == [candidates[2].key] and scores[candidates[2].key][METRIC] == pytest.approx(0.7)
     assert all(kinds == ["transfer"] for kinds in calls)  # nothing trained for it (the real one trains no run)
     assert budget.rescore["rescored"] == 0
@@ -523,7 +523,7 @@ def test_a_transfer_measured_in_calibration_competes_beside_the_candidates_the_t
     config, run, budget, clock, calls = rescoring
     clock.now += 1000 - STORE_RESERVE_S - 150  # one wave of 2 runs: the transfer needs none
     candidates = [*_candidates(4), _measured_transfer()]
-    scores = _rescore(config, run, _found(candidates), _Display(), budget)
+    scores, _ = _rescore(config, run, _found(candidates), _Display(), budget)
     assert calls == [["assembled", "best_trial", "transfer"]] and len(scores) == 3
     assert budget.rescore["rescored"] == 3
     assert budget.rescore["note"].startswith(
@@ -564,7 +564,7 @@ def test_a_deadline_reached_during_rescoring_compares_the_candidates_rescored(re
 
     monkeypatch.setattr(driver, "rescore_candidates", slow)
     monkeypatch.setattr(budget, "run_s", lambda: None)  # nothing measured: all are tried
-    scores = driver._rescore(config, run, _found(candidates), _Display(), budget)
+    scores, _ = driver._rescore(config, run, _found(candidates), _Display(), budget)
     assert sorted(scores) == sorted(c.key for c in candidates[:3])
     assert budget.rescore["rescored"] == 3 and budget.ended["stage"] == "rescore"
     assert budget.rescore["note"].startswith("the budget ran out during re-scoring: 3 of 4 candidates re-scored")
@@ -654,3 +654,48 @@ def test_a_trial_the_budget_stops_before_its_first_score_goes_through_every_sche
     search = _searcher(url)
     search.suggest("early")
     search.on_trial_complete("early", result=dict(unscored))  # the searcher takes it too
+
+
+def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(tmp_path, monkeypatch):
+    """``rescore_max_seeds 3``: trials stop early enough for two more waves of runs (a leader and a
+    challenger, both at once); the race runs the rounds that fit and says where it stopped."""
+    from autoaug.search import driver
+    from autoaug.search.decide import rescore
+
+    config = SearchConfig.from_preset("smoke", name="r", rescore=True, rescore_max_seeds=3, storage=str(tmp_path))
+    run = RunDir(str(tmp_path), "r")
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    clock = _Clock()
+    budget = Budget.open(run, 2000, session="start 1", clock=clock)
+    own = config.search_method.max_candidates(config)
+    budget.plan_rescore(runs=own, slots=2, run_s=100.0, epochs=config.epochs)  # as without a race
+    without = budget.reserve_s()
+    monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
+    driver._plan_rescore(config, run, budget)
+    assert budget.reserve_s() == pytest.approx(without + 2 * 100.0)  # two rounds of one wave each
+
+    trained = []
+
+    def fake(candidates, config, *, cached=None, save=None, deadline=None, counts=None):
+        out = dict(cached or {})
+        for c in candidates:
+            n = (counts or {}).get(c.key, config.rescore_seeds)
+            for i in range(n):
+                cfg = config.rescore_train_config(i)
+                if rescore.run_key(c, cfg) not in out:
+                    trained.append((c.kind, cfg.seed))
+                    out[rescore.run_key(c, cfg)] = {METRIC: 0.6, "val_accuracy": 0.6, "seed": cfg.seed}
+        clock.now += 100  # one wave
+        return out
+
+    monkeypatch.setattr(driver, "rescore_candidates", fake)
+    clock.now += 2000 - STORE_RESERVE_S - 250  # the first round and one race round fit, not two
+    display = _Display()
+    scores, race = driver._rescore(config, run, _found(_candidates(2)), display, budget)
+    assert trained == [("assembled", 1000), ("best_trial", 1000), ("assembled", 1001), ("best_trial", 1001)]
+    assert race["ended"] == "budget" and len(race["rounds"]) == 1
+    assert [len(s["runs"]) for s in scores.values()] == [2, 2]
+    assert "time budget: the re-scoring race stopped after 1 round(s): the next did not fit in the time left" in (
+        display.lines
+    )
+    assert display.lines[-1].startswith("re-scored (search_score, mean of each candidate's runs): assembled 0.6000 (2)")

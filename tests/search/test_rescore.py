@@ -341,3 +341,154 @@ def test_the_stored_policys_margin_over_the_best_published_policy_is_measured_an
     assert same["df"] == 4 and other["df"] == 0
     # No transfer candidate: nothing to say.
     assert describe_selection(choose([assembled, best], scores)[1]) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# The re-scoring race (Ray replaced: a run's score is its candidate's plus its seed's luck)
+
+
+def _racing(scores_by_kind, luck=None, *, measured=None, **overrides):
+    """``(config, candidates, runs after the first round, train, trained)``: candidates named by
+    ``scores_by_kind`` whose run with seed s scores ``score + luck.get(s, 0)`` on 5,000 images;
+    ``measured``: a ``transfer`` candidate's calibration scores; ``trained`` receives every run
+    the fake ``train`` had to train, as ``(kind, seed)``."""
+    import dataclasses
+
+    from autoaug.search.config import METRIC
+    from autoaug.search.decide.rescore import candidate_scores, first_count, run_key
+
+    config = _rescore_config(rescore_seeds=1, rescore_max_seeds=3, **overrides)
+    luck = luck or {}
+    candidates = [
+        Candidate(kind, Policy(kind, 10, [[("Rotate", 0.1 * (i + 1), 3)]]), (), None)
+        for i, kind in enumerate(scores_by_kind)
+    ]
+    if measured is not None:
+        runs = tuple({METRIC: s, "val_accuracy": s, "seed": 2000 + i, "val_size": 5000} for i, s in enumerate(measured))
+        transfer = Candidate("transfer", Policy("t", 10, [[("Invert", 0.5, 0)]]), (), None, runs)
+        candidates.append(transfer)
+        scores_by_kind = {**scores_by_kind, "transfer": sum(measured) / len(measured)}
+    trained = []
+
+    def train(more, counts, saved):
+        out = dict(saved)
+        for c in more:
+            for i in range(counts[c.key] - len(c.runs)):
+                cfg = config.rescore_train_config(i)
+                key = run_key(c, cfg)
+                if key not in out:
+                    trained.append((c.kind, cfg.seed))
+                    s = scores_by_kind[c.kind] + luck.get(cfg.seed, 0.0)
+                    out[key] = {METRIC: s, "val_accuracy": s, "seed": cfg.seed, "val_size": 5000}
+        return out
+
+    first = train(candidates, {c.key: first_count(c, config) for c in candidates}, {})
+    trained.clear()
+    assert len(candidate_scores(candidates, config, first)) == len(candidates)
+    return config, candidates, first, train, trained, dataclasses
+
+
+def test_a_candidate_beyond_the_noise_of_the_others_ends_the_race_at_once():
+    from autoaug.search.decide.rescore import race
+
+    config, candidates, runs, train, trained, _ = _racing({"assembled": 0.70, "runner_up": 0.60})
+    counts, _, record = race(candidates, config, runs, train=train)
+    assert trained == [] and record == {"max_seeds": 3, "rounds": [], "ended": "decided"}
+    assert counts == {c.key: 1 for c in candidates}
+
+
+def test_candidates_within_the_noise_race_on_the_same_seeds_until_the_most_runs_and_the_best_mean_wins():
+    from autoaug.search.config import METRIC
+    from autoaug.search.decide.rescore import candidate_scores, race
+
+    # runner_up is 0.4 points better; its first run was unlucky against assembled's (seed 1000).
+    config, candidates, runs, train, trained, _ = _racing(
+        {"assembled": 0.600, "runner_up": 0.604, "far_below": 0.55}, luck={1000: 0.0}
+    )
+    runs[next(k for k in runs if k.startswith("runner_up"))][METRIC] = 0.598
+    assembled, runner_up, far = candidates
+    lines = []
+    counts, runs, record = race(candidates, config, runs, train=train, say=lines.append)
+    # far_below, 5 points under, is out from the start; the two others get seeds 1001 and 1002
+    # (each round's leader first: runner_up leads after seed 1001).
+    assert trained == [("assembled", 1001), ("runner_up", 1001), ("runner_up", 1002), ("assembled", 1002)]
+    assert counts == {assembled.key: 3, runner_up.key: 3, far.key: 1}
+    assert record["ended"] == "max_seeds"
+    assert [r["trained"] for r in record["rounds"]] == [["assembled", "runner_up"], ["runner_up", "assembled"]]
+    assert record["rounds"][0]["leader"] == "assembled" and record["rounds"][1]["leader"] == "runner_up"
+    assert lines[0].startswith("re-scoring race, round 1: within the noise of assembled (a run's spread ")
+    assert lines[0].endswith("assembled 0.6000 (1), runner_up 0.5980 (1); one more run for assembled, runner_up")
+    scores = candidate_scores(candidates, config, runs, counts)
+    chosen, selection = choose(candidates, scores, race=record)
+    assert chosen is runner_up and selection["race"] == record  # one unlucky run no longer decides
+    assert [r["seed"] for r in selection["candidates"][1]["runs"]] == [1000, 1001, 1002]
+    assert len(selection["candidates"][2]["runs"]) == 1
+
+
+def test_a_measured_candidates_calibration_runs_count_toward_its_most_runs():
+    from autoaug.search.decide.rescore import race
+
+    config, candidates, runs, train, trained, _ = _racing({"runner_up": 0.601}, measured=[0.600, 0.600])
+    counts, _, record = race(candidates, config, runs, train=train)
+    # transfer has 2 calibration runs: one more (the first re-scoring seed); runner_up two more.
+    assert trained == [("runner_up", 1001), ("transfer", 1000), ("runner_up", 1002)]
+    assert [c.kind for c in candidates] == ["runner_up", "transfer"]
+    assert list(counts.values()) == [3, 3] and record["ended"] == "max_seeds"
+
+
+def test_a_resumed_race_replays_its_saved_rounds_and_trains_only_what_they_lack():
+    from autoaug.search.decide.rescore import race
+
+    config, candidates, runs, train, trained, _ = _racing({"assembled": 0.600, "runner_up": 0.601})
+    done_counts, done_runs, done = race(candidates, config, runs, train=train)
+    assert len(trained) == 4
+    trained.clear()
+    partial = {k: v for k, v in done_runs.items() if "seed=1002" not in k or k.startswith("assembled")}
+    counts, _, record = race(candidates, config, partial, train=train)
+    assert trained == [("runner_up", 1002)] and (counts, record) == (done_counts, done)
+
+
+def test_the_race_stops_where_its_next_round_does_not_fit_or_was_cut_by_the_deadline():
+    from autoaug.search.decide.rescore import race
+
+    config, candidates, runs, train, trained, _ = _racing({"assembled": 0.600, "runner_up": 0.601})
+    asked = []
+    counts, _, record = race(candidates, config, runs, train=train, fits=lambda n: asked.append(n) or False)
+    assert asked == [2] and trained == [] and record["ended"] == "budget" and set(counts.values()) == {1}
+
+    def cut(more, counts, saved):  # the deadline cancelled the round's second run
+        out = train(more, counts, saved)
+        return {k: v for k, v in out.items() if not k.startswith("runner_up") or "seed=1001" not in k}
+
+    counts, _, record = race(candidates, config, runs, train=cut)
+    assert record == {"max_seeds": 3, "rounds": [], "ended": "budget"} and set(counts.values()) == {1}
+
+
+def test_no_race_without_more_seeds_than_the_first_round():
+    from autoaug.search.config import SearchConfig
+
+    assert _rescore_config(rescore_max_seeds=None).race_seeds == 1
+    assert _rescore_config(rescore_seeds=4).race_seeds == 4  # --rescore-seeds 4 under the cpu preset's 3
+    assert SearchConfig.from_preset("smoke", name="r").race_seeds == 1
+    assert _rescore_config().race_seeds == 3  # the cpu preset races
+
+
+def test_the_summary_says_what_the_race_did():
+    from autoaug.search.records import rescored_line
+
+    def cand(kind, seeds, score):
+        runs = [{"seed": s, "search_score": score} for s in seeds]
+        return {"kind": kind, "num_sub_policies": 3, "search_score": score, "val_size": 5000, "runs": runs}
+
+    selection = {
+        "chosen": "runner_up",
+        "candidates": [cand("assembled", [1000, 1001, 1002], 0.6), cand("runner_up", [1000, 1001, 1002], 0.61)],
+        "race": {"max_seeds": 3, "rounds": [{"trained": ["assembled", "runner_up"]}] * 2, "ended": "max_seeds"},
+    }
+    assert rescored_line(selection) == (
+        "re-scored under the proxy (mean over seeds 1000, 1001, 1002, 5000 validation images): assembled "
+        "(3 sub-policies) 0.6000, runner_up (3 sub-policies) 0.6100; stored: runner_up (race up to 3 runs each: "
+        "2 rounds for the candidates within the noise of the leader; ended as every contender had its most runs)"
+    )
+    del selection["race"]
+    assert rescored_line(selection).endswith("stored: runner_up")

@@ -29,6 +29,16 @@ command reuses every finished search and every finished re-scoring run):
    start in the evaluation regime (``--eval-preset``, default ``eval-cpu``; ``--eval-seeds``, 5
    by default, paired) through ``autoaug compare``, as ``benchmarks/search_quality.py`` does.
 
+4. **race** (``--race M``) -- each finished search finished again with the re-scoring race up
+   to M runs per candidate (``rescore_max_seeds``, :func:`autoaug.search.decide.rescore.race`):
+   its run directory copied with that one setting changed, then ``autoaug search --resume``
+   (:func:`replay_race`); the policy it stores re-scored with the same K seeds. Without a time
+   budget a search's trials do not depend on the setting, so the replay stores what the search
+   with the race would have; a search that ran under a budget is not replayed.
+
+``--report-only`` starts no search and no replay: it reports the finished ones (training only the
+K-seed runs they lack), e.g. to put rows measured by separate commands in one table.
+
 The report (``results.md``, ``gain.json``) has one row per N and, per sampler, the gain of the
 stored policy over the warm start in points (mean of the K paired differences, 95% Student-t CI;
 bold when the CI excludes 0) and the search's wall time and CPU-seconds; and whether ASHA's
@@ -40,6 +50,7 @@ next, :func:`search_gain_stats.rung_ranking`).
     python benchmarks/search_gain.py --data ../shared/data/cifar10-jpeg               # hours, 2 cores
     python benchmarks/search_gain.py --data ../shared/data/gtsrb-32-png --eval
     python benchmarks/search_gain.py --data ../shared/data/cifar10-jpeg --smoke       # plumbing, minutes
+    python benchmarks/search_gain.py --data ../shared/data/cifar10-jpeg --trials 28 --race 3
 
 Scratch (run directories, the store, logs, ``rescore.json``) goes to ``--work`` (default
 ``runs/search-gain/<dataset>``); the small result files to ``--out`` (default
@@ -150,12 +161,20 @@ def run_search(a: argparse.Namespace, work: Path, n: int, sampler: str, calibrat
     if result.exists():
         print(f"search {name}: reusing the finished search")
         return json.loads(result.read_text())
+    if a.report_only:
+        return {}
     if (work / "runs" / name).exists():
         args = ["search", "--resume", name, "--storage", str(work / "runs")]
         if a.address:
             args += ["--address", a.address]
     else:
         args = search_args(a, work, n, sampler, calibrated_by)
+    return _run_logged(work, name, args, result, work / f"{name}.log", f"the search {name}")
+
+
+def _run_logged(work: Path, name: str, args: list[str], result: Path, log: Path, what: str) -> dict:
+    """``autoaug ARGS`` until it writes ``result``; its wall time and the CPU of the processes it
+    started added to ``searches.json`` under ``name`` (also when it is interrupted)."""
     before = {pid for pid in os.listdir("/proc") if pid.isdigit()}
     procs: dict[str, dict] = {}
     stop = threading.Event()
@@ -165,7 +184,7 @@ def run_search(a: argparse.Namespace, work: Path, n: int, sampler: str, calibrat
     sampler_thread.start()
     start, code = time.monotonic(), None
     try:
-        code, _ = _autoaug(args, work / f"{name}.log")
+        code, _ = _autoaug(args, log)
     finally:
         stop.set()
         sampler_thread.join()
@@ -174,11 +193,50 @@ def run_search(a: argparse.Namespace, work: Path, n: int, sampler: str, calibrat
         add_session(ledger, name, time.monotonic() - start, cpu, "autoaug " + shlex.join(args), result.exists(), _now())
         _write_json(work / SEARCHES_FILE, ledger)
     if code != 0 or not result.exists():
-        raise SystemExit(
-            f"search_gain: the search {name} failed (exit {code}); see {work / (name + '.log')}; "
-            "re-run this command to resume it"
-        )
+        raise SystemExit(f"search_gain: {what} failed (exit {code}); see {log}; re-run this command to resume it")
     return json.loads(result.read_text())
+
+
+def race_name(name: str, seeds: int) -> str:
+    return f"{name}-race{seeds}"
+
+
+def replay_race(a: argparse.Namespace, work: Path, cell: tuple[int, str], result: dict) -> dict | None:
+    """The search of ``cell`` finished again with the re-scoring race up to ``a.race`` runs per
+    candidate (``rescore_max_seeds``): its run directory (and the one whose calibration it reused)
+    copied under ``work/race<M>/runs`` with that one setting changed, then ``autoaug search
+    --resume``: Tune finds every trial finished, so the search goes straight to re-scoring (its
+    first round's runs are in the copied ``rescore.json``), races and stores. Without a time
+    budget the trials do not depend on the setting (a budget keeps time for the race's rounds), so
+    this is what the search with the race would have stored. None (said) for a search with a
+    budget, or with no re-scoring."""
+    import shutil
+
+    name = search_name(*cell)
+    config = result["provenance"]["search"]["config"]
+    if config.get("time_budget_s") is not None or not config.get("rescore"):
+        print(f"race: {name} not replayed: it ran under a time budget or without re-scoring")
+        return None
+    root = work / f"race{a.race}"
+    res = root / "runs" / name / "result.json"
+    if res.exists():
+        return json.loads(res.read_text())
+    if a.report_only:
+        return None
+    for other in filter(None, [name, config.get("calibration_from")]):
+        dest = root / "runs" / other
+        if dest.exists():
+            continue
+        shutil.copytree(work / "runs" / other, dest, ignore=shutil.ignore_patterns("result.json"))
+        path = dest / "search_config.json"
+        saved = json.loads(path.read_text())
+        saved["config"].update(storage=str(root / "runs"), store=str(root / "store"), rescore_max_seeds=a.race)
+        _write_json(path, saved)
+    args = ["search", "--resume", name, "--storage", str(root / "runs")]
+    if a.address:
+        args += ["--address", a.address]
+    label = race_name(name, a.race)
+    return _run_logged(work, label, args, res, work / f"{label}.log", f"the race replay of {name}")
 
 
 # ------------------------------------------------------------------------------------ re-scoring
@@ -240,9 +298,12 @@ def challenger(result: dict) -> tuple[Any, str] | None:
     return policy, own
 
 
-def rescore_plan(results: dict[tuple[int, str], dict], k: int) -> tuple[list, dict, Any]:
+def rescore_plan(
+    results: dict[tuple[int, str], dict], k: int, raced: dict[tuple[int, str], dict] | None = None
+) -> tuple[list, dict, Any]:
     """The runs to train: ``[(key, policy, train config)]`` (each once), per search the keys of its
-    stored policy's and its warm start's runs by seed, and the config whose resources the runs take."""
+    stored policy's and its warm start's runs by seed (and of the policy the search stored with the
+    race, ``raced``: :func:`replay_race`), and the config whose resources the runs take."""
     from autoaug.policies import Policy
 
     runs: dict[str, tuple] = {}
@@ -255,9 +316,15 @@ def rescore_plan(results: dict[tuple[int, str], dict], k: int) -> tuple[list, di
         warm, what = warm_start(result, config)
         base = config.rescore_train_config(0)
         tkey = train_key(base.to_dict())
-        keys: dict[str, dict[int, str]] = {"stored": {}, "warm": {}, "challenger": {}}
+        keys: dict[str, dict[int, str]] = {"stored": {}, "warm": {}, "challenger": {}, "race": {}}
         found = challenger(result) if stored.content_hash == warm.content_hash else None
-        roles = [("stored", stored), ("warm", warm), *([("challenger", found[0])] if found else [])]
+        race = Policy.from_dict(raced[cell]["policy"]) if (raced or {}).get(cell) else None
+        roles = [
+            ("stored", stored),
+            ("warm", warm),
+            *([("challenger", found[0])] if found else []),
+            *([("race", race)] if race is not None else []),
+        ]
         for i in range(k):
             cfg = dataclasses.replace(base, seed=(config.train.seed + GAIN_SEED_OFFSET + i) % 2**31)
             for role, policy in roles:
@@ -274,6 +341,9 @@ def rescore_plan(results: dict[tuple[int, str], dict], k: int) -> tuple[list, di
             "challenger_hash": found[0].content_hash if found else None,
             "stored_policy": stored,
             "warm_policy": warm,
+            "race_hash": race.content_hash if race is not None else None,
+            "race_chosen": ((raced or {}).get(cell) or {}).get("provenance", {}).get("selection", {}).get("chosen"),
+            "race_record": ((raced or {}).get(cell) or {}).get("provenance", {}).get("selection", {}).get("race"),
         }
     return list(runs.values()), per_search, first
 
@@ -322,15 +392,19 @@ def trial_scores(run_dir: Path) -> list[dict[int, float]]:
     return trials
 
 
-def cells_from(per_search: dict, done: dict[str, Any]) -> dict[tuple[int, str], dict]:
+def cells_from(per_search: dict, done: dict[str, Any], role: str = "stored") -> dict[tuple[int, str], dict]:
+    """Per search, the gain of its ``role`` policy (``stored``; ``race``: stored with the race)
+    over the warm start, the same K paired seeds."""
     from autoaug.search.score import METRIC
 
     def scores(keys: dict[int, str]) -> dict[int, float]:
         return {int(s): float(done[k][METRIC]) for s, k in keys.items() if k in done}
 
+    same = {"stored": "stored_hash", "race": "race_hash"}[role]
     return {
-        cell: gain_cell(scores(p["keys"]["stored"]), scores(p["keys"]["warm"]), same_policy=p["same_policy"])
+        cell: gain_cell(scores(p["keys"][role]), scores(p["keys"]["warm"]), same_policy=p[same] == p["warm_hash"])
         for cell, p in per_search.items()
+        if p["keys"][role]
     }
 
 
@@ -399,6 +473,46 @@ def report(
         *gain_table(cells, costs, a.trials, a.samplers),
         "",
     ]
+    raced = cells_from(per_search, done, "race")
+    if raced:
+        extra = {
+            cell: ledger.get(race_name(search_name(*cell), a.race))
+            for cell in plan(a.trials, a.samplers)
+            if ledger.get(race_name(search_name(*cell), a.race))
+        }
+        both = {
+            cell: {
+                "wall_s": (costs.get(cell) or {}).get("wall_s", 0.0) + e["wall_s"],
+                "cpu_s": (costs.get(cell) or {}).get("cpu_s", 0.0) + e["cpu_s"],
+                "finished": e.get("finished"),
+                "sessions": e.get("sessions", []),
+            }
+            for cell, e in extra.items()
+        }
+        lines += [
+            f"**With the re-scoring race** (`rescore_max_seeds: {a.race}`): the same searches finished again "
+            "from their own trials (`--race`: each run directory copied with that one setting changed, then "
+            "`autoaug search --resume`; without a time budget the trials do not depend on it, so this is what "
+            "the search with the race stores). The candidates within the noise of the leader get more fresh "
+            "seeds (1001, 1002, ...; not the K seeds below). Gain of the policy it stored over the warm start, "
+            "the same K paired seeds; wall / CPU: the search's plus the replay's (its Ray start and the race's "
+            "runs).",
+            "",
+            *gain_table(raced, both, a.trials, a.samplers),
+            "",
+            "| search | stored with the race | race rounds | ended | stored without it |",
+            "|---|---|---:|---|---|",
+        ]
+        for cell, p in per_search.items():
+            if not p["race_hash"]:
+                continue
+            record = p["race_record"] or {}
+            lines.append(
+                f"| `{search_name(*cell)}` | {p['race_chosen']} (`{p['race_hash'][:12]}`) | "
+                f"{len(record.get('rounds') or [])} | {record.get('ended', '–')} | "
+                f"{(results[cell]['provenance'].get('selection') or {}).get('chosen')} (`{p['stored_hash'][:12]}`) |"
+            )
+        lines.append("")
     found = challenger_cells(per_search, done)
     kept = [cell for cell, p in per_search.items() if p["same_policy"]]
     if kept:
@@ -477,6 +591,8 @@ def report(
         "rescore_seeds": a.rescore_seeds,
         "seed_offset": GAIN_SEED_OFFSET,
         "cells": {f"{n}/{s}": {**c, "search": search_name(n, s)} for (n, s), c in cells.items()},
+        "race": a.race,
+        "race_cells": {f"{n}/{s}": {**c, "search": search_name(n, s)} for (n, s), c in raced.items()},
         "searches": {
             search_name(*cell): {
                 "cost": ledger.get(search_name(*cell)),
@@ -486,6 +602,9 @@ def report(
                 "challenger": p["challenger"],
                 "challenger_hash": p["challenger_hash"],
                 "challenger_gain": found.get(cell),
+                "race_hash": p["race_hash"],
+                "race_chosen": p["race_chosen"],
+                "race_record": p["race_record"],
                 "stored_policy": results[cell]["policy"],
                 "counts": results[cell]["provenance"].get("counts"),
                 "calibration_reused": bool((results[cell]["provenance"].get("calibration") or {}).get("reused")),
@@ -543,6 +662,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="scratch folder (default runs/search-gain/<name>)")
     p.add_argument("--out", default=None, help="result folder (default benchmarks/results/search-gain-<name>)")
     p.add_argument(
+        "--race",
+        type=int,
+        default=None,
+        metavar="M",
+        help="also finish each search again with the re-scoring race up to M runs per candidate "
+        "(rescore_max_seeds) on its own trials, and report the gain of what it stores",
+    )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="start no search or replay: report the finished ones (their missing K-seed runs are trained)",
+    )
+    p.add_argument(
         "--smoke", action="store_true", help="plumbing check: smoke preset, 5 and 6 trials, K = 2, smoke evaluation"
     )
     a = p.parse_args(argv)
@@ -568,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--samplers {','.join(a.samplers)!r}: expected some of {', '.join(SAMPLERS)}")
     if a.preset not in SEARCH_PRESETS:
         p.error(f"--preset {a.preset!r}: expected one of {', '.join(SEARCH_PRESETS)}")
+    if a.race is not None and not 2 <= a.race <= 100:
+        p.error(f"--race {a.race}: expected the most runs per candidate, from 2 to 100")
     if a.rescore_seeds < (2 if a.smoke else 5):
         p.error(f"--rescore-seeds {a.rescore_seeds}: expected 5 or more (paired intervals need several seeds)")
     a.preset_trials = int(SEARCH_PRESETS[a.preset].get("num_trials") or 0)
@@ -584,8 +718,20 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for n, sampler in order:
         name = search_name(n, sampler)
-        results[(n, sampler)] = run_search(a, work, n, sampler, calibrator if name != calibrator else None)
-    runs, per_search, config = rescore_plan(results, a.rescore_seeds)
+        result = run_search(a, work, n, sampler, calibrator if name != calibrator else None)
+        if result:
+            results[(n, sampler)] = result
+        else:
+            print(f"search {name}: not finished (--report-only): left out")
+    raced = {}
+    if a.race is not None:
+        for cell, result in results.items():
+            replayed = replay_race(a, work, cell, result)
+            if replayed:
+                raced[cell] = replayed
+    if not results:
+        raise SystemExit("search_gain: no finished search to report (--report-only)")
+    runs, per_search, config = rescore_plan(results, a.rescore_seeds, raced)
     done = rescore(a, work, runs, config, timings)
     cells = cells_from(per_search, done)
     evaluation = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -118,7 +119,7 @@ def test_trials_text_says_what_ran(stats):
 def _result(name: str, data: str, stored: dict) -> dict:
     from autoaug.search.config import SearchConfig
 
-    config = SearchConfig.from_dict({"preset": "smoke", "name": name, "data": data, "base": "crop"})
+    config = SearchConfig.from_dict({"preset": "smoke", "name": name, "data": data, "base": "crop", "rescore": True})
     return {
         "policy": stored,
         "policy_hash": "x",
@@ -146,17 +147,21 @@ def fake(sg, tmp_path, monkeypatch):
     work = tmp_path / "work"
     calls: dict = {"search": [], "trained": []}
     policies = {5: presets.resolve("autoaugment-cifar10").with_base("crop"), 6: presets.resolve("trivialaugment")}
+    raced = presets.resolve("autoaugment-svhn").with_base("crop")
 
     def autoaug(args, log):
         calls["search"].append(list(args))
+        storage = Path(args[args.index("--storage") + 1])
         if "--resume" in args:
             name = args[args.index("--resume") + 1]
         else:
             name = args[args.index("--name") + 1]
-            (work / "runs" / name).mkdir(parents=True)
+            (storage / name).mkdir(parents=True)
+            (storage / name / "search_config.json").write_text(json.dumps({"config": {"name": name}}))
         n = int(name.split("-")[1][1:])
-        stored = policies[n].with_name(name).to_dict()
-        (work / "runs" / name / "result.json").write_text(json.dumps(_result(name, str(data), stored)))
+        # a search finished again with the race (work/race<M>/runs) stores another policy
+        stored = (raced if "race" in storage.parent.name else policies[n]).with_name(name).to_dict()
+        (storage / name / "result.json").write_text(json.dumps(_result(name, str(data), stored)))
         return 0, 0.1
 
     def train_runs(runs, config, *, cached=None, save=None, task_name="", deadline=None):
@@ -385,3 +390,49 @@ def test_trial_scores_are_read_per_epoch_from_tunes_result_lines(sg, tmp_path):
     (run / "trial_b").mkdir()
     (run / "trial_b" / "result.json").write_text("")  # a trial that reported nothing yet
     assert sg.trial_scores(run) == [{1: 0.1, 2: 0.25}]
+
+
+def test_the_race_finishes_each_search_again_from_a_copy_and_reports_what_it_stored(sg, fake, capsys):
+    work, calls = fake["work"], fake["calls"]
+    assert sg.main([*fake["argv"], "--race", "3"]) == 0
+    resumed = [a for a in calls["search"] if "--resume" in a]
+    assert [a[a.index("--resume") + 1] for a in resumed] == ["sg-n5-tpe", "sg-n5-random", "sg-n6-tpe", "sg-n6-random"]
+    assert {a[a.index("--storage") + 1] for a in resumed} == {str(work / "race3" / "runs")}
+    copied = json.loads((work / "race3" / "runs" / "sg-n5-random" / "search_config.json").read_text())["config"]
+    assert copied["rescore_max_seeds"] == 3 and copied["storage"] == str(work / "race3" / "runs")
+    assert copied["store"] == str(work / "race3" / "store")
+    original = json.loads((work / "runs" / "sg-n5-random" / "search_config.json").read_text())["config"]
+    assert "rescore_max_seeds" not in original  # the search itself is left as it was
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    assert doc["race"] == 3 and set(doc["race_cells"]) == {"5/tpe", "5/random", "6/tpe", "6/random"}
+    assert all(c["n"] == 2 and c["mean"] == pytest.approx(0.01) for c in doc["race_cells"].values())
+    ledger = json.loads((work / "searches.json").read_text())
+    assert len(ledger["sg-n5-tpe-race3"]["sessions"]) == 1  # the replay's own time, apart from the search's
+    assert "**With the re-scoring race** (`rescore_max_seeds: 3`)" in (fake["out"] / "results.md").read_text()
+    # Run again: the replays are reused, nothing is trained or searched.
+    calls["search"].clear()
+    calls["trained"].clear()
+    assert sg.main([*fake["argv"], "--race", "3"]) == 0
+    assert calls["search"] == [] and calls["trained"] == []
+
+
+def test_a_search_under_a_time_budget_is_not_replayed_with_the_race(sg, fake, capsys, monkeypatch):
+    autoaug = sg._autoaug
+
+    def budgeted(args, log):  # sg-n6-random ran under a budget: the race would have changed its trials
+        code = autoaug(args, log)
+        storage = Path(args[args.index("--storage") + 1])
+        name = args[args.index("--resume") + 1] if "--resume" in args else args[args.index("--name") + 1]
+        if name == "sg-n6-random":
+            path = storage / name / "result.json"
+            result = json.loads(path.read_text())
+            result["provenance"]["search"]["config"]["time_budget_s"] = 1800
+            path.write_text(json.dumps(result))
+        return code
+
+    monkeypatch.setattr(sg, "_autoaug", budgeted)
+    assert sg.main([*fake["argv"], "--race", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "race: sg-n6-random not replayed: it ran under a time budget or without re-scoring" in out
+    assert not (fake["work"] / "race3" / "runs" / "sg-n6-random").exists()
+    assert "6/random" not in json.loads((fake["out"] / "gain.json").read_text())["race_cells"]

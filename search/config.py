@@ -437,7 +437,9 @@ class SearchConfig:
         if self.rescore_max_seeds is not None and (
             not is_int(self.rescore_max_seeds) or not 1 <= self.rescore_max_seeds <= 100
         ):
-            raise invalid(self, "rescore_max_seeds", "an integer in [1, 100], or None (no race)")
+            raise invalid(
+                self, "rescore_max_seeds", "an integer in [1, 100], or None for no race (--rescore-max-seeds 0)"
+            )
         if self.rescore_val_size is not None and (not is_int(self.rescore_val_size) or self.rescore_val_size < 1):
             raise invalid(self, "rescore_val_size", "an integer >= 1, or None (the proxy's own validation size)")
         if self.time_budget_s is not None:

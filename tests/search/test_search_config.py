@@ -121,6 +121,8 @@ def test_relative_warm_start_files_and_sqlite_paths_are_pinned_for_a_resume_from
         ({"startup_trials": -1}, r"startup_trials: -1 is invalid; expected an integer >= 0"),
         ({"sampler": "qmc", "startup_trials": 5}, r"startup_trials: 5 is invalid; expected unset with sampler 'qmc'"),
         ({"rescore_seeds": 0}, r"rescore_seeds: 0 is invalid; expected an integer in \[1, 100\]"),
+        ({"rescore_max_seeds": 101}, r"rescore_max_seeds: 101 is invalid; expected an integer in \[1, 100\], or None"),
+        ({"rescore_max_seeds": "3"}, "rescore_max_seeds: '3' is invalid"),
         ({"rescore_val_size": -1}, "rescore_val_size: -1 is invalid"),
     ],
 )

@@ -77,9 +77,10 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # survivors) are re-scored under the proxy (one fresh seed) before one is stored. Chosen by
     # measurement: docs/search.md (re-scoring with 2 seeds on 10,000 validation images was
     # measured too and chose a policy that did worse in the evaluation regime). Those still
-    # within the noise of the leader then race (up to 3 runs each, rescore_max_seeds): on
-    # CIFAR-10 one run each stored the published policy over a runner-up that 5 paired seeds
-    # put 0.62 points above it (benchmarks/results/search-gain-cifar10-jpeg).
+    # within the noise of the leader then race (up to 3 runs each, rescore_max_seeds): one run
+    # each decides almost at random among candidates within a point (on CIFAR-10 the race
+    # changed 1 decision of 4; on 10 later seeds that change was neutral:
+    # benchmarks/results/search-gain-cifar10-jpeg).
     # A time budget of 30 minutes (1 CPU-hour on 2 cores): proxy runs in bf16 + channels_last and
     # trials validated only where their score is read make a trial epoch 1.86x cheaper than when
     # the search (28 trials, 3-4 re-scoring runs, no calibration) took 33-42 minutes, so the 8

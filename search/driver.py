@@ -407,7 +407,7 @@ def _rescore(
                 f"search {config.name!r} stopped before its final policy was re-scored; " + resume_hint(config)
             )
         return _cut_rescore(candidates, scores, budget, display), None
-    counts, record = None, None
+    record = None
     if config.race_seeds > config.rescore_seeds and len(candidates) >= 2:
         counts, runs, record = _race(config, run, candidates, runs, display, budget, deadline, calibration)
         scores = candidate_scores(candidates, config, runs, counts)

@@ -352,8 +352,6 @@ def _racing(scores_by_kind, luck=None, *, measured=None, **overrides):
     ``scores_by_kind`` whose run with seed s scores ``score + luck.get(s, 0)`` on 5,000 images;
     ``measured``: a ``transfer`` candidate's calibration scores; ``trained`` receives every run
     the fake ``train`` had to train, as ``(kind, seed)``."""
-    import dataclasses
-
     from autoaug.search.config import METRIC
     from autoaug.search.decide.rescore import candidate_scores, first_count, run_key
 
@@ -385,13 +383,13 @@ def _racing(scores_by_kind, luck=None, *, measured=None, **overrides):
     first = train(candidates, {c.key: first_count(c, config) for c in candidates}, {})
     trained.clear()
     assert len(candidate_scores(candidates, config, first)) == len(candidates)
-    return config, candidates, first, train, trained, dataclasses
+    return config, candidates, first, train, trained
 
 
 def test_a_candidate_beyond_the_noise_of_the_others_ends_the_race_at_once():
     from autoaug.search.decide.rescore import race
 
-    config, candidates, runs, train, trained, _ = _racing({"assembled": 0.70, "runner_up": 0.60})
+    config, candidates, runs, train, trained = _racing({"assembled": 0.70, "runner_up": 0.60})
     counts, _, record = race(candidates, config, runs, train=train)
     assert trained == [] and record == {"max_seeds": 3, "rounds": [], "ended": "decided"}
     assert counts == {c.key: 1 for c in candidates}
@@ -402,7 +400,7 @@ def test_candidates_within_the_noise_race_on_the_same_seeds_until_the_most_runs_
     from autoaug.search.decide.rescore import candidate_scores, race
 
     # runner_up is 0.4 points better; its first run was unlucky against assembled's (seed 1000).
-    config, candidates, runs, train, trained, _ = _racing(
+    config, candidates, runs, train, trained = _racing(
         {"assembled": 0.600, "runner_up": 0.604, "far_below": 0.55}, luck={1000: 0.0}
     )
     runs[next(k for k in runs if k.startswith("runner_up"))][METRIC] = 0.598
@@ -428,7 +426,7 @@ def test_candidates_within_the_noise_race_on_the_same_seeds_until_the_most_runs_
 def test_a_measured_candidates_calibration_runs_count_toward_its_most_runs():
     from autoaug.search.decide.rescore import race
 
-    config, candidates, runs, train, trained, _ = _racing({"runner_up": 0.601}, measured=[0.600, 0.600])
+    config, candidates, runs, train, trained = _racing({"runner_up": 0.601}, measured=[0.600, 0.600])
     counts, _, record = race(candidates, config, runs, train=train)
     # transfer has 2 calibration runs: one more (the first re-scoring seed); runner_up two more.
     assert trained == [("runner_up", 1001), ("transfer", 1000), ("runner_up", 1002)]
@@ -439,7 +437,7 @@ def test_a_measured_candidates_calibration_runs_count_toward_its_most_runs():
 def test_a_resumed_race_replays_its_saved_rounds_and_trains_only_what_they_lack():
     from autoaug.search.decide.rescore import race
 
-    config, candidates, runs, train, trained, _ = _racing({"assembled": 0.600, "runner_up": 0.601})
+    config, candidates, runs, train, trained = _racing({"assembled": 0.600, "runner_up": 0.601})
     done_counts, done_runs, done = race(candidates, config, runs, train=train)
     assert len(trained) == 4
     trained.clear()
@@ -451,7 +449,7 @@ def test_a_resumed_race_replays_its_saved_rounds_and_trains_only_what_they_lack(
 def test_the_race_stops_where_its_next_round_does_not_fit_or_was_cut_by_the_deadline():
     from autoaug.search.decide.rescore import race
 
-    config, candidates, runs, train, trained, _ = _racing({"assembled": 0.600, "runner_up": 0.601})
+    config, candidates, runs, train, trained = _racing({"assembled": 0.600, "runner_up": 0.601})
     asked = []
     counts, _, record = race(candidates, config, runs, train=train, fits=lambda n: asked.append(n) or False)
     assert asked == [2] and trained == [] and record["ended"] == "budget" and set(counts.values()) == {1}

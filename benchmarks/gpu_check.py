@@ -14,7 +14,10 @@ On a machine with one NVIDIA GPU, in about 8 minutes (``--budget-s``)::
    and samples the GPU's utilisation while it trains;
 4. runs 1, 2 and 4 such runs at once on the one GPU (what ``--gpus-per-trial`` 1, 0.5, 0.25
    give a search) and turns their epoch times into 120-epoch trials per GPU-hour;
-5. runs ``autoaug search --preset smoke`` end to end with 4 trials sharing the GPU.
+5. runs ``autoaug search --preset smoke`` end to end with 4 trials sharing the GPU;
+6. runs ``autoaug search --preset gpu`` end to end, shortened (``--preset-epochs`` a run, ASHA's
+   rung moved with them, ``--preset-budget-s``): calibration, trials at 1/8 GPU each, re-scoring,
+   the store; the GPU's utilisation while it runs and the trial-epochs it trains an hour.
 
 It prints a table and writes every figure as JSON to
 ``benchmarks/results/gpu/<gpu-name>.json`` (``--out``). ``--skip`` leaves steps out (e.g.
@@ -39,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-STEPS = ("tests", "augment", "train", "concurrency", "search")
+STEPS = ("tests", "augment", "train", "concurrency", "search", "preset")
 POLICIES = ("autoaugment-cifar10", "randaugment:n=2,m=9", "trivialaugment")
 
 
@@ -340,6 +343,61 @@ def smoke_search(data: Path, out_dir: Path, timeout_s: float) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# 6. the `gpu` preset end to end, shortened
+
+
+def preset_search(data: Path, out_dir: Path, *, epochs: int, budget_s: float, timeout_s: float) -> dict:
+    """``autoaug search --preset gpu`` as a user runs it (calibration, trials sharing the GPU at
+    1/8 each, re-scoring and its race, the store), shortened to fit a check: ``epochs`` epochs a
+    run instead of 120, ASHA's one rung moved with them (epoch 60 of 120 -> ``epochs // 2``), and a
+    time budget of ``budget_s``. What it measures: that the preset runs end to end on one GPU, how
+    its time splits, how busy it keeps the GPU and how many trial-epochs an hour it trains."""
+    import shutil
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="gpu-preset-"))
+    args = [
+        "search", "--preset", "gpu", "--data", str(data / "train.parquet"), "--name", "gpu-preset",
+        "--set", f"train.epochs={epochs}", "--grace-period", str(max(1, epochs // 2)),
+        "--time-budget", f"{budget_s:g}", "--storage", str(work / "runs"), "--store", str(work / "store"),
+    ]  # fmt: skip
+    cmd = [sys.executable, "-c", "from autoaug.launch.cli import main; raise SystemExit(main())", *args]
+    t0 = time.perf_counter()
+    with Utilisation(interval=1.0) as util:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+    wall = time.perf_counter() - t0
+    (out_dir / "gpu-preset-search.log").write_text(proc.stdout + proc.stderr)
+    result_path = work / "runs" / "gpu-preset" / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    shutil.rmtree(work, ignore_errors=True)
+    prov = result.get("provenance") or {}
+    trials = prov.get("trials") or []
+    trial_epochs = sum(int(t.get("epochs") or 0) for t in trials)
+    elapsed = float((prov.get("time") or {}).get("elapsed_s") or wall)
+    calibration = prov.get("calibration") or {}
+    busy = util.samples
+    return {
+        "command": "autoaug " + " ".join(args[:-4]),
+        "exit": proc.returncode,
+        "wall_s": round(wall, 1),
+        "stored": (result.get("stored") or {}).get("ref"),
+        "counts": prov.get("counts"),
+        "trial_epochs": trial_epochs,
+        "trial_epochs_per_hour": round(trial_epochs / elapsed * 3600) if trials else 0,
+        "full_length_trials_per_hour": round(trial_epochs / epochs / elapsed * 3600, 1) if trials else 0,
+        "calibration": {k: calibration.get(k) for k in ("epochs", "train_size", "val_size", "seeds")},
+        "chosen": (prov.get("selection") or {}).get("chosen"),
+        "budget": prov.get("budget"),
+        "gpu_utilisation_pct": {
+            "median": statistics.median(busy) if busy else None,
+            "mean": round(statistics.fmean(busy), 1) if busy else None,
+            "samples": len(busy),
+        },
+        "last_lines": (proc.stdout + proc.stderr).strip().splitlines()[-25:],
+    }
+
+
+# ----------------------------------------------------------------------------------------------
 
 
 def table(figures: dict) -> str:
@@ -379,6 +437,14 @@ def table(figures: dict) -> str:
     s = figures.get("search")
     if s:
         lines.append(f"\nsmoke search, 8 trials at 0.25 GPU: exit {s['exit']}, {s['wall_s']} s, stored {s['stored']}")
+    p = figures.get("preset")
+    if p:
+        lines.append(
+            f"gpu preset ({p['command']}): exit {p['exit']}, {p['wall_s']} s, stored {p['stored']} "
+            f"(chosen: {p['chosen']}); trials {p['counts']}; {p['trial_epochs_per_hour']:,} trial-epochs/h "
+            f"({p['full_length_trials_per_hour']} full-length trials/h); GPU utilisation median "
+            f"{p['gpu_utilisation_pct']['median']}%"
+        )
     for step, error in figures.get("errors", {}).items():
         lines.append(f"{step}: FAILED: {error}")
     return "\n".join(lines)
@@ -392,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-at-once", default="1,2,4,8", help="trials per GPU to time (default 1,2,4,8)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each timed proxy run (default 3)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="time for the whole check (default 480)")
+    parser.add_argument(
+        "--preset-epochs", type=int, default=20, help="epochs of each run of the gpu-preset search (default 20)"
+    )
+    parser.add_argument(
+        "--preset-budget-s", type=float, default=300.0, help="time budget of the gpu-preset search (default 300)"
+    )
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = skip - set(STEPS)
@@ -438,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=max(60.0, left()),
         ),
         "search": lambda: smoke_search(data, out_dir, timeout_s=max(60.0, left())),
+        "preset": lambda: preset_search(
+            data, out_dir, epochs=args.preset_epochs, budget_s=args.preset_budget_s, timeout_s=max(60.0, left())
+        ),
     }
     for name, step in steps.items():
         if name in skip:

@@ -354,6 +354,13 @@ def _transfer_only(
     )
 
 
+def rescoring_text(config: SearchConfig) -> str:
+    """How a candidate is re-scored, in words: ``120 epochs, 1 fresh seed, 5,000 validation images``
+    (or ``the rest validate (at most 10,000)`` where the split sizes validation by what is left)."""
+    seeds = f"{config.rescore_seeds} fresh seed{'s' if config.rescore_seeds > 1 else ''}"
+    return ", ".join(p for p in (f"{config.epochs} epochs", seeds, config.rescore_train_config().describe_val()) if p)
+
+
 def _rescore(
     config: SearchConfig,
     run: RunDir,
@@ -387,12 +394,7 @@ def _rescore(
             for c in candidates
             if c.runs
         )
-        rescoring = config.rescore_train_config()
-        val = rescoring.val_size or f"up to {rescoring.max_val_size}"
-        display.log(
-            f"re-scoring the final candidates under the proxy ({config.epochs} epochs, "
-            f"{config.rescore_seeds} fresh seed{'s' if config.rescore_seeds > 1 else ''}, {val} validation images): {what}"
-        )
+        display.log(f"re-scoring the final candidates under the proxy ({rescoring_text(config)}): {what}")
     runs = rescore_candidates(
         candidates,
         config,

@@ -248,10 +248,12 @@ class TuneTrialLines(TrialProgressCallback):
     """Ray Tune's own per-trial output (Tune adds one unless a search gives it; it prints only with
     ``-v``), without the line ``Trial X completed. Last result:`` it prints at every verbosity for
     a trial that ended without reporting anything -- one the time budget stopped before it started,
-    which the search's own progress line already reports."""
+    which the search's own progress line already reports. Such a trial's ``last_result`` is empty,
+    or, where its process had started, only what Tune fills in by itself (its id, date, process):
+    no ``training_iteration``, which Tune adds to every result a trial reports."""
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        if trial.last_result:
+        if "training_iteration" in (trial.last_result or {}):
             super().on_trial_complete(iteration, trials, trial, **info)
 
 

@@ -490,3 +490,20 @@ def test_the_summary_says_what_the_race_did():
     )
     del selection["race"]
     assert rescored_line(selection).endswith("stored: runner_up")
+
+
+def test_the_rescoring_line_says_how_many_images_validate_however_the_split_sizes_them():
+    import dataclasses
+
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.driver import rescoring_text
+
+    cpu = SearchConfig.from_preset("cpu", name="x", data="train.parquet")
+    assert rescoring_text(cpu) == "120 epochs, 1 fresh seed, the rest validate (at most 5,000)"
+    gpu = SearchConfig.from_preset("gpu", name="x", data="train.parquet")
+    # sized to data that leaves fewer than the cap: the rest validate (it said "up to None" on a GPU)
+    rest = dataclasses.replace(gpu, train=gpu.train.resolved([1000] * 10, data_image_size=32))
+    assert rest.train.max_val_size is None and rest.train.val_size is None
+    assert rescoring_text(rest) == "120 epochs, 1 fresh seed, the rest validate"
+    sized = dataclasses.replace(cpu, rescore_seeds=2, train=cpu.train.resolved([5000] * 10, data_image_size=32))
+    assert rescoring_text(sized) == "120 epochs, 2 fresh seeds, 5,000 validation images"

@@ -95,3 +95,27 @@ def test_a_restored_tuner_gets_this_drivers_display():
         restored.on_trial_complete(0, [t], t)
     assert restored.display is None
     assert out.getvalue() == f"[1/1] trial x {METRIC} 0.2500 after 1/1 epochs, 3 s | best 0.2500 (x)\n"
+
+
+class _Trial:
+    """What Tune's per-trial output reads of a trial: its name and last result."""
+
+    def __init__(self, name: str, last_result: dict) -> None:
+        self.name, self.last_result = name, last_result
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def test_tunes_own_trial_lines_say_nothing_of_a_trial_that_never_reported(capsys):
+    from autoaug.search.tune.progress import TuneTrialLines
+
+    lines = TuneTrialLines(metric=METRIC)
+    # stopped by the time budget before it started: nothing, or only what Tune fills in by itself
+    # (seen on a GPU: its process had started, so Tune had its id, date and pid)
+    lines.on_trial_complete(0, [], _Trial("trial_never", {}))
+    lines.on_trial_complete(0, [], _Trial("trial_started", {"trial_id": "started", "date": "x", "pid": 7}))
+    assert capsys.readouterr().out == ""
+    # a trial that reported keeps Tune's line
+    lines.on_trial_complete(0, [], _Trial("trial_ran", {"trial_id": "ran", "training_iteration": 3, METRIC: 0.5}))
+    assert "trial_ran" in capsys.readouterr().out

@@ -36,6 +36,12 @@ command reuses every finished search and every finished re-scoring run):
    budget a search's trials do not depend on the setting, so the replay stores what the search
    with the race would have; a search that ran under a budget is not replayed.
 
+5. **other methods** (``--methods density,pba``) -- a row each: that method's search at its CPU
+   preset (``density-cpu``: Fast AutoAugment's density matching; ``pba-cpu``: PBA's schedule),
+   its stored policy trained with the same K seeds under the same re-scoring configuration as the
+   first training-method search's cells and paired with the same warm-start runs (these methods
+   have no warm start of their own), so the rows read like the cells above.
+
 ``--report-only`` starts no search and no replay: it reports the finished ones (training only the
 K-seed runs they lack), e.g. to put rows measured by separate commands in one table.
 
@@ -51,6 +57,7 @@ next, :func:`search_gain_stats.rung_ranking`).
     python benchmarks/search_gain.py --data ../shared/data/gtsrb-32-png --eval
     python benchmarks/search_gain.py --data ../shared/data/cifar10-jpeg --smoke       # plumbing, minutes
     python benchmarks/search_gain.py --data ../shared/data/cifar10-jpeg --trials 28 --race 3
+    python benchmarks/search_gain.py --data ../shared/data/cifar10-jpeg --trials 28 --methods density,pba
 
 Scratch (run directories, the store, logs, ``rescore.json``) goes to ``--work`` (default
 ``runs/search-gain/<dataset>``); the small result files to ``--out`` (default
@@ -80,6 +87,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     add_session,
     best_cell,
     cell_text,
+    cost_text,
     gain_cell,
     gain_table,
     points,
@@ -98,8 +106,19 @@ RESCORE_FILE = "rescore.json"  # every finished re-scoring run
 CPU_SAMPLE_S = 2.0  # seconds between two samples of a search's processes' CPU (benchmarks/suite_cpu.py)
 
 
+#: ``--methods``: the other search methods, a row each, with the preset each runs on a CPU.
+METHOD_PRESETS = {"density": "density-cpu", "pba": "pba-cpu"}
+
+
 def search_name(n: int, sampler: str) -> str:
-    return f"sg-n{n}-{sampler}"
+    """``sg-n28-tpe``: the training method's search of ``n`` trials with ``sampler``; ``sg-density``,
+    ``sg-pba``: another method's search (``n`` 0: its preset sizes it)."""
+    return f"sg-{sampler}" if sampler in METHOD_PRESETS else f"sg-n{n}-{sampler}"
+
+
+def method_cells(methods: list[str]) -> list[tuple[int, str]]:
+    """The cells of ``--methods``: ``(0, method)``, after the training method's searches."""
+    return [(0, m) for m in methods]
 
 
 def plan(trials: list[int], samplers: list[str]) -> list[tuple[int, str]]:
@@ -118,7 +137,19 @@ def _read_json(path: Path, default: Any) -> Any:
 
 
 def search_args(a: argparse.Namespace, work: Path, n: int, sampler: str, calibrated_by: str | None) -> list[str]:
-    """``autoaug search`` arguments of the search of ``n`` trials with ``sampler`` (a new one)."""
+    """``autoaug search`` arguments of the search of ``n`` trials with ``sampler`` (a new one); for
+    a method of ``--methods`` (``sampler`` ``density`` or ``pba``), that method with its CPU preset
+    (:data:`METHOD_PRESETS`), sized by the preset, measuring its own base (its proxy is not the
+    ``cpu`` preset's, so the first search's calibration is not reused)."""
+    if sampler in METHOD_PRESETS:
+        preset = "smoke" if a.smoke else METHOD_PRESETS[sampler]
+        args = ["search", "--data", a.data, "--method", sampler, "--preset", preset, "--name", search_name(n, sampler)]
+        args += ["--storage", str(work / "runs"), "--store", str(work / "store"), "--seed", str(a.search_seed)]
+        if a.smoke:
+            args += ["--base", "auto"]
+        if a.address:
+            args += ["--address", a.address]
+        return args + shlex.split(a.method_args)
     args = [
         "search",
         "--data",
@@ -303,17 +334,32 @@ def rescore_plan(
 ) -> tuple[list, dict, Any]:
     """The runs to train: ``[(key, policy, train config)]`` (each once), per search the keys of its
     stored policy's and its warm start's runs by seed (and of the policy the search stored with the
-    race, ``raced``: :func:`replay_race`), and the config whose resources the runs take."""
+    race, ``raced``: :func:`replay_race`), and the config whose resources the runs take.
+
+    A search of another method (``--methods``: it has no warm start of its own) is measured
+    against the first training-method search's warm start, under that search's re-scoring
+    configuration: the same proxy, seeds and warm-start runs as every other cell, so its row
+    reads like theirs."""
     from autoaug.policies import Policy
 
     runs: dict[str, tuple] = {}
     per_search: dict[tuple[int, str], dict] = {}
     first = None
-    for cell, result in results.items():
-        config = search_config(result)
+    reference = None  # (config, warm start, what) of the first training-method search
+    for cell, result in sorted(results.items(), key=lambda kv: kv[0][1] in METHOD_PRESETS):
+        if cell[1] in METHOD_PRESETS:
+            if reference is None:
+                raise SystemExit(
+                    f"search_gain: {search_name(*cell)} is measured against the warm start of a training-method "
+                    "search, and none finished: run the training searches first (--trials, --samplers)"
+                )
+            config, warm, what = reference
+        else:
+            config = search_config(result)
+            warm, what = warm_start(result, config)
+            reference = reference or (config, warm, what)
         first = first or config
         stored = Policy.from_dict(result["policy"])
-        warm, what = warm_start(result, config)
         base = config.rescore_train_config(0)
         tkey = train_key(base.to_dict())
         keys: dict[str, dict[int, str]] = {"stored": {}, "warm": {}, "challenger": {}, "race": {}}
@@ -458,7 +504,7 @@ def report(
     done: dict[str, Any],
 ) -> dict:
     ledger = _read_json(work / SEARCHES_FILE, {})
-    costs = {cell: ledger.get(search_name(*cell)) for cell in plan(a.trials, a.samplers)}
+    costs = {cell: ledger.get(search_name(*cell)) for cell in plan(a.trials, a.samplers) + method_cells(a.methods)}
     first = next(iter(per_search.values()), None)
     lines = [
         f"# Does searching pay? `{a.preset}` searches on `{a.dataset}`",
@@ -473,6 +519,24 @@ def report(
         *gain_table(cells, costs, a.trials, a.samplers),
         "",
     ]
+    rows = [cell for cell in method_cells(a.methods) if cell in per_search]
+    if rows:
+        lines += [
+            "The other search methods, a row each, at their CPU preset's size: the stored policy against the "
+            "same warm start, under the same proxy, with the same seeds as the cells above (these methods have "
+            "no warm start of their own).",
+            "",
+            "| method | preset | what ran | gain, points [95% CI] | wall / CPU |",
+            "|---|---|---|---|---:|",
+        ]
+        for cell in rows:
+            r = results[cell]
+            preset = "smoke" if a.smoke else METHOD_PRESETS[cell[1]]
+            lines.append(
+                f"| {cell[1]} | `{preset}` | {trials_text(r['provenance'].get('counts') or {})} | "
+                f"{cell_text(cells.get(cell))} | {cost_text(costs.get(cell))} |"
+            )
+        lines.append("")
     raced = cells_from(per_search, done, "race")
     if raced:
         extra = {
@@ -529,7 +593,12 @@ def report(
             what = f"{p['challenger']} (`{p['challenger_hash'][:12]}`)" if p["challenger"] else "not rebuilt"
             lines.append(f"| `{search_name(*cell)}` | {what} | {cell_text(found.get(cell))} |")
         lines.append("")
-    trials = [t for cell in per_search for t in trial_scores(result_path(work, search_name(*cell)).parent)]
+    trials = [  # the training method's trials (a PBA member or a density candidate has no ASHA rungs)
+        t
+        for cell in per_search
+        if cell[1] not in METHOD_PRESETS
+        for t in trial_scores(result_path(work, search_name(*cell)).parent)
+    ]
     rungs = rung_ranking(trials)
     if rungs:
         stopped: dict[int, int] = {}
@@ -543,7 +612,8 @@ def report(
     if len(per_search) > 1 and not a.own_calibration:
         lines += [
             f"The first search (`{search_name(*plan(a.trials, a.samplers)[0])}`) measured the bases and the "
-            "published policies; the others reused its runs (`--calibration-from`), so their time excludes it.",
+            "published policies; the other training-method searches reused its runs (`--calibration-from`), so "
+            "their time excludes it" + ("; the other methods measured their own base." if a.methods else "."),
             "",
         ]
     lines += [
@@ -588,6 +658,7 @@ def report(
         "preset": a.preset,
         "trials": a.trials,
         "samplers": a.samplers,
+        "methods": a.methods,
         "rescore_seeds": a.rescore_seeds,
         "seed_offset": GAIN_SEED_OFFSET,
         "cells": {f"{n}/{s}": {**c, "search": search_name(n, s)} for (n, s), c in cells.items()},
@@ -641,6 +712,13 @@ def main(argv: list[str] | None = None) -> int:
         help="autoaug search --sampler values, comma-separated (a column each; e.g. tpe,random,local)",
     )
     p.add_argument("--preset", default="cpu", help="autoaug search --preset")
+    p.add_argument(
+        "--methods",
+        default="",
+        help=f"other search methods, a row each at their CPU preset ({', '.join(f'{m}: {v}' for m, v in METHOD_PRESETS.items())}), "
+        "measured against the first search's warm start, e.g. density,pba",
+    )
+    p.add_argument("--method-args", default="", help="more autoaug search arguments for the --methods searches")
     p.add_argument("--search-seed", type=int, default=0, help="autoaug search --seed")
     p.add_argument("--search-args", default="", help="more autoaug search arguments (new searches only)")
     p.add_argument("--rescore-seeds", type=int, default=5, help="K: proxy runs per policy, paired by seed (>= 5)")
@@ -698,6 +776,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in a.samplers if s not in SAMPLERS]
     if bad or not a.samplers:
         p.error(f"--samplers {','.join(a.samplers)!r}: expected some of {', '.join(SAMPLERS)}")
+    a.methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    bad = [m for m in a.methods if m not in METHOD_PRESETS]
+    if bad:
+        p.error(f"--methods {','.join(a.methods)!r}: expected some of {', '.join(METHOD_PRESETS)}")
     if a.preset not in SEARCH_PRESETS:
         p.error(f"--preset {a.preset!r}: expected one of {', '.join(SEARCH_PRESETS)}")
     if a.race is not None and not 2 <= a.race <= 100:
@@ -716,9 +798,10 @@ def main(argv: list[str] | None = None) -> int:
     order = plan(a.trials, a.samplers)
     calibrator = None if a.own_calibration else search_name(*order[0])
     results = {}
-    for n, sampler in order:
+    for n, sampler in order + method_cells(a.methods):
         name = search_name(n, sampler)
-        result = run_search(a, work, n, sampler, calibrator if name != calibrator else None)
+        mine = name == calibrator or sampler in METHOD_PRESETS
+        result = run_search(a, work, n, sampler, None if mine else calibrator)
         if result:
             results[(n, sampler)] = result
         else:
@@ -726,6 +809,8 @@ def main(argv: list[str] | None = None) -> int:
     raced = {}
     if a.race is not None:
         for cell, result in results.items():
+            if cell[1] in METHOD_PRESETS:
+                continue  # (no re-scoring of candidates to race)
             replayed = replay_race(a, work, cell, result)
             if replayed:
                 raced[cell] = replayed

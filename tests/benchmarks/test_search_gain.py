@@ -146,7 +146,12 @@ def fake(sg, tmp_path, monkeypatch):
     (data / "train.parquet").write_bytes(b"")
     work = tmp_path / "work"
     calls: dict = {"search": [], "trained": []}
-    policies = {5: presets.resolve("autoaugment-cifar10").with_base("crop"), 6: presets.resolve("trivialaugment")}
+    policies = {
+        5: presets.resolve("autoaugment-cifar10").with_base("crop"),
+        6: presets.resolve("trivialaugment"),
+        "density": presets.resolve("autoaugment-imagenet").with_base("crop"),
+        "pba": presets.resolve("autoaugment-svhn"),
+    }
     raced = presets.resolve("autoaugment-svhn").with_base("crop")
 
     def autoaug(args, log):
@@ -158,7 +163,8 @@ def fake(sg, tmp_path, monkeypatch):
             name = args[args.index("--name") + 1]
             (storage / name).mkdir(parents=True)
             (storage / name / "search_config.json").write_text(json.dumps({"config": {"name": name}}))
-        n = int(name.split("-")[1][1:])
+        # another method's search (sg-density, sg-pba) stores a policy of its own
+        n = name.split("-")[1] if name in ("sg-density", "sg-pba") else int(name.split("-")[1][1:])
         # a search finished again with the race (work/race<M>/runs) stores another policy
         stored = (raced if "race" in storage.parent.name else policies[n]).with_name(name).to_dict()
         (storage / name / "result.json").write_text(json.dumps(_result(name, str(data), stored)))
@@ -265,6 +271,7 @@ def test_a_search_that_fails_stops_the_benchmark_with_one_line(sg, fake, monkeyp
         (["--samplers", "tpe,anneal"], "--samplers 'tpe,anneal': expected some of"),
         (["--rescore-seeds", "3"], "--rescore-seeds 3: expected 5 or more"),
         (["--preset", "nope"], "--preset 'nope': expected one of"),
+        (["--methods", "density,train"], "--methods 'density,train': expected some of density, pba"),
     ],
 )
 def test_bad_options_are_refused_in_one_line(sg, fake, capsys, args, message):
@@ -436,3 +443,26 @@ def test_a_search_under_a_time_budget_is_not_replayed_with_the_race(sg, fake, ca
     assert "race: sg-n6-random not replayed: it ran under a time budget or without re-scoring" in out
     assert not (fake["work"] / "race3" / "runs" / "sg-n6-random").exists()
     assert "6/random" not in json.loads((fake["out"] / "gain.json").read_text())["race_cells"]
+
+
+def test_other_methods_get_a_row_each_against_the_first_searchs_warm_start(sg, fake):
+    assert sg.main([*fake["argv"], "--methods", "density,pba"]) == 0
+    searches = {a[a.index("--name") + 1]: a for a in fake["calls"]["search"]}
+    for method in ("density", "pba"):
+        args = searches[f"sg-{method}"]
+        # its own method and preset; its proxy is not the training searches', so no calibration reused
+        assert args[args.index("--method") + 1] == method and args[args.index("--preset") + 1] == "smoke"
+        assert "--calibration-from" not in args and "--num-trials" not in args and "--sampler" not in args
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    # measured against the warm start the training searches share, with their seeds and runs:
+    # the warm start's K = 2 runs are trained once; 2 stored policies of the training searches + 2
+    assert len(fake["calls"]["trained"]) == 2 + 2 * 2 + 2 * 2
+    warm = {c["warm_start"] for c in doc["searches"].values()}
+    assert len(warm) == 1 and doc["searches"]["sg-density"]["warm_hash"] == doc["searches"]["sg-n5-tpe"]["warm_hash"]
+    for method in ("density", "pba"):
+        assert doc["cells"][f"0/{method}"]["n"] == 2 and doc["cells"][f"0/{method}"]["mean"] == pytest.approx(0.01)
+    text = (fake["out"] / "results.md").read_text()
+    assert (
+        "| density | `smoke` | 5 (2 full, 3 stopped early) | **+1.00 [+1.00, +1.00]**, K=2 |" in text
+        and "| pba | `smoke` |" in text
+    )

@@ -373,6 +373,8 @@ def preset_search(data: Path, out_dir: Path, *, epochs: int, budget_s: float, ti
     prov = result.get("provenance") or {}
     trials = prov.get("trials") or []
     trial_epochs = sum(int(t.get("epochs") or 0) for t in trials)
+    trained = [t for t in trials if t.get("epochs") and t.get("train_time_s")]  # (those that reported)
+    trial_s = sum(float(t["train_time_s"]) for t in trained)
     elapsed = float((prov.get("time") or {}).get("elapsed_s") or wall)
     calibration = prov.get("calibration") or {}
     busy = util.samples
@@ -385,6 +387,9 @@ def preset_search(data: Path, out_dir: Path, *, epochs: int, budget_s: float, ti
         "trial_epochs": trial_epochs,
         "trial_epochs_per_hour": round(trial_epochs / elapsed * 3600) if trials else 0,
         "full_length_trials_per_hour": round(trial_epochs / epochs / elapsed * 3600, 1) if trials else 0,
+        # the trials' recorded training time (train_time_s) per epoch, with as many trials at once as
+        # the preset runs: the rate of the trial phase alone (calibration and re-scoring left out)
+        "trial_s_per_epoch": round(trial_s / sum(int(t["epochs"]) for t in trained), 3) if trained else None,
         "calibration": {k: calibration.get(k) for k in ("epochs", "train_size", "val_size", "seeds")},
         "chosen": (prov.get("selection") or {}).get("chosen"),
         "budget": prov.get("budget"),

@@ -373,15 +373,30 @@ def _parquet_bytes(summaries: Sequence[PolicySummary]) -> bytes:
 
 
 def plot(comparison: Comparison) -> bytes:
-    """``comparison.png`` (PNG bytes): test accuracy per policy (mean, 95% CI, seeds) and
-    validation accuracy per epoch (mean over seeds)."""
+    """``comparison.png`` (PNG bytes): test accuracy per policy (mean, 95% CI, seeds) and, where
+    the runs validated (not in a regime without validation, such as ``eval-cpu``), validation
+    accuracy per epoch (mean over seeds)."""
     import matplotlib
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
     from matplotlib.ticker import MaxNLocator
 
     summaries = comparison.summaries
-    fig = Figure(figsize=(13, 5))
-    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    curves: list[dict[int, list[float]]] = []  # per policy: epoch -> validation accuracies over seeds
+    for s in summaries:
+        per_epoch: dict[int, list[float]] = {}
+        for r in comparison.runs:
+            if r["policy_hash"] != s.policy_hash:
+                continue
+            for row in r.get("history", []):
+                if row.get("val_accuracy") is not None:
+                    per_epoch.setdefault(int(row["epoch"]), []).append(float(row["val_accuracy"]))
+        curves.append(per_epoch)
+    if any(curves):
+        fig = Figure(figsize=(13, 5))
+        ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    else:  # nothing validated: no empty panel
+        fig = Figure(figsize=(7, 5))
+        ax1, ax2 = fig.subplots(1, 1), None
     xs = list(range(len(summaries)))
     colors = [matplotlib.colormaps["tab10"](i % 10) for i in xs]
     for x, s, c in zip(xs, summaries, colors):
@@ -414,30 +429,23 @@ def plot(comparison: Comparison) -> bytes:
     ax1.set_title("Test accuracy: mean and 95% CI (small dots: seeds)")
     ax1.grid(axis="y", alpha=0.3)
 
-    for s, c in zip(summaries, colors):
-        per_epoch: dict[int, list[float]] = {}
-        for r in comparison.runs:
-            if r["policy_hash"] != s.policy_hash:
-                continue
-            for row in r.get("history", []):
-                if row.get("val_accuracy") is not None:
-                    per_epoch.setdefault(int(row["epoch"]), []).append(float(row["val_accuracy"]))
-        if per_epoch:
-            epochs = sorted(per_epoch)
-            ax2.plot(
-                epochs,
-                [100 * sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs],
-                marker="o",
-                markersize=3,
-                color=c,
-                label=s.policy,
-            )
-    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax2.set_xlabel("epoch")
-    ax2.set_ylabel("validation accuracy (%)")
-    ax2.set_title("Validation accuracy per epoch (mean over seeds)")
-    ax2.grid(alpha=0.3)
-    if ax2.lines:
+    if ax2 is not None:
+        for s, c, per_epoch in zip(summaries, colors, curves):
+            if per_epoch:
+                epochs = sorted(per_epoch)
+                ax2.plot(
+                    epochs,
+                    [100 * sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs],
+                    marker="o",
+                    markersize=3,
+                    color=c,
+                    label=s.policy,
+                )
+        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax2.set_xlabel("epoch")
+        ax2.set_ylabel("validation accuracy (%)")
+        ax2.set_title("Validation accuracy per epoch (mean over seeds)")
+        ax2.grid(alpha=0.3)
         ax2.legend(fontsize=8)
     t = comparison.config.train
     fig.suptitle(f"{t.model}, {t.epochs} epochs, train_size={t.train_size}, seeds={len(comparison.config.seeds)}")

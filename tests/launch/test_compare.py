@@ -1171,3 +1171,19 @@ def test_a_compare_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_
     second = text[text.index("rc1=1") :]
     assert second.count("] reused ") == 3 and second.count("] trained ") == 1, second
     assert "wrote " + str(out / "comparison.png") in second
+
+
+def _png_width(png: bytes) -> int:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(png[16:20], "big")  # IHDR: width, then height
+
+
+def test_the_plot_has_no_validation_panel_where_no_run_validated(tmp_path, store):
+    from autoaug.launch.compare.report import plot
+
+    validated = _fake_comparison(tmp_path / "a", store, {"found@1": [0.80, 0.82], "standard": [0.70, 0.71]})
+    unvalidated = dataclasses.replace(
+        validated, runs=[{**r, "history": [{**h, "val_accuracy": None} for h in r["history"]]} for r in validated.runs]
+    )
+    # eval-cpu validates nothing: one panel (test accuracy), not an empty second one
+    assert _png_width(plot(unvalidated)) < 0.6 * _png_width(plot(validated))

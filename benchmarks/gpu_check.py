@@ -295,43 +295,34 @@ def concurrency(data: Path, epochs: int, policy: str, counts: tuple[int, ...], t
 # 5. a smoke search
 
 
-def smoke_search(data: Path, out_dir: Path, timeout_s: float) -> dict:
+def run_search(
+    name: str, args: list[str], log: Path, timeout_s: float
+) -> tuple[subprocess.CompletedProcess, float, dict]:
+    """``autoaug search --name NAME ARGS`` with its run directory and store in a scratch folder
+    (removed after): the process, its wall time and its ``result.json`` ({} when it stored
+    nothing). What it printed goes to ``log``."""
     import shutil
     import tempfile
 
-    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    cmd = [
-        sys.executable,
-        "-c",
-        "from autoaug.launch.cli import main; raise SystemExit(main())",
-        "search",
-        "--preset",
-        "smoke",
-        "--data",
-        str(data / "train.parquet"),
-        "--name",
-        "gpu-smoke",
-        "--num-trials",
-        "8",
-        "--concurrency",
-        "4",
-        "--gpus-per-trial",
-        "0.25",
-        "--set",
-        "train.device=cuda",
-        "--storage",
-        str(work / "runs"),
-        "--store",
-        str(work / "store"),
-        "-q",
-    ]
+    work = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    cmd = [sys.executable, "-c", "from autoaug.launch.cli import main; raise SystemExit(main())", "search"]
+    cmd += ["--name", name, *args, "--storage", str(work / "runs"), "--store", str(work / "store")]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
-    wall = time.perf_counter() - t0
-    (out_dir / "gpu-smoke-search.log").write_text(proc.stdout + proc.stderr)
-    result_path = work / "runs" / "gpu-smoke" / "result.json"
-    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
-    shutil.rmtree(work, ignore_errors=True)
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+        wall = time.perf_counter() - t0
+        log.write_text(proc.stdout + proc.stderr)
+        result_path = work / "runs" / name / "result.json"
+        result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return proc, wall, result
+
+
+def smoke_search(data: Path, out_dir: Path, timeout_s: float) -> dict:
+    args = ["--preset", "smoke", "--data", str(data / "train.parquet"), "--num-trials", "8", "--concurrency", "4"]
+    args += ["--gpus-per-trial", "0.25", "--set", "train.device=cuda", "-q"]
+    proc, wall, result = run_search("gpu-smoke", args, out_dir / "gpu-smoke-search.log", timeout_s)
     return {
         "command": "autoaug search --preset smoke --num-trials 8 --concurrency 4 --gpus-per-trial 0.25 "
         "--set train.device=cuda",
@@ -352,24 +343,12 @@ def preset_search(data: Path, out_dir: Path, *, epochs: int, budget_s: float, ti
     run instead of 120, ASHA's one rung moved with them (epoch 60 of 120 -> ``epochs // 2``), and a
     time budget of ``budget_s``. What it measures: that the preset runs end to end on one GPU, how
     its time splits, how busy it keeps the GPU and how many trial-epochs an hour it trains."""
-    import shutil
-    import tempfile
-
-    work = Path(tempfile.mkdtemp(prefix="gpu-preset-"))
     args = [
-        "search", "--preset", "gpu", "--data", str(data / "train.parquet"), "--name", "gpu-preset",
-        "--set", f"train.epochs={epochs}", "--grace-period", str(max(1, epochs // 2)),
-        "--time-budget", f"{budget_s:g}", "--storage", str(work / "runs"), "--store", str(work / "store"),
+        "--preset", "gpu", "--data", str(data / "train.parquet"), "--set", f"train.epochs={epochs}",
+        "--grace-period", str(max(1, epochs // 2)), "--time-budget", f"{budget_s:g}",
     ]  # fmt: skip
-    cmd = [sys.executable, "-c", "from autoaug.launch.cli import main; raise SystemExit(main())", *args]
-    t0 = time.perf_counter()
     with Utilisation(interval=1.0) as util:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
-    wall = time.perf_counter() - t0
-    (out_dir / "gpu-preset-search.log").write_text(proc.stdout + proc.stderr)
-    result_path = work / "runs" / "gpu-preset" / "result.json"
-    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
-    shutil.rmtree(work, ignore_errors=True)
+        proc, wall, result = run_search("gpu-preset", args, out_dir / "gpu-preset-search.log", timeout_s)
     prov = result.get("provenance") or {}
     trials = prov.get("trials") or []
     trial_epochs = sum(int(t.get("epochs") or 0) for t in trials)
@@ -379,7 +358,7 @@ def preset_search(data: Path, out_dir: Path, *, epochs: int, budget_s: float, ti
     calibration = prov.get("calibration") or {}
     busy = util.samples
     return {
-        "command": "autoaug " + " ".join(args[:-4]),
+        "command": "autoaug search --name gpu-preset " + " ".join(args),
         "exit": proc.returncode,
         "wall_s": round(wall, 1),
         "stored": (result.get("stored") or {}).get("ref"),

@@ -1,8 +1,9 @@
 """The statistics, tables and bookkeeping of ``benchmarks/search_gain.py``, as pure functions: the
 key of one re-scoring run, a cell of the gain table (the stored policy minus the warm start, paired
 by seed, with its 95% Student-t interval: :func:`search_quality_stats.paired`), the table itself,
-the best cell, and each search's wall time and CPU-seconds accumulated over sessions.
-``search_gain.py`` runs the searches and the runs and writes the report."""
+the best cell, each search's wall time and CPU-seconds accumulated over sessions, and the names
+of the searches and their cells. ``search_gain.py`` runs the searches and the runs;
+``search_gain_report.py`` writes the report."""
 
 from __future__ import annotations
 
@@ -23,6 +24,36 @@ GAIN_SEED_OFFSET = 3_000
 #: Training settings that change no result (threads, where the data lies: the fingerprint says
 #: which data); left out of :func:`train_key`.
 _NOT_RESULT = ("seed", "num_threads", "data", "test_data")
+
+
+#: Each search's wall time and CPU-seconds, over sessions (in the work folder).
+SEARCHES_FILE = "searches.json"
+#: ``--methods``: the other search methods, a row each, with the preset each runs on a CPU.
+METHOD_PRESETS = {"density": "density-cpu", "pba": "pba-cpu"}
+
+
+def search_name(n: int, sampler: str) -> str:
+    """``sg-n28-tpe``: the training method's search of ``n`` trials with ``sampler``; ``sg-density``,
+    ``sg-pba``: another method's search (``n`` 0: its preset sizes it)."""
+    return f"sg-{sampler}" if sampler in METHOD_PRESETS else f"sg-n{n}-{sampler}"
+
+
+def method_cells(methods: list[str]) -> list[tuple[int, str]]:
+    """The cells of ``--methods``: ``(0, method)``, after the training method's searches."""
+    return [(0, m) for m in methods]
+
+
+def plan(trials: list[int], samplers: list[str]) -> list[tuple[int, str]]:
+    """The searches, in the order they run (the first calibrates for the others)."""
+    return [(n, s) for n in trials for s in samplers]
+
+
+def result_path(work: Path, name: str) -> Path:
+    return work / "runs" / name / "result.json"
+
+
+def race_name(name: str, seeds: int) -> str:
+    return f"{name}-race{seeds}"
 
 
 def train_key(train: Mapping[str, Any]) -> str:

@@ -389,14 +389,15 @@ def test_rung_ranking_is_spearmans_rho_between_consecutive_ends(stats):
     assert stats.rung_ranking([{2: 0.1, 6: 0.2}, {2: 0.3}])[0]["rho"] is None
 
 
-def test_trial_scores_are_read_per_epoch_from_tunes_result_lines(sg, tmp_path):
+def test_trial_scores_are_read_per_epoch_from_tunes_result_lines(load_benchmark, tmp_path):
+    report = load_benchmark("search_gain_report")
     run = tmp_path / "run"
     (run / "trial_a").mkdir(parents=True)
     lines = [{"training_iteration": 1, "search_score": 0.1}, {"training_iteration": 2, "search_score": 0.25}]
     (run / "trial_a" / "result.json").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
     (run / "trial_b").mkdir()
     (run / "trial_b" / "result.json").write_text("")  # a trial that reported nothing yet
-    assert sg.trial_scores(run) == [{1: 0.1, 2: 0.25}]
+    assert report.trial_scores(run) == [{1: 0.1, 2: 0.25}]
 
 
 def test_the_race_finishes_each_search_again_from_a_copy_and_reports_what_it_stored(sg, fake, capsys):

@@ -448,45 +448,49 @@ def outcome_of():
 # An S3-compatible server (moto in server mode) on 127.0.0.1, for the object-storage tests
 
 
+#: The moto server as a child process: binds a free port on 127.0.0.1 (so the socket listens before
+#: anything is printed), writes that port on its stdout, then serves. The parent's blocking read of
+#: that line is the event "the server accepts connections": no polling.
+_MOTO_SERVER = """
+import sys
+from werkzeug.serving import make_server
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), threaded=True,
+                     request_handler=MotoRequestHandler)
+print(server.port, flush=True)
+server.serve_forever()
+"""
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """``http://127.0.0.1:PORT`` of a moto S3 server started for the session; stopped by its PID."""
     import signal
-    import socket
     import subprocess
     import sys
-    import time
-    import urllib.request
+    import tempfile
 
     import moto.server  # noqa: F401  (moto[server] is a dev dependency: if it is missing, fail, never skip)
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
+    # its request log (werkzeug, on stderr) into a file: a pipe nobody reads would fill and stall it
+    errors = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen([sys.executable, "-c", _MOTO_SERVER], stdout=subprocess.PIPE, stderr=errors, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(endpoint + "/", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server on {endpoint} did not start (exit {proc.poll()})") from None
-                time.sleep(0.1)
-        yield endpoint
+        line = proc.stdout.readline().strip()  # blocks until the server listens, or the child exits
+        if not line.isdigit():
+            proc.kill()
+            errors.seek(0)
+            raise RuntimeError(f"moto server did not start (exit {proc.wait()}): {errors.read()[-2000:]}")
+        yield f"http://127.0.0.1:{line}"
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        errors.close()
 
 
 @pytest.fixture

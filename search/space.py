@@ -91,6 +91,10 @@ _FAMILY_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
 #: The fields that shape the ``aa`` family only, with their defaults.
 _AA_ONLY = {"num_sub_policies": 5, "ops_per_sub_policy": 2, "num_probabilities": 11}
 #: The most each size may be: what one policy may hold (:mod:`autoaug.policies.policy`).
+#: The finest probability grid a space may have (steps of 0.01): each value is one choice of a
+#: categorical parameter that Optuna stores with every trial.
+MAX_PROBABILITIES = 101
+
 _LIMITS = {
     "num_sub_policies": MAX_SUB_POLICIES,
     "ops_per_sub_policy": MAX_OPS_PER_SUB_POLICY,
@@ -182,10 +186,11 @@ class SearchSpace:
                     f"SearchSpace.{name}: {value!r} is invalid; expected an integer from 1 to {limit:,} "
                     f"({_LIMIT_WHY[name]})"
                 )
-        if not _is_int(self.num_probabilities) or self.num_probabilities < 2:
+        if not _is_int(self.num_probabilities) or not 2 <= self.num_probabilities <= MAX_PROBABILITIES:
             raise ValueError(
                 f"SearchSpace.num_probabilities: {self.num_probabilities!r} is invalid; expected an "
-                "integer >= 2 (11 gives 0, 0.1, ..., 1)"
+                f"integer from 2 to {MAX_PROBABILITIES} (11 gives 0, 0.1, ..., 1; {MAX_PROBABILITIES}, the finest, "
+                "steps of 0.01: each value is a choice listed with every trial)"
             )
         if self.base not in BASES:
             raise ValueError(f"SearchSpace.base: {self.base!r} is invalid; expected one of {list(BASES)}")

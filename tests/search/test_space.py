@@ -10,7 +10,7 @@ import pytest
 
 from autoaug.policies import Policy, ops
 from autoaug.policies.presets import resolve
-from autoaug.search.space import SearchSpace
+from autoaug.search.space import MAX_PROBABILITIES, SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -153,6 +153,10 @@ def test_bad_space_is_rejected_with_the_field_named(kwargs, message):
             r"SearchSpace.num_magnitude_bins: 5000 is invalid; expected an integer from 1 to 1,000 \(the magnitude",
         ),
         ({"num_magnitude_bins": 1001}, r"num_magnitude_bins: 1001 is invalid; expected an integer from 1 to 1,000"),
+        (
+            {"num_probabilities": 10**9},  # a billion-value grid: a tuple of 10^9 floats before the first trial
+            r"SearchSpace.num_probabilities: 1000000000 is invalid; expected an integer from 2 to 101",
+        ),
     ],
 )
 def test_a_space_larger_than_a_policy_may_hold_is_refused_with_the_limit(kwargs, message):
@@ -168,6 +172,8 @@ def test_a_space_at_the_policy_limits_makes_policies():
     assert len(policy.sub_policies) == MAX_SUB_POLICIES and policy.num_magnitude_bins == MAX_MAGNITUDE_BINS
     deep = SearchSpace(num_sub_policies=1, ops_per_sub_policy=MAX_OPS_PER_SUB_POLICY)
     assert len(deep.to_policy(deep.random_params(random.Random(0))).sub_policies[0]) == MAX_OPS_PER_SUB_POLICY
+    fine = SearchSpace(num_probabilities=MAX_PROBABILITIES)
+    assert fine.probabilities[1] == 0.01 and fine.to_policy(fine.random_params(random.Random(0))).sub_policies
     wide = SearchSpace(family="trivialaugment", num_magnitude_bins=MAX_MAGNITUDE_BINS)
     assert wide.to_policy(wide.random_params(random.Random(0))).num_magnitude_bins == MAX_MAGNITUDE_BINS
 

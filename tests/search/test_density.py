@@ -84,6 +84,11 @@ def test_method_flags_map_onto_the_config(tmp_path):
             ["--method", "density", "--folds", "9", "--set", "train.train_size=64", "--set", "train.batch_size=64"],
             "leave 56 images to train a fold model, fewer than one batch of 64",
         ),
+        (
+            ["--method", "density", "--folds", "2", "--rounds", "2", "--top-per-round", "3", "--sub-policies", "4096"],
+            "density.folds 2 x rounds 2 x top_per_round 3 x space.num_sub_policies 4,096 = 49,152 sub-policies in "
+            "the merged policy, more than a policy may hold (32,768); lower one of them",
+        ),
     ],
 )
 def test_bad_density_settings_exit_2_with_one_line_before_work(tmp_path, capsys, cifar_small, argv, message):

@@ -241,6 +241,27 @@ def test_survivors_assembles_every_trial_that_ran_the_full_budget_when_more_than
     assert "survivors" not in [c.kind for c in fewer]
 
 
+def test_the_unions_take_the_best_trials_that_fit_in_one_policy(tmp_path, monkeypatch):
+    # A search of many thousand trials whose survivors (or warm start plus found trials) hold more
+    # sub-policies than a policy may: each union keeps the best trials that fit, so the search still
+    # stores a policy. The limit made small here (8 sub-policies; the trials hold 2 each).
+    import autoaug.search.methods.train.method as train_method
+
+    monkeypatch.setattr(train_method, "MAX_SUB_POLICIES", 8)
+    other = [[("Equalize", 0.1, 0), ("Color", 0.3, 3)], [("Invert", 0.2, 0), ("Solarize", 0.9, 8)]]
+    last = [[("ShearY", 0.4, 4), ("Brightness", 0.1, 2)], [("Sharpness", 0.6, 6), ("Contrast", 0.9, 1)]]
+    cands = _final_candidates_for(tmp_path, [FOUND_A, WARM.sub_policies[2:], FOUND_B, other, last])
+    by_kind = {c.kind: c for c in cands}
+    assert by_kind["survivors"].trial_ids == ("t0", "t1", "t2", "t3")  # 5 survived; the best 4 fit
+    assert len(by_kind["survivors"].policy.sub_policies) <= 8
+    assert by_kind["warm_start+found"].trial_ids == ("t0", "t2")  # WARM's 4 + 2 x 2
+    monkeypatch.setattr(train_method, "MAX_SUB_POLICIES", 6)
+    by_kind = {c.kind: c for c in _final_candidates_for(tmp_path, [FOUND_A, WARM.sub_policies[2:], FOUND_B, other])}
+    assert by_kind["warm_start+found"].trial_ids == ("t0",)  # room for one found trial beside WARM's 4
+    assert len(by_kind["warm_start+found"].policy.sub_policies) == 6
+    assert "survivors" not in by_kind  # the 3 that fit are the assembled policy's
+
+
 def test_search_score_is_the_mean_of_the_last_validated_epochs():
     from autoaug.search.score import search_score
 

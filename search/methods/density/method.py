@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import SearchInterruptedError
+from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import TrialRecord, assemble_policy, rank_trials
 from autoaug.search.decide.rescore import Candidate
 from autoaug.search.methods.base import (
@@ -151,6 +152,13 @@ class DensityMethod(Method):
                     f"density.folds {d.folds} of train.train_size {t.train_size} leave {smallest_train} images to train "
                     f"a fold model, fewer than one batch of {t.batch_size}; lower train.batch_size or the number of folds"
                 )
+        kept = d.folds * d.rounds * d.top_per_round * config.space.num_sub_policies
+        if kept > MAX_SUB_POLICIES:
+            raise ValueError(
+                f"density.folds {d.folds} x rounds {d.rounds} x top_per_round {d.top_per_round} x "
+                f"space.num_sub_policies {config.space.num_sub_policies:,} = {kept:,} sub-policies in the merged policy, "
+                f"more than a policy may hold ({MAX_SUB_POLICIES:,}); lower one of them"
+            )
         if len(stage_name(config.name, d.folds - 1, d.rounds - 1)) > 128:
             raise ValueError(
                 f"search name {config.name!r} is too long for the density method's round names; "

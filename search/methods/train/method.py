@@ -314,7 +314,9 @@ def final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list
     that are not warm-start candidates) -- the published policy plus what the search found; with
     early stopping, ``survivors``: every trial ASHA let run the full budget, assembled (more
     sub-policies than the top ``top_n`` when more trials survived: the re-scores measured that
-    a policy of more vetted sub-policies can generalise better, docs/search.md).
+    a policy of more vetted sub-policies can generalise better, docs/search.md). Both unions take
+    the best trials whose sub-policies fit in one policy (``MAX_SUB_POLICIES``): a search of many
+    thousand trials still stores a policy.
     Candidates identical to an earlier one are left out. In the ``randaugment`` and
     ``trivialaugment`` families (assembly rule ``best``) the assembled policy is the best trial's,
     and the unions are no points of the family: the candidates are that point, the next best
@@ -354,15 +356,20 @@ def final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list
         ]
         warm_subs = {p.sub_policies for p in warm}
         found = [t for t in assembled.selected if t.policy.sub_policies not in warm_subs]
+        # the best found trials whose sub-policies fit beside the warm start's in one policy
+        room = MAX_SUB_POLICIES - len(union_policy(config.name, warm).sub_policies) if warm else MAX_SUB_POLICIES
+        found = found[: max(0, room // config.space.num_sub_policies)]
         if found:
             extended = union_policy(config.name, [*warm, *(t.policy for t in found)])
             out.append(Candidate("warm_start+found", extended, tuple(t.trial_id for t in found), None))
     survivors = [t for t in trials if t.succeeded and t.epochs >= config.epochs]
-    if config.method_settings(TrainMethodConfig).early_stopping and len(survivors) > len(assembled.selected):
+    # at most the best survivors whose sub-policies a policy may hold
+    fit = min(len(survivors), MAX_SUB_POLICIES // config.space.num_sub_policies)
+    if config.method_settings(TrainMethodConfig).early_stopping and fit > len(assembled.selected):
         union = assemble_policy(
             survivors,
             name=config.name,
-            top_n=len(survivors),
+            top_n=fit,
             num_magnitude_bins=config.space.num_magnitude_bins,
             base=config.space.base,
             ranges=config.space.ranges,

@@ -280,10 +280,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, display: Progress, emit: Callable[[Any], None]) -> int:
     from autoaug.launch import preflight
-    from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv
 
     command, config = _settings(args)
     resolved = _resolve_policy(str(command["policy"]), command["store"])
+    from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv  # torch: after the input is read
+
     stored = resolved.policy
     policy = _on_base(stored, command["base"], str(command["policy"]))
     # A schedule (a PBA search's result, a schedule file): its stages switched at their epochs.

@@ -48,3 +48,14 @@ def test_listing_a_local_store_imports_no_heavy_library(tmp_path):
             "assert 'p ' in out.getvalue() or '\"p\"' in out.getvalue()"
         )
         assert _imported_after(code) == set()
+
+
+def test_train_refuses_a_missing_policy_before_importing_torch(tmp_path):
+    """`autoaug train --policy missing.json` says so in one line without torch's 2-3 s import."""
+    code = (
+        "import contextlib, io\nfrom autoaug.launch.cli import main\n"
+        "with contextlib.redirect_stderr(io.StringIO()) as err:\n"
+        f"    assert main(['train', '--policy', {str(tmp_path / 'missing.json')!r}, '--data', 'x.parquet']) == 2\n"
+        "assert 'does not exist' in err.getvalue(), err.getvalue()"
+    )
+    assert {"torch", "ray", "nvidia.dali"}.isdisjoint(_imported_after(code))

@@ -6,7 +6,10 @@ command reuses every finished search and every finished re-scoring run):
 1. **searches** -- ``autoaug search --preset cpu --num-trials N --sampler S`` for each ``N`` of
    ``--trials`` (default 28, 100, 300) and each ``S`` of ``--samplers`` (default ``tpe`` and
    ``random``: Optuna's RandomSampler; ``tpe,random,local`` adds a column of the ``local``
-   sampler, moves from the incumbent), in that order. The first search measures the base and
+   sampler, moves from the incumbent), in that order; a column ``S-LABEL`` is sampler ``S`` with
+   the ``autoaug search`` arguments of ``--variant LABEL=ARGS`` (e.g. ``--samplers
+   random,random-g60 --variant "g60=--grace-period 60"``: the same search with ASHA's first rung
+   at epoch 60), named ``sg-nN-S-LABEL``. The first search measures the base and
    the published policies on the data (the preset's calibration); the others reuse its runs
    (``--calibration-from``: the same data, split and proxy), so every search starts from the same
    base and warm start and spends its time on its trials (``--own-calibration``: each measures
@@ -72,6 +75,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -141,7 +145,8 @@ def search_args(a: argparse.Namespace, work: Path, n: int, sampler: str, calibra
         "--num-trials",
         str(n),
         "--sampler",
-        sampler,
+        sampler.split("-", 1)[0],
+        *(shlex.split(a.variants[sampler.split("-", 1)[1]]) if "-" in sampler else []),
     ]
     if a.preset_budget and n > a.preset_trials:  # the preset's time budget is sized for its own trials: lifted
         args += ["--set", "time_budget_s=null"]
@@ -427,6 +432,14 @@ def main(argv: list[str] | None = None) -> int:
         default="tpe,random",
         help="autoaug search --sampler values, comma-separated (a column each; e.g. tpe,random,local)",
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=ARGS",
+        help="autoaug search arguments of the columns S-LABEL of --samplers (repeatable), "
+        "e.g. 'g60=--grace-period 60' for --samplers random,random-g60",
+    )
     p.add_argument("--preset", default="cpu", help="autoaug search --preset")
     p.add_argument(
         "--methods",
@@ -488,10 +501,24 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--trials {a.trials!r}: expected at least one number of trials, each 1 or more")
     from autoaug.search.config import SAMPLERS, SEARCH_PRESETS
 
+    variants = {}
+    for v in a.variant:
+        label, eq, args = v.partition("=")
+        if not eq or not re.fullmatch(r"[a-z0-9]+", label) or not args.strip():
+            p.error(
+                f"--variant {v!r}: expected LABEL=ARGS, a label of lower-case letters and digits, e.g. 'g60=--grace-period 60'"
+            )
+        variants[label] = args
+    a.variants = variants
     a.samplers = [s.strip() for s in a.samplers.split(",") if s.strip()]
-    bad = [s for s in a.samplers if s not in SAMPLERS]
+    bad = [
+        s for s in a.samplers if s.split("-", 1)[0] not in SAMPLERS or ("-" in s and s.split("-", 1)[1] not in variants)
+    ]
     if bad or not a.samplers:
-        p.error(f"--samplers {','.join(a.samplers)!r}: expected some of {', '.join(SAMPLERS)}")
+        p.error(
+            f"--samplers {','.join(a.samplers)!r}: expected some of {', '.join(SAMPLERS)}, or S-LABEL with a --variant LABEL "
+            f"(given: {', '.join(variants) or 'none'})"
+        )
     a.methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in a.methods if m not in METHOD_PRESETS]
     if bad:

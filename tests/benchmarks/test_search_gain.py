@@ -272,6 +272,9 @@ def test_a_search_that_fails_stops_the_benchmark_with_one_line(sg, fake, monkeyp
         (["--rescore-seeds", "3"], "--rescore-seeds 3: expected 5 or more"),
         (["--preset", "nope"], "--preset 'nope': expected one of"),
         (["--methods", "density,train"], "--methods 'density,train': expected some of density, pba"),
+        (["--samplers", "tpe,tpe-g60"], "or S-LABEL with a --variant LABEL (given: none)"),
+        (["--variant", "G60=--grace-period 60"], "--variant 'G60=--grace-period 60': expected LABEL=ARGS"),
+        (["--variant", "g60"], "--variant 'g60': expected LABEL=ARGS"),
     ],
 )
 def test_bad_options_are_refused_in_one_line(sg, fake, capsys, args, message):
@@ -280,6 +283,20 @@ def test_bad_options_are_refused_in_one_line(sg, fake, capsys, args, message):
         sg.main(argv)
     assert message in capsys.readouterr().err
     assert fake["calls"]["search"] == []
+
+
+def test_a_variant_column_is_its_sampler_with_the_variants_arguments(sg, fake):
+    argv = [*fake["argv"], "--samplers", "random,random-g60", "--variant", "g60=--grace-period 60"]
+    assert sg.main(argv) == 0
+    searches = fake["calls"]["search"]
+    names = [a[a.index("--name") + 1] for a in searches]
+    assert names == ["sg-n5-random", "sg-n5-random-g60", "sg-n6-random", "sg-n6-random-g60"]
+    assert [a[a.index("--sampler") + 1] for a in searches] == ["random"] * 4
+    assert ["--grace-period" in a for a in searches] == [False, True, False, True]
+    assert searches[1][searches[1].index("--grace-period") + 1] == "60"
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    assert any("random-g60" in k for k in doc["cells"])
+    assert "random-g60: gain" in (fake["out"] / "results.md").read_text()
 
 
 def test_more_trials_than_the_preset_lift_its_time_budget(sg, tmp_path):

@@ -371,6 +371,7 @@ def _print_next_steps(record, schedule, args: argparse.Namespace) -> None:
         store=args.store or None,
         data=data if isinstance(data, str) else None,
         schedule_stages=len(schedule.stages) if schedule is not None else None,
+        base=record.policy.base,
     )
     for line in lines:
         print(line)

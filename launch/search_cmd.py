@@ -319,6 +319,7 @@ def next_steps_of(outcome) -> list[str]:
         store=store,
         data=data if isinstance(data, str) else None,
         schedule_stages=len(schedule.get("stages") or ()) if len(schedule.get("stages") or ()) > 1 else None,
+        base=outcome.policy.base,
     )
 
 

@@ -384,12 +384,19 @@ def _evaluation_text(results: Any) -> str:
 
 
 def next_steps(
-    ref: str, *, store: str | None, data: str | None = None, schedule_stages: int | None = None
+    ref: str,
+    *,
+    store: str | None,
+    data: str | None = None,
+    schedule_stages: int | None = None,
+    base: str | None = None,
 ) -> list[str]:
     """What to do with the stored version ``ref`` (``NAME@N``): compare it with the baselines,
     export it for timm, load it in Python. ``store``: the store's location as the person passes it
     (None: the default store, no ``--store`` needed); ``data``: the data it was searched on (None:
-    a placeholder); ``schedule_stages``: the stages of a schedule (a PBA result), else None."""
+    a placeholder); ``schedule_stages``: the stages of a schedule (a PBA result), else None;
+    ``base``: the policy's base, said in the comment of the transform line (what
+    ``to_torchvision()`` applies before the policy: no flip on ``crop``)."""
     at = f" --store {_quoted(store)}" if store else ""
     name = ref.split("@")[0]
     lines = [
@@ -413,8 +420,18 @@ def next_steps(
         f"  autoaug policies export {ref}{at} --format timm --out {name}.timm.json",
         "  from autoaug.policies.store import PolicyStore",
         f"  policy = {opened}.load({_py(ref)})",
-        "  transform = policy.to_torchvision()   # its base (crop, flip), then the policy",
+        f"  transform = policy.to_torchvision()   # {_base_then_policy(base)}",
     ]
+
+
+def _base_then_policy(base: str | None) -> str:
+    """``its base (pad-and-random-crop), then the policy``: what a policy's transform applies."""
+    if base is None:
+        return "its base, then the policy"
+    from autoaug.policies import bases
+
+    summary = bases.get(base).summary
+    return "the policy alone (base none)" if summary == "nothing" else f"its base {base} ({summary}), then the policy"
 
 
 def _py(text: str) -> str:

@@ -836,6 +836,9 @@ def test_show_ends_with_the_next_steps_of_the_stored_version(store, capsys, tmp_
         export == f"autoaug policies export cifar10-wrn@2 --store {store.uri} --format timm --out cifar10-wrn.timm.json"
     )
     assert python[1] == f'policy = PolicyStore("{store.uri}").load("cifar10-wrn@2")'
+    assert V2.base == "standard" and python[2].endswith(
+        "# its base standard (pad-and-random-crop + horizontal flip), then the policy"
+    )
     from autoaug.launch.cli import build_parser
 
     parser = build_parser()

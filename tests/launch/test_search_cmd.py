@@ -832,6 +832,7 @@ def test_a_search_ends_with_the_next_steps_for_a_person(tmp_path, capsys, monkey
 
     from autoaug.core.progress import Progress
     from autoaug.launch.search_cmd import _execute
+    from autoaug.policies import bases
 
     store = str(tmp_path / "store")
     outcome = _finished(tmp_path, store)
@@ -864,6 +865,8 @@ def test_a_search_ends_with_the_next_steps_for_a_person(tmp_path, capsys, monkey
         "from autoaug.policies.store import PolicyStore",
         f'policy = PolicyStore("{store}").load("found@2")',
     ]
+    base = outcome.policy.base  # the transform line says what to_torchvision() applies before the policy
+    assert lines[-1].endswith(f"# its base {base} ({bases.get(base).summary}), then the policy")
 
     # stored in the default store: no --store to give, PolicyStore() finds it
     monkeypatch.setenv("AUTOAUG_STORE", store)

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -94,34 +95,44 @@ class LocalCluster:
 
     def start_node(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
         """Start one ``ray start --block`` node (its own process group, its output in ``NAME.log``) and
-        wait until Ray lists one more node alive."""
+        wait for the event that it joined: ``ray start`` prints ``Ray runtime started.`` once the GCS
+        lists its node (Ray's ``Node`` waits for that; on the head, for the dashboard too). A thread
+        copies the output to the log and sets the event at that line, or when the output ends (the
+        process exited)."""
         want = len(self.alive_nodes()) + 1 if self.procs else 1
         log = self.temp_dir / f"{name}.log"
         if log not in self.logs:
             self.logs.append(log)
-        with open(log, "ab") as out:
-            self.procs.append(
-                subprocess.Popen(
-                    argv,
-                    env={**self.env, **(extra_env or {})},
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    cwd=str(self.temp_dir),
-                )
-            )
-        deadline = time.monotonic() + 120
-        while True:
-            if self.procs[-1].poll() is not None:
-                raise RuntimeError(f"`ray start` ({name}) exited early:\n{self.log_tail()}")
-            try:
-                if len(self.alive_nodes()) >= want:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Ray {name} did not come up within 120 s:\n{self.log_tail()}")
-            time.sleep(1.0)
+        proc = subprocess.Popen(
+            argv,
+            env={**self.env, **(extra_env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(self.temp_dir),
+        )
+        self.procs.append(proc)
+        joined, said = threading.Event(), []
+
+        def copy() -> None:
+            with open(log, "ab") as out:
+                for line in proc.stdout:
+                    out.write(line)
+                    out.flush()
+                    if b"Ray runtime started." in line:
+                        said.append(line)
+                        joined.set()
+            joined.set()  # the output ended: the process exited
+
+        threading.Thread(target=copy, name=f"ray-{name}-output", daemon=True).start()
+        if not joined.wait(timeout=120):
+            raise RuntimeError(f"the Ray {name} did not come up within 120 s:\n{self.log_tail()}")
+        if not said:
+            proc.wait(timeout=30)
+            raise RuntimeError(f"`ray start` ({name}) exited early:\n{self.log_tail()}")
+        alive = self.alive_nodes()
+        if len(alive) < want:
+            raise RuntimeError(f"the Ray {name} started but the GCS lists {len(alive)} node(s) alive, not {want}")
 
     def start_node2(self) -> None:
         """(Re)start the second node (1 CPU, resource ``node2``, free ports of its own). Its raylet,

@@ -22,6 +22,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     gain_cell,
     gain_table,
     method_cells,
+    needed_text,
     plan,
     points,
     race_name,
@@ -144,6 +145,9 @@ def report(
                 f"{cell_text(cells.get(cell))} | {cost_text(costs.get(cell))} |"
             )
         lines.append("")
+    needed = needed_text({cell: c for cell, c in cells.items() if cell in per_search})
+    if needed:
+        lines += [needed, ""]
     raced = cells_from(per_search, done, "race")
     if raced:
         extra = {

@@ -85,6 +85,41 @@ def gain_cell(stored: Mapping[int, float], warm: Mapping[int, float], *, same_po
     return {**d, "beyond": beyond, "same_policy": same_policy}
 
 
+def seeds_needed(mean: float | None, std: float | None, *, most: int = 1000) -> int | None:
+    """The fewest paired seeds K (>= 2) whose 95% Student-t interval would exclude 0 if the mean
+    difference and its spread stayed as measured: the smallest K with ``t(0.975, K-1) * std /
+    sqrt(K) < |mean|``. None when the mean is 0 or unknown, or when more than ``most`` seeds
+    would be needed (a gain that small cannot be told from the noise at any affordable K)."""
+    from scipy import stats
+
+    if mean is None or std is None or mean == 0 or math.isnan(mean) or math.isnan(std):
+        return None
+    for k in range(2, most + 1):
+        if stats.t.ppf(0.975, k - 1) * std / math.sqrt(k) < abs(mean):
+            return k
+    return None
+
+
+def needed_text(cells: Mapping[tuple[int, str], Mapping[str, Any]]) -> str:
+    """One sentence: for each cell with a gain of its own but a CI that holds 0, the seeds it would
+    need (:func:`seeds_needed`); empty when there is none."""
+    parts = []
+    for (n, sampler), c in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if not c.get("n") or c.get("same_policy") or c.get("beyond") or c.get("mean") is None:
+            continue
+        k = seeds_needed(c["mean"], c.get("std"))
+        where = f"{sampler}" if not n else f"{sampler} at {n} trials"
+        sd = f"spread of the differences {points(c.get('std'), sign=False)}"
+        parts.append(f"{where} {points(c['mean'])} ({sd}): " + (f"K = {k}" if k else "more than 1,000"))
+    if not parts:
+        return ""
+    return (
+        "Seeds a gain would need to clear its 95% CI if its mean and spread stayed as measured (the fewest K "
+        "with t(0.975, K-1) x spread / sqrt(K) below the mean; a planning figure, not a result: "
+        "measuring more seeds until a CI clears would bias it): " + "; ".join(parts) + "."
+    )
+
+
 def points(x: float | None, sign: bool = True) -> str:
     """A fraction in points (``0.0009`` -> ``+0.09``); ``–`` for None / NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):

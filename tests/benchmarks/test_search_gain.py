@@ -40,6 +40,23 @@ def test_a_cell_is_the_paired_difference_with_its_t_interval(stats):
     assert cell["beyond"] is (cell["low"] > 0)
 
 
+def test_the_seeds_a_gain_would_need_are_the_fewest_whose_interval_excludes_zero(stats):
+    # mean 1, spread 1: K=7 gives t(0.975, 6) = 2.447 / sqrt(7) = 0.925 < 1; K=6: 2.571 / sqrt(6) = 1.05
+    assert stats.seeds_needed(0.01, 0.01) == 7 and stats.seeds_needed(-0.01, 0.01) == 7
+    assert stats.seeds_needed(0.01, 0.0) == 2  # no spread: two seeds already clear it
+    assert stats.seeds_needed(0.0, 0.01) is None and stats.seeds_needed(None, 0.01) is None
+    assert stats.seeds_needed(0.0001, 0.01) is None  # about 38,000 seeds: more than any affordable K
+    cells = {
+        (28, "random"): {"n": 10, "mean": 0.005, "std": 0.01, "beyond": False},
+        (28, "tpe"): {"n": 10, "mean": 0.0, "std": 0.0, "beyond": False, "same_policy": True},
+        (100, "tpe"): {"n": 10, "mean": 0.03, "std": 0.01, "beyond": True},
+    }
+    text = stats.needed_text(cells)
+    assert "random at 28 trials +0.50 (spread of the differences 1.00): K = 18" in text
+    assert "tpe" not in text  # the warm start stored, and a gain that already clears: nothing to say
+    assert stats.needed_text({(28, "tpe"): cells[(28, "tpe")]}) == ""
+
+
 def test_a_gain_beyond_the_interval_is_marked_and_one_within_it_is_not(stats):
     warm = {s: 0.5 for s in range(5)}
     clear = stats.gain_cell({s: 0.53 + 0.001 * s for s in range(5)}, warm)

@@ -81,6 +81,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,7 @@ from suite_cpu import sample  # noqa: E402
 
 RESCORE_FILE = "rescore.json"  # every finished re-scoring run
 CPU_SAMPLE_S = 2.0  # seconds between two samples of a search's processes' CPU (benchmarks/suite_cpu.py)
+LEDGER_EVERY_S = 60.0  # seconds between two records of a running search's session in searches.json
 
 
 def search_args(a: argparse.Namespace, work: Path, n: int, sampler: str, calibrated_by: str | None) -> list[str]:
@@ -189,15 +191,27 @@ def _run_logged(work: Path, name: str, args: list[str], result: Path, log: Path,
     sampler_thread = threading.Thread(target=sample, args=(stop, CPU_SAMPLE_S, before, procs, lambda: me), daemon=True)
     sampler_thread.start()
     start, code = time.monotonic(), None
+    session, command = f"{_now()}-{me}-{uuid.uuid4().hex[:8]}", "autoaug " + shlex.join(args)
+
+    def record(finished: bool) -> None:
+        ledger = read_json(work / SEARCHES_FILE, {})
+        cpu = sum(p["cpu_s"] for p in list(procs.values()))
+        add_session(ledger, name, time.monotonic() - start, cpu, command, finished, _now(), session=session)
+        write_json(work / SEARCHES_FILE, ledger)
+
+    def keep_recording() -> None:  # a session killed with the machine keeps its last minute's record
+        while not stop.wait(LEDGER_EVERY_S):
+            record(False)
+
+    recorder = threading.Thread(target=keep_recording, daemon=True)
+    recorder.start()
     try:
         code, _ = _autoaug(args, log)
     finally:
         stop.set()
         sampler_thread.join()
-        ledger = read_json(work / SEARCHES_FILE, {})
-        cpu = sum(p["cpu_s"] for p in procs.values())
-        add_session(ledger, name, time.monotonic() - start, cpu, "autoaug " + shlex.join(args), result.exists(), _now())
-        write_json(work / SEARCHES_FILE, ledger)
+        recorder.join()
+        record(result.exists())
     if code != 0 or not result.exists():
         raise SystemExit(f"search_gain: {what} failed (exit {code}); see {log}; re-run this command to resume it")
     return json.loads(result.read_text())
@@ -275,11 +289,14 @@ def warm_start(result: dict, config: Any) -> tuple[Any, str]:
 def challenger(result: dict) -> tuple[Any, str] | None:
     """The search's best own candidate when it stored its warm start (what the search found, that
     its re-scoring did not keep): the candidate of ``selection.versus_transfer.own``, rebuilt from
-    the trial it is (one trial's point: a ``randaugment``/``trivialaugment`` family point, the best
-    trial, the runner-up), and checked against the hash its re-scoring recorded. None when the search
-    stored a policy of its own, had no re-scoring, or the candidate is a union of several trials
-    (not rebuilt here; said in the report)."""
+    the trials it is made of -- one trial's point (a ``randaugment``/``trivialaugment`` family
+    point, the best trial, the runner-up), or the union of several trials' sub-policies in the
+    candidate's order, duplicates removed (``assembled``, ``survivors``: as the search assembled
+    them) -- and checked against the hash its re-scoring recorded. None when the search stored a
+    policy of its own, had no re-scoring, or the rebuilt policy is not the one it re-scored (a
+    union with the warm start's sub-policies, ``warm_start+found``: said in the report)."""
     from autoaug.policies import Policy
+    from autoaug.search.decide.assemble import union_policy
 
     selection = result["provenance"].get("selection") or {}
     own = (selection.get("versus_transfer") or {}).get("own")
@@ -287,14 +304,13 @@ def challenger(result: dict) -> tuple[Any, str] | None:
     if not own or chosen in (None, own):
         return None
     cand = next((c for c in selection.get("candidates") or [] if c.get("kind") == own), None)
-    if cand is None or len(cand.get("trial_ids") or []) != 1:
+    if cand is None or not cand.get("trial_ids"):
         return None
-    trial = next(
-        (t for t in result["provenance"].get("trials") or [] if t.get("trial_id") == cand["trial_ids"][0]), None
-    )
-    if not trial or not trial.get("policy"):
+    trials = {t.get("trial_id"): t for t in result["provenance"].get("trials") or []}
+    if any(not (trials.get(i) or {}).get("policy") for i in cand["trial_ids"]):
         return None
-    policy = Policy.from_dict(trial["policy"])
+    parts = [Policy.from_dict(trials[i]["policy"]) for i in cand["trial_ids"]]
+    policy = parts[0] if len(parts) == 1 else union_policy(parts[0].name, parts)
     if policy.content_hash != cand.get("policy_hash"):
         return None
     return policy, own

@@ -143,7 +143,9 @@ def cost_text(cost: Mapping[str, Any] | None) -> str:
     if not cost:
         return "–"
     unfinished = "" if cost.get("finished") else " (unfinished)"
-    return f"{cost['wall_s'] / 60:.1f} min / {cost['cpu_s']:,.0f} CPU-s{unfinished}"
+    missing = cost.get("cpu_unmeasured")
+    more = f" + {missing} session{'s' if missing > 1 else ''} not measured" if missing else ""
+    return f"{cost['wall_s'] / 60:.1f} min / {cost['cpu_s']:,.0f} CPU-s{more}{unfinished}"
 
 
 def trials_text(counts: Mapping[str, Any]) -> str:
@@ -188,25 +190,44 @@ def best_cell(cells: Mapping[tuple[int, str], Mapping[str, Any]]) -> tuple[int, 
 
 
 def add_session(
-    ledger: dict[str, Any], name: str, wall_s: float, cpu_s: float, command: str, finished: bool, when: str
+    ledger: dict[str, Any],
+    name: str,
+    wall_s: float,
+    cpu_s: float | None,
+    command: str,
+    finished: bool,
+    when: str,
+    session: str | None = None,
 ) -> dict[str, Any]:
     """Add one session of search ``name`` (its wall time, the CPU-seconds of the processes it
     started, whether the search finished in it) to ``ledger`` (``{name: {wall_s, cpu_s, finished,
     sessions}}``, kept in the work folder): a search resumed another day sums its sessions.
-    Returns ``ledger``."""
+    ``session``: an id of the session; a session already recorded under it is updated in place
+    (the benchmark records a running search's session every minute, so one killed with the
+    machine -- no ``finally`` runs -- keeps what it had spent up to its last record). ``cpu_s``
+    None: a session whose CPU was not measured (recovered from the search's own record of its
+    time); the entry counts them in ``cpu_unmeasured`` and :func:`cost_text` says so. Returns
+    ``ledger``."""
     entry = ledger.setdefault(name, {"wall_s": 0.0, "cpu_s": 0.0, "finished": False, "sessions": []})
-    entry["wall_s"] += wall_s
-    entry["cpu_s"] += cpu_s
-    entry["finished"] = entry["finished"] or finished
-    entry["sessions"].append(
-        {
-            "finished_at": when,
-            "wall_s": round(wall_s, 1),
-            "cpu_s": round(cpu_s, 1),
-            "finished": finished,
-            "command": command,
-        }
-    )
+    record = {
+        "finished_at": when,
+        "wall_s": round(wall_s, 1),
+        "cpu_s": None if cpu_s is None else round(cpu_s, 1),
+        "finished": finished,
+        "command": command,
+    }
+    if session is not None:
+        record["session"] = session
+    same = [i for i, s in enumerate(entry["sessions"]) if session is not None and s.get("session") == session]
+    if same:
+        entry["sessions"][same[0]] = record
+    else:
+        entry["sessions"].append(record)
+    entry["wall_s"] = sum(s["wall_s"] for s in entry["sessions"])
+    # a session recovered from the search's own record after the benchmark was killed has no CPU
+    entry["cpu_s"] = sum(s["cpu_s"] for s in entry["sessions"] if s.get("cpu_s") is not None)
+    entry["cpu_unmeasured"] = sum(1 for s in entry["sessions"] if s.get("cpu_s") is None)
+    entry["finished"] = any(s["finished"] for s in entry["sessions"])
     return ledger
 
 

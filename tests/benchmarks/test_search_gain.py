@@ -127,6 +127,20 @@ def test_sessions_of_a_search_add_up(stats):
     assert [s["finished"] for s in ledger["s"]["sessions"]] == [False, True]
 
 
+def test_a_session_recorded_again_under_its_id_is_updated_not_added(stats):
+    ledger: dict = {}
+    stats.add_session(ledger, "s", 60.0, 100.0, "autoaug search ...", False, "t1", session="a")
+    stats.add_session(ledger, "s", 120.0, 190.0, "autoaug search ...", False, "t2", session="a")  # a minute on
+    stats.add_session(ledger, "s", 30.0, 50.0, "autoaug search --resume s", True, "t3", session="b")
+    assert [x["wall_s"] for x in ledger["s"]["sessions"]] == [120.0, 30.0]
+    assert ledger["s"]["wall_s"] == 150.0 and ledger["s"]["cpu_s"] == 240.0 and ledger["s"]["finished"]
+    assert stats.cost_text(ledger["s"]) == "2.5 min / 240 CPU-s"
+    # a session the benchmark lost, recovered from the search's own time: its CPU not measured
+    stats.add_session(ledger, "s", 60.0, None, "recovered", False, "t0", session="lost")
+    assert ledger["s"]["cpu_s"] == 240.0 and ledger["s"]["cpu_unmeasured"] == 1
+    assert stats.cost_text(ledger["s"]) == "3.5 min / 240 CPU-s + 1 session not measured"
+
+
 def test_trials_text_says_what_ran(stats):
     counts = {"trials": 28, "completed": 9, "early_stopped": 18, "budget_stopped": 1, "failed": 0}
     assert stats.trials_text(counts) == "28 (9 full, 18 stopped early, 1 cut by the time budget)"
@@ -275,6 +289,36 @@ def test_a_search_is_charged_the_cpu_of_the_processes_it_starts_not_the_benchmar
     assert all(entry["cpu_s"] < 0.3 for name, entry in ledger.items() if name != "sg-n5-tpe")
 
 
+def test_a_running_search_is_in_the_ledger_before_it_ends(sg, fake, monkeypatch):
+    """A search killed with the machine (no ``finally`` runs) keeps the time it had spent: its
+    session is recorded while it runs, then updated in place when it ends."""
+    import threading
+
+    autoaug, written, seen = sg._autoaug, threading.Event(), []
+    write_json = sg.write_json
+
+    def recorded(path, doc):
+        write_json(path, doc)
+        if path.name == sg.SEARCHES_FILE:
+            written.set()
+
+    def slow(args, log):
+        if args[args.index("--name") + 1] == "sg-n5-tpe":
+            written.clear()
+            assert written.wait(timeout=60)  # the recorder wrote the running session
+            seen.append(json.loads((fake["work"] / sg.SEARCHES_FILE).read_text())["sg-n5-tpe"])
+        return autoaug(args, log)
+
+    monkeypatch.setattr(sg, "write_json", recorded)
+    monkeypatch.setattr(sg, "LEDGER_EVERY_S", 0.05)
+    monkeypatch.setattr(sg, "_autoaug", slow)
+    assert sg.main(fake["argv"]) == 0
+    (running,) = seen[0]["sessions"]
+    assert not running["finished"] and not seen[0]["finished"] and running["wall_s"] >= 0
+    final = json.loads((fake["work"] / sg.SEARCHES_FILE).read_text())["sg-n5-tpe"]
+    assert len(final["sessions"]) == 1 and final["finished"] and final["sessions"][0]["session"] == running["session"]
+
+
 def test_a_search_that_fails_stops_the_benchmark_with_one_line(sg, fake, monkeypatch):
     monkeypatch.setattr(sg, "_autoaug", lambda args, log: (1, 0.1))
     with pytest.raises(SystemExit, match="the search sg-n5-tpe failed .*re-run this command to resume it"):
@@ -373,11 +417,44 @@ def test_the_best_own_candidate_of_a_search_that_kept_its_warm_start_is_rebuilt_
         )
         is None
     )
-    # a union of several trials is not rebuilt, nor a trial whose policy hashes otherwise
-    assert sg.challenger(_kept_warm_start(_result("s", "/d", warm), found, own="assembled", trials=2)) is None
+    # a trial whose policy hashes otherwise is not taken for the candidate
     other = _kept_warm_start(_result("s", "/d", warm), found)
     other["provenance"]["trials"][0]["policy"] = warm
     assert sg.challenger(other) is None
+
+
+def test_an_assembled_best_own_candidate_is_rebuilt_as_the_union_of_its_trials(sg):
+    """In the aa family the best own candidate is often the assembled policy (the best trials'
+    sub-policies): rebuilt in the candidate's trial order, duplicates removed, when it hashes as
+    the search recorded; a union that also holds the warm start's sub-policies is not."""
+    from autoaug.policies import Policy, presets
+    from autoaug.search.decide.assemble import union_policy
+
+    warm = presets.resolve("autoaugment-imagenet").with_base("crop")
+    a = Policy("t-a", 10, presets.resolve("autoaugment-cifar10").sub_policies[:5], base="crop")
+    b = Policy("t-b", 10, presets.resolve("autoaugment-cifar10").sub_policies[3:8], base="crop")  # 2 shared with a
+    assembled = union_policy("sg", [b, a])
+    result = _result("sg-n28-tpe", "/d", warm.to_dict())
+    result["provenance"]["trials"] = [
+        {"trial_id": "ta", "policy": a.to_dict()},
+        {"trial_id": "tb", "policy": b.to_dict()},
+    ]
+    result["provenance"]["selection"] = {
+        "chosen": "transfer",
+        "versus_transfer": {"own": "assembled"},
+        "candidates": [
+            {"kind": "transfer", "policy_hash": warm.content_hash, "trial_ids": []},
+            {"kind": "assembled", "policy_hash": assembled.content_hash, "trial_ids": ["tb", "ta"]},
+        ],
+    }
+    policy, kind = sg.challenger(result)
+    assert kind == "assembled" and policy.content_hash == assembled.content_hash and len(policy.sub_policies) == 8
+    extended = union_policy("sg", [warm, b])  # warm_start+found: its trials alone do not make it
+    result["provenance"]["selection"]["versus_transfer"]["own"] = "warm_start+found"
+    result["provenance"]["selection"]["candidates"][1].update(
+        kind="warm_start+found", policy_hash=extended.content_hash, trial_ids=["tb"]
+    )
+    assert sg.challenger(result) is None
 
 
 def test_a_search_that_kept_its_warm_start_reports_its_best_own_candidate_against_it(sg, fake, monkeypatch):

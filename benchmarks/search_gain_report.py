@@ -159,6 +159,7 @@ def report(
             cell: {
                 "wall_s": (costs.get(cell) or {}).get("wall_s", 0.0) + e["wall_s"],
                 "cpu_s": (costs.get(cell) or {}).get("cpu_s", 0.0) + e["cpu_s"],
+                "cpu_unmeasured": (costs.get(cell) or {}).get("cpu_unmeasured", 0) + e.get("cpu_unmeasured", 0),
                 "finished": e.get("finished"),
                 "sessions": e.get("sessions", []),
             }

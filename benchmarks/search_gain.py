@@ -52,7 +52,7 @@ The report (``results.md``, ``gain.json``) has one row per N and, per sampler, t
 stored policy over the warm start in points (mean of the K paired differences, 95% Student-t CI;
 bold when the CI excludes 0) and the search's wall time and CPU-seconds; and whether ASHA's
 rungs ranked the searches' own trials (Spearman's rho between a trial's score at one rung and the
-next, :func:`search_gain_stats.rung_ranking`).
+next, :func:`autoaug.search.decide.rungs.rung_ranking`).
 
 ::
 

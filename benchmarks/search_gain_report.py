@@ -27,12 +27,12 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     points,
     race_name,
     result_path,
-    rung_ranking,
-    rung_text,
     search_name,
     trials_text,
 )
 from search_quality import _now  # noqa: E402
+
+from autoaug.search.decide.rungs import ended_at, rung_ranking, rung_text
 
 if TYPE_CHECKING:
     import argparse
@@ -213,9 +213,7 @@ def report(
     ]
     rungs = rung_ranking(trials)
     if rungs:
-        stopped: dict[int, int] = {}
-        for t in trials:
-            stopped[max(t)] = stopped.get(max(t), 0) + 1
+        stopped = ended_at(trials)
         lines += [
             f"Do ASHA's rungs rank? Over the {len(trials)} trials of these searches, Spearman's rho between a "
             f"trial's score at one epoch where trials ended and at the next: {rung_text(rungs, stopped)}.",

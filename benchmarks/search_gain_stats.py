@@ -229,37 +229,3 @@ def add_session(
     entry["cpu_unmeasured"] = sum(1 for s in entry["sessions"] if s.get("cpu_s") is None)
     entry["finished"] = any(s["finished"] for s in entry["sessions"])
     return ledger
-
-
-def rung_ranking(trials: Sequence[Mapping[int, float]]) -> list[dict[str, Any]]:
-    """How well a trial's score at one of ASHA's rungs predicts its score at the next: for each pair
-    of consecutive epochs at which trials ended (the rungs and the last epoch), Spearman's rho
-    between the two scores of the trials that reached the later one, with its p-value (scipy).
-    ``trials``: each trial's score by epoch (its reported ``search_score`` per training iteration).
-    A pair with fewer than 3 trials has ``rho`` None."""
-    from scipy.stats import spearmanr
-
-    ends = sorted({max(t) for t in trials if t})
-    out = []
-    for a, b in zip(ends, ends[1:]):
-        pairs = [(t[a], t[b]) for t in trials if a in t and b in t]
-        rho = p = None
-        if len(pairs) >= 3:
-            r = spearmanr([x for x, _ in pairs], [y for _, y in pairs])
-            rho, p = (None, None) if math.isnan(r.correlation) else (float(r.correlation), float(r.pvalue))
-        out.append({"from": a, "to": b, "n": len(pairs), "rho": rho, "p_value": p})
-    return out
-
-
-def rung_text(rows: Sequence[Mapping[str, Any]], stopped: Mapping[int, int]) -> str:
-    """``epoch 20 -> 60: rho +0.00 (27 trials, p 1.00); ...``, and how many trials ended where."""
-    parts = [
-        f"epoch {r['from']} -> {r['to']}: rho "
-        + ("–" if r["rho"] is None else f"{r['rho']:+.2f}")
-        + f" ({r['n']} trials"
-        + ("" if r["p_value"] is None else f", p {r['p_value']:.2f}")
-        + ")"
-        for r in rows
-    ]
-    ended = ", ".join(f"{n} at epoch {e}" for e, n in sorted(stopped.items()))
-    return "; ".join(parts) + (f" (trials ended: {ended})" if ended else "")

@@ -486,20 +486,6 @@ def test_a_search_that_kept_its_warm_start_reports_its_best_own_candidate_agains
     assert all(doc["searches"][s]["challenger"] is None for s in ("sg-n5-tpe", "sg-n5-random", "sg-n6-tpe"))
 
 
-def test_rung_ranking_is_spearmans_rho_between_consecutive_ends(stats):
-    # 4 trials stopped at epoch 2, 1 at 6, 3 ran to 9: epoch 2's order reverses at 6, epoch 6's at 9.
-    stopped = [{1: 0.1, 2: 0.2 + i / 100} for i in range(4)] + [{2: 0.29, 6: 0.51}]
-    full = [{2: 0.30, 6: 0.50, 9: 0.61}, {2: 0.31, 6: 0.49, 9: 0.62}, {2: 0.32, 6: 0.48, 9: 0.63}]
-    rows = stats.rung_ranking(stopped + full)
-    assert [(r["from"], r["to"], r["n"]) for r in rows] == [(2, 6, 4), (6, 9, 3)]
-    assert rows[0]["rho"] == pytest.approx(-1.0) and rows[1]["rho"] == pytest.approx(-1.0)
-    text = stats.rung_text(rows, {2: 4, 6: 1, 9: 3})
-    assert text.startswith("epoch 2 -> 6: rho -1.00 (4 trials, p 0.00); epoch 6 -> 9: rho -1.00 (3 trials")
-    assert text.endswith("(trials ended: 4 at epoch 2, 1 at epoch 6, 3 at epoch 9)")
-    # too few trials to rank: no rho, said as such
-    assert stats.rung_ranking([{2: 0.1, 6: 0.2}, {2: 0.3}])[0]["rho"] is None
-
-
 def test_trial_scores_are_read_per_epoch_from_tunes_result_lines(load_benchmark, tmp_path):
     report = load_benchmark("search_gain_report")
     run = tmp_path / "run"

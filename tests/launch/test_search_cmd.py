@@ -592,6 +592,16 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     assert all(t.value == pytest.approx(scores[t.user_attrs["tune_trial_id"]]) for t in tagged)
     others = [t for t in study.trials if "tune_trial_id" not in t.user_attrs]
     assert all(t.state.name == "FAIL" and t.user_attrs.get("autoaug_orphaned") for t in others)
+    # Where ASHA's rungs were measured: each trial once, at the epoch it ended, the orphans left out
+    ends: dict[str, int] = {}
+    for t in trials:
+        ends[str(t["epochs"])] = ends.get(str(t["epochs"]), 0) + 1
+    if len(ends) > 1:  # ASHA stopped some (it does on most orders of these scores)
+        rungs = result["provenance"]["method"]["rungs"]
+        assert rungs["ended"] == dict(sorted(ends.items(), key=lambda kv: int(kv[0])))
+        assert "early stopping: do ASHA's rungs rank these trials? epoch 1 -> 2" in resumed.out
+    else:  # every trial ended at one epoch: nothing to rank, nothing said
+        assert "rungs" not in (result["provenance"].get("method") or {}) and "ASHA's rungs" not in resumed.out
 
     # The time budget: the killed session's time, as it had saved it, is taken off.
     assert (

@@ -27,6 +27,8 @@ from autoaug.policies import Policy
 from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
 from autoaug.search.decide.rescore import Candidate
+from autoaug.search.decide.rungs import describe_rungs
+from autoaug.search.decide.rungs import from_study as rung_record
 from autoaug.search.methods.base import (
     Method,
     MethodResult,
@@ -149,6 +151,9 @@ class TrainMethod(Method):
         ),
     )
 
+    def summary(self, record: Mapping[str, Any]) -> list[str]:
+        return describe_rungs(record.get("rungs"))
+
     def check(self, config: SearchConfig) -> None:
         s, t = config.method_settings(TrainMethodConfig), config.train
         if t.val_size == 0:
@@ -268,10 +273,13 @@ class TrainMethod(Method):
             ranges=config.space.ranges,
             rule=assembly_rule(config.space.family),
         )
+        # Did ASHA's rungs rank these trials? (search.decide.rungs; said in the summary)
+        rungs = rung_record(study) if s.early_stopping else None
         return MethodResult(
             trials=trials,
             assembled=assembled,
             candidates=final_candidates(config, trials, assembled),
+            provenance={"rungs": rungs} if rungs else None,
             optuna={
                 "storage": redact(search.study_url),
                 "study_name": config.name,

@@ -1,0 +1,112 @@
+"""Do ASHA's rungs rank? Measured on a search's own trials.
+
+ASHA stops a trial at a rung when its score there is below the rung's quantile: that only helps
+when the score at the rung predicts the score the trial would reach later. For each pair of
+consecutive epochs at which trials ended (the rungs and the last epoch), :func:`rung_ranking`
+takes the trials that reached the later one and correlates (Spearman) their scores at the two
+epochs. A rho near 0 means the rung stopped trials at random among those it judged; the interval
+(Fisher's z) says how much the trials can tell: with 9 or 15 trials, little. Measured so far
+(``benchmarks/results/search-gain-*``): on CIFAR-10's 184 trials epoch 20 -> 60 rho +0.15, 60 ->
+120 +0.44; on GTSRB's 56, -0.01 and +0.07.
+
+The scores are those the trials reported at every epoch (Optuna's intermediate values, the step
+being the training iteration), so any search of the training method has them, wherever its study
+is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["rung_ranking", "rung_text", "describe_rungs", "from_study"]
+
+#: Trials below which a pair of epochs gets no rho.
+MIN_TRIALS = 3
+
+
+def rung_ranking(trials: Sequence[Mapping[int, float]]) -> list[dict[str, Any]]:
+    """How well a trial's score at one epoch where trials ended predicts its score at the next:
+    for each pair of consecutive such epochs, Spearman's rho between the two scores of the trials
+    that reached the later one, its p-value (scipy) and its 95% interval (Fisher's z, ``1.96 /
+    sqrt(n - 3)``; None below 4 trials). ``trials``: each trial's score by epoch. A pair with fewer
+    than :data:`MIN_TRIALS` trials, or constant scores, has ``rho`` None."""
+    from scipy.stats import spearmanr
+
+    ends = sorted({max(t) for t in trials if t})
+    out = []
+    for a, b in zip(ends, ends[1:]):
+        pairs = [(t[a], t[b]) for t in trials if a in t and b in t]
+        rho = p = low = high = None
+        if len(pairs) >= MIN_TRIALS:
+            r = spearmanr([x for x, _ in pairs], [y for _, y in pairs])
+            if not math.isnan(r.correlation):
+                rho, p = float(r.correlation), float(r.pvalue)
+                if len(pairs) > 3:
+                    z, half = math.atanh(max(-0.999999, min(0.999999, rho))), 1.96 / math.sqrt(len(pairs) - 3)
+                    low, high = math.tanh(z - half), math.tanh(z + half)
+        out.append({"from": a, "to": b, "n": len(pairs), "rho": rho, "p_value": p, "low": low, "high": high})
+    return out
+
+
+def ended_at(trials: Sequence[Mapping[int, float]]) -> dict[int, int]:
+    """How many trials ended at each epoch (their last reported one)."""
+    ends: dict[int, int] = {}
+    for t in trials:
+        if t:
+            ends[max(t)] = ends.get(max(t), 0) + 1
+    return dict(sorted(ends.items()))
+
+
+def rung_text(rows: Sequence[Mapping[str, Any]], stopped: Mapping[int, int]) -> str:
+    """``epoch 20 -> 60: rho +0.15 [-0.39, +0.61] (15 trials, p 0.59); ...``, and how many trials
+    ended where."""
+    parts = []
+    for r in rows:
+        rho = "–" if r["rho"] is None else f"{r['rho']:+.2f}"
+        if r.get("low") is not None:
+            rho += f" [{r['low']:+.2f}, {r['high']:+.2f}]"
+        p = "" if r["p_value"] is None else f", p {r['p_value']:.2f}"
+        parts.append(f"epoch {r['from']} -> {r['to']}: rho {rho} ({r['n']} trials{p})")
+    ended = ", ".join(f"{n} at epoch {e}" for e, n in sorted(stopped.items()))
+    return "; ".join(parts) + (f" (trials ended: {ended})" if ended else "")
+
+
+def from_study(study: Any) -> dict[str, Any] | None:
+    """The rung record of a search from its Optuna study: the reported scores by step
+    (``intermediate_values``) of every trial that ended (complete, or pruned by ASHA; not a trial
+    a driver restart orphaned, whose epochs its new Optuna trial carries on),
+    :func:`rung_ranking` over them and where trials ended. None when fewer than two epochs ended
+    trials (no early stopping, or none stopped)."""
+    import optuna
+
+    ended = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    trials = [
+        dict(t.intermediate_values) for t in study.get_trials(deepcopy=False, states=ended) if t.intermediate_values
+    ]
+    rows = rung_ranking(trials)
+    if not rows:
+        return None
+    return {"pairs": rows, "ended": {str(e): n for e, n in ended_at(trials).items()}}
+
+
+def describe_rungs(record: Mapping[str, Any] | None) -> list[str]:
+    """The summary's line on whether ASHA's rungs ranked this search's trials; nothing without a
+    record. A rung whose interval lies below +0.5 is said not to rank well; one whose interval
+    spans 0 to above +0.5 is said to be undecided at this number of trials."""
+    if not record or not record.get("pairs"):
+        return []
+    rows = record["pairs"]
+    stopped = {int(e): n for e, n in (record.get("ended") or {}).items()}
+    first = rows[0]
+    line = f"early stopping: do ASHA's rungs rank these trials? {rung_text(rows, stopped)}"
+    if first.get("high") is not None and first["high"] < 0.5:
+        line += (
+            f"; the rung at epoch {first['from']} ranked them poorly (rho below +0.5 at 95%): its stops were close "
+            "to random among these trials (a later first rung: --grace-period; none: --no-early-stopping; "
+            "docs/search.md)"
+        )
+    elif first.get("low") is not None and first["low"] < 0 < first["high"]:
+        line += f"; too few trials to tell whether the rung at epoch {first['from']} ranks"
+    return [line]

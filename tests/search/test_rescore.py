@@ -260,6 +260,9 @@ def test_the_unions_take_the_best_trials_that_fit_in_one_policy(tmp_path, monkey
     assert by_kind["warm_start+found"].trial_ids == ("t0",)  # room for one found trial beside WARM's 4
     assert len(by_kind["warm_start+found"].policy.sub_policies) == 6
     assert "survivors" not in by_kind  # the 3 that fit are the assembled policy's
+    monkeypatch.setattr(train_method, "MAX_SUB_POLICIES", 3)  # WARM alone holds more: no room beside it
+    kinds = [c.kind for c in _final_candidates_for(tmp_path, [FOUND_A, WARM.sub_policies[2:], FOUND_B, other])]
+    assert "warm_start+found" not in kinds and kinds[:2] == ["assembled", "best_trial"]
 
 
 def test_search_score_is_the_mean_of_the_last_validated_epochs():

@@ -365,8 +365,11 @@ def final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list
         warm_subs = {p.sub_policies for p in warm}
         found = [t for t in assembled.selected if t.policy.sub_policies not in warm_subs]
         # the best found trials whose sub-policies fit beside the warm start's in one policy
-        room = MAX_SUB_POLICIES - len(union_policy(config.name, warm).sub_policies) if warm else MAX_SUB_POLICIES
-        found = found[: max(0, room // config.space.num_sub_policies)]
+        try:
+            held = len(union_policy(config.name, warm).sub_policies) if warm else 0
+        except ValueError:  # the warm-start policies alone hold more than one policy may
+            held = MAX_SUB_POLICIES
+        found = found[: max(0, (MAX_SUB_POLICIES - held) // config.space.num_sub_policies)]
         if found:
             extended = union_policy(config.name, [*warm, *(t.policy for t in found)])
             out.append(Candidate("warm_start+found", extended, tuple(t.trial_id for t in found), None))

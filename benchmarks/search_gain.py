@@ -98,6 +98,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     SEARCHES_FILE,
     add_session,
     best_cell,
+    column_parts,
     method_cells,
     plan,
     points,
@@ -147,8 +148,8 @@ def search_args(a: argparse.Namespace, work: Path, n: int, sampler: str, calibra
         "--num-trials",
         str(n),
         "--sampler",
-        sampler.split("-", 1)[0],
-        *(shlex.split(a.variants[sampler.split("-", 1)[1]]) if "-" in sampler else []),
+        column_parts(sampler)[0],
+        *(shlex.split(a.variants[column_parts(sampler)[1]]) if column_parts(sampler)[1] else []),
     ]
     if a.preset_budget and n > a.preset_trials:  # the preset's time budget is sized for its own trials: lifted
         args += ["--set", "time_budget_s=null"]
@@ -527,9 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         variants[label] = args
     a.variants = variants
     a.samplers = [s.strip() for s in a.samplers.split(",") if s.strip()]
-    bad = [
-        s for s in a.samplers if s.split("-", 1)[0] not in SAMPLERS or ("-" in s and s.split("-", 1)[1] not in variants)
-    ]
+    bad = [s for s in a.samplers if column_parts(s)[0] not in SAMPLERS or column_parts(s)[1] not in (None, *variants)]
     if bad or not a.samplers:
         p.error(
             f"--samplers {','.join(a.samplers)!r}: expected some of {', '.join(SAMPLERS)}, or S-LABEL with a --variant LABEL "

@@ -38,6 +38,13 @@ def search_name(n: int, sampler: str) -> str:
     return f"sg-{sampler}" if sampler in METHOD_PRESETS else f"sg-n{n}-{sampler}"
 
 
+def column_parts(column: str) -> tuple[str, str | None]:
+    """A column of ``--samplers``: ``(sampler, variant label)``; ``random-g60`` -> ``("random", "g60")``,
+    ``tpe`` -> ``("tpe", None)``."""
+    sampler, _, label = column.partition("-")
+    return sampler, label or None
+
+
 def method_cells(methods: list[str]) -> list[tuple[int, str]]:
     """The cells of ``--methods``: ``(0, method)``, after the training method's searches."""
     return [(0, m) for m in methods]
@@ -218,11 +225,11 @@ def add_session(
     }
     if session is not None:
         record["session"] = session
-    same = [i for i, s in enumerate(entry["sessions"]) if session is not None and s.get("session") == session]
-    if same:
-        entry["sessions"][same[0]] = record
-    else:
+    at = next((i for i, s in enumerate(entry["sessions"]) if session and s.get("session") == session), None)
+    if at is None:
         entry["sessions"].append(record)
+    else:
+        entry["sessions"][at] = record
     entry["wall_s"] = sum(s["wall_s"] for s in entry["sessions"])
     # a session recovered from the search's own record after the benchmark was killed has no CPU
     entry["cpu_s"] = sum(s["cpu_s"] for s in entry["sessions"] if s.get("cpu_s") is not None)

@@ -11,7 +11,8 @@ command reuses every finished search and every finished re-scoring run):
    random,random-g60 --variant "g60=--grace-period 60"``: the same search with ASHA's first rung
    at epoch 60), named ``sg-nN-S-LABEL``. The first search measures the base and
    the published policies on the data (the preset's calibration); the others reuse its runs
-   (``--calibration-from``: the same data, split and proxy), so every search starts from the same
+   (``--calibration-from``: the same data, split and proxy; a later command with other
+   ``--trials``/``--samplers`` reuses the calibration already in the work folder), so every search starts from the same
    base and warm start and spends its time on its trials (``--own-calibration``: each measures
    its own). The preset's 30-minute time budget would cut a search of more trials than the
    preset's own (28), so those run with ``--set time_budget_s=null`` (no budget: all N trials
@@ -98,6 +99,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     SEARCHES_FILE,
     add_session,
     best_cell,
+    calibrator,
     column_parts,
     method_cells,
     plan,
@@ -554,12 +556,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
 
     order = plan(a.trials, a.samplers)
-    calibrator = None if a.own_calibration else search_name(*order[0])
+    calibrated_by = None if a.own_calibration else calibrator(work, order)
     results = {}
     for n, sampler in order + method_cells(a.methods):
         name = search_name(n, sampler)
-        mine = name == calibrator or sampler in METHOD_PRESETS
-        result = run_search(a, work, n, sampler, None if mine else calibrator)
+        mine = name == calibrated_by or sampler in METHOD_PRESETS
+        result = run_search(a, work, n, sampler, None if mine else calibrated_by)
         if result:
             results[(n, sampler)] = result
         else:

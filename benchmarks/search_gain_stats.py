@@ -55,6 +55,24 @@ def plan(trials: list[int], samplers: list[str]) -> list[tuple[int, str]]:
     return [(n, s) for n in trials for s in samplers]
 
 
+def calibrator(work: Path, order: list[tuple[int, str]]) -> str:
+    """The search whose calibration the others reuse: a training-method search already in ``work``
+    that measured the bases itself (no ``calibration_from``; the first by name if several), so a
+    later invocation with other ``--trials``/``--samplers`` starts from the same base and warm start
+    as the cells already in the table; else the first search of ``order``."""
+    own = []
+    for path in sorted((work / "runs").glob("sg-n*/search_config.json")):
+        try:
+            config = json.loads(path.read_text())["config"]
+        except (OSError, ValueError, KeyError):
+            continue  # a search that never started writes no config: not a calibration to reuse
+        if config.get("method", "train") == "train" and not config.get("calibration_from"):
+            own.append(path.parent.name)
+    if own:
+        return own[0]
+    return search_name(*order[0])
+
+
 def result_path(work: Path, name: str) -> Path:
     return work / "runs" / name / "result.json"
 

@@ -193,7 +193,9 @@ def fake(sg, tmp_path, monkeypatch):
         else:
             name = args[args.index("--name") + 1]
             (storage / name).mkdir(parents=True)
-            (storage / name / "search_config.json").write_text(json.dumps({"config": {"name": name}}))
+            calibrated_by = args[args.index("--calibration-from") + 1] if "--calibration-from" in args else None
+            config = {"name": name, "calibration_from": calibrated_by}
+            (storage / name / "search_config.json").write_text(json.dumps({"config": config}))
         # another method's search (sg-density, sg-pba) stores a policy of its own
         n = name.split("-")[1] if name in ("sg-density", "sg-pba") else int(name.split("-")[1][1:])
         # a search finished again with the race (work/race<M>/runs) stores another policy
@@ -234,6 +236,17 @@ def test_the_first_search_calibrates_and_the_others_reuse_its_runs(sg, fake):
     assert "--calibration-from" not in searches[0]
     assert all(a[a.index("--calibration-from") + 1] == "sg-n5-tpe" for a in searches[1:])
     assert [a[a.index("--sampler") + 1] for a in searches] == ["tpe", "random"] * 2
+
+
+def test_a_later_run_with_other_columns_reuses_the_calibration_already_there(sg, fake):
+    # a column added another day starts from the base and warm start of the cells already measured,
+    # not from a calibration of its own
+    assert sg.main([*fake["argv"], "--samplers", "tpe"]) == 0
+    fake["calls"]["search"].clear()
+    assert sg.main([*fake["argv"], "--samplers", "random"]) == 0
+    searches = fake["calls"]["search"]
+    assert [a[a.index("--name") + 1] for a in searches] == ["sg-n5-random", "sg-n6-random"]
+    assert all(a[a.index("--calibration-from") + 1] == "sg-n5-tpe" for a in searches)
 
 
 def test_the_table_pairs_each_stored_policy_with_the_shared_warm_start(sg, fake):

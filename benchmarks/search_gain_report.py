@@ -17,6 +17,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     GAIN_SEED_OFFSET,
     METHOD_PRESETS,
     SEARCHES_FILE,
+    calibrator,
     cell_text,
     cost_text,
     gain_cell,
@@ -26,7 +27,6 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     plan,
     points,
     race_name,
-    result_path,
     search_name,
     trials_text,
 )
@@ -50,22 +50,17 @@ def read_json(path: Path, default: Any) -> Any:
     return json.loads(path.read_text()) if path.exists() else default
 
 
-def trial_scores(run_dir: Path) -> list[dict[int, float]]:
-    """Each trial's search score by epoch (training iteration), from its Tune ``result.json`` (JSON
-    lines) in the search's run directory."""
-    from autoaug.search.score import METRIC
+def trial_scores(work: Path, name: str) -> list[dict[int, float]]:
+    """Each ended trial's search score by epoch in the Optuna study of search ``name`` (the
+    scores a search's own rung record reads: :func:`autoaug.search.decide.rungs.ended_trials`);
+    none for a search with no study in its run directory."""
+    from autoaug.search.decide.rungs import ended_trials
+    from autoaug.search.run_dir import STUDY_FILE
+    from autoaug.search.tune.study import open_study
 
-    trials = []
-    for path in sorted(run_dir.glob("trial_*/result.json")):
-        scores: dict[int, float] = {}
-        for line in path.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                if row.get(METRIC) is not None and row.get("training_iteration") is not None:
-                    scores[int(row["training_iteration"])] = float(row[METRIC])
-        if scores:
-            trials.append(scores)
-    return trials
+    if not (work / "runs" / name / STUDY_FILE).exists():
+        return []
+    return ended_trials(open_study(name, runs_root=str(work / "runs")))
 
 
 def cells_from(per_search: dict, done: dict[str, Any], role: str = "stored") -> dict[tuple[int, str], dict]:
@@ -206,10 +201,7 @@ def report(
             lines.append(f"| `{search_name(*cell)}` | {what} | {cell_text(found.get(cell))} |")
         lines.append("")
     trials = [  # the training method's trials (a PBA member or a density candidate has no ASHA rungs)
-        t
-        for cell in per_search
-        if cell[1] not in METHOD_PRESETS
-        for t in trial_scores(result_path(work, search_name(*cell)).parent)
+        t for cell in per_search if cell[1] not in METHOD_PRESETS for t in trial_scores(work, search_name(*cell))
     ]
     rungs = rung_ranking(trials)
     if rungs:
@@ -221,7 +213,7 @@ def report(
         ]
     if len(per_search) > 1 and not a.own_calibration:
         lines += [
-            f"The first search (`{search_name(*plan(a.trials, a.samplers)[0])}`) measured the bases and the "
+            f"The first search (`{calibrator(work, plan(a.trials, a.samplers))}`) measured the bases and the "
             "published policies; the other training-method searches reused its runs (`--calibration-from`), so "
             "their time excludes it" + ("; the other methods measured their own base." if a.methods else "."),
             "",

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["rung_ranking", "rung_text", "describe_rungs", "from_study"]
+__all__ = ["rung_ranking", "rung_text", "describe_rungs", "ended_trials", "from_study"]
 
 #: Trials below which a pair of epochs gets no rho.
 MIN_TRIALS = 3
@@ -73,18 +73,23 @@ def rung_text(rows: Sequence[Mapping[str, Any]], stopped: Mapping[int, int]) -> 
     return "; ".join(parts) + (f" (trials ended: {ended})" if ended else "")
 
 
-def from_study(study: Any) -> dict[str, Any] | None:
-    """The rung record of a search from its Optuna study: the reported scores by step
-    (``intermediate_values``) of every trial that ended (complete, or pruned by ASHA; not a trial
-    a driver restart orphaned, whose epochs its new Optuna trial carries on),
-    :func:`rung_ranking` over them and where trials ended. None when fewer than two epochs ended
-    trials (no early stopping, or none stopped)."""
+def ended_trials(study: Any) -> list[dict[int, float]]:
+    """Each ended trial's reported scores by step (``intermediate_values``) in an Optuna study:
+    trials that completed or that ASHA pruned; not a trial a driver restart orphaned, whose
+    epochs its new Optuna trial carries on."""
     import optuna
 
     ended = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    trials = [
+    return [
         dict(t.intermediate_values) for t in study.get_trials(deepcopy=False, states=ended) if t.intermediate_values
     ]
+
+
+def from_study(study: Any) -> dict[str, Any] | None:
+    """The rung record of a search from its Optuna study: :func:`rung_ranking` over its
+    :func:`ended_trials` and where trials ended. None when fewer than two epochs ended trials (no
+    early stopping, or none stopped)."""
+    trials = ended_trials(study)
     rows = rung_ranking(trials)
     if not rows:
         return None

@@ -247,6 +247,7 @@ def test_a_later_run_with_other_columns_reuses_the_calibration_already_there(sg,
     searches = fake["calls"]["search"]
     assert [a[a.index("--name") + 1] for a in searches] == ["sg-n5-random", "sg-n6-random"]
     assert all(a[a.index("--calibration-from") + 1] == "sg-n5-tpe" for a in searches)
+    assert "The first search (`sg-n5-tpe`) measured the bases" in (fake["out"] / "results.md").read_text()
 
 
 def test_the_table_pairs_each_stored_policy_with_the_shared_warm_start(sg, fake):
@@ -499,15 +500,23 @@ def test_a_search_that_kept_its_warm_start_reports_its_best_own_candidate_agains
     assert all(doc["searches"][s]["challenger"] is None for s in ("sg-n5-tpe", "sg-n5-random", "sg-n6-tpe"))
 
 
-def test_trial_scores_are_read_per_epoch_from_tunes_result_lines(load_benchmark, tmp_path):
+def test_trial_scores_are_each_ended_trials_scores_by_epoch_from_the_searchs_study(load_benchmark, tmp_path):
+    # the benchmark's rung figure reads the same scores as a search's own rung record
+    import optuna
+
     report = load_benchmark("search_gain_report")
-    run = tmp_path / "run"
-    (run / "trial_a").mkdir(parents=True)
-    lines = [{"training_iteration": 1, "search_score": 0.1}, {"training_iteration": 2, "search_score": 0.25}]
-    (run / "trial_a" / "result.json").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
-    (run / "trial_b").mkdir()
-    (run / "trial_b" / "result.json").write_text("")  # a trial that reported nothing yet
-    assert report.trial_scores(run) == [{1: 0.1, 2: 0.25}]
+    run = tmp_path / "work" / "runs" / "sg-n5-tpe"
+    run.mkdir(parents=True)
+    study = optuna.create_study(study_name="sg-n5-tpe", storage=f"sqlite:///{run / 'optuna.db'}")
+    for state, scores in [("COMPLETE", {1: 0.1, 2: 0.25}), ("PRUNED", {1: 0.05}), ("FAIL", {1: 0.3})]:
+        trial = study.ask()
+        for step, score in scores.items():
+            trial.report(score, step)
+        study.tell(
+            trial, scores[max(scores)] if state == "COMPLETE" else None, state=getattr(optuna.trial.TrialState, state)
+        )
+    assert report.trial_scores(tmp_path / "work", "sg-n5-tpe") == [{1: 0.1, 2: 0.25}, {1: 0.05}]
+    assert report.trial_scores(tmp_path / "work", "sg-density") == []  # no study there: no trials
 
 
 def test_the_race_finishes_each_search_again_from_a_copy_and_reports_what_it_stored(sg, fake, capsys):

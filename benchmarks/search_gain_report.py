@@ -27,6 +27,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     plan,
     points,
     race_name,
+    rungs_text,
     search_name,
     trials_text,
 )
@@ -219,15 +220,16 @@ def report(
             "",
         ]
     lines += [
-        "| search | trials run | stored policy | sub-policies | hash | warm start hash |",
-        "|---|---:|---|---:|---|---|",
+        "| search | trials run | ASHA's rungs (epochs) | stored policy | sub-policies | hash | warm start hash |",
+        "|---|---:|---|---|---:|---|---|",
     ]
     for cell, p in per_search.items():
         r = results[cell]
         ran = trials_text(r["provenance"].get("counts") or {})
         chosen = (r["provenance"].get("selection") or {}).get("chosen") or "not re-scored: the method's own"
         lines.append(
-            f"| `{search_name(*cell)}` | {ran} | {chosen} | {len(r['policy']['sub_policies'])} | "
+            f"| `{search_name(*cell)}` | {ran} | {rungs_text(r['provenance']['search']['config'])} | {chosen} | "
+            f"{len(r['policy']['sub_policies'])} | "
             f"`{p['stored_hash'][:12]}` | `{p['warm_hash'][:12]}` |"
         )
     if evaluation:

@@ -73,6 +73,20 @@ def calibrator(work: Path, order: list[tuple[int, str]]) -> str:
     return search_name(*order[0])
 
 
+def rungs_text(config: Mapping[str, Any]) -> str:
+    """Where ASHA could stop a training-method search's trials, from its configuration:
+    ``"20, 60 of 120"``, ``"none (120 epochs)"``; ``"–"`` for another method's search."""
+    from autoaug.search.score import asha_milestones
+
+    if config.get("method", "train") != "train":
+        return "–"
+    epochs = int((config.get("train") or {}).get("epochs") or 0)
+    rungs = asha_milestones(int(config["grace_period"]), float(config["reduction_factor"]), epochs)
+    if not config.get("early_stopping", True) or not rungs:
+        return f"none ({epochs} epochs)"
+    return f"{', '.join(map(str, rungs))} of {epochs}"
+
+
 def result_path(work: Path, name: str) -> Path:
     return work / "runs" / name / "result.json"
 

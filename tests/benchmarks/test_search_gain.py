@@ -141,6 +141,16 @@ def test_a_session_recorded_again_under_its_id_is_updated_not_added(stats):
     assert stats.cost_text(ledger["s"]) == "3.5 min / 240 CPU-s + 1 session not measured"
 
 
+def test_each_search_says_where_asha_could_stop_its_trials(stats):
+    # the table's rows ran under different presets (the cpu preset's first rung moved to epoch 60)
+    train = {"method": "train", "train": {"epochs": 120}, "reduction_factor": 3.0, "early_stopping": True}
+    assert stats.rungs_text({**train, "grace_period": 20}) == "20, 60 of 120"
+    assert stats.rungs_text({**train, "grace_period": 60}) == "60 of 120"
+    assert stats.rungs_text({**train, "grace_period": 60, "early_stopping": False}) == "none (120 epochs)"
+    assert stats.rungs_text({**train, "grace_period": 120}) == "none (120 epochs)"
+    assert stats.rungs_text({"method": "pba", "grace_period": 1, "reduction_factor": 3.0}) == "–"
+
+
 def test_trials_text_says_what_ran(stats):
     counts = {"trials": 28, "completed": 9, "early_stopped": 18, "budget_stopped": 1, "failed": 0}
     assert stats.trials_text(counts) == "28 (9 full, 18 stopped early, 1 cut by the time budget)"

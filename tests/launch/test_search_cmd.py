@@ -103,7 +103,11 @@ def test_flags_map_onto_the_config(tmp_path):
     )
     assert config.concurrency is None and config.cpus_per_trial == 0.5 and config.gpus_per_trial == 0.25
     assert config.train_method == TrainMethodConfig(
-        num_trials=28, early_stopping=False, grace_period=3, reduction_factor=4, top_n=3
+        num_trials=TrainMethodConfig.PRESETS["cpu"]["num_trials"],  # the preset's: no --num-trials given
+        early_stopping=False,
+        grace_period=3,
+        reduction_factor=4,
+        top_n=3,
     )
     assert config.max_failures == 2 and config.sampler == "random"
     assert config.space.exclude_ops == ("SamplePairing", "Invert") and config.space.num_sub_policies == 4

@@ -140,8 +140,8 @@ def seeds_needed(mean: float | None, std: float | None, *, most: int = 1000) -> 
 
 
 def needed_text(cells: Mapping[tuple[int, str], Mapping[str, Any]]) -> str:
-    """One sentence: for each cell with a gain of its own but a CI that holds 0, the seeds it would
-    need (:func:`seeds_needed`); empty when there is none."""
+    """One sentence: for each cell with a difference of its own (gain or loss) but a CI that holds
+    0, the seeds it would need (:func:`seeds_needed`); empty when there is none."""
     parts = []
     for (n, sampler), c in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if not c.get("n") or c.get("same_policy") or c.get("beyond") or c.get("mean") is None:
@@ -153,8 +153,9 @@ def needed_text(cells: Mapping[tuple[int, str], Mapping[str, Any]]) -> str:
     if not parts:
         return ""
     return (
-        "Seeds a gain would need to clear its 95% CI if its mean and spread stayed as measured (the fewest K "
-        "with t(0.975, K-1) x spread / sqrt(K) below the mean; a planning figure, not a result: "
+        "Seeds a difference would need for its 95% CI to exclude 0 (a gain above it, a loss below it) if its "
+        "mean and spread stayed as measured (the fewest K with t(0.975, K-1) x spread / sqrt(K) below the "
+        "mean's size; a planning figure, not a result: "
         "measuring more seeds until a CI clears would bias it): " + "; ".join(parts) + "."
     )
 

@@ -55,6 +55,9 @@ def test_the_seeds_a_gain_would_need_are_the_fewest_whose_interval_excludes_zero
     assert "random at 28 trials +0.50 (spread of the differences 1.00): K = 18" in text
     assert "tpe" not in text  # the warm start stored, and a gain that already clears: nothing to say
     assert stats.needed_text({(28, "tpe"): cells[(28, "tpe")]}) == ""
+    # a loss is said as one: the seeds for its interval to lie below 0
+    loss = stats.needed_text({(0, "pba"): {"n": 5, "mean": -0.005, "std": 0.01, "beyond": False}})
+    assert "pba -0.50 (spread of the differences 1.00): K = 18" in loss and "a loss below it" in loss
 
 
 def test_a_gain_beyond_the_interval_is_marked_and_one_within_it_is_not(stats):

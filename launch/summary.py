@@ -38,6 +38,15 @@ def _field(key: str, value: str) -> str:
     return f"  {key:<13} {value}"
 
 
+def _labelled(line: str) -> str:
+    """A method's summary line (``early stopping: do ASHA's rungs rank ...``, ``schedule: 3
+    stage(s) ...``) as a field under its own label; a line with no short label under ``method``."""
+    label, sep, rest = line.partition(": ")
+    if sep and label and len(label) <= 16 and ":" not in label:
+        return _field(label, rest)
+    return _field("method", line)
+
+
 def _short(value: Any, width: int = VALUE_WIDTH) -> str:
     """``value`` as compact JSON (a string as itself), cut to ``width`` characters."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
@@ -257,7 +266,7 @@ def _measured_lines(p: Mapping[str, Any]) -> list[str]:
     if effects:
         lines.append(_field("ops", effects))
     if method is not None:
-        lines += [_field("method", line) for line in method.summary(p.get("method") or {})]
+        lines += [_labelled(line) for line in method.summary(p.get("method") or {})]
     return lines
 
 

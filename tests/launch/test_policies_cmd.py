@@ -721,6 +721,9 @@ def test_show_summarises_a_search_provenance_and_prints_it_all_on_request(store,
     from autoaug.search.config import METHODS
 
     provenance = _search_provenance(tmp_path, method)
+    if method == "train":  # the rung record every train-method search with early stopping keeps
+        pair = {"from": 20, "to": 60, "n": 15, "rho": 0.15, "p_value": 0.59, "low": -0.39, "high": 0.61}
+        provenance["method"] = {"rungs": {"pairs": [pair], "ended": {"20": 10, "60": 5}}}
     store.save(V1, "found", metadata=provenance)
     code, out, err = run(capsys, "policies", "show", "found@1", "--store", store.uri)
     assert code == 0 and err == ""
@@ -755,6 +758,8 @@ def test_show_summarises_a_search_provenance_and_prints_it_all_on_request(store,
     assert "within the noise; stored: assembled" in text
     assert "  noise         a run's spread 1.12 points measured on these runs" in text
     assert "  time budget   30m, 28m32s spent; it did not end the search" in text
+    if method == "train":  # under its own label, not a second "method"
+        assert "  early stopping do ASHA's rungs rank these trials? epoch 20 -> 60: rho +0.15" in text
     text = "\n".join(origin)
     assert "  run directory /runs/found" in text
     assert "  Optuna study  found in sqlite:////runs/found/optuna.db" in text

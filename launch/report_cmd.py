@@ -6,8 +6,9 @@
     autoaug report cifar10-r8 --storage runs --out docs/report.png --top 8
 
 Panels (:mod:`autoaug.search.report`): score per trial and best so far, learning curves,
-ops and magnitudes among the top trials, Optuna's parameter importances. Works while the search
-runs (it reads the study) and after it.
+ops and magnitudes among the top trials, Optuna's parameter importances; printed: the gain of
+the stored policy, what helps and hurts, and whether ASHA's rungs rank the trials so far
+(:mod:`autoaug.search.decide.rungs`). Works while the search runs (it reads the study) and after it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from autoaug.search.config import default_runs_root
     from autoaug.search.decide.op_effects import describe_effects, plot_effects
     from autoaug.search.decide.rescore import describe_selection
+    from autoaug.search.decide.rungs import describe_rungs, from_study
     from autoaug.search.records import ran_text
     from autoaug.search.report import importances, load_report_data, op_frequencies, top_trials, write_report
     from autoaug.search.run_dir import RESULT_FILE, RunDir
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         provenance = run.read_json(RESULT_FILE).get("provenance") or {}
         effects = provenance.get("op_effects")
         ops_path = plot_effects(effects or {}, os.path.splitext(path)[0] + "-ops.png")
+    rungs = from_study(data.study)  # from the study: also while the search runs
     if args.json:
         counts, mags = op_frequencies(data.trials, args.top, data.space)
         imp, reason = importances(data.study, data.trials)
@@ -77,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
                     "selection": provenance.get("selection"),
                     "op_effects": effects,
                     "op_effects_png": ops_path,
+                    "rungs": rungs,
                 }
             )
         )
@@ -85,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         for line in describe_selection(provenance.get("selection"), ran_text(provenance)):
             print(line)
         for line in describe_effects(effects):
+            print(line)
+        for line in describe_rungs(rungs):
             print(line)
         if ops_path:
             print(f"wrote {ops_path} (what helps and hurts on this data)")

@@ -15,7 +15,7 @@ command reuses every finished search and every finished re-scoring run):
    ``--trials``/``--samplers`` reuses the calibration already in the work folder), so every search starts from the same
    base and warm start and spends its time on its trials (``--own-calibration``: each measures
    its own). The preset's 30-minute time budget would cut a search of more trials than the
-   preset's own (16; 28 before its first rung moved to epoch 60), so those run with ``--set time_budget_s=null`` (no budget: all N trials
+   preset's own (28), so those run with ``--set time_budget_s=null`` (no budget: all N trials
    run). Each search's wall time and the CPU-seconds of the processes it started (sampled from
    ``/proc``, ``benchmarks/suite_cpu.py``) are summed over the sessions it took.
 2. **rescore** -- each search's stored policy and its warm start (the published policy that

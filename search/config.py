@@ -64,13 +64,12 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "cpus_per_trial": 1,
         "gpus_per_trial": 0,
     },
-    # A real, small search on a CPU machine (30 minutes on 2 cores, the time budget): the trainer's
+    # A real, small search on a CPU machine (33-42 minutes measured on 2 idle cores): the trainer's
     # proxy-cpu preset (ResNet-8, 1,000 images, 120 epochs: long training on few images, where
     # augmentation pays off, so the proxy ranks policies like the evaluation regime does).
     # Candidates are ranked by the mean validation accuracy of their last 5 epochs (one epoch's
-    # accuracy at lr 0.15 is too noisy to rank by); the training method's 16 trials and their
-    # ASHA rung (epoch 60: the first that ranks, measured) are its own settings
-    # (TrainMethodConfig.PRESETS).
+    # accuracy at lr 0.15 is too noisy to rank by); the training method's 28 trials and their
+    # ASHA rungs are its own settings (TrainMethodConfig.PRESETS).
     # Before the trials, the proxy is trained with each base alone and with each published policy
     # on the best base (8 runs: search/decide/calibrate.py); every candidate then trains on that base and
     # the first 5 trials are the sub-policies of the published policy that transferred best. The

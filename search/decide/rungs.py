@@ -4,10 +4,14 @@ ASHA stops a trial at a rung when its score there is below the rung's quantile: 
 when the score at the rung predicts the score the trial would reach later. For each pair of
 consecutive epochs at which trials ended (the rungs and the last epoch), :func:`rung_ranking`
 takes the trials that reached the later one and correlates (Spearman) their scores at the two
-epochs. A rho near 0 means the rung stopped trials at random among those it judged; the interval
-(Fisher's z) says how much the trials can tell: with 9 or 15 trials, little. Measured so far
-(``benchmarks/results/search-gain-*``): on CIFAR-10's 184 trials epoch 20 -> 60 rho +0.15, 60 ->
-120 +0.44; on GTSRB's 56, -0.01 and +0.07.
+epochs. Those are the trials the rung kept (its top fraction), so a rho near 0 says its choices
+among close trials were close to random; it cannot say whether the trials it stopped, which
+scored lower there, were worse later (they have no later score), and the narrower range of the
+kept trials' scores makes rho smaller than over all trials. The interval (Fisher's z) says how
+much the trials can tell: with 9 or 15 trials, little. Measured so far
+(``benchmarks/results/search-gain-*``): on CIFAR-10's 284 trials with rungs at 20 and 60, epoch
+20 -> 60 rho +0.25 [+0.05, +0.42] (98 trials), 60 -> 120 +0.38 [+0.09, +0.61] (43); on GTSRB's
+56, -0.01 and +0.07.
 
 The scores are those the trials reported at every epoch (Optuna's intermediate values, the step
 being the training iteration), so any search of the training method has them, wherever its study
@@ -108,9 +112,9 @@ def describe_rungs(record: Mapping[str, Any] | None) -> list[str]:
     line = f"early stopping: do ASHA's rungs rank these trials? {rung_text(rows, stopped)}"
     if first.get("high") is not None and first["high"] < 0.5:
         line += (
-            f"; the rung at epoch {first['from']} ranked them poorly (rho below +0.5 at 95%): its stops were close "
-            "to random among these trials (a later first rung: --grace-period; none: --no-early-stopping; "
-            "docs/search.md)"
+            f"; the rung at epoch {first['from']} ranked them poorly (rho below +0.5 at 95%), the trials it kept: "
+            "among close trials its choices were close to random (the trials it stopped have no later score to "
+            "check it by; a later first rung: --grace-period; none: --no-early-stopping; docs/search.md)"
         )
     elif first.get("low") is not None and first["low"] < 0 < first["high"]:
         line += f"; too few trials to tell whether the rung at epoch {first['from']} ranks"

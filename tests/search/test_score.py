@@ -55,11 +55,10 @@ def test_a_score_read_at_a_rung_is_the_one_every_epoch_validation_gives():
     assert search_score(sparse[:45], 5) == search_score(sparse[:20], 5)  # between windows: the last one's
 
 
-def test_trials_of_the_cpu_preset_validate_10_of_120_epochs_and_nothing_else_changes():
-    # one rung, at epoch 60 (the first measured to rank): the windows before it and before the end
+def test_trials_of_the_cpu_preset_validate_15_of_120_epochs_and_nothing_else_changes():
     config = SearchConfig.from_preset("cpu", name="n", data="x")
     trial = trial_train_config(config)
-    assert trial.eval_epochs == (*range(56, 61), *range(116, 121))
+    assert trial.eval_epochs == score_epochs(120, 5, (20, 60)) and len(trial.eval_epochs) == 15
     assert dataclasses.replace(trial, eval_epochs=None) == config.train
     # Without early stopping only the last window is read.
     no_asha = SearchConfig.from_preset("cpu", name="n", data="x", early_stopping=False)

@@ -66,17 +66,13 @@ class TrainMethodConfig(MethodSettings):
     PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         # 4 trials of the trainer's smoke preset: a plumbing check in about a minute on 2 CPU cores.
         "smoke": {"num_trials": 4, "grace_period": 1, "reduction_factor": 2},
-        # 16 trials; ASHA ranks them at epoch 60 only (by the mean validation accuracy of their last
-        # 5 epochs, score_window) and keeps a third: 80 epochs per trial in ASHA's steady state.
-        # Measured on the searches' own trials (search/decide/rungs.py; docs/search.md, "Early
-        # stopping"): a trial's score at epoch 20 does not predict its score at epoch 60 (Spearman
-        # +0.15 [-0.10, +0.38] over 65 CIFAR-10 trials, -0.01 over 15 GTSRB ones), at epoch 60 it
-        # predicts epoch 120 (+0.44 [+0.08, +0.70], 28 CIFAR-10 trials). The former preset (28
-        # trials, rungs at 20 and 60) spent about the same trial epochs (41-54 per trial measured)
-        # and judged a third of its candidates at epoch 60, chosen close to random at epoch 20;
-        # these 16 reach epoch 60 all. Neither stored a policy beyond the noise of the published
-        # one it started from (benchmarks/results/search-gain-cifar10-jpeg).
-        "cpu": {"num_trials": 16, "grace_period": 60, "reduction_factor": 3, "top_n": 5},
+        # 28 trials; ASHA ranks them at epochs 20 and 60 (by the mean validation accuracy of their
+        # last 5 epochs, score_window) and keeps a third at each rung: 40 epochs per trial in ASHA's
+        # steady state (41-54 measured: the first trials to reach a rung are promoted against few
+        # peers), about the trial epochs of 16 trials cut at epoch 40, spread over almost twice the
+        # candidates (measured against that 16-trial search over search seeds: docs/search.md,
+        # "Does the search win?").
+        "cpu": {"num_trials": 28, "grace_period": 20, "reduction_factor": 3, "top_n": 5},
         # One GPU-hour (the shared `gpu` preset): ASHA cuts only at epoch 60, where the CPU proxy's
         # scores rank policies as their final scores do (Spearman +0.62; at epoch 20: -0.07), and
         # keeps a third; 200 trials is about what 8 trials at once on one GPU train in the hour

@@ -133,6 +133,7 @@ def search_args(a: argparse.Namespace, work: Path, n: int, sampler: str, calibra
         if a.address:
             args += ["--address", a.address]
         return args + shlex.split(a.method_args)
+    base, variant = column_parts(sampler)
     args = [
         "search",
         "--data",
@@ -150,8 +151,8 @@ def search_args(a: argparse.Namespace, work: Path, n: int, sampler: str, calibra
         "--num-trials",
         str(n),
         "--sampler",
-        column_parts(sampler)[0],
-        *(shlex.split(a.variants[column_parts(sampler)[1]]) if column_parts(sampler)[1] else []),
+        base,
+        *(shlex.split(a.variants[variant]) if variant else []),
     ]
     if a.preset_budget and n > a.preset_trials:  # the preset's time budget is sized for its own trials: lifted
         args += ["--set", "time_budget_s=null"]
@@ -556,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
 
     order = plan(a.trials, a.samplers)
-    calibrated_by = None if a.own_calibration else calibrator(work, order)
+    calibrated_by = a.calibrated_by = None if a.own_calibration else calibrator(work, order)
     results = {}
     for n, sampler in order + method_cells(a.methods):
         name = search_name(n, sampler)

@@ -17,7 +17,6 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     GAIN_SEED_OFFSET,
     METHOD_PRESETS,
     SEARCHES_FILE,
-    calibrator,
     cell_text,
     cost_text,
     gain_cell,
@@ -214,7 +213,7 @@ def report(
         ]
     if len(per_search) > 1 and not a.own_calibration:
         lines += [
-            f"The first search (`{calibrator(work, plan(a.trials, a.samplers))}`) measured the bases and the "
+            f"The first search (`{a.calibrated_by}`) measured the bases and the "
             "published policies; the other training-method searches reused its runs (`--calibration-from`), so "
             "their time excludes it" + ("; the other methods measured their own base." if a.methods else "."),
             "",

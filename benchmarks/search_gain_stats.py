@@ -65,7 +65,7 @@ def calibrator(work: Path, order: list[tuple[int, str]]) -> str:
         try:
             config = json.loads(path.read_text())["config"]
         except (OSError, ValueError, KeyError):
-            continue  # a search that never started writes no config: not a calibration to reuse
+            continue  # an unreadable configuration names no calibration to reuse
         if config.get("method", "train") == "train" and not config.get("calibration_from"):
             own.append(path.parent.name)
     if own:

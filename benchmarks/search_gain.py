@@ -32,6 +32,7 @@ command reuses every finished search and every finished re-scoring run):
 3. **eval** (``--eval``) -- the stored policy of the best cell (highest mean gain) and the warm
    start in the evaluation regime (``--eval-preset``, default ``eval-cpu``; ``--eval-seeds``, 5
    by default, paired) through ``autoaug compare``, as ``benchmarks/search_quality.py`` does.
+   With ``--race``: the best cell of the race table, and the policy its search stored with the race.
 
 4. **race** (``--race M``) -- each finished search finished again with the re-scoring race up
    to M runs per candidate (``rescore_max_seeds``, :func:`autoaug.search.decide.rescore.race`):
@@ -379,6 +380,7 @@ def rescore_plan(
             "stored_policy": stored,
             "warm_policy": warm,
             "race_hash": race.content_hash if race is not None else None,
+            "race_policy": race,
             "race_chosen": ((raced or {}).get(cell) or {}).get("provenance", {}).get("selection", {}).get("chosen"),
             "race_record": ((raced or {}).get(cell) or {}).get("provenance", {}).get("selection", {}).get("race"),
         }
@@ -412,16 +414,20 @@ def rescore(a: argparse.Namespace, work: Path, runs: list, config: Any, timings:
 
 
 # ------------------------------------------------------------------------------------ evaluation
-def evaluate(a: argparse.Namespace, work: Path, timings: Timings, best: tuple[int, str], per_search: dict) -> dict:
-    """The best cell's stored policy and its warm start through ``autoaug compare`` in the
-    evaluation regime, paired by seed: their difference."""
+def evaluate(
+    a: argparse.Namespace, work: Path, timings: Timings, best: tuple[int, str], per_search: dict, role: str = "stored"
+) -> dict:
+    """The best cell's stored policy (``role`` "race": the one it stored with the race) and its
+    warm start through ``autoaug compare`` in the evaluation regime, paired by seed: their
+    difference."""
     from autoaug.launch.compare.candidates import resolve_candidates
 
     folder = work / "eval-policies"
     folder.mkdir(parents=True, exist_ok=True)
     p = per_search[best]
+    mine = search_name(*best) + (f"-race{a.race}" if role == "race" else "")
     paths = []
-    for label, policy in ((search_name(*best), p["stored_policy"]), ("warm-start", p["warm_policy"])):
+    for label, policy in ((mine, p[f"{role}_policy"]), ("warm-start", p["warm_policy"])):
         path = folder / f"{label}.json"
         path.write_text(json.dumps(policy.with_name(label).to_dict(), indent=1))
         paths.append(str(path))
@@ -430,7 +436,7 @@ def evaluate(a: argparse.Namespace, work: Path, timings: Timings, best: tuple[in
     labels = [resolve_candidates((path,), (), None)[0].label for path in paths]
     summary = summarize(_read_runs(work / "eval"))
     diff = paired(summary[labels[0]]["seeds"], summary[labels[1]]["seeds"])
-    return {"cell": list(best), "labels": labels, "summary": summary, "paired": diff}
+    return {"cell": list(best), "role": role, "labels": labels, "summary": summary, "paired": diff}
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -478,7 +484,9 @@ def main(argv: list[str] | None = None) -> int:
         "the others reuse its runs with --calibration-from)",
     )
     p.add_argument(
-        "--eval", action="store_true", help="also the best cell's policy and the warm start in --eval-preset"
+        "--eval",
+        action="store_true",
+        help="also the best cell's policy (with --race: the best cell with the race) and the warm start in --eval-preset",
     )
     p.add_argument("--eval-preset", default="eval-cpu", help="training preset of the evaluation regime")
     p.add_argument("--eval-seeds", type=int, default=5, help="evaluation seeds per policy")
@@ -582,11 +590,13 @@ def main(argv: list[str] | None = None) -> int:
     cells = cells_from(per_search, done)
     evaluation = None
     if a.eval:
-        best = best_cell(cells)
+        # with --race, what the searches store with the race is what the table is about
+        role = "race" if raced else "stored"
+        best = best_cell(cells_from(per_search, done, "race") if raced else cells)
         if best is None:
             print("eval: every search stored its warm start: nothing to evaluate against it")
         else:
-            evaluation = evaluate(a, work, timings, best, per_search)
+            evaluation = evaluate(a, work, timings, best, per_search, role)
     report(a, work, out, results, per_search, cells, evaluation, timings, done)
     print(f"\nwrote {out}")
     print(f"best cell: {best_cell(cells)}; gain {points((cells.get(best_cell(cells)) or {}).get('mean'))}")

@@ -599,3 +599,28 @@ def test_other_methods_get_a_row_each_against_the_first_searchs_warm_start(sg, f
         "| density | `smoke` | 5 (2 full, 3 stopped early) | **+1.00 [+1.00, +1.00]**, K=2 |" in text
         and "| pba | `smoke` |" in text
     )
+
+
+def test_with_the_race_the_evaluation_takes_the_policy_the_search_stored_with_it(sg, fake, monkeypatch):
+    # --race reports what the searches store with the race: --eval trains that policy, not the
+    # one stored without it
+    compared = []
+
+    def compare(a, work, timings, stage, out, preset, paths, seeds, baselines=True):
+        compared.append([json.loads(Path(p).read_text()) for p in paths])
+        out.mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(sg, "_compare", compare)
+    monkeypatch.setattr(sg, "_read_runs", lambda folder: [])
+    seeds = {"sg-n6-random-race3.json": {"seeds": {0: 0.6, 1: 0.61}}, "warm-start.json": {"seeds": {0: 0.59, 1: 0.6}}}
+    monkeypatch.setattr(sg, "summarize", lambda runs: seeds)
+    assert sg.main([*fake["argv"], "--samplers", "random", "--trials", "6", "--race", "3", "--eval"]) == 0
+    from autoaug.policies import Policy, presets
+
+    ((mine, warm),) = compared
+    raced = presets.resolve("autoaugment-svhn").with_base("crop")
+    assert Policy.from_dict(mine).content_hash == raced.content_hash  # not trivialaugment, stored without it
+    assert mine["name"] == "sg-n6-random-race3" and warm["name"] == "warm-start"
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    assert doc["eval"]["role"] == "race" and doc["eval"]["paired"]["mean"] == pytest.approx(0.01)
+    assert "(the best cell's policy stored with the race)" in (fake["out"] / "results.md").read_text()

@@ -589,17 +589,18 @@ def main(argv: list[str] | None = None) -> int:
     done = rescore(a, work, runs, config, timings)
     cells = cells_from(per_search, done)
     evaluation = None
+    # with --race, what the searches store with the race is what the table is about
+    role = "race" if raced else "stored"
+    pool = cells_from(per_search, done, "race") if raced else cells
+    best = best_cell(pool)
     if a.eval:
-        # with --race, what the searches store with the race is what the table is about
-        role = "race" if raced else "stored"
-        best = best_cell(cells_from(per_search, done, "race") if raced else cells)
         if best is None:
             print("eval: every search stored its warm start: nothing to evaluate against it")
         else:
             evaluation = evaluate(a, work, timings, best, per_search, role)
     report(a, work, out, results, per_search, cells, evaluation, timings, done)
     print(f"\nwrote {out}")
-    print(f"best cell: {best_cell(cells)}; gain {points((cells.get(best_cell(cells)) or {}).get('mean'))}")
+    print(f"best cell{' with the race' if raced else ''}: {best}; gain {points((pool.get(best) or {}).get('mean'))}")
     return 0
 
 

@@ -22,7 +22,10 @@ How it ends a search (:class:`Budget` is the one clock every part asks):
 * **Re-scoring** (:func:`autoaug.search.driver._rescore`) re-scores the candidates whose runs fit
   in the time left (the first ones, in the method's order), and stops waiting for runs when the
   time left is what storing needs; fewer than two candidates re-scored means re-scoring decides
-  nothing and the method's first candidate is stored.
+  nothing and the method's first candidate is stored. The re-scoring race's rounds up to
+  ``RACE_RESERVED_SEEDS`` runs per contender are part of what the trials leave time for; a
+  round beyond them, or one the time left does not fit, is not run (the summary says so when
+  contenders were still within the noise of each other).
 * **Calibration** (the bases and published policies measured before the trials) and the density
   method's fold models are not cut: nothing can be scored without them. Their time counts. When
   calibration ends with the time for trials gone and the published policy that transferred best

@@ -268,7 +268,10 @@ class SearchConfig:
             after the first ``rescore_seeds`` runs each, the candidates within the measured noise
             of the leader get one more run each, round after round, until one leads beyond the
             noise or each has this many runs (a measured candidate's calibration runs count).
-            None, or not above ``rescore_seeds``: no race.
+            None, or not above ``rescore_seeds``: no race. Under a time budget the trials stop
+            in time for rounds up to :data:`~autoaug.search.decide.rescore.RACE_RESERVED_SEEDS`
+            runs each; later rounds run while the time left fits them (the summary says when
+            the budget ended the race with candidates still within the noise).
         rescore_val_size: validation images of the re-scoring runs (None: ``train.val_size``);
             they validate only over their last ``score_window`` epochs, so a large set costs little.
         time_budget_s: wall-time budget of the whole search in seconds (calibration, trials,

@@ -293,7 +293,7 @@ def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer
     return, and of the ``transfer`` candidate unless calibration measured it, as many at once as
     the cluster runs), so that trials stop in time for it."""
     from autoaug.search.decide.calibrate import CALIBRATION_FILE
-    from autoaug.search.decide.rescore import parallel_runs
+    from autoaug.search.decide.rescore import RACE_RESERVED_SEEDS, parallel_runs
 
     own = config.search_method.max_candidates(config)
     trained = own + (transfer is not None and not transfer.runs)
@@ -305,8 +305,10 @@ def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer
             measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
     slots = parallel_runs(config) if runs else 1
     # The race's rounds (config.rescore_max_seeds), one after the other: a leader and one
-    # challenger each, until both have rescore_max_seeds runs.
-    waves = (config.race_seeds - config.rescore_seeds) * math.ceil(2 / slots)
+    # challenger each, until both have rescore_max_seeds runs -- kept from the trials up to
+    # RACE_RESERVED_SEEDS runs each; later rounds run on the time the trials leave.
+    reserved = max(0, min(config.race_seeds, RACE_RESERVED_SEEDS) - config.rescore_seeds)
+    waves = reserved * math.ceil(2 / slots)
     budget.plan_rescore(runs, slots, measured_run_s(measured, config.train.epochs), config.epochs, waves)
 
 

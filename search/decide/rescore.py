@@ -45,6 +45,7 @@ from autoaug.search.score import METRIC
 __all__ = [
     "RESCORE_FILE",
     "RESCORE_SEED_OFFSET",
+    "RACE_RESERVED_SEEDS",
     "Candidate",
     "run_key",
     "train_and_score",
@@ -64,6 +65,13 @@ __all__ = [
 RESCORE_FILE = "rescore.json"
 #: Re-scoring run ``i`` uses seed ``train.seed + RESCORE_SEED_OFFSET + i``: seeds no trial used.
 RESCORE_SEED_OFFSET = 1_000
+#: Under a time budget, the race's rounds the trials give way to: up to this many runs per
+#: contender (the budget keeps their time from the trials, :func:`autoaug.search.driver._plan_rescore`).
+#: Rounds beyond it (``rescore_max_seeds`` above it) run only on the time the trials leave -- a
+#: search that finishes its trials early, or has no budget, races to ``rescore_max_seeds`` -- so
+#: a longer race never takes trials away (on CIFAR-10, 16 trials found the candidate a 10-run race
+#: stored and a 3-run race rejected: benchmarks/results/search-gain-cifar10-jpeg/race10).
+RACE_RESERVED_SEEDS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,12 +471,16 @@ def race(
     (:func:`rescore_candidates`; a run saved already is not trained again, so a resumed search
     replays the rounds it finished and trains only what they lack); ``say``: one line per round.
     Returns ``(counts, runs, record)``: each candidate's runs in all, the saved runs, and the
-    race as recorded in the provenance (``selection["race"]``)."""
+    race as recorded in the provenance (``selection["race"]``: ``max_seeds``, its ``rounds``,
+    how it ``ended``, and the ``contenders`` left within the noise of the leader then, with
+    their runs)."""
     counts = {c.key: first_count(c, config) for c in candidates}
     record: dict[str, Any] = {"max_seeds": config.race_seeds, "rounds": [], "ended": "max_seeds"}
     while True:
         scores = candidate_scores(candidates, config, runs, counts)
         ahead, noise = contenders(candidates, scores, calibration)
+        # where the race ends: the candidates still within the noise of the leader, and their runs
+        record["contenders"] = [{"kind": c.kind, "runs": counts[c.key]} for c in ahead]
         more = [c for c in ahead if counts[c.key] < config.race_seeds]
         if len(ahead) < 2:
             record["ended"] = "decided"
@@ -527,11 +539,29 @@ def describe_selection(selection: Mapping[str, Any] | None, ran: str | None = No
         verdict = "beyond the noise" if versus["beyond"] else "within the noise"
         return [
             f"none of the search's own candidates beat the best published policy{'' if versus['beyond'] else ' beyond the noise'}: "
-            f"stored it; the best of them ({versus['own']}) re-scored {pts}, {verdict}"
+            f"stored it; the best of them ({versus['own']}) re-scored {pts}, {verdict}",
+            *_race_cut(selection),
         ]
     if versus["beyond"] and versus["margin"] > 0:
         return [f"stored policy vs the best published policy: {pts}, beyond the noise"]
     return [
         f"stored policy vs the best published policy: {pts}, within the noise: "
-        "the search found nothing measurably better than the published policy"
+        "the search found nothing measurably better than the published policy",
+        *_race_cut(selection),
+    ]
+
+
+def _race_cut(selection: Mapping[str, Any]) -> list[str]:
+    """A line when the time budget ended the re-scoring race with candidates still within the
+    noise of each other (the decision between them was not made): who, with how many runs, and
+    what would let the race decide."""
+    race = selection.get("race") or {}
+    left = race.get("contenders") or []
+    if race.get("ended") != "budget" or len(left) < 2:
+        return []
+    who = ", ".join(f"{c['kind']} ({c['runs']} run{'s' if c['runs'] != 1 else ''})" for c in left)
+    return [
+        f"the time budget ended the re-scoring race after {len(race.get('rounds') or [])} round(s) with {who} "
+        f"within the noise of each other: stored the higher mean; a longer --time-budget (or none) lets "
+        f"the race run up to {race.get('max_seeds')} runs each to tell them apart"
     ]

@@ -673,6 +673,13 @@ def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(
     monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
     driver._plan_rescore(config, run, budget)
     assert budget.reserve_s() == pytest.approx(without + 2 * 100.0)  # two rounds of one wave each
+    # A longer race (up to 10 runs each) takes no more time from the trials: its rounds past
+    # RACE_RESERVED_SEEDS (3) run on the time they leave.
+    driver._plan_rescore(config.replace(rescore_max_seeds=10), run, budget)
+    assert budget.reserve_s() == pytest.approx(without + 2 * 100.0)
+    driver._plan_rescore(config.replace(rescore_max_seeds=2), run, budget)
+    assert budget.reserve_s() == pytest.approx(without + 100.0)  # a shorter one keeps only its own round
+    driver._plan_rescore(config, run, budget)
 
     trained = []
 

@@ -325,6 +325,17 @@ def test_the_stored_policys_margin_over_the_best_published_policy_is_measured_an
         "28 trials (95% interval, twice the standard error; "
     )
     assert line.endswith("within the noise: the search found nothing measurably better than the published policy")
+    # The time budget ended the race with two still within the noise: said, with what would decide it.
+    cut = {"max_seeds": 10, "rounds": [{}, {}], "ended": "budget"}
+    cut["contenders"] = [{"kind": "assembled", "runs": 3}, {"kind": "transfer", "runs": 4}]
+    assert describe_selection({**record, "race": cut})[1] == (
+        "the time budget ended the re-scoring race after 2 round(s) with assembled (3 runs), transfer (4 runs) "
+        "within the noise of each other: stored the higher mean; a longer --time-budget (or none) lets the race "
+        "run up to 10 runs each to tell them apart"
+    )
+    # ... not when the race ran its most runs, or left one alone ahead
+    for race in ({**cut, "ended": "max_seeds"}, {**cut, "contenders": cut["contenders"][:1]}):
+        assert len(describe_selection({**record, "race": race})) == 1
     # 20 points: beyond it.
     scores[assembled.key] = _scored(0.99, 198)
     scores[transfer.key] = _scored(0.79, 158)
@@ -415,7 +426,12 @@ def test_a_candidate_beyond_the_noise_of_the_others_ends_the_race_at_once():
 
     config, candidates, runs, train, trained = _racing({"assembled": 0.70, "runner_up": 0.60})
     counts, _, record = race(candidates, config, runs, train=train)
-    assert trained == [] and record == {"max_seeds": 3, "rounds": [], "ended": "decided"}
+    assert trained == [] and record == {
+        "max_seeds": 3,
+        "rounds": [],
+        "ended": "decided",
+        "contenders": [{"kind": "assembled", "runs": 1}],  # alone ahead: runner_up is beyond the noise
+    }
     assert counts == {c.key: 1 for c in candidates}
 
 
@@ -436,6 +452,8 @@ def test_candidates_within_the_noise_race_on_the_same_seeds_until_the_most_runs_
     assert trained == [("assembled", 1001), ("runner_up", 1001), ("runner_up", 1002), ("assembled", 1002)]
     assert counts == {assembled.key: 3, runner_up.key: 3, far.key: 1}
     assert record["ended"] == "max_seeds"
+    # where it ended: both still within the noise, the leader first, with their runs
+    assert record["contenders"] == [{"kind": "runner_up", "runs": 3}, {"kind": "assembled", "runs": 3}]
     assert [r["trained"] for r in record["rounds"]] == [["assembled", "runner_up"], ["runner_up", "assembled"]]
     assert record["rounds"][0]["leader"] == "assembled" and record["rounds"][1]["leader"] == "runner_up"
     assert lines[0].startswith("re-scoring race, round 1: within the noise of assembled (a run's spread ")
@@ -477,13 +495,16 @@ def test_the_race_stops_where_its_next_round_does_not_fit_or_was_cut_by_the_dead
     asked = []
     counts, _, record = race(candidates, config, runs, train=train, fits=lambda n: asked.append(n) or False)
     assert asked == [2] and trained == [] and record["ended"] == "budget" and set(counts.values()) == {1}
+    assert [c["kind"] for c in record["contenders"]] == ["runner_up", "assembled"]  # left undecided
 
     def cut(more, counts, saved):  # the deadline cancelled the round's second run
         out = train(more, counts, saved)
         return {k: v for k, v in out.items() if not k.startswith("runner_up") or "seed=1001" not in k}
 
     counts, _, record = race(candidates, config, runs, train=cut)
-    assert record == {"max_seeds": 3, "rounds": [], "ended": "budget"} and set(counts.values()) == {1}
+    left = [{"kind": "runner_up", "runs": 1}, {"kind": "assembled", "runs": 1}]  # the cut round not counted
+    assert record == {"max_seeds": 3, "rounds": [], "ended": "budget", "contenders": left}
+    assert set(counts.values()) == {1}
 
 
 def test_no_race_without_more_seeds_than_the_first_round():

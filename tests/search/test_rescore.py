@@ -511,9 +511,9 @@ def test_no_race_without_more_seeds_than_the_first_round():
     from autoaug.search.config import SearchConfig
 
     assert _rescore_config(rescore_max_seeds=None).race_seeds == 1
-    assert _rescore_config(rescore_seeds=4).race_seeds == 4  # --rescore-seeds 4 under the cpu preset's 3
+    assert _rescore_config(rescore_seeds=12).race_seeds == 12  # --rescore-seeds 12 over the cpu preset's 10
     assert SearchConfig.from_preset("smoke", name="r").race_seeds == 1
-    assert _rescore_config().race_seeds == 3  # the cpu preset races
+    assert _rescore_config().race_seeds == 10  # the cpu preset races
 
 
 def test_the_summary_says_what_the_race_did():

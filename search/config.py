@@ -80,8 +80,8 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # within the noise of the leader then race (up to 10 runs each, rescore_max_seeds): one run
     # each decides almost at random among candidates within a point, and so do 3: on CIFAR-10 a
     # race of up to 3 rejected a candidate that one of up to 10 stored, +0.81 [+0.55, +1.08]
-    # points over the published policy in eval-cpu, while the 10-run replays of the three
-    # 28-trial searches kept the 3-run race's decisions (benchmarks/results/search-gain-cifar10-jpeg/race10). Under
+    # points over the published policy in eval-cpu, while the 10-run replays of the four
+    # other searches kept the 3-run race's decisions (benchmarks/results/search-gain-cifar10-jpeg/race10). Under
     # the budget the trials give way to rounds up to 3 runs each (RACE_RESERVED_SEEDS); later
     # rounds run on the time the trials leave (none in 30 minutes; the summary says so), so the
     # 10 take nothing from the trials and pay where the search has the time.

@@ -81,10 +81,11 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
     # each decides almost at random among candidates within a point, and so do 3: on CIFAR-10 a
     # race of up to 3 rejected a candidate that one of up to 10 stored, +0.81 [+0.55, +1.08]
     # points over the published policy in eval-cpu, while the 10-run replays of the four
-    # other searches kept the 3-run race's decisions (benchmarks/results/search-gain-cifar10-jpeg/race10). Under
-    # the budget the trials give way to rounds up to 3 runs each (RACE_RESERVED_SEEDS); later
-    # rounds run on the time the trials leave (none in 30 minutes; the summary says so), so the
-    # 10 take nothing from the trials and pay where the search has the time.
+    # other searches kept the 3-run race's decisions
+    # (benchmarks/results/search-gain-cifar10-jpeg/race10). Under the budget the trials give way
+    # to rounds up to 3 runs each (RACE_RESERVED_SEEDS); later rounds run only on the time the
+    # trials leave (the summary says when the budget ended the race undecided), so the 10 take
+    # nothing from the trials and pay where the search has the time.
     # A time budget of 30 minutes (1 CPU-hour on 2 cores): proxy runs in bf16 + channels_last and
     # trials validated only where their score is read make a trial epoch 1.86x cheaper than when
     # the search (28 trials, 3-4 re-scoring runs, no calibration) took 33-42 minutes, so the 8

@@ -1,6 +1,8 @@
 # Two commands: `make demo` (the main job: a smoke-preset policy search) and `make test`.
 # Both create .venv when missing and (re)install the project into it when pyproject.toml changed,
 # with the `search` extra (Ray, Optuna, DALI: the light `pip install autoaug` leaves them out).
+# --no-cache-dir: the downloaded wheels (DALI, Ray, ... about 1 GB) are not kept a second time in pip's
+# cache; a CI machine once ran out of disk while installing.
 VENV    ?= .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
@@ -33,7 +35,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --disable-pip-version-check -q -e '.[search,dev]'
+	$(PY) -m pip install --disable-pip-version-check --no-cache-dir -q -e '.[search,dev]'
 	$(PY) -c "import torch, torchvision, ray, optuna, pyarrow, nvidia.dali; print('installed: torch', torch.__version__, 'torchvision', torchvision.__version__, 'ray', ray.__version__, 'optuna', optuna.__version__, 'dali', nvidia.dali.__version__)"
 	touch $(STAMP)
 

@@ -306,10 +306,11 @@ class Budget:
             return self._epoch_sum / self._epoch_count * self._epochs + RUN_OVERHEAD_S
         return None
 
-    def reserve_s(self) -> float:
+    def reserve_s(self, run_s: float | None = None) -> float:
         """The time re-scoring and storing need (:data:`STORE_RESERVE_S` when re-scoring is not
-        planned or its runs cannot be estimated yet)."""
-        run_s = self.run_s()
+        planned or its runs cannot be estimated yet); ``run_s``: with proxy runs of that many
+        seconds instead of :meth:`run_s` (calibration's forecast, from its own runs)."""
+        run_s = self.run_s() if run_s is None else run_s
         if not self._runs or run_s is None:
             return STORE_RESERVE_S
         return STORE_RESERVE_S + (math.ceil(self._runs / self._slots) + self._race_waves) * run_s

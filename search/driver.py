@@ -228,6 +228,8 @@ def _search(
         with contextlib.nullcontext() if budget is None else budget.running():  # its clock saved as it runs
             with tune_output(config.verbose), _session(session, address, config.verbose) as info:
                 _check_resources(config, info, display)
+                if budget is not None:  # what re-scoring will need, known to calibration's forecast
+                    _plan_rescore(config, run, budget, before_calibration=True)
                 calibration = calibrate(config, run, display, budget)  # base / warm start "auto": measured first
                 if calibration is not None:
                     config = calibration.apply(config)
@@ -288,16 +290,22 @@ def _resumable(config: SearchConfig, run: RunDir) -> Iterator[None]:
         raise error from None
 
 
-def _plan_rescore(config: SearchConfig, run: RunDir, budget: Budget, *, transfer: Any = None) -> None:
+def _plan_rescore(
+    config: SearchConfig, run: RunDir, budget: Budget, *, transfer: Any = None, before_calibration: bool = False
+) -> None:
     """Tell ``budget`` what re-scoring will need (the runs of the most candidates the method can
     return, and of the ``transfer`` candidate unless calibration measured it, as many at once as
-    the cluster runs), so that trials stop in time for it."""
-    from autoaug.search.decide.calibrate import CALIBRATION_FILE
+    the cluster runs), so that trials stop in time for it. ``before_calibration``: planned before
+    calibration runs (for its forecast, :func:`autoaug.search.decide.calibrate.calibrate`), with the
+    published policy that will transfer best competing, measured by its calibration runs, when
+    calibration measures the published policies (``--warm-start auto``); planned again after it."""
+    from autoaug.search.decide.calibrate import AUTO, CALIBRATION_FILE
     from autoaug.search.decide.rescore import RACE_RESERVED_SEEDS, parallel_runs
 
     own = config.search_method.max_candidates(config)
+    competes = transfer is not None or (before_calibration and config.warm_start == AUTO)
     trained = own + (transfer is not None and not transfer.runs)
-    runs = trained * config.rescore_seeds if config.rescore and own + (transfer is not None) >= 2 else 0
+    runs = trained * config.rescore_seeds if config.rescore and own + competes >= 2 else 0
     measured = {}
     for name in (RESCORE_FILE, CALIBRATION_FILE):  # proxy runs of this search, measured
         if run.exists(name):
@@ -333,6 +341,7 @@ def _transfer_only(
     ``transfer`` candidate (the published policy that transferred best), stored as calibration
     measured it (nothing is re-scored: its runs are in the calibration record)."""
     from autoaug.search.decide.assemble import AssembledPolicy
+    from autoaug.search.decide.calibrate import next_search
 
     planned = config.search_method.num_trials(config)
     spent, left = budget.spent_s(), max(budget.remaining_s(), 0.0)
@@ -344,7 +353,8 @@ def _transfer_only(
         f"calibration ended at {format_duration(spent)} of the {format_duration(budget.total_s)} budget, leaving "
         f"{format_duration(left)}, less than trials and re-scoring need (about {format_duration(budget.reserve_s())}): "
         f"none of the {planned} {config.search_method.unit} ran; stored {published['best']} on {published['base']}, "
-        f"the published policy that transferred best, as calibration measured it ({measured})"
+        f"the published policy that transferred best, as calibration measured it ({measured}); "
+        f"{next_search(config.name, spent)}"
     )
     display.log(f"time budget: {note}")
     budget.end("calibration", note=note)

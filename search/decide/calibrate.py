@@ -401,6 +401,18 @@ def suggested_budget_s(calibration_s: float) -> float:
     return math.ceil(calibration_s / CALIBRATION_SHARE / 600) * 600
 
 
+def next_search(name: str, calibration_s: float) -> str:
+    """What to do when calibration leaves a search's trials no time: a larger budget
+    (:func:`suggested_budget_s`), or the next search reusing search ``name``'s calibration runs."""
+    from autoaug.search.budget import format_duration
+
+    return (
+        f"for trials, give this data --time-budget {format_duration(suggested_budget_s(calibration_s))} "
+        f"(calibration a third of it), or start the next search with --calibration-from {name} "
+        "(it reuses these runs)"
+    )
+
+
 def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None = None) -> Calibration | None:
     """Run what ``config`` leaves to measurement (``base``, ``warm_start`` ``"auto"``) inside the
     search's Ray session, resuming from ``calibration.json`` in the run directory ``run``; None
@@ -489,24 +501,34 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         return budget.spent_s() + waves * run_s <= CALIBRATION_SHARE * budget.total_s
 
     def forecast(missing: int) -> None:
-        """Say, before ``missing`` runs start, when they will end if that is past the time budget:
-        the budget does not cut calibration, so the trials will have little or no time -- better
-        known now than at the end. (A later round runs only within a third of the budget.)"""
+        """Say, before ``missing`` runs start, when they will end if that is past the time budget
+        or leaves less than re-scoring and storing need (the budget's plan of them, with runs as
+        long as calibration's): the budget does not cut calibration, so the trials will have little
+        or no time -- better known now than at the end. (A later round runs only within a third of
+        the budget.)"""
         measured = pace()
         if measured is None:
             return
         run_s, slots = measured
         ends = budget.spent_s() + math.ceil(missing / slots) * run_s
-        if ends > budget.total_s:
-            from autoaug.search.budget import format_duration
+        need = budget.reserve_s(run_s)
+        if ends + need <= budget.total_s:
+            return
+        from autoaug.search.budget import format_duration
 
-            display.log(
-                f"calibration: {missing} runs of about {format_duration(run_s)}, {slots} at once: it will end at "
-                f"about {format_duration(ends)} of the {format_duration(budget.total_s)} time budget (which does "
-                "not cut calibration), leaving the trials little or no time; for trials, give this data "
-                f"--time-budget {format_duration(suggested_budget_s(ends))} (calibration a third of it), or start "
-                f"the next search with --calibration-from {config.name} (it reuses these runs)"
+        if ends > budget.total_s:
+            when = " (which does not cut calibration), leaving the trials little or no time"
+        else:
+            when = (
+                f", leaving {format_duration(budget.total_s - ends)}, less than trials and re-scoring need (about "
+                f"{format_duration(need)}): no trial will run, the published policy that transferred best will be "
+                "stored"
             )
+        display.log(
+            f"calibration: {missing} runs of about {format_duration(run_s)}, {slots} at once: it will end at "
+            f"about {format_duration(ends)} of the {format_duration(budget.total_s)} time budget{when}; "
+            f"{next_search(config.name, ends)}"
+        )
 
     extra = [
         calibration_train_config(config, i)

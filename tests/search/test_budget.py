@@ -656,6 +656,37 @@ def test_a_trial_the_budget_stops_before_its_first_score_goes_through_every_sche
     search.on_trial_complete("early", result=dict(unscored))  # the searcher takes it too
 
 
+def test_before_calibration_the_budget_plans_the_re_scoring_calibration_will_leave(tmp_path, monkeypatch):
+    """Planned before calibration (for its forecast), re-scoring counts the published policy that
+    will transfer best as a competitor measured by calibration's runs, as the plan after it does;
+    without ``--warm-start auto`` calibration measures none, and only the method's own compete."""
+    from types import SimpleNamespace
+
+    from autoaug.search import driver
+    from autoaug.search.decide import rescore
+
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
+    run = RunDir(str(tmp_path), "p")
+    config = SearchConfig.from_preset("cpu", name="p", data="x", storage=str(tmp_path))
+    assert config.warm_start == "auto" and config.rescore
+    before, after = Budget(1800, clock=_Clock()), Budget(1800, clock=_Clock())
+    driver._plan_rescore(config, run, before, before_calibration=True)
+    measured = SimpleNamespace(runs=({"seed": 2000},))  # the transfer candidate, with its calibration run
+    driver._plan_rescore(config, run, after, transfer=measured)
+    assert before.reserve_s() == after.reserve_s() > STORE_RESERVE_S + 100.0
+    # ... which calibration's forecast asks with the run time it measured itself
+    assert before.reserve_s(50.0) - STORE_RESERVE_S == pytest.approx((before.reserve_s() - STORE_RESERVE_S) / 2)
+    # With a warm start given (no published policy measured), one own candidate alone is not re-scored.
+    single = config.replace(warm_start="autoaugment-cifar10")
+    monkeypatch.setattr(type(config.search_method), "max_candidates", lambda self, config: 1)
+    driver._plan_rescore(single, run, before, before_calibration=True)
+    assert before.reserve_s() == STORE_RESERVE_S
+    driver._plan_rescore(config, run, before, before_calibration=True)
+    # one candidate and the transfer: its run (1 wave), then the race's 2 reserved rounds
+    assert before.reserve_s() == STORE_RESERVE_S + 3 * 100.0
+
+
 def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(tmp_path, monkeypatch):
     """``rescore_max_seeds 3``: trials stop early enough for two more waves of runs (a leader and a
     challenger, both at once); the race runs the rounds that fit and says where it stopped."""

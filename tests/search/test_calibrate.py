@@ -383,12 +383,15 @@ def test_a_race_runs_another_round_only_while_it_fits_in_its_share_of_the_time_b
     import autoaug.search.decide.rescore as rescore
     from autoaug.search.decide.calibrate import CALIBRATION_SHARE
 
-    class Clock:  # a budget whose spent time the test sets
+    class Clock:  # a budget whose spent time the test sets; no re-scoring planned
         total_s = 900.0
         spent = 0.0
 
         def spent_s(self):
             return self.spent
+
+        def reserve_s(self, run_s=None):
+            return 0.0
 
     calls = []
     _fake_runs(monkeypatch, dict(SCORES, standard=0.775), calls)
@@ -428,6 +431,9 @@ def test_a_round_of_the_bases_race_leaves_room_for_the_published_policies_first_
         def spent_s(self):
             return 0.0
 
+        def reserve_s(self, run_s=None):
+            return 0.0
+
     calls = []
     _fake_runs(monkeypatch, dict(SCORES, standard=0.775), calls)
     monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
@@ -448,38 +454,46 @@ def test_a_round_of_the_bases_race_leaves_room_for_the_published_policies_first_
 
 def test_a_calibration_that_will_outlast_the_budget_says_so_before_its_published_policies_run(tmp_path, monkeypatch):
     """Runs of about 110 s (100 s measured + the overhead), 2 at once: the published policies' 6
-    runs are 3 waves, 330 s. With 600 s left of 900 they fit (nothing said); with 300 s left the
-    search says, before they start, when calibration will end and that the trials get no time."""
+    runs are 3 waves, 330 s. With 300 s spent of 900 and no re-scoring planned they fit (nothing
+    said); with 600 s spent the search says, before they start, when calibration will end and that
+    the trials get no time; and with 300 s spent but re-scoring planned (3 runs and 2 race waves:
+    4 waves of 110 s and storing's 15 s, 455 s), calibration ends within the budget but leaves
+    less than that: it says that no trial will run, and what to do instead."""
     import autoaug.search.decide.rescore as rescore
-
-    class Clock:
-        total_s = 900.0
-        spent = 0.0
-
-        def spent_s(self):
-            return self.spent
+    from autoaug.search.budget import Budget
 
     _fake_runs(monkeypatch, SCORES, [])
     monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
     lines = {}
-    for spent in (300.0, 600.0):
-        budget = Clock()
-        budget.spent = spent
-        config = _config(tmp_path / str(int(spent)), base="crop", warm_start="auto")
+    for spent, planned in ((300.0, False), (600.0, False), (300.0, True)):
+        budget = Budget(900.0, started=-spent, clock=lambda: 0.0)
+        if planned:
+            budget.plan_rescore(3, 2, None, 1, race_waves=2)
+        label = f"{int(spent)}{'-planned' if planned else ''}"
+        config = _config(tmp_path / label, base="crop", warm_start="auto")
         run = RunDir(config.storage, config.name)
         run.location.mkdir()
         # the base's runs measured already (a resumed search): their time is the forecast's
         run.write_json(CALIBRATION_FILE, {"runs": {"base:crop/seed=2000": _run(0.78, 2000)}})
         log = _Log()
         calibrate(config, run, log, budget)
-        lines[spent] = [line for line in log.lines if "time budget (which does not cut calibration)" in line]
-    assert lines[300.0] == []
-    (line,) = lines[600.0]
-    assert line.startswith("calibration: 6 runs of about 1m50s, 2 at once: it will end at about 15m30s of the 15m")
+        lines[label] = [line for line in log.lines if "runs of about" in line and "time budget" in line]
+    assert lines["300"] == []
     # ... and what to do about it: a budget of which calibration is a third, or reusing these runs.
-    assert line.endswith(
-        f"leaving the trials little or no time; for trials, give this data --time-budget 50m (calibration a "
-        f"third of it), or start the next search with --calibration-from {config.name} (it reuses these runs)"
+    advice = (
+        "for trials, give this data --time-budget {} (calibration a third of it), or start the next search "
+        "with --calibration-from {} (it reuses these runs)"
+    )
+    (line,) = lines["600"]
+    assert line == (
+        "calibration: 6 runs of about 1m50s, 2 at once: it will end at about 15m30s of the 15m time budget "
+        "(which does not cut calibration), leaving the trials little or no time; " + advice.format("50m", "cal")
+    )
+    (line,) = lines["300-planned"]
+    assert line == (
+        "calibration: 6 runs of about 1m50s, 2 at once: it will end at about 10m30s of the 15m time budget, leaving "
+        "4m30s, less than trials and re-scoring need (about 7m35s): no trial will run, the published policy that "
+        "transferred best will be stored; " + advice.format("40m", "cal")
     )
 
 
@@ -559,7 +573,9 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     note = (
         "calibration ended at 1h6m40s of the 30m budget, leaving 0s, less than trials and re-scoring need "
         f"(about {{}}): none of the {config.train_method.num_trials} trials ran; stored randaugment on crop, the "
-        "published policy that transferred best, as calibration measured it (83.00% over 1 run)"
+        "published policy that transferred best, as calibration measured it (83.00% over 1 run); for trials, "
+        "give this data --time-budget 3h20m (calibration a third of it), or start the next search with "
+        "--calibration-from spent (it reuses these runs)"
     )
     (line,) = [line for line in printed.splitlines() if "none of the" in line and "trials ran" in line]
     reserve = line.split("(about ", 1)[1].split(")", 1)[0]

@@ -95,6 +95,13 @@ def challenger_cells(per_search: dict, done: dict[str, Any]) -> dict[tuple[int, 
 
 
 # ---------------------------------------------------------------------------------------- report
+def no_trial(result: dict) -> bool:
+    """Whether calibration used the search's time budget, so that no trial ran and the published
+    policy that transferred best was stored as calibration measured it."""
+    ended = ((result.get("provenance") or {}).get("budget") or {}).get("ended") or {}
+    return ended.get("stage") == "calibration"
+
+
 def report(
     a: argparse.Namespace,
     work: Path,
@@ -108,11 +115,19 @@ def report(
 ) -> dict:
     ledger = read_json(work / SEARCHES_FILE, {})
     costs = {cell: ledger.get(search_name(*cell)) for cell in plan(a.trials, a.samplers) + method_cells(a.methods)}
-    first = next(iter(per_search.values()), None)
+    # the warm starts (a search's own calibration round may choose another than the one it reused)
+    warm = {}
+    for cell, p in per_search.items():
+        warm.setdefault(p["warm_start"], []).append(search_name(*cell))
+    warm_text = (
+        next(iter(warm), "–")
+        if len(warm) <= 1
+        else "; ".join(f"{what}: {', '.join(f'`{n}`' for n in names)}" for what, names in warm.items())
+    )
     lines = [
         f"# Does searching pay? `{a.preset}` searches on `{a.dataset}`",
         "",
-        f"Gain of each search's stored policy over its warm start ({first['warm_start'] if first else '–'}), "
+        f"Gain of each search's stored policy over its warm start ({warm_text}), "
         f"on the search's own score (the proxy: mean validation accuracy over the last epochs), each trained "
         f"with the same {a.rescore_seeds} fresh seeds (seed = train seed + {GAIN_SEED_OFFSET} + i), paired by "
         "seed: mean difference in points and its two-sided 95% Student-t CI (bold: the CI excludes 0). "
@@ -197,7 +212,12 @@ def report(
         ]
         for cell in kept:
             p = per_search[cell]
-            what = f"{p['challenger']} (`{p['challenger_hash'][:12]}`)" if p["challenger"] else "not rebuilt"
+            if p["challenger"]:
+                what = f"{p['challenger']} (`{p['challenger_hash'][:12]}`)"
+            elif no_trial(results[cell]):
+                what = "none: no trial ran"
+            else:
+                what = "not rebuilt"
             lines.append(f"| `{search_name(*cell)}` | {what} | {cell_text(found.get(cell))} |")
         lines.append("")
     trials = [  # the training method's trials (a PBA member or a density candidate has no ASHA rungs)
@@ -225,7 +245,9 @@ def report(
     for cell, p in per_search.items():
         r = results[cell]
         ran = trials_text(r["provenance"].get("counts") or {})
-        chosen = (r["provenance"].get("selection") or {}).get("chosen") or "not re-scored: the method's own"
+        chosen = (r["provenance"].get("selection") or {}).get("chosen") or (
+            "transfer, as calibration measured it (no trial ran)" if no_trial(r) else "not re-scored: the method's own"
+        )
         lines.append(
             f"| `{search_name(*cell)}` | {ran} | {rungs_text(r['provenance']['search']['config'])} | {chosen} | "
             f"{len(r['policy']['sub_policies'])} | "

@@ -513,6 +513,41 @@ def test_a_search_that_kept_its_warm_start_reports_its_best_own_candidate_agains
     assert all(doc["searches"][s]["challenger"] is None for s in ("sg-n5-tpe", "sg-n5-random", "sg-n6-tpe"))
 
 
+def test_a_search_whose_calibration_used_the_budget_is_reported_as_storing_the_transfer_with_no_trial(
+    sg, fake, monkeypatch
+):
+    """The first search's calibration left its trials no time (it stored the published policy that
+    transferred best, as measured); the next, reusing those runs, chose another warm start: the
+    report says both, not "the method's own" nor "not rebuilt", and names each search's warm start."""
+    from autoaug.policies import presets
+
+    autoaug = sg._autoaug
+
+    def first_spent(args, log):
+        code = autoaug(args, log)
+        name = args[args.index("--name") + 1]
+        path = fake["work"] / "runs" / name / "result.json"
+        result = json.loads(path.read_text())
+        if name == "sg-n5-tpe":  # stored its warm start, no trial, the budget ended it in calibration
+            result["policy"] = presets.resolve("randaugment").with_base("crop").with_name(name).to_dict()
+            result["provenance"]["counts"] = {"trials": 0, "completed": 0, "early_stopped": 0}
+            result["provenance"]["budget"] = {"time_budget_s": 1800, "ended": {"stage": "calibration"}}
+        else:  # measured another round: trivialaugment transferred best this time
+            result["provenance"]["calibration"]["transfer"]["best"] = "trivialaugment"
+        path.write_text(json.dumps(result))
+        return code
+
+    monkeypatch.setattr(sg, "_autoaug", first_spent)
+    assert sg.main(fake["argv"]) == 0
+    text = (fake["out"] / "results.md").read_text()
+    assert "| `sg-n5-tpe` | none: no trial ran | – |" in text
+    assert "| transfer, as calibration measured it (no trial ran) |" in text
+    assert (
+        "over its warm start (randaugment on crop (transferred best in calibration): `sg-n5-tpe`; "
+        "trivialaugment on crop (transferred best in calibration): `sg-n5-random`, `sg-n6-tpe`, `sg-n6-random`)"
+    ) in text
+
+
 def test_trial_scores_are_each_ended_trials_scores_by_epoch_from_the_searchs_study(load_benchmark, tmp_path):
     # the benchmark's rung figure reads the same scores as a search's own rung record
     import optuna

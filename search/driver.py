@@ -304,7 +304,10 @@ def _plan_rescore(
 
     own = config.search_method.max_candidates(config)
     competes = transfer is not None or (before_calibration and config.warm_start == AUTO)
-    trained = own + (transfer is not None and not transfer.runs)
+    warm_measured = transfer is not None and bool(transfer.runs)
+    trained = config.search_method.candidates_to_train(config, warm_start_measured=warm_measured) + (
+        transfer is not None and not transfer.runs
+    )
     runs = trained * config.rescore_seeds if config.rescore and own + competes >= 2 else 0
     measured = {}
     for name in (RESCORE_FILE, CALIBRATION_FILE):  # proxy runs of this search, measured

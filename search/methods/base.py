@@ -34,7 +34,8 @@ one place that lists them). It defines:
   ``describe(config)`` and ``optuna_studies(config)``, the lines ``autoaug search`` prints about
   it before it starts; ``study_names(config)``, every Optuna study it opens (checked in a shared
   database before it starts; default: one named like the search); ``max_candidates(config)``, how many final candidates it can return for
-  re-scoring at most (what a time budget keeps time for); ``warm_start_capacity(config)``;
+  re-scoring at most, and ``candidates_to_train(config, warm_start_measured=...)``, how many of them
+  re-scoring trains (what a time budget keeps time for); ``warm_start_capacity(config)``;
   ``summary(record)``, ``best_policy_line(n)`` and ``result_fields(record)``, what a finished
   search's summary and ``--json`` result say about its provenance record
   (``MethodResult.provenance``); ``report_note(name, run_uri)``, why ``autoaug report`` has no
@@ -284,6 +285,12 @@ class Method(abc.ABC):
     def max_candidates(self, config: SearchConfig) -> int:
         """How many final candidates it can return for re-scoring at most."""
         return 1
+
+    def candidates_to_train(self, config: SearchConfig, *, warm_start_measured: bool = False) -> int:
+        """How many of those re-scoring trains at most: ``warm_start_measured``, calibration
+        measured the warm start as the published policy that transferred best (a candidate that
+        is that very policy competes with its calibration runs, not trained again)."""
+        return self.max_candidates(config)
 
     def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
         """How many warm-start candidates fit in its first batch, and what they are (a message's

@@ -687,6 +687,35 @@ def test_before_calibration_the_budget_plans_the_re_scoring_calibration_will_lea
     assert before.reserve_s() == STORE_RESERVE_S + 3 * 100.0
 
 
+def test_a_family_search_keeps_no_run_for_a_warm_start_calibration_measured(tmp_path, monkeypatch):
+    """In the randaugment family the warm start's candidate is its published point, which
+    competes as the transfer with its calibration runs (:func:`autoaug.search.driver.with_transfer`):
+    the budget keeps time for the best point and the runner-up only. Unmeasured (a warm start
+    given), it is trained, and its run is kept for."""
+    from types import SimpleNamespace
+
+    from autoaug.search import driver
+    from autoaug.search.decide import rescore
+
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 1)
+    monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
+    run = RunDir(str(tmp_path), "f")
+    config = SearchConfig.from_preset(
+        "cpu", name="f", data="x", storage=str(tmp_path), family="randaugment", warm_start=["randaugment"]
+    )
+    race = 2 * 100.0  # the race's two reserved rounds, one run at a time: one wave each of 2 runs
+    measured, given = Budget(1800, clock=_Clock()), Budget(1800, clock=_Clock())
+    driver._plan_rescore(config, run, measured, transfer=SimpleNamespace(runs=({"seed": 2000},)))
+    driver._plan_rescore(config, run, given)
+    assert measured.reserve_s() == pytest.approx(STORE_RESERVE_S + 2 * 100.0 + 2 * race)
+    assert given.reserve_s() == pytest.approx(STORE_RESERVE_S + 3 * 100.0 + 2 * race)
+    # In the aa family the warm start is extended by what the search found: a new policy, trained.
+    aa = config.replace(family="aa")
+    driver._plan_rescore(aa, run, measured, transfer=SimpleNamespace(runs=({"seed": 2000},)))
+    driver._plan_rescore(aa, run, given)
+    assert measured.reserve_s() == given.reserve_s()
+
+
 def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(tmp_path, monkeypatch):
     """``rescore_max_seeds 3``: trials stop early enough for two more waves of runs (a leader and a
     challenger, both at once); the race runs the rounds that fit and says where it stopped."""

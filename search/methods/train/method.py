@@ -186,6 +186,13 @@ class TrainMethod(Method):
             return 2 + bool(config.warm_start)  # the best point, the next best, the warm start
         return 2 + bool(config.warm_start) + config.method_settings(TrainMethodConfig).early_stopping
 
+    def candidates_to_train(self, config: SearchConfig, *, warm_start_measured: bool = False) -> int:
+        # In the randaugment and trivialaugment families the warm start's candidate is its published
+        # point: when calibration measured it (the transfer), it competes as the transfer, untrained.
+        if warm_start_measured and config.warm_start and assembly_rule(config.space.family) == "best":
+            return self.max_candidates(config) - 1
+        return self.max_candidates(config)
+
     def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
         return config.method_settings(TrainMethodConfig).num_trials, "trials; raise --num-trials"
 

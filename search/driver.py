@@ -304,10 +304,21 @@ def _plan_rescore(
 
     own = config.search_method.max_candidates(config)
     competes = transfer is not None or (before_calibration and config.warm_start == AUTO)
+    method = config.search_method
     warm_measured = transfer is not None and bool(transfer.runs)
-    trained = config.search_method.candidates_to_train(config, warm_start_measured=warm_measured) + (
+    trained = method.candidates_to_train(config, warm_start_measured=warm_measured) + (
         transfer is not None and not transfer.runs
     )
+    if before_calibration and config.family == AUTO and config.warm_start == AUTO:
+        # the family is the published policy's that will transfer best: the fewest runs any of
+        # them needs, so that the forecast says "no trial will run" only where none will
+        trained = min(
+            [trained]
+            + [
+                method.candidates_to_train(config.replace(family=f), warm_start_measured=True)
+                for f in method.space_families
+            ]
+        )
     runs = trained * config.rescore_seeds if config.rescore and own + competes >= 2 else 0
     measured = {}
     for name in (RESCORE_FILE, CALIBRATION_FILE):  # proxy runs of this search, measured

@@ -673,8 +673,13 @@ def test_before_calibration_the_budget_plans_the_re_scoring_calibration_will_lea
     before, after = Budget(1800, clock=_Clock()), Budget(1800, clock=_Clock())
     driver._plan_rescore(config, run, before, before_calibration=True)
     measured = SimpleNamespace(runs=({"seed": 2000},))  # the transfer candidate, with its calibration run
-    driver._plan_rescore(config, run, after, transfer=measured)
+    # (--space auto: the family is not chosen yet; the forecast takes the one needing fewest runs,
+    # the randaugment family's, whose warm start competes as the transfer)
+    driver._plan_rescore(config.replace(family="randaugment"), run, after, transfer=measured)
     assert before.reserve_s() == after.reserve_s() > STORE_RESERVE_S + 100.0
+    aa = Budget(1800, clock=_Clock())
+    driver._plan_rescore(config.replace(family="aa"), run, aa, transfer=measured)
+    assert aa.reserve_s() > after.reserve_s()
     # ... which calibration's forecast asks with the run time it measured itself
     assert before.reserve_s(50.0) - STORE_RESERVE_S == pytest.approx((before.reserve_s() - STORE_RESERVE_S) / 2)
     # With a warm start given (no published policy measured), one own candidate alone is not re-scored.
@@ -682,7 +687,7 @@ def test_before_calibration_the_budget_plans_the_re_scoring_calibration_will_lea
     monkeypatch.setattr(type(config.search_method), "max_candidates", lambda self, config: 1)
     driver._plan_rescore(single, run, before, before_calibration=True)
     assert before.reserve_s() == STORE_RESERVE_S
-    driver._plan_rescore(config, run, before, before_calibration=True)
+    driver._plan_rescore(config.replace(family="aa"), run, before, before_calibration=True)
     # one candidate and the transfer: its run (1 wave), then the race's 2 reserved rounds
     assert before.reserve_s() == STORE_RESERVE_S + 3 * 100.0
 

@@ -302,23 +302,18 @@ def _plan_rescore(
     from autoaug.search.decide.calibrate import AUTO, CALIBRATION_FILE
     from autoaug.search.decide.rescore import RACE_RESERVED_SEEDS, parallel_runs
 
-    own = config.search_method.max_candidates(config)
-    competes = transfer is not None or (before_calibration and config.warm_start == AUTO)
     method = config.search_method
-    warm_measured = transfer is not None and bool(transfer.runs)
-    trained = method.candidates_to_train(config, warm_start_measured=warm_measured) + (
-        transfer is not None and not transfer.runs
+    own = method.max_candidates(config)
+    calibrated = before_calibration and config.warm_start == AUTO  # calibration will measure the transfer
+    competes = transfer is not None or calibrated
+    warm_measured = calibrated or (transfer is not None and bool(transfer.runs))
+    # Before calibration chooses the family (--space auto), the fewest runs any family needs: the
+    # forecast then says "no trial will run" only where none will.
+    configs = (
+        [config.replace(family=f) for f in method.space_families] if calibrated and config.family == AUTO else [config]
     )
-    if before_calibration and config.family == AUTO and config.warm_start == AUTO:
-        # the family is the published policy's that will transfer best: the fewest runs any of
-        # them needs, so that the forecast says "no trial will run" only where none will
-        trained = min(
-            [trained]
-            + [
-                method.candidates_to_train(config.replace(family=f), warm_start_measured=True)
-                for f in method.space_families
-            ]
-        )
+    trained = min(method.candidates_to_train(c, warm_start_measured=warm_measured) for c in configs)
+    trained += transfer is not None and not transfer.runs
     runs = trained * config.rescore_seeds if config.rescore and own + competes >= 2 else 0
     measured = {}
     for name in (RESCORE_FILE, CALIBRATION_FILE):  # proxy runs of this search, measured

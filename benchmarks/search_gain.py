@@ -452,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("AUTOAUG_CIFAR10"),
         help="folder with train.parquet and test.parquet (default $AUTOAUG_CIFAR10)",
     )
-    p.add_argument("--trials", default="28,100,300", help="numbers of trials, comma-separated")
+    p.add_argument(
+        "--trials", default=argparse.SUPPRESS, help="numbers of trials, comma-separated (default 28,100,300)"
+    )
     p.add_argument(
         "--samplers",
         default="tpe,random",
@@ -466,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         help="autoaug search arguments of the columns S-LABEL of --samplers (repeatable), "
         "e.g. 'g60=--grace-period 60' for --samplers random,random-g60",
     )
-    p.add_argument("--preset", default="cpu", help="autoaug search --preset")
+    p.add_argument("--preset", default=argparse.SUPPRESS, help="autoaug search --preset (default cpu)")
     p.add_argument(
         "--methods",
         default="",
@@ -476,7 +478,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method-args", default="", help="more autoaug search arguments for the --methods searches")
     p.add_argument("--search-seed", type=int, default=0, help="autoaug search --seed")
     p.add_argument("--search-args", default="", help="more autoaug search arguments (new searches only)")
-    p.add_argument("--rescore-seeds", type=int, default=5, help="K: proxy runs per policy, paired by seed (>= 5)")
+    p.add_argument(
+        "--rescore-seeds",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="K: proxy runs per policy, paired by seed (>= 5; default 5)",
+    )
     p.add_argument(
         "--own-calibration",
         action="store_true",
@@ -488,8 +495,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also the best cell's policy (with --race: the best cell with the race) and the warm start in --eval-preset",
     )
-    p.add_argument("--eval-preset", default="eval-cpu", help="training preset of the evaluation regime")
-    p.add_argument("--eval-seeds", type=int, default=5, help="evaluation seeds per policy")
+    p.add_argument(
+        "--eval-preset", default=argparse.SUPPRESS, help="training preset of the evaluation regime (default eval-cpu)"
+    )
+    p.add_argument("--eval-seeds", type=int, default=argparse.SUPPRESS, help="evaluation seeds per policy (default 5)")
     p.add_argument("--eval-args", default="", help="more autoaug compare arguments for the evaluation")
     p.add_argument("--cpus-per-run", type=int, default=1, help="CPUs per evaluation run")
     p.add_argument("--address", default=None, help="Ray cluster (default: embedded local Ray)")
@@ -510,7 +519,10 @@ def main(argv: list[str] | None = None) -> int:
         help="start no search or replay: report the finished ones (their missing K-seed runs are trained)",
     )
     p.add_argument(
-        "--smoke", action="store_true", help="plumbing check: smoke preset, 5 and 6 trials, K = 2, smoke evaluation"
+        "--smoke",
+        action="store_true",
+        help="plumbing check: its defaults are the smoke preset, 5 and 6 trials, K = 2, the smoke evaluation "
+        "with 2 seeds (an option given explicitly keeps its value)",
     )
     a = p.parse_args(argv)
     if not a.data:
@@ -518,9 +530,16 @@ def main(argv: list[str] | None = None) -> int:
     a.data = os.path.abspath(os.path.expanduser(a.data))
     if not (Path(a.data) / "train.parquet").exists():
         p.error(f"--data {a.data}: no train.parquet there (expected a dataset folder of the Parquet shape)")
-    if a.smoke:
-        # 5 and 6 trials: the aa space's warm start (AutoAugment's 25 sub-policies) is 5 candidates
-        a.preset, a.trials, a.rescore_seeds, a.eval_preset, a.eval_seeds = "smoke", "5,6", 2, "smoke", 2
+    # --smoke changes the defaults only: an option given explicitly keeps its value. 5 and 6 trials:
+    # the aa space's warm start (AutoAugment's 25 sub-policies) is 5 candidates.
+    defaults = (
+        {"preset": "smoke", "trials": "5,6", "rescore_seeds": 2, "eval_preset": "smoke", "eval_seeds": 2}
+        if a.smoke
+        else {"preset": "cpu", "trials": "28,100,300", "rescore_seeds": 5, "eval_preset": "eval-cpu", "eval_seeds": 5}
+    )
+    for key, value in defaults.items():
+        if not hasattr(a, key):
+            setattr(a, key, value)
     try:
         a.trials = [int(x) for x in str(a.trials).split(",") if x.strip()]
     except ValueError:

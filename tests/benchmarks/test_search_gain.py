@@ -373,6 +373,16 @@ def test_bad_options_are_refused_in_one_line(sg, fake, capsys, args, message):
     assert fake["calls"]["search"] == []
 
 
+def test_smoke_sets_defaults_and_an_option_given_keeps_its_value(sg, fake):
+    """--smoke is a plumbing check's defaults (5 and 6 trials, K = 2): --trials or --rescore-seeds
+    given with it are what runs, not silently replaced."""
+    assert sg.main([*fake["argv"], "--trials", "6", "--rescore-seeds", "3"]) == 0
+    names = [a[a.index("--name") + 1] for a in fake["calls"]["search"]]
+    assert names == ["sg-n6-tpe", "sg-n6-random"]
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    assert doc["rescore_seeds"] == 3 and {cell["n"] for cell in doc["cells"].values()} == {3}
+
+
 def test_a_variant_column_is_its_sampler_with_the_variants_arguments(sg, fake):
     argv = [*fake["argv"], "--samplers", "random,random-g60", "--variant", "g60=--grace-period 60"]
     assert sg.main(argv) == 0

@@ -18,6 +18,12 @@ On a machine with one NVIDIA GPU, in about 8 minutes (``--budget-s``)::
 6. runs ``autoaug search --preset gpu`` end to end, shortened (``--preset-epochs`` a run, ASHA's
    rung moved with them, ``--preset-budget-s``): calibration, trials at 1/8 GPU each, re-scoring,
    the store; the GPU's utilisation while it runs and the trial-epochs it trains an hour.
+   ``--search-preset cpu --preset-epochs 0 --preset-args "--set train.device=cuda
+   --gpus-per-trial 0.0625 --concurrency 16"``: the same for another preset moved onto the GPU,
+   at its own epochs and rungs (e.g. what a ``cpu``-preset search of many trials costs on a GPU).
+
+``--proxy proxy-cpu`` times the ``cpu`` preset's proxy (ResNet-8 on 1,000 images) in steps 3 and 4
+instead of the ``paper`` proxy.
 
 It prints a table and writes every figure as JSON to
 ``benchmarks/results/gpu/<gpu-name>.json`` (``--out``). ``--skip`` leaves steps out (e.g.
@@ -31,6 +37,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -175,15 +182,16 @@ def report(m):
                  "t": time.perf_counter() - t0})
 result = train(cfg, sys.argv[2], report=report)
 print("RESULT " + json.dumps({"epochs": rows, "wall_s": time.perf_counter() - t0,
-                              "val_accuracy": result.val_accuracy}), flush=True)
+                              "val_accuracy": result.val_accuracy, "train_size": result.config.train_size}), flush=True)
 """
 
 
-def proxy_config(data: Path, epochs: int) -> dict:
+def proxy_config(data: Path, epochs: int, proxy: str = "paper") -> dict:
     from autoaug.proxy_models.train_config import TrainConfig
 
-    cfg = TrainConfig.from_preset("paper", data=str(data / "train.parquet"), epochs=epochs, max_val_size=None)
+    cfg = TrainConfig.from_preset(proxy, data=str(data / "train.parquet"), epochs=epochs, max_val_size=None)
     d = cfg.to_dict()
+    d["device"] = "cuda"
     # a search's trial validates only where its score is read; the last epoch here
     d["eval_epochs"] = [epochs]
     d["val_size"] = 1000
@@ -259,23 +267,28 @@ def trial_hours(train_size: int, images_per_s: float, epochs: int = 120) -> floa
     return epochs * train_size / images_per_s / 3600
 
 
-def train_once(data: Path, epochs: int, policy: str, timeout_s: float) -> dict:
-    config = proxy_config(data, epochs)
+def train_once(data: Path, epochs: int, policy: str, timeout_s: float, proxy: str = "paper") -> dict:
+    config = proxy_config(data, epochs, proxy)
     with Utilisation() as util:
         [run] = finish_runs(start_runs(1, config, policy), timeout_s)
     busy = util.samples[len(util.samples) // 4 :]  # after start-up
     return {
-        "config": {k: config[k] for k in ("model", "train_size", "batch_size", "epochs", "deterministic")},
+        "config": {
+            **{k: config[k] for k in ("model", "batch_size", "epochs", "deterministic")},
+            "train_size": run["train_size"],
+        },
         "policy": policy,
         "images_per_s": round(train_rate(run)),
-        "epoch_s": round(config["train_size"] / train_rate(run), 3),
+        "epoch_s": round(run["train_size"] / train_rate(run), 3),
         "gpu_utilisation_pct": round(statistics.mean(busy), 1) if busy else None,
         "wall_s": round(run["wall_s"], 1),
     }
 
 
-def concurrency(data: Path, epochs: int, policy: str, counts: tuple[int, ...], timeout_s: float) -> dict:
-    config = proxy_config(data, epochs)
+def concurrency(
+    data: Path, epochs: int, policy: str, counts: tuple[int, ...], timeout_s: float, proxy: str = "paper"
+) -> dict:
+    config = proxy_config(data, epochs, proxy)
     rows = {}
     for n in counts:
         runs = finish_runs(start_runs(n, config, policy), timeout_s)
@@ -283,12 +296,14 @@ def concurrency(data: Path, epochs: int, policy: str, counts: tuple[int, ...], t
         rows[str(n)] = {
             "images_per_s_each": round(each),
             "images_per_s_total": round(sum(train_rate(r) for r in runs)),
-            "trials_per_gpu_hour_120_epochs": round(n / trial_hours(config["train_size"], each), 2),
+            "trials_per_gpu_hour_120_epochs": round(n / trial_hours(runs[0]["train_size"], each), 2),
+            # a whole run (process start, data, pipeline, validation at its last epoch) of `epochs` epochs
+            "run_wall_s": round(statistics.median(r["wall_s"] for r in runs), 1),
         }
         log(
             f"{n} run(s) at once: {each:,.0f} img/s each -> {rows[str(n)]['trials_per_gpu_hour_120_epochs']} trials/GPU-hour"
         )
-    return {"epochs_timed": epochs, "policy": policy, "runs_at_once": rows}
+    return {"proxy": proxy, "epochs_timed": epochs, "policy": policy, "runs_at_once": rows}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -337,18 +352,27 @@ def smoke_search(data: Path, out_dir: Path, timeout_s: float) -> dict:
 # 6. the `gpu` preset end to end, shortened
 
 
-def preset_search(data: Path, out_dir: Path, *, epochs: int, budget_s: float, timeout_s: float) -> dict:
+def preset_search(
+    data: Path,
+    out_dir: Path,
+    *,
+    epochs: int,
+    budget_s: float,
+    timeout_s: float,
+    preset: str = "gpu",
+    extra: tuple[str, ...] = (),
+) -> dict:
     """``autoaug search --preset gpu`` as a user runs it (calibration, trials sharing the GPU at
     1/8 each, re-scoring and its race, the store), shortened to fit a check: ``epochs`` epochs a
     run instead of 120, ASHA's one rung moved with them (epoch 60 of 120 -> ``epochs // 2``), and a
     time budget of ``budget_s``. What it measures: that the preset runs end to end on one GPU, how
     its time splits, how busy it keeps the GPU and how many trial-epochs an hour it trains."""
-    args = [
-        "--preset", "gpu", "--data", str(data / "train.parquet"), "--set", f"train.epochs={epochs}",
-        "--grace-period", str(max(1, epochs // 2)), "--time-budget", f"{budget_s:g}",
-    ]  # fmt: skip
+    args = ["--preset", preset, "--data", str(data / "train.parquet"), "--time-budget", f"{budget_s:g}", *extra]
+    if epochs:  # shortened: ASHA's one rung moved with the epochs (epoch 60 of 120 -> epochs // 2)
+        args += ["--set", f"train.epochs={epochs}", "--grace-period", str(max(1, epochs // 2))]
+    name = f"{preset}-preset"
     with Utilisation(interval=1.0) as util:
-        proc, wall, result = run_search("gpu-preset", args, out_dir / "gpu-preset-search.log", timeout_s)
+        proc, wall, result = run_search(name, args, out_dir / f"{name}-search.log", timeout_s)
     prov = result.get("provenance") or {}
     trials = prov.get("trials") or []
     trial_epochs = sum(int(t.get("epochs") or 0) for t in trials)
@@ -356,16 +380,17 @@ def preset_search(data: Path, out_dir: Path, *, epochs: int, budget_s: float, ti
     trial_s = sum(float(t["train_time_s"]) for t in trained)
     elapsed = float((prov.get("time") or {}).get("elapsed_s") or wall)
     calibration = prov.get("calibration") or {}
+    run_epochs = epochs or int(calibration.get("epochs") or 120)
     busy = util.samples
     return {
-        "command": "autoaug search --name gpu-preset " + " ".join(args),
+        "command": f"autoaug search --name {name} " + " ".join(args),
         "exit": proc.returncode,
         "wall_s": round(wall, 1),
         "stored": (result.get("stored") or {}).get("ref"),
         "counts": prov.get("counts"),
         "trial_epochs": trial_epochs,
         "trial_epochs_per_hour": round(trial_epochs / elapsed * 3600) if trials else 0,
-        "full_length_trials_per_hour": round(trial_epochs / epochs / elapsed * 3600, 1) if trials else 0,
+        "full_length_trials_per_hour": round(trial_epochs / run_epochs / elapsed * 3600, 1) if trials else 0,
         # the trials' recorded training time (train_time_s) per epoch, with as many trials at once as
         # the preset runs: the rate of the trial phase alone (calibration and re-scoring left out)
         "trial_s_per_epoch": round(trial_s / sum(int(t["epochs"]) for t in trained), 3) if trained else None,
@@ -424,7 +449,7 @@ def table(figures: dict) -> str:
     p = figures.get("preset")
     if p:
         lines.append(
-            f"gpu preset ({p['command']}): exit {p['exit']}, {p['wall_s']} s, stored {p['stored']} "
+            f"preset step ({p['command']}): exit {p['exit']}, {p['wall_s']} s, stored {p['stored']} "
             f"(chosen: {p['chosen']}); trials {p['counts']}; {p['trial_epochs_per_hour']:,} trial-epochs/h "
             f"({p['full_length_trials_per_hour']} full-length trials/h); GPU utilisation median "
             f"{p['gpu_utilisation_pct']['median']}%"
@@ -443,10 +468,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each timed proxy run (default 3)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="time for the whole check (default 480)")
     parser.add_argument(
-        "--preset-epochs", type=int, default=20, help="epochs of each run of the gpu-preset search (default 20)"
+        "--proxy",
+        default="paper",
+        choices=("paper", "proxy-cpu"),
+        help="the proxy the train and concurrency steps time (default paper)",
+    )
+    parser.add_argument("--search-preset", default="gpu", help="the preset step's search preset (default gpu)")
+    parser.add_argument(
+        "--preset-args",
+        default="",
+        help="more autoaug search arguments for the preset step, e.g. to move the cpu preset onto the GPU: "
+        "'--set train.device=cuda --gpus-per-trial 0.0625 --concurrency 16'",
     )
     parser.add_argument(
-        "--preset-budget-s", type=float, default=300.0, help="time budget of the gpu-preset search (default 300)"
+        "--preset-epochs",
+        type=int,
+        default=20,
+        help="epochs of each run of the preset step's search, ASHA's rung at half of them; 0: the preset's own "
+        "(default 20)",
+    )
+    parser.add_argument(
+        "--preset-budget-s", type=float, default=300.0, help="time budget of the preset step's search (default 300)"
     )
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -485,17 +527,26 @@ def main(argv: list[str] | None = None) -> int:
             threads=min(8, os.cpu_count() or 2),
             workers=min(8, os.cpu_count() or 2),
         ),
-        "train": lambda: train_once(data, args.epochs, "autoaugment-cifar10", timeout_s=max(60.0, left())),
+        "train": lambda: train_once(
+            data, args.epochs, "autoaugment-cifar10", timeout_s=max(60.0, left()), proxy=args.proxy
+        ),
         "concurrency": lambda: concurrency(
             data,
             args.epochs,
             "autoaugment-cifar10",
             tuple(int(n) for n in args.runs_at_once.split(",")),
             timeout_s=max(60.0, left()),
+            proxy=args.proxy,
         ),
         "search": lambda: smoke_search(data, out_dir, timeout_s=max(60.0, left())),
         "preset": lambda: preset_search(
-            data, out_dir, epochs=args.preset_epochs, budget_s=args.preset_budget_s, timeout_s=max(60.0, left())
+            data,
+            out_dir,
+            epochs=args.preset_epochs,
+            budget_s=args.preset_budget_s,
+            timeout_s=max(60.0, left()),
+            preset=args.search_preset,
+            extra=tuple(shlex.split(args.preset_args)),
         ),
     }
     for name, step in steps.items():

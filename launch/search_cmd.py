@@ -99,14 +99,15 @@ def build_search_config(args: argparse.Namespace):
         raise UserInputError(f"unknown preset {preset!r}; expected one of {', '.join(SEARCH_PRESETS)}")
     config = build_config(lambda d: SearchConfig.from_dict({"preset": preset, **d}), merged, what="search config")
     _check_auto_family(merged, config, preset)
-    return config
+    return config.with_warm_start_family()
 
 
 def _check_auto_family(merged: dict, config, preset: str) -> None:
     """``--space auto`` asked for (the flag, ``--set family=auto``, ``family: auto`` in the file)
     means the family measured with the warm start: refused without ``--warm-start auto`` (the
     configuration alone would search its space's own family without a word). A preset's own
-    ``family: auto`` with another warm start given is the space's own, as documented."""
+    ``family: auto`` with another warm start given is the family that warm start is a point of
+    (:meth:`SearchConfig.with_warm_start_family`), as documented."""
     from autoaug.search.decide.calibrate import AUTO
     from autoaug.search.space import FAMILIES
 

@@ -31,7 +31,7 @@ from autoaug.policies.reference import looks_like_path
 from autoaug.search.budget import DURATION_HELP, parse_duration
 from autoaug.search.decide.calibrate import AUTO
 from autoaug.search.decide.rescore import RESCORE_SEED_OFFSET
-from autoaug.search.decide.warm_start import FAMILY_REFERENCE, warm_start_policies
+from autoaug.search.decide.warm_start import FAMILY_REFERENCE, warm_start_family, warm_start_policies
 from autoaug.search.methods.base import METHODS, Method, MethodSettings, default_method
 from autoaug.search.run_dir import RUNS_ENV_VAR, default_runs_root, default_search_name
 from autoaug.search.score import METRIC, MODE
@@ -262,8 +262,10 @@ class SearchConfig:
             (:meth:`SearchSpace.with_family`); ``"auto"``: with ``warm_start: auto``, the family of
             the published policy that transfers best in calibration (among the families the method
             searches), warm-started from that policy as a point of it
-            (:mod:`autoaug.search.decide.calibrate`); with a warm start given or none, the space's own;
-            None: the space's own.
+            (:mod:`autoaug.search.decide.calibrate`); with a warm start given, the family it is a
+            point of where the space's own does not take it (:meth:`with_warm_start_family`: the
+            driver and ``autoaug search`` apply it), else the space's own; with none, the space's
+            own; None: the space's own.
         rescore: train the final candidates a method returns (the assembled policy, the best
             single trial, ...) again under the proxy (fresh seeds) and store the best
             (:mod:`autoaug.search.decide.rescore`).
@@ -635,6 +637,19 @@ class SearchConfig:
     @property
     def storage_is_local(self) -> bool:
         return "://" not in self.storage or self.storage.startswith("file://")
+
+    def with_warm_start_family(self) -> SearchConfig:
+        """``family: auto`` (the ``cpu`` preset's) with warm-start policies given instead of measured:
+        the family they are points of when it is not the space's own -- ``--preset cpu --warm-start
+        randaugment`` searches around RandAugment in the ``randaugment`` family, as ``--warm-start
+        auto`` does when RandAugment transfers best (:func:`warm_start_family`, among the families
+        the method searches). Policies the space's own family takes (AutoAugment's in ``aa``), or
+        none takes, leave the configuration as it is."""
+        if self.family != AUTO or not self.warm_start or self.warm_start == AUTO:
+            return self
+        families = self.search_method.space_families
+        family = warm_start_family(self.warm_start, self.space, families, store=self.store)
+        return self if family in (None, self.space.family) else self.replace(family=family)
 
     # ---------------------------------------------------------------- checks
     def check_runnable(self) -> None:

@@ -105,6 +105,7 @@ def run_search(
     # what the trials train, what the run records and what a resume reads back.
     if config.train.data is not None:  # (no data: check_runnable says so)
         config = config.replace(train=resolve_config(config.train))
+    config = config.with_warm_start_family()
     config.check_runnable()
     run = RunDir(config.storage, config.name)
     _check_store(config)

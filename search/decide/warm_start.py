@@ -28,7 +28,7 @@ from autoaug.core.errors import AutoaugError, UserInputError
 from autoaug.policies import Policy, resolve_policy
 from autoaug.search.space import SearchSpace
 
-__all__ = ["warm_start_policies", "warm_start_points", "FAMILY_REFERENCE", "WARM_START_ATTR"]
+__all__ = ["warm_start_policies", "warm_start_points", "warm_start_family", "FAMILY_REFERENCE", "WARM_START_ATTR"]
 
 #: Optuna user attribute (its index among the warm-start points) of a trial enqueued from the warm
 #: start: where the ``local`` sampler starts (:mod:`autoaug.search.tune.local_sampler`).
@@ -92,6 +92,23 @@ def warm_start_policies(refs: Sequence[Any], space: SearchSpace, store: Any = No
                 raise UserInputError(f"warm start {ref!r} does not fit the search space: {exc}") from None
             out.append(candidate)
     return out
+
+
+def warm_start_family(
+    refs: Sequence[Any], space: SearchSpace, families: Sequence[str], store: Any = None
+) -> str | None:
+    """The family of ``families`` the warm start ``refs`` fits (:func:`warm_start_policies` takes
+    every one of them): ``space.family`` when they fit it (AutoAugment's policies in ``aa``), else
+    the first other that they do (``randaugment:n=2,m=9`` is a point of ``randaugment`` only);
+    None when none does (a reference that cannot be resolved, a policy of another shape: the
+    space's own family then says why)."""
+    for family in (space.family, *(f for f in families if f != space.family)):
+        try:
+            warm_start_policies(refs, space.with_family(family), store=store)
+        except UserInputError:
+            continue
+        return family
+    return None
 
 
 def warm_start_points(refs: Sequence[Any], space: SearchSpace, store: Any = None) -> list[dict[str, Any]]:

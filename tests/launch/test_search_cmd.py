@@ -295,6 +295,22 @@ def test_the_cpu_presets_auto_family_with_another_warm_start_is_the_spaces_own(t
     assert (asked.family, asked.warm_start) == ("auto", "auto")
 
 
+@pytest.mark.parametrize(
+    ("warm_start", "family"),
+    [("randaugment", "randaugment"), ("trivialaugment", "trivialaugment"), ("autoaugment-svhn", "aa")],
+)
+def test_the_cpu_presets_auto_family_follows_a_warm_start_given_as_a_point_of_another_family(
+    tmp_path, warm_start, family
+):
+    # --preset cpu --warm-start randaugment searches around RandAugment (as --warm-start auto does
+    # when it transfers best); before, the aa space refused it ("num_magnitude_bins=31, but the
+    # search space has num_magnitude_bins=10"). AutoAugment's policies stay in the space's own aa.
+    argv = ["--preset", "cpu", "--warm-start", warm_start, "--base", "standard", "--data", "x", "--name", "n"]
+    config = _config([*argv, *_dirs(tmp_path)])
+    assert config.space.family == family and config.warm_start == (warm_start,)
+    config.check_runnable()
+
+
 def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_small):
     # (cifar_small: the preflight decodes every image of the data before this check; 50,000 cost 5 s)
     run = tmp_path / "runs" / "taken"

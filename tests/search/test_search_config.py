@@ -217,6 +217,27 @@ def test_a_search_config_saved_before_space_families_loads_as_aa():
     assert SearchConfig.from_dict(old).space == SearchSpace()
 
 
+def test_an_auto_family_takes_the_family_a_given_warm_start_is_a_point_of_only_where_its_own_does_not_fit():
+    def config(warm_start, **more):
+        return SearchConfig.from_dict({"preset": "cpu", "name": "n", "data": "x", "warm_start": warm_start, **more})
+
+    moved = config(["trivialaugment"]).with_warm_start_family()
+    assert (moved.family, moved.space.family) == ("trivialaugment", "trivialaugment")
+    moved.check_runnable()
+    # what the space's own family takes, what no family takes, and a family given, are left alone
+    for kept in (config(["autoaugment-cifar10"]), config(["randaugment", "autoaugment-svhn"]), config("auto")):
+        assert kept.with_warm_start_family() is kept and kept.space.family == "aa"
+    given = config(["randaugment"], family="aa")
+    assert given.with_warm_start_family() is given
+    with pytest.raises(ValueError, match="warm start 'randaugment' does not fit the search space"):
+        given.check_runnable()
+    # a method that searches aa only keeps aa (and says why the warm start does not fit)
+    pba = SearchConfig.from_dict(
+        {"preset": "pba-cpu", "name": "n", "data": "x", "warm_start": ["randaugment"], "family": "auto"}
+    )
+    assert pba.with_warm_start_family().space.family == "aa"
+
+
 def test_a_family_refuses_a_warm_start_that_is_not_its_point():
     config = SearchConfig.from_dict(
         {

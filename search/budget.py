@@ -171,7 +171,9 @@ class Budget:
         # Re-scoring to come (set by plan_rescore), and the trials' epochs as measured so far.
         self._runs, self._slots, self._run_s, self._epochs = 0, 1, None, 0
         self._race_waves = 0
+        # later epochs, and trials' first reports (their start-up in them) apart
         self._epoch_sum, self._epoch_count = 0.0, 0
+        self._first_sum, self._first_count = 0.0, 0
         self._lock = threading.RLock()
         self._run: Any = None
         #: Where the line saying that the budget ends the trials goes (the search's display).
@@ -285,8 +287,11 @@ class Budget:
             self._runs, self._slots, self._run_s, self._epochs = int(runs), max(1, int(slots)), run_s, int(epochs)
             self._race_waves = max(0, int(race_waves)) if runs else 0
 
-    def observe_epoch(self, seconds: Any) -> None:
-        """One trial epoch took ``seconds`` (a Tune result's ``time_this_iter_s``)."""
+    def observe_epoch(self, seconds: Any, *, first: bool = False) -> None:
+        """One trial epoch took ``seconds`` (a Tune result's ``time_this_iter_s``); ``first``: the
+        trial's first report, whose time holds the trial's start-up too (its process, the data, the
+        DALI pipeline, a GPU's warm-up): kept apart, so that start-up counts once per run, not once
+        per epoch (one such epoch of 12 s among 1-s epochs made a GPU run's estimate 1.6x too long)."""
         if (
             isinstance(seconds, (int, float))
             and not isinstance(seconds, bool)
@@ -294,16 +299,29 @@ class Budget:
             and seconds > 0
         ):
             with self._lock:
-                self._epoch_sum += float(seconds)
-                self._epoch_count += 1
+                if first:
+                    self._first_sum += float(seconds)
+                    self._first_count += 1
+                else:
+                    self._epoch_sum += float(seconds)
+                    self._epoch_count += 1
 
     def run_s(self) -> float | None:
         """One proxy run's expected wall time: measured (calibration, re-scoring), else from the
-        trials' mean epoch time; None when nothing was measured yet."""
+        trials' epochs -- their mean epoch after the first times the run's epochs, plus the start-up
+        their first reports measured beyond an epoch, at least :data:`RUN_OVERHEAD_S` (before a
+        later epoch is measured, the first reports stand for every epoch); None when nothing was
+        measured yet."""
         if self._run_s is not None:
             return self._run_s
-        if self._epoch_count and self._epochs:
-            return self._epoch_sum / self._epoch_count * self._epochs + RUN_OVERHEAD_S
+        if not self._epochs:
+            return None
+        if self._epoch_count:
+            epoch = self._epoch_sum / self._epoch_count
+            start_up = self._first_sum / self._first_count - epoch if self._first_count else 0.0
+            return epoch * self._epochs + max(RUN_OVERHEAD_S, start_up)
+        if self._first_count:
+            return self._first_sum / self._first_count * self._epochs + RUN_OVERHEAD_S
         return None
 
     def reserve_s(self, run_s: float | None = None) -> float:

@@ -638,8 +638,8 @@ class BudgetStop:
         if budget is not None:
             if result.get(METRIC) is not None:
                 budget.has_result = True
-            budget.observe_epoch(result.get("time_this_iter_s"))
             step = int(result.get("training_iteration") or 0)
+            budget.observe_epoch(result.get("time_this_iter_s"), first=step == 1)
             last = max_steps is not None and step >= max_steps
             if not last and budget.stop_now() and self._budget_can_stop(result):
                 budget.stop(name, trial.trial_id)

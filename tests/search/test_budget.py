@@ -200,6 +200,28 @@ def test_the_heartbeat_saves_the_spent_time_while_the_search_runs(tmp_path, monk
         assert run.read_json(BUDGET_FILE)["sessions"][0]["spent_s"] == 42  # the time spent so far
 
 
+def test_a_trials_first_report_counts_its_start_up_once_per_run_not_per_epoch():
+    """What the H200 showed: 16 trials at once, each first report 12 s (process, data, DALI
+    pipeline, CUDA warm-up) and 1 s an epoch after it; averaged in, the first reports made a
+    120-epoch run's estimate 3m23s instead of about 2m12s."""
+    budget = Budget(1000)
+    budget.plan_rescore(runs=1, slots=1, run_s=None, epochs=120)
+    for _ in range(3):
+        budget.observe_epoch(12.0, first=True)
+    assert budget.run_s() == pytest.approx(12.0 * 120 + RUN_OVERHEAD_S)  # only first reports: as before
+    for _ in range(3):
+        budget.observe_epoch(12.0, first=True)
+        for _ in range(15):
+            budget.observe_epoch(1.0)
+    assert budget.run_s() == pytest.approx(1.0 * 120 + 11.0)  # 120 epochs + the start-up, measured once
+    # start-up measured below the generous floor: the floor (a Ray task starting, the data opened)
+    cpu = Budget(1000)
+    cpu.plan_rescore(runs=1, slots=1, run_s=None, epochs=120)
+    cpu.observe_epoch(2.5, first=True)
+    cpu.observe_epoch(2.0)
+    assert cpu.run_s() == pytest.approx(2.0 * 120 + RUN_OVERHEAD_S)
+
+
 def test_what_is_kept_for_rescoring_and_storing():
     clock = _Clock()
     budget = Budget(1000, started=clock.now, clock=clock)

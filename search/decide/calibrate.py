@@ -715,8 +715,8 @@ def describe_calibration(record: Mapping[str, Any] | None) -> list[str]:
             )
         else:
             why = (
-                f"within the noise of the best mean, {best} ({_pts(noise['threshold'])} points; {noise['source']}), "
-                f"and augments more: a weaker base wins only beyond the noise"
+                f"within the noise ({_pts(noise['threshold'])} points; {noise['source']}) of the best mean, {best}'s, "
+                f"and augments more: a base that augments less wins only beyond the noise"
             )
         why += _rounds_text(base)
         lines.append(f"base: {base['chosen']} (proxy score %, {each}: {scores}); {why}")

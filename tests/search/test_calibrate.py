@@ -151,7 +151,8 @@ def test_the_base_line_says_why_in_each_case():
         f"the best mean; within the noise of it (4.95 points; {measured}): crop, which augments less"
     )
     assert "base: standard (" in line({"none": 0.70, "crop": 0.76, "standard": 0.755})
-    assert "within the noise of the best mean, crop (5.0" in line({"none": 0.70, "crop": 0.76, "standard": 0.755})
+    assert "within the noise (5.0" in line({"none": 0.70, "crop": 0.76, "standard": 0.755})
+    assert ") of the best mean, crop's, and augments more" in line({"none": 0.70, "crop": 0.76, "standard": 0.755})
     assert "); ahead of the others beyond the noise (5.2" in line({"none": 0.70, "crop": 0.80, "standard": 0.60})
 
 
@@ -363,7 +364,9 @@ def test_bases_within_the_noise_run_again_and_the_choice_is_made_on_all_their_ru
     text = "\n".join(describe_calibration(result.record))
     assert (
         "base: standard (proxy score %, each base alone, mean of 1 or 3 runs: crop 78.00, standard 77.50, "
-        "none 70.00); within the noise of the best mean, crop" in text
+        "none 70.00); within the noise ("
+        in text
+        and ") of the best mean, crop's, and augments more" in text
     )
     assert "over 4 repeated pairs pooled with the per-image part" in text
     assert "(ran again: standard within " in text and "; then standard within " in text

@@ -291,7 +291,7 @@ class Budget:
         """One trial epoch took ``seconds`` (a Tune result's ``time_this_iter_s``); ``first``: the
         trial's first report, whose time holds the trial's start-up too (its process, the data, the
         DALI pipeline, a GPU's warm-up): kept apart, so that start-up counts once per run, not once
-        per epoch (one such epoch of 12 s among 1-s epochs made a GPU run's estimate 1.6x too long)."""
+        per epoch (such first reports of 12 s among 1-s epochs made a GPU run's estimate 1.5x too long)."""
         if (
             isinstance(seconds, (int, float))
             and not isinstance(seconds, bool)

@@ -380,7 +380,8 @@ def preset_search(
     trial_s = sum(float(t["train_time_s"]) for t in trained)
     elapsed = float((prov.get("time") or {}).get("elapsed_s") or wall)
     calibration = prov.get("calibration") or {}
-    run_epochs = epochs or int(calibration.get("epochs") or 120)
+    # the trials' own schedule (the preset's, or the shortened one)
+    run_epochs = int(((prov.get("search") or {}).get("config") or {}).get("train", {}).get("epochs") or epochs or 1)
     busy = util.samples
     return {
         "command": f"autoaug search --name {name} " + " ".join(args),

@@ -33,6 +33,8 @@ command reuses every finished search and every finished re-scoring run):
    start in the evaluation regime (``--eval-preset``, default ``eval-cpu``; ``--eval-seeds``, 5
    by default, paired) through ``autoaug compare``, as ``benchmarks/search_quality.py`` does.
    With ``--race``: the best cell of the race table, and the policy its search stored with the race.
+   ``--import-runs CSV`` reuses an earlier benchmark's runs of these policies (the same policy hash,
+   seed and regime; e.g. the warm start's, evaluated by ``search_quality.py``).
 
 4. **race** (``--race M``) -- each finished search finished again with the re-scoring race up
    to M runs per candidate (``rescore_max_seeds``, :func:`autoaug.search.decide.rescore.race`):
@@ -111,7 +113,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     search_name,
     train_key,
 )
-from search_quality import REPO, Timings, _autoaug, _compare, _now, _read_runs  # noqa: E402
+from search_quality import REPO, Timings, _autoaug, _compare, _now, _read_runs, import_runs  # noqa: E402
 from search_quality_stats import paired, summarize  # noqa: E402
 from suite_cpu import sample  # noqa: E402
 
@@ -432,6 +434,8 @@ def evaluate(
         path.write_text(json.dumps(policy.with_name(label).to_dict(), indent=1))
         paths.append(str(path))
     preset = ["--preset", a.eval_preset, *shlex.split(a.eval_args)]
+    for csv_path in a.import_runs:  # runs of these policies recorded by an earlier benchmark: not trained again
+        import_runs(a, Path(csv_path).resolve(), work / "eval", preset, paths)
     _compare(a, work, timings, "eval", work / "eval", preset, paths, a.eval_seeds, baselines=False)
     labels = [resolve_candidates((path,), (), None)[0].label for path in paths]
     summary = summarize(_read_runs(work / "eval"))
@@ -500,6 +504,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--eval-seeds", type=int, default=argparse.SUPPRESS, help="evaluation seeds per policy (default 5)")
     p.add_argument("--eval-args", default="", help="more autoaug compare arguments for the evaluation")
+    p.add_argument(
+        "--import-runs",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="an earlier benchmark's eval_runs.csv (repeatable): its runs of the evaluated policies (same policy "
+        "hash, seed and regime) are reused in the evaluation instead of trained again",
+    )
     p.add_argument("--cpus-per-run", type=int, default=1, help="CPUs per evaluation run")
     p.add_argument("--address", default=None, help="Ray cluster (default: embedded local Ray)")
     p.add_argument("--name", default=None, help="names the work and result folders (default: the data folder's name)")
@@ -570,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--methods {','.join(a.methods)!r}: expected some of {', '.join(METHOD_PRESETS)}")
     if a.preset not in SEARCH_PRESETS:
         p.error(f"--preset {a.preset!r}: expected one of {', '.join(SEARCH_PRESETS)}")
+    missing = [c for c in a.import_runs if not Path(c).is_file()]
+    if missing:
+        p.error(f"--import-runs {missing[0]}: no such file (expected an eval_runs.csv of an earlier benchmark)")
     if a.race is not None and not 2 <= a.race <= 100:
         p.error(f"--race {a.race}: expected the most runs per candidate, from 2 to 100")
     if a.rescore_seeds < (2 if a.smoke else 5):

@@ -363,6 +363,7 @@ def test_a_search_that_fails_stops_the_benchmark_with_one_line(sg, fake, monkeyp
         (["--samplers", "tpe,tpe-g60"], "or S-LABEL with a --variant LABEL (given: none)"),
         (["--variant", "G60=--grace-period 60"], "--variant 'G60=--grace-period 60': expected LABEL=ARGS"),
         (["--variant", "g60"], "--variant 'g60': expected LABEL=ARGS"),
+        (["--import-runs", "/nowhere/eval_runs.csv"], "--import-runs /nowhere/eval_runs.csv: no such file"),
     ],
 )
 def test_bad_options_are_refused_in_one_line(sg, fake, capsys, args, message):
@@ -669,3 +670,34 @@ def test_with_the_race_the_evaluation_takes_the_policy_the_search_stored_with_it
     doc = json.loads((fake["out"] / "gain.json").read_text())
     assert doc["eval"]["role"] == "race" and doc["eval"]["paired"]["mean"] == pytest.approx(0.01)
     assert "(the best cell's policy stored with the race)" in (fake["out"] / "results.md").read_text()
+
+
+def test_the_evaluation_reuses_an_earlier_benchmarks_runs_of_its_policies_before_training(
+    sg, fake, monkeypatch, tmp_path
+):
+    """--import-runs CSV: the evaluated policies' runs recorded by an earlier benchmark (e.g. the
+    warm start's, by search_quality.py) are written into the evaluation's folder before compare
+    runs, so compare trains only what they lack."""
+    events = []
+    csv_path = tmp_path / "eval_runs.csv"
+    csv_path.write_text("policy,seed\n")
+
+    def imported(a, path, out, preset, policies):
+        events.append(("import", path, out, preset, [json.loads(Path(p).read_text())["name"] for p in policies]))
+        return 0
+
+    def compare(a, work, timings, stage, out, preset, paths, seeds, baselines=True):
+        events.append(("compare", out))
+        out.mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(sg, "import_runs", imported)
+    monkeypatch.setattr(sg, "_compare", compare)
+    monkeypatch.setattr(sg, "_read_runs", lambda folder: [])
+    seeds = {"sg-n6-random.json": {"seeds": {0: 0.6, 1: 0.61}}, "warm-start.json": {"seeds": {0: 0.59, 1: 0.6}}}
+    monkeypatch.setattr(sg, "summarize", lambda runs: seeds)
+    argv = [*fake["argv"], "--samplers", "random", "--trials", "6", "--eval", "--import-runs", str(csv_path)]
+    assert sg.main(argv) == 0
+    (kind, path, out, preset, names), (then, compared) = events
+    assert kind == "import" and then == "compare" and out == compared == fake["work"] / "eval"
+    assert path == csv_path and preset[:2] == ["--preset", "smoke"]
+    assert names == ["sg-n6-random", "warm-start"]

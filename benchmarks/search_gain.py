@@ -45,7 +45,7 @@ command reuses every finished search and every finished re-scoring run):
 
 5. **other methods** (``--methods density,pba``) -- a row each: that method's search at its CPU
    preset (``density-cpu``: Fast AutoAugment's density matching; ``pba-cpu``: PBA's schedule),
-   its stored policy trained with the same K seeds under the same re-scoring configuration as the
+   its stored policy (PBA's: its schedule, each epoch with its stage's policy) trained with the same K seeds under the same re-scoring configuration as the
    first training-method search's cells and paired with the same warm-start runs (these methods
    have no warm start of their own), so the rows read like the cells above.
 
@@ -335,6 +335,7 @@ def rescore_plan(
     configuration: the same proxy, seeds and warm-start runs as every other cell, so its row
     reads like theirs."""
     from autoaug.policies import Policy
+    from autoaug.policies.schedule import provenance_schedule
 
     runs: dict[str, tuple] = {}
     per_search: dict[tuple[int, str], dict] = {}
@@ -354,6 +355,9 @@ def rescore_plan(
             reference = reference or (config, warm, what)
         first = first or config
         stored = Policy.from_dict(result["policy"])
+        # a PBA search's product is its schedule (the store keeps its last stage as the version's
+        # policy): the schedule is what a user trains with, so it is what the row measures
+        stored = provenance_schedule(result["provenance"], stored) or stored
         base = config.rescore_train_config(0)
         tkey = train_key(base.to_dict())
         keys: dict[str, dict[int, str]] = {"stored": {}, "warm": {}, "challenger": {}, "race": {}}

@@ -30,7 +30,15 @@ from typing import Any
 
 from autoaug.policies.policy import Policy, PolicyError
 
-__all__ = ["Schedule", "Stage", "SCHEDULE_KIND", "is_schedule_dict", "provenance_schedule", "EpochTransform"]
+__all__ = [
+    "Schedule",
+    "Stage",
+    "SCHEDULE_KIND",
+    "is_schedule_dict",
+    "trainable_from_dict",
+    "provenance_schedule",
+    "EpochTransform",
+]
 
 #: The ``kind`` of a schedule's JSON document (a policy's has no ``kind``).
 SCHEDULE_KIND = "schedule"
@@ -41,6 +49,12 @@ START_DECIMALS = 9
 def is_schedule_dict(d: Any) -> bool:
     """Whether a parsed JSON document is a schedule (rather than a policy)."""
     return isinstance(d, Mapping) and d.get("kind") == SCHEDULE_KIND
+
+
+def trainable_from_dict(d: Mapping[str, Any]) -> Policy | Schedule:
+    """What a training run takes, from its JSON form: a :class:`Schedule` for a schedule's document,
+    else a :class:`Policy` (a run's arguments cross process boundaries as dicts)."""
+    return Schedule.from_dict(d) if is_schedule_dict(d) else Policy.from_dict(d)
 
 
 def provenance_schedule(provenance: Any, policy: Policy) -> Schedule | None:

@@ -55,8 +55,7 @@ def _train_one(
     never fails the run)."""
     import ray
 
-    from autoaug.policies.policy import Policy
-    from autoaug.policies.schedule import Schedule, is_schedule_dict
+    from autoaug.policies.schedule import trainable_from_dict
     from autoaug.proxy_models.train import TrainConfig, train
 
     config = TrainConfig.from_dict(train_config)
@@ -67,8 +66,7 @@ def _train_one(
         except Exception:  # progress only
             pass
 
-    trained = Schedule.from_dict(policy) if is_schedule_dict(policy) else Policy.from_dict(policy)
-    result = train(config, trained, report=report if queue is not None else None)
+    result = train(config, trainable_from_dict(policy), report=report if queue is not None else None)
     try:
         node_id = ray.get_runtime_context().get_node_id()
     except Exception:  # pragma: no cover - always inside Ray here

@@ -95,13 +95,15 @@ class Candidate:
 
 
 def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_window: int = 1) -> dict[str, Any]:
-    """Body of one re-scoring or calibration run (a Ray task): the proxy training, its validation
+    """Body of one re-scoring or calibration run (a Ray task; ``policy`` a policy's or a schedule's
+    JSON form: :func:`autoaug.policies.schedule.trainable_from_dict`): the proxy training, its validation
     accuracy and search score, and every validation image's score over the score's window
     (:data:`autoaug.search.decide.noise.IMAGE_SCORES`: the noise of a comparison is measured from them)."""
     import hashlib
 
     import numpy as np
 
+    from autoaug.policies.schedule import trainable_from_dict
     from autoaug.proxy_models.train import TrainConfig, train
     from autoaug.search.decide.noise import IMAGE_SCORES, encode_image_scores
     from autoaug.search.score import search_score
@@ -116,7 +118,7 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
         if not val_ids:
             val_ids.append(hashlib.sha256(np.asarray(val_indices, dtype=np.int64).tobytes()).hexdigest()[:16])
 
-    result = train(TrainConfig.from_dict(train_config), Policy.from_dict(policy), on_validate=on_validate)
+    result = train(TrainConfig.from_dict(train_config), trainable_from_dict(policy), on_validate=on_validate)
     score = search_score([row.get("val_accuracy") for row in result.history], score_window)
     out = {
         METRIC: score,

@@ -647,6 +647,45 @@ def test_other_methods_get_a_row_each_against_the_first_searchs_warm_start(sg, f
     )
 
 
+def test_the_pba_row_measures_the_schedule_the_search_found_not_its_last_stage(sg, fake, monkeypatch):
+    """A PBA search stores its schedule's last stage as the version's policy and the schedule in
+    its provenance: what a user trains with is the schedule, so the row's K runs train it."""
+    from autoaug.policies import Policy, presets
+    from autoaug.policies.schedule import Schedule
+
+    fake_search = sg._autoaug
+    first = presets.resolve("autoaugment-cifar10")
+
+    def autoaug(args, log):
+        out = fake_search(args, log)
+        if "--method" in args and args[args.index("--method") + 1] == "pba":
+            path = Path(args[args.index("--storage") + 1]) / "sg-pba" / "result.json"
+            result = json.loads(path.read_text())
+            last = Policy.from_dict(result["policy"])
+            schedule = Schedule("sg-pba", [(0.0, first.with_base(last.base).with_name("sg-pba")), (0.5, last)])
+            result["provenance"]["method"] = {"name": "pba", "schedule": schedule.to_dict()}
+            path.write_text(json.dumps(result))
+        return out
+
+    trained = []
+    import autoaug.search.decide.rescore as rescore
+
+    fake_train = rescore.train_runs
+
+    def train_runs(runs, config, **kw):
+        trained.extend(policy for _, policy, _ in runs)
+        return fake_train(runs, config, **kw)
+
+    monkeypatch.setattr(sg, "_autoaug", autoaug)
+    monkeypatch.setattr(rescore, "train_runs", train_runs)
+    assert sg.main([*fake["argv"], "--samplers", "random", "--trials", "6", "--methods", "pba"]) == 0
+    schedules = [p for p in trained if isinstance(p, Schedule)]
+    assert len(schedules) == 2 and {s.content_hash for s in schedules} == {schedules[0].content_hash}
+    assert schedules[0].at(0, 10).content_hash == first.with_base(schedules[0].base).content_hash  # stage 0 trained too
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    assert doc["searches"]["sg-pba"]["stored_hash"] == schedules[0].content_hash
+
+
 def test_with_the_race_the_evaluation_takes_the_policy_the_search_stored_with_it(sg, fake, monkeypatch):
     # --race reports what the searches store with the race: --eval trains that policy, not the
     # one stored without it

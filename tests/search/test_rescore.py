@@ -292,6 +292,29 @@ def test_a_run_keeps_each_validation_images_score_over_the_window_and_they_avera
     assert fa == fb  # the same validation images: the two runs can be compared image by image
 
 
+def test_a_proxy_run_of_a_schedule_trains_each_epoch_with_its_stages_policy(cifar_train, monkeypatch):
+    """A PBA search's product is a schedule: a re-scoring run of it (search_gain's PBA row) trains
+    the schedule, not one of its stages."""
+    import autoaug.proxy_models.train as train_module
+    from autoaug.policies.schedule import Schedule
+    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.search.decide.rescore import train_and_score
+
+    given = []
+    real = train_module.train
+    monkeypatch.setattr(
+        train_module, "train", lambda cfg, policy, **kw: given.append(policy) or real(cfg, policy, **kw)
+    )
+    cfg = TrainConfig(data=str(cifar_train), model="resnet-8", train_size=64, val_size=48, epochs=2, batch_size=32)
+    schedule = Schedule(
+        "s", [(0.0, Policy("a", 10, [[("Rotate", 0.5, 3)]])), (0.5, Policy("b", 10, [[("Invert", 1.0, 0)]]))]
+    )
+    out = train_and_score(cfg.to_dict(), schedule.to_dict())
+    (trained,) = given
+    assert isinstance(trained, Schedule) and trained.content_hash == schedule.content_hash
+    assert out["epochs"] == 2 and 0.0 <= out["search_score"] <= 1.0
+
+
 def _scored(value, correct, n=200):
     """A candidate's re-score with one run whose first ``correct`` of ``n`` images are right."""
     import numpy as np

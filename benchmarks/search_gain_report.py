@@ -140,9 +140,9 @@ def report(
     rows = [cell for cell in method_cells(a.methods) if cell in per_search]
     if rows:
         lines += [
-            "The other search methods, a row each, at their CPU preset's size: the stored policy against the "
-            "same warm start, under the same proxy, with the same seeds as the cells above (these methods have "
-            "no warm start of their own).",
+            "The other search methods, a row each, at their CPU preset's size: the stored policy (PBA's: the "
+            "schedule it found, each epoch with its stage's policy) against the same warm start, under the same "
+            "proxy, with the same seeds as the cells above (these methods have no warm start of their own).",
             "",
             "| method | preset | what ran | gain, points [95% CI] | wall / CPU |",
             "|---|---|---|---|---:|",

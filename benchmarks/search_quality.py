@@ -39,6 +39,7 @@ Scratch (Ray run directories, the study, the store, checkpoints and run records)
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -230,12 +231,19 @@ def import_runs(
     that produced the CSV: ``git log`` of the CSV says which). Rows of the baselines and of
     ``policies`` (references this comparison trains, e.g. ``--also`` policies) are imported when
     the hash matches; other rows are skipped. Returns the number of records written.
+
+    The precision a run trained in depends on the machine under ``amp: native`` (bfloat16 on CPUs
+    with native instructions, float32 elsewhere; the same seed gives another result): a row whose
+    ``precision`` differs from the one this machine trains the regime in is not imported (said);
+    a row of a CSV written before runs recorded it is imported, and the line says how many were,
+    so a reader can check one by training it again.
     """
     import csv
 
     from autoaug.launch.compare.candidates import resolve_candidates
     from autoaug.launch.compare.config import config_from_dict
     from autoaug.launch.compare.runner import run_id, run_record, sized_to_data
+    from autoaug.proxy_models.precision import run_precision
 
     preset = preset_args[preset_args.index("--preset") + 1] if "--preset" in preset_args else "cpu"
     config = config_from_dict({"data": a.data, "preset": preset, "baselines": list(BASELINES), "out": str(out)})
@@ -246,7 +254,7 @@ def import_runs(
     for ref in policies:  # one at a time: a policy that is a baseline (a twin) reads the baseline's rows
         (c,) = resolve_candidates((ref,), (), None)
         candidates.setdefault(c.policy_hash, c)
-    written = 0
+    written, other, unrecorded = 0, collections.Counter(), 0
     (out / "runs").mkdir(parents=True, exist_ok=True)
     with open(csv_path, newline="") as f:
         for row in csv.DictReader(f):
@@ -257,11 +265,18 @@ def import_runs(
             path = out / "runs" / f"{run_id(c, seed)}.json"
             if path.exists():
                 continue
+            run_config = config.run_config(seed)
+            here = run_precision(run_config, run_config.resolve_device())
+            if row.get("precision") and row["precision"] != here:
+                other[row["precision"]] += 1
+                continue
+            unrecorded += not row.get("precision")
             outcome = {
                 "test_accuracy": float(row["test_accuracy"]),
                 "test_loss": float(row["test_loss"]),
                 "val_accuracy": float(row["val_accuracy"]) if row.get("val_accuracy") else None,
                 "train_time_s": float(row["train_time_s"]),
+                "precision": row.get("precision") or None,
                 "history": [],
                 "dataset_fingerprint": fingerprint,
                 "split_fingerprint": None,
@@ -270,11 +285,23 @@ def import_runs(
                 "pid": None,
                 "imported_from": str(csv_path.relative_to(REPO)) if csv_path.is_relative_to(REPO) else str(csv_path),
             }
-            record = run_record(c, seed, config.run_config(seed), outcome)
+            record = run_record(c, seed, run_config, outcome)
             record["finished_at"] = row.get("finished_at") or record["finished_at"]
             path.write_text(json.dumps(record, indent=1))
             written += 1
-    print(f"imported {written} finished runs from {csv_path} into {out / 'runs'}")
+    notes = []
+    if unrecorded:
+        notes.append(
+            f"{unrecorded} of them recorded no precision (written before runs kept it): they match this machine's "
+            "only if trained on a CPU of its kind; train one again to check"
+        )
+    if other:
+        notes.append(
+            "not imported: "
+            + ", ".join(f"{n} trained in {name}" for name, n in sorted(other.items()))
+            + " (this machine trains them in another precision: they are trained again)"
+        )
+    print(f"imported {written} finished runs from {csv_path} into {out / 'runs'}" + "".join(f"; {n}" for n in notes))
     return written
 
 

@@ -30,7 +30,7 @@ from torch import nn
 from autoaug.core import failpoints
 from autoaug.core.metrics import balanced_accuracy
 from autoaug.proxy_models.models import build_model
-from autoaug.proxy_models.precision import amp_dtype, amp_enabled
+from autoaug.proxy_models.precision import amp_dtype, amp_enabled, precision_name
 from autoaug.proxy_models.train_config import TrainConfig
 
 __all__ = ["WarmupCosine", "SGD", "StepSchedule", "EvalStats", "EpochStats", "Learner"]
@@ -252,6 +252,10 @@ class Learner:
         self.amp_dtype = (
             amp_dtype(config, device) if self.amp else (torch.float16 if device.type == "cuda" else torch.bfloat16)
         )
+        #: What the run computes in, for the record: the autocast dtype's name, or "float32". With
+        #: ``amp: "native"`` it depends on the machine (bfloat16 only on CPUs with native instructions),
+        #: so two runs of one config on different machines may differ by it.
+        self.precision = precision_name(self.amp, self.amp_dtype)
         self.channels_last = device.type == "cuda" if config.channels_last is None else config.channels_last
         model = build_model(config.model, num_classes=num_classes).to(device)
         if self.channels_last:

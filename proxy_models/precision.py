@@ -12,7 +12,16 @@ import torch
 from autoaug.core.errors import AutoaugWarning
 from autoaug.proxy_models.train_config import TrainConfig
 
-__all__ = ["amp_dtype", "amp_enabled", "native_on_cpu", "tf32_state", "restore_tf32", "set_tf32"]
+__all__ = [
+    "amp_dtype",
+    "amp_enabled",
+    "native_on_cpu",
+    "precision_name",
+    "run_precision",
+    "tf32_state",
+    "restore_tf32",
+    "set_tf32",
+]
 
 
 def native_on_cpu(name: str) -> bool:
@@ -61,6 +70,23 @@ def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
                 stacklevel=2,
             )
     return getattr(torch, name)
+
+
+def precision_name(enabled: bool, dtype: torch.dtype) -> str:
+    """What a run computes in, as its record says it: the autocast dtype's name (``"bfloat16"``,
+    ``"float16"``) when autocast is on, else ``"float32"``."""
+    return str(dtype).removeprefix("torch.") if enabled else "float32"
+
+
+def run_precision(config: TrainConfig, device: torch.device) -> str:
+    """The precision a run of ``config`` on ``device`` trains in on this machine
+    (:func:`precision_name`). Under ``amp: "native"`` it depends on the CPU, so two machines can
+    train one config in two precisions, and their runs are not interchangeable."""
+    if not amp_enabled(config, device):
+        return "float32"
+    with warnings.catch_warnings():  # asked, not trained: no "emulated" warning
+        warnings.simplefilter("ignore", AutoaugWarning)
+        return precision_name(True, amp_dtype(config, device))
 
 
 def tf32_state() -> tuple[Any, Any]:

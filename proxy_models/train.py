@@ -92,6 +92,9 @@ class TrainResult:
     #: Per class (label order) of the test pass: images predicted right, and images. None without test data.
     test_class_correct: list[int] | None = None
     test_class_total: list[int] | None = None
+    #: The precision the run trained in: the autocast dtype ("bfloat16", "float16") or "float32"
+    #: (:attr:`autoaug.proxy_models.learner.Learner.precision`; machine-dependent under ``amp: native``).
+    precision: str | None = None
 
     @property
     def val_loss(self) -> float | None:
@@ -566,4 +569,5 @@ def _train(
         checkpoint_path=str(ckpt_path) if ckpt_path is not None else None,
         test_class_correct=list(test_stats.class_correct) if test_stats is not None else None,
         test_class_total=list(test_stats.class_total) if test_stats is not None else None,
+        precision=learner.precision,
     )

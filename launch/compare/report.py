@@ -6,6 +6,7 @@ stored policies. The per-class analysis is :mod:`autoaug.launch.compare.per_clas
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import functools
@@ -187,6 +188,22 @@ class Comparison:
         "train time s (mean)",
     ]
 
+    def _precision_note(self) -> list[str]:
+        """A line when the runs trained in more than one precision (``amp: native`` on machines of two
+        kinds: bfloat16 where the CPU has native instructions, float32 elsewhere): the paired
+        differences then mix the precision's effect with the policies'."""
+        counts = collections.Counter(r.get("precision") for r in self.runs if r.get("precision"))
+        if len(counts) < 2:
+            return []
+        mix = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+        unknown = sum(1 for r in self.runs if not r.get("precision"))
+        return [
+            f"precision: the runs trained in more than one ({mix} runs{f', {unknown} not recorded' if unknown else ''}; "
+            "`amp: native` trains in bfloat16 only on CPUs with native instructions): a difference between "
+            "policies whose runs differ in precision mixes the two; train them on one kind of machine (runs.csv's "
+            "precision column says which run is which)."
+        ]
+
     def _partial_note(self) -> list[str]:
         if any(0 < s.balanced_n < s.n for s in self.summaries):
             return [
@@ -218,8 +235,8 @@ class Comparison:
             ]
             lines += [f"  {v}" for v in verdicts]
         notes = [f"per class: {n}" for n in [per_class.missing_note(), *per_class.notes] if n]
-        if self._partial_note() or notes:
-            lines += ["", *self._partial_note(), *notes]
+        if self._partial_note() or self._precision_note() or notes:
+            lines += ["", *self._partial_note(), *self._precision_note(), *notes]
         return "\n".join(lines)
 
     def markdown(self) -> str:
@@ -250,7 +267,7 @@ class Comparison:
             "|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"]) + "|",
         ]
         lines += ["| " + " | ".join(r) + " |" for r in self.rows()]
-        for note in self._partial_note():
+        for note in [*self._partial_note(), *self._precision_note()]:
             lines += ["", note]
         lines += ["", f"Dataset fingerprint `{self.dataset_fingerprint[:16]}`; one row per run in `runs.csv`."]
         lines += self.per_class.markdown()
@@ -276,6 +293,7 @@ _RUN_COLUMNS = [
     "hostname",
     "finished_at",
     "balanced_accuracy",
+    "precision",
 ]
 _RESULT_COLUMNS = [
     "policy",

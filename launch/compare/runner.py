@@ -80,6 +80,7 @@ def _train_one(
         "test_class_total": result.test_class_total,
         "val_accuracy": result.val_accuracy,
         "train_time_s": result.train_time_s,
+        "precision": result.precision,
         "history": [epoch_record(row) for row in result.history],
         "dataset_fingerprint": result.dataset_fingerprint,
         "split_fingerprint": result.split_fingerprint,

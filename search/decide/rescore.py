@@ -124,6 +124,7 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
         METRIC: score,
         "val_accuracy": result.val_accuracy,
         "train_time_s": result.train_time_s,
+        "precision": result.precision,
         "epochs": len(result.history),
     }
     if images:  # per image: the epochs of the score's window it was right in (search.decide.noise)
@@ -184,7 +185,7 @@ def train_runs(
     ``cached``: runs of earlier sessions, ``{key: result}`` (not trained again); ``save``: a
     callable receiving the updated mapping after every finished run; ``deadline``: a
     ``time.time()`` after which the runs not finished are cancelled (a time budget). Returns
-    ``{key: {METRIC, "val_accuracy", "train_time_s", "epochs", "seed", "val_size"}}``, the
+    ``{key: {METRIC, "val_accuracy", "train_time_s", "precision", "epochs", "seed", "val_size"}}``, the
     cached runs included (and only the runs that finished).
     """
     import time

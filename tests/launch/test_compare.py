@@ -284,11 +284,13 @@ def _fake_comparison(
     classes=(),
     policies=("found@1",),
     baselines="standard",
+    precision=None,
     **settings,
 ):
     """A comparison of hand-made run records. ``accuracies``: ``{label: [test accuracy per seed]}``
     (records without per-class counts, as written before they existed); or ``correct``:
     ``{label: [[right predictions per class] per seed]}`` with ``total`` (test images per class).
+    ``precision``: ``{label: precision of its runs}`` (absent: not recorded, as before runs kept it).
     ``settings``: more of the comparison's configuration (e.g. ``base``)."""
     per_seed = accuracies if accuracies is not None else correct
     data = _parquet_pair(tmp_path / "d")
@@ -323,6 +325,8 @@ def _fake_comparison(
             }
             if accuracies is None:
                 outcome |= {"test_class_correct": list(value), "test_class_total": list(total)}
+            if (precision or {}).get(c.label):
+                outcome["precision"] = precision[c.label]
             runs.append(runner.run_record(c, seed, cfg.run_config(seed), outcome))
     return compare.Comparison(
         config=cfg,
@@ -357,6 +361,28 @@ def test_outputs_have_one_row_per_policy_and_run(tmp_path, store):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     text = comparison.table()
     assert "found@1 *" in text and "[77.03, 86.97]" in text
+
+
+def test_runs_trained_in_two_precisions_are_said_and_each_runs_precision_is_in_runs_csv(tmp_path, store):
+    """``amp: native`` trains in bfloat16 on CPUs with native instructions and in float32 elsewhere:
+    a comparison whose runs came from both kinds of machine (a cluster, or runs resumed on another
+    machine) mixes the precision's effect into the policies' differences, and says so."""
+    accuracies = {"found@1": [0.80, 0.82, 0.84], "standard": [0.70, 0.71, 0.72]}
+    same = _fake_comparison(
+        tmp_path / "a", store, accuracies, precision={"found@1": "bfloat16", "standard": "bfloat16"}
+    )
+    assert "precision" not in same.table() and "precision:" not in same.markdown()
+    mixed = _fake_comparison(
+        tmp_path / "b", store, accuracies, precision={"found@1": "bfloat16", "standard": "float32"}
+    )
+    line = "precision: the runs trained in more than one (bfloat16 3, float32 3 runs;"
+    assert line in mixed.table() and line in mixed.markdown()
+    files = compare.write_outputs(mixed)
+    with open(files["runs_csv"], newline="") as f:
+        assert {(r["policy"], r["precision"]) for r in csv.DictReader(f)} == {
+            ("found@1", "bfloat16"),
+            ("standard", "float32"),
+        }
 
 
 # ----------------------------------------------------------------------------------------------

@@ -375,6 +375,7 @@ def test_the_smoke_preset_trains_on_the_cpu_with_compile_and_bf16(smoke, changes
     assert all(m["train_loss"] == m["train_loss"] and m["train_loss"] < 10 for m in result.history)
     assert result.val_accuracy is not None and 0 <= result.val_accuracy <= 1
     assert result.config.to_dict() == cfg.resolved().to_dict()  # recorded with the options it ran with
+    assert result.precision == "bfloat16"  # what it computed in, for the run's record
     # The checkpoint holds the plain model's weights (no compiled wrapper's key prefix): it loads anywhere.
     state = load_checkpoint(tmp_path)
     assert state["config"].get("compile", False) is cfg.compile
@@ -444,3 +445,26 @@ def test_eval_batch_size_and_loader_threads_change_no_result(smoke, eager_run):
     assert [m["train_loss"] for m in got] == [m["train_loss"] for m in want]  # DALI threads: same batches
     assert [m["val_accuracy"] for m in got] == [m["val_accuracy"] for m in want]
     assert [m["val_loss"] for m in got] == pytest.approx([m["val_loss"] for m in want], rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "amp, native, expected",
+    [
+        (False, True, "float32"),
+        (True, False, "bfloat16"),  # asked for: emulated where the CPU lacks it, still bfloat16
+        ("native", True, "bfloat16"),
+        ("native", False, "float32"),  # the same config, another machine: another precision
+    ],
+)
+def test_the_precision_a_run_trains_in_is_known_before_it_runs_and_recorded_after(amp, native, expected, monkeypatch):
+    """``amp: native`` makes the precision depend on the CPU: two machines train one config in two
+    precisions and give two results for one seed, so a run's record says which it was."""
+    import autoaug.proxy_models.precision as precision
+
+    monkeypatch.setattr(precision, "native_on_cpu", lambda name: native)
+    cfg = TrainConfig(model="resnet-8", amp=amp)
+    assert precision.run_precision(cfg, torch.device("cpu")) == expected
+    with warnings.catch_warnings():  # (True, False): "runs emulated", said and tested above
+        warnings.simplefilter("ignore", AutoaugWarning)
+        learner = Learner(cfg, num_classes=10, steps_per_epoch=1, device="cpu")
+    assert learner.precision == expected

@@ -28,6 +28,7 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     race_name,
     rungs_text,
     search_name,
+    search_rungs,
     trials_text,
 )
 from search_quality import _now  # noqa: E402
@@ -223,12 +224,20 @@ def report(
     trials = [  # the training method's trials (a PBA member or a density candidate has no ASHA rungs)
         t for cell in per_search if cell[1] not in METHOD_PRESETS for t in trial_scores(work, search_name(*cell))
     ]
-    rungs = rung_ranking(trials)
+    at = sorted(
+        {
+            e
+            for cell in per_search
+            if cell[1] not in METHOD_PRESETS
+            for e in search_rungs(results[cell]["provenance"]["search"]["config"])
+        }
+    )
+    rungs = rung_ranking(trials, at or None)
     if rungs:
         stopped = ended_at(trials)
         lines += [
             f"Do ASHA's rungs rank? Over the {len(trials)} trials of these searches, Spearman's rho between a "
-            f"trial's score at one epoch where trials ended and at the next: {rung_text(rungs, stopped)}.",
+            f"trial's score at one rung and at the next: {rung_text(rungs, stopped)}.",
             "",
         ]
     if len(per_search) > 1 and not a.own_calibration:

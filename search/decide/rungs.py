@@ -24,21 +24,34 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["rung_ranking", "rung_text", "describe_rungs", "ended_trials", "from_study"]
+__all__ = ["rung_epochs", "rung_ranking", "rung_text", "describe_rungs", "ended_trials", "from_study"]
 
 #: Trials below which a pair of epochs gets no rho.
 MIN_TRIALS = 3
 
 
-def rung_ranking(trials: Sequence[Mapping[int, float]]) -> list[dict[str, Any]]:
-    """How well a trial's score at one epoch where trials ended predicts its score at the next:
-    for each pair of consecutive such epochs, Spearman's rho between the two scores of the trials
-    that reached the later one, its p-value (scipy) and its 95% interval (Fisher's z, ``1.96 /
-    sqrt(n - 3)``; None below 4 trials). ``trials``: each trial's score by epoch. A pair with fewer
-    than :data:`MIN_TRIALS` trials, or constant scores, has ``rho`` None."""
+def rung_epochs(
+    grace_period: int, reduction_factor: float, epochs: int, early_stopping: bool = True
+) -> tuple[int, ...]:
+    """Where :func:`rung_ranking` compares a search's trials: ASHA's milestones (none without early
+    stopping) and the last epoch."""
+    from autoaug.search.score import asha_milestones
+
+    rungs = asha_milestones(int(grace_period), float(reduction_factor), int(epochs)) if early_stopping else ()
+    return (*rungs, int(epochs))
+
+
+def rung_ranking(trials: Sequence[Mapping[int, float]], at: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """How well a trial's score at one rung predicts its score at the next: for each pair of
+    consecutive rungs, Spearman's rho between the two scores of the trials that reached the later
+    one, its p-value (scipy) and its 95% interval (Fisher's z, ``1.96 / sqrt(n - 3)``; None below 4
+    trials). ``trials``: each trial's score by epoch. ``at``: the rungs (ASHA's milestones and the
+    last epoch); None: the epochs where trials ended (a trial cut elsewhere -- a search stopped and
+    resumed cuts one at its first report after the resume -- then adds an epoch that is no rung). A
+    pair with fewer than :data:`MIN_TRIALS` trials, or constant scores, has ``rho`` None."""
     from scipy.stats import spearmanr
 
-    ends = sorted({max(t) for t in trials if t})
+    ends = sorted(set(at) if at is not None else {max(t) for t in trials if t})
     out = []
     for a, b in zip(ends, ends[1:]):
         pairs = [(t[a], t[b]) for t in trials if a in t and b in t]
@@ -89,12 +102,14 @@ def ended_trials(study: Any) -> list[dict[int, float]]:
     ]
 
 
-def from_study(study: Any) -> dict[str, Any] | None:
+def from_study(study: Any, at: Sequence[int] | None = None) -> dict[str, Any] | None:
     """The rung record of a search from its Optuna study: :func:`rung_ranking` over its
-    :func:`ended_trials` and where trials ended. None when fewer than two epochs ended trials (no
-    early stopping, or none stopped)."""
+    :func:`ended_trials` at the rungs ``at`` (:func:`rung_epochs`; None: where trials ended), and
+    where trials ended. None when fewer than two epochs ended trials (no early stopping, or none stopped)."""
     trials = ended_trials(study)
-    rows = rung_ranking(trials)
+    if len(ended_at(trials)) < 2:
+        return None
+    rows = rung_ranking(trials, at)
     if not rows:
         return None
     return {"pairs": rows, "ended": {str(e): n for e, n in ended_at(trials).items()}}

@@ -7,7 +7,7 @@ import math
 import optuna
 import pytest
 
-from autoaug.search.decide.rungs import describe_rungs, ended_at, from_study, rung_ranking, rung_text
+from autoaug.search.decide.rungs import describe_rungs, ended_at, from_study, rung_epochs, rung_ranking, rung_text
 
 
 def test_rung_ranking_is_spearmans_rho_between_consecutive_ends():
@@ -25,6 +25,24 @@ def test_rung_ranking_is_spearmans_rho_between_consecutive_ends():
     assert text.endswith("(trials ended: 4 at epoch 2, 1 at epoch 6, 3 at epoch 9)")
     # too few trials to rank: no rho, said as such
     assert rung_ranking([{2: 0.1, 6: 0.2}, {2: 0.3}])[0]["rho"] is None
+
+
+def test_at_the_configured_rungs_a_trial_cut_elsewhere_adds_no_rung():
+    """A search stopped and resumed cuts a trial that passed a rung while it was stopped at its
+    first report after the resume (epoch 26 of a GTSRB search): the epoch where it ended is no
+    rung, and the ranking at ASHA's own rungs leaves it out."""
+    at = rung_epochs(20, 3, 120)
+    assert at == (20, 60, 120) and rung_epochs(20, 3, 120, early_stopping=False) == (120,)
+    stopped = [{20: 0.5 + i / 100} for i in range(4)]
+    cut = [{20: 0.9, 26: 0.91}]
+    reached = [{20: 0.50 + i / 100, 60: 0.70 + i / 100} for i in range(4)] + [
+        {20: 0.60 + i / 100, 60: 0.80 + i / 100, 120: 0.90 + i / 100} for i in range(4)
+    ]
+    trials = stopped + cut + reached
+    assert [(r["from"], r["to"]) for r in rung_ranking(trials)] == [(20, 26), (26, 60), (60, 120)]
+    rows = rung_ranking(trials, at)
+    assert [(r["from"], r["to"], r["n"]) for r in rows] == [(20, 60, 8), (60, 120, 4)]
+    assert rows[0]["rho"] == pytest.approx(1.0)
 
 
 def test_the_interval_is_fishers_z_and_narrows_with_more_trials():

@@ -27,7 +27,7 @@ from autoaug.policies import Policy
 from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
 from autoaug.search.decide.rescore import Candidate
-from autoaug.search.decide.rungs import describe_rungs
+from autoaug.search.decide.rungs import describe_rungs, rung_epochs
 from autoaug.search.decide.rungs import from_study as rung_record
 from autoaug.search.methods.base import (
     Method,
@@ -281,7 +281,8 @@ class TrainMethod(Method):
             rule=assembly_rule(config.space.family),
         )
         # Did ASHA's rungs rank these trials? (search.decide.rungs; said in the summary)
-        rungs = rung_record(study) if s.early_stopping else None
+        at = rung_epochs(s.grace_period, s.reduction_factor, s.train.epochs)
+        rungs = rung_record(study, at) if s.early_stopping else None
         return MethodResult(
             trials=trials,
             assembled=assembled,

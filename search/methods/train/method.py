@@ -281,7 +281,7 @@ class TrainMethod(Method):
             rule=assembly_rule(config.space.family),
         )
         # Did ASHA's rungs rank these trials? (search.decide.rungs; said in the summary)
-        at = rung_epochs(s.grace_period, s.reduction_factor, s.train.epochs)
+        at = rung_epochs(s.grace_period, s.reduction_factor, config.epochs)
         rungs = rung_record(study, at) if s.early_stopping else None
         return MethodResult(
             trials=trials,

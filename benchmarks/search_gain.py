@@ -33,6 +33,7 @@ command reuses every finished search and every finished re-scoring run):
    start in the evaluation regime (``--eval-preset``, default ``eval-cpu``; ``--eval-seeds``, 5
    by default, paired) through ``autoaug compare``, as ``benchmarks/search_quality.py`` does.
    With ``--race``: the best cell of the race table, and the policy its search stored with the race.
+   ``--eval-cell CELL`` evaluates that cell's policy instead (``28/random``, or ``pba`` of ``--methods``).
    ``--import-runs CSV`` reuses an earlier benchmark's runs of these policies (the same policy hash,
    seed and regime; e.g. the warm start's, evaluated by ``search_quality.py``).
 
@@ -504,6 +505,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also the best cell's policy (with --race: the best cell with the race) and the warm start in --eval-preset",
     )
     p.add_argument(
+        "--eval-cell",
+        default=None,
+        metavar="CELL",
+        help="with or instead of --eval: evaluate this cell's policy instead of the best cell's: N/SAMPLER "
+        "(e.g. 28/random) or a method of --methods (e.g. pba)",
+    )
+    p.add_argument(
         "--eval-preset", default=argparse.SUPPRESS, help="training preset of the evaluation regime (default eval-cpu)"
     )
     p.add_argument("--eval-seeds", type=int, default=argparse.SUPPRESS, help="evaluation seeds per policy (default 5)")
@@ -589,6 +597,17 @@ def main(argv: list[str] | None = None) -> int:
     missing = [c for c in a.import_runs if not Path(c).is_file()]
     if missing:
         p.error(f"--import-runs {missing[0]}: no such file (expected an eval_runs.csv of an earlier benchmark)")
+    if a.eval_cell is not None:
+        n, slash, sampler = a.eval_cell.rpartition("/")
+        if not slash and sampler in a.methods:
+            a.eval_cell = (0, sampler)
+        elif slash and n.isdigit() and int(n) in a.trials and sampler in a.samplers:
+            a.eval_cell = (int(n), sampler)
+        else:
+            p.error(
+                f"--eval-cell {a.eval_cell!r}: expected N/SAMPLER with N of --trials and SAMPLER of --samplers "
+                f"(e.g. {a.trials[0]}/{a.samplers[0]}), or a method of --methods"
+            )
     if a.race is not None and not 2 <= a.race <= 100:
         p.error(f"--race {a.race}: expected the most runs per candidate, from 2 to 100")
     if a.rescore_seeds < (2 if a.smoke else 5):
@@ -631,7 +650,15 @@ def main(argv: list[str] | None = None) -> int:
     role = "race" if raced else "stored"
     pool = cells_from(per_search, done, "race") if raced else cells
     best = best_cell(pool)
-    if a.eval:
+    if a.eval_cell is not None:
+        if a.eval_cell not in per_search:
+            raise SystemExit(
+                f"search_gain: --eval-cell {search_name(*a.eval_cell)}: no finished search of that cell in this table "
+                f"(the cells: {', '.join(search_name(*c) for c in per_search)})"
+            )
+        evaluation = evaluate(a, work, timings, a.eval_cell, per_search, role)
+        evaluation["chosen"] = True
+    elif a.eval:
         if best is None:
             print("eval: every search stored its warm start: nothing to evaluate against it")
         else:

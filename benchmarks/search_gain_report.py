@@ -268,7 +268,7 @@ def report(
             "",
             f"## In the evaluation regime (`{a.eval_preset}`)",
             "",
-            f"`{evaluation['labels'][0]}` (the best cell's "
+            f"`{evaluation['labels'][0]}` (the {'cell of --eval-cell' if evaluation.get('chosen') else 'best cell'}'s "
             f"{'policy stored with the race' if evaluation.get('role') == 'race' else 'stored policy'}) "
             "minus the warm start, test accuracy, "
             f"paired by seed ({len(d['seeds'])} seeds): {points(d['mean'])} [{points(d['low'])}, "

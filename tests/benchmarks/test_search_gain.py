@@ -364,6 +364,8 @@ def test_a_search_that_fails_stops_the_benchmark_with_one_line(sg, fake, monkeyp
         (["--variant", "G60=--grace-period 60"], "--variant 'G60=--grace-period 60': expected LABEL=ARGS"),
         (["--variant", "g60"], "--variant 'g60': expected LABEL=ARGS"),
         (["--import-runs", "/nowhere/eval_runs.csv"], "--import-runs /nowhere/eval_runs.csv: no such file"),
+        (["--trials", "28", "--eval-cell", "100/tpe"], "--eval-cell '100/tpe': expected N/SAMPLER with N of --trials"),
+        (["--eval-cell", "pba"], "--eval-cell 'pba': expected N/SAMPLER"),  # pba is not of --methods
     ],
 )
 def test_bad_options_are_refused_in_one_line(sg, fake, capsys, args, message):
@@ -740,3 +742,23 @@ def test_the_evaluation_reuses_an_earlier_benchmarks_runs_of_its_policies_before
     assert kind == "import" and then == "compare" and out == compared == fake["work"] / "eval"
     assert path == csv_path and preset[:2] == ["--preset", "smoke"]
     assert names == ["sg-n6-random", "warm-start"]
+
+
+def test_eval_cell_evaluates_that_cells_policy_instead_of_the_best_cells(sg, fake, monkeypatch):
+    """--eval-cell pba: the PBA row's policy (here not the best cell) against the warm start."""
+    compared = []
+
+    def compare(a, work, timings, stage, out, preset, paths, seeds, baselines=True):
+        compared.append([json.loads(Path(p).read_text())["name"] for p in paths])
+        out.mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(sg, "_compare", compare)
+    monkeypatch.setattr(sg, "_read_runs", lambda folder: [])
+    seeds = {"sg-pba.json": {"seeds": {0: 0.6, 1: 0.61}}, "warm-start.json": {"seeds": {0: 0.59, 1: 0.6}}}
+    monkeypatch.setattr(sg, "summarize", lambda runs: seeds)
+    argv = [*fake["argv"], "--samplers", "random", "--trials", "6", "--methods", "pba", "--eval-cell", "pba"]
+    assert sg.main(argv) == 0
+    assert compared == [["sg-pba", "warm-start"]]
+    doc = json.loads((fake["out"] / "gain.json").read_text())
+    assert doc["eval"]["cell"] == [0, "pba"] and doc["eval"]["chosen"] is True
+    assert "(the cell of --eval-cell's stored policy)" in (fake["out"] / "results.md").read_text()

@@ -268,8 +268,9 @@ def report(
             "",
             f"## In the evaluation regime (`{a.eval_preset}`)",
             "",
-            f"`{evaluation['labels'][0]}` (the {'cell of --eval-cell' if evaluation.get('chosen') else 'best cell'}'s "
-            f"{'policy stored with the race' if evaluation.get('role') == 'race' else 'stored policy'}) "
+            f"`{evaluation['labels'][0]}` (the "
+            f"{'policy stored with the race' if evaluation.get('role') == 'race' else 'stored policy'} of the "
+            f"{'cell chosen with --eval-cell' if evaluation.get('chosen') else 'best cell'}) "
             "minus the warm start, test accuracy, "
             f"paired by seed ({len(d['seeds'])} seeds): {points(d['mean'])} [{points(d['low'])}, "
             f"{points(d['high'])}] points (p = {d['p_value'] if d['p_value'] is None else round(d['p_value'], 3)}).",

@@ -710,7 +710,7 @@ def test_with_the_race_the_evaluation_takes_the_policy_the_search_stored_with_it
     assert mine["name"] == "sg-n6-random-race3" and warm["name"] == "warm-start"
     doc = json.loads((fake["out"] / "gain.json").read_text())
     assert doc["eval"]["role"] == "race" and doc["eval"]["paired"]["mean"] == pytest.approx(0.01)
-    assert "(the best cell's policy stored with the race)" in (fake["out"] / "results.md").read_text()
+    assert "(the policy stored with the race of the best cell)" in (fake["out"] / "results.md").read_text()
 
 
 def test_the_evaluation_reuses_an_earlier_benchmarks_runs_of_its_policies_before_training(
@@ -761,4 +761,4 @@ def test_eval_cell_evaluates_that_cells_policy_instead_of_the_best_cells(sg, fak
     assert compared == [["sg-pba", "warm-start"]]
     doc = json.loads((fake["out"] / "gain.json").read_text())
     assert doc["eval"]["cell"] == [0, "pba"] and doc["eval"]["chosen"] is True
-    assert "(the cell of --eval-cell's stored policy)" in (fake["out"] / "results.md").read_text()
+    assert "(the stored policy of the cell chosen with --eval-cell)" in (fake["out"] / "results.md").read_text()

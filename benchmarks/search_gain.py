@@ -522,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="CSV",
         help="an earlier benchmark's eval_runs.csv (repeatable): its runs of the evaluated policies (same policy "
-        "hash, seed and regime) are reused in the evaluation instead of trained again",
+        "hash, seed and regime) are reused in the evaluation instead of trained again; only runs of this kind of "
+        "machine pair with its own (another CPU kind computes another model from one seed: docs/compare.md)",
     )
     p.add_argument("--cpus-per-run", type=int, default=1, help="CPUs per evaluation run")
     p.add_argument("--address", default=None, help="Ray cluster (default: embedded local Ray)")

@@ -217,8 +217,8 @@ def test_imported_runs_are_the_records_compare_reuses_for_a_regime_sized_per_cla
 def test_a_run_trained_in_another_precision_than_this_machines_is_not_imported(
     sq, tmp_path, cifar_dir, monkeypatch, capsys
 ):
-    """The same seed trained in float32 (a CPU without native bfloat16) and in bfloat16 gives two
-    results (a GTSRB run: 96.03% against 97.32%): a committed row of the other precision is
+    """Under ``amp: native`` the same seed trains in float32 on a CPU without native bfloat16 and in
+    bfloat16 on one with it, two different models: a committed row of the other precision is
     trained again here, not paired with this machine's runs; a row of a CSV written before runs
     kept their precision is imported, and the line says how many were."""
     import argparse

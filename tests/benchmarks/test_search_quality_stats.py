@@ -166,12 +166,22 @@ def test_results_table_of_a_file_with_balanced_accuracy_everywhere_has_no_note(s
     assert "re-run" not in "\n".join(sq.results_table(sq.summarize(runs)))
 
 
+def _write_runs_csv(path, rows):
+    """A committed ``eval_runs.csv`` of ``rows`` (dicts with the first row's columns)."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def test_imported_runs_are_the_records_compare_reuses_for_a_regime_sized_per_class(sq, tmp_path, cifar_dir):
     """A committed runs.csv seeds a comparison whose regime (eval-cpu) is asked per class: the
     records must hold the regime as compare resolves it, or compare refuses them as another
     comparison's."""
     import argparse
-    import csv
 
     from autoaug.launch.compare.candidates import resolve_candidates
     from autoaug.launch.compare.config import config_from_dict
@@ -195,11 +205,7 @@ def test_imported_runs_are_the_records_compare_reuses_for_a_regime_sized_per_cla
         for s in (0, 1)
     ]
     rows.append({**rows[0], "policy": "gone", "policy_hash": "0" * 64})  # a policy this comparison lacks
-    csv_path = tmp_path / "eval_runs.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    csv_path = _write_runs_csv(tmp_path / "eval_runs.csv", rows)
     out = tmp_path / "eval"
     a = argparse.Namespace(data=str(cifar_dir))
     assert sq.import_runs(a, csv_path, out, ["--preset", "eval-cpu"]) == 2
@@ -222,7 +228,6 @@ def test_a_run_trained_in_another_precision_than_this_machines_is_not_imported(
     trained again here, not paired with this machine's runs; a row of a CSV written before runs
     kept their precision is imported, and the line says how many were."""
     import argparse
-    import csv
     import json
 
     import autoaug.proxy_models.precision as precision
@@ -235,11 +240,7 @@ def test_a_run_trained_in_another_precision_than_this_machines_is_not_imported(
     base |= {"val_accuracy": "", "train_time_s": 200.0, "hostname": "vm", "finished_at": "2026-11-23T03:32:16Z"}
     rows = [{**base, "seed": 0, "precision": "float32"}, {**base, "seed": 1, "precision": "bfloat16"}]
     rows.append({**base, "seed": 2, "precision": ""})  # written before runs kept their precision
-    csv_path = tmp_path / "eval_runs.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    csv_path = _write_runs_csv(tmp_path / "eval_runs.csv", rows)
     out = tmp_path / "eval"
     assert sq.import_runs(argparse.Namespace(data=str(cifar_dir)), csv_path, out, ["--preset", "eval-cpu"]) == 2
     said = capsys.readouterr().out
@@ -287,11 +288,7 @@ def test_the_rebased_rows_runs_are_imported_like_any_policy_of_the_comparison(sq
         }
         for s in (0, 1)
     ]
-    csv_path = tmp_path / "eval_runs.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    csv_path = _write_runs_csv(tmp_path / "eval_runs.csv", rows)
     a = argparse.Namespace(data=str(cifar_dir))
     assert sq.import_runs(a, csv_path, work / "eval", ["--preset", "eval-cpu"]) == 0  # not a baseline
     assert sq.import_runs(a, csv_path, work / "eval", ["--preset", "eval-cpu"], [rebased]) == 2

@@ -73,21 +73,12 @@ def calibrator(work: Path, order: list[tuple[int, str]]) -> str:
     return search_name(*order[0])
 
 
-def search_rungs(config: Mapping[str, Any]) -> tuple[int, ...]:
-    """A training-method search's rungs from its configuration (a search config's dict):
-    :func:`autoaug.search.decide.rungs.rung_epochs`; ``()`` for another method's search."""
-    from autoaug.search.decide.rungs import rung_epochs
-
-    if config.get("method", "train") != "train":
-        return ()
-    epochs = int((config.get("train") or {}).get("epochs") or 0)
-    return rung_epochs(config["grace_period"], config["reduction_factor"], epochs, config.get("early_stopping", True))
-
-
 def rungs_text(config: Mapping[str, Any]) -> str:
     """Where ASHA could stop a training-method search's trials, from its configuration:
     ``"20, 60 of 120"``, ``"none (120 epochs)"``; ``"–"`` for another method's search."""
-    rungs = search_rungs(config)
+    from autoaug.search.decide.rungs import config_rungs
+
+    rungs = config_rungs(config)
     if not rungs:
         return "–"
     *milestones, epochs = rungs

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["rung_epochs", "rung_ranking", "rung_text", "describe_rungs", "ended_trials", "from_study"]
+__all__ = ["rung_epochs", "config_rungs", "rung_ranking", "rung_text", "describe_rungs", "ended_trials", "from_study"]
 
 #: Trials below which a pair of epochs gets no rho.
 MIN_TRIALS = 3
@@ -39,6 +39,17 @@ def rung_epochs(
 
     rungs = asha_milestones(int(grace_period), float(reduction_factor), int(epochs)) if early_stopping else ()
     return (*rungs, int(epochs))
+
+
+def config_rungs(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """:func:`rung_epochs` of a search configuration's dict (a result's ``provenance.search.config``);
+    ``()`` for another method's search or a configuration without its schedule."""
+    epochs = (config.get("train") or {}).get("epochs")
+    if config.get("method", "train") != "train" or not epochs or "grace_period" not in config:
+        return ()
+    return rung_epochs(
+        config["grace_period"], config["reduction_factor"], int(epochs), config.get("early_stopping", True)
+    )
 
 
 def rung_ranking(trials: Sequence[Mapping[int, float]], at: Sequence[int] | None = None) -> list[dict[str, Any]]:

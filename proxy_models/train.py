@@ -373,23 +373,171 @@ def _check_resumable(checkpoint: dict[str, Any], config: TrainConfig, policy: An
         )
 
 
-def _train(
+@dataclasses.dataclass
+class _Run:
+    """One run's data and progress, shared by the solo loop (:func:`_train`) and a pack's members
+    (:mod:`autoaug.proxy_models.pack`): everything a run checks and opens before its first epoch,
+    what a checkpoint restored, and what each epoch adds (history, policy hashes, train time)."""
+
+    config: TrainConfig
+    policy: Any
+    split: Any
+    dataset_fp: str
+    num_classes: int
+    train_loader: Any
+    val_loader: Any
+    test_loader: Any
+    steps_per_epoch: int
+    checkpoint: dict[str, Any] | None
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    start_epoch: int = 0
+    train_time: float = 0.0
+    epoch_hashes: list[str] = dataclasses.field(default_factory=list)
+    current: Any = None  # the policy of the epoch being trained
+
+    @property
+    def schedule(self) -> Any:
+        """The :class:`~autoaug.policies.schedule.Schedule` trained (its policy switched per epoch), or None."""
+        return self.policy if hasattr(self.policy, "stages") else None
+
+    @property
+    def done(self) -> bool:
+        return self.start_epoch >= self.config.epochs
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Set the loader to ``epoch``'s policy (a schedule's stage; the pipeline is kept)."""
+        schedule = self.schedule
+        if schedule is not None:
+            self.current = schedule.at(epoch, self.config.epochs)
+            self.train_loader.set_policy(self.current)  # the tables of this epoch
+            self.epoch_hashes.append(self.current.content_hash)
+        else:
+            self.current = self.policy
+
+    def restore(self, device: torch.device) -> None:
+        """The progress of the checkpoint this run resumes (the learner's state is its own);
+        torch's RNG as it was after the checkpoint's epoch."""
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        if device.type == "cuda" and checkpoint["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(checkpoint["rng"]["cuda"], device)
+        self.train_loader.load_state_dict(checkpoint["loader"])
+        self.history = [dict(row) for row in checkpoint["history"]]
+        self.start_epoch = int(checkpoint["epoch"])
+        self.train_time = float(checkpoint["train_time_s"])
+        self.epoch_hashes = list(checkpoint.get("epoch_policy_hashes", []))
+
+    def epoch_metrics(self, epoch: int, stats: Any, lr: float) -> dict[str, Any]:
+        """The trained epoch's metrics (validation filled in by the caller); a diverged run raises."""
+        if stats.seen == 0:
+            raise RuntimeError(f"epoch {epoch + 1}: the training loader yielded no batches")
+        if not math.isfinite(stats.loss):
+            raise FloatingPointError(
+                f"training diverged in epoch {epoch + 1}: mean training loss is {stats.loss} "
+                f"(lr={self.config.lr}; try a lower lr or more warm-up epochs)"
+            )
+        return {
+            "epoch": epoch + 1,
+            "train_loss": stats.loss,
+            "train_accuracy": stats.accuracy,
+            "val_loss": None,
+            "val_accuracy": None,
+            "lr": lr,
+        }
+
+    def end_epoch(
+        self,
+        epoch: int,
+        metrics: dict[str, Any],
+        *,
+        images_per_sec: float,
+        epoch_time: float,
+        learner_state: Mapping[str, Any],
+        device: torch.device,
+        checkpoint_dir: str | os.PathLike | None,
+    ) -> dict[str, Any]:
+        """Record the epoch: timing, history and (with ``checkpoint_dir``) the checkpoint, written
+        atomically before the metrics are returned for the report."""
+        self.train_time += epoch_time
+        metrics.update(images_per_sec=images_per_sec, epoch_time_s=epoch_time, time_total_s=self.train_time)
+        ckpt_path = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir is not None else None
+        if ckpt_path is not None:
+            metrics["checkpoint_dir"] = str(checkpoint_dir)
+        self.history.append(metrics)
+        self.start_epoch = epoch + 1
+        if ckpt_path is not None:
+            _save_checkpoint(ckpt_path, self.checkpoint_state(epoch, learner_state, device))
+        return dict(metrics)
+
+    def checkpoint_state(self, epoch: int, learner_state: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+        """What a checkpoint after ``epoch`` holds (a resumed run continues exactly from it)."""
+        schedule, current = self.schedule, self.current
+        return {
+            "format": _CHECKPOINT_FORMAT,
+            "epoch": epoch + 1,
+            "config": self.config.to_dict(),
+            "policy": current.to_dict(),
+            "policy_hash": current.content_hash,
+            **(
+                {}
+                if schedule is None
+                else {"schedule": schedule.to_dict(), "epoch_policy_hashes": list(self.epoch_hashes)}
+            ),
+            "dataset_fingerprint": self.dataset_fp,
+            "split_fingerprint": self.split.fingerprint,
+            **learner_state,
+            # Epoch counter + DALI's own checkpoint of its random operators, so a resumed
+            # run sees the data order and augmentation draws of the uninterrupted one.
+            "loader": self.train_loader.state_dict(),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            },
+            "history": self.history,
+            "train_time_s": self.train_time,
+        }
+
+    def result(
+        self, model: nn.Module, test_stats: EvalStats | None, precision: str, checkpoint_dir: Any
+    ) -> TrainResult:
+        final = self.history[-1] if self.history else {}
+        return TrainResult(
+            history=self.history,
+            val_accuracy=final.get("val_accuracy"),
+            test_accuracy=test_stats.accuracy if test_stats is not None else None,
+            split_fingerprint=self.split.fingerprint,
+            dataset_fingerprint=self.dataset_fp,
+            train_time_s=self.train_time,
+            model=model,
+            config=self.config,
+            test_loss=test_stats.loss if test_stats is not None else None,
+            checkpoint_path=str(Path(checkpoint_dir) / CHECKPOINT_NAME) if checkpoint_dir is not None else None,
+            test_class_correct=list(test_stats.class_correct) if test_stats is not None else None,
+            test_class_total=list(test_stats.class_total) if test_stats is not None else None,
+            precision=precision,
+        )
+
+
+def _open_run(
     config: TrainConfig,
     policy: Any,
     device: torch.device,
-    report: Callable[[dict[str, Any]], Any] | None,
-    checkpoint_dir: str | os.PathLike | None,
     checkpoint: dict[str, Any] | None,
-    on_batch: Callable[[int, int, int], Any] | None = None,
     given_split: Any = None,
-    on_validate: Callable[[int, EvalStats, Any], Any] | None = None,
-) -> TrainResult:
+    *,
+    val_loader: Any = None,
+) -> _Run:
+    """Everything of a run that can fail, before its first epoch: the data opened and checked,
+    the config sized to them, the split, the memory a run needs, the loaders; a checkpoint to
+    resume checked against them. ``val_loader``: one already built for this run's validation
+    images (a pack's members share it)."""
     from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.memory import check_memory
     from autoaug.proxy_models.splits import config_split
 
     num_threads = loader_threads(config)  # DALI's; torch's were set by _TorchState
-
-    # ---- data (every check that can fail happens here, before the first epoch) -------------
     ds = open_dataset(config.data, split="train")
     if not config.is_resolved:
         config = resolve_config(config, ds)
@@ -418,8 +566,6 @@ def _train(
                 f"test data {config.test_data} has classes {list(test_ds.classes)[:10]}, "
                 f"but the training data has {list(ds.classes)[:10]}"
             )
-    from autoaug.proxy_models.memory import check_memory
-
     check_memory(
         config,
         num_classes=ds.num_classes,
@@ -430,8 +576,7 @@ def _train(
         cuda=device.type == "cuda",
     )  # before anything is decoded: one line, not the kernel's kill
     train_loader = _make_loader(ds, split.train, config, device, policy=policy, train=True, num_threads=num_threads)
-    val_loader = None
-    if len(split.val):
+    if val_loader is None and len(split.val):
         val_loader = _make_loader(ds, split.val, config, device, policy=None, train=False, num_threads=num_threads)
     test_loader = None
     if test_ds is not None:
@@ -449,125 +594,73 @@ def _train(
     steps_per_epoch = len(train_loader)
     if steps_per_epoch < 1:
         raise ValueError(f"the training split of {len(split.train)} images gives no batch of {config.batch_size}")
+    return _Run(
+        config=config,
+        policy=policy,
+        split=split,
+        dataset_fp=dataset_fp,
+        num_classes=ds.num_classes,
+        train_loader=train_loader,
+        val_loader=val_loader,
+        test_loader=test_loader,
+        steps_per_epoch=steps_per_epoch,
+        checkpoint=checkpoint,
+    )
+
+
+def _train(
+    config: TrainConfig,
+    policy: Any,
+    device: torch.device,
+    report: Callable[[dict[str, Any]], Any] | None,
+    checkpoint_dir: str | os.PathLike | None,
+    checkpoint: dict[str, Any] | None,
+    on_batch: Callable[[int, int, int], Any] | None = None,
+    given_split: Any = None,
+    on_validate: Callable[[int, EvalStats, Any], Any] | None = None,
+) -> TrainResult:
+    run = _open_run(config, policy, device, checkpoint, given_split)
+    config = run.config
 
     # ---- model and optimisation -------------------------------------------------------------
     torch.manual_seed(config.seed)  # model initialisation (the loaders are seeded separately)
-    learner = Learner(config, num_classes=ds.num_classes, steps_per_epoch=steps_per_epoch, device=device)
-
-    history: list[dict[str, Any]] = []
-    start_epoch = 0
-    train_time = 0.0
+    learner = Learner(config, num_classes=run.num_classes, steps_per_epoch=run.steps_per_epoch, device=device)
     if checkpoint is not None:
         learner.load_state_dict(checkpoint)
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        if device.type == "cuda" and checkpoint["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(checkpoint["rng"]["cuda"], device)
-        train_loader.load_state_dict(checkpoint["loader"])
-        history = [dict(row) for row in checkpoint["history"]]
-        start_epoch = int(checkpoint["epoch"])
-        train_time = float(checkpoint["train_time_s"])
+    run.restore(device)
 
-    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    ckpt_path = ckpt_dir / CHECKPOINT_NAME if ckpt_dir is not None else None
-    test_accuracy = test_loss = None
     test_stats: EvalStats | None = None
-
-    schedule = policy if hasattr(policy, "stages") else None  # a Schedule: switched per epoch
-    epoch_hashes = list(checkpoint.get("epoch_policy_hashes", [])) if checkpoint is not None else []
-    for epoch in range(start_epoch, config.epochs):
-        if schedule is not None:
-            current = schedule.at(epoch, config.epochs)
-            train_loader.set_policy(current)  # the tables of this epoch; the pipeline is kept
-            epoch_hashes.append(current.content_hash)
-        # ---- train one epoch ----
+    for epoch in range(run.start_epoch, config.epochs):
+        run.begin_epoch(epoch)
         t0 = time.perf_counter()
-        batches = train_loader if on_batch is None else _counted(train_loader, on_batch, epoch + 1, steps_per_epoch)
+        batches = (
+            run.train_loader
+            if on_batch is None
+            else _counted(run.train_loader, on_batch, epoch + 1, run.steps_per_epoch)
+        )
         stats = learner.train_epoch(batches)
-        if stats.seen == 0:
-            raise RuntimeError(f"epoch {epoch + 1}: the training loader yielded no batches")
-        train_loss = stats.loss
-        if not math.isfinite(train_loss):
-            raise FloatingPointError(
-                f"training diverged in epoch {epoch + 1}: mean training loss is {train_loss} "
-                f"(lr={config.lr}; try a lower lr or more warm-up epochs)"
-            )
-        metrics: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "train_loss": train_loss,
-            "train_accuracy": stats.accuracy,
-            "val_loss": None,
-            "val_accuracy": None,
-            "lr": learner.lr,
-        }
-        # ---- validate ----
-        last = epoch + 1 == config.epochs
-        if val_loader is not None and config.validates(epoch + 1):
-            val_stats = learner.evaluate_per_class(val_loader, per_image=on_validate is not None)
+        metrics = run.epoch_metrics(epoch, stats, learner.lr)
+        if run.val_loader is not None and config.validates(epoch + 1):
+            val_stats = learner.evaluate_per_class(run.val_loader, per_image=on_validate is not None)
             metrics["val_accuracy"], metrics["val_loss"] = val_stats.accuracy, val_stats.loss
             if on_validate is not None:
-                on_validate(epoch + 1, val_stats, split.val)
-        if last and test_loader is not None:
-            test_stats = learner.evaluate_per_class(test_loader)
-            test_accuracy, test_loss = test_stats.accuracy, test_stats.loss
-            metrics["test_accuracy"], metrics["test_loss"] = test_accuracy, test_loss
-        epoch_time = time.perf_counter() - t0
-        train_time += epoch_time
-        metrics.update(
+                on_validate(epoch + 1, val_stats, run.split.val)
+        if epoch + 1 == config.epochs and run.test_loader is not None:
+            test_stats = learner.evaluate_per_class(run.test_loader)
+            metrics["test_accuracy"], metrics["test_loss"] = test_stats.accuracy, test_stats.loss
+        reported = run.end_epoch(
+            epoch,
+            metrics,
             images_per_sec=stats.images_per_sec,
-            epoch_time_s=epoch_time,
-            time_total_s=train_time,
+            epoch_time=time.perf_counter() - t0,
+            learner_state=learner.state_dict(),
+            device=device,
+            checkpoint_dir=checkpoint_dir,
         )
-        if ckpt_path is not None:
-            metrics["checkpoint_dir"] = str(ckpt_dir)
-        history.append(metrics)
-        if ckpt_path is not None:
-            _save_checkpoint(
-                ckpt_path,
-                {
-                    "format": _CHECKPOINT_FORMAT,
-                    "epoch": epoch + 1,
-                    "config": config.to_dict(),
-                    "policy": (policy if schedule is None else current).to_dict(),
-                    "policy_hash": (policy if schedule is None else current).content_hash,
-                    **(
-                        {}
-                        if schedule is None
-                        else {"schedule": schedule.to_dict(), "epoch_policy_hashes": list(epoch_hashes)}
-                    ),
-                    "dataset_fingerprint": dataset_fp,
-                    "split_fingerprint": split.fingerprint,
-                    **learner.state_dict(),
-                    # Epoch counter + DALI's own checkpoint of its random operators, so a resumed
-                    # run sees the data order and augmentation draws of the uninterrupted one.
-                    "loader": train_loader.state_dict(),
-                    "rng": {
-                        "torch": torch.get_rng_state(),
-                        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                    },
-                    "history": history,
-                    "train_time_s": train_time,
-                },
-            )
         if report is not None:
-            report(dict(metrics))
+            report(reported)
 
-    if test_loader is not None and test_accuracy is None:
+    if run.test_loader is not None and test_stats is None:
         # Resumed from a checkpoint written after the last epoch: only the test pass is left.
-        test_stats = learner.evaluate_per_class(test_loader)
-        test_accuracy, test_loss = test_stats.accuracy, test_stats.loss
-    final = history[-1] if history else {}
-    return TrainResult(
-        history=history,
-        val_accuracy=final.get("val_accuracy"),
-        test_accuracy=test_accuracy,
-        split_fingerprint=split.fingerprint,
-        dataset_fingerprint=dataset_fp,
-        train_time_s=train_time,
-        model=learner.model,
-        config=config,
-        test_loss=test_loss,
-        checkpoint_path=str(ckpt_path) if ckpt_path is not None else None,
-        test_class_correct=list(test_stats.class_correct) if test_stats is not None else None,
-        test_class_total=list(test_stats.class_total) if test_stats is not None else None,
-        precision=learner.precision,
-    )
+        test_stats = learner.evaluate_per_class(run.test_loader)
+    return run.result(learner.model, test_stats, learner.precision, checkpoint_dir)

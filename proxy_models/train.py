@@ -527,12 +527,12 @@ def _open_run(
     checkpoint: dict[str, Any] | None,
     given_split: Any = None,
     *,
-    val_loader: Any = None,
+    build_val: bool = True,
 ) -> _Run:
     """Everything of a run that can fail, before its first epoch: the data opened and checked,
     the config sized to them, the split, the memory a run needs, the loaders; a checkpoint to
-    resume checked against them. ``val_loader``: one already built for this run's validation
-    images (a pack's members share it)."""
+    resume checked against them. ``build_val=False``: no validation loader (a pack's members share
+    one, :mod:`autoaug.proxy_models.pack`)."""
     from autoaug.proxy_models.data import open_dataset
     from autoaug.proxy_models.memory import check_memory
     from autoaug.proxy_models.splits import config_split
@@ -576,7 +576,8 @@ def _open_run(
         cuda=device.type == "cuda",
     )  # before anything is decoded: one line, not the kernel's kill
     train_loader = _make_loader(ds, split.train, config, device, policy=policy, train=True, num_threads=num_threads)
-    if val_loader is None and len(split.val):
+    val_loader = None
+    if build_val and len(split.val):
         val_loader = _make_loader(ds, split.val, config, device, policy=None, train=False, num_threads=num_threads)
     test_loader = None
     if test_ds is not None:

@@ -1,0 +1,171 @@
+"""A pack (proxy_models/pack.py): members trained in lockstep by one process compute what their
+solo runs compute -- bit for bit for a pack of one, within float rounding in a stacked pack -- and
+do not depend on their pack-mates; they join, leave and resume between epochs."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from autoaug.policies import presets
+from autoaug.proxy_models.learner import Learner
+from autoaug.proxy_models.pack import Pack, PackLearner, train_pack
+from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
+
+POLICIES = ("autoaugment-cifar10", "randaugment:n=2,m=9", "trivialaugment", "autoaugment-svhn")
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / (b.norm() + 1e-12))
+
+
+def _fresh(cfg: TrainConfig, seeds, steps: int = 8) -> list[Learner]:
+    out = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        out.append(Learner(cfg, num_classes=10, steps_per_epoch=steps))
+    return out
+
+
+def _batch(k: int, seed: int, n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(k, n, 3, 32, 32, generator=g), torch.randint(0, 10, (k, n), generator=g)
+
+
+@pytest.fixture(scope="module")
+def cfg(cifar_train):
+    return TrainConfig.from_preset(
+        "smoke", data=str(cifar_train), epochs=2, train_size=256, val_size=128, num_threads=1
+    )
+
+
+def test_a_pack_of_one_is_the_solo_run_bit_for_bit(cfg, tmp_path):
+    policy = presets.resolve("autoaugment-cifar10")
+    solo_reports, pack_reports = [], []
+    solo = train(cfg, policy, report=solo_reports.append, checkpoint_dir=tmp_path / "solo")
+    (packed,) = train_pack(cfg, [policy], reports=[pack_reports.append], checkpoint_dirs=[tmp_path / "pack"])
+    drop = ("epoch_time_s", "time_total_s", "images_per_sec", "checkpoint_dir")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in solo_reports] == [
+        {k: v for k, v in r.items() if k not in drop} for r in pack_reports
+    ]
+    for (name, a), b in zip(solo.model.state_dict().items(), packed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    a, b = load_checkpoint(tmp_path / "solo"), load_checkpoint(tmp_path / "pack")
+    assert a["loader"] == b["loader"] and torch.equal(a["rng"]["torch"], b["rng"]["torch"])
+    for i, s in a["optimizer"]["state"].items():
+        assert torch.equal(s["momentum_buffer"], b["optimizer"]["state"][i]["momentum_buffer"])
+    assert a["scheduler"] == b["scheduler"] and packed.precision == solo.precision
+
+
+def test_in_a_pack_of_four_each_members_first_steps_equal_its_solo_runs(cfg):
+    """Losses and gradients of the first step, and losses and parameters after three steps with
+    momentum, weight decay and the learning-rate schedule, per member against its own solo learner."""
+    seeds = (0, 1, 2, 3)
+    solos = _fresh(cfg, seeds)
+    pack = PackLearner(cfg, num_classes=10, steps_per_epoch=8)
+    pack.load(copy.deepcopy([s.state_dict() for s in solos]))
+    for step in range(3):
+        images, labels = _batch(4, step)
+        losses, _, grads = pack.forward_backward(images, labels)
+        for k, solo in enumerate(solos):
+            loss, _ = solo._forward_backward(images[k], labels[k])
+            assert float(losses[k].detach()) == pytest.approx(float(loss), rel=1e-5, abs=1e-6)
+            if step == 0:
+                for name, g, p in zip(pack.param_names, grads, solo.model.parameters()):
+                    assert _rel(g[k], p.grad) < 1e-2, name  # (a ReLU at 0 may flip: float rounding)
+            solo.optimizer.step()
+            solo.scheduler.step()
+        pack.apply_gradients(grads, pack._lr_table()[0])  # the pack's own step over those gradients
+        pack.steps = [s + 1 for s in pack.steps]
+    for k, state in enumerate(pack.states()):
+        for name, p in solos[k].model.named_parameters():
+            assert _rel(state["model"][name], p.detach()) < 1e-4, (k, name)
+        assert state["scheduler"]["last_epoch"] == solos[k].scheduler.last_epoch
+        assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(solos[k].lr)
+
+
+def test_a_members_steps_do_not_change_when_its_pack_mates_do(cfg):
+    member = _fresh(cfg, (7,))[0].state_dict()
+    results = []
+    for mates in ((1, 2), (3, 4, 5)):
+        pack = PackLearner(cfg, num_classes=10, steps_per_epoch=2)
+        mate_states = [s.state_dict() for s in _fresh(cfg, mates)]
+        pack.load(copy.deepcopy([member, *mate_states]))
+        images, labels = _batch(1 + len(mates), 11 + len(mates))
+        mine_images, mine_labels = _batch(1, 99)
+        images[0], labels[0] = mine_images[0], mine_labels[0]
+        streams = [[(images[k], labels[k])] * 2 for k in range(1 + len(mates))]
+        stats = pack.train_epoch(streams)
+        results.append((stats[0].loss, pack.states()[0]["model"]))
+    (loss_a, model_a), (loss_b, model_b) = results
+    assert loss_a == pytest.approx(loss_b, rel=1e-6)
+    for name in model_a:
+        if model_a[name].is_floating_point():
+            assert _rel(model_a[name], model_b[name]) < 1e-5, name
+
+
+def test_a_stacked_pack_trains_each_member_as_its_solo_run_up_to_float_rounding(cfg):
+    policies = [presets.resolve(p) for p in POLICIES[:3]]
+    solo = [train(cfg, p) for p in policies]
+    packed = train_pack(cfg, policies)
+    for s, p in zip(solo, packed):
+        assert [h["epoch"] for h in p.history] == [1, 2]
+        for hs, hp in zip(s.history, p.history):
+            assert hp["train_loss"] == pytest.approx(hs["train_loss"], abs=0.02)
+            assert hp["lr"] == pytest.approx(hs["lr"])
+            assert hp["val_accuracy"] is not None
+
+
+def test_members_join_and_leave_between_epochs_each_at_its_own_epoch(cfg, tmp_path):
+    """A member stopped after its first epoch leaves; the next takes its slot and trains its first
+    epoch beside the first member's second, at its own learning rate."""
+    a, b, c = (presets.resolve(p) for p in POLICIES[:3])
+    with Pack(cfg, vmap_single=True) as pack:
+        pack.add("a", a, checkpoint_dir=tmp_path / "a")
+        pack.add("b", b)
+        first = pack.train_epoch()
+        assert set(first) == {"a", "b"}
+        pack.remove("b")
+        pack.add("c", c, checkpoint_dir=tmp_path / "c")
+        second = pack.train_epoch()
+        assert second["a"]["epoch"] == 2 and second["c"]["epoch"] == 1
+        assert pack.members["a"].done and not pack.members["c"].done
+        assert pack.train_epoch() and pack.members["c"].done
+        assert pack.train_epoch() == {}
+    alone_c = train(cfg, c)
+    # c's first epoch in a pack beside a's second, then alone: its solo run's, up to rounding
+    assert second["c"]["lr"] == pytest.approx(alone_c.history[0]["lr"])
+    assert second["c"]["train_loss"] == pytest.approx(alone_c.history[0]["train_loss"], abs=0.02)
+    # a member's checkpoint resumes as a solo run, to its end
+    assert load_checkpoint(tmp_path / "c")["epoch"] == 2
+
+
+def test_a_member_resumed_from_its_checkpoint_ends_as_the_uninterrupted_pack(cfg, tmp_path):
+    policies = [presets.resolve(p) for p in POLICIES[:2]]
+    dirs = [tmp_path / "m0", tmp_path / "m1"]
+    whole = train_pack(cfg, policies, checkpoint_dirs=dirs)
+    # Interrupted after epoch 1: a pack of the same two members resumed from their checkpoints.
+    cut = [tmp_path / "c0", tmp_path / "c1"]
+    with Pack(cfg) as pack:
+        for i, p in enumerate(policies):
+            pack.add(i, p, checkpoint_dir=cut[i])
+        pack.train_epoch()  # the first epoch only, then the process "dies"
+    resumed = train_pack(cfg, policies, resume_from=cut, checkpoint_dirs=cut)
+    for w, r in zip(whole, resumed):
+        assert [h["train_loss"] for h in w.history] == [h["train_loss"] for h in r.history]
+        assert [h["val_accuracy"] for h in w.history] == [h["val_accuracy"] for h in r.history]
+    # and a member's checkpoint after its first epoch finishes as a solo run
+    solo = train(cfg, policies[0], resume_from=cut[0])
+    assert solo.history[-1]["epoch"] == 2
+
+
+def test_runs_that_cannot_share_a_pack_are_refused_in_one_line(cfg):
+    with Pack(cfg) as pack:
+        with pytest.raises(ValueError, match=r"cannot join the pack: .*batch_size: pack 32 vs member 64"):
+            pack.add("x", "trivialaugment", config=dataclasses.replace(cfg, batch_size=64))
+    f16 = dataclasses.replace(cfg, amp=True, amp_dtype="float16")
+    with pytest.raises(ValueError, match="a pack trains in float32 or bfloat16"):
+        PackLearner(f16, num_classes=10, steps_per_epoch=4)

@@ -12,11 +12,8 @@ DATA    ?= $(or $(AUTOAUG_CIFAR10),$(abspath ../shared/data/cifar10-jpeg))
 DEMO_DIR ?= $(abspath runs/demo)
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist), whole test files per process, the costliest files first
-# (tests/conftest.py orders them; --no-loadscope-reorder keeps that order): 10m39s-11m28s on 2 idle cores of an
-# AMD EPYC with AVX-512 bf16 (12m44s-15m17s before the last merges), 15m13s on an Intel Xeon with it (session 5), 14m49s (session 6, 1,433 tests), 14m38s and 12m53s (session 7, fresh clones), 12m25s-14m44s (session 8, fresh clones, cold compile cache), 11m45s and 11m44s (session 9, the same),
-# 22 min on one without (fresh clone;
-# benchmarks/results/suite-time).
-# Three workers were slower on 2 cores (14m50s; session 8: 13m25s against two's 12m25s, same code).
+# (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). Two, for 2 cores: three
+# were slower there. Suite times: benchmarks/results/suite-time/README.md.
 # TEST_WORKERS=1: one process, for debugging.
 TEST_WORKERS ?= 2
 

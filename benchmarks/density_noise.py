@@ -1,5 +1,5 @@
 """How much of a density-matching score is noise, where it comes from, and whether the score ranks
-policies the way training with them does (issue 36: the density method's score).
+policies the way training with them does (the density method's score).
 
 The density method (:mod:`autoaug.search.methods.density.method`, Fast AutoAugment) scores a candidate by
 evaluating a fold model -- the proxy trained with the base alone on ``K-1`` of ``K`` folds of the

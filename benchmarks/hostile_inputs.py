@@ -1,4 +1,5 @@
-"""Every hostile input of issue 12, run through the real ``autoaug`` CLI (one process each), and
+"""Every hostile input (bad labels, corrupt images, unwritable paths, bad splits, policy files
+and store contents, ...), run through the real ``autoaug`` CLI (one process each), and
 the Markdown table ``input | exit code | message (as the user sees it)`` they produce.
 
     python benchmarks/hostile_inputs.py --data ../shared/data/cifar10-jpeg [--out docs/hostile-inputs.md]
@@ -436,7 +437,7 @@ def main() -> None:
         r.run("policies list on a fresh machine (default store, nothing saved yet)", ["policies", "list"], env=fresh)
         r.run("policies list --json on a fresh machine", ["policies", "list", "--json"], env=fresh)
 
-        # --- round 3: duplicated keys, one-class data, --set of the trainer on search ------------
+        # --- duplicated keys, one-class data, --set of the trainer on search ----------------------
         dup = (
             '{"name": "dup", "num_magnitude_bins": 10, "sub_policies": [[{"op": "Rotate", "op": "Invert", '
             '"probability": 0.5, "magnitude_bin": 3}]]}'

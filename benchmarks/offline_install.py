@@ -1,4 +1,4 @@
-"""The install for nodes without network, checked end to end on this machine (issue 52):
+"""The install for nodes without network, checked end to end on this machine:
 
 1. ``launch/wheelhouse.py`` (``make wheelhouse``) gathers the wheels of ``autoaug[search]`` for
    this machine's Python, ``manylinux_2_28_x86_64``, DALI ``cuda120``, torch left out (the one

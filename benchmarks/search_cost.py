@@ -23,7 +23,7 @@ of a default density-matching search.
 
 ::
 
-    .venv/bin/python benchmarks/search_cost.py --data $AUTOAUG_CIFAR10 [--trials-per-round 20]
+    .venv/bin/python benchmarks/search_cost.py --data $AUTOAUG_CIFAR10 [--trials-per-round N]
     # figures of a density search that already ran (e.g. the quality benchmark's), no new search:
     .venv/bin/python benchmarks/search_cost.py --data $AUTOAUG_CIFAR10 \
         --from-run runs/search-quality/density-cpu-eval-cpu/runs/sq-density-cpu-eval-cpu

@@ -14,7 +14,7 @@ the floor of any command that reads the store.
     .venv/bin/python benchmarks/startup.py                  # prints the table
     .venv/bin/python benchmarks/startup.py --runs 15 --json benchmarks/results/startup.json
 
-Target (issue 13): both ``autoaug`` commands under 0.5 s on the project's 2-core machine.
+Target: both ``autoaug`` commands under 0.5 s on the project's 2-core machine.
 
 ``--training`` adds what a process that trains pays before its work (a trial actor, a
 calibration or re-scoring task): one training step of the proxy with the learner's own SGD and

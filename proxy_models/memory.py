@@ -1,6 +1,6 @@
 """Memory before work: what one training run will hold at its peak, estimated before anything is
-decoded or allocated, and a one-line refusal when it cannot fit (issue 38: ``--image-size 100000``
-on 200 images grew to 23 GB and was killed by the kernel, taking a ``compare``'s workers with it).
+decoded or allocated, and a one-line refusal when it cannot fit (without it, ``--image-size 100000``
+on 200 images grows until the kernel kills the run, and a ``compare``'s workers with it).
 
 :func:`estimate_run_memory` is a pure function of the resolved :class:`TrainConfig`, the split's
 sizes and the number of classes; :func:`check_memory` compares it with what the machine has

@@ -587,9 +587,8 @@ def _check_field_names(keys: Iterable[str], what: str) -> None:
 #: Named starting points; see docs/training.md for how each was sized.
 PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
     {
-        # A few seconds on 2 CPU cores; for tests and trying the plumbing. Reaches 0.21-0.29
-        # validation accuracy on CIFAR-10 with `standard` or `autoaugment-cifar10` over seeds 0-3
-        # (chance: 0.10). 32x32 whatever the data's size, so that it stays a few seconds.
+        # A few seconds on 2 CPU cores, for tests and trying the plumbing; 32x32 whatever the data's
+        # size, so that it stays a few seconds (docs/training.md, "Configuration and presets").
         "smoke": TrainConfig(
             model="resnet-8",
             train_size=1024,
@@ -601,8 +600,8 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
             image_size=32,
             device="cpu",
         ),
-        # One proxy trial of 45-60 s on 2 idle CPU cores (measured on 32x32 images; docs/training.md).
-        # The high peak lr makes the 15 epochs reach the regime where crop+flip beats no augmentation.
+        # A one-minute proxy trial on 2 CPU cores: 15 epochs at a high peak lr. Chosen by
+        # benchmarks/policy_sensitivity.py and trial_throughput.py (docs/training.md, "How the `cpu` preset was sized").
         "cpu": TrainConfig(
             model="resnet-8",
             train_size=4000,
@@ -614,17 +613,9 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
             device="cpu",
         ),
         # The search's proxy on a CPU (the `cpu` search preset): ResNet-8 on 100 training images per
-        # class of the search split (split seed 0; 1,000 more validate), 120 epochs. Long training
-        # on few images is where augmentation pays off, so the proxy ranks policies the way the
-        # evaluation regime does (benchmarks/results/proxy-fidelity-cpu); ASHA keeps it affordable.
-        # Sized to the data (docs/training.md, "Regimes sized to the data"): at least 1,000 images
-        # (CIFAR-10's 10 classes: exactly 1,000, as before) and at most 2,000 (GTSRB's 43 classes:
-        # 2,000, twice CIFAR-10's epoch cost instead of 4.3 times). Validation stays 1,000 images
-        # in all: the noise of a score depends on how many images it averages, not on the classes.
-        # Trained in bfloat16 autocast, channels-last (the CPU's AVX512-BF16 convolutions): 1.5x the
-        # epochs per CPU-hour of float32 on one core, end to end, and a proxy that ranks policies
-        # as a float32 proxy of another seed does (benchmarks/results/trial-throughput/README.md).
-        # A CPU without native bfloat16 gets one warning (emulated: slower).
+        # class (1,000 to 2,000 in all) of split seed 0, 1,000 validation images, 120 epochs, in bfloat16
+        # autocast and channels-last (a CPU without native bfloat16 gets one warning). Chosen by
+        # benchmarks/results/proxy-fidelity-cpu and trial-throughput; docs/results.md, "How the presets were chosen".
         "proxy-cpu": TrainConfig(
             model="resnet-8",
             train_size=None,
@@ -642,10 +633,8 @@ PRESETS: Mapping[str, TrainConfig] = types.MappingProxyType(
             channels_last=True,
         ),
         # The evaluation regime on a CPU (benchmarks/search_quality.py, `autoaug compare --preset
-        # eval-cpu`): the proxy's recipe on another training split (split seed 1), no validation,
-        # scored on the test split. Chosen by measurement on CIFAR-10 (docs/training.md,
-        # "Evaluation regime"): crop+flip beats no augmentation by ~10 points and AutoAugment beats
-        # crop+flip by ~4. Sized per class as `proxy-cpu` is (CIFAR-10: 1,000 images, as measured).
+        # eval-cpu`): the proxy's recipe, float32, on split seed 1, no validation, scored on the test split.
+        # Chosen by measurement on CIFAR-10: docs/training.md, "The evaluation regime (`eval-cpu`)".
         "eval-cpu": TrainConfig(
             model="resnet-8",
             train_size=None,

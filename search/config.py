@@ -64,37 +64,9 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "cpus_per_trial": 1,
         "gpus_per_trial": 0,
     },
-    # A real, small search on a CPU machine (33-42 minutes measured on 2 idle cores): the trainer's
-    # proxy-cpu preset (ResNet-8, 1,000 images, 120 epochs: long training on few images, where
-    # augmentation pays off, so the proxy ranks policies like the evaluation regime does).
-    # Candidates are ranked by the mean validation accuracy of their last 5 epochs (one epoch's
-    # accuracy at lr 0.15 is too noisy to rank by); the training method's 28 trials and their
-    # ASHA rungs are its own settings (TrainMethodConfig.PRESETS).
-    # Before the trials, the proxy is trained with each base alone and with each published policy
-    # on the best base (8 runs: search/decide/calibrate.py); every candidate then trains on that base and
-    # the first 5 trials are the sub-policies of the published policy that transferred best. The
-    # final candidates (assembled, best trial, AutoAugment extended by what the search found,
-    # survivors) are re-scored under the proxy (one fresh seed) before one is stored. Chosen by
-    # measurement: docs/search.md (re-scoring with 2 seeds on 10,000 validation images was
-    # measured too and chose a policy that did worse in the evaluation regime). Those still
-    # within the noise of the leader then race (up to 10 runs each, rescore_max_seeds): one run
-    # each decides almost at random among candidates within a point, and so do 3: on CIFAR-10 a
-    # race of up to 3 rejected a candidate that one of up to 10 stored, +0.81 [+0.55, +1.08]
-    # points over the published policy in eval-cpu, while the 10-run replays of the four
-    # other searches kept the 3-run race's decisions
-    # (benchmarks/results/search-gain-cifar10-jpeg/race10). Under the budget the trials give way
-    # to rounds up to 3 runs each (RACE_RESERVED_SEEDS); later rounds run only on the time the
-    # trials leave (the summary says when the budget ended the race undecided), so the 10 take
-    # nothing from the trials and pay where the search has the time.
-    # A time budget of 30 minutes (1 CPU-hour on 2 cores): proxy runs in bf16 + channels_last and
-    # trials validated only where their score is read make a trial epoch 1.86x cheaper than when
-    # the search (28 trials, 3-4 re-scoring runs, no calibration) took 33-42 minutes, so the 8
-    # calibration runs fit too (benchmarks/results/trial-throughput; docs/search.md, "Time budget").
-    # Validated on up to 5,000 of the images the training split leaves (not the proxy's 1,000): one
-    # run's score spread 0.64 points instead of 1.13 for 1.17x the CPU of a whole trial
-    # (benchmarks/results/score-noise-cifar10; the 0.52 points of training noise stay).
-    # The space family is the one of the published policy that transfers best (issue 37: the
-    # search can start from RandAugment or TrivialAugment and look around it).
+    # A real search on a CPU machine in 30 minutes on 2 cores: calibration, trials of the trainer's
+    # proxy-cpu preset, re-scoring and a race of up to 10 runs. Chosen by benchmarks/results/trial-throughput,
+    # score-noise-cifar10 and search-gain-cifar10-jpeg/race10; docs/results.md, "How the presets were chosen".
     "cpu": {
         "train": {"preset": "proxy-cpu", "max_val_size": 5000},
         "concurrency": 2,
@@ -108,15 +80,8 @@ _SHARED_PRESETS: Mapping[str, Mapping[str, Any]] = {
         "rescore_max_seeds": 10,
         "time_budget_s": 1800,
     },
-    # A search for one GPU-hour: AutoAugment's proxy (WRN-40-2 on 4,000 images, 120 epochs, fp16,
-    # channels-last), sized by benchmarks/gpu_check.py on an H200 (benchmarks/results/gpu): one
-    # trial keeps the GPU 7% busy (its host side bounds it), and 8 trials sharing the GPU train 3.9x
-    # the images of one (154 full-length trials per GPU-hour; 16 at once oversubscribe a 16-core
-    # host and give less), so a trial asks for 1/8 of a GPU and 2 CPUs, and concurrency follows the
-    # cluster (8 per GPU). Validated on at most 10,000 of the images the split leaves (the score's
-    # noise shrinks with the images it averages; validating is cheap on a GPU). The base and the
-    # warm start are measured first and candidates re-scored, as in the `cpu` preset; the training
-    # method's 200 trials and rungs are its own settings (TrainMethodConfig.PRESETS).
+    # A search for one GPU-hour: AutoAugment's proxy, 8 trials sharing a GPU. Sized by
+    # benchmarks/gpu_check.py (benchmarks/results/gpu); docs/results.md, "How the presets were chosen".
     "gpu": {
         "train": {"preset": "paper", "max_val_size": 10000},
         "concurrency": None,
@@ -208,7 +173,7 @@ class SearchConfig:
     method name) and read as the attribute their class names (``config.pba``); the constructor
     takes them under that name too (``SearchConfig(..., pba={"population": 4})``). In the dict
     form (files, ``--set``) each method's settings are a section (``pba: {population: 4}``) or,
-    for the training method, top-level keys (``num_trials``), as they always were.
+    for the training method, top-level keys (``num_trials``).
 
     Args:
         name: run name: the run directory ``{storage}/{name}``, the Optuna study and the stored

@@ -575,8 +575,8 @@ class SearchSpace:
 
     # ------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:
-        """The fields; an ``aa`` space without ``family`` (as it always was), another family's
-        without the ``aa``-only fields."""
+        """The fields; an ``aa`` space without ``family`` (the default family is left out), another
+        family's without the ``aa``-only fields."""
         d = dataclasses.asdict(self)
         d["ops"] = list(self.ops)
         d["exclude_ops"] = list(self.exclude_ops)

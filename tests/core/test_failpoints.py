@@ -111,8 +111,8 @@ def test_stall_on_a_path_that_is_no_pipe_when_hit_raises_naming_it(tmp_path):
             failpoints.hit("rescore.after_run_saved")
 
 
-# The nine malformed specs a new user met (issue 53): each ended every command with a traceback
-# raised while this module was imported (or, for stall(FILE) and raise(object), was accepted).
+# Malformed specs: each ends `autoaug` with one line and exit 2 before any work; importing this
+# module with one does not raise (the first hit does).
 BAD_SPECS = [
     ("search.after_trial_save=kill", "unknown failpoint 'search.after_trial_save': expected one of "),
     ("train.mid_epoch=crash", "unknown action 'crash' of train.mid_epoch: expected one of kill, raise, enospc, stall"),

@@ -520,7 +520,7 @@ def test_clear_errors_without_the_token(ray_cluster, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# A worker node lost mid-search (issue 53). Each test replaces the second node by one whose
+# A worker node lost mid-search. Each test replaces the second node by one whose
 # workers carry an armed failpoint (its raylet's environment: the head's trials and the driver
 # never see it), runs a search against the cluster, waits for the event "a trial on the second node
 # is at the failpoint" (a named pipe), kills every process of that node by PID, and lets the search

@@ -280,8 +280,8 @@ def test_compare_refuses_before_ray(tmp_path, cifar_train, read_only_dir, capsys
 
 
 def test_an_image_size_beyond_memory_is_one_line_under_ulimit_v(tmp_path, cifar_train):
-    """Issue 38: ``--image-size 100000`` on 200 images grew to 23 GB and was killed by the kernel.
-    Under ``ulimit -v 8000000`` it is now one line about memory, exit 2, no traceback, no output."""
+    """``--image-size 100000`` on 200 images would grow until the kernel killed it. Under
+    ``ulimit -v 8000000`` it is one line about memory, exit 2, no traceback, no output."""
     import sys
 
     data = _subset(cifar_train, tmp_path / "d.parquet", 200)

@@ -238,8 +238,8 @@ def test_user_errors_exit_2(tmp_path, capsys, argv, message):
     assert len(err.splitlines()) == 1
 
 
-# Found by trying the CLI as a new user (issue 53): each was accepted, then failed in every trial or
-# ran until stopped. Now refused at the configuration, before the data is decoded or Ray starts.
+# Settings that would fail in every trial or run until stopped: refused at the configuration, before
+# the data is decoded or Ray starts.
 @pytest.mark.parametrize(
     "argv, message",
     [

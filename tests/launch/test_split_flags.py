@@ -1,4 +1,4 @@
-"""Small datasets and consistent flags (issue 13): --train-size/--val-size on every command that
+"""Small datasets and consistent flags: --train-size/--val-size on every command that
 trains, an unfitting split says what fits and which flags ask for it, `train` finds the test split
 as `compare` does, and written files honour the umask."""
 

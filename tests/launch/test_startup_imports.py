@@ -1,4 +1,4 @@
-"""`autoaug --help` builds its parser without the heavy libraries (start-up time, issue 13).
+"""`autoaug --help` builds its parser without the heavy libraries (start-up time).
 
 Timings are measured by benchmarks/startup.py; this checks the import structure that makes them."""
 

@@ -418,7 +418,7 @@ def test_a_per_class_run_on_the_datas_own_size_records_what_it_resolved_to(tmp_p
 
 def test_data_of_one_class_is_refused_before_training_in_one_line(tmp_path):
     """A dataset whose labels are all one class is refused (exit 2, one line with the counts) before
-    --out is created, as a real process; it used to train without a word."""
+    --out is created, as a real process."""
     import io
 
     import numpy as np

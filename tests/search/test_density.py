@@ -86,7 +86,7 @@ def test_method_flags_map_onto_the_config(tmp_path):
         ),
         (
             ["--method", "density", "--folds", "2", "--rounds", "2", "--top-per-round", "3", "--sub-policies", "4096"],
-            "density.folds 2 x rounds 2 x top_per_round 3 x space.num_sub_policies 4,096 = 49,152 sub-policies in "
+            "density.folds=2 x rounds=2 x top_per_round=3 x space.num_sub_policies=4,096 = 49,152 sub-policies in "
             "the merged policy, more than a policy may hold (32,768); lower one of them",
         ),
     ],
@@ -192,7 +192,7 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "stored as dens@1" in out
-    assert "training" not in out.split("fold 1/2, round 1/2")[0]  # no fold model trained again
+    assert "training" not in out.split("fold 1/2, round ")[0]  # no fold model trained again before the rounds
     # The fold models are the ones the killed driver saved: same bytes, untouched files.
     assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())} == saved
 

@@ -1,5 +1,5 @@
 """A real search on data where one operation destroys the label: it is named as hurting, and the
-stored policy leaves it out (issue 37, "what hurts your data")."""
+stored policy leaves it out (docs/search.md, "What helps and hurts on your data")."""
 
 from __future__ import annotations
 

@@ -479,7 +479,9 @@ def test_candidates_within_the_noise_race_on_the_same_seeds_until_the_most_runs_
     assert record["contenders"] == [{"kind": "runner_up", "runs": 3}, {"kind": "assembled", "runs": 3}]
     assert [r["trained"] for r in record["rounds"]] == [["assembled", "runner_up"], ["runner_up", "assembled"]]
     assert record["rounds"][0]["leader"] == "assembled" and record["rounds"][1]["leader"] == "runner_up"
-    assert lines[0].startswith("re-scoring race, round 1: within the noise of assembled (a run's spread ")
+    # one line a round, numbered; the first: who leads, a run's spread, the scores and who runs again
+    assert [line.split(":")[0] for line in lines] == [f"re-scoring race, round {n}" for n in (1, 2)]
+    assert lines[0].split(": ", 1)[1].startswith("within the noise of assembled (a run's spread ")
     assert lines[0].endswith("assembled 0.6000 (1), runner_up 0.5980 (1); one more run for assembled, runner_up")
     scores = candidate_scores(candidates, config, runs, counts)
     chosen, selection = choose(candidates, scores, race=record)

@@ -13,7 +13,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
-#: Private attributes the crash reconciliation once used (issue 51's check), and any ``._name``
+#: Private attributes of Optuna's and Tune's storage and tuner internals, and any ``._name``
 #: reached on a Ray, Tune or Optuna object or module.
 _PRIVATE = re.compile(
     r"\._ot_|_completed_trials|\._storage|_study_id|\._trial_id|_local_tuner|_tune_config"

@@ -149,7 +149,7 @@ def test_bad_space_is_rejected_with_the_field_named(kwargs, message):
             r"SearchSpace.ops_per_sub_policy: 17 is invalid; expected an integer from 1 to 16 \(the operations",
         ),
         (
-            {"family": "trivialaugment", "num_magnitude_bins": 5000},  # every trial failed with it (issue 53)
+            {"family": "trivialaugment", "num_magnitude_bins": 5000},  # every trial would fail with it
             r"SearchSpace.num_magnitude_bins: 5000 is invalid; expected an integer from 1 to 1,000 \(the magnitude",
         ),
         ({"num_magnitude_bins": 1001}, r"num_magnitude_bins: 1001 is invalid; expected an integer from 1 to 1,000"),

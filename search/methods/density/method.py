@@ -50,7 +50,7 @@ from autoaug.search.methods.base import (
     resume_hint,
 )
 from autoaug.search.methods.density.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
-from autoaug.search.methods.density.fold_models import train_fold as _train_fold  # noqa: F401  (its name before fold_models existed)
+from autoaug.search.methods.density.fold_models import train_fold as _train_fold  # noqa: F401  (importable from here too)
 from autoaug.search.methods.density.settings import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
@@ -155,8 +155,8 @@ class DensityMethod(Method):
         kept = d.folds * d.rounds * d.top_per_round * config.space.num_sub_policies
         if kept > MAX_SUB_POLICIES:
             raise ValueError(
-                f"density.folds {d.folds} x rounds {d.rounds} x top_per_round {d.top_per_round} x "
-                f"space.num_sub_policies {config.space.num_sub_policies:,} = {kept:,} sub-policies in the merged policy, "
+                f"density.folds={d.folds} x rounds={d.rounds} x top_per_round={d.top_per_round} x "
+                f"space.num_sub_policies={config.space.num_sub_policies:,} = {kept:,} sub-policies in the merged policy, "
                 f"more than a policy may hold ({MAX_SUB_POLICIES:,}); lower one of them"
             )
         if len(stage_name(config.name, d.folds - 1, d.rounds - 1)) > 128:

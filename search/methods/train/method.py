@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class TrainMethodConfig(MethodSettings):
     """The training method's own settings (``SearchConfig.train_method``). In a configuration
-    file and with ``--set`` they are top-level keys (``num_trials: 32``), as they always were.
+    file and with ``--set`` they are top-level keys (``num_trials: 32``).
 
     Args:
         num_trials: trials (candidate policies) to run.
@@ -66,17 +66,11 @@ class TrainMethodConfig(MethodSettings):
     PRESETS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         # 4 trials of the trainer's smoke preset: a plumbing check in about a minute on 2 CPU cores.
         "smoke": {"num_trials": 4, "grace_period": 1, "reduction_factor": 2},
-        # 28 trials; ASHA ranks them at epochs 20 and 60 (by the mean validation accuracy of their
-        # last 5 epochs, score_window) and keeps a third at each rung: 40 epochs per trial in ASHA's
-        # steady state (41-54 measured: the first trials to reach a rung are promoted against few
-        # peers), about the trial epochs of 16 trials cut at epoch 40, spread over almost twice the
-        # candidates (measured against that 16-trial search over search seeds: docs/search.md,
-        # "Does the search win?").
+        # 28 trials; ASHA ranks them at epochs 20 and 60 and keeps a third at each rung. Chosen by
+        # benchmarks/results/search-quality-cpu28-grace20-eval-cpu; docs/results.md, "How the presets were chosen".
         "cpu": {"num_trials": 28, "grace_period": 20, "reduction_factor": 3, "top_n": 5},
-        # One GPU-hour (the shared `gpu` preset): ASHA cuts only at epoch 60, where the CPU proxy's
-        # scores rank policies as their final scores do (Spearman +0.62; at epoch 20: -0.07), and
-        # keeps a third; 200 trials is about what 8 trials at once on one GPU train in the hour
-        # besides calibration and re-scoring (the time budget ends the search where they do not fit).
+        # One GPU-hour (the shared `gpu` preset): 200 trials, ASHA cuts only at epoch 60 and keeps a third.
+        # Chosen by benchmarks/results/gpu and score-noise-cifar10; docs/results.md, "How the presets were chosen".
         "gpu": {"num_trials": 200, "grace_period": 60, "reduction_factor": 3, "top_n": 5},
         # AutoAugment's proxy task: ASHA cuts the weak candidates at epochs 15 and 45.
         "paper": {"num_trials": 200, "grace_period": 15, "reduction_factor": 3},

@@ -83,6 +83,8 @@ POINTS: Mapping[str, str] = {
     "train.mid_epoch": "any process training a proxy model (a trial's Ray worker): after a training step "
     "(proxy_models.learner.Learner.train_epoch)",
     "budget.after_save": "driver: budget.json written with the session's spent time (search.budget.Budget.save)",
+    "pack.mid_epoch": "a process training a pack of proxy models (a search's pack server): after a step of "
+    "the stacked members (proxy_models.pack.PackLearner.train_epoch)",
 }
 ACTIONS = ("kill", "raise", "enospc", "stall")
 

@@ -136,8 +136,11 @@ def _describe(config, address: str | None) -> str:
     studies = config.search_method.optuna_studies(config)  # None: the method uses no study
     return "\n".join(
         [
-            f"search {config.name}: concurrency {concurrency}, {config.cpus_per_trial:g} CPU + "
-            f"{config.gpus_per_trial:g} GPU per trial, sampler {config.sampler} (seed {config.seed}{startup})",
+            f"search {config.name}: concurrency {concurrency}, "
+            + (f"packs of {config.pack} trials per process, " if config.pack > 1 else "")
+            + f"{config.cpus_per_trial:g} CPU + {config.gpus_per_trial:g} GPU per "
+            + ("pack" if config.pack > 1 else "trial")
+            + f", sampler {config.sampler} (seed {config.seed}{startup})",
             *config.search_method.describe(config),
             f"  space: {config.space.describe()}"
             + (
@@ -519,6 +522,15 @@ def _shared() -> tuple[Option, ...]:
             type=int,
             metavar="N",
             help="trials at once (0: as many as resources allow)",
+        ),
+        option(
+            "--pack",
+            key="pack",
+            group="how",
+            type=int,
+            metavar="K",
+            help="trials trained together by one process on one device (default 1: one per process; "
+            "each is still its own trial)",
         ),
         option(
             "--cpus-per-trial",

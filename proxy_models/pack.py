@@ -242,7 +242,7 @@ class PackLearner:
                 correct += (logits.detach().argmax(-1) == labels).sum(1)
             seen += n
             step += 1
-            failpoints.hit("train.mid_epoch")
+            failpoints.hit("pack.mid_epoch")
         for it in iterators:  # every stream to its end (DALI's epoch), and all of one length
             for _ in it:
                 raise ValueError("the members' data streams differ in length: a pack's members need one batch count")
@@ -543,10 +543,14 @@ class Pack:
         self._engine, self._engine_keys = engine, keys
         return engine
 
-    def train_epoch(self, keys: Sequence[Hashable] | None = None) -> dict[Hashable, dict[str, Any]]:
+    def train_epoch(
+        self, keys: Sequence[Hashable] | None = None, *, errors: bool = False
+    ) -> dict[Hashable, dict[str, Any] | BaseException]:
         """One epoch of each member in ``keys`` (None: every member not done), each at its own
         epoch: train, validate where its configuration validates, test after its last epoch,
-        checkpoint, report. Returns each member's metrics (what it reported)."""
+        checkpoint, report. Returns each member's metrics (what it reported). A member whose epoch
+        fails (a diverged loss) raises; with ``errors``, its exception is its entry instead and
+        the others' epochs count."""
         keys = tuple(k for k in (self.members if keys is None else keys) if not self.members[k].done)
         if not keys:
             return {}
@@ -557,26 +561,37 @@ class Pack:
         for m, epoch in zip(members, epochs):
             m.run.begin_epoch(epoch)
         stats = engine.train_epoch([m.run.train_loader for m in members])
-        metrics = [m.run.epoch_metrics(e, s, engine.lr(j)) for j, (m, e, s) in enumerate(zip(members, epochs, stats))]
+        failed: dict[Hashable, BaseException] = {}
+        metrics: list[dict[str, Any]] = []
+        for j, (m, e, s) in enumerate(zip(members, epochs, stats)):
+            try:
+                metrics.append(m.run.epoch_metrics(e, s, engine.lr(j)))
+            except (FloatingPointError, RuntimeError) as exc:
+                if not errors:
+                    raise
+                failed[m.key] = exc
+                metrics.append({})
         # validation: the members validating this epoch, grouped by their shared loader
         validating = [
             j
             for j, (m, e) in enumerate(zip(members, epochs))
-            if m.run.val_loader is not None and m.run.config.validates(e + 1)
+            if m.run.val_loader is not None and m.run.config.validates(e + 1) and m.key not in failed
         ]
         for loader in {id(members[j].run.val_loader): members[j].run.val_loader for j in validating}.values():
             group = [j for j in validating if members[j].run.val_loader is loader]
             for j, vs in zip(group, engine.evaluate_per_class(loader, group)):
                 metrics[j]["val_accuracy"], metrics[j]["val_loss"] = vs.accuracy, vs.loss
         for j, (m, e) in enumerate(zip(members, epochs)):
-            if e + 1 == m.run.config.epochs and m.run.test_loader is not None:
+            if e + 1 == m.run.config.epochs and m.run.test_loader is not None and m.key not in failed:
                 (m.test_stats,) = engine.evaluate_per_class(m.run.test_loader, [j])
                 metrics[j]["test_accuracy"], metrics[j]["test_loss"] = m.test_stats.accuracy, m.test_stats.loss
         elapsed = time.perf_counter() - t0
         states = engine.states()
-        out: dict[Hashable, dict[str, Any]] = {}
+        out: dict[Hashable, dict[str, Any] | BaseException] = dict(failed)
         for j, (m, e) in enumerate(zip(members, epochs)):
             m.state = states[j]
+            if m.key in failed:
+                continue
             torch.set_rng_state(m.rng)  # what its checkpoint records, as its solo run's would
             reported = m.run.end_epoch(
                 e,

@@ -106,6 +106,11 @@ class Experiment:
     #: How far a trial must beat the incumbent to replace it, for a sampler that moves from one
     #: (``local``); None: the best finished trial is the incumbent.
     sampler_margin: float | None = None
+    #: Ray resources of one trial, and trials at once, when they are not the search's
+    #: (``cpus_per_trial`` / ``gpus_per_trial``, ``concurrency``): trials trained by pack servers
+    #: (:mod:`autoaug.search.tune.pack`) reserve next to nothing, and run a pack per server.
+    trial_resources: Mapping[str, float] | None = None
+    max_concurrent: int | None = None
 
     @property
     def uri(self) -> str:
@@ -120,7 +125,8 @@ def _trial_name(trial: Any) -> str:
 
 def _trainable(config: SearchConfig, exp: Experiment) -> Any:
     fn = tune.with_parameters(exp.trainable, **dict(exp.parameters))
-    return tune.with_resources(fn, {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial})
+    resources = exp.trial_resources or {"cpu": config.cpus_per_trial, "gpu": config.gpus_per_trial}
+    return tune.with_resources(fn, dict(resources))
 
 
 def _study_search(config: SearchConfig, exp: Experiment) -> Any:
@@ -143,7 +149,8 @@ def _study_search(config: SearchConfig, exp: Experiment) -> Any:
     searcher.study.set_user_attr(  # whose study it is, in a database other searches share too
         SEARCH_ATTR, {"name": exp.name, "run_dir": exp.run_dir or exp.uri, "space": config.space.to_dict()}
     )
-    return ConcurrencyLimiter(searcher, max_concurrent=config.concurrency) if config.concurrency else searcher
+    limit = exp.max_concurrent or config.concurrency
+    return ConcurrencyLimiter(searcher, max_concurrent=limit) if limit else searcher
 
 
 def build_tuner(config: SearchConfig, exp: Experiment, display: Progress, budget: Budget | None = None) -> tune.Tuner:

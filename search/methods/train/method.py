@@ -213,6 +213,7 @@ class TrainMethod(Method):
         from autoaug.search.decide.warm_start import warm_start_points
         from autoaug.search.methods.train.trial import run_trial
         from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+        from autoaug.search.tune.pack import packed
         from autoaug.search.tune.results import trial_records
         from autoaug.search.tune.study import check_study, make_storage, redact
 
@@ -234,6 +235,7 @@ class TrainMethod(Method):
             asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None,
             run_dir=run.uri,
         )
+        exp, pack_servers = packed(config, exp)  # trials trained K at a time (config.pack)
         budget = search.budget
         margin = _sampler_margin(search)  # (a restored searcher has it already: the same, from calibration.json)
         if can_restore(run.uri):
@@ -243,7 +245,8 @@ class TrainMethod(Method):
             points = warm_start_points(config.warm_start, config.space, store=config.store) if config.warm_start else ()
             exp = dataclasses.replace(exp, warm_start=tuple(points), sampler_margin=margin)
             tuner = build_tuner(config, exp, search.display, budget)
-        fit(tuner)
+        with pack_servers:
+            fit(tuner)
 
         study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
         trials = trial_records(

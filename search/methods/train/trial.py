@@ -17,7 +17,15 @@ from autoaug.search.tune.epochs import EpochResults, trial_policy, with_trial_th
 __all__ = ["run_trial"]
 
 
-def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: str, score_window: int = 1) -> None:
+def run_trial(
+    config: dict,
+    *,
+    train_config: dict,
+    space: dict,
+    policy_prefix: str,
+    score_window: int = 1,
+    pack_servers: tuple[str, ...] = (),
+) -> None:
     """Ray Tune function trainable: one candidate policy, one proxy training run.
 
     Every trial of a search gets the same ``train_config`` -- the same split, model-init seed and
@@ -27,13 +35,18 @@ def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: s
     ``score_window`` epochs, reported as :data:`autoaug.search.score.METRIC`); a trial restarted
     by Tune (after a failure or a driver restart) resumes from its latest checkpoint (whose
     history also restores the score's window) and ends with the metrics of an uninterrupted run.
+    With ``pack_servers`` the epochs are trained by one of those pack servers, beside other
+    trials (:func:`autoaug.search.tune.pack.train_in_pack`); the trial reports them as its own.
     """
     from ray import tune
 
     from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
+    from autoaug.search.tune.pack import train_in_pack
 
     search_space = SearchSpace.from_dict(space)
-    cfg = with_trial_threads(TrainConfig.from_dict(train_config))  # torch + DALI on the trial's CPUs
+    cfg = TrainConfig.from_dict(train_config)
+    if not pack_servers:
+        cfg = with_trial_threads(cfg)  # torch + DALI on the trial's CPUs
     trial_id = tune.get_context().get_trial_id() or "local"
     policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
 
@@ -47,4 +60,15 @@ def run_trial(config: dict, *, train_config: dict, space: dict, policy_prefix: s
         def report(metrics: dict[str, Any]) -> None:
             tune.report(results(metrics), checkpoint=tune.Checkpoint.from_directory(scratch))
 
-        train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)
+        if pack_servers:
+            train_in_pack(
+                cfg,
+                policy,
+                servers=list(pack_servers),
+                key=trial_id,
+                report=report,
+                checkpoint_dir=scratch,
+                resume_from=resume_from,
+            )
+        else:
+            train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)

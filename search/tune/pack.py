@@ -1,0 +1,359 @@
+"""Packs in a search: the trials of an experiment trained K at a time by pack servers
+(:mod:`autoaug.proxy_models.pack`), while each stays one Tune trial and one Optuna trial.
+
+Each candidate remains what it was -- a Ray Tune trial with its own Optuna trial, its reports
+after every epoch, its checkpoints and its fate under ASHA -- but its process does not train: it
+asks a **pack server** (a Ray actor holding the device: the CPUs and GPUs one trial reserved
+before) to train its next epoch, and reports what comes back. A server trains, in rounds of one
+epoch, every member whose trial has asked for one, stacked in one model (:class:`~autoaug.proxy_models.pack.Pack`).
+
+* **Joining and leaving.** A trial's first request adds its member (fresh, or from the checkpoint
+  Tune restored it with). A round waits for the members of the last round (up to a window a few
+  times the longest gap a trial took to come back) and for no one else; a member that did not come
+  back (ASHA stopped its trial, the budget ended it) trains no more, and is dropped after two
+  rounds; the next candidate's trial joins the next round, in its slot.
+* **Checkpoints.** Each epoch's checkpoint is the trainer's own file: the server writes it, the
+  trial gets its bytes and hands them to Tune as it would its solo run's.
+* **Failures.** A member whose run fails (a configuration the pack refuses, a diverged loss) fails
+  its trial alone. A server that dies (killed, out of memory) is restarted by Ray; each of its
+  trials resends its last checkpoint when asked, so every member resumes where its trial last
+  reported: nothing reported is trained twice, nothing is lost but the epoch in flight.
+
+:class:`PackServers` starts the servers of a search for the time of one Tune experiment and
+stops them after; :func:`train_in_pack` is what a trial calls instead of
+:func:`autoaug.proxy_models.train.train`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PACK_WINDOW_S", "PackServer", "PackServers", "pack_plan", "packed", "train_in_pack"]
+
+#: How long a round waits, at least, for the members of the last round to come back.
+PACK_WINDOW_S = 0.5
+#: ... and at most (a trial that has not come back by then was stopped, or is stuck).
+PACK_WINDOW_MAX_S = 15.0
+#: How long the first round waits for the pack to fill while its trials start.
+PACK_START_WINDOW_S = 20.0
+#: What a trial trained by a pack server reserves (its process only waits and reports).
+TRIAL_CPUS = 0.01
+#: Rounds a member may miss before the server drops its state.
+PACK_DROP_AFTER_ROUNDS = 2
+
+
+def pack_plan(
+    pack: int, concurrency: int | None, cpus: float, gpus: float, available: Mapping[str, float]
+) -> tuple[int, int]:
+    """(servers, trials at once) for packs of ``pack``: as many servers as ``concurrency`` trials
+    fill (at least one pack), or, with no concurrency limit, as the cluster's ``available``
+    resources hold servers of ``cpus`` CPUs and ``gpus`` GPUs each."""
+    if concurrency is not None:
+        servers = max(1, math.ceil(concurrency / pack))
+    else:
+        fits = [available.get("CPU", 0.0) / cpus] if cpus > 0 else []
+        if gpus > 0:
+            fits.append(available.get("GPU", 0.0) / gpus)
+        servers = max(1, int(min(fits))) if fits else 1
+    return servers, servers * pack
+
+
+@dataclasses.dataclass
+class _Request:
+    key: str
+    config: Mapping[str, Any]
+    policy: Any
+    epochs_done: int
+    state: bytes | None
+    reply: dict[str, Any] | None = None
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+class PackServer:
+    """A Ray actor (threaded: one thread per waiting trial, one training thread) training the
+    members of one pack; see the module's documentation."""
+
+    def __init__(self, train_config: Mapping[str, Any], capacity: int) -> None:
+        from autoaug.proxy_models.train_config import TrainConfig
+        from autoaug.search.tune.epochs import with_trial_threads
+
+        self.config = with_trial_threads(TrainConfig.from_dict(train_config))  # this actor's CPUs
+        self.capacity = int(capacity)
+        self._lock = threading.Condition()
+        self._pending: dict[str, _Request] = {}
+        self._last_round: set[str] = set()
+        self._absent: dict[str, int] = {}
+        self._gap = 0.0  # the longest a trial took to come back after its result
+        self._delivered: dict[str, float] = {}
+        self._rounds = 0
+        self._scratch = tempfile.mkdtemp(prefix="autoaug-pack-")
+        self._thread = threading.Thread(target=self._loop, name="autoaug-pack", daemon=True)
+        self._thread.start()
+
+    # ---- what trials call ------------------------------------------------------------------
+    def members(self) -> int:
+        """Members this server trains or waits for (the least loaded server takes a new trial)."""
+        with self._lock:
+            return len(self._last_round | set(self._pending))
+
+    def epoch(
+        self, key: str, config: Mapping[str, Any], policy: Any, epochs_done: int, state: bytes | None = None
+    ) -> dict[str, Any]:
+        """Train member ``key``'s next epoch (after ``epochs_done``, the epochs its trial has
+        reported) with its pack-mates; returns ``{"metrics", "checkpoint"}`` (the checkpoint
+        file's bytes), ``{"need_state": True}`` when the server does not hold the member at that
+        epoch and no ``state`` came, or ``{"error": line}``."""
+        request = _Request(key, config, policy, int(epochs_done), state)
+        with self._lock:
+            sent = self._delivered.pop(key, None)
+            if sent is not None:
+                self._gap = max(self._gap, time.monotonic() - sent)
+            self._pending[key] = request
+            self._lock.notify_all()
+        request.done.wait()
+        return request.reply or {"error": "the pack server gave no reply"}
+
+    # ---- the training thread ---------------------------------------------------------------
+    def _window(self) -> float:
+        if self._rounds == 0:
+            return PACK_START_WINDOW_S
+        return min(PACK_WINDOW_MAX_S, max(PACK_WINDOW_S, 4 * self._gap))
+
+    def _next_round(self) -> dict[str, _Request]:
+        with self._lock:
+            while not self._pending:
+                self._lock.wait()
+            deadline = time.monotonic() + self._window()
+            while True:
+                waiting = set(self._pending)
+                full = self._last_round <= waiting if self._rounds else len(waiting) >= self.capacity
+                left = deadline - time.monotonic()
+                if full or left <= 0:
+                    break
+                self._lock.wait(left)
+            batch, self._pending = self._pending, {}
+            return batch
+
+    def _loop(self) -> None:
+        from autoaug.proxy_models.pack import Pack
+
+        with Pack(self.config) as pack:
+            while True:
+                batch = self._next_round()
+                self._serve(pack, batch)
+
+    def _serve(self, pack: Any, batch: dict[str, _Request]) -> None:
+        ready: dict[str, _Request] = {}
+        for key, request in batch.items():
+            try:
+                if self._join(pack, request):
+                    ready[key] = request
+            except Exception as exc:  # this member's run cannot start: its trial fails, alone
+                self._reply(request, {"error": _line(exc)})
+                if key in pack.members:
+                    pack.remove(key)
+        results = pack.train_epoch(list(ready), errors=True) if ready else {}
+        self._rounds += 1
+        for key, request in ready.items():
+            out = results.get(key)
+            if isinstance(out, BaseException):
+                pack.remove(key)
+                self._reply(request, {"error": _line(out)})
+                continue
+            member = pack.members[key]
+            file = Path(member.checkpoint_dir) / "checkpoint.pt"
+            # pack_size: the members trained in this round (what a trial's epoch shared its device with)
+            self._reply(request, {"metrics": {**out, "pack_size": len(ready)}, "checkpoint": file.read_bytes()})
+            if member.done:
+                pack.remove(key)
+        with self._lock:
+            for key in list(pack.members):
+                self._absent[key] = 0 if key in ready else self._absent.get(key, 0) + 1
+                if self._absent[key] >= PACK_DROP_AFTER_ROUNDS:
+                    pack.remove(key)
+                    self._absent.pop(key)
+            self._last_round = {k for k in ready if k in pack.members}
+
+    def _join(self, pack: Any, request: _Request) -> bool:
+        """Whether ``request``'s member is in the pack at the epoch its trial reported (added, or
+        re-added from the state its trial sent); else the trial is asked for its state."""
+        from autoaug.proxy_models.train_config import TrainConfig
+
+        member = pack.members.get(request.key)
+        if member is not None and member.epoch == request.epochs_done:
+            return True
+        if member is not None:
+            pack.remove(request.key)  # trained past what its trial reported (its trial restarted)
+        if request.epochs_done > 0 and request.state is None:
+            self._reply(request, {"need_state": True})
+            return False
+        resume = None
+        if request.state is not None:
+            import io
+
+            import torch
+
+            resume = torch.load(io.BytesIO(request.state), map_location="cpu", weights_only=True)
+        config = dataclasses.replace(
+            TrainConfig.from_dict(request.config),
+            num_threads=self.config.num_threads,
+            loader_threads=self.config.loader_threads,
+        )
+        folder = os.path.join(self._scratch, request.key)
+        pack.add(request.key, request.policy, config=config, checkpoint_dir=folder, resume_from=resume)
+        return True
+
+    def _reply(self, request: _Request, reply: dict[str, Any]) -> None:
+        with self._lock:
+            if "metrics" in reply:
+                self._delivered[request.key] = time.monotonic()
+            request.reply = reply
+        request.done.set()
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+class PackServers:
+    """The pack servers of one Tune experiment (a context manager): ``servers`` Ray actors named
+    ``autoaug-pack-<experiment>-<i>``, each reserving one trial's resources; stopped on exit."""
+
+    def __init__(
+        self, experiment: str, train_config: Mapping[str, Any], *, pack: int, servers: int, cpus: float, gpus: float
+    ) -> None:
+        self.names = [f"autoaug-pack-{experiment}-{i}" for i in range(servers)]
+        self.train_config, self.pack, self.cpus, self.gpus = dict(train_config), pack, cpus, gpus
+        self._actors: list[Any] = []
+
+    def __enter__(self) -> PackServers:
+        import ray
+
+        actor = ray.remote(PackServer)
+        for name in self.names:
+            with contextlib.suppress(ValueError):  # (none)
+                ray.kill(ray.get_actor(name))  # a server left by an earlier driver of this search
+            self._actors.append(
+                actor.options(
+                    name=name,
+                    num_cpus=self.cpus,
+                    num_gpus=self.gpus,
+                    max_concurrency=4 * self.pack + 4,
+                    max_restarts=3,
+                ).remote(self.train_config, self.pack)
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import ray
+
+        for actor in self._actors:
+            ray.kill(actor)
+        self._actors = []
+
+
+def _server(names: list[str]) -> Any:
+    """The least loaded of the pack servers ``names``."""
+    import ray
+
+    handles = [ray.get_actor(n) for n in names]
+    if len(handles) == 1:
+        return handles[0]
+    loads = ray.get([h.members.remote() for h in handles])
+    return handles[min(range(len(handles)), key=loads.__getitem__)]
+
+
+def train_in_pack(
+    config: Any,
+    policy: Any,
+    *,
+    servers: list[str],
+    key: str,
+    report: Callable[[dict[str, Any]], Any],
+    checkpoint_dir: str | os.PathLike,
+    resume_from: str | os.PathLike | None = None,
+) -> None:
+    """A trial's run, trained by a pack server: the epochs after ``resume_from``'s (a directory
+    holding the trainer's checkpoint), each reported with the metrics
+    :func:`autoaug.proxy_models.train.train` reports, after its checkpoint is written to
+    ``checkpoint_dir``. A member the server does not hold (it restarted) is sent the last checkpoint."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    from autoaug.proxy_models.train import CHECKPOINT_NAME, load_checkpoint
+
+    file = Path(checkpoint_dir) / CHECKPOINT_NAME
+    state: bytes | None = None
+    done = 0
+    if resume_from is not None:
+        source = Path(resume_from) / CHECKPOINT_NAME
+        state = source.read_bytes()
+        done = int(load_checkpoint(source)["epoch"])
+    config_dict = config.to_dict()
+    server = _server(servers)
+    send: bytes | None = state  # the first request of a restored trial carries its state
+    failures = 0
+    while done < config.epochs:
+        try:
+            reply = ray.get(server.epoch.remote(key, config_dict, policy, done, send))
+        except RayActorError:
+            failures += 1
+            if failures > 3:
+                raise
+            server, send = _server(servers), state  # (Ray restarts the server; its state is gone)
+            continue
+        if reply.get("need_state"):
+            if state is None:
+                raise RuntimeError(f"pack server lost trial {key}'s member and it has no checkpoint to resend")
+            send = state
+            continue
+        if "error" in reply:
+            raise RuntimeError(f"pack training: {reply['error']}")
+        send = None
+        state = reply["checkpoint"]
+        from autoaug.core.location import atomic_write_local
+
+        atomic_write_local(file, state)
+        metrics = dict(reply["metrics"])
+        metrics["checkpoint_dir"] = str(checkpoint_dir)
+        done = int(metrics["epoch"])
+        report(metrics)
+
+
+def packed(config: Any, exp: Any) -> tuple[Any, Any]:
+    """``exp`` (an :class:`~autoaug.search.tune.experiment.Experiment` whose trainable takes
+    ``pack_servers``) made to train its trials in packs of ``config.pack``, and the context manager
+    that runs its pack servers around ``fit``; with ``config.pack`` 1, both unchanged (a context
+    that does nothing)."""
+    if config.pack <= 1:
+        return exp, contextlib.nullcontext()
+    import ray
+
+    servers, at_once = pack_plan(
+        config.pack, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources()
+    )
+    running = PackServers(
+        exp.name,
+        exp.parameters["train_config"],
+        pack=config.pack,
+        servers=servers,
+        cpus=config.cpus_per_trial,
+        gpus=config.gpus_per_trial,
+    )
+    exp = dataclasses.replace(
+        exp,
+        parameters={**exp.parameters, "pack_servers": tuple(running.names)},
+        trial_resources={"cpu": TRIAL_CPUS, "gpu": 0},
+        max_concurrent=at_once,
+    )
+    return exp, running

@@ -1,0 +1,207 @@
+"""Packs in a search (search/tune/pack.py): the pack server's rounds, joins, drops and restarts in
+process, then real smoke searches with ``--pack`` -- each candidate still one Tune and one Optuna
+trial with its own ASHA fate -- killed at failpoints (the server mid-epoch; the driver) and
+resumed to exactly the requested trials."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from autoaug.policies import presets
+from autoaug.proxy_models.train import TrainConfig
+from autoaug.search.tune import pack as pack_mod
+from autoaug.search.tune.pack import PackServer, pack_plan
+
+REPO = Path(__file__).resolve().parents[2]
+SEARCH = [sys.executable, "-m", "autoaug.launch.cli", "search"]
+
+
+def test_pack_plan_fills_the_concurrency_or_the_cluster():
+    assert pack_plan(4, 2, 1, 0, {"CPU": 2}) == (1, 4)  # a pack at least
+    assert pack_plan(4, 8, 1, 0, {"CPU": 2}) == (2, 8)
+    assert pack_plan(4, 9, 1, 0, {"CPU": 2}) == (3, 12)
+    assert pack_plan(8, None, 2, 1, {"CPU": 16, "GPU": 2}) == (2, 16)  # one server per GPU
+    assert pack_plan(8, None, 2, 0, {"CPU": 16}) == (8, 64)
+
+
+@pytest.fixture(scope="module")
+def cfg(cifar_train):
+    return TrainConfig.from_preset("smoke", data=str(cifar_train), epochs=2, train_size=128, val_size=64, num_threads=1)
+
+
+def _ask(server: PackServer, key: str, cfg: TrainConfig, policy, done: int, state=None) -> dict:
+    return server.epoch(key, cfg.to_dict(), policy, done, state)
+
+
+def _together(*calls):
+    """Run the calls in threads at once; their replies in order."""
+    out: list = [None] * len(calls)
+
+    def run(i, fn):
+        out[i] = fn()
+
+    threads = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_a_server_trains_the_members_asking_together_in_one_round_and_drops_one_that_stops(cfg, monkeypatch):
+    monkeypatch.setattr(pack_mod, "PACK_WINDOW_MAX_S", 1.0)
+    a, b = presets.resolve("autoaugment-cifar10"), presets.resolve("trivialaugment")
+    server = PackServer(cfg.to_dict(), capacity=2)
+    first_a, first_b = _together(lambda: _ask(server, "a", cfg, a, 0), lambda: _ask(server, "b", cfg, b, 0))
+    assert first_a["metrics"]["pack_size"] == 2 and first_b["metrics"]["pack_size"] == 2
+    assert first_a["metrics"]["epoch"] == 1 and first_a["checkpoint"][:2] == b"PK"  # the trainer's file (zip)
+    # b's trial was stopped (ASHA): a's next epoch trains without it, after the window
+    second_a = _ask(server, "a", cfg, a, 1)
+    assert second_a["metrics"]["epoch"] == 2 and second_a["metrics"]["pack_size"] == 1
+    # a finished and left; b's trial comes back with its checkpoint (a restarted trial) and trains on
+    resumed = _ask(server, "b", cfg, b, 1, first_b["checkpoint"])
+    assert resumed["metrics"]["epoch"] == 2
+
+
+def test_a_member_that_cannot_join_fails_alone(cfg):
+    server = PackServer(cfg.to_dict(), capacity=2)
+    wrong = cfg.to_dict() | {"batch_size": 64}
+    good, bad = _together(
+        lambda: _ask(server, "good", cfg, "crop", 0),
+        lambda: server.epoch("bad", wrong, presets.resolve("crop"), 0, None),
+    )
+    assert "cannot join the pack" in bad["error"] and "batch_size" in bad["error"]
+    assert good["metrics"]["epoch"] == 1
+
+
+def test_a_restarted_servers_member_is_resumed_from_the_state_its_trial_sends(cfg):
+    policy = presets.resolve("autoaugment-cifar10")
+    server = PackServer(cfg.to_dict(), capacity=1)
+    first = _ask(server, "m", cfg, policy, 0)
+    whole = _ask(server, "m", cfg, policy, 1)
+    fresh = PackServer(cfg.to_dict(), capacity=1)  # the server died; Ray started a new one
+    assert _ask(fresh, "m", cfg, policy, 1) == {"need_state": True}
+    again = _ask(fresh, "m", cfg, policy, 1, first["checkpoint"])
+    keep = ("train_loss", "val_accuracy", "lr", "epoch")
+    assert {k: again["metrics"][k] for k in keep} == {k: whole["metrics"][k] for k in keep}
+
+
+# ------------------------------------------------------------------------------------------------
+# Real searches
+# ------------------------------------------------------------------------------------------------
+def _argv(name: str, data: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        *SEARCH,
+        "--preset",
+        "smoke",
+        "--data",
+        str(data),
+        "--name",
+        name,
+        "--base",
+        "crop",
+        "--no-warm-start",
+        "--pack",
+        "4",
+        "--set",
+        "train.train_size=256",
+        "--set",
+        "train.val_size=128",
+        "--storage",
+        str(tmp_path / "runs"),
+        "--store",
+        str(tmp_path / "store"),
+        *extra,
+    ]
+
+
+def _trial_rows(run: Path) -> dict[str, list[dict]]:
+    return {
+        t.name: [json.loads(line) for line in (t / "result.json").read_text().splitlines() if line.strip()]
+        for t in sorted(run.glob("trial_*"))
+    }
+
+
+def _each_epoch_once(rows: dict[str, list[dict]]) -> None:
+    for name, epochs in rows.items():
+        seen = [r["epoch"] for r in epochs]
+        assert seen == list(range(1, len(seen) + 1)), (name, seen)  # nothing reported twice
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_pack_search_stores_a_policy_and_asha_stops_members_while_their_pack_mates_train_on(tmp_path, cifar_small):
+    argv = _argv("packed", cifar_small, tmp_path, "--num-trials", "6", "--set", "train.epochs=3", "--grace-period", "1")
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=500, start_new_session=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "stored as packed@1" in done.stdout and "packs of 4 trials per process" in done.stderr + done.stdout
+    run = tmp_path / "runs" / "packed"
+    result = json.loads((run / "result.json").read_text())
+    trials = result["provenance"]["trials"]
+    assert len(trials) == 6 and result["provenance"]["optuna"]["consistent_with_tune"]
+    rows = _trial_rows(run)
+    _each_epoch_once(rows)
+    assert max(r["pack_size"] for epochs in rows.values() for r in epochs) >= 2  # trained together
+    stopped = [t for t in trials if t["status"] == "early_stopped"]
+    assert stopped, trials
+    # a member stopped at a rung had pack-mates in that round that trained on after it
+    for t in stopped:
+        last = rows[f"trial_{t['trial_id']}"][-1]
+        assert last["pack_size"] >= 2 or any(len(e) > last["epoch"] for e in rows.values())
+    assert any(len(e) == 3 for e in rows.values())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_pack_server_killed_mid_epoch_is_restarted_and_the_search_completes(tmp_path, cifar_small, failpoints_armed):
+    argv = _argv("killed", cifar_small, tmp_path, "--num-trials", "4", "--set", "train.epochs=2", "--grace-period", "1")
+    done = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=failpoints_armed("pack.mid_epoch:3=kill"),  # the server, in its first round of 4
+        capture_output=True,
+        text=True,
+        timeout=500,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert failpoints_armed.fired("pack.mid_epoch") and "stored as killed@1" in done.stdout
+    run = tmp_path / "runs" / "killed"
+    trials = json.loads((run / "result.json").read_text())["provenance"]["trials"]
+    assert len(trials) == 4 and all(t["status"] in ("completed", "early_stopped") for t in trials)
+    _each_epoch_once(_trial_rows(run))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_pack_search_whose_driver_is_killed_resumes_to_exactly_the_requested_trials(
+    tmp_path, cifar_small, kill_driver
+):
+    argv = _argv(
+        "resumed", cifar_small, tmp_path, "--num-trials", "5", "--set", "train.epochs=2", "--grace-period", "1"
+    )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    kill_driver(argv, env, "search.after_trial_saved:2", 400)
+    resumed = subprocess.run(
+        [*SEARCH, "--resume", "resumed", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=500,
+        start_new_session=True,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stored as resumed@1" in resumed.stdout
+    run = tmp_path / "runs" / "resumed"
+    result = json.loads((run / "result.json").read_text())
+    trials = result["provenance"]["trials"]
+    assert len(trials) == 5 and len({t["trial_id"] for t in trials}) == 5
+    assert result["provenance"]["optuna"]["consistent_with_tune"]

@@ -14,16 +14,21 @@
   ``int(level * 0.4) + 4`` bits); the level written is the project's magnitude divided by that
   unit, so the magnitudes agree (solarize within 1 grey level: timm truncates to an integer).
 
-Neither library has Cutout or SamplePairing in its AutoAugment ops; a policy using them (with a
-probability above 0) is refused with a message naming the op (search with
-``--exclude-ops Cutout,SamplePairing``, or apply the policy with :mod:`autoaug.policies.dali_apply`
-/ ``Policy.to_torchvision()``). The export holds the policy step only: a policy searched on the base
-``standard`` expects the pad-4 random crop and horizontal flip before it, on ``crop`` the crop alone
-(:mod:`autoaug.policies.bases`); the exports say so (:func:`base_note`).
+What each op is in each library is part of its declaration (:class:`~autoaug.policies.ops.OpSpec`:
+``dali_export``, a :class:`~autoaug.policies.ops.DaliExport`; ``timm_export``, a
+:class:`~autoaug.policies.ops.TimmExport`), so an op declared later is exported as it says. An op
+whose declaration has none for a format (the built-ins Cutout and SamplePairing: neither library
+has them) is refused, in a policy using it with a probability above 0, with one line naming the op
+and the format (search with ``--exclude-ops`` and those ops, or apply the policy with
+:mod:`autoaug.policies.dali_apply` / ``Policy.to_torchvision()``). The export holds the policy step
+only: a policy searched on the base ``standard`` expects the pad-4 random crop and horizontal flip
+before it, on ``crop`` the crop alone (:mod:`autoaug.policies.bases`); the exports say so
+(:func:`base_note`).
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any
 
@@ -37,64 +42,44 @@ __all__ = [
     "schedule_to_dali_source",
     "to_timm",
     "base_note",
-    "TIMM_UNITS",
-    "DALI_NAMES",
+    "exportable_ops",
     "UnsupportedOpError",
 ]
 
 #: ``policies export --format`` choices.
 FORMATS = ("json", "dali", "timm")
 
-#: Project op -> DALI ``auto_aug.augmentations`` function.
-DALI_NAMES = {
-    "Identity": "identity",
-    "ShearX": "shear_x",
-    "ShearY": "shear_y",
-    "TranslateX": "translate_x",
-    "TranslateY": "translate_y",
-    "Rotate": "rotate",
-    "AutoContrast": "auto_contrast",
-    "Invert": "invert",
-    "Equalize": "equalize",
-    "Solarize": "solarize",
-    "Posterize": "posterize",
-    "Contrast": "contrast",
-    "Color": "color",
-    "Brightness": "brightness",
-    "Sharpness": "sharpness",
-}
-
-#: Project op -> (timm op name, magnitude per level); None: no magnitude.
-TIMM_UNITS: dict[str, tuple[str, float | None]] = {
-    "ShearX": ("ShearX", 0.03),
-    "ShearY": ("ShearY", 0.03),
-    "Rotate": ("Rotate", 3.0),
-    "TranslateX": ("TranslateXRel", None),
-    "TranslateY": ("TranslateYRel", None),
-    "Brightness": ("BrightnessIncreasing", 0.09),
-    "Color": ("ColorIncreasing", 0.09),
-    "Contrast": ("ContrastIncreasing", 0.09),
-    "Sharpness": ("SharpnessIncreasing", 0.09),
-    "Solarize": ("SolarizeIncreasing", 25.6),
-    "Posterize": ("PosterizeOriginal", None),
-    "AutoContrast": ("AutoContrast", None),
-    "Equalize": ("Equalize", None),
-    "Invert": ("Invert", None),
-}
+#: The export targets, by the name the messages use: the field of an op's declaration each reads.
+_EXPORT_FIELD = {"DALI": "dali_export", "timm": "timm_export"}
+#: The level timm clips a magnitude to, unless its ``magnitude_max`` hparam says more.
+_TIMM_MAX_LEVEL = 10.0
 
 
 class UnsupportedOpError(ValueError):
     """The policy uses an op the target library's AutoAugment does not have."""
 
 
-def _check(policy: Policy, known: set[str], target: str) -> None:
+def _export(name: str, target: str) -> Any:
+    """``name``'s declared export for ``target`` ("DALI" or "timm"), or None."""
+    return getattr(_ops.REGISTRY[name], _EXPORT_FIELD[target])
+
+
+def exportable_ops(target: str) -> tuple[str, ...]:
+    """The operations declared now that ``target`` ("DALI" or "timm") can write, in declaration order."""
+    return tuple(name for name in _ops.op_names() if _export(name, target) is not None)
+
+
+def _check(policy: Policy, target: str) -> None:
     for i, sub in enumerate(policy.sub_policies):
         for op in sub:
-            if op.op not in known and op.probability > 0:
+            if op.probability > 0 and _export(op.op, target) is None:
+                known = exportable_ops(target)
+                others = [name for name in _ops.op_names() if name not in known]
                 raise UnsupportedOpError(
                     f"cannot export {policy.name!r} to {target}: sub-policy {i} uses {op.op}, which {target}'s "
-                    f"AutoAugment does not have (exportable ops: {', '.join(sorted(known))}); search with "
-                    f"--exclude-ops Cutout,SamplePairing, or apply the policy with autoaug (DALI or torchvision)"
+                    f"AutoAugment does not have (its declaration has no {_EXPORT_FIELD[target]}; exportable ops: "
+                    f"{', '.join(sorted(known))}); search with --exclude-ops {','.join(others)}, or apply the policy "
+                    "with autoaug (DALI or torchvision)"
                 )
 
 
@@ -106,7 +91,7 @@ def base_note(policy: Policy) -> str:
 
 def to_dali_source(policy: Policy) -> str:
     """Python source defining ``policy`` (an ``nvidia.dali.auto_aug.core.Policy``); see the module docs."""
-    _check(policy, set(DALI_NAMES), "DALI")
+    _check(policy, "DALI")
     lines = [
         f'"""{policy.name}: an AutoAugment policy for nvidia.dali.auto_aug, exported by autoaug.',
         "",
@@ -125,15 +110,10 @@ def to_dali_source(policy: Policy) -> str:
 
 def _dali_policy_lines(policy: Policy, ops_var: str, policy_var: str) -> list[str]:
     """``ops_var = {...}`` (DALI's augmentations with the policy's ranges) and ``policy_var = Policy(...)``."""
-    used = sorted({op.op for sub in policy.sub_policies for op in sub if op.op in DALI_NAMES})
+    used = sorted({op.op for sub in policy.sub_policies for op in sub if _export(op.op, "DALI") is not None})
     lines = ["# DALI's augmentations with autoaug's magnitude ranges (autoaug.policies.ops)", f"{ops_var} = {{"]
     for name in used:
-        rng = _ops.REGISTRY[name].magnitude_range(policy.ranges)
-        fn_name = DALI_NAMES[name]
-        if rng is None:
-            lines.append(f"    {name!r}: aug.{fn_name},")
-        else:
-            lines.append(f"    {name!r}: aug.{fn_name}.augmentation(mag_range=({rng.lo!r}, {rng.hi!r})),")
+        lines.append(f"    {name!r}: {_dali_augmentation(name, policy.ranges)},")
     lines += [
         "}",
         "",
@@ -147,11 +127,26 @@ def _dali_policy_lines(policy: Policy, ops_var: str, policy_var: str) -> list[st
             f"({ops_var}[{op.op!r}], {op.probability!r}, "
             f"{op.magnitude_bin if _ops.REGISTRY[op.op].has_magnitude else None})"  # DALI: None = no magnitude
             for op in sub
-            if op.op in DALI_NAMES
+            if _export(op.op, "DALI") is not None
         ]
         lines.append(f"        [{', '.join(ops)}],")
     lines += ["    ],", ")", ""]
     return lines
+
+
+def _dali_augmentation(name: str, ranges: str) -> str:
+    """The expression of DALI's augmentation for op ``name`` under ``ranges`` (its declared
+    :class:`~autoaug.policies.ops.DaliExport`, re-declared with the op's range)."""
+    spec = _ops.REGISTRY[name]
+    export = spec.dali_export
+    rng = spec.magnitude_range(ranges)
+    if rng is None:
+        return f"aug.{export.augmentation}"
+    lo, hi = (rng.lo, rng.hi) if export.scale == 1 else (rng.lo * export.scale + 0.0, rng.hi * export.scale + 0.0)
+    arguments = f"mag_range=({lo!r}, {hi!r})"
+    if export.randomly_negate is not None:
+        arguments += f", randomly_negate={export.randomly_negate!r}"
+    return f"aug.{export.augmentation}.augmentation({arguments})"
 
 
 def schedule_to_dali_source(schedule: Any) -> str:
@@ -162,7 +157,7 @@ def schedule_to_dali_source(schedule: Any) -> str:
     stage boundaries: ``nvidia.dali.auto_aug`` takes the policy when the graph is built)."""
     for i, stage in enumerate(schedule.stages):
         try:
-            _check(stage.policy, set(DALI_NAMES), "DALI")
+            _check(stage.policy, "DALI")
         except UnsupportedOpError as exc:
             raise UnsupportedOpError(f"stage {i}: {exc}") from None
     lines = [
@@ -202,25 +197,44 @@ def schedule_to_dali_source(schedule: Any) -> str:
 
 
 def _timm_level(name: str, bin_: int, policy: Policy) -> float:
+    """The timm level of op ``name`` at ``bin_`` (its declared
+    :class:`~autoaug.policies.ops.TimmExport`: magnitude / unit, or its ``level`` function)."""
     spec = _ops.REGISTRY[name]
     if not spec.has_magnitude:
         return 0.0
+    export = spec.timm_export
     m = spec.magnitude(bin_, policy.num_magnitude_bins, policy.ranges)
-    timm_name, unit = TIMM_UNITS[name]
-    if name in ("TranslateX", "TranslateY"):
-        hi = spec.magnitude_range(policy.ranges).hi
-        return 0.0 if hi == 0 else 10.0 * m / hi  # translate_pct = hi (a fraction of the width/height)
-    if name == "Solarize":
-        return (256.0 - m) / unit  # threshold m
-    if name == "Posterize":
-        bits = spec.to_param(m)
-        if bits < 4:
-            raise UnsupportedOpError(
-                f"cannot export {policy.name!r} to timm: Posterize keeping {bits} bits (bin {bin_}); timm's "
-                "PosterizeOriginal keeps 4 to 8 bits"
-            )
-        return (bits - 4) * 2.5 + 0.01  # int(level * 0.4) + 4 == bits
-    return m / unit
+    try:
+        level = export.level(m, spec.magnitude_range(policy.ranges)) if export.level is not None else m / export.unit
+    except ValueError as exc:
+        raise UnsupportedOpError(f"cannot export {policy.name!r} to timm: {name} at bin {bin_}: {exc}") from None
+    if not math.isfinite(level) or level < 0:
+        raise UnsupportedOpError(
+            f"cannot export {policy.name!r} to timm: {name} at bin {bin_} is level {level!r}; timm's {export.op} "
+            "takes levels from 0"
+        )
+    return level
+
+
+def _timm_hparams(policy: Policy, used: list[str]) -> dict[str, Any]:
+    """The hparams the ops' levels assume (each :class:`~autoaug.policies.ops.TimmExport`'s
+    ``hparams``): those of the ops ``used``, which must agree, then those of the other declared ops
+    for the names still unset (so that they do not depend on which ops a policy happens to use)."""
+    hparams: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for name in [*used, *(n for n in exportable_ops("timm") if n not in used)]:
+        spec = _ops.REGISTRY[name]
+        if spec.timm_export.hparams is None:
+            continue
+        for key, value in spec.timm_export.hparams(spec.magnitude_range(policy.ranges)).items():
+            if key not in hparams:
+                hparams[key], owner[key] = value, name
+            elif hparams[key] != value and name in used:
+                raise UnsupportedOpError(
+                    f"cannot export {policy.name!r} to timm: {owner[key]} needs {key}={hparams[key]!r} and {name} "
+                    f"{key}={value!r}; timm takes one {key} for every op"
+                )
+    return hparams
 
 
 def to_timm(policy: Policy) -> dict[str, Any]:
@@ -231,26 +245,27 @@ def to_timm(policy: Policy) -> dict[str, Any]:
         from timm.data.auto_augment import AugmentOp, AutoAugment
         aa = AutoAugment([[AugmentOp(n, p, m, hparams=doc["hparams"]) for n, p, m in sp] for sp in doc["policy"]])
     """
-    _check(policy, set(TIMM_UNITS) | {"Identity"}, "timm")
-    translate = [(_ops.REGISTRY[n].magnitude_range(policy.ranges)) for n in ("TranslateX", "TranslateY")]
-    if translate[0].hi != translate[1].hi:  # pragma: no cover - equal under both conventions
-        raise UnsupportedOpError("timm uses one translate_pct for TranslateX and TranslateY")
+    _check(policy, "timm")
     subs = []
+    used: list[str] = []
     for sub in policy.sub_policies:
-        # Identity does nothing: leaving it out of the sub-policy is exact.
+        # An op exported as no timm op (TimmExport(None): Identity, which does nothing) is left out: exact.
+        kept = [(op, _export(op.op, "timm")) for op in sub if op.probability > 0]
+        kept = [(op, export) for op, export in kept if export.op is not None]
         subs.append(
-            [
-                [TIMM_UNITS[op.op][0], op.probability, round(_timm_level(op.op, op.magnitude_bin, policy), 6)]
-                for op in sub
-                if op.op in TIMM_UNITS and op.probability > 0
-            ]
+            [[export.op, op.probability, round(_timm_level(op.op, op.magnitude_bin, policy), 6)] for op, export in kept]
         )
+        used += [op.op for op, _ in kept if op.op not in used]
+    hparams = {**_timm_hparams(policy, used), "img_mean": [128, 128, 128], "magnitude_std": 0}
+    top = max((level for sub in subs for _, _, level in sub), default=0.0)
+    if top > _TIMM_MAX_LEVEL:  # timm clips a level to 10 unless magnitude_max says more (the wide ranges)
+        hparams["magnitude_max"] = top
     return {
         "format": "timm-autoaugment",
         "name": policy.name,
         "content_hash": policy.content_hash,
         "base": policy.base,
         "note": base_note(policy),
-        "hparams": {"translate_pct": translate[0].hi, "img_mean": [128, 128, 128], "magnitude_std": 0},
+        "hparams": hparams,
         "policy": subs,
     }

@@ -10,16 +10,21 @@ Every operation a :class:`policies.Policy` may name is one :class:`OpSpec`, decl
 * how each backend applies that parameter: ``dali`` (:class:`DaliImpl`: the branch of the DALI
   policy step its samples go to and the per-sample table it reads) and ``torch``
   (:class:`TorchImpl`: a function on a uint8 tensor), each with the operators it uses, for the
-  docs (:func:`docs_table` is docs/policies.md's op table).
+  docs (:func:`docs_table` is docs/policies.md's op table),
+* how the exports write it (:mod:`autoaug.policies.export`): ``dali_export`` (:class:`DaliExport`:
+  the function of ``nvidia.dali.auto_aug.augmentations`` it is) and ``timm_export``
+  (:class:`TimmExport`: timm's op and its unit per level), each ``None`` when that library has no
+  such op, and ``randaugment``, its place in RandAugment's operations (``None``: not one).
 
 This is DALI's ``@augmentation(mag_range=..., randomly_negate=..., mag_to_param=...)`` for both
 backends at once. Everything else is derived from the declarations *when read*, never copied at
-import: :data:`REGISTRY` is a read-only view of them, ``OP_NAMES`` is computed on each access
-(:func:`op_names`), and the backends' tables (``dali_ops.DALI_OPS``, ``DALI_BRANCHES``,
-``kind_order()``; ``torch_apply.TORCH_OPS``) are live views built from ``OpSpec.dali`` /
-``OpSpec.torch``. So an operation declared after import (a plugin, a test) is at once valid in a
-policy, in a search space and in both backends, and gone again when its declaration is removed
-(:class:`Declaration` is a context manager).
+import: :data:`REGISTRY` is a read-only view of them, ``OP_NAMES`` and ``RANDAUGMENT_OPS`` are
+computed on each access (:func:`op_names`, :func:`randaugment_ops`), and the backends' tables
+(``dali_ops.DALI_OPS``, ``DALI_BRANCHES``, ``kind_order()``; ``torch_apply.TORCH_OPS``) are live
+views built from ``OpSpec.dali`` / ``OpSpec.torch``. So an operation declared after import (a
+plugin, a test) is at once valid in a policy, in a search space, in both backends and in the
+exports its declaration gives (and one of RandAugment's operations if it has a place there), and
+gone again when its declaration is removed (:class:`Declaration` is a context manager).
 
 The registry imports neither backend: an implementation is a callable, or, for the built-in
 operations below, the name of a function of the backend module (``autoaug.policies.dali_ops``,
@@ -30,9 +35,10 @@ a new name (policies name operations, and a policy's content hash must keep mean
 thing, so an existing operation is never re-ranged in place).
 
 Adding an operation: one :func:`declare_op` call (see ``tests/policies/test_declared_op.py``,
-which declares one, applies a policy using it through DALI and torchvision and trains a step on
-each); a built-in one is one :class:`OpSpec` in ``_BUILTIN`` below plus its row in
-docs/policies.md (``tests/policies/test_policy_docs.py`` prints the table to paste).
+which declares one, searches it, applies a policy using it through DALI and torchvision, trains a
+step on each and exports it for DALI and timm); a built-in one is one :class:`OpSpec` in
+``_BUILTIN`` below plus its row in docs/policies.md (``tests/policies/test_policy_docs.py`` prints
+the table to paste).
 
 Magnitude bins
 --------------
@@ -71,7 +77,9 @@ __all__ = [
     "IDENTITY",
     "RANGE_CONVENTIONS",
     "AUTOAUGMENT_OPS",
-    "RANDAUGMENT_OPS",
+    "randaugment_ops",
+    "DaliExport",
+    "TimmExport",
     "DALI_TABLES",
     "LiveTable",
     "get",
@@ -238,6 +246,89 @@ class TorchImpl:
             )
 
 
+# --------------------------------------------------------------------------- exports
+@dataclass(frozen=True)
+class DaliExport:
+    """How ``policies export --format dali`` writes an operation (:mod:`autoaug.policies.export`):
+    as a function of ``nvidia.dali.auto_aug.augmentations`` re-declared with the op's range,
+    ``aug.<augmentation>.augmentation(mag_range=(scale * lo, scale * hi))``. That function must
+    turn the magnitude into the op's parameter (its ``mag_to_param`` is the op's ``to_param``, up
+    to ``scale``) and negate it as the op does.
+
+    Attributes:
+        augmentation: the function's name (``"shear_x"``).
+        scale: DALI's magnitude per unit of the op's: ``-1.0`` exports an op ``1 - m`` as DALI's
+            ``brightness`` (``1 + m``).
+        randomly_negate: written into the re-declaration when not ``None``; ``None`` keeps DALI's
+            own, which is the op's ``signed`` for every built-in operation.
+    """
+
+    augmentation: str
+    scale: float = 1.0
+    randomly_negate: bool | None = None
+
+    def check(self, op: str) -> None:
+        where = f"declare_op {op!r}: dali_export"
+        if not isinstance(self.augmentation, str) or not self.augmentation.isidentifier():
+            raise ValueError(
+                f"{where}.augmentation={self.augmentation!r}; expected the name of a function of "
+                "nvidia.dali.auto_aug.augmentations"
+            )
+        if isinstance(self.scale, bool) or not isinstance(self.scale, int | float) or not self.scale:
+            raise ValueError(f"{where}.scale={self.scale!r}; expected a non-zero number")
+        if self.randomly_negate not in (None, True, False):
+            raise ValueError(f"{where}.randomly_negate={self.randomly_negate!r}; expected None or a bool")
+
+
+@dataclass(frozen=True)
+class TimmExport:
+    """How ``policies export --format timm`` writes an operation (:mod:`autoaug.policies.export`):
+    as the op ``op`` of ``timm.data.auto_augment`` at a *level*, which timm turns into its op's
+    argument with a fixed unit (rotate ``level * 3`` degrees).
+
+    Attributes:
+        op: timm's op name (``"Rotate"``); ``None``: left out of the exported sub-policy, exact for
+            an op that changes nothing (Identity).
+        unit: the op's magnitude per timm level: the level is ``magnitude / unit``.
+        level: instead of ``unit``, ``fn(magnitude, rng) -> level`` for a conversion that is not a
+            unit (Solarize's threshold counts down from 256), with ``magnitude`` the op's unsigned
+            magnitude (a fraction of the size for size-relative ops) and ``rng`` its
+            :class:`MagnitudeRange` in the policy's convention; ``ValueError`` (one line) when
+            timm's op cannot take that magnitude.
+        hparams: ``fn(rng) -> dict``: the timm ``hparams`` its levels assume
+            (TranslateX: ``{"translate_pct": rng.hi}``), or ``None``.
+
+    An op without a magnitude has neither ``unit`` nor ``level`` (timm's op ignores the level).
+    """
+
+    op: str | None
+    unit: float | None = None
+    level: Callable[[float, MagnitudeRange], float] | None = field(default=None, compare=False)
+    hparams: Callable[[MagnitudeRange | None], Mapping[str, Any]] | None = field(default=None, compare=False)
+
+    def check(self, op: str, has_magnitude: bool) -> None:
+        where = f"declare_op {op!r}: timm_export"
+        if self.op is None:
+            if (self.unit, self.level, self.hparams) != (None, None, None):
+                raise ValueError(f"{where}: op=None (left out of the sub-policy) takes no unit, level or hparams")
+            return
+        if not isinstance(self.op, str) or not self.op:
+            raise ValueError(f"{where}.op={self.op!r}; expected the name of a timm.data.auto_augment op, or None")
+        if self.unit is not None and (
+            isinstance(self.unit, bool) or not isinstance(self.unit, int | float) or not self.unit > 0
+        ):
+            raise ValueError(f"{where}.unit={self.unit!r}; expected a positive number (the magnitude per level)")
+        for name in ("level", "hparams"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise ValueError(f"{where}.{name}={getattr(self, name)!r}; expected a function")
+        if self.unit is not None and self.level is not None:
+            raise ValueError(f"{where}: give unit= or level=, not both")
+        if has_magnitude and self.unit is None and self.level is None:
+            raise ValueError(f"{where}: the op has a magnitude; give unit= (magnitude per timm level) or level=")
+        if not has_magnitude and (self.unit, self.level) != (None, None):
+            raise ValueError(f"{where}: the op has no magnitude; pass neither unit nor level")
+
+
 # --------------------------------------------------------------------------- the declaration
 @dataclass(frozen=True, kw_only=True)
 class OpSpec:
@@ -254,6 +345,13 @@ class OpSpec:
             parameter (e.g. ``1 + m``); the identity by default.
         dali: how DALI applies it (:class:`DaliImpl`).
         torch: how torchvision applies it (:class:`TorchImpl`).
+        dali_export: how the DALI export writes it (:class:`DaliExport`, or the name of DALI's
+            augmentation for ``DaliExport(name)``); ``None``: DALI's AutoAugment has no such op,
+            and a policy using it is not exported to DALI.
+        timm_export: how the timm export writes it (:class:`TimmExport`); ``None``: timm has no
+            such op.
+        randaugment: its place in RandAugment's (and TrivialAugment's) operations,
+            :data:`RANDAUGMENT_OPS` (ordered by place, then declaration); ``None``: not one of them.
     """
 
     name: str
@@ -263,10 +361,15 @@ class OpSpec:
     to_param: Callable[[float], Any] = field(default=_identity_param, repr=False, compare=False)
     dali: DaliImpl | None = field(default=None, repr=False, compare=False)
     torch: TorchImpl | None = field(default=None, repr=False, compare=False)
+    dali_export: DaliExport | None = field(default=None, repr=False, compare=False)
+    timm_export: TimmExport | None = field(default=None, repr=False, compare=False)
+    randaugment: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.ranges, MagnitudeRange):
             object.__setattr__(self, "ranges", _same(self.ranges))
+        if isinstance(self.dali_export, str):
+            object.__setattr__(self, "dali_export", DaliExport(self.dali_export))
 
     @property
     def has_magnitude(self) -> bool:
@@ -324,14 +427,20 @@ class OpSpec:
 
     def derive(self, name: str, **changes: Any) -> OpSpec:
         """A new operation ``name`` applied as this one, with ``changes`` (``ranges``, ``signed``,
-        ``to_param``, ``description``): re-ranging, as DALI's ``op.augmentation(mag_range=...)``.
-        Declare it with :func:`declare_op`. On DALI it joins this operation's branch, so this one
-        must stay declared while it is."""
-        unknown = sorted(set(changes) - {"ranges", "signed", "to_param", "description"})
+        ``to_param``, ``description``, and its exports ``dali_export``, ``timm_export``,
+        ``randaugment``): re-ranging, as DALI's ``op.augmentation(mag_range=...)``. Declare it with
+        :func:`declare_op`. On DALI it joins this operation's branch, so this one must stay declared
+        while it is. It keeps this operation's exports when only its range (or description)
+        changes, none when its sign or ``to_param`` does (the other library's op would compute
+        another parameter), unless given; it is not one of RandAugment's operations unless given."""
+        allowed = ("ranges", "signed", "to_param", "description", "dali_export", "timm_export", "randaugment")
+        unknown = sorted(set(changes) - set(allowed))
         if unknown:
-            raise ValueError(
-                f"{self.name}.derive: cannot change {unknown}; expected ranges, signed, to_param, description"
-            )
+            raise ValueError(f"{self.name}.derive: cannot change {unknown}; expected {', '.join(allowed)}")
+        if {"signed", "to_param"} & set(changes):
+            changes.setdefault("dali_export", None)
+            changes.setdefault("timm_export", None)
+        changes.setdefault("randaugment", None)
         dali = self.dali
         if dali is not None and dali.kind is None:  # join this op's branch rather than build a twin
             dali = DaliImpl(
@@ -436,8 +545,31 @@ def declare_op(spec: OpSpec | None = None, /, **fields: Any) -> Declaration:
                 "backends)"
             )
         part.check(name)
+    _check_exports(spec)
     _DECLARED[name] = spec
     return Declaration(spec)
+
+
+def _check_exports(spec: OpSpec) -> None:
+    """``ValueError`` of one line naming the op when its export fields are malformed."""
+    name = spec.name
+    if spec.dali_export is not None:
+        if not isinstance(spec.dali_export, DaliExport):
+            raise ValueError(
+                f"declare_op {name!r}: dali_export={spec.dali_export!r}; expected a DaliExport, the name of a "
+                "function of nvidia.dali.auto_aug.augmentations, or None"
+            )
+        spec.dali_export.check(name)
+    if spec.timm_export is not None:
+        if not isinstance(spec.timm_export, TimmExport):
+            raise ValueError(f"declare_op {name!r}: timm_export={spec.timm_export!r}; expected a TimmExport or None")
+        spec.timm_export.check(name, spec.has_magnitude)
+    place = spec.randaugment
+    if place is not None and (isinstance(place, bool) or not isinstance(place, int) or place < 0):
+        raise ValueError(
+            f"declare_op {name!r}: randaugment={place!r}; expected None or its place in RandAugment's operations "
+            "(an int >= 0)"
+        )
 
 
 def op_names() -> tuple[str, ...]:
@@ -445,10 +577,21 @@ def op_names() -> tuple[str, ...]:
     return tuple(_DECLARED)
 
 
+def randaugment_ops() -> tuple[str, ...]:
+    """RandAugment's operations (also TrivialAugment's), as declared now: those with a place
+    (:attr:`OpSpec.randaugment`), by place, then in declaration order."""
+    members = [spec for spec in _DECLARED.values() if spec.randaugment is not None]
+    return tuple(spec.name for spec in sorted(members, key=lambda spec: spec.randaugment))
+
+
+#: The lists derived from the declarations on each read (module attributes), so that an op
+#: declared or removed later is seen.
+_DERIVED = {"OP_NAMES": op_names, "RANDAUGMENT_OPS": randaugment_ops}
+
+
 def __getattr__(name: str) -> Any:
-    # OP_NAMES is derived on each read, so that an op declared or removed later is seen.
-    if name == "OP_NAMES":
-        return op_names()
+    if name in _DERIVED:
+        return _DERIVED[name]()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -496,14 +639,45 @@ _AA = "AutoAugment paper (Cubuk et al. 2019), Table 1 / appendix"
 _TA = "TrivialAugment-wide (Mueller & Hutter 2021), torchvision TrivialAugmentWide"
 _WARP = "fn.warp_affine (per-sample matrix from the policy table)"
 
+
+# timm's conversions that are not a unit per level (TimmExport.level); timm maps a level L to
+# translate_pct * L / 10, solarize 256 - int(L * 25.6) and posterize int(L * 0.4) + 4 bits.
+def _timm_translate_level(m: float, rng: MagnitudeRange) -> float:
+    return 0.0 if rng.hi == 0 else 10.0 * m / rng.hi
+
+
+def _timm_translate_hparams(rng: MagnitudeRange | None) -> dict[str, float]:
+    return {"translate_pct": rng.hi}  # the fraction of the width (height) at level 10
+
+
+def _timm_solarize_level(m: float, rng: MagnitudeRange) -> float:
+    return (256.0 - m) / 25.6  # threshold m (timm truncates it to an integer)
+
+
+def _timm_posterize_level(m: float, rng: MagnitudeRange) -> float:
+    bits = _rounded(m)
+    if bits < 4:
+        raise ValueError(f"keeping {bits} bits; timm's PosterizeOriginal keeps 4 to 8 bits")
+    return (bits - 4) * 2.5 + 0.01  # int(level * 0.4) + 4 == bits
+
+
+def _timm_translate(op: str) -> TimmExport:
+    return TimmExport(op, level=_timm_translate_level, hparams=_timm_translate_hparams)
+
+
 # The implementations are functions of autoaug.policies.dali_ops and autoaug.policies.torch_apply,
-# named here (so that this module loads neither DALI nor torch).
+# named here (so that this module loads neither DALI nor torch). The exports: DALI's
+# nvidia.dali.auto_aug.augmentations function and timm's op; `randaugment` the place in
+# RandAugment's 14 operations, in the order of the RandAugment paper.
 _BUILTIN = [
     OpSpec(
         name=IDENTITY,
         description="returns the image unchanged (RandAugment/TrivialAugment 'Identity')",
         dali=DaliImpl(branch="identity", operator="-"),
         torch=TorchImpl("identity", "-"),
+        dali_export="identity",
+        timm_export=TimmExport(None),  # changes nothing: left out of a timm sub-policy, exactly
+        randaugment=0,
     ),
     # Shear: paper +-0.3 (shear factor, PIL affine coefficient); TA-wide +-0.99.
     OpSpec(
@@ -515,6 +689,9 @@ _BUILTIN = [
         },
         signed=True,
         dali=DaliImpl(kind="Warp", to_table="shear_x_matrix", operator=_WARP),
+        dali_export="shear_x",
+        timm_export=TimmExport("ShearX", 0.03),
+        randaugment=1,
         torch=TorchImpl("shear_x", "F.affine(shear=[degrees(atan(m)), 0], center=[0, 0])"),
     ),
     OpSpec(
@@ -526,6 +703,9 @@ _BUILTIN = [
         },
         signed=True,
         dali=DaliImpl(kind="Warp", to_table="shear_y_matrix", operator=_WARP),
+        dali_export="shear_y",
+        timm_export=TimmExport("ShearY", 0.03),
+        randaugment=2,
         torch=TorchImpl("shear_y", "F.affine(shear=[0, degrees(atan(m))], center=[0, 0])"),
     ),
     # Translate: paper +-150 px on 331 px images -> +-(150/331)*width (torchvision's AutoAugment
@@ -539,6 +719,9 @@ _BUILTIN = [
         },
         signed=True,
         dali=DaliImpl(kind="Warp", to_table="translate_x_matrix", operator=_WARP),
+        dali_export="translate_x",
+        timm_export=_timm_translate("TranslateXRel"),
+        randaugment=3,
         torch=TorchImpl("translate_x", "F.affine(translate=[m, 0])"),
     ),
     OpSpec(
@@ -550,6 +733,9 @@ _BUILTIN = [
         },
         signed=True,
         dali=DaliImpl(kind="Warp", to_table="translate_y_matrix", operator=_WARP),
+        dali_export="translate_y",
+        timm_export=_timm_translate("TranslateYRel"),
+        randaugment=4,
         torch=TorchImpl("translate_y", "F.affine(translate=[0, m])"),
     ),
     # Rotate: paper +-30 degrees; TA-wide +-135.
@@ -565,12 +751,18 @@ _BUILTIN = [
             kind="Warp", to_table="rotate_matrix", operator="fn.warp_affine (rotation about the centre, as fn.rotate)"
         ),
         torch=TorchImpl("rotate", "F.rotate"),
+        dali_export="rotate",
+        timm_export=TimmExport("Rotate", 3.0),
+        randaugment=5,
     ),
     OpSpec(
         name="AutoContrast",
         description="stretches each channel to the full 0..255 range",
         dali=DaliImpl(branch="auto_contrast", operator="auto_aug.auto_contrast (fn.reductions.min/max + arithmetic)"),
         torch=TorchImpl("auto_contrast", "F.autocontrast"),
+        dali_export="auto_contrast",
+        timm_export=TimmExport("AutoContrast"),
+        randaugment=12,
     ),
     OpSpec(
         name="Invert",
@@ -579,12 +771,17 @@ _BUILTIN = [
             kind="Solarize", to_table="invert_threshold", operator="x ^ 255 (the Solarize branch at threshold 0)"
         ),
         torch=TorchImpl("invert", "F.invert"),
+        dali_export="invert",
+        timm_export=TimmExport("Invert"),
     ),
     OpSpec(
         name="Equalize",
         description="equalizes the histogram of each channel",
         dali=DaliImpl(branch="equalize", operator="fn.equalize"),
         torch=TorchImpl("equalize", "F.equalize"),
+        dali_export="equalize",
+        timm_export=TimmExport("Equalize"),
+        randaugment=13,
     ),
     # Solarize: threshold 256 (identity) -> 0 in both conventions (paper: 0-256).
     OpSpec(
@@ -593,6 +790,9 @@ _BUILTIN = [
         ranges=MagnitudeRange(256.0, 0.0, "threshold", source=_AA + "; same in " + _TA),
         dali=DaliImpl(branch="solarize", table="param", operator="x ^ 255 where x >= threshold (arithmetic)"),
         torch=TorchImpl("solarize", "F.solarize (threshold 256 = identity)"),
+        dali_export="solarize",
+        timm_export=TimmExport("SolarizeIncreasing", level=_timm_solarize_level),
+        randaugment=11,
     ),
     # Posterize: paper 4-8 bits kept -> 8 (identity) -> 4; the released TF code's 0-4 is a known
     # bug. TA-wide 8 -> 2 bits.
@@ -608,6 +808,9 @@ _BUILTIN = [
             branch="posterize", table="param", to_table="posterize_mask", operator="auto_aug.posterize (x & mask)"
         ),
         torch=TorchImpl("posterize", "F.posterize"),
+        dali_export="posterize",  # DALI's mask also from the bits kept
+        timm_export=TimmExport("PosterizeOriginal", level=_timm_posterize_level),
+        randaugment=10,
     ),
     # Enhance ops: paper factor 0.1-1.9, expressed as 1 +- m with m in 0..0.9 so that bin 0 is
     # the identity (torchvision's and DALI's convention); TA-wide 1 +- 0..0.99.
@@ -623,8 +826,11 @@ _BUILTIN = [
             to_param=_enhance_factor,
             dali=dali,
             torch=torch,
+            dali_export=name.lower(),
+            timm_export=TimmExport(f"{name}Increasing", 0.09),  # timm: 1 +- level * 0.09
+            randaugment=place,
         )
-        for name, description, dali, torch in (
+        for name, description, dali, torch, place in (
             (
                 "Contrast",
                 "blends with the mean grey level (factor 1 = identity)",
@@ -632,18 +838,21 @@ _BUILTIN = [
                     branch="contrast", table="param", operator="auto_aug.contrast (fn.reductions.mean + arithmetic)"
                 ),
                 TorchImpl("contrast", "F.adjust_contrast"),
+                8,
             ),
             (
                 "Color",
                 "blends with the greyscale image (factor 1 = identity)",
                 DaliImpl(branch="color", table="param", operator="fn.saturation (auto_aug.color)"),
                 TorchImpl("color", "F.adjust_saturation"),
+                7,
             ),
             (
                 "Brightness",
                 "multiplies by the factor (blend with black; factor 1 = identity)",
                 DaliImpl(branch="brightness", table="param", operator="fn.brightness (auto_aug.brightness)"),
                 TorchImpl("brightness", "F.adjust_brightness"),
+                6,
             ),
             (
                 "Sharpness",
@@ -655,6 +864,7 @@ _BUILTIN = [
                     operator="fn.filter (PIL's 3x3 smoothing kernel, per-sample)",
                 ),
                 TorchImpl("sharpness", "F.adjust_sharpness"),
+                9,
             ),
         )
     ),
@@ -699,23 +909,6 @@ del _spec
 BUILTIN_OPS: tuple[str, ...] = tuple(s.name for s in _BUILTIN)
 #: The 16 operations of the AutoAugment search space (Cubuk et al. 2019; the built-ins but Identity).
 AUTOAUGMENT_OPS: tuple[str, ...] = tuple(n for n in BUILTIN_OPS if n != IDENTITY)
-#: RandAugment's 14 operations (also TrivialAugment's), in the order of the RandAugment paper.
-RANDAUGMENT_OPS: tuple[str, ...] = (
-    "Identity",
-    "ShearX",
-    "ShearY",
-    "TranslateX",
-    "TranslateY",
-    "Rotate",
-    "Brightness",
-    "Color",
-    "Contrast",
-    "Sharpness",
-    "Posterize",
-    "Solarize",
-    "AutoContrast",
-    "Equalize",
-)
 
 
 def get(name: str) -> OpSpec:
@@ -740,20 +933,31 @@ def unknown_op_message(name: object) -> str:
 
 #: The header of docs/policies.md's op table (:func:`docs_table`).
 DOCS_TABLE_HEADER = (
-    "| op | `autoaugment` range (bin 0 -> last bin) | `wide` range | signed | DALI | torchvision |\n"
-    "| --- | --- | --- | --- | --- | --- |"
+    "| op | `autoaugment` range (bin 0 -> last bin) | `wide` range | signed | DALI | torchvision | DALI export | "
+    "timm export | RandAugment |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
+
+
+def _export_cells(spec: OpSpec) -> str:
+    dali, timm = spec.dali_export, spec.timm_export
+    dali_cell = (
+        "-" if dali is None else f"`aug.{dali.augmentation}`" + ("" if dali.scale == 1 else f" x {dali.scale:g}")
+    )
+    timm_cell = "-" if timm is None else ("left out" if timm.op is None else f"`{timm.op}`")
+    return f"{dali_cell} | {timm_cell} | {'no' if spec.randaugment is None else 'yes'}"
 
 
 def docs_table(names: Any = None) -> str:
     """docs/policies.md's op table (markdown) for ``names`` (default: the built-in operations), from
-    their declarations: ranges, sign and each backend's ``operator``."""
+    their declarations: ranges, sign, each backend's ``operator`` and the exports."""
     rows = [DOCS_TABLE_HEADER]
     for name in BUILTIN_OPS if names is None else names:
         spec = get(name)
         auto, wide = spec.magnitude_range("autoaugment"), spec.magnitude_range("wide")
         rows.append(
             f"| {name} | {auto.describe() if auto else '-'} | {wide.describe() if wide else '-'} | "
-            f"{'yes' if spec.signed else 'no'} | `{spec.dali.operator}` | `{spec.torch.operator}` |"
+            f"{'yes' if spec.signed else 'no'} | `{spec.dali.operator}` | `{spec.torch.operator}` | "
+            f"{_export_cells(spec)} |"
         )
     return "\n".join(rows)

@@ -10,7 +10,9 @@ Every preset is an ordinary :class:`~policies.Policy`, so one application path s
 * ``randaugment:n=N,m=M`` (defaults ``n=2``, ``m=9``): RandAugment (Cubuk et al. 2020) as a
   policy: every ordered N-tuple of its 14 operations (``14**N`` sub-policies, drawn uniformly, as
   RandAugment draws N operations independently with replacement), probability 1, bin ``M`` of 31
-  (torchvision's ``RandAugment`` binning).
+  (torchvision's ``RandAugment`` binning). Its operations are those declared as RandAugment's
+  (``ops.randaugment_ops()``, read when the preset is built: an operation declared with a place
+  there joins them).
 * ``trivialaugment``: TrivialAugment-wide (Mueller & Hutter 2021): one operation of the 14 at a
   uniformly drawn bin of 31, i.e. the 14 x 31 = 434 single-operation sub-policies, probability 1,
   ``ranges="wide"``.
@@ -30,7 +32,7 @@ import itertools
 import re
 from collections.abc import Callable
 
-from autoaug.policies.ops import RANDAUGMENT_OPS
+from autoaug.policies.ops import randaugment_ops
 from autoaug.policies.policy import BASES, Policy
 
 __all__ = [
@@ -157,13 +159,13 @@ def randaugment(n: int = 2, m: int = 9) -> Policy:
         raise ValueError(f"randaugment: n={n!r} is invalid; expected an int in [1, {MAX_RANDAUGMENT_N}]")
     if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < RANDAUGMENT_NUM_BINS:
         raise ValueError(f"randaugment: m={m!r} is invalid; expected an int in [0, {RANDAUGMENT_NUM_BINS - 1}]")
-    subs = [[(op, 1.0, m) for op in combo] for combo in itertools.product(RANDAUGMENT_OPS, repeat=n)]
+    subs = [[(op, 1.0, m) for op in combo] for combo in itertools.product(randaugment_ops(), repeat=n)]
     return Policy(f"randaugment:n={n},m={m}", RANDAUGMENT_NUM_BINS, subs)
 
 
 def trivialaugment() -> Policy:
     """TrivialAugment-wide: uniform over the 14 operations x 31 bins, ``ranges="wide"``."""
-    subs = [[(op, 1.0, b)] for op in RANDAUGMENT_OPS for b in range(RANDAUGMENT_NUM_BINS)]
+    subs = [[(op, 1.0, b)] for op in randaugment_ops() for b in range(RANDAUGMENT_NUM_BINS)]
     return Policy("trivialaugment", RANDAUGMENT_NUM_BINS, subs, ranges="wide")
 
 

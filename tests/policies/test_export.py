@@ -42,13 +42,11 @@ def test_dali_export_same_ops_probabilities_and_magnitudes(policy):
     exported = _dali_policy(policy)
     assert exported.num_magnitude_bins == policy.num_magnitude_bins
     assert len(exported.sub_policies) == len(policy.sub_policies)
-    from autoaug.policies.export import DALI_NAMES
-
     for ours, theirs in zip(policy.sub_policies, exported.sub_policies):
         assert len(ours) == len(theirs)
         for op, (aug, prob, bin_) in zip(ours, theirs):
             spec = O.REGISTRY[op.op]
-            assert aug.name == DALI_NAMES[op.op] and prob == op.probability
+            assert aug.name == spec.dali_export.augmentation and prob == op.probability
             if not spec.has_magnitude:
                 assert bin_ is None and aug.mag_range is None
                 continue
@@ -126,6 +124,23 @@ def test_timm_export_same_ops_probabilities_and_magnitudes():
                 assert arg == ours_param
             else:  # shear factor, degrees, translate fraction of the width (image_size 1 x 1)
                 assert abs(arg) == pytest.approx(abs(ours_param), abs=1e-6)
+
+
+def test_timm_export_of_the_wide_ranges_keeps_magnitudes_above_level_10():
+    # timm clips a level to 10 unless hparams' magnitude_max says more: Rotate 135 degrees is level 45
+    from timm.data.auto_augment import AugmentOp
+
+    policy = Policy("w", 31, [[("Rotate", 1.0, 30), ("ShearX", 1.0, 30)], [("Rotate", 1.0, 10)]], ranges="wide")
+    doc = to_timm(policy)
+    assert doc["hparams"]["magnitude_max"] == 45.0
+    assert "magnitude_max" not in to_timm(resolve("autoaugment-cifar10"))["hparams"]  # levels up to 10: as before
+    seen = []
+    for name, prob, level in doc["policy"][0]:
+        aug = AugmentOp(name, prob, level, hparams=doc["hparams"])
+        aug.aug_fn = lambda img, *args, **_: seen.append(args[0])  # the argument timm's op receives
+        aug(None)
+    rotate, shear = seen
+    assert abs(rotate) == pytest.approx(135.0) and abs(shear) == pytest.approx(0.99)  # the wide maxima
 
 
 def test_timm_export_applies_with_the_policy_probability():

@@ -113,6 +113,19 @@ def _blur(**changes):
             r"^declare_op 'Blur': ranges=.*; expected a MagnitudeRange, or one per convention",
         ),
         (_blur(colour=1), r"^declare_op: .*unexpected keyword argument 'colour'; expected the fields of OpSpec$"),
+        (
+            _blur(dali_export="gaussian blur"),
+            r"^declare_op 'Blur': dali_export.augmentation='gaussian blur'; expected the name of a function of nvidia",
+        ),
+        (
+            _blur(timm_export=ops.TimmExport("GaussianBlur")),
+            r"^declare_op 'Blur': timm_export: the op has a magnitude; give unit= \(magnitude per timm level\) or level=$",
+        ),
+        (
+            _blur(timm_export="GaussianBlur"),
+            r"^declare_op 'Blur': timm_export='GaussianBlur'; expected a TimmExport or None$",
+        ),
+        (_blur(randaugment=True), r"^declare_op 'Blur': randaugment=True; expected None or its place in RandAugment's"),
     ],
 )
 def test_declare_op_refuses_a_declaration_in_one_line(fields, message):

@@ -28,11 +28,12 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     race_name,
     rungs_text,
     search_name,
+    search_rungs,
     trials_text,
 )
 from search_quality import _now  # noqa: E402
 
-from autoaug.search.decide.rungs import config_rungs, ended_at, rung_ranking, rung_text
+from autoaug.search.decide.rungs import ended_at, rung_ranking, rung_text
 
 if TYPE_CHECKING:
     import argparse
@@ -228,7 +229,7 @@ def report(
             e
             for cell in per_search
             if cell[1] not in METHOD_PRESETS
-            for e in config_rungs(results[cell]["provenance"]["search"]["config"])
+            for e in search_rungs(results[cell]["provenance"]["search"]["config"])
         }
     )
     rungs = rung_ranking(trials, at or None)

@@ -73,12 +73,21 @@ def calibrator(work: Path, order: list[tuple[int, str]]) -> str:
     return search_name(*order[0])
 
 
-def rungs_text(config: Mapping[str, Any]) -> str:
-    """Where ASHA could stop a training-method search's trials, from its configuration:
-    ``"20, 60 of 120"``, ``"none (120 epochs)"``; ``"–"`` for another method's search."""
-    from autoaug.search.decide.rungs import config_rungs
+def search_rungs(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """Where a search of ``config`` (a result's ``provenance.search.config``) stops trials early,
+    then its last epoch, as its method says (:meth:`autoaug.search.methods.base.Method.rungs`);
+    ``()`` for a method that stops none early."""
+    from autoaug.search.config import METHODS  # noqa: F401  (the built-in methods registered)
+    from autoaug.search.methods.base import method_of
 
-    rungs = config_rungs(config)
+    method = method_of(config)
+    return method.rungs(config) if method is not None else ()
+
+
+def rungs_text(config: Mapping[str, Any]) -> str:
+    """Where ASHA could stop a search's trials, from its configuration: ``"20, 60 of 120"``,
+    ``"none (120 epochs)"``; ``"–"`` for a method that stops none early."""
+    rungs = search_rungs(config)
     if not rungs:
         return "–"
     *milestones, epochs = rungs

@@ -306,9 +306,11 @@ def import_runs(
 
 
 def found_schedule(search_result: dict) -> dict | None:
-    """The schedule a PBA search found (its provenance's ``method.schedule``; the stored policy is
+    """The schedule a search found (a PBA search: its provenance's ``schedule``; the stored policy is
     only its last stage), or None for a search that found a policy."""
-    return (search_result["provenance"].get("method") or {}).get("schedule")
+    from autoaug.policies.schedule import PROVENANCE_KEY
+
+    return search_result["provenance"].get(PROVENANCE_KEY)
 
 
 def also_policies(a: argparse.Namespace, work: Path) -> dict[str, Path]:

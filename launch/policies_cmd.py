@@ -485,7 +485,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise UserInputError(f"policy file {source} cannot be read: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise UserInputError(f"{source} is not a valid policy JSON: {exc}") from None
-    from autoaug.policies.schedule import SCHEDULE_KIND, Schedule
+    from autoaug.policies.schedule import PROVENANCE_KEY, SCHEDULE_KIND, Schedule
 
     schedule = None
     try:
@@ -508,13 +508,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise UserInputError(f"--metadata must be a JSON object, got {type(metadata).__name__}")
     metadata.setdefault("imported_from", source)
     if schedule is not None and not schedule.is_fixed:
-        if "method" in metadata:
-            raise UserInputError("--metadata: 'method' holds an imported schedule; use another key")
-        metadata["method"] = {
-            "name": "schedule",
-            "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash},
-            "schedule_hash": schedule.content_hash,
-        }
+        if PROVENANCE_KEY in metadata:
+            raise UserInputError(f"--metadata: {PROVENANCE_KEY!r} holds an imported schedule; use another key")
+        metadata[PROVENANCE_KEY] = {**schedule.to_dict(), "content_hash": schedule.content_hash}
     store = _open_store(args)
     before = store.versions(args.name)
     version = store.save(policy, args.name, metadata, force=args.force)

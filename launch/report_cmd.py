@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from autoaug.search.config import default_runs_root
     from autoaug.search.decide.op_effects import describe_effects, plot_effects
     from autoaug.search.decide.rescore import describe_selection
-    from autoaug.search.decide.rungs import config_rungs, describe_rungs, from_study
+    from autoaug.search.decide.rungs import describe_rungs, from_study
+    from autoaug.search.methods.base import method_of
     from autoaug.search.records import ran_text
     from autoaug.search.report import importances, load_report_data, op_frequencies, top_trials, write_report
     from autoaug.search.run_dir import RESULT_FILE, RunDir
@@ -58,8 +59,10 @@ def run(args: argparse.Namespace) -> int:
         provenance = run.read_json(RESULT_FILE).get("provenance") or {}
         effects = provenance.get("op_effects")
         ops_path = plot_effects(effects or {}, os.path.splitext(path)[0] + "-ops.png")
-    # from the study (also while the search runs), at the rungs of its configuration when it is known
-    rungs = from_study(data.study, config_rungs((provenance.get("search") or {}).get("config") or {}) or None)
+    # from the study (also while the search runs), at the rungs its method says its configuration has
+    config = (provenance.get("search") or {}).get("config") or {}
+    method = method_of(config)
+    rungs = from_study(data.study, (method.rungs(config) if method is not None else ()) or None)
     if args.json:
         counts, mags = op_frequencies(data.trials, args.top, data.space)
         imp, reason = importances(data.study, data.trials)

@@ -310,11 +310,12 @@ def next_steps_of(outcome) -> list[str]:
     import os
 
     from autoaug.launch.summary import next_steps
+    from autoaug.policies.schedule import PROVENANCE_KEY as SCHEDULE_KEY
     from autoaug.policies.store import default_store_uri
 
     provenance = outcome.provenance or {}
     data = (provenance.get("dataset") or {}).get("source")
-    schedule = outcome.method_fields().get("schedule") or {}  # what the method adds to --json (a schedule)
+    schedule = outcome.provenance.get(SCHEDULE_KEY) or {}  # the schedule a user trains with (a method found one)
     store = outcome.store_uri
     if "://" not in store and os.path.abspath(os.path.expanduser(default_store_uri())) == os.path.abspath(store):
         store = None
@@ -329,6 +330,8 @@ def next_steps_of(outcome) -> list[str]:
 
 def outcome_json(outcome) -> dict:
     """The ``--json`` document of a finished search."""
+    from autoaug.policies.schedule import PROVENANCE_KEY as SCHEDULE_KEY
+
     counts = outcome.provenance["counts"]
     return {
         "ref": outcome.reference,
@@ -360,7 +363,9 @@ def outcome_json(outcome) -> dict:
         "selection": outcome.provenance.get("selection"),
         "budget": outcome.provenance.get("budget"),  # the time budget: spent, sessions, what it ended
         "study_problems": list(outcome.study_problems),
-        **outcome.method_fields(),  # the method's own (a PBA search: its schedule; policy: its last stage)
+        # the schedule a user trains with, when the method found one (policy: its last stage)
+        **({SCHEDULE_KEY: outcome.provenance[SCHEDULE_KEY]} if outcome.provenance.get(SCHEDULE_KEY) else {}),
+        **outcome.method_fields(),  # the method's own
     }
 
 

@@ -17,8 +17,9 @@ A reference is tried in this order; the first rule that applies decides:
 
 A reference may name a *schedule* (:class:`~autoaug.policies.schedule.Schedule`, the policy as a
 function of the epoch): a schedule JSON file (``"kind": "schedule"``), or a stored version whose
-provenance holds one (a PBA search stores its schedule's last stage as the policy and the schedule
-in ``method.schedule``; it is checked against its content hash and against the stored policy).
+provenance holds one (a search that found a schedule stores its last stage as the policy and the
+schedule in the provenance's ``schedule``; it is checked against its content hash and against the
+stored policy).
 :attr:`ResolvedPolicy.schedule` is then set and :attr:`ResolvedPolicy.policy` is the last stage;
 :func:`resolve_schedule` gives every reference as a schedule (a fixed policy: one stage).
 """
@@ -110,7 +111,7 @@ def _read_file(ref: str) -> ResolvedPolicy:
 
 
 def stored_schedule(record: Any) -> Any:
-    """The schedule a stored version's provenance holds (``method.schedule``), or None. Raises
+    """The schedule a stored version's provenance holds (its ``schedule``), or None. Raises
     :class:`~autoaug.core.errors.StoreError` when it does not match its content hash or its last
     stage is not the stored (hash-verified) policy."""
     from autoaug.core.errors import StoreError

@@ -1,7 +1,6 @@
 """A policy schedule: the augmentation policy as a function of the training epoch.
 
-Population Based Augmentation (Ho et al., ICML 2019; ``autoaug search --method pba``) does not
-find one policy but a *schedule*: the policy the best member of the population trained with, stage
+Population Based Augmentation (Ho et al., ICML 2019) does not find one policy but a *schedule*: the policy the best member of the population trained with, stage
 by stage. A :class:`Schedule` is a sequence of stages ``(start, policy)``, ``start`` a fraction of
 training in ``[0, 1)`` (the first stage starts at 0), so that a schedule found over a 120-epoch
 proxy run stretches to a 300-epoch final training::
@@ -34,6 +33,7 @@ __all__ = [
     "Schedule",
     "Stage",
     "SCHEDULE_KIND",
+    "PROVENANCE_KEY",
     "is_schedule_dict",
     "trainable_from_dict",
     "provenance_schedule",
@@ -42,6 +42,10 @@ __all__ = [
 
 #: The ``kind`` of a schedule's JSON document (a policy's has no ``kind``).
 SCHEDULE_KIND = "schedule"
+#: The key of a stored version's provenance that holds the schedule a user trains with (the
+#: version's policy is its last stage): a search's result whose method found a schedule, an imported
+#: schedule. Whoever wrote it, it is read here alone.
+PROVENANCE_KEY = "schedule"
 #: Stage starts are kept to this many decimals (a fraction of training: 1e-9 of 10^6 epochs).
 START_DECIMALS = 9
 
@@ -58,12 +62,11 @@ def trainable_from_dict(d: Mapping[str, Any]) -> Policy | Schedule:
 
 
 def provenance_schedule(provenance: Any, policy: Policy) -> Schedule | None:
-    """The schedule a stored version's provenance holds (``method.schedule``: a PBA search's result,
-    an imported schedule), or None. The store keeps a schedule's last stage as the version's
-    (hash-verified) policy; raises :class:`PolicyError` when the schedule does not match its own
-    content hash or does not end with ``policy``."""
-    method = provenance.get("method") if isinstance(provenance, Mapping) else None
-    data = method.get("schedule") if isinstance(method, Mapping) else None
+    """The schedule a stored version's provenance holds (:data:`PROVENANCE_KEY`: a search's result
+    that found a schedule, an imported schedule), or None. The store keeps a schedule's last stage
+    as the version's (hash-verified) policy; raises :class:`PolicyError` when the schedule does not
+    match its own content hash or does not end with ``policy``."""
+    data = provenance.get(PROVENANCE_KEY) if isinstance(provenance, Mapping) else None
     if not is_schedule_dict(data):
         return None
     try:

@@ -35,7 +35,7 @@ Guarantees
   what killed saves leave behind (temporary files, claims) once older than a grace period.
 * **De-duplication.** Saving a policy whose content hash equals the latest version's returns that
   version instead of writing a new one (unless ``force=True``); a policy saved as the last stage of
-  a schedule (the schedule in its provenance, ``method.schedule``) only when the schedules match too. Two processes saving the same new
+  a schedule (the schedule in its provenance, ``schedule``) only when the schedules match too. Two processes saving the same new
   content at the same moment may both write it (the check is not part of the claim).
 """
 

@@ -78,6 +78,9 @@ STORE_RESERVE_S = 15.0
 #: opened, the DALI pipeline built (about 3-4 s measured on 2 cores, docs/search.md; kept generous).
 RUN_OVERHEAD_S = 10.0
 #: What a duration looks like (messages and ``--help``).
+#: The stages of a search outside its method where the budget can end it (:meth:`Budget.end`):
+#: calibration before the method, re-scoring after it.
+DRIVER_STAGES = ("calibration", "rescore")
 DURATION_HELP = "a duration such as 30m, 1h30m, 90s or 45 (seconds)"
 
 _DURATION = re.compile(r"(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s?)?")
@@ -346,8 +349,9 @@ class Budget:
 
     # ------------------------------------------------------------------ what the budget did
     def end(self, stage: str, **info: Any) -> None:
-        """Record that the budget ended (cut) the search at ``stage`` (``trials``, ``rounds``,
-        ``rescore``); the first call counts."""
+        """Record that the budget ended (cut) the search at ``stage``: one of :data:`DRIVER_STAGES`,
+        or what the method was scoring in its own word (``trials``: Tune's searcher says it) --
+        then, the first time, a line says that nothing new starts. The first call counts."""
         from autoaug.search.run_dir import utc_now
 
         first = False
@@ -362,7 +366,7 @@ class Budget:
                     **info,
                 }
         self.save()
-        if first and stage in ("trials", "rounds") and self.say is not None:
+        if first and stage not in DRIVER_STAGES and self.say is not None:
             left = max(self.remaining_s(), 0.0)
             self.say(
                 f"time budget: {format_duration(left)} left of {format_duration(self.total_s)}, what re-scoring "

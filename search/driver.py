@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
+from autoaug.policies.schedule import PROVENANCE_KEY as SCHEDULE_KEY
 from autoaug.search.budget import STORE_RESERVE_S, Budget, format_duration, measured_run_s
 from autoaug.search.config import SearchConfig
 from autoaug.search.decide import op_effects
@@ -647,6 +648,10 @@ def _store(
     if scores is not None:
         chosen, provenance["selection"] = choose(found.candidates, scores, calibration, race)
         final = chosen.policy
+    schedule = found.schedule
+    if schedule is not None and schedule.final.content_hash == final.content_hash:
+        # the schedule a user trains with, whose last stage is the stored policy (policies.schedule reads it)
+        provenance[SCHEDULE_KEY] = {**schedule.to_dict(), "content_hash": schedule.content_hash}
     store = PolicyStore(config.store)
     version = store.save(final, config.name, metadata=provenance)
     result = {

@@ -14,8 +14,9 @@ much the trials can tell: with 9 or 15 trials, little. Measured so far
 56, -0.01 and +0.07.
 
 The scores are those the trials reported at every epoch (Optuna's intermediate values, the step
-being the training iteration), so any search of the training method has them, wherever its study
-is kept.
+being the training iteration), so any search whose trials report every epoch has them, wherever its
+study is kept. Where a recorded search's rungs are is its method's to say
+(:meth:`autoaug.search.methods.base.Method.rungs`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["rung_epochs", "config_rungs", "rung_ranking", "rung_text", "describe_rungs", "ended_trials", "from_study"]
+__all__ = ["rung_epochs", "rung_ranking", "rung_text", "describe_rungs", "ended_trials", "from_study"]
 
 #: Trials below which a pair of epochs gets no rho.
 MIN_TRIALS = 3
@@ -39,17 +40,6 @@ def rung_epochs(
 
     rungs = asha_milestones(int(grace_period), float(reduction_factor), int(epochs)) if early_stopping else ()
     return (*rungs, int(epochs))
-
-
-def config_rungs(config: Mapping[str, Any]) -> tuple[int, ...]:
-    """:func:`rung_epochs` of a search configuration's dict (a result's ``provenance.search.config``);
-    ``()`` for another method's search or a configuration without its schedule."""
-    epochs = (config.get("train") or {}).get("epochs")
-    if config.get("method", "train") != "train" or not epochs or "grace_period" not in config:
-        return ()
-    return rung_epochs(
-        config["grace_period"], config["reduction_factor"], int(epochs), config.get("early_stopping", True)
-    )
 
 
 def rung_ranking(trials: Sequence[Mapping[int, float]], at: Sequence[int] | None = None) -> list[dict[str, Any]]:

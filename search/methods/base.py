@@ -39,7 +39,13 @@ one place that lists them). It defines:
   ``summary(record)``, ``best_policy_line(n)`` and ``result_fields(record)``, what a finished
   search's summary and ``--json`` result say about its provenance record
   (``MethodResult.provenance``); ``report_note(name, run_uri)``, why ``autoaug report`` has no
-  Optuna study of it to draw, and where its record is (None: it has one).
+  Optuna study of it to draw, and where its record is (None: it has one); ``rungs(config)``, the
+  epochs at which a search of a recorded configuration stops trials early, for ``autoaug report``
+  and the benchmarks to rank its trials at (none by default).
+
+What every method's result may carry besides its own record is generic: ``MethodResult.schedule``,
+the schedule a user trains with (its last stage the stored policy), stored as the provenance's
+``schedule`` that :mod:`autoaug.policies` reads without knowing which method wrote it.
 
 Methods import nothing of each other; what they share is outside their folders: building,
 restoring and running a Ray Tune experiment (:mod:`autoaug.search.tune.experiment`), what a
@@ -76,6 +82,7 @@ __all__ = [
     "METHODS",
     "register_method",
     "default_method",
+    "method_of",
     "all_failed",
     "resume_hint",
     "check_validation_left_to_the_method",
@@ -209,8 +216,11 @@ class MethodResult:
     optuna: Mapping[str, Any]
     #: Method-specific entries of the provenance's ``time`` record.
     timing: Mapping[str, Any] = field(default_factory=dict)
-    #: The provenance's ``method`` record (None: the training method's, which has none).
+    #: The provenance's ``method`` record (None: the method keeps none).
     provenance: Mapping[str, Any] | None = None
+    #: The schedule a user trains with (a :class:`autoaug.policies.schedule.Schedule`) when the first
+    #: candidate is the last stage of one; stored as the provenance's ``schedule`` (None: a fixed policy).
+    schedule: Any | None = None
 
 
 def no_study(note: str) -> dict[str, Any]:
@@ -315,6 +325,13 @@ class Method(abc.ABC):
         (None: it has one)."""
         return None
 
+    def rungs(self, config: Mapping[str, Any]) -> tuple[int, ...]:
+        """The epochs at which a search of ``config`` (the dict form a result records:
+        ``provenance.search.config``) ends trials early, then its last epoch: where
+        :func:`autoaug.search.decide.rungs.rung_ranking` compares its trials; ``()``: it stops none
+        early, or the configuration does not say."""
+        return ()
+
     def settings_in(self, config: SearchConfig) -> Any:
         """Its settings in ``config`` (an instance of :attr:`settings`)."""
         return config.method_settings(self.settings)
@@ -368,6 +385,13 @@ def register_method(method: Method | type[Method]) -> Method:
 def default_method() -> str:
     """The name of the default method: the first registered."""
     return next(iter(METHODS))
+
+
+def method_of(config: Mapping[str, Any]) -> Method | None:
+    """The registered method a search configuration's dict form runs (its ``method``; none named:
+    the default); None: a method not registered in this process."""
+    name = config.get("method") or default_method()
+    return METHODS.get(name) if isinstance(name, str) else None
 
 
 def check_validation_left_to_the_method(train: Any, why: str) -> None:

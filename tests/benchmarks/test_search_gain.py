@@ -665,7 +665,8 @@ def test_the_pba_row_measures_the_schedule_the_search_found_not_its_last_stage(s
             result = json.loads(path.read_text())
             last = Policy.from_dict(result["policy"])
             schedule = Schedule("sg-pba", [(0.0, first.with_base(last.base).with_name("sg-pba")), (0.5, last)])
-            result["provenance"]["method"] = {"name": "pba", "schedule": schedule.to_dict()}
+            result["provenance"]["method"] = {"name": "pba"}
+            result["provenance"]["schedule"] = schedule.to_dict()
             path.write_text(json.dumps(result))
         return out
 

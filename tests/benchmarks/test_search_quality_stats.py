@@ -314,7 +314,7 @@ def test_also_a_pba_result_compares_its_schedule_not_its_last_stage(sq, tmp_path
             {
                 "policy": json.loads(schedule.final.to_json()),
                 "stored": {"name": "sq-pba"},
-                "provenance": {"method": {"name": "pba", "schedule": schedule.to_dict()}},
+                "provenance": {"method": {"name": "pba"}, "schedule": schedule.to_dict()},
             }
         )
     )

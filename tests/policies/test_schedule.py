@@ -110,7 +110,7 @@ def test_a_schedule_round_trips_through_the_store_and_the_resolver(tmp_path, cap
     # A provenance whose schedule no longer ends with the stored policy is refused, not trusted.
     record = PolicyStore(str(store)).get("sched@1")
     meta = json.loads(json.dumps(record.provenance))
-    meta["method"]["schedule"] = {**Schedule("x", [(0.0, P0), (0.5, P1)]).to_dict()}
+    meta["schedule"] = {**Schedule("x", [(0.0, P0), (0.5, P1)]).to_dict()}
     with pytest.raises(StoreError, match="is not the stored policy"):  # refused when saved...
         PolicyStore(str(store)).save(P2, "forged", metadata=meta)
     import datetime
@@ -128,7 +128,7 @@ def test_a_schedule_round_trips_through_the_store_and_the_resolver(tmp_path, cap
         resolve("forged", store=str(store))
     # Another schedule ending with the same policy is a new version, the same schedule is not.
     other = Schedule("s", [(0.0, P1), (0.5, P2)])
-    meta_other = {"method": {"name": "schedule", "schedule": other.to_dict()}}
+    meta_other = {"schedule": other.to_dict()}
     assert PolicyStore(str(store)).save(P2, "sched", metadata=meta_other) == 2
     assert PolicyStore(str(store)).save(P2, "sched", metadata=meta_other) == 2
     assert resolve_schedule("sched@2", str(store)).content_hash == other.content_hash

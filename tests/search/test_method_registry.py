@@ -254,11 +254,17 @@ def test_a_registered_method_runs_end_to_end_and_is_summarised_in_its_own_words(
     assert len(err.strip().splitlines()) == 1
 
 
+#: Every package of the project; the modules of all but a method's own folder are shared. (The
+#: benchmarks are scripts that measure named methods on purpose -- ``search_cost.py`` is density
+#: matching's cost -- not code a search runs.)
+PACKAGES = ("core", "policies", "proxy_models", "search", "launch")
+
+
 def _shared_modules() -> list[Path]:
-    """Every module that is no method's own: ``core``, ``launch``, and ``search`` but the method
-    folders and the one list that registers them (``search/methods/builtin.py``)."""
+    """Every module that is no method's own: every package's, but the method folders
+    (``search/methods/<name>/``) and the one list that registers them (``search/methods/builtin.py``)."""
     methods = REPO / "search" / "methods"
-    out = [p for part in ("core", "launch", "search") for p in sorted((REPO / part).rglob("*.py"))]
+    out = [p for part in PACKAGES for p in sorted((REPO / part).rglob("*.py"))]
     return [p for p in out if p != methods / "builtin.py" and not (p.parent != methods and methods in p.parents)]
 
 
@@ -273,10 +279,9 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
-def _code_words(path: Path) -> list[tuple[int, str]]:
+def _code_words(tree: ast.AST) -> list[tuple[int, str]]:
     """The names, attribute names and string constants of a module's code (not its docstrings or
     comments), with their line numbers."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     docs = _docstrings(tree)
     out = []
     for node in ast.walk(tree):
@@ -289,18 +294,73 @@ def _code_words(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def _strings(node: ast.AST) -> list[ast.Constant]:
+    """The string constants ``node`` is or holds as a literal collection (``("a", "b")``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [c for e in node.elts for c in _strings(e)]
+    return []
+
+
+def _methods_read(node: ast.AST) -> bool:
+    """``node`` is the registry or something read from a record's ``method`` key: ``METHODS``,
+    ``config.get("method")``, ``record["method"]``, ``config.method``, ``search_method.name``."""
+    text = ast.unparse(node)
+    return "METHODS" in text or bool(re.search(r"\bmethod\b|['\"]method['\"]|search_method", text))
+
+
+def _names_used_as_methods(tree: ast.AST) -> list[tuple[int, str]]:
+    """The string constants of ``tree`` used where a method's name is meant: compared with a
+    method (``config.method == "x"``, ``record.get("method") in ("x", "y")``), a method looked up
+    (``METHODS["x"]``), a method's default (``config.get("method", "x")``), a method passed
+    (``method="x"``, ``{"method": "x"}``); with the constants' line numbers."""
+    used: list[ast.Constant] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_methods_read(side) for side in sides):
+                used += [c for side in sides for c in _strings(side)]
+        elif isinstance(node, ast.Subscript) and _methods_read(node.value):
+            used += _strings(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            if _methods_read(node.func.value) or (
+                node.args and _strings(node.args[0]) and node.args[0].value == "method"
+            ):
+                used += [c for a in node.args[1:] for c in _strings(a)] + (
+                    [c for a in node.args[:1] for c in _strings(a)] if _methods_read(node.func.value) else []
+                )
+        elif isinstance(node, ast.keyword) and node.arg == "method":
+            used += _strings(node.value)
+        elif isinstance(node, ast.Dict):
+            used += [
+                c
+                for k, v in zip(node.keys, node.values)
+                if k is not None and _strings(k) == [k] and k.value == "method"
+                for c in _strings(v)
+            ]
+    return [(c.lineno, c.value) for c in used]
+
+
 def test_no_shared_module_names_a_built_in_method():
-    """A built-in method's name, its settings' attribute (``config.pba``) and ``--method NAME``
-    appear in the methods' own folders and their one registration only: the shared code asks
-    the method (:data:`METHODS`), it does not name one."""
-    own = {name for name in METHODS} | {m.settings.FIELD for m in METHODS.values()}
-    own.discard("train")  # also the proxy training configuration's key (config.train): checked as --method train
+    """A built-in method's settings attribute (``config.pba``, ``density: {...}``) appears nowhere
+    in the shared code, nor a method's name where a method is meant (compared with the configured
+    method, looked up, a default, passed; ``--method NAME`` in a string): the shared code asks the
+    method (:data:`METHODS`), it does not name one. Every package is scanned; no name is exempt."""
+    names = set(METHODS)
+    fields = {m.settings.FIELD for m in METHODS.values()}
+    flag = re.compile(rf"--method ({'|'.join(sorted(names))})\b")
     found = []
     for path in _shared_modules():
-        for line, word in _code_words(path):
-            if word in own or re.search(rf"--method ({'|'.join(METHODS)})\b", word):
-                found.append(f"{path.relative_to(REPO)}:{line}: {word!r}")
-    assert not found, "\n".join(found)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(REPO)
+        found += [
+            f"{where}:{line}: {word!r}" for line, word in _code_words(tree) if word in fields or flag.search(word)
+        ]
+        found += [
+            f"{where}:{line}: {word!r} as a method" for line, word in _names_used_as_methods(tree) if word in names
+        ]
+    assert not found, "\n".join(sorted(set(found)))
 
 
 def _read_key(node: ast.AST) -> tuple[ast.AST, str] | None:

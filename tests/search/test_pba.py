@@ -290,7 +290,7 @@ def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_i
     assert "transfer" not in prov["calibration"] and policy.base == chosen
     method = prov["method"]
     assert method["name"] == "pba" and method["population"] == 4 and method["perturbation_interval"] == 1
-    schedule = Schedule.from_dict(method["schedule"])  # its content hash checked
+    schedule = Schedule.from_dict(prov["schedule"])  # the schedule a user trains with; its content hash checked
     assert schedule.final.content_hash == policy.content_hash  # the stored policy is the last stage
     assert schedule.name == "pb" and method["schedule_hash"] == schedule.content_hash
     members = {m["trial_id"] for m in method["members"]}
@@ -371,7 +371,7 @@ def test_a_time_budget_stops_the_population_at_its_checkpoints_and_stores_the_be
     assert all(t["status"] == "budget_stopped" for t in prov["trials"])
     method = prov["method"]
     assert method["best_member"] == max(scored, key=lambda t: t["score"])["trial_id"]
-    assert Schedule.from_dict(method["schedule"]).final.content_hash == policy.content_hash
+    assert Schedule.from_dict(prov["schedule"]).final.content_hash == policy.content_hash
     assert prov["budget"]["trials"]["scored"] == len(scored)
 
 

@@ -95,3 +95,22 @@ def test_the_record_is_read_from_the_studys_reported_scores():
         trial.report(0.5 + i / 10, 4)
         flat.tell(trial, 0.5 + i / 10)
     assert from_study(flat) is None
+
+
+def test_the_method_of_a_recorded_configuration_says_where_its_rungs_are():
+    """``autoaug report`` and the benchmarks ask the configured method (:meth:`Method.rungs`): the
+    training method's ASHA milestones and last epoch; none for a method that stops no trial early,
+    or a configuration that does not record them."""
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.methods.base import method_of
+
+    recorded = SearchConfig.from_preset("cpu", data="x").to_dict()  # as result.json records it
+    assert method_of(recorded).rungs(recorded) == (20, 60, 120)
+    assert method_of({**recorded, "method": None}).rungs(recorded) == (20, 60, 120)  # the default method
+    unstopped = {**recorded, "early_stopping": False}
+    assert method_of(unstopped).rungs(unstopped) == (120,)
+    assert method_of({}).rungs({}) == ()  # a running search's report: no configuration recorded yet
+    for other in ("density-cpu", "pba-cpu"):
+        config = SearchConfig.from_preset(other, data="x").to_dict()
+        assert method_of(config).rungs(config) == ()
+    assert method_of({"method": "not-registered"}) is None

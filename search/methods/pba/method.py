@@ -33,9 +33,10 @@ applies and every command reads. PBA's explore rule carries over as is to the pr
 magnitude grids.
 
 **Storage.** The store keeps policies; the schedule is stored with the final stage's policy, in
-its provenance (``method.schedule``, with its content hash, checked when read:
-:func:`autoaug.policies.reference.resolve_schedule`), together with the population, every
-exploit/explore event and each member's lineage.
+its provenance (``schedule``, from :attr:`MethodResult.schedule
+<autoaug.search.methods.base.MethodResult.schedule>`, with its content hash, checked when read:
+:func:`autoaug.policies.reference.resolve_schedule`); the method's record (``method``) holds the
+population, every exploit/explore event and each member's lineage.
 """
 
 from __future__ import annotations
@@ -291,15 +292,12 @@ class PbaMethod(Method):
     def best_policy_line(self, num_sub_policies: int) -> str | None:
         return f"final policy = the best trial's, {num_sub_policies} sub-policies"  # the best member's last stage
 
-    def result_fields(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """The schedule, whose last stage is the stored policy."""
-        return {"schedule": record["schedule"]} if record.get("schedule") else {}
-
     def summary(self, record: Mapping[str, Any]) -> list[str]:
         """The schedule the stored policy is the last stage of."""
         if not record.get("schedule_hash"):
             return []
-        starts = [s["start"] for s in record["schedule"]["stages"]]
+        # (a result recorded before the schedule had the provenance's own key: its stages here)
+        starts = record.get("stage_starts") or [s["start"] for s in (record.get("schedule") or {}).get("stages", [])]
         return [
             f"schedule: {len(starts)} stage(s) from {', '.join(f'{x:.0%}' for x in starts)} of training "
             f"(stage epochs {[e + 1 for e in record.get('stage_epochs', [])]}), hash "
@@ -457,9 +455,9 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         "explore": "resample each parameter with resample_probability, else shift a probability/magnitude by "
         "0..max_shift grid steps (clipped); operation types resampled or kept",
         "best_member": best.trial_id,
-        "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash},
         "schedule_hash": schedule.content_hash,
         "stored_policy": "the schedule's last stage",
+        "stage_starts": [stage.start for stage in schedule.stages],
         "stage_epochs": schedule.start_epochs(config.epochs),
         "lineage": list(state.get("lineage", [])),
         "events": events,
@@ -474,7 +472,10 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
             for r, sch, _ in members
         ],
     }
-    search.run.write_json(PBA_FILE, record)
+    # the run directory's record holds the schedule too (the provenance's is MethodResult.schedule)
+    search.run.write_json(
+        PBA_FILE, {**record, "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash}}
+    )
     search.display.log(
         f"pba: best member {best.trial_id} ({METRIC} {best.score:.4f}), schedule of {len(schedule.stages)} "
         f"stage(s) from epochs {[e + 1 for e in schedule.start_epochs(config.epochs)]}; "
@@ -487,6 +488,7 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         optuna=no_study("PBA uses no Optuna study: PBT's exploit/explore proposes the policies"),
         timing={"population_wall_s": wall},
         provenance=record,
+        schedule=schedule,
     )
 
 

@@ -148,6 +148,15 @@ class TrainMethod(Method):
     def summary(self, record: Mapping[str, Any]) -> list[str]:
         return describe_rungs(record.get("rungs"))
 
+    def rungs(self, config: Mapping[str, Any]) -> tuple[int, ...]:
+        """ASHA's milestones of a recorded configuration (none without early stopping) and its last
+        epoch; ``()`` for a configuration that does not record its schedule."""
+        epochs = (config.get("train") or {}).get("epochs")
+        if not epochs or "grace_period" not in config:
+            return ()
+        s = TrainMethodConfig.from_value(TrainMethodConfig.take(dict(config)))
+        return rung_epochs(s.grace_period, s.reduction_factor, int(epochs), s.early_stopping)
+
     def check(self, config: SearchConfig) -> None:
         s, t = config.method_settings(TrainMethodConfig), config.train
         if t.val_size == 0:

@@ -14,6 +14,8 @@ On a machine with one NVIDIA GPU, in about 8 minutes (``--budget-s``)::
    and samples the GPU's utilisation while it trains;
 4. runs 1, 2 and 4 such runs at once on the one GPU (what ``--gpus-per-trial`` 1, 0.5, 0.25
    give a search) and turns their epoch times into 120-epoch trials per GPU-hour;
+4b. ``pack``: 120-epoch trials per GPU-hour of packs of K members (``--packs``) beside 1 and 8
+   separate processes, both proxies, bf16 on device-resident images (``benchmarks/pack_throughput.py``);
 5. runs ``autoaug search --preset smoke`` end to end with 4 trials sharing the GPU;
 6. runs ``autoaug search --preset gpu`` end to end, shortened (``--preset-epochs`` a run, ASHA's
    rung moved with them, ``--preset-budget-s``): calibration, trials at 1/8 GPU each, re-scoring,
@@ -49,7 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-STEPS = ("tests", "augment", "train", "concurrency", "search", "preset")
+STEPS = ("tests", "augment", "train", "concurrency", "pack", "search", "preset")
 POLICIES = ("autoaugment-cifar10", "randaugment:n=2,m=9", "trivialaugment")
 
 
@@ -410,6 +412,26 @@ def preset_search(
 # ----------------------------------------------------------------------------------------------
 
 
+def pack_rates(packs: str, seconds: float) -> dict:
+    """Step ``pack``: 120-epoch trials per GPU-hour of packs of K members beside one trial per
+    process, 1 and 8 at once, for both proxies (``benchmarks/pack_throughput.py``, in bf16 on
+    device-resident images)."""
+    import pack_throughput
+
+    rows = []
+    for proxy in ("paper", "proxy-cpu"):
+        for count in (1, 8):
+            rows.append(pack_throughput.processes(proxy, count, "cuda", "preset", seconds, threads=1))
+        for k in (int(x) for x in packs.split(",") if x):
+            try:
+                rows.append(pack_throughput.time_steps(proxy, k, "cuda", "preset", seconds))
+            except Exception as exc:  # noqa: BLE001 - out of memory ends this proxy's sizes
+                rows.append({"proxy": proxy, "k": k, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                break
+            log(f"pack {proxy} K={k}: {rows[-1]['trials_per_hour']} trials/h")
+    return {"rows": rows}
+
+
 def table(figures: dict) -> str:
     lines = [f"GPU check on {figures['gpu']['name']} (torch {figures['gpu']['torch']}, DALI {figures['gpu']['dali']})"]
     tests = figures.get("tests")
@@ -435,6 +457,16 @@ def table(figures: dict) -> str:
             f"\nproxy run ({tr['config']['model']}, {tr['config']['train_size']} images, batch {tr['config']['batch_size']}): "
             f"{tr['images_per_s']:,} img/s, {tr['epoch_s']} s/epoch, GPU utilisation {tr['gpu_utilisation_pct']}%"
         )
+    packs = figures.get("pack")
+    if packs:
+        lines.append(f"\n{'pack step (bf16, images on the GPU)':<40}{'img/s':>10}{'trials/GPU-h':>14}{'GiB':>7}")
+        for r in packs["rows"]:
+            what = f"{r['processes']} processes" if "processes" in r else f"pack of {r['k']}"
+            if "error" in r:
+                lines.append(f"{r['proxy'] + ' ' + what:<40}{r['error']}")
+                continue
+            mem = f"{r['peak_memory_gib']:>7}" if "peak_memory_gib" in r else ""
+            lines.append(f"{r['proxy'] + ' ' + what:<40}{r['images_per_s']:>10,.0f}{r['trials_per_hour']:>14,.0f}{mem}")
     conc = figures.get("concurrency")
     if conc:
         lines.append(
@@ -491,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--preset-budget-s", type=float, default=300.0, help="time budget of the preset step's search (default 300)"
     )
+    parser.add_argument("--packs", default="1,4,8,16,32,64", help="the pack step's pack sizes (default 1,4,8,16,32,64)")
+    parser.add_argument("--pack-seconds", type=float, default=6.0, help="timed seconds per pack size (default 6)")
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = skip - set(STEPS)
@@ -539,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=max(60.0, left()),
             proxy=args.proxy,
         ),
+        "pack": lambda: pack_rates(args.packs, args.pack_seconds),
         "search": lambda: smoke_search(data, out_dir, timeout_s=max(60.0, left())),
         "preset": lambda: preset_search(
             data,

@@ -1,0 +1,235 @@
+"""120-epoch proxy trials per device-hour: packs of K members (one process, the models stacked,
+``autoaug.proxy_models.pack.PackLearner``) beside today's one trial per process, P processes at
+once on the same device, in one run.
+
+    python benchmarks/pack_throughput.py --device cuda --packs 1,4,8,16,32,64 --processes 1,8
+    python benchmarks/pack_throughput.py --device cpu --packs 1,2,4 --processes 1,2 --seconds 20
+
+For each proxy (``--proxies``: ``paper``, WRN-40-2 on 4,000 images at batch 128; ``proxy-cpu``,
+ResNet-8 on 1,000 images at batch 64) it times the training step -- forward, backward, the SGD
+step -- on training images resident on the device (uint8, each member its own order, normalised
+on the device; no augmentation: the model's side of a trial, what a pack changes), in the
+preset's precision (``--amp bf16`` / ``fp32`` / ``preset``; a pack refuses float16). A K of 1 is
+the solo learner itself. Separate processes each run the solo learner's loop for the same time;
+their images per second add up. Trials per hour = images per second x 3600 / (training images x
+120 epochs). On CUDA it also records each pack's peak memory, what sizes a pack to a device.
+
+It prints a table and writes ``--out`` (JSON), with the machine (CPU model, GPU) and the command.
+Needs torch only (and this checkout): it runs where Ray, Optuna and DALI are not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROXIES = {
+    "paper": {"model": "wrn-40-2", "batch_size": 128, "train_size": 4000, "lr": 0.1, "weight_decay": 5e-4},
+    "proxy-cpu": {"model": "resnet-8", "batch_size": 64, "train_size": 1000, "lr": 0.2},
+}
+EPOCHS = 120
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _config(proxy: str, device: str, amp: str):
+    from autoaug.proxy_models.train_config import TrainConfig
+
+    spec = PROXIES[proxy]
+    fields = {k: v for k, v in spec.items() if k != "train_size"}
+    if amp == "bf16":
+        fields.update(amp=True, amp_dtype="bfloat16")
+    elif amp == "fp32":
+        fields.update(amp=False)
+    elif device.startswith("cuda"):
+        fields.update(amp=True, amp_dtype="bfloat16")  # the preset's fp16 needs a scaler: packs train bf16
+    else:
+        fields.update(amp="native", amp_dtype="bfloat16")
+    return TrainConfig(
+        data="synthetic", device=device, epochs=EPOCHS, train_size=spec["train_size"], val_size=0, **fields
+    )
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(proxy: str, k: int, device: str, amp: str, seconds: float, warmup: int = 3) -> dict:
+    """Images per second (all members) of a pack of ``k`` (1: the solo learner) for about ``seconds``."""
+    import torch
+
+    from autoaug.proxy_models.learner import Learner
+    from autoaug.proxy_models.pack import PackLearner
+
+    cfg = _config(proxy, device, amp)
+    dev = torch.device(device)
+    n, b = PROXIES[proxy]["train_size"], cfg.batch_size
+    steps_per_epoch = n // b
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=gen).to(dev)
+    labels = torch.randint(0, 10, (n,), generator=gen).to(dev)
+    mean = torch.tensor([125.3, 123.0, 113.9], device=dev).view(1, 3, 1, 1)
+    std = torch.tensor([63.0, 62.1, 66.7], device=dev).view(1, 3, 1, 1)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    if k == 1:
+        learner = Learner(cfg, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev)
+
+        def step(i: int) -> None:
+            idx = torch.randint(0, n, (b,), device=dev)
+            x = ((images[idx].float() - mean) / std).contiguous(
+                memory_format=torch.channels_last if learner.channels_last else torch.contiguous_format
+            )
+            learner._forward_backward(x, labels[idx])
+            learner.scaler.step(learner.optimizer)
+            learner.scaler.update()
+            learner.scheduler.step()
+    else:
+        pack = PackLearner(cfg, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev)
+        states = []
+        for seed in range(k):
+            torch.manual_seed(seed)
+            states.append(Learner(cfg, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev).state_dict())
+        pack.load(states)
+        lrs = pack._lr_table()
+
+        def step(i: int) -> None:
+            idx = torch.randint(0, n, (k, b), device=dev)  # each member its own order
+            x = (images[idx].float() - mean) / std  # (k, b, 3, 32, 32)
+            _, _, grads = pack.forward_backward(x, labels[idx])
+            pack.apply_gradients(grads, lrs[i % steps_per_epoch])
+
+    for i in range(warmup):
+        step(i)
+    _sync(dev)
+    t0 = time.perf_counter()
+    done = 0
+    while True:
+        step(done)
+        done += 1
+        if done % 5 == 0:
+            _sync(dev)
+            if time.perf_counter() - t0 >= seconds:
+                break
+    _sync(dev)
+    elapsed = time.perf_counter() - t0
+    rate = done * b * k / elapsed
+    out = {
+        "proxy": proxy,
+        "k": k,
+        "steps": done,
+        "seconds": round(elapsed, 2),
+        "images_per_s": round(rate, 1),
+        "trials_per_hour": round(rate * 3600 / (n * EPOCHS), 1),
+    }
+    if dev.type == "cuda":
+        out["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+    return out
+
+
+def processes(proxy: str, count: int, device: str, amp: str, seconds: float, threads: int) -> dict:
+    """``count`` separate processes, each the solo learner's loop; their rates added."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    cmd = [sys.executable, __file__, "--worker", proxy, "--device", device, "--amp", amp, "--seconds", str(seconds)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO) for _ in range(count)]
+    rates = []
+    for p in procs:
+        out, _ = p.communicate(timeout=seconds * 10 + 300)
+        rates.append(json.loads(out.strip().splitlines()[-1])["images_per_s"])
+    n = PROXIES[proxy]["train_size"]
+    total = sum(rates)
+    return {
+        "proxy": proxy,
+        "processes": count,
+        "images_per_s": round(total, 1),
+        "trials_per_hour": round(total * 3600 / (n * EPOCHS), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--proxies", default="paper,proxy-cpu")
+    ap.add_argument("--packs", default="1,4,8,16,32,64")
+    ap.add_argument("--processes", default="1,8")
+    ap.add_argument("--seconds", type=float, default=10.0, help="timed seconds per measurement")
+    ap.add_argument("--amp", choices=("preset", "bf16", "fp32"), default="preset")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of each process (CPU)")
+    ap.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/pack-throughput/<device>.json)")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(time_steps(args.worker, 1, args.device, args.amp, args.seconds)))
+        return 0
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("pack_throughput: no CUDA device here; use --device cpu", file=sys.stderr)
+        return 2
+    machine = {"cpu": _cpu_model(), "host_cpus": os.cpu_count(), "torch": torch.__version__}
+    if args.device.startswith("cuda"):
+        machine["gpu"] = torch.cuda.get_device_name(0)
+    rows = []
+    for proxy in args.proxies.split(","):
+        for count in (int(x) for x in args.processes.split(",") if x):
+            row = processes(proxy, count, args.device, args.amp, args.seconds, args.threads)
+            rows.append(row)
+            print(
+                f"{proxy:9s} {count:3d} processes      {row['images_per_s']:10.0f} img/s {row['trials_per_hour']:8.1f} trials/h",
+                flush=True,
+            )
+        for k in (int(x) for x in args.packs.split(",") if x):
+            try:
+                row = time_steps(proxy, k, args.device, args.amp, args.seconds)
+            except torch.cuda.OutOfMemoryError:
+                print(f"{proxy:9s} pack of {k:3d}: out of memory", flush=True)
+                break
+            rows.append(row)
+            mem = f"  {row['peak_memory_gib']:.1f} GiB" if "peak_memory_gib" in row else ""
+            print(
+                f"{proxy:9s} pack of {k:3d}       {row['images_per_s']:10.0f} img/s {row['trials_per_hour']:8.1f} trials/h{mem}",
+                flush=True,
+            )
+    out = (
+        Path(args.out)
+        if args.out
+        else REPO / "benchmarks" / "results" / "pack-throughput" / f"{args.device.split(':')[0]}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    record = {
+        "command": " ".join(["python", "benchmarks/pack_throughput.py", *(argv if argv is not None else sys.argv[1:])]),
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine,
+        "rows": rows,
+    }
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

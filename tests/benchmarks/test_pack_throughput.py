@@ -1,0 +1,21 @@
+"""benchmarks/pack_throughput.py: a short CPU run measures a pack and a separate process and writes
+its JSON with the machine and the command (a check of the tool, not a timing)."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_a_short_run_writes_each_measurement_with_the_machine(load_benchmark, tmp_path):
+    pt = load_benchmark("pack_throughput")
+    out = tmp_path / "cpu.json"
+    argv = ["--device", "cpu", "--proxies", "proxy-cpu", "--packs", "1,2", "--processes", "1", "--seconds", "0.3"]
+    assert pt.main([*argv, "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    rows = record["rows"]
+    assert [r.get("processes", r.get("k")) for r in rows] == [1, 1, 2]
+    for r in rows:
+        assert r["images_per_s"] > 0
+        # 120-epoch trials per hour of 1,000-image epochs
+        assert abs(r["trials_per_hour"] - r["images_per_s"] * 3600 / (1000 * 120)) < 0.1
+    assert record["machine"]["cpu"] and record["command"].startswith("python benchmarks/pack_throughput.py --device cpu")

@@ -65,83 +65,28 @@ def _config(proxy: str, device: str, amp: str):
     )
 
 
-def _sync(device) -> None:
+def time_steps(proxy: str, k: int, device: str, amp: str, seconds: float) -> dict:
+    """Images per second (all members) of a pack of ``k`` (1: the solo learner) for about
+    ``seconds`` (:func:`autoaug.proxy_models.pack.pack_rate`)."""
     import torch
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_steps(proxy: str, k: int, device: str, amp: str, seconds: float, warmup: int = 3) -> dict:
-    """Images per second (all members) of a pack of ``k`` (1: the solo learner) for about ``seconds``."""
-    import torch
-
-    from autoaug.proxy_models.learner import Learner
-    from autoaug.proxy_models.pack import PackLearner
+    from autoaug.proxy_models.pack import pack_rate
 
     cfg = _config(proxy, device, amp)
-    dev = torch.device(device)
-    n, b = PROXIES[proxy]["train_size"], cfg.batch_size
-    steps_per_epoch = n // b
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=gen).to(dev)
-    labels = torch.randint(0, 10, (n,), generator=gen).to(dev)
-    mean = torch.tensor([125.3, 123.0, 113.9], device=dev).view(1, 3, 1, 1)
-    std = torch.tensor([63.0, 62.1, 66.7], device=dev).view(1, 3, 1, 1)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-    if k == 1:
-        learner = Learner(cfg, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev)
-
-        def step(i: int) -> None:
-            idx = torch.randint(0, n, (b,), device=dev)
-            x = ((images[idx].float() - mean) / std).contiguous(
-                memory_format=torch.channels_last if learner.channels_last else torch.contiguous_format
-            )
-            learner._forward_backward(x, labels[idx])
-            learner.scaler.step(learner.optimizer)
-            learner.scaler.update()
-            learner.scheduler.step()
-    else:
-        pack = PackLearner(cfg, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev)
-        states = []
-        for seed in range(k):
-            torch.manual_seed(seed)
-            states.append(Learner(cfg, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev).state_dict())
-        pack.load(states)
-        lrs = pack._lr_table()
-
-        def step(i: int) -> None:
-            idx = torch.randint(0, n, (k, b), device=dev)  # each member its own order
-            x = (images[idx].float() - mean) / std  # (k, b, 3, 32, 32)
-            _, _, grads = pack.forward_backward(x, labels[idx])
-            pack.apply_gradients(grads, lrs[i % steps_per_epoch])
-
-    for i in range(warmup):
-        step(i)
-    _sync(dev)
-    t0 = time.perf_counter()
-    done = 0
-    while True:
-        step(done)
-        done += 1
-        if done % 5 == 0:
-            _sync(dev)
-            if time.perf_counter() - t0 >= seconds:
-                break
-    _sync(dev)
-    elapsed = time.perf_counter() - t0
-    rate = done * b * k / elapsed
+    n = PROXIES[proxy]["train_size"]
+    with torch.random.fork_rng(devices=[]):
+        row = pack_rate(cfg, k, train_size=n, seconds=seconds, warmup=3)
+    rate = row["images_per_s"]
     out = {
         "proxy": proxy,
         "k": k,
-        "steps": done,
-        "seconds": round(elapsed, 2),
+        "steps": row["steps"],
+        "seconds": round(row["seconds"], 2),
         "images_per_s": round(rate, 1),
         "trials_per_hour": round(rate * 3600 / (n * EPOCHS), 1),
     }
-    if dev.type == "cuda":
-        out["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+    if "peak_bytes" in row:
+        out["peak_memory_gib"] = round(row["peak_bytes"] / 2**30, 2)
     return out
 
 

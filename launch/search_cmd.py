@@ -137,9 +137,9 @@ def _describe(config, address: str | None) -> str:
     return "\n".join(
         [
             f"search {config.name}: concurrency {concurrency}, "
-            + (f"packs of {config.pack} trials per process, " if config.pack > 1 else "")
+            + (f"packs of {config.pack} trials per process, " if config.pack != 1 else "")
             + f"{config.cpus_per_trial:g} CPU + {config.gpus_per_trial:g} GPU per "
-            + ("pack" if config.pack > 1 else "trial")
+            + ("pack" if config.pack != 1 else "trial")
             + f", sampler {config.sampler} (seed {config.seed}{startup})",
             *config.search_method.describe(config),
             f"  space: {config.space.describe()}"
@@ -398,6 +398,16 @@ def _options() -> tuple[Option, ...]:
     return (*_shared(), *_method_options())
 
 
+def _pack_value(text: str) -> int | str:
+    """``--pack``: an integer, or ``auto`` (the range is the configuration's to refuse)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+
+
 def _shared() -> tuple[Option, ...]:
     """The options of ``autoaug search`` every method shares, with the key of the nested search
     configuration each sets (see :class:`autoaug.search.config.SearchConfig`); the presets and
@@ -532,10 +542,10 @@ def _shared() -> tuple[Option, ...]:
             "--pack",
             key="pack",
             group="how",
-            type=int,
+            type=_pack_value,
             metavar="K",
-            help="trials trained together by one process on one device (default 1: one per process; "
-            "each is still its own trial)",
+            help="trials trained together by one process on one device, each still its own trial "
+            "(default 1: one per process; auto: the size measured fastest on the device)",
         ),
         option(
             "--cpus-per-trial",

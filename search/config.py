@@ -189,6 +189,9 @@ class SearchConfig:
         pack: trials trained together by one process on one device (:mod:`autoaug.search.tune.pack`):
             each still one Tune and one Optuna trial, with its own reports, checkpoints and ASHA
             fate; 1: one trial per process. Concurrency is raised to a pack when it is lower.
+            ``"auto"``: the size that trains the most images per second on the trials' device,
+            measured before the trials (:func:`autoaug.proxy_models.pack.choose_pack`; on a CPU,
+            measured so far, one).
         sampler: Optuna sampler, one of :data:`autoaug.search.tune.study.SAMPLERS`.
         seed: seed of the sampler.
         startup_trials: a model-based sampler (``tpe``, ``gp``, ``cmaes``) proposes at random
@@ -275,7 +278,7 @@ class SearchConfig:
     concurrency: int | None = 2
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
-    pack: int = 1
+    pack: int | str = 1
     sampler: str = "tpe"
     seed: int = 0
     startup_trials: int | None = None
@@ -365,8 +368,12 @@ class SearchConfig:
             raise invalid(self, "concurrency", "an integer >= 1, or None (as many as resources allow)")
         if not is_number(self.cpus_per_trial) or self.cpus_per_trial <= 0:
             raise invalid(self, "cpus_per_trial", "a number > 0")
-        if not is_int(self.pack) or not 1 <= self.pack <= 256:
-            raise invalid(self, "pack", "an integer from 1 (one trial per process) to 256")
+        if isinstance(self.pack, str) and self.pack.strip().lower() == AUTO:
+            object.__setattr__(self, "pack", AUTO)
+        elif not is_int(self.pack) or not 1 <= self.pack <= 256:
+            raise invalid(
+                self, "pack", "an integer from 1 (one trial per process) to 256, or 'auto' (measured on the device)"
+            )
         if not is_number(self.gpus_per_trial) or self.gpus_per_trial < 0:
             raise invalid(self, "gpus_per_trial", "a number >= 0 (fractions such as 0.25 share a GPU)")
         if self.gpus_per_trial > 1 and self.gpus_per_trial != int(self.gpus_per_trial):

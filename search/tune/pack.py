@@ -330,22 +330,52 @@ def train_in_pack(
         report(metrics)
 
 
-def packed(config: Any, exp: Any) -> tuple[Any, Any]:
+def _choose(train_config: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+    """(Ray task, on one pack server's resources) :func:`~autoaug.proxy_models.pack.choose_pack`
+    for the trials' configuration."""
+    from autoaug.proxy_models.pack import choose_pack
+    from autoaug.proxy_models.train_config import TrainConfig
+    from autoaug.search.tune.epochs import with_trial_threads
+
+    config = with_trial_threads(TrainConfig.from_dict(train_config))
+    return choose_pack(config, train_size=config.train_size or 1000)
+
+
+def pack_size(config: Any, train_config: Mapping[str, Any], log: Callable[[str], Any]) -> int:
+    """``config.pack``, or for ``"auto"`` the size measured fastest on one pack server's
+    resources (a Ray task), said in one line."""
+    if config.pack != "auto":
+        return int(config.pack)
+    import ray
+
+    task = ray.remote(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial)(_choose)
+    k, measured = ray.get(task.remote(dict(train_config)))
+    rates = ", ".join(
+        f"{m['k']}: {m['images_per_s']:,.0f}" if "images_per_s" in m else f"{m['k']}: {m['error']}" for m in measured
+    )
+    log(f"pack auto: {k} trial(s) per process, the fastest measured (images/s by pack size: {rates})")
+    return k
+
+
+def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[Any, Any]:
     """``exp`` (an :class:`~autoaug.search.tune.experiment.Experiment` whose trainable takes
-    ``pack_servers``) made to train its trials in packs of ``config.pack``, and the context manager
-    that runs its pack servers around ``fit``; with ``config.pack`` 1, both unchanged (a context
-    that does nothing)."""
-    if config.pack <= 1:
+    ``pack_servers``) made to train its trials in packs of ``config.pack`` (:func:`pack_size`),
+    and the context manager that runs its pack servers around ``fit``; with a pack of 1, both
+    unchanged (a context that does nothing)."""
+    if config.pack == 1:
+        return exp, contextlib.nullcontext()
+    k = pack_size(config, exp.parameters["train_config"], log)
+    if k == 1:
         return exp, contextlib.nullcontext()
     import ray
 
     servers, at_once = pack_plan(
-        config.pack, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources()
+        k, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources()
     )
     running = PackServers(
         exp.name,
         exp.parameters["train_config"],
-        pack=config.pack,
+        pack=k,
         servers=servers,
         cpus=config.cpus_per_trial,
         gpus=config.gpus_per_trial,

@@ -18,4 +18,6 @@ def test_a_short_run_writes_each_measurement_with_the_machine(load_benchmark, tm
         assert r["images_per_s"] > 0
         # 120-epoch trials per hour of 1,000-image epochs
         assert abs(r["trials_per_hour"] - r["images_per_s"] * 3600 / (1000 * 120)) < 0.1
-    assert record["machine"]["cpu"] and record["command"].startswith("python benchmarks/pack_throughput.py --device cpu")
+    assert record["machine"]["cpu"] and record["command"].startswith(
+        "python benchmarks/pack_throughput.py --device cpu"
+    )

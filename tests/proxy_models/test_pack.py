@@ -169,3 +169,27 @@ def test_runs_that_cannot_share_a_pack_are_refused_in_one_line(cfg):
     f16 = dataclasses.replace(cfg, amp=True, amp_dtype="float16")
     with pytest.raises(ValueError, match="a pack trains in float32 or bfloat16"):
         PackLearner(f16, num_classes=10, steps_per_epoch=4)
+
+
+def test_auto_sizing_takes_the_fastest_size_and_stops_where_packs_get_slower_or_fill_the_memory(cfg, monkeypatch):
+    from autoaug.proxy_models import pack as pack_mod
+
+    rates = {1: 100.0, 2: 180.0, 4: 300.0, 8: 310.0, 16: 240.0, 32: 400.0}
+    asked = []
+
+    def fake(config, k, *, train_size, seconds=2.0):
+        asked.append(k)
+        return {"k": k, "images_per_s": rates[k]}
+
+    monkeypatch.setattr(pack_mod, "pack_rate", fake)
+    k, measured = pack_mod.choose_pack(cfg, train_size=256, sizes=(1, 2, 4, 8, 16, 32))
+    assert k == 8 and asked == [1, 2, 4, 8, 16]  # 16 is a fifth slower than 8: 32 is not tried
+    assert [m["k"] for m in measured] == asked
+
+
+def test_auto_sizing_measures_real_packs_on_this_device(cfg):
+    from autoaug.proxy_models.pack import choose_pack
+
+    k, measured = choose_pack(cfg, train_size=128, sizes=(1, 2), seconds=0.2)
+    assert k in (1, 2) and [m["k"] for m in measured][:1] == [1]
+    assert all(m["images_per_s"] > 0 for m in measured)

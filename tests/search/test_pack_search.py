@@ -205,3 +205,15 @@ def test_a_pack_search_whose_driver_is_killed_resumes_to_exactly_the_requested_t
     trials = result["provenance"]["trials"]
     assert len(trials) == 5 and len({t["trial_id"] for t in trials}) == 5
     assert result["provenance"]["optuna"]["consistent_with_tune"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_pack_auto_measures_the_sizes_on_the_trials_device_and_says_which_it_took(tmp_path, cifar_small):
+    argv = _argv("auto", cifar_small, tmp_path, "--num-trials", "2", "--set", "train.epochs=1")
+    argv[argv.index("--pack") + 1] = "auto"
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("pack auto: ")]
+    assert len(said) == 1 and "the fastest measured (images/s by pack size: 1: " in said[0], said
+    assert "stored as auto@1" in done.stdout

@@ -244,7 +244,7 @@ class TrainMethod(Method):
             asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None,
             run_dir=run.uri,
         )
-        exp, pack_servers = packed(config, exp)  # trials trained K at a time (config.pack)
+        exp, pack_servers = packed(config, exp, search.display.log)  # trials trained K at a time (config.pack)
         budget = search.budget
         margin = _sampler_margin(search)  # (a restored searcher has it already: the same, from calibration.json)
         if can_restore(run.uri):

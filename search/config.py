@@ -665,6 +665,19 @@ class SearchConfig:
                 f"gpus_per_trial is {self.gpus_per_trial:g} but train.device is 'cpu': the reserved GPUs would "
                 "sit idle; --set train.device=cuda (or auto), or --gpus-per-trial 0"
             )
+        if self.pack != 1:
+            if not self.search_method.packs:
+                raise ValueError(
+                    f"pack {self.pack}: the {self.method} method trains its runs one per process; --pack 1 "
+                    f"(methods whose trials train in packs: {', '.join(n for n, m in METHODS.items() if m.packs)})"
+                )
+            amp_on = self.train.amp is not False
+            if device.startswith("cuda") and amp_on and (self.train.amp_dtype or "float16") == "float16":
+                raise ValueError(
+                    f"pack {self.pack}: a pack trains in float32 or bfloat16, and the trials train in float16 on "
+                    "the GPU (its gradient scaler would skip every member's step when one overflows); "
+                    "--set train.amp_dtype=bfloat16, or --pack 1"
+                )
         if self.mlflow_uri is not None:
             check_mlflow_uri(self.mlflow_uri)
         module = SAMPLERS[self.sampler].requires

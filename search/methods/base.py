@@ -260,6 +260,8 @@ class Method(abc.ABC):
     options: ClassVar[Sequence[OptionSpec]] = ()
     #: The space families it searches (:data:`autoaug.search.space.FAMILIES`).
     space_families: ClassVar[Sequence[str]] = ("aa", "randaugment", "trivialaugment")
+    #: Whether its trials can train in packs (``--pack``: :mod:`autoaug.search.tune.pack`).
+    packs: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- what every method answers
     @abc.abstractmethod

@@ -124,6 +124,8 @@ def test_relative_warm_start_files_and_sqlite_paths_are_pinned_for_a_resume_from
         ({"rescore_max_seeds": 101}, r"rescore_max_seeds: 101 is invalid; expected an integer in \[1, 100\], or None"),
         ({"rescore_max_seeds": "3"}, "rescore_max_seeds: '3' is invalid"),
         ({"rescore_val_size": -1}, "rescore_val_size: -1 is invalid"),
+        ({"pack": 0}, r"pack: 0 is invalid; expected an integer from 1 \(one trial per process\) to 256, or 'auto'"),
+        ({"pack": "many"}, "pack: 'many' is invalid"),
     ],
 )
 def test_invalid_settings_are_named(overrides, message):
@@ -151,6 +153,15 @@ def test_unknown_preset():
         ({"data": "x", "train": {"device": "cuda"}}, "train.device is 'cuda' but gpus_per_trial is 0"),
         ({"data": "x", "gpus_per_trial": 0.5}, "gpus_per_trial is 0.5 but train.device is 'cpu'"),
         (
+            {"data": "x", "pack": 4, "gpus_per_trial": 1, "train": {"device": "cuda"}},
+            r"pack 4: a pack trains in float32 or bfloat16, and the trials train in float16 on the GPU .*"
+            r"--set train.amp_dtype=bfloat16, or --pack 1",
+        ),
+        (
+            {"data": "x", "pack": 2, "method": "pba"},
+            r"pack 2: the pba method trains its runs one per process; --pack 1",
+        ),
+        (
             {"data": "x", "space": {"num_sub_policies": 10_000}},  # the assembled policy: 5 trials' sub-policies
             r"top_n 5 x space.num_sub_policies 10,000 = 50,000 sub-policies in the assembled policy, more than a "
             r"policy may hold \(32,768\); lower --top-n or --sub-policies",
@@ -161,6 +172,17 @@ def test_check_runnable(overrides, message):
     config = SearchConfig.from_dict({"preset": "smoke", "name": "n", **overrides})
     with pytest.raises(ValueError, match=message):
         config.check_runnable()
+
+
+def test_a_pack_on_the_gpu_in_bfloat16_and_auto_are_runnable():
+    for pack in (4, "auto", "AUTO"):
+        config = SearchConfig.from_dict(
+            {"preset": "smoke", "name": "n", "data": "x", "pack": pack, "gpus_per_trial": 1}
+            | {"train": {"device": "cuda", "amp_dtype": "bfloat16"}}
+        )
+        config.check_runnable()
+        assert config.pack in (4, "auto")
+        assert SearchConfig.from_dict(config.to_dict()).pack == config.pack
 
 
 def test_grace_period_is_not_checked_without_early_stopping():

@@ -111,6 +111,7 @@ class TrainMethod(Method):
     help = "one proxy training per candidate (AutoAugment)"
     settings = TrainMethodConfig
     unit = "trials"
+    packs = True
     options = (
         TrainMethodConfig.option(
             "--num-trials", "num_trials", "number of candidate policies to train", group="what", type=int, metavar="N"

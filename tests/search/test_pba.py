@@ -416,6 +416,10 @@ class _Member:
     def set_config(self, config: dict) -> None:
         self.config = config
 
+    @property
+    def latest_checkpoint_result(self):
+        return self.run_metadata.checkpoint_manager._latest_checkpoint_result
+
     def is_finished(self) -> bool:
         return self.status == "TERMINATED"
 
@@ -457,6 +461,7 @@ def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
     last = 4
     members = [_Member(i) for i in range(4)]
     slots = _TwoSlots(members)
+    explored = []  # the configurations PBT explored: one per exploit
     pbt = EpochPBT(
         last_epoch=last,
         metric=METRIC,
@@ -465,7 +470,7 @@ def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
         perturbation_interval=1,
         quantile_fraction=0.5,
         hyperparam_mutations={},
-        custom_explore_fn=lambda config: config,
+        custom_explore_fn=lambda config: explored.append(config) or config,
         log_config=False,  # the search's logs each step into the trial's directory
         synch=False,
     )
@@ -481,7 +486,10 @@ def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
         member = running.pop(0)
         member.epoch += 1
         score = 0.1 if member in members[:2] else 0.5
+        config = member.config
         decision = pbt.on_trial_result(slots, member, {"epoch": member.epoch, METRIC: score})
+        if member.config is not config:  # exploited: it is as far as the checkpoint it restarts from
+            assert pbt._trained[member.trial_id] == member.latest_checkpoint_result.checkpoint["epoch"]
         if member.epoch >= last:
             member.status = "TERMINATED"
             pbt.on_trial_complete(slots, member, {"epoch": member.epoch, METRIC: score})
@@ -490,7 +498,7 @@ def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
         elif decision == pbt.CONTINUE:
             running.append(member)
     assert [m.status for m in members] == ["TERMINATED"] * 4, [(m.trial_id, m.status, m.epoch) for m in members]
-    assert pbt._num_perturbations > 0  # members 0 and 1 did clone the others
+    assert explored  # members 0 and 1 did clone the others
 
 
 def test_a_scheduler_saved_before_the_report_order_was_kept_resumes_in_tunes_order():

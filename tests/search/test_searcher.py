@@ -4,7 +4,11 @@ versions (semantic versioning), not the last minor release someone read the inte
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import re
+import textwrap
 from pathlib import Path
 
 import optuna
@@ -29,6 +33,74 @@ def test_no_private_attribute_of_ray_tune_or_optuna_is_used():
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if _PRIVATE.search(re.sub(r"\"[^\"]*\"", '""', line))  # (a logger's name is no attribute)
     ]
+    assert found == []
+
+
+#: The packages of the product.
+_PRODUCT = ("core", "policies", "proxy_models", "search", "launch")
+#: The distributions whose private attributes the product does not use.
+_EXTERNAL = ("ray", "optuna")
+
+
+def _self_attributes(tree: ast.AST, store: bool) -> set[str]:
+    """The names ``self.NAME`` is assigned (``store``) or read (else) in ``tree``."""
+    ctx = ast.Store if store else ast.Load
+    return {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+        if isinstance(n.ctx, ctx)
+    }
+
+
+def _defines(cls: type) -> set[str]:
+    """What a class defines: its class-level names and the attributes its methods assign on ``self``."""
+    names = set(vars(cls))
+    try:
+        names |= _self_attributes(ast.parse(textwrap.dedent(inspect.getsource(cls))), store=True)
+    except (OSError, TypeError):  # no source (a built-in, a compiled extension): its class-level names
+        pass
+    return names
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def test_a_subclass_of_a_ray_or_optuna_class_reaches_no_private_attribute_of_it():
+    """A class of ours that subclasses a Ray or Optuna class (directly or through ours) reads or
+    writes ``self._name`` (or calls ``super()._name``) only for a ``_name`` our own classes define
+    and no Ray or Optuna class in its ancestry does: an inherited private attribute is the
+    library's internals, however it is reached, and one of ours must not overwrite one of theirs."""
+    found = []
+    for folder in _PRODUCT:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            module = importlib.import_module(".".join(("autoaug", *(parts[:-1] if parts[-1] == "__init__" else parts))))
+            for node in ast.parse(text).body:
+                cls = getattr(module, node.name, None) if isinstance(node, ast.ClassDef) else None
+                if not isinstance(cls, type):
+                    continue
+                external = [c for c in cls.__mro__ if c.__module__.split(".")[0] in _EXTERNAL]
+                if not external:
+                    continue
+                ours = set().union(*(_defines(c) for c in cls.__mro__ if c.__module__.startswith("autoaug.")))
+                theirs = set().union(*(_defines(c) for c in external))
+                used = _self_attributes(node, store=True) | _self_attributes(node, store=False)
+                used |= {
+                    n.attr
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Call)
+                    and isinstance(n.value.func, ast.Name)
+                    and n.value.func.id == "super"
+                }
+                found += [
+                    f"{path.relative_to(ROOT)}: {node.name}.{name} ({'theirs' if name in theirs else 'not defined by ours'})"
+                    for name in sorted(used)
+                    if _private(name) and (name in theirs or name not in ours)
+                ]
     assert found == []
 
 

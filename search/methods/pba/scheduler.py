@@ -42,38 +42,81 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
     that tie by the members' order; an exploit hands the clone its donor's epoch, so two members
     that kept losing to the paused ones took the slots back at every boundary and cloned the same
     checkpoints again, without end, while the paused members never trained (seen in the smoke
-    population: 4 members on 2 slots, one epoch per perturbation)."""
+    population: 4 members on 2 slots, one epoch per perturbation).
 
-    def __init__(self, *, last_epoch: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    Through Ray's public interface only: it keeps its own copies of its constructor's settings and
+    its own record of how far each member has trained (:meth:`on_trial_result`), as PBT counts it:
+    the time of its last report at a perturbation boundary, or, after an exploit, its donor's, whose
+    checkpoint it restarts from (the checkpoint result PBT hands the member)."""
+
+    def __init__(
+        self,
+        *,
+        last_epoch: int,
+        time_attr: str = "epoch",
+        perturbation_interval: float = 1,
+        burn_in_period: float = 0.0,
+        synch: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            time_attr=time_attr,
+            perturbation_interval=perturbation_interval,
+            burn_in_period=burn_in_period,
+            synch=synch,
+            **kwargs,
+        )
         self.last_epoch = last_epoch
+        # Its own copies of the settings it reads (Ray keeps its in private attributes).
+        self.time_attr = time_attr
+        self.perturbation_interval = perturbation_interval
+        self.burn_in_period = burn_in_period
+        self.synch = synch
         self._reports = 0
         self._last_report: dict[str, int] = {}  # trial id -> the order of its last result
+        self._trained: dict[str, float] = {}  # trial id -> how far it has trained, as PBT counts it
 
     def __setstate__(self, state: dict) -> None:
         # A scheduler pickled before the report order was kept: its members in Tune's order.
-        self.__dict__.update({"_reports": 0, "_last_report": {}, **state})
+        self.__dict__.update({"_reports": 0, "_last_report": {}, "_trained": {}, **state})
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
         from ray.tune.experiment import Trial
 
-        if self._synch:
+        if self.synch:
             return super().choose_trial_to_run(tune_controller)
         waiting = [t for t in tune_controller.get_trials() if t.status in (Trial.PENDING, Trial.PAUSED)]
         if not waiting:
             return None
-        order = self._last_report
-        return min(waiting, key=lambda t: (self._trial_state[t].last_train_time, order.get(t.trial_id, -1)))
+        order, trained = self._last_report, self._trained
+        return min(waiting, key=lambda t: (trained.get(t.trial_id, 0), order.get(t.trial_id, -1)))
 
     def _budget_can_stop(self, result: dict) -> bool:
-        return int(result.get("epoch") or 0) % self._perturbation_interval == 0
+        return int(result.get("epoch") or 0) % self.perturbation_interval == 0
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
         self._reports += 1
         self._last_report[trial.trial_id] = self._reports
         if int(result.get("epoch") or 0) >= self.last_epoch:
             return self.CONTINUE
-        return super().on_trial_result(tune_controller, trial, result)
+        config = trial.config
+        decision = super().on_trial_result(tune_controller, trial, result)
+        self._count_training(trial, result, exploited=trial.config is not config)
+        return decision
+
+    def _count_training(self, trial: Any, result: dict, *, exploited: bool) -> None:
+        """How far ``trial`` has trained after this result, as PBT counts it: the time of a report
+        at a perturbation boundary (one at least ``perturbation_interval`` after the last, past the
+        burn-in: where PBT ranks it); an exploit (PBT gave the member a new configuration) moves it
+        to its donor's, the time of the checkpoint result it restarts from."""
+        time = result.get(self.time_attr)
+        if result.get(METRIC) is None or time is None or time < self.burn_in_period:
+            return
+        if time - self._trained.get(trial.trial_id, 0) >= self.perturbation_interval:
+            self._trained[trial.trial_id] = time
+        restart = trial.latest_checkpoint_result if exploited else None
+        if restart is not None and (restart.metrics or {}).get(self.time_attr) is not None:
+            self._trained[trial.trial_id] = restart.metrics[self.time_attr]
 
 
 class EventLog(tune.Callback):

@@ -37,6 +37,24 @@ PROXIES = {
 EPOCHS = 120
 
 
+def _importable() -> None:
+    """Make ``autoaug.*`` importable from this checkout when the project is not installed (a
+    machine lent with torch only): a temporary ``autoaug`` folder linking the packages, on the path."""
+    try:
+        import autoaug.proxy_models  # noqa: F401
+    except ImportError:
+        import tempfile
+
+        root = Path(tempfile.mkdtemp(prefix="autoaug-src-")) / "autoaug"
+        root.mkdir()
+        (root / "__init__.py").write_text("")
+        for package in ("core", "policies", "proxy_models", "search", "launch"):
+            (root / package).symlink_to(REPO / package)
+        sys.path.insert(0, str(root.parent))
+        for name in [m for m in sys.modules if m == "autoaug" or m.startswith("autoaug.")]:
+            del sys.modules[name]  # what the failed import left
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -121,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/pack-throughput/<device>.json)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(REPO))
+    _importable()
     import torch
 
     torch.set_num_threads(args.threads)

@@ -77,7 +77,6 @@ def search_rungs(config: Mapping[str, Any]) -> tuple[int, ...]:
     """Where a search of ``config`` (a result's ``provenance.search.config``) stops trials early,
     then its last epoch, as its method says (:meth:`autoaug.search.methods.base.Method.rungs`);
     ``()`` for a method that stops none early."""
-    from autoaug.search.config import METHODS  # noqa: F401  (the built-in methods registered)
     from autoaug.search.methods.base import method_of
 
     method = method_of(config)

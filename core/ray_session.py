@@ -60,7 +60,8 @@ __all__ = [
     "output_settings",
 ]
 
-#: The packages that make up the project; shipped to the cluster as ``runtime_env["py_modules"]``.
+#: The packages that make up the project; shipped to the cluster as ``runtime_env["py_modules"]``
+#: (with the project's metadata: :func:`staged_metadata`).
 PROJECT_PACKAGES: tuple[str, ...] = ("core", "policies", "proxy_models", "search", "launch")
 
 #: Never uploaded to the cluster (gitignore-style patterns, as ``runtime_env["excludes"]`` takes).
@@ -221,6 +222,31 @@ def staged_package() -> Path:
 
 _STAGED: Path | None = None
 
+#: The distribution whose metadata is shipped with the project (its entry points: the search methods).
+DISTRIBUTION = "autoaug"
+
+
+def staged_metadata() -> Path | None:
+    """A folder ``autoaug-VERSION.dist-info`` holding this installation's metadata (``METADATA``, and
+    ``entry_points.txt``: the registry of search methods reads its entry points), made once per
+    process beside :func:`staged_package`: shipped with it, a node without the project installed
+    finds the entry points on its path as an installed project's. None when this code runs
+    without installed metadata."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution(DISTRIBUTION)
+    except PackageNotFoundError:
+        return None
+    target = staged_package().parent / f"{DISTRIBUTION}-{dist.version}.dist-info"
+    if not target.is_dir():
+        target.mkdir()
+        for name in ("METADATA", "entry_points.txt"):
+            text = dist.read_text(name)
+            if text is not None:
+                (target / name).write_text(text)
+    return target
+
 
 def project_runtime_env(
     *,
@@ -232,18 +258,19 @@ def project_runtime_env(
     """A Ray ``runtime_env`` that carries this project to every worker of a job or connection.
 
     ``py_modules`` holds the project as one ``autoaug`` package (:func:`staged_package`: the
-    :data:`PROJECT_PACKAGES` of this installation under their installed names), so workers import
-    exactly the code that submitted the work (nodes need the third-party
-    dependencies installed, not the project). ``working_dir`` (optional) is uploaded too and
+    :data:`PROJECT_PACKAGES` of this installation under their installed names) and its metadata
+    (:func:`staged_metadata`: its entry points), so workers import exactly the code that submitted
+    the work (nodes need the third-party dependencies installed, not the project). ``working_dir`` (optional) is uploaded too and
     becomes the current directory of the job's driver and workers. ``excludes`` adds patterns to
     :data:`DEFAULT_EXCLUDES`. ``env_vars`` are set in every process. ``base`` is another
     ``runtime_env`` to extend (its ``py_modules``, ``excludes`` and ``env_vars`` are kept).
     """
     env: dict[str, Any] = dict(base or {})
     modules = list(env.get("py_modules", []))
-    staged = str(staged_package())
-    if staged not in modules:
-        modules.append(staged)
+    metadata = staged_metadata()
+    for staged in (str(staged_package()), *([str(metadata)] if metadata is not None else [])):
+        if staged not in modules:
+            modules.append(staged)
     env["py_modules"] = modules
     patterns = list(env.get("excludes", []))
     patterns += [p for p in (*DEFAULT_EXCLUDES, *excludes) if p not in patterns]

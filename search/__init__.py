@@ -10,8 +10,8 @@ room and lower ones: docs/ARCHITECTURE.md, "search/, in rooms"):
 * :mod:`.tune` -- the plumbing to Ray Tune and Optuna: every method runs its experiments through
   :mod:`autoaug.search.tune.experiment`;
 * :mod:`.methods` -- the interface a method implements and the registry of methods
-  (:mod:`autoaug.search.methods.base`, ``METHODS``), the built-in ones registered by
-  :mod:`autoaug.search.methods.builtin`, each one folder owning everything about it;
+  (:mod:`autoaug.search.methods.base`, ``METHODS``: the ``autoaug.methods`` entry-point group, the
+  built-in ones listed in ``pyproject.toml``), each one folder owning everything about it;
 * the story, here: :class:`~autoaug.search.config.SearchConfig` (what a search is: presets,
   validation, ``METHODS``), :func:`~autoaug.search.driver.run_search` /
   :func:`~autoaug.search.driver.resume_search` (run or continue a search: checks, the method,

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import autoaug.search.methods.builtin  # noqa: F401  (registers the built-in methods in METHODS)
 from autoaug.core.values import check_keys, deep_merge, invalid, is_int, is_number
 from autoaug.policies.bases import NAMES as BASE_NAMES
 from autoaug.policies.names import NAME_RE, NAME_RULE
@@ -266,7 +265,7 @@ class SearchConfig:
             None: no MLflow logging (TensorBoard event files are always written).
         verbose: 0 silent, 1 one line per finished trial, 2 also Ray Tune's status table and
             the trials' own output.
-        method: one of :data:`METHODS` (default: the first registered).
+        method: one of :data:`METHODS` (default: the method that says it is, :func:`default_method`).
         settings: every method's settings, by method name (a method left out: its defaults).
         preset: the preset of :data:`SEARCH_PRESETS` :meth:`from_dict` started from, recorded
             (in ``search_config.json`` and the provenance) for a person to read; not compared.

@@ -18,8 +18,8 @@ In order (each step below is one function of this module):
    ``{storage}/{name}`` receives ``search_config.json`` (:class:`~autoaug.search.run_dir.RunState`).
    :func:`resume_search` reads it back instead and returns a finished search's outcome as it is.
 2. **The method** (:func:`_search`): inside the Ray session (embedded, or a cluster) the method
-   (:data:`autoaug.search.config.METHODS`, :mod:`autoaug.search.methods.base`; the built-in ones are
-   listed in :mod:`autoaug.search.methods.builtin`) scores candidates, resuming from what earlier
+   (:data:`autoaug.search.config.METHODS`, :mod:`autoaug.search.methods.base`: the methods of the
+   ``autoaug.methods`` entry-point group) scores candidates, resuming from what earlier
    sessions left, and returns its trials, the assembled policy and the final candidates.
 3. **Re-scoring** (:func:`_rescore`): with ``SearchConfig.rescore`` and more than one candidate,
    each is trained again under the proxy with fresh seeds (:mod:`autoaug.search.decide.rescore`), every

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["core", "policies", "proxy_models", "search", "launch"]
 
@@ -129,15 +131,13 @@ def _method_folder(module: str) -> str | None:
     return parts[3] if (ROOT / "search" / "methods" / parts[3]).is_dir() else None
 
 
-def test_a_method_folder_is_imported_by_its_registration_only():
+def test_no_module_outside_a_method_folder_imports_it():
     """Each method is one folder: no other method and no shared module imports it (lazy imports
-    included), but the one module that registers the built-in methods."""
+    included); the registry loads it through its entry point (pyproject.toml)."""
     wrong = [
         f"{module} imports {target}"
         for module, target in _search_imports()
-        if _method_folder(target) is not None
-        and _method_folder(module) != _method_folder(target)
-        and module != "autoaug.search.methods.builtin"
+        if _method_folder(target) is not None and _method_folder(module) != _method_folder(target)
     ]
     wrong += [
         f"{module} imports {target}"
@@ -151,13 +151,17 @@ def test_a_method_folder_is_imported_by_its_registration_only():
 
 
 def test_every_method_folder_is_registered_as_a_built_in():
-    """A folder under ``search/methods/`` is a method: a package whose ``method`` module the one
-    list of built-in methods imports."""
+    """A folder under ``search/methods/`` is a method: a package whose ``method`` module's
+    ``METHOD`` an entry of the ``autoaug.methods`` group in pyproject.toml names, under the
+    folder's name; the installed metadata has the same entries (an editable install is current)."""
+    from importlib.metadata import entry_points
+
     folders = {p.name for p in (ROOT / "search" / "methods").iterdir() if (p / "__init__.py").is_file()}
-    builtin = _imports(ROOT / "search" / "methods" / "builtin.py", top_level_only=True)
-    registered = {_method_folder(t) for t in builtin if t.endswith(".method")} - {None}
-    assert folders and folders == registered
+    entries = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["autoaug.methods"]
+    assert folders and entries == {f: f"autoaug.search.methods.{f}.method:METHOD" for f in folders}
     assert all((ROOT / "search" / "methods" / f / "method.py").is_file() for f in folders)
+    installed = {e.name: e.value for e in entry_points(group="autoaug.methods") if e.dist and e.dist.name == "autoaug"}
+    assert installed == entries, "the installed entry points are stale: pip install --no-deps -e ."
 
 
 def test_no_import_cycle_between_modules():

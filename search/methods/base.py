@@ -6,9 +6,12 @@ the run directory and the Ray session, runs the method, re-scores its candidates
 stores it and writes the result -- the same for every method. Everything that differs between
 methods is the method's own, in its own folder (``search/methods/<name>/``); no shared module
 names a method or imports its folder. A method is an instance of a subclass of the abstract base
-class :class:`Method`, registered in :data:`METHODS` (:func:`register_method`, which refuses an
-incomplete one; the built-in ones are registered by :mod:`autoaug.search.methods.builtin`, the
-one place that lists them). It defines:
+class :class:`Method`, registered by an entry point of the group :data:`ENTRY_POINT_GROUP`
+(``autoaug.methods``; this project's ``pyproject.toml`` lists the built-in ones, and a method
+installed from another package is found by its own): :data:`METHODS` loads them when it is
+first read, each checked by :func:`register_method`'s rules (an incomplete one is refused), and
+importing a module registers nothing; :func:`register_method` adds one in a running process. The
+default method says it is (``default``). It defines:
 
 * ``name``, ``help`` (for ``--method``) and ``unit`` (what it scores, in messages: ``trials``,
   ``candidates``, ``members``);
@@ -57,7 +60,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -262,6 +265,9 @@ class Method(abc.ABC):
     space_families: ClassVar[Sequence[str]] = ("aa", "randaugment", "trivialaugment")
     #: Whether its trials can train in packs (``--pack``: :mod:`autoaug.search.tune.pack`).
     packs: ClassVar[bool] = False
+    #: Whether it is the method a search runs when none is named (exactly one registered method
+    #: says so: :func:`default_method`).
+    default: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- what every method answers
     @abc.abstractmethod
@@ -339,19 +345,101 @@ class Method(abc.ABC):
         return config.method_settings(self.settings)
 
 
-#: The search methods, by the name ``--method`` / ``method:`` takes, in the order they were
-#: registered (the first is the default): :func:`register_method`.
-METHODS: dict[str, Method] = {}
+#: The entry-point group of the search methods: each entry ``NAME = module:OBJECT`` names a
+#: :class:`Method` (an instance, or a subclass) whose ``name`` is ``NAME``. This project's
+#: ``pyproject.toml`` lists the built-in ones; another installed package adds its own.
+ENTRY_POINT_GROUP = "autoaug.methods"
+
+
+class MethodRegistry(MutableMapping[str, Method]):
+    """:data:`METHODS`: the search methods by the name ``--method`` / ``method:`` takes. Read for
+    the first time, it loads every method of the entry-point group :data:`ENTRY_POINT_GROUP`
+    (each checked by :func:`register_method`): the default first (:func:`default_method`), the
+    others by name; a method registered later (:func:`register_method`, tests) comes after them.
+    Importing a module registers nothing."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, Method] = {}
+        self._loaded: set[str] = set()  # the entry points loaded (their names)
+        self._scanned = self._loading = False
+
+    def load_entry_points(self) -> None:
+        """Load the group's methods not loaded yet (on the first read; again after a package was
+        installed while this process runs). A method that cannot be loaded, or whose name is not
+        its entry's, is refused in one ``ValueError`` line naming the entry."""
+        from importlib.metadata import entry_points
+
+        if self._loading:  # (a method's module read the registry while it was imported)
+            return
+        self._loading = self._scanned = True
+        try:
+            found = sorted(
+                (e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name not in self._loaded), key=lambda e: e.name
+            )
+            checked = dict(self._methods)
+            for entry in found:
+                self._loaded.add(entry.name)
+                where = f"entry point {entry.name} = {entry.value} (group {ENTRY_POINT_GROUP})"
+                try:
+                    method = entry.load()
+                except Exception as exc:
+                    raise ValueError(f"search method of {where} cannot be loaded: {type(exc).__name__}: {exc}") from exc
+                method = _registered(method, checked)
+                if method.name != entry.name:
+                    raise ValueError(f"{where} names method {method.name!r}: the entry's name must be the method's")
+                checked[method.name] = method
+            # the default first, wherever its package put it; then the others by name
+            self._methods = dict(sorted(checked.items(), key=lambda kv: not kv[1].default))
+        finally:
+            self._loading = False
+
+    def _ready(self) -> dict[str, Method]:
+        if not self._scanned:
+            self.load_entry_points()
+        return self._methods
+
+    def __getitem__(self, name: str) -> Method:
+        return self._ready()[name]
+
+    def __setitem__(self, name: str, method: Method) -> None:
+        self._ready()[name] = method
+
+    def __delitem__(self, name: str) -> None:
+        del self._ready()[name]
+        self._loaded.discard(name)  # (loaded again by the next load_entry_points while its entry is there)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._ready()))
+
+    def __len__(self) -> int:
+        return len(self._ready())
+
+    def __repr__(self) -> str:
+        return f"MethodRegistry({list(self._ready())})"
+
+
+#: The search methods (:class:`MethodRegistry`): loaded from the entry-point group when first read;
+#: :func:`register_method` adds one in this process.
+METHODS = MethodRegistry()
 
 #: What a method must define (:func:`register_method` checks them at registration).
 REQUIRED_ATTRIBUTES = ("name", "help", "settings", "unit")
 
 
 def register_method(method: Method | type[Method]) -> Method:
-    """Add ``method`` (a :class:`Method`, or a subclass: then an instance of it) to :data:`METHODS`;
-    returns the instance. Refused in one ``ValueError`` line, before anything runs: an object that
-    is not a :class:`Method`, one that lacks an attribute or leaves an abstract method
-    unimplemented, a name, settings attribute or settings key of another method."""
+    """Add ``method`` (a :class:`Method`, or a subclass: then an instance of it) to :data:`METHODS`
+    in this process (after the entry-point group's); returns the instance. Refused in one
+    ``ValueError`` line, before anything runs: an object that is not a :class:`Method`, one that
+    lacks an attribute or leaves an abstract method unimplemented, a name, settings attribute or
+    settings key of another method, a second default."""
+    method = _registered(method, METHODS)
+    METHODS[method.name] = method
+    return method
+
+
+def _registered(method: Any, methods: Mapping[str, Method]) -> Method:
+    """``method`` (an instance, or a subclass: then an instance of it) checked against ``methods``
+    (:func:`register_method`'s refusals)."""
     cls = method if isinstance(method, type) else type(method)
     label = getattr(cls, "name", None) or cls.__name__
     if not issubclass(cls, Method):
@@ -369,24 +457,29 @@ def register_method(method: Method | type[Method]) -> Method:
         value = getattr(method, attribute)
         if not isinstance(value, str) or not value:
             raise ValueError(f"method {label!r}: {attribute} must be a non-empty string, got {value!r}")
-    if method.name in METHODS:
+    if method.name in methods:
         raise ValueError(f"method name {method.name!r} is taken")
     settings = method.settings
     if not (isinstance(settings, type) and issubclass(settings, MethodSettings) and dataclasses.is_dataclass(settings)):
         raise ValueError(f"method {method.name!r}: settings must be a MethodSettings dataclass, got {settings!r}")
-    for other in METHODS.values():
+    for other in methods.values():
         taken = ({other.settings.FIELD} | other.settings.config_keys()) & ({settings.FIELD} | settings.config_keys())
         if taken:
             raise ValueError(
                 f"method {method.name!r}: settings key(s) {sorted(taken)} are those of method {other.name!r}"
             )
-    METHODS[method.name] = method
+        if method.default and other.default:
+            raise ValueError(f"method {method.name!r} says it is the default method, as {other.name!r} does")
     return method
 
 
 def default_method() -> str:
-    """The name of the default method: the first registered."""
-    return next(iter(METHODS))
+    """The name of the method a search runs when none is named: the registered method that says it
+    is the default (:attr:`Method.default`)."""
+    named = [name for name, m in METHODS.items() if m.default]
+    if not named:
+        raise ValueError(f"no registered search method is the default one; registered: {list(METHODS)}")
+    return named[0]
 
 
 def method_of(config: Mapping[str, Any]) -> Method | None:

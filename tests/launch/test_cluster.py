@@ -97,8 +97,8 @@ def test_job_client_unreachable_server():
 
 def test_project_runtime_env_ships_the_project_under_its_import_name(tmp_path):
     env = cluster.project_runtime_env(working_dir=tmp_path, env_vars={"A": "1"}, excludes=["data/"])
-    (shipped,) = env["py_modules"]
-    assert Path(shipped).name == "autoaug"
+    shipped, metadata = env["py_modules"]
+    assert Path(shipped).name == "autoaug" and Path(metadata).name.startswith("autoaug-")
     for name in cluster.PROJECT_PACKAGES:
         assert (Path(shipped) / name / "__init__.py").is_file()
     # A worker with the shipped folder first on sys.path (as Ray puts py_modules) imports
@@ -113,6 +113,17 @@ def test_project_runtime_env_ships_the_project_under_its_import_name(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().startswith(str(shipped)), result.stdout
+    # ... and, without the installation's site-packages, finds the project's entry points (the
+    # search methods) in the metadata shipped with it.
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(metadata).parent)!r}); from importlib.metadata import entry_points; "
+        "print(sorted(e.value for e in entry_points(group='autoaug.methods')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "autoaug.search.methods.train.method:METHOD" in result.stdout, result.stdout
     for pattern in (".venv", ".git", "runs", "__pycache__", "data/"):
         assert pattern in env["excludes"]
     assert env["working_dir"] == str(tmp_path.resolve())
@@ -304,7 +315,10 @@ def test_launch_streams_logs_and_exits_with_the_job_status(fake_client, capsys, 
     assert sub["entrypoint"] == "python -m autoaug.launch.cli policies list --store s3://bucket/p"
     assert sub["submission_id"] == "j1" and sub["metadata"]["autoaug_command"] == "policies"
     env = sub["runtime_env"]
-    assert [Path(p).name for p in env["py_modules"]] == ["autoaug"]
+    assert [Path(p).name.split("-")[0] for p in env["py_modules"]] == [
+        "autoaug",
+        "autoaug",
+    ]  # the package, its metadata
     assert env["env_vars"] == {"PYTHONUNBUFFERED": "1", "A": "1"}
     assert ".venv" in env["excludes"] and "working_dir" not in env
     assert fake_client["address"] == "http://head:8265"

@@ -417,7 +417,7 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, job_search
     # Ray's records: the job ran `python -m autoaug.launch.cli search` on the cluster and succeeded...
     job = ray_cluster.api(f"/api/jobs/{job_id}")
     assert job["status"] == "SUCCEEDED" and "-m autoaug.launch.cli search" in job["entrypoint"]
-    assert len(job["runtime_env"]["py_modules"]) == 1  # the project, shipped as one autoaug package
+    assert len(job["runtime_env"]["py_modules"]) == 2  # the project, shipped as one autoaug package, and its metadata
     # ... and its Tune trial actors ran on both nodes.
     nodes = _trial_nodes(ray_cluster, job["job_id"])
     assert len(nodes) >= 2, nodes

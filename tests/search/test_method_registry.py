@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import importlib.metadata
 import json
 import random
 import re
@@ -262,10 +263,10 @@ PACKAGES = ("core", "policies", "proxy_models", "search", "launch")
 
 def _shared_modules() -> list[Path]:
     """Every module that is no method's own: every package's, but the method folders
-    (``search/methods/<name>/``) and the one list that registers them (``search/methods/builtin.py``)."""
+    (``search/methods/<name>/``)."""
     methods = REPO / "search" / "methods"
     out = [p for part in PACKAGES for p in sorted((REPO / part).rglob("*.py"))]
-    return [p for p in out if p != methods / "builtin.py" and not (p.parent != methods and methods in p.parents)]
+    return [p for p in out if not (p.parent != methods and methods in p.parents)]
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -471,3 +472,74 @@ def test_a_method_reads_its_settings_typed(random_method):
     assert type(c.method_settings(PbaConfig)) is PbaConfig  # another method's: its defaults
     with pytest.raises(ValueError, match="no registered method has the settings MethodSettings"):
         c.method_settings(MethodSettings)
+
+
+# ------------------------------------------------------------------------------------------------
+# Registration: the entry-point group, read when the registry is first read
+#: ``importlib.metadata.entry_points`` (before a test replaces it).
+_ENTRY_POINTS = importlib.metadata.entry_points
+
+
+class _Entry:
+    """An entry point as ``importlib.metadata`` gives it (``name``, ``value``, ``load()``)."""
+
+    def __init__(self, name: str, obj: Any) -> None:
+        self.name, self.value, self._obj = name, f"test:{name}", obj
+
+    def load(self) -> Any:
+        if isinstance(self._obj, Exception):
+            raise self._obj
+        return self._obj
+
+
+def _registry(monkeypatch, *entries: _Entry):
+    """A fresh registry whose entry-point group holds the built-in entries and ``entries``; and the
+    groups it was asked for."""
+    import importlib.metadata
+
+    from autoaug.search.methods.base import ENTRY_POINT_GROUP, MethodRegistry
+
+    built_in = [e for e in _ENTRY_POINTS(group=ENTRY_POINT_GROUP) if e.dist and e.dist.name == "autoaug"]
+    asked = []
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: asked.append(group) or [*entries, *built_in])
+    return MethodRegistry(), asked
+
+
+def test_methods_are_loaded_from_the_entry_point_group_when_first_read(monkeypatch):
+    registry, asked = _registry(monkeypatch, _Entry("random", RandomScoreMethod))
+    assert asked == []  # nothing loaded until it is read
+    assert list(registry) == ["train", "density", "pba", "random"]  # the default first, then by name
+    assert asked == ["autoaug.methods"] and isinstance(registry["random"], RandomScoreMethod)
+    assert [name for name, m in registry.items() if m.default] == ["train"]  # named by the method itself
+    registry.load_entry_points()  # again (a package installed since): nothing loaded twice
+    assert list(registry) == ["train", "density", "pba", "random"]
+
+
+def test_an_entry_point_that_cannot_be_a_method_is_refused_in_one_line(monkeypatch):
+    class Default(RandomScoreMethod):
+        name = "other"
+        default = True
+
+    for entry, message in (
+        (_Entry("other", RandomScoreMethod), r"entry point other = test:other .* names method 'random': the entry's"),
+        (_Entry("other", ImportError("no module named x")), r"cannot be loaded: ImportError: no module named x"),
+        (_Entry("other", Default), r"says it is the default method, as '(train|other)' does"),
+        (_Entry("other", object()), r"object is not a subclass of .*Method"),
+    ):
+        registry, _ = _registry(monkeypatch, entry)
+        with pytest.raises(ValueError, match=message):
+            list(registry)
+
+
+def test_importing_the_configuration_registers_nothing():
+    """Registration is the entry points', read when the registry is: importing the search's
+    configuration imports no method."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, autoaug.search.config as c\n"
+        "assert not [m for m in sys.modules if m.startswith('autoaug.search.methods.') and m.count('.') > 3]\n"
+        "assert c.SearchConfig.from_dict({'data': 'x', 'train': {'preset': 'smoke'}}).method == 'train'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -108,6 +108,7 @@ def trial_train_config(config: SearchConfig) -> Any:
 
 class TrainMethod(Method):
     name = "train"
+    default = True  # what a search runs when it names no method
     help = "one proxy training per candidate (AutoAugment)"
     settings = TrainMethodConfig
     unit = "trials"

@@ -406,7 +406,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     for key, value in fields:
         print(f"  {key:<13} {value}")
     print()
-    print(_sub_policy_table(policy))
+    from autoaug.policies.describe import MAX_ROWS, describe, family_of
+
+    if args.all or (family_of(policy) is None and len(policy.sub_policies) <= MAX_ROWS):
+        print(_sub_policy_table(policy))  # every sub-policy
+    else:  # a family point by its parameters, a large union by operation
+        print("\n".join(describe(policy)))
     if schedule is not None:
         print()
         print(schedule.table())
@@ -669,6 +674,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="the whole provenance (every trial, the configuration, ...) and every evaluation in full, "
         "instead of their summary",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every sub-policy in a table (by default a RandAugment or TrivialAugment point is shown by its "
+        "family's parameters, and a policy of more than 25 sub-policies grouped by operation)",
     )
     add_options(p, [JSON])
     p.set_defaults(func=cmd_show)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoaug.policies.describe import describe
 from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
 from autoaug.search.methods.base import METHODS, Method
 from autoaug.search.run_dir import RunDir
@@ -149,7 +150,9 @@ class SearchOutcome:
     def summary(self) -> str:
         counts = self.provenance["counts"]
         best = self.best_trial
-        lines = [self.policy.table(max_rows=SUMMARY_ROWS), ""]
+        # its name, size and hash, then the policy as people think of it (a family point, its
+        # table, or by operation: autoaug.policies.describe)
+        lines = [self.policy.table(max_rows=0).splitlines()[0], *describe(self.policy, max_rows=SUMMARY_ROWS), ""]
         if best is None:
             lines.append(f"no trial ran; {self._assembly_line()}")
         else:

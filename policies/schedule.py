@@ -67,6 +67,9 @@ def provenance_schedule(provenance: Any, policy: Policy) -> Schedule | None:
     as the version's (hash-verified) policy; raises :class:`PolicyError` when the schedule does not
     match its own content hash or does not end with ``policy``."""
     data = provenance.get(PROVENANCE_KEY) if isinstance(provenance, Mapping) else None
+    if data is None and isinstance(provenance, Mapping) and isinstance(provenance.get("method"), Mapping):
+        # versions stored before 2026-11-29 kept it in the search record's own section
+        data = provenance["method"].get(PROVENANCE_KEY)
     if not is_schedule_dict(data):
         return None
     try:

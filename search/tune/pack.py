@@ -230,10 +230,20 @@ class PackServers:
     ``autoaug-pack-<experiment>-<i>``, each reserving one trial's resources; stopped on exit."""
 
     def __init__(
-        self, experiment: str, train_config: Mapping[str, Any], *, pack: int, servers: int, cpus: float, gpus: float
+        self,
+        experiment: str,
+        train_config: Mapping[str, Any],
+        *,
+        pack: int,
+        servers: int,
+        cpus: float,
+        gpus: float,
+        trials: int | None = None,
     ) -> None:
         self.names = [f"autoaug-pack-{experiment}-{i}" for i in range(servers)]
         self.train_config, self.pack, self.cpus, self.gpus = dict(train_config), pack, cpus, gpus
+        #: The members a server's first round waits for: a pack, or its share of fewer trials.
+        self.fill = pack if trials is None else max(1, min(pack, math.ceil(trials / servers)))
         self._actors: list[Any] = []
 
     def __enter__(self) -> PackServers:
@@ -250,7 +260,7 @@ class PackServers:
                     num_gpus=self.gpus,
                     max_concurrency=4 * self.pack + 4,
                     max_restarts=3,
-                ).remote(self.train_config, self.pack)
+                ).remote(self.train_config, self.fill)
             )
         return self
 
@@ -377,6 +387,7 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[An
         exp.parameters["train_config"],
         pack=k,
         servers=servers,
+        trials=exp.num_trials,
         cpus=config.cpus_per_trial,
         gpus=config.gpus_per_trial,
     )

@@ -151,3 +151,17 @@ def test_a_schedules_dali_export_builds_one_policy_per_stage(tmp_path):
     assert [ns["policy_at"](e, 4).name for e in range(4)] == ["p1", "p1", "p2", "p2"]
     assert [start for start, _ in ns["STAGES"]] == [0.0, 0.5]
     assert np.isclose(ns["stage_1"].sub_policies[0][0][1], 0.7)
+
+
+def test_a_version_stored_with_its_schedule_in_the_search_records_own_section_still_gives_it(tmp_path):
+    """Versions stored before the schedule had the provenance's own key kept it in the search
+    record's section (``method.schedule``): loading them still gives the schedule, not its last stage."""
+    from autoaug.policies.schedule import provenance_schedule
+
+    old = {"method": {"name": "pba", "schedule": S.to_dict()}}
+    assert provenance_schedule(old, S.final) == S
+    assert provenance_schedule({"schedule": S.to_dict()}, S.final) == S
+    assert provenance_schedule({"method": {"name": "train"}}, S.final) is None
+    store = PolicyStore(str(tmp_path / "store"))
+    store.save(S.final, "old", old)
+    assert resolve_schedule("old@1", store=str(tmp_path / "store")).content_hash == S.content_hash

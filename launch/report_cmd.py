@@ -4,11 +4,16 @@
 
     autoaug report cifar10-r8                       # -> cifar10-r8-report.png
     autoaug report cifar10-r8 --storage runs --out docs/report.png --top 8
+    autoaug report cifar10-r8 --html cifar10-r8.html     # one self-contained page for a browser
 
 Panels (:mod:`autoaug.search.report`): score per trial and best so far, learning curves,
 ops and magnitudes among the top trials, Optuna's parameter importances; printed: the gain of
 the stored policy, what helps and hurts, and whether ASHA's rungs rank the trials so far
 (:mod:`autoaug.search.decide.rungs`). Works while the search runs (it reads the study) and after it.
+
+``--html OUT.html`` writes instead one self-contained page (:mod:`autoaug.launch.report_html`:
+the decisions, the trials and their learning curves, the rungs, the race, what helps and hurts,
+the stored policy with its images, the comparisons); with ``--out`` too, also the PNG.
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ OPTIONS: tuple[Option, ...] = (
         help="root of run directories (default $AUTOAUG_RUNS or ~/.autoaug/runs)",
     ),
     option("--out", kind="path", metavar="FILE", help="PNG to write (default NAME-report.png here)"),
+    option(
+        "--html",
+        kind="path",
+        metavar="FILE",
+        help="write one self-contained HTML page of the search (no network: images inline) instead of the PNG",
+    ),
     option("--top", type=int, default=5, metavar="N", help="best trials whose ops are counted (default 5)"),
     JSON,
 )
@@ -51,14 +62,20 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UserInputError(f"--top must be >= 1, got {args.top}")
     data = load_report_data(args.name, args.storage or default_runs_root())
-    path = write_report(data, args.out or f"{args.name}-report.png", top=args.top)
+    page = None
+    if args.html:
+        from autoaug.launch.report_html import write_html_report
+
+        page = write_html_report(args.name, args.storage or default_runs_root(), args.html, top=args.top)
+    path = write_report(data, args.out or f"{args.name}-report.png", top=args.top) if args.out or not page else None
     effects = ops_path = None
     provenance: dict = {}
     run = RunDir(args.storage or default_runs_root(), args.name)
     if run.exists(RESULT_FILE):  # a finished search: its gain, what helps and hurts on its data
         provenance = run.read_json(RESULT_FILE).get("provenance") or {}
         effects = provenance.get("op_effects")
-        ops_path = plot_effects(effects or {}, os.path.splitext(path)[0] + "-ops.png")
+        if path:
+            ops_path = plot_effects(effects or {}, os.path.splitext(path)[0] + "-ops.png")
     # from the study (also while the search runs), at the rungs its method says its configuration has
     config = (provenance.get("search") or {}).get("config") or {}
     method = method_of(config)
@@ -70,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             dump_json(
                 {
                     "png": path,
+                    "html": page,
                     "run_dir": data.run_dir,
                     "finished_trials": len(data.trials),
                     "best": {
@@ -89,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(f"wrote {path} ({len(data.trials)} finished trials of search {args.name})")
+        for written in (path, page):
+            if written:
+                print(f"wrote {written} ({len(data.trials)} finished trials of search {args.name})")
         for line in describe_selection(provenance.get("selection"), ran_text(provenance)):
             print(line)
         for line in describe_effects(effects):

@@ -102,12 +102,15 @@ class PackLearner:
         self.config = config
         self.device = device = torch.device(device)
         self.amp = amp_enabled(config, device)
-        self.amp_dtype = amp_dtype(config, device) if self.amp else torch.bfloat16
-        if self.amp and self.amp_dtype == torch.float16:
+        wanted = config.amp_dtype or ("float16" if device.type == "cuda" else "bfloat16")
+        if self.amp and wanted == "float16":
             raise ValueError(
                 "a pack trains in float32 or bfloat16: float16 needs a gradient scaler, whose skipped steps "
                 "would tie the members together (set amp_dtype: bfloat16, or train one trial per process)"
             )
+        self.amp_dtype = amp_dtype(config, device) if self.amp else torch.bfloat16
+        if self.amp and self.amp_dtype == torch.float16:  # bfloat16 asked of a GPU without it
+            raise ValueError("a pack trains in float32 or bfloat16: this GPU has no bfloat16 (set amp: false)")
         self.precision = precision_name(self.amp, self.amp_dtype)
         self.template = build_model(config.model, num_classes=num_classes).to(device)
         self.num_classes = num_classes

@@ -149,6 +149,9 @@ def _study_search(config: SearchConfig, exp: Experiment) -> Any:
     searcher.study.set_user_attr(  # whose study it is, in a database other searches share too
         SEARCH_ATTR, {"name": exp.name, "run_dir": exp.run_dir or exp.uri, "space": config.space.to_dict()}
     )
+    from autoaug.search.tune.study import label_study
+
+    label_study(searcher.study, config.space, METRIC)  # the objective's name, the parameters' meaning
     limit = exp.max_concurrent or config.concurrency
     return ConcurrencyLimiter(searcher, max_concurrent=limit) if limit else searcher
 

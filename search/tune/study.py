@@ -48,6 +48,8 @@ __all__ = [
     "RETRY_ATTR",
     "REPLACES_ATTR",
     "WARM_START_ATTR",
+    "PARAMS_ATTR",
+    "label_study",
 ]
 
 #: Optuna user attribute holding the Ray Tune trial id of each Optuna trial.
@@ -62,6 +64,37 @@ RETRY_ATTR = "autoaug_retry_of"
 #: crash left it RUNNING: its proposal, and its Tune trial if Tune resumed that one; the replaced
 #: trial is FAIL.
 REPLACES_ATTR = "autoaug_replaces"
+#: Optuna study user attribute: what each parameter name means (what Optuna Dashboard shows a
+#: person beside ``sp0_op1_type``, ``use_Rotate``, ``n``...).
+PARAMS_ATTR = "autoaug_parameters"
+
+
+def _param_legend(space: SearchSpace) -> dict[str, str]:
+    """What the parameter names of ``space``'s study mean, by name pattern."""
+    if space.family == "aa":
+        return {
+            "spI_opJ_type": f"sub-policy I's J-th operation (of {space.num_sub_policies} sub-policies)",
+            "spI_opJ_prob": "its probability of being applied",
+            "spI_opJ_mag": "its magnitude bin (0 = weakest)",
+        }
+    legend = {"use_OP": "whether operation OP is among those drawn from"}
+    if space.family == "randaugment":
+        legend.update({"n": "N: operations applied per image", "m": "M: their magnitude bin"})
+    else:
+        legend["max_bin"] = "the highest magnitude bin drawn (uniform from 0)"
+    return legend
+
+
+def label_study(study: optuna.Study, space: SearchSpace, metric: str) -> None:
+    """Name what Optuna Dashboard shows of a search's study: the objective (``metric``, not
+    "Objective 0") and, in the study user attribute :data:`PARAMS_ATTR`, what each parameter name
+    means. Trials are untouched (idempotent: a resumed search calls it again)."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([metric])
+    study.set_user_attr(PARAMS_ATTR, _param_legend(space))
 
 
 def _optuna():

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from autoaug.core.errors import ClusterError, ClusterInputError
+from autoaug.core.interrupt import keeping_sigterm_handler
 
 __all__ = [
     "AUTH_HELP",
@@ -369,9 +370,10 @@ def local(
     # --tree on a smoke search). Tasks (calibration, re-scoring, compare) start theirs on demand.
     kwargs["_system_config"] = {"prestart_worker_first_driver": False, **kwargs.get("_system_config", {})}
     try:
-        context = ray.init(
-            address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard, **kwargs
-        )
+        with keeping_sigterm_handler():  # SIGTERM as Ctrl-C (autoaug's main), not Ray's stack dump
+            context = ray.init(
+                address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard, **kwargs
+            )
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # e.g. "The current node timed out during startup" on an overloaded machine
@@ -470,7 +472,8 @@ def _join(
     if runtime_env:
         kwargs["runtime_env"] = dict(runtime_env)
     try:
-        context = ray.init(address=parsed.text, **kwargs)
+        with keeping_sigterm_handler():
+            context = ray.init(address=parsed.text, **kwargs)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, AuthenticationError...
         raise _connection_error(address, exc) from None
     return _info(address, embedded=False, context=context)

@@ -166,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"autoaug: warning: {message}", file=sys.stderr, flush=True)
 
         warnings.showwarning = show
-        return _main(argv)
+        from autoaug.core.interrupt import sigterm_as_interrupt
+
+        with sigterm_as_interrupt() as term:  # SIGTERM (kill, Slurm, Kubernetes, systemd) stops as Ctrl-C does
+            return _main(argv, term)
 
 
 def _storage(exc: BaseException) -> BaseException | None:
@@ -181,7 +184,12 @@ def _storage(exc: BaseException) -> BaseException | None:
     return storage_error(exc, os.fspath(where) if where is not None else "a file")
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, term=None) -> int:
+    from autoaug.core.interrupt import EXIT_SIGTERM
+
+    def terminated() -> bool:  # stopped by SIGTERM, not Ctrl-C
+        return term is not None and term.received
+
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
@@ -205,11 +213,13 @@ def _main(argv: list[str] | None) -> int:
     except tuple(cls for cls, _ in EXIT_CODES) as exc:
         code = exit_code(exc)
         prefix = "autoaug: " if isinstance(exc, SearchInterruptedError) else "autoaug: error: "
+        if isinstance(exc, SearchInterruptedError) and terminated():
+            prefix, code = "autoaug: terminated (SIGTERM): ", EXIT_SIGTERM
         print(f"{prefix}{exc}", file=sys.stderr)
         return code if code is not None else 1
     except KeyboardInterrupt:
-        print("autoaug: interrupted", file=sys.stderr)
-        return 130
+        print("autoaug: terminated (SIGTERM)" if terminated() else "autoaug: interrupted", file=sys.stderr)
+        return EXIT_SIGTERM if terminated() else 130
 
 
 if __name__ == "__main__":  # pragma: no cover

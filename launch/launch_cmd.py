@@ -240,6 +240,13 @@ def _job_id(command: str) -> str:
     return f"autoaug-{command}-{stamp}-{secrets.token_hex(3)}"
 
 
+#: Every job's environment (``--env`` overrides): output unbuffered, and the seconds Ray's job
+#: supervisor waits after ``autoaug launch stop``'s SIGTERM before its SIGKILL (Ray's default, 3 s,
+#: is too short for a search to end its trials and save them; the supervisor reads the job's
+#: ``env_vars``).
+JOB_ENV_VARS = {"PYTHONUNBUFFERED": "1", "RAY_JOB_STOP_WAIT_TIME_S": "60"}
+
+
 def submit(
     client: Any,
     command: Sequence[str],
@@ -251,9 +258,7 @@ def submit(
     entrypoint_num_cpus: float | None = None,
 ) -> tuple[str, str]:
     """Submit ``autoaug COMMAND...`` as a Ray Job; returns ``(job_id, entrypoint)``."""
-    runtime_env = cluster.project_runtime_env(
-        working_dir=working_dir, env_vars={"PYTHONUNBUFFERED": "1", **(env_vars or {})}
-    )
+    runtime_env = cluster.project_runtime_env(working_dir=working_dir, env_vars={**JOB_ENV_VARS, **(env_vars or {})})
     entrypoint = shlex.join([python, "-m", "autoaug.launch.cli", *command])
     submission_id = job_id or _job_id(command[0])
     metadata = {

@@ -242,6 +242,7 @@ def _search(config, args: argparse.Namespace) -> int:
                 config.verbose,
                 args,
                 display,
+                RunDir(config.storage, config.name),
             )
 
 
@@ -270,6 +271,7 @@ def _resume(args: argparse.Namespace) -> int:
                 verbose,
                 args,
                 display,
+                RunDir(_storage(args), args.resume),
             )
 
 
@@ -279,7 +281,7 @@ def _storage(args: argparse.Namespace) -> str:
     return args.storage or default_runs_root()
 
 
-def _execute(call, verbose: int, args: argparse.Namespace, display) -> int:
+def _execute(call, verbose: int, args: argparse.Namespace, display, run=None) -> int:
     from autoaug.core.errors import AutoaugError
     from autoaug.launch.output import json_result
 
@@ -288,6 +290,11 @@ def _execute(call, verbose: int, args: argparse.Namespace, display) -> int:
             outcome = call()
         except AutoaugError:
             raise  # autoaug.launch.cli.main prints it and picks the exit status
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside Tune's trials (calibration, re-scoring...)
+            interrupted = _interrupted(run)
+            if interrupted is None:
+                raise
+            raise interrupted from None
         except (ValueError, FileNotFoundError) as exc:
             raise UserInputError(" ".join(str(exc).split())) from None
         display.stop()
@@ -302,6 +309,24 @@ def _execute(call, verbose: int, args: argparse.Namespace, display) -> int:
         for line in next_steps_of(outcome):
             _print(line)
     return 0
+
+
+def _interrupted(run):
+    """The resumable line of a search stopped by Ctrl-C or SIGTERM where Tune does not catch it
+    (Tune's trials end in the method's own :class:`SearchInterruptedError`): None before its run
+    directory holds its state (nothing to resume) or once it finished."""
+    from autoaug.core.errors import SearchInterruptedError
+    from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE
+
+    try:
+        resumable = run is not None and run.exists(CONFIG_FILE) and not run.exists(RESULT_FILE)
+    except OSError:
+        return None
+    if not resumable:
+        return None
+    return SearchInterruptedError(
+        f"search {run.name!r} stopped; resume it with: autoaug search --resume {run.name} --storage {run.storage}"
+    )
 
 
 def next_steps_of(outcome) -> list[str]:

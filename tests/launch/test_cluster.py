@@ -319,7 +319,7 @@ def test_launch_streams_logs_and_exits_with_the_job_status(fake_client, capsys, 
         "autoaug",
         "autoaug",
     ]  # the package, its metadata
-    assert env["env_vars"] == {"PYTHONUNBUFFERED": "1", "A": "1"}
+    assert env["env_vars"] == {"PYTHONUNBUFFERED": "1", "RAY_JOB_STOP_WAIT_TIME_S": "60", "A": "1"}
     assert ".venv" in env["excludes"] and "working_dir" not in env
     assert fake_client["address"] == "http://head:8265"
 

@@ -1,0 +1,180 @@
+"""SIGTERM (``kill PID``; what Slurm, Kubernetes and systemd send before SIGKILL) stops a command as
+Ctrl-C does (``autoaug.core.interrupt``): a search's trials saved, one line with the resume command,
+exit 143; no native stack dump from Ray's handlers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from autoaug.core import errors
+from autoaug.core.interrupt import EXIT_SIGTERM, TermAsInterrupt, keeping_sigterm_handler, sigterm_as_interrupt
+from autoaug.launch import cli
+from autoaug.launch.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SEARCH = [sys.executable, "-m", "autoaug.launch.cli", "search"]
+TINY = ["--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.val_size=128"]
+
+
+def _with_command(monkeypatch, command) -> None:
+    real = cli.build_parser
+
+    def parser():
+        p = real()
+        p.set_defaults(func=command)
+        return p
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+
+
+def test_sigterm_raises_keyboard_interrupt_where_sigint_would():
+    with sigterm_as_interrupt() as term:
+        assert signal.getsignal(signal.SIGTERM) is term
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            threading.Event().wait(60)  # the handler runs at the next bytecode: never waited for
+        assert term.received
+    assert not isinstance(signal.getsignal(signal.SIGTERM), TermAsInterrupt)  # the previous handler back
+
+
+def test_sigterm_calls_the_sigint_handler_in_place_tune_s_graceful_stop():
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with sigterm_as_interrupt() as term:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(3):  # (the handler ran before the loop's next bytecode)
+                pass
+            assert seen == [signal.SIGINT] and term.received
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_the_handler_replaced_by_ray_init_is_put_back():
+    with sigterm_as_interrupt() as term:
+        with keeping_sigterm_handler():
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init sets
+        assert signal.getsignal(signal.SIGTERM) is term
+
+
+def test_a_command_terminated_exits_143_with_one_line(monkeypatch, capsys):
+    def command(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(60)
+
+    _with_command(monkeypatch, command)
+    assert main([]) == EXIT_SIGTERM == 143
+    assert capsys.readouterr().err.strip() == "autoaug: terminated (SIGTERM)"
+
+
+def test_a_search_terminated_in_tune_says_how_to_resume_and_exits_143(monkeypatch, capsys):
+    def command(args):  # Tune's handler during a fit: the experiment ends, the method raises
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            stop.wait(60)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        raise errors.SearchInterruptedError("search 'x' stopped with 1 of 3 trials finished; resume it with: ...")
+
+    _with_command(monkeypatch, command)
+    assert main([]) == 143
+    assert capsys.readouterr().err.strip() == (
+        "autoaug: terminated (SIGTERM): search 'x' stopped with 1 of 3 trials finished; resume it with: ..."
+    )
+
+
+def test_ctrl_c_still_exits_130(monkeypatch, capsys):
+    def command(args):
+        raise KeyboardInterrupt
+
+    _with_command(monkeypatch, command)
+    assert main([]) == 130
+    assert capsys.readouterr().err.strip() == "autoaug: interrupted"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_search_sent_sigterm_saves_its_trials_says_how_to_resume_and_resumes(tmp_path, cifar_small):
+    """A real search, its driver stalled at a failpoint once its first trial's end is saved (the
+    event: it says so on a named pipe), is sent SIGTERM there: it ends its Tune experiment as Ctrl-C
+    does, exit 143 with one line naming the resume command, no native dump from Ray's handler;
+    ``--resume`` then finishes exactly the requested trials and stores the policy."""
+    gate, fired = tmp_path / "gate", tmp_path / "fired"
+    os.mkfifo(gate)
+    dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "AUTOAUG_FAILPOINTS": f"search.after_trial_saved:1=stall({gate})",
+        "AUTOAUG_FAILPOINTS_FIRED": str(fired),
+    }
+    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "term", "--num-trials", "3"]
+    proc = subprocess.Popen(
+        [*argv, "--concurrency", "1", *TINY, *dirs],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    out: list[str] = []
+    err: list[str] = []
+    readers = [
+        threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
+        threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    # The release: opens the gate to write once the driver opens it to read (after the signal).
+    release = threading.Thread(target=lambda: open(gate, "w").close(), daemon=True)
+    try:
+        with open(gate) as at_point:  # the driver writes "PID NAME" once it is at the point
+            assert at_point.read().split() == [str(proc.pid), "search.after_trial_saved"]
+        os.kill(proc.pid, signal.SIGTERM)
+        release.start()
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if release.is_alive():  # the driver died before opening the gate again: let the thread go
+            os.close(os.open(gate, os.O_RDONLY | os.O_NONBLOCK))
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session (the embedded Ray)
+        except ProcessLookupError:
+            pass
+    for reader in readers:
+        reader.join(timeout=30)
+    stderr = "".join(err)
+    assert proc.returncode == 143, "".join(out)[-3000:] + stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines == [
+        "autoaug: terminated (SIGTERM): search 'term' stopped with 1 of 3 trials finished; resume it with: "
+        f"autoaug search --resume term --storage {tmp_path / 'runs'}"
+    ], stderr[-3000:]
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr
+
+    resumed = subprocess.run(
+        [*SEARCH, "--resume", "term", *dirs],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        timeout=400,
+        start_new_session=True,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stored as term@1" in resumed.stdout
+    trials = json.loads((tmp_path / "runs" / "term" / "result.json").read_text())["provenance"]["trials"]
+    assert len({t["trial_id"] for t in trials}) == len(trials) == 3  # exactly the requested, none twice

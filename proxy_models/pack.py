@@ -113,6 +113,8 @@ class PackLearner:
             raise ValueError("a pack trains in float32 or bfloat16: this GPU has no bfloat16 (set amp: false)")
         self.precision = precision_name(self.amp, self.amp_dtype)
         self.template = build_model(config.model, num_classes=num_classes).to(device)
+        if self.amp:
+            _autocast_modules(self.template, self.amp_dtype)
         self.num_classes = num_classes
         self.param_names = [n for n, _ in self.template.named_parameters()]
         self.buffer_names = [n for n, _ in self.template.named_buffers()]
@@ -205,9 +207,8 @@ class PackLearner:
         mean loss (K), the logits (K x N x classes) and the gradients of the parameters (stacked,
         in :attr:`param_names` order; a member's slice is its own loss's gradient)."""
         k, n = labels.shape
-        with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, enabled=self.amp):
-            logits = self._train_forward(self.params, self.buffers, images)
-            losses = self.criterion(logits.reshape(k * n, -1), labels.reshape(-1)).view(k, n).mean(1)
+        logits = self._train_forward(self.params, self.buffers, images)  # (autocast: _autocast_modules)
+        losses = self.criterion(logits.float().reshape(k * n, -1), labels.reshape(-1)).view(k, n).mean(1)
         grads = torch.autograd.grad(losses.sum(), [self.params[name] for name in self.param_names])
         return losses, logits, grads
 
@@ -307,8 +308,7 @@ class PackLearner:
             for images, labels in batches:
                 images = images.to(dev, non_blocking=True)
                 labels = labels.to(dev, non_blocking=True).long().view(-1)
-                with torch.autocast(device_type=dev.type, dtype=self.amp_dtype, enabled=self.amp):
-                    logits = self._eval_forward(params, buffers, images)  # (k, n, classes)
+                logits = self._eval_forward(params, buffers, images)  # (k, n, classes)
                 n = labels.shape[0]
                 losses = nn.functional.cross_entropy(
                     logits.float().reshape(k * n, -1), labels.repeat(k), reduction="none"
@@ -348,6 +348,50 @@ class PackLearner:
         return out
 
 
+class _LowPrecisionConv2d(nn.Conv2d):
+    """A convolution computed in ``lower`` (its input and its parameters cast to it, as autocast
+    casts them): ``torch.autocast`` does not reach the operations of a ``vmap``."""
+
+    lower: torch.dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.bias.to(self.lower) if self.bias is not None else None
+        return self._conv_forward(x.to(self.lower), self.weight.to(self.lower), bias)
+
+
+class _LowPrecisionLinear(nn.Linear):
+    """A linear layer computed in ``lower``, as :class:`_LowPrecisionConv2d`."""
+
+    lower: torch.dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.bias.to(self.lower) if self.bias is not None else None
+        return nn.functional.linear(x.to(self.lower), self.weight.to(self.lower), bias)
+
+
+class _Float32BatchNorm2d(nn.BatchNorm2d):
+    """Batch norm on a float32 copy of its input (what the mixed-precision kernel computes in under
+    autocast; a ``vmap`` cannot take a low-precision input with float32 parameters)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.float())
+
+
+def _autocast_modules(model: nn.Module, lower: torch.dtype) -> None:
+    """``model``'s convolutions and linear layers computed in ``lower`` and its batch norms in
+    float32, in place: autocast's policy for them (its lower-precision list), for a model called
+    under ``vmap``, where autocast does not apply."""
+    for module in model.modules():
+        if type(module) is nn.Conv2d:
+            module.__class__ = _LowPrecisionConv2d
+            module.lower = lower
+        elif type(module) is nn.Linear:
+            module.__class__ = _LowPrecisionLinear
+            module.lower = lower
+        elif type(module) is nn.BatchNorm2d:
+            module.__class__ = _Float32BatchNorm2d
+
+
 def _scheduler_state(base_lr: float, steps: int, lr: float, factor: WarmupCosine) -> dict[str, Any]:
     """:class:`~autoaug.proxy_models.learner.StepSchedule`'s ``state_dict`` after ``steps`` steps."""
     return {
@@ -385,9 +429,8 @@ class _SoloEngine:
         mean loss (K), the logits (K x N x classes) and the gradients of the parameters (stacked,
         in :attr:`param_names` order; a member's slice is its own loss's gradient)."""
         k, n = labels.shape
-        with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, enabled=self.amp):
-            logits = self._train_forward(self.params, self.buffers, images)
-            losses = self.criterion(logits.reshape(k * n, -1), labels.reshape(-1)).view(k, n).mean(1)
+        logits = self._train_forward(self.params, self.buffers, images)  # (autocast: _autocast_modules)
+        losses = self.criterion(logits.float().reshape(k * n, -1), labels.reshape(-1)).view(k, n).mean(1)
         grads = torch.autograd.grad(losses.sum(), [self.params[name] for name in self.param_names])
         return losses, logits, grads
 

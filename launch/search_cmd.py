@@ -208,8 +208,38 @@ def run(args: argparse.Namespace) -> int:
                 "(allowed: --storage, --store, --address, --resume-errored)"
             )
         return _resume(args)
+    _check_conflicts(args)
     config = build_search_config(args)
     return _search(config, args)
+
+
+#: Flags that contradict each other, refused in one line whatever their order (each would
+#: otherwise silently override or void the other): (a flag's dest, the value that conflicts, how
+#: it is written, what it means; the dests it cannot be given with, what they mean).
+CONFLICTS = (
+    (
+        "rescore",
+        False,
+        "--no-rescore",
+        "no re-scoring, the assembled policy stored as it is",
+        ("rescore_seeds", "rescore_max_seeds", "rescore_val_size"),
+        "how the final candidates are re-scored and raced",
+    ),
+)
+
+
+def _check_conflicts(args: argparse.Namespace) -> None:
+    """Refuse two flags that contradict each other (:data:`CONFLICTS`), naming both."""
+    for dest, value, flag, what, others, theirs in CONFLICTS:
+        if getattr(args, dest, None) is not value:
+            continue
+        given = " ".join(
+            f"--{o.replace('_', '-')} {getattr(args, o)}" for o in others if getattr(args, o, None) is not None
+        )
+        if given:
+            raise UserInputError(
+                f"{flag} and {given} contradict each other ({flag}: {what}; {given}: {theirs}); give one"
+            )
 
 
 def _configure_logging(verbose: int) -> None:

@@ -311,6 +311,24 @@ def test_the_cpu_presets_auto_family_follows_a_warm_start_given_as_a_point_of_an
     config.check_runnable()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--no-rescore", "--rescore-max-seeds", "5"],  # before: re-scored and raced 4 rounds, --no-rescore lost
+        ["--rescore-max-seeds", "5", "--no-rescore"],
+        ["--no-rescore", "--rescore-seeds", "2"],
+        ["--rescore-val-size", "100", "--no-rescore"],  # before: silently unused
+    ],
+)
+def test_no_rescore_with_a_rescore_or_race_flag_is_one_line_naming_both_before_any_work(tmp_path, capsys, argv):
+    code = main(["search", "--preset", "smoke", "--data", "/nowhere/d.parquet", "--name", "n", *argv, *_dirs(tmp_path)])
+    err = capsys.readouterr().err
+    other = " ".join(a for a in argv if a != "--no-rescore")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"autoaug: error: --no-rescore and {other} contradict each other"), err
+    assert err.rstrip().endswith("give one") and not (tmp_path / "runs").exists()
+
+
 def test_an_existing_run_name_is_refused(tmp_path, capsys, cifar_small):
     # (cifar_small: the preflight decodes every image of the data before this check; 50,000 cost 5 s)
     run = tmp_path / "runs" / "taken"

@@ -193,3 +193,25 @@ def test_auto_sizing_measures_real_packs_on_this_device(cfg):
     k, measured = choose_pack(cfg, train_size=128, sizes=(1, 2), seconds=0.2)
     assert k in (1, 2) and [m["k"] for m in measured][:1] == [1]
     assert all(m["images_per_s"] > 0 for m in measured)
+
+
+def test_a_pack_in_bfloat16_computes_in_bfloat16_as_its_solo_run_does(cfg):
+    """torch.autocast does not reach the operations of a vmap: the pack casts as autocast would, so a
+    member's gradients are as far from float32's as its solo run's are (not float32's own)."""
+    bf16 = dataclasses.replace(cfg, amp=True, amp_dtype="bfloat16")
+    f32 = dataclasses.replace(cfg, amp=False)
+    images, labels = _batch(2, 5, n=32)
+    grads = {}
+    for name, c in (("bf16", bf16), ("f32", f32)):
+        (solo,) = _fresh(c, (0,))
+        pack = PackLearner(c, num_classes=10, steps_per_epoch=4)
+        pack.load(copy.deepcopy([solo.state_dict(), solo.state_dict()]))
+        _, logits, g = pack.forward_backward(images, labels)
+        assert logits.dtype == (torch.bfloat16 if name == "bf16" else torch.float32)
+        solo._forward_backward(images[0], labels[0])
+        grads[name] = (g, [p.grad for p in solo.model.parameters()])
+    (pack_bf, solo_bf), (pack_32, solo_32) = grads["bf16"], grads["f32"]
+    solo_gap = max(_rel(a, b) for a, b in zip(solo_bf, solo_32))
+    pack_gap = max(_rel(a[0], b) for a, b in zip(pack_bf, solo_32))
+    assert solo_gap > 1e-3 and pack_gap > solo_gap / 10  # both rounded to bfloat16, not float32
+    assert max(_rel(a[0], b) for a, b in zip(pack_32, solo_32)) < 1e-3

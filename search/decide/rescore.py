@@ -97,8 +97,15 @@ class Candidate:
 def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_window: int = 1) -> dict[str, Any]:
     """Body of one re-scoring or calibration run (a Ray task; ``policy`` a policy's or a schedule's
     JSON form: :func:`autoaug.policies.schedule.trainable_from_dict`): the proxy training, its validation
-    accuracy and search score, and every validation image's score over the score's window
-    (:data:`autoaug.search.decide.noise.IMAGE_SCORES`: the noise of a comparison is measured from them)."""
+    accuracy and search score, the search score after each validated epoch (``scores``, by epoch:
+    calibration's at ASHA's rungs measure how they rank, :func:`autoaug.search.decide.rungs.calibration_scores`),
+    the run's wall time from the task's start (``wall_s``: its start-up, beyond ``train_time_s``'s
+    epochs, counted once, :func:`autoaug.search.budget.measured_run_s`), and every validation image's
+    score over the score's window (:data:`autoaug.search.decide.noise.IMAGE_SCORES`: the noise of a
+    comparison is measured from them)."""
+    import time
+
+    started = time.time()
     import hashlib
 
     import numpy as np
@@ -119,13 +126,20 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
             val_ids.append(hashlib.sha256(np.asarray(val_indices, dtype=np.int64).tobytes()).hexdigest()[:16])
 
     result = train(TrainConfig.from_dict(train_config), trainable_from_dict(policy), on_validate=on_validate)
-    score = search_score([row.get("val_accuracy") for row in result.history], score_window)
+    accuracies = [row.get("val_accuracy") for row in result.history]
+    score = search_score(accuracies, score_window)
     out = {
         METRIC: score,
         "val_accuracy": result.val_accuracy,
         "train_time_s": result.train_time_s,
+        "wall_s": time.time() - started,
         "precision": result.precision,
         "epochs": len(result.history),
+        "scores": {
+            str(i + 1): search_score(accuracies[: i + 1], score_window)
+            for i, v in enumerate(accuracies)
+            if v is not None
+        },
     }
     if images:  # per image: the epochs of the score's window it was right in (search.decide.noise)
         counts = np.sum([images[e] for e in sorted(images)], axis=0)

@@ -17,8 +17,10 @@ resources, retries, actor reuse and MLflow logging.
   proposes its own trials gives Tune's parameter space instead (``param_space``: PBA's
   population): no study, no concurrency limit.
 * **Scheduler**: ASHA on :data:`~autoaug.search.score.METRIC` with
-  ``time_attr="training_iteration"``, or FIFO; both guarded (:class:`~autoaug.search.tune.searcher.StudyGuard`);
-  or the method's own (``scheduler``: PBA's PBT).
+  ``time_attr="training_iteration"``, its rungs cutting only while measured to rank
+  (:class:`~autoaug.search.tune.searcher.RankedRungs`, first by ``rung_calibration``), or FIFO;
+  both guarded (:class:`~autoaug.search.tune.searcher.StudyGuard`); or the method's own
+  (``scheduler``: PBA's PBT).
 * **Trials**: the trial function under ``tune.with_parameters`` (shared values travel once
   through Ray's object store) and ``tune.with_resources``; ``FailureConfig(max_failures)``
   retries a trial that raises from its last checkpoint.
@@ -90,6 +92,10 @@ class Experiment:
     trainable: Any  # a Tune function or class trainable
     parameters: Mapping[str, Any]  # tune.with_parameters keywords of the trainable
     asha: tuple[int, float] | None = None  # (grace period, reduction factor); None: FIFO
+    #: Calibration's full-length runs, each its search score by epoch: how well ASHA's rungs rank
+    #: before any trial (:func:`autoaug.search.decide.rungs.calibration_scores`; a rung cuts only
+    #: while measured to rank, :class:`~autoaug.search.tune.searcher.RankedRungs`).
+    rung_calibration: Sequence[Mapping[int, float]] = ()
     warm_start: Sequence[Mapping[str, Any]] = ()  # parameter dicts proposed first (a new study)
     run_dir: str | None = None  # recorded in the study's attributes
     #: Tune's parameter space of a method that proposes its own trials (one sample of it); None:
@@ -164,7 +170,9 @@ def build_tuner(config: SearchConfig, exp: Experiment, display: Progress, budget
     if scheduler is None:
         # One object, shared by the scheduler (which fills it) and the progress lines (which read it).
         stopped = StoppedTrials()
-        scheduler = make_scheduler(exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped)
+        scheduler = make_scheduler(
+            exp.asha, exp.max_steps, exp.study_url, exp.name, config.max_failures, stopped, exp.rung_calibration
+        )
     callbacks: list[Any] = [
         StorageGuard(),
         ProgressCallback(exp.num_trials, exp.max_steps, stopped=stopped or (), display=display),

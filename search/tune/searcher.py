@@ -56,7 +56,7 @@ import math
 import os
 import pickle
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +66,8 @@ from ray.tune.search import Searcher
 
 from autoaug.core import failpoints
 from autoaug.core.errors import SearchError
-from autoaug.search.score import METRIC
+from autoaug.search.decide.rungs import MIN_PAIRS, RANKS_ABOVE, RUNG_GATE_ATTR, RungGate, gate_line
+from autoaug.search.score import METRIC, asha_milestones
 from autoaug.search.tune.study import (
     FINAL_STEP_ATTR,
     ORPHAN_ATTR,
@@ -94,6 +95,7 @@ __all__ = [
     "StudySearcher",
     "StudyGuard",
     "BudgetStop",
+    "RankedRungs",
     "GuardedASHAScheduler",
     "GuardedFIFOScheduler",
     "make_scheduler",
@@ -671,8 +673,136 @@ class BudgetStop:
         return super().choose_trial_to_run(tune_controller, *args, **kwargs)
 
 
-class GuardedASHAScheduler(StudyGuard, BudgetStop, ASHAScheduler):
-    """``ASHAScheduler`` with :class:`StudyGuard` and :class:`BudgetStop`."""
+class RankedRungs:
+    """Mixin for the ASHA scheduler (after :class:`BudgetStop` in the order of classes, so that it
+    sees ASHA's decisions only): a rung cuts only while it is measured to rank
+    (:class:`autoaug.search.decide.rungs.RungGate`). Each trial's score at a rung and at its end
+    goes to the gate; a ``STOP`` ASHA returns at a rung that does not cut becomes ``CONTINUE``
+    (ASHA has recorded the trial's score at the rung all the same: its cutoff there is over every
+    trial). Each change of a rung's decision is one progress line (the driver session's display)
+    and, with the trials the rungs let go on, is kept in the Optuna study
+    (:data:`~autoaug.search.decide.rungs.RUNG_GATE_ATTR`), where the search's record reads it.
+    Tune does not save a scheduler's state between snapshots: on a driver session's first
+    decision the gate takes the trials' scores from the study (:meth:`RungGate.restore`)."""
+
+    _rung_gate: RungGate | None = None
+
+    def _setup_rungs(self, gate: RungGate | None) -> None:
+        self._rung_gate = gate
+
+    @property
+    def rung_gate(self) -> RungGate | None:
+        return self._rung_gate
+
+    def __getstate__(self) -> dict:
+        parent = getattr(super(), "__getstate__", None)
+        state = dict((parent() if parent is not None else None) or self.__dict__)
+        for key in ("_rungs_ready", "_rungs_study"):  # one driver session's
+            state.pop(key, None)
+        return state
+
+    def _rungs_session(self) -> None:
+        """On this driver session's first decision: the gate's measurement from the study (a
+        restored search: its trials' scores, what the earlier sessions decided), or what
+        calibration decided before any trial (a new one), said."""
+        gate = self._rung_gate
+        if gate is None or getattr(self, "_rungs_ready", False):
+            return
+        self._rungs_ready = True
+        study = self._rungs_open_study()
+        record = None if study is None else study.user_attrs.get(RUNG_GATE_ATTR)
+        scores = {}
+        for tid, frozen in ({} if study is None else study_trials_by_tune_id(study)).items():
+            values = {int(k): float(v) for k, v in frozen.intermediate_values.items() if v is not None}
+            if values:
+                scores[tid] = values
+        if record is not None or scores:
+            self._rungs_changed(gate.restore(record, scores), save=True)
+            return
+        for rung, m in gate.calibration.items():  # a new search: what calibration's runs measured
+            if not m["n"]:
+                continue
+            state = gate.state[rung]
+            if state["source"] is None:
+                self._rungs_say(
+                    f"early stopping: calibration's {m['n']} full-length run(s) with a score at epoch {rung} are too "
+                    f"few to judge the rung there ({MIN_PAIRS} needed): it cuts as ASHA does until the trials measure it"
+                )
+            elif state["cuts"]:
+                self._rungs_say(
+                    f"early stopping: the rung at epoch {rung} cuts: calibration's {m['n']} full-length runs rank their "
+                    f"final score by their epoch-{rung} score at rho {m['rho']:+.2f} [{m['low']:+.2f}, "
+                    f"{m['high']:+.2f}], above {RANKS_ABOVE:g} at 95%"
+                )
+        self._rungs_changed(list(gate.events), save=True)
+
+    def _rungs_open_study(self) -> optuna.Study | None:
+        study = getattr(self, "_rungs_study", None)
+        if study is None:
+            try:
+                study = optuna.load_study(
+                    study_name=self._guard_study_name, storage=make_storage(self._guard_study_url)
+                )
+            except Exception as exc:  # the search itself will fail with a clearer error
+                logger.warning("cannot open the Optuna study to keep the rungs' decisions: %s", exc)
+                return None
+            self._rungs_study = study
+        return study
+
+    def _rungs_say(self, text: str) -> None:
+        session = current_session()
+        display = None if session is None else session.display
+        if display is not None:
+            display.log(text)
+        else:
+            print(text, flush=True)
+
+    def _rungs_changed(self, changed: list[dict], save: bool = False) -> None:
+        for event in changed:
+            self._rungs_say(gate_line(event))
+        if (changed or save) and self._rung_gate is not None:
+            study = self._rungs_open_study()
+            if study is not None:
+                try:
+                    study.set_user_attr(RUNG_GATE_ATTR, self._rung_gate.to_dict())
+                except Exception as exc:  # the decisions stand; the record misses them
+                    logger.warning("could not record the rungs' decisions in the Optuna study: %s", exc)
+
+    def choose_trial_to_run(self, tune_controller: Any, *args: Any, **kwargs: Any) -> Any:
+        self._rungs_session()
+        return super().choose_trial_to_run(tune_controller, *args, **kwargs)
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        action = super().on_trial_result(tune_controller, trial, result)
+        gate = self._rung_gate
+        if gate is None:
+            return action
+        self._rungs_session()
+        step, score = int(result.get("training_iteration") or 0), result.get(METRIC)
+        changed, save = [], False
+        if score is not None and result.get("val_accuracy", 0) is not None:  # a score measured at this epoch
+            changed = gate.observe(trial.trial_id, step, float(score))
+            save = gate.measures_at(step)  # a rung's measurement moved: the record follows it
+        if action == TrialScheduler.STOP and step < gate.last:
+            rung = gate.rung_of(step)
+            if rung is not None and not gate.cuts(rung):
+                gate.let_go(rung)
+                action, save = TrialScheduler.CONTINUE, True
+        self._rungs_changed(changed, save=save)
+        return action
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+        gate = self._rung_gate
+        if gate is not None and result.get(METRIC) is not None and result.get("val_accuracy", 0) is not None:
+            self._rungs_session()
+            step = int(result.get("training_iteration") or 0)
+            self._rungs_changed(gate.observe(trial.trial_id, step, float(result[METRIC])), save=gate.measures_at(step))
+        super().on_trial_complete(tune_controller, trial, result)
+
+
+class GuardedASHAScheduler(StudyGuard, BudgetStop, RankedRungs, ASHAScheduler):
+    """``ASHAScheduler`` with :class:`StudyGuard`, :class:`BudgetStop` and (given a gate:
+    :func:`make_scheduler`) :class:`RankedRungs`."""
 
 
 class GuardedFIFOScheduler(StudyGuard, BudgetStop, FIFOScheduler):
@@ -686,9 +816,13 @@ def make_scheduler(
     study_name: str,
     max_failures: int,
     stopped: StoppedTrials,
+    calibration: Sequence[Mapping[int, float]] = (),
 ) -> StudyGuard:
     """ASHA (``asha``: grace period and reduction factor) or FIFO (``asha`` None), with
-    :class:`StudyGuard` on the study ``study_name`` and :class:`BudgetStop` (the driver session's budget)."""
+    :class:`StudyGuard` on the study ``study_name`` and :class:`BudgetStop` (the driver session's
+    budget); ASHA's rungs cut only while measured to rank (:class:`RankedRungs`), first by
+    ``calibration``'s full-length runs (each its scores by epoch:
+    :func:`autoaug.search.decide.rungs.calibration_scores`)."""
     if asha is not None:
         grace_period, reduction_factor = asha
         scheduler: StudyGuard = GuardedASHAScheduler(
@@ -697,6 +831,8 @@ def make_scheduler(
             grace_period=grace_period,
             reduction_factor=reduction_factor,
         )
+        milestones = asha_milestones(int(grace_period), float(reduction_factor), int(max_t))
+        scheduler._setup_rungs(RungGate(milestones, max_t, calibration))
     else:
         scheduler = GuardedFIFOScheduler()
     scheduler._setup_guard(study_url, study_name, max_failures, stopped)

@@ -290,6 +290,10 @@ def test_a_run_keeps_each_validation_images_score_over_the_window_and_they_avera
     assert a[IMAGE_SCORES]["window"] == 2 and len(va) == 48 and set(va) <= {0.0, 0.5, 1.0}
     assert va.mean() == pytest.approx(a["search_score"]) and vb.mean() == pytest.approx(b["search_score"])
     assert fa == fb  # the same validation images: the two runs can be compared image by image
+    # the score after each validated epoch (calibration's at ASHA's rungs measure how they rank), and
+    # the run's wall time, its start-up in it once (the budget's measured run)
+    assert set(a["scores"]) == {"1", "2"} and a["scores"]["2"] == pytest.approx(a["search_score"])
+    assert a["wall_s"] >= a["train_time_s"] > 0
 
 
 def test_a_proxy_run_of_a_schedule_trains_each_epoch_with_its_stages_policy(cifar_train, monkeypatch):

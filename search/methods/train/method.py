@@ -5,7 +5,8 @@ One Ray Tune experiment (:mod:`autoaug.search.tune.experiment`) named like the s
 directory: ``num_trials`` trials proposed by Optuna (the warm start's candidates first), each
 training the proxy model (``SearchConfig.train``) with its candidate policy
 (:func:`autoaug.search.methods.train.trial.run_trial`) and reporting the search score after every epoch; ASHA
-stops the weak ones at its rungs. The candidates it returns for re-scoring
+stops the weak ones at its rungs, at each only while it is measured to rank (calibration's
+full-length runs first, then the trials: :class:`autoaug.search.decide.rungs.RungGate`). The candidates it returns for re-scoring
 (:func:`final_candidates`): the best ``top_n`` trials' sub-policies assembled, the best trial
 alone, the warm start extended by what the search found, and every trial ASHA let run the full
 budget (``survivors``). In the ``randaugment`` and ``trivialaugment`` space families a candidate is
@@ -244,6 +245,7 @@ class TrainMethod(Method):
                 "score_window": config.score_window,
             },
             asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None,
+            rung_calibration=_rung_calibration(search) if s.early_stopping else (),
             run_dir=run.uri,
         )
         exp, pack_servers = packed(config, exp, search.display.log)  # trials trained K at a time (config.pack)
@@ -305,6 +307,19 @@ class TrainMethod(Method):
                 **({"sampler_margin": margin} if margin is not None else {}),
             },
         )
+
+
+def _rung_calibration(search: PreparedSearch) -> list[dict[int, float]]:
+    """Calibration's full-length runs of the published policies on the search's base, each its
+    score by epoch: how well ASHA's rungs rank before any trial (a rung cuts only while measured to
+    rank: :class:`autoaug.search.decide.rungs.RungGate`); none without a calibration."""
+    from autoaug.search.decide.calibrate import CALIBRATION_FILE
+    from autoaug.search.decide.rungs import calibration_scores
+
+    run = search.run
+    if not run.exists(CALIBRATION_FILE):
+        return []
+    return calibration_scores(run.read_json(CALIBRATION_FILE), search.config.space.base)
 
 
 def _sampler_margin(search: PreparedSearch) -> float | None:

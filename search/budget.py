@@ -11,9 +11,11 @@ search continues with what is left.
 How it ends a search (:class:`Budget` is the one clock every part asks):
 
 * **Trials.** Once the time left is what re-scoring and storing need (:meth:`Budget.reserve_s`:
-  the re-scoring runs still to come, in waves of as many runs as the cluster runs at once, each
-  as long as a measured proxy run -- calibration runs, earlier re-scoring runs, else the trials'
-  own epochs -- plus :data:`STORE_RESERVE_S`), no new trial is proposed and every running trial
+  the re-scoring runs still to come, in waves of as many runs as the cluster runs at once, then
+  the race's reserved rounds, each a run for every candidate that may contend, each run as long
+  as a measured proxy run -- calibration runs, earlier re-scoring runs, else the trials' own
+  epochs, start-up counted once -- plus :data:`STORE_RESERVE_S`) and what the running trials take
+  to end (:meth:`Budget.handover_s`), no new trial is proposed and every running trial
   ends at its next report, scored on what it reported so far, like a trial ASHA stopped early
   (status ``budget_stopped``, ``PRUNED`` in the Optuna study); trials not started are not run.
   The budget never leaves a search without a result: until some trial has reported a score it
@@ -115,17 +117,23 @@ def format_duration(seconds: float) -> str:
 
 def measured_run_s(runs: Mapping[str, Any] | None, epochs: int | None = None) -> float | None:
     """One proxy run's wall time estimated from saved runs (calibration or re-scoring:
-    ``{key: {"train_time_s": ..., "epochs": ...}}``): their mean training time plus
-    :data:`RUN_OVERHEAD_S`; with ``epochs``, the time of a run of that many epochs, from each
-    run's time per epoch (calibration runs may be shorter than the trials'). None when none
-    recorded a time."""
+    ``{key: {"train_time_s": ..., "wall_s": ..., "epochs": ...}}``): the mean over them of the
+    training time (its epochs, validation included) plus the start-up, counted once per run -- what
+    the run's wall time from its task's start measured beyond its epochs (``wall_s``: the data
+    opened, the DALI pipeline built, the imports), at least :data:`RUN_OVERHEAD_S` (a Ray task
+    starting is not in it; runs saved before ``wall_s`` existed: that floor). With ``epochs``, the
+    time of a run of that many epochs: each run's training time per epoch times ``epochs``, its
+    start-up once (calibration runs may be shorter than the trials'). None when none recorded a
+    time."""
     times = []
     for r in (runs or {}).values():
         if not isinstance(r, Mapping) or not r.get("train_time_s"):
             continue
         scale = epochs / r["epochs"] if epochs and r.get("epochs") else 1.0
-        times.append(float(r["train_time_s"]) * scale)
-    return sum(times) / len(times) + RUN_OVERHEAD_S if times else None
+        train = float(r["train_time_s"])
+        start_up = float(r["wall_s"]) - train if isinstance(r.get("wall_s"), (int, float)) else 0.0
+        times.append(train * scale + max(RUN_OVERHEAD_S, start_up))
+    return sum(times) / len(times) if times else None
 
 
 class Budget:
@@ -174,6 +182,10 @@ class Budget:
         # Re-scoring to come (set by plan_rescore), and the trials' epochs as measured so far.
         self._runs, self._slots, self._run_s, self._epochs = 0, 1, None, 0
         self._race_waves = 0
+        #: The re-scoring race as the budget planned and saw it: ``reserved_rounds`` (the rounds the
+        #: trials gave way to), ``contenders`` (the candidates each was kept for), ``rounds`` (how
+        #: many ran) and how it ``ended`` (:meth:`race_ran`).
+        self.race: dict[str, Any] | None = dict(record["race"]) if record.get("race") else None
         # later epochs, and trials' first reports (their start-up in them) apart
         self._epoch_sum, self._epoch_count = 0.0, 0
         self._first_sum, self._first_count = 0.0, 0
@@ -229,6 +241,7 @@ class Budget:
                 "stopped_trials": {k: list(v) for k, v in self._stopped.items()},
                 "reserve_s": self.reserve_s(),
                 "rescore": None if self.rescore is None else dict(self.rescore),
+                "race": None if self.race is None else dict(self.race),
             }
 
     def save(self) -> None:
@@ -282,13 +295,42 @@ class Budget:
         """What this driver session started with: the budget less earlier sessions' time."""
         return self.total_s - self.spent_before_s
 
-    def plan_rescore(self, runs: int, slots: int, run_s: float | None, epochs: int, race_waves: int = 0) -> None:
+    def plan_rescore(
+        self,
+        runs: int,
+        slots: int,
+        run_s: float | None,
+        epochs: int,
+        race_waves: int = 0,
+        *,
+        race_rounds: int = 0,
+        contenders: int = 0,
+    ) -> None:
         """What to keep for re-scoring while trials run: ``runs`` proxy runs, ``slots`` at once,
         each ``run_s`` seconds (None: estimated from the trials' epochs of ``epochs`` epochs per run),
-        then ``race_waves`` waves of runs one after the other (the re-scoring race's rounds)."""
+        then ``race_waves`` waves of runs one after the other (the re-scoring race's ``race_rounds``
+        rounds, each a run for every one of ``contenders`` candidates: recorded for the summary)."""
         with self._lock:
             self._runs, self._slots, self._run_s, self._epochs = int(runs), max(1, int(slots)), run_s, int(epochs)
             self._race_waves = max(0, int(race_waves)) if runs else 0
+            if self._race_waves and race_rounds:
+                self.race = {
+                    **(self.race or {}),
+                    "reserved_rounds": int(race_rounds),
+                    "contenders": int(contenders),
+                    "reserved_waves": self._race_waves,
+                }
+            elif self.race is not None:
+                self.race = {
+                    k: v for k, v in self.race.items() if k not in ("reserved_rounds", "contenders", "reserved_waves")
+                } or None
+
+    def race_ran(self, record: Mapping[str, Any]) -> None:
+        """What the re-scoring race did (its record, :func:`autoaug.search.decide.rescore.race`):
+        how many rounds ran and how it ended, beside the rounds kept for it."""
+        with self._lock:
+            self.race = {**(self.race or {}), "rounds": len(record.get("rounds") or []), "ended": record.get("ended")}
+        self.save()
 
     def observe_epoch(self, seconds: Any, *, first: bool = False) -> None:
         """One trial epoch took ``seconds`` (a Tune result's ``time_this_iter_s``); ``first``: the
@@ -336,10 +378,23 @@ class Budget:
             return STORE_RESERVE_S
         return STORE_RESERVE_S + (math.ceil(self._runs / self._slots) + self._race_waves) * run_s
 
+    def handover_s(self) -> float:
+        """What the trials take, once told to end, before re-scoring can start: a running trial ends
+        at its next report -- up to its first report's time (its start-up and an epoch) or an
+        epoch, as measured so far -- and then the hand-over (Tune's teardown, the trial records, the
+        candidates assembled: :data:`RUN_OVERHEAD_S`, generous); 0 before any trial epoch is
+        measured or with no re-scoring planned."""
+        if not self._runs or not (self._epoch_count or self._first_count):
+            return 0.0
+        epoch = self._epoch_sum / self._epoch_count if self._epoch_count else 0.0
+        first = self._first_sum / self._first_count if self._first_count else 0.0
+        return max(epoch, first) + RUN_OVERHEAD_S
+
     def expired(self) -> bool:
-        """The time left for trials is gone: what is left is what re-scoring and storing need.
-        Once true it stays true for the session (estimates change; decisions do not)."""
-        if not self._expired and self.remaining_s() <= self.reserve_s():
+        """The time left for trials is gone: what is left is what re-scoring and storing need, and
+        what the running trials take to end (:meth:`handover_s`), so that re-scoring has all of
+        its reserve. Once true it stays true for the session (estimates change; decisions do not)."""
+        if not self._expired and self.remaining_s() <= self.reserve_s() + self.handover_s():
             self._expired = True
         return self._expired
 
@@ -439,4 +494,18 @@ def describe_budget(record: Mapping[str, Any] | None) -> list[str]:
     rescore = record.get("rescore")
     if rescore and rescore.get("note"):
         lines.append(f"re-scoring under the time budget: {rescore['note']}")
+    race = record.get("race") or {}
+    if race.get("reserved_rounds"):
+        kept = race["reserved_rounds"]
+        ran = race.get("rounds")
+        how = {
+            "decided": "one candidate led beyond the noise",
+            "max_seeds": "every contender had its most runs",
+            "budget": "the next round did not fit in the time left",
+        }.get(race.get("ended"), "")
+        lines.append(
+            f"re-scoring race under the time budget: {kept} round{'s' if kept != 1 else ''} kept from the trials "
+            f"(a run for each of up to {race.get('contenders')} candidates, {race.get('reserved_waves')} waves of runs), "
+            + ("none ran (no race)" if ran is None else f"{ran} ran" + (f" ({how})" if how else ""))
+        )
     return lines

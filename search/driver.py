@@ -323,12 +323,24 @@ def _plan_rescore(
             saved = run.read_json(name)
             measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
     slots = parallel_runs(config) if runs else 1
-    # The race's rounds (config.rescore_max_seeds), one after the other: a leader and one
-    # challenger each, until both have rescore_max_seeds runs -- kept from the trials up to
-    # RACE_RESERVED_SEEDS runs each; later rounds run on the time the trials leave.
+    # The race's rounds (config.rescore_max_seeds), one after the other, each a run for every
+    # candidate still within the noise of the leader -- which may be every one: the candidates
+    # trained, and the transfer measured by calibration, which races on re-scoring seeds -- kept
+    # from the trials up to RACE_RESERVED_SEEDS runs each; later rounds run on the time the trials
+    # leave. (Kept for a leader and one challenger only, the rounds of 5 candidates within the
+    # noise of each other, 3 waves each on 2 slots, did not fit: issue 68.)
     reserved = max(0, min(config.race_seeds, RACE_RESERVED_SEEDS) - config.rescore_seeds)
-    waves = reserved * math.ceil(2 / slots)
-    budget.plan_rescore(runs, slots, measured_run_s(measured, config.train.epochs), config.epochs, waves)
+    contenders = trained + (competes and warm_measured)
+    waves = reserved * math.ceil(contenders / slots) if contenders >= 2 else 0
+    budget.plan_rescore(
+        runs,
+        slots,
+        measured_run_s(measured, config.train.epochs),
+        config.epochs,
+        waves,
+        race_rounds=reserved,
+        contenders=contenders,
+    )
 
 
 def _no_time_for_trials(config: SearchConfig, run: RunDir, budget: Budget | None, transfer: Any) -> bool:
@@ -484,11 +496,15 @@ def _race(
     counts, runs, record = race(
         candidates, config, runs, train=train, calibration=calibration, fits=fits, say=display.log
     )
-    if record["ended"] == "budget" and budget is not None:
-        display.log(
-            f"time budget: the re-scoring race stopped after {len(record['rounds'])} round(s): "
-            "the next did not fit in the time left"
-        )
+    if budget is not None:
+        budget.race_ran(record)
+        kept = (budget.race or {}).get("reserved_rounds")
+        if record["ended"] == "budget":
+            display.log(
+                f"time budget: the re-scoring race stopped after {len(record['rounds'])} round(s)"
+                + (f" ({kept} kept from the trials)" if kept else "")
+                + ": the next did not fit in the time left"
+            )
     return counts, runs, record
 
 

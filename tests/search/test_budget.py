@@ -4,6 +4,7 @@ for re-scoring, and how the scheduler and the searcher apply it (fake Tune contr
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
 
 import optuna
@@ -240,9 +241,19 @@ def test_what_is_kept_for_rescoring_and_storing():
     short = {"a": {"train_time_s": 30.0, "epochs": 30}, "b": {"train_time_s": 50.0, "epochs": 30}}
     assert measured_run_s(short) == 40.0 + RUN_OVERHEAD_S
     assert measured_run_s(short, epochs=120) == pytest.approx(160.0 + RUN_OVERHEAD_S)
+    # A run's start-up (its wall time beyond its epochs) counts once, not scaled by the epochs;
+    # below the floor (a Ray task starting is not in it), the floor.
+    timed = {
+        "a": {"train_time_s": 30.0, "wall_s": 55.0, "epochs": 30},
+        "b": {"train_time_s": 30.0, "wall_s": 33.0, "epochs": 30},
+    }
+    assert measured_run_s(timed, epochs=120) == pytest.approx(120.0 + (25.0 + RUN_OVERHEAD_S) / 2)
 
+    # The trials end early enough for the reserve: a running trial ends at its next report (an
+    # epoch here, 3 s), then hands over to re-scoring.
+    assert budget.handover_s() == pytest.approx(3.0 + RUN_OVERHEAD_S)
     assert not budget.expired()
-    clock.now += 1000 - 315 - 1
+    clock.now += 1000 - 315 - budget.handover_s() - 1
     assert not budget.expired()
     clock.now += 2
     assert budget.expired() and not budget.stop_now()  # no trial has a score yet: not stopped
@@ -564,7 +575,7 @@ def test_the_time_planned_for_rescoring_leaves_out_a_transfer_calibration_measur
     measured = _measured_transfer()
     for label, transfer in [("measured", measured), ("to train", dataclasses.replace(measured, runs=()))]:
         budget = Budget.open(run, 1000, session="start 1", clock=_Clock())
-        monkeypatch.setattr(budget, "plan_rescore", lambda runs, *a, _l=label: planned.__setitem__(_l, runs))
+        monkeypatch.setattr(budget, "plan_rescore", lambda runs, *a, _l=label, **k: planned.__setitem__(_l, runs))
         driver._plan_rescore(config, run, budget, transfer=transfer)
     own = config.search_method.max_candidates(config) * config.rescore_seeds
     assert planned == {"measured": own, "to train": own + config.rescore_seeds}
@@ -730,22 +741,28 @@ def test_a_family_search_keeps_no_run_for_a_warm_start_calibration_measured(tmp_
     config = SearchConfig.from_preset(
         "cpu", name="f", data="x", storage=str(tmp_path), family="randaugment", warm_start=["randaugment"]
     )
-    race = 2 * 100.0  # the race's two reserved rounds, one run at a time: one wave each of 2 runs
+    # The race's two reserved rounds, one run at a time: each a run for every candidate that may
+    # contend -- the two trained and the transfer (its calibration run, then re-scoring seeds) or
+    # the three trained.
+    race = 3 * 100.0
     measured, given = Budget(1800, clock=_Clock()), Budget(1800, clock=_Clock())
     driver._plan_rescore(config, run, measured, transfer=SimpleNamespace(runs=({"seed": 2000},)))
     driver._plan_rescore(config, run, given)
     assert measured.reserve_s() == pytest.approx(STORE_RESERVE_S + 2 * 100.0 + 2 * race)
     assert given.reserve_s() == pytest.approx(STORE_RESERVE_S + 3 * 100.0 + 2 * race)
+    assert measured.race == {"reserved_rounds": 2, "contenders": 3, "reserved_waves": 6}
     # In the aa family the warm start is extended by what the search found: a new policy, trained.
     aa = config.replace(family="aa")
     driver._plan_rescore(aa, run, measured, transfer=SimpleNamespace(runs=({"seed": 2000},)))
     driver._plan_rescore(aa, run, given)
-    assert measured.reserve_s() == given.reserve_s()
+    # (its first round the same; the measured transfer races too: a run in each reserved round)
+    assert measured.reserve_s() == given.reserve_s() + 2 * 100.0
 
 
 def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(tmp_path, monkeypatch):
-    """``rescore_max_seeds 3``: trials stop early enough for two more waves of runs (a leader and a
-    challenger, both at once); the race runs the rounds that fit and says where it stopped."""
+    """``rescore_max_seeds 3``: trials stop early enough for two more rounds of runs, each a run for
+    every candidate that may contend (the smoke preset's three, two waves on two slots); the race
+    runs the rounds that fit and says where it stopped."""
     from autoaug.search import driver
     from autoaug.search.decide import rescore
 
@@ -759,13 +776,13 @@ def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(
     without = budget.reserve_s()
     monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
     driver._plan_rescore(config, run, budget)
-    assert budget.reserve_s() == pytest.approx(without + 2 * 100.0)  # two rounds of one wave each
+    assert own == 3 and budget.reserve_s() == pytest.approx(without + 2 * 2 * 100.0)  # two rounds of two waves
     # A longer race (up to 10 runs each) takes no more time from the trials: its rounds past
     # RACE_RESERVED_SEEDS (3) run on the time they leave.
     driver._plan_rescore(config.replace(rescore_max_seeds=10), run, budget)
-    assert budget.reserve_s() == pytest.approx(without + 2 * 100.0)
+    assert budget.reserve_s() == pytest.approx(without + 2 * 2 * 100.0)
     driver._plan_rescore(config.replace(rescore_max_seeds=2), run, budget)
-    assert budget.reserve_s() == pytest.approx(without + 100.0)  # a shorter one keeps only its own round
+    assert budget.reserve_s() == pytest.approx(without + 2 * 100.0)  # a shorter one keeps only its own round
     driver._plan_rescore(config, run, budget)
 
     trained = []
@@ -789,7 +806,76 @@ def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(
     assert trained == [("assembled", 1000), ("best_trial", 1000), ("assembled", 1001), ("best_trial", 1001)]
     assert race["ended"] == "budget" and len(race["rounds"]) == 1
     assert [len(s["runs"]) for s in scores.values()] == [2, 2]
-    assert "time budget: the re-scoring race stopped after 1 round(s): the next did not fit in the time left" in (
-        display.lines
+    assert (
+        "time budget: the re-scoring race stopped after 1 round(s) (2 kept from the trials): the next did not fit "
+        "in the time left" in display.lines
     )
+    assert budget.race == {**budget.race, "reserved_rounds": 2, "rounds": 1, "ended": "budget"}
     assert display.lines[-1].startswith("re-scored (search_score, mean of each candidate's runs): assembled 0.6000 (2)")
+
+
+def test_trials_that_could_run_past_the_end_stop_in_time_for_the_reserved_race_rounds(tmp_path, monkeypatch):
+    """What issue 68 saw: the trials stopped, re-scoring ran its first round, and the race got no
+    round -- the reserve had kept room for a leader and one challenger, the race had every
+    candidate within the noise. Here, with given run times (trials' epochs of 20 s, their first
+    report 30 s, proxy runs of 100 s, 2 at once) and trials that would run far past the end, the
+    trials stop early enough, and the race runs the RACE_RESERVED_SEEDS rounds the budget kept
+    (every candidate to 3 runs: 2 rounds, of 2 waves each), and the summary says so."""
+    from autoaug.search import driver
+    from autoaug.search.decide import rescore
+    from autoaug.search.decide.rescore import RACE_RESERVED_SEEDS
+
+    config = SearchConfig.from_preset("smoke", name="r", rescore=True, rescore_max_seeds=10, storage=str(tmp_path))
+    run = RunDir(str(tmp_path), "r")
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
+    clock = _Clock()
+    budget = Budget.open(run, 3000, session="start 1", clock=clock)
+    transfer = _measured_transfer(0.6)  # the published policy, 2 calibration runs
+    candidates = [*_candidates(3), transfer]
+    driver._plan_rescore(config, run, budget, transfer=transfer)
+    reserved = RACE_RESERVED_SEEDS - config.rescore_seeds
+    assert budget.race == {"reserved_rounds": reserved, "contenders": 4, "reserved_waves": reserved * 2}
+    assert budget.reserve_s() == STORE_RESERVE_S + (2 + reserved * 2) * 100.0  # 3 trained at once 2, then the race
+
+    # The trials: two at a time, 100 epochs of 20 s each (28 trials: 28,000 s): far past the end.
+    scheduler = GuardedFIFOScheduler()
+    scheduler._setup_guard(f"sqlite:///{tmp_path}/none.db", "r", max_failures=1)
+    scheduler.set_budget(budget, "r", max_steps=100)
+    running, started, ended = {}, 0, []
+    while not budget.stop_now() or running:
+        while len(running) < 2 and not budget.stop_now():
+            running[f"t{started}"], started = 0, started + 1
+        clock.now += 20
+        for tid in list(running):
+            running[tid] += 1
+            first = running[tid] == 1
+            result = {METRIC: 0.5, "training_iteration": running[tid], "time_this_iter_s": 30.0 if first else 20.0}
+            if scheduler.on_trial_result(_Controller([]), _Trial(tid), result) == "STOP" or running[tid] == 100:
+                ended.append(running.pop(tid))
+    clock.now += 5  # Tune's teardown, the trial records
+    assert budget.ended["stage"] == "trials" and started < 28
+    assert budget.remaining_s() >= budget.reserve_s()  # the trials left re-scoring all it keeps
+
+    trained = []
+
+    def fake(candidates, config, *, cached=None, save=None, deadline=None, counts=None):
+        out, new = dict(cached or {}), 0
+        for c, cfg in rescore._runs(candidates, config, counts):
+            if rescore.run_key(c, cfg) not in out:
+                trained.append((c.kind, cfg.seed))
+                out[rescore.run_key(c, cfg)] = {METRIC: 0.6, "val_accuracy": 0.6, "seed": cfg.seed}
+                new += 1
+        clock.now += math.ceil(new / 2) * 100.0  # its waves of runs, 2 at once
+        return out
+
+    monkeypatch.setattr(driver, "rescore_candidates", fake)
+    display = _Display()
+    scores, race = driver._rescore(config, run, _found(candidates), display, budget)
+    assert len(race["rounds"]) >= reserved and all(len(s["runs"]) >= RACE_RESERVED_SEEDS for s in scores.values())
+    assert budget.race == {**budget.race, "rounds": len(race["rounds"]), "ended": race["ended"]}
+    (line,) = [x for x in describe_budget(budget.record()) if x.startswith("re-scoring race")]
+    assert line.startswith(
+        f"re-scoring race under the time budget: 2 rounds kept from the trials (a run for each of up to 4 "
+        f"candidates, 4 waves of runs), {len(race['rounds'])} ran"
+    )

@@ -9,7 +9,10 @@ whose fault it is and therefore how ``autoaug`` exits (the mapping lives in
 * :class:`StoreError` -- the policy store (missing policy, corrupt artifact...): **2**
 * :class:`SearchError` -- a search could not produce a policy (all trials failed): **1**;
   :class:`SearchInterruptedError` -- it stopped early and can be resumed: **130**;
-  :class:`RunExistsError` -- the run name is taken: **2**
+  :class:`RunExistsError` -- the run name is taken: **2**;
+  :class:`RunFileError` -- a file of its run directory is damaged, or was written by another
+  version of autoaug that this one cannot read: **2** (the message names the file, the version
+  that made it when known, and what to do)
 * :class:`CompareError` -- a comparison cannot run as configured: **2**;
   :class:`RunFailedError` -- one of its training runs raised: **1**
 * :class:`ClusterError` -- Ray could not be reached or used: **1**;
@@ -41,6 +44,7 @@ __all__ = [
     "SearchFailedError",
     "SearchInterruptedError",
     "RunExistsError",
+    "RunFileError",
     "ClusterError",
     "ClusterInputError",
     "CompareError",
@@ -83,6 +87,11 @@ class SearchInterruptedError(SearchError):
 
 class RunExistsError(SearchError, UserInputError):
     """A run directory (or Optuna study) with this name already exists."""
+
+
+class RunFileError(SearchError):
+    """A file of a search's run directory cannot be read: cut short, corrupted, or written by another
+    version of autoaug (a pickle naming a module or class this version does not have)."""
 
 
 class ClusterError(AutoaugError):

@@ -23,6 +23,7 @@ from autoaug.core.errors import (
     DataError,
     MissingExtraError,
     RunExistsError,
+    RunFileError,
     SearchError,
     SearchInterruptedError,
     StorageAccessError,
@@ -47,6 +48,7 @@ COMMAND_MODULES: list[str] = [
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (SearchInterruptedError, 130),  # resumable: the message says how
     (RunExistsError, 2),
+    (RunFileError, 2),  # the message names the file and what to do (restore it, or --overwrite)
     (MissingExtraError, 2),  # the message names the extra to install
     (StorageAccessError, 2),  # a read-only or denied place: fix it or choose another
     (StorageError, 1),  # a full disk or quota: free space, run again (searches and compares resume)

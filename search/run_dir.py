@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from autoaug.core.errors import RunExistsError
+from autoaug.core.errors import RunExistsError, RunFileError
 from autoaug.core.location import Location
 from autoaug.core.metrics import metrics_json
 
@@ -38,6 +38,7 @@ __all__ = [
     "RUNS_ENV_VAR",
     "default_runs_root",
     "default_search_name",
+    "autoaug_version",
 ]
 
 #: The search's configuration, data description, Optuna storage and driver sessions (:class:`RunState`).
@@ -64,6 +65,17 @@ def default_search_name() -> str:
     return datetime.now().strftime("search-%Y%m%d-%H%M%S")
 
 
+def autoaug_version() -> str:
+    """This installation's version of autoaug (``0+unknown`` from a source tree not installed),
+    recorded with each driver session in ``search_config.json``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("autoaug")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 class RunDir:
     """``{storage}/{name}``: a local folder or a URI (``file://`` is local)."""
 
@@ -86,7 +98,49 @@ class RunDir:
         return self.location.exists(filename)
 
     def read_json(self, filename: str) -> Any:
-        return self.location.read_json(filename)
+        """The JSON file ``filename`` of the run directory; one that is not JSON (cut short, edited,
+        corrupted) is a :class:`RunFileError` naming it and what to do."""
+        try:
+            return self.location.read_json(filename)
+        except UnicodeDecodeError as exc:
+            raise self.damaged(filename, f"not UTF-8 text: byte {exc.start}") from None
+        except json.JSONDecodeError as exc:
+            raise self.damaged(filename, f"not JSON: {exc}") from None
+
+    def damaged(self, filename: str, reason: str) -> RunFileError:
+        """The one line of a run directory's file that cannot be read: which file, why, what to do."""
+        return RunFileError(
+            f"{self.uri}/{filename} is damaged ({reason}); the search cannot go on from it: restore the file "
+            f"from a copy, or start the search again with `autoaug search --name {self.name} --overwrite ...`"
+        )
+
+    def another_version(self, filename: str, what: str) -> RunFileError:
+        """The one line of a file written by a version of autoaug that this one cannot read (``what``:
+        the module or class it names that this version does not have), naming the version that
+        started the search as ``search_config.json`` records it (:attr:`RunState.made_by`)."""
+        try:
+            made_by = RunState.from_dict(self.read_json(CONFIG_FILE)).made_by if self.exists(CONFIG_FILE) else None
+        except RunFileError:
+            made_by = None
+        this = autoaug_version()
+        start_again = f"or start it again with `autoaug search --name {self.name} --overwrite ...`"
+        if made_by is None:
+            return RunFileError(
+                f"{self.uri}/{filename} was written by another version of autoaug or of Ray (this is autoaug {this}; "
+                f"its {CONFIG_FILE} does not record which started the search): it names {what}, which this one does "
+                f"not have; finish the search with the version that started it, {start_again}"
+            )
+        if made_by == this:
+            return RunFileError(
+                f"{self.uri}/{filename} was written by another build of autoaug {this} (a checkout edited since the "
+                f"search started, or another Ray): it names {what}, which this one does not have; finish the search "
+                f"with the build that started it, {start_again}"
+            )
+        return RunFileError(
+            f"{self.uri}/{filename} was written by autoaug {made_by} (this is {this}): it names {what}, which this "
+            f"version does not have; finish the search with autoaug {made_by} (`pip install autoaug=={made_by}`), "
+            f"{start_again}"
+        )
 
     def write_json(self, filename: str, obj: Any) -> None:
         self.location.write_text(metrics_json(obj), filename)
@@ -141,8 +195,9 @@ class RunDir:
 class RunState:
     """What ``search_config.json`` holds: the configuration (as its dict), the data it runs on
     (dataset and split fingerprints), where its Optuna study lives, when it started and every
-    driver session (start, then one per resume). The JSON form is the file's, unchanged since
-    the first version."""
+    driver session (start, then one per resume), and the version of autoaug that started it (and
+    each session's: ``autoaug``). The JSON form is the file's, unchanged since the first version
+    but for those (added: a file without them reads as before)."""
 
     config: Mapping[str, Any]
     data: Mapping[str, Any]
@@ -151,6 +206,9 @@ class RunState:
     started_at: str | None
     started_ts: float | None
     sessions: tuple[Mapping[str, Any], ...] = ()
+    #: The version of autoaug that started the search (and wrote Tune's ``tuner.pkl``); None for a
+    #: search started before it was recorded. Each session records its own too.
+    made_by: str | None = None
 
     @classmethod
     def new(
@@ -163,11 +221,18 @@ class RunState:
             study_name=config["name"],
             started_at=utc_now(),
             started_ts=started,
-            sessions=({"started_at": utc_now(), "kind": "start", "address": address},),
+            sessions=({"started_at": utc_now(), "kind": "start", "address": address, "autoaug": autoaug_version()},),
+            made_by=autoaug_version(),
         )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunState:
+        if not isinstance(d, Mapping) or not isinstance(d.get("config"), Mapping):
+            got = type(d).__name__ if not isinstance(d, Mapping) else "no 'config' mapping"
+            raise RunFileError(
+                f"{CONFIG_FILE} holds no search's state (expected an object with the search's 'config', got "
+                f"{got}); restore the file from a copy, or start the search again with --overwrite"
+            )
         optuna = d.get("optuna") or {}
         return cls(
             config=d["config"],
@@ -177,6 +242,7 @@ class RunState:
             started_at=d.get("started_at"),
             started_ts=d.get("started_ts"),
             sessions=tuple(d.get("sessions") or ()),
+            made_by=d.get("autoaug") if isinstance(d.get("autoaug"), str) else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -187,13 +253,13 @@ class RunState:
             "started_at": self.started_at,
             "started_ts": self.started_ts,
             "sessions": [dict(s) for s in self.sessions],
+            **({"autoaug": self.made_by} if self.made_by is not None else {}),
         }
 
     def resumed(self, address: str | None) -> RunState:
         """This state with one more driver session, a resume."""
-        return dataclasses.replace(
-            self, sessions=(*self.sessions, {"started_at": utc_now(), "kind": "resume", "address": address})
-        )
+        session = {"started_at": utc_now(), "kind": "resume", "address": address, "autoaug": autoaug_version()}
+        return dataclasses.replace(self, sessions=(*self.sessions, session))
 
     @property
     def session_label(self) -> str:

@@ -53,6 +53,7 @@ import optuna
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
+from autoaug.core.errors import AutoaugError
 from autoaug.search.decide.warm_start import WARM_START_ATTR
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.tune.loggers import experiment_loggers
@@ -66,7 +67,7 @@ from autoaug.search.tune.searcher import (
     running,
 )
 from autoaug.search.tune.study import SEARCH_ATTR
-from autoaug.search.tune.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state
+from autoaug.search.tune.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state, tuner_state_error
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -229,9 +230,19 @@ def restore_tuner(
     repaired = repair_state(uri)
     if repaired is not None:
         display.log(repaired)
-    tuner = tune.Tuner.restore(
-        uri, trainable=_trainable(config, exp), resume_unfinished=True, resume_errored=resume_errored
-    )
+    try:
+        tuner = tune.Tuner.restore(
+            uri, trainable=_trainable(config, exp), resume_unfinished=True, resume_errored=resume_errored
+        )
+    except AutoaugError:
+        raise
+    except Exception as exc:  # tuner.pkl cut short, corrupted or from another version: one line naming it
+        from autoaug.search.run_dir import RunDir
+
+        unreadable = tuner_state_error(RunDir(config.storage, config.name), uri)
+        if unreadable is None:
+            raise
+        raise unreadable from exc
     attach_session(tuner, DriverSession(exp.name, display, budget, exp.max_steps))
     return tuner
 

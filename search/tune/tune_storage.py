@@ -48,7 +48,15 @@ from autoaug.core.errors import SearchError, StorageError
 from autoaug.core.location import atomic_write_local, is_uri, resume_with, storage_error
 from autoaug.search.tune.searcher import ray_session_dir
 
-__all__ = ["COPY_DIR", "SearchFiles", "StateCopy", "StorageGuard", "repair_state", "storage_failure"]
+__all__ = [
+    "COPY_DIR",
+    "SearchFiles",
+    "StateCopy",
+    "StorageGuard",
+    "repair_state",
+    "storage_failure",
+    "tuner_state_error",
+]
 
 #: Where :class:`StateCopy` keeps the last complete copy of Tune's saved state, in the run directory.
 COPY_DIR = ".tune-state-copy"
@@ -321,3 +329,53 @@ def repair_state(run_dir: str) -> str | None:
         f"Ray Tune's saved state {name} was {why} (a full disk?); resuming from its last complete copy "
         f"(saved at {when}); what the search did after it is done again"
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# The pickled tuner
+
+#: Tune's pickled tuner (its configuration: the searcher, the scheduler, the callbacks), at the top
+#: of an experiment directory; ``Tuner.restore`` reads it first.
+TUNER_FILE = "tuner.pkl"
+
+
+def tuner_state_error(run: Any, experiment_uri: str) -> SearchError | None:
+    """Why ``Tuner.restore`` could not read the experiment at ``experiment_uri`` (a folder of the
+    search's run directory ``run``, a :class:`~autoaug.search.run_dir.RunDir`), when it is its
+    ``tuner.pkl``: cut short or corrupted (:meth:`RunDir.damaged`), or written by another version,
+    naming a module or class this one does not have (:meth:`RunDir.another_version`). None when
+    the file unpickles here (the failure was something else)."""
+    import io
+
+    from autoaug.core.location import Location
+
+    where = Location.parse(experiment_uri, what="experiment")
+    name = TUNER_FILE
+    prefix = run.uri.rstrip("/") + "/"
+    if where.uri.startswith(prefix):
+        name = f"{where.uri[len(prefix) :]}/{TUNER_FILE}"
+    try:
+        data = where.read_bytes(TUNER_FILE)
+    except (OSError, StorageError):
+        return None
+    missing: list[str] = []
+
+    class _Probe(pickle.Unpickler):
+        def find_class(self, module: str, qualname: str) -> Any:
+            try:
+                return super().find_class(module, qualname)
+            except ImportError:
+                missing.append(f"the module {module}")
+                raise
+            except AttributeError:
+                missing.append(f"{module}.{qualname}")
+                raise
+
+    try:
+        _Probe(io.BytesIO(data)).load()
+    except Exception as exc:  # a damaged pickle can raise nearly anything
+        if missing:
+            return run.another_version(name, missing[0])
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return run.damaged(name, f"not a pickle Ray Tune can read: {type(exc).__name__}{': ' + first if first else ''}")
+    return None

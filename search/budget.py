@@ -506,6 +506,6 @@ def describe_budget(record: Mapping[str, Any] | None) -> list[str]:
         lines.append(
             f"re-scoring race under the time budget: {kept} round{'s' if kept != 1 else ''} kept from the trials "
             f"(a run for each of up to {race.get('contenders')} candidates, {race.get('reserved_waves')} waves of runs), "
-            + ("none ran (no race)" if ran is None else f"{ran} ran" + (f" ({how})" if how else ""))
+            + ("the race did not run" if ran is None else f"{ran} ran" + (f" ({how})" if how else ""))
         )
     return lines

@@ -278,7 +278,7 @@ def _measure_text(m: Mapping[str, Any]) -> str:
         )
     if m.get("source") == "trials":
         return f"over {m['n']} trials, the epoch-{m['from']} score ranks the epoch-{m['to']} one at rho {_interval(m)}"
-    return f"not measured yet ({m.get('n', 0)} of {MIN_PAIRS} pairs): cuts as ASHA does"
+    return f"not measured yet, {m.get('n', 0)} of {MIN_PAIRS} pairs: cuts as ASHA does"
 
 
 def gate_line(event: Mapping[str, Any]) -> str:

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="dataset (a folder holding train.parquet, or a Parquet file)")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds --first-seed .. --first-seed + --seeds - 1")
     ap.add_argument("--pack", type=int, default=2, help="members of the pack (the policy and K-1 mates)")
     ap.add_argument("--preset", default=PRESET)
     ap.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(f, fieldnames=fields)
         if new_file:
             writer.writeheader()
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             cfg = dataclasses.replace(base, seed=seed)
             for mode in ("solo", f"pack{args.pack}"):
                 if (seed, mode) in done:

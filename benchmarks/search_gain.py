@@ -401,6 +401,21 @@ def rescore(a: argparse.Namespace, work: Path, runs: list, config: Any, timings:
 
     path = work / RESCORE_FILE
     cached = read_json(path, {})
+    if a.address is None:  # runs of another kind of machine (an earlier session elsewhere): trained again here
+        from autoaug.core.machine import machine_kind
+
+        other = [
+            key
+            for key, _, cfg in runs
+            if (cached.get(key) or {}).get("machine") not in (None, machine_kind(cfg.resolve_device()))
+        ]
+        if other:
+            kinds = sorted({cached[k]["machine"] for k in other})
+            print(
+                f"rescore: {len(other)} runs in {path.name} were trained on another kind of machine ({'; '.join(kinds)}): "
+                "trained again here (one seed trains another model on another kind; runs pair only within one)"
+            )
+            cached = {k: v for k, v in cached.items() if k not in other}
     todo = [r for r in runs if r[0] not in cached]
     if not todo:
         print(f"rescore: all {len(runs)} runs finished already")
@@ -443,9 +458,32 @@ def evaluate(
         import_runs(a, Path(csv_path).resolve(), work / "eval", preset, paths)
     _compare(a, work, timings, "eval", work / "eval", preset, paths, a.eval_seeds, baselines=False)
     labels = [resolve_candidates((path,), (), None)[0].label for path in paths]
-    summary = summarize(_read_runs(work / "eval"))
+    from autoaug.core.machine import one_kind
+
+    runs = _read_runs(work / "eval")
+    summary = summarize(runs)
     diff = paired(summary[labels[0]]["seeds"], summary[labels[1]]["seeds"])
-    return {"cell": list(best), "role": role, "labels": labels, "summary": summary, "paired": diff}
+    machine = one_kind(runs).describe() if any(r.get("machine") for r in runs) else None
+    return {"cell": list(best), "role": role, "labels": labels, "summary": summary, "paired": diff, "machine": machine}
+
+
+def one_kind_of(done: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The finished proxy runs of one kind of machine (:func:`autoaug.core.machine.one_kind`: the kind of
+    the most; a run of another kind pairs with nothing), the others left out in one line; and the kind
+    (None: no run recorded its machine)."""
+    from autoaug.core.machine import left_out_line, one_kind
+
+    split = one_kind(list(done.items()), get=lambda kv: kv[1])
+    line = left_out_line(
+        split,
+        lambda kv: f"{kv[0][:12]} seed {kv[1].get('seed')}",
+        what="proxy runs",
+        hint=f"delete their entries in {RESCORE_FILE} to train them again here",
+        get=lambda kv: kv[1],
+    )
+    if line:
+        print(f"rescore: {line}")
+    return dict(split.kept), (split.describe() if split.kind is not None else None)
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -645,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("search_gain: no finished search to report (--report-only)")
     runs, per_search, config = rescore_plan(results, a.rescore_seeds, raced)
     done = rescore(a, work, runs, config, timings)
+    done, machine = one_kind_of(done)  # paired by seed only within one kind of machine
     cells = cells_from(per_search, done)
     evaluation = None
     # with --race, what the searches store with the race is what the table is about
@@ -664,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
             print("eval: every search stored its warm start: nothing to evaluate against it")
         else:
             evaluation = evaluate(a, work, timings, best, per_search, role)
-    report(a, work, out, results, per_search, cells, evaluation, timings, done)
+    report(a, work, out, results, per_search, cells, evaluation, timings, done, machine)
     print(f"\nwrote {out}")
     print(f"best cell{' with the race' if raced else ''}: {best}; gain {points((pool.get(best) or {}).get('mean'))}")
     return 0

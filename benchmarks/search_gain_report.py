@@ -113,7 +113,10 @@ def report(
     evaluation: dict | None,
     timings: Timings,
     done: dict[str, Any],
+    machine: str | None = None,
 ) -> dict:
+    """``results.md`` and ``gain.json``; ``machine``: the kind of machine the paired runs trained on
+    (:func:`autoaug.core.machine.one_kind`), said under the tables."""
     ledger = read_json(work / SEARCHES_FILE, {})
     costs = {cell: ledger.get(search_name(*cell)) for cell in plan(a.trials, a.samplers) + method_cells(a.methods)}
     # the warm starts (a search's own calibration round may choose another than the one it reused)
@@ -273,7 +276,8 @@ def report(
             f"{'cell chosen with --eval-cell' if evaluation.get('chosen') else 'best cell'}) "
             "minus the warm start, test accuracy, "
             f"paired by seed ({len(d['seeds'])} seeds): {points(d['mean'])} [{points(d['low'])}, "
-            f"{points(d['high'])}] points (p = {d['p_value'] if d['p_value'] is None else round(d['p_value'], 3)}).",
+            f"{points(d['high'])}] points (p = {d['p_value'] if d['p_value'] is None else round(d['p_value'], 3)})"
+            + (f"; runs trained on {evaluation['machine']}." if evaluation.get("machine") else "."),
         ]
     stages = [f"{stage} {t['wall_s'] / 60:.1f} min" for stage, t in timings.data.items()]
     if stages:
@@ -285,7 +289,8 @@ def report(
     lines += [
         "```",
         "",
-        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}; written {_now()}.",
+        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}; written {_now()}."
+        + (f" The paired proxy runs trained on {machine} (runs pair by seed only within one kind)." if machine else ""),
     ]
     text = "\n".join(lines).replace(str(work), "$WORK").replace(a.data, "$DATA")
     out.mkdir(parents=True, exist_ok=True)
@@ -321,6 +326,7 @@ def report(
         },
         "rungs": rungs,
         "eval": evaluation,
+        "machine": machine,
         "timings": timings.data,
         "written_at": _now(),
     }

@@ -129,10 +129,21 @@ class Timings:
 
 
 def _read_runs(compare_out: Path) -> list[dict[str, Any]]:
+    """``compare_out``'s ``runs.csv`` rows of one kind of machine (:func:`autoaug.core.machine.one_kind`:
+    compare writes one kind; a file merged by hand may hold more): the others, paired with nothing,
+    left out in one line."""
     import csv
 
+    from autoaug.core.machine import left_out_line, one_kind
+
     with open(compare_out / "runs.csv", newline="") as f:
-        return list(csv.DictReader(f))
+        split = one_kind(csv.DictReader(f))
+    line = left_out_line(
+        split, lambda r: f"{r['policy']} seed {r['seed']}", hint=f"train them on one kind ({compare_out})"
+    )
+    if line:
+        print(f"{compare_out.name}: {line}")
+    return split.kept
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -236,10 +247,14 @@ def import_runs(
     with native instructions, float32 elsewhere; the same seed gives another result): a row whose
     ``precision`` differs from the one this machine trains the regime in is not imported (said);
     a row of a CSV written before runs recorded it is imported, and the line says how many were,
-    so a reader can check one by training it again.
+    so a reader can check one by training it again. Likewise the kind of machine (``machine``:
+    :func:`autoaug.core.machine.machine_kind`; one seed trains another model on another CPU or GPU
+    even in one precision): a row of another kind than this machine's is not imported (said), a row
+    that records none is imported and counted.
     """
     import csv
 
+    from autoaug.core.machine import machine_kind
     from autoaug.launch.compare.candidates import resolve_candidates
     from autoaug.launch.compare.config import config_from_dict
     from autoaug.launch.compare.runner import run_id, run_record, sized_to_data
@@ -255,6 +270,7 @@ def import_runs(
         (c,) = resolve_candidates((ref,), (), None)
         candidates.setdefault(c.policy_hash, c)
     written, other, unrecorded = 0, collections.Counter(), 0
+    other_machines, no_machine = collections.Counter(), 0
     (out / "runs").mkdir(parents=True, exist_ok=True)
     with open(csv_path, newline="") as f:
         for row in csv.DictReader(f):
@@ -270,13 +286,19 @@ def import_runs(
             if row.get("precision") and row["precision"] != here:
                 other[row["precision"]] += 1
                 continue
+            machine = machine_kind(run_config.resolve_device())
+            if row.get("machine") and row["machine"] != machine:
+                other_machines[row["machine"]] += 1
+                continue
             unrecorded += not row.get("precision")
+            no_machine += not row.get("machine")
             outcome = {
                 "test_accuracy": float(row["test_accuracy"]),
                 "test_loss": float(row["test_loss"]),
                 "val_accuracy": float(row["val_accuracy"]) if row.get("val_accuracy") else None,
                 "train_time_s": float(row["train_time_s"]),
                 "precision": row.get("precision") or None,
+                "machine": row.get("machine") or None,
                 "history": [],
                 "dataset_fingerprint": fingerprint,
                 "split_fingerprint": None,
@@ -300,6 +322,18 @@ def import_runs(
             "not imported: "
             + ", ".join(f"{n} trained in {name}" for name, n in sorted(other.items()))
             + " (this machine trains them in another precision: they are trained again)"
+        )
+    if no_machine:
+        notes.append(
+            f"{no_machine} of them recorded no kind of machine (written before runs kept it): compare pairs them "
+            "with this machine's runs as if of its kind"
+        )
+    if other_machines:
+        notes.append(
+            "not imported: "
+            + ", ".join(f"{n} trained on {kind}" for kind, n in sorted(other_machines.items()))
+            + f" (another kind of machine than this one, {machine_kind()}: one seed trains another model there; "
+            "they are trained again)"
         )
     print(f"imported {written} finished runs from {csv_path} into {out / 'runs'}" + "".join(f"; {n}" for n in notes))
     return written
@@ -446,10 +480,13 @@ def report(
     """Tables, verdict, plot and provenance into ``out``. ``also``: ``{policy file: results folder}``
     of the ``--also`` searches (:func:`also_policies`); ``twins_``: the evaluated policies that are
     another row (:func:`twins`)."""
+    from autoaug.core.machine import one_kind
+
     also = also or {}
     twins_ = twins_ or {}
     runs = with_twins(_read_runs(work / "eval"), twins_)
     summary = summarize(runs)
+    machine = one_kind(runs).describe() if any(r.get("machine") for r in runs) else None
     found = next(r["policy"] for r in runs if r.get("store_ref") == found_ref or r["policy"] == found_ref)
     others = list(dict.fromkeys(r["policy"] for r in runs if r.get("ref") in also))
     search_result = json.loads((work / "runs" / a.search_name / "result.json").read_text())
@@ -583,7 +620,8 @@ def report(
         "```",
         "",
         f"Machine: {os.cpu_count()} CPUs, {platform.platform()}; written {_now()}. Wall times "
-        "include waiting for the cores when other jobs share the machine (see quality.json: timings).",
+        "include waiting for the cores when other jobs share the machine (see quality.json: timings)."
+        + (f" The evaluation's runs trained on {machine} (paired by seed only within one kind)." if machine else ""),
     ]
     out.mkdir(parents=True, exist_ok=True)
     text = "\n".join(lines).replace(str(work), "$WORK").replace(str(REPO.parent), "..")
@@ -597,6 +635,7 @@ def report(
         "verdict": verdict,
         "also": {o: {"paired": also_diffs[o], "same_search_other_seed": o in replicates} for o in others},
         "twins": twins_,
+        "machine": machine,
         "over_search_seeds": over,
         "fidelity": fidelity,
         "timings": timings.data,

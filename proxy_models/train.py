@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from autoaug.core.location import atomic_write_local
+from autoaug.core.machine import machine_kind
 from autoaug.core.metrics import balanced_accuracy
 from autoaug.proxy_models.learner import EvalStats, Learner
 from autoaug.proxy_models.precision import amp_dtype, restore_tf32, set_tf32, tf32_state
@@ -95,6 +96,9 @@ class TrainResult:
     #: The precision the run trained in: the autocast dtype ("bfloat16", "float16") or "float32"
     #: (:attr:`autoaug.proxy_models.learner.Learner.precision`; machine-dependent under ``amp: native``).
     precision: str | None = None
+    #: The kind of machine it trained on (:func:`autoaug.core.machine.machine_kind`: the CPU's model and
+    #: numerics-changing instruction sets, or the GPU's model): one seed trains another model on another kind.
+    machine: str | None = None
 
     @property
     def val_loss(self) -> float | None:
@@ -394,6 +398,7 @@ class _Run:
     train_time: float = 0.0
     epoch_hashes: list[str] = dataclasses.field(default_factory=list)
     current: Any = None  # the policy of the epoch being trained
+    device: Any = None  # the torch.device it trains on (its machine kind: TrainResult.machine)
 
     @property
     def schedule(self) -> Any:
@@ -517,6 +522,7 @@ class _Run:
             test_class_correct=list(test_stats.class_correct) if test_stats is not None else None,
             test_class_total=list(test_stats.class_total) if test_stats is not None else None,
             precision=precision,
+            machine=machine_kind(self.device if self.device is not None else "cpu"),
         )
 
 
@@ -606,6 +612,7 @@ def _open_run(
         test_loader=test_loader,
         steps_per_epoch=steps_per_epoch,
         checkpoint=checkpoint,
+        device=device,
     )
 
 

@@ -146,6 +146,12 @@ class Comparison:
     files: dict[str, str] = dataclasses.field(default_factory=dict)
     attached: list[str] = dataclasses.field(default_factory=list)
     classes: tuple[str, ...] = ()  # the dataset's class names, label order (per-class tables)
+    #: The kind of machine (and precision) the compared runs trained on (:func:`autoaug.core.machine.one_kind`):
+    #: runs are paired by seed only within one kind. None: no run recorded its machine.
+    machine: str | None = None
+    #: The runs left out for being of another kind (not in ``runs``, the table or runs.csv), and the line saying so.
+    left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    left_out_note: str | None = None
 
     @functools.cached_property
     def per_class(self) -> PerClass:
@@ -204,6 +210,11 @@ class Comparison:
             "precision column says which run is which)."
         ]
 
+    def _machine_notes(self) -> list[str]:
+        """Which kind of machine produced the table, and the runs of another kind left out."""
+        lines = [f"machine: {self.machine} (every run compared; runs.csv's machine column)"] if self.machine else []
+        return lines + ([self.left_out_note] if self.left_out_note else [])
+
     def _partial_note(self) -> list[str]:
         if any(0 < s.balanced_n < s.n for s in self.summaries):
             return [
@@ -237,6 +248,8 @@ class Comparison:
         notes = [f"per class: {n}" for n in [per_class.missing_note(), *per_class.notes] if n]
         if self._partial_note() or self._precision_note() or notes:
             lines += ["", *self._partial_note(), *self._precision_note(), *notes]
+        if self._machine_notes():
+            lines += ["", *self._machine_notes()]
         return "\n".join(lines)
 
     def markdown(self) -> str:
@@ -267,7 +280,7 @@ class Comparison:
             "|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"]) + "|",
         ]
         lines += ["| " + " | ".join(r) + " |" for r in self.rows()]
-        for note in [*self._partial_note(), *self._precision_note()]:
+        for note in [*self._partial_note(), *self._precision_note(), *self._machine_notes()]:
             lines += ["", note]
         lines += ["", f"Dataset fingerprint `{self.dataset_fingerprint[:16]}`; one row per run in `runs.csv`."]
         lines += self.per_class.markdown()
@@ -294,6 +307,7 @@ _RUN_COLUMNS = [
     "finished_at",
     "balanced_accuracy",
     "precision",
+    "machine",
 ]
 _RESULT_COLUMNS = [
     "policy",
@@ -539,6 +553,8 @@ def _evaluation(comparison: Comparison, summary: PolicySummary) -> dict[str, Any
         "train_config": train,
         "dataset_fingerprint": comparison.dataset_fingerprint,
         "out": Location.parse(cfg.out, what="--out").uri,
+        # the kind of machine the runs trained on (only when recorded: older comparisons keep their digest)
+        **({"machine": comparison.machine} if comparison.machine else {}),
         **_per_class_evaluation(comparison, summary),
     }
 

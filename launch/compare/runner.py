@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import CompareError, RunFailedError
 from autoaug.core.location import Location
+from autoaug.core.machine import left_out_line, one_kind
 from autoaug.core.metrics import epoch_record, metrics_json
 from autoaug.launch.compare.candidates import Candidate, resolve_candidates
 from autoaug.launch.compare.config import CompareConfig
@@ -81,6 +82,7 @@ def _train_one(
         "val_accuracy": result.val_accuracy,
         "train_time_s": result.train_time_s,
         "precision": result.precision,
+        "machine": result.machine,  # its kind (autoaug.core.machine): runs pair by seed only within one
         "history": [epoch_record(row) for row in result.history],
         "dataset_fingerprint": result.dataset_fingerprint,
         "split_fingerprint": result.split_fingerprint,
@@ -231,14 +233,28 @@ def run_compare(
         trained = _run_all(config, todo, done, out, total, say, display)
 
     runs = [done[(c.policy_hash, seed)] for c, seed in jobs]
+    # Paired by seed only within one kind of machine: the runs of another kind (reused records trained
+    # elsewhere, a cluster of two kinds) are left out, in one line.
+    split = one_kind(runs)
+    left = left_out_line(
+        split,
+        lambda r: f"{r['policy']} seed {r['seed']}",
+        hint=f"train them on one kind: delete their records in {out.child('runs').uri} to train them here, "
+        "or compare in another --out",
+    )
+    if left:
+        say(f"compare: {left}")
     comparison = Comparison(
         config=config,
         candidates=candidates,
-        runs=runs,
-        summaries=summarize(candidates, runs),
+        runs=split.kept,
+        summaries=summarize(candidates, split.kept),
         dataset_fingerprint=dataset_fp,
         trained=trained,
         classes=classes,
+        machine=split.describe() if split.kind is not None else None,
+        left_out=split.left_out,
+        left_out_note=left,
     )
     write_outputs(comparison)
     if config.attach:

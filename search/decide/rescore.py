@@ -134,6 +134,7 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
         "train_time_s": result.train_time_s,
         "wall_s": time.time() - started,
         "precision": result.precision,
+        "machine": result.machine,  # its kind (autoaug.core.machine): runs pair by seed only within one
         "epochs": len(result.history),
         "scores": {
             str(i + 1): search_score(accuracies[: i + 1], score_window)
@@ -199,7 +200,7 @@ def train_runs(
     ``cached``: runs of earlier sessions, ``{key: result}`` (not trained again); ``save``: a
     callable receiving the updated mapping after every finished run; ``deadline``: a
     ``time.time()`` after which the runs not finished are cancelled (a time budget). Returns
-    ``{key: {METRIC, "val_accuracy", "train_time_s", "precision", "epochs", "seed", "val_size"}}``, the
+    ``{key: {METRIC, "val_accuracy", "train_time_s", "precision", "machine", "epochs", "seed", "val_size"}}``, the
     cached runs included (and only the runs that finished).
     """
     import time

@@ -291,6 +291,42 @@ def test_a_rerun_reuses_finished_searches_and_runs_and_resumes_the_rest(sg, fake
     assert len(ledger["sg-n6-random"]["sessions"]) == 2 and len(ledger["sg-n5-tpe"]["sessions"]) == 1
 
 
+XEON = "cpu Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (avx2 fma avx512f avx512_bf16 amx_bf16)"
+
+
+def test_a_proxy_run_of_another_kind_of_machine_is_trained_again_here_not_paired(sg, fake, capsys):
+    """A work folder resumed on another kind of machine: its runs of the other kind would pair by
+    seed with this one's (one seed trains another model there); they are trained again, said."""
+    from autoaug.core.machine import machine_kind
+
+    sg.main(fake["argv"])
+    work, calls = fake["work"], fake["calls"]
+    done = json.loads((work / "rescore.json").read_text())
+    moved = sorted(done)[0]
+    for key in done:
+        done[key]["machine"] = XEON if key == moved else machine_kind()
+    (work / "rescore.json").write_text(json.dumps(done))
+    calls["trained"].clear()
+    capsys.readouterr()
+    assert sg.main(fake["argv"]) == 0
+    assert calls["trained"] == [moved]
+    assert f"rescore: 1 runs in rescore.json were trained on another kind of machine ({XEON}): trained again here" in (
+        capsys.readouterr().out
+    )
+
+
+def test_runs_of_two_kinds_pair_only_within_the_kind_of_the_most_and_say_what_they_left_out(sg, capsys):
+    here = "cpu AMD EPYC 7B13 64-Core Processor (avx2 fma)"
+    done = {f"{k}{'0' * 11}": {"seed": s, "machine": here, "precision": "float32"} for k, s in zip("abc", (1, 2, 3))}
+    done["d" * 12] = {"seed": 4, "machine": XEON, "precision": "float32"}
+    done["e" * 12] = {"seed": 5}  # recorded before runs kept their machine: kept
+    kept, machine = sg.one_kind_of(done)
+    assert sorted(kept) == sorted(k for k in done if k != "d" * 12) and machine.startswith(f"{here}, float32")
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"rescore: left out 1 proxy run of another kind of machine than the 4 compared ({here}")
+    assert f"1 on {XEON}, float32 (dddddddddddd seed 4)" in line and "delete their entries in rescore.json" in line
+
+
 def test_a_search_is_charged_the_cpu_of_the_processes_it_starts_not_the_benchmarks(sg, fake, monkeypatch):
     import subprocess
     import sys

@@ -251,6 +251,38 @@ def test_a_run_trained_in_another_precision_than_this_machines_is_not_imported(
     assert recorded == ["bfloat16", None]
 
 
+def test_a_run_of_another_kind_of_machine_than_this_ones_is_not_imported(sq, tmp_path, cifar_dir, capsys):
+    """One seed of the ``eval-cpu`` regime, float32 both, gave 96.03% on an AMD Zen 3 and 97.32% on an
+    Intel Xeon (GTSRB): a committed row trained on another kind of machine than this one is trained
+    again here, not paired with this machine's runs; a row that records no kind is imported and counted."""
+    import argparse
+    import json
+
+    from autoaug.core.machine import machine_kind
+    from autoaug.launch.compare.candidates import resolve_candidates
+    from autoaug.launch.compare.runner import run_id
+    from autoaug.proxy_models.precision import run_precision
+    from autoaug.proxy_models.train_config import TrainConfig
+
+    here = run_precision(TrainConfig.from_preset("eval-cpu"), TrainConfig.from_preset("eval-cpu").resolve_device())
+    other = "cpu Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (avx2 fma avx512f avx512_bf16 amx_bf16)"
+    assert other != machine_kind()
+    (none,) = resolve_candidates((), ["none"], None)
+    base = {"policy": "none", "policy_hash": none.policy_hash, "test_accuracy": 0.45, "test_loss": 1.7}
+    base |= {"val_accuracy": "", "train_time_s": 200.0, "hostname": "vm", "precision": here}
+    rows = [{**base, "seed": 0, "machine": other}, {**base, "seed": 1, "machine": machine_kind()}]
+    rows.append({**base, "seed": 2, "machine": ""})  # written before runs kept their machine
+    csv_path = _write_runs_csv(tmp_path / "eval_runs.csv", rows)
+    out = tmp_path / "eval"
+    assert sq.import_runs(argparse.Namespace(data=str(cifar_dir)), csv_path, out, ["--preset", "eval-cpu"]) == 2
+    said = capsys.readouterr().out
+    assert "1 of them recorded no kind of machine" in said
+    assert f"not imported: 1 trained on {other} (another kind of machine than this one, {machine_kind()}" in said
+    assert not (out / "runs" / f"{run_id(none, 0)}.json").exists()
+    recorded = [json.loads((out / "runs" / f"{run_id(none, s)}.json").read_text())["machine"] for s in (1, 2)]
+    assert recorded == [machine_kind(), None]
+
+
 def test_the_rebased_rows_runs_are_imported_like_any_policy_of_the_comparison(sq, tmp_path, cifar_dir):
     """The best published policy moved onto the search's base is written to this benchmark's own
     work folder: an earlier benchmark's runs of it (another folder, the same policy hash) are reused."""

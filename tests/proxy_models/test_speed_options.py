@@ -366,6 +366,7 @@ def test_the_smoke_preset_trains_on_the_cpu_with_compile_and_bf16(smoke, changes
         warnings.simplefilter("always")
         result = train(cfg, "autoaugment-cifar10", checkpoint_dir=tmp_path)
     # No fallback: compiled / bf16 for real (on a CPU without native bfloat16, emulated, which it says).
+    from autoaug.core.machine import machine_kind
     from autoaug.proxy_models.precision import native_on_cpu
 
     emulated = cfg.amp and not native_on_cpu("bfloat16")
@@ -376,6 +377,7 @@ def test_the_smoke_preset_trains_on_the_cpu_with_compile_and_bf16(smoke, changes
     assert result.val_accuracy is not None and 0 <= result.val_accuracy <= 1
     assert result.config.to_dict() == cfg.resolved().to_dict()  # recorded with the options it ran with
     assert result.precision == "bfloat16"  # what it computed in, for the run's record
+    assert result.machine == machine_kind("cpu")  # and its kind of machine: one seed trains another model elsewhere
     # The checkpoint holds the plain model's weights (no compiled wrapper's key prefix): it loads anywhere.
     state = load_checkpoint(tmp_path)
     assert state["config"].get("compile", False) is cfg.compile

@@ -31,7 +31,11 @@ re-scoring or calibration run) -- :func:`runtime_env_vars` is what :mod:`autoaug
 ships to the workers, so an armed spec reaches them on a cluster too. With :data:`FIRED_ENV_VAR`
 naming a folder, a point fires at most once across every process (the first to reach it creates
 ``<folder>/<NAME>``, which holds its pid); that is how a test kills one trial among many, and
-how it tells afterwards that the point was reached.
+how it tells afterwards that the point was reached. With :data:`ONLY_ENV_VAR` set to ``VAR=VALUE``,
+only a process whose environment has ``VAR`` equal to ``VALUE`` is armed: a spec shipped with one
+search's Ray job reaches only those of its workers that run on the node whose processes carry a
+test's marker (the node-loss tests of ``tests/launch/test_cluster_ray.py``), and no process of
+another job, whatever the order of the tests.
 
 ``docs/failpoints.md`` lists the points, where each is, and the crash tests that arm them.
 """
@@ -54,6 +58,7 @@ from autoaug.core.errors import UserInputError
 __all__ = [
     "ENV_VAR",
     "FIRED_ENV_VAR",
+    "ONLY_ENV_VAR",
     "POINTS",
     "ACTIONS",
     "Failpoint",
@@ -69,6 +74,8 @@ __all__ = [
 ENV_VAR = "AUTOAUG_FAILPOINTS"
 #: A folder: each point fires at most once across the processes sharing it (a marker file per point).
 FIRED_ENV_VAR = "AUTOAUG_FAILPOINTS_FIRED"
+#: ``VAR=VALUE``: the points are armed only in a process whose environment has ``VAR`` equal to ``VALUE``.
+ONLY_ENV_VAR = "AUTOAUG_FAILPOINTS_ONLY"
 
 #: Every point, where it is and what it interrupts (docs/failpoints.md says more).
 POINTS: Mapping[str, str] = {
@@ -155,17 +162,32 @@ def _is_pipe(path: str) -> bool:
 
 
 def check_environment() -> None:
-    """Refuse a malformed :data:`ENV_VAR` now (:class:`UserInputError`, one line): what
-    ``autoaug`` does at its start, before any work. (Importing this module never raises; a
-    process that did not check meets the error at its first hit.)"""
+    """Refuse a malformed :data:`ENV_VAR` or :data:`ONLY_ENV_VAR` now (:class:`UserInputError`, one
+    line): what ``autoaug`` does at its start, before any work. (Importing this module never raises;
+    a process that did not check meets the error at its first hit.)"""
     parse(os.environ.get(ENV_VAR))
+    _only(os.environ.get(ONLY_ENV_VAR))
+
+
+def _only(text: str | None) -> tuple[str, str] | None:
+    """:data:`ONLY_ENV_VAR`'s ``(VAR, VALUE)``; None when unset; one line when malformed."""
+    if not text:
+        return None
+    var, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+        raise UserInputError(f"{ONLY_ENV_VAR}: bad value {text!r}: expected VAR=VALUE (an environment variable's name)")
+    return var, value
 
 
 def _from_environment() -> dict[str, Failpoint] | UserInputError | None:
     try:
-        return parse(os.environ.get(ENV_VAR)) or None
+        points = parse(os.environ.get(ENV_VAR)) or None
+        only = _only(os.environ.get(ONLY_ENV_VAR))
     except UserInputError as exc:
         return exc
+    if points is not None and only is not None and os.environ.get(only[0]) != only[1]:
+        return None  # not a process the points are for: unarmed
+    return points
 
 
 #: The armed points (None: none, the one check of an unarmed hit), or the error of a malformed spec.
@@ -251,4 +273,4 @@ def runtime_env_vars() -> dict[str, str]:
     (empty when nothing is armed)."""
     if not os.environ.get(ENV_VAR):
         return {}
-    return {k: os.environ[k] for k in (ENV_VAR, FIRED_ENV_VAR) if os.environ.get(k)}
+    return {k: os.environ[k] for k in (ENV_VAR, FIRED_ENV_VAR, ONLY_ENV_VAR) if os.environ.get(k)}

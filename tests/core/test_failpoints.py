@@ -191,6 +191,36 @@ def test_the_armed_spec_is_what_ray_workers_get(monkeypatch, tmp_path):
     monkeypatch.setenv(ENV_VAR, "train.mid_epoch=kill")
     monkeypatch.setenv(FIRED_ENV_VAR, str(tmp_path))
     assert failpoints.runtime_env_vars() == {ENV_VAR: "train.mid_epoch=kill", FIRED_ENV_VAR: str(tmp_path)}
+    monkeypatch.setenv(failpoints.ONLY_ENV_VAR, "NODE=2")  # and the marker of the processes it arms
+    assert failpoints.runtime_env_vars()[failpoints.ONLY_ENV_VAR] == "NODE=2"
+
+
+def test_only_a_process_whose_environment_has_the_marker_is_armed(tmp_path):
+    """``AUTOAUG_FAILPOINTS_ONLY=VAR=VALUE``: a spec shipped with one job reaches every worker of it,
+    and arms only those carrying a node's marker (the node-loss tests)."""
+    import os
+
+    from autoaug.core.failpoints import ONLY_ENV_VAR
+
+    code = "from autoaug.core import failpoints; failpoints.hit('budget.after_save'); print('alive')"
+    env = {**os.environ, ENV_VAR: "budget.after_save=kill", ONLY_ENV_VAR: "AUTOAUG_TEST_NODE=node2-abc"}
+    elsewhere = _python(code, {k: v for k, v in env.items() if k != "AUTOAUG_TEST_NODE"})
+    assert elsewhere.wait(timeout=60) == 0 and elsewhere.stdout.read() == "alive\n"  # no marker: unarmed
+    other = _python(code, {**env, "AUTOAUG_TEST_NODE": "node2-old"})
+    assert other.wait(timeout=60) == 0  # another node's marker: unarmed
+    marked = _python(code, {**env, "AUTOAUG_TEST_NODE": "node2-abc"})
+    assert marked.wait(timeout=60) == -signal.SIGKILL  # the marked process: armed
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoaug.launch.cli", "policies", "list", "--store", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        env={**env, ONLY_ENV_VAR: "no value"},
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"autoaug: error: {ONLY_ENV_VAR}: bad value 'no value': expected VAR=VALUE (an environment variable's name)\n",
+    )
 
 
 def _hits_in_code() -> list[str]:

@@ -135,21 +135,14 @@ class LocalCluster:
             raise RuntimeError(f"the Ray {name} started but the GCS lists {len(alive)} node(s) alive, not {want}")
 
     def start_node2(self) -> None:
-        """(Re)start the second node (1 CPU, resource ``node2``, free ports of its own). Its raylet,
-        so every worker it starts, has :data:`NODE2_POINT` armed to stall on the named pipe
-        :attr:`gate`, once across the cluster's life (:attr:`fired`, created here, says the point
-        fired: a test that wants it removes it). Every process of the node carries a fresh
-        :data:`NODE_ENV_VAR` value, by which :meth:`kill_node2` finds them."""
-        self.fired.mkdir(exist_ok=True)
-        (self.fired / NODE2_POINT.split(":")[0]).touch()
+        """(Re)start the second node (1 CPU, resource ``node2``, free ports of its own). Every process
+        of the node (its raylet, so every worker it starts) carries a fresh :data:`NODE_ENV_VAR`
+        value, by which :meth:`kill_node2` finds them and a node-loss test's search arms its
+        failpoint in them alone (:func:`_search_losing_node2`)."""
         agent, metrics = _free_ports(2)
         argv = [*self.node2_argv, f"--dashboard-agent-listen-port={agent}", f"--metrics-export-port={metrics}"]
         self.node2_marker = f"{self.token[:12]}-node2-{secrets.token_hex(4)}"
-        env = {
-            "AUTOAUG_FAILPOINTS": f"{NODE2_POINT}=stall({self.gate})",
-            "AUTOAUG_FAILPOINTS_FIRED": str(self.fired),
-            NODE_ENV_VAR: self.node2_marker,
-        }
+        env = {NODE_ENV_VAR: self.node2_marker}
         try:
             self.start_node("node2", argv, env)
         except RuntimeError as e:
@@ -164,10 +157,6 @@ class LocalCluster:
     @property
     def gate(self) -> Path:
         return self.temp_dir / "gate"
-
-    @property
-    def fired(self) -> Path:
-        return self.temp_dir / "fired"
 
     def node2_pids(self) -> list[int]:
         """Every live process of the second node: the ``ray start --block`` process, its raylet and
@@ -220,18 +209,20 @@ class LocalCluster:
 
 #: An environment variable that marks every process of one node of a test cluster.
 NODE_ENV_VAR = "AUTOAUG_TEST_RAY_NODE"
-#: The failpoint armed on the second node (a test that loses the node removes its marker in
-#: ``LocalCluster.fired``): a training step, counted per process: with 256 images in batches of 32
-#: (8 steps an epoch) its 10th hit is in a model's second epoch, after the first epoch's checkpoint.
+#: The failpoint a node-loss test's search arms in its own job's processes on the second node: a
+#: training step, counted per process: with 256 images in batches of 32 (8 steps an epoch) its 10th
+#: hit is in a model's second epoch, after the first epoch's checkpoint.
 NODE2_POINT = "train.mid_epoch:10"
 
 
 def _pids_with(marker: bytes) -> list[int]:
-    """The PIDs of the processes whose environment holds ``marker`` (``NAME=VALUE\\0``)."""
-    pids = []
+    """The PIDs of the processes whose environment holds ``marker`` (``NAME=VALUE\\0``) as one of its
+    entries (not inside another's value: a search's driver and workers carry the second node's marker
+    in ``AUTOAUG_FAILPOINTS_ONLY``)."""
+    pids, entry_wanted = [], marker.rstrip(b"\0")
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            if marker in (entry / "environ").read_bytes():
+            if entry_wanted in (entry / "environ").read_bytes().split(b"\0"):
                 pids.append(int(entry.name))
         except (OSError, ValueError):
             continue
@@ -520,11 +511,13 @@ def test_clear_errors_without_the_token(ray_cluster, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# A worker node lost mid-search. Each test replaces the second node by one whose
-# workers carry an armed failpoint (its raylet's environment: the head's trials and the driver
-# never see it), runs a search against the cluster, waits for the event "a trial on the second node
-# is at the failpoint" (a named pipe), kills every process of that node by PID, and lets the search
-# finish on the head alone; a plain second node is started again afterwards, for the other tests.
+# A worker node lost mid-search. Each test runs a search against the cluster with a failpoint armed
+# in its own Ray job only (the driver's environment, shipped in the job's runtime_env) and in that
+# job's processes on the second node only (AUTOAUG_FAILPOINTS_ONLY: the node's marker; the head's
+# trials and the driver never arm it, nor any process of another job still training there, whatever
+# the order of the tests), waits for the event "a trial of this search on the second node is at the
+# failpoint" (a named pipe), kills every process of that node by PID, and lets the search finish on
+# the head alone; a fresh second node is started again afterwards, for the other tests.
 
 
 @dataclass
@@ -540,10 +533,12 @@ class NodeLoss:
 
 
 def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path) -> NodeLoss:
-    """Run ``autoaug`` ``argv`` against ``cluster`` with the second node's failpoint armed
-    (:data:`NODE2_POINT`); when a process of that node is there, kill the node; return when the
-    search ends. The cluster has two nodes again afterwards (a fresh second node)."""
+    """Run ``autoaug`` ``argv`` against ``cluster`` with :data:`NODE2_POINT` armed in its job's
+    processes on the second node; when one of them is there, kill the node; return when the search
+    ends. The cluster has two nodes again afterwards (a fresh second node)."""
     import threading
+
+    from autoaug.core.failpoints import ENV_VAR, FIRED_ENV_VAR, ONLY_ENV_VAR
 
     at_point: list[str] = []
 
@@ -553,7 +548,11 @@ def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path)
 
     reader = threading.Thread(target=meet, daemon=True)
     reader.start()
-    (cluster.fired / NODE2_POINT.split(":")[0]).unlink()  # armed
+    armed = {  # this search's job only (its runtime_env), its processes on the second node only
+        ENV_VAR: f"{NODE2_POINT}=stall({cluster.gate})",
+        FIRED_ENV_VAR: str(tmp_path / "fired"),
+        ONLY_ENV_VAR: f"{NODE_ENV_VAR}={cluster.node2_marker}",
+    }
     out, err = tmp_path / "search.out", tmp_path / "search.err"
     started = time.monotonic()
     killed: list[int] = []
@@ -561,7 +560,7 @@ def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path)
         with open(out, "w") as stdout, open(err, "w") as stderr:
             driver = subprocess.Popen(
                 [str(BIN / "autoaug"), *argv, "--address", cluster.gcs_address],
-                env=cluster.env,
+                env={**cluster.env, **armed},
                 stdout=stdout,
                 stderr=stderr,
                 text=True,
@@ -580,7 +579,9 @@ def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path)
                         + err.read_text()[-3000:]
                     )
                 stalled_pid = int(at_point[0].split()[0])
-                assert stalled_pid in cluster.node2_pids()  # the point fired on the second node only
+                assert stalled_pid in cluster.node2_pids()  # the point fired on the second node only...
+                environ = Path(f"/proc/{stalled_pid}/environ").read_bytes()
+                assert f"{ENV_VAR}={armed[ENV_VAR]}\0".encode() in environ  # ... in a process of this search's job
                 (lost_node,) = [n["node_id"] for n in cluster.alive_nodes() if not n["is_head_node"]]
                 killed = cluster.kill_node2()
                 assert stalled_pid in killed
@@ -734,8 +735,8 @@ def test_density_search_survives_losing_the_node_a_fold_model_trains_on(ray_clus
 
 @pytest.mark.slow
 def test_no_wait_logs_list_and_stop(ray_cluster, cifar_small, tmp_path):
-    # Last in the file: the job it stops may still train on the second node for a while, and a
-    # node-loss test after it could take that job's process at its failpoint for its own search's.
+    # The job it stops may still train on the second node for a while: no node-loss test's
+    # failpoint is armed in it (each is armed in its own search's job), so the order does not matter.
     from autoaug.policies import presets
 
     autoaug = str(BIN / "autoaug")

@@ -6,7 +6,11 @@ and ``benchmarks/search_overhead.py`` all connect through :func:`ray_session`.
 Three ways a command reaches Ray:
 
 * **embedded** (no address): :func:`local` starts a private Ray instance in this process
-  (``ray.init()`` without an address, no dashboard by default) and uses this machine's CPUs/GPUs;
+  (``ray.init()`` without an address, no dashboard by default) and uses this machine's CPUs/GPUs.
+  It listens on loopback only where Ray allows (:func:`embedded_on_loopback`, which ``autoaug``'s
+  ``main`` applies before Ray is imported) and authenticates with a token only this user can read
+  (:func:`private_token_env`: a fresh token in a 0600 file, never Ray's world-readable
+  ``~/.ray/auth_token``);
 * **an existing cluster** (``--address``): :func:`connect` joins it, either as a driver on one of
   the cluster's machines (GCS address ``HOST:6379``, or ``auto`` for the cluster started on this
   machine) or from anywhere through Ray Client (``ray://HOST:10001``). The project's packages are
@@ -48,7 +52,9 @@ __all__ = [
     "DEFAULT_EXCLUDES",
     "PROJECT_PACKAGES",
     "ClusterInfo",
+    "LOCAL_ONLY_ENV_VAR",
     "check_reachable",
+    "embedded_on_loopback",
     "connect",
     "dashboard_url",
     "in_ray_job",
@@ -57,6 +63,7 @@ __all__ = [
     "parse_address",
     "project_root",
     "project_runtime_env",
+    "private_token_env",
     "ray_session",
     "output_settings",
 ]
@@ -185,6 +192,84 @@ def in_ray_job() -> bool:
 
 def _token_mode() -> bool:
     return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
+
+
+# ----------------------------------------------------------------------------------------------
+# An embedded Ray: loopback only, a private token
+
+#: Ray's switch of multi-node clusters (documented for macOS and Windows, where it is off). Off, a
+#: ``ray.init()`` that starts a local instance gives its node the loopback address, and Ray then
+#: binds every server of it -- the GCS, the raylet, the object manager, the dashboard and runtime
+#: env agents, the metrics endpoint, each worker's and the driver's own gRPC server -- to 127.0.0.1.
+#: (On Linux ``ray.init(_node_ip_address="127.0.0.1")`` is replaced by the machine's address; this
+#: switch is read once, when Ray is imported.)
+LOCAL_ONLY_ENV_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def embedded_on_loopback() -> Iterator[bool]:
+    """For a command that starts an embedded Ray (no cluster address, no ``RAY_ADDRESS``): Ray's
+    multi-node switch off (:data:`LOCAL_ONLY_ENV_VAR`) for the block, so the embedded instance and
+    every process it starts listen on 127.0.0.1 only. Yields whether it applies: not when Ray was
+    imported already (the switch is read at import: a Python session that imported Ray first sets
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` itself) or when the variable is set (the user's word)."""
+    import sys
+
+    if LOCAL_ONLY_ENV_VAR in os.environ or "ray" in sys.modules:
+        yield False
+        return
+    os.environ[LOCAL_ONLY_ENV_VAR] = "0"
+    try:
+        yield True
+    finally:
+        os.environ.pop(LOCAL_ONLY_ENV_VAR, None)
+
+
+_TOKEN_FILE: Path | None = None
+
+
+def private_token_env() -> dict[str, str]:
+    """The environment an embedded Ray authenticates with: ``RAY_AUTH_TOKEN_PATH`` naming a fresh
+    random token in a file only this user can read (mode 0600, in a 0700 folder made once per
+    process, removed at exit). Ray 2.60 turns token authentication on for a new local instance and
+    otherwise writes its token to ``~/.ray/auth_token`` with the umask's mode (0644: readable by
+    every local user who can enter the home folder, and a process holding the token can run code as
+    this user). Empty -- Ray's own settings -- when the user chose: a token given
+    (``RAY_AUTH_TOKEN`` / ``RAY_AUTH_TOKEN_PATH``) or authentication off (``RAY_AUTH_MODE=disabled``)."""
+    global _TOKEN_FILE
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return {}
+    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+        return {}
+    if _TOKEN_FILE is None or not _TOKEN_FILE.is_file():
+        import atexit
+        import secrets
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="autoaug-ray-auth-"))  # 0700
+        path = folder / "auth_token"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _TOKEN_FILE = path
+    return {"RAY_AUTH_TOKEN_PATH": str(_TOKEN_FILE)}
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment for the block (the processes Ray starts inherit them)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -370,7 +455,8 @@ def local(
     # --tree on a smoke search). Tasks (calibration, re-scoring, compare) start theirs on demand.
     kwargs["_system_config"] = {"prestart_worker_first_driver": False, **kwargs.get("_system_config", {})}
     try:
-        with keeping_sigterm_handler():  # SIGTERM as Ctrl-C (autoaug's main), not Ray's stack dump
+        # SIGTERM as Ctrl-C (autoaug's main), not Ray's stack dump; the token only this user reads.
+        with keeping_sigterm_handler(), _environment(private_token_env()):
             context = ray.init(
                 address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard, **kwargs
             )

@@ -186,6 +186,19 @@ def _storage(exc: BaseException) -> BaseException | None:
     return storage_error(exc, os.fspath(where) if where is not None else "a file")
 
 
+def _loopback(args: argparse.Namespace):
+    """A command with no cluster address (an embedded Ray, if it starts one) runs with Ray's
+    multi-node switch off, so that instance listens on 127.0.0.1 only
+    (:func:`autoaug.core.ray_session.embedded_on_loopback`); any other, as it is."""
+    import contextlib
+
+    if getattr(args, "address", None) is not None or os.environ.get("RAY_ADDRESS"):
+        return contextlib.nullcontext()
+    from autoaug.core.ray_session import embedded_on_loopback
+
+    return embedded_on_loopback()
+
+
 def _main(argv: list[str] | None, term=None) -> int:
     from autoaug.core.interrupt import EXIT_SIGTERM
 
@@ -206,7 +219,8 @@ def _main(argv: list[str] | None, term=None) -> int:
         check_environment()
         _require(func, args.command)
         try:
-            return int(func(args) or 0)
+            with _loopback(args):
+                return int(func(args) or 0)
         except OSError as exc:  # a write no writer turned into a StorageError: still one line
             storage = _storage(exc)
             if storage is None:

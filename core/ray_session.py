@@ -509,7 +509,9 @@ def connect(
 
     from autoaug.core.failpoints import runtime_env_vars
 
-    if runtime_env_vars():  # a test's armed failpoints reach every worker (core/failpoints.py)
+    # A test's armed failpoints reach every worker (core/failpoints.py); inside a Ray Job they came
+    # with the job's runtime_env, which Ray refuses to see given again by its driver ("conflict").
+    if runtime_env_vars() and not in_ray_job():
         base_env = dict(runtime_env or {})
         runtime_env = {**base_env, "env_vars": {**base_env.get("env_vars", {}), **runtime_env_vars()}}
     if address is None or (isinstance(address, str) and not address.strip()):

@@ -734,6 +734,59 @@ def test_density_search_survives_losing_the_node_a_fold_model_trains_on(ray_clus
 
 
 @pytest.mark.slow
+def test_a_search_job_stopped_saves_its_trials_and_says_how_to_resume(ray_cluster, cifar_small, tmp_path):
+    """``autoaug launch stop`` (Ray's job stop: SIGTERM to the job's driver, SIGKILL
+    ``RAY_JOB_STOP_WAIT_TIME_S`` later, 60 as ``autoaug launch`` sets it) of a search whose first trial
+    has ended (its driver stalled at a failpoint there: the event): the driver ends its Tune
+    experiment as Ctrl-C does, its log ends with the one line naming the resume command, no native
+    dump from Ray's SIGTERM handler; ``--resume`` then finishes the search."""
+    autoaug, url = str(BIN / "autoaug"), ray_cluster.dashboard_url
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    name = f"term{secrets.token_hex(3)}"
+    args = _search_args(cifar_small, tmp_path, name)
+    args[args.index("--num-trials") + 1] = "4"
+    args[args.index("--concurrency") + 1] = "1"  # one trial at a time: 1 of 4 finished at the stop
+    point = f"AUTOAUG_FAILPOINTS=search.after_trial_saved:1=stall({gate})"  # the driver runs on the head: here
+    proc = ray_cluster.run(autoaug, "launch", "--address", url, "--no-wait", "--env", point, "--", *args)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    at_point: list[str] = []
+
+    def meet() -> None:  # the job's driver writes "PID NAME" once its first trial has ended (the event)
+        with open(gate) as pipe:
+            at_point.append(pipe.read())
+
+    reader = threading.Thread(target=meet, daemon=True)
+    reader.start()
+    status = "RUNNING"  # the loop only notices a job that ended without reaching the point
+    while reader.is_alive() and status in ("PENDING", "RUNNING"):
+        reader.join(timeout=5)
+        status = ray_cluster.api(f"/api/jobs/{job_id}")["status"]
+    if not at_point:
+        os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))  # let the reader go
+        logs = ray_cluster.run(autoaug, "launch", "logs", job_id, "--address", url)
+        pytest.fail(f"the job ended ({status}) before its first trial did:\n{logs.stdout[-3000:]}")
+    assert at_point[0].split()[1] == "search.after_trial_saved"
+    stop = ray_cluster.run(autoaug, "launch", "stop", job_id, "--no-wait", "--address", url)
+    assert stop.returncode == 0, stop.stderr
+    with open(gate, "w"):  # released once it opens the gate again (SIGTERM handled: it goes on to stop)
+        pass
+    followed = ray_cluster.run(autoaug, "launch", "logs", job_id, "--follow", "--address", url)
+    assert followed.returncode == 1 and "STOPPED" in followed.stderr, followed.stderr
+    lines = [line for line in followed.stdout.splitlines() if line.startswith("autoaug:")]
+    assert lines == [
+        f"autoaug: terminated (SIGTERM): search {name!r} stopped with 1 of 4 trials finished; resume it with: "
+        f"autoaug search --resume {name} --storage {tmp_path / 'runs'}"
+    ], followed.stdout[-3000:]
+    assert "SIGTERM received" not in followed.stdout and "Traceback" not in followed.stdout
+    resumed = ray_cluster.run(
+        autoaug, "search", "--resume", name, "--storage", str(tmp_path / "runs"), "--address", ray_cluster.gcs_address
+    )
+    assert resumed.returncode == 0 and f"stored as {name}@1" in resumed.stdout, resumed.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_no_wait_logs_list_and_stop(ray_cluster, cifar_small, tmp_path):
     # The job it stops may still train on the second node for a while: no node-loss test's
     # failpoint is armed in it (each is armed in its own search's job), so the order does not matter.

@@ -255,9 +255,30 @@ def can_restore(uri: str) -> bool:
 def fit(tuner: tune.Tuner) -> None:
     """Run the experiment until its trials are done (or the driver is interrupted). What a full or
     read-only filesystem makes it raise becomes one line in :func:`autoaug.search.driver._search`."""
-    with warnings.catch_warnings(), running(tuner):  # this driver session's display and budget
+    with warnings.catch_warnings(), running(tuner), signal_handlers_kept():  # this session's display and budget
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         tuner.fit()
+
+
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """SIGINT's and SIGUSR1's handlers put back after the block. Tune's ``fit`` replaces them with its
+    graceful stop and leaves it there when the experiment ends: a Ctrl-C (or SIGTERM, which
+    ``autoaug`` handles as one: :mod:`autoaug.core.interrupt`) while the search re-scores or stores
+    only set the finished experiment's flag, and the search went on."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, getattr(signal, "SIGUSR1", None)) if sig}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 #: Ray's loggers of Tune's copies to the run directory: a failed copy (a full disk) is logged with

@@ -36,6 +36,14 @@ def _with_command(monkeypatch, command) -> None:
 
 
 def test_sigterm_raises_keyboard_interrupt_where_sigint_would():
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own: Ctrl-C raises
+    try:
+        _raises_keyboard_interrupt()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _raises_keyboard_interrupt():
     with sigterm_as_interrupt() as term:
         assert signal.getsignal(signal.SIGTERM) is term
         with pytest.raises(KeyboardInterrupt):
@@ -93,6 +101,18 @@ def test_a_search_terminated_in_tune_says_how_to_resume_and_exits_143(monkeypatc
     )
 
 
+def test_tune_s_signal_handlers_are_put_back_after_its_fit():
+    """Tune's ``fit`` installs its graceful stop on SIGINT and SIGUSR1 and leaves it there: a Ctrl-C or
+    SIGTERM while the search re-scores or stores would only set the finished experiment's flag."""
+    from autoaug.search.tune.experiment import signal_handlers_kept
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGUSR1)
+    with signal_handlers_kept():
+        signal.signal(signal.SIGINT, lambda signum, frame: None)  # what Tune's fit does
+        signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGUSR1)) == before
+
+
 def test_ctrl_c_still_exits_130(monkeypatch, capsys):
     def command(args):
         raise KeyboardInterrupt
@@ -102,31 +122,20 @@ def test_ctrl_c_still_exits_130(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "autoaug: interrupted"
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_search_sent_sigterm_saves_its_trials_says_how_to_resume_and_resumes(tmp_path, cifar_small):
-    """A real search, its driver stalled at a failpoint once its first trial's end is saved (the
-    event: it says so on a named pipe), is sent SIGTERM there: it ends its Tune experiment as Ctrl-C
-    does, exit 143 with one line naming the resume command, no native dump from Ray's handler;
-    ``--resume`` then finishes exactly the requested trials and stores the policy."""
+def _terminated_at(point: str, argv: list[str], tmp_path: Path) -> tuple[int, str, str]:
+    """Run the search ``argv`` with the failpoint ``point`` armed to stall (a named pipe); once its
+    driver is there (the event: it says so on the pipe), send it SIGTERM and release it; return its
+    exit status, stdout and stderr."""
     gate, fired = tmp_path / "gate", tmp_path / "fired"
     os.mkfifo(gate)
-    dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
-        "AUTOAUG_FAILPOINTS": f"search.after_trial_saved:1=stall({gate})",
+        "AUTOAUG_FAILPOINTS": f"{point}=stall({gate})",
         "AUTOAUG_FAILPOINTS_FIRED": str(fired),
     }
-    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "term", "--num-trials", "3"]
     proc = subprocess.Popen(
-        [*argv, "--concurrency", "1", *TINY, *dirs],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     out: list[str] = []
     err: list[str] = []
@@ -140,7 +149,7 @@ def test_a_search_sent_sigterm_saves_its_trials_says_how_to_resume_and_resumes(t
     release = threading.Thread(target=lambda: open(gate, "w").close(), daemon=True)
     try:
         with open(gate) as at_point:  # the driver writes "PID NAME" once it is at the point
-            assert at_point.read().split() == [str(proc.pid), "search.after_trial_saved"]
+            assert at_point.read().split() == [str(proc.pid), point.split(":")[0]]
         os.kill(proc.pid, signal.SIGTERM)
         release.start()
         proc.wait(timeout=300)
@@ -156,8 +165,22 @@ def test_a_search_sent_sigterm_saves_its_trials_says_how_to_resume_and_resumes(t
             pass
     for reader in readers:
         reader.join(timeout=30)
-    stderr = "".join(err)
-    assert proc.returncode == 143, "".join(out)[-3000:] + stderr[-3000:]
+    return proc.returncode, "".join(out), "".join(err)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_search_sent_sigterm_saves_its_trials_says_how_to_resume_and_resumes(tmp_path, cifar_small):
+    """A real search, its driver stalled at a failpoint once its first trial's end is saved (the
+    event: it says so on a named pipe), is sent SIGTERM there: it ends its Tune experiment as Ctrl-C
+    does, exit 143 with one line naming the resume command, no native dump from Ray's handler;
+    ``--resume`` then finishes exactly the requested trials and stores the policy."""
+    dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "term", "--num-trials", "3"]
+    code, stdout, stderr = _terminated_at(
+        "search.after_trial_saved:1", [*argv, "--concurrency", "1", *TINY, *dirs], tmp_path
+    )
+    assert code == 143, stdout[-3000:] + stderr[-3000:]
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert lines == [
         "autoaug: terminated (SIGTERM): search 'term' stopped with 1 of 3 trials finished; resume it with: "
@@ -178,3 +201,21 @@ def test_a_search_sent_sigterm_saves_its_trials_says_how_to_resume_and_resumes(t
     assert "stored as term@1" in resumed.stdout
     trials = json.loads((tmp_path / "runs" / "term" / "result.json").read_text())["provenance"]["trials"]
     assert len({t["trial_id"] for t in trials}) == len(trials) == 3  # exactly the requested, none twice
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_search_sent_sigterm_while_re_scoring_stops_and_says_how_to_resume(tmp_path, cifar_small):
+    """After Tune's ``fit`` its graceful-stop handler stayed on SIGINT: a Ctrl-C or SIGTERM while the
+    search re-scored set a finished experiment's flag and the search went on to store (exit 0). Now
+    it stops there, exit 143, with the resume line."""
+    dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "late", "--num-trials", "2"]
+    argv += ["--concurrency", "1", "--no-warm-start", "--base", "standard", "--set", "rescore=true", *TINY, *dirs]
+    code, stdout, stderr = _terminated_at("rescore.after_run_saved:1", argv, tmp_path)
+    assert code == 143, stdout[-3000:] + stderr[-3000:]
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        f"autoaug: terminated (SIGTERM): search 'late' stopped; resume it with: autoaug search --resume late "
+        f"--storage {tmp_path / 'runs'}"
+    ], stderr[-3000:]
+    assert not (tmp_path / "runs" / "late" / "result.json").exists()

@@ -24,6 +24,17 @@ SEARCH = [sys.executable, "-m", "autoaug.launch.cli", "search"]
 TINY = ["--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.val_size=128"]
 
 
+@pytest.fixture(autouse=True)
+def python_sigint():
+    """Each test starts from Python's own Ctrl-C handler (raising KeyboardInterrupt), whatever an
+    earlier test of this process left (Ray Tune's graceful stop, after an in-process experiment)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _with_command(monkeypatch, command) -> None:
     real = cli.build_parser
 

@@ -22,7 +22,6 @@ import csv
 import dataclasses
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -31,16 +30,6 @@ from pathlib import Path
 PRESET = "proxy-cpu"
 POLICY = "autoaugment-cifar10"
 MATES = ("randaugment:n=2,m=9", "trivialaugment", "autoaugment-svhn", "autoaugment-imagenet", "standard", "crop")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _score(history: list[dict], window: int) -> float:
@@ -64,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 2 <= args.pack <= len(MATES) + 1:
         ap.error(f"--pack must be from 2 to {len(MATES) + 1}, got {args.pack}")
 
+    from autoaug.core.machine import machine_kind
     from autoaug.launch.compare.stats import mean_ci
     from autoaug.policies import resolve_policy
     from autoaug.proxy_models.pack import train_pack
@@ -115,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                         "pack": 1 if mode == "solo" else args.pack,
                         "seconds": f"{seconds:.1f}",
                         "precision": result.precision,
-                        "cpu": _cpu_model(),
+                        "cpu": machine_kind(),
                     }
                 )
                 f.flush()
@@ -129,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
-        "cpu": _cpu_model(),
+        "cpu": machine_kind(),
         "preset": args.preset,
         "epochs": base.epochs,
         "policy": POLICY,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -53,16 +52,6 @@ def _importable() -> None:
         sys.path.insert(0, str(root.parent))
         for name in [m for m in sys.modules if m == "autoaug" or m.startswith("autoaug.")]:
             del sys.modules[name]  # what the failed import left
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _config(proxy: str, device: str, amp: str):
@@ -149,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("pack_throughput: no CUDA device here; use --device cpu", file=sys.stderr)
         return 2
-    machine = {"cpu": _cpu_model(), "host_cpus": os.cpu_count(), "torch": torch.__version__}
+    from autoaug.core.machine import cpu_kind
+
+    machine = {"cpu": cpu_kind(), "host_cpus": os.cpu_count(), "torch": torch.__version__}
     if args.device.startswith("cuda"):
         machine["gpu"] = torch.cuda.get_device_name(0)
     rows = []

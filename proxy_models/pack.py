@@ -422,18 +422,6 @@ class _SoloEngine:
     def lr(self, k: int) -> float:
         return self.learner.lr
 
-    def forward_backward(
-        self, images: torch.Tensor, labels: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-        """One batch per member (``images`` K x N x C x H x W, ``labels`` K x N): each member's
-        mean loss (K), the logits (K x N x classes) and the gradients of the parameters (stacked,
-        in :attr:`param_names` order; a member's slice is its own loss's gradient)."""
-        k, n = labels.shape
-        logits = self._train_forward(self.params, self.buffers, images)  # (autocast: _autocast_modules)
-        losses = self.criterion(logits.float().reshape(k * n, -1), labels.reshape(-1)).view(k, n).mean(1)
-        grads = torch.autograd.grad(losses.sum(), [self.params[name] for name in self.param_names])
-        return losses, logits, grads
-
     def train_epoch(self, iterables: Sequence[Iterable]) -> list[EpochStats]:
         (batches,) = iterables
         return [self.learner.train_epoch(batches)]

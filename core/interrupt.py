@@ -6,7 +6,8 @@ calls ``sys.exit``, and Ray's core worker adds a native one that prints a stack 
 (exit 134), with no word on resuming. :func:`sigterm_as_interrupt` (installed by ``autoaug``'s
 ``main`` for every command) makes SIGTERM do what SIGINT does at that moment: during a Ray Tune
 ``fit``, Tune's handler (the trials saved, the experiment ended, the search raising its resumable
-:class:`~autoaug.core.errors.SearchInterruptedError`); anywhere else, ``KeyboardInterrupt``.
+:class:`~autoaug.core.errors.SearchInterruptedError`); anywhere else, ``KeyboardInterrupt`` -- also
+where SIGINT is ignored (a background job of a non-interactive shell), which SIGTERM is not.
 :func:`autoaug.core.ray_session.connect` puts a handler set before it back once Ray is connected
 (``ray.init`` replaces it). ``main`` then exits 143 (128 + SIGTERM) instead of Ctrl-C's 130.
 
@@ -43,7 +44,8 @@ class TermAsInterrupt:
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):  # Tune's graceful stop during a fit, else Python's KeyboardInterrupt
             handler(signal.SIGINT, frame)
-        elif handler != signal.SIG_IGN:  # SIG_DFL (or a handler not set from Python): Ctrl-C's own
+        else:  # SIG_DFL, a handler not set from Python, or SIGINT ignored (a job started in the
+            # background by a non-interactive shell: nohup, &, batch scripts): SIGTERM still stops
             raise KeyboardInterrupt
 
 

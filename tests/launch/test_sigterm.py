@@ -84,6 +84,20 @@ def test_the_handler_replaced_by_ray_init_is_put_back():
         assert signal.getsignal(signal.SIGTERM) is term
 
 
+def test_sigterm_stops_a_command_whose_sigint_is_ignored(monkeypatch, capsys):
+    """A background job of a non-interactive shell (nohup, ``&``, a batch script) starts with SIGINT
+    ignored: SIGTERM must still stop it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (put back by the python_sigint fixture)
+
+    def command(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(60)
+
+    _with_command(monkeypatch, command)
+    assert main([]) == EXIT_SIGTERM
+    assert capsys.readouterr().err.strip() == "autoaug: terminated (SIGTERM)"
+
+
 def test_a_command_terminated_exits_143_with_one_line(monkeypatch, capsys):
     def command(args):
         os.kill(os.getpid(), signal.SIGTERM)

@@ -327,8 +327,8 @@ def _plan_rescore(
     # candidate still within the noise of the leader -- which may be every one: the candidates
     # trained, and the transfer measured by calibration, which races on re-scoring seeds -- kept
     # from the trials up to RACE_RESERVED_SEEDS runs each; later rounds run on the time the trials
-    # leave. (Kept for a leader and one challenger only, the rounds of 5 candidates within the
-    # noise of each other, 3 waves each on 2 slots, did not fit: issue 68.)
+    # leave. (A reserve for a leader and one challenger only would not fit the rounds of 5
+    # candidates within the noise of each other: 3 waves each on 2 slots.)
     reserved = max(0, min(config.race_seeds, RACE_RESERVED_SEEDS) - config.rescore_seeds)
     contenders = trained + (competes and warm_measured)
     waves = reserved * math.ceil(contenders / slots) if contenders >= 2 else 0

@@ -815,7 +815,7 @@ def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(
 
 
 def test_trials_that_could_run_past_the_end_stop_in_time_for_the_reserved_race_rounds(tmp_path, monkeypatch):
-    """What issue 68 saw: the trials stopped, re-scoring ran its first round, and the race got no
+    """A search that ran out of room for its race: the trials stopped, re-scoring ran its first round, and the race got no
     round -- the reserve had kept room for a leader and one challenger, the race had every
     candidate within the noise. Here, with given run times (trials' epochs of 20 s, their first
     report 30 s, proxy runs of 100 s, 2 at once) and trials that would run far past the end, the

@@ -124,50 +124,35 @@ def test_headless_chromium_renders_the_page_without_console_errors(finished, tmp
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_optuna_dashboard_serves_the_search_study_with_its_trials_params_and_scores_per_epoch(finished):
-    """``optuna-dashboard sqlite:///RUN/optuna.db`` (the ``dashboard`` extra) on 127.0.0.1: the
-    trials read through its JSON API carry the policy's parameters, the scores per epoch as
-    intermediate values, the objective named and the parameters explained (docs/search.md)."""
-    import socket
-    import sys
-    import time
+    """Optuna Dashboard (the ``dashboard`` extra) serving ``sqlite:///RUN/optuna.db`` on 127.0.0.1 --
+    its own WSGI application, what ``optuna-dashboard`` runs, on a server bound before it starts
+    (nothing to wait for): the trials read through its JSON API carry the policy's parameters, the
+    scores per epoch as intermediate values, the objective named and the parameters explained
+    (docs/search.md)."""
+    import threading
     import urllib.request
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
 
     from autoaug.search.score import METRIC
     from autoaug.search.tune.study import PARAMS_ATTR, TUNE_TRIAL_ATTR
 
-    exe = Path(sys.executable).with_name("optuna-dashboard")
-    if not exe.is_file():
+    try:
+        from optuna_dashboard import wsgi
+    except ImportError:
         if os.environ.get("CI"):
             pytest.fail("optuna-dashboard is not installed in CI (the dev extra brings it: .[dashboard])")
         pytest.skip("optuna-dashboard is not installed (pip install -e '.[dashboard]')")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args) -> None:  # no access log on the test's output
+            pass
+
     db = finished / "runs" / "s" / "optuna.db"
-    proc = subprocess.Popen(
-        [str(exe), f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    server = make_server("127.0.0.1", 0, wsgi(f"sqlite:///{db}"), handler_class=Quiet)  # bound here
+    port = server.server_address[1]
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
     try:
-        seen = []
-        for line in proc.stdout:  # the server says when it listens (it ends the loop by exiting otherwise)
-            seen.append(line)
-            if f"Listening on http://127.0.0.1:{port}/" in line:
-                break
-        else:
-            pytest.fail(f"optuna-dashboard ended with {proc.wait()}:\n{''.join(seen)[-3000:]}")
-        # (bottle says so just before it binds): until the port answers, while the server lives
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=5).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "optuna-dashboard never answered"
-                time.sleep(0.05)  # between two connection attempts
 
         def get(path: str):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as r:
@@ -189,10 +174,6 @@ def test_optuna_dashboard_serves_the_search_study_with_its_trials_params_and_sco
             assert TUNE_TRIAL_ATTR in {a["key"] for a in t["user_attrs"]}
         assert max(len(t["intermediate_values"]) for t in trials) == 2  # one trial ran both epochs
     finally:
-        proc.terminate()  # the server we started, by its PID
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+        server.shutdown()  # the server this test started
+        server.server_close()
+        serving.join()

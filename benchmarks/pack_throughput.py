@@ -74,10 +74,10 @@ def _config(proxy: str, device: str, amp: str):
 
 def time_steps(proxy: str, k: int, device: str, amp: str, seconds: float) -> dict:
     """Images per second (all members) of a pack of ``k`` (1: the solo learner) for about
-    ``seconds`` (:func:`autoaug.proxy_models.pack.pack_rate`)."""
+    ``seconds`` (:func:`autoaug.proxy_models.pack_sizing.pack_rate`)."""
     import torch
 
-    from autoaug.proxy_models.pack import pack_rate
+    from autoaug.proxy_models.pack_sizing import pack_rate
 
     cfg = _config(proxy, device, amp)
     n = PROXIES[proxy]["train_size"]

@@ -60,14 +60,11 @@ from autoaug.proxy_models.train import (
 )
 
 __all__ = [
-    "AUTO_SIZES",
     "PACK_FIELDS_FREE",
     "Member",
     "Pack",
     "PackLearner",
-    "choose_pack",
     "pack_compatible",
-    "pack_rate",
     "train_pack",
 ]
 
@@ -702,106 +699,3 @@ def train_pack(
         while pack.train_epoch():
             pass
         return [pack.result(i) for i in range(n)]
-
-
-# --------------------------------------------------------------------------------------------
-# Sizing: what a pack of K trains on this device
-# --------------------------------------------------------------------------------------------
-#: The pack sizes ``pack: auto`` measures.
-AUTO_SIZES = (1, 2, 4, 8, 16, 32, 64)
-#: The share of the device's memory a pack may take (``pack: auto``).
-MEMORY_SHARE = 0.8
-
-
-def pack_rate(config: TrainConfig, k: int, *, train_size: int, seconds: float = 2.0, warmup: int = 2) -> dict[str, Any]:
-    """Images per second (all members) of a pack of ``k`` members of ``config`` (1: the solo
-    learner) over about ``seconds`` of training steps on ``train_size`` synthetic images resident
-    on the device (uint8, each member its own order, normalised there): the model's side of a
-    trial, what a pack changes. With CUDA also its peak memory (``peak_bytes``)."""
-    dev = config.resolve_device()
-    n, b = int(train_size), config.batch_size
-    steps_per_epoch = max(1, n // b)
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=gen).to(dev)
-    labels = torch.randint(0, 10, (n,), generator=gen).to(dev)
-    mean = torch.tensor([125.3, 123.0, 113.9], device=dev).view(1, 3, 1, 1)
-    std = torch.tensor([63.0, 62.1, 66.7], device=dev).view(1, 3, 1, 1)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-    if k == 1:
-        learner = Learner(config, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev)
-        fmt = torch.channels_last if learner.channels_last else torch.contiguous_format
-
-        def step(i: int) -> None:
-            idx = torch.randint(0, n, (b,), device=dev)
-            learner._forward_backward(((images[idx].float() - mean) / std).contiguous(memory_format=fmt), labels[idx])
-            learner.scaler.step(learner.optimizer)
-            learner.scaler.update()
-            learner.scheduler.step()
-    else:
-        pack = PackLearner(config, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev)
-        states = []
-        for seed in range(k):
-            torch.manual_seed(seed)
-            states.append(Learner(config, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev).state_dict())
-        pack.load(states)
-        lrs = pack._lr_table()
-
-        def step(i: int) -> None:
-            idx = torch.randint(0, n, (k, b), device=dev)  # each member its own order
-            _, _, grads = pack.forward_backward((images[idx].float() - mean) / std, labels[idx])
-            pack.apply_gradients(grads, lrs[i % steps_per_epoch])
-
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-
-    for i in range(warmup):
-        step(i)
-    sync()
-    t0 = time.perf_counter()
-    done = 0
-    while True:
-        step(done)
-        done += 1
-        if done % 4 == 0:
-            sync()
-            if time.perf_counter() - t0 >= seconds:
-                break
-    sync()
-    elapsed = time.perf_counter() - t0
-    out: dict[str, Any] = {"k": k, "steps": done, "seconds": elapsed, "images_per_s": done * b * k / elapsed}
-    if dev.type == "cuda":
-        out["peak_bytes"] = int(torch.cuda.max_memory_allocated(dev))
-    return out
-
-
-def choose_pack(
-    config: TrainConfig, *, train_size: int, sizes: Sequence[int] = AUTO_SIZES, seconds: float = 2.0
-) -> tuple[int, list[dict[str, Any]]]:
-    """The pack size that trains the most images per second on this device (``pack: auto``), and
-    what was measured: each size in ``sizes`` in turn (:func:`pack_rate`) until one is slower
-    than the best by a fifth, needs more than :data:`MEMORY_SHARE` of the device's memory, or
-    runs out of it. A size that cannot run (float16 training) is not measured."""
-    dev = config.resolve_device()
-    total = torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else None
-    measured: list[dict[str, Any]] = []
-    best = (1, 0.0)
-    with _TorchState(config, dev), torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-        for k in sizes:
-            try:
-                row = pack_rate(config, k, train_size=train_size, seconds=seconds)
-            except ValueError as exc:  # float16: a pack of more than one cannot train it
-                measured.append({"k": k, "error": str(exc)})
-                break
-            except torch.cuda.OutOfMemoryError:
-                measured.append({"k": k, "error": "out of memory"})
-                break
-            measured.append(row)
-            if row["images_per_s"] > best[1]:
-                best = (k, row["images_per_s"])
-            if total is not None and row.get("peak_bytes", 0) > MEMORY_SHARE * total:
-                break
-            if row["images_per_s"] < 0.8 * best[1]:
-                break
-    return best[0], measured

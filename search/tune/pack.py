@@ -341,9 +341,9 @@ def train_in_pack(
 
 
 def _choose(train_config: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-    """(Ray task, on one pack server's resources) :func:`~autoaug.proxy_models.pack.choose_pack`
+    """(Ray task, on one pack server's resources) :func:`~autoaug.proxy_models.pack_sizing.choose_pack`
     for the trials' configuration."""
-    from autoaug.proxy_models.pack import choose_pack
+    from autoaug.proxy_models.pack_sizing import choose_pack
     from autoaug.proxy_models.train_config import TrainConfig
     from autoaug.search.tune.epochs import with_trial_threads
 

@@ -172,7 +172,7 @@ def test_runs_that_cannot_share_a_pack_are_refused_in_one_line(cfg):
 
 
 def test_auto_sizing_takes_the_fastest_size_and_stops_where_packs_get_slower_or_fill_the_memory(cfg, monkeypatch):
-    from autoaug.proxy_models import pack as pack_mod
+    from autoaug.proxy_models import pack_sizing as pack_mod
 
     rates = {1: 100.0, 2: 180.0, 4: 300.0, 8: 310.0, 16: 240.0, 32: 400.0}
     asked = []
@@ -188,7 +188,7 @@ def test_auto_sizing_takes_the_fastest_size_and_stops_where_packs_get_slower_or_
 
 
 def test_auto_sizing_measures_real_packs_on_this_device(cfg):
-    from autoaug.proxy_models.pack import choose_pack
+    from autoaug.proxy_models.pack_sizing import choose_pack
 
     k, measured = choose_pack(cfg, train_size=128, sizes=(1, 2), seconds=0.2)
     assert k in (1, 2) and [m["k"] for m in measured][:1] == [1]

@@ -55,6 +55,7 @@ from autoaug.proxy_models.train import (
     _resolve_policy,
     _Run,
     _TorchState,
+    checkpoint_bytes,
     load_checkpoint,
     loader_threads,
 )
@@ -647,6 +648,13 @@ class Pack:
             if m.report is not None:
                 m.report(reported)
         return out
+
+    def checkpoint(self, key: Hashable) -> bytes:
+        """Member ``key``'s checkpoint after the epochs it trained, as the trainer's file holds it
+        (for a caller that keeps its checkpoints elsewhere: a search's trial)."""
+        m = self.members[key]  # (its state is the engine's as of its last epoch: train_epoch set it)
+        torch.set_rng_state(m.rng)
+        return checkpoint_bytes(m.run.checkpoint_state(m.epoch - 1, m.state, self.device))
 
     def result(self, key: Hashable) -> TrainResult:
         """A member's :class:`TrainResult` (after its last epoch), its model rebuilt from its state."""

@@ -56,6 +56,7 @@ from autoaug.proxy_models.train_config import (
 __all__ = [
     "PRESETS",
     "CHECKPOINT_NAME",
+    "checkpoint_bytes",
     "TrainConfig",
     "resolve_config",
     "sizing_record",
@@ -128,10 +129,15 @@ def write_history_csv(history: list[Mapping[str, Any]], path: str | os.PathLike)
 # --------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------
-def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+def checkpoint_bytes(state: dict[str, Any]) -> bytes:
+    """A checkpoint's file content (what :func:`load_checkpoint` reads)."""
     buf = io.BytesIO()
     torch.save(state, buf)
-    atomic_write_local(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    atomic_write_local(path, checkpoint_bytes(state))
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:

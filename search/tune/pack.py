@@ -12,8 +12,8 @@ epoch, every member whose trial has asked for one, stacked in one model (:class:
   times the longest gap a trial took to come back) and for no one else; a member that did not come
   back (ASHA stopped its trial, the budget ended it) trains no more, and is dropped after two
   rounds; the next candidate's trial joins the next round, in its slot.
-* **Checkpoints.** Each epoch's checkpoint is the trainer's own file: the server writes it, the
-  trial gets its bytes and hands them to Tune as it would its solo run's.
+* **Checkpoints.** Each epoch's checkpoint is the trainer's own file's content: the server
+  serialises it in memory, the trial writes it and hands it to Tune as it would its solo run's.
 * **Failures.** A member whose run fails (a configuration the pack refuses, a diverged loss) fails
   its trial alone. A server that dies (killed, out of memory) is restarted by Ray; each of its
   trials resends its last checkpoint when asked, so every member resumes where its trial last
@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -95,7 +94,6 @@ class PackServer:
         self._gap = 0.0  # the longest a trial took to come back after its result
         self._delivered: dict[str, float] = {}
         self._rounds = 0
-        self._scratch = tempfile.mkdtemp(prefix="autoaug-pack-")
         self._thread = threading.Thread(target=self._loop, name="autoaug-pack", daemon=True)
         self._thread.start()
 
@@ -170,9 +168,8 @@ class PackServer:
                 self._reply(request, {"error": _line(out)})
                 continue
             member = pack.members[key]
-            file = Path(member.checkpoint_dir) / "checkpoint.pt"
             # pack_size: the members trained in this round (what a trial's epoch shared its device with)
-            self._reply(request, {"metrics": {**out, "pack_size": len(ready)}, "checkpoint": file.read_bytes()})
+            self._reply(request, {"metrics": {**out, "pack_size": len(ready)}, "checkpoint": pack.checkpoint(key)})
             if member.done:
                 pack.remove(key)
         with self._lock:
@@ -208,8 +205,7 @@ class PackServer:
             num_threads=self.config.num_threads,
             loader_threads=self.config.loader_threads,
         )
-        folder = os.path.join(self._scratch, request.key)
-        pack.add(request.key, request.policy, config=config, checkpoint_dir=folder, resume_from=resume)
+        pack.add(request.key, request.policy, config=config, resume_from=resume)
         return True
 
     def _reply(self, request: _Request, reply: dict[str, Any]) -> None:

@@ -1,0 +1,516 @@
+"""Apply a :class:`~autoaug.policies.policy.Policy` to a batch of images on any device, each sample
+its own draw, with batched torch operations (:func:`apply_policy_batch`), and a base before it
+(:func:`apply_base_batch`).
+
+What it applies is what :class:`autoaug.policies.torch_apply.PolicyTransform` applies to a batch,
+image by image: per sample one sub-policy drawn uniformly, each of its operations applied in order
+with its probability, at the parameter of its bin (:meth:`autoaug.policies.ops.OpSpec.param` for
+the images' size), a signed operation negated with probability 1/2; the same fill (grey 128) and
+interpolation (nearest by default); SamplePairing blends sample ``i`` with sample ``i - 1`` of the
+batch as it came in (``batch.roll(1, 0)``). The difference is how: instead of a Python loop over
+the images, every operation is one tensor computation over the samples that apply it at that
+step (``index_select`` of those samples, the operation with its per-sample parameters as tensors,
+``index_copy_`` back), so the cost of a batch is a few dozen kernel launches whatever its size,
+and the images never leave their device. Randomness comes from the ``torch.Generator`` passed in
+(on the images' device or the CPU): the same generator state gives the same batch.
+
+Each built-in operation's batched form is :data:`BATCH_OPS`, keyed by the torch_apply function
+its declaration names (so an operation derived from a built-in one, :meth:`OpSpec.derive`, is
+batched as that one is). Each computes, for the same parameter, what that function computes, bit
+for bit on the CPU (``tests/policies/test_torch_batch.py``): the warps (ShearX/Y, TranslateX/Y,
+Rotate) through torchvision's own inverse matrix and grid sampling, a batched affine grid, and
+``F.rotate``'s shortcuts for multiples of 90 degrees; the blends (Contrast, Color, Sharpness)
+rounded as torchvision's fused multiply-add is (computed in float64, rounded once to float32);
+Brightness, Solarize, Posterize, Cutout and SamplePairing as tensors of per-sample parameters;
+Invert, AutoContrast and Equalize through torchvision's batched kernels (Equalize: per-image,
+per-channel histograms of the whole batch at once). An operation declared without a batched form
+(:func:`autoaug.policies.ops.declare_op` with its own torch function) still works: its samples go
+through that per-image function one by one (with a CPU generator seeded from the given one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torchvision.transforms.v2 import functional as F
+from torchvision.transforms.v2.functional._geometry import _apply_grid_transform, _get_inverse_affine_matrix
+
+from autoaug.policies import bases as _bases
+from autoaug.policies import ops as _ops
+from autoaug.policies import torch_apply as _ta
+from autoaug.policies.policy import Policy
+
+__all__ = [
+    "BATCH_OPS",
+    "BatchOp",
+    "Draws",
+    "OpContext",
+    "PolicyPlan",
+    "apply_base_batch",
+    "apply_policy_batch",
+    "batch_op",
+    "crop_at",
+    "cutout_at",
+    "draw",
+]
+
+_MODES = ("nearest", "bilinear")
+
+
+# --------------------------------------------------------------------------- one operation
+@dataclass(frozen=True)
+class OpContext:
+    """What an operation's batched form may read besides its images and parameters.
+
+    Attributes:
+        fill: the grey level per channel of uncovered pixels and of the Cutout square.
+        interpolation: ``"nearest"`` or ``"bilinear"`` (the warps).
+        other: SamplePairing's partners of the selected samples (``None`` in a batch of one).
+        generator: the draws an operation makes itself (Cutout's centres).
+        rows: the distinct parameter rows of this operation in the policy (host values).
+    """
+
+    fill: list[float]
+    interpolation: str
+    other: torch.Tensor | None
+    generator: torch.Generator
+    rows: tuple[tuple[float, ...], ...] = ()
+
+
+def _scalar(param: Any, height: int, width: int) -> tuple[float, ...]:
+    return (0.0 if param is None else float(param),)
+
+
+@dataclass(frozen=True)
+class BatchOp:
+    """The batched form of one torch_apply operation.
+
+    Attributes:
+        apply: ``fn(images uint8 [m, C, H, W], params float64 [m, D], ctx) -> images``: the
+            operation on the ``m`` samples that apply it, each at its own row of ``params``.
+        prepare: ``fn(param, height, width) -> row``: the D floats its apply reads for the
+            declaration's parameter (:meth:`OpSpec.param`), computed once per policy on the host
+            (default: the parameter itself, 0 for none).
+    """
+
+    apply: Callable[[torch.Tensor, torch.Tensor, OpContext], torch.Tensor]
+    prepare: Callable[[Any, int, int], Sequence[float]] = field(default=_scalar)
+
+
+def _col(params: torch.Tensor, i: int = 0) -> torch.Tensor:
+    """Column ``i`` of ``params`` shaped to broadcast over [m, C, H, W]."""
+    return params[:, i].view(-1, 1, 1, 1)
+
+
+def _fma_blend(image1: torch.Tensor, image2: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``_blend`` per sample (``ratio``: float64 [m, 1, 1, 1]): ``image1 * ratio``
+    in float32, then ``+ image2 * (1 - ratio)`` as the fused multiply-add torchvision's ``add_``
+    with ``alpha`` is (exact in float64 for images and ratios in their ranges, rounded once)."""
+    first = image1.float() * ratio.float()
+    alpha = (1.0 - ratio).float().double()
+    out = (first.double() + image2.double() * alpha).float()
+    return out.clamp_(0, 255).to(image1.dtype)
+
+
+def _identity(images, params, ctx):
+    return images
+
+
+def _invert(images, params, ctx):
+    return _ta.invert(images, None)
+
+
+def _auto_contrast(images, params, ctx):
+    return _ta.auto_contrast(images, None)
+
+
+def _equalize(images, params, ctx):
+    return _ta.equalize(images, None)
+
+
+def _solarize(images, params, ctx):
+    # threshold > 255 (bin 0: 256) inverts nothing, as torch_apply.solarize returns the image
+    return torch.where(images.float() >= _col(params).float(), images.bitwise_not(), images)
+
+
+def _posterize(images, params, ctx):
+    bits = params[:, 0].round().long().clamp_(0, 8)
+    mask = (((torch.ones_like(bits) << bits) - 1) << (8 - bits)).to(torch.uint8)
+    return images & mask.view(-1, 1, 1, 1)
+
+
+def _brightness(images, params, ctx):
+    return (images.float() * _col(params).float()).clamp_(0, 255).to(images.dtype)
+
+
+def _grey(images: torch.Tensor) -> torch.Tensor:
+    """torchvision's greyscale of uint8 images, floored, as float32 (one channel)."""
+    return F.rgb_to_grayscale(images).float()
+
+
+def _contrast(images, params, ctx):
+    grey = _grey(images) if images.shape[1] == 3 else images.float()
+    mean = grey.mean(dim=(-3, -2, -1), keepdim=True)
+    return _fma_blend(images, mean, _col(params))
+
+
+def _color(images, params, ctx):
+    if images.shape[1] == 1:
+        return images
+    return _fma_blend(images, _grey(images), _col(params))
+
+
+def _sharpness(images, params, ctx):
+    c, h, w = images.shape[1:]
+    if h <= 2 or w <= 2:
+        return images
+    a, b = 1.0 / 13.0, 5.0 / 13.0
+    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=torch.float32, device=images.device)
+    out = images.to(torch.float32, copy=True)
+    blurred = torch.nn.functional.conv2d(out, kernel.expand(c, 1, 3, 3), groups=c).round_()
+    inner = out[..., 1:-1, 1:-1]
+    alpha = (1.0 - _col(params)).float().double()
+    inner.copy_((inner.double() + (blurred - inner).double() * alpha).float())
+    return out.clamp_(0, 255).to(images.dtype)
+
+
+def cutout_at(
+    images: torch.Tensor, sides: torch.Tensor, cy: torch.Tensor, cx: torch.Tensor, fill: Sequence[float]
+) -> torch.Tensor:
+    """Cutout of each sample: a square of side ``sides[i]`` (pixels) centred at ``(cy[i], cx[i])``,
+    clipped at the border, filled with ``fill`` (per channel): torch_apply's cutout at a given centre."""
+    h, w = images.shape[-2:]
+    dev = images.device
+    sides, cy, cx = sides.to(dev).long(), cy.to(dev).long(), cx.to(dev).long()
+    top, left = (cy - sides // 2).clamp(min=0), (cx - sides // 2).clamp(min=0)
+    bottom, right = (cy - sides // 2 + sides).clamp(max=h), (cx - sides // 2 + sides).clamp(max=w)
+    rows, cols = torch.arange(h, device=dev), torch.arange(w, device=dev)
+    in_rows = (rows >= top[:, None]) & (rows < bottom[:, None])
+    in_cols = (cols >= left[:, None]) & (cols < right[:, None])
+    inside = in_rows[:, None, :, None] & in_cols[:, None, None, :] & (sides > 0).view(-1, 1, 1, 1)
+    value = torch.tensor(list(fill), dtype=images.dtype, device=dev).view(1, -1, 1, 1)
+    return torch.where(inside, value, images)
+
+
+def _cutout(images, params, ctx):
+    h, w = images.shape[-2:]
+    m, g = images.shape[0], ctx.generator
+    cy = torch.randint(h, (m,), generator=g, device=g.device)
+    cx = torch.randint(w, (m,), generator=g, device=g.device)
+    return cutout_at(images, params[:, 0].round(), cy, cx, ctx.fill)
+
+
+def _sample_pairing(images, params, ctx):
+    if ctx.other is None:  # a batch of one: no partner
+        return images
+    weight = _col(params)
+    out = images.float() * (1.0 - weight).float() + ctx.other.float() * weight.float()
+    return out.round_().clamp_(0, 255).to(images.dtype)
+
+
+# ---- the warps: torchvision's inverse matrix per parameter (host), a batched grid, its sampling
+#: Rows of the warps: a code, then the 2 x 3 inverse affine matrix. Codes: an affine warp, or one
+#: of F.rotate's shortcuts (the image itself at 0 degrees, a quarter turn at 90 / 180 / 270).
+_WARP, _SAME, _ROT90, _ROT180, _ROT270 = range(5)
+
+
+def _warp_row(center: list[float], angle: float, translate: list[float], shear: list[float]) -> tuple[float, ...]:
+    return (float(_WARP), *_get_inverse_affine_matrix(center, angle, translate, 1.0, shear))
+
+
+def _shear_x_row(m, height, width):  # torch_apply.shear_x: F.affine about the top-left corner
+    return _warp_row([-0.5 * width, -0.5 * height], 0.0, [0.0, 0.0], [math.degrees(math.atan(m)), 0.0])
+
+
+def _shear_y_row(m, height, width):
+    return _warp_row([-0.5 * width, -0.5 * height], 0.0, [0.0, 0.0], [0.0, math.degrees(math.atan(m))])
+
+
+def _translate_x_row(px, height, width):
+    return _warp_row([0.0, 0.0], 0.0, [float(px), 0.0], [0.0, 0.0])
+
+
+def _translate_y_row(px, height, width):
+    return _warp_row([0.0, 0.0], 0.0, [0.0, float(px)], [0.0, 0.0])
+
+
+def _rotate_row(degrees, height, width):  # torch_apply.rotate: F.rotate, shortcuts included
+    angle = float(degrees) % 360
+    square = height == width
+    shortcut = {0.0: _SAME, 180.0: _ROT180, **({90.0: _ROT90, 270.0: _ROT270} if square else {})}.get(angle)
+    if shortcut is not None:
+        return (float(shortcut), 1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+    return _warp_row([0.0, 0.0], -angle, [0.0, 0.0], [0.0, 0.0])
+
+
+def _affine_grid(theta: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """torchvision's ``_affine_grid`` for a batch of matrices (``theta`` float32 [m, 2, 3]): the
+    sampling grid [m, H, W, 2] of each sample, each the grid torchvision computes for its matrix."""
+    dtype, dev = theta.dtype, theta.device
+    base = torch.empty(1, height, width, 3, dtype=dtype, device=dev)
+    base[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=dev))
+    base[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height, device=dev)[:, None])
+    base[..., 2].fill_(1)
+    scaled = theta.transpose(1, 2).div(torch.tensor([0.5 * width, 0.5 * height], dtype=dtype, device=dev))
+    m = theta.shape[0]
+    return base.view(1, height * width, 3).expand(m, -1, -1).bmm(scaled).view(m, height, width, 2)
+
+
+def _warp(images, params, ctx):
+    m, _, h, w = images.shape
+    theta = params[:, 1:7].float().view(m, 2, 3)
+    out = _apply_grid_transform(images, _affine_grid(theta, h, w), ctx.interpolation, fill=ctx.fill)
+    codes = {int(r[0]) for r in ctx.rows}
+    turns = {_SAME: 0, _ROT90: 1, _ROT180: 2, _ROT270: 3}
+    for code in sorted(codes - {_WARP}):
+        chosen = (params[:, 0] == code).view(-1, 1, 1, 1)
+        out = torch.where(chosen, torch.rot90(images, k=turns[code], dims=(-2, -1)), out)
+    return out
+
+
+#: The batched forms of torch_apply's operations, keyed by the function a declaration names.
+BATCH_OPS: Mapping[Callable[..., Any], BatchOp] = {
+    _ta.identity: BatchOp(_identity),
+    _ta.shear_x: BatchOp(_warp, _shear_x_row),
+    _ta.shear_y: BatchOp(_warp, _shear_y_row),
+    _ta.translate_x: BatchOp(_warp, _translate_x_row),
+    _ta.translate_y: BatchOp(_warp, _translate_y_row),
+    _ta.rotate: BatchOp(_warp, _rotate_row),
+    _ta.auto_contrast: BatchOp(_auto_contrast),
+    _ta.invert: BatchOp(_invert),
+    _ta.equalize: BatchOp(_equalize),
+    _ta.solarize: BatchOp(_solarize),
+    _ta.posterize: BatchOp(_posterize),
+    _ta.contrast: BatchOp(_contrast),
+    _ta.color: BatchOp(_color),
+    _ta.brightness: BatchOp(_brightness),
+    _ta.sharpness: BatchOp(_sharpness),
+    _ta.cutout: BatchOp(_cutout),
+    _ta.sample_pairing: BatchOp(_sample_pairing),
+}
+
+
+def batch_op(name: str) -> BatchOp | None:
+    """The batched form of the declared operation ``name`` (by the torch function its declaration
+    names), or None: it is then applied per image by that function."""
+    return BATCH_OPS.get(_ta.TORCH_OPS[name].apply)
+
+
+# --------------------------------------------------------------------------- a policy
+class PolicyPlan:
+    """What applying ``policy`` to ``height`` x ``width`` images on ``device`` needs, computed once:
+    per (sub-policy, step) the operation, its probability and whether it is signed, and per
+    operation its parameter for each (sub-policy, step, sign) -- the declaration's
+    :meth:`~autoaug.policies.ops.OpSpec.param`, as torch_apply computes it -- and the rows its
+    batched form reads. A sample's entry is ``(sub_policy * steps + step) * 2 + negated``."""
+
+    def __init__(self, policy: Policy, height: int, width: int, device: torch.device | str = "cpu") -> None:
+        if not isinstance(policy, Policy):
+            raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
+        self.policy, self.height, self.width = policy, int(height), int(width)
+        self.device = dev = torch.device(device)
+        subs = policy.sub_policies
+        self.steps = steps = policy.max_ops_per_sub_policy
+        self.names: list[str] = []
+        index = [[-1] * steps for _ in subs]
+        prob = [[0.0] * steps for _ in subs]
+        signed = [[False] * steps for _ in subs]
+        self.params: dict[str, list[Any]] = {}
+        for k, sub in enumerate(subs):
+            for j, op in enumerate(sub):
+                if op.op == _ops.IDENTITY:
+                    continue
+                spec = _ops.get(op.op)
+                if op.op not in self.params:
+                    self.names.append(op.op)
+                    self.params[op.op] = [None] * (len(subs) * steps * 2)
+                index[k][j] = self.names.index(op.op)
+                prob[k][j], signed[k][j] = float(op.probability), bool(spec.signed)
+                for negated in (0, 1):
+                    self.params[op.op][(k * steps + j) * 2 + negated] = spec.param(
+                        op.magnitude_bin,
+                        policy.num_magnitude_bins,
+                        policy.ranges,
+                        image_size=(self.height, self.width),
+                        negate=bool(negated),
+                    )
+        self.index = torch.tensor(index, dtype=torch.int64, device=dev).view(len(subs), steps)
+        self.probability = torch.tensor(prob, dtype=torch.float64, device=dev).view(len(subs), steps)
+        self.signed = torch.tensor(signed, dtype=torch.bool, device=dev).view(len(subs), steps)
+        #: Per step, the indices (into :attr:`names`) of the operations some sub-policy has there.
+        self.at_step = [sorted({index[k][j] for k in range(len(subs)) if index[k][j] >= 0}) for j in range(steps)]
+        self.batched: dict[str, BatchOp | None] = {name: batch_op(name) for name in self.names}
+        #: Per batched operation, its parameter rows (float64 [entries, D]; zeros where unused) and
+        #: the distinct rows the policy uses.
+        self.rows: dict[str, torch.Tensor] = {}
+        self.distinct_rows: dict[str, tuple[tuple[float, ...], ...]] = {}
+        for name, batched in self.batched.items():
+            if batched is None:
+                continue
+            params = self.params[name]
+            used = {
+                e: tuple(float(v) for v in batched.prepare(p, self.height, self.width))
+                for e, p in enumerate(params)
+                if index[e // (2 * steps)][(e // 2) % steps] == self.names.index(name)
+            }
+            size = len(next(iter(used.values())))
+            table = [used.get(e, (0.0,) * size) for e in range(len(params))]
+            self.rows[name] = torch.tensor(table, dtype=torch.float64, device=dev).view(len(params), size)
+            self.distinct_rows[name] = tuple(sorted(set(used.values())))
+
+
+@dataclass(frozen=True)
+class Draws:
+    """The per-sample draws of one application: ``sub`` [N] the sub-policy, ``fire`` [steps, N]
+    whether the operation at each step applies, ``negate`` [steps, N] whether its magnitude is
+    negated (False for unsigned operations and for steps a sub-policy lacks)."""
+
+    sub: torch.Tensor
+    fire: torch.Tensor
+    negate: torch.Tensor
+
+
+def draw(plan: PolicyPlan, n: int, generator: torch.Generator) -> Draws:
+    """``n`` samples' draws from ``generator``, in one fixed order: the sub-policies (uniform), then
+    per step a uniform number (the operation applies below its probability) and a sign bit."""
+    gdev, dev = generator.device, plan.device
+    steps = plan.steps
+    sub = torch.randint(len(plan.policy.sub_policies), (n,), generator=generator, device=gdev).to(dev)
+    u = torch.rand((steps, n), generator=generator, device=gdev).to(dev)
+    bits = torch.randint(2, (steps, n), generator=generator, device=gdev).to(dev)
+    fire = (u.double() < plan.probability[sub].T) & (plan.index[sub].T >= 0)
+    negate = (bits == 1) & plan.signed[sub].T
+    return Draws(sub, fire, negate)
+
+
+def apply_policy_batch(
+    images: torch.Tensor,
+    policy: Policy,
+    generator: torch.Generator,
+    *,
+    interpolation: str = "nearest",
+    fill: int = 128,
+    plan: PolicyPlan | None = None,
+    draws: Draws | None = None,
+) -> torch.Tensor:
+    """``policy`` applied to ``images`` (uint8 [N, C, H, W] on any device), each sample its own
+    draw from ``generator`` (see the module's documentation); a new tensor on the images' device.
+    ``plan``: the policy's :class:`PolicyPlan` for this size and device (built here when None);
+    ``draws``: the draws to apply instead of drawing them (tests)."""
+    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] not in (1, 3):
+        raise ValueError(
+            f"apply_policy_batch expects uint8 images of shape [N, C, H, W] with C in (1, 3), got "
+            f"{images.dtype} {tuple(images.shape)}"
+        )
+    if interpolation not in _MODES:
+        raise ValueError(f"interpolation={interpolation!r}; expected one of {list(_MODES)}")
+    n, c, h, w = images.shape
+    if policy.is_identity or n == 0:
+        return images
+    if plan is None:
+        plan = PolicyPlan(policy, h, w, images.device)
+    elif (plan.policy, plan.height, plan.width) != (policy, h, w):
+        raise ValueError("apply_policy_batch: the plan was made for another policy or image size")
+    if draws is None:
+        draws = draw(plan, n, generator)
+    partner = images.roll(1, 0) if n > 1 else None
+    fills = [float(fill)] * c
+    out = images.clone()
+    steps, names = plan.steps, plan.names
+    for j in range(steps):
+        present = plan.at_step[j]
+        if not present:
+            continue
+        key = torch.where(draws.fire[j], plan.index[draws.sub, j], -1)
+        order = torch.argsort(key, stable=True)
+        counts = torch.bincount(key + 1, minlength=len(names) + 1).tolist()  # the one host sync of a step
+        starts = [0]
+        for count in counts:
+            starts.append(starts[-1] + count)
+        for i in present:
+            count = counts[i + 1]
+            if count == 0:
+                continue
+            chosen = order[starts[i + 1] : starts[i + 1] + count]
+            entry = (draws.sub[chosen] * steps + j) * 2 + draws.negate[j, chosen].long()
+            name = names[i]
+            x = out.index_select(0, chosen)
+            other = partner.index_select(0, chosen) if partner is not None else None
+            batched = plan.batched[name]
+            if batched is not None:
+                ctx = OpContext(fills, interpolation, other, generator, plan.distinct_rows[name])
+                y = batched.apply(x, plan.rows[name].index_select(0, entry), ctx)
+            else:
+                y = _per_image(name, x, plan.params[name], entry, fills, interpolation, other, generator)
+            out.index_copy_(0, chosen, y)
+    return out
+
+
+def _per_image(
+    name: str,
+    images: torch.Tensor,
+    params: list[Any],
+    entry: torch.Tensor,
+    fill: list[float],
+    interpolation: str,
+    other: torch.Tensor | None,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """An operation without a batched form: its torch_apply function on each sample in turn."""
+    apply = _ta.TORCH_OPS[name].apply
+    seed = int(torch.randint(2**62, (), generator=generator, device=generator.device))
+    cpu = torch.Generator().manual_seed(seed)
+    mode = _ta._INTERP[interpolation]
+    out = [
+        apply(
+            x,
+            params[e],
+            fill=fill,
+            interpolation=mode,
+            other=other[i] if other is not None else None,
+            generator=cpu,
+        )
+        for i, (x, e) in enumerate(zip(images, entry.tolist()))
+    ]
+    return torch.stack(out)
+
+
+# --------------------------------------------------------------------------- the base
+def crop_at(images: torch.Tensor, top: torch.Tensor, left: torch.Tensor, padding: int) -> torch.Tensor:
+    """Each sample zero-padded by ``padding`` px on each side and cropped back to its size at
+    ``(top[i], left[i])`` (0..2 * padding): :class:`~autoaug.policies.torch_apply.RandomPadCrop`
+    at a given offset."""
+    n, c, h, w = images.shape
+    dev = images.device
+    padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
+    rows = top.to(dev).long()[:, None] + torch.arange(h, device=dev)
+    cols = left.to(dev).long()[:, None] + torch.arange(w, device=dev)
+    samples = torch.arange(n, device=dev).view(-1, 1, 1, 1)
+    channels = torch.arange(c, device=dev).view(1, -1, 1, 1)
+    return padded[samples, channels, rows[:, None, :, None], cols[:, None, None, :]]
+
+
+def apply_base_batch(images: torch.Tensor, base: str, generator: torch.Generator) -> torch.Tensor:
+    """The base ``base`` (:data:`autoaug.policies.bases.REGISTRY`) on each sample of ``images``
+    (uint8 [N, C, H, W]): pad-and-random-crop at an offset drawn uniformly per sample
+    (:func:`~autoaug.policies.bases.crop_padding`), then a horizontal flip with probability
+    :data:`~autoaug.policies.bases.FLIP_PROBABILITY`, as the DALI pipeline and
+    :func:`~autoaug.policies.torch_apply.base_transforms` apply them. Draws from ``generator``: the
+    offsets (top, then left), then the flips."""
+    spec = _bases.get(base)
+    n, _, h, w = images.shape
+    gdev = generator.device
+    out = images
+    if spec.crop:
+        padding = _bases.crop_padding(h, w)
+        top = torch.randint(2 * padding + 1, (n,), generator=generator, device=gdev)
+        left = torch.randint(2 * padding + 1, (n,), generator=generator, device=gdev)
+        out = crop_at(out, top, left, padding)
+    if spec.flip:
+        flip = torch.rand(n, generator=generator, device=gdev).to(images.device) < _bases.FLIP_PROBABILITY
+        out = torch.where(flip.view(-1, 1, 1, 1), out.flip(-1), out)
+    return out

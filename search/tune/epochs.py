@@ -9,8 +9,11 @@ density's scoring trial, :mod:`autoaug.search.methods.density.trial`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import ray
 
 from autoaug.search.score import METRIC, search_score
 from autoaug.search.space import SearchSpace
@@ -54,8 +57,6 @@ def with_trial_threads(cfg: Any) -> Any:
     if cfg.num_threads is not None:
         return cfg
     try:
-        import ray
-
         if not ray.is_initialized():
             return cfg
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
@@ -63,6 +64,4 @@ def with_trial_threads(cfg: Any) -> Any:
         return cfg
     if cpus is None:
         return cfg
-    import dataclasses
-
     return dataclasses.replace(cfg, num_threads=max(1, int(cpus)))

@@ -44,6 +44,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ from ray.tune.search import ConcurrencyLimiter
 
 from autoaug.core.errors import AutoaugError
 from autoaug.search.decide.warm_start import WARM_START_ATTR
+from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.tune.loggers import experiment_loggers
 from autoaug.search.tune.progress import ProgressCallback, TuneTrialLines
@@ -66,7 +69,7 @@ from autoaug.search.tune.searcher import (
     make_scheduler,
     running,
 )
-from autoaug.search.tune.study import SEARCH_ATTR
+from autoaug.search.tune.study import SEARCH_ATTR, label_study
 from autoaug.search.tune.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state, tuner_state_error
 
 if TYPE_CHECKING:
@@ -121,8 +124,6 @@ class Experiment:
 
     @property
     def uri(self) -> str:
-        from autoaug.search.run_dir import RunDir
-
         return RunDir(self.storage, self.name).uri
 
 
@@ -156,8 +157,6 @@ def _study_search(config: SearchConfig, exp: Experiment) -> Any:
     searcher.study.set_user_attr(  # whose study it is, in a database other searches share too
         SEARCH_ATTR, {"name": exp.name, "run_dir": exp.run_dir or exp.uri, "space": config.space.to_dict()}
     )
-    from autoaug.search.tune.study import label_study
-
     label_study(searcher.study, config.space, METRIC)  # the objective's name, the parameters' meaning
     limit = exp.max_concurrent or config.concurrency
     return ConcurrencyLimiter(searcher, max_concurrent=limit) if limit else searcher
@@ -237,8 +236,6 @@ def restore_tuner(
     except AutoaugError:
         raise
     except Exception as exc:  # tuner.pkl cut short, corrupted or from another version: one line naming it
-        from autoaug.search.run_dir import RunDir
-
         unreadable = tuner_state_error(RunDir(config.storage, config.name), uri)
         if unreadable is None:
             raise
@@ -266,9 +263,6 @@ def signal_handlers_kept() -> Iterator[None]:
     graceful stop and leaves it there when the experiment ends: a Ctrl-C (or SIGTERM, which
     ``autoaug`` handles as one: :mod:`autoaug.core.interrupt`) while the search re-scores or stores
     only set the finished experiment's flag, and the search went on."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

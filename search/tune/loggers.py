@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Any
 
@@ -23,8 +24,6 @@ __all__ = ["experiment_loggers", "event_files", "check_mlflow_uri", "allow_file_
 def check_mlflow_uri(uri: str) -> None:
     """``ValueError`` (one line) unless ``mlflow`` is importable and answers at ``uri`` (checked
     before Ray starts, so a typo does not fail the search at its first trial)."""
-    import importlib.util
-
     if not isinstance(uri, str) or not uri.strip():
         raise ValueError(f"mlflow_uri {uri!r}: expected an MLflow tracking URI (a folder, file://, sqlite://, http://)")
     if importlib.util.find_spec("mlflow") is None:

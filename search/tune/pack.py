@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import math
 import os
 import threading
@@ -35,6 +36,17 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import ray
+import torch
+from ray.exceptions import RayActorError
+
+from autoaug.core.location import atomic_write_local
+from autoaug.proxy_models.pack import Pack
+from autoaug.proxy_models.pack_sizing import choose_pack
+from autoaug.proxy_models.train import CHECKPOINT_NAME, load_checkpoint
+from autoaug.proxy_models.train_config import TrainConfig
+from autoaug.search.tune.epochs import with_trial_threads
 
 __all__ = ["PACK_WINDOW_S", "PackServer", "PackServers", "pack_plan", "packed", "train_in_pack"]
 
@@ -82,9 +94,6 @@ class PackServer:
     members of one pack; see the module's documentation."""
 
     def __init__(self, train_config: Mapping[str, Any], capacity: int) -> None:
-        from autoaug.proxy_models.train_config import TrainConfig
-        from autoaug.search.tune.epochs import with_trial_threads
-
         self.config = with_trial_threads(TrainConfig.from_dict(train_config))  # this actor's CPUs
         self.capacity = int(capacity)
         self._lock = threading.Condition()
@@ -142,8 +151,6 @@ class PackServer:
             return batch
 
     def _loop(self) -> None:
-        from autoaug.proxy_models.pack import Pack
-
         with Pack(self.config) as pack:
             while True:
                 batch = self._next_round()
@@ -183,8 +190,6 @@ class PackServer:
     def _join(self, pack: Any, request: _Request) -> bool:
         """Whether ``request``'s member is in the pack at the epoch its trial reported (added, or
         re-added from the state its trial sent); else the trial is asked for its state."""
-        from autoaug.proxy_models.train_config import TrainConfig
-
         member = pack.members.get(request.key)
         if member is not None and member.epoch == request.epochs_done:
             return True
@@ -195,10 +200,6 @@ class PackServer:
             return False
         resume = None
         if request.state is not None:
-            import io
-
-            import torch
-
             resume = torch.load(io.BytesIO(request.state), map_location="cpu", weights_only=True)
         config = dataclasses.replace(
             TrainConfig.from_dict(request.config),
@@ -243,8 +244,6 @@ class PackServers:
         self._actors: list[Any] = []
 
     def __enter__(self) -> PackServers:
-        import ray
-
         actor = ray.remote(PackServer)
         for name in self.names:
             with contextlib.suppress(ValueError):  # (none)
@@ -261,8 +260,6 @@ class PackServers:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        import ray
-
         for actor in self._actors:
             ray.kill(actor)
         self._actors = []
@@ -270,8 +267,6 @@ class PackServers:
 
 def _server(names: list[str]) -> Any:
     """The least loaded of the pack servers ``names``."""
-    import ray
-
     handles = [ray.get_actor(n) for n in names]
     if len(handles) == 1:
         return handles[0]
@@ -293,11 +288,6 @@ def train_in_pack(
     holding the trainer's checkpoint), each reported with the metrics
     :func:`autoaug.proxy_models.train.train` reports, after its checkpoint is written to
     ``checkpoint_dir``. A member the server does not hold (it restarted) is sent the last checkpoint."""
-    import ray
-    from ray.exceptions import RayActorError
-
-    from autoaug.proxy_models.train import CHECKPOINT_NAME, load_checkpoint
-
     file = Path(checkpoint_dir) / CHECKPOINT_NAME
     state: bytes | None = None
     done = 0
@@ -327,8 +317,6 @@ def train_in_pack(
             raise RuntimeError(f"pack training: {reply['error']}")
         send = None
         state = reply["checkpoint"]
-        from autoaug.core.location import atomic_write_local
-
         atomic_write_local(file, state)
         metrics = dict(reply["metrics"])
         metrics["checkpoint_dir"] = str(checkpoint_dir)
@@ -339,10 +327,6 @@ def train_in_pack(
 def _choose(train_config: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:
     """(Ray task, on one pack server's resources) :func:`~autoaug.proxy_models.pack_sizing.choose_pack`
     for the trials' configuration."""
-    from autoaug.proxy_models.pack_sizing import choose_pack
-    from autoaug.proxy_models.train_config import TrainConfig
-    from autoaug.search.tune.epochs import with_trial_threads
-
     config = with_trial_threads(TrainConfig.from_dict(train_config))
     return choose_pack(config, train_size=config.train_size or 1000)
 
@@ -352,8 +336,6 @@ def pack_size(config: Any, train_config: Mapping[str, Any], log: Callable[[str],
     resources (a Ray task), said in one line."""
     if config.pack != "auto":
         return int(config.pack)
-    import ray
-
     task = ray.remote(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial)(_choose)
     k, measured = ray.get(task.remote(dict(train_config)))
     rates = ", ".join(
@@ -373,8 +355,6 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[An
     k = pack_size(config, exp.parameters["train_config"], log)
     if k == 1:
         return exp, contextlib.nullcontext()
-    import ray
-
     servers, at_once = pack_plan(
         k, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources()
     )

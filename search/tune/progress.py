@@ -13,10 +13,11 @@ import sys
 from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
-from ray import tune
+from ray import cloudpickle, tune
 from ray.tune.progress_reporter import TrialProgressCallback
 
 from autoaug.search.score import METRIC
+from autoaug.search.tune.searcher import current_session
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -87,8 +88,6 @@ class ProgressCallback(tune.Callback):
 
     @staticmethod
     def _session() -> Any:
-        from autoaug.search.tune.searcher import current_session
-
         return current_session()
 
     @property
@@ -298,8 +297,6 @@ def trial_error(trial: Any) -> str:
         local = None
     if local and os.path.isfile(local):
         try:
-            from ray import cloudpickle
-
             with open(local, "rb") as f:
                 exc = cloudpickle.load(f)
         except Exception:

@@ -9,6 +9,7 @@ from collections.abc import Container
 from typing import Any
 
 import optuna
+from ray.tune import ExperimentAnalysis
 
 from autoaug.search.decide.assemble import SUCCESS_STATUSES, TrialRecord
 from autoaug.search.run_dir import RunDir
@@ -33,8 +34,6 @@ def trial_records(
     between, and the study guard did not run it again), the study's value and step are the
     result.
     """
-    from ray.tune import ExperimentAnalysis
-
     analysis = ExperimentAnalysis(run.uri, default_metric=METRIC, default_mode=MODE)
     latest = study_trials_by_tune_id(study)
     names = set(space.param_names())

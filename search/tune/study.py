@@ -16,10 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from autoaug.core import extras
 from autoaug.core.errors import MissingExtraError, RunExistsError, UserInputError
 from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.decide.warm_start import WARM_START_ATTR
-from autoaug.search.run_dir import SEARCH_ATTR, STUDY_FILE, RunDir
+from autoaug.search.run_dir import SEARCH_ATTR, STUDY_FILE, RunDir, default_runs_root
 from autoaug.search.space import SearchSpace
 
 if TYPE_CHECKING:  # optuna is imported where used: `autoaug --help` lists SAMPLERS without it
@@ -89,7 +90,7 @@ def label_study(study: optuna.Study, space: SearchSpace, metric: str) -> None:
     """Name what Optuna Dashboard shows of a search's study: the objective (``metric``, not
     "Objective 0") and, in the study user attribute :data:`PARAMS_ATTR`, what each parameter name
     means. Trials are untouched (idempotent: a resumed search calls it again)."""
-    import optuna
+    optuna = _optuna()
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -97,7 +98,8 @@ def label_study(study: optuna.Study, space: SearchSpace, metric: str) -> None:
     study.set_user_attr(PARAMS_ATTR, _param_legend(space))
 
 
-def _optuna():
+def _optuna() -> Any:
+    """The optuna module (imported where used: `autoaug --help` reads this module without it)."""
     import optuna
 
     return optuna
@@ -175,7 +177,7 @@ def make_sampler(
     finished trial must beat the incumbent to replace it, for a sampler that moves from one
     (``local``; the others ignore it); None: 0.
     """
-    import optuna
+    optuna = _optuna()
 
     if name not in SAMPLERS:
         raise UserInputError(f"unknown sampler {name!r}; expected one of {', '.join(SAMPLERS)}")
@@ -226,11 +228,17 @@ _HINTS = (
 )
 
 
-def _engine_url(url: str) -> tuple[Any, dict[str, Any]]:
-    """The SQLAlchemy URL Optuna connects to, and the engine's ``connect_args``."""
+def _sqlalchemy_url(url: str) -> Any:
+    """``url`` parsed by SQLAlchemy (what Optuna's RDB storage connects with, installed with Optuna;
+    imported where used, as Optuna is)."""
     from sqlalchemy.engine import make_url
 
-    parsed = make_url(url)
+    return make_url(url)
+
+
+def _engine_url(url: str) -> tuple[Any, dict[str, Any]]:
+    """The SQLAlchemy URL Optuna connects to, and the engine's ``connect_args``."""
+    parsed = _sqlalchemy_url(url)
     connect_args: dict[str, Any] = {}
     if parsed.drivername == "sqlite":
         # Several writers (the driver, a user inspecting the study) may hold the file.
@@ -249,9 +257,7 @@ def _one_line(exc: BaseException, url: str) -> str:
     text = " ".join(str(cause).split()) or type(cause).__name__
     text = re.sub(r"\s*\(Background on this error at: \S+\)", "", text)
     try:
-        from sqlalchemy.engine import make_url
-
-        password = make_url(url).password
+        password = _sqlalchemy_url(url).password
     except Exception:
         password = None
     if password:
@@ -267,16 +273,14 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
     found here); errors become one :class:`UserInputError` line without the password, a missing
     database driver one :class:`MissingExtraError` line naming the extra. ``postgresql://`` connects
     with psycopg 3 (:data:`POSTGRES_DRIVER`), with a :data:`CONNECT_TIMEOUT_S` connect timeout."""
-    import optuna
+    optuna = _optuna()
 
     try:
         engine_url, connect_args = _engine_url(url)
     except Exception as exc:  # sqlalchemy.exc.ArgumentError: not a database URL
         raise UserInputError(f"Optuna storage {redact(url)} is not a database URL: {_one_line(exc, url)}") from None
     if engine_url.get_backend_name() == "postgresql" and engine_url.get_driver_name() == POSTGRES_DRIVER:
-        from autoaug.core.extras import missing
-
-        if missing(["psycopg"]):
+        if extras.missing(["psycopg"]):
             raise MissingExtraError(
                 f"the Optuna storage {redact(url)} needs the PostgreSQL driver psycopg (3), which is not "
                 f"installed; install it with: {INSTALL_POSTGRES}"
@@ -296,9 +300,7 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
 def redact(url: str) -> str:
     """``url`` with its password hidden."""
     try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
+        return _sqlalchemy_url(url).render_as_string(hide_password=True)
     except Exception:
         return url
 
@@ -324,9 +326,7 @@ def open_study(name: str, storage: str | None = None, *, runs_root: str | None =
     ``storage``: the Optuna storage URL; default: ``optuna.db`` in the run directory
     ``{runs_root}/{name}``.
     """
-    import optuna
-
-    from autoaug.search.run_dir import default_runs_root
+    optuna = _optuna()
 
     if storage is None:
         run = RunDir(runs_root or default_runs_root(), name)
@@ -357,7 +357,7 @@ def check_studies(url: str, names: Sequence[str], run_uri: str, *, own_ok: bool,
     it) is refused unless ``own_ok`` (``--overwrite``, or a run directory the driver refuses
     itself). ``resuming`` (``--resume``): its own studies are expected, one no search recorded may be
     its own (killed before it wrote the record); another search's is refused."""
-    import optuna
+    optuna = _optuna()
 
     storage = make_storage(url)
     if not names:
@@ -396,7 +396,7 @@ def check_studies(url: str, names: Sequence[str], run_uri: str, *, own_ok: bool,
 def delete_study(name: str, url: str, *, run_uri: str | None = None) -> None:
     """Delete the study ``name`` from the storage at ``url`` (nothing if it is not there); with
     ``run_uri``, only if it is the study of the search in that run directory."""
-    import optuna
+    optuna = _optuna()
 
     storage = make_storage(url)
     if run_uri is not None:
@@ -451,7 +451,7 @@ def check_study(
     WAITING trial that belongs to no Tune trial is a proposal the search never reached (an enqueued
     warm-start point), not a problem.
     """
-    import optuna
+    optuna = _optuna()
 
     problems: list[str] = []
     latest = study_trials_by_tune_id(study)

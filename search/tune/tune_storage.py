@@ -31,6 +31,7 @@ write an object whole or not at all.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import pickle
@@ -45,7 +46,8 @@ from typing import Any
 from ray import tune
 
 from autoaug.core.errors import SearchError, StorageError
-from autoaug.core.location import atomic_write_local, is_uri, resume_with, storage_error
+from autoaug.core.location import Location, atomic_write_local, is_uri, resume_with, storage_error
+from autoaug.search.tune import progress
 from autoaug.search.tune.searcher import ray_session_dir
 
 __all__ = [
@@ -87,9 +89,7 @@ class StorageGuard(tune.Callback):
 
     @staticmethod
     def _check(trial: Any) -> None:
-        from autoaug.search.tune.progress import trial_error
-
-        error = trial_error(trial)
+        error = progress.trial_error(trial)
         if storage_error(OSError(error), "") is not None:
             raise _TrialStorageFailure(trial.trial_id, error)
 
@@ -345,10 +345,6 @@ def tuner_state_error(run: Any, experiment_uri: str) -> SearchError | None:
     ``tuner.pkl``: cut short or corrupted (:meth:`RunDir.damaged`), or written by another version,
     naming a module or class this one does not have (:meth:`RunDir.another_version`). None when
     the file unpickles here (the failure was something else)."""
-    import io
-
-    from autoaug.core.location import Location
-
     where = Location.parse(experiment_uri, what="experiment")
     name = TUNER_FILE
     prefix = run.uri.rstrip("/") + "/"

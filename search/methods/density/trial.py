@@ -8,8 +8,11 @@ import time
 
 from ray import tune
 
+from autoaug.proxy_models.train_config import TrainConfig
 from autoaug.search.methods.density.fold_models import FoldScorer, objective_value
 from autoaug.search.score import METRIC
+from autoaug.search.space import SearchSpace
+from autoaug.search.tune.epochs import trial_policy
 
 __all__ = ["DensityTrial"]
 
@@ -21,9 +24,6 @@ class DensityTrial(tune.Trainable):
     model are built once per trial process."""
 
     def setup(self, config: dict, *, train_config: dict, space: dict, policy_prefix: str, fold: dict) -> None:
-        from autoaug.proxy_models.train_config import TrainConfig
-        from autoaug.search.space import SearchSpace
-
         self._started = time.perf_counter()
         self.space = SearchSpace.from_dict(space)
         self.policy_prefix = policy_prefix
@@ -46,8 +46,6 @@ class DensityTrial(tune.Trainable):
         return None
 
     def step(self) -> dict:
-        from autoaug.search.tune.epochs import trial_policy
-
         policy = trial_policy(self.candidate, self.space, f"{self.policy_prefix}-{self.trial_id}")
         t1 = time.perf_counter()
         accuracy, loss = self.scorer.score(policy)

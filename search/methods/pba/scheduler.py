@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ray import tune
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import PopulationBasedTraining
 
 from autoaug.core import failpoints
@@ -81,8 +82,6 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
         self.__dict__.update({"_reports": 0, "_last_report": {}, "_trained": {}, **state})
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
-        from ray.tune.experiment import Trial
-
         if self.synch:
             return super().choose_trial_to_run(tune_controller)
         waiting = [t for t in tune_controller.get_trials() if t.status in (Trial.PENDING, Trial.PAUSED)]

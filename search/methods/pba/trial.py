@@ -24,6 +24,10 @@ import os
 import tempfile
 from typing import Any
 
+from ray import tune
+
+from autoaug.policies.schedule import Schedule
+from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.epochs import EpochResults, with_trial_threads
 
@@ -46,8 +50,6 @@ def start_schedule(
     after a pause, a failure or a driver restart) continues as it was. ``operations``: how the
     explore changed each parameter (``resample``, ``+2``, ...), recorded with the changes.
     """
-    from autoaug.policies.schedule import Schedule
-
     if checkpoint is None:
         return Schedule(policy.name, [(0.0, policy)]), [], []
     done = int(checkpoint["epoch"])
@@ -86,10 +88,6 @@ def run_pba_trial(
     them, :func:`autoaug.search.methods.pba.method.explore_params`); ``config["explore"]``: how the last explore
     changed them (recorded in the events).
     """
-    from ray import tune
-
-    from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
-
     search_space = SearchSpace.from_dict(space)
     cfg = with_trial_threads(TrainConfig.from_dict(train_config))  # torch + DALI on the member's CPUs
     me = tune.get_context().get_trial_id() or "local"

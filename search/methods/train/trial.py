@@ -11,8 +11,12 @@ import contextlib
 import tempfile
 from typing import Any
 
+from ray import tune
+
+from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.epochs import EpochResults, trial_policy, with_trial_threads
+from autoaug.search.tune.pack import train_in_pack
 
 __all__ = ["run_trial"]
 
@@ -38,11 +42,6 @@ def run_trial(
     With ``pack_servers`` the epochs are trained by one of those pack servers, beside other
     trials (:func:`autoaug.search.tune.pack.train_in_pack`); the trial reports them as its own.
     """
-    from ray import tune
-
-    from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
-    from autoaug.search.tune.pack import train_in_pack
-
     search_space = SearchSpace.from_dict(space)
     cfg = TrainConfig.from_dict(train_config)
     if not pack_servers:

@@ -11,7 +11,9 @@ The launches of a step are those of one run, whatever K.
 
 Each member is a run of its own: its :class:`~autoaug.proxy_models.train_config.TrainConfig`
 (members of one pack differ only in ``seed``), its policy or schedule, its data stream (its own
-:class:`~autoaug.proxy_models.pipeline.DaliLoader`: the batches its solo run would see), its
+:class:`~autoaug.proxy_models.pipeline.DaliLoader`, or with ``loader: device`` its own
+:class:`~autoaug.proxy_models.device_feed.DeviceFeed`, the batches made on the pack's device: the
+batches its solo run would see), its
 initialisation, history, checkpoints and reports, in the trainer's own checkpoint format: a member's
 checkpoint resumes as a solo run and a solo run's checkpoint as a member. Members share one
 validation loader when their validation images are the same. Members may join and leave between

@@ -13,7 +13,9 @@ resumed run must equal an uninterrupted one.
 Recipe (AutoAugment's CIFAR training, per step): SGD with Nesterov momentum, weight decay on every
 parameter, linear learning-rate warm-up then cosine decay to zero, optional label smoothing. Data
 come from :class:`autoaug.proxy_models.pipeline.DaliLoader` (decode -> base crop/flip -> policy ->
-normalize, on the CPU or the GPU); the model from :func:`autoaug.proxy_models.models.build_model`.
+normalize, on the CPU or the GPU) or, with ``loader: device``, from
+:class:`autoaug.proxy_models.device_feed.DeviceFeed` (the same steps on images kept on the run's
+device, batched torch operations); the model from :func:`autoaug.proxy_models.models.build_model`.
 
 Reproducibility: the model is initialised from ``seed`` and the loader's data order and
 augmentation draws come from ``seed`` (split membership from ``split_seed``), so two runs of one
@@ -241,6 +243,19 @@ def _make_loader(
     from autoaug.proxy_models.pipeline import DaliLoader
 
     batch_size = config.batch_size if train else eval_batch_size(config)
+    if train and config.loader == "device":
+        from autoaug.proxy_models.device_feed import DeviceFeed
+
+        first = policy.at(0, config.epochs) if isinstance(policy, Schedule) else policy  # (set_policy: the rest)
+        return DeviceFeed(
+            ds,
+            indices,
+            batch_size=batch_size,
+            policy=first,
+            seed=config.seed,
+            image_size=config.image_size,
+            device=device,
+        )
     inputs = None
     if isinstance(policy, Schedule):
         inputs, policy = schedule_inputs(policy, config.image_size), policy.at(0, config.epochs)
@@ -499,8 +514,9 @@ class _Run:
             "dataset_fingerprint": self.dataset_fp,
             "split_fingerprint": self.split.fingerprint,
             **learner_state,
-            # Epoch counter + DALI's own checkpoint of its random operators, so a resumed
-            # run sees the data order and augmentation draws of the uninterrupted one.
+            # Epoch counter + DALI's own checkpoint of its random operators (the device feed:
+            # its generator's state), so a resumed run sees the data order and augmentation
+            # draws of the uninterrupted one.
             "loader": self.train_loader.state_dict(),
             "rng": {
                 "torch": torch.get_rng_state(),

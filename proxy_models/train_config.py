@@ -27,6 +27,7 @@ __all__ = [
     "SIZING_FIELDS",
     "AMP_DTYPES",
     "COMPILE_MODES",
+    "LOADERS",
     "sizing_record",
     "resolve_config",
     "EVAL_BATCH_SIZE",
@@ -84,12 +85,15 @@ _OMITTED_AT_DEFAULT = (
     "eval_batch_size",
     "loader_threads",
     "eval_epochs",
+    "loader",
 )
 
 #: ``amp_dtype`` values (``None``: the device's default, float16 on CUDA, bfloat16 on the CPU).
 AMP_DTYPES = ("bfloat16", "float16")
 #: ``compile`` values besides true/false: the modes of ``torch.compile`` (true is ``"default"``).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: ``loader`` values: where a run's training batches are made (:class:`TrainConfig`).
+LOADERS = ("dali", "device")
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,7 +150,13 @@ class TrainConfig:
         evaluation stays eager); when compiling fails (no C++ compiler, an unsupported op) the
         run trains eagerly after one warning. ``num_threads``: torch intra-op threads and DALI
         worker threads (``None``: torch's current setting); ``loader_threads``: DALI's worker
-        threads when they should differ from ``num_threads``. ``eval_batch_size``: images per
+        threads when they should differ from ``num_threads``. ``loader``: where the training
+        batches are made: ``"dali"`` (the default: the DALI pipeline,
+        :class:`~autoaug.proxy_models.pipeline.DaliLoader`, decoding and augmenting on the host or
+        the GPU) or ``"device"`` (:class:`~autoaug.proxy_models.device_feed.DeviceFeed`: the
+        images decoded once and kept on the run's device, the base and the policy applied there
+        per sample by batched torch operations); the two draw different streams, so a run resumes
+        only with its own. Validation and test batches come from DALI either way. ``eval_batch_size``: images per
         evaluation batch (``None``: ``max(batch_size, 256)``); evaluation runs under
         ``torch.inference_mode``, batch norm in eval mode, so it changes no result beyond the
         last bits of float sums. ``eval_every``: validate every N epochs (and always after the last);
@@ -197,6 +207,7 @@ class TrainConfig:
     eval_batch_size: int | None = None
     loader_threads: int | None = None
     eval_epochs: tuple[int, ...] | None = None
+    loader: str = "dali"
 
     PRESETS: ClassVar[Mapping[str, TrainConfig]]
 
@@ -294,6 +305,8 @@ class TrainConfig:
             raise bad("compile", f"true, false or a torch.compile mode ({', '.join(map(repr, COMPILE_MODES))})")
         if self.compile == "default":  # one spelling per setting: the same run records one dict
             object.__setattr__(self, "compile", True)
+        if not isinstance(self.loader, str) or self.loader not in LOADERS:
+            raise bad("loader", f"one of {', '.join(map(repr, LOADERS))}")
         if not _is_number(self.lr) or self.lr <= 0:
             raise bad("lr", "a positive number")
         if not _is_number(self.momentum) or not 0 <= self.momentum < 1:
@@ -358,9 +371,10 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-able dict; the fields added after run records existed
-        (``train_per_class``, ``min_train_size``, ``max_train_size``, ``group_by`` and the speed
-        options ``amp_dtype``, ``tf32``, ``compile``, ``eval_batch_size``, ``loader_threads``)
-        only when they differ from their default (see :data:`_OMITTED_AT_DEFAULT`)."""
+        (``train_per_class``, ``min_train_size``, ``max_train_size``, ``group_by``, the speed
+        options ``amp_dtype``, ``tf32``, ``compile``, ``eval_batch_size``, ``loader_threads``,
+        and ``eval_epochs``, ``loader``) only when they differ from their default (see
+        :data:`_OMITTED_AT_DEFAULT`)."""
         d = dataclasses.asdict(self)
         for name in _OMITTED_AT_DEFAULT:
             if d[name] == _DEFAULTS[name] and type(d[name]) is type(_DEFAULTS[name]):

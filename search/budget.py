@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from autoaug.core import failpoints
+from autoaug.search.run_dir import utc_now
 
 __all__ = [
     "BUDGET_FILE",
@@ -156,8 +157,6 @@ class Budget:
         clock: Callable[[], float] = time.time,
         say: Callable[[str], Any] | None = None,
     ) -> None:
-        from autoaug.search.run_dir import utc_now
-
         record = dict(record or {})
         self.total_s = float(total_s)
         self._clock = clock
@@ -407,8 +406,6 @@ class Budget:
         """Record that the budget ended (cut) the search at ``stage``: one of :data:`DRIVER_STAGES`,
         or what the method was scoring in its own word (``trials``: Tune's searcher says it) --
         then, the first time, a line says that nothing new starts. The first call counts."""
-        from autoaug.search.run_dir import utc_now
-
         first = False
         with self._lock:
             if self.ended is None:

@@ -8,8 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoaug.policies import Policy
 from autoaug.policies.describe import describe
+from autoaug.search.budget import describe_budget
 from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
+from autoaug.search.decide.calibrate import describe_calibration
+from autoaug.search.decide.op_effects import describe_effects
+from autoaug.search.decide.rescore import describe_selection
 from autoaug.search.methods.base import METHODS, Method
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
@@ -166,15 +171,9 @@ class SearchOutcome:
         selection = self.provenance.get("selection")
         if selection:
             lines.append(rescored_line(selection))
-            from autoaug.search.decide.rescore import describe_selection
-
             lines += describe_selection(selection, ran_text(self.provenance))
         if self.method is not None:  # what the method's own record says (a PBA search: its schedule)
             lines += self.method.summary(self.provenance.get("method") or {})
-        from autoaug.search.budget import describe_budget
-        from autoaug.search.decide.calibrate import describe_calibration
-        from autoaug.search.decide.op_effects import describe_effects
-
         calibration = self.provenance.get("calibration")
         lines += describe_calibration(calibration)
         name = ((self.provenance.get("search") or {}).get("config") or {}).get("name")
@@ -233,8 +232,6 @@ def describe_data(train_config: Any) -> dict[str, Any]:
 
 def outcome_from_result(result: Mapping[str, Any], run: RunDir) -> SearchOutcome:
     """The :class:`SearchOutcome` a ``result.json`` describes."""
-    from autoaug.policies import Policy
-
     prov = result["provenance"]
     trials = [TrialRecord.from_dict(t) for t in prov["trials"]]
     by_id = {t.trial_id: t for t in trials}

@@ -20,8 +20,10 @@ commit of the code and wall time.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,8 +274,6 @@ _LIBRARIES = ("torch", "torchvision", "ray", "optuna", "pyarrow", "numpy", "auto
 
 def library_versions() -> dict[str, str | None]:
     """Installed versions of the libraries a search result depends on (None when missing)."""
-    import importlib.metadata
-
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for dist in _LIBRARIES:
         try:
@@ -293,8 +293,6 @@ def library_versions() -> dict[str, str | None]:
 def git_info(path: str | os.PathLike | None = None) -> dict[str, Any] | None:
     """``{"commit", "dirty"}`` of the git checkout holding ``path`` (default: this package), or
     None when it is not in a git checkout or git is unavailable."""
-    import subprocess
-
     where = Path(path) if path is not None else Path(__file__).resolve().parent
     try:
         commit = subprocess.run(

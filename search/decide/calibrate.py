@@ -53,13 +53,20 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autoaug.core import failpoints
+from autoaug.core.errors import UserInputError
+from autoaug.policies import Policy, presets
+from autoaug.policies.bases import NAMES as BASE_NAMES
+from autoaug.search.budget import format_duration, measured_run_s
+from autoaug.search.decide import rescore
 from autoaug.search.decide.noise import Noise, as_runs, difference_se, measure, score_of
-from autoaug.search.score import METRIC
+from autoaug.search.decide.rescore import Candidate
+from autoaug.search.decide.warm_start import warm_start_policies
+from autoaug.search.run_dir import CONFIG_FILE, RunDir, RunState
+from autoaug.search.score import METRIC, score_epochs
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
     from autoaug.search.budget import Budget
-    from autoaug.search.run_dir import RunDir
 
 __all__ = [
     "AUTO",
@@ -143,8 +150,6 @@ def calibration_train_config(config: Any, seed_index: int = 0) -> Any:
     method stops trials early (ASHA's rungs, :meth:`Method.rungs`): the runs' scores there measure
     how well each rung ranks before any trial (:func:`autoaug.search.decide.rungs.calibration_scores`),
     for about 2% more time (10 more validations in 120 epochs of the `cpu` preset)."""
-    from autoaug.search.score import score_epochs
-
     epochs = calibration_epochs(config)
     rungs: tuple[int, ...] = ()
     if epochs == config.train.epochs:
@@ -207,9 +212,6 @@ def calibration_source(config: Any, data: Mapping[str, Any]) -> CalibrationSourc
     name = config.calibration_from
     if name is None:
         return None
-    from autoaug.core.errors import UserInputError
-    from autoaug.search.run_dir import CONFIG_FILE, RunDir, RunState
-
     flag = f"--calibration-from {name}"
     if name == config.name:
         raise UserInputError(f"{flag}: that is this search's own name; it reuses another search's calibration")
@@ -414,8 +416,6 @@ def suggested_budget_s(calibration_s: float) -> float:
 def next_search(name: str, calibration_s: float) -> str:
     """What to do when calibration leaves a search's trials no time: a larger budget
     (:func:`suggested_budget_s`), or the next search reusing search ``name``'s calibration runs."""
-    from autoaug.search.budget import format_duration
-
     return (
         f"for trials, give this data --time-budget {format_duration(suggested_budget_s(calibration_s))} "
         f"(calibration a third of it), or start the next search with --calibration-from {name} "
@@ -430,18 +430,12 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
     fit in :data:`CALIBRATION_SHARE` of it."""
     if not needs_calibration(config):
         return None
-    from autoaug.policies import presets
-    from autoaug.search.decide.rescore import train_runs
-    from autoaug.search.decide.warm_start import warm_start_policies
-
     cached = run.read_json(CALIBRATION_FILE) if run.exists(CALIBRATION_FILE) else {}
     runs: dict[str, Any] = dict(cached.get("runs", {}))
     # Whose runs this calibration reused (kept in the file: a resumed search says so too).
     reuse: dict[str, Any] = dict(cached.get("reused") or {})
     source = None
     if config.calibration_from and not cached:  # (a resumed search has them in its own file)
-        from autoaug.search.run_dir import CONFIG_FILE, RunState
-
         source = calibration_source(config, RunState.from_dict(run.read_json(CONFIG_FILE)).data)
         reused = {k: v for k, v in source.runs.items() if k.startswith("base:") and config.base == AUTO}
         runs.update(reused)
@@ -478,7 +472,7 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             run.write_json(CALIBRATION_FILE, {"runs": runs, **({"reused": reuse} if reuse.get("runs") else {})})
             failpoints.hit("calibrate.after_run_saved")
 
-        runs.update(train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
+        runs.update(rescore.train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
         out: dict[str, list[dict[str, Any]]] = {}
         for label, _, c in plan:
             out.setdefault(label, []).append(runs[key(stage, label, c)])
@@ -489,11 +483,8 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         (None: no budget, or no run measured yet)."""
         if budget is None:
             return None
-        from autoaug.search.budget import measured_run_s
-        from autoaug.search.decide.rescore import parallel_runs
-
         run_s = measured_run_s(runs)
-        return None if run_s is None else (run_s, parallel_runs(config))
+        return None if run_s is None else (run_s, rescore.parallel_runs(config))
 
     def affordable(stage: str, labels: Sequence[str], cfg: Any) -> bool:
         """Whether another round of a race fits in the calibration's share of the time budget,
@@ -524,8 +515,6 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
         need = budget.reserve_s(run_s)
         if ends + need <= budget.total_s:
             return
-        from autoaug.search.budget import format_duration
-
         if ends > budget.total_s:
             when = " (which does not cut calibration), leaving the trials little or no time"
         else:
@@ -558,10 +547,8 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
             record["base_extra_seeds"] = made["base_extra_seeds"]
         base = record["base"]["chosen"]
     elif config.base == AUTO:
-        from autoaug.policies.bases import NAMES
-
         strength = {b: i for i, b in enumerate(BASE_STRENGTH)}
-        bases = {b: presets.resolve(b) for b in sorted(NAMES, key=lambda b: strength.get(b, len(strength)))}
+        bases = {b: presets.resolve(b) for b in sorted(BASE_NAMES, key=lambda b: strength.get(b, len(strength)))}
         decision, rounds = _race(
             train, "base", bases, "each base alone", choose_base, cfgs, extra[: config.base_extra_seeds], affordable
         )
@@ -644,9 +631,6 @@ def transfer_candidate(
     transfer = (record or {}).get("transfer")
     if not transfer:
         return None
-    from autoaug.policies import Policy, presets
-    from autoaug.search.decide.rescore import Candidate
-
     published = presets.resolve(transfer["best"]).with_base(transfer["base"])
     policy = Policy(name, published.num_magnitude_bins, published.sub_policies, published.base, published.ranges)
     measured: tuple[Mapping[str, Any], ...] = ()

@@ -40,6 +40,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autoaug.policies import Policy, presets
+
 __all__ = ["IGNORED", "usage", "observations", "estimate", "from_provenance", "describe_effects", "plot_effects"]
 
 #: Operations that change nothing and are left out of the table.
@@ -50,8 +52,6 @@ def usage(policy: Any) -> dict[str, float]:
     """How often each operation is applied to one image by ``policy`` (a
     :class:`~autoaug.policies.Policy` or its dict): one sub-policy drawn uniformly, each of its
     operations applied with its probability. The identity policy uses none."""
-    from autoaug.policies import Policy
-
     if not isinstance(policy, Policy):
         policy = Policy.from_dict(policy)
     subs = policy.sub_policies
@@ -68,8 +68,6 @@ def observations(provenance: Mapping[str, Any], epochs: int) -> list[dict[str, A
     schedule (``epochs``): the calibration's published policies and the base alone (when they
     ran that schedule), and every trial that trained every epoch. Each: ``label``, ``usage``,
     ``score`` (a fraction)."""
-    from autoaug.policies import presets
-
     obs: list[dict[str, Any]] = []
     calibration = provenance.get("calibration") or {}
     transfer = calibration.get("transfer") or {}

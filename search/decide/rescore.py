@@ -34,13 +34,16 @@ is not trained again.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autoaug.core import failpoints
 from autoaug.policies import Policy
-from autoaug.search.decide.noise import IMAGE_SCORES
-from autoaug.search.score import METRIC
+from autoaug.policies.schedule import trainable_from_dict
+from autoaug.search.decide.noise import IMAGE_SCORES, difference_se, encode_image_scores, measure
+from autoaug.search.score import METRIC, search_score
 
 __all__ = [
     "RESCORE_FILE",
@@ -103,17 +106,12 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
     epochs, counted once, :func:`autoaug.search.budget.measured_run_s`), and every validation image's
     score over the score's window (:data:`autoaug.search.decide.noise.IMAGE_SCORES`: the noise of a
     comparison is measured from them)."""
-    import time
-
     started = time.time()
-    import hashlib
-
+    # After the clock starts (wall_s counts the trainer's import of torch), and not at the top:
+    # `autoaug --help` imports this module without numpy and torch.
     import numpy as np
 
-    from autoaug.policies.schedule import trainable_from_dict
     from autoaug.proxy_models.train import TrainConfig, train
-    from autoaug.search.decide.noise import IMAGE_SCORES, encode_image_scores
-    from autoaug.search.score import search_score
 
     images: dict[int, Any] = {}  # epoch -> per-image right/wrong (the window's epochs are kept)
     val_ids: list[str] = []
@@ -203,8 +201,6 @@ def train_runs(
     ``{key: {METRIC, "val_accuracy", "train_time_s", "precision", "machine", "epochs", "seed", "val_size"}}``, the
     cached runs included (and only the runs that finished).
     """
-    import time
-
     import ray
 
     results: dict[str, dict[str, Any]] = dict(cached or {})
@@ -405,8 +401,6 @@ def _versus_transfer(
     best (the ``transfer`` candidate): the difference of their re-scores, twice its standard
     error as measured on their runs (:mod:`autoaug.search.decide.noise`, paired per image) and whether
     the difference is beyond it. None without a transfer candidate or an own one re-scored."""
-    from autoaug.search.decide.noise import difference_se
-
     transfer = next((c for c in candidates if c.kind == "transfer" and c.key in scores), None)
     own = [c for c in candidates if c.kind != "transfer" and c.key in scores and value(c) != float("-inf")]
     if transfer is None or not own:
@@ -429,8 +423,6 @@ def _noise(runs: Mapping[str, Sequence[Mapping[str, Any]]], calibration: Mapping
     """The noise of one run's score measured on the candidates' ``runs`` ({key: runs}) and, when
     they ran the same schedule, the calibration's repeated runs (same data, same proxy; a shorter
     calibration run's seed-to-seed spread is its own): :func:`autoaug.search.decide.noise.measure`."""
-    from autoaug.search.decide.noise import measure
-
     epochs = {r.get("epochs") for rs in runs.values() for r in rs}
     same = calibration is not None and epochs == {calibration.get("epochs")}
     stages = [calibration.get(stage) or {} for stage in ("base", "transfer")] if same else []
@@ -447,8 +439,6 @@ def contenders(
     earlier one) first, then every one whose mean is within twice the standard error of its
     difference from the leader's (the noise measured on their runs: :func:`_noise`) -- and
     that noise (None with fewer than two re-scored)."""
-    from autoaug.search.decide.noise import difference_se
-
     scored = [c for c in candidates if c.key in scores and scores[c.key].get(METRIC) is not None]
     if len(scored) < 2:
         return scored, None

@@ -43,6 +43,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autoaug.search.score import asha_milestones
+
 __all__ = [
     "MIN_PAIRS",
     "RANKS_ABOVE",
@@ -75,8 +77,6 @@ def rung_epochs(
 ) -> tuple[int, ...]:
     """Where :func:`rung_ranking` compares a search's trials: ASHA's milestones (none without early
     stopping) and the last epoch."""
-    from autoaug.search.score import asha_milestones
-
     rungs = asha_milestones(int(grace_period), float(reduction_factor), int(epochs)) if early_stopping else ()
     return (*rungs, int(epochs))
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib.metadata
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -367,14 +368,13 @@ class MethodRegistry(MutableMapping[str, Method]):
         """Load the group's methods not loaded yet (on the first read; again after a package was
         installed while this process runs). A method that cannot be loaded, or whose name is not
         its entry's, is refused in one ``ValueError`` line naming the entry."""
-        from importlib.metadata import entry_points
-
         if self._loading:  # (a method's module read the registry while it was imported)
             return
         self._loading = self._scanned = True
         try:
             found = sorted(
-                (e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name not in self._loaded), key=lambda e: e.name
+                (e for e in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if e.name not in self._loaded),
+                key=lambda e: e.name,
             )
             checked = dict(self._methods)
             for entry in found:

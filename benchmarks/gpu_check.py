@@ -16,6 +16,10 @@ On a machine with one NVIDIA GPU, in about 8 minutes (``--budget-s``)::
    give a search) and turns their epoch times into 120-epoch trials per GPU-hour;
 4b. ``pack``: 120-epoch trials per GPU-hour of packs of K members (``--packs``) beside 1 and 8
    separate processes, both proxies, bf16 on device-resident images (``benchmarks/pack_throughput.py``);
+4c. ``feed``: a pack's input side (``--feed-packs`` K): the images per second K members' DALI
+   loaders (on the GPU, as ``loader: dali`` trains, and on the CPU) and K device feeds
+   (``loader: device``) serve with AutoAugment's CIFAR-10 policy on real images, and the ``paper``
+   proxy's pack of K trained end to end fed each way (``pack_throughput.py --measure input,train``);
 5. runs ``autoaug search --preset smoke`` end to end with 4 trials sharing the GPU;
 6. runs ``autoaug search --preset gpu`` end to end, shortened (``--preset-epochs`` a run, ASHA's
    rung moved with them, ``--preset-budget-s``): calibration, trials at 1/8 GPU each, re-scoring,
@@ -29,7 +33,8 @@ instead of the ``paper`` proxy.
 
 It prints a table and writes every figure as JSON to
 ``benchmarks/results/gpu/<gpu-name>.json`` (``--out``). ``--skip`` leaves steps out (e.g.
-``--skip tests,search``). Without a GPU it says so in one line and exits 2.
+``--skip tests,search``); ``--only`` runs the steps named and no other (``--only feed``). Without a
+GPU it says so in one line and exits 2.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-STEPS = ("tests", "augment", "train", "concurrency", "pack", "search", "preset")
+STEPS = ("tests", "augment", "train", "concurrency", "pack", "feed", "search", "preset")
 POLICIES = ("autoaugment-cifar10", "randaugment:n=2,m=9", "trivialaugment")
 
 
@@ -432,6 +437,24 @@ def pack_rates(packs: str, seconds: float) -> dict:
     return {"rows": rows}
 
 
+def feed_rates(data: Path, packs: str, seconds: float, epochs: int) -> dict:
+    """Step ``feed``: per pack size K, the images per second K members' training loaders serve
+    (DALI on the GPU, DALI on the CPU, device feeds) and the ``paper`` proxy's pack trained end to
+    end fed by DALI and by device feeds (``benchmarks/pack_throughput.py --measure input,train``)."""
+    import pack_throughput
+
+    rows = []
+    threads = max(1, min(4, (os.cpu_count() or 2) // 4))
+    for k in (int(x) for x in packs.split(",") if x):
+        for row in pack_throughput.input_rates(
+            str(data), "paper", k, "cuda", "autoaugment-cifar10", seconds, loader_threads=threads
+        ) + pack_throughput.train_rates(str(data), "paper", k, "cuda", "autoaugment-cifar10", epochs):
+            rows.append(row)
+            rate = row.get("images_per_s", row.get("error"))
+            log(f"feed K={k} {row['measure']} {row['loader']}: {rate}")
+    return {"policy": "autoaugment-cifar10", "proxy": "paper", "dali_threads_per_member": threads, "rows": rows}
+
+
 def table(figures: dict) -> str:
     lines = [f"GPU check on {figures['gpu']['name']} (torch {figures['gpu']['torch']}, DALI {figures['gpu']['dali']})"]
     tests = figures.get("tests")
@@ -467,6 +490,19 @@ def table(figures: dict) -> str:
                 continue
             mem = f"{r['peak_memory_gib']:>7}" if "peak_memory_gib" in r else ""
             lines.append(f"{r['proxy'] + ' ' + what:<40}{r['images_per_s']:>10,.0f}{r['trials_per_hour']:>14,.0f}{mem}")
+    feed = figures.get("feed")
+    if feed:
+        lines.append(
+            f"\n{'pack input side (' + feed['proxy'] + ', img/s)':<40}{'served':>10}{'trained':>10}{'trials/GPU-h':>14}"
+        )
+        for r in feed["rows"]:
+            what = f"K={r['k']} {r['loader']}"
+            if "error" in r:
+                lines.append(f"{what + ' ' + r['measure']:<40}{r['error']}")
+            elif r["measure"] == "input":
+                lines.append(f"{what:<40}{r['images_per_s']:>10,.0f}")
+            else:
+                lines.append(f"{what:<40}{'':>10}{r['images_per_s']:>10,.0f}{r['trials_per_hour']:>14,.0f}")
     conc = figures.get("concurrency")
     if conc:
         lines.append(
@@ -497,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"), help="folder with train.parquet")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "gpu"), help="folder for the JSON")
     parser.add_argument("--skip", default="", help=f"comma-separated steps to leave out: {', '.join(STEPS)}")
+    parser.add_argument("--only", default="", help="comma-separated steps to run, no other (e.g. --only feed)")
     parser.add_argument("--runs-at-once", default="1,2,4,8", help="trials per GPU to time (default 1,2,4,8)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each timed proxy run (default 3)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="time for the whole check (default 480)")
@@ -525,11 +562,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--packs", default="1,4,8,16,32,64", help="the pack step's pack sizes (default 1,4,8,16,32,64)")
     parser.add_argument("--pack-seconds", type=float, default=6.0, help="timed seconds per pack size (default 6)")
+    parser.add_argument("--feed-packs", default="1,8,32", help="the feed step's pack sizes (default 1,8,32)")
+    parser.add_argument(
+        "--feed-seconds", type=float, default=5.0, help="the feed step's seconds per loader (default 5)"
+    )
+    parser.add_argument("--feed-epochs", type=int, default=2, help="the feed step's training epochs, the last timed")
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    unknown = skip - set(STEPS)
-    if unknown:
-        parser.error(f"--skip: unknown step {sorted(unknown)[0]!r}; expected some of {', '.join(STEPS)}")
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    for flag, named in (("--skip", skip), ("--only", only)):
+        unknown = named - set(STEPS)
+        if unknown:
+            parser.error(f"{flag}: unknown step {sorted(unknown)[0]!r}; expected some of {', '.join(STEPS)}")
+    if only:
+        skip |= set(STEPS) - only
     if not args.data or not (Path(args.data) / "train.parquet").is_file():
         parser.error(f"--data: no train.parquet in {args.data!r} (give a folder holding one, or set AUTOAUG_CIFAR10)")
     import torch
@@ -574,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
             proxy=args.proxy,
         ),
         "pack": lambda: pack_rates(args.packs, args.pack_seconds),
+        "feed": lambda: feed_rates(data, args.feed_packs, args.feed_seconds, args.feed_epochs),
         "search": lambda: smoke_search(data, out_dir, timeout_s=max(60.0, left())),
         "preset": lambda: preset_search(
             data,

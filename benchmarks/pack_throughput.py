@@ -14,8 +14,20 @@ the solo learner itself. Separate processes each run the solo learner's loop for
 their images per second add up. Trials per hour = images per second x 3600 / (training images x
 120 epochs). On CUDA it also records each pack's peak memory, what sizes a pack to a device.
 
+``--measure input,train`` (real data, ``--data``: CIFAR-10's folder) measures the input side
+instead: ``input``, the images per second K members' training loaders serve in lockstep, as a
+pack consumes them -- ``dali``, one DALI loader per member on the run's device (what
+``loader: dali`` trains with; ``dali-cpu`` too on a GPU), and ``device``, one
+:class:`~autoaug.proxy_models.device_feed.DeviceFeed` per member (``loader: device``) -- each
+with the real policy (``--policy``) on its own seed, after one warm-up epoch; ``train``, the
+end-to-end training rate of a pack of K fed each way (images per second of all members over an
+epoch after the first, no validation)::
+
+    python benchmarks/pack_throughput.py --device cpu --measure input,train --data DIR --proxies proxy-cpu --packs 1,2,4
+
 It prints a table and writes ``--out`` (JSON), with the machine (CPU model, GPU) and the command.
-Needs torch only (and this checkout): it runs where Ray, Optuna and DALI are not installed.
+The model side needs torch only (and this checkout): it runs where Ray, Optuna and DALI are not
+installed; the input side's ``dali`` rows need DALI.
 """
 
 from __future__ import annotations
@@ -116,6 +128,155 @@ def processes(proxy: str, count: int, device: str, amp: str, seconds: float, thr
     }
 
 
+def _real_config(proxy: str, device: str, data: str, loader: str):
+    """The proxy's training configuration on real data (``data``: a folder with train.parquet),
+    sized to it, without validation, in the precision a pack trains in."""
+    import dataclasses
+
+    from autoaug.proxy_models.train_config import PRESETS, resolve_config
+
+    preset = {"paper": "paper", "proxy-cpu": "proxy-cpu"}[proxy]
+    amp = {"amp": True, "amp_dtype": "bfloat16"} if device.startswith("cuda") else {}
+    cfg = dataclasses.replace(
+        PRESETS[preset],
+        data=str(Path(data) / "train.parquet"),
+        device=device,
+        val_size=0,
+        max_val_size=None,
+        num_threads=torch_threads(),
+        loader=loader,
+        **amp,
+    )
+    return resolve_config(cfg)
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def input_rates(data: str, proxy: str, k: int, device: str, policy: str, seconds: float, loader_threads: int) -> list:
+    """Images per second (all members) that K members' training loaders serve in lockstep (one
+    batch of each per step, as a pack steps), each its own seed, after a warm-up epoch: DALI
+    loaders on the run's device (and on the CPU, when that is a GPU) and device feeds."""
+    import torch
+
+    from autoaug.policies import resolve_policy
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.device_feed import DeviceFeed
+    from autoaug.proxy_models.splits import config_split
+
+    cfg = _real_config(proxy, device, data, "dali")
+    ds = open_dataset(cfg.data, split="train")
+    train = config_split(ds, cfg).train
+    pol = resolve_policy(policy)
+    dev = torch.device(device)
+
+    def dali(on: str):
+        from autoaug.proxy_models.pipeline import DaliLoader
+
+        return lambda seed: DaliLoader(
+            ds,
+            train,
+            batch_size=cfg.batch_size,
+            policy=pol,
+            train=True,
+            seed=seed,
+            image_size=cfg.image_size,
+            num_threads=loader_threads,
+            device=on,
+        )
+
+    def feed(seed: int):
+        return DeviceFeed(
+            ds, train, batch_size=cfg.batch_size, policy=pol, seed=seed, image_size=cfg.image_size, device=dev
+        )
+
+    kinds = {"dali": dali(device), "device": feed}
+    if dev.type == "cuda":
+        kinds["dali-cpu"] = dali("cpu")
+    rows = []
+    for name, make in kinds.items():
+        row = {"measure": "input", "proxy": proxy, "k": k, "loader": name, "policy": policy}
+        try:
+            t0 = time.perf_counter()
+            loaders = [make(seed) for seed in range(k)]
+            for _ in zip(*loaders):  # warm-up epoch: pipelines built, first epoch drawn
+                pass
+            row["setup_s"] = round(time.perf_counter() - t0, 2)
+            _sync(dev)
+            t0, served, epochs = time.perf_counter(), 0, 0
+            while True:
+                for batches in zip(*loaders):
+                    served += sum(int(b[1].shape[0]) for b in batches)
+                epochs += 1
+                _sync(dev)
+                if time.perf_counter() - t0 >= seconds:
+                    break
+            elapsed = time.perf_counter() - t0
+            row.update(epochs=epochs, seconds=round(elapsed, 2), images_per_s=round(served / elapsed, 1))
+        except Exception as exc:  # noqa: BLE001 - DALI missing, out of memory: the row says so
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        rows.append(row)
+    return rows
+
+
+def train_rates(data: str, proxy: str, k: int, device: str, policy: str, epochs: int) -> list:
+    """End to end: a pack of K members (seeds 0..K-1, one policy) trained ``epochs`` epochs fed by
+    DALI loaders and by device feeds; images per second of all members in the last epoch (the
+    trainer's own rate: after the epoch's first batch) and that epoch's wall time."""
+    import dataclasses
+
+    import torch
+
+    from autoaug.proxy_models.pack import Pack
+
+    rows = []
+    for loader in ("dali", "device"):
+        row = {"measure": "train", "proxy": proxy, "k": k, "loader": loader, "policy": policy}
+        try:
+            cfg = _real_config(proxy, device, data, loader)
+            with torch.random.fork_rng(devices=[]), Pack(cfg) as pack:
+                for seed in range(k):
+                    pack.add(seed, policy, config=dataclasses.replace(cfg, seed=seed))
+                for _ in range(epochs):
+                    last = pack.train_epoch()[0]
+            rate = last["images_per_sec"] * k
+            row.update(
+                epochs=epochs,
+                train_images=cfg.train_size,
+                images_per_s=round(rate, 1),
+                epoch_time_s=round(last["epoch_time_s"], 2),
+                trials_per_hour=round(rate * 3600 / (cfg.train_size * EPOCHS), 2),
+            )
+        except Exception as exc:  # noqa: BLE001 - DALI missing, out of memory: the row says so
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        rows.append(row)
+    return rows
+
+
+def _sync(dev) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _print_row(row: dict) -> None:
+    what = f"{row['proxy']:9s} {row['measure']:5s} pack of {row['k']:3d} {row['loader']:8s}"
+    if "error" in row:
+        print(f"{what} {row['error']}", flush=True)
+    elif row["measure"] == "input":
+        print(f"{what} {row['images_per_s']:10.0f} img/s served ({row['setup_s']} s to build)", flush=True)
+    else:
+        print(
+            f"{what} {row['images_per_s']:10.0f} img/s trained {row['trials_per_hour']:8.2f} trials/h "
+            f"({row['epoch_time_s']} s an epoch)",
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -126,8 +287,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--amp", choices=("preset", "bf16", "fp32"), default="preset")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each process (CPU)")
     ap.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/pack-throughput/<device>.json)")
+    ap.add_argument(
+        "--measure",
+        default="model",
+        help="model (training steps on resident images), input (the loaders' rate), train (a pack end to end "
+        "fed each way); comma-separated (default model)",
+    )
+    ap.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"), help="input/train: folder with train.parquet")
+    ap.add_argument("--policy", default="autoaugment-cifar10", help="input/train: the members' policy")
+    ap.add_argument("--epochs", type=int, default=2, help="train: epochs a pack trains (the last is timed)")
+    ap.add_argument("--loader-threads", type=int, default=1, help="input: DALI threads of each member's loader")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    measures = [m for m in args.measure.split(",") if m]
+    if not measures or set(measures) - {"model", "input", "train"}:
+        ap.error(f"--measure {args.measure!r}: expected some of model, input, train")
+    if {"input", "train"} & set(measures) and not (args.data and (Path(args.data) / "train.parquet").is_file()):
+        ap.error(f"--data: no train.parquet in {args.data!r} (input and train measure on real data)")
     _importable()
     import torch
 
@@ -144,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda"):
         machine["gpu"] = torch.cuda.get_device_name(0)
     rows = []
-    for proxy in args.proxies.split(","):
+    for proxy in args.proxies.split(",") if "model" in measures else ():
         for count in (int(x) for x in args.processes.split(",") if x):
             row = processes(proxy, count, args.device, args.amp, args.seconds, args.threads)
             rows.append(row)
@@ -164,11 +340,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"{proxy:9s} pack of {k:3d}       {row['images_per_s']:10.0f} img/s {row['trials_per_hour']:8.1f} trials/h{mem}",
                 flush=True,
             )
-    out = (
-        Path(args.out)
-        if args.out
-        else REPO / "benchmarks" / "results" / "pack-throughput" / f"{args.device.split(':')[0]}.json"
-    )
+    for proxy in args.proxies.split(","):
+        for k in (int(x) for x in args.packs.split(",") if x):
+            if "input" in measures:
+                for row in input_rates(
+                    args.data, proxy, k, args.device, args.policy, args.seconds, args.loader_threads
+                ):
+                    rows.append(row)
+                    _print_row(row)
+            if "train" in measures:
+                for row in train_rates(args.data, proxy, k, args.device, args.policy, args.epochs):
+                    rows.append(row)
+                    _print_row(row)
+    name = args.device.split(":")[0] + "".join(f"-{m}" for m in measures if measures != ["model"])
+    out = Path(args.out) if args.out else REPO / "benchmarks" / "results" / "pack-throughput" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO

@@ -21,3 +21,23 @@ def test_a_short_run_writes_each_measurement_with_the_machine(load_benchmark, tm
     assert record["machine"]["cpu"] and record["command"].startswith(
         "python benchmarks/pack_throughput.py --device cpu"
     )
+
+
+def test_the_input_side_measures_dali_loaders_and_device_feeds_and_a_pack_fed_each_way(
+    load_benchmark, cifar_dir, tmp_path
+):
+    pt = load_benchmark("pack_throughput")
+    out = tmp_path / "cpu-input-train.json"
+    argv = ["--device", "cpu", "--measure", "input,train", "--data", str(cifar_dir), "--proxies", "proxy-cpu"]
+    argv += ["--packs", "1", "--seconds", "0.2", "--epochs", "1", "--out", str(out)]
+    assert pt.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["measure"], r["loader"]) for r in rows] == [
+        ("input", "dali"),
+        ("input", "device"),
+        ("train", "dali"),
+        ("train", "device"),
+    ]
+    for r in rows:
+        assert "error" not in r and r["images_per_s"] > 0 and r["k"] == 1
+    assert all(r["train_images"] == 1000 for r in rows if r["measure"] == "train")

@@ -1,0 +1,108 @@
+"""The batched policy step and the device feed on a CUDA device: every op batched on the GPU
+against torchvision per image on the GPU (the same code as on the CPU, the device the only
+difference), a whole policy with given draws, and a device feed whose generator lives on the GPU
+resumed from its state exactly. What each op measured goes to ``$AUTOAUG_GPU_REPORT``.
+
+Skipped with one line each without CUDA (tests/gpu/conftest.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from autoaug.policies import ops, presets
+from autoaug.policies import torch_apply as ta
+from autoaug.policies.torch_batch import OpContext, PolicyPlan, apply_policy_batch, batch_op, draw
+
+#: Grey levels a batched op on the GPU may differ by from torchvision's per-image kernels there
+#: (cuDNN may pick another convolution algorithm for a batch than for one image: Sharpness's blur).
+GPU_TOLERANCE = 1
+
+
+@pytest.fixture(scope="module")
+def gpu_images(images64) -> torch.Tensor:
+    return torch.from_numpy(images64).permute(0, 3, 1, 2).contiguous().cuda()
+
+
+@pytest.mark.parametrize("name", [n for n in ops.BUILTIN_OPS if n != "Cutout"])
+def test_each_op_batched_on_the_gpu_matches_torchvision_per_image_there(name, gpu_images, gpu_report):
+    spec, op = ops.get(name), batch_op(name)
+    params = [spec.param((i // 2) % 10, 10, image_size=(32, 32), negate=bool(i % 2)) for i in range(len(gpu_images))]
+    rows = torch.tensor([list(op.prepare(p, 32, 32)) for p in params], dtype=torch.float64, device="cuda")
+    other = gpu_images.roll(1, 0)
+    ctx = OpContext([128.0] * 3, "nearest", other, torch.Generator("cuda"), tuple({tuple(r) for r in rows.tolist()}))
+    got = op.apply(gpu_images, rows, ctx)
+    want = torch.stack(
+        [
+            ta.TORCH_OPS[name].apply(x, p, fill=[128.0] * 3, interpolation=ta._INTERP["nearest"], other=o)
+            for x, p, o in zip(gpu_images, params, other)
+        ]
+    )
+    assert got.is_cuda
+    diff = (got.int() - want.int()).abs()
+    gpu_report.setdefault("batched_ops", {})[name] = {"max": int(diff.max()), "values_differing": int((diff > 0).sum())}
+    assert int(diff.max()) <= GPU_TOLERANCE, name
+
+
+def test_a_policy_batched_on_the_gpu_with_given_draws_matches_torchvision_per_image(gpu_images):
+    policy = presets.resolve("autoaugment-cifar10")
+    plan = PolicyPlan(policy, 32, 32, "cuda")
+    draws = draw(plan, len(gpu_images), torch.Generator("cuda").manual_seed(1))
+    got = apply_policy_batch(gpu_images, policy, torch.Generator("cuda"), plan=plan, draws=draws)
+    want = []
+    for i, x in enumerate(gpu_images):
+        for j, op in enumerate(policy.sub_policies[int(draws.sub[i])]):
+            if bool(draws.fire[j, i]):
+                x = ta.apply_op(x, op.op, op.magnitude_bin, 10, negate=bool(draws.negate[j, i]))
+        want.append(x)
+    assert int((got.int() - torch.stack(want).int()).abs().max()) <= GPU_TOLERANCE
+
+
+def test_a_device_feed_on_the_gpu_resumes_its_stream_exactly(cifar_dir):
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.device_feed import DeviceFeed
+
+    ds = open_dataset(str(cifar_dir / "train.parquet"))
+    indices = np.arange(0, 50_000, 97)[:512]
+
+    def feed():
+        return DeviceFeed(
+            ds,
+            indices,
+            batch_size=128,
+            policy=presets.resolve("autoaugment-cifar10"),
+            seed=3,
+            image_size=32,
+            device="cuda",
+        )
+
+    first = feed()
+    for _ in first:
+        pass
+    state = first.state_dict()
+    expected = [(x.clone(), y.clone()) for x, y in first]
+    assert expected[0][0].is_cuda and state["device"] == "cuda"
+    resumed = feed()
+    resumed.load_state_dict(state)
+    again = [(x.clone(), y.clone()) for x, y in resumed]
+    assert len(again) == 4 and all(torch.equal(a, b) and torch.equal(u, v) for (a, u), (b, v) in zip(expected, again))
+
+
+def test_a_pack_trains_on_device_feeds_on_the_gpu(cifar_dir):
+    from autoaug.proxy_models.pack import train_pack
+    from autoaug.proxy_models.train_config import TrainConfig
+
+    cfg = TrainConfig.from_preset(
+        "smoke",
+        data=str(cifar_dir / "train.parquet"),
+        device="cuda",
+        loader="device",
+        amp=True,
+        amp_dtype="bfloat16",
+        train_size=256,
+        val_size=128,
+    )
+    results = train_pack(cfg, ["autoaugment-cifar10", "trivialaugment"], seeds=[0, 1])
+    assert all(len(r.history) == cfg.epochs and r.val_accuracy is not None for r in results)
+    assert results[1].config.seed == 1 and results[1].config.loader == "device"

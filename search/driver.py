@@ -45,23 +45,41 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from autoaug.core import ray_session
 from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
+from autoaug.core.progress import Progress
 from autoaug.policies.schedule import PROVENANCE_KEY as SCHEDULE_KEY
+from autoaug.policies.store import PolicyStore
+from autoaug.proxy_models import train_config
 from autoaug.search.budget import STORE_RESERVE_S, Budget, format_duration, measured_run_s
 from autoaug.search.config import SearchConfig
-from autoaug.search.decide import op_effects
-from autoaug.search.decide.assemble import build_provenance
-from autoaug.search.decide.rescore import RESCORE_FILE, candidate_scores, choose, rescore_candidates
+from autoaug.search.decide import op_effects, rescore
+from autoaug.search.decide.assemble import AssembledPolicy, build_provenance
+from autoaug.search.decide.calibrate import (
+    AUTO,
+    CALIBRATION_FILE,
+    calibrate,
+    calibration_source,
+    next_search,
+    transfer_candidate,
+)
+from autoaug.search.decide.rescore import (
+    RACE_RESERVED_SEEDS,
+    RESCORE_FILE,
+    candidate_scores,
+    choose,
+    missing_runs,
+    rescore_candidates,
+)
 from autoaug.search.methods.base import MethodResult, PreparedSearch, no_study, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir, RunState, default_runs_root
 from autoaug.search.score import METRIC, MODE
+from autoaug.search.tune.experiment import tune_output
 from autoaug.search.tune.study import check_studies, delete_study, redact, run_study_url
-
-if TYPE_CHECKING:
-    from autoaug.core.progress import Progress
+from autoaug.search.tune.tune_storage import storage_failure
 
 __all__ = ["run_search", "resume_search", "SearchOutcome"]
 
@@ -99,13 +117,11 @@ def run_search(
         SearchFailedError: every trial failed (the message shows the first error).
         SearchInterruptedError: interrupted before all trials finished (resume it).
     """
-    from autoaug.proxy_models.train_config import resolve_config
-
     started = time.time()
     # Sized to the data (a split per class becomes a total, an automatic image size the data's):
     # what the trials train, what the run records and what a resume reads back.
     if config.train.data is not None:  # (no data: check_runnable says so)
-        config = config.replace(train=resolve_config(config.train))
+        config = config.replace(train=train_config.resolve_config(config.train))
     config = config.with_warm_start_family()
     config.check_runnable()
     run = RunDir(config.storage, config.name)
@@ -121,8 +137,6 @@ def run_search(
     if config.optuna_storage:  # a database other searches may share (the default SQLite file is the run's)
         check_studies(config.optuna_storage, studies, run.uri, own_ok=overwrite)
     data = describe_data(config.train)
-    from autoaug.search.decide.calibrate import calibration_source
-
     calibration_source(config, data)  # another search's calibration to reuse: checked before any work
     if overwrite:  # and everything checked
         for study in studies if config.optuna_storage else ():
@@ -180,8 +194,6 @@ def resume_search(
         check_studies(
             config.optuna_storage, config.search_method.study_names(config), run.uri, own_ok=True, resuming=True
         )
-    from autoaug.search.decide.calibrate import CALIBRATION_FILE
-
     if not config.search_method.can_resume(run) and not run.exists(CALIBRATION_FILE):  # (killed in calibration)
         raise SearchError(
             f"the search {name!r} stopped before Ray Tune saved any state in {run.uri}; nothing to "
@@ -216,9 +228,6 @@ def _search(
 ) -> SearchOutcome:
     """The method, then re-scoring (both inside the Ray session), then choosing and storing; a full
     or read-only filesystem on the way is one line that says how to resume."""
-    from autoaug.search.decide.calibrate import calibrate, transfer_candidate
-    from autoaug.search.tune.experiment import tune_output
-
     with _resumable(config, run):
         display = _display(display, config.verbose)
         budget = None
@@ -284,8 +293,6 @@ def _resumable(config: SearchConfig, run: RunDir) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        from autoaug.search.tune.tune_storage import storage_failure
-
         error = storage_failure(exc, run.uri, resume_hint(config))
         if error is None:
             raise
@@ -301,9 +308,6 @@ def _plan_rescore(
     calibration runs (for its forecast, :func:`autoaug.search.decide.calibrate.calibrate`), with the
     published policy that will transfer best competing, measured by its calibration runs, when
     calibration measures the published policies (``--warm-start auto``); planned again after it."""
-    from autoaug.search.decide.calibrate import AUTO, CALIBRATION_FILE
-    from autoaug.search.decide.rescore import RACE_RESERVED_SEEDS, parallel_runs
-
     method = config.search_method
     own = method.max_candidates(config)
     calibrated = before_calibration and config.warm_start == AUTO  # calibration will measure the transfer
@@ -322,7 +326,7 @@ def _plan_rescore(
         if run.exists(name):
             saved = run.read_json(name)
             measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
-    slots = parallel_runs(config) if runs else 1
+    slots = rescore.parallel_runs(config) if runs else 1
     # The race's rounds (config.rescore_max_seeds), one after the other, each a run for every
     # candidate still within the noise of the leader -- which may be every one: the candidates
     # trained, and the transfer measured by calibration, which races on re-scoring seeds -- kept
@@ -363,9 +367,6 @@ def _transfer_only(
     """The search's result when calibration left no time for trials: no trial, and the
     ``transfer`` candidate (the published policy that transferred best), stored as calibration
     measured it (nothing is re-scored: its runs are in the calibration record)."""
-    from autoaug.search.decide.assemble import AssembledPolicy
-    from autoaug.search.decide.calibrate import next_search
-
     planned = config.search_method.num_trials(config)
     spent, left = budget.spent_s(), max(budget.remaining_s(), 0.0)
     published = calibration["transfer"]
@@ -473,7 +474,6 @@ def _race(
     round's runs in parallel, saved in ``rescore.json`` as they finish; under a time budget a
     round starts only when its runs fit in the time left (a measured run's length, as many at
     once as the cluster runs), and the budget's deadline cancels what does not finish."""
-    from autoaug.search.decide.rescore import parallel_runs, race
 
     def train(more: list, counts: dict, saved: dict) -> dict:
         return rescore_candidates(
@@ -487,13 +487,13 @@ def _race(
 
     fits = None
     if budget is not None:
-        slots = parallel_runs(config)
+        slots = rescore.parallel_runs(config)
 
         def fits(n: int) -> bool:
             run_s = measured_run_s(runs, config.train.epochs) or budget.run_s()
             return run_s is None or math.ceil(n / slots) * run_s <= budget.remaining_s() - STORE_RESERVE_S
 
-    counts, runs, record = race(
+    counts, runs, record = rescore.race(
         candidates, config, runs, train=train, calibration=calibration, fits=fits, say=display.log
     )
     if budget is not None:
@@ -515,8 +515,6 @@ def _within_budget(
     not yet done fit in the time left less what storing needs, in waves of as many runs as the
     cluster runs at once, each as long as a measured proxy run -- and the deadline of their runs.
     Says what it leaves out (and records it in the budget)."""
-    from autoaug.search.decide.rescore import missing_runs, parallel_runs
-
     candidates = list(found.candidates)
     measured = [c for c in candidates if c.runs]  # (the transfer, from calibration) compete whatever is left
     trained = [c for c in candidates if not c.runs]
@@ -529,7 +527,7 @@ def _within_budget(
     )
     if run_s is None:  # nothing measured: try them all, the deadline stops what does not fit
         return candidates, deadline
-    slots = parallel_runs(config)
+    slots = rescore.parallel_runs(config)
     fits = len(trained)
     while fits > 0 and math.ceil(missing_runs(trained[:fits], config, cached) / slots) * run_s > left:
         fits -= 1
@@ -638,8 +636,6 @@ def _store(
 ) -> SearchOutcome:
     """Choose the final policy, store it with its provenance and write ``result.json``.
     ``config`` is the configuration the method ran (base and warm start as calibrated)."""
-    from autoaug.policies.store import PolicyStore
-
     timing = state.timing(started, trial_train_time_s=sum(t.train_time_s or 0.0 for t in found.trials), **found.timing)
     provenance = build_provenance(
         search_config=_shareable(config.to_dict()),
@@ -704,9 +700,7 @@ def _check_resources(config: SearchConfig, info: Any, display: Progress) -> None
     """Refuse before any work a search whose trials (and calibration and re-scoring runs, which
     ask for the same) no node of the local Ray can start: they would wait forever. On a cluster,
     one line says so and the search goes on (an autoscaler may add such a node)."""
-    from autoaug.core.ray_session import shortfall
-
-    short = shortfall(config.cpus_per_trial, config.gpus_per_trial)
+    short = ray_session.shortfall(config.cpus_per_trial, config.gpus_per_trial)
     if short is None:
         return
     what = f"each trial {short.text} ({info.describe() if info is not None else 'Ray'})"
@@ -723,22 +717,16 @@ def _check_resources(config: SearchConfig, info: Any, display: Progress) -> None
 def _session(session: Callable[[], Any] | None, address: str | None, verbose: int) -> Any:
     if session is not None:
         return session()
-    from autoaug.core.ray_session import output_settings, ray_session
-
-    return ray_session(address, **output_settings(verbose >= 2))
+    return ray_session.ray_session(address, **ray_session.output_settings(verbose >= 2))
 
 
 def _display(display: Progress | None, verbose: int) -> Progress:
     if display is not None:
         return display
-    from autoaug.core.progress import Progress
-
     return Progress("plain" if verbose >= 1 else "quiet")
 
 
 def _check_store(config: SearchConfig) -> None:
-    from autoaug.policies.store import PolicyStore
-
     try:
         PolicyStore(config.store)
     except (TypeError, ValueError) as exc:

@@ -175,7 +175,7 @@ def _objective(data: str, run_dir: str, m: int) -> dict:
     import numpy as np
 
     from autoaug.search.config import SearchConfig
-    from autoaug.search.methods.density.method import FoldScorer, fold_splits
+    from autoaug.search.methods.density.fold_models import FoldScorer, fold_splits
 
     config = SearchConfig.from_dict(json.loads(Path(run_dir, "search_config.json").read_text())["config"])
     _, splits = fold_splits(config.train, config.density.folds, config.density.fold_seed)

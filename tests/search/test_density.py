@@ -111,7 +111,8 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
     a candidate that changes the images gives another score."""
     from autoaug.policies import Policy
     from autoaug.proxy_models.train import TrainConfig
-    from autoaug.search.methods.density.method import FoldScorer, _train_fold, fold_splits
+    from autoaug.search.methods.density.fold_models import FoldScorer, fold_splits
+    from autoaug.search.methods.density.fold_models import train_fold as _train_fold
     from autoaug.search.space import SearchSpace
 
     cfg = TrainConfig.from_preset(

@@ -8,7 +8,18 @@ import dataclasses
 import io
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import ray
+import torch
+
 from autoaug.core.metrics import metrics_json
+from autoaug.policies.dali_apply import PolicyInputs
+from autoaug.proxy_models.data import open_dataset
+from autoaug.proxy_models.learner import Learner
+from autoaug.proxy_models.pipeline import DaliLoader
+from autoaug.proxy_models.splits import Split, config_groups, config_split, stratified_folds
+from autoaug.proxy_models.train import TrainConfig, train
+from autoaug.proxy_models.train_config import eval_batch_size
 from autoaug.search.methods.density.settings import DensityConfig
 from autoaug.search.run_dir import RunDir, utc_now
 
@@ -24,9 +35,6 @@ FOLDS_DIR = "folds"
 def fold_splits(train_config: Any, folds: int, seed: int) -> tuple[Any, list]:
     """``(dataset, [Split per fold])`` of the reduced training split ``train_config`` describes
     (grouped by its ``group_by``: every group then lies in one fold)."""
-    from autoaug.proxy_models.data import open_dataset
-    from autoaug.proxy_models.splits import config_groups, config_split, stratified_folds
-
     ds = open_dataset(train_config.data, split="train")
     split = config_split(ds, train_config, dataset_fingerprint=ds.fingerprint())
     return ds, stratified_folds(split, ds.labels, folds, seed=seed, groups=config_groups(ds, train_config))
@@ -37,12 +45,6 @@ def fold_splits(train_config: Any, folds: int, seed: int) -> tuple[Any, list]:
 def train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any, base: str = "standard") -> dict:
     """Body of one fold-model training (a Ray task): the search's ``base`` alone (no policy), on
     the other folds."""
-    import numpy as np
-    import torch
-
-    from autoaug.proxy_models.splits import Split
-    from autoaug.proxy_models.train import TrainConfig, train
-
     cfg = TrainConfig.from_dict(train_config)
     split = Split(
         train=np.asarray(train_idx, dtype=np.int64), val=np.asarray(val_idx, dtype=np.int64), seed=cfg.split_seed
@@ -68,8 +70,6 @@ def train_fold_models(config: SearchConfig, run: RunDir, *, session: str = "star
     """The ``K`` fold models of ``config`` (trained now as parallel Ray tasks, or read back from
     the run directory when an earlier session trained them). Returns one summary per fold, with
     ``weights`` (bytes) added. ``log``: a callable taking one line of progress."""
-    import ray
-
     d = config.method_settings(DensityConfig)
     folder = run.location / FOLDS_DIR
     _, splits = fold_splits(config.train, d.folds, d.fold_seed)
@@ -124,15 +124,6 @@ class FoldScorer:
     image drawing its own sub-policy) without rebuilding anything."""
 
     def __init__(self, train_config: Any, space: Any, weights: bytes, heldout: Any, *, seed: int = 0):
-        import numpy as np
-        import torch
-
-        from autoaug.policies.dali_apply import PolicyInputs
-        from autoaug.proxy_models.data import open_dataset
-        from autoaug.proxy_models.learner import Learner
-        from autoaug.proxy_models.pipeline import DaliLoader
-        from autoaug.proxy_models.train_config import eval_batch_size
-
         cfg = train_config
         self.device = cfg.resolve_device()
         ds = open_dataset(cfg.data, split="train")

@@ -33,6 +33,7 @@ finished rounds are recorded in ``density.json`` and never run again.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from autoaug.core.errors import SearchInterruptedError
 from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import TrialRecord, assemble_policy, rank_trials
 from autoaug.search.decide.rescore import Candidate
+from autoaug.search.decide.warm_start import warm_start_points
 from autoaug.search.methods.base import (
     Method,
     MethodResult,
@@ -49,25 +51,20 @@ from autoaug.search.methods.base import (
     check_space_family,
     resume_hint,
 )
-from autoaug.search.methods.density.fold_models import FOLDS_DIR, FoldScorer, fold_splits, train_fold_models
-from autoaug.search.methods.density.fold_models import train_fold as _train_fold  # noqa: F401  (importable from here too)
 from autoaug.search.methods.density.settings import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
+from autoaug.search.tune.study import check_study, delete_study, make_storage, redact
 
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
 
 __all__ = [
     "DENSITY_FILE",
-    "FOLDS_DIR",
     "STAGES_DIR",
     "DENSITY_OBJECTIVES",
     "DensityConfig",
     "METHOD",
-    "fold_splits",
-    "train_fold_models",
-    "FoldScorer",
     "stage_name",
 ]
 
@@ -189,7 +186,8 @@ class DensityMethod(Method):
         return True  # fold models, finished rounds and each round's Tune state are picked up as found
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        from autoaug.search.tune.study import redact
+        # torch, DALI and Ray: imported when the search runs (`autoaug --help` reads this module)
+        from autoaug.search.methods.density.fold_models import fold_splits, train_fold_models
 
         config, run, d = search.config, search.run, search.config.method_settings(DensityConfig)
         t0 = time.time()
@@ -269,8 +267,6 @@ class DensityMethod(Method):
 
 
 def _fold_parameters(config: SearchConfig, fold: dict, k: int, heldout: Any) -> dict:
-    import hashlib
-
     return {
         "key": hashlib.sha256(fold["weights"]).hexdigest()[:16] + f"-{k}",
         "index": k,
@@ -285,11 +281,9 @@ def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
     """Run (or continue) one round's Tune experiment; returns its record for ``density.json``."""
     import optuna
 
-    from autoaug.search.decide.warm_start import warm_start_points
     from autoaug.search.methods.density.trial import DensityTrial
     from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
     from autoaug.search.tune.results import trial_records
-    from autoaug.search.tune.study import check_study, delete_study, make_storage
 
     config, d = search.config, search.config.method_settings(DensityConfig)
     stage = stage_name(config.name, k, round_)

@@ -41,6 +41,7 @@ population, every exploit/explore event and each member's lineage.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -50,6 +51,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
+from autoaug.policies.schedule import Schedule
+from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
+from autoaug.search.decide.rescore import Candidate
+from autoaug.search.decide.warm_start import warm_start_points
 from autoaug.search.methods.base import (
     Method,
     MethodResult,
@@ -62,6 +67,7 @@ from autoaug.search.methods.base import (
     resume_hint,
 )
 from autoaug.search.run_dir import RunDir
+from autoaug.search.score import METRIC
 from autoaug.search.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -179,8 +185,6 @@ class PbaExplore:
 def initial_population(config: SearchConfig) -> list[dict[str, Any]]:
     """The members' first parameters: the warm start's candidates, then ``init``'s draws (seeded
     by ``SearchConfig.seed``)."""
-    from autoaug.search.decide.warm_start import warm_start_points
-
     s, space = config.method_settings(PbaConfig), config.space
     points = list(warm_start_points(config.warm_start, space, store=config.store)) if config.warm_start else []
     rng = random.Random(config.seed)
@@ -347,8 +351,6 @@ def _experiment(search: PreparedSearch) -> Any:
 def _population(search: PreparedSearch, exp: Any) -> Any:
     """``exp`` as a new population starts: its members (a grid of their first policies), PBT
     and the event log."""
-    import dataclasses
-
     from ray import tune
 
     from autoaug.search.methods.pba.scheduler import EpochPBT, EventLog
@@ -380,12 +382,8 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
     from ray.tune import ExperimentAnalysis
 
-    from autoaug.policies.schedule import Schedule
-    from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
-    from autoaug.search.decide.rescore import Candidate
     from autoaug.search.methods.pba.scheduler import EVENTS_FILE
     from autoaug.search.methods.pba.trial import PBA_STATE
-    from autoaug.search.score import METRIC
 
     config, s = search.config, search.config.method_settings(PbaConfig)
     by_budget = search.budget.stopped(config.name) if search.budget is not None else frozenset()

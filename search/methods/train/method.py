@@ -27,9 +27,11 @@ from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
+from autoaug.search.decide.calibrate import CALIBRATION_FILE, incumbent_margin
 from autoaug.search.decide.rescore import Candidate
-from autoaug.search.decide.rungs import describe_rungs, rung_epochs
+from autoaug.search.decide.rungs import calibration_scores, describe_rungs, rung_epochs
 from autoaug.search.decide.rungs import from_study as rung_record
+from autoaug.search.decide.warm_start import warm_start_points, warm_start_policies
 from autoaug.search.methods.base import (
     Method,
     MethodResult,
@@ -40,6 +42,8 @@ from autoaug.search.methods.base import (
     resume_hint,
 )
 from autoaug.search.run_dir import RunDir
+from autoaug.search.score import asha_milestones, score_epochs
+from autoaug.search.tune.study import SAMPLERS, check_study, make_storage, redact
 
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
@@ -100,8 +104,6 @@ def trial_train_config(config: SearchConfig) -> Any:
     last (:func:`~autoaug.search.score.score_epochs`). Validation changes nothing in training, so
     ASHA and the final ranking see the scores of a trial validated every epoch; it is 18-33% of
     a proxy epoch (benchmarks/results/trial-throughput), spent on no decision elsewhere."""
-    from autoaug.search.score import asha_milestones, score_epochs
-
     s, t = config.method_settings(TrainMethodConfig), config.train
     milestones = asha_milestones(s.grace_period, s.reduction_factor, t.epochs) if s.early_stopping else ()
     return dataclasses.replace(t, eval_epochs=score_epochs(t.epochs, config.score_window, milestones))
@@ -222,12 +224,10 @@ class TrainMethod(Method):
     def run(self, search: PreparedSearch) -> MethodResult:
         import optuna
 
-        from autoaug.search.decide.warm_start import warm_start_points
         from autoaug.search.methods.train.trial import run_trial
         from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
         from autoaug.search.tune.pack import packed
         from autoaug.search.tune.results import trial_records
-        from autoaug.search.tune.study import check_study, make_storage, redact
 
         config, run, s = search.config, search.run, search.config.method_settings(TrainMethodConfig)
         exp = Experiment(
@@ -313,9 +313,6 @@ def _rung_calibration(search: PreparedSearch) -> list[dict[int, float]]:
     """Calibration's full-length runs of the published policies on the search's base, each its
     score by epoch: how well ASHA's rungs rank before any trial (a rung cuts only while measured to
     rank: :class:`autoaug.search.decide.rungs.RungGate`); none without a calibration."""
-    from autoaug.search.decide.calibrate import CALIBRATION_FILE
-    from autoaug.search.decide.rungs import calibration_scores
-
     run = search.run
     if not run.exists(CALIBRATION_FILE):
         return []
@@ -326,9 +323,6 @@ def _sampler_margin(search: PreparedSearch) -> float | None:
     """For a sampler that moves from an incumbent (``local``): the noise the calibration measured,
     by which a trial must beat the incumbent to replace it (said in one line); None: no
     calibration (the best finished trial is the incumbent), or another sampler."""
-    from autoaug.search.decide.calibrate import CALIBRATION_FILE, incumbent_margin
-    from autoaug.search.tune.study import SAMPLERS
-
     config, run = search.config, search.run
     if not SAMPLERS[config.sampler].takes_margin:
         return None
@@ -361,8 +355,6 @@ def final_candidates(config: SearchConfig, trials: list, assembled: Any) -> list
     and the unions are no points of the family: the candidates are that point, the next best
     trial's (``runner_up``) and the warm start's (``warm_start``: the published point searched
     around), each once."""
-    from autoaug.search.decide.warm_start import warm_start_policies
-
     best = assembled.selected[0]
     single = _named(config, best.policy)
     out = [Candidate("assembled", assembled.policy, tuple(t.trial_id for t in assembled.selected), None)]

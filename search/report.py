@@ -34,6 +34,7 @@ from typing import Any
 import optuna
 
 from autoaug.core.errors import UserInputError
+from autoaug.policies.ops import REGISTRY
 from autoaug.search.config import METHODS
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, STUDY_FILE, RunDir
 from autoaug.search.score import METRIC
@@ -188,9 +189,19 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
         raise UserInputError(f"search {data.name!r} has no finished trial yet: nothing to plot")
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     fig.suptitle(f"search {data.name}: {len(data.trials)} finished trials ({data.run_dir})", fontsize=11)
+    _score_panel(axes[0][0], data)
+    _curves_panel(axes[0][1], data, top, matplotlib.ticker.MaxNLocator(integer=True))
+    _ops_panel(axes[1][0], data, top)
+    _importance_panel(axes[1][1], data)
+    fig.tight_layout()
+    path = os.path.abspath(os.path.expanduser(out))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
-    # 1. score per trial, best so far
-    ax = axes[0][0]
+
+def _score_panel(ax: Any, data: ReportData) -> None:
+    """Panel 1: each trial's score (completed, stopped early by ASHA) and the best so far."""
     numbers = [t.number for t in data.trials]
     values = [t.value for t in data.trials]
     pruned = [t.state == optuna.trial.TrialState.PRUNED for t in data.trials]
@@ -221,8 +232,10 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
 
-    # 2. learning curves
-    ax = axes[0][1]
+
+def _curves_panel(ax: Any, data: ReportData, top: int, epochs_locator: Any) -> None:
+    """Panel 2: every trial's score by epoch, the best ``top`` highlighted and labelled
+    (``epochs_locator``: the x axis's ticks, whole epochs)."""
     top_ids = {t.number for t in sorted(data.trials, key=lambda t: t.value, reverse=True)[:top]}
     for t in data.trials:
         steps = sorted(t.intermediate_values)
@@ -239,19 +252,19 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
             label=f"#{t.number} ({t.value:.3f})" if highlight else None,
         )
     ax.set_xlabel("epoch")
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(epochs_locator)
     ax.set_ylabel(METRIC)
     ax.set_title(f"learning curves (top {len(top_ids)} labelled)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 
-    # 3. ops and magnitudes among the top trials
-    ax = axes[1][0]
+
+def _ops_panel(ax: Any, data: ReportData, top: int) -> None:
+    """Panel 3: how often each operation appears among the best ``top`` trials, with its mean
+    magnitude bin (:func:`op_frequencies`)."""
     counts, mean_mag = op_frequencies(data.trials, top, data.space)
     ops = [op for op, _ in counts.most_common()]
     ax.barh(ops[::-1], [counts[o] for o in ops[::-1]], color="tab:green")
-    from autoaug.policies.ops import REGISTRY
-
     for i, op in enumerate(ops[::-1]):
         if op in REGISTRY and REGISTRY[op].has_magnitude:  # no label for AutoContrast, Equalize...
             ax.text(counts[op] + 0.05, i, f"mag {mean_mag[op]:.1f}", va="center", fontsize=7)
@@ -264,8 +277,9 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
     ax.set_title("ops and magnitudes of the top trials")
     ax.grid(alpha=0.3, axis="x")
 
-    # 4. parameter importances
-    ax = axes[1][1]
+
+def _importance_panel(ax: Any, data: ReportData) -> None:
+    """Panel 4: Optuna's parameter importances (:func:`importances`), or why there are none."""
     imp, reason = importances(data.study, data.trials)
     if imp:
         labels = list(imp)[:15]
@@ -275,9 +289,3 @@ def write_report(data: ReportData, out: str, *, top: int = 5) -> str:
         ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=9)
         ax.set_axis_off()
     ax.set_title("parameter importances")
-
-    fig.tight_layout()
-    path = os.path.abspath(os.path.expanduser(out))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -37,7 +37,7 @@ summary, ``autoaug policies show`` (:func:`describe_effects`) and ``autoaug repo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autoaug.policies import Policy, presets
@@ -145,9 +145,25 @@ def estimate(obs: Sequence[Mapping[str, Any]], noise_sd: float | None = None, so
         half = float(stdtrit(dof, level)) * se
         return {"effect": float(coef[i]), "se": se, "ci95": half}
 
-    # Forward selection: the operation clearest beyond its interval joins the model, and the
-    # others are measured again with it held (including one operation changes how much of the
-    # others a policy applies, so a strong one would otherwise make them look better or worse).
+    held = _forward_selection(columns, fit)
+    record.update(
+        {
+            "ops": _effect_rows(columns, held, fit),
+            "noise_sd": noise_sd,
+            "noise_source": source or "the runs' spread around each line",
+            "method": "least-squares slope on the usage, forward selection; simultaneous 95% t intervals",
+            "held": held,
+        }
+    )
+    return record
+
+
+def _forward_selection(columns: Mapping[str, Any], fit: Callable[[str, Sequence[str]], Any]) -> list[str]:
+    """The operations held in the model, in the order they joined it: the operation clearest
+    beyond its interval joins, and the others are measured again with it held (including one
+    operation changes how much of the others a policy applies, so a strong one would otherwise
+    make them look better or worse); until none is beyond its interval. ``fit(op, held)``: the
+    slope record of ``op`` with ``held`` in the model (None: too few runs)."""
     held: list[str] = []
     while True:
         fits = {op: fit(op, held) for op in columns if op not in held}
@@ -157,6 +173,15 @@ def estimate(obs: Sequence[Mapping[str, Any]], noise_sd: float | None = None, so
         if not beyond:
             break
         held.append(max(beyond, key=beyond.get))
+    return held
+
+
+def _effect_rows(
+    columns: Mapping[str, Any], held: Sequence[str], fit: Callable[[str, Sequence[str]], Any]
+) -> list[dict[str, Any]]:
+    """One row per operation (``columns``: its usage in each run), its slope with the operations
+    ``held`` in the model and its verdict (a held operation hurts or helps; the others are
+    unclear), from the most harmful to the most helpful."""
     rows = []
     for op, x in columns.items():
         f = fit(op, held)
@@ -170,21 +195,12 @@ def estimate(obs: Sequence[Mapping[str, Any]], noise_sd: float | None = None, so
                 "op": op,
                 **f,
                 "verdict": verdict,
-                "runs_with": int(np.sum(x > 0)),
+                "runs_with": int((x > 0).sum()),
                 "max_usage": float(x.max()),
             }
         )
     rows.sort(key=lambda r: r["effect"])
-    record.update(
-        {
-            "ops": rows,
-            "noise_sd": noise_sd,
-            "noise_source": source or "the runs' spread around each line",
-            "method": "least-squares slope on the usage, forward selection; simultaneous 95% t intervals",
-            "held": held,
-        }
-    )
-    return record
+    return rows
 
 
 def from_provenance(provenance: Mapping[str, Any], epochs: int) -> dict[str, Any]:

@@ -12,7 +12,11 @@ the images, every operation is one tensor computation over the samples that appl
 step (``index_select`` of those samples, the operation with its per-sample parameters as tensors,
 ``index_copy_`` back), so the cost of a batch is a few dozen kernel launches whatever its size,
 and the images never leave their device. Randomness comes from the ``torch.Generator`` passed in
-(on the images' device or the CPU): the same generator state gives the same batch.
+(on the images' device or the CPU), all of it drawn before anything is applied (:func:`draw`,
+:func:`draw_base`): the same generator state gives the same batch. A :class:`PolicyPlan` may hold
+several policies (a pack's members, each its own policy and generator): their batches, each with
+its own draws, are then augmented by one application (:func:`apply_drawn`), the launches those of
+one batch whatever their number, and what a sample gets depends on its own draws only.
 
 Each built-in operation's batched form is :data:`BATCH_OPS`, keyed by the torch_apply function
 its declaration names (so an operation derived from a built-in one, :meth:`OpSpec.derive`, is
@@ -46,16 +50,21 @@ from autoaug.policies.policy import Policy
 
 __all__ = [
     "BATCH_OPS",
+    "BaseDraws",
     "BatchOp",
     "Draws",
     "OpContext",
     "PolicyPlan",
     "apply_base_batch",
+    "apply_base_drawn",
+    "apply_drawn",
     "apply_policy_batch",
     "batch_op",
     "crop_at",
     "cutout_at",
     "draw",
+    "draw_base",
+    "partners",
 ]
 
 _MODES = ("nearest", "bilinear")
@@ -69,15 +78,18 @@ class OpContext:
     Attributes:
         fill: the grey level per channel of uncovered pixels and of the Cutout square.
         interpolation: ``"nearest"`` or ``"bilinear"`` (the warps).
-        other: SamplePairing's partners of the selected samples (``None`` in a batch of one).
-        generator: the draws an operation makes itself (Cutout's centres).
-        rows: the distinct parameter rows of this operation in the policy (host values).
+        other: SamplePairing's partner of each selected sample (the sample before it in its batch).
+        paired: whether each selected sample has a partner (not in a batch of one).
+        extra: the uniform numbers in [0, 1) drawn for each selected sample at this step, as
+            many as the operation asked for (:attr:`BatchOp.extra`: Cutout's centre).
+        rows: the distinct parameter rows of this operation in the plan (host values).
     """
 
     fill: list[float]
     interpolation: str
-    other: torch.Tensor | None
-    generator: torch.Generator
+    other: torch.Tensor
+    paired: torch.Tensor
+    extra: torch.Tensor
     rows: tuple[tuple[float, ...], ...] = ()
 
 
@@ -95,10 +107,13 @@ class BatchOp:
         prepare: ``fn(param, height, width) -> row``: the D floats its apply reads for the
             declaration's parameter (:meth:`OpSpec.param`), computed once per policy on the host
             (default: the parameter itself, 0 for none).
+        extra: uniform numbers it needs per sample (drawn with the policy's draws, so that a
+            sample's outcome depends on its own generator only: :attr:`OpContext.extra`).
     """
 
     apply: Callable[[torch.Tensor, torch.Tensor, OpContext], torch.Tensor]
     prepare: Callable[[Any, int, int], Sequence[float]] = field(default=_scalar)
+    extra: int = 0
 
 
 def _col(params: torch.Tensor, i: int = 0) -> torch.Tensor:
@@ -198,18 +213,16 @@ def cutout_at(
 
 def _cutout(images, params, ctx):
     h, w = images.shape[-2:]
-    m, g = images.shape[0], ctx.generator
-    cy = torch.randint(h, (m,), generator=g, device=g.device)
-    cx = torch.randint(w, (m,), generator=g, device=g.device)
+    cy = (ctx.extra[:, 0] * h).long().clamp_(max=h - 1)  # uniform over the rows, as randint(h)
+    cx = (ctx.extra[:, 1] * w).long().clamp_(max=w - 1)
     return cutout_at(images, params[:, 0].round(), cy, cx, ctx.fill)
 
 
 def _sample_pairing(images, params, ctx):
-    if ctx.other is None:  # a batch of one: no partner
-        return images
     weight = _col(params)
     out = images.float() * (1.0 - weight).float() + ctx.other.float() * weight.float()
-    return out.round_().clamp_(0, 255).to(images.dtype)
+    blended = out.round_().clamp_(0, 255).to(images.dtype)
+    return torch.where(ctx.paired.view(-1, 1, 1, 1), blended, images)  # a batch of one: no partner
 
 
 # ---- the warps: torchvision's inverse matrix per parameter (host), a batched grid, its sampling
@@ -289,7 +302,7 @@ BATCH_OPS: Mapping[Callable[..., Any], BatchOp] = {
     _ta.color: BatchOp(_color),
     _ta.brightness: BatchOp(_brightness),
     _ta.sharpness: BatchOp(_sharpness),
-    _ta.cutout: BatchOp(_cutout),
+    _ta.cutout: BatchOp(_cutout, extra=2),
     _ta.sample_pairing: BatchOp(_sample_pairing),
 }
 
@@ -300,27 +313,43 @@ def batch_op(name: str) -> BatchOp | None:
     return BATCH_OPS.get(_ta.TORCH_OPS[name].apply)
 
 
-# --------------------------------------------------------------------------- a policy
+# --------------------------------------------------------------------------- policies
+#: Uniform numbers an operation without a batched form gets per sample: the seed of its generator.
+_PER_IMAGE_EXTRA = 1
+
+
 class PolicyPlan:
-    """What applying ``policy`` to ``height`` x ``width`` images on ``device`` needs, computed once:
-    per (sub-policy, step) the operation, its probability and whether it is signed, and per
+    """What applying ``policies`` to ``height`` x ``width`` images on ``device`` needs, computed
+    once: per (sub-policy, step) the operation, its probability and whether it is signed, and per
     operation its parameter for each (sub-policy, step, sign) -- the declaration's
     :meth:`~autoaug.policies.ops.OpSpec.param`, as torch_apply computes it -- and the rows its
-    batched form reads. A sample's entry is ``(sub_policy * steps + step) * 2 + negated``."""
+    batched form reads.
 
-    def __init__(self, policy: Policy, height: int, width: int, device: torch.device | str = "cpu") -> None:
-        if not isinstance(policy, Policy):
-            raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
-        self.policy, self.height, self.width = policy, int(height), int(width)
+    One policy, or several (the members of a pack, each with its own policy): their sub-policies
+    are numbered one after the other (policy ``p``'s from ``offsets[p]``), so one application serves
+    samples of every policy at once, each sample with the draws of its own (:func:`draw`). A
+    sample's entry is ``(sub_policy * steps + step) * 2 + negated``."""
+
+    def __init__(
+        self, policies: Policy | Sequence[Policy], height: int, width: int, device: torch.device | str = "cpu"
+    ) -> None:
+        self.policies = (policies,) if isinstance(policies, Policy) else tuple(policies)
+        for policy in self.policies:
+            if not isinstance(policy, Policy):
+                raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
+        self.height, self.width = int(height), int(width)
         self.device = dev = torch.device(device)
-        subs = policy.sub_policies
-        self.steps = steps = policy.max_ops_per_sub_policy
+        subs = [(policy, sub) for policy in self.policies for sub in policy.sub_policies]
+        self.offsets = [0]
+        for policy in self.policies:
+            self.offsets.append(self.offsets[-1] + len(policy.sub_policies))
+        self.steps = steps = max([0, *(p.max_ops_per_sub_policy for p in self.policies)])
         self.names: list[str] = []
         index = [[-1] * steps for _ in subs]
         prob = [[0.0] * steps for _ in subs]
         signed = [[False] * steps for _ in subs]
         self.params: dict[str, list[Any]] = {}
-        for k, sub in enumerate(subs):
+        for k, (policy, sub) in enumerate(subs):
             for j, op in enumerate(sub):
                 if op.op == _ops.IDENTITY:
                     continue
@@ -344,8 +373,13 @@ class PolicyPlan:
         #: Per step, the indices (into :attr:`names`) of the operations some sub-policy has there.
         self.at_step = [sorted({index[k][j] for k in range(len(subs)) if index[k][j] >= 0}) for j in range(steps)]
         self.batched: dict[str, BatchOp | None] = {name: batch_op(name) for name in self.names}
+        #: Per policy, the uniform numbers its operations need per sample and step (its draws').
+        self.extra_of = [
+            max([0, *(self._extra(op.op) for sub in policy.sub_policies for op in sub)]) for policy in self.policies
+        ]
+        self.extra = max([0, *self.extra_of])
         #: Per batched operation, its parameter rows (float64 [entries, D]; zeros where unused) and
-        #: the distinct rows the policy uses.
+        #: the distinct rows the plan uses.
         self.rows: dict[str, torch.Tensor] = {}
         self.distinct_rows: dict[str, tuple[tuple[float, ...], ...]] = {}
         for name, batched in self.batched.items():
@@ -362,29 +396,81 @@ class PolicyPlan:
             self.rows[name] = torch.tensor(table, dtype=torch.float64, device=dev).view(len(params), size)
             self.distinct_rows[name] = tuple(sorted(set(used.values())))
 
+    def _extra(self, name: str) -> int:
+        if name == _ops.IDENTITY:
+            return 0
+        batched = batch_op(name)
+        return _PER_IMAGE_EXTRA if batched is None else batched.extra
+
+    @property
+    def policy(self) -> Policy:
+        """The plan's one policy (``ValueError`` for a plan of several)."""
+        if len(self.policies) != 1:
+            raise ValueError(f"this plan applies {len(self.policies)} policies; name the one (member=...)")
+        return self.policies[0]
+
 
 @dataclass(frozen=True)
 class Draws:
-    """The per-sample draws of one application: ``sub`` [N] the sub-policy, ``fire`` [steps, N]
-    whether the operation at each step applies, ``negate`` [steps, N] whether its magnitude is
-    negated (False for unsigned operations and for steps a sub-policy lacks)."""
+    """The per-sample draws of one application: ``sub`` [N] the sub-policy (numbered in the plan),
+    ``fire`` [steps, N] whether the operation at each step applies, ``negate`` [steps, N] whether
+    its magnitude is negated (False for unsigned operations and for steps a sub-policy lacks),
+    ``extra`` [steps, N, E] the uniform numbers the operations at each step may read."""
 
     sub: torch.Tensor
     fire: torch.Tensor
     negate: torch.Tensor
+    extra: torch.Tensor
+
+    @staticmethod
+    def cat(draws: Sequence[Draws]) -> Draws:
+        """The draws of several batches, one after the other (as their images are concatenated)."""
+        return Draws(*(torch.cat([getattr(d, f) for d in draws], dim=0 if f == "sub" else 1) for f in _DRAW_FIELDS))
 
 
-def draw(plan: PolicyPlan, n: int, generator: torch.Generator) -> Draws:
-    """``n`` samples' draws from ``generator``, in one fixed order: the sub-policies (uniform), then
-    per step a uniform number (the operation applies below its probability) and a sign bit."""
+_DRAW_FIELDS = ("sub", "fire", "negate", "extra")
+
+
+def draw(plan: PolicyPlan, n: int, generator: torch.Generator, member: int = 0) -> Draws:
+    """``n`` samples' draws from ``generator`` for the plan's policy ``member``, in one fixed order:
+    the sub-policies (uniform), then per step of that policy a uniform number (the operation
+    applies below its probability), a sign bit, and the uniform numbers its operations need. What
+    is drawn depends on that policy alone (not on the plan's other policies)."""
+    policy = plan.policies[member]
     gdev, dev = generator.device, plan.device
-    steps = plan.steps
-    sub = torch.randint(len(plan.policy.sub_policies), (n,), generator=generator, device=gdev).to(dev)
-    u = torch.rand((steps, n), generator=generator, device=gdev).to(dev)
-    bits = torch.randint(2, (steps, n), generator=generator, device=gdev).to(dev)
-    fire = (u.double() < plan.probability[sub].T) & (plan.index[sub].T >= 0)
-    negate = (bits == 1) & plan.signed[sub].T
-    return Draws(sub, fire, negate)
+    steps, own_steps, extra = plan.steps, policy.max_ops_per_sub_policy, plan.extra_of[member]
+    fire = torch.zeros((steps, n), dtype=torch.bool, device=dev)
+    negate = torch.zeros((steps, n), dtype=torch.bool, device=dev)
+    extras = torch.zeros((steps, n, plan.extra), dtype=torch.float64, device=dev)
+    if not policy.sub_policies:
+        sub = torch.zeros(n, dtype=torch.int64, device=dev)  # no step fires
+        return Draws(sub.clamp_(max=max(0, plan.offsets[-1] - 1)), fire, negate, extras)
+    count = len(policy.sub_policies)
+    sub = torch.randint(count, (n,), generator=generator, device=gdev).to(dev) + plan.offsets[member]
+    u = torch.rand((own_steps, n), generator=generator, device=gdev).to(dev)
+    bits = torch.randint(2, (own_steps, n), generator=generator, device=gdev).to(dev)
+    if extra:
+        extras[:own_steps, :, :extra] = torch.rand((own_steps, n, extra), generator=generator, device=gdev).to(dev)
+    rows = slice(0, own_steps)
+    fire[rows] = (u.double() < plan.probability[sub, rows].T) & (plan.index[sub, rows].T >= 0)
+    negate[rows] = (bits == 1) & plan.signed[sub, rows].T
+    return Draws(sub, fire, negate, extras)
+
+
+def partners(sizes: Sequence[int], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """SamplePairing's partner of each sample of batches of ``sizes`` concatenated: the sample
+    before it in its own batch (the first: the last; ``batch.roll(1, 0)``), and whether it has one
+    (not in a batch of one)."""
+    index, paired = [], []
+    start = 0
+    for n in sizes:
+        index += [start + (i - 1) % n for i in range(n)]
+        paired += [n > 1] * n
+        start += n
+    return (
+        torch.tensor(index, dtype=torch.int64, device=device),
+        torch.tensor(paired, dtype=torch.bool, device=device),
+    )
 
 
 def apply_policy_batch(
@@ -401,14 +487,8 @@ def apply_policy_batch(
     draw from ``generator`` (see the module's documentation); a new tensor on the images' device.
     ``plan``: the policy's :class:`PolicyPlan` for this size and device (built here when None);
     ``draws``: the draws to apply instead of drawing them (tests)."""
-    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] not in (1, 3):
-        raise ValueError(
-            f"apply_policy_batch expects uint8 images of shape [N, C, H, W] with C in (1, 3), got "
-            f"{images.dtype} {tuple(images.shape)}"
-        )
-    if interpolation not in _MODES:
-        raise ValueError(f"interpolation={interpolation!r}; expected one of {list(_MODES)}")
-    n, c, h, w = images.shape
+    _check_images(images, interpolation)
+    n, _, h, w = images.shape
     if policy.is_identity or n == 0:
         return images
     if plan is None:
@@ -417,8 +497,39 @@ def apply_policy_batch(
         raise ValueError("apply_policy_batch: the plan was made for another policy or image size")
     if draws is None:
         draws = draw(plan, n, generator)
-    partner = images.roll(1, 0) if n > 1 else None
+    index, paired = partners([n], images.device)
+    return apply_drawn(images, plan, draws, index, paired, interpolation=interpolation, fill=fill)
+
+
+def _check_images(images: torch.Tensor, interpolation: str) -> None:
+    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] not in (1, 3):
+        raise ValueError(
+            f"apply_policy_batch expects uint8 images of shape [N, C, H, W] with C in (1, 3), got "
+            f"{images.dtype} {tuple(images.shape)}"
+        )
+    if interpolation not in _MODES:
+        raise ValueError(f"interpolation={interpolation!r}; expected one of {list(_MODES)}")
+
+
+def apply_drawn(
+    images: torch.Tensor,
+    plan: PolicyPlan,
+    draws: Draws,
+    partner: torch.Tensor,
+    paired: torch.Tensor,
+    *,
+    interpolation: str = "nearest",
+    fill: int = 128,
+) -> torch.Tensor:
+    """The plan's policies applied to ``images`` with ``draws`` (one :func:`draw` per batch,
+    :meth:`Draws.cat` for several), SamplePairing's ``partner`` index and ``paired`` mask of each
+    sample (:func:`partners`): per step, each operation once over the samples that apply it there,
+    whichever policy drew it. A sample's result depends on its own draws and partner only."""
+    _check_images(images, interpolation)
+    c = images.shape[1]
     fills = [float(fill)] * c
+    partner_images = images.index_select(0, partner.to(images.device))
+    paired = paired.to(images.device)
     out = images.clone()
     steps, names = plan.steps, plan.names
     for j in range(steps):
@@ -439,13 +550,14 @@ def apply_policy_batch(
             entry = (draws.sub[chosen] * steps + j) * 2 + draws.negate[j, chosen].long()
             name = names[i]
             x = out.index_select(0, chosen)
-            other = partner.index_select(0, chosen) if partner is not None else None
+            other, has = partner_images.index_select(0, chosen), paired.index_select(0, chosen)
+            extra = draws.extra[j].index_select(0, chosen)
             batched = plan.batched[name]
             if batched is not None:
-                ctx = OpContext(fills, interpolation, other, generator, plan.distinct_rows[name])
+                ctx = OpContext(fills, interpolation, other, has, extra, plan.distinct_rows[name])
                 y = batched.apply(x, plan.rows[name].index_select(0, entry), ctx)
             else:
-                y = _per_image(name, x, plan.params[name], entry, fills, interpolation, other, generator)
+                y = _per_image(name, x, plan.params[name], entry, fills, interpolation, other, has, extra)
             out.index_copy_(0, chosen, y)
     return out
 
@@ -457,24 +569,25 @@ def _per_image(
     entry: torch.Tensor,
     fill: list[float],
     interpolation: str,
-    other: torch.Tensor | None,
-    generator: torch.Generator,
+    other: torch.Tensor,
+    paired: torch.Tensor,
+    extra: torch.Tensor,
 ) -> torch.Tensor:
-    """An operation without a batched form: its torch_apply function on each sample in turn."""
+    """An operation without a batched form: its torch_apply function on each sample in turn, with
+    a CPU generator seeded from the sample's own uniform number."""
     apply = _ta.TORCH_OPS[name].apply
-    seed = int(torch.randint(2**62, (), generator=generator, device=generator.device))
-    cpu = torch.Generator().manual_seed(seed)
     mode = _ta._INTERP[interpolation]
+    seeds = (extra[:, 0] * 2**53).long().tolist()
     out = [
         apply(
             x,
             params[e],
             fill=fill,
             interpolation=mode,
-            other=other[i] if other is not None else None,
-            generator=cpu,
+            other=o if has else None,
+            generator=torch.Generator().manual_seed(seed),
         )
-        for i, (x, e) in enumerate(zip(images, entry.tolist()))
+        for x, e, o, has, seed in zip(images, entry.tolist(), other, paired.tolist(), seeds)
     ]
     return torch.stack(out)
 
@@ -494,23 +607,66 @@ def crop_at(images: torch.Tensor, top: torch.Tensor, left: torch.Tensor, padding
     return padded[samples, channels, rows[:, None, :, None], cols[:, None, None, :]]
 
 
+@dataclass(frozen=True)
+class BaseDraws:
+    """The base's draws of N samples: the crop's offsets ``top``, ``left`` [N] (``padding`` each
+    where the base does not crop: no shift) and ``flip`` [N]; ``crops`` / ``flips``: whether any
+    sample's base crops / flips (known on the host: a batch whose base does neither is not copied)."""
+
+    top: torch.Tensor
+    left: torch.Tensor
+    flip: torch.Tensor
+    padding: int
+    crops: bool
+    flips: bool
+
+    @staticmethod
+    def cat(draws: Sequence[BaseDraws]) -> BaseDraws:
+        """The draws of several batches of one image size, one after the other."""
+        return BaseDraws(
+            torch.cat([d.top for d in draws]),
+            torch.cat([d.left for d in draws]),
+            torch.cat([d.flip for d in draws]),
+            draws[0].padding,
+            any(d.crops for d in draws),
+            any(d.flips for d in draws),
+        )
+
+
+def draw_base(
+    base: str, n: int, height: int, width: int, generator: torch.Generator, device: torch.device | str = "cpu"
+) -> BaseDraws:
+    """``n`` samples' draws of the base ``base`` from ``generator``: the crop's offsets (top, then
+    left, uniform over the ``2 * padding + 1`` positions) where it crops, then the flips (each with
+    probability :data:`~autoaug.policies.bases.FLIP_PROBABILITY`) where it flips."""
+    spec = _bases.get(base)
+    padding = _bases.crop_padding(height, width)
+    gdev = generator.device
+    top = left = torch.full((n,), padding, dtype=torch.int64, device=device)
+    if spec.crop:
+        top = torch.randint(2 * padding + 1, (n,), generator=generator, device=gdev).to(device)
+        left = torch.randint(2 * padding + 1, (n,), generator=generator, device=gdev).to(device)
+    flip = torch.zeros(n, dtype=torch.bool, device=device)
+    if spec.flip:
+        flip = torch.rand(n, generator=generator, device=gdev).to(device) < _bases.FLIP_PROBABILITY
+    return BaseDraws(top, left, flip, padding, spec.crop, spec.flip)
+
+
+def apply_base_drawn(images: torch.Tensor, draws: BaseDraws) -> torch.Tensor:
+    """The base's crop and flip with ``draws`` (:func:`draw_base`) on each sample of ``images``."""
+    out = images
+    if draws.crops:
+        out = crop_at(out, draws.top, draws.left, draws.padding)
+    if draws.flips:
+        out = torch.where(draws.flip.to(out.device).view(-1, 1, 1, 1), out.flip(-1), out)
+    return out
+
+
 def apply_base_batch(images: torch.Tensor, base: str, generator: torch.Generator) -> torch.Tensor:
     """The base ``base`` (:data:`autoaug.policies.bases.REGISTRY`) on each sample of ``images``
     (uint8 [N, C, H, W]): pad-and-random-crop at an offset drawn uniformly per sample
     (:func:`~autoaug.policies.bases.crop_padding`), then a horizontal flip with probability
     :data:`~autoaug.policies.bases.FLIP_PROBABILITY`, as the DALI pipeline and
-    :func:`~autoaug.policies.torch_apply.base_transforms` apply them. Draws from ``generator``: the
-    offsets (top, then left), then the flips."""
-    spec = _bases.get(base)
+    :func:`~autoaug.policies.torch_apply.base_transforms` apply them (draws: :func:`draw_base`)."""
     n, _, h, w = images.shape
-    gdev = generator.device
-    out = images
-    if spec.crop:
-        padding = _bases.crop_padding(h, w)
-        top = torch.randint(2 * padding + 1, (n,), generator=generator, device=gdev)
-        left = torch.randint(2 * padding + 1, (n,), generator=generator, device=gdev)
-        out = crop_at(out, top, left, padding)
-    if spec.flip:
-        flip = torch.rand(n, generator=generator, device=gdev).to(images.device) < _bases.FLIP_PROBABILITY
-        out = torch.where(flip.view(-1, 1, 1, 1), out.flip(-1), out)
-    return out
+    return apply_base_drawn(images, draw_base(base, n, h, w, generator, images.device))

@@ -12,6 +12,11 @@ the normalisation :class:`~autoaug.proxy_models.pipeline.DaliLoader` uses, all o
       -> base (policies.torch_batch.apply_base_batch) -> policy (apply_policy_batch)
       -> (x - mean) / std, float32 NCHW
 
+The feeds of a pack's members are served together (:func:`serve_together`, what
+:class:`~autoaug.proxy_models.pack.Pack` does): at each step every member's batch, with the draws
+of its own generator, is augmented by one application over all of them, so the kernel launches of
+a step do not grow with the number of members, and each member's batches are those it gets alone.
+
 The last partial batch is dropped, as the DALI training loader drops it, so an epoch has the same
 number of steps either way. Every draw -- the order, the crops and flips, the policy's -- comes
 from one ``torch.Generator`` on the device seeded with the run's ``seed``, so a run's stream
@@ -36,7 +41,7 @@ import torch
 from autoaug.proxy_models.data import DatasetError, ImageDataset
 from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD
 
-__all__ = ["DeviceFeed", "FEED_KIND"]
+__all__ = ["DeviceFeed", "FEED_KIND", "serve_together"]
 
 #: What a :class:`DeviceFeed`'s state records as its kind (a DALI loader's state has none).
 FEED_KIND = "device"
@@ -97,9 +102,7 @@ class DeviceFeed:
         self.std = torch.tensor([float(s) for s in std], device=self.device).view(1, -1, 1, 1)
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.epoch = 0
-        self.policy: Any = None
-        self._plan: Any = None
-        self.set_policy(policy)
+        self.policy: Any = policy
 
     def __len__(self) -> int:
         return len(self.indices) // self.batch_size
@@ -111,29 +114,16 @@ class DeviceFeed:
 
     def set_policy(self, policy: Any) -> None:
         """The policy of the next epochs (``None``: neither base nor policy)."""
-        from autoaug.policies.torch_batch import PolicyPlan
-
         self.policy = policy
-        h, w = self.images.shape[-2:]
-        self._plan = None if policy is None or policy.is_identity else PolicyPlan(policy, h, w, self.device)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        from autoaug.policies.torch_batch import apply_base_batch, apply_policy_batch
+        return iter(serve_together([self])[0])
 
-        gen, bs = self.generator, self.batch_size
-        order = torch.randperm(len(self.indices), generator=gen, device=self.device)
+    def _begin_epoch(self) -> torch.Tensor:
+        """This epoch's order of the images (the epoch's first draw)."""
+        order = torch.randperm(len(self.indices), generator=self.generator, device=self.device)
         self.epoch += 1
-        policy, plan = self.policy, self._plan
-        for start in range(0, len(self) * bs, bs):
-            pos = order[start : start + bs]
-            images = self.images.index_select(0, pos)
-            if policy is not None:
-                images = apply_base_batch(images, getattr(policy, "base", "standard"), gen)
-                if plan is not None:
-                    images = apply_policy_batch(
-                        images, policy, gen, interpolation=self.interpolation, fill=self.fill, plan=plan
-                    )
-            yield (images.float() - self.mean) / self.std, self.labels.index_select(0, pos)
+        return order
 
     # ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -162,3 +152,87 @@ class DeviceFeed:
             )
         self.generator.set_state(state["generator"])
         self.epoch = int(state["epoch"])
+
+
+def serve_together(feeds: Sequence[DeviceFeed]) -> list[Iterator[tuple[torch.Tensor, torch.Tensor]]]:
+    """One stream per feed, their epochs made in lockstep: at each step every feed's batch --
+    its own order, base and policy draws from its own generator -- is augmented by one application
+    (:func:`autoaug.policies.torch_batch.apply_drawn` over all of them), so the launches of a
+    step are those of one batch whatever the number of feeds. Each feed's batches are those it
+    serves alone (a sample's result depends on its own draws only).
+
+    The streams are consumed as a pack consumes them: one batch of each in turn, the first
+    stream's first (its next batch makes the step's batches of all). Every feed needs the same
+    device, image size, batch size, normalisation and batches an epoch (a pack's members have them)."""
+    feeds = list(feeds)
+    first = feeds[0]
+    for feed in feeds[1:]:
+        same = (
+            feed.device == first.device
+            and feed.images.shape[1:] == first.images.shape[1:]
+            and feed.batch_size == first.batch_size
+            and len(feed) == len(first)
+            and (feed.interpolation, feed.fill) == (first.interpolation, first.fill)
+            and torch.equal(feed.mean, first.mean)
+            and torch.equal(feed.std, first.std)
+        )
+        if not same:
+            raise ValueError("device feeds served together need one device, image size, batch size and normalisation")
+    lockstep = _Lockstep(feeds)
+    return [lockstep.stream(k) for k in range(len(feeds))]
+
+
+class _Lockstep:
+    """The step-by-step maker of :func:`serve_together`'s streams."""
+
+    def __init__(self, feeds: list[DeviceFeed]) -> None:
+        self.feeds = feeds
+        self.batches: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def stream(self, k: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if k == 0:
+            self._begin()
+        for step in range(len(self.feeds[0])):
+            if k == 0:
+                self.batches = self._make(step)
+            yield self.batches[k]
+
+    def _begin(self) -> None:
+        from autoaug.policies import Policy
+        from autoaug.policies.torch_batch import PolicyPlan, partners
+
+        first = self.feeds[0]
+        h, w = first.images.shape[-2:]
+        none = Policy("identity", 10, [])
+        self.orders = [feed._begin_epoch() for feed in self.feeds]
+        self.policies = [feed.policy for feed in self.feeds]
+        self.plan = PolicyPlan([none if p is None else p for p in self.policies], h, w, first.device)
+        self.partner, self.paired = partners([first.batch_size] * len(self.feeds), first.device)
+
+    def _make(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        from autoaug.policies.torch_batch import BaseDraws, Draws, apply_base_drawn, apply_drawn, draw, draw_base
+
+        first = self.feeds[0]
+        bs, dev = first.batch_size, first.device
+        h, w = first.images.shape[-2:]
+        images, labels, bases, draws = [], [], [], []
+        for k, (feed, order, policy) in enumerate(zip(self.feeds, self.orders, self.policies)):
+            pos = order[step * bs : (step + 1) * bs]
+            images.append(feed.images.index_select(0, pos))
+            labels.append(feed.labels.index_select(0, pos))
+            base = "none" if policy is None else getattr(policy, "base", "standard")
+            bases.append(draw_base(base, bs, h, w, feed.generator, dev))  # the base's draws, then the policy's
+            draws.append(draw(self.plan, bs, feed.generator, member=k))
+        batch = apply_base_drawn(torch.cat(images), BaseDraws.cat(bases))
+        if self.plan.steps:
+            batch = apply_drawn(
+                batch,
+                self.plan,
+                Draws.cat(draws),
+                self.partner,
+                self.paired,
+                interpolation=first.interpolation,
+                fill=first.fill,
+            )
+        batch = (batch.float() - first.mean) / first.std
+        return list(zip(batch.split(bs), labels))

@@ -12,8 +12,8 @@ The launches of a step are those of one run, whatever K.
 Each member is a run of its own: its :class:`~autoaug.proxy_models.train_config.TrainConfig`
 (members of one pack differ only in ``seed``), its policy or schedule, its data stream (its own
 :class:`~autoaug.proxy_models.pipeline.DaliLoader`, or with ``loader: device`` its own
-:class:`~autoaug.proxy_models.device_feed.DeviceFeed`, the batches made on the pack's device: the
-batches its solo run would see), its
+:class:`~autoaug.proxy_models.device_feed.DeviceFeed`, the batches made on the pack's device, all
+members' at once: the batches its solo run would see), its
 initialisation, history, checkpoints and reports, in the trainer's own checkpoint format: a member's
 checkpoint resumes as a solo run and a solo run's checkpoint as a member. Members share one
 validation loader when their validation images are the same. Members may join and leave between
@@ -44,6 +44,7 @@ from torch import nn
 
 from autoaug.core import failpoints
 from autoaug.proxy_models.data import open_dataset
+from autoaug.proxy_models.device_feed import DeviceFeed, serve_together
 from autoaug.proxy_models.learner import EpochStats, EvalStats, Learner, WarmupCosine
 from autoaug.proxy_models.models import build_model
 from autoaug.proxy_models.precision import amp_dtype, amp_enabled, precision_name
@@ -405,6 +406,15 @@ def _scheduler_state(base_lr: float, steps: int, lr: float, factor: WarmupCosine
     }
 
 
+def _streams(loaders: Sequence[Any]) -> Sequence[Any]:
+    """The members' training streams of a round: their device feeds made together, each step's
+    batches of all of them augmented at once (:func:`~autoaug.proxy_models.device_feed.serve_together`:
+    each member's batches are still its own); DALI loaders each by itself."""
+    if len(loaders) > 1 and all(isinstance(loader, DeviceFeed) for loader in loaders):
+        return serve_together(loaders)
+    return loaders
+
+
 class _SoloEngine:
     """A round of one member: the solo run's :class:`Learner` itself (bit for bit a solo run)."""
 
@@ -604,7 +614,7 @@ class Pack:
         epochs = [m.epoch for m in members]
         for m, epoch in zip(members, epochs):
             m.run.begin_epoch(epoch)
-        stats = engine.train_epoch([m.run.train_loader for m in members])
+        stats = engine.train_epoch(_streams([m.run.train_loader for m in members]))
         failed: dict[Hashable, BaseException] = {}
         metrics: list[dict[str, Any]] = []
         for j, (m, e, s) in enumerate(zip(members, epochs, stats)):

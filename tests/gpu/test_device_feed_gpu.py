@@ -31,7 +31,8 @@ def test_each_op_batched_on_the_gpu_matches_torchvision_per_image_there(name, gp
     params = [spec.param((i // 2) % 10, 10, image_size=(32, 32), negate=bool(i % 2)) for i in range(len(gpu_images))]
     rows = torch.tensor([list(op.prepare(p, 32, 32)) for p in params], dtype=torch.float64, device="cuda")
     other = gpu_images.roll(1, 0)
-    ctx = OpContext([128.0] * 3, "nearest", other, torch.Generator("cuda"), tuple({tuple(r) for r in rows.tolist()}))
+    paired = torch.ones(len(gpu_images), dtype=torch.bool, device="cuda")
+    ctx = OpContext([128.0] * 3, "nearest", other, paired, torch.zeros(0), tuple({tuple(r) for r in rows.tolist()}))
     got = op.apply(gpu_images, rows, ctx)
     want = torch.stack(
         [
@@ -57,6 +58,28 @@ def test_a_policy_batched_on_the_gpu_with_given_draws_matches_torchvision_per_im
                 x = ta.apply_op(x, op.op, op.magnitude_bin, 10, negate=bool(draws.negate[j, i]))
         want.append(x)
     assert int((got.int() - torch.stack(want).int()).abs().max()) <= GPU_TOLERANCE
+
+
+def test_feeds_served_together_on_the_gpu_each_serve_their_own_stream(cifar_dir):
+    from autoaug.proxy_models.data import open_dataset
+    from autoaug.proxy_models.device_feed import DeviceFeed, serve_together
+
+    ds = open_dataset(str(cifar_dir / "train.parquet"))
+    indices = np.arange(0, 50_000, 97)[:512]
+
+    def feeds():
+        return [
+            DeviceFeed(ds, indices, batch_size=128, policy=presets.resolve(p), seed=s, image_size=32, device="cuda")
+            for s, p in ((0, "autoaugment-cifar10"), (1, "randaugment:n=2,m=9"), (2, "trivialaugment"))
+        ]
+
+    alone = [[(x.clone(), y.clone()) for x, y in f] for f in feeds()]
+    together = [[] for _ in range(3)]
+    for batches in zip(*serve_together(feeds())):
+        for out, (x, y) in zip(together, batches):
+            out.append((x.clone(), y.clone()))
+    for a, t in zip(alone, together):
+        assert len(a) == len(t) == 4 and all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(a, t))
 
 
 def test_a_device_feed_on_the_gpu_resumes_its_stream_exactly(cifar_dir):

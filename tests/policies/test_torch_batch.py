@@ -16,14 +16,20 @@ from torchvision.transforms.v2 import functional as F
 from autoaug.policies import Policy, bases, ops, presets
 from autoaug.policies import torch_apply as ta
 from autoaug.policies.torch_batch import (
+    BaseDraws,
+    Draws,
     OpContext,
     PolicyPlan,
     apply_base_batch,
+    apply_base_drawn,
+    apply_drawn,
     apply_policy_batch,
     batch_op,
     crop_at,
     cutout_at,
     draw,
+    draw_base,
+    partners,
 )
 
 BINS = 31  # bin 20 of Rotate under "wide" is 90 degrees: F.rotate's shortcut
@@ -67,7 +73,8 @@ def test_each_op_batched_equals_torch_apply_per_image_exactly(name, ranges, chw,
         other = images.roll(1, 0)
         for mode in ("nearest", "bilinear") if warps else ("nearest",):
             fill = [128.0] * images.shape[1]
-            ctx = OpContext(fill, mode, other, torch.Generator(), tuple(sorted({tuple(r) for r in rows.tolist()})))
+            rows_used = tuple(sorted({tuple(r) for r in rows.tolist()}))
+            ctx = OpContext(fill, mode, other, torch.ones(len(images), dtype=torch.bool), torch.zeros(0), rows_used)
             got = op.apply(images.clone(), rows, ctx)
             want = torch.stack(
                 [
@@ -86,7 +93,8 @@ def test_rotate_takes_f_rotates_quarter_turn_shortcuts(chw):
     assert angles == [90.0, -90.0]
     op = batch_op("Rotate")
     rows = torch.tensor([op.prepare(a, 32, 32) for a in angles] * 8, dtype=torch.float64)
-    ctx = OpContext([128.0] * 3, "nearest", None, torch.Generator(), tuple(sorted({tuple(r) for r in rows.tolist()})))
+    paired = torch.zeros(16, dtype=torch.bool)
+    ctx = OpContext([128.0] * 3, "nearest", chw[:16], paired, torch.zeros(0), tuple({tuple(r) for r in rows.tolist()}))
     got = op.apply(chw[:16], rows, ctx)
     assert torch.equal(got[0], torch.rot90(chw[0], 1, (-2, -1)))  # 90 degrees: a quarter turn
     assert torch.equal(got[1], torch.rot90(chw[1], 3, (-2, -1)))  # -90: 270, three quarter turns
@@ -158,6 +166,42 @@ def test_a_policy_with_given_draws_equals_torch_apply_image_by_image(ref, chw):
     assert torch.equal(got, _reference(images, policy, draws))
     assert int(draws.fire.sum()) > len(images) // 2
     assert torch.equal(images, torch.cat([chw, chw.flip(-1)]))  # the input is left as it was
+
+
+def test_cutout_in_a_policy_fills_the_square_its_draws_centre(chw):
+    policy = Policy("cut", 10, [[("Cutout", 1.0, 9)]])
+    plan = PolicyPlan(policy, 32, 32)
+    draws = draw(plan, len(chw), torch.Generator().manual_seed(6))
+    got = apply_policy_batch(chw, policy, torch.Generator(), plan=plan, draws=draws)
+    side = ops.get("Cutout").param(9, 10, image_size=(32, 32))
+    cy, cx = (draws.extra[0, :, 0] * 32).long(), (draws.extra[0, :, 1] * 32).long()
+    assert torch.equal(got, cutout_at(chw, torch.full((len(chw),), side), cy, cx, [128.0] * 3))
+    assert len(set(cy.tolist())) > 16 and len(set(cx.tolist())) > 16
+
+
+def test_several_policies_in_one_application_give_each_batch_what_it_gets_alone(chw):
+    """A pack's members: each its own policy, generator and batch size (one a batch of one, one the
+    identity); augmented together with their own draws, each batch is what it is alone."""
+    members = [
+        (_every_op_policy(), 20),
+        (Policy("cut-pair", 10, [[("Cutout", 0.8, 9), ("SamplePairing", 0.9, 7)]]), 16),
+        (presets.resolve("none"), 8),
+        (presets.resolve("autoaugment-svhn"), 19),
+        (Policy("pair", 10, [[("SamplePairing", 1.0, 9)]]), 1),
+    ]
+    plan = PolicyPlan([p for p, _ in members], 32, 32)
+    batches, draws, alone = [], [], []
+    start = 0
+    for k, (policy, n) in enumerate(members):
+        images = chw[start : start + n]
+        start += n
+        batches.append(images)
+        draws.append(draw(plan, n, torch.Generator().manual_seed(k), member=k))
+        alone.append(apply_policy_batch(images, policy, torch.Generator().manual_seed(k)))
+    index, paired = partners([n for _, n in members])
+    together = apply_drawn(torch.cat(batches), plan, Draws.cat(draws), index, paired)
+    assert torch.equal(together, torch.cat(alone))
+    assert torch.equal(alone[-1], batches[-1])  # a batch of one: no partner to blend with
 
 
 def test_a_seeded_generator_gives_the_same_batch_and_another_seed_another(chw):
@@ -248,6 +292,16 @@ def test_crop_at_is_random_pad_crop_at_that_offset(chw):
     got = crop_at(chw, offsets[:, 0], offsets[:, 1], p)
     for x, y, (t, left) in zip(chw, got, offsets.tolist()):
         assert torch.equal(y, F.crop(F.pad(x, [p], fill=0), t, left, 32, 32))
+
+
+def test_bases_drawn_apart_and_applied_together_give_each_batch_its_own(chw):
+    draws = [draw_base(b, 16, 32, 32, torch.Generator().manual_seed(i)) for i, b in enumerate(bases.NAMES)]
+    alone = [
+        apply_base_batch(chw[16 * i : 16 * i + 16], b, torch.Generator().manual_seed(i))
+        for i, b in enumerate(bases.NAMES)
+    ]
+    assert torch.equal(apply_base_drawn(chw[:48], BaseDraws.cat(draws)), torch.cat(alone))
+    assert torch.equal(alone[0], chw[:16])  # "none"
 
 
 @pytest.mark.parametrize("base", bases.NAMES)

@@ -14,7 +14,7 @@ import torch
 from autoaug.policies import presets
 from autoaug.policies.schedule import Schedule
 from autoaug.proxy_models.data import open_dataset
-from autoaug.proxy_models.device_feed import DeviceFeed
+from autoaug.proxy_models.device_feed import DeviceFeed, serve_together
 from autoaug.proxy_models.pack import Pack, pack_compatible, train_pack
 from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
 from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
@@ -102,39 +102,70 @@ def test_state_dict_resumes_the_stream_and_refuses_another_feeds_state(dataset):
         _feed(dataset, seed=4).load_state_dict({**state, "device": "cuda"})
 
 
-def _recording(monkeypatch) -> dict[int, list]:
-    """Every DeviceFeed's epochs as it serves them, by its seed: [epoch][batch] = (images, labels)."""
-    seen: dict[int, list] = {}
-    serve = DeviceFeed.__iter__
+def test_feeds_served_together_each_serve_their_own_stream(dataset):
+    """Three feeds (other seeds, policies, one without any) made in lockstep: each one's batches
+    are those it serves alone, epoch after epoch."""
+    specs = [(7, "autoaugment-cifar10"), (1, "trivialaugment"), (2, None)]
 
-    def recorded(self):
-        epoch = []
-        seen.setdefault(self.seed, []).append(epoch)
-        for x, y in serve(self):
-            epoch.append((x.clone(), y.clone()))
-            yield x, y
+    def feeds():
+        return [
+            DeviceFeed(dataset, INDICES, batch_size=64, policy=p and presets.resolve(p), seed=s, image_size=32)
+            for s, p in specs
+        ]
 
-    monkeypatch.setattr(DeviceFeed, "__iter__", recorded)
+    alone = [[_epoch(f) for _ in range(2)] for f in feeds()]
+    together = feeds()
+    for epoch in range(2):
+        streams = serve_together(together)
+        served = [[] for _ in streams]
+        for batches in zip(*streams):
+            for out, (x, y) in zip(served, batches):
+                out.append((x.clone(), y.clone()))
+        for k in range(3):
+            assert _same(served[k], alone[k][epoch]), (k, epoch)
+    assert [f.epoch for f in together] == [2, 2, 2]
+
+
+def _recording(monkeypatch) -> list[list[list]]:
+    """What the pack's engine is fed, per round: [round][member position] = [(images, labels), ...]."""
+    from autoaug.proxy_models import pack as pack_mod
+
+    seen: list[list[list]] = []
+    make = pack_mod._streams
+
+    def recorded(loaders):
+        streams = make(loaders)
+        rounds = [[] for _ in streams]
+        seen.append(rounds)
+
+        def wrap(stream, out):
+            for x, y in stream:
+                out.append((x.clone(), y.clone()))
+                yield x, y
+
+        return [wrap(s, r) for s, r in zip(streams, rounds)]
+
+    monkeypatch.setattr(pack_mod, "_streams", recorded)
     return seen
 
 
 def test_a_members_batches_are_the_same_in_a_pack_of_one_and_of_three(cfg, monkeypatch):
     seen = _recording(monkeypatch)
     mine = presets.resolve("autoaugment-cifar10")
-    alone, packed = [], []
+    fed = []
     for mates in ((), ((1, "randaugment:n=2,m=9"), (2, "trivialaugment"))):
         seen.clear()
         with Pack(cfg) as pack:
-            pack.add("me", mine, config=dataclasses.replace(cfg, seed=5))
+            pack.add("me", mine, config=dataclasses.replace(cfg, seed=5))  # the first: position 0
             for seed, policy in mates:
                 pack.add(seed, policy, config=dataclasses.replace(cfg, seed=seed))
             reports = [pack.train_epoch(), pack.train_epoch()]
-        assert [len(seen[s]) for s in seen] == [2] * (1 + len(mates))  # each feed: two epochs
-        (alone if not mates else packed).append(seen[5])
         assert all(r["me"]["epoch"] == e + 1 for e, r in enumerate(reports))
-    (solo,), (in_pack,) = alone, packed
-    assert all(_same(a, b) for a, b in zip(solo, in_pack))
-    assert not _same(solo[0], solo[1])
+        assert [len(r) for r in seen] == [1 + len(mates)] * 2 and len(seen[0][0]) == 4
+        fed.append([rounds[0] for rounds in seen])  # the member's two epochs
+    alone, packed = fed
+    assert all(_same(a, b) for a, b in zip(alone, packed))
+    assert not _same(alone[0], alone[1])
 
 
 def test_a_member_resumed_from_its_checkpoint_continues_the_uninterrupted_stream(cfg, tmp_path):

@@ -18,7 +18,8 @@ their images per second add up. Trials per hour = images per second x 3600 / (tr
 instead: ``input``, the images per second K members' training loaders serve in lockstep, as a
 pack consumes them -- ``dali``, one DALI loader per member on the run's device (what
 ``loader: dali`` trains with; ``dali-cpu`` too on a GPU), and ``device``, one
-:class:`~autoaug.proxy_models.device_feed.DeviceFeed` per member (``loader: device``) -- each
+:class:`~autoaug.proxy_models.device_feed.DeviceFeed` per member (``loader: device``) served
+together as a pack serves them (``device-apart``: each augmenting its own batches) -- each
 with the real policy (``--policy``) on its own seed, after one warm-up epoch; ``train``, the
 end-to-end training rate of a pack of K fed each way (images per second of all members over an
 epoch after the first, no validation)::
@@ -159,12 +160,13 @@ def torch_threads() -> int:
 def input_rates(data: str, proxy: str, k: int, device: str, policy: str, seconds: float, loader_threads: int) -> list:
     """Images per second (all members) that K members' training loaders serve in lockstep (one
     batch of each per step, as a pack steps), each its own seed, after a warm-up epoch: DALI
-    loaders on the run's device (and on the CPU, when that is a GPU) and device feeds."""
+    loaders on the run's device (and on the CPU, when that is a GPU), device feeds served together
+    (as a pack serves them) and, for K > 1, device feeds each augmenting its own batches."""
     import torch
 
     from autoaug.policies import resolve_policy
     from autoaug.proxy_models.data import open_dataset
-    from autoaug.proxy_models.device_feed import DeviceFeed
+    from autoaug.proxy_models.device_feed import DeviceFeed, serve_together
     from autoaug.proxy_models.splits import config_split
 
     cfg = _real_config(proxy, device, data, "dali")
@@ -193,22 +195,27 @@ def input_rates(data: str, proxy: str, k: int, device: str, policy: str, seconds
             ds, train, batch_size=cfg.batch_size, policy=pol, seed=seed, image_size=cfg.image_size, device=dev
         )
 
-    kinds = {"dali": dali(device), "device": feed}
+    def apart(loaders):
+        return loaders
+
+    kinds = {"dali": (dali(device), apart), "device": (feed, serve_together)}
+    if k > 1:
+        kinds["device-apart"] = (feed, apart)  # each feed augmenting its own batches
     if dev.type == "cuda":
-        kinds["dali-cpu"] = dali("cpu")
+        kinds["dali-cpu"] = (dali("cpu"), apart)
     rows = []
-    for name, make in kinds.items():
+    for name, (make, streams) in kinds.items():
         row = {"measure": "input", "proxy": proxy, "k": k, "loader": name, "policy": policy}
         try:
             t0 = time.perf_counter()
             loaders = [make(seed) for seed in range(k)]
-            for _ in zip(*loaders):  # warm-up epoch: pipelines built, first epoch drawn
+            for _ in zip(*streams(loaders)):  # warm-up epoch: pipelines built, first epoch drawn
                 pass
             row["setup_s"] = round(time.perf_counter() - t0, 2)
             _sync(dev)
             t0, served, epochs = time.perf_counter(), 0, 0
             while True:
-                for batches in zip(*loaders):
+                for batches in zip(*streams(loaders)):
                     served += sum(int(b[1].shape[0]) for b in batches)
                 epochs += 1
                 _sync(dev)

@@ -29,7 +29,7 @@ Brightness, Solarize, Posterize, Cutout and SamplePairing as tensors of per-samp
 Invert, AutoContrast and Equalize through torchvision's batched kernels (Equalize: per-image,
 per-channel histograms of the whole batch at once). An operation declared without a batched form
 (:func:`autoaug.policies.ops.declare_op` with its own torch function) still works: its samples go
-through that per-image function one by one (with a CPU generator seeded from the given one).
+through that per-image function one by one (with a CPU generator seeded from the sample's draws).
 """
 
 from __future__ import annotations

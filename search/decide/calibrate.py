@@ -431,83 +431,119 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
     if not needs_calibration(config):
         return None
     cached = run.read_json(CALIBRATION_FILE) if run.exists(CALIBRATION_FILE) else {}
-    runs: dict[str, Any] = dict(cached.get("runs", {}))
-    # Whose runs this calibration reused (kept in the file: a resumed search says so too).
-    reuse: dict[str, Any] = dict(cached.get("reused") or {})
+    calibration = _CalibrationRuns(config, run, display, budget, cached)
     source = None
     if config.calibration_from and not cached:  # (a resumed search has them in its own file)
-        source = calibration_source(config, RunState.from_dict(run.read_json(CONFIG_FILE)).data)
-        reused = {k: v for k, v in source.runs.items() if k.startswith("base:") and config.base == AUTO}
-        runs.update(reused)
-        reuse = {"search": source.name, "runs": len(reused)}
-        display.log(
-            f"calibration: reusing the runs of search {source.name!r} (same data, split and proxy): "
-            f"nothing it measured is trained again"
-        )
-    cfgs = [calibration_train_config(config, i) for i in range(config.calibration_seeds)]
+        source = _reuse_base_runs(calibration)
     record: dict[str, Any] = {
-        "seeds": [c.seed for c in cfgs],
+        "seeds": [c.seed for c in calibration.cfgs],
         "epochs": calibration_epochs(config),
         "train_size": config.train.train_size,
         "val_size": config.train.val_size,
     }
+    # A calibration that ended keeps its choice when the search resumes, even under a later version
+    # whose rule would choose otherwise: the trials already ran on that base, from that warm start.
+    made: Mapping[str, Any] = cached.get("record") or {}
+    base = _base_stage(calibration, record, made)
+    chosen_base = base if base is not None else config.space.base
+    families = config.search_method.space_families if config.family == AUTO else ()
+    _reuse_transfer_runs(calibration, source, chosen_base)
+    reuse = calibration.reuse
+    if reuse.get("runs"):
+        record["reused"] = reuse
+    warm = _transfer_stage(calibration, record, made, chosen_base, families)
+    run.write_json(
+        CALIBRATION_FILE,
+        {"runs": calibration.runs, "record": record, **({"reused": reuse} if reuse.get("runs") else {})},
+    )
+    for line in describe_calibration(record):
+        display.log(line)
+    family = (record.get("transfer") or {}).get("family") if families else None
+    return Calibration(base=base, warm_start=warm, record=record, family=family, runs=calibration.runs)
 
-    def key(stage: str, label: str, cfg: Any) -> str:
-        return _key(stage, label, cfg, config.train.epochs)
 
-    def train(stage: str, plan: Sequence[tuple[str, Any, Any]], what: str) -> dict[str, list[dict[str, Any]]]:
+class _CalibrationRuns:
+    """A calibration's proxy runs: those saved in ``calibration.json`` (``cached``: what an earlier
+    session left), the runs of each race's rounds trained as a batch and saved as each finishes
+    (:meth:`train`), and under a time budget whether another round fits (:meth:`affordable`) and
+    when the runs will end (:meth:`forecast`). ``reuse``: whose runs it reused (kept in the file:
+    a resumed search says so too); ``cfgs``: the first round's training configurations (one per
+    calibration seed); ``extra``: those of the later rounds."""
+
+    def __init__(self, config: Any, run: RunDir, display: Progress, budget: Budget | None, cached: Mapping) -> None:
+        self.config, self.run, self.display, self.budget = config, run, display, budget
+        self.runs: dict[str, Any] = dict(cached.get("runs", {}))
+        self.reuse: dict[str, Any] = dict(cached.get("reused") or {})
+        self.cfgs = [calibration_train_config(config, i) for i in range(config.calibration_seeds)]
+        self.extra = [
+            calibration_train_config(config, i)
+            for i in range(
+                config.calibration_seeds,
+                config.calibration_seeds + max(config.base_extra_seeds, config.transfer_extra_seeds),
+            )
+        ]
+
+    def key(self, stage: str, label: str, cfg: Any) -> str:
+        return _key(stage, label, cfg, self.config.train.epochs)
+
+    def train(self, stage: str, plan: Sequence[tuple[str, Any, Any]], what: str) -> dict[str, list[dict[str, Any]]]:
         """Every ``(label, policy, seed's config)`` run of ``plan`` not saved yet, in one batch (as
         many at once as the cluster runs, in this order); each label's runs, in the plan's order."""
-        todo = [(key(stage, label, c), policy, c) for label, policy, c in plan]
-        missing = sum(1 for k, _, _ in todo if k not in runs)
+        todo = [(self.key(stage, label, c), policy, c) for label, policy, c in plan]
+        missing = sum(1 for k, _, _ in todo if k not in self.runs)
         if missing:
-            display.log(f"calibration: {what}: {missing} proxy run(s) of {calibration_epochs(config)} epochs")
-            forecast(missing)
-
-        def save(results: Mapping[str, Any]) -> None:
-            for key in [k for k in results if k not in runs]:
-                r = results[key]
-                display.log(f"calibration: {key}: {METRIC} {r[METRIC]:.4f} ({r.get('train_time_s') or 0:.0f} s)")
-            runs.update(results)
-            run.write_json(CALIBRATION_FILE, {"runs": runs, **({"reused": reuse} if reuse.get("runs") else {})})
-            failpoints.hit("calibrate.after_run_saved")
-
-        runs.update(rescore.train_runs(todo, config, cached=runs, save=save, task_name="autoaug-calibrate"))
+            self.display.log(f"calibration: {what}: {missing} proxy run(s) of {calibration_epochs(self.config)} epochs")
+            self.forecast(missing)
+        self.runs.update(
+            rescore.train_runs(todo, self.config, cached=self.runs, save=self._save, task_name="autoaug-calibrate")
+        )
         out: dict[str, list[dict[str, Any]]] = {}
         for label, _, c in plan:
-            out.setdefault(label, []).append(runs[key(stage, label, c)])
+            out.setdefault(label, []).append(self.runs[self.key(stage, label, c)])
         return out
 
-    def pace() -> tuple[float, int] | None:
+    def _save(self, results: Mapping[str, Any]) -> None:
+        """Say each newly finished run and save them all in ``calibration.json``."""
+        for key in [k for k in results if k not in self.runs]:
+            r = results[key]
+            self.display.log(f"calibration: {key}: {METRIC} {r[METRIC]:.4f} ({r.get('train_time_s') or 0:.0f} s)")
+        self.runs.update(results)
+        reuse = self.reuse
+        self.run.write_json(CALIBRATION_FILE, {"runs": self.runs, **({"reused": reuse} if reuse.get("runs") else {})})
+        failpoints.hit("calibrate.after_run_saved")
+
+    def pace(self) -> tuple[float, int] | None:
         """Under a time budget, a proxy run's time as measured so far and how many run at once
         (None: no budget, or no run measured yet)."""
-        if budget is None:
+        if self.budget is None:
             return None
-        run_s = measured_run_s(runs)
-        return None if run_s is None else (run_s, rescore.parallel_runs(config))
+        run_s = measured_run_s(self.runs)
+        return None if run_s is None else (run_s, rescore.parallel_runs(self.config))
 
-    def affordable(stage: str, labels: Sequence[str], cfg: Any) -> bool:
+    def affordable(self, stage: str, labels: Sequence[str], cfg: Any) -> bool:
         """Whether another round of a race fits in the calibration's share of the time budget,
         with what must follow it: a round of the bases' race leaves room for the published
         policies' first round (their choice cannot be made without it)."""
-        missing = [label for label in labels if key(stage, label, cfg) not in runs]
-        measured = pace() if missing else None
+        config, budget = self.config, self.budget
+        missing = [label for label in labels if self.key(stage, label, cfg) not in self.runs]
+        measured = self.pace() if missing else None
         if measured is None:
             return True
         run_s, slots = measured
         after = 0
         if stage == "base" and config.warm_start == AUTO:
-            after = _first_round_runs(len(TRANSFER_REFS), cfgs, extra[: config.transfer_extra_seeds])
+            after = _first_round_runs(len(TRANSFER_REFS), self.cfgs, self.extra[: config.transfer_extra_seeds])
         waves = math.ceil(len(missing) / slots) + math.ceil(after / slots)
         return budget.spent_s() + waves * run_s <= CALIBRATION_SHARE * budget.total_s
 
-    def forecast(missing: int) -> None:
+    def forecast(self, missing: int) -> None:
         """Say, before ``missing`` runs start, when they will end if that is past the time budget
         or leaves less than re-scoring and storing need (the budget's plan of them, with runs as
         long as calibration's): the budget does not cut calibration, so the trials will have little
         or no time -- better known now than at the end. (A later round runs only within a third of
         the budget.)"""
-        measured = pace()
+        budget = self.budget
+        measured = self.pace()
         if measured is None:
             return
         run_s, slots = measured
@@ -523,94 +559,121 @@ def calibrate(config: Any, run: RunDir, display: Progress, budget: Budget | None
                 f"{format_duration(need)}): no trial will run, the published policy that transferred best will be "
                 "stored"
             )
-        display.log(
+        self.display.log(
             f"calibration: {missing} runs of about {format_duration(run_s)}, {slots} at once: it will end at "
             f"about {format_duration(ends)} of the {format_duration(budget.total_s)} time budget{when}; "
-            f"{next_search(config.name, ends)}"
+            f"{next_search(self.config.name, ends)}"
         )
 
-    extra = [
-        calibration_train_config(config, i)
-        for i in range(
-            config.calibration_seeds,
-            config.calibration_seeds + max(config.base_extra_seeds, config.transfer_extra_seeds),
-        )
-    ]
 
-    # A calibration that ended keeps its choice when the search resumes, even under a later version
-    # whose rule would choose otherwise: the trials already ran on that base, from that warm start.
-    made: Mapping[str, Any] = cached.get("record") or {}
-    base = None
+def _reuse_base_runs(calibration: _CalibrationRuns) -> CalibrationSource:
+    """``--calibration-from``: the earlier search's calibration (:func:`calibration_source`), its
+    bases' runs taken as this one's (with ``base: auto``) and said in one line."""
+    config, run = calibration.config, calibration.run
+    source = calibration_source(config, RunState.from_dict(run.read_json(CONFIG_FILE)).data)
+    reused = {k: v for k, v in source.runs.items() if k.startswith("base:") and config.base == AUTO}
+    calibration.runs.update(reused)
+    calibration.reuse = {"search": source.name, "runs": len(reused)}
+    calibration.display.log(
+        f"calibration: reusing the runs of search {source.name!r} (same data, split and proxy): "
+        f"nothing it measured is trained again"
+    )
+    return source
+
+
+def _base_stage(calibration: _CalibrationRuns, record: dict[str, Any], made: Mapping[str, Any]) -> str | None:
+    """The base (``base: auto``): the one an ended calibration chose (``made``, its record), else the
+    bases' race (:func:`_race`, :func:`choose_base`); kept in ``record["base"]``, with the extra
+    seeds that ran (``base_extra_seeds``). None: the configuration gives its base."""
+    config = calibration.config
     if config.base == AUTO and made.get("base"):
         record["base"] = made["base"]
         if "base_extra_seeds" in made:
             record["base_extra_seeds"] = made["base_extra_seeds"]
-        base = record["base"]["chosen"]
-    elif config.base == AUTO:
-        strength = {b: i for i, b in enumerate(BASE_STRENGTH)}
-        bases = {b: presets.resolve(b) for b in sorted(BASE_NAMES, key=lambda b: strength.get(b, len(strength)))}
-        decision, rounds = _race(
-            train, "base", bases, "each base alone", choose_base, cfgs, extra[: config.base_extra_seeds], affordable
-        )
-        record["base"] = decision if not rounds else {**decision, "rounds": rounds}
-        more = sorted({c.seed for c in extra[: config.base_extra_seeds] for b in bases if key("base", b, c) in runs})
-        if more:
-            record["base_extra_seeds"] = more
-        base = record["base"]["chosen"]
-    chosen_base = base if base is not None else config.space.base
-    warm = None
-    families = config.search_method.space_families if config.family == AUTO else ()
-    auto_family = bool(families)
-    if source is not None and source.transfer_base == chosen_base:  # their published policies ran on it
-        transfer_runs = {k: v for k, v in source.runs.items() if k.startswith("transfer:")}
-        runs.update(transfer_runs)
-        reuse["runs"] += len(transfer_runs)
-    elif source is not None and config.warm_start == AUTO:
-        display.log(
-            f"calibration: search {source.name!r} ran the published policies on base {source.transfer_base}, "
-            f"not {chosen_base}: they are measured here"
-        )
-    if reuse.get("runs"):
-        record["reused"] = reuse
-    if config.warm_start == AUTO and (made.get("transfer") or {}).get("base") == chosen_base:
-        record["transfer"] = made["transfer"]
-        warm = tuple(record["transfer"]["warm_start"])
-    elif config.warm_start == AUTO:
-        space = dataclasses.replace(config.space, base=chosen_base)
-        policies = {ref: presets.resolve(ref).with_base(chosen_base) for ref in TRANSFER_REFS}
-        fits: dict[str, str | None] = {}
-        for ref in TRANSFER_REFS:
-            own = TRANSFER_FAMILY[ref]
-            if auto_family and own not in families:
-                fits[ref] = f"its family, {own}, is not one search method {config.method} searches"
-                continue
-            try:  # family auto: each in its own family
-                warm_start_policies([ref], space.with_family(own) if auto_family else space)
-                fits[ref] = None
-            except ValueError as exc:
-                fits[ref] = str(exc).split(": ", 1)[-1]
-        decision, rounds = _race(
-            train,
-            "transfer",
-            policies,
-            f"the published policies on base {chosen_base}",
-            lambda r: rank_transfer(r, fits),
-            cfgs,
-            extra[: config.transfer_extra_seeds],
-            affordable,
-        )
-        record["transfer"] = {"base": chosen_base, **decision, **({"rounds": rounds} if rounds else {})}
-        if auto_family:
-            chosen = decision["warm_start"]
-            record["transfer"]["family"] = TRANSFER_FAMILY[chosen[0]] if chosen else config.space.family
-        warm = tuple(record["transfer"]["warm_start"])
-    run.write_json(
-        CALIBRATION_FILE, {"runs": runs, "record": record, **({"reused": reuse} if reuse.get("runs") else {})}
+        return record["base"]["chosen"]
+    if config.base != AUTO:
+        return None
+    strength = {b: i for i, b in enumerate(BASE_STRENGTH)}
+    bases = {b: presets.resolve(b) for b in sorted(BASE_NAMES, key=lambda b: strength.get(b, len(strength)))}
+    extra = calibration.extra[: config.base_extra_seeds]
+    decision, rounds = _race(
+        calibration.train,
+        "base",
+        bases,
+        "each base alone",
+        choose_base,
+        calibration.cfgs,
+        extra,
+        calibration.affordable,
     )
-    for line in describe_calibration(record):
-        display.log(line)
-    family = (record.get("transfer") or {}).get("family") if auto_family else None
-    return Calibration(base=base, warm_start=warm, record=record, family=family, runs=runs)
+    record["base"] = decision if not rounds else {**decision, "rounds": rounds}
+    more = sorted({c.seed for c in extra for b in bases if calibration.key("base", b, c) in calibration.runs})
+    if more:
+        record["base_extra_seeds"] = more
+    return record["base"]["chosen"]
+
+
+def _reuse_transfer_runs(calibration: _CalibrationRuns, source: CalibrationSource | None, base: str) -> None:
+    """``--calibration-from``: the earlier search's runs of the published policies taken as this
+    one's when they ran on ``base``, the chosen one; otherwise said in one line (with
+    ``warm_start: auto`` they are measured here)."""
+    if source is not None and source.transfer_base == base:  # their published policies ran on it
+        transfer_runs = {k: v for k, v in source.runs.items() if k.startswith("transfer:")}
+        calibration.runs.update(transfer_runs)
+        calibration.reuse["runs"] += len(transfer_runs)
+    elif source is not None and calibration.config.warm_start == AUTO:
+        calibration.display.log(
+            f"calibration: search {source.name!r} ran the published policies on base {source.transfer_base}, "
+            f"not {base}: they are measured here"
+        )
+
+
+def _transfer_stage(
+    calibration: _CalibrationRuns,
+    record: dict[str, Any],
+    made: Mapping[str, Any],
+    base: str,
+    families: Sequence[str],
+) -> tuple[str, ...] | None:
+    """The warm start (``warm_start: auto``): the one an ended calibration chose on ``base``
+    (``made``, its record), else the published policies' race on ``base`` (:func:`_race`,
+    :func:`rank_transfer`; with ``families``, ``family: auto``'s, each a point of its own family
+    among them); kept in ``record["transfer"]``. None: the configuration gives its warm start."""
+    config = calibration.config
+    if config.warm_start == AUTO and (made.get("transfer") or {}).get("base") == base:
+        record["transfer"] = made["transfer"]
+        return tuple(record["transfer"]["warm_start"])
+    if config.warm_start != AUTO:
+        return None
+    auto_family = bool(families)
+    space = dataclasses.replace(config.space, base=base)
+    policies = {ref: presets.resolve(ref).with_base(base) for ref in TRANSFER_REFS}
+    fits: dict[str, str | None] = {}
+    for ref in TRANSFER_REFS:
+        own = TRANSFER_FAMILY[ref]
+        if auto_family and own not in families:
+            fits[ref] = f"its family, {own}, is not one search method {config.method} searches"
+            continue
+        try:  # family auto: each in its own family
+            warm_start_policies([ref], space.with_family(own) if auto_family else space)
+            fits[ref] = None
+        except ValueError as exc:
+            fits[ref] = str(exc).split(": ", 1)[-1]
+    decision, rounds = _race(
+        calibration.train,
+        "transfer",
+        policies,
+        f"the published policies on base {base}",
+        lambda r: rank_transfer(r, fits),
+        calibration.cfgs,
+        calibration.extra[: config.transfer_extra_seeds],
+        calibration.affordable,
+    )
+    record["transfer"] = {"base": base, **decision, **({"rounds": rounds} if rounds else {})}
+    if auto_family:
+        chosen = decision["warm_start"]
+        record["transfer"]["family"] = TRANSFER_FAMILY[chosen[0]] if chosen else config.space.family
+    return tuple(record["transfer"]["warm_start"])
 
 
 def transfer_candidate(

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from autoaug.core import errors
 from autoaug.core.interrupt import EXIT_SIGTERM, TermAsInterrupt, keeping_sigterm_handler, sigterm_as_interrupt
 from autoaug.launch import cli
 from autoaug.launch.cli import main
+from autoaug.search.run_dir import CONFIG_FILE, autoaug_version
 
 REPO = Path(__file__).resolve().parents[2]
 SEARCH = [sys.executable, "-m", "autoaug.launch.cli", "search"]
@@ -151,7 +153,8 @@ def _terminated_at(point: str, argv: list[str], tmp_path: Path) -> tuple[int, st
     """Run the search ``argv`` with the failpoint ``point`` armed to stall (a named pipe); once its
     driver is there (the event: it says so on the pipe), send it SIGTERM and release it; return its
     exit status, stdout and stderr."""
-    gate, fired = tmp_path / "gate", tmp_path / "fired"
+    where = Path(tempfile.mkdtemp(dir=tmp_path, prefix="term-"))
+    gate, fired = where / "gate", where / "fired"
     os.mkfifo(gate)
     env = {
         **os.environ,
@@ -193,28 +196,100 @@ def _terminated_at(point: str, argv: list[str], tmp_path: Path) -> tuple[int, st
     return proc.returncode, "".join(out), "".join(err)
 
 
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("autoaug:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+def _doctored_run_files_are_refused_in_one_line_each(run: Path, dirs: list[str], tmp_path: Path, capsys) -> None:
+    """The stopped search's files doctored as a tampered, damaged or upgraded-under-it run directory
+    would have them: ``--resume`` (and ``report``) say which file, which version made it and what to
+    do, exit 2, no traceback (``tests/search/test_run_files.py`` has the same cases on files made up
+    in the test); the original files put back."""
+    name = run.name
+    state_text, tuner = (run / CONFIG_FILE).read_text(), (run / "tuner.pkl").read_bytes()
+    assert json.loads(state_text)["autoaug"] == autoaug_version()
+    resume = ["search", "--resume", name, *dirs]
+    start_again = f"start the search again with `autoaug search --name {name} --overwrite ...`"
+
+    # search_config.json cut short: --resume and report name it (before: "Expecting value: ...")
+    (run / CONFIG_FILE).write_text(state_text[:11])
+    for command in (resume, ["report", name, "--storage", dirs[1], "--out", str(tmp_path / "r.png")]):
+        assert main(command) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert line.startswith(f"autoaug: error: {run}/{CONFIG_FILE} is damaged (not JSON: "), line
+        assert line.endswith(f"or {start_again}")
+
+    # tuner.pkl from autoaug 0.0.9, whose module autoaug.search.tune.progress was renamed since
+    (run / CONFIG_FILE).write_text(json.dumps({**json.loads(state_text), "autoaug": "0.0.9"}))
+    gone = b"autoaug.search.tune.progress"
+    assert gone in tuner
+    (run / "tuner.pkl").write_bytes(tuner.replace(gone, b"autoaug.search.tune.progres0"))
+    assert main(resume) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (
+        f"autoaug: error: {run}/tuner.pkl was written by autoaug 0.0.9 (this is {autoaug_version()}): it names the "
+        "module autoaug.search.tune.progres0, which this version does not have; finish the search with autoaug "
+        f"0.0.9 (`pip install autoaug==0.0.9`), or start it again with `autoaug search --name {name} --overwrite ...`"
+    )
+
+    # ... whose class StudySearcher was renamed, by this very version (an edited checkout)
+    (run / CONFIG_FILE).write_text(state_text)
+    (run / "tuner.pkl").write_bytes(tuner.replace(b"StudySearcher", b"StudySearchex"))
+    assert main(resume) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"autoaug: error: {run}/tuner.pkl was written by another build of autoaug "), line
+    assert "it names autoaug.search.tune.searcher.StudySearchex, which this one does not have" in line
+
+    # ... corrupted (before: "unregistered extension code 35551")
+    (run / "tuner.pkl").write_bytes(tuner[:200] + bytes(255 - b for b in tuner[200:600]) + tuner[600:])
+    assert main(resume) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"autoaug: error: {run}/tuner.pkl is damaged (not a pickle Ray Tune can read: "), line
+
+    (run / CONFIG_FILE).write_text(state_text)
+    (run / "tuner.pkl").write_bytes(tuner)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_search_sent_sigterm_saves_its_trials_says_how_to_resume_and_resumes(tmp_path, cifar_small):
+@pytest.mark.timeout(1200)
+def test_a_search_sent_sigterm_in_its_trials_then_while_re_scoring_says_how_to_resume_each_time_and_resumes(
+    tmp_path, cifar_small, capsys
+):
     """A real search, its driver stalled at a failpoint once its first trial's end is saved (the
     event: it says so on a named pipe), is sent SIGTERM there: it ends its Tune experiment as Ctrl-C
-    does, exit 143 with one line naming the resume command, no native dump from Ray's handler;
-    ``--resume`` then finishes exactly the requested trials and stores the policy."""
+    does, exit 143 with one line naming the resume command, no native dump from Ray's handler. Its
+    run directory, doctored, is refused in one line a file; restored, ``--resume`` trains the other
+    trials and is sent SIGTERM while re-scoring (after Tune's ``fit`` its graceful-stop handler
+    stayed on SIGINT: the signal set a finished experiment's flag and the search went on to store,
+    exit 0): exit 143 again, the resume line, nothing stored. The last ``--resume`` stores the
+    policy with exactly the requested trials."""
     dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
     argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "term", "--num-trials", "3"]
-    code, stdout, stderr = _terminated_at(
-        "search.after_trial_saved:1", [*argv, "--concurrency", "1", *TINY, *dirs], tmp_path
-    )
+    argv += ["--concurrency", "1", "--no-warm-start", "--base", "standard", "--set", "rescore=true", *TINY, *dirs]
+    resume_line = f"resume it with: autoaug search --resume term --storage {tmp_path / 'runs'}"
+    code, stdout, stderr = _terminated_at("search.after_trial_saved:1", argv, tmp_path)
     assert code == 143, stdout[-3000:] + stderr[-3000:]
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert lines == [
-        "autoaug: terminated (SIGTERM): search 'term' stopped with 1 of 3 trials finished; resume it with: "
-        f"autoaug search --resume term --storage {tmp_path / 'runs'}"
+        f"autoaug: terminated (SIGTERM): search 'term' stopped with 1 of 3 trials finished; {resume_line}"
     ], stderr[-3000:]
     assert "SIGTERM received" not in stderr and "Traceback" not in stderr
 
+    run = tmp_path / "runs" / "term"
+    _doctored_run_files_are_refused_in_one_line_each(run, dirs, tmp_path, capsys)
+
+    resume = [*SEARCH, "--resume", "term", *dirs]
+    code, stdout, stderr = _terminated_at("rescore.after_run_saved:1", resume, tmp_path)
+    assert code == 143, stdout[-3000:] + stderr[-3000:]
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        f"autoaug: terminated (SIGTERM): search 'term' stopped; {resume_line}"
+    ], stderr[-3000:]
+    assert not (run / "result.json").exists()
+
     resumed = subprocess.run(
-        [*SEARCH, "--resume", "term", *dirs],
+        resume,
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -224,23 +299,5 @@ def test_a_search_sent_sigterm_saves_its_trials_says_how_to_resume_and_resumes(t
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stored as term@1" in resumed.stdout
-    trials = json.loads((tmp_path / "runs" / "term" / "result.json").read_text())["provenance"]["trials"]
+    trials = json.loads((run / "result.json").read_text())["provenance"]["trials"]
     assert len({t["trial_id"] for t in trials}) == len(trials) == 3  # exactly the requested, none twice
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_search_sent_sigterm_while_re_scoring_stops_and_says_how_to_resume(tmp_path, cifar_small):
-    """After Tune's ``fit`` its graceful-stop handler stayed on SIGINT: a Ctrl-C or SIGTERM while the
-    search re-scored set a finished experiment's flag and the search went on to store (exit 0). Now
-    it stops there, exit 143, with the resume line."""
-    dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
-    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "late", "--num-trials", "2"]
-    argv += ["--concurrency", "1", "--no-warm-start", "--base", "standard", "--set", "rescore=true", *TINY, *dirs]
-    code, stdout, stderr = _terminated_at("rescore.after_run_saved:1", argv, tmp_path)
-    assert code == 143, stdout[-3000:] + stderr[-3000:]
-    assert [line for line in stderr.splitlines() if line.strip()] == [
-        f"autoaug: terminated (SIGTERM): search 'late' stopped; resume it with: autoaug search --resume late "
-        f"--storage {tmp_path / 'runs'}"
-    ], stderr[-3000:]
-    assert not (tmp_path / "runs" / "late" / "result.json").exists()

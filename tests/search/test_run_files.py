@@ -2,12 +2,13 @@
 file, the version that started the search when ``search_config.json`` records it, and what to do
 (``RunFileError``, exit 2): ``search_config.json`` cut short (before: "Expecting value: line 1
 column 12 (char 11)", naming no file), Tune's ``tuner.pkl`` corrupted (before: "unregistered
-extension code 35551"), cut short, naming a class renamed or a module gone (before: a traceback)."""
+extension code 35551"), cut short, naming a class renamed or a module gone (before: a traceback).
+The same cases on the run directory of a real search stopped by SIGTERM, through ``autoaug search
+--resume`` and ``autoaug report``: ``tests/launch/test_sigterm.py``."""
 
 from __future__ import annotations
 
 import importlib
-import json
 import pickle
 import sys
 from pathlib import Path
@@ -15,11 +16,8 @@ from pathlib import Path
 import pytest
 
 from autoaug.core.errors import RunFileError
-from autoaug.launch.cli import main
 from autoaug.search.run_dir import CONFIG_FILE, RunDir, RunState, autoaug_version
 from autoaug.search.tune.tune_storage import tuner_state_error
-
-TINY = ["--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.val_size=128"]
 
 
 def _run(tmp_path: Path, made_by: str | None = "0.0.9") -> RunDir:
@@ -123,63 +121,3 @@ def test_a_tuner_pkl_that_reads_is_not_blamed(tmp_path):
     (Path(run.local_path) / "tuner.pkl").write_bytes(pickle.dumps({"fine": True}))
     assert tuner_state_error(run, run.uri) is None
     assert tuner_state_error(run, str(tmp_path / "nowhere")) is None
-
-
-def _one_error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("autoaug:")]
-    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    return lines[0]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_killed_search_with_doctored_files_is_refused_in_one_line_each(tmp_path, cifar_small, kill_driver, capsys):
-    """A real search killed after its first trial, its files doctored as a tampered, damaged or
-    upgraded-under-it run directory would have them: ``--resume`` (and ``report``) say which file,
-    which version made it, and what to do, exit 2, no traceback; the original files back, the
-    resume goes on."""
-    import os
-
-    dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
-    argv = [sys.executable, "-m", "autoaug.launch.cli", "search", "--preset", "smoke", "--data", str(cifar_small)]
-    argv += ["--name", "old", "--num-trials", "2", "--concurrency", "1", *TINY, *dirs]
-    kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "search.after_trial_saved:1", 300)
-    run = tmp_path / "runs" / "old"
-    state_text, tuner = (run / CONFIG_FILE).read_text(), (run / "tuner.pkl").read_bytes()
-    assert json.loads(state_text)["autoaug"] == autoaug_version()
-    resume = ["search", "--resume", "old", *dirs]
-
-    # search_config.json cut short: --resume and report name it (before: "Expecting value: ...")
-    (run / CONFIG_FILE).write_text(state_text[:11])
-    for command in (resume, ["report", "old", "--storage", dirs[1], "--out", str(tmp_path / "r.png")]):
-        assert main(command) == 2
-        line = _one_error_line(capsys.readouterr().err)
-        assert line.startswith(f"autoaug: error: {run}/{CONFIG_FILE} is damaged (not JSON: "), line
-        assert line.endswith("or start the search again with `autoaug search --name old --overwrite ...`")
-
-    # tuner.pkl from autoaug 0.0.9, whose module autoaug.search.tune.progress was renamed since
-    (run / CONFIG_FILE).write_text(json.dumps({**json.loads(state_text), "autoaug": "0.0.9"}))
-    gone = b"autoaug.search.tune.progress"
-    assert gone in tuner
-    (run / "tuner.pkl").write_bytes(tuner.replace(gone, b"autoaug.search.tune.progres0"))
-    assert main(resume) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert line == (
-        f"autoaug: error: {run}/tuner.pkl was written by autoaug 0.0.9 (this is {autoaug_version()}): it names the "
-        "module autoaug.search.tune.progres0, which this version does not have; finish the search with autoaug "
-        "0.0.9 (`pip install autoaug==0.0.9`), or start it again with `autoaug search --name old --overwrite ...`"
-    )
-
-    # ... whose class StudySearcher was renamed, by this very version (an edited checkout)
-    (run / CONFIG_FILE).write_text(state_text)
-    (run / "tuner.pkl").write_bytes(tuner.replace(b"StudySearcher", b"StudySearchex"))
-    assert main(resume) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert line.startswith(f"autoaug: error: {run}/tuner.pkl was written by another build of autoaug "), line
-    assert "it names autoaug.search.tune.searcher.StudySearchex, which this one does not have" in line
-
-    # ... corrupted (before: "unregistered extension code 35551")
-    (run / "tuner.pkl").write_bytes(tuner[:200] + bytes(255 - b for b in tuner[200:600]) + tuner[600:])
-    assert main(resume) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert line.startswith(f"autoaug: error: {run}/tuner.pkl is damaged (not a pickle Ray Tune can read: "), line

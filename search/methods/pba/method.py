@@ -380,12 +380,57 @@ def _population(search: PreparedSearch, exp: Any) -> Any:
 
 
 def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
-    from ray.tune import ExperimentAnalysis
-
+    """What the population found: its members as trials (:func:`_members`), checked to have
+    finished (:func:`_check_finished`), the best member's schedule (its last stage the stored
+    policy), the record of the method (:func:`_pba_record`, also written to ``pba.json``)."""
     from autoaug.search.methods.pba.scheduler import EVENTS_FILE
-    from autoaug.search.methods.pba.trial import PBA_STATE
 
     config, s = search.config, search.config.method_settings(PbaConfig)
+    members = _members(search, results)
+    records = [m[0] for m in members]
+    events = list(search.run.read_json(EVENTS_FILE)) if search.run.exists(EVENTS_FILE) else []
+    _check_finished(search, records, s.population)
+    scored = [m for m in members if m[0].succeeded and m[1] is not None]
+    if not scored:
+        raise all_failed(records, config.name, "members")
+    best, schedule, state = max(scored, key=lambda m: (m[0].score, -m[0].index))
+    schedule = schedule.with_name(config.name)
+    final = schedule.final.with_name(config.name)
+    assembled = AssembledPolicy(
+        policy=final,
+        selected=(best,),
+        duplicates_removed=0,
+        sources=(best.trial_id,) * len(final.sub_policies),
+        rule="best",  # the best member's own (last) policy, nothing concatenated
+    )
+    events.sort(key=lambda e: (e["epoch"], e["member"]))
+    record = _pba_record(s, best, schedule, state, events, members, config.epochs)
+    # the run directory's record holds the schedule too (the provenance's is MethodResult.schedule)
+    search.run.write_json(
+        PBA_FILE, {**record, "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash}}
+    )
+    search.display.log(
+        f"pba: best member {best.trial_id} ({METRIC} {best.score:.4f}), schedule of {len(schedule.stages)} "
+        f"stage(s) from epochs {[e + 1 for e in schedule.start_epochs(config.epochs)]}; "
+        f"{sum(1 for e in events)} exploit/explore events in the population"
+    )
+    return MethodResult(
+        trials=records,
+        assembled=assembled,
+        candidates=[Candidate("pba_schedule", final, (best.trial_id,), best.score)],
+        optuna=no_study("PBA uses no Optuna study: PBT's exploit/explore proposes the policies"),
+        timing={"population_wall_s": wall},
+        provenance=record,
+        schedule=schedule,
+    )
+
+
+def _members(search: PreparedSearch, results: Any) -> list[tuple[TrialRecord, Any, dict[str, Any]]]:
+    """Each member of the population's Tune ``results`` as a trial: ``(record, schedule, state)``,
+    the schedule and ``pba.json`` state of its last checkpoint (None and ``{}`` without one)."""
+    from ray.tune import ExperimentAnalysis
+
+    config = search.config
     by_budget = search.budget.stopped(config.name) if search.budget is not None else frozenset()
     # The attempts of each member that failed and were retried (a worker killed, a node lost): Tune's
     # trials count them, its results do not.
@@ -395,14 +440,7 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         last = r.metrics or {}
         trial_id = str(last.get("trial_id") or (r.path or "").rsplit("_", 1)[-1])
         epochs = int(last.get("epoch") or 0)
-        state, schedule = {}, None
-        if r.checkpoint is not None:
-            with r.checkpoint.as_directory() as d:
-                from autoaug.proxy_models.train import load_checkpoint
-
-                with open(f"{d}/{PBA_STATE}") as f:
-                    state = json.load(f)
-                schedule = Schedule.from_dict(load_checkpoint(d)["schedule"])
+        state, schedule = _checkpointed(r.checkpoint)
         status = "failed" if r.error is not None else ("completed" if epochs >= config.epochs else "running")
         if status == "running" and trial_id in by_budget:
             status = "budget_stopped"  # at a perturbation boundary: its checkpoint holds the schedule it scored under
@@ -423,31 +461,47 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
             error=None if r.error is None else f"{type(r.error).__name__}: {str(r.error).splitlines()[0][:300]}",
         )
         members.append((record, schedule, state))
-    records = [m[0] for m in members]
-    events = list(search.run.read_json(EVENTS_FILE)) if search.run.exists(EVENTS_FILE) else []
-    finished = [r for r in records if r.finished]
-    if len(finished) < s.population and not (
-        search.budget_ended() and all(r.finished or r.epochs == 0 for r in records)
-    ):
+    return members
+
+
+def _checkpointed(checkpoint: Any) -> tuple[dict[str, Any], Any]:
+    """``(state, schedule)`` of a member's last Tune ``checkpoint``: its ``pba.json`` and the
+    schedule in the trainer's checkpoint; ``({}, None)`` without a checkpoint."""
+    if checkpoint is None:
+        return {}, None
+    from autoaug.proxy_models.train import load_checkpoint
+    from autoaug.search.methods.pba.trial import PBA_STATE
+
+    with checkpoint.as_directory() as d:
+        with open(f"{d}/{PBA_STATE}") as f:
+            state = json.load(f)
+        schedule = Schedule.from_dict(load_checkpoint(d)["schedule"])
+    return state, schedule
+
+
+def _check_finished(search: PreparedSearch, records: list[TrialRecord], population: int) -> None:
+    """Raise :class:`SearchInterruptedError` unless every member trained to the end (or the time
+    budget ended the search, and no member is left part-way before its end)."""
+    config, finished = search.config, [r for r in records if r.finished]
+    if len(finished) < population and not (search.budget_ended() and all(r.finished or r.epochs == 0 for r in records)):
         raise SearchInterruptedError(
-            f"search {config.name!r} stopped with {len(finished)} of {s.population} members trained to the end; "
+            f"search {config.name!r} stopped with {len(finished)} of {population} members trained to the end; "
             + resume_hint(config)
         )
-    scored = [m for m in members if m[0].succeeded and m[1] is not None]
-    if not scored:
-        raise all_failed(records, config.name, "members")
-    best, schedule, state = max(scored, key=lambda m: (m[0].score, -m[0].index))
-    schedule = schedule.with_name(config.name)
-    final = schedule.final.with_name(config.name)
-    assembled = AssembledPolicy(
-        policy=final,
-        selected=(best,),
-        duplicates_removed=0,
-        sources=(best.trial_id,) * len(final.sub_policies),
-        rule="best",  # the best member's own (last) policy, nothing concatenated
-    )
-    events.sort(key=lambda e: (e["epoch"], e["member"]))
-    record = {
+
+
+def _pba_record(
+    s: PbaConfig,
+    best: TrialRecord,
+    schedule: Any,
+    state: dict[str, Any],
+    events: list[dict[str, Any]],
+    members: list[tuple[TrialRecord, Any, dict[str, Any]]],
+    epochs: int,
+) -> dict[str, Any]:
+    """The method's record (the provenance's ``method``): the settings, the best member, its
+    schedule (hash, stages) and lineage, every exploit/explore event and each member's outcome."""
+    return {
         "name": "pba",
         **s.to_dict(),
         "explore": "resample each parameter with resample_probability, else shift a probability/magnitude by "
@@ -456,7 +510,7 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         "schedule_hash": schedule.content_hash,
         "stored_policy": "the schedule's last stage",
         "stage_starts": [stage.start for stage in schedule.stages],
-        "stage_epochs": schedule.start_epochs(config.epochs),
+        "stage_epochs": schedule.start_epochs(epochs),
         "lineage": list(state.get("lineage", [])),
         "events": events,
         "members": [
@@ -470,24 +524,6 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
             for r, sch, _ in members
         ],
     }
-    # the run directory's record holds the schedule too (the provenance's is MethodResult.schedule)
-    search.run.write_json(
-        PBA_FILE, {**record, "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash}}
-    )
-    search.display.log(
-        f"pba: best member {best.trial_id} ({METRIC} {best.score:.4f}), schedule of {len(schedule.stages)} "
-        f"stage(s) from epochs {[e + 1 for e in schedule.start_epochs(config.epochs)]}; "
-        f"{sum(1 for e in events)} exploit/explore events in the population"
-    )
-    return MethodResult(
-        trials=records,
-        assembled=assembled,
-        candidates=[Candidate("pba_schedule", final, (best.trial_id,), best.score)],
-        optuna=no_study("PBA uses no Optuna study: PBT's exploit/explore proposes the policies"),
-        timing={"population_wall_s": wall},
-        provenance=record,
-        schedule=schedule,
-    )
 
 
 METHOD = PbaMethod()

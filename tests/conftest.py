@@ -573,22 +573,24 @@ def failpoints_armed(tmp_path):
 
 @pytest.fixture
 def kill_driver(tmp_path):
-    """``kill(argv, env, point, timeout) -> output``: run an ``autoaug`` driver in its own session
-    with the failpoint ``point`` (``NAME[:N]``) armed to ``kill``, and wait for it to end (an
-    event: the process exits); then kill what is left of its session (the embedded Ray it
-    started). Fails unless it died by SIGKILL at that point; returns what it printed."""
+    """``kill(argv, env, point, timeout, also="") -> output``: run an ``autoaug`` driver in its own
+    session with the failpoint ``point`` (``NAME[:N]``) armed to ``kill`` (and the failpoints
+    ``also``, ``NAME[:N]=ACTION;...``, armed as well: another process of the search killed first),
+    and wait for it to end (an event: the process exits); then kill what is left of its session
+    (the embedded Ray it started). Fails unless it died by SIGKILL at that point; returns what it
+    printed. ``kill.fired(name)`` tells whether a failpoint fired."""
     import signal
     import subprocess
     import threading
 
     fired = tmp_path / "failpoints"
 
-    def kill(argv: list, env: dict, point: str, timeout: float) -> str:
+    def kill(argv: list, env: dict, point: str, timeout: float, also: str = "") -> str:
         name = point.split(":")[0]
         proc = subprocess.Popen(
             argv,
             cwd=REPO,
-            env=armed_env(f"{point}=kill", fired, env),
+            env=armed_env(";".join(p for p in (also, f"{point}=kill") if p), fired, env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -618,6 +620,7 @@ def kill_driver(tmp_path):
         )
         return out
 
+    kill.fired = lambda name: (fired / name).is_file()
     return kill
 
 

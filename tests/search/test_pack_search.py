@@ -136,30 +136,36 @@ def _each_epoch_once(rows: dict[str, list[dict]]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_pack_search_survives_its_server_killed_mid_round_and_asha_stops_members_while_mates_train_on(
-    tmp_path, cifar_small, failpoints_armed
+@pytest.mark.timeout(900)
+def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops_members_while_mates_train_on(
+    tmp_path, cifar_small, kill_driver
 ):
-    """One search for both: the pack server is killed in its first round of 4 (Ray restarts it,
-    each trial resends its checkpoint); every trial still reports each epoch once, ASHA stops some
-    at its rung while their pack-mates train on, and the policy is stored."""
+    """One search for all of it: the pack server is killed in a round of 4 (Ray restarts it, each
+    trial resends its checkpoint), then the driver is killed once 3 trials are saved; ``--resume``
+    (new servers) finishes exactly the 6 requested trials, each reporting each epoch once, ASHA
+    stopping some at its rung while their pack-mates train on, and stores the policy."""
     argv = _argv("packed", cifar_small, tmp_path, "--num-trials", "6", "--set", "train.epochs=3", "--grace-period", "1")
-    done = subprocess.run(
-        argv,
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # the server: the only process training in a pack; then the driver
+    first = kill_driver(argv, env, "search.after_trial_saved:3", 500, also="pack.mid_epoch:3=kill")
+    assert kill_driver.fired("pack.mid_epoch")
+    resumed = subprocess.run(
+        [*SEARCH, "--resume", "packed", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")],
         cwd=REPO,
-        env=failpoints_armed("pack.mid_epoch:3=kill"),  # the server: the only process training in a pack
         capture_output=True,
         text=True,
+        env=env,
         timeout=500,
         start_new_session=True,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert failpoints_armed.fired("pack.mid_epoch")
-    assert "stored as packed@1" in done.stdout and "packs of 4 trials per process" in done.stderr + done.stdout
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "stored as packed@1" in resumed.stdout
+    assert "packs of 4 trials per process" in first
     run = tmp_path / "runs" / "packed"
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]
-    assert len(trials) == 6 and all(t["status"] in ("completed", "early_stopped") for t in trials)
+    assert len(trials) == 6 and len({t["trial_id"] for t in trials}) == 6  # exactly the requested
+    assert all(t["status"] in ("completed", "early_stopped") for t in trials)
     assert result["provenance"]["optuna"]["consistent_with_tune"]
     rows = _trial_rows(run)
     _each_epoch_once(rows)
@@ -171,34 +177,6 @@ def test_a_pack_search_survives_its_server_killed_mid_round_and_asha_stops_membe
         last = rows[f"trial_{t['trial_id']}"][-1]
         assert last["pack_size"] >= 2 or any(len(e) > last["epoch"] for e in rows.values())
     assert any(len(e) == 3 for e in rows.values())
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_pack_search_whose_driver_is_killed_resumes_to_exactly_the_requested_trials(
-    tmp_path, cifar_small, kill_driver
-):
-    argv = _argv(
-        "resumed", cifar_small, tmp_path, "--num-trials", "5", "--set", "train.epochs=2", "--grace-period", "1"
-    )
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    kill_driver(argv, env, "search.after_trial_saved:2", 400)
-    resumed = subprocess.run(
-        [*SEARCH, "--resume", "resumed", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=500,
-        start_new_session=True,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "stored as resumed@1" in resumed.stdout
-    run = tmp_path / "runs" / "resumed"
-    result = json.loads((run / "result.json").read_text())
-    trials = result["provenance"]["trials"]
-    assert len(trials) == 5 and len({t["trial_id"] for t in trials}) == 5
-    assert result["provenance"]["optuna"]["consistent_with_tune"]
 
 
 @pytest.mark.slow

@@ -368,6 +368,9 @@ class JobSearch:
     job_id: str
     work: Path
     name: str
+    #: The cluster's nodes while the search ran (a node-loss test run before or after it replaces
+    #: the second node with a fresh one, of another id).
+    nodes: set[str]
 
 
 @pytest.fixture(scope="module")
@@ -389,7 +392,7 @@ def job_search(ray_cluster, cifar_small, tmp_path_factory) -> JobSearch:
         "--",
         *_losable_args(cifar_small, work, name),
     )
-    return JobSearch(proc, job_id, work, name)
+    return JobSearch(proc, job_id, work, name, {n["node_id"] for n in ray_cluster.alive_nodes()})
 
 
 @pytest.mark.slow
@@ -412,7 +415,7 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, job_search
     # ... and its Tune trial actors ran on both nodes.
     nodes = _trial_nodes(ray_cluster, job["job_id"])
     assert len(nodes) >= 2, nodes
-    assert set(nodes.values()) == {n["node_id"] for n in ray_cluster.alive_nodes()}
+    assert set(nodes.values()) == job_search.nodes
 
     status = ray_cluster.run(autoaug, "launch", "status", job_id, "--address", ray_cluster.dashboard_url)
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout

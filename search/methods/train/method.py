@@ -222,12 +222,13 @@ class TrainMethod(Method):
         return can_restore(run.uri)
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        import optuna
-
+        """The experiment (:mod:`autoaug.search.tune.experiment`) built, or restored from the run
+        directory, and run; then its trials read back (:func:`_finished_trials`) and what the method
+        returns (:func:`_method_result`)."""
+        # Ray Tune, Optuna and the trainer: imported when the search runs (`autoaug --help` reads this module)
         from autoaug.search.methods.train.trial import run_trial
         from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
         from autoaug.search.tune.pack import packed
-        from autoaug.search.tune.results import trial_records
 
         config, run, s = search.config, search.run, search.config.method_settings(TrainMethodConfig)
         exp = Experiment(
@@ -261,52 +262,75 @@ class TrainMethod(Method):
         with pack_servers:
             fit(tuner)
 
-        study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
-        trials = trial_records(
-            run,
-            study,
-            space=config.space,
-            name=config.name,
-            epochs=config.epochs,
-            budget_stopped=budget.stopped(config.name) if budget is not None else (),
+        study, trials, problems = _finished_trials(search, s)
+        return _method_result(search, s, study, trials, problems, margin)
+
+
+def _finished_trials(search: PreparedSearch, s: TrainMethodConfig) -> tuple[Any, list, list[str]]:
+    """The Optuna study and the trials as Tune and the study left them
+    (:func:`~autoaug.search.tune.results.trial_records`), checked: every trial finished (or the time
+    budget ended the search with none left running) and one at least succeeded; and the problems
+    between the study and Tune's trials (each logged as a warning)."""
+    import optuna
+
+    from autoaug.search.tune.results import trial_records
+
+    config, budget = search.config, search.budget
+    study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
+    trials = trial_records(
+        search.run,
+        study,
+        space=config.space,
+        name=config.name,
+        epochs=config.epochs,
+        budget_stopped=budget.stopped(config.name) if budget is not None else (),
+    )
+    finished = [t for t in trials if t.finished]
+    if len(finished) < s.num_trials and not (search.budget_ended() and len(finished) == len(trials)):
+        raise SearchInterruptedError(
+            f"search {config.name!r} stopped with {len(finished)} of {s.num_trials} trials finished; "
+            + resume_hint(config)
         )
-        finished = [t for t in trials if t.finished]
-        if len(finished) < s.num_trials and not (search.budget_ended() and len(finished) == len(trials)):
-            raise SearchInterruptedError(
-                f"search {config.name!r} stopped with {len(finished)} of {s.num_trials} trials finished; "
-                + resume_hint(config)
-            )
-        if not any(t.succeeded for t in trials):
-            raise all_failed(trials, config.name)
-        problems = check_study(study, trials, config.space, budget_ended=search.budget_ended())
-        for problem in problems:
-            logger.warning("Optuna study %s: %s", config.name, problem)
-        assembled = assemble_policy(
-            trials,
-            name=config.name,
-            top_n=s.top_n,
-            num_magnitude_bins=config.space.num_magnitude_bins,
-            base=config.space.base,
-            ranges=config.space.ranges,
-            rule=assembly_rule(config.space.family),
-        )
-        # Did ASHA's rungs rank these trials? (search.decide.rungs; said in the summary)
-        at = rung_epochs(s.grace_period, s.reduction_factor, config.epochs)
-        rungs = rung_record(study, at) if s.early_stopping else None
-        return MethodResult(
-            trials=trials,
-            assembled=assembled,
-            candidates=final_candidates(config, trials, assembled),
-            provenance={"rungs": rungs} if rungs else None,
-            optuna={
-                "storage": redact(search.study_url),
-                "study_name": config.name,
-                "num_trials": len(study.trials),
-                "consistent_with_tune": not problems,
-                "problems": problems,
-                **({"sampler_margin": margin} if margin is not None else {}),
-            },
-        )
+    if not any(t.succeeded for t in trials):
+        raise all_failed(trials, config.name)
+    problems = check_study(study, trials, config.space, budget_ended=search.budget_ended())
+    for problem in problems:
+        logger.warning("Optuna study %s: %s", config.name, problem)
+    return study, trials, problems
+
+
+def _method_result(
+    search: PreparedSearch, s: TrainMethodConfig, study: Any, trials: list, problems: list[str], margin: float | None
+) -> MethodResult:
+    """What the method returns: the best trials assembled (:func:`assemble_policy`), the candidates
+    re-scoring chooses from (:func:`final_candidates`), whether ASHA's rungs ranked the trials
+    (:func:`autoaug.search.decide.rungs.from_study`, said in the summary) and the study's record."""
+    config = search.config
+    assembled = assemble_policy(
+        trials,
+        name=config.name,
+        top_n=s.top_n,
+        num_magnitude_bins=config.space.num_magnitude_bins,
+        base=config.space.base,
+        ranges=config.space.ranges,
+        rule=assembly_rule(config.space.family),
+    )
+    at = rung_epochs(s.grace_period, s.reduction_factor, config.epochs)
+    rungs = rung_record(study, at) if s.early_stopping else None
+    return MethodResult(
+        trials=trials,
+        assembled=assembled,
+        candidates=final_candidates(config, trials, assembled),
+        provenance={"rungs": rungs} if rungs else None,
+        optuna={
+            "storage": redact(search.study_url),
+            "study_name": config.name,
+            "num_trials": len(study.trials),
+            "consistent_with_tune": not problems,
+            "problems": problems,
+            **({"sampler_margin": margin} if margin is not None else {}),
+        },
+    )
 
 
 def _rung_calibration(search: PreparedSearch) -> list[dict[int, float]]:

@@ -2,7 +2,9 @@
 
 Each sub-command lives in its own module exposing ``register(subparsers)``, which adds a parser
 and sets ``func`` (a callable taking the parsed args and returning an exit code) with
-``set_defaults``. ``main`` is the one place where errors become exit statuses
+``set_defaults``; every one is imported to build the parser, so what a command runs lives in its
+run module, imported when it runs (docs/ARCHITECTURE.md, "Imports at the top, light paths kept
+light"). ``main`` is the one place where errors become exit statuses
 (:data:`EXIT_CODES`): every :class:`autoaug.core.errors.AutoaugError` is printed as one line on
 stderr, without a traceback, and every :class:`autoaug.core.errors.AutoaugWarning` as one
 ``autoaug: warning:`` line (once per message, wherever it was raised).
@@ -11,10 +13,13 @@ stderr, without a traceback, and every :class:`autoaug.core.errors.AutoaugWarnin
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import importlib
 import os
 import sys
 import warnings
+from importlib import metadata
 
 from autoaug.core.errors import (
     AutoaugError,
@@ -31,6 +36,12 @@ from autoaug.core.errors import (
     StoreError,
     UserInputError,
 )
+from autoaug.core.extras import require
+from autoaug.core.failpoints import check_environment
+from autoaug.core.interrupt import EXIT_SIGTERM, sigterm_as_interrupt
+from autoaug.core.location import storage_error
+from autoaug.core.ray_session import embedded_on_loopback
+from autoaug.launch.options import path_flags
 
 # Sub-command modules, in the order they appear in ``autoaug --help``.
 COMMAND_MODULES: list[str] = [
@@ -76,8 +87,6 @@ def exit_code(exc: BaseException) -> int | None:
 
 
 def version() -> str:
-    from importlib import metadata  # here, not at the top: it costs ~0.1 s of every start-up
-
     try:
         return metadata.version("autoaug")
     except metadata.PackageNotFoundError:  # running from a source tree that is not installed
@@ -122,8 +131,6 @@ def command_parsers() -> dict[str, argparse.ArgumentParser]:
 def command_path_flags(command: str) -> frozenset[str]:
     """The flags of ``command`` whose values are paths or URIs, from the options it declares
     (``OPTIONS`` of its module, :mod:`autoaug.launch.options`)."""
-    from autoaug.launch.options import path_flags
-
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
         if name.rsplit(".", 1)[-1].removesuffix("_cmd") == command:
@@ -134,8 +141,6 @@ def command_path_flags(command: str) -> frozenset[str]:
 def _require(func, command: str) -> None:
     """Check the libraries the command's module lists in ``REQUIRES`` (the search extra,
     :mod:`autoaug.core.extras`) before it runs."""
-    from autoaug.core.extras import require
-
     module = sys.modules.get(getattr(func, "__module__", None) or "")
     needs = getattr(module, "REQUIRES", ())
     if needs:
@@ -145,8 +150,6 @@ def _require(func, command: str) -> None:
 def _fatal_signals_leave_a_trace() -> None:
     """A crash in native code (a segfault in a library) prints the Python stack on stderr instead
     of ending the command without a word (``faulthandler``; on only where stderr is a real file)."""
-    import faulthandler
-
     if not faulthandler.is_enabled():
         try:
             faulthandler.enable()
@@ -168,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"autoaug: warning: {message}", file=sys.stderr, flush=True)
 
         warnings.showwarning = show
-        from autoaug.core.interrupt import sigterm_as_interrupt
-
         with sigterm_as_interrupt() as term:  # SIGTERM (kill, Slurm, Kubernetes, systemd) stops as Ctrl-C does
             return _main(argv, term)
 
@@ -178,8 +179,6 @@ def _storage(exc: BaseException) -> BaseException | None:
     """The :class:`StorageError` for a full / read-only / denied filesystem met by a write outside
     :func:`autoaug.core.location.writing` (a library's own file, e.g. a plot), naming the file the
     error names; None for any other error."""
-    from autoaug.core.location import storage_error
-
     if isinstance(exc, StorageError):
         return None
     where = getattr(exc, "filename", None)
@@ -190,18 +189,12 @@ def _loopback(args: argparse.Namespace):
     """A command with no cluster address (an embedded Ray, if it starts one) runs with Ray's
     multi-node switch off, so that instance listens on 127.0.0.1 only
     (:func:`autoaug.core.ray_session.embedded_on_loopback`); any other, as it is."""
-    import contextlib
-
     if getattr(args, "address", None) is not None or os.environ.get("RAY_ADDRESS"):
         return contextlib.nullcontext()
-    from autoaug.core.ray_session import embedded_on_loopback
-
     return embedded_on_loopback()
 
 
 def _main(argv: list[str] | None, term=None) -> int:
-    from autoaug.core.interrupt import EXIT_SIGTERM
-
     def terminated() -> bool:  # stopped by SIGTERM, not Ctrl-C
         return term is not None and term.received
 
@@ -214,8 +207,6 @@ def _main(argv: list[str] | None, term=None) -> int:
     try:
         # A malformed AUTOAUG_FAILPOINTS (a test's fault injection, read at import) is one line here,
         # before the command does anything: importing autoaug.core.failpoints never raises.
-        from autoaug.core.failpoints import check_environment
-
         check_environment()
         _require(func, args.command)
         try:

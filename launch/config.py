@@ -39,10 +39,18 @@ __all__ = [
 T = TypeVar("T")
 
 
+def _yaml() -> Any:
+    """PyYAML, imported when a configuration is read (a ``--config`` file, ``--set``): this module
+    is imported to build the parser, and ``autoaug --help`` does not load PyYAML."""
+    import yaml
+
+    return yaml
+
+
 def _strict_loader() -> Any:
     """``yaml.SafeLoader`` refusing a key given twice in one mapping (PyYAML keeps the last value
     silently, as ``json.loads`` does; policy JSON is refused the same way: core.values.loads_strict)."""
-    import yaml
+    yaml = _yaml()
 
     class StrictLoader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
@@ -72,7 +80,7 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
     An empty file is an empty mapping.
     """
-    import yaml
+    yaml = _yaml()
 
     text_path = os.fspath(path)
     try:
@@ -121,7 +129,7 @@ def set_dotted(target: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 def parse_assignments(assignments: Iterable[str] | None) -> dict[str, Any]:
     """``["train.epochs=2", "space.exclude_ops=[Invert]"]`` -> nested mapping; values are parsed as
     YAML scalars / flow collections (``2`` is an int, ``true`` a bool, ``null`` None)."""
-    import yaml
+    yaml = _yaml()
 
     out: dict[str, Any] = {}
     for item in assignments or ():

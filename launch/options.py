@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autoaug.launch.config import flag_overrides, layered_config
+from autoaug.policies.bases import NAMES
+from autoaug.policies.reference import split_references
+from autoaug.search.space import FAMILIES
 
 __all__ = [
     "Option",
@@ -189,8 +192,6 @@ def base_option(rule: str, group: str | None = None, *, auto: bool = False) -> O
     value is checked by :func:`autoaug.policies.bases.check_name` wherever it comes from (flag,
     ``--config``, ``--set``), so every layer gets the same one-line error. ``auto`` (``search``):
     also ``auto``, the base chosen by measurement."""
-    from autoaug.policies.bases import NAMES
-
     names = (*NAMES, "auto") if auto else NAMES
     what = "the base every candidate trains on" if auto else "train on this base instead of the policy's own"
     return option(
@@ -208,8 +209,6 @@ def space_option(group: str | None = None) -> Option:
     search space family (:data:`autoaug.search.space.FAMILIES`), or ``auto``: the family of the
     published policy that transfers best in calibration. The value is checked by the
     configuration wherever it comes from, so every layer gets the same one-line error."""
-    from autoaug.search.space import FAMILIES
-
     names = ("auto", *FAMILIES)
     return option(
         "--space",
@@ -224,8 +223,6 @@ def space_option(group: str | None = None) -> Option:
 
 
 def _refs(text: str) -> Any:
-    from autoaug.policies.reference import split_references
-
     refs = list(split_references(text))  # randaugment:n=2,m=9 is one reference
     if not refs:
         raise argparse.ArgumentTypeError(f"expected 'auto' or policy references separated by commas, got {text!r}")
@@ -317,12 +314,12 @@ def trainer_assignments(assignments: Sequence[str], own: Iterable[str], section:
         key, sep, _ = item.partition("=")
         first = key.strip().split(".", 1)[0]
         if sep and first and first not in own:
-            if trainer is None:  # the trainer's fields (imports torch): only when a key needs them
-                import dataclasses
-
+            if trainer is None:
+                # The trainer's configuration, only when a key needs it: this module builds the
+                # parser, and `autoaug --help` does not load the trainer's configuration.
                 from autoaug.proxy_models.train_config import TrainConfig
 
-                trainer = {f.name for f in dataclasses.fields(TrainConfig)}
+                trainer = {f.name for f in fields(TrainConfig)}
             if first in trainer:
                 item = f"{section}.{item.lstrip()}"
         out.append(item)

@@ -19,14 +19,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autoaug.core.metrics import clean_metrics
+from autoaug.core.progress import Progress
 
 __all__ = ["display_for", "json_result", "dump_json"]
 
 
 def display_for(args: Any, *, verbose: int | None = None):
     """The progress display of a command run with ``args`` (``quiet``, ``json``, ``verbose``)."""
-    from autoaug.core.progress import Progress
-
     if getattr(args, "quiet", False) or verbose == 0:
         return Progress("quiet")
     if getattr(args, "json", False):

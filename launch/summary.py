@@ -21,8 +21,15 @@ light install shows a search's policy too); a method it does not know is named a
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from autoaug.policies import bases
+from autoaug.search.budget import describe_budget, format_duration
+from autoaug.search.config import METHODS
+from autoaug.search.decide.rescore import gain_text
+from autoaug.search.records import ran_text
 
 __all__ = ["provenance_lines", "evaluation_lines", "next_steps", "SEARCH_KIND", "VALUE_WIDTH"]
 
@@ -70,12 +77,8 @@ def _hash(value: Any) -> str:
 
 
 def _method(name: str | None) -> Any:
-    """The registered method of that name, or None (unknown, or the registry cannot load)."""
+    """The registered method of that name, or None (none named, or one the registry does not know)."""
     if not name:
-        return None
-    try:
-        from autoaug.search.config import METHODS
-    except ImportError:  # pragma: no cover - the registry imports neither Ray nor Optuna
         return None
     return METHODS.get(name)
 
@@ -188,11 +191,39 @@ def _made_lines(p: Mapping[str, Any]) -> list[str]:
 
 
 def _measured_lines(p: Mapping[str, Any]) -> list[str]:
+    """*What the search measured*: the trials, the base and the published policy calibration
+    measured, the stored policy's margin, the noise, the time budget, what helps and hurts, and
+    the method's own lines."""
     config = (p.get("search") or {}).get("config") or {}
     method = _method(config.get("method"))
-    unit = getattr(method, "unit", "trials")
+    calibration = p.get("calibration") or {}
+    base, transfer = calibration.get("base"), calibration.get("transfer")
+    winner = transfer.get("best") if transfer else None
+    versus = (p.get("selection") or {}).get("versus_transfer")
+    lines = [
+        _trials_line(p, getattr(method, "unit", "trials")),
+        *_base_lines(base, config),
+        *_transfer_lines(transfer, winner),
+        *_selection_lines(p, versus, winner),
+    ]
+    noise = (versus or {}).get("noise") or (base or {}).get("noise") or (transfer or {}).get("noise")
+    if noise and noise.get("source"):
+        lines.append(_field("noise", noise["source"]))
+    budget = p.get("budget")
+    described = describe_budget(budget) if budget else []
+    if described:  # ("time budget: 30m, ..." when it did not end the search)
+        lines.append(_field("time budget", described[0].removeprefix("time budget: ")))
+    effects = _effects_line(p.get("op_effects"))
+    if effects:
+        lines.append(_field("ops", effects))
+    if method is not None:
+        lines += [_labelled(line) for line in method.summary(p.get("method") or {})]
+    return lines
+
+
+def _trials_line(p: Mapping[str, Any], unit: str) -> str:
+    """How many trials (or the method's unit) ran of those planned, how they ended, and the best."""
     counts = p.get("counts") or {}
-    lines: list[str] = []
     parts = [
         f"{counts.get(key)} {what}"
         for key, what in (
@@ -213,61 +244,53 @@ def _measured_lines(p: Mapping[str, Any]) -> list[str]:
         if best and isinstance(best.get("score"), (int, float))
         else ""
     )
-    lines.append(_field(unit, f"{ran}" + (f" ({', '.join(parts)})" if parts else "") + best_text))
-    calibration = p.get("calibration") or {}
-    base = calibration.get("base")
+    return _field(unit, f"{ran}" + (f" ({', '.join(parts)})" if parts else "") + best_text)
+
+
+def _base_lines(base: Mapping[str, Any] | None, config: Mapping[str, Any]) -> list[str]:
+    """The base: the one calibration chose with each base's score, or the one given."""
     if base:
         measured = [
             (b, s["mean"]) for b, s in (base.get("scores") or {}).items() if isinstance(s, Mapping) and "mean" in s
         ]
         scores = ", ".join(f"{b} {_pts(m)}" for b, m in sorted(measured, key=lambda x: -x[1]))
-        lines.append(_field("base", f"{base.get('chosen')}, measured first (proxy score %: {scores})"))
-    elif (config.get("space") or {}).get("base"):
-        lines.append(_field("base", f"{config['space']['base']} (given, not measured)"))
-    transfer = calibration.get("transfer")
-    winner = transfer.get("best") if transfer else None
-    if transfer and winner:
-        mean = ((transfer.get("scores") or {}).get(winner) or {}).get("mean")
-        score = f" ({_pts(mean)}%)" if isinstance(mean, (int, float)) else ""
-        warm = transfer.get("warm_start") or []
-        start = f"; warm start {warm[0]}" if warm else "; no warm start"
-        lines.append(_field("transfer", f"{winner} transferred best of the published policies{score}{start}"))
-    selection = p.get("selection") or {}
-    versus = selection.get("versus_transfer")
-    if versus and isinstance(versus.get("margin"), (int, float)):
-        from autoaug.search.decide.rescore import gain_text
-        from autoaug.search.records import ran_text
+        return [_field("base", f"{base.get('chosen')}, measured first (proxy score %: {scores})")]
+    if (config.get("space") or {}).get("base"):
+        return [_field("base", f"{config['space']['base']} (given, not measured)")]
+    return []
 
+
+def _transfer_lines(transfer: Mapping[str, Any] | None, winner: str | None) -> list[str]:
+    """The published policy that transferred best (``winner``), its score and the warm start."""
+    if not (transfer and winner):
+        return []
+    mean = ((transfer.get("scores") or {}).get(winner) or {}).get("mean")
+    score = f" ({_pts(mean)}%)" if isinstance(mean, (int, float)) else ""
+    warm = transfer.get("warm_start") or []
+    start = f"; warm start {warm[0]}" if warm else "; no warm start"
+    return [_field("transfer", f"{winner} transferred best of the published policies{score}{start}")]
+
+
+def _selection_lines(p: Mapping[str, Any], versus: Mapping[str, Any] | None, winner: str | None) -> list[str]:
+    """The re-scoring: the stored policy's margin over the published policy that transferred best
+    (``versus``) with its interval, or the number of candidates re-scored."""
+    selection = p.get("selection") or {}
+    if versus and isinstance(versus.get("margin"), (int, float)):
         than = winner or "the best published policy"
         ran = ran_text(p)
         verdict = "beyond the noise" if versus.get("beyond") else "within the noise"
-        lines.append(
+        return [
             _field(
                 "margin",
                 f"{gain_text(versus)}, {versus.get('own')} over {than}{f' after {ran}' if ran else ''} "
                 f"(95% interval, re-scored), {verdict}; stored: {selection.get('chosen')}",
             )
-        )
-    elif selection.get("chosen"):
-        lines.append(
+        ]
+    if selection.get("chosen"):
+        return [
             _field("re-scored", f"{len(selection.get('candidates') or [])} candidates; stored: {selection['chosen']}")
-        )
-    noise = (versus or {}).get("noise") or (base or {}).get("noise") or (transfer or {}).get("noise")
-    if noise and noise.get("source"):
-        lines.append(_field("noise", noise["source"]))
-    budget = p.get("budget")
-    if budget:
-        from autoaug.search.budget import describe_budget
-
-        described = describe_budget(budget)
-        if described:  # ("time budget: 30m, ..." when it did not end the search)
-            lines.append(_field("time budget", described[0].removeprefix("time budget: ")))
-    effects = _effects_line(p.get("op_effects"))
-    if effects:
-        lines.append(_field("ops", effects))
-    if method is not None:
-        lines += [_labelled(line) for line in method.summary(p.get("method") or {})]
-    return lines
+        ]
+    return []
 
 
 def _effects_line(record: Mapping[str, Any] | None) -> str:
@@ -322,8 +345,6 @@ def _origin_lines(p: Mapping[str, Any]) -> list[str]:
         lines.append(_field("libraries", ", ".join(f"{k} {str(v).split(' (')[0]}" for k, v in versions.items())))
     time = p.get("time") or {}
     if time.get("started_at"):
-        from autoaug.search.budget import format_duration
-
         sessions = len(time.get("sessions") or ())
         elapsed = time.get("elapsed_s")
         took = f", {format_duration(float(elapsed))}" if isinstance(elapsed, (int, float)) else ""
@@ -437,8 +458,6 @@ def _base_then_policy(base: str | None) -> str:
     """``its base (pad-and-random-crop), then the policy``: what a policy's transform applies."""
     if base is None:
         return "its base, then the policy"
-    from autoaug.policies import bases
-
     summary = bases.get(base).summary
     return "the policy alone (base none)" if summary == "nothing" else f"its base {base} ({summary}), then the policy"
 
@@ -450,6 +469,4 @@ def _py(text: str) -> str:
 
 def _quoted(text: str) -> str:
     """``text`` as one shell word."""
-    import shlex
-
     return shlex.quote(text)

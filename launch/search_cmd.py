@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 
 from autoaug.core.errors import UserInputError
+from autoaug.core.ray_session import parse_address
 from autoaug.launch.config import build_config
 from autoaug.launch.options import (
     CONFIG,
@@ -39,6 +39,12 @@ from autoaug.launch.options import (
     split_size_options,
     warm_start_options,
 )
+from autoaug.search import config as search_config
+from autoaug.search.config import METHODS, SEARCH_PRESETS, SearchConfig
+from autoaug.search.decide.calibrate import AUTO, TRANSFER_REFS
+from autoaug.search.run_dir import RunDir
+from autoaug.search.space import FAMILIES
+from autoaug.search.tune.study import study_url
 
 __all__ = ["register", "run", "build_search_config"]
 
@@ -90,8 +96,6 @@ def _defining() -> tuple[str, ...]:
 
 def build_search_config(args: argparse.Namespace):
     """The :class:`autoaug.search.config.SearchConfig` the flags, the YAML file and the preset describe."""
-    from autoaug.search.config import SEARCH_PRESETS, SearchConfig
-
     merged = layered(args, _options(), own=SearchConfig.config_keys())  # --set epochs=2: train.epochs
     preset = args.preset or merged.pop("preset", None) or DEFAULT_PRESET
     merged.pop("preset", None)
@@ -108,9 +112,6 @@ def _check_auto_family(merged: dict, config, preset: str) -> None:
     configuration alone would search its space's own family without a word). A preset's own
     ``family: auto`` with another warm start given is the family that warm start is a point of
     (:meth:`SearchConfig.with_warm_start_family`), as documented."""
-    from autoaug.search.decide.calibrate import AUTO
-    from autoaug.search.space import FAMILIES
-
     if merged.get("family") != AUTO or config.warm_start == AUTO:
         return
     warm = ", ".join(config.warm_start) if config.warm_start else "none"
@@ -122,15 +123,7 @@ def _check_auto_family(merged: dict, config, preset: str) -> None:
     )
 
 
-def _print(text: str = "") -> None:
-    # stdout, or stderr during a --json run (launch.output.json_result)
-    print(text, flush=True)
-
-
 def _describe(config, address: str | None) -> str:
-    from autoaug.search.run_dir import RunDir
-    from autoaug.search.tune.study import study_url
-
     concurrency = config.concurrency or "as resources allow"
     startup = "" if config.startup_trials is None else f", {config.startup_trials} startup trials"
     studies = config.search_method.optuna_studies(config)  # None: the method uses no study
@@ -157,8 +150,6 @@ def _describe(config, address: str | None) -> str:
 
 def _start_line(config) -> str:
     """Which base and warm start the search uses, or that it measures them first."""
-    from autoaug.search.decide.calibrate import AUTO, TRANSFER_REFS
-
     base = (
         "base: auto (each base alone trained under the proxy first; of those within the noise of "
         "the best, the one that augments most)"
@@ -173,44 +164,40 @@ def _start_line(config) -> str:
     return f"{base}; {warm}{reused}"
 
 
-def _session_factory(address: str | None, verbose: int, display):
-    """Connect through :mod:`autoaug.core.ray_session` (embedded Ray, ``--address``, or the Ray Job's
-    cluster; the project's packages are shipped to remote workers)."""
-    import contextlib
-
-    from autoaug.core.ray_session import output_settings, ray_session
-
-    @contextlib.contextmanager
-    def session():
-        with ray_session(address, **output_settings(verbose >= 2)) as info:
-            display.log(f"  Ray: {info.describe()}")
-            yield info
-
-    return session
-
-
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``autoaug search`` (``args`` from the parser built by :func:`register`)."""
+    """Entry point of ``autoaug search`` (``args`` from the parser built by :func:`register`): the
+    flags checked and the configuration built here, then :mod:`autoaug.launch.search_run` runs it."""
     if args.verbose is None:
         args.verbose = 0 if args.quiet else None
     if args.quiet and args.json:
         raise UserInputError("--quiet and --json: give one (--json prints only the result, as JSON)")
     if args.address is not None:  # a malformed address: refused before the data are read
-        from autoaug.core.ray_session import parse_address
-
         parse_address(args.address)
     if args.resume:
-        given = [d for d in _defining() if getattr(args, d, None) not in (None, False, [])]
-        if given:
-            flags = ", ".join("--" + d.replace("_", "-").replace("assignments", "set") for d in given)
-            raise UserInputError(
-                f"--resume continues the saved search as it was defined; it cannot be combined with {flags} "
-                "(allowed: --storage, --store, --address, --resume-errored)"
-            )
-        return _resume(args)
-    _check_conflicts(args)
-    config = build_search_config(args)
-    return _search(config, args)
+        _check_resume(args)
+    else:
+        _check_conflicts(args)
+        config = build_search_config(args)
+        try:
+            config.check_runnable()
+        except ValueError as exc:
+            raise UserInputError(" ".join(str(exc).split())) from None
+    from autoaug.launch import search_run  # Optuna, Ray, the driver: what the search runs, not the parser
+
+    if args.resume:
+        return search_run.resume(args)
+    return search_run.search(config, args, _describe(config, args.address))
+
+
+def _check_resume(args: argparse.Namespace) -> None:
+    """``--resume`` continues the search as it was defined: a flag that defines one is refused."""
+    given = [d for d in _defining() if getattr(args, d, None) not in (None, False, [])]
+    if given:
+        flags = ", ".join("--" + d.replace("_", "-").replace("assignments", "set") for d in given)
+        raise UserInputError(
+            f"--resume continues the saved search as it was defined; it cannot be combined with {flags} "
+            "(allowed: --storage, --store, --address, --resume-errored)"
+        )
 
 
 #: Flags that contradict each other, refused in one line whatever their order (each would
@@ -242,205 +229,17 @@ def _check_conflicts(args: argparse.Namespace) -> None:
             )
 
 
-def _configure_logging(verbose: int) -> None:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.INFO if verbose >= 2 else optuna.logging.WARNING)
-    logging.getLogger("autoaug.search").setLevel(logging.INFO if verbose >= 2 else logging.WARNING)
-
-
-def _search(config, args: argparse.Namespace) -> int:
-    from autoaug.launch import preflight
-    from autoaug.search import driver
-
-    try:
-        config.check_runnable()
-    except ValueError as exc:
-        raise UserInputError(" ".join(str(exc).split())) from None
-    _configure_logging(config.verbose)
-    from autoaug.launch.output import display_for
-    from autoaug.search.run_dir import RunDir
-
-    with display_for(args, verbose=config.verbose) as display:
-        display.log(_describe(config, args.address))
-        # Paths absolute, storage and store writable, data checked and decoded: before Ray starts.
-        config = preflight.for_search(config, say=display.log, address=args.address, overwrite=bool(args.overwrite))
-        session = _session_factory(args.address, config.verbose, display)
-        with RunDir(config.storage, config.name).driver_lock():  # one driver per run: a second is refused
-            return _execute(
-                lambda: driver.run_search(config, session=session, overwrite=bool(args.overwrite), display=display),
-                config.verbose,
-                args,
-                display,
-                RunDir(config.storage, config.name),
-            )
-
-
-def _resume(args: argparse.Namespace) -> int:
-    from autoaug.launch import preflight
-    from autoaug.launch.output import display_for
-    from autoaug.search import driver
-    from autoaug.search.run_dir import RunDir
-
-    verbose = 1 if args.verbose is None else args.verbose
-    args.storage, args.store = preflight.for_resume(_storage(args), args.store)
-    _configure_logging(verbose)
-    with display_for(args, verbose=verbose) as display:
-        display.log(f"resuming search {args.resume} from {RunDir(_storage(args), args.resume).uri}")
-        session = _session_factory(args.address, verbose, display)
-        with RunDir(_storage(args), args.resume).driver_lock():  # not while another driver runs it
-            return _execute(
-                lambda: driver.resume_search(
-                    args.resume,
-                    _storage(args),
-                    store=args.store,
-                    resume_errored=args.resume_errored,
-                    session=session,
-                    display=display,
-                ),
-                verbose,
-                args,
-                display,
-                RunDir(_storage(args), args.resume),
-            )
-
-
-def _storage(args: argparse.Namespace) -> str:
-    from autoaug.search.config import default_runs_root
-
-    return args.storage or default_runs_root()
-
-
-def _execute(call, verbose: int, args: argparse.Namespace, display, run=None) -> int:
-    from autoaug.core.errors import AutoaugError
-    from autoaug.launch.output import json_result
-
-    with json_result(bool(args.json)) as emit:
-        try:
-            outcome = call()
-        except AutoaugError:
-            raise  # autoaug.launch.cli.main prints it and picks the exit status
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside Tune's trials (calibration, re-scoring...)
-            interrupted = _interrupted(run)
-            if interrupted is None:
-                raise
-            raise interrupted from None
-        except (ValueError, FileNotFoundError) as exc:
-            raise UserInputError(" ".join(str(exc).split())) from None
-        display.stop()
-        if args.json:
-            emit(outcome_json(outcome))
-            return 0
-    if verbose >= 0:
-        _print()
-        _print(outcome.summary())
-    if not args.quiet:  # a person reading: what to do with the stored policy
-        _print()
-        for line in next_steps_of(outcome):
-            _print(line)
-    return 0
-
-
-def _interrupted(run):
-    """The resumable line of a search stopped by Ctrl-C or SIGTERM where Tune does not catch it
-    (Tune's trials end in the method's own :class:`SearchInterruptedError`): None before its run
-    directory holds its state (nothing to resume) or once it finished."""
-    from autoaug.core.errors import SearchInterruptedError
-    from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE
-
-    try:
-        resumable = run is not None and run.exists(CONFIG_FILE) and not run.exists(RESULT_FILE)
-    except OSError:
-        return None
-    if not resumable:
-        return None
-    return SearchInterruptedError(
-        f"search {run.name!r} stopped; resume it with: autoaug search --resume {run.name} --storage {run.storage}"
-    )
-
-
-def next_steps_of(outcome) -> list[str]:
-    """The next steps (:func:`autoaug.launch.summary.next_steps`) of a finished search's stored
-    policy: its reference, its store (unless the default one), the data it was searched on."""
-    import os
-
-    from autoaug.launch.summary import next_steps
-    from autoaug.policies.schedule import PROVENANCE_KEY as SCHEDULE_KEY
-    from autoaug.policies.store import default_store_uri
-
-    provenance = outcome.provenance or {}
-    data = (provenance.get("dataset") or {}).get("source")
-    schedule = outcome.provenance.get(SCHEDULE_KEY) or {}  # the schedule a user trains with (a method found one)
-    store = outcome.store_uri
-    if "://" not in store and os.path.abspath(os.path.expanduser(default_store_uri())) == os.path.abspath(store):
-        store = None
-    return next_steps(
-        outcome.reference,
-        store=store,
-        data=data if isinstance(data, str) else None,
-        schedule_stages=len(schedule.get("stages") or ()) if len(schedule.get("stages") or ()) > 1 else None,
-        base=outcome.policy.base,
-    )
-
-
-def outcome_json(outcome) -> dict:
-    """The ``--json`` document of a finished search."""
-    from autoaug.policies.schedule import PROVENANCE_KEY as SCHEDULE_KEY
-
-    counts = outcome.provenance["counts"]
-    return {
-        "ref": outcome.reference,
-        "name": outcome.policy.name,
-        "version": outcome.version,
-        "store": outcome.store_uri,
-        "run_dir": outcome.run_dir,
-        "policy_hash": outcome.policy.content_hash,
-        "policy": outcome.policy.to_dict(),
-        "best_trial": None  # no trial ran (the time budget went to calibration)
-        if outcome.best_trial is None
-        else {
-            "trial_id": outcome.best_trial.trial_id,
-            "score": outcome.score,
-            "epochs": outcome.best_trial.epochs,
-        },
-        "counts": dict(counts),
-        "trials": [
-            {
-                "trial_id": t.trial_id,
-                "status": t.status,
-                "score": t.score,
-                "epochs": t.epochs,
-                "train_time_s": t.train_time_s,
-                "error": t.error,
-            }
-            for t in outcome.trials
-        ],
-        "selection": outcome.provenance.get("selection"),
-        "budget": outcome.provenance.get("budget"),  # the time budget: spent, sessions, what it ended
-        "study_problems": list(outcome.study_problems),
-        # the schedule a user trains with, when the method found one (policy: its last stage)
-        **({SCHEDULE_KEY: outcome.provenance[SCHEDULE_KEY]} if outcome.provenance.get(SCHEDULE_KEY) else {}),
-        **outcome.method_fields(),  # the method's own
-    }
-
-
 def _choices(registry: str) -> list[str]:
     """The names a registry of :mod:`autoaug.search.config` offers (presets, methods, samplers...)."""
-    from autoaug.search import config
-
-    return list(getattr(config, registry))
+    return list(getattr(search_config, registry))
 
 
 def _method_help() -> str:
-    from autoaug.search.config import METHODS
-
     return "; ".join(f"{name}: {m.help}" for name, m in METHODS.items())
 
 
 def _method_options() -> tuple[Option, ...]:
     """The flags the registered methods declare (:class:`autoaug.search.methods.base.OptionSpec`)."""
-    from autoaug.search.config import METHODS
-
     return tuple(
         option(spec.flag, key=spec.key, group=spec.group, help=spec.help, **spec.argparse)
         for m in METHODS.values()
@@ -466,7 +265,21 @@ def _pack_value(text: str) -> int | str:
 def _shared() -> tuple[Option, ...]:
     """The options of ``autoaug search`` every method shares, with the key of the nested search
     configuration each sets (see :class:`autoaug.search.config.SearchConfig`); the presets and
-    methods offered are those registered when the parser is built."""
+    methods offered are those registered when the parser is built; in the order of the help."""
+    return (
+        *_data_options(),
+        *_space_options(),
+        *_proxy_options(),
+        *_rescore_options(),
+        option("--method", key="method", group="method", choices=_choices("METHODS"), help=_method_help()),
+        *_how_options(),
+        *_where_options(),
+        *_again_and_output_options(),
+    )
+
+
+def _data_options() -> tuple[Option, ...]:
+    """What to search: the data, the preset and configuration layers, the run's name, the seed."""
     return (
         option(
             "--data",
@@ -498,6 +311,12 @@ def _shared() -> tuple[Option, ...]:
             type=int,
             help="seed of the sampler and of every trial's model init / data order",
         ),
+    )
+
+
+def _space_options() -> tuple[Option, ...]:
+    """The sampler and the space it proposes candidates in."""
+    return (
         option(
             "--sampler",
             key="sampler",
@@ -529,6 +348,13 @@ def _shared() -> tuple[Option, ...]:
             metavar="K",
             help="sub-policies per candidate (default 5; the aa space only)",
         ),
+    )
+
+
+def _proxy_options() -> tuple[Option, ...]:
+    """The proxy's split and image size, the groups kept on one side, the base, the warm start and a
+    reused calibration."""
+    return (
         *split_size_options("train.", group="what"),
         per_class_option("train.", group="what"),
         image_size_option("train.", group="what"),
@@ -550,6 +376,12 @@ def _shared() -> tuple[Option, ...]:
             "of measuring the bases and published policies again: its time budget goes to the trials "
             '(docs/search.md, "Reusing a calibration")',
         ),
+    )
+
+
+def _rescore_options() -> tuple[Option, ...]:
+    """How the final candidates are re-scored and raced."""
+    return (
         option(
             "--no-rescore",
             key="rescore",
@@ -584,7 +416,12 @@ def _shared() -> tuple[Option, ...]:
             metavar="N",
             help="validation images of the re-scoring runs (default: the proxy's --val-size)",
         ),
-        option("--method", key="method", group="method", choices=_choices("METHODS"), help=_method_help()),
+    )
+
+
+def _how_options() -> tuple[Option, ...]:
+    """How the search runs: trials at once, packs, resources, retries, the time budget, the cluster."""
+    return (
         option(
             "--concurrency",
             key=lambda v: {"concurrency": v or None},
@@ -641,6 +478,12 @@ def _shared() -> tuple[Option, ...]:
             metavar="ADDR",
             help="Ray cluster to use (ray://head:10001 or auto); default: start an embedded local Ray",
         ),
+    )
+
+
+def _where_options() -> tuple[Option, ...]:
+    """Where results go: run directories, the policy store, the Optuna database, MLflow."""
+    return (
         option(
             "--storage",
             key="storage",
@@ -680,6 +523,12 @@ def _shared() -> tuple[Option, ...]:
             default=None,
             help="delete an existing run of the same name first",
         ),
+    )
+
+
+def _again_and_output_options() -> tuple[Option, ...]:
+    """Resuming a search, and what it prints."""
+    return (
         option(
             "--resume", group="again", metavar="NAME", help="continue the search NAME after an interruption or crash"
         ),

@@ -879,7 +879,7 @@ def test_a_search_ends_with_the_next_steps_for_a_person(tmp_path, capsys, monkey
     import shlex
 
     from autoaug.core.progress import Progress
-    from autoaug.launch.search_cmd import _execute
+    from autoaug.launch.search_run import _execute
     from autoaug.policies import bases
 
     store = str(tmp_path / "store")

@@ -598,7 +598,7 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     assert "proxy runs instead of training them again: --calibration-from spent" in summary
     # What the finished search gives back later: the same summary, --json, `policies show`.
     from autoaug.launch.cli import main
-    from autoaug.launch.search_cmd import outcome_json
+    from autoaug.launch.search_run import outcome_json
     from autoaug.search.driver import resume_search
 
     again = resume_search("spent", str(tmp_path / "runs"))

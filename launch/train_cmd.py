@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoaug.core.errors import UserInputError
-from autoaug.core.location import atomic_write_local
-from autoaug.core.metrics import epoch_record, metrics_json
+from autoaug.launch.data_paths import default_test_data
 from autoaug.launch.options import (
     CONFIG,
     JSON,
@@ -42,21 +38,11 @@ from autoaug.launch.options import (
     per_class_option,
     split_size_options,
 )
+from autoaug.policies.bases import check_name
 
-if TYPE_CHECKING:
-    from autoaug.core.progress import Progress
-
-_METRICS_JSON = "metrics.json"
-_METRICS_CSV = "metrics.csv"
 #: Checked by ``autoaug``'s main before the command runs (the search extra, autoaug.core.extras):
 #: the trainer reads its data through the DALI pipeline.
 REQUIRES = ("nvidia.dali",)
-
-
-def _preset_names() -> list[str]:
-    from autoaug.proxy_models.train_config import PRESETS
-
-    return list(PRESETS)
 
 
 #: Every option of ``autoaug train``, with the configuration key it sets (the keys of a
@@ -125,10 +111,9 @@ _DEFAULTS = {"policy": "standard", "preset": "cpu"}
 
 
 def _epilog() -> str:
-    """The presets and how they size a run to the data, computed from the presets themselves
-    (imports the trainer's configuration, and so torch: only when the help is shown)."""
-    import textwrap
-
+    """The presets and how they size a run to the data, computed from the presets themselves."""
+    # The trainer's configuration, only when the help is shown: this module builds the parser, and
+    # `autoaug --help` does not load it.
     from autoaug.proxy_models.train_config import PRESETS
 
     width = max(map(len, PRESETS))
@@ -171,7 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     format_help = p.format_help
 
-    def with_epilog() -> str:  # the epilog imports torch: build it only when help is shown
+    def with_epilog() -> str:  # the epilog reads the presets: built only when the help is shown
         p.epilog = _epilog()
         return format_help()
 
@@ -181,39 +166,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def _resolve_policy(ref: str, store_uri: str | None) -> Any:
-    """``--policy REF`` by the one precedence (:mod:`autoaug.policies.reference`); the store is
-    opened only for a store reference."""
-    from autoaug.core.errors import StoreError
-    from autoaug.policies.reference import resolve
-    from autoaug.policies.store import default_store_uri
-
-    try:
-        return resolve(ref, store=store_uri or default_store_uri())
-    except (StoreError, ValueError, LookupError, OSError) as exc:
-        raise UserInputError(f"--policy {ref!r}: {exc}") from None
-
-
-def _on_base(policy: Any, base: str | None, ref: str) -> Any:
-    """``--base``: the policy moved onto ``base`` (:func:`autoaug.policies.bases.rebase`). A policy
-    without sub-policies is a base alone (the presets none, crop, standard) and cannot be moved:
-    asking for another base is refused, naming the preset to give instead."""
-    from autoaug.policies.bases import rebase
-
-    if base is None or policy.base == base:
-        return policy
-    if policy.is_identity:
-        raise UserInputError(
-            f"--base {base}: policy {ref!r} has no sub-policies, it is the base {policy.base!r} alone and "
-            f"keeps it; to train the base {base!r} alone give --policy {base}"
-        )
-    return rebase(policy, base)
-
-
 def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """``(command settings, TrainConfig)`` from the layers (defaults, --config, --set, flags)."""
-    from autoaug.policies.bases import check_name
-    from autoaug.proxy_models.train_config import TrainConfig
+    from autoaug.proxy_models.train_config import TrainConfig  # not loaded to build the parser (see _epilog)
 
     merged = layered(args, OPTIONS, defaults=_DEFAULTS)
     command = {k: merged.pop(k, None) for k in _COMMAND_KEYS}
@@ -222,8 +177,6 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     if not merged.get("data"):
         raise UserInputError("no training data: give --data (or data: in the --config file)")
     if merged.get("test_data") is None:  # the dataset's test split, found as compare finds it
-        from autoaug.launch.compare.candidates import default_test_data
-
         merged["test_data"] = default_test_data(str(merged["data"]))
     try:
         config = TrainConfig.from_preset(str(command["preset"]), **merged)
@@ -232,207 +185,12 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     return command, config
 
 
-def _describe_sizing(requested: Any, resolved: Any) -> str:
-    """The split and image size as resolved, and how they were asked for when that differs
-    (``2,000 training images, 1,000 validation images, 32x32 (asked: 100 training images per class
-    (1,000 to 2,000 in all); image size auto)``)."""
-    text = f"{resolved.describe_split()}, {resolved.image_size}x{resolved.image_size}"
-    asked = []
-    if requested.train_per_class is not None:
-        asked.append(requested.describe_train())
-    if requested.image_size is None:
-        asked.append("image size auto")
-    return text + (f" (asked: {'; '.join(asked)})" if asked else "")
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def format_epoch(m: dict[str, Any], epochs: int) -> str:
-    """One human-readable line for an epoch's metrics."""
-    width = len(str(epochs))
-    parts = [
-        f"epoch {m['epoch']:>{width}}/{epochs}",
-        f"train_loss {_fmt(m['train_loss'], '.4f')}",
-        f"train_acc {_fmt(m['train_accuracy'], '.4f')}",
-        f"val_loss {_fmt(m.get('val_loss'), '.4f')}",
-        f"val_acc {_fmt(m.get('val_accuracy'), '.4f')}",
-    ]
-    if m.get("test_accuracy") is not None:
-        parts.append(f"test_acc {m['test_accuracy']:.4f}")
-    parts += [f"lr {m['lr']:.4g}", f"{m['images_per_sec']:,.0f} img/s", f"{m['epoch_time_s']:.1f}s"]
-    return "  ".join(parts)
-
-
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    atomic_write_local(path, (metrics_json(payload) + "\n").encode("utf-8"))
-
-
 def run(args: argparse.Namespace) -> int:
-    from autoaug.launch.output import display_for, json_result
-
+    """Entry point of ``autoaug train``: the flags read into the command's settings and the
+    trainer's configuration here, then :mod:`autoaug.launch.train_run` trains."""
     if args.quiet and args.json:
         raise UserInputError("--quiet and --json: give one (--json prints only the result, as JSON)")
-    with display_for(args) as display, json_result(bool(args.json)) as emit:
-        return _run(args, display, emit)
-
-
-def _run(args: argparse.Namespace, display: Progress, emit: Callable[[Any], None]) -> int:
-    from autoaug.launch import preflight
-
     command, config = _settings(args)
-    resolved = _resolve_policy(str(command["policy"]), command["store"])
-    from autoaug.proxy_models.train import CHECKPOINT_NAME, train, write_history_csv  # torch: after the input is read
+    from autoaug.launch import train_run  # the policy, the preflight, then torch's trainer: not the parser
 
-    stored = resolved.policy
-    policy = _on_base(stored, command["base"], str(command["policy"]))
-    # A schedule (a PBA search's result, a schedule file): its stages switched at their epochs.
-    schedule = None
-    if resolved.schedule is not None and not resolved.schedule.is_fixed:
-        from autoaug.policies.schedule import Schedule
-
-        schedule = Schedule(
-            resolved.schedule.name,
-            [(s.start, _on_base(s.policy, command["base"], str(command["policy"]))) for s in resolved.schedule.stages],
-        )
-    rebased_from = stored.base if policy.base != stored.base else None
-    label = policy.name + (f"-base-{policy.base}" if rebased_from else "")
-    out = Path(command["out"]) if command["out"] else Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
-    resume_from = None
-    if command["resume"]:
-        if not (out / CHECKPOINT_NAME).is_file():
-            raise UserInputError(f"--resume: no checkpoint at {out / CHECKPOINT_NAME}")
-        resume_from = out
-    elif (out / CHECKPOINT_NAME).is_file():
-        raise UserInputError(
-            f"{out} already holds a training run; pass --resume to continue it or choose another --out"
-        )
-    requested = config
-    # Sized to the data (resolved), data checked and decoded, --out writable; nothing created yet.
-    config = preflight.for_train(config, out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserInputError(f"--out {str(out)!r}: cannot create the directory ({exc.strerror})") from None
-
-    from autoaug.proxy_models.train_config import sizing_record
-
-    base = {
-        "status": "running",
-        "config": config.to_dict(),  # resolved: what the run computes
-        "sizing": sizing_record(requested, config),
-        "policy": policy.to_dict(),
-        "policy_hash": policy.content_hash,
-        "base": policy.base,
-        "rebased_from": rebased_from,  # the policy's own base when --base moved it, else None
-    }
-    if schedule is not None:  # "policy" is then the last stage
-        base.update(
-            schedule=schedule.to_dict(),
-            schedule_hash=schedule.content_hash,
-            stage_epochs=schedule.start_epochs(config.epochs),
-        )
-    history: list[dict[str, Any]] = []
-
-    def report(metrics: dict[str, Any]) -> None:
-        row = epoch_record(metrics)
-        history.append(row)
-        display.log(format_epoch(metrics, config.epochs))
-        display.update(
-            "epochs", completed=metrics["epoch"], status=f"val_acc {_fmt(metrics.get('val_accuracy'), '.4f')}"
-        )
-        write_history_csv(history, out / _METRICS_CSV)
-        _write_json(out / _METRICS_JSON, dict(base, history=history))
-
-    if resume_from is not None:
-        # The checkpoint carries the history of the epochs already done.
-        from autoaug.proxy_models.train import load_checkpoint
-
-        try:
-            history.extend(epoch_record(row) for row in load_checkpoint(resume_from)["history"])
-        except (ValueError, FileNotFoundError) as exc:
-            raise UserInputError(f"--resume: {exc}") from None
-        display.log(f"resuming {out} after epoch {len(history)}/{config.epochs}")
-    display.log(
-        f"training {config.model} on {config.data}"
-        f"{f' (test: {config.test_data})' if config.test_data else ''} with policy {policy.name!r} "
-        f"({len(policy.sub_policies)} sub-policies, base {policy.base}"
-        f"{f' instead of its {rebased_from} (--base)' if rebased_from else ''}); preset {command['preset']}, "
-        f"{config.epochs} epochs, seed {config.seed} -> {out}"
-    )
-    if schedule is not None:
-        display.log(
-            f"schedule {schedule.name!r}: {len(schedule.stages)} stages, from epochs "
-            f"{[e + 1 for e in schedule.start_epochs(config.epochs)]} of {config.epochs} (the policy above is the last)"
-        )
-    display.log(f"split: {_describe_sizing(requested, config)}")
-    display.add("epochs", f"train {config.model}", total=config.epochs, unit="epochs", completed=len(history))
-
-    def on_batch(epoch: int, batch: int, batches: int) -> None:
-        if batch == 1:
-            display.add("batches", f"  epoch {epoch}", total=batches, unit="batches")
-        display.update("batches", completed=batch)
-        if batch == batches:
-            display.remove("batches")
-
-    try:
-        result = train(
-            config,
-            policy if schedule is None else schedule,
-            report=report,
-            checkpoint_dir=out,
-            resume_from=resume_from,
-            on_batch=on_batch if display.live else None,
-        )
-    except (ValueError, FileNotFoundError, FloatingPointError) as exc:
-        raise UserInputError(str(exc)) from None
-
-    final = {
-        "val_accuracy": result.val_accuracy,
-        "val_loss": result.val_loss,
-        "test_accuracy": result.test_accuracy,
-        "test_loss": result.test_loss,
-        "train_time_s": result.train_time_s,
-        "split_fingerprint": result.split_fingerprint,
-        "dataset_fingerprint": result.dataset_fingerprint,
-        "checkpoint": str(out / CHECKPOINT_NAME),
-    }
-    history[:] = [epoch_record(row) for row in result.history]
-    write_history_csv(history, out / _METRICS_CSV)
-    _write_json(out / _METRICS_JSON, dict(base, status="finished", history=history, final=final))
-    display.stop()
-    if args.json:
-        emit(
-            {
-                "out": str(out),
-                "policy": policy.to_dict(),
-                "policy_hash": policy.content_hash,
-                "base": policy.base,
-                "rebased_from": rebased_from,
-                **(
-                    {}
-                    if schedule is None
-                    else {
-                        "schedule": base["schedule"],
-                        "schedule_hash": base["schedule_hash"],
-                        "stage_epochs": base["stage_epochs"],
-                    }
-                ),
-                "config": config.to_dict(),
-                "final": final,
-                "history": history,
-                "files": {
-                    "metrics_json": str(out / _METRICS_JSON),
-                    "metrics_csv": str(out / _METRICS_CSV),
-                    "checkpoint": str(out / CHECKPOINT_NAME),
-                },
-            }
-        )
-        return 0
-    summary = f"done in {result.train_time_s:.1f}s: val_acc {_fmt(result.val_accuracy, '.4f')}"
-    if result.test_accuracy is not None:
-        summary += f"  test_acc {result.test_accuracy:.4f} (test error {100 * (1 - result.test_accuracy):.2f}%)"
-    print(summary, flush=True)
-    print(f"wrote {out / _METRICS_JSON}, {out / _METRICS_CSV}, {out / CHECKPOINT_NAME}", flush=True)
-    return 0
+    return train_run.run(args, command, config)

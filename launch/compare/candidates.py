@@ -1,15 +1,19 @@
 """What a comparison compares: candidates (found policies and baseline presets), and the test
-split that goes with the training data."""
+split that goes with the training data (:func:`autoaug.launch.data_paths.default_test_data`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from typing import Any
 
-from autoaug.core.errors import AutoaugError, CompareError, UserInputError
-from autoaug.core.location import Location
+from autoaug.core.errors import AutoaugError, CompareError
+from autoaug.launch.data_paths import default_test_data
+from autoaug.policies import presets
+from autoaug.policies.bases import rebase
+from autoaug.policies.reference import resolve, split_references
+from autoaug.policies.schedule import Schedule
+from autoaug.policies.store import default_store_uri
 
 __all__ = ["DEFAULT_BASELINES", "Candidate", "parse_baselines", "resolve_candidates", "default_test_data"]
 
@@ -58,15 +62,11 @@ class Candidate:
         """This candidate as ``--base`` means it (:func:`autoaug.policies.bases.rebase`): a policy with
         sub-policies moved onto ``base``, labelled ``LABEL [base BASE]``; a base alone (the presets none,
         crop, standard) or a policy already on ``base``: itself."""
-        from autoaug.policies.bases import rebase
-
         moved = rebase(self.policy, base)
         if moved.base == self.policy.base:
             return self
         schedule = self.schedule
         if schedule is not None:
-            from autoaug.policies.schedule import Schedule
-
             schedule = Schedule(schedule.name, [(s.start, rebase(s.policy, base)) for s in schedule.stages])
         return dataclasses.replace(
             self,
@@ -85,8 +85,6 @@ def parse_baselines(text: str | Sequence[str] | None) -> tuple[str, ...]:
         return DEFAULT_BASELINES
     if not isinstance(text, str):
         return tuple(str(t).strip() for t in text if str(t).strip())
-    from autoaug.policies.reference import split_references
-
     return split_references(text)
 
 
@@ -102,10 +100,6 @@ def resolve_candidates(
     (:meth:`Candidate.on_base`); the bases alone (none, crop, standard) keep theirs. Raises
     :class:`CompareError` naming the reference.
     """
-    from autoaug.policies import presets
-    from autoaug.policies.reference import resolve
-    from autoaug.policies.store import default_store_uri
-
     candidates: list[Candidate] = []
     for ref in policies:
         ref = str(ref).strip()
@@ -151,28 +145,3 @@ def resolve_candidates(
         seen_labels[c.label] = c.ref
         seen_hashes[c.policy_hash] = c.ref
     return candidates
-
-
-def default_test_data(data: str) -> str | None:
-    """The test split that goes with the training data ``data``, or None if there is none.
-
-    * a folder holding ``test.parquet``: the folder (the trainer opens its ``test`` split);
-    * ``.../train.parquet`` with a ``test.parquet`` next to it (local or any pyarrow URI);
-    * ``cifar10:ROOT`` / ``cifar10``: the same (torchvision's test split).
-    """
-    text = os.fspath(data)
-    if text == "cifar10" or text.startswith("cifar10:"):
-        return text
-    try:
-        train = Location.parse(text, what="training data")
-    except UserInputError:
-        return None
-    try:
-        if train.is_dir():
-            return train.uri if train.exists("test.parquet") else None
-        if train.name == "train.parquet":
-            sibling = Location.parse(train.uri[: -len("train.parquet")] + "test.parquet")
-            return sibling.uri if sibling.exists() else None
-    except OSError:
-        return None
-    return None

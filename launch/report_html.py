@@ -29,11 +29,33 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
+
+import optuna
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from autoaug.core.extras import missing
+from autoaug.launch.policies_preview import preview_images
+from autoaug.launch.summary import evaluation_lines, provenance_lines
+from autoaug.policies.describe import describe
+from autoaug.policies.policy import Policy
+from autoaug.policies.preview import render_grid
+from autoaug.policies.reference import resolve_policy
+from autoaug.policies.store import PolicyStore
+from autoaug.search.decide.op_effects import describe_effects, plot_effects
+from autoaug.search.decide.rescore import describe_selection
+from autoaug.search.decide.rungs import describe_rungs, from_study
+from autoaug.search.methods.base import method_of
+from autoaug.search.records import ran_text
+from autoaug.search.report import load_report_data, top_trials
+from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir
+from autoaug.search.score import METRIC
 
 __all__ = ["write_html_report", "SECTIONS"]
 
@@ -106,23 +128,17 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _png(fig: Any) -> bytes:
-    import matplotlib.pyplot as plt
-
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=96)
-    plt.close(fig)
     return buf.getvalue()
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+def _figure() -> tuple[Figure, Any]:
+    """A figure of one plot (matplotlib's object interface: no pyplot, no backend to choose)."""
+    fig = Figure(figsize=(6, 3.6))
+    return fig, fig.subplots()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -139,10 +155,7 @@ def _minutes(trials: Sequence[Any]) -> list[float] | None:
 
 
 def _trials_over_time(trials: Sequence[Any], metric: str) -> bytes:
-    import optuna
-
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = _figure()
     order = sorted(trials, key=lambda t: (t.datetime_complete or datetime.min.replace(tzinfo=None), t.number))
     xs = _minutes(order)
     label = "minutes since the first trial started"
@@ -179,13 +192,10 @@ def _trials_over_time(trials: Sequence[Any], metric: str) -> bytes:
 
 
 def _learning_curves(trials: Sequence[Any], metric: str, top: int) -> bytes | None:
-    import matplotlib.ticker
-
     curves = [t for t in trials if t.intermediate_values]
     if not curves:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = _figure()
     best = {t.number for t in sorted(trials, key=lambda t: t.value, reverse=True)[:top]}
     for t in curves:
         steps = sorted(t.intermediate_values)
@@ -199,7 +209,7 @@ def _learning_curves(trials: Sequence[Any], metric: str, top: int) -> bytes | No
             linewidth=1.8 if mark else 0.8,
             label=f"#{t.number} ({t.value:.3f})" if mark else None,
         )
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(metric)
     ax.set_title(f"learning curves (best {len(best)} labelled)")
@@ -209,9 +219,6 @@ def _learning_curves(trials: Sequence[Any], metric: str, top: int) -> bytes | No
 
 
 def _trials_section(data: Any, top: int) -> str:
-    from autoaug.search.report import top_trials
-    from autoaug.search.score import METRIC
-
     if not data.trials:
         return _note("no trial has finished yet: nothing to draw")
     figs = [_img(_trials_over_time(data.trials, METRIC), "score of each trial over time")]
@@ -239,8 +246,6 @@ def _trials_section(data: Any, top: int) -> str:
 
 
 def _rungs_section(rungs: Mapping[str, Any] | None) -> str:
-    from autoaug.search.decide.rungs import describe_rungs
-
     if not rungs:
         return _muted("no trial was stopped early at more than one epoch: no rung to rank")
     ended = sorted(((int(e), n) for e, n in (rungs.get("ended") or {}).items()))
@@ -264,9 +269,6 @@ def _rungs_section(rungs: Mapping[str, Any] | None) -> str:
 
 
 def _race_section(provenance: Mapping[str, Any]) -> str:
-    from autoaug.search.decide.rescore import describe_selection
-    from autoaug.search.records import ran_text
-
     selection = provenance.get("selection")
     if not selection:
         return _muted("the final candidates were not re-scored (no race)")
@@ -293,15 +295,11 @@ def _race_section(provenance: Mapping[str, Any]) -> str:
 
 
 def _short(value: Any, width: int = 160) -> str:
-    import json
-
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _effects_section(provenance: Mapping[str, Any]) -> str:
-    from autoaug.search.decide.op_effects import describe_effects, plot_effects
-
     effects = provenance.get("op_effects")
     lines = describe_effects(effects, unclear=20)
     if not lines:
@@ -332,23 +330,16 @@ def _warm_start(config: Mapping[str, Any], provenance: Mapping[str, Any]) -> str
 
 
 def _grid(policy: Any, images: Any, backend: str) -> bytes:
-    from autoaug.policies.preview import render_grid
-
     with tempfile.TemporaryDirectory(prefix="autoaug-report-") as tmp:
         path = render_grid(policy, images, os.path.join(tmp, "grid.png"), columns=GRID_COLUMNS, seed=0, backend=backend)
         return path.read_bytes()
 
 
 def _backend() -> str:
-    from autoaug.core.extras import missing
-
     return "torchvision" if missing(["nvidia.dali"]) else "dali"
 
 
 def _policy_section(result: Mapping[str, Any] | None, config: Mapping[str, Any], store: str | None) -> str:
-    from autoaug.policies.describe import describe
-    from autoaug.policies.policy import Policy
-
     if not result or not result.get("policy"):
         return _muted("no policy stored yet (the search has not finished)")
     provenance = result.get("provenance") or {}
@@ -364,8 +355,6 @@ def _policy_section(result: Mapping[str, Any] | None, config: Mapping[str, Any],
         parts.append(_muted("this search started from no warm start: the grid shows the stored policy alone"))
     else:
         try:
-            from autoaug.policies.reference import resolve_policy
-
             policies.append((f"the warm start {warm}", resolve_policy(warm, store=store)))
         except Exception as exc:  # noqa: BLE001 - the page says it and shows the rest
             parts.append(_note(f"the warm start {warm} cannot be read: {exc}"))
@@ -374,9 +363,7 @@ def _policy_section(result: Mapping[str, Any] | None, config: Mapping[str, Any],
         parts.append(_note("the provenance names no data: no grid of its images"))
         return "".join(parts)
     try:
-        from autoaug.launch.policies_cmd import _preview_images
-
-        images = _preview_images(source, GRID_IMAGES, None, GRID_COLUMNS)
+        images = preview_images(source, GRID_IMAGES, None, GRID_COLUMNS)
     except Exception as exc:  # noqa: BLE001 - a data path moved or out of reach: said, not fatal
         parts.append(_note(f"the search's data {source} cannot be read here, so no grid of its images: {exc}"))
         return "".join(parts)
@@ -402,14 +389,10 @@ def _policy_section(result: Mapping[str, Any] | None, config: Mapping[str, Any],
 
 
 def _compare_section(result: Mapping[str, Any] | None) -> str:
-    from autoaug.launch.summary import evaluation_lines
-
     stored = (result or {}).get("stored") or {}
     if not stored.get("ref") or not stored.get("store"):
         return _muted("no stored version to compare")
     try:
-        from autoaug.policies.store import PolicyStore
-
         record = PolicyStore(stored["store"]).get(stored["ref"])
     except Exception as exc:  # noqa: BLE001 - a store out of reach: said in the page
         return _note(f"the policy store {stored['store']} cannot be read here: {exc}")
@@ -441,12 +424,6 @@ def _compare_section(result: Mapping[str, Any] | None) -> str:
 
 def write_html_report(name: str, storage: str, out: str, *, top: int = 5) -> str:
     """Write search ``name``'s page (see the module documentation) to ``out``; returns its path."""
-    from autoaug.launch.summary import provenance_lines
-    from autoaug.search.decide.rungs import from_study
-    from autoaug.search.methods.base import method_of
-    from autoaug.search.report import load_report_data
-    from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir
-
     data = load_report_data(name, storage)
     run = RunDir(storage, name)
     result = run.read_json(RESULT_FILE) if run.exists(RESULT_FILE) else None

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 
+from autoaug.core.errors import UserInputError
 from autoaug.launch.options import (
     CONFIG,
     JSON,
@@ -49,84 +49,22 @@ REQUIRES = ("ray", "nvidia.dali", "scipy", "matplotlib")
 
 def build_compare_config(args: argparse.Namespace):
     """The :class:`autoaug.launch.compare.CompareConfig` for parsed arguments (config file, --set, flags)."""
-    from autoaug.launch.compare import config_from_dict
-    from autoaug.launch.compare.config import CONFIG_KEYS
+    # The compare package (Ray, torch, scipy, matplotlib), when the command runs: not for the parser.
+    from autoaug.launch.compare.config import CONFIG_KEYS, config_from_dict
 
     merged = layered(args, OPTIONS, own=CONFIG_KEYS)  # --set epochs=2: train.epochs
     return config_from_dict(merged)
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoaug.core.errors import UserInputError
-    from autoaug.launch import preflight
-    from autoaug.launch.compare import run_compare
-    from autoaug.launch.output import display_for, json_result
-
+    """Entry point of ``autoaug compare``: the configuration built here, then
+    :mod:`autoaug.launch.compare_run` compares."""
     if args.quiet and args.json:
         raise UserInputError("--quiet and --json: give one (--json prints only the result, as JSON)")
-    config = preflight.for_compare(build_compare_config(args))  # paths absolute, inputs checked, before Ray
-    with json_result(bool(args.json)) as emit:
-        try:
-            with display_for(args) as display:
-                comparison = run_compare(config, display=display)  # RunFailedError: exit 1 (launch.cli.main)
-        except KeyboardInterrupt:
-            print(
-                f"\nautoaug compare: interrupted; finished runs are saved in {config.out}/runs; re-run the "
-                "same command to continue",
-                file=sys.stderr,
-            )
-            raise
-        if args.json:
-            emit(comparison_json(comparison))
-            return 0
-    print()
-    print(comparison.table())
-    print()
-    print(f"trained {comparison.trained} run(s), reused {len(comparison.runs) - comparison.trained}")
-    for key in ("results_md", "results_csv", "results_parquet", "runs_csv", "plot", "per_class_csv", "per_class_plot"):
-        if key in comparison.files:
-            print(f"wrote {comparison.files[key]}")
-    for ref in comparison.attached:
-        print(f"attached the results to {ref} (autoaug policies show {ref})")
-    return 0
+    config = build_compare_config(args)
+    from autoaug.launch import compare_run  # Ray, torch, the statistics and plots: not the parser
 
-
-def comparison_json(comparison) -> dict:
-    """The ``--json`` document of a finished comparison."""
-    from autoaug.launch.compare.per_class import run_balanced_accuracy
-
-    return {
-        "out": comparison.config.out,
-        "summaries": [dataclasses.asdict(s) for s in comparison.summaries],
-        "runs": [
-            {
-                k: r.get(k)
-                for k in (
-                    "run_id",
-                    "policy",
-                    "kind",
-                    "ref",
-                    "policy_hash",
-                    "base",
-                    "seed",
-                    "test_accuracy",
-                    "val_accuracy",
-                    "train_time_s",
-                    "history",
-                    "test_class_correct",
-                    "test_class_total",
-                )
-            }
-            | {"balanced_accuracy": run_balanced_accuracy(r)}
-            for r in comparison.runs
-        ],
-        "per_class": comparison.per_class.to_dict(),
-        "trained": comparison.trained,
-        "reused": len(comparison.runs) - comparison.trained,
-        "files": dict(comparison.files),
-        "attached": list(comparison.attached),
-        "dataset_fingerprint": comparison.dataset_fingerprint,
-    }
+    return compare_run.run(args, config)
 
 
 #: Every option of ``autoaug compare``, with the key of the compare configuration it sets (see

@@ -29,8 +29,19 @@ import time
 import uuid
 from typing import Any
 
+import numpy as np
+import pyarrow.fs as pafs
+
 from autoaug.core.errors import DataError, UserInputError
 from autoaug.core.location import Location, is_uri
+from autoaug.policies.store import default_store_uri
+from autoaug.proxy_models.data import DatasetError, open_dataset
+from autoaug.proxy_models.memory import check_memory
+from autoaug.proxy_models.pipeline import MEMORY_DECODE_LIMIT_BYTES
+from autoaug.proxy_models.splits import config_groups, config_split
+from autoaug.proxy_models.train_config import eval_batch_size, resolve_config
+from autoaug.search.run_dir import RunDir
+from autoaug.search.tune.study import check_studies
 
 __all__ = [
     "DataCheck",
@@ -138,8 +149,6 @@ def _check_local(path: str, what: str) -> None:
 
 
 def _check_remote(location: Location, what: str) -> None:
-    import pyarrow.fs as pafs
-
     try:
         fs = location.fs
         info = fs.get_file_info(location.path)
@@ -197,12 +206,6 @@ def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = Tr
     Raises :class:`DataError` (a dataset problem, naming the file/row; images of several sizes
     when the size is automatic) or :class:`UserInputError` (a split the data cannot give).
     """
-    import numpy as np
-
-    from autoaug.proxy_models.data import DatasetError, open_dataset
-    from autoaug.proxy_models.splits import config_groups, config_split
-    from autoaug.proxy_models.train_config import resolve_config
-
     started = time.perf_counter()
     if config.data is None:
         raise UserInputError("no training data: give --data (or data: in the --config file)")
@@ -236,9 +239,6 @@ def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = Tr
 
 
 def _check_memory(config: Any, ds: Any, split: Any, test: Any, *, runs: int, unit: str, here: bool) -> None:
-    from autoaug.proxy_models.memory import check_memory
-    from autoaug.proxy_models.train_config import eval_batch_size
-
     check_memory(
         config,
         num_classes=ds.num_classes,
@@ -267,8 +267,6 @@ def _decode(ds: Any, indices: Any, size: int | None, *, cache: bool = True) -> i
     """Decode ``indices`` of ``ds`` (raising :class:`DatasetError` for the first bad row). Sets the
     trainer's loader decodes in memory are decoded through :meth:`ImageDataset.images` (cached per
     process); the others image by image, without keeping them."""
-    from autoaug.proxy_models.pipeline import MEMORY_DECODE_LIMIT_BYTES
-
     n = len(indices)
     if n == 0:
         return 0
@@ -306,8 +304,6 @@ def for_search(config: Any, *, say: Any = None, address: str | None = None, over
     none with a cluster ``address``). An Optuna database (``optuna_storage``) is connected before
     the data are decoded: one that is down, refuses the login or holds a study of this search's
     names from another search is one line (``overwrite``: this search's own studies may be there)."""
-    from autoaug.policies.store import default_store_uri
-
     config = config.replace(
         train=absolute_train_config(config.train),
         storage=absolute_location(config.storage, what="--storage"),
@@ -324,9 +320,6 @@ def for_search(config: Any, *, say: Any = None, address: str | None = None, over
     # transferred best competes too when the warm start is measured).
     rescored = config.search_method.max_candidates(config) + (config.warm_start == "auto") >= 2
     if config.rescore and rescored and config.rescore_val_size is not None:
-        from autoaug.proxy_models.data import DatasetError
-        from autoaug.proxy_models.splits import config_split
-
         try:  # the re-scoring runs come after every trial: fail now, not hours later
             config_split(checked.dataset, config.train, val_size=config.rescore_val_size)
         except DatasetError as exc:
@@ -342,9 +335,6 @@ def check_study_storage(config: Any, *, overwrite: bool = False) -> None:
     """The search's Optuna database reached and its study names free
     (:func:`autoaug.search.tune.study.check_studies`). A run directory that exists already is the
     driver's to refuse (or, with ``overwrite``, to replace with its studies)."""
-    from autoaug.search.run_dir import RunDir
-    from autoaug.search.tune.study import check_studies
-
     run = RunDir(config.storage, config.name)
     own_ok = overwrite or run.exists()
     check_studies(config.optuna_storage, config.search_method.study_names(config), run.uri, own_ok=own_ok)
@@ -368,6 +358,7 @@ def for_compare(config: Any) -> Any:
     left as requested: :func:`autoaug.launch.compare.run_compare` sizes it to the data and records
     both. The memory check counts a run times the runs Ray starts at once here
     (:func:`runs_at_once`)."""
+    # The compare package (Ray, scipy, matplotlib), for compare only: train and search import this module.
     from autoaug.launch.compare.candidates import resolve_candidates
 
     changes: dict[str, Any] = {
@@ -380,8 +371,6 @@ def for_compare(config: Any) -> Any:
     candidates = resolve_candidates(config.policies, config.baselines, config.store, config.base)
     check_writable(config.out, what="--out")
     if config.attach and any(c.store_ref for c in candidates):
-        from autoaug.policies.store import default_store_uri
-
         check_writable(config.store or default_store_uri(), what="--store")
     at_once = runs_at_once(config.cpus_per_run, len(candidates) * len(config.seeds), config.address)
     check_data(config.train, runs=at_once, here=False)

@@ -12,8 +12,11 @@ from typing import Any
 
 from autoaug.core.errors import CompareError
 from autoaug.core.location import is_uri
+from autoaug.core.ray_session import parse_address
 from autoaug.core.values import check_keys
 from autoaug.launch.compare.candidates import DEFAULT_BASELINES, default_test_data, parse_baselines
+from autoaug.policies.bases import check_name
+from autoaug.proxy_models.train_config import TrainConfig
 
 __all__ = ["CompareConfig", "CONFIG_KEYS", "MAX_SEEDS", "config_from_dict"]
 
@@ -60,8 +63,6 @@ class CompareConfig:
     base: str | None = None  # --base: candidates with sub-policies train on it (candidates.Candidate.on_base)
 
     def __post_init__(self) -> None:
-        from autoaug.proxy_models.train_config import TrainConfig
-
         if not isinstance(self.train, TrainConfig):
             raise CompareError(f"CompareConfig.train must be a TrainConfig, got {type(self.train).__name__}")
         if self.train.data is None:
@@ -86,8 +87,6 @@ class CompareConfig:
             raise CompareError(f"seeds must be distinct, got {list(seeds)}")
         object.__setattr__(self, "seeds", seeds)
         if self.address is not None:  # a malformed address: refused before the data are read
-            from autoaug.core.ray_session import parse_address
-
             parse_address(self.address)
         if isinstance(self.cpus_per_run, bool) or not isinstance(self.cpus_per_run, int) or self.cpus_per_run < 1:
             raise CompareError(f"cpus_per_run must be a positive integer, got {self.cpus_per_run!r}")
@@ -126,8 +125,6 @@ class CompareConfig:
             )
         object.__setattr__(self, "out", os.fspath(self.out))
         if self.base is not None:
-            from autoaug.policies.bases import check_name
-
             try:
                 check_name(self.base, "--base")
             except ValueError as exc:
@@ -170,8 +167,6 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     training device is CUDA, else 0), ``attach``, ``verbose``, ``base`` (``none``, ``crop`` or
     ``standard``: the candidates with sub-policies train on it instead of their own base).
     """
-    from autoaug.proxy_models.train_config import TrainConfig
-
     if not isinstance(data, Mapping):
         raise CompareError(f"compare configuration must be a mapping, got {type(data).__name__}")
     check_keys(
@@ -181,44 +176,8 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
         template="unknown {what} {unknown}; expected {known}",
         error=CompareError,
     )
-    source = data.get("data")
-    if not source:
-        raise CompareError(
-            "no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)"
-        )
-    source = os.fspath(source)
-    is_local = not is_uri(source) and not (source == "cifar10" or source.startswith("cifar10:"))
-    if is_local and not Path(source.removeprefix("file://")).expanduser().exists():
-        raise CompareError(
-            f"training data {source!r} does not exist (expected a Parquet file or folder, an ImageFolder root, "
-            "cifar10:ROOT or a URI)"
-        )
-    test_data = data.get("test_data")
-    if test_data in (None, ""):
-        test_data = default_test_data(source)
-        if test_data is None:
-            raise CompareError(
-                f"no test split found for {source} (looked for test.parquet next to it); give --test-data"
-            )
-    overrides = data.get("train") or {}
-    if not isinstance(overrides, Mapping):
-        raise CompareError(f"'train' must be a mapping of training settings, got {overrides!r}")
-    for key in ("data", "test_data", "seed", "num_threads"):
-        if key in overrides:
-            raise CompareError(
-                f"train.{key} cannot be set for a comparison: "
-                + {
-                    "data": "use --data",
-                    "test_data": "use --test-data",
-                    "seed": "use --seeds",
-                    "num_threads": "use --cpus-per-run",
-                }[key]
-            )
-    preset = data.get("preset") or "cpu"
-    try:
-        train = TrainConfig.from_preset(str(preset), data=source, test_data=os.fspath(test_data), **dict(overrides))
-    except (TypeError, ValueError) as exc:
-        raise CompareError(" ".join(str(exc).split())) from None
+    source = _training_data(data.get("data"))
+    train = _train_config(data, source, _test_data(data.get("test_data"), source))
     seeds = data.get("seeds", 3)
     first = data.get("first_seed", 0) or 0
     if isinstance(seeds, bool) or not isinstance(first, int) or isinstance(first, bool) or first < 0:
@@ -227,16 +186,7 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     if isinstance(policies, str):
         policies = (policies,)
     baselines = parse_baselines(data.get("baselines"))
-    if isinstance(seeds, int):
-        if seeds < 1:
-            raise CompareError(f"--seeds must be >= 1, got {seeds}")
-        if seeds > MAX_SEEDS:
-            raise _too_many_seeds(seeds, len(policies) + len(baselines))
-        seeds = tuple(range(first, first + seeds))
-    elif isinstance(seeds, (list, tuple)):
-        seeds = tuple(seeds)
-    else:
-        raise CompareError(f"seeds must be a count or a list of integers, got {seeds!r}")
+    seeds = _seed_list(seeds, first, len(policies) + len(baselines))
     gpus = data.get("gpus_per_run")
     if gpus is None:
         gpus = 1.0 if train.device.startswith("cuda") else 0.0
@@ -256,3 +206,66 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     if data.get("out"):
         kwargs["out"] = os.fspath(data["out"])
     return CompareConfig(**kwargs)
+
+
+def _training_data(source: Any) -> str:
+    """``data``: required, and a local path that exists (URIs and ``cifar10[:ROOT]`` as given)."""
+    if not source:
+        raise CompareError(
+            "no training data: give --data (a Parquet file or folder, an ImageFolder root, cifar10:ROOT)"
+        )
+    source = os.fspath(source)
+    is_local = not is_uri(source) and not (source == "cifar10" or source.startswith("cifar10:"))
+    if is_local and not Path(source.removeprefix("file://")).expanduser().exists():
+        raise CompareError(
+            f"training data {source!r} does not exist (expected a Parquet file or folder, an ImageFolder root, "
+            "cifar10:ROOT or a URI)"
+        )
+    return source
+
+
+def _test_data(test_data: Any, source: str) -> Any:
+    """``test_data`` as given, else the test split next to the training data (:func:`default_test_data`)."""
+    if test_data not in (None, ""):
+        return test_data
+    found = default_test_data(source)
+    if found is None:
+        raise CompareError(f"no test split found for {source} (looked for test.parquet next to it); give --test-data")
+    return found
+
+
+def _train_config(data: Mapping[str, Any], source: str, test_data: Any) -> TrainConfig:
+    """The runs' :class:`TrainConfig`: the preset (default ``cpu``) with the ``train`` overrides, on
+    the training and test data; the settings a comparison owns (data, seed, threads) refused there."""
+    overrides = data.get("train") or {}
+    if not isinstance(overrides, Mapping):
+        raise CompareError(f"'train' must be a mapping of training settings, got {overrides!r}")
+    for key in ("data", "test_data", "seed", "num_threads"):
+        if key in overrides:
+            raise CompareError(
+                f"train.{key} cannot be set for a comparison: "
+                + {
+                    "data": "use --data",
+                    "test_data": "use --test-data",
+                    "seed": "use --seeds",
+                    "num_threads": "use --cpus-per-run",
+                }[key]
+            )
+    preset = data.get("preset") or "cpu"
+    try:
+        return TrainConfig.from_preset(str(preset), data=source, test_data=os.fspath(test_data), **dict(overrides))
+    except (TypeError, ValueError) as exc:
+        raise CompareError(" ".join(str(exc).split())) from None
+
+
+def _seed_list(seeds: Any, first: int, policies: int) -> tuple:
+    """``seeds``: a count N (``first .. first + N - 1``, at most :data:`MAX_SEEDS`) or a list."""
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise CompareError(f"--seeds must be >= 1, got {seeds}")
+        if seeds > MAX_SEEDS:
+            raise _too_many_seeds(seeds, policies)
+        return tuple(range(first, first + seeds))
+    if isinstance(seeds, (list, tuple)):
+        return tuple(seeds)
+    raise CompareError(f"seeds must be a count or a list of integers, got {seeds!r}")

@@ -41,6 +41,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+from matplotlib.lines import Line2D
+from scipy import stats
+
 from autoaug.core.metrics import balanced_accuracy
 from autoaug.launch.compare.candidates import Candidate
 from autoaug.launch.compare.stats import PairedDifference, adjust_p_values, mean_ci, paired_difference
@@ -125,8 +129,6 @@ def detectable_ratio(seeds: int, classes: int, alpha: float = ALPHA) -> float:
     """How many times the standard deviation of its per-seed differences a class's mean difference
     must be for the paired t test to name it when it is the only class named: Benjamini-Hochberg's
     strictest threshold is ``alpha / classes``, so ``t(1 - alpha / (2 classes), seeds - 1) / sqrt(seeds)``."""
-    from scipy import stats
-
     if seeds < 2 or classes < 1:
         return math.inf
     return float(stats.t.ppf(1.0 - alpha / (2.0 * classes), seeds - 1)) / math.sqrt(seeds)
@@ -332,46 +334,56 @@ class PerClass:
         if not self.available:
             return lines + [""]
         if self.baseline and self.compared:
-            lines += ["", "### Classes worse than the best baseline", ""]
-            what = (
-                "each `--policy`"
-                if any(r.kind == "policy" for r in self.results if r.policy in self.compared)
-                else "each other baseline"
+            lines += self._worse_section()
+        return lines + self._accuracy_section() + [""]
+
+    def _worse_section(self) -> list[str]:
+        """``### Classes worse than the best baseline``: per compared policy, its balanced accuracy
+        minus the baseline's and the classes worse, suspect and better."""
+        lines = ["", "### Classes worse than the best baseline", ""]
+        what = (
+            "each `--policy`"
+            if any(r.kind == "policy" for r in self.results if r.policy in self.compared)
+            else "each other baseline"
+        )
+        lines.append(
+            f"The best baseline is `{self.baseline}` (the highest mean test accuracy of the baselines); "
+            f"{what} is compared with it. " + self.method()
+        )
+        lines += [
+            "",
+            f"| policy | balanced acc minus `{self.baseline}`, points [95% CI] | "
+            "worse beyond the noise: points [95% CI], q | own 95% CI below 0, not beyond the noise | "
+            "better beyond the noise |",
+            "|---|---|---|---|---|",
+        ]
+        for policy in self.compared:
+            b = self.balanced_diffs.get(policy)
+            bal = (
+                "-"
+                if b is None or not b.n
+                else _pts(b.mean) + (f" [{_pts(b.ci95_low)}, {_pts(b.ci95_high)}]" if math.isfinite(b.ci95_low) else "")
             )
-            lines.append(
-                f"The best baseline is `{self.baseline}` (the highest mean test accuracy of the baselines); "
-                f"{what} is compared with it. " + self.method()
-            )
-            lines += [
-                "",
-                f"| policy | balanced acc minus `{self.baseline}`, points [95% CI] | "
-                "worse beyond the noise: points [95% CI], q | own 95% CI below 0, not beyond the noise | "
-                "better beyond the noise |",
-                "|---|---|---|---|---|",
-            ]
-            for policy in self.compared:
-                b = self.balanced_diffs.get(policy)
-                bal = (
-                    "-"
-                    if b is None or not b.n
-                    else _pts(b.mean)
-                    + (f" [{_pts(b.ci95_low)}, {_pts(b.ci95_high)}]" if math.isfinite(b.ci95_low) else "")
+            suspects = self.suspects(policy)
+            suspect_txt = ", ".join(f"{r.class_name} {_pts(r.diff.mean)}" for r in suspects) or "none"
+            if not self.tested(policy):
+                worse_txt, better_txt, suspect_txt = "not tested (fewer than 2 paired seeds)", "-", "-"
+            else:
+                worse = self.worse(policy)
+                worse_txt = (
+                    "; ".join(f"**{r.class_name}** {r.describe_diff()}" for r in worse)
+                    if worse
+                    else "none beyond the noise"
                 )
-                suspects = self.suspects(policy)
-                suspect_txt = ", ".join(f"{r.class_name} {_pts(r.diff.mean)}" for r in suspects) or "none"
-                if not self.tested(policy):
-                    worse_txt, better_txt, suspect_txt = "not tested (fewer than 2 paired seeds)", "-", "-"
-                else:
-                    worse = self.worse(policy)
-                    worse_txt = (
-                        "; ".join(f"**{r.class_name}** {r.describe_diff()}" for r in worse)
-                        if worse
-                        else "none beyond the noise"
-                    )
-                    better = self.better(policy)
-                    better_txt = ", ".join(r.class_name for r in better) if better else "none"
-                lines.append(f"| `{policy}` | {bal} | {worse_txt} | {suspect_txt} | {better_txt} |")
-        lines += ["", "### Per-class accuracy, mean over seeds (%)", ""]
+                better = self.better(policy)
+                better_txt = ", ".join(r.class_name for r in better) if better else "none"
+            lines.append(f"| `{policy}` | {bal} | {worse_txt} | {suspect_txt} | {better_txt} |")
+        return lines
+
+    def _accuracy_section(self) -> list[str]:
+        """``### Per-class accuracy, mean over seeds (%)``: a row per class, a column per policy,
+        marked where it differs from the best baseline."""
+        lines = ["", "### Per-class accuracy, mean over seeds (%)", ""]
         if self.baseline and self.compared:
             lines += [
                 f"▼ / ▲: worse / better than `{self.baseline}` beyond the noise; ▽: own 95% CI below 0, "
@@ -396,7 +408,7 @@ class PerClass:
                 + " | ".join(cells)
                 + " |"
             )
-        return lines + [""]
+        return lines
 
     def csv_rows(self) -> list[dict[str, Any]]:
         return [r.to_dict() for r in self.results]
@@ -440,26 +452,10 @@ def analyze(
     sizes = {len(c[1]) for per_seed in counted.values() for c in per_seed.values()}
     names = tuple(classes) or tuple(str(i) for i in range(max(sizes, default=0)))
     out = PerClass(classes=names, missing=tuple(missing), alpha=alpha)
-    if not counted:
-        if runs:
-            out.notes.append("No run has per-class counts: balanced and per-class accuracies are unavailable.")
+    total = _shared_test_set(out, counted, sizes, bool(runs))
+    if total is None:
         return out
-    if sizes != {len(names)}:
-        out.notes.append(
-            f"The runs' per-class counts have {sorted(sizes)} classes but the data have {len(names)}: "
-            "per-class results are not shown; re-run in a new --out."
-        )
-        return out
-    totals = {c[1] for per_seed in counted.values() for c in per_seed.values()}
-    if len(totals) > 1:
-        out.notes.append(
-            "The runs were tested on different test sets (their per-class image counts differ): "
-            "per-class results are not shown; re-run in a new --out."
-        )
-        return out
-    (total,) = totals
     out.test_images = total
-    by_label = {c.label: c for c in candidates}
     accs: dict[str, list[dict[int, float]]] = {}  # per policy, per class: {seed: accuracy}
     for c in candidates:
         per_seed = counted.get(c.policy_hash)
@@ -469,27 +465,74 @@ def analyze(
                 for k in range(len(names))
             ]
     out.policies = tuple(accs)
+    out.baseline, out.compared = _baseline_and_compared(out, candidates, summaries, accs)
+    diffs, adjusted = _differences(out, candidates, counted, accs, total)
+    _add_results(out, candidates, accs, total, diffs, adjusted)
+    return out
 
+
+def _shared_test_set(
+    out: PerClass, counted: Mapping[str, Any], sizes: set[int], any_runs: bool
+) -> tuple[int, ...] | None:
+    """The test images per class every run with per-class counts was tested on; None, with a note
+    in ``out``, when no run has counts, their classes are not the data's, or their test sets differ."""
+    if not counted:
+        if any_runs:
+            out.notes.append("No run has per-class counts: balanced and per-class accuracies are unavailable.")
+        return None
+    if sizes != {len(out.classes)}:
+        out.notes.append(
+            f"The runs' per-class counts have {sorted(sizes)} classes but the data have {len(out.classes)}: "
+            "per-class results are not shown; re-run in a new --out."
+        )
+        return None
+    totals = {c[1] for per_seed in counted.values() for c in per_seed.values()}
+    if len(totals) > 1:
+        out.notes.append(
+            "The runs were tested on different test sets (their per-class image counts differ): "
+            "per-class results are not shown; re-run in a new --out."
+        )
+        return None
+    (total,) = totals
+    return total
+
+
+def _baseline_and_compared(
+    out: PerClass, candidates: Sequence[Candidate], summaries: Sequence[Any], accs: Mapping[str, Any]
+) -> tuple[str | None, tuple[str, ...]]:
+    """``(the best baseline, the policies compared with it)``: the ``--policy`` ones, else the other
+    baselines; no baseline (a note in ``out``) when there is none or it has no per-class counts."""
     baseline = best_baseline(summaries)
-    compared: tuple[str, ...] = ()
     if baseline is None:
         out.notes.append("No baseline to compare with (--baselines ''): the classes are not tested.")
-    elif baseline not in accs:
+        return None, ()
+    if baseline not in accs:
         out.notes.append(
             f"The best baseline `{baseline}` has no run with per-class counts: the classes are not tested."
         )
-        baseline = None
-    else:
-        policies = [c.label for c in candidates if c.kind == "policy"]
-        others = policies or [c.label for c in candidates if c.kind == "baseline" and c.label != baseline]
-        compared = tuple(p for p in others if p in accs)
-    out.baseline, out.compared = baseline, compared
+        return None, ()
+    policies = [c.label for c in candidates if c.kind == "policy"]
+    others = policies or [c.label for c in candidates if c.kind == "baseline" and c.label != baseline]
+    return baseline, tuple(p for p in others if p in accs)
 
+
+def _differences(
+    out: PerClass,
+    candidates: Sequence[Candidate],
+    counted: Mapping[str, Any],
+    accs: Mapping[str, Any],
+    total: tuple[int, ...],
+) -> tuple[dict[str, list[PairedDifference | None]], dict[str, list[float]]]:
+    """Per compared policy, each class's accuracy difference to the baseline paired by seed and its
+    adjusted p-value (Benjamini-Hochberg over the policy's classes); its balanced-accuracy
+    difference goes to ``out.balanced_diffs``."""
+    by_label = {c.label: c for c in candidates}
+    baseline = out.baseline
     diffs: dict[str, list[PairedDifference | None]] = {}
     adjusted: dict[str, list[float]] = {}
-    for p in compared:
+    for p in out.compared:
         diffs[p] = [
-            paired_difference(accs[p][k], accs[baseline][k]) if total[k] > 0 else None for k in range(len(names))
+            paired_difference(accs[p][k], accs[baseline][k]) if total[k] > 0 else None for k in range(len(total))
         ]
         adjusted[p] = adjust_p_values([d.p_value if d is not None else math.nan for d in diffs[p]])
         balanced = {
@@ -500,8 +543,20 @@ def analyze(
             for label in (p, baseline)
         }
         out.balanced_diffs[p] = paired_difference(balanced[p], balanced[baseline])
+    return diffs, adjusted
+
+
+def _add_results(
+    out: PerClass,
+    candidates: Sequence[Candidate],
+    accs: Mapping[str, Any],
+    total: tuple[int, ...],
+    diffs: Mapping[str, Any],
+    adjusted: Mapping[str, Any],
+) -> None:
+    """One :class:`ClassResult` per class and policy (class by class), appended to ``out.results``."""
     kinds = {c.label: c.kind for c in candidates}
-    for k, name in enumerate(names):
+    for k, name in enumerate(out.classes):
         for p in out.policies:
             per_seed = accs[p][k]
             mean, std, lo, hi = mean_ci(list(per_seed.values()))
@@ -518,22 +573,18 @@ def analyze(
                     std=std,
                     ci95_low=lo,
                     ci95_high=hi,
-                    baseline=baseline if p in diffs else None,
+                    baseline=out.baseline if p in diffs else None,
                     diff=diffs[p][k] if p in diffs else None,
                     p_adjusted=adjusted[p][k] if p in adjusted else math.nan,
-                    alpha=alpha,
+                    alpha=out.alpha,
                 )
             )
-    return out
 
 
 def plot(per_class: PerClass, title: str = "") -> bytes | None:
     """``per_class.png`` (PNG bytes): per compared policy, its per-class accuracy difference to the
     best baseline (mean over seeds, 95% CI), classes sorted from the worst; classes beyond the noise
     in red (worse) or green (better). None when nothing is compared."""
-    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
-    from matplotlib.lines import Line2D
-
     panels = [(p, [r for r in per_class.of(p) if r.diff is not None and r.diff.n]) for p in per_class.compared]
     panels = [(p, rs) for p, rs in panels if rs]
     if not panels:

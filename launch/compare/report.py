@@ -17,20 +17,26 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import matplotlib
+import pyarrow as pa
+import pyarrow.parquet as pq
+from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+from matplotlib.ticker import MaxNLocator
+
 from autoaug.core.errors import CompareError
 from autoaug.core.location import Location
 from autoaug.launch.compare.candidates import Candidate
 from autoaug.launch.compare.config import CompareConfig
+from autoaug.launch.compare.per_class import CSV_COLUMNS as PER_CLASS_COLUMNS
 from autoaug.launch.compare.per_class import PerClass, analyze, run_balanced_accuracy
 from autoaug.launch.compare.per_class import plot as plot_per_class
 from autoaug.launch.compare.stats import mean_ci
+from autoaug.policies.store import PolicyStore
 
 __all__ = ["PolicySummary", "Comparison", "summarize", "write_outputs", "plot", "attach_evaluations"]
 
 
 def _open_store(store: Any) -> Any:
-    from autoaug.policies.store import PolicyStore
-
     if store is not None and not isinstance(store, (str, bytes)) and hasattr(store, "attach_evaluation"):
         return store  # already a PolicyStore (or compatible)
     try:
@@ -365,9 +371,6 @@ def _csv_bytes(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> byt
 
 
 def _parquet_bytes(summaries: Sequence[PolicySummary]) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     def num(x: float) -> float | None:
         return x if math.isfinite(x) else None
 
@@ -408,13 +411,30 @@ def plot(comparison: Comparison) -> bytes:
     """``comparison.png`` (PNG bytes): test accuracy per policy (mean, 95% CI, seeds) and, where
     the runs validated (not in a regime without validation, such as ``eval-cpu``), validation
     accuracy per epoch (mean over seeds)."""
-    import matplotlib
-    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
-    from matplotlib.ticker import MaxNLocator
-
     summaries = comparison.summaries
-    curves: list[dict[int, list[float]]] = []  # per policy: epoch -> validation accuracies over seeds
-    for s in summaries:
+    curves = _validation_curves(comparison)
+    if any(curves):
+        fig = Figure(figsize=(13, 5))
+        ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    else:  # nothing validated: no empty panel
+        fig = Figure(figsize=(7, 5))
+        ax1, ax2 = fig.subplots(1, 1), None
+    colors = [matplotlib.colormaps["tab10"](i % 10) for i in range(len(summaries))]
+    _plot_test_accuracy(ax1, summaries, colors)
+    if ax2 is not None:
+        _plot_validation(ax2, summaries, colors, curves)
+    t = comparison.config.train
+    fig.suptitle(f"{t.model}, {t.epochs} epochs, train_size={t.train_size}, seeds={len(comparison.config.seeds)}")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def _validation_curves(comparison: Comparison) -> list[dict[int, list[float]]]:
+    """Per policy (in the order of the summaries): epoch -> validation accuracies over seeds."""
+    curves: list[dict[int, list[float]]] = []
+    for s in comparison.summaries:
         per_epoch: dict[int, list[float]] = {}
         for r in comparison.runs:
             if r["policy_hash"] != s.policy_hash:
@@ -423,21 +443,19 @@ def plot(comparison: Comparison) -> bytes:
                 if row.get("val_accuracy") is not None:
                     per_epoch.setdefault(int(row["epoch"]), []).append(float(row["val_accuracy"]))
         curves.append(per_epoch)
-    if any(curves):
-        fig = Figure(figsize=(13, 5))
-        ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
-    else:  # nothing validated: no empty panel
-        fig = Figure(figsize=(7, 5))
-        ax1, ax2 = fig.subplots(1, 1), None
+    return curves
+
+
+def _plot_test_accuracy(ax: Any, summaries: Sequence[PolicySummary], colors: Sequence[Any]) -> None:
+    """The left panel: each policy's test accuracy, mean and 95% CI, its seeds as small dots."""
     xs = list(range(len(summaries)))
-    colors = [matplotlib.colormaps["tab10"](i % 10) for i in xs]
     for x, s, c in zip(xs, summaries, colors):
         if s.n == 0:
             continue
         seeds_x = [x + 0.12 + 0.06 * ((k % 3) - 1) for k in range(len(s.test_accuracies))]
-        ax1.scatter(seeds_x, [100 * a for a in s.test_accuracies], color=c, s=14, alpha=0.6, zorder=2)
+        ax.scatter(seeds_x, [100 * a for a in s.test_accuracies], color=c, s=14, alpha=0.6, zorder=2)
         err = 100 * s.ci95_half_width if math.isfinite(s.ci95_half_width) else None
-        ax1.errorbar(
+        ax.errorbar(
             [x],
             [100 * s.mean],
             yerr=None if err is None else [[err], [err]],
@@ -448,51 +466,47 @@ def plot(comparison: Comparison) -> bytes:
             elinewidth=1.6,
             zorder=3,
         )
-    ax1.set_xticks(xs)
-    ax1.set_xticklabels([s.policy for s in summaries], rotation=30, ha="right")
-    ax1.set_xlim(-0.6, len(summaries) - 0.4)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([s.policy for s in summaries], rotation=30, ha="right")
+    ax.set_xlim(-0.6, len(summaries) - 0.4)
     shown = [100 * a for s in summaries for a in s.test_accuracies]
     shown += [100 * v for s in summaries for v in (s.ci95_low, s.ci95_high) if math.isfinite(v)]
     if shown:
         lo, hi = min(shown), max(shown)
         pad = max(0.5, 0.08 * (hi - lo))
-        ax1.set_ylim(max(0.0, lo - pad), min(100.0, hi + pad))
-    ax1.set_ylabel("test accuracy (%)")
-    ax1.set_title("Test accuracy: mean and 95% CI (small dots: seeds)")
-    ax1.grid(axis="y", alpha=0.3)
+        ax.set_ylim(max(0.0, lo - pad), min(100.0, hi + pad))
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("Test accuracy: mean and 95% CI (small dots: seeds)")
+    ax.grid(axis="y", alpha=0.3)
 
-    if ax2 is not None:
-        for s, c, per_epoch in zip(summaries, colors, curves):
-            if per_epoch:
-                epochs = sorted(per_epoch)
-                ax2.plot(
-                    epochs,
-                    [100 * sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs],
-                    marker="o",
-                    markersize=3,
-                    color=c,
-                    label=s.policy,
-                )
-        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax2.set_xlabel("epoch")
-        ax2.set_ylabel("validation accuracy (%)")
-        ax2.set_title("Validation accuracy per epoch (mean over seeds)")
-        ax2.grid(alpha=0.3)
-        ax2.legend(fontsize=8)
-    t = comparison.config.train
-    fig.suptitle(f"{t.model}, {t.epochs} epochs, train_size={t.train_size}, seeds={len(comparison.config.seeds)}")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    return buf.getvalue()
+
+def _plot_validation(
+    ax: Any, summaries: Sequence[PolicySummary], colors: Sequence[Any], curves: Sequence[Mapping[int, list[float]]]
+) -> None:
+    """The right panel: each policy's validation accuracy per epoch, mean over seeds."""
+    for s, c, per_epoch in zip(summaries, colors, curves):
+        if per_epoch:
+            epochs = sorted(per_epoch)
+            ax.plot(
+                epochs,
+                [100 * sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs],
+                marker="o",
+                markersize=3,
+                color=c,
+                label=s.policy,
+            )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_title("Validation accuracy per epoch (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def write_outputs(comparison: Comparison) -> dict[str, str]:
     """Write runs.csv, results.{md,csv,parquet} and comparison.png into ``config.out``, and
     per_class.csv (when runs have per-class counts) and per_class.png (when a policy is compared
     with the best baseline); returns their locations (also kept in ``comparison.files``)."""
-    from autoaug.launch.compare.per_class import CSV_COLUMNS as PER_CLASS_COLUMNS
-
     out = Location.parse(comparison.config.out, what="--out")
     contents = {
         "runs_csv": ("runs.csv", _csv_bytes([_run_row(r) for r in comparison.runs], _RUN_COLUMNS)),

@@ -6,21 +6,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import ray
+from ray.util.queue import Queue
+
+from autoaug.core import ray_session as cluster
 from autoaug.core.errors import CompareError, RunFailedError
 from autoaug.core.location import Location
 from autoaug.core.machine import left_out_line, one_kind
-from autoaug.core.metrics import epoch_record, metrics_json
+from autoaug.core.metrics import metrics_json
 from autoaug.launch.compare.candidates import Candidate, resolve_candidates
 from autoaug.launch.compare.config import CompareConfig
 from autoaug.launch.compare.per_class import run_balanced_accuracy
 from autoaug.launch.compare.report import Comparison, _pct, attach_evaluations, summarize, write_outputs
+from autoaug.launch.compare_task import train_one
+from autoaug.proxy_models.data import open_dataset
+from autoaug.proxy_models.train_config import resolve_config, sizing_record
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -44,52 +49,6 @@ def _slug(text: str) -> str:
 def run_id(candidate: Candidate, seed: int) -> str:
     """File-name-safe id of one run: ``<label>-<hash prefix>-seed<seed>``."""
     return f"{_slug(candidate.label)}-{candidate.policy_hash[:8]}-seed{seed}"
-
-
-def _train_one(
-    train_config: dict[str, Any], policy: dict[str, Any], queue: Any = None, key: str | None = None
-) -> dict[str, Any]:
-    """Body of one run (a Ray task): train, evaluate on the test split, return the record.
-
-    With ``queue`` (a ``ray.util.queue.Queue``), ``(key, epoch, validation accuracy)`` is put on it
-    after every epoch: the driver's progress display reads it (best effort: a full or gone queue
-    never fails the run)."""
-    import ray
-
-    from autoaug.policies.schedule import trainable_from_dict
-    from autoaug.proxy_models.train import TrainConfig, train
-
-    config = TrainConfig.from_dict(train_config)
-
-    def report(metrics: dict[str, Any]) -> None:
-        try:
-            queue.put_nowait((key, int(metrics["epoch"]), metrics.get("val_accuracy")))
-        except Exception:  # progress only
-            pass
-
-    result = train(config, trainable_from_dict(policy), report=report if queue is not None else None)
-    try:
-        node_id = ray.get_runtime_context().get_node_id()
-    except Exception:  # pragma: no cover - always inside Ray here
-        node_id = None
-    return {
-        "test_accuracy": result.test_accuracy,
-        "test_loss": result.test_loss,
-        "test_balanced_accuracy": result.test_balanced_accuracy,
-        # Per class, in label order: test images predicted right / test images (per-class accuracy).
-        "test_class_correct": result.test_class_correct,
-        "test_class_total": result.test_class_total,
-        "val_accuracy": result.val_accuracy,
-        "train_time_s": result.train_time_s,
-        "precision": result.precision,
-        "machine": result.machine,  # its kind (autoaug.core.machine): runs pair by seed only within one
-        "history": [epoch_record(row) for row in result.history],
-        "dataset_fingerprint": result.dataset_fingerprint,
-        "split_fingerprint": result.split_fingerprint,
-        "node_id": node_id,
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-    }
 
 
 def run_record(candidate: Candidate, seed: int, config: Any, outcome: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,9 +112,6 @@ def sized_to_data(config: CompareConfig) -> tuple[CompareConfig, str, dict[str, 
     and every run record keeps, the resolved config, so finished runs are reused exactly when
     they computed the same thing, whichever way the regime was asked for. The fingerprint covers
     the class names."""
-    from autoaug.proxy_models.data import open_dataset
-    from autoaug.proxy_models.train_config import resolve_config, sizing_record
-
     t = config.train
     try:
         ds = open_dataset(t.data, split="train")
@@ -296,45 +252,22 @@ def _run_all(
     say: Callable[[str], Any],
     display: Progress | None = None,
 ) -> int:
-
-    import ray
-
-    from autoaug.core import ray_session as cluster
-
+    """Train the runs of ``todo`` as Ray tasks, each record saved (``out``) and kept in ``done`` as
+    soon as it finishes; returns how many were trained."""
     with cluster.ray_session(config.address, **cluster.output_settings(bool(config.verbose))) as info:
         say(f"compare: {len(todo)} runs to train on {info.describe()}; {config.cpus_per_run} CPU(s) per run")
-        # A task asking for more than any single node has would wait forever: refuse it here.
-        short = cluster.shortfall(config.cpus_per_run, config.gpus_per_run)
-        if short is not None:
-            hint = (
-                "lower --cpus-per-run"
-                if short.resource == "CPU"
-                else "use --gpus-per-run 0 with a CPU preset (--preset cpu) or run on GPU machines"
-            )
-            raise CompareError(f"each run {short.text} ({info.describe()}); {hint}")
-        task = ray.remote(_train_one)
+        _check_fits_a_node(config, info)
+        task = ray.remote(train_one)
         bars = display is not None and display.live
         queue = None
         if bars:
-            from ray.util.queue import Queue
-
             queue = Queue(actor_options={"num_cpus": 0})  # takes no CPU from the runs
             epochs = config.train.epochs
             display.add(
                 "runs", "compare", total=total, unit="runs", completed=len(done), status=f"{len(todo)} to train"
             )
-        pending: dict[Any, tuple[Candidate, int, Any]] = {}
+        pending = _submit(task, config, todo, queue)
         finished: set[str] = set()  # run ids whose bar is gone (a late queue item must not bring it back)
-        for c, seed in todo:
-            run_cfg = config.run_config(seed)
-            ref = task.options(
-                num_cpus=config.cpus_per_run,
-                num_gpus=config.gpus_per_run,
-                max_retries=2,  # node or worker died; an exception in training is not retried
-                retry_exceptions=False,
-                name=f"autoaug-compare:{run_id(c, seed)}",
-            ).remote(run_cfg.to_dict(), c.trained.to_dict(), queue, run_id(c, seed))
-            pending[ref] = (c, seed, run_cfg)
         trained = 0
         try:
             while pending:
@@ -368,6 +301,36 @@ def _run_all(
                 for c, seed in todo:
                     display.remove(f"run:{run_id(c, seed)}")
     return trained
+
+
+def _check_fits_a_node(config: CompareConfig, info: Any) -> None:
+    """A task asking for more than any single node has would wait forever: refused here."""
+    short = cluster.shortfall(config.cpus_per_run, config.gpus_per_run)
+    if short is not None:
+        hint = (
+            "lower --cpus-per-run"
+            if short.resource == "CPU"
+            else "use --gpus-per-run 0 with a CPU preset (--preset cpu) or run on GPU machines"
+        )
+        raise CompareError(f"each run {short.text} ({info.describe()}); {hint}")
+
+
+def _submit(
+    task: Any, config: CompareConfig, todo: Sequence[tuple[Candidate, int]], queue: Any
+) -> dict[Any, tuple[Candidate, int, Any]]:
+    """Submit every run of ``todo`` as a Ray task; ``{its object ref: (candidate, seed, its config)}``."""
+    pending: dict[Any, tuple[Candidate, int, Any]] = {}
+    for c, seed in todo:
+        run_cfg = config.run_config(seed)
+        ref = task.options(
+            num_cpus=config.cpus_per_run,
+            num_gpus=config.gpus_per_run,
+            max_retries=2,  # node or worker died; an exception in training is not retried
+            retry_exceptions=False,
+            name=f"autoaug-compare:{run_id(c, seed)}",
+        ).remote(run_cfg.to_dict(), c.trained.to_dict(), queue, run_id(c, seed))
+        pending[ref] = (c, seed, run_cfg)
+    return pending
 
 
 def _show_epochs(display: Progress, queue: Any, epochs: int, finished: set[str]) -> None:

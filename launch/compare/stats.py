@@ -9,6 +9,8 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from scipy import stats
+
 __all__ = ["PairedDifference", "adjust_p_values", "mean_ci", "paired_difference"]
 
 
@@ -17,8 +19,6 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, f
 
     With one value the standard deviation and the interval are NaN; with none everything is NaN.
     """
-    from scipy import stats
-
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     xs = [float(v) for v in values]
@@ -59,8 +59,6 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], confidence
     freedom): NaN with fewer than two pairs; when every pair differs by the same amount (std 0) it
     is 0 for a non-zero difference and 1 for none.
     """
-    from scipy import stats
-
     seeds = tuple(sorted(set(a) & set(b)))
     diffs = tuple(float(a[s]) - float(b[s]) for s in seeds)
     mean, std, lo, hi = mean_ci(diffs, confidence)
@@ -80,8 +78,6 @@ def adjust_p_values(p_values: Sequence[float]) -> list[float]:
     test whose adjusted p-value is at most ``alpha`` keeps the expected share of false findings
     among those named at ``alpha`` or below. NaN p-values (tests that could not be made) stay NaN
     and do not count as tests."""
-    from scipy import stats
-
     ps = [float(p) for p in p_values]
     tested = [i for i, p in enumerate(ps) if not math.isnan(p)]
     out = [math.nan] * len(ps)

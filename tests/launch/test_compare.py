@@ -505,7 +505,7 @@ def test_balanced_accuracy_is_the_mean_per_class_accuracy(imbalanced):
 
 
 def test_balanced_accuracy_in_every_output(imbalanced, capsys):
-    from autoaug.launch.compare_cmd import comparison_json
+    from autoaug.launch.compare_run import comparison_json
 
     files = compare.write_outputs(imbalanced)
     with open(files["results_csv"], newline="") as f:

@@ -140,7 +140,7 @@ def test_compare_runs_ask_ray_for_their_gpus(tmp_path, asked, monkeypatch, setti
     standard = Candidate(label="standard", ref="standard", policy=resolve("standard"), kind="baseline")
     with pytest.raises(_Submitted):
         runner._run_all(config, [(standard, 0)], {}, None, 1, lambda line: None)
-    assert [(name, o["num_cpus"], o["num_gpus"]) for name, o in asked] == [("_train_one", 1, gpus)]
+    assert [(name, o["num_cpus"], o["num_gpus"]) for name, o in asked] == [("train_one", 1, gpus)]
 
 
 @pytest.mark.parametrize("gpus,device", [(0.25, "cuda"), (1, "cuda"), (0, "cpu")])

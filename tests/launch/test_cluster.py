@@ -155,7 +155,7 @@ def test_cluster_info_describe():
 # autoaug launch without a cluster: path rewriting and the submit/follow flow on a fake client
 
 
-from autoaug.launch import launch_cmd  # noqa: E402
+from autoaug.launch import launch_run  # noqa: E402
 from autoaug.launch.cli import main  # noqa: E402
 
 
@@ -164,7 +164,7 @@ def test_prepare_command_ships_small_files_and_absolutises_paths(tmp_path, monke
     (tmp_path / "cfg.yaml").write_text("num_trials: 2\n")
     (tmp_path / "data").mkdir()
     big = tmp_path / "big.parquet"
-    big.write_bytes(b"0" * (launch_cmd.MAX_SHIPPED_FILE_BYTES + 1))
+    big.write_bytes(b"0" * (launch_run.MAX_SHIPPED_FILE_BYTES + 1))
     args = [
         "search",
         "--config",
@@ -184,7 +184,7 @@ def test_prepare_command_ships_small_files_and_absolutises_paths(tmp_path, monke
         "randaugment:n=2,m=9",
         "--extra=cfg.yaml",
     ]
-    prepared = launch_cmd.prepare_command(args)
+    prepared = launch_run.prepare_command(args)
     try:
         shipped = "_autoaug_files/0/cfg.yaml"
         assert prepared.args == [
@@ -222,13 +222,13 @@ def test_prepare_command_with_working_dir_and_keep_paths(tmp_path, monkeypatch):
     outside = tmp_path / "outside.json"
     outside.write_text("{}")
     monkeypatch.chdir(project)
-    prepared = launch_cmd.prepare_command(
+    prepared = launch_run.prepare_command(
         ["search", "--config", "configs/s.yaml", "--policy", str(outside)], working_dir=project
     )
     assert prepared.args == ["search", "--config", "configs/s.yaml", "--policy", str(outside)]
     assert prepared.working_dir == str(project) and prepared.staged_dir is None
     assert any("outside --working-dir" in n for n in prepared.notes)
-    kept = launch_cmd.prepare_command(["search", "--storage", "runs"], keep_paths=True)
+    kept = launch_run.prepare_command(["search", "--storage", "runs"], keep_paths=True)
     assert kept.args == ["search", "--storage", "runs"] and kept.working_dir is None
 
 

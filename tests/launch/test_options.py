@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autoaug.core.errors import UserInputError
-from autoaug.launch import cli, compare_cmd, launch_cmd, search_cmd, train_cmd
+from autoaug.launch import cli, compare_cmd, launch_run, search_cmd, train_cmd
 from autoaug.launch.options import path_flags
 
 
@@ -86,7 +86,7 @@ def test_path_flags_come_from_the_declared_options():
 
 def test_launch_rewrites_a_declared_path_without_a_slash(tmp_path):
     (tmp_path / "runs").mkdir()
-    prepared = launch_cmd.prepare_command(["search", "--storage", "runs", "--name", "runs"], cwd=tmp_path)
+    prepared = launch_run.prepare_command(["search", "--storage", "runs", "--name", "runs"], cwd=tmp_path)
     # --storage is declared a path: made absolute; --name is not, even though a folder has that name
     assert prepared.args == ["search", "--storage", str(tmp_path / "runs"), "--name", "runs"]
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import email.parser
+import importlib.util
 import re
 import subprocess
 import sys
@@ -128,13 +129,9 @@ def install_command(dest: Path, dali: str) -> str:
 def _build_project_wheel(python: str, dest: Path) -> Path:
     for old in dest.glob("autoaug-*.whl"):
         old.unlink()
-    try:  # without build isolation when setuptools and wheel are at hand (no index needed)
-        import setuptools  # noqa: F401
-        import wheel  # noqa: F401
-
-        isolation = ["--no-build-isolation"]
-    except ImportError:
-        isolation = []
+    # Without build isolation when setuptools and wheel are at hand (no index needed).
+    at_hand = all(importlib.util.find_spec(name) is not None for name in ("setuptools", "wheel"))
+    isolation = ["--no-build-isolation"] if at_hand else []
     subprocess.run(
         [python, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation, "--wheel-dir", str(dest), str(_PROJECT)],
         check=True,

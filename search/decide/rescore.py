@@ -41,7 +41,6 @@ from typing import Any
 
 from autoaug.core import failpoints
 from autoaug.policies import Policy
-from autoaug.policies.schedule import trainable_from_dict
 from autoaug.search.decide.noise import IMAGE_SCORES, difference_se, encode_image_scores, measure
 from autoaug.search.score import METRIC, search_score
 
@@ -107,10 +106,11 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
     score over the score's window (:data:`autoaug.search.decide.noise.IMAGE_SCORES`: the noise of a
     comparison is measured from them)."""
     started = time.time()
-    # After the clock starts (wall_s counts the trainer's import of torch), and not at the top:
-    # `autoaug --help` imports this module without numpy and torch.
+    # After the clock starts (wall_s counts the task's imports: the trainer's of torch), and not at
+    # the top: `autoaug --help` imports this module without them.
     import numpy as np
 
+    from autoaug.policies.schedule import trainable_from_dict
     from autoaug.proxy_models.train import TrainConfig, train
 
     images: dict[int, Any] = {}  # epoch -> per-image right/wrong (the window's epochs are kept)

@@ -21,7 +21,6 @@ from autoaug.launch.summary import evaluation_lines, next_steps, provenance_line
 from autoaug.policies.bases import get
 from autoaug.policies.describe import MAX_ROWS, describe, family_of
 from autoaug.policies.diff import diff_policies
-from autoaug.policies.export import UnsupportedOpError, schedule_to_dali_source, to_dali_source, to_timm
 from autoaug.policies.policy import Policy, read_policy_text
 from autoaug.policies.reference import resolve
 from autoaug.policies.schedule import PROVENANCE_KEY, SCHEDULE_KIND, Schedule
@@ -35,9 +34,7 @@ from autoaug.policies.store import (
 )
 from autoaug.search.budget import describe_budget
 from autoaug.search.decide.calibrate import describe_calibration
-from autoaug.search.decide.op_effects import describe_effects
 from autoaug.search.decide.rescore import describe_selection
-from autoaug.search.records import ran_text
 
 __all__ = ["COMMANDS", "resolve_ref"]
 
@@ -229,6 +226,10 @@ def _print_full_provenance(record) -> None:
     """``policies show --provenance``: what each record says at length, then the whole provenance
     and every evaluation as indented JSON."""
     if record.provenance:
+        # What only --provenance prints: `policies show` of its summary does not load them (light path).
+        from autoaug.search.decide.op_effects import describe_effects
+        from autoaug.search.records import ran_text
+
         for heading, lines in (
             ("measured before the search", describe_calibration(record.provenance.get("calibration"))),
             ("measured by the search", describe_effects(record.provenance.get("op_effects"), unclear=20)),
@@ -328,6 +329,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """``policies export``."""
+    # The export formats, read by `export` alone: `show` and `list` do not load them (light path).
+    from autoaug.policies.export import UnsupportedOpError, schedule_to_dali_source, to_dali_source, to_timm
+
     policy, _, label = resolve_ref(args.ref, args)
     schedule = _schedule_of(args.ref, args)
     if args.stage is not None:

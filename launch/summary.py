@@ -29,7 +29,6 @@ from autoaug.policies import bases
 from autoaug.search.budget import describe_budget, format_duration
 from autoaug.search.config import METHODS
 from autoaug.search.decide.rescore import gain_text
-from autoaug.search.records import ran_text
 
 __all__ = ["provenance_lines", "evaluation_lines", "next_steps", "SEARCH_KIND", "VALUE_WIDTH"]
 
@@ -276,6 +275,9 @@ def _selection_lines(p: Mapping[str, Any], versus: Mapping[str, Any] | None, win
     (``versus``) with its interval, or the number of candidates re-scored."""
     selection = p.get("selection") or {}
     if versus and isinstance(versus.get("margin"), (int, float)):
+        # Only for a search's re-scored provenance: `policies show` of others does not load it (light path).
+        from autoaug.search.records import ran_text
+
         than = winner or "the best published policy"
         ran = ran_text(p)
         verdict = "beyond the noise" if versus.get("beyond") else "within the noise"

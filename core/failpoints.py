@@ -89,6 +89,9 @@ POINTS: Mapping[str, str] = {
     "rescore.after_run_saved": "driver: a re-scoring run saved in rescore.json (search.decide.rescore)",
     "train.mid_epoch": "any process training a proxy model (a trial's Ray worker): after a training step "
     "(proxy_models.learner.Learner.train_epoch)",
+    "train.later_epoch": "any process training a proxy model: a run starts its second or a later epoch (its "
+    "first epoch trained and, in a search, reported with its checkpoint), whatever the process trained before "
+    "(proxy_models.train._Run.begin_epoch)",
     "budget.after_save": "driver: budget.json written with the session's spent time (search.budget.Budget.save)",
     "pack.mid_epoch": "a process training a pack of proxy models (a search's pack server): after a step of "
     "the stacked members (proxy_models.pack.PackLearner.train_epoch)",

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from autoaug.core import failpoints
 from autoaug.core.location import atomic_write_local
 from autoaug.core.machine import machine_kind
 from autoaug.core.metrics import balanced_accuracy
@@ -431,7 +432,11 @@ class _Run:
         return self.start_epoch >= self.config.epochs
 
     def begin_epoch(self, epoch: int) -> None:
-        """Set the loader to ``epoch``'s policy (a schedule's stage; the pipeline is kept)."""
+        """Set the loader to ``epoch``'s policy (a schedule's stage; the pipeline is kept). The
+        failpoint ``train.later_epoch`` is hit from a run's second epoch on, whichever process
+        trains it (docs/failpoints.md)."""
+        if epoch > 0:
+            failpoints.hit("train.later_epoch")
         schedule = self.schedule
         if schedule is not None:
             self.current = schedule.at(epoch, self.config.epochs)

@@ -9,7 +9,7 @@ processes (which stop their node's raylet, GCS, dashboard and workers), then SIG
 process still carrying this cluster's token in its environment. ``ray stop`` is deliberately
 not used: it kills every Ray process on the machine, including other users' clusters.
 
-The node-loss tests (at the end) kill the second node mid-search, every process of it by PID
+The node-loss tests (in any order among the others) kill the second node mid-search, every process of it by PID
 (:meth:`LocalCluster.kill_node2`), and start a fresh one afterwards (:meth:`LocalCluster.start_node2`).
 """
 
@@ -210,9 +210,12 @@ class LocalCluster:
 #: An environment variable that marks every process of one node of a test cluster.
 NODE_ENV_VAR = "AUTOAUG_TEST_RAY_NODE"
 #: The failpoint a node-loss test's search arms in its own job's processes on the second node: a
-#: training step, counted per process: with 256 images in batches of 32 (8 steps an epoch) its 10th
-#: hit is in a model's second epoch, after the first epoch's checkpoint.
-NODE2_POINT = "train.mid_epoch:10"
+#: run starting its second epoch, after its first epoch's checkpoint (whatever the process trained
+#: before: a PBA member rotated into a fresh process, a trial on a reused actor).
+NODE2_POINT = "train.later_epoch"
+#: The density test's: a training step, counted per process (a fold model has no checkpoint: Ray
+#: retries its task from the start).
+FOLD_POINT = "train.mid_epoch:10"
 
 
 def _pids_with(marker: bytes) -> list[int]:
@@ -535,8 +538,8 @@ class NodeLoss:
     seconds: float
 
 
-def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path) -> NodeLoss:
-    """Run ``autoaug`` ``argv`` against ``cluster`` with :data:`NODE2_POINT` armed in its job's
+def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path, point: str = NODE2_POINT) -> NodeLoss:
+    """Run ``autoaug`` ``argv`` against ``cluster`` with ``point`` armed in its job's
     processes on the second node; when one of them is there, kill the node; return when the search
     ends. The cluster has two nodes again afterwards (a fresh second node)."""
     import threading
@@ -552,7 +555,7 @@ def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path)
     reader = threading.Thread(target=meet, daemon=True)
     reader.start()
     armed = {  # this search's job only (its runtime_env), its processes on the second node only
-        ENV_VAR: f"{NODE2_POINT}=stall({cluster.gate})",
+        ENV_VAR: f"{point}=stall({cluster.gate})",
         FIRED_ENV_VAR: str(tmp_path / "fired"),
         ONLY_ENV_VAR: f"{NODE_ENV_VAR}={cluster.node2_marker}",
     }
@@ -577,7 +580,7 @@ def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path)
                 if not at_point:
                     os.close(os.open(cluster.gate, os.O_WRONLY | os.O_NONBLOCK))  # let the reader go
                     pytest.fail(
-                        f"no process reached {NODE2_POINT} on the second node (driver: {driver.poll()}):\n"
+                        f"no process reached {point} on the second node (driver: {driver.poll()}):\n"
                         + out.read_text()[-3000:]
                         + err.read_text()[-3000:]
                     )
@@ -715,9 +718,9 @@ def test_density_search_survives_losing_the_node_a_fold_model_trains_on(ray_clus
         "--top-per-round",
         "1",
         "--set",
-        "train.epochs=4",  # a fold model trains on 128 images, 4 steps an epoch: NODE2_POINT is in its 3rd
+        "train.epochs=4",  # a fold model trains on 128 images, 4 steps an epoch: FOLD_POINT is in its 3rd
     ]
-    lost = _search_losing_node2(ray_cluster, argv, tmp_path)
+    lost = _search_losing_node2(ray_cluster, argv, tmp_path, FOLD_POINT)
     assert lost.proc.returncode == 0, lost.proc.stdout[-4000:] + lost.proc.stderr[-4000:]
     # The fold model on the lost node is a Ray task: Ray ran it again, from its start, on the head.
     job = _driver_job(ray_cluster, name)

@@ -180,13 +180,17 @@ def _color(images, params, ctx):
 
 
 def _sharpness(images, params, ctx):
-    c, h, w = images.shape[1:]
+    m, c, h, w = images.shape
     if h <= 2 or w <= 2:
         return images
     a, b = 1.0 / 13.0, 5.0 / 13.0
     kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=torch.float32, device=images.device)
     out = images.to(torch.float32, copy=True)
-    blurred = torch.nn.functional.conv2d(out, kernel.expand(c, 1, 3, 3), groups=c).round_()
+    # The convolution over a batch of a power-of-two size (zero images added): a few shapes, so
+    # that oneDNN's primitives and cuDNN's autotuning are made once each, not once per count.
+    size = 1 << (m - 1).bit_length()
+    batch = out if size == m else torch.cat([out, out.new_zeros(size - m, c, h, w)])
+    blurred = torch.nn.functional.conv2d(batch, kernel.expand(c, 1, 3, 3), groups=c)[:m].round_()
     inner = out[..., 1:-1, 1:-1]
     alpha = (1.0 - _col(params)).float().double()
     inner.copy_((inner.double() + (blurred - inner).double() * alpha).float())
@@ -600,11 +604,8 @@ def crop_at(images: torch.Tensor, top: torch.Tensor, left: torch.Tensor, padding
     n, c, h, w = images.shape
     dev = images.device
     padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
-    rows = top.to(dev).long()[:, None] + torch.arange(h, device=dev)
-    cols = left.to(dev).long()[:, None] + torch.arange(w, device=dev)
-    samples = torch.arange(n, device=dev).view(-1, 1, 1, 1)
-    channels = torch.arange(c, device=dev).view(1, -1, 1, 1)
-    return padded[samples, channels, rows[:, None, :, None], cols[:, None, None, :]]
+    windows = padded.unfold(2, h, 1).unfold(3, w, 1)  # [n, c, 2p + 1, 2p + 1, h, w], a view
+    return windows[torch.arange(n, device=dev), :, top.to(dev).long(), left.to(dev).long()]
 
 
 @dataclass(frozen=True)

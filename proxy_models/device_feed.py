@@ -234,5 +234,5 @@ class _Lockstep:
                 interpolation=first.interpolation,
                 fill=first.fill,
             )
-        batch = (batch.float() - first.mean) / first.std
+        batch = batch.float().sub_(first.mean).div_(first.std)
         return list(zip(batch.split(bs), labels))

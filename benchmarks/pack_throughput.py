@@ -20,9 +20,10 @@ pack consumes them -- ``dali``, one DALI loader per member on the run's device (
 ``loader: dali`` trains with; ``dali-cpu`` too on a GPU), and ``device``, one
 :class:`~autoaug.proxy_models.device_feed.DeviceFeed` per member (``loader: device``) served
 together as a pack serves them (``device-apart``: each augmenting its own batches) -- each
-with the real policy (``--policy``) on its own seed, after one warm-up epoch; ``train``, the
-end-to-end training rate of a pack of K fed each way (images per second of all members over an
-epoch after the first, no validation)::
+with the real policy (``--policy``) on its own seed, after one warm-up epoch, the kinds one epoch
+each in turn until each had ``--seconds`` (the median epoch); ``train``, the end-to-end training
+rate of a pack of K fed each way (images per second of all members, no validation; the two packs
+one epoch each in turn, the median of the epochs after the first of ``--epochs``)::
 
     python benchmarks/pack_throughput.py --device cpu --measure input,train --data DIR --proxies proxy-cpu --packs 1,2,4
 
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
 PROXIES = {
@@ -203,64 +205,83 @@ def input_rates(data: str, proxy: str, k: int, device: str, policy: str, seconds
         kinds["device-apart"] = (feed, apart)  # each feed augmenting its own batches
     if dev.type == "cuda":
         kinds["dali-cpu"] = (dali("cpu"), apart)
-    rows = []
+    rows, ready = {}, {}
     for name, (make, streams) in kinds.items():
-        row = {"measure": "input", "proxy": proxy, "k": k, "loader": name, "policy": policy}
+        rows[name] = row = {"measure": "input", "proxy": proxy, "k": k, "loader": name, "policy": policy}
         try:
             t0 = time.perf_counter()
             loaders = [make(seed) for seed in range(k)]
             for _ in zip(*streams(loaders)):  # warm-up epoch: pipelines built, first epoch drawn
                 pass
-            row["setup_s"] = round(time.perf_counter() - t0, 2)
             _sync(dev)
-            t0, served, epochs = time.perf_counter(), 0, 0
-            while True:
-                for batches in zip(*streams(loaders)):
-                    served += sum(int(b[1].shape[0]) for b in batches)
-                epochs += 1
-                _sync(dev)
-                if time.perf_counter() - t0 >= seconds:
-                    break
-            elapsed = time.perf_counter() - t0
-            row.update(epochs=epochs, seconds=round(elapsed, 2), images_per_s=round(served / elapsed, 1))
+            row["setup_s"] = round(time.perf_counter() - t0, 2)
+            ready[name] = (loaders, streams)
         except Exception as exc:  # noqa: BLE001 - DALI missing, out of memory: the row says so
             row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        rows.append(row)
-    return rows
+    # Rounds of one epoch of each kind in turn (a load that comes and goes falls on every kind),
+    # until each has had about `seconds`; each kind's rate is the median of its epochs'.
+    epochs: dict[str, list[float]] = {name: [] for name in ready}
+    spent = dict.fromkeys(ready, 0.0)
+    while ready and min(spent.values()) < seconds or any(len(e) < 2 for e in epochs.values()):
+        for name, (loaders, streams) in ready.items():
+            t0, served = time.perf_counter(), 0
+            for batches in zip(*streams(loaders)):
+                served += sum(int(b[1].shape[0]) for b in batches)
+            _sync(dev)
+            elapsed = time.perf_counter() - t0
+            spent[name] += elapsed
+            epochs[name].append(served / elapsed)
+    for name, rates in epochs.items():
+        rows[name].update(epochs=len(rates), seconds=round(spent[name], 2), images_per_s=round(median(rates), 1))
+    return list(rows.values())
 
 
 def train_rates(data: str, proxy: str, k: int, device: str, policy: str, epochs: int) -> list:
-    """End to end: a pack of K members (seeds 0..K-1, one policy) trained ``epochs`` epochs fed by
-    DALI loaders and by device feeds; images per second of all members in the last epoch (the
-    trainer's own rate: after the epoch's first batch) and that epoch's wall time."""
+    """End to end: a pack of K members (seeds 0..K-1, one policy) fed by DALI loaders and one fed
+    by device feeds, trained ``epochs`` epochs each, one epoch of each in turn; images per second
+    of all members (the trainer's own rate: after an epoch's first batch), the median over the
+    epochs after the first, and the median epoch's wall time."""
+    import contextlib
     import dataclasses
 
     import torch
 
     from autoaug.proxy_models.pack import Pack
 
-    rows = []
-    for loader in ("dali", "device"):
-        row = {"measure": "train", "proxy": proxy, "k": k, "loader": loader, "policy": policy}
-        try:
-            cfg = _real_config(proxy, device, data, loader)
-            with torch.random.fork_rng(devices=[]), Pack(cfg) as pack:
+    rows, packs = {}, {}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.random.fork_rng(devices=[]))
+        for loader in ("dali", "device"):
+            rows[loader] = row = {"measure": "train", "proxy": proxy, "k": k, "loader": loader, "policy": policy}
+            try:
+                cfg = _real_config(proxy, device, data, loader)
+                pack = stack.enter_context(Pack(cfg))
                 for seed in range(k):
                     pack.add(seed, policy, config=dataclasses.replace(cfg, seed=seed))
-                for _ in range(epochs):
-                    last = pack.train_epoch()[0]
-            rate = last["images_per_sec"] * k
-            row.update(
-                epochs=epochs,
-                train_images=cfg.train_size,
+                packs[loader] = pack
+                row["train_images"] = cfg.train_size
+            except Exception as exc:  # noqa: BLE001 - DALI missing, out of memory: the row says so
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        measured: dict[str, list[tuple[float, float]]] = {name: [] for name in packs}
+        for _ in range(epochs):
+            for loader, pack in packs.items():
+                try:
+                    report = pack.train_epoch()[0]
+                    measured[loader].append((report["images_per_sec"] * k, report["epoch_time_s"]))
+                except Exception as exc:  # noqa: BLE001 - out of memory: the row says so
+                    rows[loader]["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        for loader, epochs_measured in measured.items():
+            timed = sorted(epochs_measured[1:] or epochs_measured)
+            if not timed or "error" in rows[loader]:
+                continue
+            rate, epoch_s = timed[(len(timed) - 1) // 2]
+            rows[loader].update(
+                epochs=len(epochs_measured),
                 images_per_s=round(rate, 1),
-                epoch_time_s=round(last["epoch_time_s"], 2),
-                trials_per_hour=round(rate * 3600 / (cfg.train_size * EPOCHS), 2),
+                epoch_time_s=round(epoch_s, 2),
+                trials_per_hour=round(rate * 3600 / (rows[loader]["train_images"] * EPOCHS), 2),
             )
-        except Exception as exc:  # noqa: BLE001 - DALI missing, out of memory: the row says so
-            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        rows.append(row)
-    return rows
+    return list(rows.values())
 
 
 def _sync(dev) -> None:
@@ -302,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"), help="input/train: folder with train.parquet")
     ap.add_argument("--policy", default="autoaugment-cifar10", help="input/train: the members' policy")
-    ap.add_argument("--epochs", type=int, default=2, help="train: epochs a pack trains (the last is timed)")
+    ap.add_argument("--epochs", type=int, default=3, help="train: epochs each pack trains (the first not timed)")
     ap.add_argument("--loader-threads", type=int, default=1, help="input: DALI threads of each member's loader")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -12,8 +12,10 @@ the images, every operation is one tensor computation over the samples that appl
 step (``index_select`` of those samples, the operation with its per-sample parameters as tensors,
 ``index_copy_`` back), so the cost of a batch is a few dozen kernel launches whatever its size,
 and the images never leave their device. Randomness comes from the ``torch.Generator`` passed in
-(on the images' device or the CPU), all of it drawn before anything is applied (:func:`draw`,
-:func:`draw_base`): the same generator state gives the same batch. A :class:`PolicyPlan` may hold
+(on the images' device or the CPU), all of it drawn before anything is applied, one call to the
+generator per batch (:func:`draw_uniforms`: a row of uniform numbers per sample, which
+:meth:`PolicyPlan.decode` turns into its crop, flip, sub-policy, and per step whether the
+operation applies, its sign and Cutout's centre): the same generator state gives the same batch. A :class:`PolicyPlan` may hold
 several policies (a pack's members, each its own policy and generator): their batches, each with
 its own draws, are then augmented by one application (:func:`apply_drawn`), the launches those of
 one batch whatever their number, and what a sample gets depends on its own draws only.
@@ -22,7 +24,7 @@ Each built-in operation's batched form is :data:`BATCH_OPS`, keyed by the torch_
 its declaration names (so an operation derived from a built-in one, :meth:`OpSpec.derive`, is
 batched as that one is). Each computes, for the same parameter, what that function computes, bit
 for bit on the CPU (``tests/policies/test_torch_batch.py``): the warps (ShearX/Y, TranslateX/Y,
-Rotate) through torchvision's own inverse matrix and grid sampling, a batched affine grid, and
+Rotate) through torchvision's own inverse matrix, a batched affine grid and its sampling, and
 ``F.rotate``'s shortcuts for multiples of 90 degrees; the blends (Contrast, Color, Sharpness)
 rounded as torchvision's fused multiply-add is (computed in float64, rounded once to float32);
 Brightness, Solarize, Posterize, Cutout and SamplePairing as tensors of per-sample parameters;
@@ -41,7 +43,7 @@ from typing import Any
 
 import torch
 from torchvision.transforms.v2 import functional as F
-from torchvision.transforms.v2.functional._geometry import _apply_grid_transform, _get_inverse_affine_matrix
+from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
 
 from autoaug.policies import bases as _bases
 from autoaug.policies import ops as _ops
@@ -50,7 +52,6 @@ from autoaug.policies.policy import Policy
 
 __all__ = [
     "BATCH_OPS",
-    "BaseDraws",
     "BatchOp",
     "Draws",
     "OpContext",
@@ -62,8 +63,9 @@ __all__ = [
     "batch_op",
     "crop_at",
     "cutout_at",
+    "SELECTIONS",
     "draw",
-    "draw_base",
+    "draw_uniforms",
     "partners",
 ]
 
@@ -114,6 +116,15 @@ class BatchOp:
     apply: Callable[[torch.Tensor, torch.Tensor, OpContext], torch.Tensor]
     prepare: Callable[[Any, int, int], Sequence[float]] = field(default=_scalar)
     extra: int = 0
+
+
+def _constant(values: Sequence[float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``values`` per channel as a [1, C, 1, 1] tensor, made on the device by fill kernels (no
+    copy from the host: no wait for the device's queue)."""
+    values = [float(v) for v in values]
+    if len(set(values)) == 1:
+        return torch.full((1, len(values), 1, 1), values[0], dtype=dtype, device=device)
+    return torch.stack([torch.full((), v, dtype=dtype, device=device) for v in values]).view(1, -1, 1, 1)
 
 
 def _col(params: torch.Tensor, i: int = 0) -> torch.Tensor:
@@ -183,8 +194,8 @@ def _sharpness(images, params, ctx):
     m, c, h, w = images.shape
     if h <= 2 or w <= 2:
         return images
-    a, b = 1.0 / 13.0, 5.0 / 13.0
-    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=torch.float32, device=images.device)
+    kernel = torch.full((3, 3), 1.0 / 13.0, dtype=torch.float32, device=images.device)  # torchvision's
+    kernel[1, 1] = 5.0 / 13.0
     out = images.to(torch.float32, copy=True)
     # The convolution over a batch of a power-of-two size (zero images added): a few shapes, so
     # that oneDNN's primitives and cuDNN's autotuning are made once each, not once per count.
@@ -211,8 +222,7 @@ def cutout_at(
     in_rows = (rows >= top[:, None]) & (rows < bottom[:, None])
     in_cols = (cols >= left[:, None]) & (cols < right[:, None])
     inside = in_rows[:, None, :, None] & in_cols[:, None, None, :] & (sides > 0).view(-1, 1, 1, 1)
-    value = torch.tensor(list(fill), dtype=images.dtype, device=dev).view(1, -1, 1, 1)
-    return torch.where(inside, value, images)
+    return torch.where(inside, _constant(fill, images.dtype, dev), images)
 
 
 def _cutout(images, params, ctx):
@@ -272,15 +282,34 @@ def _affine_grid(theta: torch.Tensor, height: int, width: int) -> torch.Tensor:
     base[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=dev))
     base[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height, device=dev)[:, None])
     base[..., 2].fill_(1)
-    scaled = theta.transpose(1, 2).div(torch.tensor([0.5 * width, 0.5 * height], dtype=dtype, device=dev))
+    scaled = theta.transpose(1, 2).clone()
+    scaled[..., 0].div_(0.5 * width)
+    scaled[..., 1].div_(0.5 * height)
     m = theta.shape[0]
     return base.view(1, height * width, 3).expand(m, -1, -1).bmm(scaled).view(m, height, width, 2)
+
+
+def _sample(images: torch.Tensor, grid: torch.Tensor, mode: str, fill: Sequence[float]) -> torch.Tensor:
+    """torchvision's ``_apply_grid_transform`` of uint8 images (a mask channel sampled with them
+    marks the pixels the grid leaves uncovered, those filled with ``fill``), its fill made on the
+    device."""
+    m, _, h, w = images.shape
+    x = torch.cat((images.float(), torch.ones((m, 1, h, w), dtype=torch.float32, device=images.device)), dim=1)
+    x = torch.nn.functional.grid_sample(x, grid, mode=mode, padding_mode="zeros", align_corners=False)
+    x, mask = torch.tensor_split(x, indices=(-1,), dim=-3)
+    mask = mask.expand_as(x)
+    value = _constant(fill, x.dtype, x.device)
+    if mode == "nearest":
+        x = torch.where(mask < 0.5, value.expand_as(x), x)
+    else:
+        x = x.sub_(value).mul_(mask).add_(value)
+    return x.round_().to(images.dtype)
 
 
 def _warp(images, params, ctx):
     m, _, h, w = images.shape
     theta = params[:, 1:7].float().view(m, 2, 3)
-    out = _apply_grid_transform(images, _affine_grid(theta, h, w), ctx.interpolation, fill=ctx.fill)
+    out = _sample(images, _affine_grid(theta, h, w), ctx.interpolation, ctx.fill)
     codes = {int(r[0]) for r in ctx.rows}
     turns = {_SAME: 0, _ROT90: 1, _ROT180: 2, _ROT270: 3}
     for code in sorted(codes - {_WARP}):
@@ -320,6 +349,13 @@ def batch_op(name: str) -> BatchOp | None:
 # --------------------------------------------------------------------------- policies
 #: Uniform numbers an operation without a batched form gets per sample: the seed of its generator.
 _PER_IMAGE_EXTRA = 1
+#: A sample's draws (:func:`draw_uniforms`), column by column: the crop's top and left, the flip,
+#: the sub-policy, then per step of its policy the operation's chance, its sign and its extras.
+_TOP, _LEFT, _FLIP, _SUB, _FIRST_STEP = range(5)
+#: How an application picks the samples of an operation: ``index`` (gather them, apply, scatter
+#: back: one host synchronisation per step) or ``mask`` (apply to every sample, keep the result
+#: where it applies: more arithmetic, no synchronisation).
+SELECTIONS = ("auto", "index", "mask")
 
 
 class PolicyPlan:
@@ -327,12 +363,12 @@ class PolicyPlan:
     once: per (sub-policy, step) the operation, its probability and whether it is signed, and per
     operation its parameter for each (sub-policy, step, sign) -- the declaration's
     :meth:`~autoaug.policies.ops.OpSpec.param`, as torch_apply computes it -- and the rows its
-    batched form reads.
+    batched form reads; per policy its base and the shape of its draws.
 
     One policy, or several (the members of a pack, each with its own policy): their sub-policies
     are numbered one after the other (policy ``p``'s from ``offsets[p]``), so one application serves
-    samples of every policy at once, each sample with the draws of its own (:func:`draw`). A
-    sample's entry is ``(sub_policy * steps + step) * 2 + negated``."""
+    samples of every policy at once, each sample with the draws of its own (:func:`draw_uniforms`,
+    :meth:`decode`). A sample's entry is ``(sub_policy * steps + step) * 2 + negated``."""
 
     def __init__(
         self, policies: Policy | Sequence[Policy], height: int, width: int, device: torch.device | str = "cpu"
@@ -377,11 +413,27 @@ class PolicyPlan:
         #: Per step, the indices (into :attr:`names`) of the operations some sub-policy has there.
         self.at_step = [sorted({index[k][j] for k in range(len(subs)) if index[k][j] >= 0}) for j in range(steps)]
         self.batched: dict[str, BatchOp | None] = {name: batch_op(name) for name in self.names}
-        #: Per policy, the uniform numbers its operations need per sample and step (its draws').
+        #: Per policy, the uniform numbers its operations need per sample and step, its base's crop
+        #: and flip, and the columns of its draws (:func:`draw_uniforms`).
         self.extra_of = [
             max([0, *(self._extra(op.op) for sub in policy.sub_policies for op in sub)]) for policy in self.policies
         ]
         self.extra = max([0, *self.extra_of])
+        self.crop_of = [_bases.get(p.base).crop for p in self.policies]
+        self.flip_of = [_bases.get(p.base).flip for p in self.policies]
+        self.columns_of = [
+            _FIRST_STEP + p.max_ops_per_sub_policy * (2 + e) for p, e in zip(self.policies, self.extra_of)
+        ]
+        self.padding = _bases.crop_padding(self.height, self.width)
+        per_policy = {
+            "count": [len(p.sub_policies) for p in self.policies],
+            "offset": self.offsets[:-1],
+            "crop": self.crop_of,
+            "flip": self.flip_of,
+            "stride": [2 + e for e in self.extra_of],
+        }
+        self._per_policy = {k: torch.tensor(v, device=dev) for k, v in per_policy.items()}
+        self._layouts: dict[tuple, torch.Tensor] = {}
         #: Per batched operation, its parameter rows (float64 [entries, D]; zeros where unused) and
         #: the distinct rows the plan uses.
         self.rows: dict[str, torch.Tensor] = {}
@@ -413,52 +465,91 @@ class PolicyPlan:
             raise ValueError(f"this plan applies {len(self.policies)} policies; name the one (member=...)")
         return self.policies[0]
 
+    def _layout(self, members: tuple[int, ...], sizes: tuple[int, ...]) -> torch.Tensor:
+        """Each sample's policy, for batches of ``sizes`` of the policies ``members`` (kept: a
+        pack's steps all have one layout)."""
+        key = (members, sizes)
+        if key not in self._layouts:
+            each = [m for m, n in zip(members, sizes) for _ in range(n)]
+            self._layouts[key] = torch.tensor(each, dtype=torch.int64, device=self.device)
+        return self._layouts[key]
+
+    def decode(self, blocks: Sequence[torch.Tensor], members: Sequence[int] | None = None) -> Draws:
+        """The draws of batches whose uniform numbers are ``blocks`` (one :func:`draw_uniforms`
+        per batch, of the plan's policy ``members[i]``; default: 0, 1, ...), their samples one
+        after the other: every sample's sub-policy, crop, flip and, per step, whether the
+        operation applies, its sign and its extras -- computed for all batches at once."""
+        members = tuple(range(len(blocks))) if members is None else tuple(members)
+        sizes = tuple(int(b.shape[0]) for b in blocks)
+        dev, width = self.device, max([_FIRST_STEP, *(int(b.shape[1]) for b in blocks)])
+        u = torch.cat([torch.nn.functional.pad(b.to(dev), (0, width - b.shape[1])) for b in blocks])
+        of = self._layout(members, sizes)
+        count, offset = self._per_policy["count"][of], self._per_policy["offset"][of]
+        positions = 2 * self.padding + 1
+        top = (u[:, _TOP] * positions).long().clamp_(max=positions - 1)
+        left = (u[:, _LEFT] * positions).long().clamp_(max=positions - 1)
+        crop = self._per_policy["crop"][of]
+        top, left = torch.where(crop, top, self.padding), torch.where(crop, left, self.padding)
+        flip = self._per_policy["flip"][of] & (u[:, _FLIP] < _bases.FLIP_PROBABILITY)
+        total = self.offsets[-1]
+        n = u.shape[0]
+        fire = torch.zeros((self.steps, n), dtype=torch.bool, device=dev)
+        negate = torch.zeros((self.steps, n), dtype=torch.bool, device=dev)
+        extra = torch.zeros((self.steps, n, self.extra), dtype=torch.float64, device=dev)
+        sub = torch.zeros(n, dtype=torch.int64, device=dev)
+        if total:
+            local = torch.minimum((u[:, _SUB] * count).long(), (count - 1).clamp(min=0))
+            sub = (offset + local).clamp_(0, total - 1)
+            stride = self._per_policy["stride"][of]
+            has = count > 0  # an identity policy: nothing applies
+            for j in range(self.steps):
+                column = (_FIRST_STEP + j * stride).clamp(max=width - 1)
+                chance = u.gather(1, column[:, None])[:, 0]
+                sign = u.gather(1, (column + 1).clamp(max=width - 1)[:, None])[:, 0]
+                fire[j] = has & (chance < self.probability[sub, j]) & (self.index[sub, j] >= 0)
+                negate[j] = fire[j] & (sign >= 0.5) & self.signed[sub, j]
+                if self.extra:
+                    spots = (column[:, None] + 2 + torch.arange(self.extra, device=dev)).clamp(max=width - 1)
+                    extra[j] = u.gather(1, spots)
+        crops = any(self.crop_of[m] for m in members)
+        flips = any(self.flip_of[m] for m in members)
+        return Draws(sub, fire, negate, extra, top, left, flip, self.padding, crops, flips)
+
 
 @dataclass(frozen=True)
 class Draws:
-    """The per-sample draws of one application: ``sub`` [N] the sub-policy (numbered in the plan),
-    ``fire`` [steps, N] whether the operation at each step applies, ``negate`` [steps, N] whether
-    its magnitude is negated (False for unsigned operations and for steps a sub-policy lacks),
-    ``extra`` [steps, N, E] the uniform numbers the operations at each step may read."""
+    """The per-sample draws of one application (:meth:`PolicyPlan.decode`): ``sub`` [N] the
+    sub-policy (numbered in the plan), ``fire`` [steps, N] whether the operation at each step
+    applies, ``negate`` [steps, N] whether its magnitude is negated (False for unsigned operations
+    and steps that do not apply), ``extra`` [steps, N, E] the uniform numbers the operations at each
+    step may read; the base's ``top``, ``left`` [N] (``padding``: no shift) and ``flip`` [N], and
+    whether any sample's base crops / flips (``crops``, ``flips``)."""
 
     sub: torch.Tensor
     fire: torch.Tensor
     negate: torch.Tensor
     extra: torch.Tensor
+    top: torch.Tensor
+    left: torch.Tensor
+    flip: torch.Tensor
+    padding: int
+    crops: bool
+    flips: bool
 
-    @staticmethod
-    def cat(draws: Sequence[Draws]) -> Draws:
-        """The draws of several batches, one after the other (as their images are concatenated)."""
-        return Draws(*(torch.cat([getattr(d, f) for d in draws], dim=0 if f == "sub" else 1) for f in _DRAW_FIELDS))
 
-
-_DRAW_FIELDS = ("sub", "fire", "negate", "extra")
+def draw_uniforms(plan: PolicyPlan, n: int, generator: torch.Generator, member: int = 0) -> torch.Tensor:
+    """The draws of ``n`` samples for the plan's policy ``member``: one call to ``generator``,
+    ``n`` rows of uniform numbers in [0, 1) (float64), as many columns as that policy needs
+    (:data:`_FIRST_STEP` for the base and the sub-policy, then per step of its longest sub-policy
+    the operation's chance, its sign and its operations' extras): what is drawn depends on that
+    policy alone, not on the plan's other policies. :meth:`PolicyPlan.decode` reads them."""
+    gdev = generator.device
+    return torch.rand((n, plan.columns_of[member]), dtype=torch.float64, generator=generator, device=gdev)
 
 
 def draw(plan: PolicyPlan, n: int, generator: torch.Generator, member: int = 0) -> Draws:
-    """``n`` samples' draws from ``generator`` for the plan's policy ``member``, in one fixed order:
-    the sub-policies (uniform), then per step of that policy a uniform number (the operation
-    applies below its probability), a sign bit, and the uniform numbers its operations need. What
-    is drawn depends on that policy alone (not on the plan's other policies)."""
-    policy = plan.policies[member]
-    gdev, dev = generator.device, plan.device
-    steps, own_steps, extra = plan.steps, policy.max_ops_per_sub_policy, plan.extra_of[member]
-    fire = torch.zeros((steps, n), dtype=torch.bool, device=dev)
-    negate = torch.zeros((steps, n), dtype=torch.bool, device=dev)
-    extras = torch.zeros((steps, n, plan.extra), dtype=torch.float64, device=dev)
-    if not policy.sub_policies:
-        sub = torch.zeros(n, dtype=torch.int64, device=dev)  # no step fires
-        return Draws(sub.clamp_(max=max(0, plan.offsets[-1] - 1)), fire, negate, extras)
-    count = len(policy.sub_policies)
-    sub = torch.randint(count, (n,), generator=generator, device=gdev).to(dev) + plan.offsets[member]
-    u = torch.rand((own_steps, n), generator=generator, device=gdev).to(dev)
-    bits = torch.randint(2, (own_steps, n), generator=generator, device=gdev).to(dev)
-    if extra:
-        extras[:own_steps, :, :extra] = torch.rand((own_steps, n, extra), generator=generator, device=gdev).to(dev)
-    rows = slice(0, own_steps)
-    fire[rows] = (u.double() < plan.probability[sub, rows].T) & (plan.index[sub, rows].T >= 0)
-    negate[rows] = (bits == 1) & plan.signed[sub, rows].T
-    return Draws(sub, fire, negate, extras)
+    """``n`` samples' draws for the plan's policy ``member``, decoded (:func:`draw_uniforms`)."""
+    return plan.decode([draw_uniforms(plan, n, generator, member)], [member])
 
 
 def partners(sizes: Sequence[int], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -486,11 +577,13 @@ def apply_policy_batch(
     fill: int = 128,
     plan: PolicyPlan | None = None,
     draws: Draws | None = None,
+    select: str = "auto",
 ) -> torch.Tensor:
     """``policy`` applied to ``images`` (uint8 [N, C, H, W] on any device), each sample its own
     draw from ``generator`` (see the module's documentation); a new tensor on the images' device.
     ``plan``: the policy's :class:`PolicyPlan` for this size and device (built here when None);
-    ``draws``: the draws to apply instead of drawing them (tests)."""
+    ``draws``: the draws to apply instead of drawing them (tests); ``select``: see
+    :func:`apply_drawn`."""
     _check_images(images, interpolation)
     n, _, h, w = images.shape
     if policy.is_identity or n == 0:
@@ -501,8 +594,8 @@ def apply_policy_batch(
         raise ValueError("apply_policy_batch: the plan was made for another policy or image size")
     if draws is None:
         draws = draw(plan, n, generator)
-    index, paired = partners([n], images.device)
-    return apply_drawn(images, plan, draws, index, paired, interpolation=interpolation, fill=fill)
+    partner, paired = partners([n], images.device)
+    return apply_drawn(images, plan, draws, partner, paired, interpolation=interpolation, fill=fill, select=select)
 
 
 def _check_images(images: torch.Tensor, interpolation: str) -> None:
@@ -524,14 +617,24 @@ def apply_drawn(
     *,
     interpolation: str = "nearest",
     fill: int = 128,
+    select: str = "auto",
 ) -> torch.Tensor:
-    """The plan's policies applied to ``images`` with ``draws`` (one :func:`draw` per batch,
-    :meth:`Draws.cat` for several), SamplePairing's ``partner`` index and ``paired`` mask of each
-    sample (:func:`partners`): per step, each operation once over the samples that apply it there,
-    whichever policy drew it. A sample's result depends on its own draws and partner only."""
+    """The plan's policies applied to ``images`` with ``draws`` (:meth:`PolicyPlan.decode`),
+    SamplePairing's ``partner`` index and ``paired`` mask of each sample (:func:`partners`): per
+    step, each operation once over the samples that apply it there, whichever policy drew it. A
+    sample's result depends on its own draws and partner only.
+
+    ``select``: ``"index"`` gathers each operation's samples, applies it to them and scatters the
+    result back (one host synchronisation a step, to learn how many); ``"mask"`` applies each
+    operation to every sample and keeps its result where it applies (no synchronisation: the
+    device is never waited for); ``"auto"`` (default): ``mask`` on a CUDA device, ``index``
+    elsewhere. Both give the same images. An operation without a batched form is always gathered."""
     _check_images(images, interpolation)
-    c = images.shape[1]
-    fills = [float(fill)] * c
+    if select not in SELECTIONS:
+        raise ValueError(f"select={select!r}; expected one of {list(SELECTIONS)}")
+    if select == "auto":
+        select = "mask" if images.device.type == "cuda" else "index"
+    fills = [float(fill)] * images.shape[1]
     partner_images = images.index_select(0, partner.to(images.device))
     paired = paired.to(images.device)
     out = images.clone()
@@ -541,27 +644,38 @@ def apply_drawn(
         if not present:
             continue
         key = torch.where(draws.fire[j], plan.index[draws.sub, j], -1)
+        entry = (draws.sub * steps + j) * 2 + draws.negate[j].long()
+        extra = draws.extra[j]
+        gathered = [i for i in present if select == "index" or plan.batched[names[i]] is None]
+        for i in present:
+            batched = plan.batched[names[i]]
+            if i in gathered:
+                continue
+            ctx = OpContext(fills, interpolation, partner_images, paired, extra, plan.distinct_rows[names[i]])
+            y = batched.apply(out, plan.rows[names[i]].index_select(0, entry), ctx)
+            out = torch.where((key == i).view(-1, 1, 1, 1), y, out)
+        if not gathered:
+            continue
         order = torch.argsort(key, stable=True)
         counts = torch.bincount(key + 1, minlength=len(names) + 1).tolist()  # the one host sync of a step
         starts = [0]
         for count in counts:
             starts.append(starts[-1] + count)
-        for i in present:
+        for i in gathered:
             count = counts[i + 1]
             if count == 0:
                 continue
             chosen = order[starts[i + 1] : starts[i + 1] + count]
-            entry = (draws.sub[chosen] * steps + j) * 2 + draws.negate[j, chosen].long()
             name = names[i]
             x = out.index_select(0, chosen)
             other, has = partner_images.index_select(0, chosen), paired.index_select(0, chosen)
-            extra = draws.extra[j].index_select(0, chosen)
+            more, rows = extra.index_select(0, chosen), entry.index_select(0, chosen)
             batched = plan.batched[name]
             if batched is not None:
-                ctx = OpContext(fills, interpolation, other, has, extra, plan.distinct_rows[name])
-                y = batched.apply(x, plan.rows[name].index_select(0, entry), ctx)
+                ctx = OpContext(fills, interpolation, other, has, more, plan.distinct_rows[name])
+                y = batched.apply(x, plan.rows[name].index_select(0, rows), ctx)
             else:
-                y = _per_image(name, x, plan.params[name], entry, fills, interpolation, other, has, extra)
+                y = _per_image(name, x, plan.params[name], rows, fills, interpolation, other, has, more)
             out.index_copy_(0, chosen, y)
     return out
 
@@ -608,53 +722,10 @@ def crop_at(images: torch.Tensor, top: torch.Tensor, left: torch.Tensor, padding
     return windows[torch.arange(n, device=dev), :, top.to(dev).long(), left.to(dev).long()]
 
 
-@dataclass(frozen=True)
-class BaseDraws:
-    """The base's draws of N samples: the crop's offsets ``top``, ``left`` [N] (``padding`` each
-    where the base does not crop: no shift) and ``flip`` [N]; ``crops`` / ``flips``: whether any
-    sample's base crops / flips (known on the host: a batch whose base does neither is not copied)."""
-
-    top: torch.Tensor
-    left: torch.Tensor
-    flip: torch.Tensor
-    padding: int
-    crops: bool
-    flips: bool
-
-    @staticmethod
-    def cat(draws: Sequence[BaseDraws]) -> BaseDraws:
-        """The draws of several batches of one image size, one after the other."""
-        return BaseDraws(
-            torch.cat([d.top for d in draws]),
-            torch.cat([d.left for d in draws]),
-            torch.cat([d.flip for d in draws]),
-            draws[0].padding,
-            any(d.crops for d in draws),
-            any(d.flips for d in draws),
-        )
-
-
-def draw_base(
-    base: str, n: int, height: int, width: int, generator: torch.Generator, device: torch.device | str = "cpu"
-) -> BaseDraws:
-    """``n`` samples' draws of the base ``base`` from ``generator``: the crop's offsets (top, then
-    left, uniform over the ``2 * padding + 1`` positions) where it crops, then the flips (each with
-    probability :data:`~autoaug.policies.bases.FLIP_PROBABILITY`) where it flips."""
-    spec = _bases.get(base)
-    padding = _bases.crop_padding(height, width)
-    gdev = generator.device
-    top = left = torch.full((n,), padding, dtype=torch.int64, device=device)
-    if spec.crop:
-        top = torch.randint(2 * padding + 1, (n,), generator=generator, device=gdev).to(device)
-        left = torch.randint(2 * padding + 1, (n,), generator=generator, device=gdev).to(device)
-    flip = torch.zeros(n, dtype=torch.bool, device=device)
-    if spec.flip:
-        flip = torch.rand(n, generator=generator, device=gdev).to(device) < _bases.FLIP_PROBABILITY
-    return BaseDraws(top, left, flip, padding, spec.crop, spec.flip)
-
-
-def apply_base_drawn(images: torch.Tensor, draws: BaseDraws) -> torch.Tensor:
-    """The base's crop and flip with ``draws`` (:func:`draw_base`) on each sample of ``images``."""
+def apply_base_drawn(images: torch.Tensor, draws: Draws) -> torch.Tensor:
+    """The bases' crop and flip with ``draws`` (:meth:`PolicyPlan.decode`) on each sample of
+    ``images``: each sample shifted by its offsets (none where its base does not crop), then
+    mirrored where it drew a flip."""
     out = images
     if draws.crops:
         out = crop_at(out, draws.top, draws.left, draws.padding)
@@ -668,6 +739,8 @@ def apply_base_batch(images: torch.Tensor, base: str, generator: torch.Generator
     (uint8 [N, C, H, W]): pad-and-random-crop at an offset drawn uniformly per sample
     (:func:`~autoaug.policies.bases.crop_padding`), then a horizontal flip with probability
     :data:`~autoaug.policies.bases.FLIP_PROBABILITY`, as the DALI pipeline and
-    :func:`~autoaug.policies.torch_apply.base_transforms` apply them (draws: :func:`draw_base`)."""
+    :func:`~autoaug.policies.torch_apply.base_transforms` apply them (the draws of
+    :func:`draw_uniforms` for a policy of that base and no sub-policy)."""
     n, _, h, w = images.shape
-    return apply_base_drawn(images, draw_base(base, n, h, w, generator, images.device))
+    plan = PolicyPlan(Policy(base, 10, [], base=_bases.check_name(base)), h, w, images.device)
+    return apply_base_drawn(images, draw(plan, n, generator))

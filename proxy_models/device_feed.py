@@ -203,36 +203,28 @@ class _Lockstep:
 
         first = self.feeds[0]
         h, w = first.images.shape[-2:]
-        none = Policy("identity", 10, [])
+        nothing = Policy("nothing", 10, [], base="none")  # a feed without a policy: neither base nor policy
         self.orders = [feed._begin_epoch() for feed in self.feeds]
-        self.policies = [feed.policy for feed in self.feeds]
-        self.plan = PolicyPlan([none if p is None else p for p in self.policies], h, w, first.device)
+        policies = [nothing if feed.policy is None else feed.policy for feed in self.feeds]
+        self.plan = PolicyPlan(policies, h, w, first.device)
         self.partner, self.paired = partners([first.batch_size] * len(self.feeds), first.device)
 
     def _make(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        from autoaug.policies.torch_batch import BaseDraws, Draws, apply_base_drawn, apply_drawn, draw, draw_base
+        from autoaug.policies.torch_batch import apply_base_drawn, apply_drawn, draw_uniforms
 
-        first = self.feeds[0]
-        bs, dev = first.batch_size, first.device
-        h, w = first.images.shape[-2:]
-        images, labels, bases, draws = [], [], [], []
-        for k, (feed, order, policy) in enumerate(zip(self.feeds, self.orders, self.policies)):
+        first, plan = self.feeds[0], self.plan
+        bs = first.batch_size
+        images, labels, blocks = [], [], []
+        for k, (feed, order) in enumerate(zip(self.feeds, self.orders)):
             pos = order[step * bs : (step + 1) * bs]
             images.append(feed.images.index_select(0, pos))
             labels.append(feed.labels.index_select(0, pos))
-            base = "none" if policy is None else getattr(policy, "base", "standard")
-            bases.append(draw_base(base, bs, h, w, feed.generator, dev))  # the base's draws, then the policy's
-            draws.append(draw(self.plan, bs, feed.generator, member=k))
-        batch = apply_base_drawn(torch.cat(images), BaseDraws.cat(bases))
-        if self.plan.steps:
+            blocks.append(draw_uniforms(plan, bs, feed.generator, member=k))  # the batch's one draw
+        draws = plan.decode(blocks)
+        batch = apply_base_drawn(torch.cat(images), draws)
+        if plan.steps:
             batch = apply_drawn(
-                batch,
-                self.plan,
-                Draws.cat(draws),
-                self.partner,
-                self.paired,
-                interpolation=first.interpolation,
-                fill=first.fill,
+                batch, plan, draws, self.partner, self.paired, interpolation=first.interpolation, fill=first.fill
             )
         batch = batch.float().sub_(first.mean).div_(first.std)
         return list(zip(batch.split(bs), labels))

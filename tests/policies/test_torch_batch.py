@@ -16,8 +16,6 @@ from torchvision.transforms.v2 import functional as F
 from autoaug.policies import Policy, bases, ops, presets
 from autoaug.policies import torch_apply as ta
 from autoaug.policies.torch_batch import (
-    BaseDraws,
-    Draws,
     OpContext,
     PolicyPlan,
     apply_base_batch,
@@ -28,7 +26,7 @@ from autoaug.policies.torch_batch import (
     crop_at,
     cutout_at,
     draw,
-    draw_base,
+    draw_uniforms,
     partners,
 )
 
@@ -154,32 +152,36 @@ def _every_op_policy() -> Policy:
     return Policy("every-op", 10, subs)
 
 
+@pytest.mark.parametrize("select", ["index", "mask"])
 @pytest.mark.parametrize(
     "ref", ["every-op", "autoaugment-cifar10", "autoaugment-svhn", "randaugment:n=2,m=9", "trivialaugment"]
 )
-def test_a_policy_with_given_draws_equals_torch_apply_image_by_image(ref, chw):
+def test_a_policy_with_given_draws_equals_torch_apply_image_by_image(ref, select, chw):
+    """Both ways of picking an operation's samples (gathered, or masked: what a GPU runs)."""
     policy = _every_op_policy() if ref == "every-op" else presets.resolve(ref)
     images = torch.cat([chw, chw.flip(-1)])  # 128 samples
     plan = PolicyPlan(policy, 32, 32)
     draws = draw(plan, len(images), torch.Generator().manual_seed(1))
-    got = apply_policy_batch(images, policy, torch.Generator(), plan=plan, draws=draws)
+    got = apply_policy_batch(images, policy, torch.Generator(), plan=plan, draws=draws, select=select)
     assert torch.equal(got, _reference(images, policy, draws))
     assert int(draws.fire.sum()) > len(images) // 2
     assert torch.equal(images, torch.cat([chw, chw.flip(-1)]))  # the input is left as it was
 
 
-def test_cutout_in_a_policy_fills_the_square_its_draws_centre(chw):
+@pytest.mark.parametrize("select", ["index", "mask"])
+def test_cutout_in_a_policy_fills_the_square_its_draws_centre(select, chw):
     policy = Policy("cut", 10, [[("Cutout", 1.0, 9)]])
     plan = PolicyPlan(policy, 32, 32)
     draws = draw(plan, len(chw), torch.Generator().manual_seed(6))
-    got = apply_policy_batch(chw, policy, torch.Generator(), plan=plan, draws=draws)
+    got = apply_policy_batch(chw, policy, torch.Generator(), plan=plan, draws=draws, select=select)
     side = ops.get("Cutout").param(9, 10, image_size=(32, 32))
     cy, cx = (draws.extra[0, :, 0] * 32).long(), (draws.extra[0, :, 1] * 32).long()
     assert torch.equal(got, cutout_at(chw, torch.full((len(chw),), side), cy, cx, [128.0] * 3))
     assert len(set(cy.tolist())) > 16 and len(set(cx.tolist())) > 16
 
 
-def test_several_policies_in_one_application_give_each_batch_what_it_gets_alone(chw):
+@pytest.mark.parametrize("select", ["index", "mask"])
+def test_several_policies_in_one_application_give_each_batch_what_it_gets_alone(select, chw):
     """A pack's members: each its own policy, generator and batch size (one a batch of one, one the
     identity); augmented together with their own draws, each batch is what it is alone."""
     members = [
@@ -190,16 +192,16 @@ def test_several_policies_in_one_application_give_each_batch_what_it_gets_alone(
         (Policy("pair", 10, [[("SamplePairing", 1.0, 9)]]), 1),
     ]
     plan = PolicyPlan([p for p, _ in members], 32, 32)
-    batches, draws, alone = [], [], []
+    batches, blocks, alone = [], [], []
     start = 0
     for k, (policy, n) in enumerate(members):
         images = chw[start : start + n]
         start += n
         batches.append(images)
-        draws.append(draw(plan, n, torch.Generator().manual_seed(k), member=k))
+        blocks.append(draw_uniforms(plan, n, torch.Generator().manual_seed(k), member=k))
         alone.append(apply_policy_batch(images, policy, torch.Generator().manual_seed(k)))
     index, paired = partners([n for _, n in members])
-    together = apply_drawn(torch.cat(batches), plan, Draws.cat(draws), index, paired)
+    together = apply_drawn(torch.cat(batches), plan, plan.decode(blocks), index, paired, select=select)
     assert torch.equal(together, torch.cat(alone))
     assert torch.equal(alone[-1], batches[-1])  # a batch of one: no partner to blend with
 
@@ -295,12 +297,13 @@ def test_crop_at_is_random_pad_crop_at_that_offset(chw):
 
 
 def test_bases_drawn_apart_and_applied_together_give_each_batch_its_own(chw):
-    draws = [draw_base(b, 16, 32, 32, torch.Generator().manual_seed(i)) for i, b in enumerate(bases.NAMES)]
+    plan = PolicyPlan([presets.resolve(b) for b in bases.NAMES], 32, 32)  # the base presets: no policy
+    blocks = [draw_uniforms(plan, 16, torch.Generator().manual_seed(i), member=i) for i in range(3)]
     alone = [
         apply_base_batch(chw[16 * i : 16 * i + 16], b, torch.Generator().manual_seed(i))
         for i, b in enumerate(bases.NAMES)
     ]
-    assert torch.equal(apply_base_drawn(chw[:48], BaseDraws.cat(draws)), torch.cat(alone))
+    assert torch.equal(apply_base_drawn(chw[:48], plan.decode(blocks)), torch.cat(alone))
     assert torch.equal(alone[0], chw[:16])  # "none"
 
 
@@ -335,5 +338,7 @@ def test_bad_input_is_refused_in_one_line(chw):
         apply_policy_batch(chw.float(), policy, torch.Generator())
     with pytest.raises(ValueError, match="interpolation='cubic'"):
         apply_policy_batch(chw, policy, torch.Generator(), interpolation="cubic")
+    with pytest.raises(ValueError, match="select='sorted'; expected one of"):
+        apply_policy_batch(chw, policy, torch.Generator(), select="sorted")
     with pytest.raises(ValueError, match="the plan was made for another policy"):
         apply_policy_batch(chw, policy, torch.Generator(), plan=PolicyPlan(presets.resolve("trivialaugment"), 32, 32))

@@ -28,8 +28,9 @@ Rotate) through torchvision's own inverse matrix, a batched affine grid and its 
 ``F.rotate``'s shortcuts for multiples of 90 degrees; the blends (Contrast, Color, Sharpness)
 rounded as torchvision's fused multiply-add is (computed in float64, rounded once to float32);
 Brightness, Solarize, Posterize, Cutout and SamplePairing as tensors of per-sample parameters;
-Invert, AutoContrast and Equalize through torchvision's batched kernels (Equalize: per-image,
-per-channel histograms of the whole batch at once). An operation declared without a batched form
+AutoContrast as torchvision's (per-image, per-channel extremes), Invert and Equalize through
+torchvision's batched kernels (Equalize: per-image, per-channel histograms of the whole batch at
+once). An operation declared without a batched form
 (:func:`autoaug.policies.ops.declare_op` with its own torch function) still works: its samples go
 through that per-image function one by one (with a CPU generator seeded from the sample's draws).
 """
@@ -151,7 +152,13 @@ def _invert(images, params, ctx):
 
 
 def _auto_contrast(images, params, ctx):
-    return _ta.auto_contrast(images, None)
+    # torchvision's autocontrast, its boolean-mask assignments as `where` (a mask index waits for
+    # the device to count the mask)
+    x = images.float()
+    low, high = x.amin(dim=(-2, -1), keepdim=True), x.amax(dim=(-2, -1), keepdim=True)
+    flat = high == low
+    inv_scale = torch.where(flat, 1.0, (high - low).mul_(1.0 / 255))
+    return (x - torch.where(flat, 0.0, low)).div_(inv_scale).clamp_(0, 255).to(images.dtype)
 
 
 def _equalize(images, params, ctx):

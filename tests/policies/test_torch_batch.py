@@ -41,8 +41,11 @@ def chw(images64) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def odd() -> torch.Tensor:
-    """32 random non-square images (24 x 40): size-relative parameters, no quarter-turn shortcut."""
-    return torch.randint(0, 256, (32, 3, 24, 40), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    """32 random non-square images (24 x 40): size-relative parameters, no quarter-turn shortcut;
+    the first of one grey level (AutoContrast's and Equalize's flat case)."""
+    images = torch.randint(0, 256, (32, 3, 24, 40), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    images[0] = 77
+    return images
 
 
 def _per_sample(name: str, images: torch.Tensor, ranges: str):

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.policies.policy import MAX_SUB_POLICIES
@@ -31,19 +30,17 @@ from autoaug.search.decide.calibrate import CALIBRATION_FILE, incumbent_margin
 from autoaug.search.decide.rescore import Candidate
 from autoaug.search.decide.rungs import calibration_scores, describe_rungs, rung_epochs
 from autoaug.search.decide.rungs import from_study as rung_record
-from autoaug.search.decide.warm_start import warm_start_points, warm_start_policies
+from autoaug.search.decide.warm_start import warm_start_policies
 from autoaug.search.methods.base import (
     Method,
     MethodResult,
     MethodSettings,
     PreparedSearch,
-    all_failed,
     check_validation_left_to_the_method,
-    resume_hint,
 )
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import asha_milestones, score_epochs
-from autoaug.search.tune.study import SAMPLERS, check_study, make_storage, redact
+from autoaug.search.tune.study import SAMPLERS, redact
 
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
@@ -222,81 +219,23 @@ class TrainMethod(Method):
         return can_restore(run.uri)
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        """The experiment (:mod:`autoaug.search.tune.experiment`) built, or restored from the run
-        directory, and run; then its trials read back (:func:`_finished_trials`) and what the method
-        returns (:func:`_method_result`)."""
+        """The experiment built, or restored from the run directory, and run, its trials read back
+        (:func:`autoaug.search.methods.train.runner.run_trials`); then what the method returns
+        (:func:`_method_result`)."""
         # Ray Tune, Optuna and the trainer: imported when the search runs (`autoaug --help` reads this module)
-        from autoaug.search.methods.train.trial import run_trial
-        from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
-        from autoaug.search.tune.pack import packed
+        from autoaug.search.methods.train import runner
 
-        config, run, s = search.config, search.run, search.config.method_settings(TrainMethodConfig)
-        exp = Experiment(
-            name=config.name,
-            storage=config.storage,
-            study_url=search.study_url,
-            num_trials=s.num_trials,
-            max_steps=config.epochs,
-            seed=config.seed,
-            trainable=search.trainable or run_trial,
-            parameters={
-                "train_config": trial_train_config(config).to_dict(),
-                "space": config.space.to_dict(),
-                "policy_prefix": config.name,
-                "score_window": config.score_window,
-            },
-            asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None,
-            rung_calibration=_rung_calibration(search) if s.early_stopping else (),
-            run_dir=run.uri,
+        config, s = search.config, search.config.method_settings(TrainMethodConfig)
+        study, trials, problems, margin = runner.run_trials(
+            search,
+            s,
+            trial_train_config(config).to_dict(),
+            _rung_calibration(search) if s.early_stopping else (),
+            lambda: _sampler_margin(search),
         )
-        exp, pack_servers = packed(config, exp, search.display.log)  # trials trained K at a time (config.pack)
-        budget = search.budget
-        margin = _sampler_margin(search)  # (a restored searcher has it already: the same, from calibration.json)
-        if can_restore(run.uri):
-            tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
-        else:
-            # The first proposals are the known sub-policies (a fresh study only).
-            points = warm_start_points(config.warm_start, config.space, store=config.store) if config.warm_start else ()
-            exp = dataclasses.replace(exp, warm_start=tuple(points), sampler_margin=margin)
-            tuner = build_tuner(config, exp, search.display, budget)
-        with pack_servers:
-            fit(tuner)
-
-        study, trials, problems = _finished_trials(search, s)
+        for problem in problems:
+            logger.warning("Optuna study %s: %s", config.name, problem)
         return _method_result(search, s, study, trials, problems, margin)
-
-
-def _finished_trials(search: PreparedSearch, s: TrainMethodConfig) -> tuple[Any, list, list[str]]:
-    """The Optuna study and the trials as Tune and the study left them
-    (:func:`~autoaug.search.tune.results.trial_records`), checked: every trial finished (or the time
-    budget ended the search with none left running) and one at least succeeded; and the problems
-    between the study and Tune's trials (each logged as a warning)."""
-    import optuna
-
-    from autoaug.search.tune.results import trial_records
-
-    config, budget = search.config, search.budget
-    study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
-    trials = trial_records(
-        search.run,
-        study,
-        space=config.space,
-        name=config.name,
-        epochs=config.epochs,
-        budget_stopped=budget.stopped(config.name) if budget is not None else (),
-    )
-    finished = [t for t in trials if t.finished]
-    if len(finished) < s.num_trials and not (search.budget_ended() and len(finished) == len(trials)):
-        raise SearchInterruptedError(
-            f"search {config.name!r} stopped with {len(finished)} of {s.num_trials} trials finished; "
-            + resume_hint(config)
-        )
-    if not any(t.succeeded for t in trials):
-        raise all_failed(trials, config.name)
-    problems = check_study(study, trials, config.space, budget_ended=search.budget_ended())
-    for problem in problems:
-        logger.warning("Optuna study %s: %s", config.name, problem)
-    return study, trials, problems
 
 
 def _method_result(

@@ -41,17 +41,13 @@ population, every exploit/explore event and each member's lineage.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import random
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
-from autoaug.policies.schedule import Schedule
 from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
 from autoaug.search.decide.rescore import Candidate
 from autoaug.search.decide.warm_start import warm_start_points
@@ -279,19 +275,15 @@ class PbaMethod(Method):
         return can_restore(run.uri)
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        from autoaug.search.tune.experiment import build_tuner, can_restore, fit, restore_tuner
+        """The population run or continued (:func:`autoaug.search.methods.pba.runner.run_population`),
+        then what it found (:func:`_result`)."""
+        # Ray Tune and the trainer: imported when the search runs (`autoaug --help` reads this module)
+        from autoaug.search.methods.pba import runner
 
-        config, run = search.config, search.run
-        t0 = time.time()
-        exp = _experiment(search)
-        if can_restore(run.uri):
-            tuner = restore_tuner(
-                config, exp, search.display, resume_errored=search.resume_errored, budget=search.budget
-            )
-        else:
-            tuner = build_tuner(config, _population(search, exp), search.display, search.budget)
-        fit(tuner)
-        return _result(search, tuner.get_results(), time.time() - t0)
+        config, s = search.config, search.config.method_settings(PbaConfig)
+        explore = PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed)
+        members, events, wall = runner.run_population(search, s, explore, lambda: initial_population(config))
+        return _result(search, members, events, wall)
 
     def best_policy_line(self, num_sub_policies: int) -> str | None:
         return f"final policy = the best trial's, {num_sub_policies} sub-policies"  # the best member's last stage
@@ -317,78 +309,18 @@ class PbaMethod(Method):
         )
 
 
-def _experiment(search: PreparedSearch) -> Any:
-    """The population's Tune experiment (:mod:`autoaug.search.tune.experiment`), as a restore needs it."""
-    from autoaug.search.methods.pba.trial import run_pba_trial
-    from autoaug.search.tune.experiment import Experiment
-
-    config = search.config
-    return Experiment(
-        name=config.name,
-        storage=config.storage,
-        study_url=None,
-        num_trials=config.method_settings(PbaConfig).population,
-        max_steps=config.epochs,
-        seed=config.seed,
-        trainable=search.trainable or run_pba_trial,
-        parameters={
-            "train_config": config.train.to_dict(),
-            "space": config.space.to_dict(),
-            "policy_prefix": config.name,
-            "score_window": config.score_window,
-            "perturbation_interval": config.method_settings(PbaConfig).perturbation_interval,
-        },
-        # Every checkpoint is kept (they come at perturbation boundaries only: 30 of 0.6 MB per
-        # member of pba-cpu). With a limit, a member that cloned another deletes the clone's
-        # checkpoint as its own old one, under the feet of the clone and of other exploiters
-        # (ray-project/ray#9036, #8441: FileNotFoundError when a checkpoint is registered).
-        keep_checkpoints=None,
-        proposer="pba",
-        run_dir=search.run.uri,
-    )
-
-
-def _population(search: PreparedSearch, exp: Any) -> Any:
-    """``exp`` as a new population starts: its members (a grid of their first policies), PBT
-    and the event log."""
-    from ray import tune
-
-    from autoaug.search.methods.pba.scheduler import EpochPBT, EventLog
-
+def _result(
+    search: PreparedSearch,
+    members: list[tuple[TrialRecord, Any, dict[str, Any]]],
+    events: list[dict[str, Any]],
+    wall: float,
+) -> MethodResult:
+    """What the population found: its ``members`` (as :mod:`.runner` read them: each a trial, its
+    schedule and state) checked to have finished (:func:`_check_finished`), the best member's
+    schedule (its last stage the stored policy), the record of the method with its ``events``
+    (:func:`_pba_record`, also written to ``pba.json``)."""
     config, s = search.config, search.config.method_settings(PbaConfig)
-    scheduler = EpochPBT(
-        last_epoch=config.epochs,
-        time_attr="epoch",
-        perturbation_interval=s.perturbation_interval,
-        quantile_fraction=s.quantile,
-        resample_probability=s.resample_probability,
-        hyperparam_mutations={},
-        custom_explore_fn=PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed),
-        log_config=True,
-        synch=False,
-    )
-    # One sample of a grid: every member exists from the start, without a limit on concurrent
-    # trials (a limiter would create the later members only once the first ones finished, and PBT
-    # ranks members that exist together). The cluster's resources (cpus_per_trial) decide how many
-    # train at a time; PBT pauses and rotates the others.
-    return dataclasses.replace(
-        exp,
-        scheduler=scheduler,
-        param_space={"policy": tune.grid_search(initial_population(config)), "explore": {}},
-        callbacks=(EventLog(config.storage, config.name, search.display),),
-    )
-
-
-def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
-    """What the population found: its members as trials (:func:`_members`), checked to have
-    finished (:func:`_check_finished`), the best member's schedule (its last stage the stored
-    policy), the record of the method (:func:`_pba_record`, also written to ``pba.json``)."""
-    from autoaug.search.methods.pba.scheduler import EVENTS_FILE
-
-    config, s = search.config, search.config.method_settings(PbaConfig)
-    members = _members(search, results)
     records = [m[0] for m in members]
-    events = list(search.run.read_json(EVENTS_FILE)) if search.run.exists(EVENTS_FILE) else []
     _check_finished(search, records, s.population)
     scored = [m for m in members if m[0].succeeded and m[1] is not None]
     if not scored:
@@ -423,60 +355,6 @@ def _result(search: PreparedSearch, results: Any, wall: float) -> MethodResult:
         provenance=record,
         schedule=schedule,
     )
-
-
-def _members(search: PreparedSearch, results: Any) -> list[tuple[TrialRecord, Any, dict[str, Any]]]:
-    """Each member of the population's Tune ``results`` as a trial: ``(record, schedule, state)``,
-    the schedule and ``pba.json`` state of its last checkpoint (None and ``{}`` without one)."""
-    from ray.tune import ExperimentAnalysis
-
-    config = search.config
-    by_budget = search.budget.stopped(config.name) if search.budget is not None else frozenset()
-    # The attempts of each member that failed and were retried (a worker killed, a node lost): Tune's
-    # trials count them, its results do not.
-    failures = {t.trial_id: int(getattr(t, "num_failures", 0) or 0) for t in ExperimentAnalysis(search.run.uri).trials}
-    members = []
-    for index, r in enumerate(results):
-        last = r.metrics or {}
-        trial_id = str(last.get("trial_id") or (r.path or "").rsplit("_", 1)[-1])
-        epochs = int(last.get("epoch") or 0)
-        state, schedule = _checkpointed(r.checkpoint)
-        status = "failed" if r.error is not None else ("completed" if epochs >= config.epochs else "running")
-        if status == "running" and trial_id in by_budget:
-            status = "budget_stopped"  # at a perturbation boundary: its checkpoint holds the schedule it scored under
-        params = dict(state.get("params") or (r.config or {}).get("policy", {}))
-        policy = None
-        if schedule is not None:
-            policy = schedule.final
-        record = TrialRecord(
-            trial_id=trial_id,
-            index=index,
-            status=status,
-            params=params,
-            policy=policy,
-            score=last.get(METRIC) if status in ("completed", "budget_stopped") else None,
-            epochs=epochs,
-            train_time_s=last.get("train_time_s"),
-            num_failures=failures.get(trial_id, 0),
-            error=None if r.error is None else f"{type(r.error).__name__}: {str(r.error).splitlines()[0][:300]}",
-        )
-        members.append((record, schedule, state))
-    return members
-
-
-def _checkpointed(checkpoint: Any) -> tuple[dict[str, Any], Any]:
-    """``(state, schedule)`` of a member's last Tune ``checkpoint``: its ``pba.json`` and the
-    schedule in the trainer's checkpoint; ``({}, None)`` without a checkpoint."""
-    if checkpoint is None:
-        return {}, None
-    from autoaug.proxy_models.train import load_checkpoint
-    from autoaug.search.methods.pba.trial import PBA_STATE
-
-    with checkpoint.as_directory() as d:
-        with open(f"{d}/{PBA_STATE}") as f:
-            state = json.load(f)
-        schedule = Schedule.from_dict(load_checkpoint(d)["schedule"])
-    return state, schedule
 
 
 def _check_finished(search: PreparedSearch, records: list[TrialRecord], population: int) -> None:

@@ -40,9 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from autoaug.core.errors import SearchInterruptedError
 from autoaug.policies.policy import MAX_SUB_POLICIES
-from autoaug.search.decide.assemble import TrialRecord, assemble_policy, rank_trials
+from autoaug.search.decide.assemble import TrialRecord, assemble_policy
 from autoaug.search.decide.rescore import Candidate
-from autoaug.search.decide.warm_start import warm_start_points
 from autoaug.search.methods.base import (
     Method,
     MethodResult,
@@ -53,8 +52,7 @@ from autoaug.search.methods.base import (
 )
 from autoaug.search.methods.density.settings import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.run_dir import RunDir
-from autoaug.search.score import METRIC
-from autoaug.search.tune.study import check_study, delete_study, make_storage, redact
+from autoaug.search.tune.study import redact
 
 if TYPE_CHECKING:
     from autoaug.search.config import SearchConfig
@@ -186,14 +184,14 @@ class DensityMethod(Method):
         return True  # fold models, finished rounds and each round's Tune state are picked up as found
 
     def run(self, search: PreparedSearch) -> MethodResult:
-        # torch, DALI and Ray: imported when the search runs (`autoaug --help` reads this module)
-        from autoaug.search.methods.density.fold_models import fold_splits, train_fold_models
+        # torch, DALI, Ray Tune and Optuna: imported when the search runs (`autoaug --help` reads this module)
+        from autoaug.search.methods.density import fold_models, runner
 
         config, run, d = search.config, search.run, search.config.method_settings(DensityConfig)
         t0 = time.time()
-        folds = train_fold_models(config, run, session=search.state.session_label, log=search.display.log)
+        folds = fold_models.train_fold_models(config, run, session=search.state.session_label, log=search.display.log)
         fold_wall = time.time() - t0
-        _, splits = fold_splits(config.train, d.folds, d.fold_seed)
+        _, splits = fold_models.fold_splits(config.train, d.folds, d.fold_seed)
         done = run.read_json(DENSITY_FILE) if run.exists(DENSITY_FILE) else {"stages": {}}
         done["folds"] = [{k: v for k, v in f.items() if k != "weights"} for f in folds]
         done.setdefault("fold_training_wall_s", {})[str(len(search.state.sessions))] = fold_wall
@@ -204,12 +202,13 @@ class DensityMethod(Method):
                 stage = stage_name(config.name, k, round_)
                 if stage in done["stages"]:
                     continue
-                started = RunDir((run.location / STAGES_DIR).uri, stage).exists()
+                stage_run = RunDir((run.location / STAGES_DIR).uri, stage)
+                started = stage_run.exists()
                 if search.budget is not None and search.budget.stop_now() and not started:
                     search.budget.end("rounds")  # the rounds not started are not run
                     break
                 fold = fold or _fold_parameters(config, folds[k], k, splits[k].val)
-                done["stages"][stage] = _run_round(search, k, round_, fold)
+                done["stages"][stage] = runner.run_round(search, k, round_, fold, stage, stage_run)
                 run.write_json(DENSITY_FILE, done)
 
         order = [stage_name(config.name, k, r) for k in range(d.folds) for r in range(d.rounds)]
@@ -275,99 +274,6 @@ def _fold_parameters(config: SearchConfig, fold: dict, k: int, heldout: Any) -> 
         "objective": config.method_settings(DensityConfig).objective,
         "seed": config.train.seed,
     }
-
-
-def _run_round(search: PreparedSearch, k: int, round_: int, fold: dict) -> dict:
-    """Run (or continue) one round's Tune experiment; returns its record for ``density.json``."""
-    import optuna
-
-    from autoaug.search.methods.density.trial import DensityTrial
-    from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
-    from autoaug.search.tune.results import trial_records
-
-    config, d = search.config, search.config.method_settings(DensityConfig)
-    stage = stage_name(config.name, k, round_)
-    stage_run = RunDir((search.run.location / STAGES_DIR).uri, stage)
-    exp = Experiment(
-        name=stage,
-        storage=stage_run.storage,
-        study_url=search.study_url,
-        num_trials=d.trials_per_round,
-        max_steps=1,
-        seed=(config.seed + 7919 * (k * d.rounds + round_)) % 2**32,
-        trainable=search.trainable or DensityTrial,
-        parameters={
-            "train_config": dataclasses.replace(config.train, epochs=1, warmup_epochs=0.0).to_dict(),
-            "space": config.space.to_dict(),
-            "policy_prefix": stage,
-            "fold": fold,
-        },
-        run_dir=stage_run.uri,
-    )
-    search.display.log(
-        f"fold {k + 1}/{d.folds}, round {round_ + 1}/{d.rounds}: scoring {d.trials_per_round} "
-        f"candidates on {len(fold['heldout'])} held-out images"
-    )
-    budget = search.budget
-    if stage_run.exists() and can_restore(stage_run.uri):
-        tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
-    else:
-        if stage_run.exists():
-            stage_run.delete()
-        delete_study(stage, search.study_url)  # a round that stopped before Tune saved anything
-        points = warm_start_points(config.warm_start, config.space, store=config.store) if round_ == 0 else []
-        tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display, budget)
-    t0 = time.time()
-    fit(tuner)
-    study = optuna.load_study(study_name=stage, storage=make_storage(search.study_url))
-    records = trial_records(
-        stage_run,
-        study,
-        space=config.space,
-        name=stage,
-        epochs=1,
-        budget_stopped=budget.stopped(stage) if budget is not None else (),
-    )
-    finished = sum(r.finished for r in records)
-    cut = search.budget_ended() and finished == len(records)  # the budget ended the round early
-    if finished < d.trials_per_round and not cut:
-        raise SearchInterruptedError(
-            f"search {config.name!r} stopped in round {round_ + 1} of fold {k + 1} with {finished} of "
-            f"{d.trials_per_round} candidates scored; " + resume_hint(config)
-        )
-    problems = check_study(study, records, config.space, budget_ended=cut)
-    records = _with_fold_scores(records, stage_run, stage)
-    top = rank_trials(records)[: d.top_per_round]
-    best = f"best {METRIC} {top[0].score:.4f}" if top else "no candidate scored"
-    search.display.log(
-        f"fold {k + 1}/{d.folds}, round {round_ + 1}/{d.rounds} done in {time.time() - t0:.0f} s: {best}"
-    )
-    return {
-        "fold": k,
-        "round": round_,
-        "stage": stage,
-        "trials": [r.to_dict() for r in records],
-        "top": [r.trial_id for r in top],
-        "problems": problems,
-        "wall_time_s": time.time() - t0,
-        **({"ended_by_budget": True} if finished < d.trials_per_round else {}),
-    }
-
-
-def _with_fold_scores(records: list[TrialRecord], stage_run: RunDir, stage: str) -> list[TrialRecord]:
-    """The round's records with ids ``STAGE/ID`` and each trial's plain accuracy and loss in its note."""
-    from ray.tune import ExperimentAnalysis
-
-    extras = {t.trial_id: (t.last_result or {}) for t in ExperimentAnalysis(stage_run.uri).trials}
-    out = []
-    for r in records:
-        last = extras.get(r.trial_id, {})
-        note = r.note
-        if last.get("fold_accuracy") is not None:
-            scores = f"accuracy {last['fold_accuracy']:.6f}, loss {last['fold_loss']:.6f}"
-            note = scores if note is None else f"{scores}; {note}"
-        out.append(dataclasses.replace(r, trial_id=f"{stage}/{r.trial_id}", note=note))
-    return out
 
 
 METHOD = DensityMethod()

@@ -131,15 +131,19 @@ def processes(proxy: str, count: int, device: str, amp: str, seconds: float, thr
     }
 
 
-def _real_config(proxy: str, device: str, data: str, loader: str):
-    """The proxy's training configuration on real data (``data``: a folder with train.parquet),
-    sized to it, without validation, in the precision a pack trains in."""
+def _real_config(proxy: str, device: str, data: str, loader: str, train_size: int | None = None):
+    """The proxy's training configuration on real data (``data``: a folder with train.parquet, of
+    32 x 32 images: CIFAR-10's), sized to it (``train_size``: that many training images instead),
+    without validation, in the precision a pack trains in."""
     import dataclasses
 
     from autoaug.proxy_models.train_config import PRESETS, resolve_config
 
     preset = {"paper": "paper", "proxy-cpu": "proxy-cpu"}[proxy]
     amp = {"amp": True, "amp_dtype": "bfloat16"} if device.startswith("cuda") else {}
+    sizing = {}
+    if train_size is not None:
+        sizing = {"train_size": train_size, "train_per_class": None, "min_train_size": None, "max_train_size": None}
     cfg = dataclasses.replace(
         PRESETS[preset],
         data=str(Path(data) / "train.parquet"),
@@ -148,7 +152,9 @@ def _real_config(proxy: str, device: str, data: str, loader: str):
         max_val_size=None,
         num_threads=torch_threads(),
         loader=loader,
+        image_size=32,  # the data's own (given: reading 50,000 image headers to learn it costs seconds)
         **amp,
+        **sizing,
     )
     return resolve_config(cfg)
 
@@ -159,7 +165,16 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def input_rates(data: str, proxy: str, k: int, device: str, policy: str, seconds: float, loader_threads: int) -> list:
+def input_rates(
+    data: str,
+    proxy: str,
+    k: int,
+    device: str,
+    policy: str,
+    seconds: float,
+    loader_threads: int,
+    train_size: int | None = None,
+) -> list:
     """Images per second (all members) that K members' training loaders serve in lockstep (one
     batch of each per step, as a pack steps), each its own seed, after a warm-up epoch: DALI
     loaders on the run's device (and on the CPU, when that is a GPU), device feeds served together
@@ -171,7 +186,7 @@ def input_rates(data: str, proxy: str, k: int, device: str, policy: str, seconds
     from autoaug.proxy_models.device_feed import DeviceFeed, serve_together
     from autoaug.proxy_models.splits import config_split
 
-    cfg = _real_config(proxy, device, data, "dali")
+    cfg = _real_config(proxy, device, data, "dali", train_size)
     ds = open_dataset(cfg.data, split="train")
     train = config_split(ds, cfg).train
     pol = resolve_policy(policy)
@@ -222,7 +237,7 @@ def input_rates(data: str, proxy: str, k: int, device: str, policy: str, seconds
     # until each has had about `seconds`; each kind's rate is the median of its epochs'.
     epochs: dict[str, list[float]] = {name: [] for name in ready}
     spent = dict.fromkeys(ready, 0.0)
-    while ready and min(spent.values()) < seconds or any(len(e) < 2 for e in epochs.values()):
+    while ready and min(spent.values()) < seconds:
         for name, (loaders, streams) in ready.items():
             t0, served = time.perf_counter(), 0
             for batches in zip(*streams(loaders)):
@@ -236,7 +251,9 @@ def input_rates(data: str, proxy: str, k: int, device: str, policy: str, seconds
     return list(rows.values())
 
 
-def train_rates(data: str, proxy: str, k: int, device: str, policy: str, epochs: int) -> list:
+def train_rates(
+    data: str, proxy: str, k: int, device: str, policy: str, epochs: int, train_size: int | None = None
+) -> list:
     """End to end: a pack of K members (seeds 0..K-1, one policy) fed by DALI loaders and one fed
     by device feeds, trained ``epochs`` epochs each, one epoch of each in turn; images per second
     of all members (the trainer's own rate: after an epoch's first batch), the median over the
@@ -254,7 +271,7 @@ def train_rates(data: str, proxy: str, k: int, device: str, policy: str, epochs:
         for loader in ("dali", "device"):
             rows[loader] = row = {"measure": "train", "proxy": proxy, "k": k, "loader": loader, "policy": policy}
             try:
-                cfg = _real_config(proxy, device, data, loader)
+                cfg = _real_config(proxy, device, data, loader, train_size)
                 pack = stack.enter_context(Pack(cfg))
                 for seed in range(k):
                     pack.add(seed, policy, config=dataclasses.replace(cfg, seed=seed))
@@ -325,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="autoaugment-cifar10", help="input/train: the members' policy")
     ap.add_argument("--epochs", type=int, default=3, help="train: epochs each pack trains (the first not timed)")
     ap.add_argument("--loader-threads", type=int, default=1, help="input: DALI threads of each member's loader")
+    ap.add_argument("--train-size", type=int, default=None, help="input/train: training images (default the proxy's)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     measures = [m for m in args.measure.split(",") if m]
@@ -372,12 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         for k in (int(x) for x in args.packs.split(",") if x):
             if "input" in measures:
                 for row in input_rates(
-                    args.data, proxy, k, args.device, args.policy, args.seconds, args.loader_threads
+                    args.data, proxy, k, args.device, args.policy, args.seconds, args.loader_threads, args.train_size
                 ):
                     rows.append(row)
                     _print_row(row)
             if "train" in measures:
-                for row in train_rates(args.data, proxy, k, args.device, args.policy, args.epochs):
+                for row in train_rates(args.data, proxy, k, args.device, args.policy, args.epochs, args.train_size):
                     rows.append(row)
                     _print_row(row)
     name = args.device.split(":")[0] + "".join(f"-{m}" for m in measures if measures != ["model"])

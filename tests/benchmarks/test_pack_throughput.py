@@ -1,9 +1,12 @@
 """benchmarks/pack_throughput.py: a short CPU run measures a pack and a separate process and writes
-its JSON with the machine and the command (a check of the tool, not a timing)."""
+its JSON with the machine and the command; another measures the input side (DALI loaders and
+device feeds, served and trained). Checks of the tool, not timings."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 
 def test_a_short_run_writes_each_measurement_with_the_machine(load_benchmark, tmp_path):
@@ -23,13 +26,14 @@ def test_a_short_run_writes_each_measurement_with_the_machine(load_benchmark, tm
     )
 
 
+@pytest.mark.slow  # two DALI pipelines built, two packs trained, torchvision imported: 10-15 s on a quiet core
 def test_the_input_side_measures_dali_loaders_and_device_feeds_and_a_pack_fed_each_way(
     load_benchmark, cifar_dir, tmp_path
 ):
     pt = load_benchmark("pack_throughput")
     out = tmp_path / "cpu-input-train.json"
     argv = ["--device", "cpu", "--measure", "input,train", "--data", str(cifar_dir), "--proxies", "proxy-cpu"]
-    argv += ["--packs", "1", "--seconds", "0.2", "--epochs", "1", "--out", str(out)]
+    argv += ["--packs", "1", "--seconds", "0.1", "--epochs", "1", "--train-size", "256", "--out", str(out)]
     assert pt.main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [(r["measure"], r["loader"]) for r in rows] == [
@@ -40,4 +44,4 @@ def test_the_input_side_measures_dali_loaders_and_device_feeds_and_a_pack_fed_ea
     ]
     for r in rows:
         assert "error" not in r and r["images_per_s"] > 0 and r["k"] == 1
-    assert all(r["train_images"] == 1000 for r in rows if r["measure"] == "train")
+    assert all(r["train_images"] == 256 for r in rows if r["measure"] == "train")

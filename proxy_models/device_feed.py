@@ -9,13 +9,14 @@ the policy itself applied per sample by batched torch operations
 the normalisation :class:`~autoaug.proxy_models.pipeline.DaliLoader` uses, all on the device::
 
     images (uint8, on the device) -> [epoch] permutation -> [batch] index_select
-      -> base (policies.torch_batch.apply_base_batch) -> policy (apply_policy_batch)
-      -> (x - mean) / std, float32 NCHW
+      -> its draws (torch_batch.draw_uniforms: one generator call) -> base (apply_base_drawn)
+      -> policy (apply_drawn) -> (x - mean) / std, float32 NCHW
 
 The feeds of a pack's members are served together (:func:`serve_together`, what
 :class:`~autoaug.proxy_models.pack.Pack` does): at each step every member's batch, with the draws
 of its own generator, is augmented by one application over all of them, so the kernel launches of
 a step do not grow with the number of members, and each member's batches are those it gets alone.
+On a CUDA device a step waits for no host work (the policy's operations are masked, not gathered).
 
 The last partial batch is dropped, as the DALI training loader drops it, so an epoch has the same
 number of steps either way. Every draw -- the order, the crops and flips, the policy's -- comes

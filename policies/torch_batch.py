@@ -385,12 +385,21 @@ class PolicyPlan:
             if not isinstance(policy, Policy):
                 raise ValueError(f"policy must be a policies.Policy, got {type(policy).__name__}")
         self.height, self.width = int(height), int(width)
-        self.device = dev = torch.device(device)
-        subs = [(policy, sub) for policy in self.policies for sub in policy.sub_policies]
+        self.device = torch.device(device)
         self.offsets = [0]
         for policy in self.policies:
             self.offsets.append(self.offsets[-1] + len(policy.sub_policies))
-        self.steps = steps = max([0, *(p.max_ops_per_sub_policy for p in self.policies)])
+        self.steps = max([0, *(p.max_ops_per_sub_policy for p in self.policies)])
+        index = self._op_tables()
+        self._draw_layout()
+        self._parameter_rows(index)
+
+    def _op_tables(self) -> list[list[int]]:
+        """Per (sub-policy, step): the operation (an index into :attr:`names`, -1 for none), its
+        probability and whether it is signed; per operation its parameter at each (sub-policy,
+        step, sign). Returns the operations' index table."""
+        steps, dev = self.steps, self.device
+        subs = [(policy, sub) for policy in self.policies for sub in policy.sub_policies]
         self.names: list[str] = []
         index = [[-1] * steps for _ in subs]
         prob = [[0.0] * steps for _ in subs]
@@ -420,8 +429,11 @@ class PolicyPlan:
         #: Per step, the indices (into :attr:`names`) of the operations some sub-policy has there.
         self.at_step = [sorted({index[k][j] for k in range(len(subs)) if index[k][j] >= 0}) for j in range(steps)]
         self.batched: dict[str, BatchOp | None] = {name: batch_op(name) for name in self.names}
-        #: Per policy, the uniform numbers its operations need per sample and step, its base's crop
-        #: and flip, and the columns of its draws (:func:`draw_uniforms`).
+        return index
+
+    def _draw_layout(self) -> None:
+        """Per policy, the uniform numbers its operations need per sample and step, its base's crop
+        and flip, and the columns of its draws (:func:`draw_uniforms`)."""
         self.extra_of = [
             max([0, *(self._extra(op.op) for sub in policy.sub_policies for op in sub)]) for policy in self.policies
         ]
@@ -439,10 +451,13 @@ class PolicyPlan:
             "flip": self.flip_of,
             "stride": [2 + e for e in self.extra_of],
         }
-        self._per_policy = {k: torch.tensor(v, device=dev) for k, v in per_policy.items()}
+        self._per_policy = {k: torch.tensor(v, device=self.device) for k, v in per_policy.items()}
         self._layouts: dict[tuple, torch.Tensor] = {}
-        #: Per batched operation, its parameter rows (float64 [entries, D]; zeros where unused) and
-        #: the distinct rows the plan uses.
+
+    def _parameter_rows(self, index: list[list[int]]) -> None:
+        """Per batched operation, its parameter rows (float64 [entries, D]; zeros where unused) and
+        the distinct rows the plan uses."""
+        steps = self.steps
         self.rows: dict[str, torch.Tensor] = {}
         self.distinct_rows: dict[str, tuple[tuple[float, ...], ...]] = {}
         for name, batched in self.batched.items():
@@ -456,7 +471,7 @@ class PolicyPlan:
             }
             size = len(next(iter(used.values())))
             table = [used.get(e, (0.0,) * size) for e in range(len(params))]
-            self.rows[name] = torch.tensor(table, dtype=torch.float64, device=dev).view(len(params), size)
+            self.rows[name] = torch.tensor(table, dtype=torch.float64, device=self.device).view(len(params), size)
             self.distinct_rows[name] = tuple(sorted(set(used.values())))
 
     def _extra(self, name: str) -> int:

@@ -122,10 +122,11 @@ def density_figures(prov: dict, run_dir: str, wall: float | None = None) -> dict
     """The density method's figures from a finished density search's provenance (``wall``: the
     driver's wall time; default the search's own elapsed time over all its sessions)."""
     from autoaug.search.config import SearchConfig
+    from autoaug.search.methods.density.settings import DensityConfig
 
     config = SearchConfig.from_dict(prov["search"]["config"])
-    folds, rounds = config.density.folds, config.density.rounds
-    trials_per_round = config.density.trials_per_round
+    d = config.method_settings(DensityConfig)
+    folds, rounds, trials_per_round = d.folds, d.rounds, d.trials_per_round
     full_epochs = SearchConfig.from_preset("density-cpu").train.epochs
     timing = prov["time"]
     wall = float(timing["elapsed_s"]) if wall is None else wall
@@ -176,9 +177,11 @@ def _objective(data: str, run_dir: str, m: int) -> dict:
 
     from autoaug.search.config import SearchConfig
     from autoaug.search.methods.density.fold_models import FoldScorer, fold_splits
+    from autoaug.search.methods.density.settings import DensityConfig
 
     config = SearchConfig.from_dict(json.loads(Path(run_dir, "search_config.json").read_text())["config"])
-    _, splits = fold_splits(config.train, config.density.folds, config.density.fold_seed)
+    d = config.method_settings(DensityConfig)
+    _, splits = fold_splits(config.train, d.folds, d.fold_seed)
     weights = Path(run_dir, "folds", "fold0.pt").read_bytes()
     cfg = dataclasses.replace(config.train, num_threads=1)
     space = config.space

@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from autoaug.core.ray_session import ray_session
     from autoaug.search.config import SearchConfig
     from autoaug.search.driver import run_search
+    from autoaug.search.methods.train.method import TrainMethodConfig
 
     timings: dict[str, float] = {}
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "trials": len(trials),
         "concurrency": slots,
         "epochs_per_trial": config.epochs,
-        "early_stopping": config.train_method.early_stopping,
+        "early_stopping": config.method_settings(TrainMethodConfig).early_stopping,
         "epochs_trained": sum(t.epochs for t in trials),
         "statuses": {s: sum(t.status == s for t in trials) for s in ("completed", "early_stopped", "failed")},
         "wall_s": wall,
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     total_slot = wall * slots
     print(
         f"search of {len(trials)} trials ({args.preset} preset, {config.epochs} epochs, concurrency {slots}, "
-        f"ASHA {'on' if config.train_method.early_stopping else 'off'}): {figures['statuses']}"
+        f"ASHA {'on' if config.method_settings(TrainMethodConfig).early_stopping else 'off'}): {figures['statuses']}"
     )
     print(f"  wall time                 {wall:8.1f} s   ({figures['trials_per_hour']:.1f} trials/hour)")
     print(f"  trial training (x{slots} slots) {train:8.1f} s   = {train / total_slot:6.1%} of wall x slots")

@@ -162,17 +162,17 @@ def _train_config(value: Any) -> Any:
     return TrainConfig.from_preset(preset, **overrides)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class SearchConfig:
     """Everything that defines a search (saved as ``search_config.json`` in its run directory).
 
-    The fields shared by every method are below; each method's own settings are a frozen
-    dataclass of their own (:class:`~autoaug.search.methods.base.MethodSettings`), checked by the
-    method (:data:`METHODS`). Every registered method's settings are held (``settings``, by
-    method name) and read as the attribute their class names (``config.pba``); the constructor
-    takes them under that name too (``SearchConfig(..., pba={"population": 4})``). In the dict
-    form (files, ``--set``) each method's settings are a section (``pba: {population: 4}``) or,
-    for the training method, top-level keys (``num_trials``).
+    The fields shared by every method are below, then the search's method and that method's own
+    settings (``method_config``): a frozen dataclass of the method's settings class
+    (:class:`~autoaug.search.methods.base.MethodSettings`), checked by it, read typed with
+    ``config.method_settings(PbaConfig)``. In the dict form (files, ``--set``,
+    ``search_config.json``) a method's settings are a section (``pba: {population: 4}``) or, for
+    the training method, top-level keys (``num_trials``); :meth:`from_dict` keeps the chosen
+    method's (see there for the others'), :meth:`to_dict` writes the chosen method's only.
 
     Args:
         name: run name: the run directory ``{storage}/{name}``, the Optuna study and the stored
@@ -266,7 +266,8 @@ class SearchConfig:
         verbose: 0 silent, 1 one line per finished trial, 2 also Ray Tune's status table and
             the trials' own output.
         method: one of :data:`METHODS` (default: the method that says it is, :func:`default_method`).
-        settings: every method's settings, by method name (a method left out: its defaults).
+        method_config: that method's settings: an instance of its settings class
+            (``METHODS[method].settings``), a mapping of them, or None (its defaults).
         preset: the preset of :data:`SEARCH_PRESETS` :meth:`from_dict` started from, recorded
             (in ``search_config.json`` and the provenance) for a person to read; not compared.
     """
@@ -303,72 +304,62 @@ class SearchConfig:
     mlflow_uri: str | None = None
     verbose: int = 1
     method: str = field(default_factory=default_method)
-    settings: Mapping[str, MethodSettings] = field(default_factory=dict, hash=False)
+    method_config: MethodSettings | Mapping[str, Any] | None = None
     preset: str | None = field(default=None, compare=False)
 
-    def __init__(self, **values: Any) -> None:
-        """The fields by keyword; a method's settings also under their attribute name
-        (``pba={...}``, ``train_method=TrainMethodConfig(...)``)."""
-        settings = dict(values.pop("settings", None) or {})
-        for m in METHODS.values():
-            if m.settings.FIELD in values:
-                settings[m.name] = values.pop(m.settings.FIELD)
-        fields = {f.name: f for f in dataclasses.fields(self)}
-        unexpected = sorted(set(values) - set(fields))
-        if unexpected:
-            raise TypeError(f"SearchConfig() got unexpected keyword argument(s) {unexpected}")
-        values["settings"] = settings
-        for f in fields.values():
-            if f.name in values:
-                value = values[f.name]
-            elif f.default is not dataclasses.MISSING:
-                value = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                value = f.default_factory()
-            else:
-                raise TypeError(f"SearchConfig() missing required argument {f.name!r}")
-            object.__setattr__(self, f.name, value)
-        self.__post_init__()
-
-    def __getattr__(self, name: str) -> Any:
-        """A method's settings by their attribute name (``config.density``)."""
-        if not name.startswith("_"):
-            for m in METHODS.values():
-                if m.settings.FIELD == name:
-                    return self.settings_of(m)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def settings_of(self, method: Method) -> Any:
-        """``method``'s settings in this search (its defaults if it was registered after this
-        configuration was made)."""
-        held = self.__dict__.get("settings") or {}
-        return held[method.name] if method.name in held else method.settings.from_value({})
-
     def method_settings(self, settings: type[S]) -> S:
-        """The settings of the registered method whose settings class is ``settings``, typed
-        (``config.method_settings(PbaConfig).population``): what a method reads its settings
-        with. ``config.pba`` is the same object, for a reader at a prompt."""
-        for m in METHODS.values():
-            if m.settings is settings:
-                return self.settings_of(m)
-        raise ValueError(f"no registered method has the settings {settings.__name__}; registered: {list(METHODS)}")
+        """This search's method's settings, typed (``config.method_settings(PbaConfig).population``):
+        what a method reads its settings with. ``settings`` must be the settings class of the
+        method this search runs: another method's, or a class no method has, is refused in one
+        ``ValueError`` line."""
+        if self.method in METHODS and METHODS[self.method].settings is settings:
+            return self.method_config  # type: ignore[return-value]
+        owner = next((m.name for m in METHODS.values() if m.settings is settings), None)
+        if owner is None:
+            raise ValueError(f"no registered method has the settings {settings.__name__}; registered: {list(METHODS)}")
+        raise ValueError(
+            f"{settings.__name__} are the settings of method {owner!r}; this search runs method {self.method!r} "
+            f"(its settings: {type(self.method_config).__name__})"
+        )
 
+    # ---------------------------------------------------------------- checks of the fields
     def __post_init__(self) -> None:
+        self._check_name_train_space()
+        self._check_resources()
+        self._check_sampler()
+        self._check_storage()
+        self._check_rescore()
+        self._check_time_budget()
+        self._check_warm_start()
+        self._check_base_and_family()
+        self._check_calibration()
+        self._check_method()
+
+    def _set(self, name: str, value: Any) -> None:
+        """Replace field ``name`` with its checked form (the dataclass is frozen)."""
+        object.__setattr__(self, name, value)
+
+    def _check_name_train_space(self) -> None:
+        """``name``, ``train`` (built from a mapping), ``space`` (from a mapping) and ``score_window``."""
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
             raise invalid(self, "name", NAME_RULE)
-        object.__setattr__(self, "train", _train_config(self.train))
+        self._set("train", _train_config(self.train))
         if isinstance(self.space, Mapping):
-            object.__setattr__(self, "space", SearchSpace.from_dict(self.space))
+            self._set("space", SearchSpace.from_dict(self.space))
         if not isinstance(self.space, SearchSpace):
             raise invalid(self, "space", "a SearchSpace or a mapping of its fields")
         if not is_int(self.score_window) or self.score_window < 1:
             raise invalid(self, "score_window", "an integer >= 1")
+
+    def _check_resources(self) -> None:
+        """What the trials reserve and how many run at once; ``train.device`` ``"auto"`` made the
+        device they reserve."""
         if self.concurrency is not None and (not is_int(self.concurrency) or self.concurrency < 1):
             raise invalid(self, "concurrency", "an integer >= 1, or None (as many as resources allow)")
         if not is_number(self.cpus_per_trial) or self.cpus_per_trial <= 0:
             raise invalid(self, "cpus_per_trial", "a number > 0")
         if isinstance(self.pack, str) and self.pack.strip().lower() == AUTO:
-            object.__setattr__(self, "pack", AUTO)
+            self._set("pack", AUTO)
         elif not is_int(self.pack) or not 1 <= self.pack <= 256:
             raise invalid(
                 self, "pack", "an integer from 1 (one trial per process) to 256, or 'auto' (measured on the device)"
@@ -377,6 +368,19 @@ class SearchConfig:
             raise invalid(self, "gpus_per_trial", "a number >= 0 (fractions such as 0.25 share a GPU)")
         if self.gpus_per_trial > 1 and self.gpus_per_trial != int(self.gpus_per_trial):
             raise invalid(self, "gpus_per_trial", "a fraction <= 1 or a whole number of GPUs")
+        if not isinstance(self.reuse_actors, bool):
+            raise invalid(self, "reuse_actors", "true or false")
+        self._set("cpus_per_trial", float(self.cpus_per_trial))
+        self._set("gpus_per_trial", float(self.gpus_per_trial))
+        if self.train.device == "auto":
+            # "auto" is the device the trials reserve: Ray (2.60 here; ray-project/ray#54868) no longer
+            # hides the GPUs from a worker that reserved none, so "auto" in such a trial would find the
+            # node's GPUs and train on one that other trials reserved.
+            device = "cuda" if self.gpus_per_trial > 0 else "cpu"
+            self._set("train", dataclasses.replace(self.train, device=device))
+
+    def _check_sampler(self) -> None:
+        """The Optuna sampler, its seed and startup trials; ``max_failures``."""
         if self.sampler not in SAMPLERS:
             raise invalid(self, "sampler", f"one of {list(SAMPLERS)}")
         if not is_int(self.seed) or not 0 <= self.seed < 2**32:
@@ -393,8 +397,14 @@ class SearchConfig:
                 )
         if not is_int(self.max_failures) or self.max_failures < 0:
             raise invalid(self, "max_failures", "an integer >= 0")
+
+    def _check_storage(self) -> None:
+        """Where the search writes: run directories, the Optuna study, the policy store, MLflow;
+        local paths made absolute (a resumed search finds them from elsewhere); ``verbose``."""
         if not isinstance(self.storage, str) or not self.storage.strip():
             raise invalid(self, "storage", "a folder or a URI")
+        if "://" not in self.storage:
+            self._set("storage", os.path.abspath(os.path.expanduser(self.storage)))
         if self.optuna_storage is not None and (
             not isinstance(self.optuna_storage, str) or "://" not in self.optuna_storage
         ):
@@ -407,7 +417,7 @@ class SearchConfig:
             # sqlite:///rel.db is relative to the working directory: pin it, as the storage folder
             path = self.optuna_storage[len("sqlite:///") :]
             if path and not path.startswith("/") and path != ":memory:":
-                object.__setattr__(self, "optuna_storage", "sqlite:///" + os.path.abspath(os.path.expanduser(path)))
+                self._set("optuna_storage", "sqlite:///" + os.path.abspath(os.path.expanduser(path)))
         if self.store is not None and (not isinstance(self.store, str) or not self.store.strip()):
             raise invalid(self, "store", "a policy store folder or URI, or None")
         if self.mlflow_uri is not None:
@@ -416,9 +426,12 @@ class SearchConfig:
                     self, "mlflow_uri", "an MLflow tracking URI (a folder, file://, sqlite://, http://) or None"
                 )
             if "://" not in self.mlflow_uri and not self.mlflow_uri.startswith("databricks"):
-                object.__setattr__(self, "mlflow_uri", os.path.abspath(os.path.expanduser(self.mlflow_uri)))
-        if not isinstance(self.reuse_actors, bool):
-            raise invalid(self, "reuse_actors", "true or false")
+                self._set("mlflow_uri", os.path.abspath(os.path.expanduser(self.mlflow_uri)))
+        if self.verbose not in (0, 1, 2):
+            raise invalid(self, "verbose", "0, 1 or 2")
+
+    def _check_rescore(self) -> None:
+        """Re-scoring the final candidates, and its race."""
         if not isinstance(self.rescore, bool):
             raise invalid(self, "rescore", "true or false")
         if not is_int(self.rescore_seeds) or not 1 <= self.rescore_seeds <= 100:
@@ -431,41 +444,47 @@ class SearchConfig:
             )
         if self.rescore_val_size is not None and (not is_int(self.rescore_val_size) or self.rescore_val_size < 1):
             raise invalid(self, "rescore_val_size", "an integer >= 1, or None (the proxy's own validation size)")
+
+    def _check_time_budget(self) -> None:
+        """``time_budget_s``: seconds or a duration (``1h30m``), made seconds."""
         if self.time_budget_s is not None:
             try:
-                object.__setattr__(self, "time_budget_s", parse_duration(self.time_budget_s))
+                self._set("time_budget_s", parse_duration(self.time_budget_s))
             except ValueError:
                 raise invalid(
                     self, "time_budget_s", f"{DURATION_HELP} (--time-budget), above zero, or null (no budget)"
                 ) from None
+
+    def _check_warm_start(self) -> None:
+        """``warm_start``: ``"auto"``, or policy references made a tuple (files made absolute)."""
         if isinstance(self.warm_start, str) and self.warm_start.strip().lower() == AUTO:
-            object.__setattr__(self, "warm_start", AUTO)
-        elif isinstance(self.warm_start, str):
-            object.__setattr__(self, "warm_start", (self.warm_start,) if self.warm_start else ())
-        if self.warm_start != AUTO:
-            if not isinstance(self.warm_start, (list, tuple)) or not all(
-                isinstance(r, str) and r.strip() for r in self.warm_start
-            ):
-                raise invalid(
-                    self,
-                    "warm_start",
-                    "a list of policy references (presets, policy JSON files, stored versions), "
-                    "or 'auto' (the published policy that transfers best)",
-                )
-            if AUTO in (r.strip().lower() for r in self.warm_start):
-                raise invalid(
-                    self, "warm_start", "'auto' alone (the published policy that transfers best) or policy references"
-                )
-            # A policy file named relative to the working directory must still be found when the
-            # search is resumed from elsewhere (the configuration is saved in the run directory).
-            object.__setattr__(self, "warm_start", tuple(_absolute_if_file(r) for r in self.warm_start))
-        if self.base is not None:
-            if self.base != AUTO:
-                if not isinstance(self.base, str) or self.base not in BASE_NAMES:
-                    raise invalid(
-                        self, "base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)"
-                    )
-                object.__setattr__(self, "space", dataclasses.replace(self.space, base=self.base))
+            self._set("warm_start", AUTO)
+            return
+        if isinstance(self.warm_start, str):
+            self._set("warm_start", (self.warm_start,) if self.warm_start else ())
+        if not isinstance(self.warm_start, (list, tuple)) or not all(
+            isinstance(r, str) and r.strip() for r in self.warm_start
+        ):
+            raise invalid(
+                self,
+                "warm_start",
+                "a list of policy references (presets, policy JSON files, stored versions), "
+                "or 'auto' (the published policy that transfers best)",
+            )
+        if AUTO in (r.strip().lower() for r in self.warm_start):
+            raise invalid(
+                self, "warm_start", "'auto' alone (the published policy that transfers best) or policy references"
+            )
+        # A policy file named relative to the working directory must still be found when the
+        # search is resumed from elsewhere (the configuration is saved in the run directory).
+        self._set("warm_start", tuple(_absolute_if_file(r) for r in self.warm_start))
+
+    def _check_base_and_family(self) -> None:
+        """``base`` and ``family``: a name given replaces the space's own; ``"auto"``: measured."""
+        if self.base not in (None, AUTO):
+            if not isinstance(self.base, str) or self.base not in BASE_NAMES:
+                raise invalid(self, "base", f"one of {', '.join(BASE_NAMES)}, or 'auto' (measured before the search)")
+            self._set("space", dataclasses.replace(self.space, base=self.base))
         # auto: measured with the warm start (warm_start auto); without it, the space's own
         if self.family not in (None, AUTO):
             if not isinstance(self.family, str) or self.family not in FAMILIES:
@@ -474,11 +493,14 @@ class SearchConfig:
                     "family",
                     f"one of {', '.join(FAMILIES)}, or 'auto' (the family of the published policy that transfers best)",
                 )
-            object.__setattr__(self, "space", self.space.with_family(self.family))
-        if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
-            raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
+            self._set("space", self.space.with_family(self.family))
+
+    def _check_calibration(self) -> None:
+        """The calibration runs (``base`` or ``warm_start`` ``"auto"``): seeds, races, schedule, reuse."""
         from autoaug.proxy_models.train_config import MAX_EPOCHS
 
+        if not is_int(self.calibration_seeds) or not 1 <= self.calibration_seeds <= 100:
+            raise invalid(self, "calibration_seeds", "an integer in [1, 100]")
         if self.calibration_epochs is not None and (
             not is_int(self.calibration_epochs) or not self.score_window <= self.calibration_epochs <= MAX_EPOCHS
         ):
@@ -495,28 +517,22 @@ class SearchConfig:
             not isinstance(self.calibration_from, str) or not NAME_RE.fullmatch(self.calibration_from)
         ):
             raise invalid(self, "calibration_from", f"the name of an earlier search ({NAME_RULE}), or None")
-        if self.verbose not in (0, 1, 2):
-            raise invalid(self, "verbose", "0, 1 or 2")
-        if self.method not in METHODS:
+
+    def _check_method(self) -> None:
+        """``method`` registered; ``method_config`` made an instance of its settings class; ``preset``."""
+        if not isinstance(self.method, str) or self.method not in METHODS:
             raise invalid(self, "method", f"one of {list(METHODS)}")
         if self.preset is not None and not isinstance(self.preset, str):
             raise invalid(self, "preset", "the name of a preset, or null")
-        if not isinstance(self.settings, Mapping):
-            raise invalid(self, "settings", "a mapping of method names to their settings")
-        check_keys(self.settings, METHODS, "search method(s) in SearchConfig.settings")
-        object.__setattr__(
-            self, "settings", {m.name: m.settings.from_value(self.settings.get(m.name, {})) for m in METHODS.values()}
-        )
-        object.__setattr__(self, "cpus_per_trial", float(self.cpus_per_trial))
-        object.__setattr__(self, "gpus_per_trial", float(self.gpus_per_trial))
-        if self.train.device == "auto" and is_number(self.gpus_per_trial):
-            # "auto" is the device the trials reserve: Ray (2.60 here; ray-project/ray#54868) no longer
-            # hides the GPUs from a worker that reserved none, so "auto" in such a trial would find the
-            # node's GPUs and train on one that other trials reserved.
-            device = "cuda" if self.gpus_per_trial > 0 else "cpu"
-            object.__setattr__(self, "train", dataclasses.replace(self.train, device=device))
-        if "://" not in self.storage:
-            object.__setattr__(self, "storage", os.path.abspath(os.path.expanduser(self.storage)))
+        settings = METHODS[self.method].settings
+        value = {} if self.method_config is None else self.method_config
+        if isinstance(value, MethodSettings) and not isinstance(value, settings):
+            raise invalid(
+                self,
+                "method_config",
+                f"the settings of method {self.method!r} ({settings.__name__}), or a mapping of them",
+            )
+        self._set("method_config", settings.from_value(value))
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -525,13 +541,18 @@ class SearchConfig:
 
         ``preset`` starts from :data:`SEARCH_PRESETS` (the other keys override it), ``data`` is
         a shortcut for ``train.data``, ``train`` may name a trainer preset, ``name`` defaults to
-        a timestamped one; each method's settings are its section (``pba: {...}``) or its
-        top-level keys (the training method's ``num_trials``...).
+        a timestamped one; the chosen method's settings are its section (``pba: {...}``) or its
+        top-level keys (the training method's ``num_trials``...). Another registered method's
+        settings are not kept: a preset's are dropped (a preset serves every method), and those
+        given with ``data`` (a file, ``--set``, a flag, a ``search_config.json`` written when every
+        method's settings were saved) are checked as that method checks them -- unknown keys
+        and invalid values refused -- then dropped.
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"search config must be a mapping, got {type(data).__name__}")
         data = dict(data)
         preset = data.pop("preset", None)
+        given = set(data)
         if preset is not None:
             if preset not in SEARCH_PRESETS:
                 raise ValueError(f"unknown search preset {preset!r}; expected one of {list(SEARCH_PRESETS)}")
@@ -542,7 +563,10 @@ class SearchConfig:
                 layer = {**layer, "train": layer_sizing(layer["train"], data["train"])}
             data = deep_merge(layer, data)
         check_keys(data, cls.config_keys(), "search config key(s)")
-        data["settings"] = {m.name: m.settings.take(data) for m in METHODS.values()}
+        settings = {m.name: m.settings.take(data) for m in METHODS.values()}
+        chosen = data["method"] if "method" in data else default_method()
+        if isinstance(chosen, str) and chosen in settings:
+            data["method_config"] = settings.pop(chosen)
         if "data" in data:
             source = data.pop("data")
             train = data.get("train", {})
@@ -555,7 +579,11 @@ class SearchConfig:
             data["preset"] = preset
         if "train" not in data:
             raise ValueError("search config has no 'train' section and no preset to take it from")
-        return cls(**data)
+        config = cls(**data)
+        for name, value in settings.items():  # another method's settings, given: checked, not kept
+            if given & METHODS[name].settings.config_keys():
+                METHODS[name].settings.from_value(value)
+        return config
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> SearchConfig:
@@ -564,22 +592,24 @@ class SearchConfig:
 
     @classmethod
     def config_keys(cls) -> set[str]:
-        """The top-level keys of the dict form: the shared fields, every method's keys, ``data``
-        (``train.data``) and ``preset``."""
-        shared = {f.name for f in dataclasses.fields(cls)} - {"settings"}
+        """The top-level keys of the dict form: the shared fields, every registered method's keys,
+        ``data`` (``train.data``) and ``preset``."""
+        shared = {f.name for f in dataclasses.fields(cls)} - {"method_config"}
         return shared.union({"data", "preset"}, *(m.settings.config_keys() for m in METHODS.values()))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able nested dict; ``SearchConfig.from_dict(c.to_dict()) == c``. The shared fields,
-        then each method's settings in its dict form."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "settings"}
+        then the chosen method's settings in their dict form (its section, or top-level keys)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "method_config"}
         out["train"] = self.train.to_dict()
         out["space"] = self.space.to_dict()
-        for m in METHODS.values():
-            out.update(self.settings_of(m).dict_form())
+        out.update(self.method_config.dict_form())
         return out
 
     def replace(self, **changes: Any) -> SearchConfig:
+        """A copy with ``changes``; another ``method`` without ``method_config``: that method's defaults."""
+        if changes.get("method", self.method) != self.method:
+            changes.setdefault("method_config", None)
         return dataclasses.replace(self, **changes)
 
     # ---------------------------------------------------------------- derived

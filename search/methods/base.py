@@ -19,7 +19,7 @@ default method says it is (``default``). It defines:
   their dict form (a section of a configuration file, or top-level keys), its values in each
   preset (``PRESETS``: ``--preset smoke`` runs every method in about a minute), read typed with
   ``config.method_settings(ItsSettings)`` (or :meth:`Method.settings_in`; at a prompt,
-  ``config.pba``);
+  ``config.method_config``): a configuration holds its own method's settings only;
 * three abstract methods, what every search calls: ``num_trials(config)``, how many candidates
   it scores; ``can_resume(run)``, whether a stopped search left enough to continue from;
   ``run(search)``: inside the Ray session, score candidates and return a :class:`MethodResult`.
@@ -113,8 +113,9 @@ class MethodSettings:
     """Base of a method's settings dataclass: built from its mapping form (unknown keys refused
     in one line) and written back to it.
 
-    ``WHAT`` names the settings in messages; ``FIELD`` is the ``SearchConfig`` attribute holding
-    them and the section of the dict form (``pba: {population: 8}``), unless ``TOP_LEVEL``: then
+    ``WHAT`` names the settings in messages; ``FIELD`` names them in error messages
+    (``SearchConfig.pba.quantile``) and is their section of the dict form
+    (``pba: {population: 8}``), unless ``TOP_LEVEL``: then
     the settings are top-level keys of the dict form (the training method's ``num_trials``, as
     they always were). ``PRESETS``: the settings in each preset of :data:`SEARCH_PRESETS
     <autoaug.search.config.SEARCH_PRESETS>` (a preset not named: the defaults)."""

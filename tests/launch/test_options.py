@@ -52,7 +52,7 @@ def test_search_and_compare_layer_the_same_way(tmp_path):
             ["search", "--config", str(config), "--set", "train.epochs=2", "--data", str(tmp_path), "--num-trials", "9"]
         )
     )
-    assert search.train_method.num_trials == 9 and search.train.epochs == 2
+    assert search.method_config.num_trials == 9 and search.train.epochs == 2
     (tmp_path / "train.parquet").write_bytes(b"PAR1")
     (tmp_path / "test.parquet").write_bytes(b"PAR1")
     config.write_text("seeds: 4\ntrain:\n  epochs: 3\n")

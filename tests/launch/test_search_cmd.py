@@ -61,7 +61,7 @@ def test_preset_file_set_and_flags_layer_in_that_order(tmp_path):
         ]
     )
     assert config.name == "from-file" and config.sampler == "random"
-    assert config.train_method.num_trials == 11  # flag > --set > file
+    assert config.method_config.num_trials == 11  # flag > --set > file
     assert config.train == TrainConfig.from_preset("smoke", epochs=4, lr=0.2, data="d.parquet", seed=5)
     assert config.seed == 5  # --seed seeds the sampler and the trials' shared model init
     assert config.space.num_sub_policies == 3
@@ -102,7 +102,7 @@ def test_flags_map_onto_the_config(tmp_path):
         ]
     )
     assert config.concurrency is None and config.cpus_per_trial == 0.5 and config.gpus_per_trial == 0.25
-    assert config.train_method == TrainMethodConfig(
+    assert config.method_config == TrainMethodConfig(
         num_trials=TrainMethodConfig.PRESETS["cpu"]["num_trials"],  # the preset's: no --num-trials given
         early_stopping=False,
         grace_period=3,

@@ -575,7 +575,7 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     assert (outcome.policy.base, outcome.policy.name) == ("crop", "spent")
     note = (
         "calibration ended at 1h6m40s of the 30m budget, leaving 0s, less than trials and re-scoring need "
-        f"(about {{}}): none of the {config.train_method.num_trials} trials ran; stored randaugment on crop, the "
+        f"(about {{}}): none of the {config.method_config.num_trials} trials ran; stored randaugment on crop, the "
         "published policy that transferred best, as calibration measured it (83.00% over 1 run); for trials, "
         "give this data --time-budget 3h20m (calibration a third of it), or start the next search with "
         "--calibration-from spent (it reuses these runs)"

@@ -58,12 +58,17 @@ def test_method_flags_map_onto_the_config(tmp_path):
         ]
     )
     assert c.method == "density"
-    assert c.density == DensityConfig(folds=3, rounds=1, trials_per_round=20, top_per_round=4, objective="loss")
-    assert _config(["--data", "x.parquet", "--objective", "accuracy"]).density.objective == "accuracy"
-    assert c.density.num_trials == 60
+    assert c.method_settings(DensityConfig) == DensityConfig(
+        folds=3, rounds=1, trials_per_round=20, top_per_round=4, objective="loss"
+    )
+    objective = _config(
+        ["--data", "x.parquet", "--method", "density", "--objective", "accuracy"]
+    ).method_config.objective
+    assert objective == "accuracy"
+    assert c.method_config.num_trials == 60
     assert SearchConfig.from_dict(c.to_dict()) == c
     preset = _config(["--data", "x.parquet", "--preset", "density-cpu"])
-    assert preset.method == "density" and preset.density == DensityConfig()  # the paper's K=5, T=2, B=200, N=10
+    assert preset.method == "density" and preset.method_config == DensityConfig()  # the paper's K=5, T=2, B=200, N=10
     assert _config(["--data", "x.parquet"]).method == "train"
 
 

@@ -62,23 +62,24 @@ class RandomScoreMethod(Method):
     )
 
     def check(self, config: SearchConfig) -> None:
-        if config.random_score.candidates > 50:
-            raise ValueError(f"random_score.candidates {config.random_score.candidates} is above 50: a toy draws few")
+        candidates = config.method_settings(RandomScoreConfig).candidates
+        if candidates > 50:
+            raise ValueError(f"random_score.candidates {candidates} is above 50: a toy draws few")
 
     def describe(self, config: SearchConfig) -> list[str]:
-        return [f"  method: random scores, {config.random_score.candidates} candidates"]
+        return [f"  method: random scores, {config.method_settings(RandomScoreConfig).candidates} candidates"]
 
     def optuna_studies(self, config: SearchConfig) -> str | None:
         return None
 
     def num_trials(self, config: SearchConfig) -> int:
-        return config.random_score.candidates
+        return config.method_settings(RandomScoreConfig).candidates
 
     def max_candidates(self, config: SearchConfig) -> int:
         return 1
 
     def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
-        return config.random_score.candidates, "candidates; raise random_score.candidates"
+        return config.method_settings(RandomScoreConfig).candidates, "candidates; raise random_score.candidates"
 
     def can_resume(self, run: RunDir) -> bool:
         return False
@@ -88,7 +89,7 @@ class RandomScoreMethod(Method):
         rng = random.Random(config.seed)
         steps = space.num_probabilities - 1
         trials = []
-        for i in range(config.random_score.candidates):
+        for i in range(config.method_settings(RandomScoreConfig).candidates):
             params = {
                 name: (
                     rng.choice(space.op_choices)
@@ -155,13 +156,16 @@ def _config(argv: list[str]) -> SearchConfig:
 def test_a_registered_method_takes_its_flag_section_and_preset_settings(random_method):
     c = _config(["--data", "x.parquet", "--preset", "smoke", "--method", "random"])
     assert c.method == "random" and c.search_method is random_method
-    assert c.random_score == RandomScoreConfig(candidates=3)  # its settings of the smoke preset
+    assert c.method_config == RandomScoreConfig(candidates=3)  # its settings of the smoke preset
     assert SEARCH_PRESETS["smoke"]["random_score"] == {"candidates": 3}
-    assert _config(["--data", "x", "--method", "random", "--candidates", "5"]).random_score.candidates == 5
-    assert _config(["--data", "x", "--set", "random_score.candidates=7"]).random_score.candidates == 7
-    # Its section of the dict form round-trips, next to the built-in methods' settings.
+    assert _config(["--data", "x", "--method", "random", "--candidates", "5"]).method_config.candidates == 5
+    assert (
+        _config(["--data", "x", "--method", "random", "--set", "random_score.candidates=7"]).method_config.candidates
+        == 7
+    )
+    # Its section of the dict form round-trips, alone: no built-in method's settings are written.
     saved = json.loads(json.dumps(c.to_dict()))
-    assert saved["random_score"] == {"candidates": 3} and {"density", "pba", "num_trials"} <= set(saved)
+    assert saved["random_score"] == {"candidates": 3} and not {"density", "pba", "num_trials"} & set(saved)
     assert SearchConfig.from_dict(saved) == c
     # Its own checks: the settings' and the method's, each one line naming the value.
     with pytest.raises(
@@ -462,14 +466,21 @@ def test_an_incomplete_method_is_refused_at_registration_in_one_line():
 
 
 def test_a_method_reads_its_settings_typed(random_method):
-    """``config.method_settings(Settings)``: the settings' own class, without ``__getattr__``;
-    the same object ``config.random_score`` gives a reader at a prompt."""
+    """``config.method_settings(Settings)``: the settings' own class (the object the configuration
+    holds, ``config.method_config``); another method's settings class, or one no method has, is
+    refused in one line (the configuration holds the settings of its own method only)."""
     from autoaug.search.methods.pba.method import PbaConfig
 
     c = _config(["--data", "x", "--method", "random", "--candidates", "5"])
     assert c.method_settings(RandomScoreConfig) == RandomScoreConfig(candidates=5) == random_method.settings_in(c)
-    assert c.method_settings(RandomScoreConfig) is c.random_score
-    assert type(c.method_settings(PbaConfig)) is PbaConfig  # another method's: its defaults
+    assert c.method_settings(RandomScoreConfig) is c.method_config
+    assert not hasattr(c, "random_score") and not hasattr(c, "pba")  # no attribute per method
+    with pytest.raises(
+        ValueError,
+        match=r"^PbaConfig are the settings of method 'pba'; this search runs method 'random' "
+        r"\(its settings: RandomScoreConfig\)$",
+    ):
+        c.method_settings(PbaConfig)
     with pytest.raises(ValueError, match="no registered method has the settings MethodSettings"):
         c.method_settings(MethodSettings)
 

@@ -51,10 +51,10 @@ def _dirs(tmp_path):
 # Settings
 def test_pba_settings_come_from_the_preset_and_set():
     preset = _config(["--data", "x.parquet", "--preset", "pba-cpu"])
-    assert preset.method == "pba" and preset.pba.population == 8 and preset.pba.perturbation_interval == 4
+    assert preset.method == "pba" and preset.method_config == PbaConfig(population=8, perturbation_interval=4)
     assert preset.train.epochs == 120 and not preset.rescore and preset.base == "auto" and not preset.warm_start
     c = _config(["--data", "x.parquet", *TINY, "--set", "pba.resample_probability=0.5", "--set", "pba.init=zero"])
-    assert c.pba == PbaConfig(
+    assert c.method_settings(PbaConfig) == PbaConfig(
         population=4, perturbation_interval=1, quantile=0.5, resample_probability=0.5, init="zero"
     )
     assert SearchConfig.from_dict(c.to_dict()) == c
@@ -125,7 +125,7 @@ def test_zero_init_starts_unaugmented_and_warm_start_comes_first():
         name="x",
         train={"preset": "smoke"},
         method="pba",
-        pba={"population": 3, "init": "zero"},
+        method_config={"population": 3, "init": "zero"},
         warm_start=("autoaugment-cifar10",),
         space={"num_sub_policies": 25},
     )
@@ -194,7 +194,9 @@ def test_a_member_that_clones_another_continues_its_weights_with_its_policy_hist
         "smoke", data=str(cifar_small), train_size=128, val_size=64, epochs=4, batch_size=32, num_threads=1
     )
     rng = random.Random(3)
-    config = SearchConfig(name="x", train={"preset": "smoke"}, space=space, method="pba", pba={"population": 2})
+    config = SearchConfig(
+        name="x", train={"preset": "smoke"}, space=space, method="pba", method_config={"population": 2}
+    )
     params_a, params_b = initial_population(config)
     params_b, ops = explore_params(params_a, space, rng, 0.5, 3)
     a = _run_member(monkeypatch, "A", params_a, space, cfg)
@@ -322,7 +324,7 @@ def test_a_config_file_sets_the_pba_section(tmp_path):
     file = tmp_path / "search.yaml"
     file.write_text("method: pba\npba:\n  population: 6\n  perturbation_interval: 2\n  init: zero\n")
     c = _config(["--data", "x.parquet", "--preset", "smoke", "--config", str(file), "--set", "train.epochs=8"])
-    assert c.method == "pba" and c.pba == PbaConfig(population=6, perturbation_interval=2, init="zero")
+    assert c.method == "pba" and c.method_config == PbaConfig(population=6, perturbation_interval=2, init="zero")
 
 
 def test_report_of_a_pba_search_says_where_its_record_is_in_one_line(tmp_path, capsys):

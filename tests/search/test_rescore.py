@@ -190,7 +190,7 @@ def _final_candidates_for(tmp_path, ranked_subs, epochs=None):
         )
         for i, subs in enumerate(ranked_subs)
     ]
-    assert config.epochs == 2 and config.train_method.early_stopping
+    assert config.epochs == 2 and config.method_config.early_stopping
     assembled = assemble_policy(trials, name="cands", top_n=3)
     return _final_candidates(config, trials, assembled)
 

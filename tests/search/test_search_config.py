@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
 from autoaug.proxy_models.train import TrainConfig
 from autoaug.search.config import SEARCH_PRESETS, SearchConfig
+from autoaug.search.methods.train.method import TrainMethodConfig
 from autoaug.search.space import SearchSpace
 
 
 def test_presets_pick_the_trainer_preset_and_search_settings():
     smoke = SearchConfig.from_preset("smoke", name="s")
     assert smoke.train == TrainConfig.from_preset("smoke")
-    assert (smoke.train_method.num_trials, smoke.concurrency, smoke.cpus_per_trial) == (4, 2, 1.0)
+    assert (smoke.method_settings(TrainMethodConfig).num_trials, smoke.concurrency, smoke.cpus_per_trial) == (4, 2, 1.0)
     paper = SearchConfig.from_preset("paper", name="p")
     assert paper.train.model == "wrn-40-2" and paper.train.epochs == 120
     assert paper.gpus_per_trial == 0.25
@@ -23,7 +25,7 @@ def test_presets_pick_the_trainer_preset_and_search_settings():
     gpu = SearchConfig.from_preset("gpu")
     assert gpu.train.model == "wrn-40-2" and gpu.train.device == "cuda" and gpu.train.max_val_size == 10000
     assert (gpu.gpus_per_trial, gpu.cpus_per_trial, gpu.concurrency) == (0.125, 2.0, None)
-    assert (gpu.train_method.num_trials, gpu.train_method.grace_period, gpu.time_budget_s) == (200, 60, 3600)
+    assert (gpu.method_config.num_trials, gpu.method_config.grace_period, gpu.time_budget_s) == (200, 60, 3600)
 
 
 def test_the_cpu_preset_validates_on_up_to_5000_images_and_a_given_validation_size_replaces_that(tmp_path):
@@ -65,8 +67,8 @@ def test_nested_form_overrides_the_preset_and_round_trips_through_json(tmp_path)
     )
     assert config.warm_start == "auto" and config.base == "auto" and config.rescore  # measured on the data
     assert config.space == SearchSpace(exclude_ops=("SamplePairing",))
-    assert config.train_method.num_trials == 32 and config.concurrency is None
-    assert config.train_method.grace_period == SEARCH_PRESETS["cpu"]["grace_period"]
+    assert config.method_settings(TrainMethodConfig).num_trials == 32 and config.concurrency is None
+    assert config.method_config.grace_period == SEARCH_PRESETS["cpu"]["grace_period"]
     again = SearchConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
 
@@ -272,3 +274,65 @@ def test_a_family_refuses_a_warm_start_that_is_not_its_point():
     )
     with pytest.raises(ValueError, match="warm start 'autoaugment-svhn' is not a point of the randaugment family"):
         config.check_runnable()
+
+
+# ----------------------------------------------------------------------------------------------
+# The chosen method's settings, and the others'
+
+#: ``search_config.json``'s configuration as this project wrote it while a configuration held every
+#: registered method's settings (a smoke PBA search: the training method's top-level keys and
+#: density's section besides PBA's own): what a search started then is resumed from.
+EVERY_METHOD = Path(__file__).parent / "data" / "search_config_every_method.json"
+
+
+def test_a_configuration_holds_its_method_s_settings_only_and_writes_them_only():
+    from autoaug.search.methods.pba.method import PbaConfig
+
+    pba = SearchConfig.from_dict({"preset": "smoke", "name": "n", "method": "pba", "pba": {"population": 3}})
+    assert pba.method_config == PbaConfig(population=3, perturbation_interval=1)  # the preset's, then the given
+    assert pba.method_settings(PbaConfig) is pba.method_config
+    saved = pba.to_dict()
+    assert saved["pba"] == pba.method_config.to_dict()
+    assert not {"density", "num_trials", "grace_period"} & set(saved)  # the preset's other methods' are dropped
+    assert SearchConfig.from_dict(json.loads(json.dumps(saved))) == pba
+    with pytest.raises(ValueError, match=r"^TrainMethodConfig are the settings of method 'train'; this search runs "):
+        pba.method_settings(TrainMethodConfig)
+    # built directly: the settings object, a mapping of them, or None (the method's defaults)
+    direct = SearchConfig(name="n", train={"preset": "smoke"}, method="pba", method_config={"population": 3})
+    assert direct.method_config == PbaConfig(population=3)
+    assert SearchConfig(name="n", train={"preset": "smoke"}).method_config == TrainMethodConfig()
+    with pytest.raises(ValueError, match=r"method_config: .* is invalid; expected the settings of method 'train'"):
+        SearchConfig(name="n", train={"preset": "smoke"}, method_config=PbaConfig())
+    # another method: its own settings (the given ones, else its defaults)
+    assert pba.replace(method="train").method_config == TrainMethodConfig()
+
+
+def test_another_method_s_settings_given_are_checked_as_before_and_not_kept():
+    """As when every method's settings were held: another method's keys given are refused when
+    unknown or invalid (merged with the preset's, as that method checks them); valid, they change
+    nothing of this search and are not written."""
+    config = SearchConfig.from_dict({"preset": "smoke", "name": "n", "method": "pba", "num_trials": 9})
+    assert "num_trials" not in config.to_dict()
+    assert config == SearchConfig.from_dict({"preset": "smoke", "name": "n", "method": "pba"})
+    with pytest.raises(ValueError, match=r"SearchConfig\.num_trials: 0 is invalid; expected an integer >= 1"):
+        SearchConfig.from_dict({"preset": "smoke", "name": "n", "method": "pba", "num_trials": 0})
+    with pytest.raises(ValueError, match=r"unknown pba setting\(s\) \['bogus'\]"):
+        SearchConfig.from_dict({"preset": "smoke", "name": "n", "pba": {"bogus": 1}})
+    with pytest.raises(ValueError, match=r"SearchConfig\.density\.top_per_round: 6 is invalid; expected at most "):
+        SearchConfig.from_dict({"preset": "smoke", "name": "n", "density": {"top_per_round": 6}})  # the preset's 4
+
+
+def test_a_saved_configuration_with_every_method_s_settings_is_read():
+    """A run directory written while every method's settings were saved resumes: its configuration
+    reads as its own method's, and writes back as that alone."""
+    from autoaug.search.methods.pba.method import PbaConfig
+
+    saved = json.loads(EVERY_METHOD.read_text())
+    assert {"num_trials", "density", "pba"} <= set(saved) and saved["method"] == "pba"
+    config = SearchConfig.from_dict(saved)
+    assert config.method == "pba" and config.method_config == PbaConfig(population=3, perturbation_interval=1)
+    assert config.name == "old-pba" and config.train.data == "/d/train.parquet" and config.storage == "/runs"
+    again = config.to_dict()
+    others = {"num_trials", "early_stopping", "grace_period", "reduction_factor", "top_n", "density"}
+    assert set(again) == set(saved) - others and again["pba"] == saved["pba"]
+    assert SearchConfig.from_dict(again) == config

@@ -1,6 +1,6 @@
 """Density matching (Fast AutoAugment, Lim et al., NeurIPS 2019): score candidates without training.
 
-``SearchConfig.method == "density"``, settings :class:`DensityConfig` (``SearchConfig.density``).
+``SearchConfig.method == "density"``, settings :class:`DensityConfig` (``SearchConfig.method_config``).
 Instead of training the proxy model once per candidate,
 
 1. **Fold models.** The reduced training split is cut into ``K`` stratified folds

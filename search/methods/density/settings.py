@@ -18,8 +18,8 @@ DENSITY_OBJECTIVES = ("accuracy", "loss")
 
 @dataclass(frozen=True)
 class DensityConfig(MethodSettings):
-    """The density-matching method's own settings (``SearchConfig.density``; used when
-    ``SearchConfig.method == "density"``). Defaults are Fast AutoAugment's (Lim et al., 2019).
+    """The density-matching method's own settings (``SearchConfig.method_config`` when
+    ``SearchConfig.method == "density"``; a ``density`` section in files). Defaults are Fast AutoAugment's (Lim et al., 2019).
 
     Args:
         folds: ``K`` stratified folds of the reduced training split; fold model ``k`` trains on

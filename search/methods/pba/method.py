@@ -1,7 +1,7 @@
 """Population Based Augmentation (Ho et al., ICML 2019): a policy *schedule* learned while one small
 population of proxy models trains.
 
-``SearchConfig.method == "pba"``, settings :class:`PbaConfig` (``SearchConfig.pba``). One Ray Tune
+``SearchConfig.method == "pba"``, settings :class:`PbaConfig` (``SearchConfig.method_config``). One Ray Tune
 experiment named like the search, in its run directory, under Ray Tune's
 ``PopulationBasedTraining`` (asynchronous, ``time_attr="epoch"``):
 
@@ -79,7 +79,7 @@ PBA_FILE = "pba.json"
 
 @dataclass(frozen=True)
 class PbaConfig(MethodSettings):
-    """The PBA method's own settings (``SearchConfig.pba``; a ``pba`` section in files and
+    """The PBA method's own settings (a PBA search's ``method_config``; a ``pba`` section in files and
     ``--set pba.population=8``). Defaults are PBA's (Ho et al., 2019) where they apply.
 
     Args:

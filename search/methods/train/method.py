@@ -1,6 +1,6 @@
 """The training method (AutoAugment, Cubuk et al. 2019): one proxy training per candidate.
 
-``SearchConfig.method == "train"``, settings :class:`TrainMethodConfig` (``SearchConfig.train_method``).
+``SearchConfig.method == "train"``, settings :class:`TrainMethodConfig` (``SearchConfig.method_config``).
 One Ray Tune experiment (:mod:`autoaug.search.tune.experiment`) named like the search, in its run
 directory: ``num_trials`` trials proposed by Optuna (the warm start's candidates first), each
 training the proxy model (``SearchConfig.train``) with its candidate policy
@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainMethodConfig(MethodSettings):
-    """The training method's own settings (``SearchConfig.train_method``). In a configuration
+    """The training method's own settings (a training search's ``method_config``). In a configuration
     file and with ``--set`` they are top-level keys (``num_trials: 32``).
 
     Args:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
+from importlib import metadata
 from typing import Any
 
 from autoaug.core.errors import RunExistsError, RunFileError
@@ -68,8 +71,6 @@ def default_search_name() -> str:
 def autoaug_version() -> str:
     """This installation's version of autoaug (``0+unknown`` from a source tree not installed),
     recorded with each driver session in ``search_config.json``."""
-    from importlib import metadata
-
     try:
         return metadata.version("autoaug")
     except metadata.PackageNotFoundError:
@@ -163,8 +164,6 @@ class RunDir:
         if self.local_path is None:
             yield
             return
-        import fcntl
-
         folder = os.path.dirname(self.local_path)
         os.makedirs(folder, exist_ok=True)
         lock = open(os.path.join(folder, f".{self.name}.driver.lock"), "a+", encoding="utf-8")
@@ -269,8 +268,6 @@ class RunState:
 
     def timing(self, session_started: float, **extra: Any) -> dict[str, Any]:
         """The provenance's ``time`` record of a search ending now."""
-        import time
-
         now = time.time()
         return {
             "started_at": self.started_at,

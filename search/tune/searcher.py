@@ -55,17 +55,20 @@ import logging
 import math
 import os
 import pickle
+import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import optuna
+import ray
+import ray.util.client
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from autoaug.core import failpoints
-from autoaug.core.errors import SearchError
+from autoaug.core.errors import AutoaugWarning, SearchError
 from autoaug.search.decide.rungs import MIN_PAIRS, RANKS_ABOVE, RUNG_GATE_ATTR, RungGate, gate_line
 from autoaug.search.score import METRIC, asha_milestones
 from autoaug.search.tune.study import (
@@ -135,8 +138,6 @@ def ray_client() -> bool:
     """Whether this process reaches Ray through Ray Client (``ray://``): Tune then runs the
     experiment on the cluster, out of this driver's reach."""
     try:
-        import ray.util.client
-
         return bool(ray.util.client.ray.is_connected())
     except Exception:
         return False
@@ -148,10 +149,6 @@ def attach_session(tuner: Any, session: DriverSession) -> None:
     where neither reaches: a time budget then only counts (said in one warning)."""
     _SESSIONS[tuner] = session
     if session.budget is not None and ray_client():
-        import warnings
-
-        from autoaug.core.errors import AutoaugWarning
-
         warnings.warn(
             f"Ray Client (--address ray://...) runs the Tune experiment {session.experiment} on the cluster, "
             "where the time budget cannot stop its trials (it still counts, and re-scoring keeps to it); run "
@@ -186,8 +183,6 @@ def ray_session_dir() -> str | None:
     running here: ``ray.get_runtime_context()``'s temporary folder and session name (None with a
     Ray that has neither)."""
     try:
-        import ray
-
         if not ray.is_initialized():
             return None
         context = ray.get_runtime_context()

@@ -368,10 +368,13 @@ def test_two_node_cluster_is_up(ray_cluster):
 
 def _losable_args(cifar_small: Path, work: Path, name: str) -> list[str]:
     """A training-method search that a lost node leaves unchanged: FIFO, not ASHA (which trial ASHA
-    stops depends on which reports first, which a lost node changes), each trial retried once."""
+    stops depends on which reports first, which a lost node changes), each trial retried once. Its
+    two trials start at once, one on each node, each in an actor of its own (``reuse_actors`` off:
+    on a loaded machine the first trial, on the head, ended before the second node's fresh actor
+    had started, and Tune gave the second trial the first one's actor on the head instead)."""
     return [
         *_search_args(cifar_small, work, name),
-        *("--set", "train.epochs=2", "--no-early-stopping", "--max-failures", "1"),
+        *("--set", "train.epochs=2", "--no-early-stopping", "--max-failures", "1", "--set", "reuse_actors=false"),
     ]
 
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from autoaug.proxy_models.data import DatasetError, ImageDataset
-from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD
+from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, checked_indices
 
 __all__ = ["DeviceFeed", "FEED_KIND", "serve_together"]
 
@@ -80,13 +80,7 @@ class DeviceFeed:
         interpolation: str = "nearest",
         fill: int = 128,
     ) -> None:
-        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        indices = np.asarray(indices, dtype=np.int64)
-        if indices.size == 0:
-            raise DatasetError(f"{dataset.source}: no images selected (empty index list)")
-        if indices.min() < 0 or indices.max() >= len(dataset):
-            raise DatasetError(f"{dataset.source}: index {int(indices.max())} out of range for {len(dataset)} images")
+        indices = checked_indices(dataset, indices, batch_size)
         if len(indices) < batch_size:
             raise DatasetError(f"{dataset.source}: {len(indices)} images is fewer than one batch of {batch_size}")
         self.dataset = dataset

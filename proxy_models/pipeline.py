@@ -97,6 +97,19 @@ class _EpochSource:
                 yield ([ld._encoded[p] for p in pos], labels, *extra)
 
 
+def checked_indices(dataset: ImageDataset, indices: Any, batch_size: Any) -> np.ndarray:
+    """``indices`` of ``dataset`` as an int64 array, refused in one line when empty or out of range,
+    and ``batch_size`` a positive integer: what every loader of a split checks first."""
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    indices = np.asarray(indices, dtype=np.int64)
+    if indices.size == 0:
+        raise DatasetError(f"{dataset.source}: no images selected (empty index list)")
+    if indices.min() < 0 or indices.max() >= len(dataset):
+        raise DatasetError(f"{dataset.source}: index {int(indices.max())} out of range for {len(dataset)} images")
+    return indices
+
+
 class DaliLoader:
     """Batches of ``(images, labels)`` torch tensors for ``indices`` of ``dataset``.
 
@@ -147,15 +160,9 @@ class DaliLoader:
         prefetch_queue_depth: int = PREFETCH_QUEUE_DEPTH,
         policy_inputs: Any = None,
     ):
-        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if decode not in ("auto", "memory", "dali"):
             raise ValueError(f"decode must be 'auto', 'memory' or 'dali', got {decode!r}")
-        indices = np.asarray(indices, dtype=np.int64)
-        if indices.size == 0:
-            raise DatasetError(f"{dataset.source}: no images selected (empty index list)")
-        if indices.min() < 0 or indices.max() >= len(dataset):
-            raise DatasetError(f"{dataset.source}: index {int(indices.max())} out of range for {len(dataset)} images")
+        indices = checked_indices(dataset, indices, batch_size)
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.policy = policy

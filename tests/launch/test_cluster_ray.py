@@ -702,6 +702,8 @@ def test_pba_search_survives_losing_the_node_a_member_runs_on(ray_cluster, cifar
         "train.epochs=3",
         "--max-failures",
         "1",
+        "--set",
+        "reuse_actors=false",  # a member on each node at once: as in _losable_args
     ]
     lost = _search_losing_node2(ray_cluster, argv, tmp_path)
     assert lost.proc.returncode == 0, lost.proc.stdout[-4000:] + lost.proc.stderr[-4000:]

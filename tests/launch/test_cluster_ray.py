@@ -186,16 +186,6 @@ class LocalCluster:
                 raise RuntimeError(f"Ray did not list {n} node(s) alive within {timeout:.0f} s: {self.alive_nodes()}")
             time.sleep(1.0)
 
-    def wait_no_actors(self, timeout: float = 120) -> None:
-        """Wait until Ray lists no actor alive: the actors of a search that just ended (its Tune
-        trials, kept for reuse until the experiment ended) are killed by Ray after their job's driver
-        exits, and until then hold their node's CPU."""
-        deadline = time.monotonic() + timeout
-        while alive := [a for a in self.state("actors") if a["state"] not in ("DEAD",)]:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Ray still lists {len(alive)} actor(s) not dead after {timeout:.0f} s: {alive}")
-            time.sleep(1.0)
-
     def stop(self) -> None:
         """The cluster gone at once: SIGKILL to each node's process group (created for it), then to
         any process left with this cluster's token. Nothing of a test cluster is worth a graceful
@@ -565,10 +555,6 @@ def _search_losing_node2(cluster: LocalCluster, argv: list[str], tmp_path: Path,
         with open(cluster.gate) as pipe:
             at_point.append(pipe.readline())
 
-    # Both nodes free: a trial of this search must be able to start on the second node (with the
-    # second node's CPU held by another search's leftover actor, both trials run on the head, one
-    # after the other, and none reaches the point there).
-    cluster.wait_no_actors()
     reader = threading.Thread(target=meet, daemon=True)
     reader.start()
     armed = {  # this search's job only (its runtime_env), its processes on the second node only

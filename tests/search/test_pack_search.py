@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+import optuna
 import pytest
 
 from autoaug.policies import presets
@@ -135,6 +136,20 @@ def _each_epoch_once(rows: dict[str, list[dict]]) -> None:
         assert seen == list(range(1, len(seen) + 1)), (name, seen)  # nothing reported twice
 
 
+def _continued_from_a_checkpoint(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> None:
+    """What a trial's Tune log gained on resume: consecutive epochs from the one after a checkpoint
+    it had reported (Tune restores a trial from the checkpoint its last saved state names, which
+    a driver killed with SIGKILL may have written an epoch or two before the trial's last report;
+    Tune's log repeats those epochs, the study keeps each once)."""
+    for name, epochs in after.items():
+        old = [r["epoch"] for r in before.get(name, [])]
+        seen = [r["epoch"] for r in epochs]
+        assert seen[: len(old)] == old, (name, old, seen)  # the log before the kill is kept as it was
+        new = seen[len(old) :]
+        if new:
+            assert 1 <= new[0] <= len(old) + 1 and new == list(range(new[0], new[0] + len(new))), (name, old, new)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops_members_while_mates_train_on(
@@ -149,6 +164,9 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
     # the server: the only process training in a pack; then the driver
     first = kill_driver(argv, env, "search.after_trial_saved:3", 500, also="pack.mid_epoch:3=kill")
     assert kill_driver.fired("pack.mid_epoch")
+    run = tmp_path / "runs" / "packed"
+    before = _trial_rows(run)
+    _each_epoch_once(before)  # the server's kill: each trial resent its checkpoint, no epoch twice
     resumed = subprocess.run(
         [*SEARCH, "--resume", "packed", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")],
         cwd=REPO,
@@ -161,14 +179,16 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stored as packed@1" in resumed.stdout
     assert "packs of 4 trials per process" in first
-    run = tmp_path / "runs" / "packed"
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]
     assert len(trials) == 6 and len({t["trial_id"] for t in trials}) == 6  # exactly the requested
     assert all(t["status"] in ("completed", "early_stopped") for t in trials)
     assert result["provenance"]["optuna"]["consistent_with_tune"]
     rows = _trial_rows(run)
-    _each_epoch_once(rows)
+    _continued_from_a_checkpoint(before, rows)
+    study = optuna.load_study(study_name="packed", storage=f"sqlite:///{run}/optuna.db")
+    for trial in study.trials:  # the study: each epoch's score once, whatever Tune's log repeats
+        assert sorted(trial.intermediate_values) == list(range(1, len(trial.intermediate_values) + 1))
     assert max(r["pack_size"] for epochs in rows.values() for r in epochs) >= 2  # trained together
     stopped = [t for t in trials if t["status"] == "early_stopped"]
     assert stopped, trials

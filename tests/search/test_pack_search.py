@@ -193,10 +193,11 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
     stopped = [t for t in trials if t["status"] == "early_stopped"]
     assert stopped, trials
     # a member stopped at a rung had pack-mates in that round that trained on after it
+    reached = {name: max(r["epoch"] for r in epochs) for name, epochs in rows.items()}  # (a log may repeat one)
     for t in stopped:
         last = rows[f"trial_{t['trial_id']}"][-1]
-        assert last["pack_size"] >= 2 or any(len(e) > last["epoch"] for e in rows.values())
-    assert any(len(e) == 3 for e in rows.values())
+        assert last["pack_size"] >= 2 or any(e > last["epoch"] for e in reached.values())
+    assert 3 in reached.values()
 
 
 @pytest.mark.slow

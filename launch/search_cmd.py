@@ -126,7 +126,7 @@ def _check_auto_family(merged: dict, config, preset: str) -> None:
 def _describe(config, address: str | None) -> str:
     concurrency = config.concurrency or "as resources allow"
     startup = "" if config.startup_trials is None else f", {config.startup_trials} startup trials"
-    studies = config.search_method.optuna_studies(config)  # None: the method uses no study
+    studies = config.search_method.reporter.optuna_studies(config)  # None: the method uses no study
     return "\n".join(
         [
             f"search {config.name}: concurrency {concurrency}, "
@@ -134,7 +134,7 @@ def _describe(config, address: str | None) -> str:
             + f"{config.cpus_per_trial:g} CPU + {config.gpus_per_trial:g} GPU per "
             + ("pack" if config.pack != 1 else "trial")
             + f", sampler {config.sampler} (seed {config.seed}{startup})",
-            *config.search_method.describe(config),
+            *config.search_method.reporter.describe(config),
             f"  space: {config.space.describe()}"
             + (
                 "; family: auto (that of the published policy that transfers best, measured first)"

@@ -216,7 +216,7 @@ def _measured_lines(p: Mapping[str, Any]) -> list[str]:
     if effects:
         lines.append(_field("ops", effects))
     if method is not None:
-        lines += [_labelled(line) for line in method.summary(p.get("method") or {})]
+        lines += [_labelled(line) for line in method.reporter.summary(p.get("method") or {})]
     return lines
 
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autoaug.core import ray_session
-from autoaug.core.errors import RunExistsError, SearchError, SearchInterruptedError, UserInputError
+from autoaug.core.errors import RunExistsError, SearchError, UserInputError
 from autoaug.core.progress import Progress
 from autoaug.policies.schedule import PROVENANCE_KEY as SCHEDULE_KEY
 from autoaug.policies.store import PolicyStore
@@ -73,7 +73,7 @@ from autoaug.search.decide.rescore import (
     missing_runs,
     rescore_candidates,
 )
-from autoaug.search.methods.base import MethodResult, PreparedSearch, no_study, resume_hint
+from autoaug.search.methods.base import MethodResult, PreparedSearch, interrupted, no_study, resume_hint
 from autoaug.search.records import SearchOutcome, describe_data, outcome_from_result
 from autoaug.search.run_dir import CONFIG_FILE, RESULT_FILE, RunDir, RunState, default_runs_root
 from autoaug.search.score import METRIC, MODE
@@ -441,9 +441,7 @@ def _rescore(
     scores = candidate_scores(candidates, config, runs)
     if not all(c.key in scores for c in candidates):
         if budget is None or budget.remaining_s() > STORE_RESERVE_S:  # not the budget's deadline
-            raise SearchInterruptedError(
-                f"search {config.name!r} stopped before its final policy was re-scored; " + resume_hint(config)
-            )
+            raise interrupted(config, "before its final policy was re-scored")
         return _cut_rescore(candidates, scores, budget, display), None
     record = None
     if config.race_seeds > config.rescore_seeds and len(candidates) >= 2:

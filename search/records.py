@@ -111,7 +111,7 @@ class SearchOutcome:
 
     def method_fields(self) -> dict[str, Any]:
         """What the method adds to ``autoaug search --json``'s result from its provenance record."""
-        return {} if self.method is None else self.method.result_fields(self.provenance.get("method") or {})
+        return {} if self.method is None else self.method.reporter.result_fields(self.provenance.get("method") or {})
 
     def _assembly_line(self) -> str:
         """How the final policy was made: AutoAugment's concatenation, or (rule ``best``) the best
@@ -126,7 +126,7 @@ class SearchOutcome:
                 f"assembled policy = best {len(self.assembled.selected)} trials, {num} sub-policies "
                 f"({self.assembled.duplicates_removed} duplicates removed)"
             )
-        own = self.method.best_policy_line(num) if self.method is not None else None
+        own = self.method.reporter.best_policy_line(num) if self.method is not None else None
         if own is not None:  # the method's words (a PBA member's last policy)
             return own
         space = ((self.provenance.get("search") or {}).get("config") or {}).get("space") or {}
@@ -173,7 +173,7 @@ class SearchOutcome:
             lines.append(rescored_line(selection))
             lines += describe_selection(selection, ran_text(self.provenance))
         if self.method is not None:  # what the method's own record says (a PBA search: its schedule)
-            lines += self.method.summary(self.provenance.get("method") or {})
+            lines += self.method.reporter.summary(self.provenance.get("method") or {})
         calibration = self.provenance.get("calibration")
         lines += describe_calibration(calibration)
         name = ((self.provenance.get("search") or {}).get("config") or {}).get("name")

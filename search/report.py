@@ -63,7 +63,7 @@ def load_report_data(name: str, storage: str) -> ReportData:
         )
     state = run.read_json(CONFIG_FILE)
     method = METHODS.get((state.get("config") or {}).get("method", ""))
-    note = None if method is None else method.report_note(name, run.uri)
+    note = None if method is None else method.reporter.report_note(name, run.uri)
     if note is not None:  # a method without an Optuna study (PBA): where its own record is
         raise UserInputError(note)
     url = state.get("optuna", {}).get("storage")

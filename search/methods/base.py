@@ -34,17 +34,25 @@ default method says it is (``default``). It defines:
   ``autoaug search`` flags (:class:`OptionSpec`, turned into options by
   :mod:`autoaug.launch.search_cmd`); ``space_families``; ``check(config)``, the checks of its
   settings that need the whole configuration (``ValueError``, before anything starts);
-  ``describe(config)`` and ``optuna_studies(config)``, the lines ``autoaug search`` prints about
-  it before it starts; ``study_names(config)``, every Optuna study it opens (checked in a shared
+  ``study_names(config)``, every Optuna study it opens (checked in a shared
   database before it starts; default: one named like the search); ``max_candidates(config)``, how many final candidates it can return for
   re-scoring at most, and ``candidates_to_train(config, warm_start_measured=...)``, how many of them
   re-scoring trains (what a time budget keeps time for); ``warm_start_capacity(config)``;
-  ``summary(record)``, ``best_policy_line(n)`` and ``result_fields(record)``, what a finished
-  search's summary and ``--json`` result say about its provenance record
-  (``MethodResult.provenance``); ``report_note(name, run_uri)``, why ``autoaug report`` has no
-  Optuna study of it to draw, and where its record is (None: it has one); ``rungs(config)``, the
-  epochs at which a search of a recorded configuration stops trials early, for ``autoaug report``
-  and the benchmarks to rank its trials at (none by default).
+  ``rungs(config)``, the epochs at which a search of a recorded configuration stops trials early,
+  for ``autoaug report`` and the benchmarks to rank its trials at (none by default);
+* ``reporter_class``: what a person sees of its searches, a :class:`MethodReporter` subclass in its
+  folder (``search/methods/<name>/reporter.py``), reached as ``method.reporter``: the lines
+  ``autoaug search`` prints about it before it starts (``describe``, ``optuna_studies``), what a
+  finished search's summary and ``--json`` result say about its provenance record
+  (``summary``, ``best_policy_line``, ``result_fields``), and why ``autoaug report`` has no Optuna
+  study of it to draw (``report_note``). The defaults: one line describing it, one study named like
+  the search, nothing more in the summary or the result, a study to report.
+
+What a method's ``run`` shares with every other is outside its folder, one place each: a Tune
+experiment built, or restored from what earlier sessions left, and run
+(:func:`autoaug.search.tune.experiment.run_experiment`), the time budget's trials read back
+(:meth:`PreparedSearch.budget_stopped`), and a stop before its candidates are all scored
+(:func:`interrupted`).
 
 What every method's result may carry besides its own record is generic: ``MethodResult.schedule``,
 the schedule a user trains with (its last stage the stored policy), stored as the provenance's
@@ -65,7 +73,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from autoaug.core.errors import SearchFailedError
+from autoaug.core.errors import SearchFailedError, SearchInterruptedError
 from autoaug.core.values import check_keys, invalid
 from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
 from autoaug.search.decide.rescore import Candidate
@@ -78,6 +86,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Method",
+    "MethodReporter",
     "MethodSettings",
     "OptionSpec",
     "PreparedSearch",
@@ -88,6 +97,7 @@ __all__ = [
     "default_method",
     "method_of",
     "all_failed",
+    "interrupted",
     "resume_hint",
     "check_validation_left_to_the_method",
     "check_space_family",
@@ -199,6 +209,10 @@ class PreparedSearch:
     #: The search's time budget; None: no budget.
     budget: Budget | None = None
 
+    def budget_stopped(self, experiment: str) -> frozenset[str]:
+        """The trials of Tune experiment ``experiment`` the time budget stopped (none without one)."""
+        return self.budget.stopped(experiment) if self.budget is not None else frozenset()
+
     def budget_ended(self) -> bool:
         """The time budget ended the search (it stopped trials or proposals, in any session)."""
         return self.budget is not None and self.budget.ended is not None
@@ -241,15 +255,56 @@ def no_study(note: str) -> dict[str, Any]:
     }
 
 
+class MethodReporter:
+    """What a person sees of a method's searches (the module documentation): a method's
+    ``reporter_class`` subclasses it in the method's folder and overrides what differs; made with
+    the method (``self.method``). Nothing here runs a search."""
+
+    def __init__(self, method: Method) -> None:
+        self.method = method
+
+    def describe(self, config: SearchConfig) -> list[str]:
+        """The lines ``autoaug search`` prints about the method before it starts."""
+        m = self.method
+        return [f"  method: {m.help}, {m.num_trials(config)} {m.unit}"]
+
+    def optuna_studies(self, config: SearchConfig) -> str | None:
+        """How those lines name its Optuna studies (None: it uses none)."""
+        return f"study: {config.name}"
+
+    def summary(self, record: Mapping[str, Any]) -> list[str]:
+        """The lines a finished search's summary adds about its provenance record."""
+        return []
+
+    def best_policy_line(self, num_sub_policies: int) -> str | None:
+        """How the summary says that the final policy is the best trial's own (assembly rule
+        ``best``); None: as the best trial's point of the space family, described."""
+        return None
+
+    def result_fields(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """What ``autoaug search --json`` adds to its result from the provenance record."""
+        return {}
+
+    def report_note(self, name: str, run_uri: str) -> str | None:
+        """Why ``autoaug report`` has no Optuna study of it to draw, and where its record is
+        (None: it has one)."""
+        return None
+
+
+#: What a :class:`MethodReporter` answers: a :class:`Method` subclass defining one of these is
+#: refused at registration (they would never be called).
+REPORTER_HOOKS = ("describe", "optuna_studies", "summary", "best_policy_line", "result_fields", "report_note")
+
+
 class Method(abc.ABC):
     """A search method (see the module documentation): subclass it, set the four attributes
     (``name``, ``help``, ``settings``, ``unit``), implement the three abstract methods -- how many
     candidates it scores (:meth:`num_trials`), whether a stopped search left enough to continue
-    from (:meth:`can_resume`), and the search itself (:meth:`run`) -- and register an instance
+    from (:meth:`can_resume`), and the search itself (:meth:`run`) --, say what a person sees
+    (``reporter_class``) where the defaults do not fit, and register an instance
     (:func:`register_method`). The other methods have defaults: no checks, presets or flags of its
-    own, one line describing it, one Optuna study named like the search, one final candidate,
-    the warm start fitting in :meth:`num_trials`, nothing more in the summary or the ``--json``
-    result, a study to report."""
+    own, one Optuna study named like the search, one final candidate, the warm start fitting in
+    :meth:`num_trials`."""
 
     #: ``--method`` / ``method:`` takes this name.
     name: ClassVar[str]
@@ -270,6 +325,13 @@ class Method(abc.ABC):
     #: Whether it is the method a search runs when none is named (exactly one registered method
     #: says so: :func:`default_method`).
     default: ClassVar[bool] = False
+    #: What a person sees of its searches (a :class:`MethodReporter` subclass, in its folder).
+    reporter_class: ClassVar[type[MethodReporter]] = MethodReporter
+
+    @property
+    def reporter(self) -> MethodReporter:
+        """Its :attr:`reporter_class`, made with it."""
+        return self.reporter_class(self)
 
     # ---------------------------------------------------------------- what every method answers
     @abc.abstractmethod
@@ -288,14 +350,6 @@ class Method(abc.ABC):
     def check(self, config: SearchConfig) -> None:
         """The checks of its settings that need the whole configuration (``ValueError``)."""
         check_space_family(config, self.name, self.space_families)
-
-    def describe(self, config: SearchConfig) -> list[str]:
-        """The lines ``autoaug search`` prints about it before it starts."""
-        return [f"  method: {self.help}, {self.num_trials(config)} {self.unit}"]
-
-    def optuna_studies(self, config: SearchConfig) -> str | None:
-        """How :meth:`describe`'s lines name its Optuna studies (None: it uses none)."""
-        return f"study: {config.name}"
 
     def study_names(self, config: SearchConfig) -> Sequence[str]:
         """The names of every Optuna study it opens (a shared database is checked for them before
@@ -316,24 +370,6 @@ class Method(abc.ABC):
         """How many warm-start candidates fit in its first batch, and what they are (a message's
         words: ``trials; raise --num-trials``)."""
         return self.num_trials(config), self.unit
-
-    def summary(self, record: Mapping[str, Any]) -> list[str]:
-        """The lines a finished search's summary adds about its provenance record."""
-        return []
-
-    def best_policy_line(self, num_sub_policies: int) -> str | None:
-        """How the summary says that the final policy is the best trial's own (assembly rule
-        ``best``); None: as the best trial's point of the space family, described."""
-        return None
-
-    def result_fields(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """What ``autoaug search --json`` adds to its result from the provenance record."""
-        return {}
-
-    def report_note(self, name: str, run_uri: str) -> str | None:
-        """Why ``autoaug report`` has no Optuna study of it to draw, and where its record is
-        (None: it has one)."""
-        return None
 
     def rungs(self, config: Mapping[str, Any]) -> tuple[int, ...]:
         """The epochs at which a search of ``config`` (the dict form a result records:
@@ -452,6 +488,15 @@ def _registered(method: Any, methods: Mapping[str, Method]) -> Method:
     missing += [a for a in REQUIRED_ATTRIBUTES if not hasattr(cls, a)]
     if missing:
         raise ValueError(f"method {label!r} ({cls.__name__}) is incomplete: it does not define {', '.join(missing)}")
+    shown = [hook for hook in REPORTER_HOOKS if any(hook in vars(c) for c in cls.__mro__ if c is not Method)]
+    if shown:
+        raise ValueError(
+            f"method {label!r} ({cls.__name__}) defines {', '.join(shown)}: what a person sees is its reporter's "
+            f"(subclass {Method.__module__}.MethodReporter and set reporter_class)"
+        )
+    reporter = getattr(cls, "reporter_class", None)
+    if not (isinstance(reporter, type) and issubclass(reporter, MethodReporter)):
+        raise ValueError(f"method {label!r}: reporter_class must be a MethodReporter subclass, got {reporter!r}")
     if isinstance(method, type):
         method = method()
     for attribute in ("name", "help", "unit"):
@@ -522,6 +567,12 @@ def all_failed(trials: Sequence[TrialRecord], name: str, what: str = "trials") -
         f"all {len(trials)} {what} of search {name!r} failed; first error "
         f"(trial {first.trial_id}): {first.error or 'no score reported'}"
     )
+
+
+def interrupted(config: SearchConfig, how_far: str) -> SearchInterruptedError:
+    """The error of a search stopped (Ctrl-C, SIGTERM, a lost driver) before its candidates were
+    all scored: ``how_far`` it got (``with 3 of 8 trials finished``), then how to resume it."""
+    return SearchInterruptedError(f"search {config.name!r} stopped {how_far}; " + resume_hint(config))
 
 
 def resume_hint(config: SearchConfig) -> str:

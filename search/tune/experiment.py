@@ -47,7 +47,7 @@ import os
 import signal
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,8 +76,18 @@ if TYPE_CHECKING:
     from autoaug.core.progress import Progress
     from autoaug.search.budget import Budget
     from autoaug.search.config import SearchConfig
+    from autoaug.search.methods.base import PreparedSearch
 
-__all__ = ["Experiment", "build_tuner", "restore_tuner", "can_restore", "fit", "tune_output", "TRIAL_DIR_PREFIX"]
+__all__ = [
+    "Experiment",
+    "run_experiment",
+    "build_tuner",
+    "restore_tuner",
+    "can_restore",
+    "fit",
+    "tune_output",
+    "TRIAL_DIR_PREFIX",
+]
 
 #: Trial folders (and Tune's trial names) are ``trial_<id>``.
 TRIAL_DIR_PREFIX = "trial_"
@@ -160,6 +170,30 @@ def _study_search(config: SearchConfig, exp: Experiment) -> Any:
     label_study(searcher.study, config.space, METRIC)  # the objective's name, the parameters' meaning
     limit = exp.max_concurrent or config.concurrency
     return ConcurrencyLimiter(searcher, max_concurrent=limit) if limit else searcher
+
+
+def run_experiment(
+    search: PreparedSearch,
+    exp: Experiment,
+    fresh: Callable[[Experiment], Experiment] | None = None,
+    run_dir: RunDir | None = None,
+) -> tune.Tuner:
+    """What every method's search does with a Tune experiment, run to its end (:func:`fit`) and
+    returned (``get_results``): restored where an earlier driver session of ``search`` left Tune's
+    saved state in ``run_dir`` (default: the search's run directory; :func:`restore_tuner`: its
+    finished trials kept, the others continued from their checkpoints, failed ones retried with
+    ``resume_errored``), otherwise built new as ``fresh(exp)`` (what a new experiment adds: the
+    warm start's first proposals; ``fresh`` may clear what a session that saved nothing left).
+    Both get this session's display and time budget."""
+    run = run_dir or search.run
+    if can_restore(run.uri):
+        tuner = restore_tuner(
+            search.config, exp, search.display, resume_errored=search.resume_errored, budget=search.budget
+        )
+    else:
+        tuner = build_tuner(search.config, fresh(exp) if fresh else exp, search.display, search.budget)
+    fit(tuner)
+    return tuner
 
 
 def build_tuner(config: SearchConfig, exp: Experiment, display: Progress, budget: Budget | None = None) -> tune.Tuner:

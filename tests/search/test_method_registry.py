@@ -25,6 +25,7 @@ from autoaug.search.decide.rescore import Candidate
 from autoaug.search.methods.base import (
     METHODS,
     Method,
+    MethodReporter,
     MethodResult,
     MethodSettings,
     PreparedSearch,
@@ -50,8 +51,25 @@ class RandomScoreConfig(MethodSettings):
             raise self.invalid("candidates", "an integer >= 1")
 
 
+class RandomScoreReporter(MethodReporter):
+    """What a person sees of a random-score search (every hook a reporter has but the --json fields)."""
+
+    def describe(self, config: SearchConfig) -> list[str]:
+        return [f"  method: random scores, {config.method_settings(RandomScoreConfig).candidates} candidates"]
+
+    def optuna_studies(self, config: SearchConfig) -> str | None:
+        return None
+
+    def summary(self, record: Mapping[str, Any]) -> list[str]:
+        return [f"random scores: {record.get('candidates')} candidates drawn"]
+
+    def report_note(self, name: str, run_uri: str) -> str | None:
+        return f"search {name!r} scored its candidates at random: no study to draw ({run_uri})"
+
+
 class RandomScoreMethod(Method):
     name = "random"
+    reporter_class = RandomScoreReporter
     help = "candidates drawn from the space and scored at random (a test of the registry)"
     settings = RandomScoreConfig
     unit = "candidates"
@@ -65,12 +83,6 @@ class RandomScoreMethod(Method):
         candidates = config.method_settings(RandomScoreConfig).candidates
         if candidates > 50:
             raise ValueError(f"random_score.candidates {candidates} is above 50: a toy draws few")
-
-    def describe(self, config: SearchConfig) -> list[str]:
-        return [f"  method: random scores, {config.method_settings(RandomScoreConfig).candidates} candidates"]
-
-    def optuna_studies(self, config: SearchConfig) -> str | None:
-        return None
 
     def num_trials(self, config: SearchConfig) -> int:
         return config.method_settings(RandomScoreConfig).candidates
@@ -128,12 +140,6 @@ class RandomScoreMethod(Method):
             optuna={"storage": None, "study_name": None, "num_trials": 0, "consistent_with_tune": True, "problems": []},
             provenance={"name": "random", "candidates": len(trials)},
         )
-
-    def summary(self, record: Mapping[str, Any]) -> list[str]:
-        return [f"random scores: {record.get('candidates')} candidates drawn"]
-
-    def report_note(self, name: str, run_uri: str) -> str | None:
-        return f"search {name!r} scored its candidates at random: no study to draw ({run_uri})"
 
 
 @pytest.fixture
@@ -429,6 +435,13 @@ def test_tune_experiments_are_built_and_restored_in_one_module():
         if "tune.Tuner(" in p.read_text() or "Tuner.restore(" in p.read_text()
     }
     assert users == {"tune/experiment.py"}
+    # every method restores or builds its experiments through run_experiment (resume, budget, display)
+    own = [
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "search" / "methods").rglob("*.py")
+        if any(f"{call}(" in p.read_text() for call in ("restore_tuner", "build_tuner"))
+    ]
+    assert own == []
 
 
 def test_an_incomplete_method_is_refused_at_registration_in_one_line():
@@ -462,7 +475,27 @@ def test_an_incomplete_method_is_refused_at_registration_in_one_line():
 
     with pytest.raises(ValueError, match=r"^method 'duck': Duck is not a subclass of .*Method"):
         register_method(Duck())
-    assert not {"norun", "nounit", "duck"} & set(METHODS)
+
+    class SaysItself(RandomScoreMethod):  # what a person sees belongs to the reporter
+        name = "says"
+
+        def summary(self, record: Mapping[str, Any]) -> list[str]:
+            return ["never called"]
+
+    with pytest.raises(
+        ValueError,
+        match=r"^method 'says' \(SaysItself\) defines summary: what a person sees is its reporter's "
+        r"\(subclass .*MethodReporter and set reporter_class\)$",
+    ):
+        register_method(SaysItself)
+
+    class NotAReporter(RandomScoreMethod):
+        name = "notreporter"
+        reporter_class = dict
+
+    with pytest.raises(ValueError, match=r"^method 'notreporter': reporter_class must be a MethodReporter subclass"):
+        register_method(NotAReporter)
+    assert not {"norun", "nounit", "duck", "says", "notreporter"} & set(METHODS)
 
 
 def test_a_method_reads_its_settings_typed(random_method):

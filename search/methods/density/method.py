@@ -38,7 +38,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from autoaug.core.errors import SearchInterruptedError
 from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import TrialRecord, assemble_policy
 from autoaug.search.decide.rescore import Candidate
@@ -48,8 +47,9 @@ from autoaug.search.methods.base import (
     PreparedSearch,
     all_failed,
     check_space_family,
-    resume_hint,
+    interrupted,
 )
+from autoaug.search.methods.density.reporter import DensityReporter
 from autoaug.search.methods.density.settings import DENSITY_OBJECTIVES, DensityConfig
 from autoaug.search.run_dir import RunDir
 from autoaug.search.tune.study import redact
@@ -85,6 +85,7 @@ class DensityMethod(Method):
     help = "score candidates with K fold models trained once (Fast AutoAugment's density matching)"
     settings = DensityConfig
     unit = "candidates"
+    reporter_class = DensityReporter
     presets = {
         # Density matching on a CPU: the proxy-cpu recipe's fold models (settings: DensityConfig.PRESETS).
         "density-cpu": {
@@ -123,9 +124,6 @@ class DensityMethod(Method):
             choices=list(DENSITY_OBJECTIVES),
         ),
     )
-
-    def optuna_studies(self, config: SearchConfig) -> str | None:
-        return f"studies: {config.name}.f*-r*"  # one per fold and round: stage_name
 
     def study_names(self, config: SearchConfig) -> Sequence[str]:
         d = config.method_settings(DensityConfig)
@@ -171,15 +169,6 @@ class DensityMethod(Method):
             DensityConfig
         ).trials_per_round, "trials per round; raise density.trials_per_round"
 
-    def describe(self, config: SearchConfig) -> list[str]:
-        d, t = config.method_settings(DensityConfig), config.train
-        return [
-            f"  method: density matching, {d.folds} folds x {d.rounds} rounds x {d.trials_per_round} candidates "
-            f"({d.num_trials} trials), top {d.top_per_round} per round, objective {d.objective}",
-            f"  fold models: {t.model} on {t.data} (reduced split: {t.describe_train()}, split seed "
-            f"{t.split_seed}), {t.describe_recipe()}",
-        ]
-
     def can_resume(self, run: RunDir) -> bool:
         return True  # fold models, finished rounds and each round's Tune state are picked up as found
 
@@ -214,9 +203,7 @@ class DensityMethod(Method):
         order = [stage_name(config.name, k, r) for k in range(d.folds) for r in range(d.rounds)]
         stages = [done["stages"][stage] for stage in order if stage in done["stages"]]
         if len(stages) < len(order) and not search.budget_ended():
-            raise SearchInterruptedError(
-                f"search {config.name!r} stopped with {len(stages)} of {len(order)} rounds done; " + resume_hint(config)
-            )
+            raise interrupted(config, f"with {len(stages)} of {len(order)} rounds done")
         trials = [TrialRecord.from_dict(t) for s in stages for t in s["trials"]]
         trials = [dataclasses.replace(t, index=i) for i, t in enumerate(trials)]
         by_id = {t.trial_id: t for t in trials}

@@ -17,15 +17,14 @@ import time
 import optuna
 from ray.tune import ExperimentAnalysis
 
-from autoaug.core.errors import SearchInterruptedError
 from autoaug.search.decide.assemble import TrialRecord, rank_trials
 from autoaug.search.decide.warm_start import warm_start_points
-from autoaug.search.methods.base import PreparedSearch, resume_hint
+from autoaug.search.methods.base import PreparedSearch, interrupted
 from autoaug.search.methods.density.settings import DensityConfig
 from autoaug.search.methods.density.trial import DensityTrial
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
-from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+from autoaug.search.tune.experiment import Experiment, run_experiment
 from autoaug.search.tune.results import trial_records
 from autoaug.search.tune.study import check_study, delete_study, make_storage
 
@@ -56,32 +55,25 @@ def run_round(search: PreparedSearch, k: int, round_: int, fold: dict, stage: st
         f"fold {k + 1}/{d.folds}, round {round_ + 1}/{d.rounds}: scoring {d.trials_per_round} "
         f"candidates on {len(fold['heldout'])} held-out images"
     )
-    budget = search.budget
-    if stage_run.exists() and can_restore(stage_run.uri):
-        tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
-    else:
-        if stage_run.exists():
+
+    def fresh(exp: Experiment) -> Experiment:
+        if stage_run.exists():  # a round that stopped before Tune saved anything
             stage_run.delete()
-        delete_study(stage, search.study_url)  # a round that stopped before Tune saved anything
+        delete_study(stage, search.study_url)
         points = warm_start_points(config.warm_start, config.space, store=config.store) if round_ == 0 else []
-        tuner = build_tuner(config, dataclasses.replace(exp, warm_start=tuple(points)), search.display, budget)
+        return dataclasses.replace(exp, warm_start=tuple(points))
+
     t0 = time.time()
-    fit(tuner)
+    run_experiment(search, exp, fresh, run_dir=stage_run)
     study = optuna.load_study(study_name=stage, storage=make_storage(search.study_url))
     records = trial_records(
-        stage_run,
-        study,
-        space=config.space,
-        name=stage,
-        epochs=1,
-        budget_stopped=budget.stopped(stage) if budget is not None else (),
+        stage_run, study, space=config.space, name=stage, epochs=1, budget_stopped=search.budget_stopped(stage)
     )
     finished = sum(r.finished for r in records)
     cut = search.budget_ended() and finished == len(records)  # the budget ended the round early
     if finished < d.trials_per_round and not cut:
-        raise SearchInterruptedError(
-            f"search {config.name!r} stopped in round {round_ + 1} of fold {k + 1} with {finished} of "
-            f"{d.trials_per_round} candidates scored; " + resume_hint(config)
+        raise interrupted(
+            config, f"in round {round_ + 1} of fold {k + 1} with {finished} of {d.trials_per_round} candidates scored"
         )
     problems = check_study(study, records, config.space, budget_ended=cut)
     records = _with_fold_scores(records, stage_run, stage)

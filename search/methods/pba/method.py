@@ -46,7 +46,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int, is_number
 from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
 from autoaug.search.decide.rescore import Candidate
@@ -59,9 +58,10 @@ from autoaug.search.methods.base import (
     all_failed,
     check_space_family,
     check_validation_left_to_the_method,
+    interrupted,
     no_study,
-    resume_hint,
 )
+from autoaug.search.methods.pba.reporter import PbaReporter
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 from autoaug.search.space import SearchSpace
@@ -205,6 +205,9 @@ class PbaMethod(Method):
     help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
     settings = PbaConfig
     unit = "members"
+    reporter_class = PbaReporter
+    #: Its record in the run directory (the provenance's ``method`` with the schedule).
+    record_file: ClassVar[str] = PBA_FILE
     presets = {
         # Population Based Augmentation on a CPU, at most 1 CPU-hour (about 25 minutes on 2 cores):
         # 8 members of the proxy-cpu recipe (one 120-epoch run: 2.5-4 min on one core, so 20-32
@@ -254,18 +257,6 @@ class PbaMethod(Method):
     def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
         return config.method_settings(PbaConfig).population, "members; raise pba.population"
 
-    def describe(self, config: SearchConfig) -> list[str]:
-        s, t = config.method_settings(PbaConfig), config.train
-        return [
-            f"  method: population based augmentation, {s.population} members ({s.init} start), perturbed every "
-            f"{s.perturbation_interval} epochs (bottom {s.quantile:g} clones the top, resample probability "
-            f"{s.resample_probability:g}, shifts up to {s.max_shift})",
-            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
-        ]
-
-    def optuna_studies(self, config: SearchConfig) -> str | None:
-        return None  # PBT's exploit/explore proposes the policies
-
     def study_names(self, config: SearchConfig) -> Sequence[str]:
         return ()
 
@@ -284,29 +275,6 @@ class PbaMethod(Method):
         explore = PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed)
         members, events, wall = runner.run_population(search, s, explore, lambda: initial_population(config))
         return _result(search, members, events, wall)
-
-    def best_policy_line(self, num_sub_policies: int) -> str | None:
-        return f"final policy = the best trial's, {num_sub_policies} sub-policies"  # the best member's last stage
-
-    def summary(self, record: Mapping[str, Any]) -> list[str]:
-        """The schedule the stored policy is the last stage of."""
-        if not record.get("schedule_hash"):
-            return []
-        # (a result recorded before the schedule had the provenance's own key: its stages here)
-        starts = record.get("stage_starts") or [s["start"] for s in (record.get("schedule") or {}).get("stages", [])]
-        return [
-            f"schedule: {len(starts)} stage(s) from {', '.join(f'{x:.0%}' for x in starts)} of training "
-            f"(stage epochs {[e + 1 for e in record.get('stage_epochs', [])]}), hash "
-            f"{record['schedule_hash'][:12]}; the policy above is its last stage; "
-            f"{len(record.get('events', []))} exploit/explore events in the population of "
-            f"{record.get('population')}"
-        ]
-
-    def report_note(self, name: str, run_uri: str) -> str | None:
-        return (
-            f"search {name!r} is a PBA search: no Optuna study to draw (PBT proposed its policies); "
-            f"its schedule, population and events: autoaug policies show {name}, and {run_uri}/{PBA_FILE}"
-        )
 
 
 def _result(
@@ -362,10 +330,7 @@ def _check_finished(search: PreparedSearch, records: list[TrialRecord], populati
     budget ended the search, and no member is left part-way before its end)."""
     config, finished = search.config, [r for r in records if r.finished]
     if len(finished) < population and not (search.budget_ended() and all(r.finished or r.epochs == 0 for r in records)):
-        raise SearchInterruptedError(
-            f"search {config.name!r} stopped with {len(finished)} of {population} members trained to the end; "
-            + resume_hint(config)
-        )
+        raise interrupted(config, f"with {len(finished)} of {population} members trained to the end")
 
 
 def _pba_record(

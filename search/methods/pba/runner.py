@@ -26,7 +26,7 @@ from autoaug.search.methods.base import PreparedSearch
 from autoaug.search.methods.pba import trial
 from autoaug.search.methods.pba.scheduler import EVENTS_FILE, EpochPBT, EventLog
 from autoaug.search.score import METRIC
-from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+from autoaug.search.tune.experiment import Experiment, run_experiment
 
 if TYPE_CHECKING:
     from autoaug.search.methods.pba.method import PbaConfig
@@ -40,15 +40,11 @@ def run_population(
     """Run (or continue) the population of ``search`` (settings ``s``; a new one's members start
     from ``initial_population()``, PBT explores with ``explore``): ``(members, events, wall)`` --
     each member as :func:`_members` reads it, the exploit/explore events, the seconds it took."""
-    config, run = search.config, search.run
+    run = search.run
     t0 = time.time()
-    exp = _experiment(search, s)
-    if can_restore(run.uri):
-        tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=search.budget)
-    else:
-        population = _population(search, s, exp, explore, initial_population)
-        tuner = build_tuner(config, population, search.display, search.budget)
-    fit(tuner)
+    tuner = run_experiment(
+        search, _experiment(search, s), lambda exp: _population(search, s, exp, explore, initial_population)
+    )
     results = tuner.get_results()
     wall = time.time() - t0
     members = _members(search, results)
@@ -121,7 +117,7 @@ def _members(search: PreparedSearch, results: Any) -> list[tuple[TrialRecord, An
     """Each member of the population's Tune ``results`` as a trial: ``(record, schedule, state)``,
     the schedule and ``pba.json`` state of its last checkpoint (None and ``{}`` without one)."""
     config = search.config
-    by_budget = search.budget.stopped(config.name) if search.budget is not None else frozenset()
+    by_budget = search.budget_stopped(config.name)
     # The attempts of each member that failed and were retried (a worker killed, a node lost): Tune's
     # trials count them, its results do not.
     failures = {t.trial_id: int(getattr(t, "num_failures", 0) or 0) for t in ExperimentAnalysis(search.run.uri).trials}

@@ -28,7 +28,7 @@ from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
 from autoaug.search.decide.calibrate import CALIBRATION_FILE, incumbent_margin
 from autoaug.search.decide.rescore import Candidate
-from autoaug.search.decide.rungs import calibration_scores, describe_rungs, rung_epochs
+from autoaug.search.decide.rungs import calibration_scores, rung_epochs
 from autoaug.search.decide.rungs import from_study as rung_record
 from autoaug.search.decide.warm_start import warm_start_policies
 from autoaug.search.methods.base import (
@@ -38,6 +38,7 @@ from autoaug.search.methods.base import (
     PreparedSearch,
     check_validation_left_to_the_method,
 )
+from autoaug.search.methods.train.reporter import TrainReporter
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import asha_milestones, score_epochs
 from autoaug.search.tune.study import SAMPLERS, redact
@@ -113,6 +114,7 @@ class TrainMethod(Method):
     settings = TrainMethodConfig
     unit = "trials"
     packs = True
+    reporter_class = TrainReporter
     options = (
         TrainMethodConfig.option(
             "--num-trials", "num_trials", "number of candidate policies to train", group="what", type=int, metavar="N"
@@ -146,9 +148,6 @@ class TrainMethod(Method):
             "--reduction-factor", "reduction_factor", "ASHA reduction factor", group="how", type=float, metavar="ETA"
         ),
     )
-
-    def summary(self, record: Mapping[str, Any]) -> list[str]:
-        return describe_rungs(record.get("rungs"))
 
     def rungs(self, config: Mapping[str, Any]) -> tuple[int, ...]:
         """ASHA's milestones of a recorded configuration (none without early stopping) and its last
@@ -200,18 +199,6 @@ class TrainMethod(Method):
 
     def warm_start_capacity(self, config: SearchConfig) -> tuple[int, str]:
         return config.method_settings(TrainMethodConfig).num_trials, "trials; raise --num-trials"
-
-    def describe(self, config: SearchConfig) -> list[str]:
-        s, t = config.method_settings(TrainMethodConfig), config.train
-        stopping = (
-            f"ASHA (grace {s.grace_period} epochs, reduction factor {s.reduction_factor:g})"
-            if s.early_stopping
-            else "off"
-        )
-        return [
-            f"  method: one proxy training per candidate, {s.num_trials} trials, early stopping {stopping}",
-            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
-        ]
 
     def can_resume(self, run: RunDir) -> bool:
         from autoaug.search.tune.experiment import can_restore

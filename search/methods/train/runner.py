@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autoaug.core.errors import SearchInterruptedError
 from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.decide.warm_start import warm_start_points
-from autoaug.search.methods.base import PreparedSearch, all_failed, resume_hint
+from autoaug.search.methods.base import PreparedSearch, all_failed, interrupted
 from autoaug.search.methods.train import trial
-from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+from autoaug.search.tune.experiment import Experiment, run_experiment
 from autoaug.search.tune.pack import packed
 from autoaug.search.tune.results import trial_records
 from autoaug.search.tune.study import check_study, make_storage
@@ -65,17 +64,15 @@ def run_trials(
         run_dir=run.uri,
     )
     exp, pack_servers = packed(config, exp, search.display.log)  # trials trained K at a time (config.pack)
-    budget = search.budget
     margin = sampler_margin()  # (a restored searcher has it already: the same, from calibration.json)
-    if can_restore(run.uri):
-        tuner = restore_tuner(config, exp, search.display, resume_errored=search.resume_errored, budget=budget)
-    else:
+
+    def fresh(exp: Experiment) -> Experiment:
         # The first proposals are the known sub-policies (a fresh study only).
         points = warm_start_points(config.warm_start, config.space, store=config.store) if config.warm_start else ()
-        exp = dataclasses.replace(exp, warm_start=tuple(points), sampler_margin=margin)
-        tuner = build_tuner(config, exp, search.display, budget)
+        return dataclasses.replace(exp, warm_start=tuple(points), sampler_margin=margin)
+
     with pack_servers:
-        fit(tuner)
+        run_experiment(search, exp, fresh)
 
     study, trials, problems = _finished_trials(search, s)
     return study, trials, problems, margin
@@ -86,7 +83,7 @@ def _finished_trials(search: PreparedSearch, s: TrainMethodConfig) -> tuple[Any,
     (:func:`~autoaug.search.tune.results.trial_records`), checked: every trial finished (or the time
     budget ended the search with none left running) and one at least succeeded; and the problems
     between the study and Tune's trials."""
-    config, budget = search.config, search.budget
+    config = search.config
     study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
     trials = trial_records(
         search.run,
@@ -94,14 +91,11 @@ def _finished_trials(search: PreparedSearch, s: TrainMethodConfig) -> tuple[Any,
         space=config.space,
         name=config.name,
         epochs=config.epochs,
-        budget_stopped=budget.stopped(config.name) if budget is not None else (),
+        budget_stopped=search.budget_stopped(config.name),
     )
     finished = [t for t in trials if t.finished]
     if len(finished) < s.num_trials and not (search.budget_ended() and len(finished) == len(trials)):
-        raise SearchInterruptedError(
-            f"search {config.name!r} stopped with {len(finished)} of {s.num_trials} trials finished; "
-            + resume_hint(config)
-        )
+        raise interrupted(config, f"with {len(finished)} of {s.num_trials} trials finished")
     if not any(t.succeeded for t in trials):
         raise all_failed(trials, config.name)
     problems = check_study(study, trials, config.space, budget_ended=search.budget_ended())

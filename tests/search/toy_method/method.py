@@ -1,5 +1,5 @@
 """The toy method: Optuna proposes ``toy.trials`` policies, each trial scores its own (:mod:`.trial`),
-the best two are assembled. Everything a method owns -- settings, flags, checks, summary --
+the best two are assembled. Everything a method owns -- settings, flags, checks, what a person sees (its reporter) --
 in one folder, built on the shared Tune plumbing (:mod:`autoaug.search.tune.experiment`)."""
 
 from __future__ import annotations
@@ -8,12 +8,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from autoaug.core.errors import SearchInterruptedError
 from autoaug.core.values import is_int
 from autoaug.search.config import SearchConfig
 from autoaug.search.decide.assemble import assemble_policy, assembly_rule
 from autoaug.search.decide.rescore import Candidate
-from autoaug.search.methods.base import Method, MethodResult, MethodSettings, PreparedSearch, all_failed, resume_hint
+from autoaug.search.methods.base import (
+    Method,
+    MethodReporter,
+    MethodResult,
+    MethodSettings,
+    PreparedSearch,
+    all_failed,
+    interrupted,
+)
 from autoaug.search.run_dir import RunDir
 
 
@@ -30,8 +37,16 @@ class ToyConfig(MethodSettings):
             raise self.invalid("trials", "an integer >= 1")
 
 
+class ToyReporter(MethodReporter):
+    """What a person sees of a toy search: its summary line."""
+
+    def summary(self, record: Mapping[str, Any]) -> list[str]:
+        return [f"toy: {record.get('trials')} policies scored without training"]
+
+
 class ToyMethod(Method):
     name = "toy"
+    reporter_class = ToyReporter
     help = "each candidate scored from its policy alone, no training (a test of the method interface)"
     settings = ToyConfig
     unit = "trials"
@@ -48,7 +63,7 @@ class ToyMethod(Method):
     def run(self, search: PreparedSearch) -> MethodResult:
         import optuna
 
-        from autoaug.search.tune.experiment import Experiment, build_tuner, can_restore, fit, restore_tuner
+        from autoaug.search.tune.experiment import Experiment, run_experiment
         from autoaug.search.tune.results import trial_records
         from autoaug.search.tune.study import check_study, make_storage, redact
 
@@ -67,17 +82,12 @@ class ToyMethod(Method):
             parameters={"space": config.space.to_dict(), "policy_prefix": config.name},
             run_dir=run.uri,
         )
-        if can_restore(run.uri):
-            tuner = restore_tuner(
-                config, exp, search.display, resume_errored=search.resume_errored, budget=search.budget
-            )
-        else:
-            tuner = build_tuner(config, exp, search.display, search.budget)
-        fit(tuner)
+        run_experiment(search, exp)  # built, or restored from an earlier driver session's state, and run
         study = optuna.load_study(study_name=config.name, storage=make_storage(search.study_url))
         trials = trial_records(run, study, space=config.space, name=config.name, epochs=1)
-        if sum(t.finished for t in trials) < trials_wanted:
-            raise SearchInterruptedError(f"search {config.name!r} stopped early; " + resume_hint(config))
+        finished = sum(t.finished for t in trials)
+        if finished < trials_wanted:
+            raise interrupted(config, f"with {finished} of {trials_wanted} trials scored")
         if not any(t.succeeded for t in trials):
             raise all_failed(trials, config.name)
         problems = check_study(study, trials, config.space)
@@ -103,9 +113,6 @@ class ToyMethod(Method):
             },
             provenance={"trials": len(trials)},
         )
-
-    def summary(self, record: Mapping[str, Any]) -> list[str]:
-        return [f"toy: {record.get('trials')} policies scored without training"]
 
 
 METHOD = ToyMethod()

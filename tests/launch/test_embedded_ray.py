@@ -115,16 +115,18 @@ def test_ray_s_multi_node_switch_is_off_for_a_command_without_address_before_ray
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_search_s_processes_listen_on_loopback_only_and_its_token_is_private(tmp_path, cifar_small):
-    """A smoke search stalled at a failpoint once its first trial ended (the event: it says so on a
-    named pipe), so that its embedded Ray's every process is up -- the GCS, the raylet, the agents,
-    a trial's worker, the driver: each listening socket of its process tree is on 127.0.0.1 or ::1;
-    its Ray processes authenticate with a token file of mode 0600 in a 0700 folder."""
+    """A smoke search with ``--pack auto`` stalled at a failpoint once its first trial ended (the
+    event: it says so on a named pipe), so that its embedded Ray's every process is up -- the GCS,
+    the raylet, the agents, the pack-size measurement's and the trials' workers (a pack server when
+    it chose packs), the driver: each listening socket of its process tree is on 127.0.0.1 or ::1;
+    its Ray processes authenticate with a token file of mode 0600 in a 0700 folder. ``--pack auto``
+    measured the pack sizes on the trials' resources first and said which it took, in one line."""
     gate = tmp_path / "gate"
     os.mkfifo(gate)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env |= {"PYTHONUNBUFFERED": "1", "AUTOAUG_FAILPOINTS": f"search.after_trial_saved:1=stall({gate})"}
     argv = [sys.executable, "-m", "autoaug.launch.cli", "search", "--preset", "smoke", "--data", str(cifar_small)]
-    argv += ["--name", "net", "--num-trials", "2", "--concurrency", "1", *TINY]
+    argv += ["--name", "net", "--num-trials", "2", "--concurrency", "1", "--pack", "auto", *TINY]
     argv += ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
     proc = subprocess.Popen(
         argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -153,6 +155,9 @@ def test_a_search_s_processes_listen_on_loopback_only_and_its_token_is_private(t
         except ProcessLookupError:
             pass
     reader.join(timeout=30)
+    said = [line for line in "".join(out).splitlines() if line.startswith("pack auto: ")]
+    assert len(said) == 1 and "the fastest measured (images/s by pack size: 1: " in said[0], said
+    assert "stored as net@1" in "".join(out)
     commands = {command.rsplit("/", 1)[-1] for _, _, _, command in sockets}
     assert {"gcs_server", "raylet"} <= commands and len(sockets) >= 5, sockets  # Ray's servers were up
     assert [s for s in sockets if not _loopback(s[0])] == [], "".join(out)[-2000:]

@@ -515,7 +515,8 @@ def test_search_whose_trials_all_fail_exits_nonzero_with_the_first_error(tmp_pat
 def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_it_left(
     tmp_path, capsys, cifar_small, failpoints_armed
 ):
-    """kill -9 of the driver right after the 2nd trial's end was saved -- in Tune's state (the
+    """The first trial's worker killed mid-epoch (the crash matrix's ``train.mid_epoch``: Tune
+    retries the trial, ASHA's rungs go on), then kill -9 of the driver right after the 2nd trial's end was saved -- in Tune's state (the
     guard's snapshot), in the study (before the progress line; Tune's state holds it RUNNING, the
     study finished) and in budget.json --, its last Tune snapshot then cut short as a full disk
     would: the resume runs exactly the requested trials, none twice, keeps the study consistent,
@@ -523,7 +524,7 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     not counted), says so, and the result records both sessions. The killed driver was one of two
     started at once with the same name and storage: the other is refused (exit 2, one line)
     before it trains anything, and the run the first one holds finishes intact (through its
-    resume). (One pair of drivers for the four behaviours: each pair costs about 40 CPU-s of the
+    resume). (One pair of drivers for the five behaviours: each pair costs about 40 CPU-s of the
     suite.)"""
     from autoaug.search.budget import format_duration
 
@@ -556,7 +557,7 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     run = tmp_path / "runs" / "crash"
     # Two drivers started at once, the same command (the failpoint fires once, in whichever trains):
     # one takes the run and is killed by SIGKILL there; the other is refused before it trains.
-    armed = failpoints_armed(f"search.after_trial_saved:{kill_after}=kill", env)
+    armed = failpoints_armed(f"train.mid_epoch:2=kill;search.after_trial_saved:{kill_after}=kill", env)
     logs = [(tmp_path / f"driver{i}.out", tmp_path / f"driver{i}.err") for i in range(2)]
     files = [(open(out, "w"), open(err, "w")) for out, err in logs]  # (files: no pipe to drain or hold open)
     procs = [
@@ -577,7 +578,7 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     outputs = [(out.read_text(), err.read_text()) for out, err in logs]
     codes = [p.returncode for p in procs]
     assert sorted(codes) == [-signal.SIGKILL, 2], [o[1][-2000:] for o in outputs]
-    assert failpoints_armed.fired("search.after_trial_saved")
+    assert failpoints_armed.fired("search.after_trial_saved") and failpoints_armed.fired("train.mid_epoch")
     killed_out, loser = outputs[codes.index(-signal.SIGKILL)], outputs[codes.index(2)]
     err = [line for line in loser[1].splitlines() if line.strip()]
     assert err[-1].startswith(f"autoaug: error: a search named 'crash' is running in {tmp_path / 'runs'} (pid "), err
@@ -613,6 +614,7 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     ids = [t["trial_id"] for t in trials]
     assert len(ids) == num_trials and len(set(ids)) == num_trials  # exactly the requested, no duplicates
     assert all(t["status"] in ("completed", "early_stopped") for t in trials)
+    assert sum(t["num_failures"] for t in trials) == 1  # the trial whose worker was killed, retried once
     hashes = [t["policy_hash"] for t in trials]
     assert len(set(hashes)) == num_trials  # no candidate trained twice under another id
     for trial_id in before:  # the trials finished before the kill are kept

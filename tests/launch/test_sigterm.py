@@ -254,39 +254,58 @@ def _doctored_run_files_are_refused_in_one_line_each(run: Path, dirs: list[str],
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_a_search_sent_sigterm_in_its_trials_then_while_re_scoring_says_how_to_resume_each_time_and_resumes(
-    tmp_path, cifar_small, capsys
+def test_a_search_killed_in_calibration_then_sent_sigterm_in_its_trials_and_while_re_scoring_resumes_with_what_it_saved(
+    tmp_path, cifar_small, capsys, kill_driver
 ):
-    """A real search, its driver stalled at a failpoint once its first trial's end is saved (the
-    event: it says so on a named pipe), is sent SIGTERM there: it ends its Tune experiment as Ctrl-C
-    does, exit 143 with one line naming the resume command, no native dump from Ray's handler. Its
-    run directory, doctored, is refused in one line a file; restored, ``--resume`` trains the other
-    trials and is sent SIGTERM while re-scoring (after Tune's ``fit`` its graceful-stop handler
-    stayed on SIGINT: the signal set a finished experiment's flag and the search went on to store,
-    exit 0): exit 143 again, the resume line, nothing stored. The last ``--resume`` stores the
-    policy with exactly the requested trials."""
+    """One real search stopped three times, resumed each time:
+
+    1. killed by SIGKILL in calibration once its first base run is saved (the crash matrix's
+       ``calibrate.after_run_saved``);
+    2. resumed -- calibration trains only the bases not saved -- and sent SIGTERM at a failpoint
+       once its first trial's end is saved (the event: it says so on a named pipe): it ends its
+       Tune experiment as Ctrl-C does, exit 143 with one line naming the resume command, no native
+       dump from Ray's handler. Its run directory, doctored, is refused in one line a file;
+    3. restored and resumed: it trains the other trial and is sent SIGTERM while re-scoring, once
+       its first run is saved (after Tune's ``fit`` its graceful-stop handler stayed on SIGINT: the
+       signal set a finished experiment's flag and the search went on to store, exit 0): exit 143
+       again, the resume line, nothing stored, the run saved;
+    4. the last ``--resume`` trains nothing of calibration again, keeps the saved re-scoring run,
+       and stores the policy with exactly the requested trials."""
     dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
-    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "term", "--num-trials", "3"]
-    argv += ["--concurrency", "1", "--no-warm-start", "--base", "standard", "--set", "rescore=true", *TINY, *dirs]
+    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "term", "--num-trials", "2"]
+    argv += ["--concurrency", "1", "--no-warm-start", "--base", "auto", "--set", "base_extra_seeds=0"]
+    argv += ["--set", "rescore=true", *TINY, *dirs]  # re-scoring's candidates: the two trials assembled, the best one
+    resume = [*SEARCH, "--resume", "term", *dirs]
     resume_line = f"resume it with: autoaug search --resume term --storage {tmp_path / 'runs'}"
-    code, stdout, stderr = _terminated_at("search.after_trial_saved:1", argv, tmp_path)
+    run = tmp_path / "runs" / "term"
+
+    kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "calibrate.after_run_saved:1", 300)
+    saved = json.loads((run / "calibration.json").read_text())["runs"]
+    assert len(saved) == 1 and not (run / "result.json").exists()  # the first base run, nothing after it
+    ((key, first),) = saved.items()
+
+    code, stdout, stderr = _terminated_at("search.after_trial_saved:1", resume, tmp_path)
     assert code == 143, stdout[-3000:] + stderr[-3000:]
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert lines == [
-        f"autoaug: terminated (SIGTERM): search 'term' stopped with 1 of 3 trials finished; {resume_line}"
+        f"autoaug: terminated (SIGTERM): search 'term' stopped with 1 of 2 trials finished; {resume_line}"
     ], stderr[-3000:]
     assert "SIGTERM received" not in stderr and "Traceback" not in stderr
+    assert f"calibration: {key}:" not in stdout + stderr  # the saved run not trained again
+    runs = json.loads((run / "calibration.json").read_text())["runs"]
+    assert runs[key] == first and len(runs) >= 3  # every base measured, the saved run as it was
 
-    run = tmp_path / "runs" / "term"
     _doctored_run_files_are_refused_in_one_line_each(run, dirs, tmp_path, capsys)
 
-    resume = [*SEARCH, "--resume", "term", *dirs]
     code, stdout, stderr = _terminated_at("rescore.after_run_saved:1", resume, tmp_path)
     assert code == 143, stdout[-3000:] + stderr[-3000:]
     assert [line for line in stderr.splitlines() if line.strip()] == [
         f"autoaug: terminated (SIGTERM): search 'term' stopped; {resume_line}"
     ], stderr[-3000:]
     assert not (run / "result.json").exists()
+    rescored = json.loads((run / "rescore.json").read_text())
+    assert len(rescored) == 1
+    ((rescore_key, rescore_first),) = rescored.items()
 
     resumed = subprocess.run(
         resume,
@@ -299,5 +318,12 @@ def test_a_search_sent_sigterm_in_its_trials_then_while_re_scoring_says_how_to_r
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "stored as term@1" in resumed.stdout
-    trials = json.loads((run / "result.json").read_text())["provenance"]["trials"]
-    assert len({t["trial_id"] for t in trials}) == len(trials) == 3  # exactly the requested, none twice
+    assert "calibration: base:" not in resumed.stdout  # calibration ended before: nothing trained again
+    assert json.loads((run / "calibration.json").read_text())["runs"] == runs
+    rescored = json.loads((run / "rescore.json").read_text())
+    assert rescored[rescore_key] == rescore_first and len(rescored) >= 2  # the saved run kept, the others trained
+    prov = json.loads((run / "result.json").read_text())["provenance"]
+    assert len({t["trial_id"] for t in prov["trials"]}) == len(prov["trials"]) == 2  # exactly the requested
+    assert set(prov["calibration"]["base"]["scores"]) == {"none", "crop", "standard"}
+    selection = prov["selection"]
+    assert len(selection["candidates"]) == len(rescored) and all(c["runs"] for c in selection["candidates"])

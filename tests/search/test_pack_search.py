@@ -198,15 +198,3 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
         last = rows[f"trial_{t['trial_id']}"][-1]
         assert last["pack_size"] >= 2 or any(e > last["epoch"] for e in reached.values())
     assert 3 in reached.values()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_pack_auto_measures_the_sizes_on_the_trials_device_and_says_which_it_took(tmp_path, cifar_small):
-    argv = _argv("auto", cifar_small, tmp_path, "--num-trials", "2", "--set", "train.epochs=1")
-    argv[argv.index("--pack") + 1] = "auto"
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, start_new_session=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    said = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("pack auto: ")]
-    assert len(said) == 1 and "the fastest measured (images/s by pack size: 1: " in said[0], said
-    assert "stored as auto@1" in done.stdout

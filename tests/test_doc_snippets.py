@@ -1,7 +1,8 @@
 """Every ```python block of README.md and docs/*.md runs as written.
 
 The documented set-up (README.md, "Running the examples"): a page's blocks run in order in one
-Python process (like the cells of a notebook), in a folder holding ``cifar10-jpeg/`` (the
+Python namespace (like the cells of a notebook; the pages one after another in one process, each
+in a fresh namespace), in a folder holding ``cifar10-jpeg/`` (the
 CIFAR-10 Parquet) and ``cifar10-images/train`` (an ImageFolder tree), with a policy store at
 ``~/.autoaug/policies`` holding ``cifar10-r8`` and ``cifar10-wrn`` and a search ``cifar10-r8``'s
 Optuna study under ``~/.autoaug/runs``. The test builds that folder (``HOME`` pointed into it)
@@ -13,6 +14,7 @@ page runs decodes 6,250 images in its preflight instead of 50,000.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -87,17 +89,61 @@ def script_for(page: Path) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=[p.name for p in PAGES_WITH_CODE])
-def test_every_python_block_of_the_page_runs(page, workdir):
-    script = workdir / f"{page.stem}_examples.py"  # a real file: DALI's conditionals read the source
-    script.write_text(script_for(page), encoding="utf-8")
+#: Runs each page's script given on its command line in one Python process, each in a fresh
+#: namespace from the work folder (as its own ``python page_examples.py`` would), and writes one
+#: JSON line per page: its name and the traceback that stopped it (None: it ran to its end).
+RUNNER = """
+import json, os, runpy, sys, traceback
+home = os.getcwd()
+with open(sys.argv[1], "w") as report:
+    for script in sys.argv[2:]:
+        os.chdir(home)
+        try:
+            runpy.run_path(script, run_name="__main__")
+            error = None
+        except BaseException:
+            error = traceback.format_exc()
+        report.write(json.dumps({"script": os.path.basename(script), "error": error}) + "\\n")
+        report.flush()
+"""
+
+
+@pytest.fixture(scope="module")
+def page_runs(workdir) -> dict[str, str | None]:
+    """Every page's blocks run (:data:`RUNNER`): one process for the pages, so that torch, DALI and
+    Ray are imported once and not once a page; each page's script a real file (DALI's
+    conditionals read the source). ``{script name: traceback or None}``; a page the process did
+    not reach (it died) is missing."""
+    scripts = []
+    for page in PAGES_WITH_CODE:
+        script = workdir / f"{page.stem}_examples.py"
+        script.write_text(script_for(page), encoding="utf-8")
+        scripts.append(str(script))
+    (workdir / "run_pages.py").write_text(RUNNER, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOAUG_")}
     env.update(HOME=str(workdir / "home"), MPLBACKEND="Agg")
+    report = workdir / "pages.jsonl"
     proc = subprocess.run(
-        [sys.executable, str(script)], cwd=workdir, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, str(workdir / "run_pages.py"), str(report), *scripts],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
-    assert proc.returncode == 0, f"{page.name}: {proc.stderr[-4000:]}"
+    runs = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
+    return {"__process__": None if proc.returncode == 0 else proc.stderr[-4000:]} | {
+        r["script"]: r["error"] for r in runs
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=[p.name for p in PAGES_WITH_CODE])
+def test_every_python_block_of_the_page_runs(page, page_runs):
+    script = f"{page.stem}_examples.py"
+    assert script in page_runs, f"{page.name}: the process running the pages died first: {page_runs['__process__']}"
+    assert page_runs[script] is None, f"{page.name}: {page_runs[script][-4000:]}"
 
 
 def test_the_pages_have_examples():

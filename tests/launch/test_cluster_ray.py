@@ -431,7 +431,8 @@ def test_launch_runs_a_search_as_a_ray_job_on_both_nodes(ray_cluster, job_search
 def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes(ray_cluster, cifar_small, tmp_path):
     """``autoaug search --address`` (the driver an ordinary process joining the cluster; for the
     training method's trials, placed on both nodes through a Ray Job, see
-    test_launch_runs_a_search_as_a_ray_job_on_both_nodes; PBA's below)."""
+    test_launch_runs_a_search_as_a_ray_job_on_both_nodes; PBA's population, a member on each node,
+    in test_pba_search_survives_losing_the_node_a_member_runs_on)."""
     from autoaug.policies.store import PolicyStore
 
     proc = ray_cluster.run(
@@ -469,44 +470,6 @@ def test_density_search_with_address_trains_fold_models_and_scores_on_both_nodes
     assert {t["node_id"] for t in folds} == alive
     # ... and the scoring trials ran on both nodes too.
     assert set(_trial_nodes(ray_cluster, job).values()) == alive
-
-
-@pytest.mark.slow
-def test_pba_search_with_address_runs_its_population_on_both_nodes(ray_cluster, cifar_small, tmp_path):
-    from autoaug.policies.reference import resolve_schedule
-    from autoaug.policies.store import PolicyStore
-
-    proc = ray_cluster.run(
-        str(BIN / "autoaug"),
-        *_search_args(cifar_small, tmp_path, "pbaaddr"),
-        "--method",
-        "pba",
-        "--set",
-        "pba.population=3",
-        "--set",
-        "pba.perturbation_interval=1",
-        "--set",
-        "pba.quantile=0.5",
-        "--set",
-        "train.epochs=3",
-        "--address",
-        ray_cluster.gcs_address,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    store = PolicyStore(str(tmp_path / "store"))
-    record = store.get("pbaaddr@latest")
-    method = record.provenance["method"]
-    assert method["name"] == "pba" and len(method["members"]) == 3
-    assert resolve_schedule("pbaaddr@latest", store=store).final.content_hash == record.policy.content_hash
-
-    drivers = [
-        j for j in ray_cluster.api("/api/jobs/") if j["type"] == "DRIVER" and "pbaaddr" in (j.get("entrypoint") or "")
-    ]
-    assert len(drivers) == 1, drivers
-    # The members' trial actors ran on both nodes.
-    assert set(_trial_nodes(ray_cluster, drivers[0]["job_id"]).values()) == {
-        n["node_id"] for n in ray_cluster.alive_nodes()
-    }
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """``autoaug search``: configuration layering, user errors, and (slow) real searches on CIFAR-10:
-a smoke search, a search whose trials all fail, and a driver killed with SIGKILL then resumed."""
+a smoke search, a search whose trials all fail, a driver killed with SIGKILL then resumed, and a
+search killed in calibration then sent SIGTERM in its trials and while re-scoring."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import optuna
@@ -18,9 +21,11 @@ from autoaug.launch.cli import build_parser, main
 from autoaug.launch.search_cmd import build_search_config
 from autoaug.proxy_models.train import TrainConfig
 from autoaug.search.methods.train.method import TrainMethodConfig
+from autoaug.search.run_dir import CONFIG_FILE, autoaug_version
 from autoaug.search.tune.tune_storage import StateCopy
 
 REPO = Path(__file__).resolve().parents[2]
+SEARCH = [sys.executable, "-m", "autoaug.launch.cli", "search"]
 
 # A few hundred real images, one epoch: seconds per trial on a CPU.
 TINY = ["--set", "train.epochs=1", "--set", "train.train_size=256", "--set", "train.val_size=128"]
@@ -833,6 +838,186 @@ def test_a_search_stopped_by_a_full_disk_is_one_line_and_resumes_once_space_is_f
     trials = json.loads((logs / "result.json").read_text())["provenance"]["trials"]
     assert len({t["trial_id"] for t in trials}) == 3
     assert all(t["status"] in ("completed", "early_stopped") for t in trials), trials
+
+
+# ---------------------------------------------------------------------------------------------
+# SIGTERM (what Slurm, Kubernetes and systemd send before SIGKILL) to a real search: the unit tests
+# of the handler are in tests/launch/test_sigterm.py
+
+
+def _terminated_at(point: str, argv: list[str], tmp_path: Path) -> tuple[int, str, str]:
+    """Run the search ``argv`` with the failpoint ``point`` armed to stall (a named pipe); once its
+    driver is there (the event: it says so on the pipe), send it SIGTERM and release it; return its
+    exit status, stdout and stderr."""
+    where = Path(tempfile.mkdtemp(dir=tmp_path, prefix="term-"))
+    gate, fired = where / "gate", where / "fired"
+    os.mkfifo(gate)
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "AUTOAUG_FAILPOINTS": f"{point}=stall({gate})",
+        "AUTOAUG_FAILPOINTS_FIRED": str(fired),
+    }
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    out: list[str] = []
+    err: list[str] = []
+    readers = [
+        threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
+        threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    # The release: opens the gate to write once the driver opens it to read (after the signal).
+    release = threading.Thread(target=lambda: open(gate, "w").close(), daemon=True)
+    try:
+        with open(gate) as at_point:  # the driver writes "PID NAME" once it is at the point
+            assert at_point.read().split() == [str(proc.pid), point.split(":")[0]]
+        os.kill(proc.pid, signal.SIGTERM)
+        release.start()
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if release.is_alive():  # the driver died before opening the gate again: let the thread go
+            os.close(os.open(gate, os.O_RDONLY | os.O_NONBLOCK))
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session (the embedded Ray)
+        except ProcessLookupError:
+            pass
+    for reader in readers:
+        reader.join(timeout=30)
+    return proc.returncode, "".join(out), "".join(err)
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("autoaug:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+def _doctored_run_files_are_refused_in_one_line_each(run: Path, dirs: list[str], tmp_path: Path, capsys) -> None:
+    """The stopped search's files doctored as a tampered, damaged or upgraded-under-it run directory
+    would have them: ``--resume`` (and ``report``) say which file, which version made it and what to
+    do, exit 2, no traceback (``tests/search/test_run_files.py`` has the same cases on files made up
+    in the test); the original files put back."""
+    name = run.name
+    state_text, tuner = (run / CONFIG_FILE).read_text(), (run / "tuner.pkl").read_bytes()
+    assert json.loads(state_text)["autoaug"] == autoaug_version()
+    resume = ["search", "--resume", name, *dirs]
+    start_again = f"start the search again with `autoaug search --name {name} --overwrite ...`"
+
+    # search_config.json cut short: --resume and report name it (before: "Expecting value: ...")
+    (run / CONFIG_FILE).write_text(state_text[:11])
+    for command in (resume, ["report", name, "--storage", dirs[1], "--out", str(tmp_path / "r.png")]):
+        assert main(command) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert line.startswith(f"autoaug: error: {run}/{CONFIG_FILE} is damaged (not JSON: "), line
+        assert line.endswith(f"or {start_again}")
+
+    # tuner.pkl from autoaug 0.0.9, whose module autoaug.search.tune.progress was renamed since
+    (run / CONFIG_FILE).write_text(json.dumps({**json.loads(state_text), "autoaug": "0.0.9"}))
+    gone = b"autoaug.search.tune.progress"
+    assert gone in tuner
+    (run / "tuner.pkl").write_bytes(tuner.replace(gone, b"autoaug.search.tune.progres0"))
+    assert main(resume) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (
+        f"autoaug: error: {run}/tuner.pkl was written by autoaug 0.0.9 (this is {autoaug_version()}): it names the "
+        "module autoaug.search.tune.progres0, which this version does not have; finish the search with autoaug "
+        f"0.0.9 (`pip install autoaug==0.0.9`), or start it again with `autoaug search --name {name} --overwrite ...`"
+    )
+
+    # ... whose class StudySearcher was renamed, by this very version (an edited checkout)
+    (run / CONFIG_FILE).write_text(state_text)
+    (run / "tuner.pkl").write_bytes(tuner.replace(b"StudySearcher", b"StudySearchex"))
+    assert main(resume) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"autoaug: error: {run}/tuner.pkl was written by another build of autoaug "), line
+    assert "it names autoaug.search.tune.searcher.StudySearchex, which this one does not have" in line
+
+    # ... corrupted (before: "unregistered extension code 35551")
+    (run / "tuner.pkl").write_bytes(tuner[:200] + bytes(255 - b for b in tuner[200:600]) + tuner[600:])
+    assert main(resume) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"autoaug: error: {run}/tuner.pkl is damaged (not a pickle Ray Tune can read: "), line
+
+    (run / CONFIG_FILE).write_text(state_text)
+    (run / "tuner.pkl").write_bytes(tuner)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.usefixtures("shared_ray")  # the last resume runs in this process
+def test_a_search_killed_in_calibration_then_sent_sigterm_in_its_trials_and_while_re_scoring_resumes_with_what_it_saved(
+    tmp_path, cifar_small, capsys, kill_driver
+):
+    """One real search stopped three times, resumed each time:
+
+    1. killed by SIGKILL in calibration once its first base run is saved (the crash matrix's
+       ``calibrate.after_run_saved``);
+    2. resumed -- calibration trains only the bases not saved -- and sent SIGTERM at a failpoint
+       once its first trial's end is saved (the event: it says so on a named pipe): it ends its
+       Tune experiment as Ctrl-C does, exit 143 with one line naming the resume command, no native
+       dump from Ray's handler. Its run directory, doctored, is refused in one line a file;
+    3. restored and resumed: it trains the other trial and is sent SIGTERM while re-scoring, once
+       its first run is saved (after Tune's ``fit`` its graceful-stop handler stayed on SIGINT: the
+       signal set a finished experiment's flag and the search went on to store, exit 0): exit 143
+       again, the resume line, nothing stored, the run saved;
+    4. the last ``--resume`` trains nothing of calibration again, keeps the saved re-scoring run,
+       and stores the policy with exactly the requested trials."""
+    dirs = ["--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+    argv = [*SEARCH, "--preset", "smoke", "--data", str(cifar_small), "--name", "term", "--num-trials", "2"]
+    argv += ["--concurrency", "1", "--no-warm-start", "--base", "auto", "--set", "base_extra_seeds=0"]
+    argv += ["--set", "rescore=true", *TINY, *dirs]  # re-scoring's candidates: the two trials assembled, the best one
+    resume = [*SEARCH, "--resume", "term", *dirs]
+    resume_line = f"resume it with: autoaug search --resume term --storage {tmp_path / 'runs'}"
+    run = tmp_path / "runs" / "term"
+
+    kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "calibrate.after_run_saved:1", 300)
+    saved = json.loads((run / "calibration.json").read_text())["runs"]
+    assert len(saved) == 1 and not (run / "result.json").exists()  # the first base run, nothing after it
+    ((key, first),) = saved.items()
+
+    code, stdout, stderr = _terminated_at("search.after_trial_saved:1", resume, tmp_path)
+    assert code == 143, stdout[-3000:] + stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"autoaug: terminated (SIGTERM): search 'term' stopped with 1 of 2 trials finished; {resume_line}"
+    ], stderr[-3000:]
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr
+    assert f"calibration: {key}:" not in stdout + stderr  # the saved run not trained again
+    runs = json.loads((run / "calibration.json").read_text())["runs"]
+    assert runs[key] == first and len(runs) >= 3  # every base measured, the saved run as it was
+
+    _doctored_run_files_are_refused_in_one_line_each(run, dirs, tmp_path, capsys)
+
+    code, stdout, stderr = _terminated_at("rescore.after_run_saved:1", resume, tmp_path)
+    assert code == 143, stdout[-3000:] + stderr[-3000:]
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        f"autoaug: terminated (SIGTERM): search 'term' stopped; {resume_line}"
+    ], stderr[-3000:]
+    assert not (run / "result.json").exists()
+    rescored = json.loads((run / "rescore.json").read_text())
+    assert len(rescored) == 1
+    ((rescore_key, rescore_first),) = rescored.items()
+
+    capsys.readouterr()
+    code = main(["search", "--resume", "term", *dirs])  # as `autoaug search --resume term` runs
+    resumed = capsys.readouterr()
+    assert code == 0, resumed.out[-3000:] + resumed.err[-3000:]
+    assert "stored as term@1" in resumed.out
+    assert "calibration: base:" not in resumed.out  # calibration ended before: nothing trained again
+    assert json.loads((run / "calibration.json").read_text())["runs"] == runs
+    rescored = json.loads((run / "rescore.json").read_text())
+    assert rescored[rescore_key] == rescore_first and len(rescored) >= 2  # the saved run kept, the others trained
+    prov = json.loads((run / "result.json").read_text())["provenance"]
+    assert len({t["trial_id"] for t in prov["trials"]}) == len(prov["trials"]) == 2  # exactly the requested
+    assert set(prov["calibration"]["base"]["scores"]) == {"none", "crop", "standard"}
+    selection = prov["selection"]
+    assert len(selection["candidates"]) == len(rescored) and all(c["runs"] for c in selection["candidates"])
 
 
 # ---------------------------------------------------------------------------------------------

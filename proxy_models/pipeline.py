@@ -105,8 +105,9 @@ def checked_indices(dataset: ImageDataset, indices: Any, batch_size: Any) -> np.
     indices = np.asarray(indices, dtype=np.int64)
     if indices.size == 0:
         raise DatasetError(f"{dataset.source}: no images selected (empty index list)")
-    if indices.min() < 0 or indices.max() >= len(dataset):
-        raise DatasetError(f"{dataset.source}: index {int(indices.max())} out of range for {len(dataset)} images")
+    bad = indices[(indices < 0) | (indices >= len(dataset))]
+    if bad.size:
+        raise DatasetError(f"{dataset.source}: index {int(bad[0])} out of range for {len(dataset)} images")
     return indices
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from autoaug.proxy_models.data import DatasetError, open_dataset
-from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader
+from autoaug.proxy_models.pipeline import CIFAR10_MEAN, CIFAR10_STD, DaliLoader, checked_indices
 from autoaug.proxy_models.splits import reduced_split
 
 # A policy with no sub-policies but the standard base: exercises the crop/flip step alone,
@@ -255,3 +255,17 @@ def test_training_run_on_cuda_n_augments_on_gpu_n(monkeypatch, cifar, split):
 def test_loader_refuses_a_malformed_device(cifar, split, device):
     with pytest.raises(ValueError, match=r"device must be one of 'cpu', 'gpu', 'cuda', 'cuda:N'.*got"):
         DaliLoader(cifar, split.val, batch_size=100, train=False, device=device)
+
+
+class _Five:
+    source = "five.parquet"
+
+    def __len__(self) -> int:
+        return 5
+
+
+@pytest.mark.parametrize("indices, bad", [([0, -1, 2], -1), ([4, 5, 9], 5)])
+def test_an_index_out_of_range_is_named_in_one_line(indices, bad):
+    with pytest.raises(DatasetError, match=rf"^five\.parquet: index {bad} out of range for 5 images$"):
+        checked_indices(_Five(), indices, 2)
+    assert checked_indices(_Five(), [4, 0], 2).tolist() == [4, 0]

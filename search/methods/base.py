@@ -268,6 +268,14 @@ class MethodReporter:
         m = self.method
         return [f"  method: {m.help}, {m.num_trials(config)} {m.unit}"]
 
+    def proxy_line(self, train: Any) -> str:
+        """The line naming the proxy training (``train``, a ``TrainConfig``) a method's candidates
+        are trained with: model, data, split and recipe."""
+        t = train
+        return (
+            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}"
+        )
+
     def optuna_studies(self, config: SearchConfig) -> str | None:
         """How those lines name its Optuna studies (None: it uses none)."""
         return f"study: {config.name}"

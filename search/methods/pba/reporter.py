@@ -22,7 +22,7 @@ class PbaReporter(MethodReporter):
             f"  method: population based augmentation, {s.population} members ({s.init} start), perturbed every "
             f"{s.perturbation_interval} epochs (bottom {s.quantile:g} clones the top, resample probability "
             f"{s.resample_probability:g}, shifts up to {s.max_shift})",
-            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
+            self.proxy_line(t),
         ]
 
     def optuna_studies(self, config: SearchConfig) -> str | None:

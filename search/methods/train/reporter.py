@@ -26,7 +26,7 @@ class TrainReporter(MethodReporter):
         )
         return [
             f"  method: one proxy training per candidate, {s.num_trials} trials, early stopping {stopping}",
-            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}",
+            self.proxy_line(t),
         ]
 
     def summary(self, record: Mapping[str, Any]) -> list[str]:

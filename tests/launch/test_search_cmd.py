@@ -534,10 +534,9 @@ def test_killed_driver_resumes_to_exactly_the_requested_trials_with_the_budget_i
     from autoaug.search.budget import format_duration
 
     num_trials, kill_after = 5, 2
-    base = [sys.executable, "-m", "autoaug.launch.cli", "search"]
     dirs = _dirs(tmp_path)
     argv = [
-        *base,
+        *SEARCH,
         "--preset",
         "smoke",
         "--data",

@@ -152,10 +152,12 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
 def test_a_killed_density_search_resumes_without_training_the_fold_models_again_and_stores_its_policy(
     tmp_path, capsys, cifar_small, kill_driver
 ):
-    """One density search (2 folds, 2 rounds of 2 candidates, the best kept per round), its
+    """One density search (2 folds, a round of 2 candidates each, the best kept per round), its
     driver killed with SIGKILL once both fold models are saved and the first candidate is scored,
-    then resumed: no fold model is trained again, and the search stores a policy with the method's
-    whole provenance (what a smoke search of the method shows)."""
+    then resumed: no fold model is trained again, the first fold's round goes on from its saved
+    experiment and the second fold's starts, and the search stores a policy with the method's whole
+    provenance (what a smoke search of the method shows). A fold's rounds are stages as its folds'
+    are (``stage_name``): one round a fold covers both kinds of resume."""
     from autoaug.policies.store import PolicyStore
 
     dirs = _dirs(tmp_path)
@@ -175,7 +177,7 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
         "--folds",
         "2",
         "--rounds",
-        "2",
+        "1",
         "--trials-per-round",
         "2",
         "--top-per-round",
@@ -209,7 +211,7 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
     prov = result["provenance"]
     assert result["policy_hash"] == policy.content_hash
     method = prov["method"]
-    assert method["name"] == "density" and method["folds"] == 2 and method["rounds"] == 2
+    assert method["name"] == "density" and method["folds"] == 2 and method["rounds"] == 1
     assert method["trials_per_round"] == 2 and method["top_per_round"] == 1 and method["objective"] == "loss"
     assert [f["fold"] for f in method["fold_models"]] == [0, 1]
     assert [f["session"] for f in method["fold_models"]] == ["start 1", "start 1"]  # the killed driver's
@@ -219,16 +221,16 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
     # Every candidate's score is recorded, the one scored before the kill included: folds x rounds
     # x trials, each scored once.
     trials = prov["trials"]
-    assert len(trials) == 8 and all(t["status"] == "completed" and t["score"] is not None for t in trials)
-    assert len({t["trial_id"] for t in trials}) == 8
+    assert len(trials) == 4 and all(t["status"] == "completed" and t["score"] is not None for t in trials)
+    assert len({t["trial_id"] for t in trials}) == 4
     # The final policy is the union of each round's best, duplicates removed.
     kept = [k for r in method["rounds_kept"] for k in r["kept"]]
-    assert len(kept) == 4
+    assert len(kept) == 2
     by_id = {t["trial_id"]: t for t in trials}
     for r in method["rounds_kept"]:
         scores = sorted((t["score"] for t in trials if t["trial_id"].startswith(r["stage"] + "/")), reverse=True)
         assert sorted((by_id[k]["score"] for k in r["kept"]), reverse=True) == scores[:1]
-    assert len(policy.sub_policies) == 4 * 5 - prov["assembly"]["duplicates_removed"]
+    assert len(policy.sub_policies) == 2 * 5 - prov["assembly"]["duplicates_removed"]
     assert prov["optuna"]["problems"] == []
     assert meta["method"]["name"] == "density" and meta["method"]["fold_models"] == method["fold_models"]
 

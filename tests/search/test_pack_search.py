@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -15,12 +14,12 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autoaug.launch.cli import main
 from autoaug.policies import presets
 from autoaug.proxy_models.train import TrainConfig
 from autoaug.search.tune import pack as pack_mod
 from autoaug.search.tune.pack import PackServer, pack_plan
 
-REPO = Path(__file__).resolve().parents[2]
 SEARCH = [sys.executable, "-m", "autoaug.launch.cli", "search"]
 
 
@@ -154,13 +153,15 @@ def _continued_from_a_checkpoint(before: dict[str, list[dict]], after: dict[str,
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("shared_ray")  # the resume runs in this process
 def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops_members_while_mates_train_on(
-    tmp_path, cifar_small, kill_driver
+    tmp_path, capsys, cifar_small, kill_driver
 ):
     """One search for all of it: the pack server is killed in a round of 4 (Ray restarts it, each
     trial resends its checkpoint), then the driver is killed once 3 trials are saved; ``--resume``
-    (new servers) finishes exactly the 6 requested trials, each reporting each epoch once, ASHA
-    stopping some at its rung while their pack-mates train on, and stores the policy."""
+    (in this process: new servers in the module's Ray) finishes exactly the 6 requested trials,
+    each reporting each epoch once, ASHA stopping some at its rung while their pack-mates train on,
+    and stores the policy."""
     argv = _argv("packed", cifar_small, tmp_path, "--num-trials", "6", "--set", "train.epochs=3", "--grace-period", "1")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # the server: the only process training in a pack; then the driver
@@ -169,17 +170,14 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
     run = tmp_path / "runs" / "packed"
     before = _trial_rows(run)
     _each_epoch_once(before)  # the server's kill: each trial resent its checkpoint, no epoch twice
-    resumed = subprocess.run(
-        [*SEARCH, "--resume", "packed", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=500,
-        start_new_session=True,
+    # Resumed in this process (the module's Ray session), as `autoaug search --resume packed` runs.
+    capsys.readouterr()
+    code = main(
+        ["search", "--resume", "packed", "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
     )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "stored as packed@1" in resumed.stdout
+    resumed = capsys.readouterr()
+    assert code == 0, resumed.out[-3000:] + resumed.err[-3000:]
+    assert "stored as packed@1" in resumed.out
     assert "packs of 4 trials per process" in first
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]

@@ -283,6 +283,9 @@ def _start_cluster() -> LocalCluster:
         "start",
         f"--address=127.0.0.1:{gcs}",
         '--resources={"node2": 1}',
+        # A temp folder of its own, as a node on a machine of its own has: a node sharing the head's
+        # unpacks a job's working_dir (a shipped small file) over the one the job's driver runs in.
+        f"--temp-dir={temp_dir / 'node2'}",
         *common,
     ]
     cluster.node2_argv = second

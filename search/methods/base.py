@@ -271,9 +271,9 @@ class MethodReporter:
     def proxy_line(self, train: Any) -> str:
         """The line naming the proxy training (``train``, a ``TrainConfig``) a method's candidates
         are trained with: model, data, split and recipe."""
-        t = train
         return (
-            f"  proxy: {t.model} on {t.data} ({t.describe_split()}, split seed {t.split_seed}), {t.describe_recipe()}"
+            f"  proxy: {train.model} on {train.data} ({train.describe_split()}, split seed {train.split_seed}), "
+            f"{train.describe_recipe()}"
         )
 
     def optuna_studies(self, config: SearchConfig) -> str | None:

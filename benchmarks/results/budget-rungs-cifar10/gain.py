@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from scipy import stats
+from autoaug.launch.compare.stats import paired_difference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import search_gain as sg  # noqa: E402
@@ -35,13 +35,12 @@ for (_, column), ps in per_search.items():
         if not keys[role]:
             continue
         seeds = sorted(keys[role])
-        own = [done[keys[role][s]]["search_score"] for s in seeds]
-        warm = [done[keys["warm"][s]]["search_score"] for s in seeds]
-        d = [100 * (x - y) for x, y in zip(own, warm)]
-        m = sum(d) / len(d)
-        sd = (sum((x - m) ** 2 for x in d) / (len(d) - 1)) ** 0.5
-        h = stats.t.ppf(0.975, len(d) - 1) * sd / len(d) ** 0.5
+        own = {seed: 100 * done[keys[role][seed]]["search_score"] for seed in seeds}
+        warm = {seed: 100 * done[keys["warm"][seed]]["search_score"] for seed in seeds}
+        d = paired_difference(own, warm)
         label = "stored" if role == "stored" else f"its best own candidate ({ps['challenger']})"
-        print(f"  {label}: {[round(x, 4) for x in own]} against {[round(x, 4) for x in warm]} (seeds {seeds})")
-        print(f"    gain {m:+.2f} [{m - h:+.2f}, {m + h:+.2f}] points (95% t interval, K = {len(d)})")
+        print(
+            f"  {label}: {[round(own[s] / 100, 4) for s in seeds]} against {[round(warm[s] / 100, 4) for s in seeds]} (seeds {seeds})"
+        )
+        print(f"    gain {d.mean:+.2f} [{d.ci95_low:+.2f}, {d.ci95_high:+.2f}] points (95% t interval, K = {d.n})")
     print(f"  machine: {sorted({done[v]['machine'] for v in keys['warm'].values()})}")

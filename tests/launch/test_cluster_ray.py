@@ -723,7 +723,10 @@ def test_a_search_job_stopped_saves_its_trials_and_says_how_to_resume(ray_cluste
     os.mkfifo(gate)
     name = f"term{secrets.token_hex(3)}"
     args = _search_args(cifar_small, tmp_path, name)
-    args[args.index("--concurrency") + 1] = "1"  # one trial at a time: 1 of 2 finished at the stop
+    # One trial at a time, 1 of 4 finished at the stop: with 2, the second trial (one epoch) could end
+    # the experiment before Tune saw the stop, and the search finished instead of stopping.
+    args[args.index("--num-trials") + 1] = "4"
+    args[args.index("--concurrency") + 1] = "1"
     point = f"AUTOAUG_FAILPOINTS=search.after_trial_saved:1=stall({gate})"  # the driver runs on the head: here
     proc = ray_cluster.run(autoaug, "launch", "--address", url, "--no-wait", "--env", point, "--", *args)
     assert proc.returncode == 0, proc.stderr
@@ -762,7 +765,7 @@ def test_a_search_job_stopped_saves_its_trials_and_says_how_to_resume(ray_cluste
     assert followed.returncode == 1 and "STOPPED" in followed.stderr, followed.stderr
     lines = [line for line in followed.stdout.splitlines() if line.startswith("autoaug:")]
     assert lines == [
-        f"autoaug: terminated (SIGTERM): search {name!r} stopped with 1 of 2 trials finished; resume it with: "
+        f"autoaug: terminated (SIGTERM): search {name!r} stopped with 1 of 4 trials finished; resume it with: "
         f"autoaug search --resume {name} --storage {tmp_path / 'runs'}"
     ], followed.stdout[-3000:]
     assert "SIGTERM received" not in followed.stdout and "Traceback" not in followed.stdout

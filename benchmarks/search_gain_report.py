@@ -52,16 +52,20 @@ def read_json(path: Path, default: Any) -> Any:
 
 
 def trial_scores(work: Path, name: str) -> list[dict[int, float]]:
-    """Each ended trial's search score by epoch in the Optuna study of search ``name`` (the
-    scores a search's own rung record reads: :func:`autoaug.search.decide.rungs.ended_trials`);
-    none for a search with no study in its run directory."""
+    """Each ended trial's search score by epoch in the Optuna study of the search in run directory
+    ``name`` (the scores a search's own rung record reads:
+    :func:`autoaug.search.decide.rungs.ended_trials`); none for a search with no study in its run
+    directory. The study is named for the search as its ``search_config.json`` records it, which is
+    not the folder's name when the folder is a link to a search run under another name."""
     from autoaug.search.decide.rungs import ended_trials
-    from autoaug.search.run_dir import STUDY_FILE
+    from autoaug.search.run_dir import CONFIG_FILE, STUDY_FILE
     from autoaug.search.tune.study import open_study
 
-    if not (work / "runs" / name / STUDY_FILE).exists():
+    run = work / "runs" / name
+    if not (run / STUDY_FILE).exists():
         return []
-    return ended_trials(open_study(name, runs_root=str(work / "runs")))
+    study = read_json(run / CONFIG_FILE, {}).get("config", {}).get("name") or name
+    return ended_trials(open_study(study, storage=f"sqlite:///{run / STUDY_FILE}"))
 
 
 def cells_from(per_search: dict, done: dict[str, Any], role: str = "stored") -> dict[tuple[int, str], dict]:

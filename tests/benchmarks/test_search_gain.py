@@ -614,6 +614,21 @@ def test_trial_scores_are_each_ended_trials_scores_by_epoch_from_the_searchs_stu
         )
     assert report.trial_scores(tmp_path / "work", "sg-n5-tpe") == [{1: 0.1, 2: 0.25}, {1: 0.05}]
     assert report.trial_scores(tmp_path / "work", "sg-density") == []  # no study there: no trials
+    # a run folder linked under the table's name to a search run under its own name: its study is
+    # the one its search_config.json names
+    own = tmp_path / "elsewhere" / "c10-long"
+    own.parent.mkdir()
+    run.rename(own)
+    (own / "search_config.json").write_text(json.dumps({"config": {"name": "c10-long"}}))
+    optuna.copy_study(
+        from_study_name="sg-n5-tpe",
+        from_storage=f"sqlite:///{own / 'optuna.db'}",
+        to_storage=f"sqlite:///{own / 'copy.db'}",
+        to_study_name="c10-long",
+    )
+    (own / "copy.db").replace(own / "optuna.db")
+    run.symlink_to(own)
+    assert report.trial_scores(tmp_path / "work", "sg-n5-tpe") == [{1: 0.1, 2: 0.25}, {1: 0.05}]
 
 
 def test_the_race_finishes_each_search_again_from_a_copy_and_reports_what_it_stored(sg, fake, capsys):

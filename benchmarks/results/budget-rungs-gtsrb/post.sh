@@ -1,16 +1,16 @@
 #!/bin/bash
-# after run.sh: GTSRB's K=5 gain, CIFAR-10's eval-cpu of the better stored policy, then GTSRB's
-cd /work/main
-export PYTHONUNBUFFERED=1 PATH=/work/main/.venv/bin:$PATH
-tail --pid=$1 -f /dev/null
-G=(--data /work/shared/data/gtsrb-32-png --name gtsrb-rungs --trials 300 --samplers tpe,tpe-old
-   --variant "old=--calibration-from g-cal" --report-only --work /work/runs68g --out /work/main/benchmarks/results/budget-rungs-gtsrb/gain)
-date -u +"start gtsrb gain %FT%TZ" >> /work/runs68g/times.txt
-python benchmarks/search_gain.py "${G[@]}" > /work/runs68g/gain.log 2>&1
-date -u +"start cifar eval %FT%TZ" >> /work/runs68g/times.txt
-python benchmarks/search_gain.py --data /work/shared/data/cifar10-jpeg --name cifar-rungs --trials 300 --samplers tpe,tpe-old \
-  --variant "old=--calibration-from c10-cal" --report-only --eval --work /work/runs68/sg \
-  --out /work/main/benchmarks/results/budget-rungs-cifar10/gain > /work/runs68/eval.log 2>&1
-date -u +"start gtsrb eval %FT%TZ" >> /work/runs68g/times.txt
-python benchmarks/search_gain.py "${G[@]}" --eval > /work/runs68g/eval.log 2>&1
-date -u +"end post %FT%TZ" >> /work/runs68g/times.txt
+# After run.sh: GTSRB's K = 5 gain (search_gain --report-only on the two long searches), CIFAR-10's
+# eval-cpu of the better stored policy, then GTSRB's. 2 cores, about 1h20m.
+# Usage: post.sh GTSRB OUT CIFAR10 C10WORK   (OUT: run.sh's output folder; C10WORK: the CIFAR-10
+# search_gain folder of ../budget-rungs-cifar10/README.md, its run folders linked under runs/)
+set -eu
+D=${1:?the GTSRB folder}; R=${2:?run.sh output folder}; C=${3:?the CIFAR-10 folder}; W=${4:?the CIFAR-10 search_gain folder}
+HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../../.." && pwd)
+export PYTHONUNBUFFERED=1
+G=(--data "$D" --name gtsrb-rungs --trials 300 --samplers tpe,tpe-old --variant "old=--calibration-from g-cal"
+   --report-only --work "$R" --out "$HERE/gain")
+python "$REPO/benchmarks/search_gain.py" "${G[@]}" > "$R/gain.log" 2>&1
+python "$REPO/benchmarks/search_gain.py" --data "$C" --name cifar-rungs --trials 300 --samplers tpe,tpe-old \
+  --variant "old=--calibration-from c10-cal" --report-only --eval --work "$W" \
+  --out "$HERE/../budget-rungs-cifar10/gain" > "$W/eval.log" 2>&1
+python "$REPO/benchmarks/search_gain.py" "${G[@]}" --eval > "$R/eval.log" 2>&1

@@ -12,8 +12,8 @@ How it ends a search (:class:`Budget` is the one clock every part asks):
 
 * **Trials.** Once the time left is what re-scoring and storing need (:meth:`Budget.reserve_s`:
   the re-scoring runs still to come, in waves of as many runs as the cluster runs at once, then
-  the race's reserved rounds, each a run for every candidate that may contend, each run as long
-  as a measured proxy run -- calibration runs, earlier re-scoring runs, else the trials' own
+  the race's reserved rounds, each a wave of runs for the leader and its nearest challengers
+  (two runs on one slot), each run as long as a measured proxy run -- calibration runs, earlier re-scoring runs, else the trials' own
   epochs, start-up counted once -- plus :data:`STORE_RESERVE_S`) and what the running trials take
   to end (:meth:`Budget.handover_s`), no new trial is proposed and every running trial
   ends at its next report, scored on what it reported so far, like a trial ASHA stopped early
@@ -25,9 +25,11 @@ How it ends a search (:class:`Budget` is the one clock every part asks):
   in the time left (the first ones, in the method's order), and stops waiting for runs when the
   time left is what storing needs; fewer than two candidates re-scored means re-scoring decides
   nothing and the method's first candidate is stored. The re-scoring race's rounds up to
-  ``RACE_RESERVED_SEEDS`` runs per contender are part of what the trials leave time for; a
-  round beyond them, or one the time left does not fit, is not run (the summary says so when
-  contenders were still within the noise of each other).
+  ``RACE_RESERVED_SEEDS`` runs per contender are part of what the trials leave time for, a wave
+  each; a round with more contenders than a wave runs them all where the time left fits, else
+  the leader and its nearest challengers; a round beyond them, or one the time left does not
+  fit even for the leader and one challenger, is not run (the summary says so when contenders
+  were still within the noise of each other).
 * **Calibration** (the bases and published policies measured before the trials) and the density
   method's fold models are not cut: nothing can be scored without them. Their time counts. When
   calibration ends with the time for trials gone and the published policy that transferred best
@@ -182,8 +184,8 @@ class Budget:
         self._runs, self._slots, self._run_s, self._epochs = 0, 1, None, 0
         self._race_waves = 0
         #: The re-scoring race as the budget planned and saw it: ``reserved_rounds`` (the rounds the
-        #: trials gave way to), ``contenders`` (the candidates each was kept for), ``rounds`` (how
-        #: many ran) and how it ``ended`` (:meth:`race_ran`).
+        #: trials gave way to), ``contenders`` (the candidates each was kept for: the leader and its
+        #: nearest challengers), ``rounds`` (how many ran) and how it ``ended`` (:meth:`race_ran`).
         self.race: dict[str, Any] | None = dict(record["race"]) if record.get("race") else None
         # later epochs, and trials' first reports (their start-up in them) apart
         self._epoch_sum, self._epoch_count = 0.0, 0
@@ -308,7 +310,8 @@ class Budget:
         """What to keep for re-scoring while trials run: ``runs`` proxy runs, ``slots`` at once,
         each ``run_s`` seconds (None: estimated from the trials' epochs of ``epochs`` epochs per run),
         then ``race_waves`` waves of runs one after the other (the re-scoring race's ``race_rounds``
-        rounds, each a run for every one of ``contenders`` candidates: recorded for the summary)."""
+        rounds, each a run for ``contenders`` candidates, the leader and its nearest challengers:
+        recorded for the summary)."""
         with self._lock:
             self._runs, self._slots, self._run_s, self._epochs = int(runs), max(1, int(slots)), run_s, int(epochs)
             self._race_waves = max(0, int(race_waves)) if runs else 0
@@ -502,7 +505,15 @@ def describe_budget(record: Mapping[str, Any] | None) -> list[str]:
         }.get(race.get("ended"), "")
         lines.append(
             f"re-scoring race under the time budget: {kept} round{'s' if kept != 1 else ''} kept from the trials "
-            f"(a run for each of up to {race.get('contenders')} candidates, {race.get('reserved_waves')} waves of runs), "
+            f"(a run for the leader and its {_nearest(race.get('contenders'))}, {race.get('reserved_waves')} "
+            f"wave{'s' if race.get('reserved_waves') != 1 else ''} of runs), "
             + ("the race did not run" if ran is None else f"{ran} ran" + (f" ({how})" if how else ""))
         )
     return lines
+
+
+def _nearest(contenders: Any) -> str:
+    """``nearest challenger`` / ``2 nearest challengers`` of a race round kept for ``contenders``
+    candidates, the leader among them."""
+    n = int(contenders or 2) - 1
+    return "nearest challenger" if n == 1 else f"{n} nearest challengers"

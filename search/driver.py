@@ -327,14 +327,16 @@ def _plan_rescore(
             saved = run.read_json(name)
             measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
     slots = rescore.parallel_runs(config) if runs else 1
-    # The race's rounds (config.rescore_max_seeds), one after the other, each a run for every
-    # candidate still within the noise of the leader -- which may be every one: the candidates
-    # trained, and the transfer measured by calibration, which races on re-scoring seeds -- kept
-    # from the trials up to RACE_RESERVED_SEEDS runs each; later rounds run on the time the trials
-    # leave. (A reserve for a leader and one challenger only would not fit the rounds of 5
-    # candidates within the noise of each other: 3 waves each on 2 slots.)
+    # The race's rounds (config.rescore_max_seeds), one after the other, up to RACE_RESERVED_SEEDS
+    # runs per contender, each round kept from the trials as one wave of runs (two runs on one
+    # slot): the leader and its nearest challengers, as many as run at once. A round with more
+    # candidates within the noise runs them all where the time left fits, else the leader's
+    # nearest first (rescore.race); later rounds run on the time the trials leave. (Kept for every
+    # candidate that may contend -- the candidates trained and the transfer, up to 5 -- the
+    # rounds took 35 of 45 minutes on GTSRB where a run takes 4m22s on 2 slots: one wave of
+    # trials, and a race that needed none of it: benchmarks/results/budget-rungs-gtsrb.)
     reserved = max(0, min(config.race_seeds, RACE_RESERVED_SEEDS) - config.rescore_seeds)
-    contenders = trained + (competes and warm_measured)
+    contenders = min(trained + (competes and warm_measured), max(2, slots))
     waves = reserved * math.ceil(contenders / slots) if contenders >= 2 else 0
     budget.plan_rescore(
         runs,
@@ -473,7 +475,11 @@ def _race(
     round starts only when its runs fit in the time left (a measured run's length, as many at
     once as the cluster runs), and the budget's deadline cancels what does not finish."""
 
+    rounds = 0
+
     def train(more: list, counts: dict, saved: dict) -> dict:
+        nonlocal rounds
+        rounds += 1
         return rescore_candidates(
             more,
             config,
@@ -486,10 +492,20 @@ def _race(
     fits = None
     if budget is not None:
         slots = rescore.parallel_runs(config)
+        plan = budget.race or {}
+        wave = math.ceil(int(plan.get("contenders") or 2) / slots)  # the waves of a round the budget kept
 
         def fits(n: int) -> bool:
+            """``n`` runs fit in the time left -- with, for a round larger than the budget kept,
+            the waves of the rounds it kept still to come (a round for every contender within the
+            noise does not take the rounds promised to the leader and its nearest challengers)."""
             run_s = measured_run_s(runs, config.train.epochs) or budget.run_s()
-            return run_s is None or math.ceil(n / slots) * run_s <= budget.remaining_s() - STORE_RESERVE_S
+            if run_s is None:
+                return True
+            waves = math.ceil(n / slots)
+            if waves > wave:
+                waves += wave * max(0, int(plan.get("reserved_rounds") or 0) - rounds - 1)
+            return waves * run_s <= budget.remaining_s() - STORE_RESERVE_S
 
     counts, runs, record = rescore.race(
         candidates, config, runs, train=train, calibration=calibration, fits=fits, say=display.log

@@ -470,7 +470,10 @@ def race(
     re-scoring seed, the same for all: the race's rounds pair them by seed), and the means are
     compared again. It ends when one leads beyond the noise (``decided``), when no contender
     may run more (``max_seeds``), or when ``fits(n)`` says ``n`` more runs do not fit in the
-    time left (``budget``; also when a round's runs did not all finish). The candidates
+    time left even for the leader and its nearest challenger (``budget``; also when a round's
+    runs did not all finish): a round whose runs do not all fit runs for the leader and its
+    nearest challengers, as many as fit (the time budget keeps a wave of runs for each round it
+    promises, :func:`autoaug.search.driver._plan_rescore`). The candidates
     stay as they are otherwise: the stored one is still the highest mean (:func:`choose`).
 
     ``runs``: the saved runs (``rescore.json``) after the first round; ``train(candidates,
@@ -495,9 +498,14 @@ def race(
             break
         if not more:
             break
+        left_out = 0
         if fits is not None and not fits(len(more)):
-            record["ended"] = "budget"
-            break
+            by_mean = sorted(more, key=lambda c: (c is not ahead[0], -float(scores[c.key][METRIC])))
+            nearest = _nearest_that_fit(by_mean, ahead[0], fits)
+            if not nearest:
+                record["ended"] = "budget"
+                break
+            more, left_out = nearest, len(more) - len(nearest)
         wanted = {**counts, **{c.key: counts[c.key] + 1 for c in more}}
         if say is not None:
             near = ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f} ({counts[c.key]})" for c in ahead)
@@ -505,6 +513,12 @@ def race(
                 f"re-scoring race, round {len(record['rounds']) + 1}: within the noise of {ahead[0].kind} "
                 f"(a run's spread {noise.sd * 100:.2f} points): {near}; one more run for "
                 + ", ".join(c.kind for c in more)
+                + (
+                    f" (the time left fits {len(more)} of the {len(more) + left_out} runs: the leader's "
+                    "nearest challengers first)"
+                    if left_out
+                    else ""
+                )
             )
         runs = train(more, wanted, runs)
         if len(candidate_scores(more, config, runs, wanted)) < len(more):
@@ -513,6 +527,14 @@ def race(
         counts = wanted
         record["rounds"].append({"trained": [c.kind for c in more], "leader": ahead[0].kind})
     return counts, dict(runs), record
+
+
+def _nearest_that_fit(more: Sequence[Candidate], leader: Candidate, fits: Any) -> list[Candidate]:
+    """A round for the leader and its nearest challengers, when ``fits`` says the round's runs for
+    every contender in ``more`` (the leader first, then by mean) do not fit in the time left: the
+    most of them, in that order, whose runs fit; none when they would not include a challenger."""
+    fewest = 2 if more[0] is leader else 1
+    return next((list(more[:n]) for n in range(len(more) - 1, fewest - 1, -1) if fits(n)), [])
 
 
 def gain_text(versus: Mapping[str, Any]) -> str:

@@ -741,28 +741,29 @@ def test_a_family_search_keeps_no_run_for_a_warm_start_calibration_measured(tmp_
     config = SearchConfig.from_preset(
         "cpu", name="f", data="x", storage=str(tmp_path), family="randaugment", warm_start=["randaugment"]
     )
-    # The race's two reserved rounds, one run at a time: each a run for every candidate that may
-    # contend -- the two trained and the transfer (its calibration run, then re-scoring seeds) or
-    # the three trained.
-    race = 3 * 100.0
+    # The race's two reserved rounds, one run at a time: each a run for the leader and its nearest
+    # challenger, whichever two of the candidates (the two trained and the transfer, or the three
+    # trained) they are.
+    race = 2 * 100.0
     measured, given = Budget(1800, clock=_Clock()), Budget(1800, clock=_Clock())
     driver._plan_rescore(config, run, measured, transfer=SimpleNamespace(runs=({"seed": 2000},)))
     driver._plan_rescore(config, run, given)
     assert measured.reserve_s() == pytest.approx(STORE_RESERVE_S + 2 * 100.0 + 2 * race)
     assert given.reserve_s() == pytest.approx(STORE_RESERVE_S + 3 * 100.0 + 2 * race)
-    assert measured.race == {"reserved_rounds": 2, "contenders": 3, "reserved_waves": 6}
+    assert measured.race == {"reserved_rounds": 2, "contenders": 2, "reserved_waves": 4}
     # In the aa family the warm start is extended by what the search found: a new policy, trained.
     aa = config.replace(family="aa")
     driver._plan_rescore(aa, run, measured, transfer=SimpleNamespace(runs=({"seed": 2000},)))
     driver._plan_rescore(aa, run, given)
-    # (its first round the same; the measured transfer races too: a run in each reserved round)
-    assert measured.reserve_s() == given.reserve_s() + 2 * 100.0
+    # (its first round the same; the measured transfer races too, in the rounds of the leader and
+    # its nearest challenger)
+    assert measured.reserve_s() == given.reserve_s()
 
 
 def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(tmp_path, monkeypatch):
-    """``rescore_max_seeds 3``: trials stop early enough for two more rounds of runs, each a run for
-    every candidate that may contend (the smoke preset's three, two waves on two slots); the race
-    runs the rounds that fit and says where it stopped."""
+    """``rescore_max_seeds 3``: trials stop early enough for two more rounds of runs, each a wave
+    of runs for the leader and its nearest challenger (of the smoke preset's three candidates: one
+    wave on two slots); the race runs the rounds that fit and says where it stopped."""
     from autoaug.search import driver
     from autoaug.search.decide import rescore
 
@@ -776,13 +777,18 @@ def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(
     without = budget.reserve_s()
     monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
     driver._plan_rescore(config, run, budget)
-    assert own == 3 and budget.reserve_s() == pytest.approx(without + 2 * 2 * 100.0)  # two rounds of two waves
+    assert own == 3 and budget.reserve_s() == pytest.approx(without + 2 * 100.0)  # two rounds of a wave
     # A longer race (up to 10 runs each) takes no more time from the trials: its rounds past
     # RACE_RESERVED_SEEDS (3) run on the time they leave.
     driver._plan_rescore(config.replace(rescore_max_seeds=10), run, budget)
-    assert budget.reserve_s() == pytest.approx(without + 2 * 2 * 100.0)
+    assert budget.reserve_s() == pytest.approx(without + 2 * 100.0)
     driver._plan_rescore(config.replace(rescore_max_seeds=2), run, budget)
-    assert budget.reserve_s() == pytest.approx(without + 2 * 100.0)  # a shorter one keeps only its own round
+    assert budget.reserve_s() == pytest.approx(without + 100.0)  # a shorter one keeps only its own round
+    # On one slot a round is two waves: the leader's run and its nearest challenger's.
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 1)
+    driver._plan_rescore(config, run, budget)
+    assert budget.race["contenders"] == 2 and budget.race["reserved_waves"] == 2 * 2
+    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
     driver._plan_rescore(config, run, budget)
 
     trained = []
@@ -815,12 +821,13 @@ def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(
 
 
 def test_trials_that_could_run_past_the_end_stop_in_time_for_the_reserved_race_rounds(tmp_path, monkeypatch):
-    """A search that ran out of room for its race: the trials stopped, re-scoring ran its first round, and the race got no
-    round -- the reserve had kept room for a leader and one challenger, the race had every
-    candidate within the noise. Here, with given run times (trials' epochs of 20 s, their first
-    report 30 s, proxy runs of 100 s, 2 at once) and trials that would run far past the end, the
-    trials stop early enough, and the race runs the RACE_RESERVED_SEEDS rounds the budget kept
-    (every candidate to 3 runs: 2 rounds, of 2 waves each), and the summary says so."""
+    """A search that ran out of room for its race: the trials stopped, re-scoring ran its first
+    round, and the race got no round -- every candidate was within the noise, and a round for all
+    of them did not fit. Here, with given run times (trials' epochs of 20 s, their first report
+    30 s, proxy runs of 100 s, 2 at once) and trials that would run far past the end, the trials
+    stop early enough, and the race runs the RACE_RESERVED_SEEDS rounds the budget kept (a wave
+    each: with all 4 candidates within the noise, the leader and its nearest challenger to 3
+    runs), and the summary says so."""
     from autoaug.search import driver
     from autoaug.search.decide import rescore
     from autoaug.search.decide.rescore import RACE_RESERVED_SEEDS
@@ -835,8 +842,8 @@ def test_trials_that_could_run_past_the_end_stop_in_time_for_the_reserved_race_r
     candidates = [*_candidates(3), transfer]
     driver._plan_rescore(config, run, budget, transfer=transfer)
     reserved = RACE_RESERVED_SEEDS - config.rescore_seeds
-    assert budget.race == {"reserved_rounds": reserved, "contenders": 4, "reserved_waves": reserved * 2}
-    assert budget.reserve_s() == STORE_RESERVE_S + (2 + reserved * 2) * 100.0  # 3 trained at once 2, then the race
+    assert budget.race == {"reserved_rounds": reserved, "contenders": 2, "reserved_waves": reserved}
+    assert budget.reserve_s() == STORE_RESERVE_S + (2 + reserved) * 100.0  # 3 trained at once 2, then the race
 
     # The trials: two at a time, 100 epochs of 20 s each (28 trials: 28,000 s): far past the end.
     scheduler = GuardedFIFOScheduler()
@@ -872,10 +879,11 @@ def test_trials_that_could_run_past_the_end_stop_in_time_for_the_reserved_race_r
     monkeypatch.setattr(driver, "rescore_candidates", fake)
     display = _Display()
     scores, race = driver._rescore(config, run, _found(candidates), display, budget)
-    assert len(race["rounds"]) >= reserved and all(len(s["runs"]) >= RACE_RESERVED_SEEDS for s in scores.values())
+    assert len(race["rounds"]) >= reserved
+    assert sorted(len(s["runs"]) for s in scores.values())[-2:] == [RACE_RESERVED_SEEDS] * 2  # leader, nearest
     assert budget.race == {**budget.race, "rounds": len(race["rounds"]), "ended": race["ended"]}
     (line,) = [x for x in describe_budget(budget.record()) if x.startswith("re-scoring race")]
     assert line.startswith(
-        f"re-scoring race under the time budget: 2 rounds kept from the trials (a run for each of up to 4 "
-        f"candidates, 4 waves of runs), {len(race['rounds'])} ran"
+        f"re-scoring race under the time budget: 2 rounds kept from the trials (a run for the leader and its "
+        f"nearest challenger, 2 waves of runs), {len(race['rounds'])} ran"
     )

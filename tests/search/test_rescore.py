@@ -536,6 +536,36 @@ def test_the_race_stops_where_its_next_round_does_not_fit_or_was_cut_by_the_dead
     assert set(counts.values()) == {1}
 
 
+def test_a_round_the_time_left_does_not_fit_runs_for_the_leader_and_its_nearest_challengers():
+    """Four candidates within the noise, time for two runs a round: the leader and the nearest by
+    mean run (not the next in the method's order), the line says so; once they have their most
+    runs, the others get theirs."""
+    from autoaug.search.decide.rescore import race
+
+    config, candidates, runs, train, trained = _racing(
+        {"assembled": 0.600, "best_trial": 0.599, "warm_start": 0.6015, "survivors": 0.6005}
+    )
+    asked, lines = [], []
+    counts, _, record = race(
+        candidates, config, runs, train=train, fits=lambda n: asked.append(n) or n <= 2, say=lines.append
+    )
+    assert asked[:3] == [4, 3, 2]
+    assert [r["trained"] for r in record["rounds"]] == [
+        ["warm_start", "survivors"],
+        ["warm_start", "survivors"],
+        ["assembled", "best_trial"],  # the two at their most runs: the next two
+        ["assembled", "best_trial"],
+    ]
+    assert lines[0].endswith(
+        "one more run for warm_start, survivors (the time left fits 2 of the 4 runs: the leader's nearest "
+        "challengers first)"
+    )
+    assert set(counts.values()) == {3} and record["ended"] == "max_seeds"
+    # No time even for the leader and one challenger: the race ends there.
+    counts, _, record = race(candidates, config, runs, train=train, fits=lambda n: n <= 1)
+    assert record["ended"] == "budget" and record["rounds"] == []
+
+
 def test_no_race_without_more_seeds_than_the_first_round():
     from autoaug.search.config import SearchConfig
 

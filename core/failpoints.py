@@ -80,7 +80,7 @@ ONLY_ENV_VAR = "AUTOAUG_FAILPOINTS_ONLY"
 #: Every point, where it is and what it interrupts (docs/failpoints.md says more).
 POINTS: Mapping[str, str] = {
     "search.after_trial_saved": "driver: a trial ended, Tune's experiment state holding it was written and the Optuna "
-    "study was told (search.tune.searcher.StudyGuard / StudySearcher)",
+    "study was told (search.tune.schedulers.StudyGuard / StudySearcher)",
     "pba.after_member_checkpoint": "driver: a PBA member's checkpoint was recorded by Tune "
     "(search.methods.pba.scheduler.EventLog.on_trial_save)",
     "store.after_version_write": "PolicyStore.save: the version's Parquet file written under its temporary name, "

@@ -19,7 +19,7 @@ How it ends a search (:class:`Budget` is the one clock every part asks):
   ends at its next report, scored on what it reported so far, like a trial ASHA stopped early
   (status ``budget_stopped``, ``PRUNED`` in the Optuna study); trials not started are not run.
   The budget never leaves a search without a result: until some trial has reported a score it
-  does not stop trials. (:class:`autoaug.search.tune.searcher.BudgetStop` and
+  does not stop trials. (:class:`autoaug.search.tune.schedulers.BudgetStop` and
   :class:`~autoaug.search.tune.searcher.StudySearcher` apply it inside Ray Tune.)
 * **Re-scoring** (:func:`autoaug.search.driver._rescore`) re-scores the candidates whose runs fit
   in the time left (the first ones, in the method's order), and stops waiting for runs when the
@@ -145,7 +145,7 @@ class Budget:
     Built by :meth:`open` from the run directory (earlier sessions' spent time); shared by the
     parts of the search that end it (the Tune scheduler and searcher, re-scoring) and by the
     progress lines. It belongs to this driver session: the Tune objects holding it drop it when
-    pickled, and read it from the current driver session (:func:`autoaug.search.tune.searcher.current_session`).
+    pickled, and read it from the current driver session (:func:`autoaug.search.tune.session.current_session`).
     """
 
     def __init__(

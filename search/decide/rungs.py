@@ -19,7 +19,7 @@ study is kept. Where a recorded search's rungs are is its method's to say
 (:meth:`autoaug.search.methods.base.Method.rungs`).
 
 **A rung cuts only while it is measured to rank** (:class:`RungGate`, applied inside Tune by
-:class:`autoaug.search.tune.searcher.RankedRungs`). Before any trial, calibration's full-length
+:class:`autoaug.search.tune.schedulers.RankedRungs`). Before any trial, calibration's full-length
 runs of the published policies on the search's base measure each rung: a run's score at the rung
 against its final score (:func:`calibration_scores`). As the search goes, the trials measure it:
 a trial's score at the rung against its score at the next rung, over the trials that reached the

@@ -18,22 +18,22 @@ resources, retries, actor reuse and MLflow logging.
   population): no study, no concurrency limit.
 * **Scheduler**: ASHA on :data:`~autoaug.search.score.METRIC` with
   ``time_attr="training_iteration"``, its rungs cutting only while measured to rank
-  (:class:`~autoaug.search.tune.searcher.RankedRungs`, first by ``rung_calibration``), or FIFO;
-  both guarded (:class:`~autoaug.search.tune.searcher.StudyGuard`); or the method's own
+  (:class:`~autoaug.search.tune.schedulers.RankedRungs`, first by ``rung_calibration``), or FIFO;
+  both guarded (:class:`~autoaug.search.tune.schedulers.StudyGuard`); or the method's own
   (``scheduler``: PBA's PBT).
 * **Trials**: the trial function under ``tune.with_parameters`` (shared values travel once
   through Ray's object store) and ``tune.with_resources``; ``FailureConfig(max_failures)``
   retries a trial that raises from its last checkpoint.
-* **This driver session** (:class:`autoaug.search.tune.searcher.DriverSession`): the progress display
+* **This driver session** (:class:`autoaug.search.tune.session.DriverSession`): the progress display
   and the time budget are never pickled with Tune's state; a new or restored tuner gets this
-  driver's (:func:`~autoaug.search.tune.searcher.attach_session`), current while :func:`fit` runs it.
+  driver's (:func:`~autoaug.search.tune.session.attach_session`), current while :func:`fit` runs it.
 * **Progress**: :class:`autoaug.search.tune.progress.ProgressCallback` feeds the search's display.
 * **A full or read-only filesystem** (:mod:`autoaug.search.tune.tune_storage`): the first trial it
   makes fail ends the experiment (the search turns that into one ``StorageError`` line); Tune's saved
   state keeps a complete copy that :func:`restore_tuner` puts back if a full disk cut it short.
 * **Time budget** (:class:`autoaug.search.budget.Budget`, optional): the scheduler and the
   searcher end the experiment when the search's budget says so
-  (:class:`~autoaug.search.tune.searcher.BudgetStop`).
+  (:class:`~autoaug.search.tune.schedulers.BudgetStop`).
 
 :func:`tune_output` sets, for the time of a search only, the environment variables that keep
 Ray Tune's own console output out of the way of the progress display.
@@ -61,14 +61,9 @@ from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.tune.loggers import experiment_loggers
 from autoaug.search.tune.progress import ProgressCallback, TuneTrialLines
-from autoaug.search.tune.searcher import (
-    DriverSession,
-    StoppedTrials,
-    StudySearcher,
-    attach_session,
-    make_scheduler,
-    running,
-)
+from autoaug.search.tune.schedulers import make_scheduler
+from autoaug.search.tune.searcher import StudySearcher
+from autoaug.search.tune.session import DriverSession, StoppedTrials, attach_session, running
 from autoaug.search.tune.study import SEARCH_ATTR, label_study
 from autoaug.search.tune.tune_storage import SearchFiles, StateCopy, StorageGuard, repair_state, tuner_state_error
 
@@ -108,7 +103,7 @@ class Experiment:
     asha: tuple[int, float] | None = None  # (grace period, reduction factor); None: FIFO
     #: Calibration's full-length runs, each its search score by epoch: how well ASHA's rungs rank
     #: before any trial (:func:`autoaug.search.decide.rungs.calibration_scores`; a rung cuts only
-    #: while measured to rank, :class:`~autoaug.search.tune.searcher.RankedRungs`).
+    #: while measured to rank, :class:`~autoaug.search.tune.schedulers.RankedRungs`).
     rung_calibration: Sequence[Mapping[int, float]] = ()
     warm_start: Sequence[Mapping[str, Any]] = ()  # parameter dicts proposed first (a new study)
     run_dir: str | None = None  # recorded in the study's attributes
@@ -256,7 +251,7 @@ def restore_tuner(
     """``exp`` restored from its saved state (unfinished trials continue from their latest
     checkpoints): the saved state repaired first if a full disk cut it short
     (:func:`~autoaug.search.tune.tune_storage.repair_state`), this driver's ``display`` and this
-    session's time ``budget`` attached (:func:`~autoaug.search.tune.searcher.attach_session`). The
+    session's time ``budget`` attached (:func:`~autoaug.search.tune.session.attach_session`). The
     callbacks, the scheduler and the searcher are the ones ``Tuner.restore`` unpickles from the
     experiment's ``tuner.pkl``: a search started by another version of autoaug may not resume."""
     uri = exp.uri

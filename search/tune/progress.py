@@ -17,7 +17,7 @@ from ray import cloudpickle, tune
 from ray.tune.progress_reporter import TrialProgressCallback
 
 from autoaug.search.score import METRIC
-from autoaug.search.tune.searcher import current_session
+from autoaug.search.tune.session import current_session
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -48,12 +48,12 @@ class ProgressCallback(tune.Callback):
     terminal.
 
     ``stopped``: the trials the study guard stopped in this driver session
-    (:class:`autoaug.search.tune.searcher.StoppedTrials`); Tune's numbers for them are stale.
+    (:class:`autoaug.search.tune.session.StoppedTrials`); Tune's numbers for them are stale.
     ``display``: the :class:`autoaug.core.progress.Progress`; None prints plain lines on
     ``stream``. ``budget``: the search's time budget (:class:`autoaug.search.budget.Budget`), whose
     stopped trials of the Tune experiment ``experiment`` are said so. Neither is pickled with
     Tune's experiment state: where not given, they are the current driver session's
-    (:func:`autoaug.search.tune.searcher.current_session`), which a restored search attaches.
+    (:func:`autoaug.search.tune.session.current_session`), which a restored search attaches.
     """
 
     def __init__(

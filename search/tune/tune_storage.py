@@ -48,7 +48,7 @@ from ray import tune
 from autoaug.core.errors import SearchError, StorageError
 from autoaug.core.location import Location, atomic_write_local, is_uri, resume_with, storage_error
 from autoaug.search.tune import progress
-from autoaug.search.tune.searcher import ray_session_dir
+from autoaug.search.tune.session import ray_session_dir
 
 __all__ = [
     "COPY_DIR",

@@ -24,7 +24,8 @@ from autoaug.search.config import METRIC, SearchConfig
 from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
-from autoaug.search.tune.searcher import GuardedASHAScheduler, GuardedFIFOScheduler, StudySearcher
+from autoaug.search.tune.schedulers import GuardedASHAScheduler, GuardedFIFOScheduler
+from autoaug.search.tune.searcher import StudySearcher
 from autoaug.search.tune.study import check_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -608,13 +609,13 @@ def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning(monkeypatch):
     import warnings
 
     from autoaug.core.errors import AutoaugWarning
-    from autoaug.search.tune import searcher
-    from autoaug.search.tune.searcher import DriverSession, attach_session
+    from autoaug.search.tune import session
+    from autoaug.search.tune.session import DriverSession, attach_session
 
     class Tuner:
         pass
 
-    monkeypatch.setattr(searcher, "ray_client", lambda: True)
+    monkeypatch.setattr(session, "ray_client", lambda: True)
     with pytest.warns(
         AutoaugWarning,
         match=r"^Ray Client \(--address ray://...\) runs the Tune experiment x on the "
@@ -629,7 +630,7 @@ def test_a_tuner_the_budget_cannot_reach_is_said_in_one_warning(monkeypatch):
 def test_a_restored_scheduler_and_searcher_take_the_budget_of_the_driver_session_running_them(tmp_path):
     """Tune's restore unpickles them without a budget: the one of the driver session that runs the
     tuner (attach_session, running) is theirs while it runs, and only then."""
-    from autoaug.search.tune.searcher import DriverSession, attach_session, running
+    from autoaug.search.tune.session import DriverSession, attach_session, running
 
     budget, _ = _expired_budget(tmp_path)
     budget.has_result = True

@@ -14,7 +14,8 @@ from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.progress import format_exception
-from autoaug.search.tune.searcher import GuardedFIFOScheduler, StudySearcher
+from autoaug.search.tune.schedulers import GuardedFIFOScheduler
+from autoaug.search.tune.searcher import StudySearcher
 from autoaug.search.tune.study import (
     FINAL_STEP_ATTR,
     REPLACES_ATTR,
@@ -393,7 +394,7 @@ def test_epochs_a_trial_did_not_validate_are_not_intermediate_values(tmp_path):
 def test_asha_waits_for_a_trials_first_score_and_cuts_on_real_ones():
     from ray.tune.schedulers import TrialScheduler
 
-    from autoaug.search.tune.searcher import GuardedASHAScheduler
+    from autoaug.search.tune.schedulers import GuardedASHAScheduler
 
     class _Trial:
         def __init__(self, trial_id):

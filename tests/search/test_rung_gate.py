@@ -1,5 +1,5 @@
 """A rung cuts only while it is measured to rank (search.decide.rungs.RungGate, applied inside Tune
-by search.tune.searcher.RankedRungs): synthetic scores, the scheduler driven directly with fake
+by search.tune.schedulers.RankedRungs): synthetic scores, the scheduler driven directly with fake
 trials and results, a real Optuna study for its record."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from autoaug.search.decide.rungs import (
     gate_line,
 )
 from autoaug.search.score import METRIC
-from autoaug.search.tune.searcher import DriverSession, StoppedTrials, attach_session, make_scheduler, running
+from autoaug.search.tune.schedulers import make_scheduler
+from autoaug.search.tune.session import DriverSession, StoppedTrials, attach_session, running
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -77,7 +77,7 @@ def test_pickled_with_tune_state_without_the_display():
 def test_a_restored_tuner_gets_this_drivers_display():
     """Tune's restore unpickles the callback without its display: while this driver runs the
     tuner, the callback prints on this driver's (the session attach_session gave the tuner)."""
-    from autoaug.search.tune.searcher import DriverSession, attach_session, running
+    from autoaug.search.tune.session import DriverSession, attach_session, running
 
     out = io.StringIO()
     display = Progress("plain", stream=out)

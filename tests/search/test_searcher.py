@@ -135,7 +135,8 @@ def test_a_finished_trial_is_in_the_saved_experiment_state_before_the_progress_l
     from ray.tune.search import ConcurrencyLimiter
 
     from autoaug.core.ray_session import ray_session
-    from autoaug.search.tune.searcher import GuardedFIFOScheduler, StudySearcher
+    from autoaug.search.tune.schedulers import GuardedFIFOScheduler
+    from autoaug.search.tune.searcher import StudySearcher
 
     seen: dict[str, bool] = {}
 
@@ -189,7 +190,9 @@ import optuna
 
 from autoaug.core.ray_session import ray_session
 from autoaug.search.score import METRIC
-from autoaug.search.tune.searcher import StoppedTrials, StudySearcher, make_scheduler
+from autoaug.search.tune.schedulers import make_scheduler
+from autoaug.search.tune.searcher import StudySearcher
+from autoaug.search.tune.session import StoppedTrials
 
 root, mode = Path(os.environ["DRIVER_ROOT"]), os.environ["DRIVER_MODE"]
 url = f"sqlite:///{root}/study.db"
@@ -287,3 +290,22 @@ def test_a_trial_running_when_the_driver_is_killed_goes_on_in_an_optuna_trial_as
         "1.0-2",
         "1.0-3",
     ]
+
+
+def test_a_scheduler_saved_when_it_lived_in_the_searcher_module_restores():
+    """A ``tuner.pkl`` saved before the schedulers and the driver session's parts had modules of
+    their own refers to them in ``autoaug.search.tune.searcher``: it restores."""
+    import pickle
+
+    from autoaug.search.tune.schedulers import GuardedFIFOScheduler
+    from autoaug.search.tune.session import StoppedTrials
+
+    scheduler = GuardedFIFOScheduler()
+    scheduler._setup_guard("sqlite:///study.db", "s", 1, StoppedTrials())
+    saved = pickle.dumps(scheduler, protocol=0)
+    old = saved.replace(b"autoaug.search.tune.schedulers", b"autoaug.search.tune.searcher")
+    old = old.replace(b"autoaug.search.tune.session", b"autoaug.search.tune.searcher")
+    assert old != saved and b"tune.schedulers" not in old and b"tune.session" not in old
+    restored = pickle.loads(old)
+    assert type(restored) is GuardedFIFOScheduler and type(restored.stopped_trials) is StoppedTrials
+    assert restored._guard_study_name == "s"

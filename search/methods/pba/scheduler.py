@@ -19,7 +19,8 @@ from autoaug.search.methods.pba.trial import EVENTS_KEY
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC
 from autoaug.search.tune.progress import say
-from autoaug.search.tune.searcher import BudgetStop, current_session
+from autoaug.search.tune.schedulers import BudgetStop
+from autoaug.search.tune.session import current_session
 
 if TYPE_CHECKING:
     from autoaug.core.progress import Progress
@@ -34,7 +35,7 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
     """PBT that leaves a member's last epoch alone: exploiting there would copy a finished member
     into one with nothing left to train (and start a stage at 100% of training).
 
-    With a time budget (:class:`~autoaug.search.tune.searcher.BudgetStop`) a running member ends at its
+    With a time budget (:class:`~autoaug.search.tune.schedulers.BudgetStop`) a running member ends at its
     next perturbation boundary, whose report carries its checkpoint: the schedule that checkpoint
     holds is the one its score was measured under. Paused members (paused at a boundary) end at once.
 
@@ -128,7 +129,7 @@ class EventLog(tune.Callback):
 
     ``display``: the :class:`autoaug.core.progress.Progress` (this driver's, never pickled with
     Tune's experiment state; a restored one prints on the current driver session's,
-    :func:`autoaug.search.tune.searcher.current_session`); None prints plain lines on stdout."""
+    :func:`autoaug.search.tune.session.current_session`); None prints plain lines on stdout."""
 
     def __init__(self, storage: str, name: str, display: Progress | None = None) -> None:
         self.storage, self.name, self._display = storage, name, display

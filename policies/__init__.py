@@ -15,7 +15,10 @@
 
 from __future__ import annotations
 
-from autoaug.policies import ops
+from autoaug.policies import (
+    builtin_ops,  # noqa: F401  (declares the built-in operations)
+    ops,
+)
 from autoaug.policies.policy import Op, Policy
 from autoaug.policies.reference import resolve_policy
 

@@ -27,7 +27,7 @@ exports its declaration gives (and one of RandAugment's operations if it has a p
 gone again when its declaration is removed (:class:`Declaration` is a context manager).
 
 The registry imports neither backend: an implementation is a callable, or, for the built-in
-operations below, the name of a function of the backend module (``autoaug.policies.dali_ops``,
+operations (:mod:`autoaug.policies.builtin_ops`), the name of a function of the backend module (``autoaug.policies.dali_ops``,
 ``autoaug.policies.torch_apply``), looked up when that backend reads the declaration; so neither
 DALI nor torch is loaded by this module. A new operation under another range is
 :meth:`OpSpec.derive` (DALI's ``op.augmentation(mag_range=...)``): the same implementations under
@@ -37,7 +37,7 @@ thing, so an existing operation is never re-ranged in place).
 Adding an operation: one :func:`declare_op` call (see ``tests/policies/test_declared_op.py``,
 which declares one, searches it, applies a policy using it through DALI and torchvision, trains a
 step on each and exports it for DALI and timm); a built-in one is one :class:`OpSpec` in
-``_BUILTIN`` below plus its row in docs/policies.md (``tests/policies/test_policy_docs.py`` prints
+:mod:`autoaug.policies.builtin_ops` plus its row in docs/policies.md (``tests/policies/test_policy_docs.py`` prints
 the table to paste).
 
 Magnitude bins
@@ -76,7 +76,7 @@ __all__ = [
     "op_names",
     "IDENTITY",
     "RANGE_CONVENTIONS",
-    "AUTOAUGMENT_OPS",
+    "AUTOAUGMENT_OPS",  # noqa: F822 (module __getattr__)
     "randaugment_ops",
     "DaliExport",
     "TimmExport",
@@ -85,7 +85,7 @@ __all__ = [
     "get",
     "bin_value",
     "docs_table",
-    "BUILTIN_OPS",
+    "BUILTIN_OPS",  # noqa: F822 (module __getattr__)
     "DOCS_TABLE_HEADER",
 ]
 
@@ -141,17 +141,6 @@ class MagnitudeRange:
 
 def _identity_param(m: float) -> float:
     return m
-
-
-def _enhance_factor(m: float) -> float:
-    # contrast/color/brightness/sharpness: factor 1 +- m (1.0 is the identity)
-    return 1.0 + m
-
-
-def _rounded(m: float) -> int:
-    # posterize's bits kept, cutout's side in pixels: rounded half-to-even like torch.round /
-    # numpy.round (torchvision's AutoAugment)
-    return int(round(m))
 
 
 # --------------------------------------------------------------------------- backend parts
@@ -589,9 +578,30 @@ def randaugment_ops() -> tuple[str, ...]:
 _DERIVED = {"OP_NAMES": op_names, "RANDAUGMENT_OPS": randaugment_ops}
 
 
+#: The built-in operations' names, in declaration order (Identity first): declared by
+#: :mod:`autoaug.policies.builtin_ops` (:func:`declare_builtin`), which the package imports right
+#: after this module. Read as ``BUILTIN_OPS`` (fixed: operations declared later are in
+#: :data:`REGISTRY` and ``OP_NAMES``, not here) and ``AUTOAUGMENT_OPS``, the 16 operations of the
+#: AutoAugment search space (Cubuk et al. 2019; the built-ins but Identity).
+_BUILTIN: list[str] = []
+_FIXED = {
+    "BUILTIN_OPS": lambda: tuple(_BUILTIN),
+    "AUTOAUGMENT_OPS": lambda: tuple(n for n in _BUILTIN if n != IDENTITY),
+}
+
+
+def declare_builtin(specs: Iterator[OpSpec] | list[OpSpec]) -> None:
+    """Declare the built-in operations ``specs`` (:mod:`autoaug.policies.builtin_ops`), for good."""
+    for spec in specs:
+        declare_op(spec)
+        _BUILTIN.append(spec.name)
+
+
 def __getattr__(name: str) -> Any:
     if name in _DERIVED:
         return _DERIVED[name]()
+    if name in _FIXED:
+        return _FIXED[name]()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -632,283 +642,6 @@ def resolve(value: Any, namespace: Mapping[str, Any], op: str, field_name: str) 
         module = namespace.get("__name__", "the backend")
         raise ValueError(f"op {op!r}: {field_name}={value!r}, but {module} has no function of that name")
     return found
-
-
-# --------------------------------------------------------------------------- the built-in operations
-_AA = "AutoAugment paper (Cubuk et al. 2019), Table 1 / appendix"
-_TA = "TrivialAugment-wide (Mueller & Hutter 2021), torchvision TrivialAugmentWide"
-_WARP = "fn.warp_affine (per-sample matrix from the policy table)"
-
-
-# timm's conversions that are not a unit per level (TimmExport.level); timm maps a level L to
-# translate_pct * L / 10, solarize 256 - int(L * 25.6) and posterize int(L * 0.4) + 4 bits.
-def _timm_translate_level(m: float, rng: MagnitudeRange) -> float:
-    return 0.0 if rng.hi == 0 else 10.0 * m / rng.hi
-
-
-def _timm_translate_hparams(rng: MagnitudeRange | None) -> dict[str, float]:
-    return {"translate_pct": rng.hi}  # the fraction of the width (height) at level 10
-
-
-def _timm_solarize_level(m: float, rng: MagnitudeRange) -> float:
-    return (256.0 - m) / 25.6  # threshold m (timm truncates it to an integer)
-
-
-def _timm_posterize_level(m: float, rng: MagnitudeRange) -> float:
-    bits = _rounded(m)
-    if bits < 4:
-        raise ValueError(f"keeping {bits} bits; timm's PosterizeOriginal keeps 4 to 8 bits")
-    return (bits - 4) * 2.5 + 0.01  # int(level * 0.4) + 4 == bits
-
-
-def _timm_translate(op: str) -> TimmExport:
-    return TimmExport(op, level=_timm_translate_level, hparams=_timm_translate_hparams)
-
-
-# The implementations are functions of autoaug.policies.dali_ops and autoaug.policies.torch_apply,
-# named here (so that this module loads neither DALI nor torch). The exports: DALI's
-# nvidia.dali.auto_aug.augmentations function and timm's op; `randaugment` the place in
-# RandAugment's 14 operations, in the order of the RandAugment paper.
-_BUILTIN = [
-    OpSpec(
-        name=IDENTITY,
-        description="returns the image unchanged (RandAugment/TrivialAugment 'Identity')",
-        dali=DaliImpl(branch="identity", operator="-"),
-        torch=TorchImpl("identity", "-"),
-        dali_export="identity",
-        timm_export=TimmExport(None),  # changes nothing: left out of a timm sub-policy, exactly
-        randaugment=0,
-    ),
-    # Shear: paper +-0.3 (shear factor, PIL affine coefficient); TA-wide +-0.99.
-    OpSpec(
-        name="ShearX",
-        description="shears along x about the top-left corner: out(x, y) = in(x + m*y, y) (PIL's affine)",
-        ranges={
-            "autoaugment": MagnitudeRange(0.0, 0.3, "shear factor", source=_AA),
-            "wide": MagnitudeRange(0.0, 0.99, "shear factor", source=_TA),
-        },
-        signed=True,
-        dali=DaliImpl(kind="Warp", to_table="shear_x_matrix", operator=_WARP),
-        dali_export="shear_x",
-        timm_export=TimmExport("ShearX", 0.03),
-        randaugment=1,
-        torch=TorchImpl("shear_x", "F.affine(shear=[degrees(atan(m)), 0], center=[0, 0])"),
-    ),
-    OpSpec(
-        name="ShearY",
-        description="shears along y about the top-left corner: out(x, y) = in(x, y + m*x) (PIL's affine)",
-        ranges={
-            "autoaugment": MagnitudeRange(0.0, 0.3, "shear factor", source=_AA),
-            "wide": MagnitudeRange(0.0, 0.99, "shear factor", source=_TA),
-        },
-        signed=True,
-        dali=DaliImpl(kind="Warp", to_table="shear_y_matrix", operator=_WARP),
-        dali_export="shear_y",
-        timm_export=TimmExport("ShearY", 0.03),
-        randaugment=2,
-        torch=TorchImpl("shear_y", "F.affine(shear=[0, degrees(atan(m))], center=[0, 0])"),
-    ),
-    # Translate: paper +-150 px on 331 px images -> +-(150/331)*width (torchvision's AutoAugment
-    # uses the same 150/331 scaling); TA-wide 32 px on 32 px CIFAR images -> +-1.0*width.
-    OpSpec(
-        name="TranslateX",
-        description="shifts the image horizontally by m pixels (fill 128)",
-        ranges={
-            "autoaugment": MagnitudeRange(0.0, 150 / 331, "px", "width", _AA),
-            "wide": MagnitudeRange(0.0, 32 / 32, "px", "width", _TA),
-        },
-        signed=True,
-        dali=DaliImpl(kind="Warp", to_table="translate_x_matrix", operator=_WARP),
-        dali_export="translate_x",
-        timm_export=_timm_translate("TranslateXRel"),
-        randaugment=3,
-        torch=TorchImpl("translate_x", "F.affine(translate=[m, 0])"),
-    ),
-    OpSpec(
-        name="TranslateY",
-        description="shifts the image vertically by m pixels (fill 128)",
-        ranges={
-            "autoaugment": MagnitudeRange(0.0, 150 / 331, "px", "height", _AA),
-            "wide": MagnitudeRange(0.0, 32 / 32, "px", "height", _TA),
-        },
-        signed=True,
-        dali=DaliImpl(kind="Warp", to_table="translate_y_matrix", operator=_WARP),
-        dali_export="translate_y",
-        timm_export=_timm_translate("TranslateYRel"),
-        randaugment=4,
-        torch=TorchImpl("translate_y", "F.affine(translate=[0, m])"),
-    ),
-    # Rotate: paper +-30 degrees; TA-wide +-135.
-    OpSpec(
-        name="Rotate",
-        description="rotates counter-clockwise by m degrees about the centre (fill 128)",
-        ranges={
-            "autoaugment": MagnitudeRange(0.0, 30.0, "degrees", source=_AA),
-            "wide": MagnitudeRange(0.0, 135.0, "degrees", source=_TA),
-        },
-        signed=True,
-        dali=DaliImpl(
-            kind="Warp", to_table="rotate_matrix", operator="fn.warp_affine (rotation about the centre, as fn.rotate)"
-        ),
-        torch=TorchImpl("rotate", "F.rotate"),
-        dali_export="rotate",
-        timm_export=TimmExport("Rotate", 3.0),
-        randaugment=5,
-    ),
-    OpSpec(
-        name="AutoContrast",
-        description="stretches each channel to the full 0..255 range",
-        dali=DaliImpl(branch="auto_contrast", operator="auto_aug.auto_contrast (fn.reductions.min/max + arithmetic)"),
-        torch=TorchImpl("auto_contrast", "F.autocontrast"),
-        dali_export="auto_contrast",
-        timm_export=TimmExport("AutoContrast"),
-        randaugment=12,
-    ),
-    OpSpec(
-        name="Invert",
-        description="inverts all pixels",
-        dali=DaliImpl(
-            kind="Solarize", to_table="invert_threshold", operator="x ^ 255 (the Solarize branch at threshold 0)"
-        ),
-        torch=TorchImpl("invert", "F.invert"),
-        dali_export="invert",
-        timm_export=TimmExport("Invert"),
-    ),
-    OpSpec(
-        name="Equalize",
-        description="equalizes the histogram of each channel",
-        dali=DaliImpl(branch="equalize", operator="fn.equalize"),
-        torch=TorchImpl("equalize", "F.equalize"),
-        dali_export="equalize",
-        timm_export=TimmExport("Equalize"),
-        randaugment=13,
-    ),
-    # Solarize: threshold 256 (identity) -> 0 in both conventions (paper: 0-256).
-    OpSpec(
-        name="Solarize",
-        description="inverts pixels >= threshold",
-        ranges=MagnitudeRange(256.0, 0.0, "threshold", source=_AA + "; same in " + _TA),
-        dali=DaliImpl(branch="solarize", table="param", operator="x ^ 255 where x >= threshold (arithmetic)"),
-        torch=TorchImpl("solarize", "F.solarize (threshold 256 = identity)"),
-        dali_export="solarize",
-        timm_export=TimmExport("SolarizeIncreasing", level=_timm_solarize_level),
-        randaugment=11,
-    ),
-    # Posterize: paper 4-8 bits kept -> 8 (identity) -> 4; the released TF code's 0-4 is a known
-    # bug. TA-wide 8 -> 2 bits.
-    OpSpec(
-        name="Posterize",
-        description="keeps the top (rounded) m bits of each channel",
-        ranges={
-            "autoaugment": MagnitudeRange(8.0, 4.0, "bits kept", source=_AA),
-            "wide": MagnitudeRange(8.0, 2.0, "bits kept", source=_TA),
-        },
-        to_param=_rounded,
-        dali=DaliImpl(
-            branch="posterize", table="param", to_table="posterize_mask", operator="auto_aug.posterize (x & mask)"
-        ),
-        torch=TorchImpl("posterize", "F.posterize"),
-        dali_export="posterize",  # DALI's mask also from the bits kept
-        timm_export=TimmExport("PosterizeOriginal", level=_timm_posterize_level),
-        randaugment=10,
-    ),
-    # Enhance ops: paper factor 0.1-1.9, expressed as 1 +- m with m in 0..0.9 so that bin 0 is
-    # the identity (torchvision's and DALI's convention); TA-wide 1 +- 0..0.99.
-    *(
-        OpSpec(
-            name=name,
-            description=description,
-            ranges={
-                "autoaugment": MagnitudeRange(0.0, 0.9, "factor 1+-m", source=_AA),
-                "wide": MagnitudeRange(0.0, 0.99, "factor 1+-m", source=_TA),
-            },
-            signed=True,
-            to_param=_enhance_factor,
-            dali=dali,
-            torch=torch,
-            dali_export=name.lower(),
-            timm_export=TimmExport(f"{name}Increasing", 0.09),  # timm: 1 +- level * 0.09
-            randaugment=place,
-        )
-        for name, description, dali, torch, place in (
-            (
-                "Contrast",
-                "blends with the mean grey level (factor 1 = identity)",
-                DaliImpl(
-                    branch="contrast", table="param", operator="auto_aug.contrast (fn.reductions.mean + arithmetic)"
-                ),
-                TorchImpl("contrast", "F.adjust_contrast"),
-                8,
-            ),
-            (
-                "Color",
-                "blends with the greyscale image (factor 1 = identity)",
-                DaliImpl(branch="color", table="param", operator="fn.saturation (auto_aug.color)"),
-                TorchImpl("color", "F.adjust_saturation"),
-                7,
-            ),
-            (
-                "Brightness",
-                "multiplies by the factor (blend with black; factor 1 = identity)",
-                DaliImpl(branch="brightness", table="param", operator="fn.brightness (auto_aug.brightness)"),
-                TorchImpl("brightness", "F.adjust_brightness"),
-                6,
-            ),
-            (
-                "Sharpness",
-                "blends with a smoothed image (factor 1 = identity)",
-                DaliImpl(
-                    branch="sharpness",
-                    table="kernel",
-                    to_table="sharpness_kernel",
-                    operator="fn.filter (PIL's 3x3 smoothing kernel, per-sample)",
-                ),
-                TorchImpl("sharpness", "F.adjust_sharpness"),
-                9,
-            ),
-        )
-    ),
-    # Cutout: paper up to 60 px on 331 px -> (60/331)*min(H, W) px square side. Not in TA-wide.
-    OpSpec(
-        name="Cutout",
-        description="fills a square of side m pixels, centred at a uniformly random pixel, with grey 128 "
-        "(clipped at the border)",
-        ranges=MagnitudeRange(0.0, 60 / 331, "px square side", "min_side", _AA),
-        to_param=_rounded,
-        dali=DaliImpl(
-            branch="cutout",
-            table="param",
-            table_input="magnitude",
-            sized=True,
-            arguments="cutout_arguments",
-            operator="fn.erase (hand-written: random centre, fill 128)",
-        ),
-        torch=TorchImpl("cutout", "F.erase (hand-written: random centre, fill 128)"),
-    ),
-    # SamplePairing (Inoue 2018): blend weight of the other image 0..0.4 (paper). Not in TA-wide.
-    OpSpec(
-        name="SamplePairing",
-        description="(1 - m) * image + m * other image (DALI: another image of the batch; torchvision: "
-        "the previous image the transform saw, or the rolled batch)",
-        ranges=MagnitudeRange(0.0, 0.4, "blend weight", source=_AA),
-        dali=DaliImpl(
-            branch="sample_pairing",
-            table="param",
-            arguments="sample_pairing_arguments",
-            operator="hand-written: fn.permute_batch(fn.batch_permutation) + blend",
-        ),
-        torch=TorchImpl("sample_pairing", "hand-written: blend with the previous image (or the rolled batch)"),
-    ),
-]
-for _spec in _BUILTIN:
-    declare_op(_spec)
-del _spec
-
-#: The built-in operations, in declaration order (Identity first). Fixed: operations declared
-#: later are in :data:`REGISTRY` and ``OP_NAMES``, not here.
-BUILTIN_OPS: tuple[str, ...] = tuple(s.name for s in _BUILTIN)
-#: The 16 operations of the AutoAugment search space (Cubuk et al. 2019; the built-ins but Identity).
-AUTOAUGMENT_OPS: tuple[str, ...] = tuple(n for n in BUILTIN_OPS if n != IDENTITY)
 
 
 def get(name: str) -> OpSpec:
@@ -952,7 +685,7 @@ def docs_table(names: Any = None) -> str:
     """docs/policies.md's op table (markdown) for ``names`` (default: the built-in operations), from
     their declarations: ranges, sign, each backend's ``operator`` and the exports."""
     rows = [DOCS_TABLE_HEADER]
-    for name in BUILTIN_OPS if names is None else names:
+    for name in _BUILTIN if names is None else names:
         spec = get(name)
         auto, wide = spec.magnitude_range("autoaugment"), spec.magnitude_range("wide")
         rows.append(

@@ -406,6 +406,18 @@ def levers_markdown(rows: list[dict], header: dict) -> str:
 # Main
 # --------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
+    """The benchmark (``--help``); torch's process-wide settings it sets for its runs (threads,
+    deterministic algorithms) are put back when it returns, as for a caller in the same process."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        return _main(argv)
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--data", default=default_data(), help="training Parquet (default: $AUTOAUG_CIFAR10/train.parquet)"

@@ -52,7 +52,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``--dist loadfile --no-loadscope-reorder`` the two processes then start on the integration
     searches and end on the many quick files together, instead of one process running the last
     search alone while the other idles). A file's cost: its ``slow`` tests' timeouts (300 s when a
-    slow test has none) plus 1 per other test. Tests keep their order within a file."""
+    slow test has none) plus 1 per other test. The files that share an embedded Ray
+    (:func:`shared_ray`) come before the others, so that a process runs them one after another on
+    one Ray. Tests keep their order within a file."""
     cost: dict[Path, float] = {}
     for item in items:
         weight = 1.0
@@ -61,7 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             weight = float(timeout.args[0]) if timeout is not None and timeout.args else 300.0
         cost[item.path] = cost.get(item.path, 0.0) + weight
     first_seen = {path: rank for rank, path in enumerate(dict.fromkeys(item.path for item in items))}
-    items.sort(key=lambda item: (-cost[item.path], first_seen[item.path]))
+    _SHARED_RAY_FILES.update(item.path for item in items if _uses_shared_ray(item))
+    items.sort(key=lambda item: (item.path not in _SHARED_RAY_FILES, -cost[item.path], first_seen[item.path]))
 
 
 def cifar10_dir() -> Path | None:
@@ -625,23 +628,72 @@ def kill_driver(tmp_path):
     return kill
 
 
-@pytest.fixture(scope="module")
-def shared_ray():
-    """One embedded Ray for the in-process commands of a module (``search``, ``compare``), as the
-    commands would start it, stopped when the module ends: each command joins it instead of
-    starting and stopping its own (about 12 CPU-seconds each), and its Ray tasks (re-scoring,
-    calibration, compare's runs) reuse workers that have imported torch and DALI. Only for
-    commands that start an embedded Ray of the machine's CPUs and that need no environment given
-    to the workers after they start (a test's failpoints, S3 credentials, a working directory)."""
+#: The embedded Ray :func:`shared_ray` started in this test process, kept from one module that
+#: asks for it to the next: ``module`` is the last such module (None: none is up).
+_SHARED_RAY: dict[str, Path | None] = {"module": None}
+#: The test files with a test that asks for :func:`shared_ray` (set at collection).
+_SHARED_RAY_FILES: set[Path] = set()
+
+
+def _uses_shared_ray(item: pytest.Item) -> bool:
+    return "shared_ray" in getattr(item, "fixturenames", ())
+
+
+def _stop_shared_ray() -> None:
+    if _SHARED_RAY["module"] is not None:
+        from autoaug.core.ray_session import shutdown
+
+        _SHARED_RAY["module"] = None
+        shutdown()
+
+
+def _shared_ray_busy() -> bool:
+    """Something of an earlier module still holds CPUs of the shared Ray (an actor it left):
+    the next module gets a fresh Ray rather than fewer CPUs."""
     import ray
 
-    from autoaug.core.ray_session import connect, output_settings, shutdown
+    try:
+        return ray.available_resources().get("CPU", 0.0) < ray.cluster_resources().get("CPU", 0.0)
+    except Exception:  # noqa: BLE001 - no answer: start afresh
+        return True
 
-    if ray.is_initialized():  # a module's own, left by a test: not ours to stop
+
+@pytest.fixture(scope="module")
+def shared_ray(request):
+    """One embedded Ray for the in-process commands of a module (``search``, ``compare``), as the
+    commands would start it: each command joins it instead of starting and stopping its own
+    (about 12 CPU-seconds each), and its Ray tasks (re-scoring, calibration, compare's runs) reuse
+    workers that have imported torch and DALI. Only for commands that start an embedded Ray of
+    the machine's CPUs and that need no environment given to the workers after they start (a
+    test's failpoints, S3 credentials, a working directory).
+
+    It is kept for the next module of this test process that asks for it (such modules run first:
+    :func:`pytest_collection_modifyitems`), unless something of the last one still holds its
+    CPUs; the first test of a module where no test asks for it stops it
+    (:func:`pytest_runtest_setup`), and so does the session's end. (The tests of a module that
+    asks for it may find it running before the first that asks: those refuse bad input before
+    any work, or run no Ray.)"""
+    import ray
+
+    from autoaug.core.ray_session import connect, output_settings
+
+    if _SHARED_RAY["module"] is not None and ray.is_initialized() and _shared_ray_busy():
+        _stop_shared_ray()
+    if ray.is_initialized() and _SHARED_RAY["module"] is None:  # a module's own, left by a test: not ours
         yield
         return
-    connect(None, **output_settings(False))
-    try:
-        yield
-    finally:
-        shutdown()
+    if not ray.is_initialized():
+        connect(None, **output_settings(False))
+    _SHARED_RAY["module"] = request.path
+    yield
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test of a module where no test asks for :func:`shared_ray` finds no embedded Ray of an
+    earlier module (such a module may start its own, or need none)."""
+    if _SHARED_RAY["module"] is not None and item.path not in _SHARED_RAY_FILES:
+        _stop_shared_ray()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop_shared_ray()

@@ -49,7 +49,10 @@ def test_peak_lookup_and_epoch_cost(tt, cp):
 
 @pytest.mark.slow
 def test_a_quick_levers_run_writes_its_table(tt, cifar_small, tmp_path, capsys):
+    import torch
+
     out = tmp_path / "tt"
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     assert (
         tt.main(
             [
@@ -83,3 +86,5 @@ def test_a_quick_levers_run_writes_its_table(tt, cifar_small, tmp_path, capsys):
     assert result["flops_per_image"]["eval"] == 24_478_976 and result["quick"] is True
     md = json_file.with_suffix(".md").read_text()
     assert "| lever | torch+DALI threads |" in md and "| bf16 | 1+1 |" in md
+    # run in this process, it leaves torch's process-wide settings as they were (for the tests after it)
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (threads, deterministic)

@@ -103,8 +103,18 @@ class PackServer:
         self._gap = 0.0  # the longest a trial took to come back after its result
         self._delivered: dict[str, float] = {}
         self._rounds = 0
+        self._closed = False
         self._thread = threading.Thread(target=self._loop, name="autoaug-pack", daemon=True)
         self._thread.start()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the training thread after its round (a request waiting gets an error reply) and
+        put back torch's process-wide settings its pack set (threads, deterministic algorithms):
+        for a server in a process that goes on (an actor's process just ends)."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._thread.join(timeout)
 
     # ---- what trials call ------------------------------------------------------------------
     def members(self) -> int:
@@ -121,6 +131,8 @@ class PackServer:
         epoch and no ``state`` came, or ``{"error": line}``."""
         request = _Request(key, config, policy, int(epochs_done), state)
         with self._lock:
+            if self._closed:
+                return {"error": "the pack server was closed"}
             sent = self._delivered.pop(key, None)
             if sent is not None:
                 self._gap = max(self._gap, time.monotonic() - sent)
@@ -135,12 +147,13 @@ class PackServer:
             return PACK_START_WINDOW_S
         return min(PACK_WINDOW_MAX_S, max(PACK_WINDOW_S, 4 * self._gap))
 
-    def _next_round(self) -> dict[str, _Request]:
+    def _next_round(self) -> dict[str, _Request] | None:
+        """The members of the next round; None once the server is closed."""
         with self._lock:
-            while not self._pending:
+            while not self._pending and not self._closed:
                 self._lock.wait()
             deadline = time.monotonic() + self._window()
-            while True:
+            while not self._closed:
                 waiting = set(self._pending)
                 full = self._last_round <= waiting if self._rounds else len(waiting) >= self.capacity
                 left = deadline - time.monotonic()
@@ -148,12 +161,15 @@ class PackServer:
                     break
                 self._lock.wait(left)
             batch, self._pending = self._pending, {}
-            return batch
+            if not self._closed:
+                return batch
+        for request in batch.values():
+            self._reply(request, {"error": "the pack server was closed"})
+        return None
 
     def _loop(self) -> None:
         with Pack(self.config) as pack:
-            while True:
-                batch = self._next_round()
+            while (batch := self._next_round()) is not None:
                 self._serve(pack, batch)
 
     def _serve(self, pack: Any, batch: dict[str, _Request]) -> None:

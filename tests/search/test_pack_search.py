@@ -36,6 +36,21 @@ def cfg(cifar_train):
     return TrainConfig.from_preset("smoke", data=str(cifar_train), epochs=2, train_size=128, val_size=64, num_threads=1)
 
 
+@pytest.fixture
+def make_server():
+    """``make_server(config_dict, capacity)``: a pack server in this process, closed after the test
+    (its training thread holds torch's process-wide settings for its pack until then)."""
+    servers: list[PackServer] = []
+
+    def make(config: dict, capacity: int) -> PackServer:
+        servers.append(PackServer(config, capacity=capacity))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close(timeout=60)
+
+
 def _ask(server: PackServer, key: str, cfg: TrainConfig, policy, done: int, state=None) -> dict:
     return server.epoch(key, cfg.to_dict(), policy, done, state)
 
@@ -55,10 +70,15 @@ def _together(*calls):
     return out
 
 
-def test_a_server_trains_the_members_asking_together_in_one_round_and_drops_one_that_stops(cfg, monkeypatch):
+def test_a_server_trains_the_members_asking_together_in_one_round_and_drops_one_that_stops(
+    cfg, monkeypatch, make_server
+):
+    import torch
+
     monkeypatch.setattr(pack_mod, "PACK_WINDOW_MAX_S", 1.0)
     a, b = presets.resolve("autoaugment-cifar10"), presets.resolve("trivialaugment")
-    server = PackServer(cfg.to_dict(), capacity=2)
+    deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    server = make_server(cfg.to_dict(), 2)
     first_a, first_b = _together(lambda: _ask(server, "a", cfg, a, 0), lambda: _ask(server, "b", cfg, b, 0))
     assert first_a["metrics"]["pack_size"] == 2 and first_b["metrics"]["pack_size"] == 2
     assert first_a["metrics"]["epoch"] == 1 and first_a["checkpoint"][:2] == b"PK"  # the trainer's file (zip)
@@ -68,10 +88,15 @@ def test_a_server_trains_the_members_asking_together_in_one_round_and_drops_one_
     # a finished and left; b's trial comes back with its checkpoint (a restarted trial) and trains on
     resumed = _ask(server, "b", cfg, b, 1, first_b["checkpoint"])
     assert resumed["metrics"]["epoch"] == 2
+    # closed, the server puts back what its pack set for the process, and answers no more
+    assert torch.are_deterministic_algorithms_enabled() == cfg.deterministic  # the pack's, while it serves
+    server.close(timeout=60)
+    assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == (deterministic, threads)
+    assert _ask(server, "a", cfg, a, 2) == {"error": "the pack server was closed"}
 
 
-def test_a_member_that_cannot_join_fails_alone(cfg):
-    server = PackServer(cfg.to_dict(), capacity=2)
+def test_a_member_that_cannot_join_fails_alone(cfg, make_server):
+    server = make_server(cfg.to_dict(), 2)
     wrong = cfg.to_dict() | {"batch_size": 64}
     good, bad = _together(
         lambda: _ask(server, "good", cfg, "crop", 0),
@@ -81,12 +106,12 @@ def test_a_member_that_cannot_join_fails_alone(cfg):
     assert good["metrics"]["epoch"] == 1
 
 
-def test_a_restarted_servers_member_is_resumed_from_the_state_its_trial_sends(cfg):
+def test_a_restarted_servers_member_is_resumed_from_the_state_its_trial_sends(cfg, make_server):
     policy = presets.resolve("autoaugment-cifar10")
-    server = PackServer(cfg.to_dict(), capacity=1)
+    server = make_server(cfg.to_dict(), 1)
     first = _ask(server, "m", cfg, policy, 0)
     whole = _ask(server, "m", cfg, policy, 1)
-    fresh = PackServer(cfg.to_dict(), capacity=1)  # the server died; Ray started a new one
+    fresh = make_server(cfg.to_dict(), 1)  # the server died; Ray started a new one
     assert _ask(fresh, "m", cfg, policy, 1) == {"need_state": True}
     again = _ask(fresh, "m", cfg, policy, 1, first["checkpoint"])
     keep = ("train_loss", "val_accuracy", "lr", "epoch")

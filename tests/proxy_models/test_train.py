@@ -568,10 +568,14 @@ def aa_policy():
 def full_run(smoke_config, aa_policy, tmp_path_factory):
     reports = []
     ckpt = tmp_path_factory.mktemp("full")
-    # The run sets torch's threads to its own (1) and must put the process's back: make them differ.
-    process_threads = torch.get_num_threads()
+    # The run sets torch's threads and deterministic flag to its own and must put the process's
+    # back: make them differ (whatever an earlier test of this process left).
+    process_threads, process_deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    process_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     threads_before = smoke_config.num_threads + 1
+    deterministic_before = not smoke_config.deterministic
     torch.set_num_threads(threads_before)
+    torch.use_deterministic_algorithms(deterministic_before)
     rng_before = torch.get_rng_state()
     validations = []
     try:
@@ -583,9 +587,13 @@ def full_run(smoke_config, aa_policy, tmp_path_factory):
             on_validate=lambda epoch, stats, val: validations.append((epoch, stats, val)),
         )
         threads_after = torch.get_num_threads()
+        deterministic_after = torch.are_deterministic_algorithms_enabled()
     finally:
         torch.set_num_threads(process_threads)
+        torch.use_deterministic_algorithms(process_deterministic, warn_only=process_warn_only)
     return {
+        "deterministic_before": deterministic_before,
+        "deterministic_after": deterministic_after,
         "result": result,
         "reports": reports,
         "ckpt": ckpt,
@@ -651,7 +659,7 @@ def test_reports_once_per_epoch_after_writing_the_checkpoint(full_run):
 def test_global_torch_state_is_restored(full_run):
     assert full_run["threads_after"] == full_run["threads_before"]
     assert torch.equal(torch.get_rng_state(), full_run["rng_before"])
-    assert not torch.are_deterministic_algorithms_enabled()
+    assert full_run["deterministic_after"] == full_run["deterministic_before"]
 
 
 @pytest.mark.slow

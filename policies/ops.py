@@ -60,7 +60,7 @@ import dataclasses
 import difflib
 import inspect
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -575,22 +575,23 @@ def randaugment_ops() -> tuple[str, ...]:
 
 #: The lists derived from the declarations on each read (module attributes), so that an op
 #: declared or removed later is seen.
-_DERIVED = {"OP_NAMES": op_names, "RANDAUGMENT_OPS": randaugment_ops}
-
-
 #: The built-in operations' names, in declaration order (Identity first): declared by
 #: :mod:`autoaug.policies.builtin_ops` (:func:`declare_builtin`), which the package imports right
 #: after this module. Read as ``BUILTIN_OPS`` (fixed: operations declared later are in
 #: :data:`REGISTRY` and ``OP_NAMES``, not here) and ``AUTOAUGMENT_OPS``, the 16 operations of the
 #: AutoAugment search space (Cubuk et al. 2019; the built-ins but Identity).
 _BUILTIN: list[str] = []
-_FIXED = {
+
+#: The module's attributes computed when read.
+_DERIVED = {
+    "OP_NAMES": op_names,
+    "RANDAUGMENT_OPS": randaugment_ops,
     "BUILTIN_OPS": lambda: tuple(_BUILTIN),
     "AUTOAUGMENT_OPS": lambda: tuple(n for n in _BUILTIN if n != IDENTITY),
 }
 
 
-def declare_builtin(specs: Iterator[OpSpec] | list[OpSpec]) -> None:
+def declare_builtin(specs: Iterable[OpSpec]) -> None:
     """Declare the built-in operations ``specs`` (:mod:`autoaug.policies.builtin_ops`), for good."""
     for spec in specs:
         declare_op(spec)
@@ -600,8 +601,6 @@ def declare_builtin(specs: Iterator[OpSpec] | list[OpSpec]) -> None:
 def __getattr__(name: str) -> Any:
     if name in _DERIVED:
         return _DERIVED[name]()
-    if name in _FIXED:
-        return _FIXED[name]()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -13,8 +13,9 @@ How it ends a search (:class:`Budget` is the one clock every part asks):
 * **Trials.** Once the time left is what re-scoring and storing need (:meth:`Budget.reserve_s`:
   the re-scoring runs still to come, in waves of as many runs as the cluster runs at once, then
   the race's reserved rounds, each a wave of runs for the leader and its nearest challengers
-  (two runs on one slot), each run as long as a measured proxy run -- calibration runs, earlier re-scoring runs, else the trials' own
-  epochs, start-up counted once -- plus :data:`STORE_RESERVE_S`) and what the running trials take
+  (two runs on one slot), each run as long as a measured proxy run -- calibration runs, earlier
+  re-scoring runs, else the trials' own epochs, start-up counted once -- plus
+  :data:`STORE_RESERVE_S`) and what the running trials take
   to end (:meth:`Budget.handover_s`), no new trial is proposed and every running trial
   ends at its next report, scored on what it reported so far, like a trial ASHA stopped early
   (status ``budget_stopped``, ``PRUNED`` in the Optuna study); trials not started are not run.

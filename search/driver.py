@@ -331,10 +331,9 @@ def _plan_rescore(
     # runs per contender, each round kept from the trials as one wave of runs (two runs on one
     # slot): the leader and its nearest challengers, as many as run at once. A round with more
     # candidates within the noise runs them all where the time left fits, else the leader's
-    # nearest first (rescore.race); later rounds run on the time the trials leave. (Kept for every
-    # candidate that may contend -- the candidates trained and the transfer, up to 5 -- the
-    # rounds took 35 of 45 minutes on GTSRB where a run takes 4m22s on 2 slots: one wave of
-    # trials, and a race that needed none of it: benchmarks/results/budget-rungs-gtsrb.)
+    # nearest first (rescore.race); later rounds run on the time the trials leave. (Not a run for
+    # every candidate that may contend, up to 5: where runs are long that leaves the trials next
+    # to nothing for rounds the race seldom needs: benchmarks/results/budget-rungs-gtsrb.)
     reserved = max(0, min(config.race_seeds, RACE_RESERVED_SEEDS) - config.rescore_seeds)
     contenders = min(trained + (competes and warm_measured), max(2, slots))
     waves = reserved * math.ceil(contenders / slots) if contenders >= 2 else 0

@@ -628,9 +628,9 @@ def kill_driver(tmp_path):
     return kill
 
 
-#: The embedded Ray :func:`shared_ray` started in this test process, kept from one module that
-#: asks for it to the next: ``module`` is the last such module (None: none is up).
-_SHARED_RAY: dict[str, Path | None] = {"module": None}
+#: Whether the embedded Ray of this test process is the one :func:`shared_ray` started (kept from
+#: one module that asks for it to the next).
+_SHARED_RAY = {"ours": False}
 #: The test files with a test that asks for :func:`shared_ray` (set at collection).
 _SHARED_RAY_FILES: set[Path] = set()
 
@@ -640,10 +640,10 @@ def _uses_shared_ray(item: pytest.Item) -> bool:
 
 
 def _stop_shared_ray() -> None:
-    if _SHARED_RAY["module"] is not None:
+    if _SHARED_RAY["ours"]:
         from autoaug.core.ray_session import shutdown
 
-        _SHARED_RAY["module"] = None
+        _SHARED_RAY["ours"] = False
         shutdown()
 
 
@@ -659,7 +659,7 @@ def _shared_ray_busy() -> bool:
 
 
 @pytest.fixture(scope="module")
-def shared_ray(request):
+def shared_ray():
     """One embedded Ray for the in-process commands of a module (``search``, ``compare``), as the
     commands would start it: each command joins it instead of starting and stopping its own
     (about 12 CPU-seconds each), and its Ray tasks (re-scoring, calibration, compare's runs) reuse
@@ -677,21 +677,21 @@ def shared_ray(request):
 
     from autoaug.core.ray_session import connect, output_settings
 
-    if _SHARED_RAY["module"] is not None and ray.is_initialized() and _shared_ray_busy():
+    if _SHARED_RAY["ours"] and ray.is_initialized() and _shared_ray_busy():
         _stop_shared_ray()
-    if ray.is_initialized() and _SHARED_RAY["module"] is None:  # a module's own, left by a test: not ours
+    if ray.is_initialized() and not _SHARED_RAY["ours"]:  # a module's own, left by a test: not ours
         yield
         return
     if not ray.is_initialized():
         connect(None, **output_settings(False))
-    _SHARED_RAY["module"] = request.path
+    _SHARED_RAY["ours"] = True
     yield
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test of a module where no test asks for :func:`shared_ray` finds no embedded Ray of an
     earlier module (such a module may start its own, or need none)."""
-    if _SHARED_RAY["module"] is not None and item.path not in _SHARED_RAY_FILES:
+    if _SHARED_RAY["ours"] and item.path not in _SHARED_RAY_FILES:
         _stop_shared_ray()
 
 

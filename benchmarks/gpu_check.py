@@ -20,6 +20,10 @@ On a machine with one NVIDIA GPU, in about 8 minutes (``--budget-s``)::
    loaders (on the GPU, as ``loader: dali`` trains, and on the CPU) and K device feeds
    (``loader: device``) serve with AutoAugment's CIFAR-10 policy on real images, and the ``paper``
    proxy's pack of K trained end to end fed each way (``pack_throughput.py --measure input,train``);
+4d. ``churn``: when the scheduler stops members, a pack that refills their slots with the next
+   candidates against one that shrinks until it is empty, for both proxies (``--churn-packs`` K;
+   3K candidates fed by device feeds, each trained half or all of 4 epochs as the ``gpu`` preset's
+   ASHA would: ``pack_throughput.py --measure churn``);
 5. runs ``autoaug search --preset smoke`` end to end with 4 trials sharing the GPU;
 6. runs ``autoaug search --preset gpu`` end to end, shortened (``--preset-epochs`` a run, ASHA's
    rung moved with them, ``--preset-budget-s``): calibration, trials at 1/8 GPU each, re-scoring,
@@ -56,7 +60,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-STEPS = ("tests", "augment", "train", "concurrency", "pack", "feed", "search", "preset")
+STEPS = ("tests", "augment", "train", "concurrency", "pack", "feed", "churn", "search", "preset")
 POLICIES = ("autoaugment-cifar10", "randaugment:n=2,m=9", "trivialaugment")
 
 
@@ -455,6 +459,33 @@ def feed_rates(data: Path, packs: str, seconds: float, epochs: int) -> dict:
     return {"policy": "autoaugment-cifar10", "proxy": "paper", "dali_threads_per_member": threads, "rows": rows}
 
 
+def churn_rates(data: Path, packs: str, epochs: int) -> dict:
+    """Step ``churn``: per proxy and pack size K, 3K candidates trained by one pack that refills a
+    stopped member's slot with the next candidate, and by one that shrinks until it is empty
+    (``benchmarks/pack_throughput.py --measure churn``): trial-epochs per hour each way."""
+    import pack_throughput
+
+    rows = []
+    for proxy, k in packs_by_proxy(packs):
+        for row in pack_throughput.churn_rates(
+            str(data), proxy, k, "cuda", "autoaugment-cifar10", epochs, 3 * k, [0.5, 0.5, 1.0]
+        ):
+            rows.append(row)
+            log(
+                f"churn {proxy} K={k} {row['mode']}: {row.get('trial_epochs_per_hour', row.get('error'))} trial-epochs/h"
+            )
+    return {"policy": "autoaugment-cifar10", "epochs": epochs, "rows": rows}
+
+
+def packs_by_proxy(packs: str) -> list[tuple[str, int]]:
+    """``"paper:16,proxy-cpu:32"`` as ``[("paper", 16), ("proxy-cpu", 32)]``."""
+    out = []
+    for item in (x.strip() for x in packs.split(",") if x.strip()):
+        proxy, _, k = item.partition(":")
+        out.append((proxy, int(k)))
+    return out
+
+
 def table(figures: dict) -> str:
     lines = [f"GPU check on {figures['gpu']['name']} (torch {figures['gpu']['torch']}, DALI {figures['gpu']['dali']})"]
     tests = figures.get("tests")
@@ -503,6 +534,17 @@ def table(figures: dict) -> str:
                 lines.append(f"{what:<40}{r['images_per_s']:>10,.0f}")
             else:
                 lines.append(f"{what:<40}{'':>10}{r['images_per_s']:>10,.0f}{r['trials_per_hour']:>14,.0f}")
+    churn = figures.get("churn")
+    if churn:
+        lines.append(
+            f"\n{'stopped members (' + str(churn['epochs']) + '-epoch runs)':<40}{'trial-epochs/h':>16}{'members':>9}"
+        )
+        for r in churn["rows"]:
+            what = f"{r['proxy']} K={r['k']} {r['mode']}"
+            if "error" in r:
+                lines.append(f"{what:<40}{r['error']}")
+            else:
+                lines.append(f"{what:<40}{r['trial_epochs_per_hour']:>16,}{r['mean_size']:>9}")
     conc = figures.get("concurrency")
     if conc:
         lines.append(
@@ -567,6 +609,12 @@ def main(argv: list[str] | None = None) -> int:
         "--feed-seconds", type=float, default=5.0, help="the feed step's seconds per loader (default 5)"
     )
     parser.add_argument("--feed-epochs", type=int, default=2, help="the feed step's training epochs, the last timed")
+    parser.add_argument(
+        "--churn-packs",
+        default="paper:16,proxy-cpu:32",
+        help="the churn step's proxies and pack sizes, PROXY:K comma-separated (default paper:16,proxy-cpu:32)",
+    )
+    parser.add_argument("--churn-epochs", type=int, default=4, help="the churn step's full run, in epochs (default 4)")
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     only = {s.strip() for s in args.only.split(",") if s.strip()}
@@ -576,6 +624,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{flag}: unknown step {sorted(unknown)[0]!r}; expected some of {', '.join(STEPS)}")
     if only:
         skip |= set(STEPS) - only
+    try:
+        churn_packs = packs_by_proxy(args.churn_packs)
+    except ValueError:
+        churn_packs = []
+    if not churn_packs or any(p not in ("paper", "proxy-cpu") or k < 1 for p, k in churn_packs):
+        parser.error(f"--churn-packs {args.churn_packs!r}: expected PROXY:K pairs, PROXY paper or proxy-cpu, K >= 1")
     if not args.data or not (Path(args.data) / "train.parquet").is_file():
         parser.error(f"--data: no train.parquet in {args.data!r} (give a folder holding one, or set AUTOAUG_CIFAR10)")
     import torch
@@ -621,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "pack": lambda: pack_rates(args.packs, args.pack_seconds),
         "feed": lambda: feed_rates(data, args.feed_packs, args.feed_seconds, args.feed_epochs),
+        "churn": lambda: churn_rates(data, args.churn_packs, args.churn_epochs),
         "search": lambda: smoke_search(data, out_dir, timeout_s=max(60.0, left())),
         "preset": lambda: preset_search(
             data,

@@ -27,6 +27,16 @@ one epoch each in turn, the median of the epochs after the first of ``--epochs``
 
     python benchmarks/pack_throughput.py --device cpu --measure input,train --data DIR --proxies proxy-cpu --packs 1,2,4
 
+``--measure churn`` asks what a pack should do when the scheduler stops a member: let the next
+candidate take its slot (``refill``, what a search's pack server does) or train on with fewer
+until the pack is empty and then start the next K together (``shrink``). The same ``--trials``
+candidates (seeds 0..N-1, the real policy, ``loader: device``), each run for a share of
+``--epochs`` that repeats ``--lengths`` (default ``0.5,0.5,1``: ASHA of the ``gpu`` preset, two
+in three stopped at its rung, half-way), are trained by one pack of K either way; it reports each
+way's trial-epochs per hour, the time spent adding members, and the pack's sizes over its rounds::
+
+    python benchmarks/pack_throughput.py --device cpu --measure churn --data DIR --proxies proxy-cpu --packs 4 --epochs 4 --trials 12
+
 It prints a table and writes ``--out`` (JSON), with the machine (CPU model, GPU) and the command.
 The model side needs torch only (and this checkout): it runs where Ray, Optuna and DALI are not
 installed; the input side's ``dali`` rows need DALI.
@@ -301,6 +311,72 @@ def train_rates(
     return list(rows.values())
 
 
+def churn_rates(
+    data: str,
+    proxy: str,
+    k: int,
+    device: str,
+    policy: str,
+    epochs: int,
+    trials: int,
+    lengths: list[float],
+    train_size: int | None = None,
+) -> list:
+    """The same ``trials`` candidates (each its seed; trial i runs ``lengths[i % len]`` of ``epochs``,
+    at least one epoch) trained by one pack of ``k`` fed by device feeds, ``refill`` (a stopped
+    member's slot taken by the next candidate at the next round) and ``shrink`` (the next K start
+    only when the pack is empty): wall time, trial-epochs per hour, the time adding members took,
+    and the rounds' pack sizes."""
+    import contextlib
+    import dataclasses
+
+    import torch
+
+    from autoaug.proxy_models.pack import Pack
+
+    cfg = dataclasses.replace(_real_config(proxy, device, data, "device", train_size), epochs=epochs)
+    runs = [max(1, round(lengths[i % len(lengths)] * epochs)) for i in range(trials)]
+    rows = []
+    for mode in ("refill", "shrink"):
+        row = {"measure": "churn", "proxy": proxy, "k": k, "loader": "device", "mode": mode, "policy": policy}
+        row["trials"] = trials
+        row["lengths"] = runs
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(torch.random.fork_rng(devices=[]))
+                pack = stack.enter_context(Pack(cfg))
+                queue, length, sizes, adding = list(range(trials)), {}, [], 0.0
+                t0 = time.perf_counter()
+                while queue or pack.members:
+                    if mode == "refill" or not pack.members:
+                        while queue and len(pack.members) < k:
+                            t = time.perf_counter()
+                            i = queue.pop(0)
+                            pack.add(i, policy, config=dataclasses.replace(cfg, seed=i))
+                            length[i] = runs[i]
+                            adding += time.perf_counter() - t
+                    sizes.append(len(pack.members))
+                    pack.train_epoch()
+                    for i in [i for i, m in pack.members.items() if m.epoch >= length[i]]:
+                        pack.remove(i)
+                _sync(torch.device(device))
+                wall = time.perf_counter() - t0
+            trial_epochs = sum(runs)
+            row.update(
+                rounds=len(sizes),
+                mean_size=round(sum(sizes) / len(sizes), 2),
+                wall_s=round(wall, 2),
+                adding_s=round(adding, 2),
+                trial_epochs=trial_epochs,
+                trial_epochs_per_hour=round(trial_epochs * 3600 / wall),
+                trials_per_hour=round(trial_epochs * 3600 / wall / EPOCHS, 2),  # 120-epoch trials' worth
+            )
+        except Exception as exc:  # noqa: BLE001 - out of memory: the row says so
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        rows.append(row)
+    return rows
+
+
 def _sync(dev) -> None:
     import torch
 
@@ -309,11 +385,17 @@ def _sync(dev) -> None:
 
 
 def _print_row(row: dict) -> None:
-    what = f"{row['proxy']:9s} {row['measure']:5s} pack of {row['k']:3d} {row['loader']:8s}"
+    what = f"{row['proxy']:9s} {row['measure']:5s} pack of {row['k']:3d} {row.get('mode', row['loader']):8s}"
     if "error" in row:
         print(f"{what} {row['error']}", flush=True)
     elif row["measure"] == "input":
         print(f"{what} {row['images_per_s']:10.0f} img/s served ({row['setup_s']} s to build)", flush=True)
+    elif row["measure"] == "churn":
+        print(
+            f"{what} {row['trial_epochs_per_hour']:10,} trial-epochs/h in {row['wall_s']} s "
+            f"({row['rounds']} rounds of {row['mean_size']} members on average, {row['adding_s']} s adding them)",
+            flush=True,
+        )
     else:
         print(
             f"{what} {row['images_per_s']:10.0f} img/s trained {row['trials_per_hour']:8.2f} trials/h "
@@ -336,20 +418,34 @@ def main(argv: list[str] | None = None) -> int:
         "--measure",
         default="model",
         help="model (training steps on resident images), input (the loaders' rate), train (a pack end to end "
-        "fed each way); comma-separated (default model)",
+        "fed each way), churn (stopped members' slots refilled or the pack shrunk); comma-separated (default model)",
     )
     ap.add_argument("--data", default=os.environ.get("AUTOAUG_CIFAR10"), help="input/train: folder with train.parquet")
     ap.add_argument("--policy", default="autoaugment-cifar10", help="input/train: the members' policy")
     ap.add_argument("--epochs", type=int, default=3, help="train: epochs each pack trains (the first not timed)")
     ap.add_argument("--loader-threads", type=int, default=1, help="input: DALI threads of each member's loader")
     ap.add_argument("--train-size", type=int, default=None, help="input/train: training images (default the proxy's)")
+    ap.add_argument("--trials", type=int, default=None, help="churn: candidates trained (default 3 x the pack)")
+    ap.add_argument(
+        "--lengths",
+        default="0.5,0.5,1",
+        help="churn: the share of --epochs each candidate trains, repeating (default 0.5,0.5,1: ASHA's cut half-way)",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     measures = [m for m in args.measure.split(",") if m]
-    if not measures or set(measures) - {"model", "input", "train"}:
-        ap.error(f"--measure {args.measure!r}: expected some of model, input, train")
-    if {"input", "train"} & set(measures) and not (args.data and (Path(args.data) / "train.parquet").is_file()):
-        ap.error(f"--data: no train.parquet in {args.data!r} (input and train measure on real data)")
+    if not measures or set(measures) - {"model", "input", "train", "churn"}:
+        ap.error(f"--measure {args.measure!r}: expected some of model, input, train, churn")
+    if {"input", "train", "churn"} & set(measures) and not (
+        args.data and (Path(args.data) / "train.parquet").is_file()
+    ):
+        ap.error(f"--data: no train.parquet in {args.data!r} (input, train and churn measure on real data)")
+    try:
+        lengths = [float(x) for x in args.lengths.split(",") if x]
+    except ValueError:
+        lengths = []
+    if not lengths or not all(0 < x <= 1 for x in lengths):
+        ap.error(f"--lengths {args.lengths!r}: expected shares of --epochs in (0, 1], comma-separated")
     _importable()
     import torch
 
@@ -396,6 +492,13 @@ def main(argv: list[str] | None = None) -> int:
                     _print_row(row)
             if "train" in measures:
                 for row in train_rates(args.data, proxy, k, args.device, args.policy, args.epochs, args.train_size):
+                    rows.append(row)
+                    _print_row(row)
+            if "churn" in measures:
+                trials = args.trials or 3 * k
+                for row in churn_rates(
+                    args.data, proxy, k, args.device, args.policy, args.epochs, trials, lengths, args.train_size
+                ):
                     rows.append(row)
                     _print_row(row)
     name = args.device.split(":")[0] + "".join(f"-{m}" for m in measures if measures != ["model"])

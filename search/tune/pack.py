@@ -9,9 +9,14 @@ epoch, every member whose trial has asked for one, stacked in one model (:class:
 
 * **Joining and leaving.** A trial's first request adds its member (fresh, or from the checkpoint
   Tune restored it with). A round waits for the members of the last round (up to a window a few
-  times the longest gap a trial took to come back) and for no one else; a member that did not come
-  back (ASHA stopped its trial, the budget ended it) trains no more, and is dropped after two
-  rounds; the next candidate's trial joins the next round, in its slot.
+  times the longest gap a trial took to come back) and for no one else. When Tune ends a trial
+  (ASHA stopped it, the budget ended it, it finished), the driver tells the servers
+  (:class:`PackDepartures`, a Tune callback) and no round waits for it; a member that just does not
+  come back (its process died) is waited for one window, trains no more, and is dropped after two
+  rounds. The next candidate's trial joins the next round, in its slot.
+* **What it cost.** :meth:`PackServer.stats`: rounds, member-epochs, the time rounds trained and
+  the time they waited (for trials to come back, and for members that never did); the driver says
+  it in one line when the servers stop.
 * **Checkpoints.** Each epoch's checkpoint is the trainer's own file's content: the server
   serialises it in memory, the trial writes it and hands it to Tune as it would its solo run's.
 * **Failures.** A member whose run fails (a configuration the pack refuses, a diverged loss) fails
@@ -33,13 +38,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
 import torch
-from ray.exceptions import RayActorError
+from ray import tune
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from autoaug.core.location import atomic_write_local
 from autoaug.proxy_models.pack import Pack
@@ -48,7 +54,16 @@ from autoaug.proxy_models.train import CHECKPOINT_NAME, load_checkpoint
 from autoaug.proxy_models.train_config import TrainConfig
 from autoaug.search.tune.epochs import with_trial_threads
 
-__all__ = ["PACK_WINDOW_S", "PackServer", "PackServers", "pack_plan", "packed", "train_in_pack"]
+__all__ = [
+    "PACK_WINDOW_S",
+    "PackDepartures",
+    "PackServer",
+    "PackServers",
+    "describe_stats",
+    "pack_plan",
+    "packed",
+    "train_in_pack",
+]
 
 #: How long a round waits, at least, for the members of the last round to come back.
 PACK_WINDOW_S = 0.5
@@ -103,6 +118,8 @@ class PackServer:
         self._gap = 0.0  # the longest a trial took to come back after its result
         self._delivered: dict[str, float] = {}
         self._rounds = 0
+        self._left: set[str] = set()  # members whose trials Tune ended (leave), not yet removed
+        self._stats = dict.fromkeys(("member_epochs", "train_s", "wait_s", "short_rounds", "short_wait_s"), 0.0)
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="autoaug-pack", daemon=True)
         self._thread.start()
@@ -115,6 +132,26 @@ class PackServer:
             self._closed = True
             self._lock.notify_all()
         self._thread.join(timeout)
+
+    def leave(self, key: str) -> None:
+        """Trial ``key`` has ended (the driver says so when Tune ends it): no round waits for its
+        member, which the next round drops. A trial whose request is waiting is still running: ignored."""
+        with self._lock:
+            if key in self._pending:
+                return
+            if key in self._last_round:
+                self._left.add(key)
+                self._last_round.discard(key)
+                self._lock.notify_all()
+
+    def stats(self) -> dict[str, float]:
+        """What the server did so far: ``rounds``, ``member_epochs`` (members trained, summed over
+        rounds), ``train_s`` (the rounds' training, validation and checkpoints), ``wait_s`` (rounds
+        waiting for the last round's members to come back), ``short_rounds`` and ``short_wait_s``
+        (rounds that started without one of them, after waiting the whole window: a member that
+        never came back and that no one said had left)."""
+        with self._lock:
+            return {"rounds": self._rounds, **self._stats}
 
     # ---- what trials call ------------------------------------------------------------------
     def members(self) -> int:
@@ -152,7 +189,9 @@ class PackServer:
         with self._lock:
             while not self._pending and not self._closed:
                 self._lock.wait()
-            deadline = time.monotonic() + self._window()
+            start = time.monotonic()
+            deadline = start + self._window()
+            full = False
             while not self._closed:
                 waiting = set(self._pending)
                 full = self._last_round <= waiting if self._rounds else len(waiting) >= self.capacity
@@ -162,6 +201,11 @@ class PackServer:
                 self._lock.wait(left)
             batch, self._pending = self._pending, {}
             if not self._closed:
+                waited = time.monotonic() - start
+                self._stats["wait_s"] += waited
+                if self._rounds and not full:
+                    self._stats["short_rounds"] += 1
+                    self._stats["short_wait_s"] += waited
                 return batch
         for request in batch.values():
             self._reply(request, {"error": "the pack server was closed"})
@@ -173,6 +217,12 @@ class PackServer:
                 self._serve(pack, batch)
 
     def _serve(self, pack: Any, batch: dict[str, _Request]) -> None:
+        with self._lock:
+            left, self._left = self._left - set(batch), set()
+        for key in left & set(pack.members):
+            pack.remove(key)
+            self._absent.pop(key, None)
+        started = time.monotonic()
         ready: dict[str, _Request] = {}
         for key, request in batch.items():
             try:
@@ -183,25 +233,30 @@ class PackServer:
                 if key in pack.members:
                     pack.remove(key)
         results = pack.train_epoch(list(ready), errors=True) if ready else {}
-        self._rounds += 1
+        replies: list[tuple[_Request, dict[str, Any]]] = []
         for key, request in ready.items():
             out = results.get(key)
             if isinstance(out, BaseException):
                 pack.remove(key)
-                self._reply(request, {"error": _line(out)})
+                replies.append((request, {"error": _line(out)}))
                 continue
             member = pack.members[key]
             # pack_size: the members trained in this round (what a trial's epoch shared its device with)
-            self._reply(request, {"metrics": {**out, "pack_size": len(ready)}, "checkpoint": pack.checkpoint(key)})
+            replies.append((request, {"metrics": {**out, "pack_size": len(ready)}, "checkpoint": pack.checkpoint(key)}))
             if member.done:
                 pack.remove(key)
         with self._lock:
+            self._rounds += 1
             for key in list(pack.members):
                 self._absent[key] = 0 if key in ready else self._absent.get(key, 0) + 1
                 if self._absent[key] >= PACK_DROP_AFTER_ROUNDS:
                     pack.remove(key)
                     self._absent.pop(key)
             self._last_round = {k for k in ready if k in pack.members}
+            self._stats["member_epochs"] += len(ready)
+            self._stats["train_s"] += time.monotonic() - started
+        for request, reply in replies:  # (after the round's accounting: what a trial sees, stats() has counted)
+            self._reply(request, reply)
 
     def _join(self, pack: Any, request: _Request) -> bool:
         """Whether ``request``'s member is in the pack at the epoch its trial reported (added, or
@@ -252,11 +307,15 @@ class PackServers:
         cpus: float,
         gpus: float,
         trials: int | None = None,
+        log: Callable[[str], Any] | None = None,
     ) -> None:
         self.names = [f"autoaug-pack-{experiment}-{i}" for i in range(servers)]
         self.train_config, self.pack, self.cpus, self.gpus = dict(train_config), pack, cpus, gpus
         #: The members a server's first round waits for: a pack, or its share of fewer trials.
         self.fill = pack if trials is None else max(1, min(pack, math.ceil(trials / servers)))
+        self.log = log
+        #: The servers' :meth:`PackServer.stats` summed, read as they stop (None: not read).
+        self.stats: dict[str, float] | None = None
         self._actors: list[Any] = []
 
     def __enter__(self) -> PackServers:
@@ -276,9 +335,45 @@ class PackServers:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        try:
+            each = ray.get([a.stats.remote() for a in self._actors], timeout=30)
+        except (RayActorError, GetTimeoutError):  # a server gone (its node lost): nothing to say
+            each = []
         for actor in self._actors:
             ray.kill(actor)
         self._actors = []
+        if each:
+            self.stats = {k: sum(s[k] for s in each) for k in each[0]}
+            if self.log is not None and self.stats["rounds"]:
+                self.log(describe_stats(self.stats))
+
+
+def describe_stats(stats: Mapping[str, float]) -> str:
+    """One line on what a search's pack servers did (:meth:`PackServer.stats`, summed)."""
+    rounds, epochs = int(stats["rounds"]), int(stats["member_epochs"])
+    line = (
+        f"pack servers: {rounds} rounds trained {epochs} trial-epochs ({epochs / max(rounds, 1):.1f} a round) "
+        f"in {stats['train_s']:.0f} s; rounds waited {stats['wait_s']:.0f} s for trials to come back"
+    )
+    if stats["short_rounds"]:
+        line += (
+            f", {stats['short_wait_s']:.0f} s of it in {int(stats['short_rounds'])} rounds for members whose "
+            "trials did not come back"
+        )
+    return line
+
+
+class PackDepartures(tune.Callback):
+    """Tells the pack servers ``names`` when Tune ends a trial (ASHA stopped it, the budget ended
+    it, it finished), so that no round waits for its member (:meth:`PackServer.leave`)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        for name in self.names:
+            with contextlib.suppress(ValueError):  # (a server not running: nothing waits)
+                ray.get_actor(name).leave.remote(trial.trial_id)
 
 
 def _server(names: list[str]) -> Any:
@@ -382,10 +477,12 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[An
         trials=exp.num_trials,
         cpus=config.cpus_per_trial,
         gpus=config.gpus_per_trial,
+        log=log,
     )
     exp = dataclasses.replace(
         exp,
         parameters={**exp.parameters, "pack_servers": tuple(running.names)},
+        callbacks=(*exp.callbacks, PackDepartures(running.names)),
         trial_resources={"cpu": TRIAL_CPUS, "gpu": 0},
         max_concurrent=at_once,
     )

@@ -45,3 +45,31 @@ def test_the_input_side_measures_dali_loaders_and_device_feeds_and_a_pack_fed_ea
     for r in rows:
         assert "error" not in r and r["images_per_s"] > 0 and r["k"] == 1
     assert all(r["train_images"] == 256 for r in rows if r["measure"] == "train")
+
+
+def test_churn_trains_the_same_candidates_refilling_stopped_members_slots_or_shrinking_the_pack(
+    load_benchmark, cifar_dir, tmp_path
+):
+    pt = load_benchmark("pack_throughput")
+    out = tmp_path / "cpu-churn.json"
+    argv = ["--device", "cpu", "--measure", "churn", "--data", str(cifar_dir), "--proxies", "proxy-cpu"]
+    argv += ["--packs", "2", "--epochs", "4", "--trials", "5", "--lengths", "0.25,1", "--train-size", "64"]
+    assert pt.main([*argv, "--out", str(out)]) == 0
+    refill, shrink = json.loads(out.read_text())["rows"]
+    assert (refill["mode"], shrink["mode"]) == ("refill", "shrink")
+    for row in (refill, shrink):
+        assert "error" not in row
+        assert row["lengths"] == [1, 4, 1, 4, 1] and row["trial_epochs"] == 11
+        assert row["trial_epochs_per_hour"] > 0
+    # refill: a stopped member's slot is taken at the next round; shrink: the survivor trains alone
+    assert (refill["rounds"], shrink["rounds"]) == (6, 9)
+    assert refill["mean_size"] == round(11 / 6, 2) and shrink["mean_size"] == round(11 / 9, 2)
+
+
+@pytest.mark.parametrize("lengths", ["0,1", "1.5", "half"])
+def test_churn_refuses_lengths_that_are_not_shares_of_the_epochs(load_benchmark, cifar_dir, lengths, capsys):
+    pt = load_benchmark("pack_throughput")
+    with pytest.raises(SystemExit) as exit_:
+        pt.main(["--device", "cpu", "--measure", "churn", "--data", str(cifar_dir), "--lengths", lengths])
+    assert exit_.value.code == 2
+    assert f"--lengths {lengths!r}: expected shares of --epochs in (0, 1]" in capsys.readouterr().err

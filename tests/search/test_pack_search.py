@@ -85,6 +85,10 @@ def test_a_server_trains_the_members_asking_together_in_one_round_and_drops_one_
     # b's trial was stopped (ASHA): a's next epoch trains without it, after the window
     second_a = _ask(server, "a", cfg, a, 1)
     assert second_a["metrics"]["epoch"] == 2 and second_a["metrics"]["pack_size"] == 1
+    # ... a round that waited the whole window for b, and says so
+    stats = server.stats()
+    assert (stats["rounds"], stats["member_epochs"], stats["short_rounds"]) == (2, 3, 1)
+    assert stats["wait_s"] >= stats["short_wait_s"] >= pack_mod.PACK_WINDOW_S
     # a finished and left; b's trial comes back with its checkpoint (a restarted trial) and trains on
     resumed = _ask(server, "b", cfg, b, 1, first_b["checkpoint"])
     assert resumed["metrics"]["epoch"] == 2
@@ -93,6 +97,47 @@ def test_a_server_trains_the_members_asking_together_in_one_round_and_drops_one_
     server.close(timeout=60)
     assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == (deterministic, threads)
     assert _ask(server, "a", cfg, a, 2) == {"error": "the pack server was closed"}
+
+
+def test_a_member_whose_trial_ended_is_not_waited_for(cfg, monkeypatch, make_server):
+    # A window long enough that a round waiting for b would stand out in the server's accounting.
+    monkeypatch.setattr(pack_mod, "PACK_WINDOW_S", 600.0)
+    monkeypatch.setattr(pack_mod, "PACK_WINDOW_MAX_S", 600.0)
+    a, b = presets.resolve("autoaugment-cifar10"), presets.resolve("trivialaugment")
+    server = make_server(cfg.to_dict(), 2)
+    _together(lambda: _ask(server, "a", cfg, a, 0), lambda: _ask(server, "b", cfg, b, 0))
+    server.leave("b")  # Tune ended b's trial (ASHA): the driver's callback says so
+    second_a = _ask(server, "a", cfg, a, 1)
+    assert second_a["metrics"]["epoch"] == 2 and second_a["metrics"]["pack_size"] == 1
+    assert server.stats()["short_rounds"] == 0  # no round waited out its window
+
+
+def test_the_driver_tells_the_servers_when_tune_ends_a_trial(monkeypatch):
+    told: list[tuple[str, str]] = []
+
+    class Handle:
+        def __init__(self, name):
+            self.leave = type("Method", (), {"remote": lambda _self, key: told.append((name, key))})()
+
+    def get_actor(name):
+        if name == "gone":
+            raise ValueError(f"Failed to look up actor with name {name!r}")
+        return Handle(name)
+
+    monkeypatch.setattr(pack_mod.ray, "get_actor", get_actor)
+    callback = pack_mod.PackDepartures(["s0", "gone", "s1"])
+    callback.on_trial_complete(3, [], type("Trial", (), {"trial_id": "t1"})())
+    assert told == [("s0", "t1"), ("s1", "t1")]
+
+
+def test_the_servers_line_says_how_long_rounds_waited_for_members_that_never_came():
+    line = pack_mod.describe_stats(
+        {"rounds": 10, "member_epochs": 35, "train_s": 100.4, "wait_s": 12.2, "short_rounds": 2, "short_wait_s": 8.0}
+    )
+    assert line == (
+        "pack servers: 10 rounds trained 35 trial-epochs (3.5 a round) in 100 s; rounds waited 12 s for trials "
+        "to come back, 8 s of it in 2 rounds for members whose trials did not come back"
+    )
 
 
 def test_a_member_that_cannot_join_fails_alone(cfg, make_server):
@@ -204,6 +249,7 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
     assert code == 0, resumed.out[-3000:] + resumed.err[-3000:]
     assert "stored as packed@1" in resumed.out
     assert "packs of 4 trials per process" in first
+    assert "pack servers: " in resumed.out and " trial-epochs (" in resumed.out  # what the servers did
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]
     assert len(trials) == 6 and len({t["trial_id"] for t in trials}) == 6  # exactly the requested

@@ -1,0 +1,34 @@
+"""benchmarks/gpu_check.py where no GPU is: its arguments checked in one line before anything runs,
+the absence of a GPU said in one line, and its table of the churn step (what it prints on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("packs", ["paper16", "paper:x", "resnet:4", "paper:0"])
+def test_a_malformed_churn_pack_list_is_refused_in_one_line(load_benchmark, cifar_dir, packs, capsys):
+    gc = load_benchmark("gpu_check")
+    with pytest.raises(SystemExit) as exit_:
+        gc.main(["--data", str(cifar_dir), "--only", "churn", "--churn-packs", packs])
+    assert exit_.value.code == 2
+    assert f"--churn-packs {packs!r}: expected PROXY:K pairs" in capsys.readouterr().err
+
+
+def test_without_a_gpu_it_says_so_and_exits_2(load_benchmark, cifar_dir, capsys):
+    gc = load_benchmark("gpu_check")
+    assert gc.main(["--data", str(cifar_dir), "--only", "churn"]) == 2
+    assert "no CUDA GPU on this machine" in capsys.readouterr().out
+
+
+def test_the_churn_table_shows_each_way_per_proxy_and_pack(load_benchmark):
+    gc = load_benchmark("gpu_check")
+    assert gc.packs_by_proxy("paper:16, proxy-cpu:32") == [("paper", 16), ("proxy-cpu", 32)]
+    row = {"proxy": "paper", "k": 16, "trial_epochs_per_hour": 12345, "mean_size": 14.2}
+    text = gc.table(
+        {
+            "gpu": {"name": "GPU", "torch": "2", "dali": None},
+            "churn": {"epochs": 4, "rows": [{**row, "mode": "refill"}, {**row, "mode": "shrink", "error": "OOM"}]},
+        }
+    )
+    assert "paper K=16 refill" in text and "12,345" in text and "paper K=16 shrink" in text and "OOM" in text

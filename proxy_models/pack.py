@@ -371,11 +371,14 @@ class _LowPrecisionLinear(nn.Linear):
 
 
 class _Float32BatchNorm2d(nn.BatchNorm2d):
-    """Batch norm on a float32 copy of its input (what the mixed-precision kernel computes in under
-    autocast; a ``vmap`` cannot take a low-precision input with float32 parameters)."""
+    """Batch norm computed in float32 and returned in its input's precision, as the mixed-precision
+    kernel autocast calls computes it (a ``vmap`` cannot take a low-precision input with float32
+    parameters, so the input goes in as a float32 copy). The activations after it stay in the
+    lower precision, as in the solo run: returned in float32, they kept the residual additions and
+    ReLUs of a pack's member in float32 where its solo run's are in bfloat16."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.float())
+        return super().forward(x.float()).to(x.dtype)
 
 
 def _autocast_modules(model: nn.Module, lower: torch.dtype) -> None:

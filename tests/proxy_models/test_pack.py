@@ -215,3 +215,29 @@ def test_a_pack_in_bfloat16_computes_in_bfloat16_as_its_solo_run_does(cfg):
     pack_gap = max(_rel(a[0], b) for a, b in zip(pack_bf, solo_32))
     assert solo_gap > 1e-3 and pack_gap > solo_gap / 10  # both rounded to bfloat16, not float32
     assert max(_rel(a[0], b) for a, b in zip(pack_32, solo_32)) < 1e-3
+
+
+def test_in_bfloat16_every_layer_of_a_member_outputs_the_precision_its_solo_run_outputs(cfg):
+    """The pack casts as autocast does, layer by layer: convolutions and linear layers in bfloat16,
+    batch norm computed in float32 and returned in bfloat16 (the mixed-precision kernel), so the
+    ReLUs and residual additions after it are in bfloat16 in both."""
+    bf16 = dataclasses.replace(cfg, amp=True, amp_dtype="bfloat16")
+    (solo,) = _fresh(bf16, (0,))
+    pack = PackLearner(bf16, num_classes=10, steps_per_epoch=4)
+    pack.load(copy.deepcopy([solo.state_dict(), solo.state_dict()]))
+    seen: dict[str, dict[str, torch.dtype]] = {"solo": {}, "pack": {}}
+
+    def record(where, name):
+        return lambda module, args, out: seen[where].__setitem__(name, out.dtype)
+
+    for where, model in (("solo", solo.model), ("pack", pack.template)):
+        for name, module in model.named_modules():
+            if name and not list(module.children()):
+                module.register_forward_hook(record(where, name))
+    images, labels = _batch(2, 3)
+    pack.forward_backward(images, labels)
+    solo._forward_backward(images[0], labels[0])
+    assert seen["pack"] and seen["pack"] == seen["solo"]
+    assert {seen["pack"][n] for n, m in pack.template.named_modules() if isinstance(m, torch.nn.BatchNorm2d)} == {
+        torch.bfloat16
+    }

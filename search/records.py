@@ -76,12 +76,14 @@ def _race_text(selection: Mapping[str, Any]) -> str:
     race = selection.get("race")
     if not race:
         return ""
-    rounds = len(race.get("rounds") or ())
+    rounds = race.get("rounds") or ()
+    confirm = sum(1 for r in rounds if r.get("confirm"))
+    within = len(rounds) - confirm
     ended = _RACE_ENDS.get(race.get("ended"), race.get("ended"))
-    return (
-        f" (race up to {race.get('max_seeds')} runs each: {rounds} round{'' if rounds == 1 else 's'} for the "
-        f"candidates within the noise of the leader; ended as {ended})"
-    )
+    what = ["a round confirming a lead measured on one run"] if confirm else []
+    if within or not confirm:
+        what.append(f"{within} round{'' if within == 1 else 's'} for the candidates within the noise of the leader")
+    return f" (race up to {race.get('max_seeds')} runs each: {', then '.join(what)}; ended as {ended})"
 
 
 @dataclass(frozen=True)

@@ -468,7 +468,9 @@ def race(
     """The re-scoring race: while two or more candidates are within the noise of the leader
     (:func:`contenders`), each of them below ``config.race_seeds`` runs gets one more (the next
     re-scoring seed, the same for all: the race's rounds pair them by seed), and the means are
-    compared again. It ends when one leads beyond the noise (``decided``), when no contender
+    compared again. A leader beyond the noise of every other on its one run gets one round to
+    confirm it: a second run, beside its nearest challenger's (as many of the two as fit). It
+    ends when one leads beyond the noise (``decided``; confirmed where it led on one run), when no contender
     may run more (``max_seeds``), or when ``fits(n)`` says ``n`` more runs do not fit in the
     time left even for the leader and its nearest challenger (``budget``; also when a round's
     runs did not all finish): a round whose runs do not all fit runs for the leader and its
@@ -493,13 +495,18 @@ def race(
         # where the race ends: the candidates still within the noise of the leader, and their runs
         record["contenders"] = [{"kind": c.kind, "runs": counts[c.key]} for c in ahead]
         more = [c for c in ahead if counts[c.key] < config.race_seeds]
+        confirm = len(ahead) == 1 and noise is not None and counts[ahead[0].key] == 1
         if len(ahead) < 2:
-            record["ended"] = "decided"
-            break
+            # A lead measured on the leader's one run is confirmed on a second, beside its nearest
+            # challenger's (the best of several single runs is lucky more often than not).
+            more = _confirmation(ahead[0], candidates, scores, counts, config, fits) if confirm else []
+            if not more:
+                record["ended"] = "decided"
+                break
         if not more:
             break
         left_out = 0
-        if fits is not None and not fits(len(more)):
+        if not confirm and fits is not None and not fits(len(more)):
             by_mean = sorted(more, key=lambda c: (c is not ahead[0], -float(scores[c.key][METRIC])))
             nearest = _nearest_that_fit(by_mean, ahead[0], fits)
             if not nearest:
@@ -507,7 +514,15 @@ def race(
                 break
             more, left_out = nearest, len(more) - len(nearest)
         wanted = {**counts, **{c.key: counts[c.key] + 1 for c in more}}
-        if say is not None:
+        if say is not None and confirm:
+            near = ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f} ({counts[c.key]})" for c in more)
+            say(
+                f"re-scoring race, round {len(record['rounds']) + 1}: {ahead[0].kind} leads beyond the noise "
+                f"on one run (a run's spread {noise.sd * 100:.2f} points): {near}; one more run for "
+                + ", ".join(c.kind for c in more)
+                + ": a lead measured on one run is confirmed on a second"
+            )
+        elif say is not None:
             near = ", ".join(f"{c.kind} {scores[c.key][METRIC]:.4f} ({counts[c.key]})" for c in ahead)
             say(
                 f"re-scoring race, round {len(record['rounds']) + 1}: within the noise of {ahead[0].kind} "
@@ -525,8 +540,31 @@ def race(
             record["ended"] = "budget"  # (the deadline cancelled runs of the round)
             break
         counts = wanted
-        record["rounds"].append({"trained": [c.kind for c in more], "leader": ahead[0].kind})
+        record["rounds"].append(
+            {"trained": [c.kind for c in more], "leader": ahead[0].kind, **({"confirm": True} if confirm else {})}
+        )
     return counts, dict(runs), record
+
+
+def _confirmation(
+    leader: Candidate,
+    candidates: Sequence[Candidate],
+    scores: Mapping[str, Mapping[str, Any]],
+    counts: Mapping[str, int],
+    config: Any,
+    fits: Any,
+) -> list[Candidate]:
+    """The round that confirms ``leader``'s lead, measured on its one run: a run for it and for
+    its nearest challenger by mean (that may run more), as many of the two as fit (``fits``); none
+    where the race runs no more than one run a candidate."""
+    if config.race_seeds < 2:
+        return []
+    others = [c for c in candidates if c is not leader and c.key in scores and counts[c.key] < config.race_seeds]
+    nearest = max(others, key=lambda c: float(scores[c.key][METRIC]), default=None)
+    more = [leader] + ([nearest] if nearest is not None else [])
+    while more and fits is not None and not fits(len(more)):
+        more.pop()
+    return more
 
 
 def _nearest_that_fit(more: Sequence[Candidate], leader: Candidate, fits: Any) -> list[Candidate]:

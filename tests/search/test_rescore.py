@@ -417,7 +417,7 @@ def _racing(scores_by_kind, luck=None, *, measured=None, **overrides):
     from autoaug.search.config import METRIC
     from autoaug.search.decide.rescore import candidate_scores, first_count, run_key
 
-    config = _rescore_config(rescore_seeds=1, rescore_max_seeds=3, **overrides)
+    config = _rescore_config(**{"rescore_seeds": 1, "rescore_max_seeds": 3, **overrides})
     luck = luck or {}
     candidates = [
         Candidate(kind, Policy(kind, 10, [[("Rotate", 0.1 * (i + 1), 3)]]), (), None)
@@ -448,18 +448,48 @@ def _racing(scores_by_kind, luck=None, *, measured=None, **overrides):
     return config, candidates, first, train, trained
 
 
-def test_a_candidate_beyond_the_noise_of_the_others_ends_the_race_at_once():
+def test_a_lead_beyond_the_noise_on_one_run_is_confirmed_on_a_second_beside_its_nearest_challenger():
     from autoaug.search.decide.rescore import race
 
-    config, candidates, runs, train, trained = _racing({"assembled": 0.70, "runner_up": 0.60})
-    counts, _, record = race(candidates, config, runs, train=train)
-    assert trained == [] and record == {
+    config, candidates, runs, train, trained = _racing({"assembled": 0.70, "far_below": 0.50, "runner_up": 0.60})
+    lines = []
+    counts, _, record = race(candidates, config, runs, train=train, say=lines.append)
+    # one round: the leader and the nearest by mean (runner_up, not far_below), on the same seed
+    assert trained == [("assembled", 1001), ("runner_up", 1001)]
+    assert record == {
         "max_seeds": 3,
-        "rounds": [],
+        "rounds": [{"trained": ["assembled", "runner_up"], "leader": "assembled", "confirm": True}],
         "ended": "decided",
-        "contenders": [{"kind": "assembled", "runs": 1}],  # alone ahead: runner_up is beyond the noise
+        "contenders": [{"kind": "assembled", "runs": 2}],  # alone ahead, on two runs
     }
-    assert counts == {c.key: 1 for c in candidates}
+    assert [counts[c.key] for c in candidates] == [2, 1, 2]
+    assert len(lines) == 1
+    assert lines[0].startswith("re-scoring race, round 1: assembled leads beyond the noise on one run (a run's spread ")
+    assert lines[0].endswith(
+        "assembled 0.7000 (1), runner_up 0.6000 (1); one more run for assembled, runner_up: a lead measured on "
+        "one run is confirmed on a second"
+    )
+    # A lead on two runs or more needs no confirmation; nor does one where no round fits.
+    config2, candidates2, runs2, train2, trained2 = _racing({"assembled": 0.70, "runner_up": 0.60}, rescore_seeds=2)
+    _, _, record2 = race(candidates2, config2, runs2, train=train2)
+    assert trained2 == [] and record2["rounds"] == [] and record2["ended"] == "decided"
+    _, _, record3 = race(candidates, config, runs, train=train, fits=lambda n: False)
+    assert record3["rounds"] == [] and record3["ended"] == "decided"
+
+
+def test_a_lucky_one_run_lead_the_second_run_does_not_confirm_races_on():
+    """What a single run's luck did on GTSRB: a lead beyond the noise on one run, within it once
+    the leader has a second."""
+    from autoaug.search.config import METRIC
+    from autoaug.search.decide.rescore import race
+
+    config, candidates, runs, train, trained = _racing({"assembled": 0.600, "runner_up": 0.605, "far_below": 0.55})
+    runs[next(k for k in runs if k.startswith("assembled"))][METRIC] = 0.640  # its first run: lucky
+    counts, _, record = race(candidates, config, runs, train=train)
+    assert record["rounds"][0] == {"trained": ["assembled", "runner_up"], "leader": "assembled", "confirm": True}
+    assert len(record["rounds"]) == 2 and "confirm" not in record["rounds"][1]  # then an ordinary round
+    assert record["ended"] == "max_seeds"
+    assert [c["kind"] for c in record["contenders"]] == ["assembled", "runner_up"]  # within the noise: said so
 
 
 def test_candidates_within_the_noise_race_on_the_same_seeds_until_the_most_runs_and_the_best_mean_wins():
@@ -591,6 +621,16 @@ def test_the_summary_says_what_the_race_did():
         "re-scored under the proxy (mean over seeds 1000, 1001, 1002, 5000 validation images): assembled "
         "(3 sub-policies) 0.6000, runner_up (3 sub-policies) 0.6100; stored: runner_up (race up to 3 runs each: "
         "2 rounds for the candidates within the noise of the leader; ended as every contender had its most runs)"
+    )
+    confirmed = [{"trained": ["runner_up", "assembled"], "confirm": True}]
+    selection["race"] = {"max_seeds": 3, "rounds": confirmed, "ended": "decided"}
+    assert rescored_line(selection).endswith(
+        "(race up to 3 runs each: a round confirming a lead measured on one run; ended as one led beyond the noise)"
+    )
+    selection["race"] |= {"rounds": [{"confirm": True}, {}], "ended": "max_seeds"}
+    assert rescored_line(selection).endswith(
+        "(race up to 3 runs each: a round confirming a lead measured on one run, then 1 round for the candidates "
+        "within the noise of the leader; ended as every contender had its most runs)"
     )
     del selection["race"]
     assert rescored_line(selection).endswith("stored: runner_up")

@@ -130,7 +130,13 @@ def _describe(config, address: str | None) -> str:
     return "\n".join(
         [
             f"search {config.name}: concurrency {concurrency}, "
-            + (f"packs of {config.pack} trials per process, " if config.pack != 1 else "")
+            + (
+                "packs of as many trials per process as measure fastest (--pack auto), "
+                if config.pack == "auto"
+                else f"packs of {config.pack} trials per process, "
+                if config.pack != 1
+                else ""
+            )
             + f"{config.cpus_per_trial:g} CPU + {config.gpus_per_trial:g} GPU per "
             + ("pack" if config.pack != 1 else "trial")
             + f", sampler {config.sampler} (seed {config.seed}{startup})",

@@ -158,6 +158,7 @@ def test_a_search_s_processes_listen_on_loopback_only_and_its_token_is_private(t
     said = [line for line in "".join(out).splitlines() if line.startswith("pack auto: ")]
     assert len(said) == 1 and "the fastest measured (images/s by pack size: 1: " in said[0], said
     assert "stored as net@1" in "".join(out)
+    assert "packs of as many trials per process as measure fastest (--pack auto)" in "".join(out)
     commands = {command.rsplit("/", 1)[-1] for _, _, _, command in sockets}
     assert {"gcs_server", "raylet"} <= commands and len(sockets) >= 5, sockets  # Ray's servers were up
     assert [s for s in sockets if not _loopback(s[0])] == [], "".join(out)[-2000:]

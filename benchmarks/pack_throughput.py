@@ -54,6 +54,9 @@ from pathlib import Path
 from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_record import write_record  # noqa: E402  (the record's command, commit and date)
+
 PROXIES = {
     "paper": {"model": "wrn-40-2", "batch_size": 128, "train_size": 4000, "lr": 0.1, "weight_decay": 5e-4},
     "proxy-cpu": {"model": "resnet-8", "batch_size": 64, "train_size": 1000, "lr": 0.2},
@@ -503,19 +506,7 @@ def main(argv: list[str] | None = None) -> int:
                     _print_row(row)
     name = args.device.split(":")[0] + "".join(f"-{m}" for m in measures if measures != ["model"])
     out = Path(args.out) if args.out else REPO / "benchmarks" / "results" / "pack-throughput" / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-    ).stdout.strip()
-    record = {
-        "command": " ".join(["python", "benchmarks/pack_throughput.py", *(argv if argv is not None else sys.argv[1:])]),
-        "commit": commit,
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": machine,
-        "rows": rows,
-    }
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"written {out}")
+    write_record(out, "pack_throughput.py", argv, machine=machine, rows=rows)
     return 0
 
 

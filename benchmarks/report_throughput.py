@@ -22,13 +22,14 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_record import write_record  # noqa: E402  (the record's command, commit and date)
 
 
 def _reporting_trial(epochs: int, checkpoint_bytes: int, times_file: str):
@@ -136,25 +137,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"all of them); the search {row['search_wall_s']} s",
                 flush=True,
             )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-    ).stdout.strip()
-    record = {
-        "command": " ".join(
-            ["python", "benchmarks/report_throughput.py", *(argv if argv is not None else sys.argv[1:])]
-        ),
-        "commit": commit,
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu": cpu_kind(), "host_cpus": os.cpu_count()},
-        "trials": args.trials,
-        "concurrency": args.concurrency,
-        "epochs": args.epochs,
-        "rows": rows,
-    }
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"written {out}")
+    write_record(
+        Path(args.out),
+        "report_throughput.py",
+        argv,
+        machine={"cpu": cpu_kind(), "host_cpus": os.cpu_count()},
+        trials=args.trials,
+        concurrency=args.concurrency,
+        epochs=args.epochs,
+        rows=rows,
+    )
     return 0
 
 

@@ -408,6 +408,8 @@ def preset_search(
         "trial_s_per_epoch": round(trial_s / sum(int(t["epochs"]) for t in trained), 3) if trained else None,
         "calibration": {k: calibration.get(k) for k in ("epochs", "train_size", "val_size", "seeds")},
         "chosen": (prov.get("selection") or {}).get("chosen"),
+        # the pack servers' rounds, trial-epochs, training and waiting (a search with --pack)
+        "packs": (prov.get("method") or {}).get("packs"),
         "budget": prov.get("budget"),
         "gpu_utilisation_pct": {
             "median": statistics.median(busy) if busy else None,

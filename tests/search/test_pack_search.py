@@ -255,6 +255,8 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
     assert len(trials) == 6 and len({t["trial_id"] for t in trials}) == 6  # exactly the requested
     assert all(t["status"] in ("completed", "early_stopped") for t in trials)
     assert result["provenance"]["optuna"]["consistent_with_tune"]
+    packs = result["provenance"]["method"]["packs"]  # what the resumed driver's servers did
+    assert packs["rounds"] >= 1 and packs["member_epochs"] >= packs["rounds"] and packs["train_s"] > 0
     rows = _trial_rows(run)
     _continued_from_a_checkpoint(before, rows)
     study = optuna.load_study(study_name="packed", storage=f"sqlite:///{run}/optuna.db")

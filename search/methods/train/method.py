@@ -213,7 +213,7 @@ class TrainMethod(Method):
         from autoaug.search.methods.train import runner
 
         config, s = search.config, search.config.method_settings(TrainMethodConfig)
-        study, trials, problems, margin = runner.run_trials(
+        study, trials, problems, margin, packs = runner.run_trials(
             search,
             s,
             trial_train_config(config).to_dict(),
@@ -222,11 +222,17 @@ class TrainMethod(Method):
         )
         for problem in problems:
             logger.warning("Optuna study %s: %s", config.name, problem)
-        return _method_result(search, s, study, trials, problems, margin)
+        return _method_result(search, s, study, trials, problems, margin, packs)
 
 
 def _method_result(
-    search: PreparedSearch, s: TrainMethodConfig, study: Any, trials: list, problems: list[str], margin: float | None
+    search: PreparedSearch,
+    s: TrainMethodConfig,
+    study: Any,
+    trials: list,
+    problems: list[str],
+    margin: float | None,
+    packs: dict[str, float] | None = None,
 ) -> MethodResult:
     """What the method returns: the best trials assembled (:func:`assemble_policy`), the candidates
     re-scoring chooses from (:func:`final_candidates`), whether ASHA's rungs ranked the trials
@@ -247,7 +253,8 @@ def _method_result(
         trials=trials,
         assembled=assembled,
         candidates=final_candidates(config, trials, assembled),
-        provenance={"rungs": rungs} if rungs else None,
+        # packs: what the pack servers of this run of the driver did (a resumed search: since it resumed)
+        provenance={**({"rungs": rungs} if rungs else {}), **({"packs": packs} if packs else {})} or None,
         optuna={
             "storage": redact(search.study_url),
             "study_name": config.name,

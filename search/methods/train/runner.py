@@ -38,12 +38,14 @@ def run_trials(
     train_config: dict[str, Any],
     rung_calibration: Sequence[Mapping[int, float]],
     sampler_margin: Callable[[], float | None],
-) -> tuple[Any, list[TrialRecord], list[str], float | None]:
+) -> tuple[Any, list[TrialRecord], list[str], float | None, dict[str, float] | None]:
     """Run (or continue) the experiment of ``search`` (settings ``s``; every trial trains with
     ``train_config``; ``rung_calibration``: the calibration's runs by epoch, for ASHA's rung gate;
     ``sampler_margin()``: the margin of a sampler that moves from an incumbent, asked once the pack
-    servers are planned): ``(study, trials, problems, margin)`` -- the Optuna study, the trials read
-    back and checked (:func:`_finished_trials`), the problems between the two, the margin."""
+    servers are planned): ``(study, trials, problems, margin, packs)`` -- the Optuna study, the
+    trials read back and checked (:func:`_finished_trials`), the problems between the two, the
+    margin, and what the pack servers did (:meth:`~autoaug.search.tune.pack.PackServer.stats`
+    summed; None without packs)."""
     config, run = search.config, search.run
     exp = Experiment(
         name=config.name,
@@ -75,7 +77,7 @@ def run_trials(
         run_experiment(search, exp, fresh)
 
     study, trials, problems = _finished_trials(search, s)
-    return study, trials, problems, margin
+    return study, trials, problems, margin, getattr(pack_servers, "stats", None)
 
 
 def _finished_trials(search: PreparedSearch, s: TrainMethodConfig) -> tuple[Any, list, list[str]]:

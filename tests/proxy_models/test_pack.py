@@ -83,6 +83,11 @@ def test_in_a_pack_of_four_each_members_first_steps_equal_its_solo_runs(cfg):
     for k, state in enumerate(pack.states()):
         for name, p in solos[k].model.named_parameters():
             assert _rel(state["model"][name], p.detach()) < 1e-4, (k, name)
+        for name, b in solos[k].model.named_buffers():  # batch norm's running statistics, which evaluation uses
+            if b.is_floating_point():
+                assert _rel(state["model"][name], b) < 1e-3, (k, name)
+            else:
+                assert torch.equal(state["model"][name], b), (k, name)
         assert state["scheduler"]["last_epoch"] == solos[k].scheduler.last_epoch
         assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(solos[k].lr)
 

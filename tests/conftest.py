@@ -47,6 +47,34 @@ def pytest_configure(config: pytest.Config) -> None:
             sys.modules["torch"].set_num_threads(threads)
 
 
+def _torch_flag() -> tuple[bool, bool]:
+    """torch's deterministic-algorithms flag and its warn-only mode (both off where torch is not
+    imported yet: its defaults)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return (False, False)
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+@pytest.fixture(autouse=True)
+def _torch_flag_put_back(request: pytest.FixtureRequest):
+    """A test that leaves torch's deterministic-algorithms flag changed in its process is named in a
+    warning, and the flag is put back for the tests after it (a run sets it for itself and puts it
+    back: what a test leaves changed would change the tests that follow it in the process)."""
+    before = _torch_flag()
+    yield
+    after = _torch_flag()
+    if after != before:
+        sys.modules["torch"]._C._set_deterministic_algorithms(before[0], warn_only=before[1])
+        import warnings
+
+        warnings.warn(
+            f"{request.node.nodeid} left torch's deterministic-algorithms flag at {after} (it was {before}): put back",
+            pytest.PytestWarning,
+            stacklevel=1,
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the test files that cost the most first (longest first: with ``make test``'s
     ``--dist loadfile --no-loadscope-reorder`` the two processes then start on the integration

@@ -567,6 +567,10 @@ def table(figures: dict) -> str:
             f"({p['full_length_trials_per_hour']} full-length trials/h); GPU utilisation median "
             f"{p['gpu_utilisation_pct']['median']}%"
         )
+        if p.get("packs"):
+            from autoaug.search.tune.pack import describe_stats
+
+            lines.append(f"  {describe_stats(p['packs'])}")
     for step, error in figures.get("errors", {}).items():
         lines.append(f"{step}: FAILED: {error}")
     return "\n".join(lines)

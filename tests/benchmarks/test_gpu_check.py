@@ -32,3 +32,22 @@ def test_the_churn_table_shows_each_way_per_proxy_and_pack(load_benchmark):
         }
     )
     assert "paper K=16 refill" in text and "12,345" in text and "paper K=16 shrink" in text and "OOM" in text
+
+
+def test_the_preset_line_says_what_the_pack_servers_did(load_benchmark):
+    gc = load_benchmark("gpu_check")
+    packs = {"rounds": 4, "member_epochs": 30, "train_s": 8.0, "wait_s": 1.0, "short_rounds": 0, "short_wait_s": 0.0}
+    preset = {
+        "command": "autoaug search --name gpu-preset",
+        "exit": 0,
+        "wall_s": 60.0,
+        "stored": "gpu-preset@1",
+        "chosen": "assembled",
+        "counts": {"completed": 3},
+        "trial_epochs_per_hour": 1800,
+        "full_length_trials_per_hour": 15.0,
+        "gpu_utilisation_pct": {"median": 90},
+        "packs": packs,
+    }
+    text = gc.table({"gpu": {"name": "GPU", "torch": "2", "dali": None}, "preset": preset})
+    assert "  pack servers: 4 rounds trained 30 trial-epochs (7.5 a round) in 8 s" in text

@@ -47,7 +47,7 @@ def make_server():
         return servers[-1]
 
     yield make
-    for server in servers:
+    for server in reversed(servers):  # last first: each puts back what the process had when it started
         server.close(timeout=60)
 
 

@@ -72,7 +72,7 @@ def test_in_a_pack_of_four_each_members_first_steps_equal_its_solo_runs(cfg):
         losses, _, grads = pack.forward_backward(images, labels)
         for k, solo in enumerate(solos):
             loss, _ = solo._forward_backward(images[k], labels[k])
-            assert float(losses[k].detach()) == pytest.approx(float(loss), rel=1e-5, abs=1e-6)
+            assert float(losses[k].detach()) == pytest.approx(float(loss.detach()), rel=1e-5, abs=1e-6)
             if step == 0:
                 for name, g, p in zip(pack.param_names, grads, solo.model.parameters()):
                     assert _rel(g[k], p.grad) < 1e-2, name  # (a ReLU at 0 may flip: float rounding)

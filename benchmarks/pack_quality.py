@@ -11,6 +11,11 @@ that costs a search's ranking.
     python benchmarks/pack_quality.py --data ../shared/data/cifar10-jpeg --seeds 5 --pack 2 \\
         --out benchmarks/results/pack-quality
 
+``--mates same``: the pack's members are the policy itself at K consecutive seeds, each paired
+with its own solo run (K pairs a pack, the mode ``packK-same``): what a member computes does not
+depend on its pack-mates (tests/proxy_models/test_pack.py), so their policy does not matter, and a
+pair costs about half as much. ``--seeds`` is then a multiple of ``--pack``.
+
 Each (seed, mode) run is appended to ``OUT/runs.csv`` as it ends (a rerun skips what is there);
 ``OUT/summary.json`` and the printed table are the paired statistics of what is done.
 """
@@ -22,10 +27,12 @@ import csv
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_record import commit  # noqa: E402  (this checkout's commit)
 
 PRESET = "proxy-cpu"
 POLICY = "autoaugment-cifar10"
@@ -48,10 +55,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     ap.add_argument("--window", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--mates",
+        choices=("others", "same"),
+        default="others",
+        help="others: the pack-mates are other policies; same: the policy at the next seeds, each member a pair",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    if not 2 <= args.pack <= len(MATES) + 1:
+    if args.mates == "others" and not 2 <= args.pack <= len(MATES) + 1:
         ap.error(f"--pack must be from 2 to {len(MATES) + 1}, got {args.pack}")
+    if args.mates == "same" and (args.pack < 2 or args.seeds % args.pack):
+        ap.error(
+            f"--mates same: --pack at least 2 and --seeds a multiple of it, got --pack {args.pack} --seeds {args.seeds}"
+        )
 
     from autoaug.core.machine import machine_kind
     from autoaug.launch.compare.stats import mean_ci
@@ -71,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     window_epochs = tuple(range(max(1, base.epochs - args.window + 1), base.epochs + 1))
     base = dataclasses.replace(base, eval_epochs=window_epochs)  # validated where the score is read
     policy = resolve_policy(POLICY)
-    mates = [resolve_policy(m) for m in MATES[: args.pack - 1]]
+    mates = [resolve_policy(m) for m in MATES[: args.pack - 1]] if args.mates == "others" else []
+    mode = f"pack{args.pack}" + ("-same" if args.mates == "same" else "")
     runs_file = out / "runs.csv"
     done: dict[tuple[int, str], float] = {}
     if runs_file.exists():
@@ -84,46 +102,52 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(f, fieldnames=fields)
         if new_file:
             writer.writeheader()
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            cfg = dataclasses.replace(base, seed=seed)
-            for mode in ("solo", f"pack{args.pack}"):
-                if (seed, mode) in done:
-                    continue
-                t0 = time.perf_counter()
-                if mode == "solo":
-                    result = train(cfg, policy)
-                else:
-                    result = train_pack(cfg, [policy, *mates])[0]
-                score = _score(result.history, args.window)
-                seconds = time.perf_counter() - t0
-                done[(seed, mode)] = score
-                writer.writerow(
-                    {
-                        "seed": seed,
-                        "mode": mode,
-                        "score": f"{score:.6f}",
-                        "pack": 1 if mode == "solo" else args.pack,
-                        "seconds": f"{seconds:.1f}",
-                        "precision": result.precision,
-                        "cpu": machine_kind(),
-                    }
-                )
-                f.flush()
-                print(f"seed {seed} {mode}: score {score * 100:.2f} ({seconds:.0f} s)", flush=True)
 
-    mode = f"pack{args.pack}"
+        def record(seed: int, mode: str, result, seconds: float) -> None:
+            score = _score(result.history, args.window)
+            done[(seed, mode)] = score
+            writer.writerow(
+                {
+                    "seed": seed,
+                    "mode": mode,
+                    "score": f"{score:.6f}",
+                    "pack": 1 if mode == "solo" else args.pack,
+                    "seconds": f"{seconds:.1f}",
+                    "precision": result.precision,
+                    "cpu": machine_kind(),
+                }
+            )
+            f.flush()
+            print(f"seed {seed} {mode}: score {score * 100:.2f} ({seconds:.0f} s)", flush=True)
+
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        step = args.pack if args.mates == "same" else 1
+        for group in (list(seeds[i : i + step]) for i in range(0, len(seeds), step)):
+            for seed in group:
+                if (seed, "solo") not in done:
+                    t0 = time.perf_counter()
+                    result = train(dataclasses.replace(base, seed=seed), policy)
+                    record(seed, "solo", result, time.perf_counter() - t0)
+            if all((seed, mode) in done for seed in group):
+                continue
+            t0 = time.perf_counter()
+            if args.mates == "same":  # the policy at each seed of the group, one member each
+                results = train_pack(base, [policy] * len(group), seeds=group)
+            else:
+                results = train_pack(dataclasses.replace(base, seed=group[0]), [policy, *mates])[:1]
+            for seed, result in zip(group, results):
+                record(seed, mode, result, (time.perf_counter() - t0) / len(group))
+
     seeds = sorted(s for s, m in done if m == mode and (s, "solo") in done)
     diffs = [(done[(s, mode)] - done[(s, "solo")]) * 100 for s in seeds]
     summary: dict = {
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
+        "commit": commit(),
         "cpu": machine_kind(),
         "preset": args.preset,
         "epochs": base.epochs,
         "policy": POLICY,
-        "mates": list(MATES[: args.pack - 1]),
+        "mates": list(MATES[: args.pack - 1]) if args.mates == "others" else f"{POLICY} at the next seeds",
         "pairs": len(seeds),
     }
     if len(diffs) >= 2:

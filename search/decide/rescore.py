@@ -498,7 +498,7 @@ def race(
         confirm = len(ahead) == 1 and noise is not None and counts[ahead[0].key] == 1
         if len(ahead) < 2:
             # A lead measured on the leader's one run is confirmed on a second, beside its nearest
-            # challenger's (the best of several single runs is lucky more often than not).
+            # challenger's (the best of several single runs owes part of its lead to luck).
             more = _confirmation(ahead[0], candidates, scores, counts, config, fits) if confirm else []
             if not more:
                 record["ended"] = "decided"

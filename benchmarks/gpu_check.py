@@ -461,17 +461,15 @@ def feed_rates(data: Path, packs: str, seconds: float, epochs: int) -> dict:
     return {"policy": "autoaugment-cifar10", "proxy": "paper", "dali_threads_per_member": threads, "rows": rows}
 
 
-def churn_rates(data: Path, packs: str, epochs: int) -> dict:
-    """Step ``churn``: per proxy and pack size K, 3K candidates trained by one pack that refills a
-    stopped member's slot with the next candidate, and by one that shrinks until it is empty
-    (``benchmarks/pack_throughput.py --measure churn``): trial-epochs per hour each way."""
+def churn_rates(data: Path, packs: list[tuple[str, int]], epochs: int) -> dict:
+    """Step ``churn``: per proxy and pack size K (``packs``), 3K candidates trained by one pack that
+    refills a stopped member's slot with the next candidate, and by one that shrinks until it is
+    empty (``benchmarks/pack_throughput.py --measure churn``): trial-epochs per hour each way."""
     import pack_throughput
 
     rows = []
-    for proxy, k in packs_by_proxy(packs):
-        for row in pack_throughput.churn_rates(
-            str(data), proxy, k, "cuda", "autoaugment-cifar10", epochs, 3 * k, [0.5, 0.5, 1.0]
-        ):
+    for proxy, k in packs:
+        for row in pack_throughput.churn_rates(str(data), proxy, k, "cuda", "autoaugment-cifar10", epochs, 3 * k):
             rows.append(row)
             log(
                 f"churn {proxy} K={k} {row['mode']}: {row.get('trial_epochs_per_hour', row.get('error'))} trial-epochs/h"
@@ -634,8 +632,12 @@ def main(argv: list[str] | None = None) -> int:
         churn_packs = packs_by_proxy(args.churn_packs)
     except ValueError:
         churn_packs = []
-    if not churn_packs or any(p not in ("paper", "proxy-cpu") or k < 1 for p, k in churn_packs):
-        parser.error(f"--churn-packs {args.churn_packs!r}: expected PROXY:K pairs, PROXY paper or proxy-cpu, K >= 1")
+    from pack_throughput import PROXIES
+
+    if not churn_packs or any(p not in PROXIES or k < 1 for p, k in churn_packs):
+        parser.error(
+            f"--churn-packs {args.churn_packs!r}: expected PROXY:K pairs, PROXY {' or '.join(PROXIES)}, K >= 1"
+        )
     if not args.data or not (Path(args.data) / "train.parquet").is_file():
         parser.error(f"--data: no train.parquet in {args.data!r} (give a folder holding one, or set AUTOAUG_CIFAR10)")
     import torch
@@ -681,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "pack": lambda: pack_rates(args.packs, args.pack_seconds),
         "feed": lambda: feed_rates(data, args.feed_packs, args.feed_seconds, args.feed_epochs),
-        "churn": lambda: churn_rates(data, args.churn_packs, args.churn_epochs),
+        "churn": lambda: churn_rates(data, churn_packs, args.churn_epochs),
         "search": lambda: smoke_search(data, out_dir, timeout_s=max(60.0, left())),
         "preset": lambda: preset_search(
             data,

@@ -50,6 +50,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
@@ -62,6 +63,9 @@ PROXIES = {
     "proxy-cpu": {"model": "resnet-8", "batch_size": 64, "train_size": 1000, "lr": 0.2},
 }
 EPOCHS = 120
+#: The share of a full run each candidate of ``--measure churn`` trains, in turn: the ``gpu``
+#: preset's ASHA, two in three stopped at its rung, half-way.
+ASHA_LENGTHS = (0.5, 0.5, 1.0)
 
 
 def _importable() -> None:
@@ -322,7 +326,7 @@ def churn_rates(
     policy: str,
     epochs: int,
     trials: int,
-    lengths: list[float],
+    lengths: Sequence[float] = ASHA_LENGTHS,
     train_size: int | None = None,
 ) -> list:
     """The same ``trials`` candidates (each its seed; trial i runs ``lengths[i % len]`` of ``epochs``,
@@ -342,13 +346,12 @@ def churn_rates(
     rows = []
     for mode in ("refill", "shrink"):
         row = {"measure": "churn", "proxy": proxy, "k": k, "loader": "device", "mode": mode, "policy": policy}
-        row["trials"] = trials
-        row["lengths"] = runs
+        row.update(trials=trials, lengths=runs)
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(torch.random.fork_rng(devices=[]))
                 pack = stack.enter_context(Pack(cfg))
-                queue, length, sizes, adding = list(range(trials)), {}, [], 0.0
+                queue, sizes, adding = list(range(trials)), [], 0.0
                 t0 = time.perf_counter()
                 while queue or pack.members:
                     if mode == "refill" or not pack.members:
@@ -356,11 +359,10 @@ def churn_rates(
                             t = time.perf_counter()
                             i = queue.pop(0)
                             pack.add(i, policy, config=dataclasses.replace(cfg, seed=i))
-                            length[i] = runs[i]
                             adding += time.perf_counter() - t
                     sizes.append(len(pack.members))
                     pack.train_epoch()
-                    for i in [i for i, m in pack.members.items() if m.epoch >= length[i]]:
+                    for i in [i for i, m in pack.members.items() if m.epoch >= runs[i]]:
                         pack.remove(i)
                 _sync(torch.device(device))
                 wall = time.perf_counter() - t0
@@ -431,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=None, help="churn: candidates trained (default 3 x the pack)")
     ap.add_argument(
         "--lengths",
-        default="0.5,0.5,1",
+        default=",".join(f"{x:g}" for x in ASHA_LENGTHS),
         help="churn: the share of --epochs each candidate trains, repeating (default 0.5,0.5,1: ASHA's cut half-way)",
     )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -449,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = []
     if not lengths or not all(0 < x <= 1 for x in lengths):
         ap.error(f"--lengths {args.lengths!r}: expected shares of --epochs in (0, 1], comma-separated")
+    if args.trials is not None and args.trials < 1:
+        ap.error(f"--trials {args.trials}: expected at least 1")
     _importable()
     import torch
 

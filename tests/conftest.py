@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -65,9 +66,9 @@ def _torch_flag_put_back(request: pytest.FixtureRequest):
     yield
     after = _torch_flag()
     if after != before:
-        sys.modules["torch"]._C._set_deterministic_algorithms(before[0], warn_only=before[1])
-        import warnings
+        from autoaug.proxy_models.train import _use_deterministic_algorithms
 
+        _use_deterministic_algorithms(before[0], warn_only=before[1], compiling=False)
         warnings.warn(
             f"{request.node.nodeid} left torch's deterministic-algorithms flag at {after} (it was {before}): put back",
             pytest.PytestWarning,

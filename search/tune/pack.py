@@ -337,10 +337,8 @@ class PackServers:
     def __exit__(self, *exc: object) -> None:
         each: list[dict[str, float]] = []
         if exc[0] is None:  # (an interrupted search stops its servers at once, and says nothing of them)
-            try:
+            with contextlib.suppress(RayActorError, GetTimeoutError):  # (a server gone: nothing to say)
                 each = ray.get([a.stats.remote() for a in self._actors], timeout=30)
-            except (RayActorError, GetTimeoutError):  # a server gone (its node lost): nothing to say
-                each = []
         for actor in self._actors:
             ray.kill(actor)
         self._actors = []

@@ -189,8 +189,9 @@ class Budget:
         #: nearest challengers), ``rounds`` (how many ran) and how it ``ended`` (:meth:`race_ran`).
         self.race: dict[str, Any] | None = dict(record["race"]) if record.get("race") else None
         # later epochs, and trials' first reports (their start-up in them) apart
-        self._epoch_sum, self._epoch_count = 0.0, 0
-        self._first_sum, self._first_count = 0.0, 0
+        self._epoch_sum, self._epoch_count = 0.0, 0  # later reports: their seconds, and the epochs they cover
+        self._report_sum, self._report_count = 0.0, 0  # ... their seconds, and how many
+        self._first_sum, self._first_count, self._first_epochs = 0.0, 0, 0  # first reports: the same
         self._lock = threading.RLock()
         self._run: Any = None
         #: Where the line saying that the budget ends the trials goes (the search's display).
@@ -335,11 +336,13 @@ class Budget:
             self.race = {**(self.race or {}), "rounds": len(record.get("rounds") or []), "ended": record.get("ended")}
         self.save()
 
-    def observe_epoch(self, seconds: Any, *, first: bool = False) -> None:
-        """One trial epoch took ``seconds`` (a Tune result's ``time_this_iter_s``); ``first``: the
-        trial's first report, whose time holds the trial's start-up too (its process, the data, the
-        DALI pipeline, a GPU's warm-up): kept apart, so that start-up counts once per run, not once
-        per epoch (such first reports of 12 s among 1-s epochs made a GPU run's estimate 1.5x too long)."""
+    def observe_epoch(self, seconds: Any, *, first: bool = False, epochs: int = 1) -> None:
+        """A trial's report of ``epochs`` epochs (those since its previous report) took ``seconds``
+        (a Tune result's ``time_this_iter_s``); ``first``: the trial's first report, whose time
+        holds the trial's start-up too (its process, the data, the DALI pipeline, a GPU's warm-up):
+        kept apart, so that start-up counts once per run, not once per epoch (such first reports of
+        12 s among 1-s epochs made a GPU run's estimate 1.5x too long)."""
+        epochs = max(1, int(epochs))
         if (
             isinstance(seconds, (int, float))
             and not isinstance(seconds, bool)
@@ -350,9 +353,12 @@ class Budget:
                 if first:
                     self._first_sum += float(seconds)
                     self._first_count += 1
+                    self._first_epochs += epochs
                 else:
                     self._epoch_sum += float(seconds)
-                    self._epoch_count += 1
+                    self._epoch_count += epochs
+                    self._report_sum += float(seconds)
+                    self._report_count += 1
 
     def run_s(self) -> float | None:
         """One proxy run's expected wall time: measured (calibration, re-scoring), else from the
@@ -366,10 +372,10 @@ class Budget:
             return None
         if self._epoch_count:
             epoch = self._epoch_sum / self._epoch_count
-            start_up = self._first_sum / self._first_count - epoch if self._first_count else 0.0
+            start_up = (self._first_sum - self._first_epochs * epoch) / self._first_count if self._first_count else 0.0
             return epoch * self._epochs + max(RUN_OVERHEAD_S, start_up)
         if self._first_count:
-            return self._first_sum / self._first_count * self._epochs + RUN_OVERHEAD_S
+            return self._first_sum / self._first_epochs * self._epochs + RUN_OVERHEAD_S
         return None
 
     def reserve_s(self, run_s: float | None = None) -> float:
@@ -383,15 +389,15 @@ class Budget:
 
     def handover_s(self) -> float:
         """What the trials take, once told to end, before re-scoring can start: a running trial ends
-        at its next report -- up to its first report's time (its start-up and an epoch) or an
-        epoch, as measured so far -- and then the hand-over (Tune's teardown, the trial records, the
+        at its next report -- up to its first report's time (its start-up and its epochs) or a
+        later report's, as measured so far -- and then the hand-over (Tune's teardown, the trial records, the
         candidates assembled: :data:`RUN_OVERHEAD_S`, generous); 0 before any trial epoch is
         measured or with no re-scoring planned."""
-        if not self._runs or not (self._epoch_count or self._first_count):
+        if not self._runs or not (self._report_count or self._first_count):
             return 0.0
-        epoch = self._epoch_sum / self._epoch_count if self._epoch_count else 0.0
+        report = self._report_sum / self._report_count if self._report_count else 0.0
         first = self._first_sum / self._first_count if self._first_count else 0.0
-        return max(epoch, first) + RUN_OVERHEAD_S
+        return max(report, first) + RUN_OVERHEAD_S
 
     def expired(self) -> bool:
         """The time left for trials is gone: what is left is what re-scoring and storing need, and

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["METRIC", "MODE", "search_score", "asha_milestones", "score_epochs"]
+__all__ = ["METRIC", "MODE", "search_score", "asha_milestones", "score_epochs", "report_epochs"]
 
 #: The score every trial reports and the search maximizes. Training method (and re-scoring): the
 #: mean validation accuracy over the trial's last ``SearchConfig.score_window`` epochs (with a
@@ -50,3 +50,12 @@ def score_epochs(epochs: int, window: int, milestones: Sequence[int] = ()) -> tu
     window = max(1, int(window))
     ends = sorted({int(m) for m in milestones if 1 <= int(m) < epochs} | {int(epochs)})
     return tuple(sorted({e for end in ends for e in range(max(1, end - window + 1), end + 1)}))
+
+
+def report_epochs(epochs: int, every: int, milestones: Sequence[int] = ()) -> tuple[int, ...]:
+    """The 1-based epochs at which a trial of ``epochs`` that reports every ``every`` epochs
+    reports: the multiples of ``every``, each of ``milestones`` (where ASHA reads its score) and
+    the last. ``every`` 1: every epoch."""
+    every = max(1, int(every))
+    marks = {int(m) for m in milestones if 1 <= int(m) < epochs}
+    return tuple(sorted(set(range(every, int(epochs) + 1, every)) | marks | {int(epochs)}))

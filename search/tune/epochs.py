@@ -1,6 +1,7 @@
 """What every Ray Tune trial that trains the proxy model shares, whatever its method: the result it
-reports after each epoch (:class:`EpochResults`), its threads fitted to the CPUs Ray gave it
-(:func:`with_trial_threads`) and the policy its Tune ``config`` decodes to (:func:`trial_policy`).
+reports after an epoch (:class:`EpochResults`) and the epoch a result is of (:func:`result_epoch`),
+its threads fitted to the CPUs Ray gave it (:func:`with_trial_threads`) and the policy its Tune
+``config`` decodes to (:func:`trial_policy`).
 
 Small on purpose: Ray workers import it (the training method's trial,
 :mod:`autoaug.search.methods.train.trial`; PBA's members, :mod:`autoaug.search.methods.pba.trial`;
@@ -10,7 +11,7 @@ density's scoring trial, :mod:`autoaug.search.methods.density.trial`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import ray
@@ -18,7 +19,7 @@ import ray
 from autoaug.search.score import METRIC, search_score
 from autoaug.search.space import SearchSpace
 
-__all__ = ["EpochResults", "REPORT_RENAMES", "trial_policy", "with_trial_threads"]
+__all__ = ["EPOCHS_THIS_REPORT", "EpochResults", "REPORT_RENAMES", "result_epoch", "trial_policy", "with_trial_threads"]
 
 #: Trainer metric names that would collide with Ray Tune's automatic ones.
 REPORT_RENAMES = {"time_total_s": "train_time_s"}
@@ -26,22 +27,50 @@ REPORT_RENAMES = {"time_total_s": "train_time_s"}
 _DROPPED = ("checkpoint_dir",)
 
 
-class EpochResults:
-    """The result a trial reports after each epoch of the trainer: the trainer's metrics (renamed
-    where they would collide with Tune's own, without those that mean nothing outside the trial)
-    and the search score, :data:`~autoaug.search.score.METRIC` (:func:`search_score` over the last
-    ``score_window`` epochs). ``history``: the epochs a resumed trial already trained (its
-    checkpoint's), so that its scores are those of an uninterrupted run."""
+#: The epochs a result covers (since the trial's previous report, or its start), beside Tune's
+#: ``time_this_iter_s``, their time.
+EPOCHS_THIS_REPORT = "epochs_this_report"
 
-    def __init__(self, score_window: int, history: Iterable[Mapping[str, Any]] = ()) -> None:
+
+class EpochResults:
+    """The result a trial reports after an epoch: the trainer's metrics (renamed where they would
+    collide with Tune's own, without those that mean nothing outside the trial), the search score,
+    :data:`~autoaug.search.score.METRIC` (:func:`search_score` over the last ``score_window``
+    epochs), and :data:`EPOCHS_THIS_REPORT`. ``history``: the epochs a resumed trial already
+    trained (its checkpoint's), so that its scores are those of an uninterrupted run.
+    ``report_at``: the epochs the trial reports (:func:`~autoaug.search.score.report_epochs`); at
+    the others the call returns None (the epoch still counts for the score). None: every epoch."""
+
+    def __init__(
+        self,
+        score_window: int,
+        history: Iterable[Mapping[str, Any]] = (),
+        report_at: Collection[int] | None = None,
+    ) -> None:
         self.score_window = score_window
         self.val_accuracies: list[float | None] = [row.get("val_accuracy") for row in history]
+        self.report_at = None if report_at is None else frozenset(int(e) for e in report_at)
+        self._reported = len(self.val_accuracies)  # the epoch of the last report (or the resumed checkpoint's)
 
-    def __call__(self, metrics: Mapping[str, Any]) -> dict[str, Any]:
-        out = {REPORT_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
+    def __call__(self, metrics: Mapping[str, Any]) -> dict[str, Any] | None:
         self.val_accuracies.append(metrics.get("val_accuracy"))
+        epoch = int(metrics.get("epoch") or len(self.val_accuracies))
+        if self.report_at is not None and epoch not in self.report_at:
+            return None
+        out = {REPORT_RENAMES.get(k, k): v for k, v in metrics.items() if k not in _DROPPED}
         out[METRIC] = search_score(self.val_accuracies, self.score_window)
+        out[EPOCHS_THIS_REPORT] = max(1, epoch - self._reported)
+        self._reported = epoch
         return out
+
+
+def result_epoch(result: Mapping[str, Any]) -> int:
+    """The epoch a Tune result reports: its ``epoch`` (what a training trial reports), else Tune's
+    ``training_iteration`` (the same for a trial that reports every epoch); 0 for neither."""
+    epoch = result.get("epoch")
+    if epoch is None:
+        epoch = result.get("training_iteration")
+    return int(epoch or 0)
 
 
 def trial_policy(config: Mapping[str, Any], space: SearchSpace, name: str):

@@ -17,7 +17,7 @@ resources, retries, actor reuse and MLflow logging.
   proposes its own trials gives Tune's parameter space instead (``param_space``: PBA's
   population): no study, no concurrency limit.
 * **Scheduler**: ASHA on :data:`~autoaug.search.score.METRIC` with
-  ``time_attr="training_iteration"``, its rungs cutting only while measured to rank
+  ``time_attr="epoch"`` (the epoch a result reports: a trial may report every few), its rungs cutting only while measured to rank
   (:class:`~autoaug.search.tune.schedulers.RankedRungs`, first by ``rung_calibration``), or FIFO;
   both guarded (:class:`~autoaug.search.tune.schedulers.StudyGuard`); or the method's own
   (``scheduler``: PBA's PBT).

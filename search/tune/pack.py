@@ -4,8 +4,10 @@
 Each candidate remains what it was -- a Ray Tune trial with its own Optuna trial, its reports
 after every epoch, its checkpoints and its fate under ASHA -- but its process does not train: it
 asks a **pack server** (a Ray actor holding the device: the CPUs and GPUs one trial reserved
-before) to train its next epoch, and reports what comes back. A server trains, in rounds of one
-epoch, every member whose trial has asked for one, stacked in one model (:class:`~autoaug.proxy_models.pack.Pack`).
+before) to train its epochs up to its next report, and reports what comes back. A server trains,
+in rounds, every member whose trial has asked, stacked in one model
+(:class:`~autoaug.proxy_models.pack.Pack`): epoch after epoch until each has reached the epoch
+it asked for (a trial that reports every epoch asks for one; every ``k``, for ``k``).
 
 * **Joining and leaving.** A trial's first request adds its member (fresh, or from the checkpoint
   Tune restored it with). A round waits for the members of the last round (up to a window a few
@@ -17,12 +19,13 @@ epoch, every member whose trial has asked for one, stacked in one model (:class:
 * **What it cost.** :meth:`PackServer.stats`: rounds, member-epochs, the time rounds trained and
   the time they waited (for trials to come back, and for members that never did); the driver says
   it in one line when the servers stop.
-* **Checkpoints.** Each epoch's checkpoint is the trainer's own file's content: the server
-  serialises it in memory, the trial writes it and hands it to Tune as it would its solo run's.
+* **Checkpoints.** A round's checkpoint of a member is the trainer's own file's content: the
+  server serialises it in memory (once a round), the trial writes it and hands it to Tune with
+  its report as it would its solo run's.
 * **Failures.** A member whose run fails (a configuration the pack refuses, a diverged loss) fails
   its trial alone. A server that dies (killed, out of memory) is restarted by Ray; each of its
   trials resends its last checkpoint when asked, so every member resumes where its trial last
-  reported: nothing reported is trained twice, nothing is lost but the epoch in flight.
+  reported: nothing reported is trained twice, nothing is lost but the round in flight.
 
 :class:`PackServers` starts the servers of a search for the time of one Tune experiment and
 stops them after; :func:`train_in_pack` is what a trial calls instead of
@@ -99,6 +102,7 @@ class _Request:
     config: Mapping[str, Any]
     policy: Any
     epochs_done: int
+    until: int
     state: bytes | None
     reply: dict[str, Any] | None = None
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -145,8 +149,8 @@ class PackServer:
                 self._lock.notify_all()
 
     def stats(self) -> dict[str, float]:
-        """What the server did so far: ``rounds``, ``member_epochs`` (members trained, summed over
-        rounds), ``train_s`` (the rounds' training, validation and checkpoints), ``wait_s`` (rounds
+        """What the server did so far: ``rounds``, ``member_epochs`` (epochs trained, summed over
+        members), ``train_s`` (the rounds' training, validation and checkpoints), ``wait_s`` (rounds
         waiting for the last round's members to come back), ``short_rounds`` and ``short_wait_s``
         (rounds that started without one of them, after waiting the whole window: a member that
         never came back and that no one said had left)."""
@@ -159,14 +163,22 @@ class PackServer:
         with self._lock:
             return len(self._last_round | set(self._pending))
 
-    def epoch(
-        self, key: str, config: Mapping[str, Any], policy: Any, epochs_done: int, state: bytes | None = None
+    def train(
+        self,
+        key: str,
+        config: Mapping[str, Any],
+        policy: Any,
+        epochs_done: int,
+        until: int | None = None,
+        state: bytes | None = None,
     ) -> dict[str, Any]:
-        """Train member ``key``'s next epoch (after ``epochs_done``, the epochs its trial has
-        reported) with its pack-mates; returns ``{"metrics", "checkpoint"}`` (the checkpoint
-        file's bytes), ``{"need_state": True}`` when the server does not hold the member at that
-        epoch and no ``state`` came, or ``{"error": line}``."""
-        request = _Request(key, config, policy, int(epochs_done), state)
+        """Train member ``key``'s epochs after ``epochs_done`` (the epochs its trial has reported)
+        up to epoch ``until`` (default: the next one; at most its run's last) with its
+        pack-mates; returns ``{"epochs", "checkpoint"}`` (each epoch's metrics, and the checkpoint
+        file's bytes after the last), ``{"need_state": True}`` when the server does not hold the
+        member at that epoch and no ``state`` came, or ``{"error": line}``."""
+        done = int(epochs_done)
+        request = _Request(key, config, policy, done, max(done + 1, int(until or 0)), state)
         with self._lock:
             if self._closed:
                 return {"error": "the pack server was closed"}
@@ -232,17 +244,32 @@ class PackServer:
                 self._reply(request, {"error": _line(exc)})
                 if key in pack.members:
                     pack.remove(key)
-        results = pack.train_epoch(list(ready), errors=True) if ready else {}
+        epochs: dict[str, list[dict[str, Any]]] = {key: [] for key in ready}
         replies: list[tuple[_Request, dict[str, Any]]] = []
+        trained = 0
+        # epoch after epoch, the members that have not reached the epoch their trial asked for
+        while True:
+            members = pack.members
+            active = [
+                k for k, r in ready.items() if k in members and not members[k].done and members[k].epoch < r.until
+            ]
+            if not active:
+                break
+            results = pack.train_epoch(active, errors=True)
+            trained += len(active)
+            for key in active:
+                out = results.get(key)
+                if isinstance(out, BaseException):
+                    pack.remove(key)
+                    replies.append((ready[key], {"error": _line(out)}))
+                    continue
+                # pack_size: the members trained in this epoch (what a trial's epoch shared its device with)
+                epochs[key].append({**out, "pack_size": len(active)})
         for key, request in ready.items():
-            out = results.get(key)
-            if isinstance(out, BaseException):
-                pack.remove(key)
-                replies.append((request, {"error": _line(out)}))
+            member = pack.members.get(key)
+            if member is None:  # (failed: replied above)
                 continue
-            member = pack.members[key]
-            # pack_size: the members trained in this round (what a trial's epoch shared its device with)
-            replies.append((request, {"metrics": {**out, "pack_size": len(ready)}, "checkpoint": pack.checkpoint(key)}))
+            replies.append((request, {"epochs": epochs[key], "checkpoint": pack.checkpoint(key)}))
             if member.done:
                 pack.remove(key)
         with self._lock:
@@ -253,7 +280,7 @@ class PackServer:
                     pack.remove(key)
                     self._absent.pop(key)
             self._last_round = {k for k in ready if k in pack.members}
-            self._stats["member_epochs"] += len(ready)
+            self._stats["member_epochs"] += trained
             self._stats["train_s"] += time.monotonic() - started
         for request, reply in replies:  # (after the round's accounting: what a trial sees, stats() has counted)
             self._reply(request, reply)
@@ -282,7 +309,7 @@ class PackServer:
 
     def _reply(self, request: _Request, reply: dict[str, Any]) -> None:
         with self._lock:
-            if "metrics" in reply:
+            if "epochs" in reply:
                 self._delivered[request.key] = time.monotonic()
             request.reply = reply
         request.done.set()
@@ -394,11 +421,14 @@ def train_in_pack(
     report: Callable[[dict[str, Any]], Any],
     checkpoint_dir: str | os.PathLike,
     resume_from: str | os.PathLike | None = None,
+    report_at: Sequence[int] | None = None,
 ) -> None:
     """A trial's run, trained by a pack server: the epochs after ``resume_from``'s (a directory
-    holding the trainer's checkpoint), each reported with the metrics
-    :func:`autoaug.proxy_models.train.train` reports, after its checkpoint is written to
-    ``checkpoint_dir``. A member the server does not hold (it restarted) is sent the last checkpoint."""
+    holding the trainer's checkpoint), each passed to ``report`` with the metrics
+    :func:`autoaug.proxy_models.train.train` reports, after the checkpoint of the server's reply
+    is written to ``checkpoint_dir``. The server is asked for the epochs up to the next of
+    ``report_at`` at a time (None: one at a time). A member the server does not hold (it
+    restarted) is sent the last checkpoint."""
     file = Path(checkpoint_dir) / CHECKPOINT_NAME
     state: bytes | None = None
     done = 0
@@ -406,13 +436,15 @@ def train_in_pack(
         source = Path(resume_from) / CHECKPOINT_NAME
         state = source.read_bytes()
         done = int(load_checkpoint(source)["epoch"])
+    marks = sorted({int(e) for e in report_at}) if report_at is not None else None
     config_dict = config.to_dict()
     server = _server(servers)
     send: bytes | None = state  # the first request of a restored trial carries its state
     failures = 0
     while done < config.epochs:
+        until = next((e for e in marks if e > done), config.epochs) if marks is not None else done + 1
         try:
-            reply = ray.get(server.epoch.remote(key, config_dict, policy, done, send))
+            reply = ray.get(server.train.remote(key, config_dict, policy, done, until, send))
         except RayActorError:
             failures += 1
             if failures > 3:
@@ -429,10 +461,9 @@ def train_in_pack(
         send = None
         state = reply["checkpoint"]
         atomic_write_local(file, state)
-        metrics = dict(reply["metrics"])
-        metrics["checkpoint_dir"] = str(checkpoint_dir)
-        done = int(metrics["epoch"])
-        report(metrics)
+        for metrics in reply["epochs"]:
+            done = int(metrics["epoch"])
+            report({**metrics, "checkpoint_dir": str(checkpoint_dir)})
 
 
 def _choose(train_config: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:

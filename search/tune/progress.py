@@ -17,6 +17,7 @@ from ray import cloudpickle, tune
 from ray.tune.progress_reporter import TrialProgressCallback
 
 from autoaug.search.score import METRIC
+from autoaug.search.tune.epochs import result_epoch
 from autoaug.search.tune.session import current_session
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class ProgressCallback(tune.Callback):
         self._refresh()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._epochs[trial.trial_id] = int((trial.last_result or {}).get("training_iteration") or 0)
+        self._epochs[trial.trial_id] = result_epoch(trial.last_result or {})
         if self.display is not None:
             self.display.add(
                 f"trial:{trial.trial_id}",
@@ -164,7 +165,7 @@ class ProgressCallback(tune.Callback):
         self._refresh()
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        epoch = int(result.get("training_iteration") or result.get("epoch") or 0)
+        epoch = result_epoch(result)
         self._epochs[trial.trial_id] = epoch
         score = result.get(METRIC)
         if self.display is not None:
@@ -188,7 +189,7 @@ class ProgressCallback(tune.Callback):
         self._best = self._best_of(trials, trial, failed)
         head = f"[{len(finished):>{len(str(self.num_trials))}}/{self.num_trials}] trial {trial.trial_id}"
         result = trial.last_result or {}
-        epochs = result.get("epoch", result.get("training_iteration", 0)) or 0
+        epochs = result_epoch(result)
         if failed:
             what = f"FAILED: {trial_error(trial)}"
             kind = "failed"

@@ -15,6 +15,7 @@ from autoaug.search.decide.assemble import SUCCESS_STATUSES, TrialRecord
 from autoaug.search.run_dir import RunDir
 from autoaug.search.score import METRIC, MODE
 from autoaug.search.space import SearchSpace
+from autoaug.search.tune.epochs import result_epoch
 from autoaug.search.tune.progress import trial_error
 from autoaug.search.tune.study import final_step, study_trials_by_tune_id
 
@@ -65,7 +66,7 @@ def trial_records(
             # in between): the study's result is the trial's result.
             step = final_step(frozen)
             if frozen.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) and (
-                int(last.get("training_iteration") or 0) != step
+                result_epoch(last) != step
                 or score is None
                 or not math.isclose(float(score), frozen.value, rel_tol=1e-9)
             ):

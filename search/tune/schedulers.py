@@ -27,6 +27,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from autoaug.search.decide.rungs import MIN_PAIRS, RANKS_ABOVE, RUNG_GATE_ATTR, RungGate, gate_line
 from autoaug.search.score import METRIC, asha_milestones
+from autoaug.search.tune.epochs import EPOCHS_THIS_REPORT, result_epoch
 from autoaug.search.tune.session import StoppedTrials, current_session
 from autoaug.search.tune.study import make_storage, study_trials_by_tune_id
 
@@ -180,8 +181,8 @@ class BudgetStop:
         if budget is not None:
             if result.get(METRIC) is not None:
                 budget.has_result = True
-            step = int(result.get("training_iteration") or 0)
-            budget.observe_epoch(result.get("time_this_iter_s"), first=step == 1)
+            step, covered = result_epoch(result), int(result.get(EPOCHS_THIS_REPORT) or 1)
+            budget.observe_epoch(result.get("time_this_iter_s"), first=step == covered, epochs=covered)
             last = max_steps is not None and step >= max_steps
             if not last and budget.stop_now() and self._budget_can_stop(result):
                 budget.stop(name, trial.trial_id)
@@ -318,7 +319,7 @@ class RankedRungs:
         if gate is None:
             return action
         self._rungs_session()
-        step, score = int(result.get("training_iteration") or 0), result.get(METRIC)
+        step, score = result_epoch(result), result.get(METRIC)
         changed, save = [], False
         if score is not None and result.get("val_accuracy", 0) is not None:  # a score measured at this epoch
             changed = gate.observe(trial.trial_id, step, float(score))
@@ -335,7 +336,7 @@ class RankedRungs:
         gate = self._rung_gate
         if gate is not None and result.get(METRIC) is not None and result.get("val_accuracy", 0) is not None:
             self._rungs_session()
-            step = int(result.get("training_iteration") or 0)
+            step = result_epoch(result)
             self._rungs_changed(gate.observe(trial.trial_id, step, float(result[METRIC])), save=gate.measures_at(step))
         super().on_trial_complete(tune_controller, trial, result)
 
@@ -366,7 +367,7 @@ def make_scheduler(
     if asha is not None:
         grace_period, reduction_factor = asha
         scheduler: StudyGuard = GuardedASHAScheduler(
-            time_attr="training_iteration",
+            time_attr="epoch",
             max_t=max_t,
             grace_period=grace_period,
             reduction_factor=reduction_factor,

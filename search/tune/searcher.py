@@ -3,7 +3,7 @@ crash -- through the public interfaces of Ray Tune and Optuna only.
 
 :class:`StudySearcher` is a Tune ``Searcher`` (``suggest``, ``on_trial_result``,
 ``on_trial_complete``, ``save``, ``restore``) that owns an Optuna study through Optuna's ask-and-tell
-interface: ``study.ask`` proposes a trial's parameters, ``Trial.report`` records each epoch's score,
+interface: ``study.ask`` proposes a trial's parameters, ``Trial.report`` records each reported epoch's score,
 ``study.tell`` its end, and every Optuna trial carries the user attribute
 :data:`~autoaug.search.tune.study.TUNE_TRIAL_ATTR` (its Tune trial id). The study is the record of what
 happened; Tune's saved state (its snapshot, with this searcher's: the Tune trials it proposed) says
@@ -62,6 +62,7 @@ from ray.tune.search import Searcher
 
 from autoaug.core import failpoints
 from autoaug.core.errors import SearchError
+from autoaug.search.tune.epochs import result_epoch
 
 # Their old home: a tuner.pkl saved before they moved refers to them here (see the docstring).
 from autoaug.search.tune.schedulers import (  # noqa: F401
@@ -226,11 +227,11 @@ class StudySearcher(Searcher):
             # window's, already in the study at the epoch it was measured.
             return
         trial = self._live.get(trial_id)
-        step = result.get("training_iteration")
-        if trial is None or step is None or int(step) in self._reported[trial_id]:
+        step = result_epoch(result)  # (the study's steps are epochs: a trial may report every few)
+        if trial is None or not step or step in self._reported[trial_id]:
             return
-        trial.report(float(value), int(step))
-        self._reported[trial_id].add(int(step))
+        trial.report(float(value), step)
+        self._reported[trial_id].add(step)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         self._tell(trial_id, result or {}, error)
@@ -255,7 +256,7 @@ class StudySearcher(Searcher):
             return
         self._done.add(trial_id)
         reported = self._reported.pop(trial_id, set())
-        step, value = result.get("training_iteration"), result.get(self.metric)
+        step, value = (result_epoch(result) or None), result.get(self.metric)
         state, values = optuna.trial.TrialState.COMPLETE, value
         if step is not None:
             # Tune hands the last result to on_trial_complete only (not on_trial_result): report it

@@ -57,7 +57,8 @@ __all__ = [
 TUNE_TRIAL_ATTR = "tune_trial_id"
 #: Optuna user attribute of a proposal no Tune trial took (the time budget ended the trials first).
 ORPHAN_ATTR = "autoaug_orphaned"
-#: Optuna user attribute: the ``training_iteration`` (epoch) of the trial's final result.
+#: Optuna user attribute: the epoch of the trial's final result (named after Tune's
+#: ``training_iteration``, the same number while every trial reported every epoch).
 FINAL_STEP_ATTR = "training_iteration"
 #: Optuna user attribute (the failed attempt's number) of a retried failure's new trial.
 RETRY_ATTR = "autoaug_retry_of"
@@ -414,7 +415,7 @@ def delete_study(name: str, url: str, *, run_uri: str | None = None) -> None:
 
 
 def final_step(frozen: optuna.trial.FrozenTrial) -> int:
-    """Last ``training_iteration`` (epoch) the study recorded for a trial (0 if none)."""
+    """Last epoch the study recorded for a trial (0 if none)."""
     step = frozen.user_attrs.get(FINAL_STEP_ATTR)
     return int(step) if step is not None else max(frozen.intermediate_values, default=0)
 

@@ -224,6 +224,25 @@ def test_a_trials_first_report_counts_its_start_up_once_per_run_not_per_epoch():
     assert cpu.run_s() == pytest.approx(2.0 * 120 + RUN_OVERHEAD_S)
 
 
+def test_a_trial_reporting_every_few_epochs_counts_each_epoch_once():
+    """A report of 4 epochs is 4 epochs of the run's estimate (its first, the start-up and 4
+    epochs), and a running trial may take a whole report's time to end."""
+    every, few = Budget(1000), Budget(1000)
+    for budget in (every, few):
+        budget.plan_rescore(runs=1, slots=1, run_s=None, epochs=120)
+    every.observe_epoch(14.0, first=True)  # start-up 12 s, an epoch of 2 s
+    few.observe_epoch(20.0, first=True, epochs=4)  # start-up 12 s, 4 epochs of 2 s
+    assert few.run_s() == pytest.approx(5.0 * 120 + RUN_OVERHEAD_S)  # only first reports: 20 s / 4 epochs each
+    for _ in range(5):
+        every.observe_epoch(2.0)
+        few.observe_epoch(8.0, epochs=4)
+    assert few.run_s() == pytest.approx(every.run_s()) == pytest.approx(2.0 * 120 + 12.0)
+    later = Budget(1000)
+    later.plan_rescore(runs=1, slots=1, run_s=None, epochs=120)
+    later.observe_epoch(8.0, epochs=4)
+    assert later.handover_s() == pytest.approx(8.0 + RUN_OVERHEAD_S)  # a report's time, not an epoch's
+
+
 def test_what_is_kept_for_rescoring_and_storing():
     clock = _Clock()
     budget = Budget(1000, started=clock.now, clock=clock)

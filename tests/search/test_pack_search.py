@@ -51,8 +51,13 @@ def make_server():
         server.close(timeout=60)
 
 
-def _ask(server: PackServer, key: str, cfg: TrainConfig, policy, done: int, state=None) -> dict:
-    return server.epoch(key, cfg.to_dict(), policy, done, state)
+def _ask(server: PackServer, key: str, cfg: TrainConfig, policy, done: int, state=None, until=None) -> dict:
+    return server.train(key, cfg.to_dict(), policy, done, until, state)
+
+
+def _last(reply: dict) -> dict:
+    """The metrics of the last epoch a server's reply holds."""
+    return reply["epochs"][-1]
 
 
 def _together(*calls):
@@ -80,23 +85,47 @@ def test_a_server_trains_the_members_asking_together_in_one_round_and_drops_one_
     deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
     server = make_server(cfg.to_dict(), 2)
     first_a, first_b = _together(lambda: _ask(server, "a", cfg, a, 0), lambda: _ask(server, "b", cfg, b, 0))
-    assert first_a["metrics"]["pack_size"] == 2 and first_b["metrics"]["pack_size"] == 2
-    assert first_a["metrics"]["epoch"] == 1 and first_a["checkpoint"][:2] == b"PK"  # the trainer's file (zip)
+    assert _last(first_a)["pack_size"] == 2 and _last(first_b)["pack_size"] == 2
+    assert _last(first_a)["epoch"] == 1 and first_a["checkpoint"][:2] == b"PK"  # the trainer's file (zip)
     # b's trial was stopped (ASHA): a's next epoch trains without it, after the window
     second_a = _ask(server, "a", cfg, a, 1)
-    assert second_a["metrics"]["epoch"] == 2 and second_a["metrics"]["pack_size"] == 1
+    assert _last(second_a)["epoch"] == 2 and _last(second_a)["pack_size"] == 1
     # ... a round that waited the whole window for b, and says so
     stats = server.stats()
     assert (stats["rounds"], stats["member_epochs"], stats["short_rounds"]) == (2, 3, 1)
     assert stats["wait_s"] >= stats["short_wait_s"] >= pack_mod.PACK_WINDOW_S
     # a finished and left; b's trial comes back with its checkpoint (a restarted trial) and trains on
     resumed = _ask(server, "b", cfg, b, 1, first_b["checkpoint"])
-    assert resumed["metrics"]["epoch"] == 2
+    assert _last(resumed)["epoch"] == 2
     # closed, the server puts back what its pack set for the process, and answers no more
     assert torch.are_deterministic_algorithms_enabled() == cfg.deterministic  # the pack's, while it serves
     server.close(timeout=60)
     assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == (deterministic, threads)
     assert _ask(server, "a", cfg, a, 2) == {"error": "the pack server was closed"}
+
+
+def test_a_round_trains_each_member_up_to_the_epoch_its_trial_asked_for(cfg, make_server):
+    """A trial that reports every few epochs asks for them at once: one round trains them, its
+    pack-mates' one epoch beside its first, and it gets what asking epoch by epoch gives."""
+    a, b = presets.resolve("autoaugment-cifar10"), presets.resolve("trivialaugment")
+    server = make_server(cfg.to_dict(), 2)
+    block_a, one_b = _together(
+        lambda: _ask(server, "a", cfg, a, 0, until=2), lambda: _ask(server, "b", cfg, b, 0, until=1)
+    )
+    assert [e["epoch"] for e in block_a["epochs"]] == [1, 2] and [e["pack_size"] for e in block_a["epochs"]] == [2, 1]
+    assert [e["epoch"] for e in one_b["epochs"]] == [1] and _last(one_b)["pack_size"] == 2
+    stats = server.stats()
+    assert (stats["rounds"], stats["member_epochs"]) == (1, 3)
+    # the same epochs asked one at a time, on another server
+    other = make_server(cfg.to_dict(), 2)
+    first_a, _ = _together(lambda: _ask(other, "a", cfg, a, 0), lambda: _ask(other, "b", cfg, b, 0))
+    other.leave("b")
+    second_a = _ask(other, "a", cfg, a, 1)
+    keep = ("train_loss", "val_accuracy", "lr", "epoch", "pack_size")
+    assert [{k: e.get(k) for k in keep} for e in block_a["epochs"]] == [
+        {k: _last(r).get(k) for k in keep} for r in (first_a, second_a)
+    ]
+    assert _ask(server, "a", cfg, a, 2) == {"need_state": True}  # done: the server let it go
 
 
 def test_a_member_whose_trial_ended_is_not_waited_for(cfg, monkeypatch, make_server):
@@ -108,7 +137,7 @@ def test_a_member_whose_trial_ended_is_not_waited_for(cfg, monkeypatch, make_ser
     _together(lambda: _ask(server, "a", cfg, a, 0), lambda: _ask(server, "b", cfg, b, 0))
     server.leave("b")  # Tune ended b's trial (ASHA): the driver's callback says so
     second_a = _ask(server, "a", cfg, a, 1)
-    assert second_a["metrics"]["epoch"] == 2 and second_a["metrics"]["pack_size"] == 1
+    assert _last(second_a)["epoch"] == 2 and _last(second_a)["pack_size"] == 1
     assert server.stats()["short_rounds"] == 0  # no round waited out its window
 
 
@@ -145,10 +174,10 @@ def test_a_member_that_cannot_join_fails_alone(cfg, make_server):
     wrong = cfg.to_dict() | {"batch_size": 64}
     good, bad = _together(
         lambda: _ask(server, "good", cfg, "crop", 0),
-        lambda: server.epoch("bad", wrong, presets.resolve("crop"), 0, None),
+        lambda: server.train("bad", wrong, presets.resolve("crop"), 0),
     )
     assert "cannot join the pack" in bad["error"] and "batch_size" in bad["error"]
-    assert good["metrics"]["epoch"] == 1
+    assert _last(good)["epoch"] == 1
 
 
 def test_a_restarted_servers_member_is_resumed_from_the_state_its_trial_sends(cfg, make_server):
@@ -160,7 +189,7 @@ def test_a_restarted_servers_member_is_resumed_from_the_state_its_trial_sends(cf
     assert _ask(fresh, "m", cfg, policy, 1) == {"need_state": True}
     again = _ask(fresh, "m", cfg, policy, 1, first["checkpoint"])
     keep = ("train_loss", "val_accuracy", "lr", "epoch")
-    assert {k: again["metrics"][k] for k in keep} == {k: whole["metrics"][k] for k in keep}
+    assert {k: _last(again)[k] for k in keep} == {k: _last(whole)[k] for k in keep}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -272,3 +301,56 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
         last = rows[f"trial_{t['trial_id']}"][-1]
         assert last["pack_size"] >= 2 or any(e > last["epoch"] for e in reached.values())
     assert 3 in reached.values()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("shared_ray")
+@pytest.mark.parametrize("pack", ["1", "4"])
+def test_trials_that_report_every_few_epochs_report_at_those_at_asha_rungs_and_at_the_end(
+    tmp_path, capsys, cifar_small, pack
+):
+    """``--report-every 4`` over 6 epochs, ASHA's rung at epoch 3: each trial reports at epochs 3, 4
+    and 6 (alone, or asking its pack server for the epochs up to each), or ASHA cut it at the rung,
+    the study holds the scores measured (at the rung and the end), and the policy is stored."""
+    argv = _argv(
+        f"every{pack}",
+        cifar_small,
+        tmp_path,
+        "--num-trials",
+        "4",
+        "--grace-period",
+        "3",
+        "--report-every",
+        "4",
+        "--set",
+        "train.epochs=6",
+        "--set",
+        "score_window=1",
+    )
+    argv[argv.index("--pack") + 1] = pack
+    capsys.readouterr()
+    code = main(argv[3:])  # (in this process: the module's Ray session)
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    run = tmp_path / "runs" / f"every{pack}"
+    rows = _trial_rows(run)
+    assert len(rows) == 4
+    for name, epochs in rows.items():
+        seen = [r["epoch"] for r in epochs]
+        assert seen in ([3], [3, 4, 6]), (name, seen)  # stopped at the rung, or to the end
+        assert [r["epochs_this_report"] for r in epochs] == [3, 1, 2][: len(seen)]
+        # validated at the rung and the end only (what the score is read from); epoch 4 says epoch 3's score
+        assert [r["val_accuracy"] is not None for r in epochs] == [True, False, True][: len(seen)]
+        assert all(r["search_score"] is not None for r in epochs)
+        if pack == "4":
+            assert all(r["pack_size"] >= 1 for r in epochs)
+    assert any(len(e) == 3 for e in rows.values())
+    study = optuna.load_study(study_name=f"every{pack}", storage=f"sqlite:///{run}/optuna.db")
+    for trial in study.trials:
+        assert sorted(trial.intermediate_values) in ([3], [3, 6])  # the scores measured
+    result = json.loads((run / "result.json").read_text())
+    assert result["provenance"]["optuna"]["consistent_with_tune"]
+    status = {f"trial_{t['trial_id']}": t["status"] for t in result["provenance"]["trials"]}
+    assert status == {n: "completed" if len(e) == 3 else "early_stopped" for n, e in rows.items()}  # (at the rung)
+    assert f"stored as every{pack}@1" in out and "4 trials, each reporting every 4 epochs, early stopping" in out

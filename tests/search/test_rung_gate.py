@@ -76,12 +76,12 @@ def _search(tmp_path, trials, calibration=()):
             got = []
             result = None
             for step in (20, 60):
-                result = {METRIC: scores[step], "training_iteration": step, "val_accuracy": scores[step]}
+                result = {METRIC: scores[step], "epoch": step, "training_iteration": step, "val_accuracy": scores[step]}
                 got.append(scheduler.on_trial_result(None, trial, result))
                 if got[-1] == "STOP":
                     break
             else:
-                result = {METRIC: scores[120], "training_iteration": 120, "val_accuracy": scores[120]}
+                result = {METRIC: scores[120], "epoch": 120, "training_iteration": 120, "val_accuracy": scores[120]}
             scheduler.on_trial_complete(None, trial, result)
             actions.append(got)
     return scheduler, display, actions, url

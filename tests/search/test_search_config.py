@@ -128,6 +128,8 @@ def test_relative_warm_start_files_and_sqlite_paths_are_pinned_for_a_resume_from
         ({"rescore_val_size": -1}, "rescore_val_size: -1 is invalid"),
         ({"pack": 0}, r"pack: 0 is invalid; expected an integer from 1 \(one trial per process\) to 256, or 'auto'"),
         ({"pack": "many"}, "pack: 'many' is invalid"),
+        ({"report_every": 0}, "report_every: 0 is invalid; expected an integer >= 1"),
+        ({"report_every": 2.5}, "report_every: 2.5 is invalid"),
     ],
 )
 def test_invalid_settings_are_named(overrides, message):

@@ -40,7 +40,7 @@ from autoaug.search.methods.base import (
 )
 from autoaug.search.methods.train.reporter import TrainReporter
 from autoaug.search.run_dir import RunDir
-from autoaug.search.score import asha_milestones, score_epochs
+from autoaug.search.score import asha_milestones, report_epochs, score_epochs
 from autoaug.search.tune.study import SAMPLERS, redact
 
 if TYPE_CHECKING:
@@ -61,6 +61,11 @@ class TrainMethodConfig(MethodSettings):
         early_stopping: stop weak trials with ASHA on the search score per epoch.
         grace_period / reduction_factor: ASHA's first rung (epochs) and its reduction factor.
         top_n: best trials whose sub-policies make the assembled policy.
+        report_every: a trial reports to Tune (with its checkpoint) every ``report_every`` epochs,
+            at each of ASHA's rungs and at its end (:func:`trial_report_epochs`); 1: every epoch.
+            Fewer reports are less for the search's driver to take in (it takes in about 60 a
+            second on 2 cores: benchmarks/results/report-throughput), for fast trials (packs on a
+            GPU); a trial restarted after a failure retrains the epochs since its last report.
     """
 
     WHAT: ClassVar[str] = "training-method"
@@ -74,7 +79,9 @@ class TrainMethodConfig(MethodSettings):
         "cpu": {"num_trials": 28, "grace_period": 20, "reduction_factor": 3, "top_n": 5},
         # One GPU-hour (the shared `gpu` preset): 200 trials, ASHA cuts only at epoch 60 and keeps a third.
         # Chosen by benchmarks/results/gpu and score-noise-cifar10; docs/results.md, "How the presets were chosen".
-        "gpu": {"num_trials": 200, "grace_period": 60, "reduction_factor": 3, "top_n": 5},
+        # Reports every 10 epochs: a GPU's trials (packs most) report faster than a driver takes in
+        # WRN-40-2's checkpoints (benchmarks/results/report-throughput).
+        "gpu": {"num_trials": 200, "grace_period": 60, "reduction_factor": 3, "top_n": 5, "report_every": 10},
         # AutoAugment's proxy task: ASHA cuts the weak candidates at epochs 15 and 45.
         "paper": {"num_trials": 200, "grace_period": 15, "reduction_factor": 3},
     }
@@ -84,9 +91,10 @@ class TrainMethodConfig(MethodSettings):
     grace_period: int = 1
     reduction_factor: float = 3.0
     top_n: int = 5
+    report_every: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("num_trials", "grace_period", "top_n"):
+        for name in ("num_trials", "grace_period", "top_n", "report_every"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise self.invalid(name, "an integer >= 1")
         if not isinstance(self.early_stopping, bool):
@@ -105,6 +113,16 @@ def trial_train_config(config: SearchConfig) -> Any:
     s, t = config.method_settings(TrainMethodConfig), config.train
     milestones = asha_milestones(s.grace_period, s.reduction_factor, t.epochs) if s.early_stopping else ()
     return dataclasses.replace(t, eval_epochs=score_epochs(t.epochs, config.score_window, milestones))
+
+
+def trial_report_epochs(config: SearchConfig) -> tuple[int, ...] | None:
+    """The epochs at which every trial reports (:func:`~autoaug.search.score.report_epochs`: every
+    ``report_every``, ASHA's rungs, the last); None when it reports every epoch."""
+    s, t = config.method_settings(TrainMethodConfig), config.train
+    if s.report_every == 1:
+        return None
+    milestones = asha_milestones(s.grace_period, s.reduction_factor, t.epochs) if s.early_stopping else ()
+    return report_epochs(t.epochs, s.report_every, milestones)
 
 
 class TrainMethod(Method):
@@ -146,6 +164,14 @@ class TrainMethod(Method):
         ),
         TrainMethodConfig.option(
             "--reduction-factor", "reduction_factor", "ASHA reduction factor", group="how", type=float, metavar="ETA"
+        ),
+        TrainMethodConfig.option(
+            "--report-every",
+            "report_every",
+            "a trial reports (and checkpoints) every N epochs, at ASHA's rungs and at its end (default 1)",
+            group="how",
+            type=int,
+            metavar="N",
         ),
     )
 
@@ -217,6 +243,7 @@ class TrainMethod(Method):
             search,
             s,
             trial_train_config(config).to_dict(),
+            trial_report_epochs(config),
             _rung_calibration(search) if s.early_stopping else (),
             lambda: _sampler_margin(search),
         )

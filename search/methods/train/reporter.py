@@ -24,8 +24,9 @@ class TrainReporter(MethodReporter):
             if s.early_stopping
             else "off"
         )
+        reports = "" if s.report_every == 1 else f", each reporting every {s.report_every} epochs"
         return [
-            f"  method: one proxy training per candidate, {s.num_trials} trials, early stopping {stopping}",
+            f"  method: one proxy training per candidate, {s.num_trials} trials{reports}, early stopping {stopping}",
             self.proxy_line(t),
         ]
 

@@ -36,11 +36,12 @@ def run_trials(
     search: PreparedSearch,
     s: TrainMethodConfig,
     train_config: dict[str, Any],
+    report_at: Sequence[int] | None,
     rung_calibration: Sequence[Mapping[int, float]],
     sampler_margin: Callable[[], float | None],
 ) -> tuple[Any, list[TrialRecord], list[str], float | None, dict[str, float] | None]:
     """Run (or continue) the experiment of ``search`` (settings ``s``; every trial trains with
-    ``train_config``; ``rung_calibration``: the calibration's runs by epoch, for ASHA's rung gate;
+    ``train_config`` and reports at the epochs ``report_at``, None: every epoch; ``rung_calibration``: the calibration's runs by epoch, for ASHA's rung gate;
     ``sampler_margin()``: the margin of a sampler that moves from an incumbent, asked once the pack
     servers are planned): ``(study, trials, problems, margin, packs)`` -- the Optuna study, the
     trials read back and checked (:func:`_finished_trials`), the problems between the two, the
@@ -60,6 +61,7 @@ def run_trials(
             "space": config.space.to_dict(),
             "policy_prefix": config.name,
             "score_window": config.score_window,
+            **({"report_at": tuple(report_at)} if report_at is not None else {}),
         },
         asha=(s.grace_period, s.reduction_factor) if s.early_stopping else None,
         rung_calibration=rung_calibration,

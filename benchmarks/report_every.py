@@ -68,7 +68,7 @@ def measure(args: argparse.Namespace, every: int, root: Path, index: int) -> dic
     starts = [r["timestamp"] - r["time_total_s"] for r in rows if r.get("epochs_this_report") == r.get("epoch")]
     span = max(r["timestamp"] for r in rows) - min(starts)
     epochs = sum(int(r["epochs_this_report"]) for r in rows)
-    packs = json.loads((run / "result.json").read_text())["provenance"]["method"].get("packs")
+    packs = (json.loads((run / "result.json").read_text())["provenance"].get("method") or {}).get("packs")
     return {
         "report_every": every,
         "trial_epochs": epochs,

@@ -81,7 +81,9 @@ def test_a_search_config_that_sets_the_validated_epochs_itself_is_refused():
 def test_a_search_validates_only_the_epochs_asha_and_the_ranking_read(tmp_path, capsys, cifar_small):
     """4 epochs, ASHA's rung at epoch 2, a window of 1: trials validate epochs 2 and 4 only; ASHA
     cuts at epoch 2 on real scores, the study holds the scores of the validated epochs, and the
-    stored policy's trials are scored as before."""
+    stored policy's trials are scored as before. Reporting every 3 epochs (``--report-every``), a
+    trial reports at the rung, at epoch 3 and at its end (the pack's side:
+    tests/search/test_pack_search.py)."""
     from autoaug.launch.cli import main
 
     code = main(
@@ -101,6 +103,8 @@ def test_a_search_validates_only_the_epochs_asha_and_the_ranking_read(tmp_path, 
             "2",
             "--reduction-factor",
             "2",
+            "--report-every",
+            "3",
             "--set",
             "score_window=1",
             "--set",
@@ -123,14 +127,13 @@ def test_a_search_validates_only_the_epochs_asha_and_the_ranking_read(tmp_path, 
         rows[path.parent.name] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     assert len(rows) == 4
     for history in rows.values():
+        assert [(r["epoch"], r["epochs_this_report"]) for r in history] in ([(2, 2)], [(2, 2), (3, 1), (4, 1)])
         for r in history:
             validated = r["epoch"] in (2, 4)
             assert (r["val_accuracy"] is not None) == validated, r
-            if r["epoch"] == 1:
-                assert r["search_score"] is None  # nothing measured yet
-            else:  # the score of the last validated epoch (window 1)
-                last = max(h["epoch"] for h in history if h["epoch"] <= r["epoch"] and h["val_accuracy"] is not None)
-                assert r["search_score"] == next(h["val_accuracy"] for h in history if h["epoch"] == last)
+            # the score of the last validated epoch (window 1)
+            last = max(h["epoch"] for h in history if h["epoch"] <= r["epoch"] and h["val_accuracy"] is not None)
+            assert r["search_score"] == next(h["val_accuracy"] for h in history if h["epoch"] == last)
     study = optuna.load_study(study_name="sparse", storage=f"sqlite:///{run}/optuna.db")
     for t in study.trials:
         assert set(t.intermediate_values) <= {2, 4} and t.intermediate_values, t.intermediate_values

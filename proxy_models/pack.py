@@ -158,7 +158,13 @@ class PackLearner:
         self.base_lrs = [float(s["scheduler"]["base_lrs"][0]) for s in states]
         self.group = {k2: v for k2, v in states[0]["optimizer"]["param_groups"][0].items() if k2 != "params"}
         self.scaler_state = dict(states[0].get("scaler") or {})
-        self._shape = {n: (k,) + (1,) * (p.dim() - 1) for n, p in self.params.items()}
+        # The optimizer's tensors as lists (one multi-tensor kernel an operation, not one a
+        # parameter), and each member's slices of the parameters and of the step's update.
+        self._param_list = [self.params[n] for n in self.param_names]
+        self._momentum_list = [self.momentum[n] for n in self.param_names]
+        self._update = [torch.empty_like(p, requires_grad=False) for p in self._param_list]
+        self._member_params = [[p[j] for p in self._param_list] for j in range(k)]
+        self._member_update = [[u[j] for u in self._update] for j in range(k)]
 
     def states(self) -> list[dict[str, Any]]:
         """Each member's state, :meth:`Learner.state_dict`'s layout (copies)."""
@@ -192,14 +198,9 @@ class PackLearner:
         return self.base_lrs[k] * self.schedule(self.steps[k])
 
     # ---- one epoch -------------------------------------------------------------------------
-    def _lr_table(self) -> torch.Tensor:
-        """(steps_per_epoch, K): each member's learning rate at each step of this epoch, on the
-        device once per epoch (no host copy per step)."""
-        rows = [
-            [self.base_lrs[k] * self.schedule(self.steps[k] + i) for k in range(self.size)]
-            for i in range(self.steps_per_epoch)
-        ]
-        return torch.tensor(rows, dtype=torch.float32, device=self.device)
+    def lrs(self, step: int = 0) -> list[float]:
+        """Each member's learning rate at ``step`` of this epoch (host numbers: no device read)."""
+        return [self.base_lrs[k] * self.schedule(self.steps[k] + step) for k in range(self.size)]
 
     def forward_backward(
         self, images: torch.Tensor, labels: torch.Tensor
@@ -214,19 +215,24 @@ class PackLearner:
         return losses, logits, grads
 
     @torch.no_grad()
-    def apply_gradients(self, grads: Sequence[torch.Tensor], lr: torch.Tensor) -> None:
-        """One SGD step of every member (``lr``: K learning rates): :class:`Learner`'s arithmetic
-        (L2 weight decay, momentum, Nesterov) on the stacked tensors, one pass for all members."""
+    def apply_gradients(self, grads: Sequence[torch.Tensor], lrs: Sequence[float]) -> None:
+        """One SGD step of every member (``lrs``: their K learning rates, :meth:`lrs`):
+        :class:`Learner`'s arithmetic (L2 weight decay, momentum, Nesterov; the parameter moved by
+        ``-lr`` times the update) on the stacked tensors, each operation one multi-tensor kernel
+        over every parameter (``torch._foreach_*``, as ``torch.optim.SGD``'s ``foreach`` path),
+        then one per member for its learning rate."""
         cfg = self.config
         momentum, decay, nesterov = cfg.momentum, cfg.weight_decay, cfg.nesterov
-        for name, grad in zip(self.param_names, grads):
-            param = self.params[name]
-            if decay != 0:
-                grad = grad.add(param, alpha=decay)
-            buf = self.momentum[name]
-            buf.mul_(momentum).add_(grad)
-            grad = grad.add(buf, alpha=momentum) if nesterov else buf
-            param.sub_(grad * lr.view(self._shape[name]))
+        grads = list(grads)
+        if decay != 0:
+            grads = torch._foreach_add(grads, self._param_list, alpha=decay)
+        torch._foreach_mul_(self._momentum_list, momentum)
+        torch._foreach_add_(self._momentum_list, grads)
+        torch._foreach_copy_(self._update, grads if nesterov else self._momentum_list)
+        if nesterov:
+            torch._foreach_add_(self._update, self._momentum_list, alpha=momentum)
+        for params, update, lr in zip(self._member_params, self._member_update, lrs):
+            torch._foreach_add_(params, update, alpha=-lr)
 
     def train_epoch(self, iterables: Sequence[Iterable[tuple[torch.Tensor, torch.Tensor]]]) -> list[EpochStats]:
         """One epoch of every member: step ``i`` trains member ``k`` on the ``i``-th batch of
@@ -235,7 +241,6 @@ class PackLearner:
             raise ValueError(f"{len(iterables)} data streams for a pack of {self.size}")
         k, dev = self.size, self.device
         self.template.train()
-        lrs = self._lr_table()
         loss_sum = torch.zeros(k, dtype=torch.float64, device=dev)
         correct = torch.zeros(k, dtype=torch.int64, device=dev)
         seen = step = 0
@@ -251,7 +256,7 @@ class PackLearner:
             labels = torch.stack([b[1].view(-1) for b in batch]).to(dev, non_blocking=True).long()
             n = labels.shape[1]
             losses, logits, grads = self.forward_backward(images, labels)
-            self.apply_gradients(grads, lrs[step])
+            self.apply_gradients(grads, self.lrs(step))
             with torch.no_grad():
                 loss_sum += losses.detach().double() * n
                 correct += (logits.detach().argmax(-1) == labels).sum(1)

@@ -55,12 +55,11 @@ def pack_rate(config: TrainConfig, k: int, *, train_size: int, seconds: float = 
             torch.manual_seed(seed)
             states.append(Learner(config, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev).state_dict())
         pack.load(states)
-        lrs = pack._lr_table()
 
         def step(i: int) -> None:
             idx = torch.randint(0, n, (k, b), device=dev)  # each member its own order
             _, _, grads = pack.forward_backward((images[idx].float() - mean) / std, labels[idx])
-            pack.apply_gradients(grads, lrs[i % steps_per_epoch])
+            pack.apply_gradients(grads, pack.lrs(i % steps_per_epoch))
 
     def sync() -> None:
         if dev.type == "cuda":

@@ -78,7 +78,7 @@ def test_in_a_pack_of_four_each_members_first_steps_equal_its_solo_runs(cfg):
                     assert _rel(g[k], p.grad) < 1e-2, name  # (a ReLU at 0 may flip: float rounding)
             solo.optimizer.step()
             solo.scheduler.step()
-        pack.apply_gradients(grads, pack._lr_table()[0])  # the pack's own step over those gradients
+        pack.apply_gradients(grads, pack.lrs())  # the pack's own step over those gradients
         pack.steps = [s + 1 for s in pack.steps]
     for k, state in enumerate(pack.states()):
         for name, p in solos[k].model.named_parameters():
@@ -90,6 +90,40 @@ def test_in_a_pack_of_four_each_members_first_steps_equal_its_solo_runs(cfg):
                 assert torch.equal(state["model"][name], b), (k, name)
         assert state["scheduler"]["last_epoch"] == solos[k].scheduler.last_epoch
         assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(solos[k].lr)
+
+
+def test_the_packs_fused_optimizer_step_is_each_members_solo_step_bit_for_bit(cfg):
+    """Given the same gradients, the pack's step (one multi-tensor operation over every parameter of
+    every member, then one per member for its learning rate) moves each member's parameters and
+    momentum exactly as its solo run's optimizer does, step after step, weight decay, Nesterov
+    and the schedule included (on the CPU; a GPU's fused kernels may round differently)."""
+    seeds = (0, 1, 2)
+    solos = _fresh(cfg, seeds)
+    pack = PackLearner(cfg, num_classes=10, steps_per_epoch=8)
+    pack.load(copy.deepcopy([s.state_dict() for s in solos]))
+    pack.steps, pack.base_lrs = [0, 2, 5], [0.1, 0.1, 0.05]  # each member at its own point of its schedule
+    for k, solo in enumerate(solos):
+        solo.optimizer.param_groups[0]["lr"] = pack.base_lrs[k]
+        solo.scheduler.base_lrs = [pack.base_lrs[k]]
+        for _ in range(pack.steps[k]):
+            solo.scheduler.step()
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        grads = [torch.randn(pack.params[n].shape, generator=gen) for n in pack.param_names]
+        pack.apply_gradients(grads, pack.lrs())
+        pack.steps = [s + 1 for s in pack.steps]
+        for k, solo in enumerate(solos):
+            for g, p in zip(grads, solo.model.parameters()):
+                p.grad = g[k].clone()
+            solo.optimizer.step()
+            solo.scheduler.step()
+    for k, state in enumerate(pack.states()):
+        solo_state = solos[k].state_dict()
+        for name, p in solos[k].model.named_parameters():
+            assert torch.equal(state["model"][name], p.detach()), (k, name)
+        for i, held in solo_state["optimizer"]["state"].items():
+            assert torch.equal(state["optimizer"]["state"][i]["momentum_buffer"], held["momentum_buffer"]), (k, i)
+        assert state["optimizer"]["param_groups"][0]["lr"] == solos[k].lr
 
 
 def test_a_members_steps_do_not_change_when_its_pack_mates_do(cfg):

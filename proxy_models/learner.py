@@ -11,7 +11,7 @@ saves: a resumed run must equal an uninterrupted one.
 The optimizer and the schedule are :class:`SGD` and :class:`StepSchedule`, not ``torch.optim``'s
 ``SGD`` and ``LambdaLR``: those import the compiler stack (``torch._dynamo``, 1.1-1.7 CPU-s in
 every training process: every trial actor, calibration and re-scoring task) on their first step,
-for nothing when nothing is compiled. They do the same arithmetic in the same order (bit for bit:
+for nothing when nothing is compiled. They do the same arithmetic in the same order (bit for bit on the CPU:
 ``tests/proxy_models/test_learner_optim.py``) and save the same ``state_dict`` layout, so
 checkpoints load either way.
 """
@@ -60,9 +60,11 @@ class WarmupCosine:
 # --------------------------------------------------------------------------------------------
 class SGD:
     """SGD with momentum (optionally Nesterov) and L2 weight decay: ``torch.optim.SGD``'s
-    arithmetic, per tensor in the same order (its default on the CPU: the "for-loop"
-    implementation), and its ``param_groups`` / ``state_dict`` layout (what ``GradScaler`` and
-    checkpoints read). One parameter group; no closure, no sparse gradients, no ``maximize``."""
+    arithmetic in the same order, each operation over every parameter at once (its ``foreach``
+    path, its default on a GPU: a multi-tensor kernel an operation rather than one a parameter; on
+    the CPU the same per-tensor operations as its "for-loop" default), and its ``param_groups`` /
+    ``state_dict`` layout (what ``GradScaler`` and checkpoints read). One parameter group; no
+    closure, no sparse gradients, no ``maximize``."""
 
     def __init__(
         self, params: Iterable[torch.Tensor], *, lr: float, momentum: float, nesterov: bool, weight_decay: float
@@ -97,21 +99,29 @@ class SGD:
         group = self.param_groups[0]
         lr, momentum, decay, nesterov = group["lr"], group["momentum"], group["weight_decay"], group["nesterov"]
         dampening = group["dampening"]
-        for param in group["params"]:
-            if param.grad is None:
-                continue
-            grad = param.grad
-            if decay != 0:
-                grad = grad.add(param, alpha=decay)
-            if momentum != 0:
-                state = self.state.setdefault(param, {})
-                buf = state.get("momentum_buffer")
-                if buf is None:
-                    buf = state["momentum_buffer"] = grad.detach().clone()
-                else:
-                    buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-                grad = grad.add(buf, alpha=momentum) if nesterov else buf
-            param.add_(grad, alpha=-lr)
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        grads = [p.grad for p in params]
+        if decay != 0:
+            grads = torch._foreach_add(grads, params, alpha=decay)
+        if momentum != 0:
+            states = [self.state.setdefault(p, {}) for p in params]
+            if all("momentum_buffer" in st for st in states):
+                bufs = [st["momentum_buffer"] for st in states]
+                torch._foreach_mul_(bufs, momentum)
+                torch._foreach_add_(bufs, grads, alpha=1 - dampening)
+            else:  # the first step: each buffer starts as its gradient
+                bufs = []
+                for st, grad in zip(states, grads):
+                    buf = st.get("momentum_buffer")
+                    if buf is None:
+                        buf = st["momentum_buffer"] = grad.detach().clone()
+                    else:
+                        buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                    bufs.append(buf)
+            grads = torch._foreach_add(grads, bufs, alpha=momentum) if nesterov else bufs
+        torch._foreach_add_(params, grads, alpha=-lr)
 
     def state_dict(self) -> dict[str, Any]:
         """``torch.optim.SGD.state_dict``'s layout: parameters by index."""

@@ -1,5 +1,7 @@
 """The pack's SGD step, per parameter (the loop it replaced, copied here) against the multi-tensor
-step (``PackLearner.apply_gradients``): milliseconds a step on one CPU thread, same gradients.
+step (``PackLearner.apply_gradients``); and a solo run's (``learner.SGD``, now multi-tensor)
+against ``torch.optim.SGD``'s per-parameter loop (``foreach=False``, what it did before):
+milliseconds a step on one CPU thread, same gradients.
 
     python benchmarks/results/pack-sgd/compare.py
 """
@@ -53,6 +55,19 @@ def main() -> None:
                 n += 1
             ms = (time.perf_counter() - t0) / n * 1e3
             print(f"{preset} ({cfg.model}, {len(grads)} parameter tensors) K={k} {name}: {ms:.2f} ms a step")
+        solo = Learner(cfg, num_classes=10, steps_per_epoch=8)
+        params = list(solo.model.parameters())
+        for p, g in zip(params, grads):
+            p.grad = g[0].clone()
+        loop = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4, foreach=False)
+        for name, step in (("solo, per parameter", loop.step), ("solo, multi-tensor", solo.optimizer.step)):
+            step()
+            t0, n = time.perf_counter(), 0
+            while time.perf_counter() - t0 < 3:
+                step()
+                n += 1
+            ms = (time.perf_counter() - t0) / n * 1e3
+            print(f"{preset} ({cfg.model}) {name}: {ms:.2f} ms a step")
 
 
 if __name__ == "__main__":

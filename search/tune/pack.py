@@ -256,13 +256,13 @@ class PackServer:
             if not active:
                 break
             results = pack.train_epoch(active, errors=True)
-            trained += len(active)
             for key in active:
                 out = results.get(key)
                 if isinstance(out, BaseException):
                     pack.remove(key)
                     replies.append((ready[key], {"error": _line(out)}))
                     continue
+                trained += 1
                 # pack_size: the members trained in this epoch (what a trial's epoch shared its device with)
                 epochs[key].append({**out, "pack_size": len(active)})
         for key, request in ready.items():

@@ -748,18 +748,16 @@ def test_a_search_job_stopped_saves_its_trials_and_says_how_to_resume(ray_cluste
         logs = ray_cluster.run(autoaug, "launch", "logs", job_id, "--address", url)
         pytest.fail(f"the job ended ({status}) before its first trial did:\n{logs.stdout[-3000:]}")
     assert at_point[0].split()[1] == "search.after_trial_saved"
-    # `launch stop` waits for the job to end: the driver, released below, saves its trials first.
-    stop = subprocess.Popen(
-        [autoaug, "launch", "stop", job_id, "--timeout", "300", "--address", url],
-        env=ray_cluster.env,
-        cwd=str(ray_cluster.temp_dir),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    with open(gate, "w"):  # released once it opens the gate again (SIGTERM handled: it goes on to stop)
+    # The stop asked for first (Ray's job stop sends the driver its SIGTERM a moment after it
+    # returns), the driver released after: released before, it could start and finish the second
+    # trial while the stop command was still starting.
+    asked = ray_cluster.run(autoaug, "launch", "stop", job_id, "--no-wait", "--address", url)
+    assert asked.returncode == 0 and f"requested job {job_id} to stop" in asked.stdout, asked.stderr
+    with open(gate, "w"):  # the driver, released, goes on to stop: it saves its trials first
         pass
-    stop_out, stop_err = stop.communicate(timeout=600)
+    # `launch stop` waits for the job to end
+    stop = ray_cluster.run(autoaug, "launch", "stop", job_id, "--timeout", "300", "--address", url)
+    stop_out, stop_err = stop.stdout, stop.stderr
     assert stop.returncode == 0 and f"job {job_id} STOPPED" in stop_out, stop_out + stop_err
     followed = ray_cluster.run(autoaug, "launch", "logs", job_id, "--follow", "--address", url)
     assert followed.returncode == 1 and "STOPPED" in followed.stderr, followed.stderr

@@ -15,7 +15,8 @@ On a machine with one NVIDIA GPU, in about 8 minutes (``--budget-s``)::
 4. runs 1, 2 and 4 such runs at once on the one GPU (what ``--gpus-per-trial`` 1, 0.5, 0.25
    give a search) and turns their epoch times into 120-epoch trials per GPU-hour;
 4b. ``pack``: 120-epoch trials per GPU-hour of packs of K members (``--packs``) beside 1 and 8
-   separate processes, both proxies, bf16 on device-resident images (``benchmarks/pack_throughput.py``);
+   separate processes, both proxies, bf16 on device-resident images, the sizes of
+   ``--graph-packs`` again with the step in a CUDA graph (``benchmarks/pack_throughput.py``);
 4c. ``feed``: a pack's input side (``--feed-packs`` K): the images per second K members' DALI
    loaders (on the GPU, as ``loader: dali`` trains, and on the CPU) and K device feeds
    (``loader: device``) serve with AutoAugment's CIFAR-10 policy on real images, and the ``paper``
@@ -423,10 +424,10 @@ def preset_search(
 # ----------------------------------------------------------------------------------------------
 
 
-def pack_rates(packs: str, seconds: float) -> dict:
+def pack_rates(packs: str, seconds: float, graph_packs: str = "") -> dict:
     """Step ``pack``: 120-epoch trials per GPU-hour of packs of K members beside one trial per
     process, 1 and 8 at once, for both proxies (``benchmarks/pack_throughput.py``, in bf16 on
-    device-resident images)."""
+    device-resident images); the sizes of ``graph_packs`` again with the step in a CUDA graph."""
     import pack_throughput
 
     rows = []
@@ -440,6 +441,9 @@ def pack_rates(packs: str, seconds: float) -> dict:
                 rows.append({"proxy": proxy, "k": k, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 break
             log(f"pack {proxy} K={k}: {rows[-1]['trials_per_hour']} trials/h")
+            if str(k) in graph_packs.split(","):
+                rows.append(pack_throughput.graphed_steps(proxy, k, "cuda", "preset", seconds))
+                log(f"pack {proxy} K={k} in a CUDA graph: {rows[-1].get('trials_per_hour', rows[-1].get('error'))}")
     return {"rows": rows}
 
 
@@ -516,6 +520,7 @@ def table(figures: dict) -> str:
         lines.append(f"\n{'pack step (bf16, images on the GPU)':<40}{'img/s':>10}{'trials/GPU-h':>14}{'GiB':>7}")
         for r in packs["rows"]:
             what = f"{r['processes']} processes" if "processes" in r else f"pack of {r['k']}"
+            what += ", CUDA graph" if r.get("graphs") else ""
             if "error" in r:
                 lines.append(f"{r['proxy'] + ' ' + what:<40}{r['error']}")
                 continue
@@ -608,6 +613,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--packs", default="1,4,8,16,32,64", help="the pack step's pack sizes (default 1,4,8,16,32,64)")
     parser.add_argument("--pack-seconds", type=float, default=6.0, help="timed seconds per pack size (default 6)")
+    parser.add_argument(
+        "--graph-packs",
+        default="1,16",
+        help="the pack step's sizes measured again with the step in a CUDA graph (default 1,16; '' for none)",
+    )
     parser.add_argument("--feed-packs", default="1,8,32", help="the feed step's pack sizes (default 1,8,32)")
     parser.add_argument(
         "--feed-seconds", type=float, default=5.0, help="the feed step's seconds per loader (default 5)"
@@ -638,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--churn-packs {args.churn_packs!r}: expected PROXY:K pairs, PROXY {' or '.join(PROXIES)}, K >= 1"
         )
+    graph_packs = [x.strip() for x in args.graph_packs.split(",") if x.strip()]
+    if not all(x.isdigit() and int(x) >= 1 for x in graph_packs):
+        parser.error(f"--graph-packs {args.graph_packs!r}: expected pack sizes >= 1, comma-separated (or '' for none)")
     if not args.data or not (Path(args.data) / "train.parquet").is_file():
         parser.error(f"--data: no train.parquet in {args.data!r} (give a folder holding one, or set AUTOAUG_CIFAR10)")
     import torch
@@ -681,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=max(60.0, left()),
             proxy=args.proxy,
         ),
-        "pack": lambda: pack_rates(args.packs, args.pack_seconds),
+        "pack": lambda: pack_rates(args.packs, args.pack_seconds, ",".join(graph_packs)),
         "feed": lambda: feed_rates(data, args.feed_packs, args.feed_seconds, args.feed_epochs),
         "churn": lambda: churn_rates(data, churn_packs, args.churn_epochs),
         "search": lambda: smoke_search(data, out_dir, timeout_s=max(60.0, left())),

@@ -37,6 +37,10 @@ way's trial-epochs per hour, the time spent adding members, and the pack's sizes
 
     python benchmarks/pack_throughput.py --device cpu --measure churn --data DIR --proxies proxy-cpu --packs 4 --epochs 4 --trials 12
 
+``--graphs`` (CUDA) measures each pack size of the model side a second time with its step --
+the batch gathered, forward, backward, the SGD step -- captured once in a CUDA graph and replayed
+(rows with ``"graphs": true``; a step that cannot be captured is its row's error).
+
 It prints a table and writes ``--out`` (JSON), with the machine (CPU model, GPU) and the command.
 The model side needs torch only (and this checkout): it runs where Ray, Optuna and DALI are not
 installed; the input side's ``dali`` rows need DALI.
@@ -104,9 +108,10 @@ def _config(proxy: str, device: str, amp: str):
     )
 
 
-def time_steps(proxy: str, k: int, device: str, amp: str, seconds: float) -> dict:
+def time_steps(proxy: str, k: int, device: str, amp: str, seconds: float, graphs: bool = False) -> dict:
     """Images per second (all members) of a pack of ``k`` (1: the solo learner) for about
-    ``seconds`` (:func:`autoaug.proxy_models.pack_sizing.pack_rate`)."""
+    ``seconds`` (:func:`autoaug.proxy_models.pack_sizing.pack_rate`; ``graphs``: its step
+    replayed from a CUDA graph)."""
     import torch
 
     from autoaug.proxy_models.pack_sizing import pack_rate
@@ -114,11 +119,12 @@ def time_steps(proxy: str, k: int, device: str, amp: str, seconds: float) -> dic
     cfg = _config(proxy, device, amp)
     n = PROXIES[proxy]["train_size"]
     with torch.random.fork_rng(devices=[]):
-        row = pack_rate(cfg, k, train_size=n, seconds=seconds, warmup=3)
+        row = pack_rate(cfg, k, train_size=n, seconds=seconds, warmup=3, graphs=graphs)
     rate = row["images_per_s"]
     out = {
         "proxy": proxy,
         "k": k,
+        **({"graphs": True} if graphs else {}),
         "steps": row["steps"],
         "seconds": round(row["seconds"], 2),
         "images_per_s": round(rate, 1),
@@ -127,6 +133,27 @@ def time_steps(proxy: str, k: int, device: str, amp: str, seconds: float) -> dic
     if "peak_bytes" in row:
         out["peak_memory_gib"] = round(row["peak_bytes"] / 2**30, 2)
     return out
+
+
+def graphed_steps(proxy: str, k: int, device: str, amp: str, seconds: float) -> dict:
+    """:func:`time_steps` with the step in a CUDA graph; a step that cannot be captured is its
+    row's ``error`` (the first line of what capture raised)."""
+    try:
+        return time_steps(proxy, k, device, amp, seconds, graphs=True)
+    except Exception as exc:  # noqa: BLE001 - what capture meets is the measurement
+        text = str(exc).strip().splitlines()
+        return {
+            "proxy": proxy,
+            "k": k,
+            "graphs": True,
+            "error": f"{type(exc).__name__}: {text[0] if text else ''}"[:300],
+        }
+
+
+def _rate(row: dict) -> str:
+    if "error" in row:
+        return row["error"]
+    return f"{row['images_per_s']:10.0f} img/s {row['trials_per_hour']:8.1f} trials/h"
 
 
 def processes(proxy: str, count: int, device: str, amp: str, seconds: float, threads: int) -> dict:
@@ -418,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="timed seconds per measurement")
     ap.add_argument("--amp", choices=("preset", "bf16", "fp32"), default="preset")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each process (CPU)")
+    ap.add_argument(
+        "--graphs", action="store_true", help="model: each pack size again with its step in a CUDA graph (CUDA)"
+    )
     ap.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/pack-throughput/<device>.json)")
     ap.add_argument(
         "--measure",
@@ -453,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--lengths {args.lengths!r}: expected shares of --epochs in (0, 1], comma-separated")
     if args.trials is not None and args.trials < 1:
         ap.error(f"--trials {args.trials}: expected at least 1")
+    if args.graphs and not args.device.startswith("cuda"):
+        ap.error(f"--graphs: CUDA graphs need --device cuda, not {args.device!r}")
     _importable()
     import torch
 
@@ -489,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{proxy:9s} pack of {k:3d}       {row['images_per_s']:10.0f} img/s {row['trials_per_hour']:8.1f} trials/h{mem}",
                 flush=True,
             )
+            if args.graphs:
+                rows.append(graphed_steps(proxy, k, args.device, args.amp, args.seconds))
+                print(f"{proxy:9s} pack of {k:3d} graph {_rate(rows[-1])}", flush=True)
     for proxy in args.proxies.split(","):
         for k in (int(x) for x in args.packs.split(",") if x):
             if "input" in measures:

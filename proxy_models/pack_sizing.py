@@ -23,12 +23,21 @@ AUTO_SIZES = (1, 2, 4, 8, 16, 32, 64)
 MEMORY_SHARE = 0.8
 
 
-def pack_rate(config: TrainConfig, k: int, *, train_size: int, seconds: float = 2.0, warmup: int = 2) -> dict[str, Any]:
+def pack_rate(
+    config: TrainConfig, k: int, *, train_size: int, seconds: float = 2.0, warmup: int = 2, graphs: bool = False
+) -> dict[str, Any]:
     """Images per second (all members) of a pack of ``k`` members of ``config`` (1: the solo
     learner) over about ``seconds`` of training steps on ``train_size`` synthetic images resident
     on the device (uint8, each member its own order, normalised there): the model's side of a
-    trial, what a pack changes. With CUDA also its peak memory (``peak_bytes``)."""
+    trial, what a pack changes. With CUDA also its peak memory (``peak_bytes``).
+
+    ``graphs`` (CUDA only): the step -- the batch gathered from the images, forward, backward,
+    the SGD step -- captured once in a CUDA graph after the warm-up and replayed, only the batch's
+    indices drawn outside it (what CUDA graphs would save a step of launches; a measurement:
+    the learning rates stay those of the capture)."""
     dev = config.resolve_device()
+    if graphs and dev.type != "cuda":
+        raise ValueError(f"CUDA graphs need a CUDA device, not {dev.type}")
     n, b = int(train_size), config.batch_size
     steps_per_epoch = max(1, n // b)
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -42,11 +51,15 @@ def pack_rate(config: TrainConfig, k: int, *, train_size: int, seconds: float = 
         learner = Learner(config, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev)
         fmt = torch.channels_last if learner.channels_last else torch.contiguous_format
 
-        def step(i: int) -> None:
-            idx = torch.randint(0, n, (b,), device=dev)
+        index_shape: tuple[int, ...] = (b,)
+
+        def body(idx: torch.Tensor) -> None:
             learner._forward_backward(((images[idx].float() - mean) / std).contiguous(memory_format=fmt), labels[idx])
             learner.scaler.step(learner.optimizer)
             learner.scaler.update()
+
+        def step(i: int) -> None:
+            body(torch.randint(0, n, index_shape, device=dev))
             learner.scheduler.step()
     else:
         pack = PackLearner(config, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev)
@@ -56,10 +69,14 @@ def pack_rate(config: TrainConfig, k: int, *, train_size: int, seconds: float = 
             states.append(Learner(config, num_classes=10, steps_per_epoch=steps_per_epoch, device=dev).state_dict())
         pack.load(states)
 
-        def step(i: int) -> None:
-            idx = torch.randint(0, n, (k, b), device=dev)  # each member its own order
+        index_shape = (k, b)  # each member its own order
+
+        def body(idx: torch.Tensor, i: int = 0) -> None:
             _, _, grads = pack.forward_backward((images[idx].float() - mean) / std, labels[idx])
             pack.apply_gradients(grads, pack.lrs(i % steps_per_epoch))
+
+        def step(i: int) -> None:
+            body(torch.randint(0, n, index_shape, device=dev), i)
 
     def sync() -> None:
         if dev.type == "cuda":
@@ -68,6 +85,8 @@ def pack_rate(config: TrainConfig, k: int, *, train_size: int, seconds: float = 
     for i in range(warmup):
         step(i)
     sync()
+    if graphs:
+        step = _graphed(body, torch.randint(0, n, index_shape, device=dev), n, dev)
     t0 = time.perf_counter()
     done = 0
     while True:
@@ -83,6 +102,27 @@ def pack_rate(config: TrainConfig, k: int, *, train_size: int, seconds: float = 
     if dev.type == "cuda":
         out["peak_bytes"] = int(torch.cuda.max_memory_allocated(dev))
     return out
+
+
+def _graphed(body: Any, static_idx: torch.Tensor, n: int, dev: torch.device) -> Any:
+    """``body(idx)`` captured in a CUDA graph (warmed up on a side stream first, as capture
+    needs), and the step that replays it: new indices below ``n`` copied into ``static_idx``,
+    the graph replayed."""
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            body(static_idx)
+    torch.cuda.current_stream(dev).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body(static_idx)
+
+    def replay(i: int) -> None:
+        static_idx.copy_(torch.randint(0, n, static_idx.shape, device=dev))
+        graph.replay()
+
+    return replay
 
 
 def choose_pack(

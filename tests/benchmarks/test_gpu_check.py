@@ -15,6 +15,15 @@ def test_a_malformed_churn_pack_list_is_refused_in_one_line(load_benchmark, cifa
     assert f"--churn-packs {packs!r}: expected PROXY:K pairs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("sizes", ["1,x", "0", "16;32"])
+def test_a_malformed_graph_pack_list_is_refused_in_one_line(load_benchmark, cifar_dir, sizes, capsys):
+    gc = load_benchmark("gpu_check")
+    with pytest.raises(SystemExit) as exit_:
+        gc.main(["--data", str(cifar_dir), "--only", "pack", "--graph-packs", sizes])
+    assert exit_.value.code == 2
+    assert f"--graph-packs {sizes!r}: expected pack sizes >= 1" in capsys.readouterr().err
+
+
 def test_without_a_gpu_it_says_so_and_exits_2(load_benchmark, cifar_dir, capsys):
     import torch
 

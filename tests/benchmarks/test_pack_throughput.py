@@ -73,3 +73,21 @@ def test_churn_refuses_lengths_that_are_not_shares_of_the_epochs(load_benchmark,
         pt.main(["--device", "cpu", "--measure", "churn", "--data", str(cifar_dir), "--lengths", lengths])
     assert exit_.value.code == 2
     assert f"--lengths {lengths!r}: expected shares of --epochs in (0, 1]" in capsys.readouterr().err
+
+
+def test_cuda_graphs_are_refused_on_a_cpu_in_one_line_and_a_step_that_cannot_be_captured_is_its_rows_error(
+    load_benchmark, capsys
+):
+    pt = load_benchmark("pack_throughput")
+    with pytest.raises(SystemExit) as exit_:
+        pt.main(["--device", "cpu", "--graphs"])
+    assert exit_.value.code == 2
+    assert "--graphs: CUDA graphs need --device cuda, not 'cpu'" in capsys.readouterr().err
+    # what the gpu_check step records where capture fails (here: no CUDA device)
+    row = pt.graphed_steps("proxy-cpu", 2, "cpu", "preset", 0.1)
+    assert row == {
+        "proxy": "proxy-cpu",
+        "k": 2,
+        "graphs": True,
+        "error": "ValueError: CUDA graphs need a CUDA device, not cpu",
+    }

@@ -129,3 +129,15 @@ def test_a_pack_trains_on_device_feeds_on_the_gpu(cifar_dir):
     results = train_pack(cfg, ["autoaugment-cifar10", "trivialaugment"], seeds=[0, 1])
     assert all(len(r.history) == cfg.epochs and r.val_accuracy is not None for r in results)
     assert results[1].config.seed == 1 and results[1].config.loader == "device"
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_training_step_replays_from_a_cuda_graph(k):
+    """What ``pack_throughput.py --graphs`` measures: the step (batch gathered, forward, backward,
+    SGD) of a solo learner and of a pack captured in a CUDA graph and replayed, training."""
+    from autoaug.proxy_models.pack_sizing import pack_rate
+    from autoaug.proxy_models.train_config import TrainConfig
+
+    cfg = TrainConfig.from_preset("smoke", data="synthetic", device="cuda", amp=True, amp_dtype="bfloat16")
+    row = pack_rate(cfg, k, train_size=256, seconds=0.5, graphs=True)
+    assert row["steps"] >= 4 and row["images_per_s"] > 0

@@ -55,6 +55,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Collection
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -424,7 +425,7 @@ def preset_search(
 # ----------------------------------------------------------------------------------------------
 
 
-def pack_rates(packs: str, seconds: float, graph_packs: str = "") -> dict:
+def pack_rates(packs: str, seconds: float, graph_packs: Collection[int] = ()) -> dict:
     """Step ``pack``: 120-epoch trials per GPU-hour of packs of K members beside one trial per
     process, 1 and 8 at once, for both proxies (``benchmarks/pack_throughput.py``, in bf16 on
     device-resident images); the sizes of ``graph_packs`` again with the step in a CUDA graph."""
@@ -441,7 +442,7 @@ def pack_rates(packs: str, seconds: float, graph_packs: str = "") -> dict:
                 rows.append({"proxy": proxy, "k": k, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 break
             log(f"pack {proxy} K={k}: {rows[-1]['trials_per_hour']} trials/h")
-            if str(k) in graph_packs.split(","):
+            if k in graph_packs:
                 rows.append(pack_throughput.graphed_steps(proxy, k, "cuda", "preset", seconds))
                 log(f"pack {proxy} K={k} in a CUDA graph: {rows[-1].get('trials_per_hour', rows[-1].get('error'))}")
     return {"rows": rows}
@@ -694,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=max(60.0, left()),
             proxy=args.proxy,
         ),
-        "pack": lambda: pack_rates(args.packs, args.pack_seconds, ",".join(graph_packs)),
+        "pack": lambda: pack_rates(args.packs, args.pack_seconds, {int(x) for x in graph_packs}),
         "feed": lambda: feed_rates(data, args.feed_packs, args.feed_seconds, args.feed_epochs),
         "churn": lambda: churn_rates(data, churn_packs, args.churn_epochs),
         "search": lambda: smoke_search(data, out_dir, timeout_s=max(60.0, left())),

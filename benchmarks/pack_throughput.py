@@ -517,10 +517,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             rows.append(row)
             mem = f"  {row['peak_memory_gib']:.1f} GiB" if "peak_memory_gib" in row else ""
-            print(
-                f"{proxy:9s} pack of {k:3d}       {row['images_per_s']:10.0f} img/s {row['trials_per_hour']:8.1f} trials/h{mem}",
-                flush=True,
-            )
+            print(f"{proxy:9s} pack of {k:3d}       {_rate(row)}{mem}", flush=True)
             if args.graphs:
                 rows.append(graphed_steps(proxy, k, args.device, args.amp, args.seconds))
                 print(f"{proxy:9s} pack of {k:3d} graph {_rate(rows[-1])}", flush=True)

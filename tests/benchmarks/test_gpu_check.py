@@ -6,22 +6,19 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.parametrize("packs", ["paper16", "paper:x", "resnet:4", "paper:0"])
-def test_a_malformed_churn_pack_list_is_refused_in_one_line(load_benchmark, cifar_dir, packs, capsys):
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        *(("--churn-packs", v, "expected PROXY:K pairs") for v in ("paper16", "paper:x", "resnet:4", "paper:0")),
+        *(("--graph-packs", v, "expected pack sizes >= 1") for v in ("1,x", "0", "16;32")),
+    ],
+)
+def test_a_malformed_pack_list_is_refused_in_one_line(load_benchmark, cifar_dir, flag, value, said, capsys):
     gc = load_benchmark("gpu_check")
     with pytest.raises(SystemExit) as exit_:
-        gc.main(["--data", str(cifar_dir), "--only", "churn", "--churn-packs", packs])
+        gc.main(["--data", str(cifar_dir), "--only", "churn,pack", flag, value])
     assert exit_.value.code == 2
-    assert f"--churn-packs {packs!r}: expected PROXY:K pairs" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("sizes", ["1,x", "0", "16;32"])
-def test_a_malformed_graph_pack_list_is_refused_in_one_line(load_benchmark, cifar_dir, sizes, capsys):
-    gc = load_benchmark("gpu_check")
-    with pytest.raises(SystemExit) as exit_:
-        gc.main(["--data", str(cifar_dir), "--only", "pack", "--graph-packs", sizes])
-    assert exit_.value.code == 2
-    assert f"--graph-packs {sizes!r}: expected pack sizes >= 1" in capsys.readouterr().err
+    assert f"{flag} {value!r}: {said}" in capsys.readouterr().err
 
 
 def test_without_a_gpu_it_says_so_and_exits_2(load_benchmark, cifar_dir, capsys):

@@ -32,6 +32,16 @@ def per_tensor(pack: PackLearner, grads: list[torch.Tensor], lr: torch.Tensor) -
             param.sub_(grad * lr.view((pack.size,) + (1,) * (param.dim() - 1)))
 
 
+def ms_a_step(step) -> float:
+    """Milliseconds a call of ``step`` takes, over about 3 seconds after one untimed call."""
+    step()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 3:
+        step()
+        n += 1
+    return (time.perf_counter() - t0) / n * 1e3
+
+
 def main() -> None:
     torch.set_num_threads(1)
     for preset, k in (("proxy-cpu", 16), ("paper", 4)):
@@ -48,12 +58,7 @@ def main() -> None:
             ("per parameter", lambda: per_tensor(pack, grads, lr)),
             ("multi-tensor", lambda: pack.apply_gradients(grads, pack.lrs())),
         ):
-            step()
-            t0, n = time.perf_counter(), 0
-            while time.perf_counter() - t0 < 3:
-                step()
-                n += 1
-            ms = (time.perf_counter() - t0) / n * 1e3
+            ms = ms_a_step(step)
             print(f"{preset} ({cfg.model}, {len(grads)} parameter tensors) K={k} {name}: {ms:.2f} ms a step")
         solo = Learner(cfg, num_classes=10, steps_per_epoch=8)
         params = list(solo.model.parameters())
@@ -61,12 +66,7 @@ def main() -> None:
             p.grad = g[0].clone()
         loop = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4, foreach=False)
         for name, step in (("solo, per parameter", loop.step), ("solo, multi-tensor", solo.optimizer.step)):
-            step()
-            t0, n = time.perf_counter(), 0
-            while time.perf_counter() - t0 < 3:
-                step()
-                n += 1
-            ms = (time.perf_counter() - t0) / n * 1e3
+            ms = ms_a_step(step)
             print(f"{preset} ({cfg.model}) {name}: {ms:.2f} ms a step")
 
 

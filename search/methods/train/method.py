@@ -110,19 +110,23 @@ def trial_train_config(config: SearchConfig) -> Any:
     last (:func:`~autoaug.search.score.score_epochs`). Validation changes nothing in training, so
     ASHA and the final ranking see the scores of a trial validated every epoch; it is 18-33% of
     a proxy epoch (benchmarks/results/trial-throughput), spent on no decision elsewhere."""
-    s, t = config.method_settings(TrainMethodConfig), config.train
-    milestones = asha_milestones(s.grace_period, s.reduction_factor, t.epochs) if s.early_stopping else ()
-    return dataclasses.replace(t, eval_epochs=score_epochs(t.epochs, config.score_window, milestones))
+    t = config.train
+    return dataclasses.replace(t, eval_epochs=score_epochs(t.epochs, config.score_window, _milestones(config)))
 
 
 def trial_report_epochs(config: SearchConfig) -> tuple[int, ...] | None:
     """The epochs at which every trial reports (:func:`~autoaug.search.score.report_epochs`: every
     ``report_every``, ASHA's rungs, the last); None when it reports every epoch."""
-    s, t = config.method_settings(TrainMethodConfig), config.train
+    s = config.method_settings(TrainMethodConfig)
     if s.report_every == 1:
         return None
-    milestones = asha_milestones(s.grace_period, s.reduction_factor, t.epochs) if s.early_stopping else ()
-    return report_epochs(t.epochs, s.report_every, milestones)
+    return report_epochs(config.train.epochs, s.report_every, _milestones(config))
+
+
+def _milestones(config: SearchConfig) -> tuple[int, ...]:
+    """ASHA's rungs of ``config``'s trials (none without early stopping)."""
+    s = config.method_settings(TrainMethodConfig)
+    return asha_milestones(s.grace_period, s.reduction_factor, config.train.epochs) if s.early_stopping else ()
 
 
 class TrainMethod(Method):

@@ -126,14 +126,24 @@ def _graphed(body: Any, static_idx: torch.Tensor, n: int, dev: torch.device) -> 
 
 
 def choose_pack(
-    config: TrainConfig, *, train_size: int, sizes: Sequence[int] = AUTO_SIZES, seconds: float = 2.0
+    config: TrainConfig,
+    *,
+    train_size: int,
+    sizes: Sequence[int] = AUTO_SIZES,
+    seconds: float = 2.0,
+    device_share: float = 1.0,
 ) -> tuple[int, list[dict[str, Any]]]:
     """The pack size that trains the most images per second on this device (``pack: auto``), and
     what was measured: each size in ``sizes`` in turn (:func:`pack_rate`) until one is slower
-    than the best by a fifth, needs more than :data:`MEMORY_SHARE` of the device's memory, or
-    runs out of it. A size that cannot run (float16 training) is not measured."""
+    than the best by a fifth, needs more than :data:`MEMORY_SHARE` of the device's memory that
+    is its own, or runs out of it. ``device_share``: the fraction of the device one pack takes
+    (a search's ``gpus_per_trial`` below 1: that many servers share a GPU, each must fit beside
+    the others). A size that cannot run (float16 training) is not measured."""
+    if not 0 < device_share <= 1:
+        raise ValueError(f"device_share {device_share!r}: expected a fraction of the device, above 0 and at most 1")
     dev = config.resolve_device()
-    total = torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else None
+    total = _device_memory(dev)
+    limit = None if total is None else MEMORY_SHARE * total * device_share
     measured: list[dict[str, Any]] = []
     best = (1, 0.0)
     with _TorchState(config, dev), torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
@@ -146,11 +156,19 @@ def choose_pack(
             except torch.cuda.OutOfMemoryError:
                 measured.append({"k": k, "error": "out of memory"})
                 break
+            if limit is not None and row.get("peak_bytes", 0) > limit:
+                measured.append(
+                    {**row, "error": f"needs {row['peak_bytes'] / 2**30:.1f} GiB, over {limit / 2**30:.1f}"}
+                )
+                break
             measured.append(row)
             if row["images_per_s"] > best[1]:
                 best = (k, row["images_per_s"])
-            if total is not None and row.get("peak_bytes", 0) > MEMORY_SHARE * total:
-                break
             if row["images_per_s"] < 0.8 * best[1]:
                 break
     return best[0], measured
+
+
+def _device_memory(dev: torch.device) -> int | None:
+    """The bytes of ``dev``'s memory (CUDA), or None (a CPU: not bounded here)."""
+    return torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else None

@@ -189,8 +189,9 @@ class SearchConfig:
             each still one Tune and one Optuna trial, with its own reports, checkpoints and ASHA
             fate; 1: one trial per process. Concurrency is raised to a pack when it is lower.
             ``"auto"``: the size that trains the most images per second on the trials' device,
-            measured before the trials (:func:`autoaug.proxy_models.pack_sizing.choose_pack`; on a CPU,
-            measured so far, one).
+            measured before the trials, within a server's share of a GPU's memory
+            (``gpus_per_trial`` below 1: the servers sharing a GPU each fit)
+            (:func:`autoaug.proxy_models.pack_sizing.choose_pack`; on a CPU, measured so far, one).
         sampler: Optuna sampler, one of :data:`autoaug.search.tune.study.SAMPLERS`.
         seed: seed of the sampler.
         startup_trials: a model-based sampler (``tpe``, ``gp``, ``cmaes``) proposes at random

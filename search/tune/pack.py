@@ -466,24 +466,27 @@ def train_in_pack(
             report({**metrics, "checkpoint_dir": str(checkpoint_dir)})
 
 
-def _choose(train_config: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+def _choose(train_config: Mapping[str, Any], device_share: float) -> tuple[int, list[dict[str, Any]]]:
     """(Ray task, on one pack server's resources) :func:`~autoaug.proxy_models.pack_sizing.choose_pack`
-    for the trials' configuration."""
+    for the trials' configuration, a pack within ``device_share`` of the device's memory."""
     config = with_trial_threads(TrainConfig.from_dict(train_config))
-    return choose_pack(config, train_size=config.train_size or 1000)
+    return choose_pack(config, train_size=config.train_size or 1000, device_share=device_share)
 
 
 def pack_size(config: Any, train_config: Mapping[str, Any], log: Callable[[str], Any]) -> int:
     """``config.pack``, or for ``"auto"`` the size measured fastest on one pack server's
-    resources (a Ray task), said in one line."""
+    resources (a Ray task) within its share of a GPU's memory (``gpus_per_trial`` below 1: the
+    servers sharing a GPU each fit), said in one line."""
     if config.pack != "auto":
         return int(config.pack)
+    share = min(1.0, config.gpus_per_trial) if config.gpus_per_trial > 0 else 1.0
     task = ray.remote(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial)(_choose)
-    k, measured = ray.get(task.remote(dict(train_config)))
+    k, measured = ray.get(task.remote(dict(train_config), share))
     rates = ", ".join(
-        f"{m['k']}: {m['images_per_s']:,.0f}" if "images_per_s" in m else f"{m['k']}: {m['error']}" for m in measured
+        f"{m['k']}: {m['error']}" if "error" in m else f"{m['k']}: {m['images_per_s']:,.0f}" for m in measured
     )
-    log(f"pack auto: {k} trial(s) per process, the fastest measured (images/s by pack size: {rates})")
+    within = f", each within {share:.3g} of a GPU's memory" if share < 1 else ""
+    log(f"pack auto: {k} trial(s) per process, the fastest measured{within} (images/s by pack size: {rates})")
     return k
 
 

@@ -226,6 +226,30 @@ def test_auto_sizing_takes_the_fastest_size_and_stops_where_packs_get_slower_or_
     assert [m["k"] for m in measured] == asked
 
 
+@pytest.mark.parametrize(("share", "chosen", "over_gib"), [(1.0, 32, 32.0), (0.25, 8, 8.0)])
+def test_auto_sizing_keeps_a_pack_within_its_share_of_the_device_memory(cfg, monkeypatch, share, chosen, over_gib):
+    """A GPU shared by servers (gpus_per_trial below 1): each one's pack fits its share of the
+    memory; the first size over it is not taken, however fast, and no larger one is tried."""
+    from autoaug.proxy_models import pack_sizing as pack_mod
+
+    gib = 2**30
+    tried = []
+
+    def fake(config, k, *, train_size, seconds=2.0):
+        tried.append(k)
+        return {"k": k, "images_per_s": 100.0 * k, "peak_bytes": k * gib}  # faster and larger with k
+
+    monkeypatch.setattr(pack_mod, "pack_rate", fake)
+    monkeypatch.setattr(pack_mod, "_device_memory", lambda dev: 40 * gib)  # a pack may take 0.8 of it
+    k, measured = pack_mod.choose_pack(cfg, train_size=256, sizes=(1, 2, 4, 8, 16, 32, 64), device_share=share)
+    assert k == chosen and tried == [s for s in (1, 2, 4, 8, 16, 32, 64) if s <= 2 * chosen]
+    assert (
+        measured[-1]["k"] == 2 * chosen and measured[-1]["error"] == f"needs {2 * chosen:.1f} GiB, over {over_gib:.1f}"
+    )
+    with pytest.raises(ValueError, match=r"device_share 1.5: expected a fraction of the device"):
+        pack_mod.choose_pack(cfg, train_size=256, device_share=1.5)
+
+
 def test_auto_sizing_measures_real_packs_on_this_device(cfg):
     from autoaug.proxy_models.pack_sizing import choose_pack
 

@@ -31,6 +31,41 @@ def test_pack_plan_fills_the_concurrency_or_the_cluster():
     assert pack_plan(8, None, 2, 0, {"CPU": 16}) == (8, 64)
 
 
+@pytest.mark.parametrize(
+    ("gpus", "share", "said"), [(0.125, 0.125, ", each within 0.125 of a GPU's memory"), (1, 1.0, ""), (0, 1.0, "")]
+)
+def test_pack_auto_sizes_a_pack_for_its_servers_share_of_a_gpu(monkeypatch, gpus, share, said):
+    """--pack auto measures on one server's resources; where servers share a GPU (gpus_per_trial
+    below 1), each one's pack must fit its share of the memory, and the line says so."""
+    asked = {}
+
+    class Task:  # what ray.remote(...)(fn) gives: .remote(*args) stands for the call
+        def __init__(self, fn):
+            self.fn = fn
+
+        def remote(self, *args):
+            return (self.fn.__name__, args)
+
+    def remote(**resources):
+        asked.update(resources)
+        return Task
+
+    def get(call):
+        asked["call"] = call
+        return 4, [{"k": 1, "images_per_s": 10.0}, {"k": 4, "images_per_s": 30.0}, {"k": 8, "error": "out of memory"}]
+
+    monkeypatch.setattr(pack_mod.ray, "remote", remote)
+    monkeypatch.setattr(pack_mod.ray, "get", get)
+    config = type("Config", (), {"pack": "auto", "cpus_per_trial": 2, "gpus_per_trial": gpus})()
+    lines: list[str] = []
+    assert pack_mod.pack_size(config, {"epochs": 3}, lines.append) == 4
+    assert asked["num_gpus"] == gpus and asked["call"] == ("_choose", ({"epochs": 3}, share))
+    assert lines == [
+        f"pack auto: 4 trial(s) per process, the fastest measured{said} "
+        "(images/s by pack size: 1: 10, 4: 30, 8: out of memory)"
+    ]
+
+
 @pytest.fixture(scope="module")
 def cfg(cifar_train):
     return TrainConfig.from_preset("smoke", data=str(cifar_train), epochs=2, train_size=128, val_size=64, num_threads=1)

@@ -18,6 +18,16 @@ pair costs about half as much. ``--seeds`` is then a multiple of ``--pack``.
 
 Each (seed, mode) run is appended to ``OUT/runs.csv`` as it ends (a rerun skips what is there);
 ``OUT/summary.json`` and the printed table are the paired statistics of what is done.
+
+``--pairs CSV [CSV ...]`` trains nothing: the paired statistics of runs already recorded, a row
+per file (its pack runs, each paired with its seed's solo run from whichever file holds it) and
+one for all of them; ``--solo CSV ...`` lends more files' solo runs only (their pack runs, of
+another commit, left out). A seed's solo run recorded twice must have the same score (solo runs
+are deterministic), or the files are refused in one line.
+
+    R=benchmarks/results/pack-quality
+    python benchmarks/pack_quality.py --pairs $R/2026-11-30/runs-mate-randaugment.csv \
+        $R/2026-11-30/runs-mate-same*.csv --solo $R/runs.csv
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_record import commit  # noqa: E402  (this checkout's commit)
@@ -45,9 +56,65 @@ def _score(history: list[dict], window: int) -> float:
     return search_score([h.get("val_accuracy") for h in history], window)
 
 
+def _read_runs(path: Path) -> list[dict[str, Any]]:
+    """The rows of one ``runs.csv``: seed, mode and score (a fraction), as recorded."""
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        return [{"seed": int(r["seed"]), "mode": r["mode"], "score": float(r["score"])} for r in rows]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path}: not a runs.csv of this benchmark (expected the columns seed, mode, score)") from None
+
+
+def _pairs_table(paths: list[Path], solo_paths: list[Path], out: str | None) -> int:
+    """``--pairs``: each file's pack runs paired with their seeds' solo runs (from any of the
+    files or of ``solo_paths``), a row a file and one for all; printed, and written to
+    ``OUT/summary.json`` if given."""
+    from autoaug.launch.compare.stats import mean_ci
+
+    runs = {p: _read_runs(p) for p in paths}
+    solo: dict[int, float] = {}
+    for p, rows in [*runs.items(), *((p, _read_runs(p)) for p in solo_paths)]:
+        for r in (r for r in rows if r["mode"] == "solo"):
+            if r["seed"] in solo and solo[r["seed"]] != r["score"]:
+                raise ValueError(
+                    f"{p}: seed {r['seed']}'s solo run scored {r['score']:.6f}, another file has "
+                    f"{solo[r['seed']]:.6f}: solo runs of one seed are the same run (use one study's files)"
+                )
+            solo[r["seed"]] = r["score"]
+    table: list[dict[str, Any]] = []
+    every: list[float] = []
+    for p, rows in runs.items():
+        packed = [r for r in rows if r["mode"] != "solo" and r["seed"] in solo]
+        diffs = [(r["score"] - solo[r["seed"]]) * 100 for r in packed]
+        every += diffs
+        table.append({"file": str(p), "modes": sorted({r["mode"] for r in packed}), "differences": diffs})
+    table.append({"file": "all", "modes": sorted({m for row in table for m in row["modes"]}), "differences": every})
+    width = max(len(row["file"]) for row in table)
+    print(f"{'runs':<{width}}  {'pairs':>5}  pack minus alone, points (95% CI)  sd")
+    for row in table:
+        n = len(row["differences"])
+        if n >= 2:
+            mean, sd, lo, hi = mean_ci(row["differences"])
+            row.update(pairs=n, mean_points=mean, ci95=[lo, hi], sd_points=sd)
+            said = f"{mean:+.2f} [{lo:+.2f}, {hi:+.2f}]{'':<13}  {sd:.2f}"
+        else:
+            row.update(pairs=n)
+            said = "-"
+        print(f"{row['file']:<{width}}  {n:>5}  {said}")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        summary = {"command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]), "rows": table}
+        (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", required=True, help="dataset (a folder holding train.parquet, or a Parquet file)")
+    ap.add_argument("--data", help="dataset (a folder holding train.parquet, or a Parquet file)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=0, help="seeds --first-seed .. --first-seed + --seeds - 1")
     ap.add_argument("--pack", type=int, default=2, help="members of the pack (the policy and K-1 mates)")
@@ -61,8 +128,19 @@ def main(argv: list[str] | None = None) -> int:
         default="others",
         help="others: the pack-mates are other policies; same: the policy at the next seeds, each member a pair",
     )
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="the folder of runs.csv and summary.json (with --pairs: summary.json, optional)")
+    ap.add_argument(
+        "--pairs", nargs="+", metavar="CSV", help="train nothing: the paired statistics of these runs.csv files"
+    )
+    ap.add_argument("--solo", nargs="+", metavar="CSV", default=[], help="with --pairs: files lending solo runs only")
     args = ap.parse_args(argv)
+    if args.pairs:
+        try:
+            return _pairs_table([Path(p) for p in args.pairs], [Path(p) for p in args.solo], args.out)
+        except ValueError as exc:
+            ap.error(str(exc))
+    if not args.data or not args.out:
+        ap.error("--data and --out are needed to train (or --pairs CSV ... to read runs already recorded)")
     if args.mates == "others" and not 2 <= args.pack <= len(MATES) + 1:
         ap.error(f"--pack must be from 2 to {len(MATES) + 1}, got {args.pack}")
     if args.mates == "same" and (args.pack < 2 or args.seeds % args.pack):

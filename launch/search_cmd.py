@@ -451,7 +451,7 @@ def _how_options() -> tuple[Option, ...]:
             group="how",
             type=float,
             metavar="C",
-            help="CPUs reserved per trial",
+            help="CPUs reserved per trial (with --pack: per pack server)",
         ),
         option(
             "--gpus-per-trial",
@@ -459,7 +459,7 @@ def _how_options() -> tuple[Option, ...]:
             group="how",
             type=float,
             metavar="G",
-            help="GPUs per trial; fractions share a GPU (0.25)",
+            help="GPUs per trial (with --pack: per pack server); fractions share a GPU (0.25)",
         ),
         option(
             "--max-failures",

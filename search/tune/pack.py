@@ -359,6 +359,12 @@ class PackServers:
                     max_restarts=3,
                 ).remote(self.train_config, self.fill)
             )
+        if self.log is not None:
+            n = len(self.names)
+            self.log(
+                f"pack servers: {n} of up to {self.pack} trials each ({n * self.pack} trials at once), "
+                f"{self.cpus:g} CPU + {self.gpus:g} GPU each"
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -313,6 +313,7 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
     assert code == 0, resumed.out[-3000:] + resumed.err[-3000:]
     assert "stored as packed@1" in resumed.out
     assert "packs of 4 trials per process" in first
+    assert "pack servers: 1 of up to 4 trials each (4 trials at once), 1 CPU + 0 GPU each" in first  # what runs
     assert "pack servers: " in resumed.out and " trial-epochs (" in resumed.out  # what the servers did
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]

@@ -137,8 +137,11 @@ def _describe(config, address: str | None) -> str:
                 if config.pack != 1
                 else ""
             )
-            + f"{config.cpus_per_trial:g} CPU + {config.gpus_per_trial:g} GPU per "
-            + ("pack" if config.pack != 1 else "trial")
+            + (
+                f"{config.cpus_per_trial:g} CPU per pack + {config.gpus_per_trial:g} GPU per trial"
+                if config.pack != 1
+                else f"{config.cpus_per_trial:g} CPU + {config.gpus_per_trial:g} GPU per trial"
+            )
             + f", sampler {config.sampler} (seed {config.seed}{startup})",
             *config.search_method.reporter.describe(config),
             f"  space: {config.space.describe()}"
@@ -459,7 +462,7 @@ def _how_options() -> tuple[Option, ...]:
             group="how",
             type=float,
             metavar="G",
-            help="GPUs per trial (with --pack: per pack server); fractions share a GPU (0.25)",
+            help="GPUs per trial; fractions share a GPU (0.25); with --pack a server takes its trials' share, at most 1",
         ),
         option(
             "--max-failures",

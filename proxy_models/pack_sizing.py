@@ -15,7 +15,7 @@ from autoaug.proxy_models.learner import Learner
 from autoaug.proxy_models.pack import PackLearner
 from autoaug.proxy_models.train import TrainConfig, _TorchState
 
-__all__ = ["AUTO_SIZES", "MEMORY_SHARE", "choose_pack", "pack_rate"]
+__all__ = ["AUTO_SIZES", "MEMORY_SHARE", "choose_pack", "pack_device_share", "pack_rate"]
 
 #: The pack sizes ``pack: auto`` measures.
 AUTO_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -131,19 +131,20 @@ def choose_pack(
     train_size: int,
     sizes: Sequence[int] = AUTO_SIZES,
     seconds: float = 2.0,
-    device_share: float = 1.0,
+    member_share: float = 0.0,
 ) -> tuple[int, list[dict[str, Any]]]:
     """The pack size that trains the most images per second on this device (``pack: auto``), and
-    what was measured: each size in ``sizes`` in turn (:func:`pack_rate`) until one is slower
-    than the best by a fifth, needs more than :data:`MEMORY_SHARE` of the device's memory that
-    is its own, or runs out of it. ``device_share``: the fraction of the device one pack takes
-    (a search's ``gpus_per_trial`` below 1: that many servers share a GPU, each must fit beside
-    the others). A size that cannot run (float16 training) is not measured."""
-    if not 0 < device_share <= 1:
-        raise ValueError(f"device_share {device_share!r}: expected a fraction of the device, above 0 and at most 1")
+    what was measured: each size in ``sizes`` in turn (:func:`pack_rate`, alone on the device)
+    until one is slower than the best by a fifth, needs more than :data:`MEMORY_SHARE` of the
+    device's memory that is its own, or runs out of it. ``member_share``: the fraction of the
+    device each member's trial takes (a search's ``gpus_per_trial``): a pack of K takes K of
+    them, up to the whole device (:func:`pack_device_share`; packs sharing a GPU each fit beside
+    the others); 0: the whole device, whatever K. A size that cannot run (float16 training) is
+    not measured."""
+    if not member_share >= 0:
+        raise ValueError(f"member_share {member_share!r}: expected a fraction of the device, 0 or more")
     dev = config.resolve_device()
     total = _device_memory(dev)
-    limit = None if total is None else MEMORY_SHARE * total * device_share
     measured: list[dict[str, Any]] = []
     best = (1, 0.0)
     with _TorchState(config, dev), torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
@@ -156,6 +157,7 @@ def choose_pack(
             except torch.cuda.OutOfMemoryError:
                 measured.append({"k": k, "error": "out of memory"})
                 break
+            limit = None if total is None else MEMORY_SHARE * total * pack_device_share(k, member_share)
             if limit is not None and row.get("peak_bytes", 0) > limit:
                 measured.append(
                     {**row, "error": f"needs {row['peak_bytes'] / 2**30:.1f} GiB, over {limit / 2**30:.1f}"}
@@ -167,6 +169,13 @@ def choose_pack(
             if row["images_per_s"] < 0.8 * best[1]:
                 break
     return best[0], measured
+
+
+def pack_device_share(k: int, member_share: float) -> float:
+    """The share of a device a pack of ``k`` members takes when each member's trial takes
+    ``member_share`` of it (a search's ``gpus_per_trial``): theirs together, at most the whole
+    device (a pack trains on one); 1 for ``member_share`` 0 (the device is not shared out)."""
+    return min(1.0, k * member_share) if member_share > 0 else 1.0
 
 
 def _device_memory(dev: torch.device) -> int | None:

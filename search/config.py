@@ -184,13 +184,14 @@ class SearchConfig:
         concurrency: trials running at once (``ConcurrencyLimiter``); None: as many as the
             cluster's resources allow.
         cpus_per_trial / gpus_per_trial: Ray resources of one trial (fractions of a GPU allowed);
-            with ``pack`` above 1, of one pack server (the trials then reserve next to nothing).
+            with ``pack`` above 1, a pack server reserves ``cpus_per_trial`` CPUs and its trials'
+            share of a GPU, at most one (:func:`autoaug.search.tune.pack.server_gpus`; the trials
+            then reserve next to nothing).
         pack: trials trained together by one process on one device (:mod:`autoaug.search.tune.pack`):
             each still one Tune and one Optuna trial, with its own reports, checkpoints and ASHA
             fate; 1: one trial per process. Concurrency is raised to a pack when it is lower.
             ``"auto"``: the size that trains the most images per second on the trials' device,
-            measured before the trials, within a server's share of a GPU's memory
-            (``gpus_per_trial`` below 1: the servers sharing a GPU each fit)
+            measured before the trials, within its trials' share of a GPU's memory
             (:func:`autoaug.proxy_models.pack_sizing.choose_pack`; on a CPU, measured so far, one).
         sampler: Optuna sampler, one of :data:`autoaug.search.tune.study.SAMPLERS`.
         seed: seed of the sampler.

@@ -3,11 +3,12 @@
 
 Each candidate remains what it was -- a Ray Tune trial with its own Optuna trial, its reports
 after every epoch, its checkpoints and its fate under ASHA -- but its process does not train: it
-asks a **pack server** (a Ray actor holding the device: the CPUs and GPUs one trial reserved
-before) to train its epochs up to its next report, and reports what comes back. A server trains,
-in rounds, every member whose trial has asked, stacked in one model
-(:class:`~autoaug.proxy_models.pack.Pack`): epoch after epoch until each has reached the epoch
-it asked for (a trial that reports every epoch asks for one; every ``k``, for ``k``).
+asks a **pack server** (a Ray actor holding the device: the CPUs one trial reserved before, and
+its trials' share of a GPU, :func:`server_gpus`) to train its epochs up to its next report, and
+reports what comes back. A server trains, in rounds, every member whose trial has asked, stacked
+in one model (:class:`~autoaug.proxy_models.pack.Pack`): epoch after epoch until each has
+reached the epoch it asked for (a trial that reports every epoch asks for one; every ``k``, for
+``k``).
 
 * **Joining and leaving.** A trial's first request adds its member (fresh, or from the checkpoint
   Tune restored it with). A round waits for the members of the last round (up to a window a few
@@ -52,7 +53,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from autoaug.core.location import atomic_write_local
 from autoaug.proxy_models.pack import Pack
-from autoaug.proxy_models.pack_sizing import choose_pack
+from autoaug.proxy_models.pack_sizing import AUTO_SIZES, choose_pack, pack_device_share
 from autoaug.proxy_models.train import CHECKPOINT_NAME, load_checkpoint
 from autoaug.proxy_models.train_config import TrainConfig
 from autoaug.search.tune.epochs import with_trial_threads
@@ -65,6 +66,7 @@ __all__ = [
     "describe_stats",
     "pack_plan",
     "packed",
+    "server_gpus",
     "train_in_pack",
 ]
 
@@ -85,15 +87,21 @@ def pack_plan(
 ) -> tuple[int, int]:
     """(servers, trials at once) for packs of ``pack``: as many servers as ``concurrency`` trials
     fill (at least one pack), or, with no concurrency limit, as the cluster's ``available``
-    resources hold servers of ``cpus`` CPUs and ``gpus`` GPUs each."""
+    resources hold servers of ``cpus`` CPUs and :func:`server_gpus` GPUs each (``gpus``: a trial's)."""
     if concurrency is not None:
         servers = max(1, math.ceil(concurrency / pack))
     else:
         fits = [available.get("CPU", 0.0) / cpus] if cpus > 0 else []
         if gpus > 0:
-            fits.append(available.get("GPU", 0.0) / gpus)
+            fits.append(available.get("GPU", 0.0) / server_gpus(pack, gpus))
         servers = max(1, int(min(fits))) if fits else 1
     return servers, servers * pack
+
+
+def server_gpus(pack: int, gpus_per_trial: float) -> float:
+    """The GPUs a pack server of ``pack`` trials reserves: its trials' share (``gpus_per_trial``
+    each), at most one GPU (a pack trains on one device); 0 without GPUs."""
+    return pack_device_share(pack, gpus_per_trial) if gpus_per_trial > 0 else 0.0
 
 
 @dataclasses.dataclass
@@ -322,7 +330,7 @@ def _line(exc: BaseException) -> str:
 
 class PackServers:
     """The pack servers of one Tune experiment (a context manager): ``servers`` Ray actors named
-    ``autoaug-pack-<experiment>-<i>``, each reserving one trial's resources; stopped on exit."""
+    ``autoaug-pack-<experiment>-<i>``, each reserving ``cpus`` CPUs and ``gpus`` GPUs; stopped on exit."""
 
     def __init__(
         self,
@@ -472,26 +480,26 @@ def train_in_pack(
             report({**metrics, "checkpoint_dir": str(checkpoint_dir)})
 
 
-def _choose(train_config: Mapping[str, Any], device_share: float) -> tuple[int, list[dict[str, Any]]]:
-    """(Ray task, on one pack server's resources) :func:`~autoaug.proxy_models.pack_sizing.choose_pack`
-    for the trials' configuration, a pack within ``device_share`` of the device's memory."""
+def _choose(train_config: Mapping[str, Any], member_share: float) -> tuple[int, list[dict[str, Any]]]:
+    """(Ray task, on the resources of the largest pack server) :func:`~autoaug.proxy_models.pack_sizing.choose_pack`
+    for the trials' configuration, each member's trial taking ``member_share`` of the device."""
     config = with_trial_threads(TrainConfig.from_dict(train_config))
-    return choose_pack(config, train_size=config.train_size or 1000, device_share=device_share)
+    return choose_pack(config, train_size=config.train_size or 1000, member_share=member_share)
 
 
 def pack_size(config: Any, train_config: Mapping[str, Any], log: Callable[[str], Any]) -> int:
-    """``config.pack``, or for ``"auto"`` the size measured fastest on one pack server's
-    resources (a Ray task) within its share of a GPU's memory (``gpus_per_trial`` below 1: the
-    servers sharing a GPU each fit), said in one line."""
+    """``config.pack``, or for ``"auto"`` the size measured fastest on a pack server's resources
+    (a Ray task), each pack within its trials' share of a GPU's memory (``gpus_per_trial`` each,
+    :func:`server_gpus`), said in one line."""
     if config.pack != "auto":
         return int(config.pack)
-    share = min(1.0, config.gpus_per_trial) if config.gpus_per_trial > 0 else 1.0
-    task = ray.remote(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial)(_choose)
-    k, measured = ray.get(task.remote(dict(train_config), share))
+    g = config.gpus_per_trial
+    task = ray.remote(num_cpus=config.cpus_per_trial, num_gpus=server_gpus(max(AUTO_SIZES), g))(_choose)
+    k, measured = ray.get(task.remote(dict(train_config), g))
     rates = ", ".join(
         f"{m['k']}: {m['error']}" if "error" in m else f"{m['k']}: {m['images_per_s']:,.0f}" for m in measured
     )
-    within = f", each within {share:.3g} of a GPU's memory" if share < 1 else ""
+    within = f", each pack within its trials' share of a GPU's memory ({g:g} a trial)" if 0 < g < 1 else ""
     log(f"pack auto: {k} trial(s) per process, the fastest measured{within} (images/s by pack size: {rates})")
     return k
 
@@ -516,7 +524,7 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[An
         servers=servers,
         trials=exp.num_trials,
         cpus=config.cpus_per_trial,
-        gpus=config.gpus_per_trial,
+        gpus=server_gpus(k, config.gpus_per_trial),
         log=log,
     )
     exp = dataclasses.replace(

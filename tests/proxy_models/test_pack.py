@@ -226,28 +226,43 @@ def test_auto_sizing_takes_the_fastest_size_and_stops_where_packs_get_slower_or_
     assert [m["k"] for m in measured] == asked
 
 
-@pytest.mark.parametrize(("share", "chosen", "over_gib"), [(1.0, 32, 32.0), (0.25, 8, 8.0)])
-def test_auto_sizing_keeps_a_pack_within_its_share_of_the_device_memory(cfg, monkeypatch, share, chosen, over_gib):
-    """A GPU shared by servers (gpus_per_trial below 1): each one's pack fits its share of the
-    memory; the first size over it is not taken, however fast, and no larger one is tried."""
+@pytest.mark.parametrize(
+    ("member_share", "tried", "chosen", "over"),
+    [
+        (0.0, [1, 2, 4, 8, 16, 32, 64], 32, "needs 64.0 GiB, over 32.0"),  # the whole device for any pack
+        (1 / 16, [1, 2, 4, 8, 16, 32, 64], 32, "needs 64.0 GiB, over 32.0"),  # 16 trials' share: all of it
+        (1 / 64, [1], 1, "needs 1.0 GiB, over 0.5"),  # a trial's share holds less than a member
+    ],
+)
+def test_auto_sizing_keeps_a_pack_within_its_trials_share_of_the_device_memory(
+    cfg, monkeypatch, member_share, tried, chosen, over
+):
+    """A pack of K trials takes K trials' share of the device (a search's gpus_per_trial), at most
+    all of it: each size must fit its share of the memory; the first over it is not taken,
+    however fast, and no larger one is tried."""
     from autoaug.proxy_models import pack_sizing as pack_mod
 
     gib = 2**30
-    tried = []
+    asked = []
 
     def fake(config, k, *, train_size, seconds=2.0):
-        tried.append(k)
+        asked.append(k)
         return {"k": k, "images_per_s": 100.0 * k, "peak_bytes": k * gib}  # faster and larger with k
 
     monkeypatch.setattr(pack_mod, "pack_rate", fake)
     monkeypatch.setattr(pack_mod, "_device_memory", lambda dev: 40 * gib)  # a pack may take 0.8 of it
-    k, measured = pack_mod.choose_pack(cfg, train_size=256, sizes=(1, 2, 4, 8, 16, 32, 64), device_share=share)
-    assert k == chosen and tried == [s for s in (1, 2, 4, 8, 16, 32, 64) if s <= 2 * chosen]
-    assert (
-        measured[-1]["k"] == 2 * chosen and measured[-1]["error"] == f"needs {2 * chosen:.1f} GiB, over {over_gib:.1f}"
-    )
-    with pytest.raises(ValueError, match=r"device_share 1.5: expected a fraction of the device"):
-        pack_mod.choose_pack(cfg, train_size=256, device_share=1.5)
+    sizes = (1, 2, 4, 8, 16, 32, 64)
+    k, measured = pack_mod.choose_pack(cfg, train_size=256, sizes=sizes, member_share=member_share)
+    assert (k, asked) == (chosen, tried) and measured[-1]["error"] == over
+    with pytest.raises(ValueError, match=r"member_share -0.5: expected a fraction of the device, 0 or more"):
+        pack_mod.choose_pack(cfg, train_size=256, member_share=-0.5)
+
+
+def test_a_pack_takes_its_trials_share_of_a_device_up_to_all_of_it():
+    from autoaug.proxy_models.pack_sizing import pack_device_share
+
+    assert [pack_device_share(k, 0.125) for k in (1, 4, 8, 16)] == [0.125, 0.5, 1.0, 1.0]
+    assert pack_device_share(16, 0.0) == 1.0 and pack_device_share(2, 2.0) == 1.0
 
 
 def test_auto_sizing_measures_real_packs_on_this_device(cfg):

@@ -29,14 +29,20 @@ def test_pack_plan_fills_the_concurrency_or_the_cluster():
     assert pack_plan(4, 9, 1, 0, {"CPU": 2}) == (3, 12)
     assert pack_plan(8, None, 2, 1, {"CPU": 16, "GPU": 2}) == (2, 16)  # one server per GPU
     assert pack_plan(8, None, 2, 0, {"CPU": 16}) == (8, 64)
+    # a server takes its trials' share of a GPU (0.125 each), at most one GPU
+    assert pack_plan(16, None, 2, 0.125, {"CPU": 16, "GPU": 2}) == (2, 32)
+    assert pack_plan(2, None, 2, 0.125, {"CPU": 16, "GPU": 1}) == (4, 8)
+    assert [pack_mod.server_gpus(k, 0.125) for k in (1, 2, 8, 16)] == [0.125, 0.25, 1.0, 1.0]
+    assert pack_mod.server_gpus(4, 0) == 0
 
 
 @pytest.mark.parametrize(
-    ("gpus", "share", "said"), [(0.125, 0.125, ", each within 0.125 of a GPU's memory"), (1, 1.0, ""), (0, 1.0, "")]
+    ("gpus", "task_gpus", "said"),
+    [(0.125, 1.0, ", each pack within its trials' share of a GPU's memory (0.125 a trial)"), (1, 1.0, ""), (0, 0, "")],
 )
-def test_pack_auto_sizes_a_pack_for_its_servers_share_of_a_gpu(monkeypatch, gpus, share, said):
-    """--pack auto measures on one server's resources; where servers share a GPU (gpus_per_trial
-    below 1), each one's pack must fit its share of the memory, and the line says so."""
+def test_pack_auto_sizes_packs_for_their_trials_share_of_a_gpu(monkeypatch, gpus, task_gpus, said):
+    """--pack auto measures on the largest pack server's resources, each size within its trials'
+    share of a GPU's memory (gpus_per_trial each), and says so in its line."""
     asked = {}
 
     class Task:  # what ray.remote(...)(fn) gives: .remote(*args) stands for the call
@@ -59,7 +65,7 @@ def test_pack_auto_sizes_a_pack_for_its_servers_share_of_a_gpu(monkeypatch, gpus
     config = type("Config", (), {"pack": "auto", "cpus_per_trial": 2, "gpus_per_trial": gpus})()
     lines: list[str] = []
     assert pack_mod.pack_size(config, {"epochs": 3}, lines.append) == 4
-    assert asked["num_gpus"] == gpus and asked["call"] == ("_choose", ({"epochs": 3}, share))
+    assert asked["num_gpus"] == task_gpus and asked["call"] == ("_choose", ({"epochs": 3}, gpus))
     assert lines == [
         f"pack auto: 4 trial(s) per process, the fastest measured{said} "
         "(images/s by pack size: 1: 10, 4: 30, 8: out of memory)"

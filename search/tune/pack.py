@@ -66,6 +66,7 @@ __all__ = [
     "describe_stats",
     "pack_plan",
     "packed",
+    "server_cpus",
     "server_gpus",
     "train_in_pack",
 ]
@@ -86,16 +87,27 @@ def pack_plan(
     pack: int, concurrency: int | None, cpus: float, gpus: float, available: Mapping[str, float]
 ) -> tuple[int, int]:
     """(servers, trials at once) for packs of ``pack``: as many servers as ``concurrency`` trials
-    fill (at least one pack), or, with no concurrency limit, as the cluster's ``available``
-    resources hold servers of ``cpus`` CPUs and :func:`server_gpus` GPUs each (``gpus``: a trial's)."""
-    if concurrency is not None:
-        servers = max(1, math.ceil(concurrency / pack))
-    else:
-        fits = [available.get("CPU", 0.0) / cpus] if cpus > 0 else []
-        if gpus > 0:
-            fits.append(available.get("GPU", 0.0) / server_gpus(pack, gpus))
-        servers = max(1, int(min(fits))) if fits else 1
+    fill (at least one pack), or with no concurrency limit as many as the cluster's ``available``
+    resources hold, and never more than they hold (a server that cannot start would hold up the
+    trials sent to it): each server with its trials' processes takes ``cpus`` CPUs
+    (:func:`server_cpus`) and :func:`server_gpus` GPUs (``gpus``: a trial's share)."""
+    fits = []
+    if cpus > 0:
+        fits.append(available.get("CPU", 0.0) / round(server_cpus(pack, cpus) + pack * TRIAL_CPUS, 4))
+    if gpus > 0:
+        fits.append(available.get("GPU", 0.0) / server_gpus(pack, gpus))
+    held = max(1, int(min(fits) + 1e-9)) if fits else None
+    servers = max(1, math.ceil(concurrency / pack)) if concurrency is not None else (held or 1)
+    if held is not None:
+        servers = min(servers, held)
     return servers, servers * pack
+
+
+def server_cpus(pack: int, cpus_per_trial: float) -> float:
+    """The CPUs a pack server of ``pack`` trials reserves: ``cpus_per_trial`` less what its trials'
+    processes reserve (:data:`TRIAL_CPUS` each), so that a server and its trials take
+    ``cpus_per_trial`` together (the server at least :data:`TRIAL_CPUS`)."""
+    return max(TRIAL_CPUS, round(cpus_per_trial - pack * TRIAL_CPUS, 4))
 
 
 def server_gpus(pack: int, gpus_per_trial: float) -> float:
@@ -369,9 +381,10 @@ class PackServers:
             )
         if self.log is not None:
             n = len(self.names)
+            cpus = round(self.cpus + self.pack * TRIAL_CPUS, 4)
             self.log(
                 f"pack servers: {n} of up to {self.pack} trials each ({n * self.pack} trials at once), "
-                f"{self.cpus:g} CPU + {self.gpus:g} GPU each"
+                f"{cpus:g} CPU + {self.gpus:g} GPU each with its trials"
             )
         return self
 
@@ -517,13 +530,16 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[An
     servers, at_once = pack_plan(
         k, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources()
     )
+    train_config = dict(exp.parameters["train_config"])
+    if train_config.get("num_threads") is None:  # the server's threads: the CPUs of a server and its trials
+        train_config["num_threads"] = max(1, int(config.cpus_per_trial))
     running = PackServers(
         exp.name,
-        exp.parameters["train_config"],
+        train_config,
         pack=k,
         servers=servers,
         trials=exp.num_trials,
-        cpus=config.cpus_per_trial,
+        cpus=server_cpus(k, config.cpus_per_trial),
         gpus=server_gpus(k, config.gpus_per_trial),
         log=log,
     )

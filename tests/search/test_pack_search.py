@@ -13,6 +13,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import ray
 
 from autoaug.launch.cli import main
 from autoaug.policies import presets
@@ -26,7 +27,7 @@ SEARCH = [sys.executable, "-m", "autoaug.launch.cli", "search"]
 def test_pack_plan_fills_the_concurrency_or_the_cluster():
     assert pack_plan(4, 2, 1, 0, {"CPU": 2}) == (1, 4)  # a pack at least
     assert pack_plan(4, 8, 1, 0, {"CPU": 2}) == (2, 8)
-    assert pack_plan(4, 9, 1, 0, {"CPU": 2}) == (3, 12)
+    assert pack_plan(4, 9, 1, 0, {"CPU": 2}) == (2, 8)  # no more servers than the cluster holds
     assert pack_plan(8, None, 2, 1, {"CPU": 16, "GPU": 2}) == (2, 16)  # one server per GPU
     assert pack_plan(8, None, 2, 0, {"CPU": 16}) == (8, 64)
     # a server takes its trials' share of a GPU (0.125 each), at most one GPU
@@ -34,6 +35,10 @@ def test_pack_plan_fills_the_concurrency_or_the_cluster():
     assert pack_plan(2, None, 2, 0.125, {"CPU": 16, "GPU": 1}) == (4, 8)
     assert [pack_mod.server_gpus(k, 0.125) for k in (1, 2, 8, 16)] == [0.125, 0.25, 1.0, 1.0]
     assert pack_mod.server_gpus(4, 0) == 0
+    # a server and its trials' processes (0.01 CPU each) take --cpus-per-trial together
+    assert [pack_mod.server_cpus(k, 1) for k in (1, 4, 256)] == [0.99, 0.96, 0.01]
+    assert pack_plan(2, None, 1, 0, {"CPU": 2}) == (2, 4)
+    assert pack_plan(256, None, 1, 0, {"CPU": 8}) == (3, 768)  # 2.57 CPUs a server with its trials
 
 
 @pytest.mark.parametrize(
@@ -319,7 +324,9 @@ def test_a_pack_search_survives_its_server_then_its_driver_killed_and_asha_stops
     assert code == 0, resumed.out[-3000:] + resumed.err[-3000:]
     assert "stored as packed@1" in resumed.out
     assert "packs of 4 trials per process" in first
-    assert "pack servers: 1 of up to 4 trials each (4 trials at once), 1 CPU + 0 GPU each" in first  # what runs
+    assert (
+        "pack servers: 1 of up to 4 trials each (4 trials at once), 1 CPU + 0 GPU each with its trials" in first
+    )  # what runs
     assert "pack servers: " in resumed.out and " trial-epochs (" in resumed.out  # what the servers did
     result = json.loads((run / "result.json").read_text())
     trials = result["provenance"]["trials"]
@@ -353,11 +360,15 @@ def test_packed_trials_that_report_every_few_epochs_report_at_those_at_asha_rung
 ):
     """``--report-every 4`` over 6 epochs, ASHA's rung at epoch 3: each trial reports at epochs 3, 4
     and 6 (asking its pack server for the epochs up to each), or ASHA cut it at the rung,
-    the study holds the scores measured (at the rung and the end), and the policy is stored."""
+    the study holds the scores measured (at the rung and the end), and the policy is stored.
+    With no concurrency limit the servers fill the CPUs, each leaving its trials' processes room
+    to start (they reserve a little CPU each)."""
     argv = _argv(
         "every",
         cifar_small,
         tmp_path,
+        "--concurrency",
+        "0",
         "--num-trials",
         "4",
         "--grace-period",
@@ -393,3 +404,7 @@ def test_packed_trials_that_report_every_few_epochs_report_at_those_at_asha_rung
     status = {f"trial_{t['trial_id']}": t["status"] for t in result["provenance"]["trials"]}
     assert status == {n: "completed" if len(e) == 3 else "early_stopped" for n, e in rows.items()}  # (at the rung)
     assert "stored as every@1" in out and "4 trials, each reporting every 4 epochs, early stopping" in out
+    n = int(ray.cluster_resources()["CPU"])  # a server a CPU (--cpus-per-trial 1), its trials' processes within it
+    assert (
+        f"pack servers: {n} of up to 4 trials each ({4 * n} trials at once), 1 CPU + 0 GPU each with its trials" in out
+    )

@@ -184,9 +184,9 @@ class SearchConfig:
         concurrency: trials running at once (``ConcurrencyLimiter``); None: as many as the
             cluster's resources allow.
         cpus_per_trial / gpus_per_trial: Ray resources of one trial (fractions of a GPU allowed);
-            with ``pack`` above 1, a pack server reserves ``cpus_per_trial`` CPUs and its trials'
-            share of a GPU, at most one (:func:`autoaug.search.tune.pack.server_gpus`; the trials
-            then reserve next to nothing).
+            with ``pack`` above 1, a pack server and its trials' processes reserve
+            ``cpus_per_trial`` CPUs together (the trials next to nothing), and the server its
+            trials' share of a GPU, at most one (:func:`autoaug.search.tune.pack.server_gpus`).
         pack: trials trained together by one process on one device (:mod:`autoaug.search.tune.pack`):
             each still one Tune and one Optuna trial, with its own reports, checkpoints and ASHA
             fate; 1: one trial per process. Concurrency is raised to a pack when it is lower.

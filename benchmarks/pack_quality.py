@@ -171,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     runs_file = out / "runs.csv"
     done: dict[tuple[int, str], float] = {}
     if runs_file.exists():
-        with runs_file.open() as f:
-            for row in csv.DictReader(f):
-                done[(int(row["seed"]), row["mode"])] = float(row["score"])
+        try:
+            done = {(r["seed"], r["mode"]): r["score"] for r in _read_runs(runs_file)}
+        except ValueError as exc:
+            ap.error(str(exc))
     fields = ["seed", "mode", "score", "pack", "seconds", "precision", "cpu"]
     new_file = not runs_file.exists()
     with runs_file.open("a", newline="") as f:

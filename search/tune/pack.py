@@ -93,7 +93,7 @@ def pack_plan(
     (:func:`server_cpus`) and :func:`server_gpus` GPUs (``gpus``: a trial's share)."""
     fits = []
     if cpus > 0:
-        fits.append(available.get("CPU", 0.0) / round(server_cpus(pack, cpus) + pack * TRIAL_CPUS, 4))
+        fits.append(available.get("CPU", 0.0) / _with_trials(server_cpus(pack, cpus), pack))
     if gpus > 0:
         fits.append(available.get("GPU", 0.0) / server_gpus(pack, gpus))
     held = max(1, int(min(fits) + 1e-9)) if fits else None
@@ -108,6 +108,11 @@ def server_cpus(pack: int, cpus_per_trial: float) -> float:
     processes reserve (:data:`TRIAL_CPUS` each), so that a server and its trials take
     ``cpus_per_trial`` together (the server at least :data:`TRIAL_CPUS`)."""
     return max(TRIAL_CPUS, round(cpus_per_trial - pack * TRIAL_CPUS, 4))
+
+
+def _with_trials(server: float, pack: int) -> float:
+    """The CPUs of a pack server reserving ``server`` together with its ``pack`` trials' processes."""
+    return round(server + pack * TRIAL_CPUS, 4)
 
 
 def server_gpus(pack: int, gpus_per_trial: float) -> float:
@@ -381,7 +386,7 @@ class PackServers:
             )
         if self.log is not None:
             n = len(self.names)
-            cpus = round(self.cpus + self.pack * TRIAL_CPUS, 4)
+            cpus = _with_trials(self.cpus, self.pack)
             self.log(
                 f"pack servers: {n} of up to {self.pack} trials each ({n * self.pack} trials at once), "
                 f"{cpus:g} CPU + {self.gpus:g} GPU each with its trials"

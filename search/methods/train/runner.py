@@ -42,8 +42,9 @@ def run_trials(
 ) -> tuple[Any, list[TrialRecord], list[str], float | None, dict[str, float] | None]:
     """Run (or continue) the experiment of ``search`` (settings ``s``; every trial trains with
     ``train_config`` and reports at the epochs ``report_at``, None: every epoch;
-    ``rung_calibration``: the calibration's runs by epoch, for ASHA's rung gate; ``sampler_margin()``: the margin of a sampler that moves from an incumbent, asked once the pack
-    servers are planned): ``(study, trials, problems, margin, packs)`` -- the Optuna study, the
+    ``rung_calibration``: the calibration's runs by epoch, for ASHA's rung gate;
+    ``sampler_margin()``: the margin of a sampler that moves from an incumbent, asked once the
+    pack servers are planned): ``(study, trials, problems, margin, packs)`` -- the Optuna study, the
     trials read back and checked (:func:`_finished_trials`), the problems between the two, the
     margin, and what the pack servers did (:meth:`~autoaug.search.tune.pack.PackServer.stats`
     summed; None without packs)."""

@@ -541,7 +541,7 @@ def report(
         "balanced accuracy (the mean of the per-class test accuracies; per class: `eval_per_class.csv`).",
         "",
     ]
-    from autoaug.search.decide.calibrate import describe_calibration
+    from autoaug.search.decide.calibration_choices import describe_calibration
 
     for t in twins_.values():
         lines += [

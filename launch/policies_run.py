@@ -33,7 +33,7 @@ from autoaug.policies.store import (
     validate_name,
 )
 from autoaug.search.budget import describe_budget
-from autoaug.search.decide.calibrate import describe_calibration
+from autoaug.search.decide.calibration_choices import describe_calibration
 from autoaug.search.decide.rescore import describe_selection
 
 __all__ = ["COMMANDS", "resolve_ref"]

@@ -41,7 +41,8 @@ from autoaug.launch.options import (
 )
 from autoaug.search import config as search_config
 from autoaug.search.config import METHODS, SEARCH_PRESETS, SearchConfig
-from autoaug.search.decide.calibrate import AUTO, TRANSFER_REFS
+from autoaug.search.decide.calibrate import AUTO
+from autoaug.search.decide.calibration_choices import TRANSFER_REFS
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import FAMILIES
 from autoaug.search.tune.study import study_url

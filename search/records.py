@@ -12,7 +12,7 @@ from autoaug.policies import Policy
 from autoaug.policies.describe import describe
 from autoaug.search.budget import describe_budget
 from autoaug.search.decide.assemble import AssembledPolicy, TrialRecord
-from autoaug.search.decide.calibrate import describe_calibration
+from autoaug.search.decide.calibration_choices import describe_calibration
 from autoaug.search.decide.op_effects import describe_effects
 from autoaug.search.decide.rescore import describe_selection
 from autoaug.search.methods.base import METHODS, Method

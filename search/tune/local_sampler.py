@@ -18,7 +18,7 @@ from), from the moment it is proposed, so the first proposals already move from 
 the finished trials (``COMPLETE``: trained to the end; a trial stopped early scored a shorter
 training) are read in the order they finished and one replaces the incumbent only when its
 score beats the incumbent's by more than ``margin`` (the search passes the run-to-run noise its
-calibration measured: :func:`autoaug.search.decide.calibrate.incumbent_margin`; 0: the best
+calibration measured: :func:`autoaug.search.decide.calibration_choices.incumbent_margin`; 0: the best
 finished trial). Without a warm start, the first trial to finish starts the chain, and before any
 trial finished each proposal is a uniform random draw (as ``random``).
 

@@ -14,13 +14,10 @@ from autoaug.search.config import SearchConfig
 from autoaug.search.decide.calibrate import (
     CALIBRATION_FILE,
     CALIBRATION_SEED_OFFSET,
-    TRANSFER_REFS,
     calibrate,
     calibration_train_config,
-    choose_base,
-    describe_calibration,
-    rank_transfer,
 )
+from autoaug.search.decide.calibration_choices import TRANSFER_REFS, choose_base, describe_calibration, rank_transfer
 from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores, encode_image_scores, measure
 from autoaug.search.decide.warm_start import warm_start_policies
 from autoaug.search.run_dir import RunDir

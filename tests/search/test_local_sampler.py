@@ -103,7 +103,7 @@ def test_local_is_a_sampler_of_the_search_and_takes_no_startup_trials():
 
 
 def test_the_margin_is_the_noise_calibration_measured_for_two_single_runs():
-    from autoaug.search.decide.calibrate import incumbent_margin
+    from autoaug.search.decide.calibration_choices import incumbent_margin
     from autoaug.search.decide.noise import Noise
 
     def stage(noise):

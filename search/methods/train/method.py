@@ -26,7 +26,8 @@ from autoaug.core.values import is_int, is_number
 from autoaug.policies import Policy
 from autoaug.policies.policy import MAX_SUB_POLICIES
 from autoaug.search.decide.assemble import assemble_policy, assembly_rule, rank_trials, union_policy
-from autoaug.search.decide.calibrate import CALIBRATION_FILE, incumbent_margin
+from autoaug.search.decide.calibrate import CALIBRATION_FILE
+from autoaug.search.decide.calibration_choices import incumbent_margin
 from autoaug.search.decide.rescore import Candidate
 from autoaug.search.decide.rungs import calibration_scores, rung_epochs
 from autoaug.search.decide.rungs import from_study as rung_record

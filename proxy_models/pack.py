@@ -465,6 +465,7 @@ class Member:
     learner: Learner  # its solo learner: a round of this member alone trains with it
     checkpoint_dir: str | os.PathLike | None = None
     report: Callable[[dict[str, Any]], Any] | None = None
+    on_validate: Callable[[int, EvalStats, Any], Any] | None = None
     test_stats: EvalStats | None = None
 
     @property
@@ -515,11 +516,15 @@ class Pack:
         checkpoint_dir: str | os.PathLike | None = None,
         resume_from: str | os.PathLike | Mapping[str, Any] | None = None,
         report: Callable[[dict[str, Any]], Any] | None = None,
+        on_validate: Callable[[int, EvalStats, Any], Any] | None = None,
     ) -> Member:
         """A member: ``config`` (the pack's with another seed, say; default the pack's) trained on
         ``policy`` (a Policy, a Schedule, a preset name), fresh or resumed from a checkpoint (a
         directory, a file, or a checkpoint already loaded). Every check of a run happens here,
-        before it trains; a configuration that cannot share the pack is refused in one line."""
+        before it trains; a configuration that cannot share the pack is refused in one line.
+        ``report`` receives each epoch's metrics; ``on_validate(epoch, stats, val_indices)`` each
+        validation's :class:`EvalStats` with every image's outcome, as
+        :func:`autoaug.proxy_models.train.train`'s ``on_validate`` does."""
         if key in self.members:
             raise ValueError(f"pack member {key!r} exists already")
         config = self.config if config is None else config
@@ -551,7 +556,9 @@ class Pack:
         if checkpoint is not None:
             learner.load_state_dict(checkpoint)
         run.restore(self.device)  # (torch's RNG as the checkpoint saved it)
-        member = Member(key, run, learner.state_dict(), torch.get_rng_state(), learner, checkpoint_dir, report)
+        member = Member(
+            key, run, learner.state_dict(), torch.get_rng_state(), learner, checkpoint_dir, report, on_validate
+        )
         self.members[key] = member
         return member
 
@@ -641,8 +648,11 @@ class Pack:
         ]
         for loader in {id(members[j].run.val_loader): members[j].run.val_loader for j in validating}.values():
             group = [j for j in validating if members[j].run.val_loader is loader]
-            for j, vs in zip(group, engine.evaluate_per_class(loader, group)):
+            per_image = any(members[j].on_validate is not None for j in group)
+            for j, vs in zip(group, engine.evaluate_per_class(loader, group, per_image=per_image)):
                 metrics[j]["val_accuracy"], metrics[j]["val_loss"] = vs.accuracy, vs.loss
+                if members[j].on_validate is not None:
+                    members[j].on_validate(epochs[j] + 1, vs, members[j].run.split.val)
         for j, (m, e) in enumerate(zip(members, epochs)):
             if e + 1 == m.run.config.epochs and m.run.test_loader is not None and m.key not in failed:
                 (m.test_stats,) = engine.evaluate_per_class(m.run.test_loader, [j])
@@ -697,11 +707,12 @@ def train_pack(
     reports: Sequence[Callable[[dict[str, Any]], Any] | None] | None = None,
     checkpoint_dirs: Sequence[str | os.PathLike | None] | None = None,
     resume_from: Sequence[str | os.PathLike | None] | None = None,
+    on_validate: Sequence[Callable[[int, EvalStats, Any], Any] | None] | None = None,
 ) -> list[TrainResult]:
     """Train one member per policy in one pack, in lockstep from their first epoch to their last:
     each as :func:`autoaug.proxy_models.train.train` would train it alone (``seeds``: each
-    member's ``config.seed``; default the config's), with its own reports, checkpoints and
-    resume. Returns the members' results in order."""
+    member's ``config.seed``; default the config's), with its own reports, validation callbacks
+    (:meth:`Pack.add`), checkpoints and resume. Returns the members' results in order."""
     n = len(policies)
     if n == 0:
         raise ValueError("train_pack needs at least one policy")
@@ -710,6 +721,7 @@ def train_pack(
         ("reports", reports),
         ("checkpoint_dirs", checkpoint_dirs),
         ("resume_from", resume_from),
+        ("on_validate", on_validate),
     ):
         if given is not None and len(given) != n:
             raise ValueError(f"{name}: {len(given)} given for {n} policies")
@@ -723,6 +735,7 @@ def train_pack(
                 checkpoint_dir=checkpoint_dirs[i] if checkpoint_dirs else None,
                 resume_from=resume_from[i] if resume_from else None,
                 report=reports[i] if reports else None,
+                on_validate=on_validate[i] if on_validate else None,
             )
         while pack.train_epoch():
             pass

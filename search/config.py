@@ -190,6 +190,8 @@ class SearchConfig:
         pack: trials trained together by one process on one device (:mod:`autoaug.search.tune.pack`):
             each still one Tune and one Optuna trial, with its own reports, checkpoints and ASHA
             fate; 1: one trial per process. Concurrency is raised to a pack when it is lower.
+            Calibration's and re-scoring's runs train in packs of the same size
+            (:func:`autoaug.search.decide.rescore.train_runs`).
             ``"auto"``: the size that trains the most images per second on the trials' device,
             measured before the trials, within its trials' share of a GPU's memory
             (:func:`autoaug.proxy_models.pack_sizing.choose_pack`; on a CPU, measured so far, one).

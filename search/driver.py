@@ -239,6 +239,9 @@ def _search(
         with contextlib.nullcontext() if budget is None else budget.running():  # its clock saved as it runs
             with tune_output(config.verbose), _session(session, address, config.verbose) as info:
                 _check_resources(config, info, display)
+                from autoaug.search.tune.pack import resolve_pack  # (torch's import: when a search runs)
+
+                config = resolve_pack(config, display.log)  # pack "auto": measured once, for every run
                 if budget is not None:  # what re-scoring will need, known to calibration's forecast
                     _plan_rescore(config, run, budget, before_calibration=True)
                 calibration = calibrate(config, run, display, budget)  # base / warm start "auto": measured first
@@ -393,9 +396,13 @@ def _transfer_only(
 
 def rescoring_text(config: SearchConfig) -> str:
     """How a candidate is re-scored, in words: ``120 epochs, 1 fresh seed, 5,000 validation images``
-    (or ``the rest validate (at most 10,000)`` where the split sizes validation by what is left)."""
+    (or ``the rest validate (at most 10,000)`` where the split sizes validation by what is left;
+    with packs, ``in packs of up to 8``)."""
     seeds = f"{config.rescore_seeds} fresh seed{'s' if config.rescore_seeds > 1 else ''}"
-    return ", ".join(p for p in (f"{config.epochs} epochs", seeds, config.rescore_train_config().describe_val()) if p)
+    k = rescore.run_pack(config)
+    packs = f"in packs of up to {k}" if k > 1 else ""
+    parts = (f"{config.epochs} epochs", seeds, config.rescore_train_config().describe_val(), packs)
+    return ", ".join(p for p in parts if p)
 
 
 def _rescore(

@@ -403,7 +403,10 @@ class _CalibrationRuns:
         todo = [(self.key(stage, label, c), policy, c) for label, policy, c in plan]
         missing = sum(1 for k, _, _ in todo if k not in self.runs)
         if missing:
-            self.display.log(f"calibration: {what}: {missing} proxy run(s) of {calibration_epochs(self.config)} epochs")
+            k = rescore.run_pack(self.config)
+            packs = f", in packs of up to {k}" if k > 1 else ""
+            epochs = calibration_epochs(self.config)
+            self.display.log(f"calibration: {what}: {missing} proxy run(s) of {epochs} epochs{packs}")
             self.forecast(missing)
         self.runs.update(
             rescore.train_runs(todo, self.config, cached=self.runs, save=self._save, task_name="autoaug-calibrate")

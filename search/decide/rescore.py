@@ -23,7 +23,8 @@ re-scoring, measured"). Measured on the `cpu` search, though, the candidates re-
 evaluation regime than the one the single 1,000-image run had chosen: a sharper proxy score does
 not fix the gap between the proxy and the evaluation regime, so the `cpu` preset keeps one run.
 
-The re-scoring runs are Ray tasks with the trials' resources, run in parallel, and each finished
+The re-scoring runs are Ray tasks with the trials' resources, run in parallel (with
+``SearchConfig.pack`` above 1, in packs as the trials are: :func:`train_runs`), and each finished
 run is saved in the run directory (``rescore.json``, keyed by candidate, seed and validation
 size), so a resumed search trains only the runs it lacks. A candidate measured already under the
 same protocol -- the published policy that transferred best, by its calibration runs
@@ -35,6 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -51,7 +54,10 @@ __all__ = [
     "Candidate",
     "run_key",
     "train_and_score",
+    "train_and_score_pack",
     "train_runs",
+    "run_pack",
+    "pack_groups",
     "parallel_runs",
     "rescore_candidates",
     "first_count",
@@ -108,42 +114,79 @@ def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_
     started = time.time()
     # After the clock starts (wall_s counts the task's imports: the trainer's of torch), and not at
     # the top: `autoaug --help` imports this module without them.
-    import numpy as np
-
     from autoaug.policies.schedule import trainable_from_dict
     from autoaug.proxy_models.train import TrainConfig, train
 
-    images: dict[int, Any] = {}  # epoch -> per-image right/wrong (the window's epochs are kept)
-    val_ids: list[str] = []
+    scored = _Scored(score_window)
+    result = train(TrainConfig.from_dict(train_config), trainable_from_dict(policy), on_validate=scored.on_validate)
+    return scored.result(result, started)
 
-    def on_validate(epoch: int, stats: Any, val_indices: Any) -> None:
-        images[epoch] = np.asarray(stats.image_correct, dtype=bool)
-        for old in sorted(images)[: -max(1, int(score_window))]:
-            del images[old]
-        if not val_ids:
-            val_ids.append(hashlib.sha256(np.asarray(val_indices, dtype=np.int64).tobytes()).hexdigest()[:16])
 
-    result = train(TrainConfig.from_dict(train_config), trainable_from_dict(policy), on_validate=on_validate)
-    accuracies = [row.get("val_accuracy") for row in result.history]
-    score = search_score(accuracies, score_window)
-    out = {
-        METRIC: score,
-        "val_accuracy": result.val_accuracy,
-        "train_time_s": result.train_time_s,
-        "wall_s": time.time() - started,
-        "precision": result.precision,
-        "machine": result.machine,  # its kind (autoaug.core.machine): runs pair by seed only within one
-        "epochs": len(result.history),
-        "scores": {
-            str(i + 1): search_score(accuracies[: i + 1], score_window)
-            for i, v in enumerate(accuracies)
-            if v is not None
-        },
-    }
-    if images:  # per image: the epochs of the score's window it was right in (search.decide.noise)
-        counts = np.sum([images[e] for e in sorted(images)], axis=0)
-        out[IMAGE_SCORES] = encode_image_scores(counts, len(images), val_ids[0])
-    return out
+def train_and_score_pack(
+    train_configs: Sequence[dict[str, Any]], policies: Sequence[dict[str, Any]], score_window: int = 1
+) -> list[dict[str, Any]]:
+    """:func:`train_and_score` for several runs trained together as one pack
+    (:func:`autoaug.proxy_models.pack.train_pack`; their configurations differ in their seeds
+    only): each run's result as its own task's would be (``wall_s``: the pack's), with ``pack``,
+    the runs it trained beside. A run's score depends on its own seed and policy, not on its
+    pack-mates, up to float rounding (``benchmarks/pack_quality.py``)."""
+    started = time.time()
+    from autoaug.policies.schedule import trainable_from_dict
+    from autoaug.proxy_models.pack import train_pack
+    from autoaug.proxy_models.train import TrainConfig
+
+    configs = [TrainConfig.from_dict(c) for c in train_configs]
+    scored = [_Scored(score_window) for _ in configs]
+    results = train_pack(
+        configs[0],
+        [trainable_from_dict(p) for p in policies],
+        seeds=[c.seed for c in configs],
+        on_validate=[s.on_validate for s in scored],
+    )
+    return [{**s.result(r, started), "pack": len(configs)} for s, r in zip(scored, results)]
+
+
+class _Scored:
+    """A run's validations as it trains (each image right or wrong over the score's last
+    ``score_window`` epochs) and, when it ends, its result (:func:`train_and_score`)."""
+
+    def __init__(self, score_window: int) -> None:
+        self.score_window = score_window
+        self.window = max(1, int(score_window))  # the validations kept
+        self.images: dict[int, Any] = {}  # epoch -> per-image right/wrong (the window's epochs are kept)
+        self.val_id: str | None = None
+
+    def on_validate(self, epoch: int, stats: Any, val_indices: Any) -> None:
+        import numpy as np
+
+        self.images[epoch] = np.asarray(stats.image_correct, dtype=bool)
+        for old in sorted(self.images)[: -self.window]:
+            del self.images[old]
+        if self.val_id is None:
+            self.val_id = hashlib.sha256(np.asarray(val_indices, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+    def result(self, result: Any, started: float) -> dict[str, Any]:
+        import numpy as np
+
+        accuracies = [row.get("val_accuracy") for row in result.history]
+        out = {
+            METRIC: search_score(accuracies, self.score_window),
+            "val_accuracy": result.val_accuracy,
+            "train_time_s": result.train_time_s,
+            "wall_s": time.time() - started,
+            "precision": result.precision,
+            "machine": result.machine,  # its kind (autoaug.core.machine): runs pair by seed only within one
+            "epochs": len(result.history),
+            "scores": {
+                str(i + 1): search_score(accuracies[: i + 1], self.score_window)
+                for i, v in enumerate(accuracies)
+                if v is not None
+            },
+        }
+        if self.images:  # per image: the epochs of the score's window it was right in (search.decide.noise)
+            counts = np.sum([self.images[e] for e in sorted(self.images)], axis=0)
+            out[IMAGE_SCORES] = encode_image_scores(counts, len(self.images), self.val_id)
+        return out
 
 
 def run_key(candidate: Candidate, train_config: Any) -> str:
@@ -195,11 +238,20 @@ def train_runs(
     trials are (:func:`train_and_score`, ``config.score_window``). The one loop of the search's
     runs outside Tune: re-scoring and calibration (:mod:`autoaug.search.decide.calibrate`).
 
+    With ``config.pack`` above 1 the runs train as packs, as the trials do: runs whose training
+    configurations differ in their seeds only, in order, in as few packs of at most
+    ``config.pack`` as hold them, as even as can be (:func:`pack_groups`; each a task of
+    :func:`train_and_score_pack` on a pack server's resources: ``cpus_per_trial`` CPUs and its
+    runs' share of a GPU, at most one). ``config.pack`` is the search's, as its driver resolved
+    ``"auto"`` (:func:`autoaug.search.tune.pack.resolve_pack`); ``"auto"`` unresolved trains one
+    run per task.
+
     ``cached``: runs of earlier sessions, ``{key: result}`` (not trained again); ``save``: a
-    callable receiving the updated mapping after every finished run; ``deadline``: a
-    ``time.time()`` after which the runs not finished are cancelled (a time budget). Returns
-    ``{key: {METRIC, "val_accuracy", "train_time_s", "precision", "machine", "epochs", "seed", "val_size"}}``, the
-    cached runs included (and only the runs that finished).
+    callable receiving the updated mapping after every finished task (a run, or a pack's runs
+    together); ``deadline``: a ``time.time()`` after which the runs not finished are cancelled
+    (a time budget). Returns ``{key: {METRIC, "val_accuracy", "train_time_s", "precision",
+    "machine", "epochs", "seed", "val_size"}}`` (a run trained in a pack also ``pack``, its
+    size), the cached runs included (and only the runs that finished).
     """
     import ray
 
@@ -208,13 +260,27 @@ def train_runs(
     if not todo:
         return results
     threads = max(1, int(config.cpus_per_trial))
-    task = ray.remote(train_and_score)
-    pending = {
-        task.options(num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial, name=f"{task_name}:{key}").remote(
-            dataclasses.replace(cfg, num_threads=threads).to_dict(), policy.to_dict(), config.score_window
-        ): (key, cfg)
-        for key, policy, cfg in todo
-    }
+    k = run_pack(config)
+    pending: dict[Any, list[tuple[str, Any]]] = {}
+    if k == 1:
+        task = ray.remote(train_and_score)
+        for key, policy, cfg in todo:
+            ref = task.options(
+                num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial, name=f"{task_name}:{key}"
+            ).remote(dataclasses.replace(cfg, num_threads=threads).to_dict(), policy.to_dict(), config.score_window)
+            pending[ref] = [(key, cfg)]
+    else:
+        task = ray.remote(train_and_score_pack)
+        for group in pack_groups(todo, k, at_once=_packs_at_once(config, k)):
+            name = f"{task_name}:{group[0][0]}" + (f"+{len(group) - 1}" if len(group) > 1 else "")
+            ref = task.options(
+                num_cpus=config.cpus_per_trial, num_gpus=_pack_gpus(len(group), config.gpus_per_trial), name=name
+            ).remote(
+                [dataclasses.replace(cfg, num_threads=threads).to_dict() for _, _, cfg in group],
+                [policy.to_dict() for _, policy, _ in group],
+                config.score_window,
+            )
+            pending[ref] = [(key, cfg) for key, _, cfg in group]
     try:
         while pending:
             timeout = None if deadline is None else max(0.0, deadline - time.time())
@@ -222,8 +288,10 @@ def train_runs(
             if not ready and deadline is not None and time.time() >= deadline:
                 break  # the rest is cancelled below
             for ref in ready:
-                key, cfg = pending.pop(ref)
-                results[key] = {**ray.get(ref), "seed": cfg.seed, "val_size": cfg.val_size}
+                members = pending.pop(ref)
+                out = ray.get(ref)
+                for (key, cfg), result in zip(members, out if isinstance(out, list) else [out]):
+                    results[key] = {**result, "seed": cfg.seed, "val_size": cfg.val_size}
                 if save is not None:
                     save(results)
     finally:
@@ -232,14 +300,62 @@ def train_runs(
     return results
 
 
+def run_pack(config: Any) -> int:
+    """The runs :func:`train_runs` trains together: ``config.pack`` (1 for ``"auto"`` not yet
+    resolved, :func:`autoaug.search.tune.pack.resolve_pack`)."""
+    pack = getattr(config, "pack", 1)
+    return pack if isinstance(pack, int) and pack > 1 else 1
+
+
+def pack_groups(runs: Sequence[tuple[str, Any, Any]], k: int, *, at_once: int = 1) -> list[list[tuple[str, Any, Any]]]:
+    """``runs`` (``(key, policy, train_config)``) in packs of at most ``k``: runs whose training
+    configurations differ in their seeds only, in their order, in as few packs as hold them but
+    no fewer than ``at_once`` (the packs the cluster runs at once: none idles while another
+    holds two runs' work) and as even as can be (7 runs in packs of 4: 4 and 3; a pack's members
+    train in lockstep, so its slowest sets its time)."""
+    from autoaug.proxy_models.pack import PACK_FIELDS_FREE
+
+    groups: dict[str, list[tuple[str, Any, Any]]] = {}
+    for run in runs:
+        fields = {n: v for n, v in run[2].to_dict().items() if n not in PACK_FIELDS_FREE}
+        groups.setdefault(json.dumps(fields, sort_keys=True, default=str), []).append(run)
+    out = []
+    for members in groups.values():
+        count = max(math.ceil(len(members) / k), min(len(members), at_once))
+        size, extra = divmod(len(members), count)
+        start = 0
+        for i in range(count):
+            end = start + size + (1 if i < extra else 0)
+            out.append(members[start:end])
+            start = end
+    return out
+
+
+def _pack_gpus(members: int, gpus_per_run: float) -> float:
+    """The GPUs a pack of ``members`` runs reserves: theirs together, at most one (a pack server's,
+    :func:`autoaug.search.tune.pack.server_gpus`); 0 without GPUs."""
+    from autoaug.proxy_models.pack_sizing import pack_device_share
+
+    return pack_device_share(members, gpus_per_run) if gpus_per_run > 0 else 0.0
+
+
 def parallel_runs(config: Any) -> int:
-    """How many proxy runs with the trials' resources the Ray cluster runs at once (at least 1)."""
+    """How many proxy runs with the trials' resources the Ray cluster runs at once (at least 1):
+    with packs (:func:`run_pack`), the packs of ``config.pack`` that fit times their runs."""
+    k = run_pack(config)
+    return _packs_at_once(config, k) * k
+
+
+def _packs_at_once(config: Any, k: int) -> int:
+    """How many tasks of ``k`` runs (1: a run alone) the Ray cluster runs at once (at least 1):
+    each ``cpus_per_trial`` CPUs and its runs' GPUs (:func:`_pack_gpus`)."""
     import ray
 
     total = ray.cluster_resources()
     slots = _fits(total.get("CPU", 1), config.cpus_per_trial)
     if config.gpus_per_trial:
-        slots = min(slots, _fits(total.get("GPU", 0), config.gpus_per_trial))
+        each = config.gpus_per_trial if k == 1 else _pack_gpus(k, config.gpus_per_trial)
+        slots = min(slots, _fits(total.get("GPU", 0), each))
     return max(1, slots)
 
 

@@ -66,6 +66,7 @@ __all__ = [
     "describe_stats",
     "pack_plan",
     "packed",
+    "resolve_pack",
     "server_cpus",
     "server_gpus",
     "train_in_pack",
@@ -520,6 +521,16 @@ def pack_size(config: Any, train_config: Mapping[str, Any], log: Callable[[str],
     within = f", each pack within its trials' share of a GPU's memory ({g:g} a trial)" if 0 < g < 1 else ""
     log(f"pack auto: {k} trial(s) per process, the fastest measured{within} (images/s by pack size: {rates})")
     return k
+
+
+def resolve_pack(config: Any, log: Callable[[str], Any] = print) -> Any:
+    """``config`` with ``pack: "auto"`` measured (:func:`pack_size`, on its trials' training
+    configuration): the size of every pack of this driver session's search -- its trials', and
+    its calibration and re-scoring runs' (:func:`autoaug.search.decide.rescore.train_runs`),
+    which come before and after them. Any other ``config`` is returned as it is."""
+    if config.pack != "auto":
+        return config
+    return config.replace(pack=pack_size(config, config.train.to_dict(), log))
 
 
 def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[Any, Any]:

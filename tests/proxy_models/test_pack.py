@@ -45,8 +45,20 @@ def cfg(cifar_train):
 def test_a_pack_of_one_is_the_solo_run_bit_for_bit(cfg, tmp_path):
     policy = presets.resolve("autoaugment-cifar10")
     solo_reports, pack_reports = [], []
-    solo = train(cfg, policy, report=solo_reports.append, checkpoint_dir=tmp_path / "solo")
-    (packed,) = train_pack(cfg, [policy], reports=[pack_reports.append], checkpoint_dirs=[tmp_path / "pack"])
+    solo_seen, pack_seen = [], []  # every validation image's outcome (what calibration's noise reads)
+
+    def seen(into):
+        return lambda epoch, stats, val: into.append((epoch, stats.image_correct.tolist(), list(val)))
+
+    solo = train(cfg, policy, report=solo_reports.append, checkpoint_dir=tmp_path / "solo", on_validate=seen(solo_seen))
+    (packed,) = train_pack(
+        cfg,
+        [policy],
+        reports=[pack_reports.append],
+        checkpoint_dirs=[tmp_path / "pack"],
+        on_validate=[seen(pack_seen)],
+    )
+    assert pack_seen == solo_seen and [e for e, _, _ in pack_seen] == [1, 2] and len(pack_seen[0][1]) == 128
     drop = ("epoch_time_s", "time_total_s", "images_per_sec", "checkpoint_dir")
     assert [{k: v for k, v in r.items() if k not in drop} for r in solo_reports] == [
         {k: v for k, v in r.items() if k not in drop} for r in pack_reports

@@ -77,6 +77,22 @@ def test_pack_auto_sizes_packs_for_their_trials_share_of_a_gpu(monkeypatch, gpus
     ]
 
 
+def test_pack_auto_is_measured_once_before_calibration_for_every_run_of_the_search(tmp_path, monkeypatch):
+    """The driver resolves --pack auto before calibration (whose runs, like re-scoring's, train in
+    packs of the search's size): on the trials' training configuration, once; a given size is kept."""
+    from autoaug.search.config import SearchConfig
+
+    measured = []
+    monkeypatch.setattr(pack_mod, "pack_size", lambda config, train, log: measured.append(train) or 3)
+    data = {"preset": "smoke", "name": "auto", "data": str(tmp_path / "d"), "storage": str(tmp_path / "runs")}
+    auto = SearchConfig.from_dict({**data, "pack": "auto"})
+    resolved = pack_mod.resolve_pack(auto, print)
+    assert resolved.pack == 3 and measured == [auto.train.to_dict()]
+    assert resolved.replace(pack=auto.pack) == auto  # nothing else changed
+    given = SearchConfig.from_dict({**data, "pack": 2})
+    assert pack_mod.resolve_pack(given, print) is given and len(measured) == 1
+
+
 @pytest.fixture(scope="module")
 def cfg(cifar_train):
     return TrainConfig.from_preset("smoke", data=str(cifar_train), epochs=2, train_size=128, val_size=64, num_threads=1)
@@ -360,7 +376,8 @@ def test_packed_trials_that_report_every_few_epochs_report_at_those_at_asha_rung
 ):
     """``--report-every 4`` over 6 epochs, ASHA's rung at epoch 3: each trial reports at epochs 3, 4
     and 6 (asking its pack server for the epochs up to each), or ASHA cut it at the rung,
-    the study holds the scores measured (at the rung and the end), and the policy is stored.
+    the study holds the scores measured (at the rung and the end), the candidates are re-scored
+    in packs, and the policy is stored.
     With no concurrency limit the servers fill the CPUs, each leaving its trials' processes room
     to start (they reserve a little CPU each)."""
     argv = _argv(
@@ -379,6 +396,8 @@ def test_packed_trials_that_report_every_few_epochs_report_at_those_at_asha_rung
         "train.epochs=6",
         "--set",
         "score_window=1",
+        "--rescore-seeds",
+        "2",
     )
     capsys.readouterr()
     code = main(argv[3:])  # (in this process: the module's Ray session)
@@ -404,6 +423,10 @@ def test_packed_trials_that_report_every_few_epochs_report_at_those_at_asha_rung
     status = {f"trial_{t['trial_id']}": t["status"] for t in result["provenance"]["trials"]}
     assert status == {n: "completed" if len(e) == 3 else "early_stopped" for n, e in rows.items()}  # (at the rung)
     assert "stored as every@1" in out and "4 trials, each reporting every 4 epochs, early stopping" in out
+    # re-scoring's runs trained in packs too, each scored as its own run
+    rescored = json.loads((run / "rescore.json").read_text())
+    assert len(rescored) >= 2 and all(r["epochs"] == 6 and r["search_score"] is not None for r in rescored.values())
+    assert max(r["pack"] for r in rescored.values()) >= 2
     n = int(ray.cluster_resources()["CPU"])  # a server a CPU (--cpus-per-trial 1), its trials' processes within it
     assert (
         f"pack servers: {n} of up to 4 trials each ({4 * n} trials at once), 1 CPU + 0 GPU each with its trials" in out

@@ -11,6 +11,7 @@ The Ray tasks' requests are read where the project hands them to Ray (``ray.remo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import pytest
@@ -90,6 +91,57 @@ def test_rescoring_and_calibration_runs_ask_ray_for_the_trials_resources(tmp_pat
     with pytest.raises(_Submitted):
         train_runs([("k", resolve("autoaugment-cifar10"), config.train)], config)
     assert asked == [("train_and_score", {"num_cpus": cpus, "num_gpus": gpus, "name": "autoaug-run:k"})]
+
+
+def test_rescoring_and_calibration_runs_in_packs_ask_for_a_pack_servers_resources(tmp_path, asked, monkeypatch):
+    """With --pack K, the runs outside Tune train K at a time too, each pack a task on a pack
+    server's resources: the trials' CPUs and its runs' share of a GPU (at most one)."""
+    from autoaug.policies.presets import resolve
+    from autoaug.search.decide.rescore import train_runs
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
+    config = _search(tmp_path, "paper", pack=4, train={"amp_dtype": "bfloat16"})  # 0.25 GPU a trial
+    runs = [(f"k{i}", resolve("autoaugment-cifar10"), dataclasses.replace(config.train, seed=i)) for i in range(5)]
+    with pytest.raises(_Submitted):
+        train_runs(runs, config)
+    # a pack of 4 takes the GPU: one at a time; 5 runs in 2 packs, as even as can be (3 and 2)
+    assert asked == [("train_and_score_pack", {"num_cpus": 2.0, "num_gpus": 0.75, "name": "autoaug-run:k0+2"})]
+
+
+@pytest.mark.parametrize(
+    "preset,changes,expected",
+    [
+        ("paper", {"gpus_per_trial": 0.125, "pack": 8}, 8),  # a pack of 8 a GPU
+        ("paper", {"gpus_per_trial": 0.125, "pack": 4}, 8),  # two of 4, half a GPU each
+        ("paper", {"gpus_per_trial": 0.125, "pack": 16}, 16),  # a pack takes one GPU at most
+        ("smoke", {"pack": 2}, 32),  # no GPU: a pack a trial's CPU
+        ("smoke", {"pack": "auto"}, 16),  # not yet measured: one run a task
+    ],
+)
+def test_parallel_runs_counts_the_runs_of_the_packs_that_fit(tmp_path, monkeypatch, preset, changes, expected):
+    from autoaug.search.decide.rescore import parallel_runs
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
+    if preset == "paper":
+        changes = {**changes, "cpus_per_trial": 1, "train": {"device": "auto", "amp_dtype": "bfloat16"}}
+    assert parallel_runs(_search(tmp_path, preset, **changes)) == expected
+
+
+def test_runs_are_packed_in_order_by_configuration_as_evenly_as_the_packs_that_run_at_once_allow(tmp_path):
+    from autoaug.search.decide.rescore import pack_groups
+
+    train = _search(tmp_path, "smoke").train
+    runs = [(f"r{i}", None, dataclasses.replace(train, seed=i)) for i in range(7)]
+    sizes = lambda groups: [[key for key, _, _ in g] for g in groups]  # noqa: E731
+    assert sizes(pack_groups(runs, 4)) == [["r0", "r1", "r2", "r3"], ["r4", "r5", "r6"]]
+    assert sizes(pack_groups(runs, 8)) == [[f"r{i}" for i in range(7)]]
+    # as many packs as run at once, none idle while another trains two runs' work
+    assert sizes(pack_groups(runs, 4, at_once=4)) == [["r0", "r1"], ["r2", "r3"], ["r4", "r5"], ["r6"]]
+    assert sizes(pack_groups(runs[:2], 4, at_once=4)) == [["r0"], ["r1"]]
+    # runs that differ in more than their seed (a calibration's shorter schedule) never share a pack
+    longer = [(f"e{i}", None, dataclasses.replace(train, seed=i, epochs=train.epochs + 1)) for i in range(2)]
+    mixed = [runs[0], longer[0], runs[1], longer[1]]
+    assert sizes(pack_groups(mixed, 4)) == [["r0", "r1"], ["e0", "e1"]]
 
 
 @pytest.mark.parametrize("preset,changes,cpus,gpus", SEARCHES)

@@ -49,9 +49,7 @@ installed; the input side's ``dali`` rows need DALI.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -157,16 +155,20 @@ def _rate(row: dict) -> str:
 
 
 def processes(proxy: str, count: int, device: str, amp: str, seconds: float, threads: int) -> dict:
-    """``count`` separate processes, each the solo learner's loop; their rates added."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    cmd = [sys.executable, __file__, "--worker", proxy, "--device", device, "--amp", amp, "--seconds", str(seconds)]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO) for _ in range(count)]
-    rates = []
-    for p in procs:
-        out, _ = p.communicate(timeout=seconds * 10 + 300)
-        rates.append(json.loads(out.strip().splitlines()[-1])["images_per_s"])
+    """``count`` separate processes at once, each the solo learner's loop with ``threads`` torch
+    threads, started together (:func:`autoaug.proxy_models.pack_sizing.shared_rate`, what
+    ``--pack auto`` measures trials sharing a device with); their rates added. One: this process."""
+    import dataclasses
+
+    import torch
+
+    from autoaug.proxy_models.pack_sizing import shared_rate
+
+    cfg = dataclasses.replace(_config(proxy, device, amp), num_threads=threads)
     n = PROXIES[proxy]["train_size"]
-    total = sum(rates)
+    with torch.random.fork_rng(devices=[]):
+        row = shared_rate(cfg, 1, count, train_size=n, seconds=seconds, warmup=3)
+    total = row["images_per_s"]
     return {
         "proxy": proxy,
         "processes": count,
@@ -466,7 +468,6 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(f"{x:g}" for x in ASHA_LENGTHS),
         help="churn: the share of --epochs each candidate trains, repeating (default 0.5,0.5,1: ASHA's cut half-way)",
     )
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     measures = [m for m in args.measure.split(",") if m]
     if not measures or set(measures) - {"model", "input", "train", "churn"}:
@@ -489,9 +490,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    if args.worker:
-        print(json.dumps(time_steps(args.worker, 1, args.device, args.amp, args.seconds)))
-        return 0
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("pack_throughput: no CUDA device here; use --device cpu", file=sys.stderr)
         return 2

@@ -193,7 +193,8 @@ class SearchConfig:
             Calibration's and re-scoring's runs train in packs of the same size
             (:func:`autoaug.search.decide.rescore.train_runs`).
             ``"auto"``: the size that trains the most images per second on the trials' device,
-            measured before the trials, within its trials' share of a GPU's memory
+            measured before the trials as the search would run it (as many packs, or trials one
+            per process, at once as share the device), within its trials' share of a GPU's memory
             (:func:`autoaug.proxy_models.pack_sizing.choose_pack`; on a CPU, measured so far, one).
         sampler: Optuna sampler, one of :data:`autoaug.search.tune.study.SAMPLERS`.
         seed: seed of the sampler.

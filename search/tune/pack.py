@@ -516,9 +516,18 @@ def pack_size(config: Any, train_config: Mapping[str, Any], log: Callable[[str],
     task = ray.remote(num_cpus=config.cpus_per_trial, num_gpus=server_gpus(max(AUTO_SIZES), g))(_choose)
     k, measured = ray.get(task.remote(dict(train_config), g))
     rates = ", ".join(
-        f"{m['k']}: {m['error']}" if "error" in m else f"{m['k']}: {m['images_per_s']:,.0f}" for m in measured
+        f"{m['k']}: {m['error']}"
+        if "error" in m
+        else f"{m['k']}: {m['images_per_s']:,.0f}"
+        + (f" ({m['processes']} at once)" if m.get("processes", 1) > 1 else "")
+        for m in measured
     )
-    within = f", each pack within its trials' share of a GPU's memory ({g:g} a trial)" if 0 < g < 1 else ""
+    within = (
+        f", each pack within its trials' share of a GPU's memory and measured beside the others sharing it "
+        f"({g:g} a trial)"
+        if 0 < g < 1
+        else ""
+    )
     log(f"pack auto: {k} trial(s) per process, the fastest measured{within} (images/s by pack size: {rates})")
     return k
 

@@ -228,44 +228,48 @@ def test_auto_sizing_takes_the_fastest_size_and_stops_where_packs_get_slower_or_
     rates = {1: 100.0, 2: 180.0, 4: 300.0, 8: 310.0, 16: 240.0, 32: 400.0}
     asked = []
 
-    def fake(config, k, *, train_size, seconds=2.0):
+    def fake(config, k, processes, *, train_size, seconds=2.0):
+        assert processes == 1  # the device not shared out: each size alone on it
         asked.append(k)
         return {"k": k, "images_per_s": rates[k]}
 
-    monkeypatch.setattr(pack_mod, "pack_rate", fake)
+    monkeypatch.setattr(pack_mod, "shared_rate", fake)
     k, measured = pack_mod.choose_pack(cfg, train_size=256, sizes=(1, 2, 4, 8, 16, 32))
     assert k == 8 and asked == [1, 2, 4, 8, 16]  # 16 is a fifth slower than 8: 32 is not tried
     assert [m["k"] for m in measured] == asked
 
 
 @pytest.mark.parametrize(
-    ("member_share", "tried", "chosen", "over"),
+    ("member_share", "tried", "processes", "chosen", "over"),
     [
-        (0.0, [1, 2, 4, 8, 16, 32, 64], 32, "needs 64.0 GiB, over 32.0"),  # the whole device for any pack
-        (1 / 16, [1, 2, 4, 8, 16, 32, 64], 32, "needs 64.0 GiB, over 32.0"),  # 16 trials' share: all of it
-        (1 / 64, [1], 1, "needs 1.0 GiB, over 0.5"),  # a trial's share holds less than a member
+        # the whole device for any pack, each measured alone on it
+        (0.0, [1, 2, 4, 8, 16, 32, 64], [1] * 7, 32, "needs 64.0 GiB, over 32.0"),
+        # 16 trials' share: all of it; smaller packs measured as many at once as share the device
+        (1 / 16, [1, 2, 4, 8, 16, 32, 64], [16, 8, 4, 2, 1, 1, 1], 32, "needs 64.0 GiB, over 32.0"),
+        (1 / 64, [1], [64], 1, "needs 1.0 GiB, over 0.5"),  # a trial's share holds less than a member
     ],
 )
 def test_auto_sizing_keeps_a_pack_within_its_trials_share_of_the_device_memory(
-    cfg, monkeypatch, member_share, tried, chosen, over
+    cfg, monkeypatch, member_share, tried, processes, chosen, over
 ):
     """A pack of K trials takes K trials' share of the device (a search's gpus_per_trial), at most
     all of it: each size must fit its share of the memory; the first over it is not taken,
-    however fast, and no larger one is tried."""
+    however fast, and no larger one is tried. Each size is measured as the search runs it: as
+    many packs at once as share the device."""
     from autoaug.proxy_models import pack_sizing as pack_mod
 
     gib = 2**30
     asked = []
 
-    def fake(config, k, *, train_size, seconds=2.0):
-        asked.append(k)
+    def fake(config, k, copies, *, train_size, seconds=2.0):
+        asked.append((k, copies))
         return {"k": k, "images_per_s": 100.0 * k, "peak_bytes": k * gib}  # faster and larger with k
 
-    monkeypatch.setattr(pack_mod, "pack_rate", fake)
+    monkeypatch.setattr(pack_mod, "shared_rate", fake)
     monkeypatch.setattr(pack_mod, "_device_memory", lambda dev: 40 * gib)  # a pack may take 0.8 of it
     sizes = (1, 2, 4, 8, 16, 32, 64)
     k, measured = pack_mod.choose_pack(cfg, train_size=256, sizes=sizes, member_share=member_share)
-    assert (k, asked) == (chosen, tried) and measured[-1]["error"] == over
+    assert (k, asked) == (chosen, list(zip(tried, processes))) and measured[-1]["error"] == over
     with pytest.raises(ValueError, match=r"member_share -0.5: expected a fraction of the device, 0 or more"):
         pack_mod.choose_pack(cfg, train_size=256, member_share=-0.5)
 
@@ -283,6 +287,34 @@ def test_auto_sizing_measures_real_packs_on_this_device(cfg):
     k, measured = choose_pack(cfg, train_size=128, sizes=(1, 2), seconds=0.2)
     assert k in (1, 2) and [m["k"] for m in measured][:1] == [1]
     assert all(m["images_per_s"] > 0 for m in measured)
+
+
+def test_on_a_shared_device_auto_sizing_measures_the_trials_as_processes_at_once(cfg):
+    """Trials taking half the device each: one per process is two processes at once (what the
+    search would run instead of a pack), measured together and their rates added; a pack of 2
+    takes the whole device alone."""
+    from autoaug.proxy_models.pack_sizing import choose_pack, device_copies
+
+    assert [device_copies(k, 0.125) for k in (1, 2, 3, 4, 8, 16)] == [8, 4, 2, 2, 1, 1]
+    assert device_copies(1, 0.0) == 1 and device_copies(1, 1.0) == 1
+    k, measured = choose_pack(cfg, train_size=128, sizes=(1, 2), seconds=0.3, member_share=0.5)
+    assert [(m["k"], m.get("processes", 1)) for m in measured] == [(1, 2), (2, 1)]
+    assert all(m["images_per_s"] > 0 for m in measured) and measured[0]["steps"] >= 2
+
+
+def test_processes_measuring_at_once_say_what_one_of_them_met(cfg):
+    """A failure in one of the processes is one line naming it (a pack of float16 members: as the
+    pack refuses it in this process), not a wait or a traceback of another process."""
+    from autoaug.proxy_models.pack_sizing import shared_rate
+
+    f16 = dataclasses.replace(cfg, amp=True, amp_dtype="float16")
+    with pytest.raises(ValueError, match=r"^2 processes of a pack of 2 at once: .*float32 or bfloat16") as info:
+        shared_rate(f16, 2, 2, train_size=128, seconds=0.2)
+    assert "\n" not in str(info.value)
+    if not torch.cuda.is_available():  # a device the processes do not have
+        with pytest.raises(ValueError, match=r"^2 processes of a pack of 1 at once: .*CUDA is not available") as info:
+            shared_rate(dataclasses.replace(cfg, device="cuda"), 1, 2, train_size=128, seconds=0.2)
+        assert "\n" not in str(info.value)
 
 
 def test_a_pack_in_bfloat16_computes_in_bfloat16_as_its_solo_run_does(cfg):

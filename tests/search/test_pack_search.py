@@ -43,7 +43,16 @@ def test_pack_plan_fills_the_concurrency_or_the_cluster():
 
 @pytest.mark.parametrize(
     ("gpus", "task_gpus", "said"),
-    [(0.125, 1.0, ", each pack within its trials' share of a GPU's memory (0.125 a trial)"), (1, 1.0, ""), (0, 0, "")],
+    [
+        (
+            0.125,
+            1.0,
+            ", each pack within its trials' share of a GPU's memory and measured beside the others sharing it "
+            "(0.125 a trial)",
+        ),
+        (1, 1.0, ""),
+        (0, 0, ""),
+    ],
 )
 def test_pack_auto_sizes_packs_for_their_trials_share_of_a_gpu(monkeypatch, gpus, task_gpus, said):
     """--pack auto measures on the largest pack server's resources, each size within its trials'
@@ -63,7 +72,11 @@ def test_pack_auto_sizes_packs_for_their_trials_share_of_a_gpu(monkeypatch, gpus
 
     def get(call):
         asked["call"] = call
-        return 4, [{"k": 1, "images_per_s": 10.0}, {"k": 4, "images_per_s": 30.0}, {"k": 8, "error": "out of memory"}]
+        return 4, [
+            {"k": 1, "images_per_s": 10.0, "processes": 8},
+            {"k": 4, "images_per_s": 30.0},
+            {"k": 8, "error": "out of memory"},
+        ]
 
     monkeypatch.setattr(pack_mod.ray, "remote", remote)
     monkeypatch.setattr(pack_mod.ray, "get", get)
@@ -73,7 +86,7 @@ def test_pack_auto_sizes_packs_for_their_trials_share_of_a_gpu(monkeypatch, gpus
     assert asked["num_gpus"] == task_gpus and asked["call"] == ("_choose", ({"epochs": 3}, gpus))
     assert lines == [
         f"pack auto: 4 trial(s) per process, the fastest measured{said} "
-        "(images/s by pack size: 1: 10, 4: 30, 8: out of memory)"
+        "(images/s by pack size: 1: 10 (8 at once), 4: 30, 8: out of memory)"
     ]
 
 

@@ -34,6 +34,8 @@ gradient scaler whose skipped steps would couple the members; a pack refuses it 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -69,11 +71,36 @@ __all__ = [
     "Pack",
     "PackLearner",
     "pack_compatible",
+    "plan_packs",
     "train_pack",
 ]
 
 #: The configuration fields in which the members of one pack may differ.
 PACK_FIELDS_FREE = ("seed",)
+
+
+def plan_packs(configs: Sequence[TrainConfig], k: int, *, at_once: int = 1) -> list[list[int]]:
+    """Runs of ``configs`` (their indices) in packs of at most ``k``: runs whose configurations
+    differ in :data:`PACK_FIELDS_FREE` only share a pack, in their order, in as few packs as hold
+    them but no fewer than ``at_once`` (the packs that train at once: none idles while another
+    holds two runs' work) and as even as can be (7 runs in packs of 4: 4 and 3; a pack's members
+    train in lockstep, so its slowest sets its time)."""
+    if k < 1 or at_once < 1:
+        raise ValueError(f"plan_packs: k {k} and at_once {at_once} must be 1 or more")
+    groups: dict[str, list[int]] = {}
+    for i, config in enumerate(configs):
+        fields = {n: v for n, v in config.to_dict().items() if n not in PACK_FIELDS_FREE}
+        groups.setdefault(json.dumps(fields, sort_keys=True, default=str), []).append(i)
+    out = []
+    for members in groups.values():
+        count = max(math.ceil(len(members) / k), min(len(members), at_once))
+        size, extra = divmod(len(members), count)
+        start = 0
+        for i in range(count):
+            end = start + size + (1 if i < extra else 0)
+            out.append(members[start:end])
+            start = end
+    return out
 
 
 def pack_compatible(a: TrainConfig, b: TrainConfig) -> list[tuple[str, Any, Any]]:

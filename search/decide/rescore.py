@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -57,7 +55,6 @@ __all__ = [
     "train_and_score_pack",
     "train_runs",
     "run_pack",
-    "pack_groups",
     "parallel_runs",
     "rescore_candidates",
     "first_count",
@@ -240,7 +237,8 @@ def train_runs(
 
     With ``config.pack`` above 1 the runs train as packs, as the trials do: runs whose training
     configurations differ in their seeds only, in order, in as few packs of at most
-    ``config.pack`` as hold them, as even as can be (:func:`pack_groups`; each a task of
+    ``config.pack`` as hold them but no fewer than run at once, as even as can be
+    (:func:`autoaug.proxy_models.pack.plan_packs`; each a task of
     :func:`train_and_score_pack` on a pack server's resources: ``cpus_per_trial`` CPUs and its
     runs' share of a GPU, at most one). ``config.pack`` is the search's, as its driver resolved
     ``"auto"`` (:func:`autoaug.search.tune.pack.resolve_pack`); ``"auto"`` unresolved trains one
@@ -270,8 +268,11 @@ def train_runs(
             ).remote(dataclasses.replace(cfg, num_threads=threads).to_dict(), policy.to_dict(), config.score_window)
             pending[ref] = [(key, cfg)]
     else:
+        from autoaug.proxy_models.pack import plan_packs
+
         task = ray.remote(train_and_score_pack)
-        for group in pack_groups(todo, k, at_once=_packs_at_once(config, k)):
+        plan = plan_packs([cfg for _, _, cfg in todo], k, at_once=_packs_at_once(config, k))
+        for group in ([todo[i] for i in members] for members in plan):
             name = f"{task_name}:{group[0][0]}" + (f"+{len(group) - 1}" if len(group) > 1 else "")
             ref = task.options(
                 num_cpus=config.cpus_per_trial, num_gpus=_pack_gpus(len(group), config.gpus_per_trial), name=name
@@ -305,30 +306,6 @@ def run_pack(config: Any) -> int:
     resolved, :func:`autoaug.search.tune.pack.resolve_pack`)."""
     pack = getattr(config, "pack", 1)
     return pack if isinstance(pack, int) and pack > 1 else 1
-
-
-def pack_groups(runs: Sequence[tuple[str, Any, Any]], k: int, *, at_once: int = 1) -> list[list[tuple[str, Any, Any]]]:
-    """``runs`` (``(key, policy, train_config)``) in packs of at most ``k``: runs whose training
-    configurations differ in their seeds only, in their order, in as few packs as hold them but
-    no fewer than ``at_once`` (the packs the cluster runs at once: none idles while another
-    holds two runs' work) and as even as can be (7 runs in packs of 4: 4 and 3; a pack's members
-    train in lockstep, so its slowest sets its time)."""
-    from autoaug.proxy_models.pack import PACK_FIELDS_FREE
-
-    groups: dict[str, list[tuple[str, Any, Any]]] = {}
-    for run in runs:
-        fields = {n: v for n, v in run[2].to_dict().items() if n not in PACK_FIELDS_FREE}
-        groups.setdefault(json.dumps(fields, sort_keys=True, default=str), []).append(run)
-    out = []
-    for members in groups.values():
-        count = max(math.ceil(len(members) / k), min(len(members), at_once))
-        size, extra = divmod(len(members), count)
-        start = 0
-        for i in range(count):
-            end = start + size + (1 if i < extra else 0)
-            out.append(members[start:end])
-            start = end
-    return out
 
 
 def _pack_gpus(members: int, gpus_per_run: float) -> float:

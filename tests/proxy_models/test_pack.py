@@ -213,6 +213,23 @@ def test_a_member_resumed_from_its_checkpoint_ends_as_the_uninterrupted_pack(cfg
     assert solo.history[-1]["epoch"] == 2
 
 
+def test_runs_are_planned_in_packs_in_order_by_configuration_as_evenly_as_the_packs_at_once_allow(cfg):
+    """What a search's calibration and re-scoring runs and compare's runs train as (plan_packs)."""
+    from autoaug.proxy_models.pack import plan_packs
+
+    runs = [dataclasses.replace(cfg, seed=i) for i in range(7)]
+    assert plan_packs(runs, 4) == [[0, 1, 2, 3], [4, 5, 6]]
+    assert plan_packs(runs, 8) == [list(range(7))] and plan_packs(runs, 1) == [[i] for i in range(7)]
+    # as many packs as train at once, none idle while another trains two runs' work
+    assert plan_packs(runs, 4, at_once=4) == [[0, 1], [2, 3], [4, 5], [6]]
+    assert plan_packs(runs[:2], 4, at_once=4) == [[0], [1]]
+    # runs that differ in more than their seed (a calibration's shorter schedule) never share a pack
+    longer = [dataclasses.replace(cfg, seed=i, epochs=cfg.epochs + 1) for i in range(2)]
+    assert plan_packs([runs[0], longer[0], runs[1], longer[1]], 4) == [[0, 2], [1, 3]]
+    with pytest.raises(ValueError, match="k 0 and at_once 1 must be 1 or more"):
+        plan_packs(runs, 0)
+
+
 def test_runs_that_cannot_share_a_pack_are_refused_in_one_line(cfg):
     with Pack(cfg) as pack:
         with pytest.raises(ValueError, match=r"cannot join the pack: .*batch_size: pack 32 vs member 64"):

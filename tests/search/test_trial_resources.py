@@ -127,23 +127,6 @@ def test_parallel_runs_counts_the_runs_of_the_packs_that_fit(tmp_path, monkeypat
     assert parallel_runs(_search(tmp_path, preset, **changes)) == expected
 
 
-def test_runs_are_packed_in_order_by_configuration_as_evenly_as_the_packs_that_run_at_once_allow(tmp_path):
-    from autoaug.search.decide.rescore import pack_groups
-
-    train = _search(tmp_path, "smoke").train
-    runs = [(f"r{i}", None, dataclasses.replace(train, seed=i)) for i in range(7)]
-    sizes = lambda groups: [[key for key, _, _ in g] for g in groups]  # noqa: E731
-    assert sizes(pack_groups(runs, 4)) == [["r0", "r1", "r2", "r3"], ["r4", "r5", "r6"]]
-    assert sizes(pack_groups(runs, 8)) == [[f"r{i}" for i in range(7)]]
-    # as many packs as run at once, none idle while another trains two runs' work
-    assert sizes(pack_groups(runs, 4, at_once=4)) == [["r0", "r1"], ["r2", "r3"], ["r4", "r5"], ["r6"]]
-    assert sizes(pack_groups(runs[:2], 4, at_once=4)) == [["r0"], ["r1"]]
-    # runs that differ in more than their seed (a calibration's shorter schedule) never share a pack
-    longer = [(f"e{i}", None, dataclasses.replace(train, seed=i, epochs=train.epochs + 1)) for i in range(2)]
-    mixed = [runs[0], longer[0], runs[1], longer[1]]
-    assert sizes(pack_groups(mixed, 4)) == [["r0", "r1"], ["e0", "e1"]]
-
-
 @pytest.mark.parametrize("preset,changes,cpus,gpus", SEARCHES)
 def test_fold_models_ask_ray_for_the_trials_resources(tmp_path, asked, monkeypatch, preset, changes, cpus, gpus):
     from autoaug.proxy_models.splits import Split

@@ -171,6 +171,15 @@ OPTIONS: tuple[Option, ...] = (
         help="GPUs per run; fractions share a GPU (default 1 for CUDA presets, else 0)",
     ),
     option(
+        "--pack",
+        key="pack",
+        group="how",
+        type=int,
+        metavar="K",
+        help="runs trained together by one process on one device, each still its own run (default 1; a pack "
+        "reserves --cpus-per-run CPUs and its runs' GPUs, at most one: docs/compare.md)",
+    ),
+    option(
         "--address",
         key="address",
         group="how",

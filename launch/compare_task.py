@@ -1,5 +1,6 @@
-"""One run of ``autoaug compare``, as the Ray task :func:`train_one`: train, evaluate on the test
-split, return what the run record keeps (:func:`autoaug.launch.compare.runner.run_record`).
+"""One run of ``autoaug compare``, as the Ray task :func:`train_one` (or several in a pack,
+:func:`train_pack_runs`): train, evaluate on the test split, return what the run record keeps
+(:func:`autoaug.launch.compare.runner.run_record`).
 
 It lives outside the :mod:`autoaug.launch.compare` package on purpose: a worker imports the module
 of the task it runs, and this one imports the trainer alone, not the package's statistics, plots
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
@@ -16,7 +18,7 @@ import ray
 from autoaug.core.metrics import epoch_record
 from autoaug.policies.schedule import trainable_from_dict
 
-__all__ = ["train_one"]
+__all__ = ["train_one", "train_pack_runs"]
 
 
 def train_one(
@@ -31,6 +33,40 @@ def train_one(
     from autoaug.proxy_models.train import TrainConfig, train
 
     config = TrainConfig.from_dict(train_config)
+    result = train(config, trainable_from_dict(policy), report=_reporter(queue, key))
+    return _outcome(result)
+
+
+def train_pack_runs(
+    train_configs: Sequence[dict[str, Any]],
+    policies: Sequence[dict[str, Any]],
+    queue: Any = None,
+    keys: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Body of several runs trained together as one pack (a Ray task; ``compare --pack``): their
+    configurations differ in their seeds only (:func:`autoaug.proxy_models.pack.plan_packs`), each
+    trained as :func:`train_one` would train it alone up to float rounding
+    (:func:`autoaug.proxy_models.pack.train_pack`); each run's record as :func:`train_one`
+    returns it, with ``pack``, the runs it trained beside."""
+    from autoaug.proxy_models.pack import train_pack
+    from autoaug.proxy_models.train import TrainConfig
+
+    configs = [TrainConfig.from_dict(c) for c in train_configs]
+    keys = list(keys) if keys is not None else [None] * len(configs)
+    results = train_pack(
+        configs[0],
+        [trainable_from_dict(p) for p in policies],
+        seeds=[c.seed for c in configs],
+        reports=[_reporter(queue, key) for key in keys],
+    )
+    return [{**_outcome(r), "pack": len(configs)} for r in results]
+
+
+def _reporter(queue: Any, key: str | None) -> Callable[[dict[str, Any]], None] | None:
+    """What a run reports each epoch to: ``(key, epoch, validation accuracy)`` on ``queue`` (None:
+    no queue, nothing reported)."""
+    if queue is None:
+        return None
 
     def report(metrics: dict[str, Any]) -> None:
         try:
@@ -38,7 +74,11 @@ def train_one(
         except Exception:  # progress only
             pass
 
-    result = train(config, trainable_from_dict(policy), report=report if queue is not None else None)
+    return report
+
+
+def _outcome(result: Any) -> dict[str, Any]:
+    """What a run's record keeps of its :class:`~autoaug.proxy_models.train.TrainResult`."""
     try:
         node_id = ray.get_runtime_context().get_node_id()
     except Exception:  # pragma: no cover - always inside Ray here

@@ -511,6 +511,12 @@ class TrainConfig:
         return "no validation" if self.val_size == 0 else f"{self.val_size:,} validation images"
 
     # -- derived ------------------------------------------------------------------------------
+    def float16_on_cuda(self) -> bool:
+        """Whether runs of this configuration autocast in float16 on a GPU (CUDA's default when
+        ``amp_dtype`` is not given): what a pack cannot train, its gradient scaler skipping every
+        member's step when one overflows (:class:`autoaug.proxy_models.pack.PackLearner`)."""
+        return self.device.startswith("cuda") and self.amp is not False and (self.amp_dtype or "float16") == "float16"
+
     def resolve_device(self) -> torch.device:
         """The torch device this config runs on (``auto`` resolved); raises if CUDA is missing."""
         import torch

@@ -705,8 +705,7 @@ class SearchConfig:
                     f"pack {self.pack}: the {self.method} method trains its runs one per process; --pack 1 "
                     f"(methods whose trials train in packs: {', '.join(n for n, m in METHODS.items() if m.packs)})"
                 )
-            amp_on = self.train.amp is not False
-            if device.startswith("cuda") and amp_on and (self.train.amp_dtype or "float16") == "float16":
+            if self.train.float16_on_cuda():
                 raise ValueError(
                     f"pack {self.pack}: a pack trains in float32 or bfloat16, and the trials train in float16 on "
                     "the GPU (its gradient scaler would skip every member's step when one overflows); "

@@ -46,7 +46,10 @@ class CompareConfig:
     ``train`` is the shared training configuration (a :class:`autoaug.proxy_models.train.TrainConfig`
     with ``data`` and ``test_data`` set); each run replaces its ``seed`` with one of ``seeds`` and
     its ``num_threads`` with ``cpus_per_run``. Its device ``"auto"`` becomes the one the runs
-    reserve: ``"cuda"`` with ``gpus_per_run`` > 0, else ``"cpu"``.
+    reserve: ``"cuda"`` with ``gpus_per_run`` > 0, else ``"cpu"``. ``pack``: runs trained
+    together by one process on one device, each still its own run and record (a pack reserves
+    ``cpus_per_run`` CPUs and its runs' ``gpus_per_run`` together, at most one GPU); 1: one run
+    per process.
     """
 
     train: Any  # proxy_models.train.TrainConfig
@@ -58,6 +61,7 @@ class CompareConfig:
     address: str | None = None  # Ray cluster; None: embedded local Ray
     cpus_per_run: int = 1
     gpus_per_run: float = 0.0
+    pack: int = 1  # runs trained together by one process (autoaug.proxy_models.pack)
     attach: bool = True  # attach the results to stored policies
     verbose: bool = False  # show the runs' own output (Ray worker logs)
     base: str | None = None  # --base: candidates with sub-policies train on it (candidates.Candidate.on_base)
@@ -123,6 +127,14 @@ class CompareConfig:
                 f"gpus_per_run is {self.gpus_per_run:g} but train.device is 'cpu': the reserved GPUs would sit "
                 "idle; --set train.device=cuda (or auto), or --gpus-per-run 0"
             )
+        if isinstance(self.pack, bool) or not isinstance(self.pack, int) or not 1 <= self.pack <= 256:
+            raise CompareError(f"pack must be an integer from 1 (one run per process) to 256, got {self.pack!r}")
+        if self.pack > 1 and self.train.float16_on_cuda():
+            raise CompareError(
+                f"pack {self.pack}: a pack trains in float32 or bfloat16, and the runs train in float16 on the GPU "
+                "(its gradient scaler would skip every member's step when one overflows); "
+                "--set train.amp_dtype=bfloat16, or --pack 1"
+            )
         object.__setattr__(self, "out", os.fspath(self.out))
         if self.base is not None:
             try:
@@ -148,6 +160,7 @@ CONFIG_KEYS = (
     "address",
     "cpus_per_run",
     "gpus_per_run",
+    "pack",
     "attach",
     "verbose",
     "base",
@@ -164,7 +177,7 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
     comma-separated string, ``""`` for none; default :data:`DEFAULT_BASELINES`), ``seeds`` (a
     count N, giving ``first_seed .. first_seed+N-1``, or a list), ``first_seed`` (default 0),
     ``out``, ``store``, ``address``, ``cpus_per_run``, ``gpus_per_run`` (default 1 when the
-    training device is CUDA, else 0), ``attach``, ``verbose``, ``base`` (``none``, ``crop`` or
+    training device is CUDA, else 0), ``pack`` (runs per process, default 1), ``attach``, ``verbose``, ``base`` (``none``, ``crop`` or
     ``standard``: the candidates with sub-policies train on it instead of their own base).
     """
     if not isinstance(data, Mapping):
@@ -199,6 +212,7 @@ def config_from_dict(data: Mapping[str, Any]) -> CompareConfig:
         address=data.get("address") or None,
         cpus_per_run=data.get("cpus_per_run", 1),
         gpus_per_run=gpus,
+        pack=data.get("pack", 1),
         attach=bool(data.get("attach", True)),
         verbose=bool(data.get("verbose", False)),
         base=data.get("base"),

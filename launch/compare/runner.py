@@ -23,7 +23,7 @@ from autoaug.launch.compare.candidates import Candidate, resolve_candidates
 from autoaug.launch.compare.config import CompareConfig
 from autoaug.launch.compare.per_class import run_balanced_accuracy
 from autoaug.launch.compare.report import Comparison, _pct, attach_evaluations, summarize, write_outputs
-from autoaug.launch.compare_task import train_one
+from autoaug.launch.compare_task import train_one, train_pack_runs
 from autoaug.proxy_models.data import open_dataset
 from autoaug.proxy_models.train_config import resolve_config, sizing_record
 
@@ -239,6 +239,7 @@ def _config_dict(config: CompareConfig, candidates: Sequence[Candidate]) -> dict
         "train_config": config.train.to_dict(),
         "cpus_per_run": config.cpus_per_run,
         "gpus_per_run": config.gpus_per_run,
+        "pack": config.pack,
         "address": config.address,
     }
 
@@ -255,9 +256,12 @@ def _run_all(
     """Train the runs of ``todo`` as Ray tasks, each record saved (``out``) and kept in ``done`` as
     soon as it finishes; returns how many were trained."""
     with cluster.ray_session(config.address, **cluster.output_settings(bool(config.verbose))) as info:
-        say(f"compare: {len(todo)} runs to train on {info.describe()}; {config.cpus_per_run} CPU(s) per run")
+        each = f"in packs of up to {config.pack}, {config.cpus_per_run} CPU(s) per pack" if config.pack > 1 else ""
+        say(
+            f"compare: {len(todo)} runs to train on {info.describe()}; "
+            + (each or f"{config.cpus_per_run} CPU(s) per run")
+        )
         _check_fits_a_node(config, info)
-        task = ray.remote(train_one)
         bars = display is not None and display.live
         queue = None
         if bars:
@@ -266,7 +270,7 @@ def _run_all(
             display.add(
                 "runs", "compare", total=total, unit="runs", completed=len(done), status=f"{len(todo)} to train"
             )
-        pending = _submit(task, config, todo, queue)
+        pending = _submit(config, todo, queue)
         finished: set[str] = set()  # run ids whose bar is gone (a late queue item must not bring it back)
         trained = 0
         try:
@@ -275,23 +279,31 @@ def _run_all(
                 if bars:
                     _show_epochs(display, queue, epochs, finished)
                 for ref in ready:
-                    c, seed, run_cfg = pending.pop(ref)
+                    members = pending.pop(ref)
                     try:
-                        outcome = ray.get(ref)
+                        outcomes = ray.get(ref)
                     except Exception as exc:
                         cause = getattr(exc, "cause", None) or exc
+                        c, seed, _ = members[0]
+                        what = f"run {c.label} seed {seed}" + (
+                            f" (in a pack of {len(members)})" if len(members) > 1 else ""
+                        )
                         raise RunFailedError(
-                            f"run {c.label} seed {seed} failed: {type(cause).__name__}: {cause}".splitlines()[0]
+                            f"{what} failed: {type(cause).__name__}: {cause}".splitlines()[0]
                             + f" ({len(done)} finished runs are saved in {out.child('runs').uri}; re-run to resume)"
                         ) from None
-                    record = run_record(c, seed, run_cfg, outcome)
-                    out.write_text(metrics_json(record, indent=1), f"runs/{record['run_id']}.json")
-                    done[(c.policy_hash, seed)] = record
-                    trained += 1
-                    say(f"[{len(done)}/{total}] trained {_describe_run(record)}")
+                    for (c, seed, run_cfg), outcome in zip(
+                        members, outcomes if isinstance(outcomes, list) else [outcomes]
+                    ):
+                        record = run_record(c, seed, run_cfg, outcome)
+                        out.write_text(metrics_json(record, indent=1), f"runs/{record['run_id']}.json")
+                        done[(c.policy_hash, seed)] = record
+                        trained += 1
+                        say(f"[{len(done)}/{total}] trained {_describe_run(record)}")
+                        if bars:
+                            finished.add(record["run_id"])
+                            display.remove(f"run:{record['run_id']}")
                     if bars:
-                        finished.add(record["run_id"])
-                        display.remove(f"run:{record['run_id']}")
                         display.update("runs", completed=len(done), status=f"{len(pending)} left")
         finally:
             for ref in pending:
@@ -316,21 +328,54 @@ def _check_fits_a_node(config: CompareConfig, info: Any) -> None:
 
 
 def _submit(
-    task: Any, config: CompareConfig, todo: Sequence[tuple[Candidate, int]], queue: Any
-) -> dict[Any, tuple[Candidate, int, Any]]:
-    """Submit every run of ``todo`` as a Ray task; ``{its object ref: (candidate, seed, its config)}``."""
-    pending: dict[Any, tuple[Candidate, int, Any]] = {}
-    for c, seed in todo:
-        run_cfg = config.run_config(seed)
+    config: CompareConfig, todo: Sequence[tuple[Candidate, int]], queue: Any
+) -> dict[Any, list[tuple[Candidate, int, Any]]]:
+    """Submit every run of ``todo`` as a Ray task, or with ``config.pack`` above 1 as packs (one
+    task of :func:`~autoaug.launch.compare_task.train_pack_runs` each, planned by
+    :func:`~autoaug.proxy_models.pack.plan_packs`); ``{its object ref: [(candidate, seed, its
+    config), ...]}``."""
+    pending: dict[Any, list[tuple[Candidate, int, Any]]] = {}
+    runs = [(c, seed, config.run_config(seed)) for c, seed in todo]
+    retry = {"max_retries": 2, "retry_exceptions": False}  # node or worker died; an exception in training is not
+    if config.pack == 1:
+        task = ray.remote(train_one)
+        for c, seed, run_cfg in runs:
+            ref = task.options(
+                num_cpus=config.cpus_per_run,
+                num_gpus=config.gpus_per_run,
+                name=f"autoaug-compare:{run_id(c, seed)}",
+                **retry,
+            ).remote(run_cfg.to_dict(), c.trained.to_dict(), queue, run_id(c, seed))
+            pending[ref] = [(c, seed, run_cfg)]
+        return pending
+    from autoaug.proxy_models.pack import plan_packs
+    from autoaug.proxy_models.pack_sizing import pack_device_share
+
+    task = ray.remote(train_pack_runs)
+    for members in plan_packs([cfg for _, _, cfg in runs], config.pack, at_once=_packs_at_once(config)):
+        group = [runs[i] for i in members]
+        ids = [run_id(c, seed) for c, seed, _ in group]
+        gpus = pack_device_share(len(group), config.gpus_per_run) if config.gpus_per_run > 0 else 0
         ref = task.options(
             num_cpus=config.cpus_per_run,
-            num_gpus=config.gpus_per_run,
-            max_retries=2,  # node or worker died; an exception in training is not retried
-            retry_exceptions=False,
-            name=f"autoaug-compare:{run_id(c, seed)}",
-        ).remote(run_cfg.to_dict(), c.trained.to_dict(), queue, run_id(c, seed))
-        pending[ref] = (c, seed, run_cfg)
+            num_gpus=gpus,
+            name=f"autoaug-compare:{ids[0]}" + (f"+{len(ids) - 1}" if len(ids) > 1 else ""),
+            **retry,
+        ).remote([cfg.to_dict() for _, _, cfg in group], [c.trained.to_dict() for c, _, _ in group], queue, ids)
+        pending[ref] = group
     return pending
+
+
+def _packs_at_once(config: CompareConfig) -> int:
+    """How many packs of ``config.pack`` runs the Ray cluster trains at once (at least 1): each
+    ``cpus_per_run`` CPUs and its runs' GPUs, at most one."""
+    from autoaug.proxy_models.pack_sizing import pack_device_share
+
+    total = ray.cluster_resources()
+    fits = int(total.get("CPU", 1) // config.cpus_per_run)
+    if config.gpus_per_run > 0:
+        fits = min(fits, int(total.get("GPU", 0) / pack_device_share(config.pack, config.gpus_per_run) + 1e-9))
+    return max(1, fits)
 
 
 def _show_epochs(display: Progress, queue: Any, epochs: int, finished: set[str]) -> None:

@@ -134,6 +134,12 @@ def test_config_from_dict(tmp_path):
         ({"seeds": [1, 1]}, "distinct"),
         ({"preset": "huge"}, "unknown training preset 'huge'"),
         ({"cpus_per_run": 0}, "cpus_per_run must be a positive integer"),
+        ({"pack": 0}, r"pack must be an integer from 1 \(one run per process\) to 256, got 0"),
+        ({"pack": "4"}, "pack must be an integer from 1"),
+        (
+            {"pack": 2, "preset": "paper"},  # float16 on the GPU, the preset's
+            r"pack 2: a pack trains in float32 or bfloat16, .*--set train.amp_dtype=bfloat16, or --pack 1",
+        ),
     ],
 )
 def test_config_from_dict_rejects_bad_settings(tmp_path, extra, fragment):
@@ -1157,6 +1163,32 @@ def test_compare_with_base_trains_the_rebased_policy(tmp_path, cifar_small, smal
     aa = presets.resolve("autoaugment-cifar10")
     losses = {base: train(cfg, aa.with_base(base)).history[0]["train_loss"] for base in ("crop", "standard")}
     assert moved["history"][0]["train_loss"] == losses["crop"] != losses["standard"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")
+def test_compare_in_packs_records_each_run_as_its_own(tmp_path, cifar_small, small_test_split, capsys):
+    """--pack 2: the 4 runs (2 policies x 2 seeds) train 2 at a time per process, each run's record
+    and the table as without packs, and a re-run reuses them."""
+    from autoaug.launch.cli import main
+
+    out = tmp_path / "cmp"
+    argv = ["compare", "--baselines", "none,standard", "--seeds", "2", "--preset", "smoke", "--epochs", "1"]
+    argv += ["--data", str(cifar_small), "--test-data", str(small_test_split), "--out", str(out), "--pack", "2"]
+    argv += ["--set", "train.train_size=256", "--set", "train.val_size=64", "--no-attach"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "in packs of up to 2, 1 CPU(s) per pack" in printed and "[4/4] trained" in printed
+    records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
+    assert sorted((r["policy"], r["seed"]) for r in records) == [
+        ("none", 0),
+        ("none", 1),
+        ("standard", 0),
+        ("standard", 1),
+    ]
+    assert all(r["pack"] == 2 and 0 <= r["test_accuracy"] <= 1 and len(r["history"]) == 1 for r in records)
+    assert json.loads((out / "compare.json").read_text())["pack"] == 2
+    assert main(argv) == 0 and "[4/4] reused" in capsys.readouterr().out  # nothing trained again
 
 
 def test_config_names_missing_training_data(tmp_path):

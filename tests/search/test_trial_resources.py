@@ -178,6 +178,30 @@ def test_compare_runs_ask_ray_for_their_gpus(tmp_path, asked, monkeypatch, setti
     assert [(name, o["num_cpus"], o["num_gpus"]) for name, o in asked] == [("train_one", 1, gpus)]
 
 
+def test_compare_runs_in_packs_ask_for_their_runs_gpus_together(tmp_path, asked, monkeypatch):
+    """compare --pack 4 at 0.25 GPU a run: 5 runs in packs of 3 and 2 (one pack of 4 would fill the
+    GPU: one at a time), the first asking for 3 runs' share."""
+    from autoaug.core import ray_session
+    from autoaug.launch.compare import runner
+    from autoaug.launch.compare.candidates import Candidate
+    from autoaug.launch.compare.config import config_from_dict
+    from autoaug.policies.presets import resolve
+
+    (tmp_path / "train.parquet").touch()
+    data = {"data": str(tmp_path / "train.parquet"), "test_data": str(tmp_path / "train.parquet")}
+    settings = {"preset": "paper", "gpus_per_run": 0.25, "pack": 4, "seeds": 5, "train": {"amp_dtype": "bfloat16"}}
+    config = config_from_dict({**data, "out": str(tmp_path / "out"), **settings})
+    monkeypatch.setattr(ray_session, "ray_session", _fake_cluster)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 4.0, "GPU": 1.0})
+    standard = Candidate(label="standard", ref="standard", policy=resolve("standard"), kind="baseline")
+    with pytest.raises(_Submitted):
+        runner._run_all(config, [(standard, s) for s in range(5)], {}, None, 5, lambda line: None)
+    assert [(name, o["num_cpus"], o["num_gpus"], o["name"]) for name, o in asked] == [
+        ("train_pack_runs", 1, 0.75, "autoaug-compare:standard-" + standard.policy_hash[:8] + "-seed0+2")
+    ]
+
+
 @pytest.mark.parametrize("gpus,device", [(0.25, "cuda"), (1, "cuda"), (0, "cpu")])
 def test_an_auto_device_is_the_one_the_runs_reserve(tmp_path, gpus, device):
     # Ray (2.60) no longer hides the GPUs from a worker that reserved none: "auto" there would find

@@ -135,9 +135,10 @@ def _describe_run(r: Mapping[str, Any]) -> str:
     val_txt = f", val {_pct(val, 1)}%" if val is not None else ""
     balanced = run_balanced_accuracy(r)
     bal_txt = f" (balanced {_pct(balanced, 2)}%)" if balanced is not None else ""
+    pack = f" in a pack of {r['pack']}" if r.get("pack", 1) > 1 else ""
     return (
         f"{r['policy']} seed {r['seed']}: test {_pct(r['test_accuracy'], 2)}%{bal_txt}{val_txt} "
-        f"({r['train_time_s']:.0f} s{where})"
+        f"({r['train_time_s']:.0f} s{pack}{where})"
     )
 
 

@@ -1179,6 +1179,7 @@ def test_compare_in_packs_records_each_run_as_its_own(tmp_path, cifar_small, sma
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "in packs of up to 2, 1 CPU(s) per pack" in printed and "[4/4] trained" in printed
+    assert printed.count(" s in a pack of 2, node ") == 4
     records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
     assert sorted((r["policy"], r["seed"]) for r in records) == [
         ("none", 0),

@@ -643,7 +643,9 @@ def main(argv: list[str] | None = None) -> int:
         churn_packs = packs_by_proxy(args.churn_packs)
     except ValueError:
         churn_packs = []
-    from pack_throughput import PROXIES
+    from pack_throughput import PROXIES, make_importable
+
+    make_importable()  # a machine lent with torch only: this checkout's packages, here and in what it starts
 
     if not churn_packs or any(p not in PROXIES or k < 1 for p, k in churn_packs):
         parser.error(

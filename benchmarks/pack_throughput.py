@@ -70,11 +70,16 @@ EPOCHS = 120
 ASHA_LENGTHS = (0.5, 0.5, 1.0)
 
 
-def _importable() -> None:
+def make_importable() -> str | None:
     """Make ``autoaug.*`` importable from this checkout when the project is not installed (a
-    machine lent with torch only): a temporary ``autoaug`` folder linking the packages, on the path."""
+    machine lent with torch only): a temporary ``autoaug`` folder linking the packages, on the
+    path of this process and, through ``PYTHONPATH``, of the processes it starts (the GPU tests,
+    the training snippets, the processes measuring at once). Returns that folder's parent (None:
+    installed, nothing done)."""
     try:
         import autoaug.proxy_models  # noqa: F401
+
+        return None
     except ImportError:
         import tempfile
 
@@ -84,8 +89,10 @@ def _importable() -> None:
         for package in ("core", "policies", "proxy_models", "search", "launch"):
             (root / package).symlink_to(REPO / package)
         sys.path.insert(0, str(root.parent))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(root.parent), os.environ.get("PYTHONPATH")) if p)
         for name in [m for m in sys.modules if m == "autoaug" or m.startswith("autoaug.")]:
             del sys.modules[name]  # what the failed import left
+        return str(root.parent)
 
 
 def _config(proxy: str, device: str, amp: str):
@@ -486,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--trials {args.trials}: expected at least 1")
     if args.graphs and not args.device.startswith("cuda"):
         ap.error(f"--graphs: CUDA graphs need --device cuda, not {args.device!r}")
-    _importable()
+    make_importable()
     import torch
 
     torch.set_num_threads(args.threads)

@@ -16,10 +16,14 @@ import pytest
 import torch
 
 
-def cuda_missing() -> str | None:
-    """Why the GPU tests cannot run here (one line), or ``None`` where they can."""
+def cuda_missing(dali: bool = True) -> str | None:
+    """Why the GPU tests cannot run here (one line), or ``None`` where they can; ``dali``: they
+    need NVIDIA DALI too (a test module without DALI says ``NEEDS_DALI = False``: it runs on a
+    machine lent with torch alone)."""
     if not torch.cuda.is_available():
         return "needs a CUDA GPU: torch.cuda.is_available() is False on this machine"
+    if not dali:
+        return None
     try:
         from nvidia.dali.backend import GetCUDADeviceCount
 
@@ -32,10 +36,10 @@ def cuda_missing() -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
-    reason = cuda_missing()
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.gpu)
+            reason = cuda_missing(dali=getattr(item.module, "NEEDS_DALI", True))
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
 

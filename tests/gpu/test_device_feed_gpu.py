@@ -3,7 +3,10 @@ against torchvision per image on the GPU (the same code as on the CPU, the devic
 difference), a whole policy with given draws, and a device feed whose generator lives on the GPU
 resumed from its state exactly. What each op measured goes to ``$AUTOAUG_GPU_REPORT``.
 
-Skipped with one line each without CUDA (tests/gpu/conftest.py)."""
+Also what packs do on a CUDA device: a pack trained on device feeds, a step replayed from a CUDA
+graph, calibration's and re-scoring's runs in a pack, ``--pack auto``'s processes sharing the GPU.
+torch alone (no DALI: ``NEEDS_DALI``): these run on a machine lent with torch only. Skipped with
+one line each without CUDA (tests/gpu/conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ import torch
 from autoaug.policies import ops, presets
 from autoaug.policies import torch_apply as ta
 from autoaug.policies.torch_batch import OpContext, PolicyPlan, apply_policy_batch, batch_op, draw
+
+#: These tests need CUDA and torch, not DALI (tests/gpu/conftest.py).
+NEEDS_DALI = False
 
 #: Grey levels a batched op on the GPU may differ by from torchvision's per-image kernels there
 #: (cuDNN may pick another convolution algorithm for a batch than for one image: Sharpness's blur).
@@ -141,3 +147,43 @@ def test_a_training_step_replays_from_a_cuda_graph(k):
     cfg = TrainConfig.from_preset("smoke", data="synthetic", device="cuda", amp=True, amp_dtype="bfloat16")
     row = pack_rate(cfg, k, train_size=256, seconds=0.5, graphs=True)
     assert row["steps"] >= 4 and row["images_per_s"] > 0
+
+
+def test_calibration_and_rescoring_runs_train_as_a_pack_on_the_gpu(cifar_dir):
+    """A search's runs outside Tune with --pack (search.decide.rescore.train_runs' pack task), on the
+    GPU: each run scored as its own, with every validation image's outcome."""
+    import dataclasses
+
+    from autoaug.policies import Policy
+    from autoaug.proxy_models.train_config import TrainConfig
+    from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores
+    from autoaug.search.decide.rescore import train_and_score_pack
+
+    cfg = TrainConfig.from_preset(
+        "smoke",
+        data=str(cifar_dir / "train.parquet"),
+        device="cuda",
+        loader="device",
+        amp=True,
+        amp_dtype="bfloat16",
+        train_size=256,
+        val_size=128,
+    )
+    policies = [presets.resolve("autoaugment-cifar10"), Policy("p", 10, [[("Rotate", 0.5, 3)]])]
+    runs = train_and_score_pack(
+        [cfg.to_dict(), dataclasses.replace(cfg, seed=1).to_dict()], [p.to_dict() for p in policies], 2
+    )
+    for run in runs:
+        values, _ = decode_image_scores(run[IMAGE_SCORES])
+        assert run["pack"] == 2 and run["precision"] == "bfloat16" and len(values) == 128
+        assert values.mean() == pytest.approx(run["search_score"])
+
+
+def test_pack_auto_measures_trials_sharing_the_gpu_as_processes_at_once():
+    """--pack auto on a shared GPU: one trial per process measured as that many processes at once."""
+    from autoaug.proxy_models.pack_sizing import shared_rate
+    from autoaug.proxy_models.train_config import TrainConfig
+
+    cfg = TrainConfig.from_preset("smoke", data="synthetic", device="cuda", amp=True, amp_dtype="bfloat16")
+    row = shared_rate(cfg, 1, 2, train_size=256, seconds=0.5)
+    assert row["processes"] == 2 and row["images_per_s"] > 0 and row["peak_bytes"] > 0

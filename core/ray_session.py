@@ -66,6 +66,7 @@ __all__ = [
     "private_token_env",
     "ray_session",
     "output_settings",
+    "tasks_at_once",
 ]
 
 #: The packages that make up the project; shipped to the cluster as ``runtime_env["py_modules"]``
@@ -647,6 +648,23 @@ def shortfall(cpus: float, gpus: float) -> Shortfall | None:
     if most_gpus < gpus:
         return Shortfall("GPU", f"needs {gpus:g} GPU(s) but the largest node has {most_gpus:g}")
     return Shortfall("CPU+GPU", f"needs {cpus:g} CPU(s) and {gpus:g} GPU(s) on one node, and no node has both")
+
+
+def tasks_at_once(cpus: float, gpus: float) -> int:
+    """How many tasks of ``cpus`` CPUs and ``gpus`` GPUs the connected Ray cluster's resources hold
+    at once (at least 1), counted as Ray counts them, in 1/10,000ths (1 GPU holds ten 0.1-GPU
+    tasks, where ``1 // 0.1`` is 9)."""
+    import ray
+
+    total = ray.cluster_resources()
+    at_once = _fits(total.get("CPU", 1), cpus)
+    if gpus:
+        at_once = min(at_once, _fits(total.get("GPU", 0), gpus))
+    return max(1, at_once)
+
+
+def _fits(total: float, each: float) -> int:
+    return int(round(total * 10_000)) // max(1, int(round(each * 10_000)))
 
 
 # ----------------------------------------------------------------------------------------------

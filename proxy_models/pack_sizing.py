@@ -24,6 +24,7 @@ __all__ = [
     "choose_pack",
     "device_copies",
     "pack_device_share",
+    "pack_gpus",
     "pack_rate",
     "shared_rate",
 ]
@@ -306,6 +307,13 @@ def pack_device_share(k: int, member_share: float) -> float:
     ``member_share`` of it (a search's ``gpus_per_trial``): theirs together, at most the whole
     device (a pack trains on one); 1 for ``member_share`` 0 (the device is not shared out)."""
     return min(1.0, k * member_share) if member_share > 0 else 1.0
+
+
+def pack_gpus(k: int, gpus_per_run: float) -> float:
+    """The GPUs a pack of ``k`` runs reserves from Ray when each run alone would reserve
+    ``gpus_per_run``: theirs together, at most one GPU (a pack trains on one device,
+    :func:`pack_device_share`); 0 without GPUs."""
+    return pack_device_share(k, gpus_per_run) if gpus_per_run > 0 else 0.0
 
 
 def _device_memory(dev: torch.device) -> int | None:

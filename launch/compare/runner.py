@@ -350,16 +350,15 @@ def _submit(
             pending[ref] = [(c, seed, run_cfg)]
         return pending
     from autoaug.proxy_models.pack import plan_packs
-    from autoaug.proxy_models.pack_sizing import pack_device_share
+    from autoaug.proxy_models.pack_sizing import pack_gpus
 
     task = ray.remote(train_pack_runs)
     for members in plan_packs([cfg for _, _, cfg in runs], config.pack, at_once=_packs_at_once(config)):
         group = [runs[i] for i in members]
         ids = [run_id(c, seed) for c, seed, _ in group]
-        gpus = pack_device_share(len(group), config.gpus_per_run) if config.gpus_per_run > 0 else 0
         ref = task.options(
             num_cpus=config.cpus_per_run,
-            num_gpus=gpus,
+            num_gpus=pack_gpus(len(group), config.gpus_per_run),
             name=f"autoaug-compare:{ids[0]}" + (f"+{len(ids) - 1}" if len(ids) > 1 else ""),
             **retry,
         ).remote([cfg.to_dict() for _, _, cfg in group], [c.trained.to_dict() for c, _, _ in group], queue, ids)
@@ -370,13 +369,9 @@ def _submit(
 def _packs_at_once(config: CompareConfig) -> int:
     """How many packs of ``config.pack`` runs the Ray cluster trains at once (at least 1): each
     ``cpus_per_run`` CPUs and its runs' GPUs, at most one."""
-    from autoaug.proxy_models.pack_sizing import pack_device_share
+    from autoaug.proxy_models.pack_sizing import pack_gpus
 
-    total = ray.cluster_resources()
-    fits = int(total.get("CPU", 1) // config.cpus_per_run)
-    if config.gpus_per_run > 0:
-        fits = min(fits, int(total.get("GPU", 0) / pack_device_share(config.pack, config.gpus_per_run) + 1e-9))
-    return max(1, fits)
+    return cluster.tasks_at_once(config.cpus_per_run, pack_gpus(config.pack, config.gpus_per_run))
 
 
 def _show_epochs(display: Progress, queue: Any, epochs: int, finished: set[str]) -> None:

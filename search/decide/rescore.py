@@ -275,7 +275,7 @@ def train_runs(
         for group in ([todo[i] for i in members] for members in plan):
             name = f"{task_name}:{group[0][0]}" + (f"+{len(group) - 1}" if len(group) > 1 else "")
             ref = task.options(
-                num_cpus=config.cpus_per_trial, num_gpus=_pack_gpus(len(group), config.gpus_per_trial), name=name
+                num_cpus=config.cpus_per_trial, num_gpus=_pack_gpus(len(group), config), name=name
             ).remote(
                 [dataclasses.replace(cfg, num_threads=threads).to_dict() for _, _, cfg in group],
                 [policy.to_dict() for _, policy, _ in group],
@@ -308,14 +308,6 @@ def run_pack(config: Any) -> int:
     return pack if isinstance(pack, int) and pack > 1 else 1
 
 
-def _pack_gpus(members: int, gpus_per_run: float) -> float:
-    """The GPUs a pack of ``members`` runs reserves: theirs together, at most one (a pack server's,
-    :func:`autoaug.search.tune.pack.server_gpus`); 0 without GPUs."""
-    from autoaug.proxy_models.pack_sizing import pack_device_share
-
-    return pack_device_share(members, gpus_per_run) if gpus_per_run > 0 else 0.0
-
-
 def parallel_runs(config: Any) -> int:
     """How many proxy runs with the trials' resources the Ray cluster runs at once (at least 1):
     with packs (:func:`run_pack`), the packs of ``config.pack`` that fit times their runs."""
@@ -326,20 +318,16 @@ def parallel_runs(config: Any) -> int:
 def _packs_at_once(config: Any, k: int) -> int:
     """How many tasks of ``k`` runs (1: a run alone) the Ray cluster runs at once (at least 1):
     each ``cpus_per_trial`` CPUs and its runs' GPUs (:func:`_pack_gpus`)."""
-    import ray
+    from autoaug.core.ray_session import tasks_at_once
 
-    total = ray.cluster_resources()
-    slots = _fits(total.get("CPU", 1), config.cpus_per_trial)
-    if config.gpus_per_trial:
-        each = config.gpus_per_trial if k == 1 else _pack_gpus(k, config.gpus_per_trial)
-        slots = min(slots, _fits(total.get("GPU", 0), each))
-    return max(1, slots)
+    return tasks_at_once(config.cpus_per_trial, config.gpus_per_trial if k == 1 else _pack_gpus(k, config))
 
 
-def _fits(total: float, each: float) -> int:
-    """How many requests of ``each`` fit in ``total``, counted as Ray counts (in 1/10,000ths: 1 GPU
-    holds ten 0.1-GPU runs, where ``1 // 0.1`` is 9)."""
-    return int(round(total * 10_000)) // max(1, int(round(each * 10_000)))
+def _pack_gpus(k: int, config: Any) -> float:
+    """The GPUs a pack of ``k`` runs reserves (:func:`autoaug.proxy_models.pack_sizing.pack_gpus`)."""
+    from autoaug.proxy_models.pack_sizing import pack_gpus
+
+    return pack_gpus(k, config.gpus_per_trial)
 
 
 def missing_runs(

@@ -53,7 +53,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from autoaug.core.location import atomic_write_local
 from autoaug.proxy_models.pack import Pack
-from autoaug.proxy_models.pack_sizing import AUTO_SIZES, choose_pack, pack_device_share
+from autoaug.proxy_models.pack_sizing import AUTO_SIZES, choose_pack, pack_gpus
 from autoaug.proxy_models.train import CHECKPOINT_NAME, load_checkpoint
 from autoaug.proxy_models.train_config import TrainConfig
 from autoaug.search.tune.epochs import with_trial_threads
@@ -118,8 +118,8 @@ def _with_trials(server: float, pack: int) -> float:
 
 def server_gpus(pack: int, gpus_per_trial: float) -> float:
     """The GPUs a pack server of ``pack`` trials reserves: its trials' share (``gpus_per_trial``
-    each), at most one GPU (a pack trains on one device); 0 without GPUs."""
-    return pack_device_share(pack, gpus_per_trial) if gpus_per_trial > 0 else 0.0
+    each), at most one GPU (a pack trains on one device); 0 without GPUs (:func:`pack_gpus`)."""
+    return pack_gpus(pack, gpus_per_trial)
 
 
 @dataclasses.dataclass

@@ -118,11 +118,11 @@ def test_a_device_feed_on_the_gpu_resumes_its_stream_exactly(cifar_dir):
     assert len(again) == 4 and all(torch.equal(a, b) and torch.equal(u, v) for (a, u), (b, v) in zip(expected, again))
 
 
-def test_a_pack_trains_on_device_feeds_on_the_gpu(cifar_dir):
-    from autoaug.proxy_models.pack import train_pack
+def _fed_on_the_gpu(cifar_dir):
+    """The smoke preset on the GPU, fed from it (``loader: device``), in bfloat16: what a pack trains."""
     from autoaug.proxy_models.train_config import TrainConfig
 
-    cfg = TrainConfig.from_preset(
+    return TrainConfig.from_preset(
         "smoke",
         data=str(cifar_dir / "train.parquet"),
         device="cuda",
@@ -132,6 +132,12 @@ def test_a_pack_trains_on_device_feeds_on_the_gpu(cifar_dir):
         train_size=256,
         val_size=128,
     )
+
+
+def test_a_pack_trains_on_device_feeds_on_the_gpu(cifar_dir):
+    from autoaug.proxy_models.pack import train_pack
+
+    cfg = _fed_on_the_gpu(cifar_dir)
     results = train_pack(cfg, ["autoaugment-cifar10", "trivialaugment"], seeds=[0, 1])
     assert all(len(r.history) == cfg.epochs and r.val_accuracy is not None for r in results)
     assert results[1].config.seed == 1 and results[1].config.loader == "device"
@@ -155,20 +161,10 @@ def test_calibration_and_rescoring_runs_train_as_a_pack_on_the_gpu(cifar_dir):
     import dataclasses
 
     from autoaug.policies import Policy
-    from autoaug.proxy_models.train_config import TrainConfig
     from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores
     from autoaug.search.decide.rescore import train_and_score_pack
 
-    cfg = TrainConfig.from_preset(
-        "smoke",
-        data=str(cifar_dir / "train.parquet"),
-        device="cuda",
-        loader="device",
-        amp=True,
-        amp_dtype="bfloat16",
-        train_size=256,
-        val_size=128,
-    )
+    cfg = _fed_on_the_gpu(cifar_dir)
     policies = [presets.resolve("autoaugment-cifar10"), Policy("p", 10, [[("Rotate", 0.5, 3)]])]
     runs = train_and_score_pack(
         [cfg.to_dict(), dataclasses.replace(cfg, seed=1).to_dict()], [p.to_dict() for p in policies], 2

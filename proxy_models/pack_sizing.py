@@ -267,8 +267,9 @@ def choose_pack(
     (:func:`pack_device_share`), and each size is measured as the search would run it: as many
     packs at once as share the device (:func:`device_copies`, :func:`shared_rate`; K = 1: the
     trials one per process, as many as share it -- 8 at 0.125 a trial), their images per second
-    added; 0: each size alone on the whole device. A size that cannot run (float16 training) is
-    not measured."""
+    added; 0: each size alone on the whole device. A size that cannot train here (float16 in a
+    pack; any error of a pack on this device) is not taken, its row says why, and no larger size
+    is tried; the first size failing raises (every trial would fail the same way)."""
     if not member_share >= 0:
         raise ValueError(f"member_share {member_share!r}: expected a fraction of the device, 0 or more")
     dev = config.resolve_device()
@@ -279,14 +280,17 @@ def choose_pack(
         for k in sizes:
             try:
                 row = shared_rate(config, k, device_copies(k, member_share), train_size=train_size, seconds=seconds)
-            except ValueError as exc:  # float16: a pack of more than one cannot train it
-                measured.append({"k": k, "error": str(exc)})
-                break
             except torch.cuda.OutOfMemoryError:
                 measured.append({"k": k, "error": "out of memory"})
                 break
-            except RuntimeError as exc:  # processes measuring at once: one failed (said in its row)
-                measured.append({"k": k, "error": str(exc)})
+            except Exception as exc:  # a size that cannot train here: not taken, no larger one tried
+                if not measured:  # (the first size, one run alone, is what every trial does)
+                    raise
+                text = str(exc).strip().splitlines()
+                plain = isinstance(exc, (ValueError, RuntimeError))  # (float16 in a pack; a process that failed)
+                measured.append(
+                    {"k": k, "error": (text[0] if plain and text else f"{type(exc).__name__}: {' '.join(text)}")[:300]}
+                )
                 break
             limit = None if total is None else MEMORY_SHARE * total * pack_device_share(k, member_share)
             if limit is not None and row.get("peak_bytes", 0) > limit:

@@ -256,6 +256,28 @@ def test_auto_sizing_takes_the_fastest_size_and_stops_where_packs_get_slower_or_
     assert [m["k"] for m in measured] == asked
 
 
+def test_auto_sizing_takes_no_size_that_fails_here_and_says_why(cfg, monkeypatch):
+    """A pack that fails on this device (whatever it raises) is not taken: the fastest size before
+    it is, its row says the error; one run alone failing is every trial failing: raised."""
+    from autoaug.proxy_models import pack_sizing as pack_mod
+
+    def fake(config, k, processes, *, train_size, seconds=2.0):
+        if k == 4:
+            raise TypeError("boom\nin a kernel")
+        return {"k": k, "images_per_s": 100.0 * k}
+
+    monkeypatch.setattr(pack_mod, "shared_rate", fake)
+    k, measured = pack_mod.choose_pack(cfg, train_size=256, sizes=(1, 2, 4, 8))
+    assert k == 2 and measured[-1] == {"k": 4, "error": "TypeError: boom in a kernel"} and len(measured) == 3
+
+    def broken(config, k, processes, *, train_size, seconds=2.0):
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(pack_mod, "shared_rate", broken)
+    with pytest.raises(RuntimeError, match="no kernel image"):
+        pack_mod.choose_pack(cfg, train_size=256, sizes=(1, 2))
+
+
 @pytest.mark.parametrize(
     ("member_share", "tried", "processes", "chosen", "over"),
     [

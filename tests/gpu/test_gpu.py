@@ -3,8 +3,9 @@ the CPU and torchvision, the bases, a policy's trace, the input pipeline's check
 (bf16 / fp16 autocast, channels-last, ``torch.compile``), a reproducible training run and its
 resume, a search of trials sharing one GPU, and ``compare`` with GPU runs.
 
-Skipped with one line each without CUDA (tests/gpu/conftest.py); ``benchmarks/gpu_check.py`` runs
-them where a GPU is.
+Skipped with one line each without CUDA (tests/gpu/conftest.py), and as a whole, in one line,
+where NVIDIA DALI is not installed (a machine lent with torch only: the other GPU tests, which need
+no DALI, still run there); ``benchmarks/gpu_check.py`` runs them where a GPU is.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import pytest
 import torch
 
 from autoaug.policies import Policy, ops, resolve_policy
-from autoaug.policies.dali_apply import decode_trace
+
+pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the search extra), not installed here")
+
+from autoaug.policies.dali_apply import decode_trace  # noqa: E402  (DALI's, imported when it is here)
 
 RANDOM_POSITION = {"Cutout", "SamplePairing"}  # checked structurally below
 #: Mean absolute difference (grey levels, averaged over the images) allowed between an op's output

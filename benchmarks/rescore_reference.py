@@ -31,7 +31,7 @@ STRONG = ("autoaugment-cifar10", "randaugment:n=2,m=9", "trivialaugment")
 
 def _score(train_config: dict, policy_ref: str, window: int) -> dict:
     from autoaug.policies.reference import resolve
-    from autoaug.search.decide.rescore import train_and_score
+    from autoaug.search.decide.proxy_runs import train_and_score
 
     t0 = time.time()
     out = train_and_score(train_config, resolve(policy_ref).policy.to_dict(), window)

@@ -23,7 +23,7 @@ command reuses every finished search and every finished re-scoring run):
    the proxy with the same ``--rescore-seeds`` K fresh seeds (``train.seed + 3000 + i``: seeds no
    trial, re-scoring or calibration run used), the search's re-scoring configuration (the trials'
    training, validated over the score's window), through the search's own loop of proxy runs
-   (:func:`autoaug.search.decide.rescore.train_runs`). Every finished run is saved
+   (:func:`autoaug.search.decide.proxy_runs.train_runs`). Every finished run is saved
    (``rescore.json``, keyed by policy, seed and training configuration), so the warm start's K
    runs are trained once for all the searches that share it. A search that stored its warm start
    (nothing it found beat it in its own re-scoring) has its best own candidate trained with the
@@ -397,7 +397,7 @@ def rescore_plan(
 def rescore(a: argparse.Namespace, work: Path, runs: list, config: Any, timings: Timings) -> dict[str, Any]:
     """Train the runs not in ``rescore.json`` yet (in parallel, each saved as it finishes)."""
     from autoaug.core.ray_session import output_settings, ray_session
-    from autoaug.search.decide.rescore import train_runs
+    from autoaug.search.decide.proxy_runs import train_runs
 
     path = work / RESCORE_FILE
     cached = read_json(path, {})

@@ -191,7 +191,7 @@ class SearchConfig:
             each still one Tune and one Optuna trial, with its own reports, checkpoints and ASHA
             fate; 1: one trial per process. Concurrency is raised to a pack when it is lower.
             Calibration's and re-scoring's runs train in packs of the same size
-            (:func:`autoaug.search.decide.rescore.train_runs`).
+            (:func:`autoaug.search.decide.proxy_runs.train_runs`).
             ``"auto"``: the size that trains the most images per second on the trials' device,
             measured before the trials as the search would run it (as many packs, or trials one
             per process, at once as share the device), within its trials' share of a GPU's memory

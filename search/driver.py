@@ -55,7 +55,7 @@ from autoaug.policies.store import PolicyStore
 from autoaug.proxy_models import train_config
 from autoaug.search.budget import STORE_RESERVE_S, Budget, format_duration, measured_run_s
 from autoaug.search.config import SearchConfig
-from autoaug.search.decide import op_effects, rescore
+from autoaug.search.decide import op_effects, proxy_runs, rescore
 from autoaug.search.decide.assemble import AssembledPolicy, build_provenance
 from autoaug.search.decide.calibrate import (
     AUTO,
@@ -329,7 +329,7 @@ def _plan_rescore(
         if run.exists(name):
             saved = run.read_json(name)
             measured.update(saved.get("runs", {}) if name == CALIBRATION_FILE else saved)
-    slots = rescore.parallel_runs(config) if runs else 1
+    slots = proxy_runs.parallel_runs(config) if runs else 1
     # The race's rounds (config.rescore_max_seeds), one after the other, up to RACE_RESERVED_SEEDS
     # runs per contender, each round kept from the trials as one wave of runs (two runs on one
     # slot): the leader and its nearest challengers, as many as run at once. A round with more
@@ -399,7 +399,7 @@ def rescoring_text(config: SearchConfig) -> str:
     (or ``the rest validate (at most 10,000)`` where the split sizes validation by what is left;
     with packs, ``in packs of up to 8``)."""
     seeds = f"{config.rescore_seeds} fresh seed{'s' if config.rescore_seeds > 1 else ''}"
-    k = rescore.run_pack(config)
+    k = proxy_runs.run_pack(config)
     packs = f"in packs of up to {k}" if k > 1 else ""
     parts = (f"{config.epochs} epochs", seeds, config.rescore_train_config().describe_val(), packs)
     return ", ".join(p for p in parts if p)
@@ -497,7 +497,7 @@ def _race(
 
     fits = None
     if budget is not None:
-        slots = rescore.parallel_runs(config)
+        slots = proxy_runs.parallel_runs(config)
         plan = budget.race or {}
         wave = math.ceil(int(plan.get("contenders") or 2) / slots)  # the waves of a round the budget kept
 
@@ -547,7 +547,7 @@ def _within_budget(
     )
     if run_s is None:  # nothing measured: try them all, the deadline stops what does not fit
         return candidates, deadline
-    slots = rescore.parallel_runs(config)
+    slots = proxy_runs.parallel_runs(config)
     fits = len(trained)
     while fits > 0 and math.ceil(missing_runs(trained[:fits], config, cached) / slots) * run_s > left:
         fits -= 1

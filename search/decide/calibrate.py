@@ -59,7 +59,7 @@ from autoaug.core.errors import UserInputError
 from autoaug.policies import Policy, presets
 from autoaug.policies.bases import NAMES as BASE_NAMES
 from autoaug.search.budget import format_duration, measured_run_s
-from autoaug.search.decide import rescore
+from autoaug.search.decide import proxy_runs
 from autoaug.search.decide.calibration_choices import (
     BASE_STRENGTH,
     TRANSFER_FAMILY,
@@ -403,13 +403,13 @@ class _CalibrationRuns:
         todo = [(self.key(stage, label, c), policy, c) for label, policy, c in plan]
         missing = sum(1 for k, _, _ in todo if k not in self.runs)
         if missing:
-            k = rescore.run_pack(self.config)
+            k = proxy_runs.run_pack(self.config)
             packs = f", in packs of up to {k}" if k > 1 else ""
             epochs = calibration_epochs(self.config)
             self.display.log(f"calibration: {what}: {missing} proxy run(s) of {epochs} epochs{packs}")
             self.forecast(missing)
         self.runs.update(
-            rescore.train_runs(todo, self.config, cached=self.runs, save=self._save, task_name="autoaug-calibrate")
+            proxy_runs.train_runs(todo, self.config, cached=self.runs, save=self._save, task_name="autoaug-calibrate")
         )
         out: dict[str, list[dict[str, Any]]] = {}
         for label, _, c in plan:
@@ -432,7 +432,7 @@ class _CalibrationRuns:
         if self.budget is None:
             return None
         run_s = measured_run_s(self.runs)
-        return None if run_s is None else (run_s, rescore.parallel_runs(self.config))
+        return None if run_s is None else (run_s, proxy_runs.parallel_runs(self.config))
 
     def affordable(self, stage: str, labels: Sequence[str], cfg: Any) -> bool:
         """Whether another round of a race fits in the calibration's share of the time budget,

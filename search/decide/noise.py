@@ -3,7 +3,7 @@
 A run's score (:data:`~autoaug.search.score.METRIC`: the mean validation accuracy over the last
 ``score_window`` epochs) is the mean over the validation images of each image's score in that
 window (the share of the window's epochs it was classified right). Every run of the search's own
-runs outside Tune (calibration, re-scoring: :func:`autoaug.search.decide.rescore.train_and_score`) keeps
+runs outside Tune (calibration, re-scoring: :func:`autoaug.search.decide.proxy_runs.train_and_score`) keeps
 those per-image scores, so the difference between two policies scored on the same images has two
 measurable parts:
 

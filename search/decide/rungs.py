@@ -139,7 +139,7 @@ def rung_text(rows: Sequence[Mapping[str, Any]], stopped: Mapping[int, int]) -> 
 def calibration_scores(saved: Mapping[str, Any] | None, base: str | None) -> list[dict[int, float]]:
     """Each full-length run of calibration's published policies on ``base``, its search score by
     epoch (the epochs it validated: ``scores`` of
-    :func:`autoaug.search.decide.rescore.train_and_score`), from ``calibration.json``'s content
+    :func:`autoaug.search.decide.proxy_runs.train_and_score`), from ``calibration.json``'s content
     ``saved``. Left out: the bases' runs (a base alone leads early, where augmentation slows
     learning, and ranks otherwise than the augmented policies a search proposes: docs/results.md),
     runs on another schedule than the trials' (``/epochs=`` keys), on another base, and runs that

@@ -535,7 +535,7 @@ def pack_size(config: Any, train_config: Mapping[str, Any], log: Callable[[str],
 def resolve_pack(config: Any, log: Callable[[str], Any] = print) -> Any:
     """``config`` with ``pack: "auto"`` measured (:func:`pack_size`, on its trials' training
     configuration): the size of every pack of this driver session's search -- its trials', and
-    its calibration and re-scoring runs' (:func:`autoaug.search.decide.rescore.train_runs`),
+    its calibration and re-scoring runs' (:func:`autoaug.search.decide.proxy_runs.train_runs`),
     which come before and after them. Any other ``config`` is returned as it is."""
     if config.pack != "auto":
         return config

@@ -232,10 +232,10 @@ def fake(sg, tmp_path, monkeypatch):
         return out
 
     import autoaug.core.ray_session as ray_session
-    import autoaug.search.decide.rescore as rescore
+    import autoaug.search.decide.proxy_runs as proxy_runs
 
     monkeypatch.setattr(sg, "_autoaug", autoaug)
-    monkeypatch.setattr(rescore, "train_runs", train_runs)
+    monkeypatch.setattr(proxy_runs, "train_runs", train_runs)
     monkeypatch.setattr(ray_session, "ray_session", lambda *a, **k: contextlib.nullcontext())
     argv = ["--data", str(data), "--smoke", "--work", str(work), "--out", str(tmp_path / "out")]
     return {"argv": argv, "calls": calls, "work": work, "out": tmp_path / "out"}
@@ -722,16 +722,16 @@ def test_the_pba_row_measures_the_schedule_the_search_found_not_its_last_stage(s
         return out
 
     trained = []
-    import autoaug.search.decide.rescore as rescore
+    import autoaug.search.decide.proxy_runs as proxy_runs
 
-    fake_train = rescore.train_runs
+    fake_train = proxy_runs.train_runs
 
     def train_runs(runs, config, **kw):
         trained.extend(policy for _, policy, _ in runs)
         return fake_train(runs, config, **kw)
 
     monkeypatch.setattr(sg, "_autoaug", autoaug)
-    monkeypatch.setattr(rescore, "train_runs", train_runs)
+    monkeypatch.setattr(proxy_runs, "train_runs", train_runs)
     assert sg.main([*fake["argv"], "--samplers", "random", "--trials", "6", "--methods", "pba"]) == 0
     schedules = [p for p in trained if isinstance(p, Schedule)]
     assert len(schedules) == 2 and {s.content_hash for s in schedules} == {schedules[0].content_hash}

@@ -156,13 +156,13 @@ def test_a_training_step_replays_from_a_cuda_graph(k):
 
 
 def test_calibration_and_rescoring_runs_train_as_a_pack_on_the_gpu(cifar_dir):
-    """A search's runs outside Tune with --pack (search.decide.rescore.train_runs' pack task), on the
+    """A search's runs outside Tune with --pack (search.decide.proxy_runs.train_runs' pack task), on the
     GPU: each run scored as its own, with every validation image's outcome."""
     import dataclasses
 
     from autoaug.policies import Policy
     from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores
-    from autoaug.search.decide.rescore import train_and_score_pack
+    from autoaug.search.decide.proxy_runs import train_and_score_pack
 
     cfg = _fed_on_the_gpu(cifar_dir)
     policies = [presets.resolve("autoaugment-cifar10"), Policy("p", 10, [[("Rotate", 0.5, 3)]])]

@@ -21,6 +21,7 @@ from autoaug.search.budget import (
     parse_duration,
 )
 from autoaug.search.config import METRIC, SearchConfig
+from autoaug.search.decide import proxy_runs
 from autoaug.search.decide.assemble import TrialRecord
 from autoaug.search.run_dir import RunDir
 from autoaug.search.space import SearchSpace
@@ -486,7 +487,7 @@ def rescoring(tmp_path, monkeypatch):
     clock = _Clock()
     budget = Budget.open(run, 1000, session="start 1", clock=clock)
     budget.plan_rescore(runs=4, slots=2, run_s=100.0, epochs=config.epochs)
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     calls = []
 
     def fake(candidates, config, *, cached=None, save=None, deadline=None):
@@ -586,11 +587,10 @@ def test_a_transfer_measured_in_calibration_competes_beside_the_candidates_the_t
 
 def test_the_time_planned_for_rescoring_leaves_out_a_transfer_calibration_measured(tmp_path, monkeypatch):
     from autoaug.search import driver
-    from autoaug.search.decide import rescore
 
     config = SearchConfig.from_preset("smoke", name="r", rescore=True, storage=str(tmp_path))
     run = RunDir(str(tmp_path), "r")
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     planned = {}
     measured = _measured_transfer()
     for label, transfer in [("measured", measured), ("to train", dataclasses.replace(measured, runs=()))]:
@@ -716,9 +716,8 @@ def test_before_calibration_the_budget_plans_the_re_scoring_calibration_will_lea
     from types import SimpleNamespace
 
     from autoaug.search import driver
-    from autoaug.search.decide import rescore
 
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
     run = RunDir(str(tmp_path), "p")
     config = SearchConfig.from_preset("cpu", name="p", data="x", storage=str(tmp_path))
@@ -753,9 +752,8 @@ def test_a_family_search_keeps_no_run_for_a_warm_start_calibration_measured(tmp_
     from types import SimpleNamespace
 
     from autoaug.search import driver
-    from autoaug.search.decide import rescore
 
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 1)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 1)
     monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
     run = RunDir(str(tmp_path), "f")
     config = SearchConfig.from_preset(
@@ -789,7 +787,7 @@ def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(
 
     config = SearchConfig.from_preset("smoke", name="r", rescore=True, rescore_max_seeds=3, storage=str(tmp_path))
     run = RunDir(str(tmp_path), "r")
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     clock = _Clock()
     budget = Budget.open(run, 2000, session="start 1", clock=clock)
     own = config.search_method.max_candidates(config)
@@ -805,10 +803,10 @@ def test_the_race_has_its_rounds_kept_for_it_and_stops_where_the_time_left_ends(
     driver._plan_rescore(config.replace(rescore_max_seeds=2), run, budget)
     assert budget.reserve_s() == pytest.approx(without + 100.0)  # a shorter one keeps only its own round
     # On one slot a round is two waves: the leader's run and its nearest challenger's.
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 1)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 1)
     driver._plan_rescore(config, run, budget)
     assert budget.race["contenders"] == 2 and budget.race["reserved_waves"] == 2 * 2
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     driver._plan_rescore(config, run, budget)
 
     trained = []
@@ -854,7 +852,7 @@ def test_trials_that_could_run_past_the_end_stop_in_time_for_the_reserved_race_r
 
     config = SearchConfig.from_preset("smoke", name="r", rescore=True, rescore_max_seeds=10, storage=str(tmp_path))
     run = RunDir(str(tmp_path), "r")
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     monkeypatch.setattr(driver, "measured_run_s", lambda runs, epochs=None: 100.0)
     clock = _Clock()
     budget = Budget.open(run, 3000, session="start 1", clock=clock)

@@ -11,6 +11,7 @@ import pytest
 
 from autoaug.policies import presets
 from autoaug.search.config import SearchConfig
+from autoaug.search.decide import proxy_runs
 from autoaug.search.decide.calibrate import (
     CALIBRATION_FILE,
     CALIBRATION_SEED_OFFSET,
@@ -50,7 +51,7 @@ def _config(tmp_path, **changes):
 
 
 def _run(score, seed=0, n=1000, churn=0.0, window=5, val="val-a"):
-    """A run's result as :func:`autoaug.search.decide.rescore.train_and_score` returns it: the first
+    """A run's result as :func:`autoaug.search.decide.proxy_runs.train_and_score` returns it: the first
     ``score * n`` images right in every epoch of the window, then ``churn * n`` right images and as
     many wrong ones exchanged at random (by ``seed``): two runs disagree on about ``2 * churn``
     of the images beyond their gap, as two seeds do."""
@@ -176,7 +177,6 @@ def _fake_runs(monkeypatch, scores, calls, spread=0.002, churn=0.1):
     """The proxy runs replaced by a table: run ``i`` of a label scores its table entry plus
     ``spread * SHIFTS[i]`` (two seeds ``spread * sqrt(2)`` apart: a per-run spread of ``spread``),
     with per-image scores (:func:`_run`) disagreeing on about ``2 * churn`` of 1,000 images."""
-    import autoaug.search.decide.rescore as rescore
 
     def train_runs(runs, config, *, cached=None, save=None, task_name="", deadline=None):
         results = dict(cached or {})
@@ -193,7 +193,7 @@ def _fake_runs(monkeypatch, scores, calls, spread=0.002, churn=0.1):
                 save(results)
         return results
 
-    monkeypatch.setattr(rescore, "train_runs", train_runs)
+    monkeypatch.setattr(proxy_runs, "train_runs", train_runs)
 
 
 SHIFTS = (0.0, 2**0.5, -(2**0.5), 0.5)
@@ -380,7 +380,6 @@ def test_bases_within_the_noise_run_again_and_the_choice_is_made_on_all_their_ru
 
 
 def test_a_race_runs_another_round_only_while_it_fits_in_its_share_of_the_time_budget(tmp_path, monkeypatch):
-    import autoaug.search.decide.rescore as rescore
     from autoaug.search.decide.calibrate import CALIBRATION_SHARE
 
     class Clock:  # a budget whose spent time the test sets; no re-scoring planned
@@ -395,7 +394,7 @@ def test_a_race_runs_another_round_only_while_it_fits_in_its_share_of_the_time_b
 
     calls = []
     _fake_runs(monkeypatch, dict(SCORES, standard=0.775), calls)
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     budget = Clock()
     # A run takes about 100 s (measured on the first round); one more round of 1 wave fits while
     # the calibration has spent less than its share (300 s of 900) minus that.
@@ -423,7 +422,6 @@ def test_a_round_of_the_bases_race_leaves_room_for_the_published_policies_first_
     """Runs of about 100 s, 2 at once, and 300 s of calibration share (900 s budget): one more
     round of the bases (1 wave) would fit alone, but not with the published policies' 6 runs
     after it (3 waves), so it is not run; with a larger budget it is, and the choice is the same."""
-    import autoaug.search.decide.rescore as rescore
 
     class Clock:
         total_s = 900.0
@@ -436,7 +434,7 @@ def test_a_round_of_the_bases_race_leaves_room_for_the_published_policies_first_
 
     calls = []
     _fake_runs(monkeypatch, dict(SCORES, standard=0.775), calls)
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     config = _config(tmp_path, base="auto", warm_start="auto")
     result = calibrate(config, _mkrun(tmp_path / "a"), _Log(), Clock())
     base = result.record["base"]
@@ -459,11 +457,10 @@ def test_a_calibration_that_will_outlast_the_budget_says_so_before_its_published
     the trials get no time; and with 300 s spent but re-scoring planned (3 runs and 2 race waves:
     4 waves of 110 s and storing's 15 s, 455 s), calibration ends within the budget but leaves
     less than that: it says that no trial will run, and what to do instead."""
-    import autoaug.search.decide.rescore as rescore
     from autoaug.search.budget import Budget
 
     _fake_runs(monkeypatch, SCORES, [])
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)
     lines = {}
     for spent, planned in ((300.0, False), (600.0, False), (300.0, True)):
         budget = Budget(900.0, started=-spent, clock=lambda: 0.0)
@@ -511,9 +508,8 @@ def _clocked_budget(monkeypatch, now):
 
 def _runs_that_take(monkeypatch, now, seconds):
     """Each faked proxy run (:func:`_fake_runs`) moves the clock ``now`` on by ``seconds``."""
-    import autoaug.search.decide.rescore as rescore
 
-    fake = rescore.train_runs
+    fake = proxy_runs.train_runs
 
     def train_runs(runs, config, *, cached=None, save=None, **kw):
         def saved(results):
@@ -523,7 +519,7 @@ def _runs_that_take(monkeypatch, now, seconds):
 
         return fake(runs, config, cached=cached, save=saved, **kw)
 
-    monkeypatch.setattr(rescore, "train_runs", train_runs)
+    monkeypatch.setattr(proxy_runs, "train_runs", train_runs)
 
 
 def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfer_as_it_measured_it(
@@ -532,7 +528,6 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     """10 calibration runs of 400 s against a 30-minute budget: no trial starts (it would be
     stopped at its first report with no time to re-score it); the published policy that
     transferred best is stored with its calibration runs, and the summary says why."""
-    import autoaug.search.decide.rescore as rescore
     from autoaug.policies.store import PolicyStore
     from autoaug.search.driver import run_search
     from autoaug.search.methods.train.method import TrainMethod
@@ -542,7 +537,7 @@ def test_a_calibration_that_used_the_budget_runs_no_trial_and_stores_the_transfe
     _fake_runs(monkeypatch, SCORES, calls)
     _runs_that_take(monkeypatch, now, 400.0)
     _clocked_budget(monkeypatch, now)
-    monkeypatch.setattr(rescore, "parallel_runs", lambda config: 2)  # (no Ray: nothing trains)
+    monkeypatch.setattr(proxy_runs, "parallel_runs", lambda config: 2)  # (no Ray: nothing trains)
 
     def no_trials(self, search):
         raise AssertionError("the method ran trials after calibration used the budget")
@@ -688,17 +683,16 @@ def test_the_first_rounds_repeat_runs_in_the_same_batch_as_the_first_round(tmp_p
     """The repeat that measures the per-run noise goes with the first round's runs, last: on 2
     slots, 3 bases and the repeat are 2 waves (not 3 runs, then the repeat alone on one slot while
     the other idles), 5 published policies and theirs 3 waves (not 4)."""
-    import autoaug.search.decide.rescore as rescore
 
     calls = []
     _fake_runs(monkeypatch, SCORES, calls)
-    fake, batches = rescore.train_runs, []
+    fake, batches = proxy_runs.train_runs, []
 
     def batched(runs, config, *, cached=None, **kwargs):
         batches.append([key.split("/")[0] for key, _, _ in runs if key not in (cached or {})])
         return fake(runs, config, cached=cached, **kwargs)
 
-    monkeypatch.setattr(rescore, "train_runs", batched)
+    monkeypatch.setattr(proxy_runs, "train_runs", batched)
     config = _config(tmp_path, base="auto", warm_start="auto")
     run = RunDir(config.storage, config.name)
     run.location.mkdir()

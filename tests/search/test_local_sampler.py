@@ -16,6 +16,7 @@ import optuna
 import pytest
 
 from autoaug.policies import Policy
+from autoaug.search.decide import proxy_runs
 from autoaug.search.decide.warm_start import WARM_START_ATTR
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.local_sampler import LocalSampler, point_key
@@ -459,7 +460,6 @@ def test_where_nothing_beats_the_published_policy_the_search_stores_it_and_says_
     from that policy (the synthetic score: the published sub-policies are the best there are), the
     candidates are re-scored beside it. Nothing beats it beyond the noise: the incumbent stays the
     first warm-start point, the search stores the published policy and its summary says so."""
-    import autoaug.search.decide.rescore as rescore
     from autoaug.policies import presets
     from autoaug.search.driver import run_search
     from autoaug.search.tune.study import open_study
@@ -497,7 +497,7 @@ def test_where_nothing_beats_the_published_policy_the_search_stores_it_and_says_
                 save(results)
         return results
 
-    monkeypatch.setattr(rescore, "train_runs", train_runs)
+    monkeypatch.setattr(proxy_runs, "train_runs", train_runs)
 
     def synthetic_trial(trial_config, *, train_config, space, policy_prefix, score_window=1):
         import random as rnd

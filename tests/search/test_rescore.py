@@ -280,7 +280,7 @@ def test_a_run_keeps_each_validation_images_score_over_the_window_and_they_avera
     every run of one split."""
     from autoaug.proxy_models.train import TrainConfig
     from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores
-    from autoaug.search.decide.rescore import train_and_score
+    from autoaug.search.decide.proxy_runs import train_and_score
 
     cfg = TrainConfig(data=str(cifar_train), model="resnet-8", train_size=64, val_size=48, epochs=2, batch_size=32)
     policy = Policy("p", 10, [[("Rotate", 0.5, 3)]])
@@ -304,7 +304,7 @@ def test_runs_trained_as_a_pack_are_scored_each_as_its_own_run(cifar_train):
 
     from autoaug.proxy_models.train import TrainConfig
     from autoaug.search.decide.noise import IMAGE_SCORES, decode_image_scores
-    from autoaug.search.decide.rescore import train_and_score, train_and_score_pack
+    from autoaug.search.decide.proxy_runs import train_and_score, train_and_score_pack
 
     cfg = TrainConfig(data=str(cifar_train), model="resnet-8", train_size=64, val_size=48, epochs=2, batch_size=32)
     other = dataclasses.replace(cfg, seed=7)
@@ -335,7 +335,7 @@ def test_a_proxy_run_of_a_schedule_trains_each_epoch_with_its_stages_policy(cifa
     import autoaug.proxy_models.train as train_module
     from autoaug.policies.schedule import Schedule
     from autoaug.proxy_models.train import TrainConfig
-    from autoaug.search.decide.rescore import train_and_score
+    from autoaug.search.decide.proxy_runs import train_and_score
 
     given = []
     real = train_module.train

@@ -84,7 +84,7 @@ def test_a_trial_asks_tune_for_the_searchs_cpus_and_gpus(tmp_path, preset, chang
 @pytest.mark.parametrize("preset,changes,cpus,gpus", SEARCHES)
 def test_rescoring_and_calibration_runs_ask_ray_for_the_trials_resources(tmp_path, asked, preset, changes, cpus, gpus):
     from autoaug.policies.presets import resolve
-    from autoaug.search.decide.rescore import train_runs
+    from autoaug.search.decide.proxy_runs import train_runs
 
     config = _search(tmp_path, preset, **changes)
     # train_runs is the one loop of re-scoring (rescore_candidates) and calibration runs.
@@ -97,7 +97,7 @@ def test_rescoring_and_calibration_runs_in_packs_ask_for_a_pack_servers_resource
     """With --pack K, the runs outside Tune train K at a time too, each pack a task on a pack
     server's resources: the trials' CPUs and its runs' share of a GPU (at most one)."""
     from autoaug.policies.presets import resolve
-    from autoaug.search.decide.rescore import train_runs
+    from autoaug.search.decide.proxy_runs import train_runs
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
     config = _search(tmp_path, "paper", pack=4, train={"amp_dtype": "bfloat16"})  # 0.25 GPU a trial
@@ -119,7 +119,7 @@ def test_rescoring_and_calibration_runs_in_packs_ask_for_a_pack_servers_resource
     ],
 )
 def test_parallel_runs_counts_the_runs_of_the_packs_that_fit(tmp_path, monkeypatch, preset, changes, expected):
-    from autoaug.search.decide.rescore import parallel_runs
+    from autoaug.search.decide.proxy_runs import parallel_runs
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
     if preset == "paper":
@@ -239,7 +239,7 @@ def test_devices_and_reservations_that_disagree_are_refused_in_one_line(tmp_path
 
 @pytest.mark.parametrize("gpus,cpus,expected", [(0.25, 1, 4), (0.1, 1, 10), (0.3, 1, 3), (0, 1, 16), (0.25, 8, 2)])
 def test_parallel_runs_counts_fractional_gpus_as_ray_does(tmp_path, monkeypatch, gpus, cpus, expected):
-    from autoaug.search.decide.rescore import parallel_runs
+    from autoaug.search.decide.proxy_runs import parallel_runs
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
     config = _search(tmp_path, "paper", gpus_per_trial=gpus, cpus_per_trial=cpus, train={"device": "auto"})

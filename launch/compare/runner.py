@@ -337,7 +337,8 @@ def _submit(
     config), ...]}``."""
     pending: dict[Any, list[tuple[Candidate, int, Any]]] = {}
     runs = [(c, seed, config.run_config(seed)) for c, seed in todo]
-    retry = {"max_retries": 2, "retry_exceptions": False}  # node or worker died; an exception in training is not
+    # a node or worker that died: retried twice; an exception in training: not retried
+    retry = {"max_retries": 2, "retry_exceptions": False}
     if config.pack == 1:
         task = ray.remote(train_one)
         for c, seed, run_cfg in runs:

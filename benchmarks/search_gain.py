@@ -91,6 +91,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval_runs import REPO, Timings, _autoaug, _compare, _now, _read_runs, import_runs  # noqa: E402
 from search_gain_report import (  # noqa: E402  (what the searches and runs left, read and written up)
     cells_from,
     read_json,
@@ -114,7 +115,6 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     search_name,
     train_key,
 )
-from search_quality import REPO, Timings, _autoaug, _compare, _now, _read_runs, import_runs  # noqa: E402
 from search_quality_stats import paired, summarize  # noqa: E402
 from suite_cpu import sample  # noqa: E402
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval_runs import _now  # noqa: E402
 from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookkeeping)
     GAIN_SEED_OFFSET,
     METHOD_PRESETS,
@@ -31,14 +32,13 @@ from search_gain_stats import (  # noqa: E402  (pure: statistics, tables, bookke
     search_rungs,
     trials_text,
 )
-from search_quality import _now  # noqa: E402
 
 from autoaug.search.decide.rungs import ended_at, rung_ranking, rung_text
 
 if TYPE_CHECKING:
     import argparse
 
-    from search_quality import Timings
+    from eval_runs import Timings
 
 
 def write_json(path: Path, doc: Any) -> None:

@@ -93,7 +93,8 @@ POINTS: Mapping[str, str] = {
     "first epoch trained and, in a search, reported with its checkpoint), whatever the process trained before "
     "(proxy_models.train._Run.begin_epoch)",
     "budget.after_save": "driver: budget.json written with the session's spent time (search.budget.Budget.save)",
-    "pack.mid_epoch": "a process training a pack of proxy models (a search's pack server): after a step of "
+    "pack.mid_epoch": "a process training a pack of proxy models (a search's pack server, a calibration or "
+    "re-scoring task of a pack's runs): after a step of "
     "the stacked members (proxy_models.pack.PackLearner.train_epoch)",
 }
 ACTIONS = ("kill", "raise", "enospc", "stall")

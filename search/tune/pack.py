@@ -11,8 +11,12 @@ reached the epoch it asked for (a trial that reports every epoch asks for one; e
 ``k``).
 
 * **Joining and leaving.** A trial's first request adds its member (fresh, or from the checkpoint
-  Tune restored it with). A round waits for the members of the last round (up to a window a few
-  times the longest gap a trial took to come back) and for no one else. When Tune ends a trial
+  Tune restored it with: a request that carries a checkpoint always starts its member from it,
+  also where the server holds the member at that epoch -- a PBA member that exploited another
+  restarts from the other's checkpoint with its own new policy). A round waits for the members of
+  the last round (up to a window a few times the longest gap a trial took to come back) and for
+  no one else, and trains at most a pack: more members asking (a population larger than its
+  packs) wait for the next round, the fewest epochs trained first. When Tune ends a trial
   (ASHA stopped it, the budget ended it, it finished), the driver tells the servers
   (:class:`PackDepartures`, a Tune callback) and no round waits for it; a member that just does not
   come back (its process died) is waited for one window, trains no more, and is dropped after two
@@ -67,6 +71,7 @@ __all__ = [
     "pack_plan",
     "packed",
     "resolve_pack",
+    "round_members",
     "server_cpus",
     "server_gpus",
     "train_in_pack",
@@ -138,9 +143,12 @@ class PackServer:
     """A Ray actor (threaded: one thread per waiting trial, one training thread) training the
     members of one pack; see the module's documentation."""
 
-    def __init__(self, train_config: Mapping[str, Any], capacity: int) -> None:
+    def __init__(self, train_config: Mapping[str, Any], capacity: int, limit: int | None = None) -> None:
+        """``capacity``: the members the first round waits for; ``limit``: the most a round trains
+        (the pack size; default ``capacity``)."""
         self.config = with_trial_threads(TrainConfig.from_dict(train_config))  # this actor's CPUs
         self.capacity = int(capacity)
+        self.limit = max(self.capacity, int(limit or 0))
         self._lock = threading.Condition()
         self._pending: dict[str, _Request] = {}
         self._last_round: set[str] = set()
@@ -211,6 +219,9 @@ class PackServer:
             sent = self._delivered.pop(key, None)
             if sent is not None:
                 self._gap = max(self._gap, time.monotonic() - sent)
+            stale = self._pending.pop(key, None)
+            if stale is not None:  # asked by a process of the trial that Tune has since replaced
+                self._reply(stale, {"error": "superseded by a later request of the same trial"})
             self._pending[key] = request
             self._lock.notify_all()
         request.done.wait()
@@ -232,12 +243,13 @@ class PackServer:
             full = False
             while not self._closed:
                 waiting = set(self._pending)
-                full = self._last_round <= waiting if self._rounds else len(waiting) >= self.capacity
+                back = self._last_round <= waiting if self._rounds else len(waiting) >= self.capacity
+                full = back or len(waiting) >= self.limit
                 left = deadline - time.monotonic()
                 if full or left <= 0:
                     break
                 self._lock.wait(left)
-            batch, self._pending = self._pending, {}
+            batch = self._take()
             if not self._closed:
                 waited = time.monotonic() - start
                 self._stats["wait_s"] += waited
@@ -245,9 +257,16 @@ class PackServer:
                     self._stats["short_rounds"] += 1
                     self._stats["short_wait_s"] += waited
                 return batch
-        for request in batch.values():
+        for request in [*batch.values(), *self._pending.values()]:
             self._reply(request, {"error": "the pack server was closed"})
+        self._pending = {}
         return None
+
+    def _take(self) -> dict[str, _Request]:
+        """(Under the lock) the pending requests of the next round (:func:`round_members`); the
+        others stay pending."""
+        keys = round_members({k: r.epochs_done for k, r in self._pending.items()}, self.limit)
+        return {k: self._pending.pop(k) for k in keys}
 
     def _loop(self) -> None:
         with Pack(self.config) as pack:
@@ -300,8 +319,9 @@ class PackServer:
                 pack.remove(key)
         with self._lock:
             self._rounds += 1
-            for key in list(pack.members):
-                self._absent[key] = 0 if key in ready else self._absent.get(key, 0) + 1
+            for key in list(pack.members):  # (a member whose request waits for the next round is not absent)
+                here = key in ready or key in self._pending
+                self._absent[key] = 0 if here else self._absent.get(key, 0) + 1
                 if self._absent[key] >= PACK_DROP_AFTER_ROUNDS:
                     pack.remove(key)
                     self._absent.pop(key)
@@ -313,12 +333,14 @@ class PackServer:
 
     def _join(self, pack: Any, request: _Request) -> bool:
         """Whether ``request``'s member is in the pack at the epoch its trial reported (added, or
-        re-added from the state its trial sent); else the trial is asked for its state."""
+        re-added from the state its trial sent); else the trial is asked for its state. A sent state
+        is always taken: the trial restarted from a checkpoint -- its own, or (a PBA exploit)
+        another member's, at the same epoch as the member held here."""
         member = pack.members.get(request.key)
-        if member is not None and member.epoch == request.epochs_done:
+        if member is not None and member.epoch == request.epochs_done and request.state is None:
             return True
         if member is not None:
-            pack.remove(request.key)  # trained past what its trial reported (its trial restarted)
+            pack.remove(request.key)  # trained past what its trial reported, or restarted from a checkpoint
         if request.epochs_done > 0 and request.state is None:
             self._reply(request, {"need_state": True})
             return False
@@ -339,6 +361,13 @@ class PackServer:
                 self._delivered[request.key] = time.monotonic()
             request.reply = reply
         request.done.set()
+
+
+def round_members(waiting: Mapping[str, int], limit: int) -> list[str]:
+    """The members of a round among ``waiting`` (each with the epochs it has trained, in the order
+    they asked): at most ``limit``, the fewest epochs trained first, then the first to ask -- so a
+    population larger than its pack takes turns, none falling behind the others."""
+    return sorted(waiting, key=waiting.__getitem__)[:limit]  # (sorted is stable: the order they asked)
 
 
 def _line(exc: BaseException) -> str:
@@ -383,7 +412,7 @@ class PackServers:
                     num_gpus=self.gpus,
                     max_concurrency=4 * self.pack + 4,
                     max_restarts=3,
-                ).remote(self.train_config, self.fill)
+                ).remote(self.train_config, self.fill, self.pack)
             )
         if self.log is not None:
             n = len(self.names)

@@ -113,12 +113,12 @@ def cfg(cifar_train):
 
 @pytest.fixture
 def make_server():
-    """``make_server(config_dict, capacity)``: a pack server in this process, closed after the test
+    """``make_server(config_dict, capacity, limit=None)``: a pack server in this process, closed after the test
     (its training thread holds torch's process-wide settings for its pack until then)."""
     servers: list[PackServer] = []
 
-    def make(config: dict, capacity: int) -> PackServer:
-        servers.append(PackServer(config, capacity=capacity))
+    def make(config: dict, capacity: int, limit: int | None = None) -> PackServer:
+        servers.append(PackServer(config, capacity=capacity, limit=limit))
         return servers[-1]
 
     yield make
@@ -265,6 +265,70 @@ def test_a_restarted_servers_member_is_resumed_from_the_state_its_trial_sends(cf
     again = _ask(fresh, "m", cfg, policy, 1, first["checkpoint"])
     keep = ("train_loss", "val_accuracy", "lr", "epoch")
     assert {k: _last(again)[k] for k in keep} == {k: _last(whole)[k] for k in keep}
+
+
+def test_a_member_restarted_from_another_members_checkpoint_trains_on_from_that_checkpoint(cfg, tmp_path, make_server):
+    """A PBA exploit through a pack server: member b's trial restarts from a's checkpoint at the
+    epoch the server holds b at, with its schedule -- a's policy so far, then its own. The server
+    trains b on from what was sent (not from the b it holds), as a solo run resumed from it would."""
+    from autoaug.policies.schedule import Schedule
+    from autoaug.proxy_models.train import CHECKPOINT_NAME, train
+
+    pa, pb = presets.resolve("autoaugment-cifar10"), presets.resolve("trivialaugment")
+    own_a, own_b = Schedule("a", [(0.0, pa)]), Schedule("b", [(0.0, pb)])
+    server = make_server(cfg.to_dict(), 2)
+    first_a, _ = _together(lambda: _ask(server, "a", cfg, own_a, 0), lambda: _ask(server, "b", cfg, own_b, 0))
+    server.leave("a")  # (a's trial reported its last epoch: no round waits for it)
+    exploit = own_a.then(0.5, pb)  # a's policy for epoch 1, b's own from epoch 2
+    cloned = _ask(server, "b", cfg, exploit, 1, first_a["checkpoint"])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / CHECKPOINT_NAME).write_bytes(first_a["checkpoint"])
+    solo = train(cfg, exploit, resume_from=tmp_path / "a")
+    keep = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr", "epoch")
+    assert {k: _last(cloned)[k] for k in keep} == {k: solo.history[-1][k] for k in keep}
+
+
+class _Arrivals(dict):
+    """A server's pending requests that say (an event) when one arrives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = threading.Event()
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.arrived.set()
+
+
+def test_a_request_superseded_by_a_later_one_of_its_trial_is_answered_and_the_later_one_trains(
+    cfg, monkeypatch, make_server
+):
+    """Tune replaced a trial's process (PBT restarted it) while its request waited: the old
+    request is answered at once (its thread does not wait for ever in the server), the new one trains."""
+    monkeypatch.setattr(pack_mod, "PACK_START_WINDOW_S", 600.0)  # the first round waits for two members
+    server = make_server(cfg.to_dict(), 2)
+    server._pending = pending = _Arrivals()
+    replies: dict[str, dict] = {}
+    old = threading.Thread(target=lambda: replies.update(old=_ask(server, "a", cfg, "crop", 0)))
+    old.start()
+    assert pending.arrived.wait(60)
+    new = threading.Thread(target=lambda: replies.update(new=_ask(server, "a", cfg, "crop", 0)))
+    new.start()
+    old.join(60)
+    assert replies == {"old": {"error": "superseded by a later request of the same trial"}}
+    b = _ask(server, "b", cfg, "crop", 0)
+    new.join(60)
+    assert _last(replies["new"])["epoch"] == 1 and _last(replies["new"])["pack_size"] == 2 == _last(b)["pack_size"]
+
+
+def test_a_round_trains_at_most_a_pack_and_the_members_asking_beyond_it_take_turns(cfg, monkeypatch, make_server):
+    assert pack_mod.round_members({"a": 3, "b": 1, "c": 1, "d": 0}, 2) == ["d", "b"]  # fewest epochs, first to ask
+    assert pack_mod.round_members({"a": 0, "b": 0}, 4) == ["a", "b"]
+    monkeypatch.setattr(pack_mod, "PACK_WINDOW_MAX_S", 1.0)
+    server = make_server(cfg.to_dict(), 2, limit=2)
+    replies = _together(*(lambda k=k: _ask(server, k, cfg, "crop", 0) for k in "abc"))
+    assert sorted(_last(r)["pack_size"] for r in replies) == [1, 2, 2]  # two together, the third after them
+    assert (server.stats()["rounds"], server.stats()["member_epochs"]) == (2, 3)
 
 
 # ------------------------------------------------------------------------------------------------

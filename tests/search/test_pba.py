@@ -242,13 +242,16 @@ def _stored_schedule(store_dir, ref):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.usefixtures("shared_ray")
-def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_its_events(
+def test_a_killed_pba_search_in_packs_resumes_its_population_and_stores_a_schedule_with_its_events(
     tmp_path, capsys, cifar_small, kill_driver
 ):
-    """One PBA search (the base measured first, then 4 members over 4 epochs), its driver killed
-    with SIGKILL once Tune has recorded the population's 6th checkpoint, then resumed: the same
-    members finish from their checkpoints, and the search stores a schedule with its population,
-    its events (each said as it happened, by one driver or the other) and its lineage."""
+    """One PBA search in packs of 2 (the base measured first, its runs in packs too, then 4
+    members over 4 epochs, trained two at a time by a pack server, an exploit restarting a
+    member there from another's checkpoint): a calibration pack's process killed at its third step
+    (Ray runs the task again), then the driver killed with SIGKILL once Tune has recorded the
+    population's 6th checkpoint, then resumed: the same members finish from their checkpoints
+    (each sent to the resumed driver's server), and the search stores a schedule with its
+    population, its events (each said as it happened, by one driver or the other) and its lineage."""
     dirs = _dirs(tmp_path)
     argv = [
         sys.executable,
@@ -266,11 +269,19 @@ def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_i
         "auto",
         "--set",
         "base_extra_seeds=0",  # one run per base (the race has tests of its own)
+        "--pack",
+        "2",
         *dirs,
     ]
     run = tmp_path / "runs" / "pb"
-    # Killed once Tune has recorded the population's 6th checkpoint (4 members x 4 epochs: mid-search).
-    killed = kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "pba.after_member_checkpoint:6", 300)
+    # A calibration pack's process killed at its 3rd step (the bases' 3 runs: packs of 2 and 1 on 2
+    # CPUs); the driver once Tune has recorded the population's 6th checkpoint (4 x 4 epochs: mid-search).
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    killed = kill_driver(argv, env, "pba.after_member_checkpoint:6", 300, also="pack.mid_epoch:3=kill")
+    assert kill_driver.fired("pack.mid_epoch")
+    assert "in packs of up to 2" in killed and "pack servers: 1 of up to 2 trials each" in killed
+    calibrated = json.loads((run / "calibration.json").read_text())
+    assert sorted(r.get("pack", 1) for r in calibrated["runs"].values()) == [1, 2, 2], calibrated["runs"]
     assert not (run / "result.json").exists()
     before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
     assert len(before) == 4 and sum(map(len, before.values())) >= 6
@@ -280,6 +291,7 @@ def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_i
     resumed = capsys.readouterr().out
     assert code == 0, resumed[-3000:]
     assert "stored as pb@1" in resumed and "pba: best member" in resumed and "schedule: " in resumed
+    assert "pack servers: " in resumed and " trial-epochs (" in resumed  # what the resumed driver's servers did
     # The same four members finished (no new population), keeping what the killed driver had saved.
     after = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
     assert set(after) == set(before) and all(set(before[t]) <= set(after[t]) for t in before)
@@ -292,6 +304,9 @@ def test_a_killed_pba_search_resumes_its_population_and_stores_a_schedule_with_i
     assert "transfer" not in prov["calibration"] and policy.base == chosen
     method = prov["method"]
     assert method["name"] == "pba" and method["population"] == 4 and method["perturbation_interval"] == 1
+    assert method["packs"]["member_epochs"] >= method["packs"]["rounds"] >= 1
+    rows = [json.loads(line) for t in run.glob("trial_*") for line in (t / "result.json").read_text().splitlines()]
+    assert max(r["pack_size"] for r in rows) == 2  # members trained together, never more than a pack
     schedule = Schedule.from_dict(prov["schedule"])  # the schedule a user trains with; its content hash checked
     assert schedule.final.content_hash == policy.content_hash  # the stored policy is the last stage
     assert schedule.name == "pb" and method["schedule_hash"] == schedule.content_hash
@@ -503,6 +518,47 @@ def test_every_member_trains_on_when_two_keep_losing_to_the_paused_ones():
     assert explored  # members 0 and 1 did clone the others
 
 
+@pytest.mark.parametrize("rotate", [True, False])
+def test_a_population_in_packs_pauses_a_member_only_to_restart_it_after_an_exploit(rotate):
+    # Every member running at once, as in packs (their processes only wait on the pack servers),
+    # half cloning the other half. PBT's rule pauses a member at its boundary whenever another is
+    # paused -- as an exploited member is until Tune restarts it -- which in packs only restarts
+    # its process for nothing; rotate=False (packs) pauses only the exploited.
+    from autoaug.search.methods.pba.scheduler import EpochPBT
+    from autoaug.search.score import METRIC
+
+    members = [_Member(i) for i in range(4)]
+    tune_ = _TwoSlots(members)  # (what PBT sees of Tune; here no slot limit: every member runs)
+    pbt = EpochPBT(
+        last_epoch=6,
+        metric=METRIC,
+        mode="max",
+        perturbation_interval=1,
+        quantile_fraction=0.5,
+        hyperparam_mutations={},
+        custom_explore_fn=lambda config: {**config},
+        log_config=False,
+        rotate=rotate,
+    )
+    for m in members:
+        pbt.on_trial_add(tune_, m)
+        tune_.start(m)
+    exploits = pauses = 0
+    for _ in range(5):
+        for i, member in enumerate(members):
+            if member.status == "PAUSED":
+                tune_.start(member)  # Tune restarts it (an exploited one: from its donor's checkpoint)
+            member.epoch += 1
+            config = member.config
+            decision = pbt.on_trial_result(tune_, member, {"epoch": member.epoch, METRIC: 0.1 if i < 2 else 0.5})
+            exploits += member.config is not config
+            if decision == pbt.PAUSE:
+                pauses += 1
+                member.status = "PAUSED"
+    assert exploits >= 2
+    assert pauses > 0 if rotate else pauses == 0
+
+
 def test_a_scheduler_saved_before_the_report_order_was_kept_resumes_in_tunes_order():
     import pickle
 
@@ -510,9 +566,9 @@ def test_a_scheduler_saved_before_the_report_order_was_kept_resumes_in_tunes_ord
     from autoaug.search.score import METRIC
 
     pbt = EpochPBT(last_epoch=4, metric=METRIC, mode="max", time_attr="epoch", hyperparam_mutations={"x": [1, 2]})
-    del pbt._reports, pbt._last_report  # as pickled by the version before them
+    del pbt._reports, pbt._last_report, pbt.rotate  # as pickled by the version before them
     old = pickle.loads(pickle.dumps(pbt))
-    assert (old._reports, old._last_report) == (0, {})
+    assert (old._reports, old._last_report, old.rotate) == (0, {}, True)
     pbt = EpochPBT(last_epoch=4, metric=METRIC, mode="max", time_attr="epoch", hyperparam_mutations={"x": [1, 2]})
     pbt._reports, pbt._last_report = 3, {"a": 3}
     assert pickle.loads(pickle.dumps(pbt))._last_report == {"a": 3}  # a newer one keeps its order

@@ -162,8 +162,9 @@ def test_unknown_preset():
             r"--set train.amp_dtype=bfloat16, or --pack 1",
         ),
         (
-            {"data": "x", "pack": 2, "method": "pba"},
-            r"pack 2: the pba method trains its runs one per process; --pack 1",
+            {"data": "x", "pack": 2, "method": "density"},
+            r"pack 2: the density method trains its runs one per process; --pack 1 \(methods whose trials train "
+            r"in packs: .*pba.*\)",
         ),
         (
             {"data": "x", "space": {"num_sub_policies": 10_000}},  # the assembled policy: 5 trials' sub-policies

@@ -205,6 +205,9 @@ class PbaMethod(Method):
     help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
     settings = PbaConfig
     unit = "members"
+    packs = (
+        True  # members trained K at a time by pack servers (--pack), exploits restarting a member from another's state
+    )
     reporter_class = PbaReporter
     #: Its record in the run directory (the provenance's ``method`` with the schedule).
     record_file: ClassVar[str] = PBA_FILE
@@ -273,8 +276,8 @@ class PbaMethod(Method):
 
         config, s = search.config, search.config.method_settings(PbaConfig)
         explore = PbaExplore(config.space.to_dict(), s.resample_probability, s.max_shift, config.seed)
-        members, events, wall = runner.run_population(search, s, explore, lambda: initial_population(config))
-        return _result(search, members, events, wall)
+        members, events, wall, packs = runner.run_population(search, s, explore, lambda: initial_population(config))
+        return _result(search, members, events, wall, packs)
 
 
 def _result(
@@ -282,6 +285,7 @@ def _result(
     members: list[tuple[TrialRecord, Any, dict[str, Any]]],
     events: list[dict[str, Any]],
     wall: float,
+    packs: dict[str, float] | None = None,
 ) -> MethodResult:
     """What the population found: its ``members`` (as :mod:`.runner` read them: each a trial, its
     schedule and state) checked to have finished (:func:`_check_finished`), the best member's
@@ -305,6 +309,8 @@ def _result(
     )
     events.sort(key=lambda e: (e["epoch"], e["member"]))
     record = _pba_record(s, best, schedule, state, events, members, config.epochs)
+    if packs:  # what this driver's pack servers did (a resumed search: since it resumed)
+        record["packs"] = packs
     # the run directory's record holds the schedule too (the provenance's is MethodResult.schedule)
     search.run.write_json(
         PBA_FILE, {**record, "schedule": {**schedule.to_dict(), "content_hash": schedule.content_hash}}

@@ -27,6 +27,7 @@ from autoaug.search.methods.pba import trial
 from autoaug.search.methods.pba.scheduler import EVENTS_FILE, EpochPBT, EventLog
 from autoaug.search.score import METRIC
 from autoaug.search.tune.experiment import Experiment, run_experiment
+from autoaug.search.tune.pack import packed
 
 if TYPE_CHECKING:
     from autoaug.search.methods.pba.method import PbaConfig
@@ -36,20 +37,22 @@ __all__ = ["run_population"]
 
 def run_population(
     search: PreparedSearch, s: PbaConfig, explore: Any, initial_population: Callable[[], list[dict[str, Any]]]
-) -> tuple[list[tuple[TrialRecord, Any, dict[str, Any]]], list[dict[str, Any]], float]:
+) -> tuple[list[tuple[TrialRecord, Any, dict[str, Any]]], list[dict[str, Any]], float, dict[str, float] | None]:
     """Run (or continue) the population of ``search`` (settings ``s``; a new one's members start
-    from ``initial_population()``, PBT explores with ``explore``): ``(members, events, wall)`` --
-    each member as :func:`_members` reads it, the exploit/explore events, the seconds it took."""
+    from ``initial_population()``, PBT explores with ``explore``; with ``pack`` above 1 its members
+    trained K at a time by pack servers, :func:`~autoaug.search.tune.pack.packed`): ``(members,
+    events, wall, packs)`` -- each member as :func:`_members` reads it, the exploit/explore events,
+    the seconds it took, and what the pack servers did (None without packs)."""
     run = search.run
     t0 = time.time()
-    tuner = run_experiment(
-        search, _experiment(search, s), lambda exp: _population(search, s, exp, explore, initial_population)
-    )
+    exp, pack_servers = packed(search.config, _experiment(search, s), search.display.log)  # members K at a time
+    with pack_servers:
+        tuner = run_experiment(search, exp, lambda exp: _population(search, s, exp, explore, initial_population))
     results = tuner.get_results()
     wall = time.time() - t0
     members = _members(search, results)
     events = list(run.read_json(EVENTS_FILE)) if run.exists(EVENTS_FILE) else []
-    return members, events, wall
+    return members, events, wall, getattr(pack_servers, "stats", None)
 
 
 def _experiment(search: PreparedSearch, s: PbaConfig) -> Experiment:
@@ -100,6 +103,7 @@ def _population(
         custom_explore_fn=explore,
         log_config=True,
         synch=False,
+        rotate=not exp.parameters.get("pack_servers"),  # a pack population: every member at once
     )
     # One sample of a grid: every member exists from the start, without a limit on concurrent
     # trials (a limiter would create the later members only once the first ones finished, and PBT
@@ -109,7 +113,7 @@ def _population(
         exp,
         scheduler=scheduler,
         param_space={"policy": tune.grid_search(initial_population()), "explore": {}},
-        callbacks=(EventLog(config.storage, config.name, search.display),),
+        callbacks=(*exp.callbacks, EventLog(config.storage, config.name, search.display)),
     )
 
 

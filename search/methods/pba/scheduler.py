@@ -46,6 +46,12 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
     checkpoints again, without end, while the paused members never trained (seen in the smoke
     population: 4 members on 2 slots, one epoch per perturbation).
 
+    With ``rotate=False`` (a population trained in packs: every member's process runs at once, and
+    only waits on its pack server, which takes turns itself) no member is paused at its boundary
+    so that another may train -- PBT's own rule pauses one whenever another is paused or pending,
+    as a member restarting after an exploit always is for a moment, and each pause restarts a
+    member's process for nothing.
+
     Through Ray's public interface only: it keeps its own copies of its constructor's settings and
     its own record of how far each member has trained (:meth:`on_trial_result`), as PBT counts it:
     the time of its last report at a perturbation boundary, or, after an exploit, its donor's, whose
@@ -59,6 +65,7 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
         perturbation_interval: float = 1,
         burn_in_period: float = 0.0,
         synch: bool = False,
+        rotate: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -74,13 +81,14 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
         self.perturbation_interval = perturbation_interval
         self.burn_in_period = burn_in_period
         self.synch = synch
+        self.rotate = rotate
         self._reports = 0
         self._last_report: dict[str, int] = {}  # trial id -> the order of its last result
         self._trained: dict[str, float] = {}  # trial id -> how far it has trained, as PBT counts it
 
     def __setstate__(self, state: dict) -> None:
         # A scheduler pickled before the report order was kept: its members in Tune's order.
-        self.__dict__.update({"_reports": 0, "_last_report": {}, "_trained": {}, **state})
+        self.__dict__.update({"_reports": 0, "_last_report": {}, "_trained": {}, "rotate": True, **state})
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
         if self.synch:
@@ -102,6 +110,8 @@ class EpochPBT(BudgetStop, PopulationBasedTraining):
         config = trial.config
         decision = super().on_trial_result(tune_controller, trial, result)
         self._count_training(trial, result, exploited=trial.config is not config)
+        if decision == self.PAUSE and not self.rotate and trial.status != Trial.PAUSED:
+            return self.CONTINUE  # (not exploited: it trains on; the others are not waiting for its slot)
         return decision
 
     def _count_training(self, trial: Any, result: dict, *, exploited: bool) -> None:

@@ -30,8 +30,9 @@ from autoaug.policies.schedule import Schedule
 from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
 from autoaug.search.space import SearchSpace
 from autoaug.search.tune.epochs import EpochResults, with_trial_threads
+from autoaug.search.tune.pack import train_in_pack
 
-__all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "start_schedule"]
+__all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "boundaries", "start_schedule"]
 
 #: The PBA part of a member's checkpoint (next to the trainer's ``checkpoint.pt``).
 PBA_STATE = "pba.json"
@@ -81,15 +82,22 @@ def run_pba_trial(
     policy_prefix: str,
     score_window: int = 1,
     perturbation_interval: int = 1,
+    pack_servers: tuple[str, ...] = (),
 ) -> None:
     """Ray Tune function trainable of one PBA member (see the module documentation).
 
     ``config["policy"]``: the member's current search-space parameters (PBT's explore rewrites
     them, :func:`autoaug.search.methods.pba.method.explore_params`); ``config["explore"]``: how the last explore
-    changed them (recorded in the events).
+    changed them (recorded in the events). With ``pack_servers`` the member's epochs are trained
+    by one of those pack servers beside other members
+    (:func:`autoaug.search.tune.pack.train_in_pack`), up to its next perturbation boundary at a
+    time; it reports each epoch as its own run would. A member restarted from a checkpoint (an
+    exploit: another member's) sends it with its schedule, and the server starts it from there.
     """
     search_space = SearchSpace.from_dict(space)
-    cfg = with_trial_threads(TrainConfig.from_dict(train_config))  # torch + DALI on the member's CPUs
+    cfg = TrainConfig.from_dict(train_config)
+    if not pack_servers:
+        cfg = with_trial_threads(cfg)  # torch + DALI on the member's CPUs
     me = tune.get_context().get_trial_id() or "local"
     params = dict(config["policy"])
     policy = search_space.to_policy(params, name=f"{policy_prefix}-{me}")
@@ -109,6 +117,7 @@ def run_pba_trial(
                 me, params, dict(config.get("explore") or {}), policy, trainer_state, pba_state, cfg.epochs
             )
             pending = list(events)
+            marks = boundaries(cfg.epochs, perturbation_interval)
 
             def report(metrics: dict[str, Any]) -> None:
                 out = results(metrics)
@@ -117,11 +126,28 @@ def run_pba_trial(
                     out[EVENTS_KEY] = json.dumps(pending)
                     pending.clear()
                 epoch = int(metrics["epoch"])
-                if epoch % perturbation_interval == 0 or epoch == cfg.epochs:
+                if epoch in marks:
                     with open(os.path.join(scratch, PBA_STATE), "w") as f:
                         json.dump({"member": me, "params": params, "lineage": lineage}, f)
                     tune.report(out, checkpoint=tune.Checkpoint.from_directory(scratch))
                 else:
                     tune.report(out)
 
-            train(cfg, schedule, report=report, checkpoint_dir=scratch, resume_from=resume_from)
+            if pack_servers:
+                train_in_pack(
+                    cfg,
+                    schedule,
+                    servers=list(pack_servers),
+                    key=me,
+                    report=report,
+                    checkpoint_dir=scratch,
+                    resume_from=resume_from,
+                    report_at=marks,
+                )
+            else:
+                train(cfg, schedule, report=report, checkpoint_dir=scratch, resume_from=resume_from)
+
+
+def boundaries(epochs: int, interval: int) -> list[int]:
+    """The epochs at which a member checkpoints (PBT may exploit there): every ``interval``-th, and the last."""
+    return sorted({*range(interval, epochs + 1, interval), epochs})

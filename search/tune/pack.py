@@ -152,6 +152,9 @@ class PackServer:
         self._lock = threading.Condition()
         self._pending: dict[str, _Request] = {}
         self._last_round: set[str] = set()
+        self._held: set[str] = set()  # the members in the pack after the last round
+        self._claimed: set[str] = set()  # trials given room (claim) that have not asked yet
+        self._current: set[str] = set()  # the members of the round in flight
         self._absent: dict[str, int] = {}
         self._gap = 0.0  # the longest a trial took to come back after its result
         self._delivered: dict[str, float] = {}
@@ -175,6 +178,7 @@ class PackServer:
         """Trial ``key`` has ended (the driver says so when Tune ends it): no round waits for its
         member, which the next round drops. A trial whose request is waiting is still running: ignored."""
         with self._lock:
+            self._claimed.discard(key)
             if key in self._pending:
                 return
             if key in self._last_round:
@@ -192,10 +196,29 @@ class PackServer:
             return {"rounds": self._rounds, **self._stats}
 
     # ---- what trials call ------------------------------------------------------------------
-    def members(self) -> int:
-        """Members this server trains or waits for (the least loaded server takes a new trial)."""
+    def load(self, key: str | None = None) -> tuple[bool, int]:
+        """(Whether this server holds trial ``key``'s member, the members it trains, waits for or
+        has room kept for). A trial asks the server that holds its member (:func:`_server`: a
+        restarted trial -- after a failure, a PBA exploit -- is started again there from the
+        checkpoint it sends, and no round elsewhere waits for it), else one with room for it."""
         with self._lock:
-            return len(self._last_round | set(self._pending))
+            return key in self._held | self._claimed or key in self._waiting(), len(self._waiting() | self._claimed)
+
+    def claim(self, key: str) -> bool:
+        """Whether trial ``key`` may ask this server: it holds the member, or has room for it in a
+        round (then kept for it until it asks). Trials starting at once each find a server with
+        room: asked one after another, a server never takes more than its pack."""
+        with self._lock:
+            if key in self._held | self._claimed or key in self._waiting():
+                return True
+            if len(self._waiting() | self._claimed) >= self.limit:
+                return False
+            self._claimed.add(key)
+            return True
+
+    def _waiting(self) -> set[str]:
+        """The members of the round in flight, of the last one, and those asking for the next."""
+        return self._current | self._last_round | set(self._pending)
 
     def train(
         self,
@@ -219,6 +242,7 @@ class PackServer:
             sent = self._delivered.pop(key, None)
             if sent is not None:
                 self._gap = max(self._gap, time.monotonic() - sent)
+            self._claimed.discard(key)
             stale = self._pending.pop(key, None)
             if stale is not None:  # asked by a process of the trial that Tune has since replaced
                 self._reply(stale, {"error": "superseded by a later request of the same trial"})
@@ -250,6 +274,7 @@ class PackServer:
                     break
                 self._lock.wait(left)
             batch = self._take()
+            self._current = set(batch)
             if not self._closed:
                 waited = time.monotonic() - start
                 self._stats["wait_s"] += waited
@@ -326,6 +351,7 @@ class PackServer:
                     pack.remove(key)
                     self._absent.pop(key)
             self._last_round = {k for k in ready if k in pack.members}
+            self._held, self._current = set(pack.members), set()
             self._stats["member_epochs"] += trained
             self._stats["train_s"] += time.monotonic() - started
         for request, reply in replies:  # (after the round's accounting: what a trial sees, stats() has counted)
@@ -454,24 +480,36 @@ def describe_stats(stats: Mapping[str, float]) -> str:
 
 class PackDepartures(tune.Callback):
     """Tells the pack servers ``names`` when Tune ends a trial (ASHA stopped it, the budget ended
-    it, it finished), so that no round waits for its member (:meth:`PackServer.leave`)."""
+    it, it finished, it failed), so that no round waits for its member (:meth:`PackServer.leave`)."""
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = tuple(names)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._leave(trial)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._leave(trial)  # (retried, its trial sends the checkpoint Tune restores it with)
+
+    def _leave(self, trial: Any) -> None:
         for name in self.names:
             with contextlib.suppress(ValueError):  # (a server not running: nothing waits)
                 ray.get_actor(name).leave.remote(trial.trial_id)
 
 
-def _server(names: list[str]) -> Any:
-    """The least loaded of the pack servers ``names``."""
+def _server(names: list[str], key: str) -> Any:
+    """The pack server of ``names`` for trial ``key``: the one that holds its member, else the
+    least loaded that has room for it (:meth:`PackServer.claim`), else the least loaded (a
+    population larger than its packs: its members take turns)."""
     handles = [ray.get_actor(n) for n in names]
     if len(handles) == 1:
         return handles[0]
-    loads = ray.get([h.members.remote() for h in handles])
-    return handles[min(range(len(handles)), key=loads.__getitem__)]
+    loads = ray.get([h.load.remote(key) for h in handles])
+    order = sorted(range(len(handles)), key=lambda i: (not loads[i][0], loads[i][1]))
+    for i in order:
+        if ray.get(handles[i].claim.remote(key)):
+            return handles[i]
+    return handles[order[0]]
 
 
 def train_in_pack(
@@ -500,7 +538,7 @@ def train_in_pack(
         done = int(load_checkpoint(source)["epoch"])
     marks = sorted({int(e) for e in report_at}) if report_at is not None else None
     config_dict = config.to_dict()
-    server = _server(servers)
+    server = _server(servers, key)
     send: bytes | None = state  # the first request of a restored trial carries its state
     failures = 0
     while done < config.epochs:
@@ -511,7 +549,7 @@ def train_in_pack(
             failures += 1
             if failures > 3:
                 raise
-            server, send = _server(servers), state  # (Ray restarts the server; its state is gone)
+            server, send = _server(servers, key), state  # (Ray restarts the server; its state is gone)
             continue
         if reply.get("need_state"):
             if state is None:

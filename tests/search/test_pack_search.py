@@ -231,7 +231,8 @@ def test_the_driver_tells_the_servers_when_tune_ends_a_trial(monkeypatch):
     monkeypatch.setattr(pack_mod.ray, "get_actor", get_actor)
     callback = pack_mod.PackDepartures(["s0", "gone", "s1"])
     callback.on_trial_complete(3, [], type("Trial", (), {"trial_id": "t1"})())
-    assert told == [("s0", "t1"), ("s1", "t1")]
+    callback.on_trial_error(4, [], type("Trial", (), {"trial_id": "t2"})())  # (a retry resends its checkpoint)
+    assert told == [("s0", "t1"), ("s1", "t1"), ("s0", "t2"), ("s1", "t2")]
 
 
 def test_the_servers_line_says_how_long_rounds_waited_for_members_that_never_came():
@@ -319,6 +320,46 @@ def test_a_request_superseded_by_a_later_one_of_its_trial_is_answered_and_the_la
     b = _ask(server, "b", cfg, "crop", 0)
     new.join(60)
     assert _last(replies["new"])["epoch"] == 1 and _last(replies["new"])["pack_size"] == 2 == _last(b)["pack_size"]
+
+
+def test_a_restarted_trial_goes_back_to_the_server_holding_its_member_else_to_the_least_loaded(
+    cfg, monkeypatch, make_server
+):
+    server = make_server(cfg.to_dict(), 2)
+    _together(lambda: _ask(server, "a", cfg, "crop", 0), lambda: _ask(server, "b", cfg, "crop", 0))
+    assert server.load("a") == (True, 2) and server.load("z") == (False, 2)
+    server.leave("a")  # (its trial ended: the next round drops it)
+    assert server.load("a") == (True, 1)  # (held until then)
+
+    # a server that holds the member, else the least loaded with room, else the least loaded
+    loads = {"s0": (False, 1), "s1": (True, 3), "s2": (False, 0)}
+    room = {"s0": True, "s1": True, "s2": False}
+
+    def method(fn):
+        return type("Method", (), {"remote": lambda _self, key: fn(key)})()
+
+    class Handle:
+        def __init__(self, name):
+            self.name = name
+            self.load = method(lambda key: loads[name])
+            self.claim = method(lambda key: room[name] or loads[name][0])
+
+    monkeypatch.setattr(pack_mod.ray, "get_actor", Handle)
+    monkeypatch.setattr(pack_mod.ray, "get", lambda refs: refs)
+    servers = ["s0", "s1", "s2"]
+    assert pack_mod._server(servers, "m").name == "s1"  # it holds m, however loaded
+    loads["s1"] = (False, 3)
+    assert pack_mod._server(servers, "m").name == "s0"  # s2, less loaded, has no room
+    room["s0"] = room["s1"] = False
+    assert pack_mod._server(servers, "m").name == "s2"  # none has room: the least loaded
+
+
+def test_trials_starting_at_once_each_find_a_server_with_room(cfg, make_server):
+    server = make_server(cfg.to_dict(), 2)
+    assert server.claim("a") and server.claim("b") and server.claim("a")  # (a's room kept, once)
+    assert not server.claim("c") and server.load("c") == (False, 2)
+    server.leave("b")  # (b's trial ended before it asked: its room is free)
+    assert server.claim("c") and server.load("a") == (True, 2)
 
 
 def test_a_round_trains_at_most_a_pack_and_the_members_asking_beyond_it_take_turns(cfg, monkeypatch, make_server):

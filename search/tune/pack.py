@@ -58,7 +58,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from autoaug.core.location import atomic_write_local
 from autoaug.proxy_models.pack import Pack
 from autoaug.proxy_models.pack_sizing import AUTO_SIZES, choose_pack, pack_gpus
-from autoaug.proxy_models.train import CHECKPOINT_NAME, load_checkpoint
+from autoaug.proxy_models.train import CHECKPOINT_NAME, load_checkpoint, train
 from autoaug.proxy_models.train_config import TrainConfig
 from autoaug.search.tune.epochs import with_trial_threads
 
@@ -75,6 +75,7 @@ __all__ = [
     "server_cpus",
     "server_gpus",
     "train_in_pack",
+    "train_trial",
 ]
 
 #: How long a round waits, at least, for the members of the last round to come back.
@@ -564,6 +565,37 @@ def train_in_pack(
         for metrics in reply["epochs"]:
             done = int(metrics["epoch"])
             report({**metrics, "checkpoint_dir": str(checkpoint_dir)})
+
+
+def train_trial(
+    config: Any,
+    policy: Any,
+    *,
+    pack_servers: Sequence[str],
+    key: str,
+    report: Callable[[dict[str, Any]], Any],
+    checkpoint_dir: str | os.PathLike,
+    resume_from: str | os.PathLike | None = None,
+    report_at: Sequence[int] | None = None,
+) -> None:
+    """A search trial's training run (a candidate's, a PBA member's): by one of ``pack_servers``
+    beside other trials when there are (:func:`train_in_pack`, up to each of ``report_at`` at a
+    time), else by the trainer in the trial's own process on its CPUs
+    (:func:`autoaug.proxy_models.train.train`); either way each epoch's metrics passed to
+    ``report`` after its checkpoint is in ``checkpoint_dir``."""
+    if pack_servers:
+        train_in_pack(
+            config,
+            policy,
+            servers=list(pack_servers),
+            key=key,
+            report=report,
+            checkpoint_dir=checkpoint_dir,
+            resume_from=resume_from,
+            report_at=report_at,
+        )
+    else:  # torch + DALI on the trial's CPUs
+        train(with_trial_threads(config), policy, report=report, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
 
 
 def _choose(train_config: Mapping[str, Any], member_share: float) -> tuple[int, list[dict[str, Any]]]:

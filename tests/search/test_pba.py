@@ -249,7 +249,7 @@ def test_a_killed_pba_search_in_packs_resumes_its_population_and_stores_a_schedu
     members over 4 epochs, trained two at a time by a pack server, an exploit restarting a
     member there from another's checkpoint): a calibration pack's process killed at its third step
     (Ray runs the task again), then the driver killed with SIGKILL once Tune has recorded the
-    population's 6th checkpoint, then resumed: the same members finish from their checkpoints
+    population's 6th checkpoint save, then resumed: the same members finish from their checkpoints
     (each sent to the resumed driver's server), and the search stores a schedule with its
     population, its events (each said as it happened, by one driver or the other) and its lineage."""
     dirs = _dirs(tmp_path)
@@ -275,7 +275,9 @@ def test_a_killed_pba_search_in_packs_resumes_its_population_and_stores_a_schedu
     ]
     run = tmp_path / "runs" / "pb"
     # A calibration pack's process killed at its 3rd step (the bases' 3 runs: packs of 2 and 1 on 2
-    # CPUs); the driver once Tune has recorded the population's 6th checkpoint (4 x 4 epochs: mid-search).
+    # CPUs); the driver once Tune has recorded the population's 6th save (4 x 4 epochs: mid-search; a save is
+    # a member's report with its checkpoint, or PBT saving a top member to clone at its boundary: in packs the
+    # members reach their boundaries together, and the 6th save may come with the 4th checkpoint folder).
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = kill_driver(argv, env, "pba.after_member_checkpoint:6", 300, also="pack.mid_epoch:3=kill")
     assert kill_driver.fired("pack.mid_epoch")
@@ -284,7 +286,7 @@ def test_a_killed_pba_search_in_packs_resumes_its_population_and_stores_a_schedu
     assert sorted(r.get("pack", 1) for r in calibrated["runs"].values()) == [1, 2, 2], calibrated["runs"]
     assert not (run / "result.json").exists()
     before = {t.name: sorted(c.name for c in t.glob("checkpoint_*")) for t in run.glob("trial_*")}
-    assert len(before) == 4 and sum(map(len, before.values())) >= 6
+    assert len(before) == 4 and all(before.values())  # each member's first checkpoint, at least
 
     # Resumed in this process (the module's Ray session), as `autoaug search --resume pb` runs.
     code = main(["search", "--resume", "pb", *dirs])

@@ -205,9 +205,8 @@ class PbaMethod(Method):
     help = "a population trained once, its policies evolved as it trains: a schedule (Population Based Augmentation)"
     settings = PbaConfig
     unit = "members"
-    packs = (
-        True  # members trained K at a time by pack servers (--pack), exploits restarting a member from another's state
-    )
+    #: Members train K at a time on pack servers (``--pack``); an exploit restarts one there from another's state.
+    packs = True
     reporter_class = PbaReporter
     #: Its record in the run directory (the provenance's ``method`` with the schedule).
     record_file: ClassVar[str] = PBA_FILE

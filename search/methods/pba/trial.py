@@ -27,10 +27,10 @@ from typing import Any
 from ray import tune
 
 from autoaug.policies.schedule import Schedule
-from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
+from autoaug.proxy_models.train import TrainConfig, load_checkpoint
 from autoaug.search.space import SearchSpace
-from autoaug.search.tune.epochs import EpochResults, with_trial_threads
-from autoaug.search.tune.pack import train_in_pack
+from autoaug.search.tune.epochs import EpochResults
+from autoaug.search.tune.pack import train_trial
 
 __all__ = ["run_pba_trial", "PBA_STATE", "EVENTS_KEY", "boundaries", "start_schedule"]
 
@@ -96,8 +96,6 @@ def run_pba_trial(
     """
     search_space = SearchSpace.from_dict(space)
     cfg = TrainConfig.from_dict(train_config)
-    if not pack_servers:
-        cfg = with_trial_threads(cfg)  # torch + DALI on the member's CPUs
     me = tune.get_context().get_trial_id() or "local"
     params = dict(config["policy"])
     policy = search_space.to_policy(params, name=f"{policy_prefix}-{me}")
@@ -133,19 +131,16 @@ def run_pba_trial(
                 else:
                     tune.report(out)
 
-            if pack_servers:
-                train_in_pack(
-                    cfg,
-                    schedule,
-                    servers=list(pack_servers),
-                    key=me,
-                    report=report,
-                    checkpoint_dir=scratch,
-                    resume_from=resume_from,
-                    report_at=marks,
-                )
-            else:
-                train(cfg, schedule, report=report, checkpoint_dir=scratch, resume_from=resume_from)
+            train_trial(
+                cfg,
+                schedule,
+                pack_servers=pack_servers,
+                key=me,
+                report=report,
+                checkpoint_dir=scratch,
+                resume_from=resume_from,
+                report_at=marks,
+            )
 
 
 def boundaries(epochs: int, interval: int) -> list[int]:

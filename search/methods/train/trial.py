@@ -13,10 +13,10 @@ from typing import Any
 
 from ray import tune
 
-from autoaug.proxy_models.train import TrainConfig, load_checkpoint, train
+from autoaug.proxy_models.train import TrainConfig, load_checkpoint
 from autoaug.search.space import SearchSpace
-from autoaug.search.tune.epochs import EpochResults, trial_policy, with_trial_threads
-from autoaug.search.tune.pack import train_in_pack
+from autoaug.search.tune.epochs import EpochResults, trial_policy
+from autoaug.search.tune.pack import train_trial
 
 __all__ = ["run_trial"]
 
@@ -48,8 +48,6 @@ def run_trial(
     """
     search_space = SearchSpace.from_dict(space)
     cfg = TrainConfig.from_dict(train_config)
-    if not pack_servers:
-        cfg = with_trial_threads(cfg)  # torch + DALI on the trial's CPUs
     trial_id = tune.get_context().get_trial_id() or "local"
     policy = trial_policy(config, search_space, f"{policy_prefix}-{trial_id}")
 
@@ -66,16 +64,13 @@ def run_trial(
             if out is not None:
                 tune.report(out, checkpoint=tune.Checkpoint.from_directory(scratch))
 
-        if pack_servers:
-            train_in_pack(
-                cfg,
-                policy,
-                servers=list(pack_servers),
-                key=trial_id,
-                report=report,
-                checkpoint_dir=scratch,
-                resume_from=resume_from,
-                report_at=report_at,
-            )
-        else:
-            train(cfg, policy, report=report, checkpoint_dir=scratch, resume_from=resume_from)
+        train_trial(
+            cfg,
+            policy,
+            pack_servers=pack_servers,
+            key=trial_id,
+            report=report,
+            checkpoint_dir=scratch,
+            resume_from=resume_from,
+            report_at=report_at,
+        )

@@ -33,8 +33,8 @@ reached the epoch it asked for (a trial that reports every epoch asks for one; e
   reported: nothing reported is trained twice, nothing is lost but the round in flight.
 
 :class:`PackServers` starts the servers of a search for the time of one Tune experiment and
-stops them after; :func:`train_in_pack` is what a trial calls instead of
-:func:`autoaug.proxy_models.train.train`.
+stops them after; :func:`train_trial` is what a trial calls to train: in a pack when the
+search has servers, else :func:`autoaug.proxy_models.train.train` in its own process.
 """
 
 from __future__ import annotations
@@ -74,7 +74,6 @@ __all__ = [
     "round_members",
     "server_cpus",
     "server_gpus",
-    "train_in_pack",
     "train_trial",
 ]
 
@@ -513,23 +512,28 @@ def _server(names: list[str], key: str) -> Any:
     return handles[order[0]]
 
 
-def train_in_pack(
+def train_trial(
     config: Any,
     policy: Any,
     *,
-    servers: list[str],
+    servers: Sequence[str],
     key: str,
     report: Callable[[dict[str, Any]], Any],
     checkpoint_dir: str | os.PathLike,
     resume_from: str | os.PathLike | None = None,
     report_at: Sequence[int] | None = None,
 ) -> None:
-    """A trial's run, trained by a pack server: the epochs after ``resume_from``'s (a directory
-    holding the trainer's checkpoint), each passed to ``report`` with the metrics
-    :func:`autoaug.proxy_models.train.train` reports, after the checkpoint of the server's reply
-    is written to ``checkpoint_dir``. The server is asked for the epochs up to the next of
+    """A search trial's training run (a candidate's, a PBA member's): the epochs after
+    ``resume_from``'s (a directory holding the trainer's checkpoint), each passed to ``report``
+    with the metrics :func:`autoaug.proxy_models.train.train` reports once its checkpoint is in
+    ``checkpoint_dir``. Without pack ``servers``, the trainer runs in the trial's own process on
+    its CPUs. With them, a pack server trains it beside other trials; the checkpoint of the
+    server's reply is written to ``checkpoint_dir``. The server is asked for the epochs up to the next of
     ``report_at`` at a time (None: one at a time). A member the server does not hold (it
     restarted) is sent the last checkpoint."""
+    if not servers:  # torch + DALI on the trial's CPUs
+        train(with_trial_threads(config), policy, report=report, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
+        return
     file = Path(checkpoint_dir) / CHECKPOINT_NAME
     state: bytes | None = None
     done = 0
@@ -565,37 +569,6 @@ def train_in_pack(
         for metrics in reply["epochs"]:
             done = int(metrics["epoch"])
             report({**metrics, "checkpoint_dir": str(checkpoint_dir)})
-
-
-def train_trial(
-    config: Any,
-    policy: Any,
-    *,
-    pack_servers: Sequence[str],
-    key: str,
-    report: Callable[[dict[str, Any]], Any],
-    checkpoint_dir: str | os.PathLike,
-    resume_from: str | os.PathLike | None = None,
-    report_at: Sequence[int] | None = None,
-) -> None:
-    """A search trial's training run (a candidate's, a PBA member's): by one of ``pack_servers``
-    beside other trials when there are (:func:`train_in_pack`, up to each of ``report_at`` at a
-    time), else by the trainer in the trial's own process on its CPUs
-    (:func:`autoaug.proxy_models.train.train`); either way each epoch's metrics passed to
-    ``report`` after its checkpoint is in ``checkpoint_dir``."""
-    if pack_servers:
-        train_in_pack(
-            config,
-            policy,
-            servers=list(pack_servers),
-            key=key,
-            report=report,
-            checkpoint_dir=checkpoint_dir,
-            resume_from=resume_from,
-            report_at=report_at,
-        )
-    else:  # torch + DALI on the trial's CPUs
-        train(with_trial_threads(config), policy, report=report, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
 
 
 def _choose(train_config: Mapping[str, Any], member_share: float) -> tuple[int, list[dict[str, Any]]]:

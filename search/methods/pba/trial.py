@@ -90,7 +90,7 @@ def run_pba_trial(
     them, :func:`autoaug.search.methods.pba.method.explore_params`); ``config["explore"]``: how the last explore
     changed them (recorded in the events). With ``pack_servers`` the member's epochs are trained
     by one of those pack servers beside other members
-    (:func:`autoaug.search.tune.pack.train_in_pack`), up to its next perturbation boundary at a
+    (:func:`autoaug.search.tune.pack.train_trial`), up to its next perturbation boundary at a
     time; it reports each epoch as its own run would. A member restarted from a checkpoint (an
     exploit: another member's) sends it with its schedule, and the server starts it from there.
     """
@@ -134,7 +134,7 @@ def run_pba_trial(
             train_trial(
                 cfg,
                 schedule,
-                pack_servers=pack_servers,
+                servers=pack_servers,
                 key=me,
                 report=report,
                 checkpoint_dir=scratch,

@@ -43,7 +43,7 @@ def run_trial(
     by Tune (after a failure or a driver restart) resumes from its latest checkpoint (whose
     history also restores the score's window) and ends with the metrics of an uninterrupted run.
     With ``pack_servers`` the epochs are trained by one of those pack servers, beside other
-    trials (:func:`autoaug.search.tune.pack.train_in_pack`), up to each report at a time; the
+    trials (:func:`autoaug.search.tune.pack.train_trial`), up to each report at a time; the
     trial reports them as its own.
     """
     search_space = SearchSpace.from_dict(space)
@@ -67,7 +67,7 @@ def run_trial(
         train_trial(
             cfg,
             policy,
-            pack_servers=pack_servers,
+            servers=pack_servers,
             key=trial_id,
             report=report,
             checkpoint_dir=scratch,

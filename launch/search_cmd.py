@@ -446,7 +446,8 @@ def _how_options() -> tuple[Option, ...]:
             group="how",
             type=_pack_value,
             metavar="K",
-            help="trials trained together by one process on one device, each still its own trial, and "
+            help="trials (candidates, or PBA's members) trained together by one process on one device, each "
+            "still its own trial, and "
             "calibration's and re-scoring's runs in packs as large (default 1: one per process; auto: the "
             "size measured fastest on the device)",
         ),

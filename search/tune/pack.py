@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import itertools
 import math
 import os
 import threading
@@ -204,14 +205,16 @@ class PackServer:
         with self._lock:
             return key in self._held | self._claimed or key in self._waiting(), len(self._waiting() | self._claimed)
 
-    def claim(self, key: str) -> bool:
-        """Whether trial ``key`` may ask this server: it holds the member, or has room for it in a
-        round (then kept for it until it asks). Trials starting at once each find a server with
-        room: asked one after another, a server never takes more than its pack."""
+    def claim(self, key: str, turns: int = 1) -> bool:
+        """Whether trial ``key`` may ask this server: it holds the member, or has fewer members
+        than ``turns`` packs (then a place is kept for it until it asks). Trials starting at once
+        each find a server with room, asked one after another: a server takes a pack before any
+        takes more, and (``turns`` 2, 3, ...: a population larger than its packs) the servers'
+        members stay as even as the packs they take turns in."""
         with self._lock:
             if key in self._held | self._claimed or key in self._waiting():
                 return True
-            if len(self._waiting() | self._claimed) >= self.limit:
+            if len(self._waiting() | self._claimed) >= turns * self.limit:
                 return False
             self._claimed.add(key)
             return True
@@ -499,17 +502,18 @@ class PackDepartures(tune.Callback):
 
 def _server(names: list[str], key: str) -> Any:
     """The pack server of ``names`` for trial ``key``: the one that holds its member, else the
-    least loaded that has room for it (:meth:`PackServer.claim`), else the least loaded (a
-    population larger than its packs: its members take turns)."""
+    least loaded that has room for it in one pack (:meth:`PackServer.claim`), else in two, and so
+    on (a population larger than its packs: its members take turns, as many on each server)."""
     handles = [ray.get_actor(n) for n in names]
     if len(handles) == 1:
         return handles[0]
     loads = ray.get([h.load.remote(key) for h in handles])
     order = sorted(range(len(handles)), key=lambda i: (not loads[i][0], loads[i][1]))
-    for i in order:
-        if ray.get(handles[i].claim.remote(key)):
-            return handles[i]
-    return handles[order[0]]
+    for turns in itertools.count(1):
+        for i in order:
+            if ray.get(handles[i].claim.remote(key, turns)):
+                return handles[i]
+    raise AssertionError("unreachable")  # (a server takes any trial once turns outnumber its members)
 
 
 def train_trial(

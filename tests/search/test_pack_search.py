@@ -331,35 +331,44 @@ def test_a_restarted_trial_goes_back_to_the_server_holding_its_member_else_to_th
     server.leave("a")  # (its trial ended: the next round drops it)
     assert server.load("a") == (True, 1)  # (held until then)
 
-    # a server that holds the member, else the least loaded with room, else the least loaded
+    # a server that holds the member, else the least loaded with room in a pack, else in two, ...
     loads = {"s0": (False, 1), "s1": (True, 3), "s2": (False, 0)}
-    room = {"s0": True, "s1": True, "s2": False}
+    room = {"s0": 1, "s1": 1, "s2": 2}  # the packs' worth of members a server would take it within
 
     def method(fn):
-        return type("Method", (), {"remote": lambda _self, key: fn(key)})()
+        return type("Method", (), {"remote": lambda _self, *args: fn(*args)})()
 
     class Handle:
         def __init__(self, name):
             self.name = name
             self.load = method(lambda key: loads[name])
-            self.claim = method(lambda key: room[name] or loads[name][0])
+            self.claim = method(lambda key, turns=1: room[name] <= turns or loads[name][0])
 
     monkeypatch.setattr(pack_mod.ray, "get_actor", Handle)
     monkeypatch.setattr(pack_mod.ray, "get", lambda refs: refs)
     servers = ["s0", "s1", "s2"]
     assert pack_mod._server(servers, "m").name == "s1"  # it holds m, however loaded
     loads["s1"] = (False, 3)
-    assert pack_mod._server(servers, "m").name == "s0"  # s2, less loaded, has no room
-    room["s0"] = room["s1"] = False
-    assert pack_mod._server(servers, "m").name == "s2"  # none has room: the least loaded
+    assert pack_mod._server(servers, "m").name == "s0"  # s2, less loaded, has no room in one pack
+    room["s0"] = room["s1"] = 3
+    assert pack_mod._server(servers, "m").name == "s2"  # in two packs: s2 first
 
 
-def test_trials_starting_at_once_each_find_a_server_with_room(cfg, make_server):
+def test_trials_starting_at_once_each_find_a_server_with_room_and_a_population_spreads_evenly(cfg, make_server):
     server = make_server(cfg.to_dict(), 2)
     assert server.claim("a") and server.claim("b") and server.claim("a")  # (a's room kept, once)
     assert not server.claim("c") and server.load("c") == (False, 2)
     server.leave("b")  # (b's trial ended before it asked: its room is free)
     assert server.claim("c") and server.load("a") == (True, 2)
+    # a population larger than the packs: two more members each on two servers of a pack of 2,
+    # taken in turns (the second pack's worth), none on one while the other has fewer
+    other = make_server(cfg.to_dict(), 2)
+    assert other.claim("d") and other.claim("e")
+    for key in "fghi":  # (as _server asks them: the least loaded first; a pack's worth taken)
+        assert not any(s.claim(key) for s in (server, other))
+        assert next(s for s in sorted((server, other), key=lambda s: s.load()[1]) if s.claim(key, 2))
+    assert [server.load()[1], other.load()[1]] == [4, 4]
+    assert not server.claim("j", 2) and server.claim("j", 3)  # (a third turn: a fifth member)
 
 
 def test_a_round_trains_at_most_a_pack_and_the_members_asking_beyond_it_take_turns(cfg, monkeypatch, make_server):

@@ -203,7 +203,8 @@ class PackServer:
         restarted trial -- after a failure, a PBA exploit -- is started again there from the
         checkpoint it sends, and no round elsewhere waits for it), else one with room for it."""
         with self._lock:
-            return key in self._held | self._claimed or key in self._waiting(), len(self._waiting() | self._claimed)
+            taken = self._taken()
+            return key in taken | self._held, len(taken)
 
     def claim(self, key: str, turns: int = 1) -> bool:
         """Whether trial ``key`` may ask this server: it holds the member, or has fewer members
@@ -212,16 +213,18 @@ class PackServer:
         takes more, and (``turns`` 2, 3, ...: a population larger than its packs) the servers'
         members stay as even as the packs they take turns in."""
         with self._lock:
-            if key in self._held | self._claimed or key in self._waiting():
+            taken = self._taken()
+            if key in taken | self._held:
                 return True
-            if len(self._waiting() | self._claimed) >= turns * self.limit:
+            if len(taken) >= turns * self.limit:
                 return False
             self._claimed.add(key)
             return True
 
-    def _waiting(self) -> set[str]:
-        """The members of the round in flight, of the last one, and those asking for the next."""
-        return self._current | self._last_round | set(self._pending)
+    def _taken(self) -> set[str]:
+        """(Under the lock) the members of the round in flight, of the last one, those asking for the
+        next, and the trials a place is kept for."""
+        return self._current | self._last_round | set(self._pending) | self._claimed
 
     def train(
         self,
@@ -509,11 +512,10 @@ def _server(names: list[str], key: str) -> Any:
         return handles[0]
     loads = ray.get([h.load.remote(key) for h in handles])
     order = sorted(range(len(handles)), key=lambda i: (not loads[i][0], loads[i][1]))
-    for turns in itertools.count(1):
+    for turns in itertools.count(1):  # (ends: a server takes any trial once its turns outnumber its members)
         for i in order:
             if ray.get(handles[i].claim.remote(key, turns)):
                 return handles[i]
-    raise AssertionError("unreachable")  # (a server takes any trial once turns outnumber its members)
 
 
 def train_trial(

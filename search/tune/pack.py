@@ -13,10 +13,12 @@ reached the epoch it asked for (a trial that reports every epoch asks for one; e
 * **Joining and leaving.** A trial's first request adds its member (fresh, or from the checkpoint
   Tune restored it with: a request that carries a checkpoint always starts its member from it,
   also where the server holds the member at that epoch -- a PBA member that exploited another
-  restarts from the other's checkpoint with its own new policy). A round waits for the members of
-  the last round (up to a window a few times the longest gap a trial took to come back) and for
-  no one else, and trains at most a pack: more members asking (a population larger than its
-  packs) wait for the next round, the fewest epochs trained first. When Tune ends a trial
+  restarts from the other's checkpoint with its own new policy). A round trains at most a pack,
+  the members with the fewest epochs trained first, and waits for them (up to a window a few
+  times the longest gap a trial took to come back): those asking and those the server holds, the
+  ones asking first at equal epochs. So a population larger than its packs takes turns and moves
+  in step -- a member whose trial is slow to come back (a PBA member restarted after an exploit)
+  is waited for, not passed by a pack's worth of others further on. When Tune ends a trial
   (ASHA stopped it, the budget ended it, it finished), the driver tells the servers
   (:class:`PackDepartures`, a Tune callback) and no round waits for it; a member that just does not
   come back (its process died) is waited for one window, trains no more, and is dropped after two
@@ -182,7 +184,7 @@ class PackServer:
             self._claimed.discard(key)
             if key in self._pending:
                 return
-            if key in self._last_round:
+            if key in self._last_round or key in self._held:
                 self._left.add(key)
                 self._last_round.discard(key)
                 self._lock.notify_all()
@@ -190,9 +192,9 @@ class PackServer:
     def stats(self) -> dict[str, float]:
         """What the server did so far: ``rounds``, ``member_epochs`` (epochs trained, summed over
         members), ``train_s`` (the rounds' training, validation and checkpoints), ``wait_s`` (rounds
-        waiting for the last round's members to come back), ``short_rounds`` and ``short_wait_s``
-        (rounds that started without one of them, after waiting the whole window: a member that
-        never came back and that no one said had left)."""
+        waiting for their members to come back), ``short_rounds`` and ``short_wait_s`` (rounds that
+        started without one of them, after waiting the whole window: a member that did not come
+        back in time and that no one said had left)."""
         with self._lock:
             return {"rounds": self._rounds, **self._stats}
 
@@ -263,8 +265,9 @@ class PackServer:
             return PACK_START_WINDOW_S
         return min(PACK_WINDOW_MAX_S, max(PACK_WINDOW_S, 4 * self._gap))
 
-    def _next_round(self) -> dict[str, _Request] | None:
-        """The members of the next round; None once the server is closed."""
+    def _next_round(self, held: Mapping[str, int]) -> dict[str, _Request] | None:
+        """The members of the next round (``held``: the epoch of each member the pack holds); None
+        once the server is closed."""
         with self._lock:
             while not self._pending and not self._closed:
                 self._lock.wait()
@@ -273,8 +276,10 @@ class PackServer:
             full = False
             while not self._closed:
                 waiting = set(self._pending)
-                back = self._last_round <= waiting if self._rounds else len(waiting) >= self.capacity
-                full = back or len(waiting) >= self.limit
+                if self._rounds:
+                    full = set(self._due(held)) <= waiting
+                else:
+                    full = len(waiting) >= min(self.capacity, self.limit)
                 left = deadline - time.monotonic()
                 if full or left <= 0:
                     break
@@ -293,6 +298,17 @@ class PackServer:
         self._pending = {}
         return None
 
+    def _due(self, held: Mapping[str, int]) -> list[str]:
+        """(Under the lock) the members the next round waits for: :func:`round_members` over those
+        asking and those the pack holds (whose trials Tune has not ended), the ones asking first at
+        equal epochs -- so no member falls behind its pack-mates while a pack's worth of others,
+        further on, are back first."""
+        epochs = {k: r.epochs_done for k, r in self._pending.items()}
+        for key, epoch in held.items():
+            if key not in epochs and key not in self._left:
+                epochs[key] = epoch
+        return round_members(epochs, self.limit)
+
     def _take(self) -> dict[str, _Request]:
         """(Under the lock) the pending requests of the next round (:func:`round_members`); the
         others stay pending."""
@@ -301,7 +317,7 @@ class PackServer:
 
     def _loop(self) -> None:
         with Pack(self.config) as pack:
-            while (batch := self._next_round()) is not None:
+            while (batch := self._next_round({k: m.epoch for k, m in pack.members.items()})) is not None:
                 self._serve(pack, batch)
 
     def _serve(self, pack: Any, batch: dict[str, _Request]) -> None:

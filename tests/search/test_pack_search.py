@@ -5,6 +5,7 @@ resumed to exactly the requested trials."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -379,6 +380,42 @@ def test_a_round_trains_at_most_a_pack_and_the_members_asking_beyond_it_take_tur
     replies = _together(*(lambda k=k: _ask(server, k, cfg, "crop", 0) for k in "abc"))
     assert sorted(_last(r)["pack_size"] for r in replies) == [1, 2, 2]  # two together, the third after them
     assert (server.stats()["rounds"], server.stats()["member_epochs"]) == (2, 3)
+
+
+def test_a_round_waits_for_the_member_furthest_behind_not_for_a_packs_worth_of_others(cfg, monkeypatch, make_server):
+    """A population larger than its pack moves in step: with a (2 epochs) and c (new) asking, the
+    round waits for b (1 epoch, held by the server, its trial not back yet) rather than train a,
+    further on; a waits for c to come back. A member whose trial Tune ended is not waited for."""
+    monkeypatch.setattr(pack_mod, "PACK_WINDOW_S", 600.0)  # a round that waited for a member out of time would hang
+    monkeypatch.setattr(pack_mod, "PACK_WINDOW_MAX_S", 600.0)
+    six = dataclasses.replace(cfg, epochs=6)
+    server = make_server(six.to_dict(), 2, limit=2)
+    replies: dict[str, dict] = {}
+
+    def ask(key, done, until=None):
+        thread = threading.Thread(target=lambda: replies.update({key: _ask(server, key, six, "crop", done, until=until)}))
+        thread.start()
+        return thread
+
+    for thread in [ask("a", 0, until=2), ask("b", 0, until=1)]:  # the first round: a to epoch 2, b to 1
+        thread.join()
+    asking_a = ask("a", 2, until=3)
+    asking_c = ask("c", 0)
+    with server._lock:  # the server's own condition, notified as each request arrives
+        assert server._lock.wait_for(lambda: {"a", "c"} <= set(server._pending) or server._rounds > 1, timeout=120)
+        assert server._rounds == 1  # a pack's worth asking, and no round started without b
+    for thread in [ask("b", 1), asking_c]:
+        thread.join()
+    assert [_last(replies[k])["pack_size"] for k in "bc"] == [2, 2]  # b and c together
+    assert asking_a.is_alive()  # a, ahead, waits for c (1 epoch) to come back
+    ask("c", 1).join()
+    asking_a.join()
+    assert (_last(replies["a"])["epoch"], _last(replies["a"])["pack_size"]) == (3, 2)  # a and c together
+    # b (2 epochs, behind a) is held but its trial was ended: a and c do not wait for it
+    server.leave("b")
+    again = _together(lambda: _ask(server, "a", six, "crop", 3), lambda: _ask(server, "c", six, "crop", 2))
+    assert [_last(r)["pack_size"] for r in again] == [2, 2]
+    assert (server.stats()["rounds"], server.stats()["short_rounds"]) == (4, 0)
 
 
 # ------------------------------------------------------------------------------------------------

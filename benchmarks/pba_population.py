@@ -1,7 +1,9 @@
 """How far a PBA search's population could tell its members apart (docs/results.md, "What limits
 PBA here"): from a run directory's ``trial_*/result.json`` and ``pba_events.json``, the score gap
 each exploit acted on (the cloned member's score minus the cloner's, at the checkpoint's epoch) and
-the population's spread at a few epochs, in points of the search score.
+the population's spread at a few epochs, in points of the search score, and how far apart in epochs
+its members trained (``--step``: at each report, the latest epoch of the member furthest on, finished or not, minus
+that of the one furthest behind still training).
 
 ::
 
@@ -28,12 +30,39 @@ def member_scores(run: Path) -> dict[str, dict[int, float]]:
     return scores
 
 
+def epoch_lags(run: Path, epochs: int) -> list[int]:
+    """At each report of the search (in the order of Tune's timestamps) while a member still
+    trains, the latest epoch reported by the member furthest on (finished or not) minus that of
+    the member furthest behind among those still training. Tune's log of a member that exploited another
+    may lack its rows before the exploit: a member counts from its first row in the log."""
+    rows = []
+    for trial in sorted(run.glob("trial_*")):
+        for line in (trial / "result.json").read_text().splitlines():
+            row = json.loads(line)
+            rows.append((float(row["timestamp"]), int(row["epoch"]), trial.name))
+    latest: dict[str, int] = {}
+    lags = []
+    for _, epoch, member in sorted(rows):
+        latest[member] = epoch
+        training = [e for e in latest.values() if e < epochs]  # (the furthest on may have finished)
+        if training:
+            lags.append(max(latest.values()) - min(training) if len(latest) > 1 else 0)
+    return lags
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", type=Path, help="the PBA search's run directory")
     p.add_argument("--epochs", default="20,40,60,80,100,120", help="epochs at which to give the spread")
+    p.add_argument("--step", type=int, metavar="EPOCHS", help="say how far apart the members trained (runs of EPOCHS)")
     a = p.parse_args(argv)
     scores = member_scores(a.run)
+    if a.step:
+        lags = sorted(epoch_lags(a.run, a.step))
+        print(
+            f"epochs between the member furthest on and the one furthest behind, over {len(lags)} reports: "
+            f"median {statistics.median(lags):g}, 90th percentile {lags[int(0.9 * (len(lags) - 1))]}, most {lags[-1]}"
+        )
     events = json.loads((a.run / "pba_events.json").read_text())
     gaps = [
         100 * (scores[e["cloned"]][e["epoch"]] - scores[e["member"]][e["epoch"]])

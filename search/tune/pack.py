@@ -425,7 +425,8 @@ def _line(exc: BaseException) -> str:
 
 class PackServers:
     """The pack servers of one Tune experiment (a context manager): ``servers`` Ray actors named
-    ``autoaug-pack-<experiment>-<i>``, each reserving ``cpus`` CPUs and ``gpus`` GPUs; stopped on exit."""
+    ``autoaug-pack-<experiment>-<i>``, each reserving ``cpus`` CPUs and ``gpus`` GPUs, training
+    rounds of up to ``pack`` of its ``members`` trials (default: a pack); stopped on exit."""
 
     def __init__(
         self,
@@ -436,11 +437,13 @@ class PackServers:
         servers: int,
         cpus: float,
         gpus: float,
+        members: int | None = None,
         trials: int | None = None,
         log: Callable[[str], Any] | None = None,
     ) -> None:
         self.names = [f"autoaug-pack-{experiment}-{i}" for i in range(servers)]
         self.train_config, self.pack, self.cpus, self.gpus = dict(train_config), pack, cpus, gpus
+        self.members = max(pack, members or pack)
         #: The members a server's first round waits for: a pack, or its share of fewer trials.
         self.fill = pack if trials is None else max(1, min(pack, math.ceil(trials / servers)))
         self.log = log
@@ -458,18 +461,24 @@ class PackServers:
                     name=name,
                     num_cpus=self.cpus,
                     num_gpus=self.gpus,
-                    max_concurrency=4 * self.pack + 4,
+                    max_concurrency=4 * self.members + 4,  # (a thread for each trial waiting, and to spare)
                     max_restarts=3,
                 ).remote(self.train_config, self.fill, self.pack)
             )
         if self.log is not None:
-            n = len(self.names)
-            cpus = _with_trials(self.cpus, self.pack)
-            self.log(
-                f"pack servers: {n} of up to {self.pack} trials each ({n * self.pack} trials at once), "
-                f"{cpus:g} CPU + {self.gpus:g} GPU each with its trials"
-            )
+            self.log(self.plan())
         return self
+
+    def plan(self) -> str:
+        """One line on the servers, their trials and what they reserve."""
+        n = len(self.names)
+        each = f"up to {self.pack} trials each"
+        if self.members > self.pack:
+            each = f"{self.members} trials each, trained {self.pack} at a time in step"
+        return (
+            f"pack servers: {n} of {each} ({n * self.members} trials at once), "
+            f"{_with_trials(self.cpus, self.members):g} CPU + {self.gpus:g} GPU each with its trials"
+        )
 
     def __exit__(self, *exc: object) -> None:
         each: list[dict[str, float]] = []
@@ -636,11 +645,16 @@ def resolve_pack(config: Any, log: Callable[[str], Any] = print) -> Any:
     return config.replace(pack=pack_size(config, config.train.to_dict(), log))
 
 
-def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[Any, Any]:
+def packed(config: Any, exp: Any, log: Callable[[str], Any] = print, *, all_at_once: bool = False) -> tuple[Any, Any]:
     """``exp`` (an :class:`~autoaug.search.tune.experiment.Experiment` whose trainable takes
     ``pack_servers``) made to train its trials in packs of ``config.pack`` (:func:`pack_size`),
     and the context manager that runs its pack servers around ``fit``; with a pack of 1, both
-    unchanged (a context that does nothing)."""
+    unchanged (a context that does nothing).
+
+    ``all_at_once``: every trial of ``exp`` runs from the start to its end (a PBA population,
+    whose members PBT compares as they train): the servers reserve room for all of them, a round
+    still trains at most a pack, and the members take turns in step (:class:`PackServer`).
+    Otherwise a pack's worth of trials runs per server, the next starting as one ends."""
     if config.pack == 1:
         return exp, contextlib.nullcontext()
     k = pack_size(config, exp.parameters["train_config"], log)
@@ -649,6 +663,7 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[An
     servers, at_once = pack_plan(
         k, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources()
     )
+    members = max(k, math.ceil(exp.num_trials / servers)) if all_at_once else at_once // servers  # a server's trials
     train_config = dict(exp.parameters["train_config"])
     if train_config.get("num_threads") is None:  # the server's threads: the CPUs of a server and its trials
         train_config["num_threads"] = max(1, int(config.cpus_per_trial))
@@ -657,8 +672,9 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[An
         train_config,
         pack=k,
         servers=servers,
+        members=members,
         trials=exp.num_trials,
-        cpus=server_cpus(k, config.cpus_per_trial),
+        cpus=server_cpus(members, config.cpus_per_trial),
         gpus=server_gpus(k, config.gpus_per_trial),
         log=log,
     )
@@ -667,6 +683,6 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print) -> tuple[An
         parameters={**exp.parameters, "pack_servers": tuple(running.names)},
         callbacks=(*exp.callbacks, PackDepartures(running.names)),
         trial_resources={"cpu": TRIAL_CPUS, "gpu": 0},
-        max_concurrent=at_once,
+        max_concurrent=servers * members,
     )
     return exp, running

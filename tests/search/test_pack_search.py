@@ -43,6 +43,34 @@ def test_pack_plan_fills_the_concurrency_or_the_cluster():
 
 
 @pytest.mark.parametrize(
+    ("all_at_once", "at_once", "server_cpus", "said"),
+    [(False, 4, 0.98, "up to 2 trials each"), (True, 8, 0.96, "4 trials each, trained 2 at a time in step")],
+)
+def test_a_population_in_packs_runs_every_member_at_once_and_its_servers_leave_room_for_them(
+    tmp_path, monkeypatch, all_at_once, at_once, server_cpus, said
+):
+    """PBA's 8 members in packs of 2 on 2 CPUs: every member's trial runs from the start (a member
+    left pending, or paused by an exploit, would wait for a slot while the others trained on), 4 on
+    each server, whose rounds train 2; the servers and the 8 trials take the 2 CPUs. A training
+    search runs a pack's worth per server."""
+    from autoaug.search.config import SearchConfig
+    from autoaug.search.tune.experiment import Experiment
+
+    monkeypatch.setattr(pack_mod.ray, "cluster_resources", lambda: {"CPU": 2.0})
+    config = SearchConfig.from_dict(
+        {"preset": "smoke", "name": "p", "data": str(tmp_path), "storage": str(tmp_path), "pack": 2, "concurrency": 4}
+    )
+    exp = Experiment("p", str(tmp_path), None, 8, 4, 0, print, {"train_config": config.train.to_dict()})
+    lines: list[str] = []
+    exp, servers = pack_mod.packed(config, exp, lines.append, all_at_once=all_at_once)
+    assert exp.max_concurrent == at_once and exp.trial_resources == {"cpu": pack_mod.TRIAL_CPUS, "gpu": 0}
+    assert len(servers.names) == 2 and servers.cpus == server_cpus
+    assert len(servers.names) * servers.cpus + at_once * pack_mod.TRIAL_CPUS == pytest.approx(2.0)
+    assert servers.plan() == f"pack servers: 2 of {said} ({at_once} trials at once), 1 CPU + 0 GPU each with its trials"
+    assert servers.fill == 2 and servers.pack == 2  # the first round waits for a pack; each round trains one
+
+
+@pytest.mark.parametrize(
     ("gpus", "task_gpus", "said"),
     [
         (
@@ -393,7 +421,9 @@ def test_a_round_waits_for_the_member_furthest_behind_not_for_a_packs_worth_of_o
     replies: dict[str, dict] = {}
 
     def ask(key, done, until=None):
-        thread = threading.Thread(target=lambda: replies.update({key: _ask(server, key, six, "crop", done, until=until)}))
+        thread = threading.Thread(
+            target=lambda: replies.update({key: _ask(server, key, six, "crop", done, until=until)})
+        )
         thread.start()
         return thread
 

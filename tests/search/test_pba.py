@@ -281,7 +281,10 @@ def test_a_killed_pba_search_in_packs_resumes_its_population_and_stores_a_schedu
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = kill_driver(argv, env, "pba.after_member_checkpoint:6", 300, also="pack.mid_epoch:3=kill")
     assert kill_driver.fired("pack.mid_epoch")
-    assert "in packs of up to 2" in killed and "pack servers: 1 of up to 2 trials each" in killed
+    assert (
+        "in packs of up to 2" in killed
+        and "pack servers: 1 of 4 trials each, trained 2 at a time in step (4 trials at once)" in killed
+    )
     calibrated = json.loads((run / "calibration.json").read_text())
     assert sorted(r.get("pack", 1) for r in calibrated["runs"].values()) == [1, 2, 2], calibrated["runs"]
     assert not (run / "result.json").exists()

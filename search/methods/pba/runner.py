@@ -45,7 +45,8 @@ def run_population(
     the seconds it took, and what the pack servers did (None without packs)."""
     run = search.run
     t0 = time.time()
-    exp, pack_servers = packed(search.config, _experiment(search, s), search.display.log)  # members K at a time
+    # In packs every member's trial runs at once (it only waits on its server), K trained at a time.
+    exp, pack_servers = packed(search.config, _experiment(search, s), search.display.log, all_at_once=True)
     with pack_servers:
         tuner = run_experiment(search, exp, lambda exp: _population(search, s, exp, explore, initial_population))
     results = tuner.get_results()
@@ -108,7 +109,8 @@ def _population(
     # One sample of a grid: every member exists from the start, without a limit on concurrent
     # trials (a limiter would create the later members only once the first ones finished, and PBT
     # ranks members that exist together). The cluster's resources (cpus_per_trial) decide how many
-    # train at a time; PBT pauses and rotates the others.
+    # train at a time; PBT pauses and rotates the others. In packs every member runs at once, and
+    # the pack servers' rounds take them in turns, in step (PBT pauses only the exploited).
     return dataclasses.replace(
         exp,
         scheduler=scheduler,

@@ -448,8 +448,8 @@ def _how_options() -> tuple[Option, ...]:
             metavar="K",
             help="trials (candidates, or PBA's members) trained together by one process on one device, each "
             "still its own trial, and "
-            "calibration's and re-scoring's runs in packs as large (default 1: one per process; auto: the "
-            "size measured fastest on the device)",
+            "calibration's and re-scoring's runs, and density's fold models, in packs as large (default 1: one "
+            "per process; auto: the size measured fastest on the device)",
         ),
         option(
             "--cpus-per-trial",

@@ -70,6 +70,7 @@ __all__ = [
     "Member",
     "Pack",
     "PackLearner",
+    "even_packs",
     "pack_compatible",
     "plan_packs",
     "train_pack",
@@ -91,15 +92,21 @@ def plan_packs(configs: Sequence[TrainConfig], k: int, *, at_once: int = 1) -> l
     for i, config in enumerate(configs):
         fields = {n: v for n, v in config.to_dict().items() if n not in PACK_FIELDS_FREE}
         groups.setdefault(json.dumps(fields, sort_keys=True, default=str), []).append(i)
-    out = []
-    for members in groups.values():
-        count = max(math.ceil(len(members) / k), min(len(members), at_once))
-        size, extra = divmod(len(members), count)
-        start = 0
-        for i in range(count):
-            end = start + size + (1 if i < extra else 0)
-            out.append(members[start:end])
-            start = end
+    return [[members[i] for i in pack] for members in groups.values() for pack in even_packs(len(members), k, at_once)]
+
+
+def even_packs(n: int, k: int, at_once: int = 1) -> list[list[int]]:
+    """``range(n)`` in order, in as few packs of at most ``k`` as hold them but no fewer than
+    ``at_once`` (nor than ``n``), as even as can be (7 in packs of 4: 4 and 3)."""
+    if k < 1 or at_once < 1:
+        raise ValueError(f"even_packs: k {k} and at_once {at_once} must be 1 or more")
+    count = max(math.ceil(n / k), min(n, at_once))
+    size, extra = divmod(n, count) if count else (0, 0)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(range(start, end)))
+        start = end
     return out
 
 
@@ -544,10 +551,15 @@ class Pack:
         resume_from: str | os.PathLike | Mapping[str, Any] | None = None,
         report: Callable[[dict[str, Any]], Any] | None = None,
         on_validate: Callable[[int, EvalStats, Any], Any] | None = None,
+        split: Any = None,
     ) -> Member:
         """A member: ``config`` (the pack's with another seed, say; default the pack's) trained on
         ``policy`` (a Policy, a Schedule, a preset name), fresh or resumed from a checkpoint (a
-        directory, a file, or a checkpoint already loaded). Every check of a run happens here,
+        directory, a file, or a checkpoint already loaded); ``split``: its own
+        :class:`~autoaug.proxy_models.splits.Split` of the data instead of the one ``config``
+        describes (one fold of a density search's), as
+        :func:`autoaug.proxy_models.train.train` takes it: the members validate each on its own
+        images, and train in lockstep only with as many steps an epoch. Every check of a run happens here,
         before it trains; a configuration that cannot share the pack is refused in one line.
         ``report`` receives each epoch's metrics; ``on_validate(epoch, stats, val_indices)`` each
         validation's :class:`EvalStats` with every image's outcome, as
@@ -567,7 +579,7 @@ class Pack:
             checkpoint = dict(resume_from) if isinstance(resume_from, Mapping) else load_checkpoint(resume_from)
             if config.is_resolved:
                 _check_resumable(checkpoint, config, policy)
-        run = _open_run(config, policy, self.device, checkpoint, build_val=False)
+        run = _open_run(config, policy, self.device, checkpoint, split, build_val=False)
         run.val_loader = self._val_loader(run)
         if self.members:
             first = next(iter(self.members.values())).run
@@ -735,11 +747,13 @@ def train_pack(
     checkpoint_dirs: Sequence[str | os.PathLike | None] | None = None,
     resume_from: Sequence[str | os.PathLike | None] | None = None,
     on_validate: Sequence[Callable[[int, EvalStats, Any], Any] | None] | None = None,
+    splits: Sequence[Any] | None = None,
 ) -> list[TrainResult]:
     """Train one member per policy in one pack, in lockstep from their first epoch to their last:
     each as :func:`autoaug.proxy_models.train.train` would train it alone (``seeds``: each
     member's ``config.seed``; default the config's), with its own reports, validation callbacks
-    (:meth:`Pack.add`), checkpoints and resume. Returns the members' results in order."""
+    (:meth:`Pack.add`), checkpoints, resume and split (``splits``: each member's, as ``train``'s
+    ``split``; default the one the config describes). Returns the members' results in order."""
     n = len(policies)
     if n == 0:
         raise ValueError("train_pack needs at least one policy")
@@ -749,6 +763,7 @@ def train_pack(
         ("checkpoint_dirs", checkpoint_dirs),
         ("resume_from", resume_from),
         ("on_validate", on_validate),
+        ("splits", splits),
     ):
         if given is not None and len(given) != n:
             raise ValueError(f"{name}: {len(given)} given for {n} policies")
@@ -763,6 +778,7 @@ def train_pack(
                 resume_from=resume_from[i] if resume_from else None,
                 report=reports[i] if reports else None,
                 on_validate=on_validate[i] if on_validate else None,
+                split=splits[i] if splits else None,
             )
         while pack.train_epoch():
             pass

@@ -703,7 +703,7 @@ class SearchConfig:
             if not self.search_method.packs:
                 raise ValueError(
                     f"pack {self.pack}: the {self.method} method trains its runs one per process; --pack 1 "
-                    f"(methods whose trials train in packs: {', '.join(n for n, m in METHODS.items() if m.packs)})"
+                    f"(methods that train in packs: {', '.join(n for n, m in METHODS.items() if m.packs)})"
                 )
             if self.train.float16_on_cuda():
                 raise ValueError(

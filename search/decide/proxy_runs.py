@@ -20,7 +20,15 @@ from autoaug.policies import Policy
 from autoaug.search.decide.noise import IMAGE_SCORES, encode_image_scores
 from autoaug.search.score import METRIC, search_score
 
-__all__ = ["parallel_runs", "run_pack", "train_and_score", "train_and_score_pack", "train_runs"]
+__all__ = [
+    "pack_task_gpus",
+    "packs_at_once",
+    "parallel_runs",
+    "run_pack",
+    "train_and_score",
+    "train_and_score_pack",
+    "train_runs",
+]
 
 
 def train_and_score(train_config: dict[str, Any], policy: dict[str, Any], score_window: int = 1) -> dict[str, Any]:
@@ -160,11 +168,11 @@ def train_runs(
         from autoaug.proxy_models.pack import plan_packs
 
         task = ray.remote(train_and_score_pack)
-        plan = plan_packs([cfg for _, _, cfg in todo], k, at_once=_packs_at_once(config, k))
+        plan = plan_packs([cfg for _, _, cfg in todo], k, at_once=packs_at_once(config, k))
         for group in ([todo[i] for i in members] for members in plan):
             name = f"{task_name}:{group[0][0]}" + (f"+{len(group) - 1}" if len(group) > 1 else "")
             ref = task.options(
-                num_cpus=config.cpus_per_trial, num_gpus=_pack_gpus(len(group), config), name=name
+                num_cpus=config.cpus_per_trial, num_gpus=pack_task_gpus(len(group), config), name=name
             ).remote(
                 [dataclasses.replace(cfg, num_threads=threads).to_dict() for _, _, cfg in group],
                 [policy.to_dict() for _, policy, _ in group],
@@ -201,18 +209,18 @@ def parallel_runs(config: Any) -> int:
     """How many proxy runs with the trials' resources the Ray cluster runs at once (at least 1):
     with packs (:func:`run_pack`), the packs of ``config.pack`` that fit times their runs."""
     k = run_pack(config)
-    return _packs_at_once(config, k) * k
+    return packs_at_once(config, k) * k
 
 
-def _packs_at_once(config: Any, k: int) -> int:
+def packs_at_once(config: Any, k: int) -> int:
     """How many tasks of ``k`` runs (1: a run alone) the Ray cluster runs at once (at least 1):
-    each ``cpus_per_trial`` CPUs and its runs' GPUs (:func:`_pack_gpus`)."""
+    each ``cpus_per_trial`` CPUs and its runs' GPUs (:func:`pack_task_gpus`)."""
     from autoaug.core.ray_session import tasks_at_once
 
-    return tasks_at_once(config.cpus_per_trial, config.gpus_per_trial if k == 1 else _pack_gpus(k, config))
+    return tasks_at_once(config.cpus_per_trial, config.gpus_per_trial if k == 1 else pack_task_gpus(k, config))
 
 
-def _pack_gpus(k: int, config: Any) -> float:
+def pack_task_gpus(k: int, config: Any) -> float:
     """The GPUs a pack of ``k`` runs reserves (:func:`autoaug.proxy_models.pack_sizing.pack_gpus`)."""
     from autoaug.proxy_models.pack_sizing import pack_gpus
 

@@ -328,7 +328,8 @@ class Method(abc.ABC):
     options: ClassVar[Sequence[OptionSpec]] = ()
     #: The space families it searches (:data:`autoaug.search.space.FAMILIES`).
     space_families: ClassVar[Sequence[str]] = ("aa", "randaugment", "trivialaugment")
-    #: Whether its trials can train in packs (``--pack``: :mod:`autoaug.search.tune.pack`).
+    #: Whether it takes ``--pack``: its trials train in packs (:mod:`autoaug.search.tune.pack`), or its
+    #: own runs (density's fold models); the search's calibration and re-scoring runs then do too.
     packs: ClassVar[bool] = False
     #: Whether it is the method a search runs when none is named (exactly one registered method
     #: says so: :func:`default_method`).

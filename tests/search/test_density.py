@@ -146,14 +146,55 @@ def test_identity_candidate_scores_the_fold_models_plain_heldout_accuracy(cifar_
         scorer.score(Policy("big", 10, [[("Rotate", 0.5, 1)]] * 6))
 
 
+def test_fold_models_in_a_pack_are_each_trained_and_scored_on_its_own_fold(cifar_small):
+    """Two fold models trained together in one pack (what ``--pack`` does with a density search's
+    folds): each summary is its own fold's (split, sizes), its weights score that fold's held-out
+    images exactly as its validation in the pack did, and it is its solo fold model up to float
+    rounding."""
+    from autoaug.proxy_models.train import TrainConfig
+    from autoaug.search.methods.density.fold_models import FoldScorer, fold_splits, train_fold, train_fold_pack
+    from autoaug.search.space import SearchSpace
+
+    cfg = TrainConfig.from_preset(
+        "smoke", data=str(cifar_small), train_size=512, val_size=0, epochs=2, batch_size=32, num_threads=1
+    )
+    _, folds = fold_splits(cfg, 2, 0)
+    packed = train_fold_pack(
+        cfg.to_dict(), [1, 0], [f.train.tolist() for f in folds[::-1]], [f.val.tolist() for f in folds[::-1]], "crop"
+    )
+    assert [p["fold"] for p in packed] == [1, 0] and all(p["pack"] == 2 and p["base"] == "crop" for p in packed)
+    for summary in packed:
+        fold = folds[summary["fold"]]
+        assert summary["split_fingerprint"] == fold.fingerprint
+        assert (summary["train_size"], summary["heldout_size"]) == (len(fold.train), len(fold.val)) == (256, 256)
+        scorer = FoldScorer(cfg, SearchSpace(), summary["weights"], fold.val, seed=0)
+        accuracy, loss = scorer.score(None)  # its weights on its own held-out fold, no policy
+        assert accuracy == summary["val_accuracy"] and loss == pytest.approx(summary["val_loss"], rel=1e-9)
+        solo = train_fold(cfg.to_dict(), summary["fold"], fold.train.tolist(), fold.val.tolist(), "crop")
+        assert solo["split_fingerprint"] == summary["split_fingerprint"] and "pack" not in solo
+        assert summary["val_loss"] == pytest.approx(solo["val_loss"], abs=0.05)
+        assert abs(summary["val_accuracy"] - solo["val_accuracy"]) <= 0.05
+
+
+def test_folds_share_a_pack_only_with_as_many_steps_an_epoch_as_few_packs_as_run_at_once_allow():
+    from autoaug.search.methods.density.fold_models import fold_packs
+
+    assert fold_packs([800] * 5, 64, 8) == [[0, 1, 2, 3, 4]]
+    assert fold_packs([800] * 5, 64, 2) == [[0, 1], [2, 3], [4]]
+    assert fold_packs([800] * 5, 64, 8, at_once=2) == [[0, 1, 2], [3, 4]]  # neither of 2 packs idles
+    # 12, 12, 12 and 11 batches of 64 an epoch (the last partial batch dropped): a pack trains in lockstep
+    assert fold_packs([800, 799, 768, 767], 64, 4) == [[0, 1, 2], [3]]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.usefixtures("shared_ray")
 def test_a_killed_density_search_resumes_without_training_the_fold_models_again_and_stores_its_policy(
     tmp_path, capsys, cifar_small, kill_driver
 ):
-    """One density search (2 folds, a round of 2 candidates each, the best kept per round), its
-    driver killed with SIGKILL once both fold models are saved and the first candidate is scored,
+    """One density search (2 folds, their models trained together in a pack of 2, a round of 2
+    candidates each, the best kept per round), its driver killed with SIGKILL once both fold
+    models are saved and the first candidate is scored,
     then resumed: no fold model is trained again, the first fold's round goes on from its saved
     experiment and the second fold's starts, and the search stores a policy with the method's whole
     provenance (what a smoke search of the method shows). A fold's rounds are stages as its folds'
@@ -185,11 +226,16 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
         "--base",
         "crop",
         *TINY,
+        "--pack",
+        "2",
+        "--cpus-per-trial",
+        "2",  # (one pack of 2 fits the 2 CPUs; with 1 a trial, 2 packs of 1 train at once)
         *dirs,
     ]
     run = tmp_path / "runs" / "dens"
     # Killed once both fold models are saved and the first round's first candidate is scored and saved.
-    kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "search.after_trial_saved:1", 300)
+    killed = kill_driver(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, "search.after_trial_saved:1", 300)
+    assert "2 fold model(s)" in killed and "in packs of up to 2" in killed and "in a pack of 2)" in killed
     assert not (run / "result.json").exists()
     folds = run / "folds"
     saved = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folds.iterdir())}
@@ -215,6 +261,7 @@ def test_a_killed_density_search_resumes_without_training_the_fold_models_again_
     assert method["trials_per_round"] == 2 and method["top_per_round"] == 1 and method["objective"] == "loss"
     assert [f["fold"] for f in method["fold_models"]] == [0, 1]
     assert [f["session"] for f in method["fold_models"]] == ["start 1", "start 1"]  # the killed driver's
+    assert [f["pack"] for f in method["fold_models"]] == [2, 2]  # trained together
     assert all(0 < f["val_accuracy"] <= 1 and f["heldout_size"] == 128 for f in method["fold_models"])
     # --base crop: the fold models trained on the crop alone, and the stored policy is on crop.
     assert all(f["base"] == "crop" for f in method["fold_models"]) and policy.base == "crop"

@@ -587,3 +587,12 @@ def test_importing_the_configuration_registers_nothing():
         "assert c.SearchConfig.from_dict({'data': 'x', 'train': {'preset': 'smoke'}}).method == 'train'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_method_that_does_not_train_in_packs_refuses_pack_in_one_line(random_method):
+    assert not random_method.packs
+    config = SearchConfig.from_dict({"preset": "smoke", "name": "n", "data": "x", "method": "random", "pack": 2})
+    with pytest.raises(ValueError, match=r"^pack 2: the random method trains its runs one per process; --pack 1 "):
+        config.check_runnable()
+    line = str(pytest.raises(ValueError, config.check_runnable).value)
+    assert line.endswith("(methods that train in packs: train, density, pba)") and "\n" not in line

@@ -162,11 +162,6 @@ def test_unknown_preset():
             r"--set train.amp_dtype=bfloat16, or --pack 1",
         ),
         (
-            {"data": "x", "pack": 2, "method": "density"},
-            r"pack 2: the density method trains its runs one per process; --pack 1 \(methods whose trials train "
-            r"in packs: .*pba.*\)",
-        ),
-        (
             {"data": "x", "space": {"num_sub_policies": 10_000}},  # the assembled policy: 5 trials' sub-policies
             r"top_n 5 x space.num_sub_policies 10,000 = 50,000 sub-policies in the assembled policy, more than a "
             r"policy may hold \(32,768\); lower --top-n or --sub-policies",

@@ -85,6 +85,9 @@ class DensityMethod(Method):
     help = "score candidates with K fold models trained once (Fast AutoAugment's density matching)"
     settings = DensityConfig
     unit = "candidates"
+    #: Its fold models train K at a time (``--pack``: :func:`~.fold_models.train_fold_models`); its
+    #: candidates are scored, not trained.
+    packs = True
     reporter_class = DensityReporter
     presets = {
         # Density matching on a CPU: the proxy-cpu recipe's fold models (settings: DensityConfig.PRESETS).

@@ -169,7 +169,7 @@ def test_fold_models_in_a_pack_are_each_trained_and_scored_on_its_own_fold(cifar
         assert (summary["train_size"], summary["heldout_size"]) == (len(fold.train), len(fold.val)) == (256, 256)
         scorer = FoldScorer(cfg, SearchSpace(), summary["weights"], fold.val, seed=0)
         accuracy, loss = scorer.score(None)  # its weights on its own held-out fold, no policy
-        assert accuracy == summary["val_accuracy"] and loss == pytest.approx(summary["val_loss"], rel=1e-9)
+        assert accuracy == summary["val_accuracy"] and loss == pytest.approx(summary["val_loss"], rel=1e-6)  # (float32)
         solo = train_fold(cfg.to_dict(), summary["fold"], fold.train.tolist(), fold.val.tolist(), "crop")
         assert solo["split_fingerprint"] == summary["split_fingerprint"] and "pack" not in solo
         assert summary["val_loss"] == pytest.approx(solo["val_loss"], abs=0.05)

@@ -62,7 +62,9 @@ def train_fold(train_config: dict, fold: int, train_idx: Any, val_idx: Any, base
     return _fold_summary(fold, train(cfg, base, split=split), split, base)
 
 
-def train_fold_pack(train_config: dict, folds: list[int], train_idx: list, val_idx: list, base: str = "standard") -> list[dict]:
+def train_fold_pack(
+    train_config: dict, folds: list[int], train_idx: list, val_idx: list, base: str = "standard"
+) -> list[dict]:
     """Body of a pack of fold-model trainings (a Ray task): the models of ``folds`` (``train_idx[i]``
     and ``val_idx[i]`` fold ``folds[i]``'s images) trained together in one pack
     (:func:`autoaug.proxy_models.pack.train_pack`), each as :func:`train_fold` trains it alone."""
@@ -145,7 +147,9 @@ def train_fold_models(config: SearchConfig, run: RunDir, *, session: str = "star
             task = ray.remote(train_fold)
             for k in todo:
                 ref = task.options(
-                    num_cpus=config.cpus_per_trial, num_gpus=config.gpus_per_trial, name=f"autoaug-fold:{config.name}:{k}"
+                    num_cpus=config.cpus_per_trial,
+                    num_gpus=config.gpus_per_trial,
+                    name=f"autoaug-fold:{config.name}:{k}",
                 ).remote(cfg, k, splits[k].train.tolist(), splits[k].val.tolist(), base)
                 pending[ref] = [k]
         else:
@@ -157,7 +161,9 @@ def train_fold_models(config: SearchConfig, run: RunDir, *, session: str = "star
                     num_cpus=config.cpus_per_trial,
                     num_gpus=pack_task_gpus(len(folds), config),
                     name=f"autoaug-fold:{config.name}:" + "+".join(map(str, folds)),
-                ).remote(cfg, folds, [splits[k].train.tolist() for k in folds], [splits[k].val.tolist() for k in folds], base)
+                ).remote(
+                    cfg, folds, [splits[k].train.tolist() for k in folds], [splits[k].val.tolist() for k in folds], base
+                )
                 pending[ref] = folds
         try:
             while pending:

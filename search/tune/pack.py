@@ -21,8 +21,8 @@ reached the epoch it asked for (a trial that reports every epoch asks for one; e
   is waited for, not passed by a pack's worth of others further on. When Tune ends a trial
   (ASHA stopped it, the budget ended it, it finished), the driver tells the servers
   (:class:`PackDepartures`, a Tune callback) and no round waits for it; a member that just does not
-  come back (its process died) is waited for one window, trains no more, and is dropped after two
-  rounds. The next candidate's trial joins the next round, in its slot.
+  come back (its process died, and Tune has not yet said so) is waited for a window by each round
+  it is due in, trains no more, and is dropped after two rounds. The next candidate's trial joins the next round, in its slot.
 * **What it cost.** :meth:`PackServer.stats`: rounds, member-epochs, the time rounds trained and
   the time they waited (for trials to come back, and for members that never did); the driver says
   it in one line when the servers stop.

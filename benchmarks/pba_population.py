@@ -8,6 +8,7 @@ that of the one furthest behind still training).
 ::
 
     python benchmarks/pba_population.py runs/search-quality/pba-cpu-eval-cpu/runs/sq-pba-cpu-eval-cpu
+    python benchmarks/pba_population.py RUNS/pba-pack --step 120 --outcome   # in step? its result
 """
 
 from __future__ import annotations
@@ -50,13 +51,37 @@ def epoch_lags(run: Path, epochs: int) -> list[int]:
     return lags
 
 
+def outcome(run: Path) -> dict:
+    """What a finished PBA search's ``result.json`` records of its population: its wall time,
+    events, the pack servers' figures (None without packs), each member's final score, the best."""
+    prov = json.loads((run / "result.json").read_text())["provenance"]
+    method, spent = prov["method"], prov["time"]
+    scores = [m.get("score") for m in method["members"]]
+    return {
+        "search_s": round(spent["elapsed_s"], 1),
+        "population_wall_s": round(spent["population_wall_s"], 1),
+        "events": len(method["events"]),
+        "packs": method.get("packs"),
+        "member_scores": scores,
+        "mean_member": statistics.mean(s for s in scores if s is not None),
+        "best_member": method["best_member"],
+        "best": max(s for s in scores if s is not None),
+        "stages": len(method["stage_starts"]),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", type=Path, help="the PBA search's run directory")
     p.add_argument("--epochs", default="20,40,60,80,100,120", help="epochs at which to give the spread")
     p.add_argument("--step", type=int, metavar="EPOCHS", help="say how far apart the members trained (runs of EPOCHS)")
+    p.add_argument(
+        "--outcome", action="store_true", help="first say what the search's result.json records of its population"
+    )
     a = p.parse_args(argv)
     scores = member_scores(a.run)
+    if a.outcome:
+        print(json.dumps(outcome(a.run), indent=1))
     if a.step:
         lags = sorted(epoch_lags(a.run, a.step))
         print(

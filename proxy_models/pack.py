@@ -97,7 +97,7 @@ def plan_packs(configs: Sequence[TrainConfig], k: int, *, at_once: int = 1) -> l
 
 def even_packs(n: int, k: int, at_once: int = 1) -> list[list[int]]:
     """``range(n)`` in order, in as few packs of at most ``k`` as hold them but no fewer than
-    ``at_once`` (nor than ``n``), as even as can be (7 in packs of 4: 4 and 3)."""
+    ``at_once`` (and none empty), as even as can be (7 in packs of 4: 4 and 3)."""
     if k < 1 or at_once < 1:
         raise ValueError(f"even_packs: k {k} and at_once {at_once} must be 1 or more")
     count = max(math.ceil(n / k), min(n, at_once))

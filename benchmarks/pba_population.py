@@ -47,7 +47,7 @@ def epoch_lags(run: Path, epochs: int) -> list[int]:
         latest[member] = epoch
         training = [e for e in latest.values() if e < epochs]  # (the furthest on may have finished)
         if training:
-            lags.append(max(latest.values()) - min(training) if len(latest) > 1 else 0)
+            lags.append(max(latest.values()) - min(training))
     return lags
 
 

@@ -184,7 +184,7 @@ class PackServer:
             self._claimed.discard(key)
             if key in self._pending:
                 return
-            if key in self._last_round or key in self._held:
+            if key in self._held:  # (the last round's members among them)
                 self._left.add(key)
                 self._last_round.discard(key)
                 self._lock.notify_all()
@@ -660,10 +660,8 @@ def packed(config: Any, exp: Any, log: Callable[[str], Any] = print, *, all_at_o
     k = pack_size(config, exp.parameters["train_config"], log)
     if k == 1:
         return exp, contextlib.nullcontext()
-    servers, at_once = pack_plan(
-        k, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources()
-    )
-    members = max(k, math.ceil(exp.num_trials / servers)) if all_at_once else at_once // servers  # a server's trials
+    servers, _ = pack_plan(k, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources())
+    members = max(k, math.ceil(exp.num_trials / servers)) if all_at_once else k  # a server's trials
     train_config = dict(exp.parameters["train_config"])
     if train_config.get("num_threads") is None:  # the server's threads: the CPUs of a server and its trials
         train_config["num_threads"] = max(1, int(config.cpus_per_trial))

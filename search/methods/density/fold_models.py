@@ -141,7 +141,7 @@ def train_fold_models(config: SearchConfig, run: RunDir, *, session: str = "star
                 f"training {len(todo)} fold model(s) ({config.train.model}, {config.train.epochs} epochs, "
                 f"base {config.space.base} alone) on {len(splits[0].train)}-{len(splits[-1].train)} images each{in_packs}"
             )
-        pending: dict[Any, list[int]] = {}
+        pending: list[Any] = []  # (each a fold's summary, or a pack's list of them)
         base = config.space.base
         if pack == 1:
             task = ray.remote(train_fold)
@@ -151,7 +151,7 @@ def train_fold_models(config: SearchConfig, run: RunDir, *, session: str = "star
                     num_gpus=config.gpus_per_trial,
                     name=f"autoaug-fold:{config.name}:{k}",
                 ).remote(cfg, k, splits[k].train.tolist(), splits[k].val.tolist(), base)
-                pending[ref] = [k]
+                pending.append(ref)
         else:
             task = ray.remote(train_fold_pack)
             sizes = [len(splits[k].train) for k in todo]
@@ -164,12 +164,11 @@ def train_fold_models(config: SearchConfig, run: RunDir, *, session: str = "star
                 ).remote(
                     cfg, folds, [splits[k].train.tolist() for k in folds], [splits[k].val.tolist() for k in folds], base
                 )
-                pending[ref] = folds
+                pending.append(ref)
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, pending = ray.wait(pending, num_returns=1)
                 for ref in ready:
-                    pending.pop(ref)
                     result = ray.get(ref)
                     for summary in result if isinstance(result, list) else [result]:
                         k = summary["fold"]

@@ -14,7 +14,8 @@ user's input, run in the driver before Ray starts and before anything is created
   the way its loader decodes them, so an in-process trainer (``autoaug train``) finds them in the
   decode cache (:meth:`ImageDataset.images`) instead of decoding them again. Before decoding, the
   memory a run will need (:func:`autoaug.proxy_models.memory.check_memory`: per run, times the
-  runs or trials at once, :func:`runs_at_once`) is compared with what the machine has: one line
+  runs or trials at once, :func:`runs_at_once`; in packs, the pack servers and the trials'
+  processes waiting on them, :func:`search_processes`) is compared with what the machine has: one line
   naming the image size, the estimate and what is available, before anything is allocated.
 
 Every failure is a :class:`~autoaug.core.errors.UserInputError` or
@@ -52,6 +53,7 @@ __all__ = [
     "check_writable",
     "check_study_storage",
     "runs_at_once",
+    "search_processes",
 ]
 
 #: Name prefix of the probe files :func:`check_writable` creates and removes.
@@ -195,13 +197,23 @@ class DataCheck:
         )
 
 
-def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = True) -> DataCheck:
+def check_data(
+    config: Any,
+    *,
+    runs: int = 1,
+    unit: str = "run",
+    here: bool = True,
+    members: int = 1,
+    waiting: int = 0,
+    fix: str | None = None,
+) -> DataCheck:
     """Open ``config.data`` (and ``config.test_data``) of a
     :class:`autoaug.proxy_models.train.TrainConfig`, check labels and classes, size the config to
     the data (``DataCheck.config``), compute the reduced split, check that the runs fit in memory
     (:func:`autoaug.proxy_models.memory.check_memory`: ``runs`` at once, each a ``unit``, in this
-    process when ``here``, else in worker processes while this one holds the decoded data), and
-    decode every image once at the resolved image size.
+    process when ``here``, else in worker processes while this one holds the decoded data; pack
+    servers: ``runs`` of them, each holding ``members`` runs, ``waiting`` trials' processes waiting
+    on them, :func:`search_processes`), and decode every image once at the resolved image size.
 
     Raises :class:`DataError` (a dataset problem, naming the file/row; images of several sizes
     when the size is automatic) or :class:`UserInputError` (a split the data cannot give).
@@ -226,7 +238,7 @@ def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = Tr
                     f"{ds.source} has {list(ds.classes)[:10]}"
                 )
             )
-    _check_memory(config, ds, split, test, runs=runs, unit=unit, here=here)
+    _check_memory(config, ds, split, test, runs=runs, unit=unit, here=here, members=members, waiting=waiting, fix=fix)
     size = config.image_size
     decoded = _decode(ds, split.train, size) + _decode(ds, split.val, size)
     used = np.zeros(len(ds), dtype=bool)
@@ -238,7 +250,9 @@ def check_data(config: Any, *, runs: int = 1, unit: str = "run", here: bool = Tr
     return DataCheck(ds, split, test, decoded, time.perf_counter() - started, config)
 
 
-def _check_memory(config: Any, ds: Any, split: Any, test: Any, *, runs: int, unit: str, here: bool) -> None:
+def _check_memory(
+    config: Any, ds: Any, split: Any, test: Any, *, runs: int, unit: str, here: bool, **packs: Any
+) -> None:
     check_memory(
         config,
         num_classes=ds.num_classes,
@@ -250,6 +264,7 @@ def _check_memory(config: Any, ds: Any, split: Any, test: Any, *, runs: int, uni
         unit=unit,
         here=here,
         flags=True,
+        **packs,
     )
 
 
@@ -261,6 +276,33 @@ def runs_at_once(cpus_per_run: float, limit: int | None = None, address: str | N
         return 0
     slots = max(1, int((os.cpu_count() or 1) // cpus_per_run))
     return min(slots, limit) if limit else slots
+
+
+def search_processes(config: Any, address: str | None = None) -> dict[str, Any]:
+    """What a search (a :class:`autoaug.search.config.SearchConfig`) runs at once on this machine,
+    as :func:`check_data` counts it: its trials one per process (``runs``, :func:`runs_at_once`);
+    or, with a pack size above 1 and a method whose trials pack servers train
+    (:attr:`autoaug.search.methods.base.Method.pack_trials`), the servers on this machine's CPUs
+    (``runs``, :func:`autoaug.search.tune.pack.pack_layout`), the trials each holds (``members``)
+    and the trials' processes waiting on them (``waiting``: a pack's worth per server, or a whole
+    population), with what to change when they do not fit (``fix``). ``--pack auto`` is counted as
+    one trial per process (it is measured later, on the trials' device)."""
+    method, k = config.search_method, config.pack
+    if address or not isinstance(k, int) or k == 1 or method.pack_trials is None:
+        return {"runs": runs_at_once(config.cpus_per_trial, config.concurrency, address)}
+    from autoaug.search.tune.pack import pack_layout
+
+    trials = method.num_trials(config)
+    population = method.pack_trials == "population"
+    available = {"CPU": float(os.cpu_count() or 1)}
+    servers, members = pack_layout(
+        k, trials, config.concurrency, config.cpus_per_trial, 0, available, all_at_once=population
+    )
+    if population:
+        fix = "a smaller population (every member's trial runs at once in packs), or --pack 1"
+    else:
+        fix = "fewer trials at once (--concurrency) or a smaller --pack"
+    return {"runs": servers, "members": members, "waiting": min(trials, servers * members), "fix": fix}
 
 
 def _decode(ds: Any, indices: Any, size: int | None, *, cache: bool = True) -> int:
@@ -301,7 +343,8 @@ def for_search(config: Any, *, say: Any = None, address: str | None = None, over
     (resolved: the trials' split as a total, the image size a number), which is what the search
     then records and gives its trials. The memory check counts a trial times the trials Ray runs
     at once here (:func:`runs_at_once`: the concurrency, at most the CPUs over ``cpus_per_trial``;
-    none with a cluster ``address``). An Optuna database (``optuna_storage``) is connected before
+    none with a cluster ``address``), or in packs the pack servers and their trials' processes
+    (:func:`search_processes`). An Optuna database (``optuna_storage``) is connected before
     the data are decoded: one that is down, refuses the login or holds a study of this search's
     names from another search is one line (``overwrite``: this search's own studies may be there)."""
     config = config.replace(
@@ -313,8 +356,7 @@ def for_search(config: Any, *, say: Any = None, address: str | None = None, over
     check_writable(config.store, what="--store")
     if config.optuna_storage:
         check_study_storage(config, overwrite=overwrite)
-    at_once = runs_at_once(config.cpus_per_trial, config.concurrency, address)
-    checked = check_data(config.train, runs=at_once, unit="trial", here=False)
+    checked = check_data(config.train, unit="trial", here=False, **search_processes(config, address))
     config = config.replace(train=checked.config)
     # Re-scoring runs when the method can return two candidates or more (the published policy that
     # transferred best competes too when the warm start is measured).

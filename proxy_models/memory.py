@@ -5,7 +5,8 @@ on 200 images grows until the kernel kills the run, and a ``compare``'s workers 
 :func:`estimate_run_memory` is a pure function of the resolved :class:`TrainConfig`, the split's
 sizes and the number of classes; :func:`check_memory` compares it with what the machine has
 (:func:`available_memory`) and raises :class:`~autoaug.core.errors.UserInputError`. The preflight
-of ``train``, ``search`` (per trial x trials at once) and ``compare`` (per run x runs at once)
+of ``train``, ``search`` (per trial x trials at once; in packs, per pack server x servers and
+the trials' processes waiting on them) and ``compare`` (per run x runs at once)
 and the trainer itself (:func:`autoaug.proxy_models.train.train`, before its loaders are built)
 call :func:`check_memory`.
 
@@ -80,6 +81,10 @@ __all__ = [
 #: DALI are imported, 1.05 GB with CIFAR-10's 48 MB Parquet opened and split, 1.26 GB at the peak
 #: of a 32x32 run whose images, batches and activations take about 0.1 GB).
 PROCESS_BYTES = 1300 * 10**6
+#: Resident memory of a search trial's process whose training a pack server does (it only waits on
+#: the server and reports: Ray, Ray Tune and torch imported). Measured: 670 MB resident, the trial
+#: actors of ``autoaug search --method pba --preset smoke --pack 2`` on CIFAR-10 (2026-11-30).
+WAITING_PROCESS_BYTES = 700 * 10**6
 #: One image decoded and resized by PIL: its RGB image (4 bytes per pixel), the resized copy and
 #: the uint8 array handed on.
 DECODE_BYTES_PER_PIXEL = 11
@@ -269,6 +274,9 @@ def check_memory(
     unit: str = "run",
     here: bool = True,
     flags: bool = False,
+    members: int = 1,
+    waiting: int = 0,
+    fix: str | None = None,
 ) -> MemoryEstimate:
     """Refuse runs that cannot fit in memory, before anything is decoded or allocated: raises
     :class:`~autoaug.core.errors.UserInputError`, one line naming the image size, the estimate
@@ -280,7 +288,13 @@ def check_memory(
     ``runs`` of them run at once in worker processes (a search's trials, a comparison's runs; 0:
     on a cluster, not this machine) while this process holds the decoded data too (the
     preflight's decode). ``unit`` names a run in the message (``"trial"``); ``flags``: the
-    message names the command-line flag (``--image-size``) instead of the config's field."""
+    message names the command-line flag (``--image-size``) instead of the config's field.
+
+    Pack servers (:mod:`autoaug.search.tune.pack`): each of the ``runs`` is a process holding
+    ``members`` runs' pipelines and models (:func:`estimate_run_memory`'s ``pipeline`` and ``model``
+    each, besides one ``process`` and its ``data``), and ``waiting`` trials' processes wait on them
+    (:data:`WAITING_PROCESS_BYTES` each). ``fix``: what the message tells to change (default: a
+    smaller image size or batch size)."""
     estimate = estimate_run_memory(
         config,
         num_classes=num_classes,
@@ -290,27 +304,38 @@ def check_memory(
         eval_batch_size=eval_batch_size,
         cuda=_on_cuda(config) if cuda is None else cuda,
     )
-    per_run = estimate.total
+    per_run = estimate.total + (int(members) - 1) * (estimate.pipeline + estimate.model)
     if here:
         runs, process, total = 1, per_run, per_run
     else:  # each worker inherits ulimit -v; this process decodes the data once more
         process = max(per_run if runs else 0, estimate.data)
-        total = per_run * runs + estimate.data
+        total = per_run * runs + (int(waiting) * WAITING_PROCESS_BYTES if runs else 0) + estimate.data
     short = _shortfall(process, total)
     if short is None:
         return estimate
     size = config.image_size
     setting = f"--image-size {size}" if flags else f"TrainConfig.image_size={size}"
     batch = "batch size" if flags else "batch_size"
+    what = f"{batch} {config.batch_size}, {config.model}"
+    if fix is None:
+        fix = "a smaller --image-size or batch size" if flags else "a smaller image_size or batch_size"
+    if runs and members > 1:
+        servers = (
+            f"{runs} pack servers of {members} {unit}s each" if runs > 1 else f"1 pack server of {members} {unit}s"
+        )
+        raise UserInputError(
+            f"{servers} and {waiting} {unit}s' processes waiting on {'them' if runs > 1 else 'it'} need about "
+            f"{format_bytes(total)} ({format_bytes(per_run)} a server: {setting}, {what}; "
+            f"{format_bytes(WAITING_PROCESS_BYTES)} a waiting process; the data decoded here), but {short}; use {fix}"
+        )
     if runs:
-        needs = f"about {format_bytes(per_run)} per {unit} ({batch} {config.batch_size}, {config.model}"
+        needs = f"about {format_bytes(per_run)} per {unit} ({what}"
         if total != per_run:
             plural = "s" if runs > 1 else ""
             needs += f"; {runs} {unit}{plural} at once and the data decoded here: {format_bytes(total)}"
         needs += ")"
     else:
         needs = f"about {format_bytes(estimate.data)} here to decode the data"
-    fix = "a smaller --image-size or batch size" if flags else "a smaller image_size or batch_size"
     raise UserInputError(f"{setting} needs {needs}, but {short}; use {fix}")
 
 

@@ -331,6 +331,12 @@ class Method(abc.ABC):
     #: Whether it takes ``--pack``: its trials train in packs (:mod:`autoaug.search.tune.pack`), or its
     #: own runs (density's fold models); the search's calibration and re-scoring runs then do too.
     packs: ClassVar[bool] = False
+    #: How pack servers (:func:`autoaug.search.tune.pack.packed`) run its trials with ``--pack``
+    #: above 1: ``"pack"``, a pack's worth per server at a time, the next starting as one ends;
+    #: ``"population"``, every trial from its start to its end at once (a population its scheduler
+    #: compares as it trains), the servers holding them all and training a pack at a time; None,
+    #: its trials are not trained by pack servers (its own runs are, if ``packs``).
+    pack_trials: ClassVar[str | None] = None
     #: Whether it is the method a search runs when none is named (exactly one registered method
     #: says so: :func:`default_method`).
     default: ClassVar[bool] = False
@@ -470,6 +476,8 @@ METHODS = MethodRegistry()
 
 #: What a method must define (:func:`register_method` checks them at registration).
 REQUIRED_ATTRIBUTES = ("name", "help", "settings", "unit")
+#: The values of :attr:`Method.pack_trials`.
+PACK_TRIALS = (None, "pack", "population")
 
 
 def register_method(method: Method | type[Method]) -> Method:
@@ -512,6 +520,10 @@ def _registered(method: Any, methods: Mapping[str, Method]) -> Method:
         value = getattr(method, attribute)
         if not isinstance(value, str) or not value:
             raise ValueError(f"method {label!r}: {attribute} must be a non-empty string, got {value!r}")
+    if method.pack_trials not in PACK_TRIALS:
+        raise ValueError(
+            f"method {label!r}: pack_trials must be one of {list(PACK_TRIALS)}, got {method.pack_trials!r}"
+        )
     if method.name in methods:
         raise ValueError(f"method name {method.name!r} is taken")
     settings = method.settings

@@ -71,6 +71,7 @@ __all__ = [
     "PackServer",
     "PackServers",
     "describe_stats",
+    "pack_layout",
     "pack_plan",
     "packed",
     "resolve_pack",
@@ -110,6 +111,23 @@ def pack_plan(
     if held is not None:
         servers = min(servers, held)
     return servers, servers * pack
+
+
+def pack_layout(
+    pack: int,
+    trials: int,
+    concurrency: int | None,
+    cpus: float,
+    gpus: float,
+    available: Mapping[str, float],
+    *,
+    all_at_once: bool = False,
+) -> tuple[int, int]:
+    """(servers, trials each server holds) of ``trials`` trials in packs of ``pack``
+    (:func:`pack_plan`'s servers): a pack's worth each, or with ``all_at_once`` (every trial runs
+    from its start to its end at once: a population) an even share of all of them, at least a pack."""
+    servers, _ = pack_plan(pack, concurrency, cpus, gpus, available)
+    return servers, (max(pack, math.ceil(trials / servers)) if all_at_once else pack)
 
 
 def server_cpus(pack: int, cpus_per_trial: float) -> float:
@@ -645,23 +663,36 @@ def resolve_pack(config: Any, log: Callable[[str], Any] = print) -> Any:
     return config.replace(pack=pack_size(config, config.train.to_dict(), log))
 
 
-def packed(config: Any, exp: Any, log: Callable[[str], Any] = print, *, all_at_once: bool = False) -> tuple[Any, Any]:
+def packed(
+    config: Any, exp: Any, log: Callable[[str], Any] = print, *, all_at_once: bool | None = None
+) -> tuple[Any, Any]:
     """``exp`` (an :class:`~autoaug.search.tune.experiment.Experiment` whose trainable takes
     ``pack_servers``) made to train its trials in packs of ``config.pack`` (:func:`pack_size`),
     and the context manager that runs its pack servers around ``fit``; with a pack of 1, both
     unchanged (a context that does nothing).
 
-    ``all_at_once``: every trial of ``exp`` runs from the start to its end (a PBA population,
-    whose members PBT compares as they train): the servers reserve room for all of them, a round
-    still trains at most a pack, and the members take turns in step (:class:`PackServer`).
-    Otherwise a pack's worth of trials runs per server, the next starting as one ends."""
+    ``all_at_once`` (None: whether the search's method says ``pack_trials = "population"``,
+    :attr:`autoaug.search.methods.base.Method.pack_trials`): every trial of ``exp`` runs from the
+    start to its end (a PBA population, whose members PBT compares as they train): the servers
+    reserve room for all of them, a round still trains at most a pack, and the members take turns
+    in step (:class:`PackServer`). Otherwise a pack's worth of trials runs per server, the next
+    starting as one ends (:func:`pack_layout`)."""
     if config.pack == 1:
         return exp, contextlib.nullcontext()
     k = pack_size(config, exp.parameters["train_config"], log)
     if k == 1:
         return exp, contextlib.nullcontext()
-    servers, _ = pack_plan(k, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, ray.cluster_resources())
-    members = max(k, math.ceil(exp.num_trials / servers)) if all_at_once else k  # a server's trials
+    if all_at_once is None:
+        all_at_once = config.search_method.pack_trials == "population"
+    servers, members = pack_layout(  # members: a server's trials
+        k,
+        exp.num_trials,
+        config.concurrency,
+        config.cpus_per_trial,
+        config.gpus_per_trial,
+        ray.cluster_resources(),
+        all_at_once=all_at_once,
+    )
     train_config = dict(exp.parameters["train_config"])
     if train_config.get("num_threads") is None:  # the server's threads: the CPUs of a server and its trials
         train_config["num_threads"] = max(1, int(config.cpus_per_trial))

@@ -383,6 +383,47 @@ def test_search_and_compare_count_their_runs_at_once(tmp_path, cifar_train, smal
     assert not ray.is_initialized() and not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
 
 
+def test_a_population_in_packs_counts_every_member_s_process_before_ray_starts(
+    tmp_path, cifar_train, monkeypatch, capsys
+):
+    """PBA in packs runs every member's trial at once, each a process waiting on a pack server that
+    holds the members: on a machine where its trials one per process fit (5 GB), a population of
+    16 in packs of 2 does not, and says so in one line before Ray starts or anything is created."""
+    import ray
+
+    from autoaug.proxy_models import memory
+    from autoaug.search.config import SearchConfig
+
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: 5 * 10**9)
+    monkeypatch.setattr(memory, "_address_space_left", lambda: None)
+    data = _subset(cifar_train, tmp_path / "train.parquet", 120)
+    where = ["--data", str(data), "--storage", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+    pba = [
+        "search",
+        "--method",
+        "pba",
+        "--preset",
+        "smoke",
+        "--name",
+        "p",
+        *TINY_SEARCH,
+        "--set",
+        "train.epochs=2",
+        *where,
+    ]
+    config = SearchConfig.from_dict({"preset": "smoke", "method": "pba", "pack": 2, "pba": {"population": 16}})
+    assert preflight.search_processes(config)["waiting"] == 16
+    assert preflight.search_processes(config.replace(pack=1)) == {"runs": preflight.runs_at_once(1.0, 2)}
+    assert main([*pba, "--pack", "2", "--set", "pba.population=16"]) == 2
+    line = _error_line(capsys)
+    assert line.startswith("autoaug: error: 1 pack server of 16 trials and 16 trials' processes waiting on it need ")
+    assert " a server: --image-size 32, batch size 32, resnet-8; 700 MB a waiting process;" in line
+    assert line.endswith(
+        "but 5.0 GB is available; use a smaller population (every member's trial runs at once in packs), or --pack 1"
+    )
+    assert not ray.is_initialized() and not (tmp_path / "runs").exists() and not (tmp_path / "store").exists()
+
+
 def test_runs_at_once_are_the_cpus_over_a_run_s_share():
     cpus = os.cpu_count() or 1
     assert preflight.runs_at_once(1.0) == cpus

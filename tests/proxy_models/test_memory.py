@@ -110,6 +110,40 @@ def test_trials_at_once_are_counted_together(machine):
     assert memory.check_memory(config, **sizes, runs=0, here=False) == one
 
 
+def test_pack_servers_count_their_members_and_the_trials_waiting_on_them(machine):
+    """In packs a server holds each member's pipelines and model beside one process and its data,
+    and every trial's process waits on a server: a PBA population of 16 in packs of 2 on one server
+    does not fit where its 2 trials one per process do; the line names the servers, the trials'
+    processes and what to change."""
+    config = TrainConfig(image_size=32, batch_size=32, device="cpu")
+    sizes = dict(num_classes=10, train_images=1024, val_images=256, eval_batch_size=256)
+    one = memory.estimate_run_memory(config, **sizes)
+    server = one.total + 15 * (one.pipeline + one.model)
+    total = server + 16 * memory.WAITING_PROCESS_BYTES + one.data
+    assert server > one.total and total > 2 * one.total + one.data
+    machine((2 * one.total + one.data + total) // 2)  # between the two
+    assert memory.check_memory(config, **sizes, runs=2, unit="trial", here=False, flags=True) == one
+    fix = "a smaller population (every member's trial runs at once in packs), or --pack 1"
+    with pytest.raises(UserInputError) as caught:
+        memory.check_memory(
+            config, **sizes, runs=1, unit="trial", here=False, flags=True, members=16, waiting=16, fix=fix
+        )
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"1 pack server of 16 trials and 16 trials' processes waiting on it need about {memory.format_bytes(total)} "
+        f"({memory.format_bytes(server)} a server: --image-size 32, batch size 32, resnet-8; 700 MB a waiting "
+        "process; the data decoded here), but "
+    )
+    assert message.endswith(f"; use {fix}")
+    with pytest.raises(
+        UserInputError, match=r"^2 pack servers of 16 trials each and 32 trials' processes waiting on them"
+    ):
+        memory.check_memory(config, **sizes, runs=2, unit="trial", here=False, flags=True, members=16, waiting=32)
+    machine(total + 1)
+    assert memory.check_memory(config, **sizes, runs=1, here=False, members=16, waiting=16) == one
+
+
 def test_ulimit_v_bounds_one_process(machine):
     machine(64 * GB, address_space=GB)
     config = TrainConfig(image_size=512, batch_size=32, device="cpu")

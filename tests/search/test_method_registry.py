@@ -495,7 +495,17 @@ def test_an_incomplete_method_is_refused_at_registration_in_one_line():
 
     with pytest.raises(ValueError, match=r"^method 'notreporter': reporter_class must be a MethodReporter subclass"):
         register_method(NotAReporter)
-    assert not {"norun", "nounit", "duck", "says", "notreporter"} & set(METHODS)
+
+    class AllAtOnce(RandomScoreMethod):  # a misspelt way for pack servers to run its trials
+        name = "allatonce"
+        packs = True
+        pack_trials = "all"
+
+    with pytest.raises(
+        ValueError, match=r"^method 'allatonce': pack_trials must be one of \[None, 'pack', 'population'\], got 'all'$"
+    ):
+        register_method(AllAtOnce)
+    assert not {"norun", "nounit", "duck", "says", "notreporter", "allatonce"} & set(METHODS)
 
 
 def test_a_method_reads_its_settings_typed(random_method):

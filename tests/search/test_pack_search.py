@@ -43,22 +43,36 @@ def test_pack_plan_fills_the_concurrency_or_the_cluster():
 
 
 @pytest.mark.parametrize(
-    ("all_at_once", "at_once", "server_cpus", "said"),
-    [(False, 4, 0.98, "up to 2 trials each"), (True, 8, 0.96, "4 trials each, trained 2 at a time in step")],
+    ("method", "all_at_once", "at_once", "server_cpus", "said"),
+    [
+        ("train", None, 4, 0.98, "up to 2 trials each"),
+        ("train", True, 8, 0.96, "4 trials each, trained 2 at a time in step"),
+        ("pba", None, 8, 0.96, "4 trials each, trained 2 at a time in step"),  # PBA's pack_trials
+        ("pba", False, 4, 0.98, "up to 2 trials each"),
+    ],
 )
 def test_a_population_in_packs_runs_every_member_at_once_and_its_servers_leave_room_for_them(
-    tmp_path, monkeypatch, all_at_once, at_once, server_cpus, said
+    tmp_path, monkeypatch, method, all_at_once, at_once, server_cpus, said
 ):
     """PBA's 8 members in packs of 2 on 2 CPUs: every member's trial runs from the start (a member
     left pending, or paused by an exploit, would wait for a slot while the others trained on), 4 on
     each server, whose rounds train 2; the servers and the 8 trials take the 2 CPUs. A training
-    search runs a pack's worth per server."""
+    search runs a pack's worth per server. Unless told, ``packed`` asks the method
+    (``Method.pack_trials``)."""
     from autoaug.search.config import SearchConfig
     from autoaug.search.tune.experiment import Experiment
 
     monkeypatch.setattr(pack_mod.ray, "cluster_resources", lambda: {"CPU": 2.0})
     config = SearchConfig.from_dict(
-        {"preset": "smoke", "name": "p", "data": str(tmp_path), "storage": str(tmp_path), "pack": 2, "concurrency": 4}
+        {
+            "preset": "smoke",
+            "method": method,
+            "name": "p",
+            "data": str(tmp_path),
+            "storage": str(tmp_path),
+            "pack": 2,
+            "concurrency": 4,
+        }
     )
     exp = Experiment("p", str(tmp_path), None, 8, 4, 0, print, {"train_config": config.train.to_dict()})
     lines: list[str] = []

@@ -207,6 +207,7 @@ class PbaMethod(Method):
     unit = "members"
     #: Members train K at a time on pack servers (``--pack``); an exploit restarts one there from another's state.
     packs = True
+    pack_trials = "population"
     reporter_class = PbaReporter
     #: Its record in the run directory (the provenance's ``method`` with the schedule).
     record_file: ClassVar[str] = PBA_FILE

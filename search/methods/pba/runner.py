@@ -45,8 +45,9 @@ def run_population(
     the seconds it took, and what the pack servers did (None without packs)."""
     run = search.run
     t0 = time.time()
-    # In packs every member's trial runs at once (it only waits on its server), K trained at a time.
-    exp, pack_servers = packed(search.config, _experiment(search, s), search.display.log, all_at_once=True)
+    # In packs every member's trial runs at once (it only waits on its server), K trained at a time
+    # (PBA's pack_trials, "population").
+    exp, pack_servers = packed(search.config, _experiment(search, s), search.display.log)
     with pack_servers:
         tuner = run_experiment(search, exp, lambda exp: _population(search, s, exp, explore, initial_population))
     results = tuner.get_results()

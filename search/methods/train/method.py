@@ -137,6 +137,7 @@ class TrainMethod(Method):
     settings = TrainMethodConfig
     unit = "trials"
     packs = True
+    pack_trials = "pack"
     reporter_class = TrainReporter
     options = (
         TrainMethodConfig.option(

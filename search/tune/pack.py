@@ -197,12 +197,13 @@ class PackServer:
 
     def leave(self, key: str) -> None:
         """Trial ``key`` has ended (the driver says so when Tune ends it): no round waits for its
-        member, which the next round drops. A trial whose request is waiting is still running: ignored."""
+        member, which the next round drops -- a member held, or in the round in flight (a new one
+        among them, not held before it). A trial whose request is waiting is still running: ignored."""
         with self._lock:
             self._claimed.discard(key)
             if key in self._pending:
                 return
-            if key in self._held:  # (the last round's members among them)
+            if key in self._held or key in self._current:  # (the last round's members among the held)
                 self._left.add(key)
                 self._last_round.discard(key)
                 self._lock.notify_all()

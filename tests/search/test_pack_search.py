@@ -259,6 +259,30 @@ def test_a_member_whose_trial_ended_is_not_waited_for(cfg, monkeypatch, make_ser
     assert server.stats()["short_rounds"] == 0  # no round waited out its window
 
 
+def test_a_new_member_whose_trial_ended_during_its_first_round_is_not_waited_for(cfg, monkeypatch, make_server):
+    """Tune ends b's trial while b's first round trains (b new: not held before it): the next
+    round does not wait for b (the old rule waited out a window for it, twice, then dropped it)."""
+    monkeypatch.setattr(pack_mod, "PACK_WINDOW_S", 5.0)
+    monkeypatch.setattr(pack_mod, "PACK_WINDOW_MAX_S", 5.0)
+    a, b = presets.resolve("autoaugment-cifar10"), presets.resolve("trivialaugment")
+    server = make_server(cfg.to_dict(), 2)
+    join = server._join
+
+    def join_then_end(pack, request):  # b joins its first round; then the driver says its trial ended
+        joined = join(pack, request)
+        if request.key == "b":
+            server.leave("b")
+        return joined
+
+    server._join = join_then_end
+    first = _together(lambda: _ask(server, "a", cfg, a, 0), lambda: _ask(server, "b", cfg, b, 0))
+    assert [_last(r)["pack_size"] for r in first] == [2, 2]
+    second_a = _ask(server, "a", cfg, a, 1)
+    assert _last(second_a)["epoch"] == 2 and _last(second_a)["pack_size"] == 1
+    assert server.stats()["short_rounds"] == 0  # no round waited out its window for b
+    assert not server.load("b")[0]  # b's member dropped
+
+
 def test_the_driver_tells_the_servers_when_tune_ends_a_trial(monkeypatch):
     told: list[tuple[str, str]] = []
 

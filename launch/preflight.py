@@ -25,6 +25,7 @@ Every failure is a :class:`~autoaug.core.errors.UserInputError` or
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 import uuid
@@ -399,7 +400,8 @@ def for_compare(config: Any) -> Any:
     attached to stored policies, and the data and test data checked and decoded. ``train`` is
     left as requested: :func:`autoaug.launch.compare.run_compare` sizes it to the data and records
     both. The memory check counts a run times the runs Ray starts at once here
-    (:func:`runs_at_once`)."""
+    (:func:`runs_at_once`), or with ``pack`` above 1 the packs it starts at once, each holding its
+    share of the runs."""
     # The compare package (Ray, scipy, matplotlib), for compare only: train and search import this module.
     from autoaug.launch.compare.candidates import resolve_candidates
 
@@ -414,6 +416,13 @@ def for_compare(config: Any) -> Any:
     check_writable(config.out, what="--out")
     if config.attach and any(c.store_ref for c in candidates):
         check_writable(config.store or default_store_uri(), what="--store")
-    at_once = runs_at_once(config.cpus_per_run, len(candidates) * len(config.seeds), config.address)
+    runs = len(candidates) * len(config.seeds)
+    at_once = runs_at_once(config.cpus_per_run, runs, config.address)
+    if config.pack > 1 and at_once:  # packs of up to --pack runs, no fewer than run at once (plan_packs)
+        packs = max(math.ceil(runs / config.pack), at_once)
+        members = math.ceil(runs / packs)
+        if members > 1:
+            check_data(config.train, runs=at_once, here=False, members=members, fix="a smaller --pack")
+            return config
     check_data(config.train, runs=at_once, here=False)
     return config

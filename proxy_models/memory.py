@@ -290,10 +290,10 @@ def check_memory(
     preflight's decode). ``unit`` names a run in the message (``"trial"``); ``flags``: the
     message names the command-line flag (``--image-size``) instead of the config's field.
 
-    Pack servers (:mod:`autoaug.search.tune.pack`): each of the ``runs`` is a process holding
-    ``members`` runs' pipelines and models (:func:`estimate_run_memory`'s ``pipeline`` and ``model``
-    each, besides one ``process`` and its ``data``), and ``waiting`` trials' processes wait on them
-    (:data:`WAITING_PROCESS_BYTES` each). ``fix``: what the message tells to change (default: a
+    Packs (``members`` above 1): each of the ``runs`` is a process holding ``members`` runs'
+    pipelines and models (:func:`estimate_run_memory`'s ``pipeline`` and ``model`` each, besides
+    one ``process`` and its ``data``), and ``waiting`` trials' processes wait on them (a search's
+    pack servers, :mod:`autoaug.search.tune.pack`; :data:`WAITING_PROCESS_BYTES` each). ``fix``: what the message tells to change (default: a
     smaller image size or batch size)."""
     estimate = estimate_run_memory(
         config,
@@ -320,13 +320,15 @@ def check_memory(
     if fix is None:
         fix = "a smaller --image-size or batch size" if flags else "a smaller image_size or batch_size"
     if runs and members > 1:
-        servers = (
-            f"{runs} pack servers of {members} {unit}s each" if runs > 1 else f"1 pack server of {members} {unit}s"
-        )
+        packs = f"{runs} packs of {members} {unit}s each" if runs > 1 else f"1 pack of {members} {unit}s"
+        if waiting:
+            packs += f" and {waiting} {unit}s' processes waiting on {'them' if runs > 1 else 'it'}"
+            waits = f"; {format_bytes(WAITING_PROCESS_BYTES)} a waiting process"
+        else:
+            waits = ""
         raise UserInputError(
-            f"{servers} and {waiting} {unit}s' processes waiting on {'them' if runs > 1 else 'it'} need about "
-            f"{format_bytes(total)} ({format_bytes(per_run)} a server: {setting}, {what}; "
-            f"{format_bytes(WAITING_PROCESS_BYTES)} a waiting process; the data decoded here), but {short}; use {fix}"
+            f"{packs} need about {format_bytes(total)} ({format_bytes(per_run)} a pack: {setting}, {what}{waits}; "
+            f"the data decoded here), but {short}; use {fix}"
         )
     if runs:
         needs = f"about {format_bytes(per_run)} per {unit} ({what}"

@@ -321,7 +321,7 @@ def small_machine(monkeypatch):
     monkeypatch.setattr(memory, "_address_space_left", lambda: None)
 
 
-def test_search_and_compare_count_their_runs_at_once(tmp_path, cifar_train, small_machine, capsys):
+def test_search_and_compare_count_their_runs_at_once(tmp_path, cifar_train, small_machine, monkeypatch, capsys):
     """A search's trials and a comparison's runs are refused before Ray starts when all those Ray
     runs at once cannot fit; the line names the image size, the estimate and what is available."""
     import ray
@@ -380,6 +380,17 @@ def test_search_and_compare_count_their_runs_at_once(tmp_path, cifar_train, smal
     line = _error_line(capsys)
     assert line.startswith("autoaug: error: --image-size 512 needs about ") and " per run (batch size 32" in line
     assert "but 2.0 GB is available" in line
+    # In packs: the packs Ray starts at once, each holding its share of the 4 runs (plan_packs: no
+    # fewer packs than run at once: 2 on 2 CPUs).
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    compare = ["compare", "--policy", "standard", "--baselines", "none", "--seeds", "2", "--preset", "smoke"]
+    sized = ["--train-size", "64", "--set", "train.val_size=32", "--image-size", "512"]
+    where = ["--data", str(data), "--test-data", str(test), "--out", str(tmp_path / "cmp")]
+    assert main([*compare, *sized, *where, "--pack", "4"]) == 2
+    line = _error_line(capsys)
+    assert line.startswith("autoaug: error: 2 packs of 2 runs each need about ")
+    assert " a pack: --image-size 512, batch size 32, resnet-8; the data decoded here), but " in line
+    assert line.endswith("but 2.0 GB is available; use a smaller --pack")
     assert not ray.is_initialized() and not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
 
 
@@ -416,8 +427,8 @@ def test_a_population_in_packs_counts_every_member_s_process_before_ray_starts(
     assert preflight.search_processes(config.replace(pack=1)) == {"runs": preflight.runs_at_once(1.0, 2)}
     assert main([*pba, "--pack", "2", "--set", "pba.population=16"]) == 2
     line = _error_line(capsys)
-    assert line.startswith("autoaug: error: 1 pack server of 16 trials and 16 trials' processes waiting on it need ")
-    assert " a server: --image-size 32, batch size 32, resnet-8; 700 MB a waiting process;" in line
+    assert line.startswith("autoaug: error: 1 pack of 16 trials and 16 trials' processes waiting on it need ")
+    assert " a pack: --image-size 32, batch size 32, resnet-8; 700 MB a waiting process;" in line
     assert line.endswith(
         "but 5.0 GB is available; use a smaller population (every member's trial runs at once in packs), or --pack 1"
     )

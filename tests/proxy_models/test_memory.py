@@ -131,14 +131,12 @@ def test_pack_servers_count_their_members_and_the_trials_waiting_on_them(machine
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(
-        f"1 pack server of 16 trials and 16 trials' processes waiting on it need about {memory.format_bytes(total)} "
-        f"({memory.format_bytes(server)} a server: --image-size 32, batch size 32, resnet-8; 700 MB a waiting "
+        f"1 pack of 16 trials and 16 trials' processes waiting on it need about {memory.format_bytes(total)} "
+        f"({memory.format_bytes(server)} a pack: --image-size 32, batch size 32, resnet-8; 700 MB a waiting "
         "process; the data decoded here), but "
     )
     assert message.endswith(f"; use {fix}")
-    with pytest.raises(
-        UserInputError, match=r"^2 pack servers of 16 trials each and 32 trials' processes waiting on them"
-    ):
+    with pytest.raises(UserInputError, match=r"^2 packs of 16 trials each and 32 trials' processes waiting on them"):
         memory.check_memory(config, **sizes, runs=2, unit="trial", here=False, flags=True, members=16, waiting=32)
     machine(total + 1)
     assert memory.check_memory(config, **sizes, runs=1, here=False, members=16, waiting=16) == one

@@ -5,8 +5,9 @@ on 200 images grows until the kernel kills the run, and a ``compare``'s workers 
 :func:`estimate_run_memory` is a pure function of the resolved :class:`TrainConfig`, the split's
 sizes and the number of classes; :func:`check_memory` compares it with what the machine has
 (:func:`available_memory`) and raises :class:`~autoaug.core.errors.UserInputError`. The preflight
-of ``train``, ``search`` (per trial x trials at once; in packs, per pack server x servers and
-the trials' processes waiting on them) and ``compare`` (per run x runs at once)
+of ``train``, ``search`` (per trial x trials at once; in packs, per pack x pack servers and
+the trials' processes waiting on them) and ``compare`` (per run x runs at once, or per pack x
+packs at once)
 and the trainer itself (:func:`autoaug.proxy_models.train.train`, before its loaders are built)
 call :func:`check_memory`.
 
@@ -293,8 +294,8 @@ def check_memory(
     Packs (``members`` above 1): each of the ``runs`` is a process holding ``members`` runs'
     pipelines and models (:func:`estimate_run_memory`'s ``pipeline`` and ``model`` each, besides
     one ``process`` and its ``data``), and ``waiting`` trials' processes wait on them (a search's
-    pack servers, :mod:`autoaug.search.tune.pack`; :data:`WAITING_PROCESS_BYTES` each). ``fix``: what the message tells to change (default: a
-    smaller image size or batch size)."""
+    pack servers, :mod:`autoaug.search.tune.pack`; :data:`WAITING_PROCESS_BYTES` each).
+    ``fix``: what the message tells to change (default: a smaller image size or batch size)."""
     estimate = estimate_run_memory(
         config,
         num_classes=num_classes,

@@ -82,10 +82,15 @@ __all__ = [
 #: DALI are imported, 1.05 GB with CIFAR-10's 48 MB Parquet opened and split, 1.26 GB at the peak
 #: of a 32x32 run whose images, batches and activations take about 0.1 GB).
 PROCESS_BYTES = 1300 * 10**6
-#: Resident memory of a search trial's process whose training a pack server does (it only waits on
-#: the server and reports: Ray, Ray Tune and torch imported). Measured: 670 MB resident, the trial
-#: actors of ``autoaug search --method pba --preset smoke --pack 2`` on CIFAR-10 (2026-11-30).
-WAITING_PROCESS_BYTES = 700 * 10**6
+#: Memory of a search trial's process whose training a pack server does (it only waits on the
+#: server and reports: Ray, Ray Tune and torch imported): what each one more takes, its
+#: proportional set size (the libraries' pages it shares with the others counted once among them).
+#: Measured (2026-11-30) on the 8 trial actors of ``autoaug search --method pba --preset smoke
+#: --pack 2 --set pba.population=8`` on CIFAR-10: 406 MB proportional, 378 MB private, 675 MB
+#: resident, at their peak. (Its pack server, 8 members: 1.71 GB resident at its peak, where
+#: :func:`check_memory` counts 1.86 GB: about 67 MB a member measured, its pipeline and model
+#: counted.)
+WAITING_PROCESS_BYTES = 450 * 10**6
 #: One image decoded and resized by PIL: its RGB image (4 bytes per pixel), the resized copy and
 #: the uint8 array handed on.
 DECODE_BYTES_PER_PIXEL = 11

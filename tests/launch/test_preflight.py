@@ -428,7 +428,7 @@ def test_a_population_in_packs_counts_every_member_s_process_before_ray_starts(
     assert main([*pba, "--pack", "2", "--set", "pba.population=16"]) == 2
     line = _error_line(capsys)
     assert line.startswith("autoaug: error: 1 pack of 16 trials and 16 trials' processes waiting on it need ")
-    assert " a pack: --image-size 32, batch size 32, resnet-8; 700 MB a waiting process;" in line
+    assert " a pack: --image-size 32, batch size 32, resnet-8; 450 MB a waiting process;" in line
     assert line.endswith(
         "but 5.0 GB is available; use a smaller population (every member's trial runs at once in packs), or --pack 1"
     )

@@ -132,7 +132,7 @@ def test_pack_servers_count_their_members_and_the_trials_waiting_on_them(machine
     assert "\n" not in message
     assert message.startswith(
         f"1 pack of 16 trials and 16 trials' processes waiting on it need about {memory.format_bytes(total)} "
-        f"({memory.format_bytes(server)} a pack: --image-size 32, batch size 32, resnet-8; 700 MB a waiting "
+        f"({memory.format_bytes(server)} a pack: --image-size 32, batch size 32, resnet-8; 450 MB a waiting "
         "process; the data decoded here), but "
     )
     assert message.endswith(f"; use {fix}")

@@ -86,10 +86,9 @@ PROCESS_BYTES = 1300 * 10**6
 #: server and reports: Ray, Ray Tune and torch imported): what each one more takes, its
 #: proportional set size (the libraries' pages it shares with the others counted once among them).
 #: Measured (2026-11-30) on the 8 trial actors of ``autoaug search --method pba --preset smoke
-#: --pack 2 --set pba.population=8`` on CIFAR-10: 406 MB proportional, 378 MB private, 675 MB
-#: resident, at their peak. (Its pack server, 8 members: 1.71 GB resident at its peak, where
-#: :func:`check_memory` counts 1.86 GB: about 67 MB a member measured, its pipeline and model
-#: counted.)
+#: --pack 2 --set pba.population=8`` on CIFAR-10: at most 425 MB proportional, 378 MB private,
+#: 675 MB resident (``benchmarks/results/pack-memory``). Its pack server of 8 members peaked at
+#: 1.84 GB resident, where :func:`check_memory` counts 1.86 GB (each member its pipeline and model).
 WAITING_PROCESS_BYTES = 450 * 10**6
 #: One image decoded and resized by PIL: its RGB image (4 bytes per pixel), the resized copy and
 #: the uint8 array handed on.

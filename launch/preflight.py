@@ -286,7 +286,8 @@ def search_processes(config: Any, address: str | None = None) -> dict[str, Any]:
     (:attr:`autoaug.search.methods.base.Method.pack_trials`), the servers on this machine's CPUs
     (``runs``, :func:`autoaug.search.tune.pack.pack_layout`), the trials each holds (``members``)
     and the trials' processes waiting on them (``waiting``: a pack's worth per server, or a whole
-    population), with what to change when they do not fit (``fix``). ``--pack auto`` is counted as
+    population), with what to change when they do not fit (``fix``). With GPUs reserved, as many
+    servers as this machine's GPUs hold (as :func:`~autoaug.search.tune.pack.pack_plan` plans them). ``--pack auto`` is counted as
     one trial per process (it is measured later, on the trials' device)."""
     method, k = config.search_method, config.pack
     if address or not isinstance(k, int) or k == 1 or method.pack_trials is None:
@@ -296,8 +297,12 @@ def search_processes(config: Any, address: str | None = None) -> dict[str, Any]:
     trials = method.num_trials(config)
     population = method.pack_trials == "population"
     available = {"CPU": float(os.cpu_count() or 1)}
+    if config.gpus_per_trial > 0:  # a server takes its trials' share of a GPU, at most one
+        import torch
+
+        available["GPU"] = float(torch.cuda.device_count())
     servers, members = pack_layout(
-        k, trials, config.concurrency, config.cpus_per_trial, 0, available, all_at_once=population
+        k, trials, config.concurrency, config.cpus_per_trial, config.gpus_per_trial, available, all_at_once=population
     )
     if population:
         fix = "a smaller population (every member's trial runs at once in packs), or --pack 1"

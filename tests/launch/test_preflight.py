@@ -435,6 +435,36 @@ def test_a_population_in_packs_counts_every_member_s_process_before_ray_starts(
     assert not ray.is_initialized() and not (tmp_path / "runs").exists() and not (tmp_path / "store").exists()
 
 
+def test_a_search_in_packs_on_a_gpu_counts_the_servers_its_gpus_hold(monkeypatch):
+    """The `cpu` preset's proxy on one GPU of a 16-core machine, 16 trials' share a GPU, in packs
+    of 32: one server (a pack of 16 or more takes a whole GPU) and its 32 trials' processes -- not
+    a server per CPU, as without the GPU counted."""
+    import torch
+
+    from autoaug.search.config import SearchConfig
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    config = SearchConfig.from_dict(
+        {
+            "preset": "cpu",
+            "num_trials": 300,
+            "pack": 32,
+            "concurrency": None,
+            "gpus_per_trial": 0.0625,
+            "train": {"device": "cuda"},
+        }
+    )
+    assert preflight.search_processes(config) == {
+        "runs": 1,
+        "members": 32,
+        "waiting": 32,
+        "fix": "fewer trials at once (--concurrency) or a smaller --pack",
+    }
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert preflight.search_processes(config)["runs"] == 2
+
+
 def test_runs_at_once_are_the_cpus_over_a_run_s_share():
     cpus = os.cpu_count() or 1
     assert preflight.runs_at_once(1.0) == cpus

@@ -57,15 +57,16 @@ def outcome(run: Path) -> dict:
     prov = json.loads((run / "result.json").read_text())["provenance"]
     method, spent = prov["method"], prov["time"]
     scores = [m.get("score") for m in method["members"]]
+    known = [s for s in scores if s is not None]
     return {
         "search_s": round(spent["elapsed_s"], 1),
         "population_wall_s": round(spent["population_wall_s"], 1),
         "events": len(method["events"]),
         "packs": method.get("packs"),
         "member_scores": scores,
-        "mean_member": statistics.mean(s for s in scores if s is not None),
+        "mean_member": statistics.mean(known),
         "best_member": method["best_member"],
-        "best": max(s for s in scores if s is not None),
+        "best": max(known),
         "stages": len(method["stage_starts"]),
     }
 

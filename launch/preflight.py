@@ -25,7 +25,6 @@ Every failure is a :class:`~autoaug.core.errors.UserInputError` or
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 import uuid
@@ -424,8 +423,9 @@ def for_compare(config: Any) -> Any:
     runs = len(candidates) * len(config.seeds)
     at_once = runs_at_once(config.cpus_per_run, runs, config.address)
     if config.pack > 1 and at_once:  # packs of up to --pack runs, no fewer than run at once (plan_packs)
-        packs = max(math.ceil(runs / config.pack), at_once)
-        members = math.ceil(runs / packs)
+        from autoaug.proxy_models.pack import even_packs
+
+        members = len(even_packs(runs, config.pack, at_once)[0])  # (the first is the largest)
         if members > 1:
             check_data(config.train, runs=at_once, here=False, members=members, fix="a smaller --pack")
             return config
